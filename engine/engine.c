@@ -1,0 +1,840 @@
+/* The engine's public face: creating engines and vars, pushing ops, waiting,
+ * and the life of one op from push to completion.
+ *
+ * A push validates the task, builds an op (struct vq__op) from the pools,
+ * merges duplicate vars, appends one access per var to the var queues
+ * (var.c) and drops the pusher's own count; whoever brings the op's wait
+ * counter to zero dispatches it. The threaded engine hands it to a worker
+ * pool (threaded.c); the naive engine runs it in the pushing thread.
+ *
+ * Completion (vq__op_finish) is where errors travel: a failed op poisons the
+ * vars it writes, an op that finds a poisoned var is skipped and passes the
+ * error on, and the engine keeps the first error for vq_wait_all. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sched.h>
+#include <unistd.h>
+
+/* Depth of op functions running on this thread (waiting inside one would
+ * deadlock), and the naive engine's ops pushed from inside an op, which run
+ * after it in push order. */
+static _Thread_local int in_op;
+static _Thread_local vq__op *naive_deferred_head, *naive_deferred_tail;
+
+/* The pusher of an async op in the naive engine waits on this. */
+struct naive_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    int err;
+};
+
+/* ---- lists of live vars and oprs, so vq_engine_free reclaims them ---- */
+
+static void list_add(vq_engine *e, struct vq__link **head, struct vq__link *l)
+{
+    pthread_mutex_lock(&e->list_lock);
+    l->prev = NULL;
+    l->next = *head;
+    if (*head)
+        (*head)->prev = l;
+    *head = l;
+    pthread_mutex_unlock(&e->list_lock);
+}
+
+static void list_del(vq_engine *e, struct vq__link **head, struct vq__link *l)
+{
+    pthread_mutex_lock(&e->list_lock);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        *head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    pthread_mutex_unlock(&e->list_lock);
+}
+
+#define CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- options and environment ---- */
+
+static int env_int(const char *name, int lo, int hi, int *out)
+{
+    const char *s = getenv(name);
+    if (!s)
+        return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: %s=\"%s\" is not an integer in %d..%d", name, s,
+                        lo, hi);
+    *out = (int)v;
+    return 1;
+}
+
+static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
+{
+    static const vq_engine_opts defaults;
+    if (!o)
+        o = &defaults;
+    if (o->kind < 0 || o->kind > VQ_ENGINE_NAIVE)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: unknown engine kind %d", o->kind);
+    if (o->cpu_workers < 0 || o->cpu_workers > 1024)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_workers is %d, not in 0..1024",
+                        o->cpu_workers);
+    if (o->cpu_prio_workers < 0 || o->cpu_prio_workers > 1024)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_prio_workers is %d, not in 0..1024",
+                        o->cpu_prio_workers);
+    if (o->gpu_streams < 0 || o->gpu_streams > 64)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: gpu_streams is %d, not in 0..64",
+                        o->gpu_streams);
+    if (o->flags & ~(unsigned)VQ_ENGINE_PROFILE)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: unknown flags 0x%x",
+                        o->flags & ~(unsigned)VQ_ENGINE_PROFILE);
+
+    /* The environment is checked whenever it is set, even where opts
+     * override it: a typo must not pass silently. */
+    int env_kind = VQ_ENGINE_THREADED;
+    const char *ek = getenv("VARQ_ENGINE");
+    if (ek) {
+        if (strcmp(ek, "threaded") == 0)
+            env_kind = VQ_ENGINE_THREADED;
+        else if (strcmp(ek, "naive") == 0)
+            env_kind = VQ_ENGINE_NAIVE;
+        else
+            return vq__fail(VQ_EINVAL,
+                            "vq_engine_new: VARQ_ENGINE=\"%s\" is neither \"threaded\" nor \"naive\"",
+                            ek);
+    }
+    long ncores = sysconf(_SC_NPROCESSORS_ONLN);
+    int env_workers = ncores < 1 ? 1 : ncores > 1024 ? 1024 : (int)ncores;
+    int rc = env_int("VARQ_CPU_WORKERS", 1, 1024, &env_workers);
+    if (rc < 0)
+        return rc;
+    const char *ep = getenv("VARQ_PROFILE");
+    if (ep) {
+        if (*ep == '\0')
+            return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE is set but empty");
+        e->profile_path = strdup(ep);
+        if (!e->profile_path)
+            return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+    }
+
+    e->kind = o->kind ? o->kind : env_kind;
+    e->cpu_workers = o->cpu_workers ? o->cpu_workers : env_workers;
+    e->cpu_prio_workers = o->cpu_prio_workers;
+    e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;
+    return 0;
+}
+
+VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: out is NULL");
+    *out = NULL;
+    vq_engine *e = aligned_alloc(VQ__CACHELINE, (sizeof *e + VQ__CACHELINE - 1) &
+                                                    ~(size_t)(VQ__CACHELINE - 1));
+    if (!e)
+        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+    memset(e, 0, sizeof *e);
+    int rc = resolve_opts(e, opts);
+    if (rc < 0) {
+        free(e->profile_path);
+        free(e);
+        return rc;
+    }
+    pthread_mutex_init(&e->wait_lock, NULL);
+    pthread_cond_init(&e->wait_cond, NULL);
+    pthread_mutex_init(&e->list_lock, NULL);
+    vq__prof_buf_init(&e->ext_prof);
+    e->t0_ns = vq__now_ns();
+    if (e->kind == VQ_ENGINE_THREADED) {
+        rc = vq__pool_start(e, &e->cpu, e->cpu_workers, 0);
+        if (rc == 0 && e->cpu_prio_workers > 0) {
+            rc = vq__pool_start(e, &e->prio, e->cpu_prio_workers, e->cpu_workers);
+            if (rc < 0)
+                vq__pool_stop(&e->cpu);
+            e->has_prio = rc == 0;
+        }
+        if (rc < 0) {
+            vq__prof_buf_destroy(&e->ext_prof);
+            free(e->profile_path);
+            free(e);
+            return rc;
+        }
+    }
+    *out = e;
+    return 0;
+}
+
+static void wait_pending(vq_engine *e)
+{
+    if (atomic_load(&e->pending) == 0)
+        return;
+    pthread_mutex_lock(&e->wait_lock);
+    /* seq_cst pair with the completer in pending_done: either it sees a
+     * waiter, or we see its zero. */
+    atomic_fetch_add(&e->waiters, 1);
+    while (atomic_load(&e->pending) != 0)
+        pthread_cond_wait(&e->wait_cond, &e->wait_lock);
+    atomic_fetch_sub(&e->waiters, 1);
+    pthread_mutex_unlock(&e->wait_lock);
+}
+
+static void var_destroy(vq_engine *e, vq_var *v)
+{
+    list_del(e, &e->vars, &v->link);
+    vq__pool_free(VQ__POOL_VBLOCK, v->head);
+    v->head = NULL;
+    atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);
+    vq__pool_free(VQ__POOL_VAR, v);
+}
+
+static void opr_destroy(vq_opr *o)
+{
+    if (o->arg_free)
+        o->arg_free(o->arg);
+    free(o->vars);
+    free(o);
+}
+
+VQ_API void vq_engine_free(vq_engine *e)
+{
+    if (!e)
+        return;
+    wait_pending(e);
+    if (e->profile_path)
+        vq_profiler_dump(e, e->profile_path);
+    if (e->kind == VQ_ENGINE_THREADED) {
+        vq__pool_stop(&e->cpu);
+        if (e->has_prio)
+            vq__pool_stop(&e->prio);
+    }
+    /* A vq_done_finish on a foreign thread may still be on its way out
+     * after its op counted as complete. */
+    while (atomic_load(&e->finishers) != 0)
+        sched_yield();
+    while (e->vars)
+        var_destroy(e, CONTAINER(e->vars, vq_var, link));
+    while (e->oprs) {
+        vq_opr *o = CONTAINER(e->oprs, vq_opr, link);
+        list_del(e, &e->oprs, &o->link);
+        opr_destroy(o);
+    }
+    vq__prof_buf_destroy(&e->ext_prof);
+    pthread_mutex_destroy(&e->wait_lock);
+    pthread_cond_destroy(&e->wait_cond);
+    pthread_mutex_destroy(&e->list_lock);
+    free(e->profile_path);
+    free(e);
+}
+
+/* ---- vars ---- */
+
+VQ_API vq_var *vq_var_new(vq_engine *e, const char *name)
+{
+    if (!e) {
+        vq__fail(VQ_EINVAL, "vq_var_new: engine is NULL");
+        return NULL;
+    }
+    vq_var *v = vq__pool_alloc(VQ__POOL_VAR);
+    if (!v || vq__var_init(v, e, name) < 0) {
+        if (v)
+            vq__pool_free(VQ__POOL_VAR, v);
+        vq__fail(VQ_ENOMEM, "vq_var_new: out of memory");
+        return NULL;
+    }
+    list_add(e, &e->vars, &v->link);
+    return v;
+}
+
+static int check_var(vq_engine *e, const vq_var *v, const char *fn, const char *what, int i)
+{
+    if (!v)
+        return vq__fail(VQ_EINVAL, "%s: %s[%d] is NULL", fn, what, i);
+    if (v->engine != e)
+        return vq__fail(VQ_EINVAL, "%s: %s[%d] (\"%s\") belongs to another engine", fn, what, i,
+                        v->name);
+    if (atomic_load_explicit(&v->state, memory_order_relaxed) != VQ__VAR_LIVE)
+        return vq__fail(VQ_EINVAL, "%s: %s[%d] (\"%s\") has been freed", fn, what, i, v->name);
+    return 0;
+}
+
+/* ---- building and pushing ops ---- */
+
+static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
+{
+    if (!e)
+        return vq__fail(VQ_EINVAL, "%s: engine is NULL", fn);
+    if (!t)
+        return vq__fail(VQ_EINVAL, "%s: task is NULL", fn);
+    if (!t->fn == !t->async_fn)
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" must set exactly one of fn and async_fn", fn,
+                        t->name ? t->name : "");
+    if (t->nreads < 0 || t->nwrites < 0)
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" has nreads %d, nwrites %d", fn,
+                        t->name ? t->name : "", t->nreads, t->nwrites);
+    if ((t->nreads && !t->reads) || (t->nwrites && !t->writes))
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" has a NULL var array with a positive count",
+                        fn, t->name ? t->name : "");
+    if (t->props & ~(unsigned)(VQ_PROP_CPU_PRIORITIZED | VQ_PROP_COPY_TO_DEV |
+                               VQ_PROP_COPY_FROM_DEV))
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" has unknown props 0x%x", fn,
+                        t->name ? t->name : "", t->props);
+    if (t->ctx.kind == VQ_DEV_GPU)
+        return vq__fail(VQ_ENOSYS, "%s: task \"%s\" asks for GPU %d, and this engine has no GPU",
+                        fn, t->name ? t->name : "", t->ctx.id);
+    if (t->ctx.kind != VQ_DEV_CPU || t->ctx.id != 0)
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" has an unknown ctx {%d, %d}", fn,
+                        t->name ? t->name : "", t->ctx.kind, t->ctx.id);
+    if (t->props & (VQ_PROP_COPY_TO_DEV | VQ_PROP_COPY_FROM_DEV))
+        return vq__fail(VQ_EINVAL, "%s: task \"%s\" is a device copy on a CPU ctx", fn,
+                        t->name ? t->name : "");
+    for (int i = 0; i < t->nreads; i++) {
+        int rc = check_var(e, t->reads[i], fn, "reads", i);
+        if (rc < 0)
+            return rc;
+    }
+    for (int i = 0; i < t->nwrites; i++) {
+        int rc = check_var(e, t->writes[i], fn, "writes", i);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static bool contains(vq_var *const *vars, int n, const vq_var *v)
+{
+    for (int i = 0; i < n; i++)
+        if (vars[i] == v)
+            return true;
+    return false;
+}
+
+struct tagged {
+    vq_var *v;
+    int index; /* position in writes, then reads */
+};
+
+static int cmp_tagged(const void *a, const void *b)
+{
+    const struct tagged *x = a, *y = b;
+    if (x->v != y->v)
+        return (uintptr_t)x->v < (uintptr_t)y->v ? -1 : 1;
+    return x->index - y->index;
+}
+
+/* Fills vars with the task's writes, then its reads, each var once, in the
+ * order given; a var both read and written is a write. Returns the number of
+ * distinct writes through *nw, of reads through *nr, or VQ_ENOMEM. */
+static int merge_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
+{
+    int n = t->nwrites + t->nreads, w = 0, r = 0;
+    if (n <= 32) {
+        for (int i = 0; i < t->nwrites; i++)
+            if (!contains(vars, w, t->writes[i]))
+                vars[w++] = t->writes[i];
+        for (int i = 0; i < t->nreads; i++)
+            if (!contains(vars, w + r, t->reads[i]))
+                vars[w + r++] = t->reads[i];
+        *nw = w;
+        *nr = r;
+        return 0;
+    }
+    /* Large sets: sort (var, position) pairs; the first occurrence of each
+     * var in writes-then-reads order is kept, which also makes a var that is
+     * both read and written a write. */
+    struct tagged *tg = malloc((size_t)n * sizeof *tg);
+    bool *keep = calloc((size_t)n, sizeof *keep);
+    if (!tg || !keep) {
+        free(tg);
+        free(keep);
+        return VQ_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        tg[i].v = i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites];
+        tg[i].index = i;
+    }
+    qsort(tg, (size_t)n, sizeof *tg, cmp_tagged);
+    for (int i = 0; i < n; i++)
+        if (i == 0 || tg[i].v != tg[i - 1].v)
+            keep[tg[i].index] = true;
+    for (int i = 0; i < n; i++) {
+        if (!keep[i])
+            continue;
+        if (i < t->nwrites)
+            vars[w++] = t->writes[i];
+        else
+            vars[w + r++] = t->reads[i - t->nwrites];
+    }
+    free(tg);
+    free(keep);
+    *nw = w;
+    *nr = r;
+    return 0;
+}
+
+/* Fills o from t. vars must hold nreads + nwrites entries. */
+static int opr_fill(vq_opr *o, vq_engine *e, const vq_task *t, vq_var **vars, unsigned flags)
+{
+    o->fn = t->fn;
+    o->async_fn = t->async_fn;
+    o->arg = t->arg;
+    o->arg_free = t->arg_free;
+    o->engine = e;
+    o->name = t->name;
+    o->vars = vars;
+    o->priority = t->priority;
+    o->props = t->props;
+    o->flags = flags;
+    o->ctx = t->ctx;
+    return merge_vars(t, vars, &o->nwrites, &o->nreads);
+}
+
+static void dispatch(vq_engine *e, vq__op *op)
+{
+    struct vq__wpool *p =
+        (op->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
+    vq__pool_submit(p, &op, 1);
+}
+
+void vq__ready_flush(vq__ready *r)
+{
+    vq_engine *e = r->engine;
+    vq__op *cpu[VQ__READY_BATCH], *prio[VQ__READY_BATCH];
+    int nc = 0, np = 0;
+    for (int i = 0; i < r->n; i++) {
+        if ((r->ops[i]->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio)
+            prio[np++] = r->ops[i];
+        else
+            cpu[nc++] = r->ops[i];
+    }
+    r->n = 0;
+    if (nc)
+        vq__pool_submit(&e->cpu, cpu, nc);
+    if (np)
+        vq__pool_submit(&e->prio, prio, np);
+}
+
+static void naive_run_now(vq__op *op);
+
+static void vblocks_free(struct vq__vblock *b)
+{
+    while (b) {
+        struct vq__vblock *next = b->next;
+        vq__pool_free(VQ__POOL_VBLOCK, b);
+        b = next;
+    }
+}
+
+/* hot path: no malloc, no global lock. Appends op's accesses to its vars
+ * and dispatches it if nothing holds it back. */
+static int op_enqueue(vq_engine *e, vq__op *op)
+{
+    const vq_opr *o = op->opr;
+    int n = o->nwrites + o->nreads;
+    op->priority = o->priority;
+    op->naive = NULL;
+    if (e->kind == VQ_ENGINE_NAIVE) {
+        naive_run_now(op);
+        return 0;
+    }
+
+    /* One block per var, taken before touching any queue so that running
+     * out of memory leaves nothing half pushed. */
+    struct vq__vblock *spare = NULL;
+    for (int i = 0; i < n; i++) {
+        struct vq__vblock *b = vq__pool_alloc(VQ__POOL_VBLOCK);
+        if (!b) {
+            vblocks_free(spare);
+            return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+        }
+        b->next = spare;
+        spare = b;
+    }
+
+    atomic_fetch_add_explicit(&e->pending, 1, memory_order_relaxed);
+    atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
+    int granted = 0;
+    for (int i = 0; i < o->nwrites; i++) {
+        struct vq__vblock *b = spare;
+        spare = b->next;
+        granted += vq__var_append_write(o->vars[i], op, b);
+    }
+    for (int i = o->nwrites; i < n; i++) {
+        struct vq__vblock *next = spare->next;
+        if (vq__var_append_read(o->vars[i], op, &spare))
+            granted++;
+        if (!spare)
+            spare = next; /* the read queued in the block */
+    }
+    vblocks_free(spare);
+    /* The pusher's own count goes with the accesses granted above. */
+    if (atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel) == granted + 1)
+        dispatch(e, op);
+    return 0;
+}
+
+static vq__op *op_alloc(void)
+{
+    vq__op *op = vq__pool_alloc(VQ__POOL_OP);
+    if (!op)
+        vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+    return op;
+}
+
+/* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops. */
+static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
+{
+    vq__op *op = op_alloc();
+    if (!op)
+        return VQ_ENOMEM;
+    int n = t->nreads + t->nwrites;
+    vq_var **vars = op->inline_vars;
+    flags |= VQ__OPR_EMBEDDED;
+    if (n > VQ__INLINE_VARS) {
+        vars = malloc((size_t)n * sizeof *vars);
+        if (!vars) {
+            vq__pool_free(VQ__POOL_OP, op);
+            return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+        }
+        flags |= VQ__OPR_HEAPVARS;
+    }
+    if (opr_fill(&op->embedded, e, t, vars, flags) < 0) {
+        if (flags & VQ__OPR_HEAPVARS)
+            free(vars);
+        vq__pool_free(VQ__POOL_OP, op);
+        return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+    }
+    op->opr = &op->embedded;
+    int rc = op_enqueue(e, op);
+    if (rc < 0) {
+        if (flags & VQ__OPR_HEAPVARS)
+            free(vars);
+        vq__pool_free(VQ__POOL_OP, op);
+    }
+    return rc;
+}
+
+/* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
+VQ_API int vq_push(vq_engine *e, const vq_task *t)
+{
+    int rc = validate_task(e, t, "vq_push");
+    if (rc < 0)
+        return rc;
+    return push_task(e, t, 0);
+}
+
+VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
+{
+    if (validate_task(e, t, "vq_opr_new") < 0)
+        return NULL;
+    vq_opr *o = calloc(1, sizeof *o);
+    vq_var **vars = malloc(((size_t)t->nreads + (size_t)t->nwrites + 1) * sizeof *vars);
+    if (!o || !vars || opr_fill(o, e, t, vars, 0) < 0) {
+        free(o);
+        free(vars);
+        vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory");
+        return NULL;
+    }
+    atomic_init(&o->refs, 1);
+    list_add(e, &e->oprs, &o->link);
+    return o;
+}
+
+static void opr_release(vq_opr *o)
+{
+    if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) == 1) {
+        list_del(o->engine, &o->engine->oprs, &o->link);
+        opr_destroy(o);
+    }
+}
+
+/* hot path: no malloc, no global lock */
+VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
+{
+    if (!e || !o)
+        return vq__fail(VQ_EINVAL, "vq_push_opr: %s is NULL", e ? "opr" : "engine");
+    if (o->engine != e)
+        return vq__fail(VQ_EINVAL, "vq_push_opr: opr \"%s\" belongs to another engine",
+                        o->name ? o->name : "");
+    for (int i = 0; i < o->nwrites + o->nreads; i++) {
+        int rc = check_var(e, o->vars[i], "vq_push_opr", "vars", i);
+        if (rc < 0)
+            return rc;
+    }
+    vq__op *op = op_alloc();
+    if (!op)
+        return VQ_ENOMEM;
+    atomic_fetch_add_explicit(&o->refs, 1, memory_order_relaxed);
+    op->opr = o;
+    int rc = op_enqueue(e, op);
+    if (rc < 0) {
+        vq__pool_free(VQ__POOL_OP, op);
+        opr_release(o);
+    }
+    return rc;
+}
+
+VQ_API void vq_opr_free(vq_engine *e, vq_opr *o)
+{
+    if (!e || !o || o->engine != e)
+        return;
+    opr_release(o);
+}
+
+/* ---- running and completing ops ---- */
+
+/* The error of the first failed var among op's writes, then reads; 0 if
+ * the op may run. */
+static int skip_error(const vq_opr *o)
+{
+    if (o->flags & VQ__OPR_NOSKIP)
+        return 0;
+    for (int i = 0; i < o->nwrites + o->nreads; i++)
+        if (o->vars[i]->err)
+            return o->vars[i]->err;
+    return 0;
+}
+
+void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
+{
+    const vq_opr *o = op->opr;
+    if (o->engine->profile) {
+        op->start_ns = vq__now_ns();
+        op->worker = x->worker;
+    }
+    int err = skip_error(o);
+    if (err || !(o->fn || o->async_fn)) {
+        vq__op_finish(op, err, r);
+        return;
+    }
+    in_op++;
+    if (o->fn) {
+        err = o->fn(o->arg, x);
+        in_op--;
+        vq__op_finish(op, err, r);
+    } else {
+        o->async_fn(o->arg, x, (vq_done *)op);
+        in_op--;
+    }
+}
+
+static void pending_done(vq_engine *e)
+{
+    /* seq_cst pair with wait_pending: either we see the waiter, or it sees
+     * our zero. */
+    if (atomic_fetch_sub(&e->pending, 1) == 1 && atomic_load(&e->waiters) > 0) {
+        pthread_mutex_lock(&e->wait_lock);
+        pthread_cond_broadcast(&e->wait_cond);
+        pthread_mutex_unlock(&e->wait_lock);
+    }
+}
+
+/* hot path: no malloc, no global lock */
+void vq__op_finish(vq__op *op, int err, vq__ready *r)
+{
+    const vq_opr *o = op->opr;
+    vq_engine *e = o->engine;
+    if (err && !(o->flags & VQ__OPR_NOSKIP)) {
+        for (int i = 0; i < o->nwrites; i++)
+            if (!o->vars[i]->err)
+                o->vars[i]->err = err;
+        int none = 0;
+        atomic_compare_exchange_strong(&e->first_err, &none, err);
+    }
+    if (e->profile)
+        vq__prof_record(e, op, vq__now_ns());
+    if (e->kind == VQ_ENGINE_THREADED) {
+        for (int i = o->nwrites; i < o->nwrites + o->nreads; i++)
+            vq__var_complete_read(o->vars[i], r);
+        for (int i = 0; i < o->nwrites; i++)
+            vq__var_complete_write(o->vars[i], r);
+    }
+    if (o->flags & VQ__OPR_DELETE)
+        var_destroy(e, o->vars[0]);
+    if (o->flags & VQ__OPR_EMBEDDED) {
+        if (o->arg_free)
+            o->arg_free(o->arg);
+        if (o->flags & VQ__OPR_HEAPVARS)
+            free(o->vars);
+    } else {
+        opr_release((vq_opr *)o);
+    }
+    vq__pool_free(VQ__POOL_OP, op);
+    if (e->kind == VQ_ENGINE_THREADED)
+        pending_done(e);
+}
+
+VQ_API void vq_done_finish(vq_done *d, int err)
+{
+    vq__op *op = (vq__op *)d;
+    if (!op)
+        return;
+    if (op->naive) {
+        struct naive_wait *w = op->naive;
+        pthread_mutex_lock(&w->lock);
+        w->err = err;
+        w->done = true;
+        pthread_cond_signal(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        return;
+    }
+    vq_engine *e = op->opr->engine;
+    atomic_fetch_add(&e->finishers, 1);
+    vq__ready r = {.engine = e};
+    vq__op_finish(op, err, &r);
+    vq__ready_flush(&r);
+    /* last touch of e: vq_engine_free waits for finishers to reach zero */
+    atomic_fetch_sub(&e->finishers, 1);
+}
+
+/* ---- the naive engine ---- */
+
+static void naive_execute(vq__op *op)
+{
+    const vq_opr *o = op->opr;
+    vq_exec_ctx x = {.ctx = o->ctx, .stream = NULL, .worker = -1};
+    if (!o->async_fn || skip_error(o)) {
+        vq__op_run(op, &x, NULL);
+        return;
+    }
+    struct naive_wait w = {.done = false, .err = 0};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    op->naive = &w;
+    vq__op_run(op, &x, NULL);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    op->naive = NULL;
+    vq__op_finish(op, w.err, NULL);
+}
+
+/* Runs op now, in the pushing thread. An op pushed from inside an op runs
+ * after the outer one, so the naive engine keeps push order exactly. */
+static void naive_run_now(vq__op *op)
+{
+    op->next = NULL;
+    if (in_op || naive_deferred_head) {
+        if (naive_deferred_tail)
+            naive_deferred_tail->next = op;
+        else
+            naive_deferred_head = op;
+        naive_deferred_tail = op;
+        if (in_op)
+            return;
+        op = NULL;
+    }
+    if (op)
+        naive_execute(op);
+    while (naive_deferred_head) {
+        vq__op *d = naive_deferred_head;
+        naive_deferred_head = d->next;
+        if (!naive_deferred_head)
+            naive_deferred_tail = NULL;
+        naive_execute(d);
+    }
+}
+
+/* ---- deleting vars and waiting ---- */
+
+VQ_API int vq_var_free(vq_engine *e, vq_var *v)
+{
+    if (!e)
+        return vq__fail(VQ_EINVAL, "vq_var_free: engine is NULL");
+    int rc = check_var(e, v, "vq_var_free", "var", 0);
+    if (rc < 0)
+        return rc;
+    int live = VQ__VAR_LIVE;
+    if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))
+        return vq__fail(VQ_EINVAL, "vq_var_free: var \"%s\" has been freed", v->name);
+    vq_var *w[1] = {v};
+    vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};
+    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE);
+    if (rc < 0)
+        atomic_store(&v->state, VQ__VAR_LIVE);
+    return rc;
+}
+
+static int wait_forbidden(const char *fn)
+{
+    if (in_op || vq__self())
+        return vq__fail(VQ_EDEADLK, "%s: called from inside an op, where it would never return",
+                        fn);
+    return 0;
+}
+
+struct var_waiter {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    vq_var *v;
+    bool done;
+    int err;
+};
+
+/* The body of the write op vq_wait_var pushes: every earlier op on the var
+ * has completed, and none after it has started. */
+static int take_var_error(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct var_waiter *w = arg;
+    int err = w->v->err;
+    w->v->err = 0;
+    pthread_mutex_lock(&w->lock);
+    w->err = err;
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    return 0;
+}
+
+VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
+{
+    if (!e)
+        return vq__fail(VQ_EINVAL, "vq_wait_var: engine is NULL");
+    int rc = check_var(e, v, "vq_wait_var", "var", 0);
+    if (rc < 0)
+        return rc;
+    if ((rc = wait_forbidden("vq_wait_var")) < 0)
+        return rc;
+    if (e->kind == VQ_ENGINE_NAIVE) {
+        int err = v->err;
+        v->err = 0;
+        return err;
+    }
+    struct var_waiter w = {.v = v, .done = false, .err = 0};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    vq_var *wv[1] = {v};
+    vq_task t = {.fn = take_var_error, .arg = &w, .writes = wv, .nwrites = 1,
+                 .name = "vq_wait_var"};
+    rc = push_task(e, &t, VQ__OPR_NOSKIP);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        rc = w.err;
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    return rc;
+}
+
+VQ_API int vq_wait_all(vq_engine *e)
+{
+    if (!e)
+        return vq__fail(VQ_EINVAL, "vq_wait_all: engine is NULL");
+    int rc = wait_forbidden("vq_wait_all");
+    if (rc < 0)
+        return rc;
+    wait_pending(e);
+    return atomic_exchange(&e->first_err, 0);
+}

@@ -1,0 +1,292 @@
+/* Private structures of the engine, shared by its files and by the tests
+ * that drive the var-queue state machine step by step.
+ *
+ * The pieces: an op (struct vq__op) is one push; it points to its immutable
+ * description (struct vq_opr), which is either a prebuilt opr or a copy
+ * embedded in the op itself. A var (struct vq_var) owns a queue of var
+ * blocks (struct vq__vblock), one per access that could not be granted at
+ * once. Ops that become runnable while another op completes are collected in
+ * a vq__ready batch and handed to the engine's dispatcher. */
+#ifndef VARQ_ENGINE_INTERNAL_H
+#define VARQ_ENGINE_INTERNAL_H
+
+#include <varq/engine.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VQ__CACHELINE 64
+#define VQ__ALIGNED _Alignas(VQ__CACHELINE)
+#define VQ__INLINE_VARS 8 /* vars of a vq_push op stored without malloc */
+
+/* ---- errors (error.c) ---- */
+
+/* Sets the thread-local message and returns err. Not for the hot path. */
+int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- object pools (pool.c) ---- */
+
+enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_COUNT };
+
+/* hot path: no malloc (after warm-up), no global lock except once per
+ * batch of 64 objects moved between threads. Returns NULL only when out of
+ * memory. */
+void *vq__pool_alloc(int kind);
+void vq__pool_free(int kind, void *p);
+
+/* ---- spinlock ---- */
+
+typedef struct {
+    atomic_flag flag;
+} vq__spinlock;
+
+void vq__spin_wait(vq__spinlock *l);
+
+static inline void vq__spin_lock(vq__spinlock *l)
+{
+    /* acquire: the holder sees everything the previous holder wrote */
+    if (__builtin_expect(atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire), 0))
+        vq__spin_wait(l);
+}
+
+static inline void vq__spin_unlock(vq__spinlock *l)
+{
+    /* release: publishes the critical section to the next holder */
+    atomic_flag_clear_explicit(&l->flag, memory_order_release);
+}
+
+static inline void vq__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- ops ---- */
+
+enum {
+    VQ__OPR_EMBEDDED = 1u << 0, /* lives inside its op; freed with it */
+    VQ__OPR_NOSKIP = 1u << 1,   /* internal: runs even on failed vars, poisons nothing */
+    VQ__OPR_DELETE = 1u << 2,   /* internal: deletes its only written var */
+    VQ__OPR_HEAPVARS = 1u << 3, /* vars array was malloc'd */
+};
+
+/* Doubly linked membership of an engine's list (live vars, live oprs). */
+struct vq__link {
+    struct vq__link *prev, *next;
+};
+
+/* The immutable description of an op. vars[0 .. nwrites) are the written
+ * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once. */
+struct vq_opr {
+    vq_sync_fn fn;
+    vq_async_fn async_fn;
+    void *arg;
+    void (*arg_free)(void *arg);
+    vq_engine *engine;
+    const char *name;
+    vq_var **vars;
+    int nreads, nwrites;
+    int priority;
+    unsigned props;
+    unsigned flags;             /* VQ__OPR_* */
+    vq_ctx ctx;
+    atomic_int refs;            /* prebuilt: 1 for the handle + 1 per push in flight */
+    struct vq__link link;       /* prebuilt: in the engine's list of live oprs */
+};
+
+/* One push of an op. Also the vq_done handle of an async op. */
+struct vq__op {
+    atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
+    int priority;
+    const struct vq_opr *opr;
+    struct vq__op *next;        /* ready-queue overflow link */
+    uint64_t start_ns;          /* profiler only */
+    int worker;                 /* profiler only: who started it */
+    struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
+    struct vq_opr embedded;     /* the description when pushed by vq_push */
+    vq_var *inline_vars[VQ__INLINE_VARS];
+};
+
+typedef struct vq__op vq__op;
+
+/* Ops that became runnable during one completion. When the batch is full,
+ * vq__ready_add hands the oldest entries to the dispatcher directly. */
+#define VQ__READY_BATCH 16
+typedef struct vq__ready {
+    vq_engine *engine;
+    int n;
+    vq__op *ops[VQ__READY_BATCH];
+} vq__ready;
+
+/* One granted dependency of op: the caller that brings its counter to zero
+ * owns the op and adds it to r. */
+static inline void vq__op_dep_granted(vq__op *op, vq__ready *r);
+
+/* ---- vars (var.c): the var-queue state machine ---- */
+
+enum { VQ__VAR_LIVE = 1, VQ__VAR_DELETING = 2, VQ__VAR_DEAD = 3 };
+
+/* A block in a var's queue: one access waiting for its turn. */
+struct vq__vblock {
+    struct vq__vblock *next;
+    vq__op *trigger;            /* the op to grant when this access is reached */
+    bool write;
+};
+
+struct vq_var {
+    VQ__ALIGNED void *pool_link; /* first words: reused by the pool while free */
+    void *pool_link2;
+    struct vq__link link;       /* in the engine's list of live vars */
+    vq__spinlock lock;
+    int num_pending_reads;      /* granted reads not yet complete */
+    bool write_triggered;       /* pending_write has been granted */
+    struct vq__vblock *pending_write; /* oldest unfinished write, or NULL */
+    struct vq__vblock *head;    /* empty sentinel at the tail: next access goes here */
+    atomic_int state;           /* VQ__VAR_* */
+    int err;                    /* failure carried by the var; ordered by the queue */
+    vq_engine *engine;
+    char name[32];
+};
+
+int vq__var_init(vq_var *v, vq_engine *e, const char *name);
+/* Append one access of op. Each returns true when the access is granted at
+ * once (the caller counts it). A read that has to queue takes *spare (and
+ * sets it to NULL); a write always takes nb as the var's new sentinel. */
+bool vq__var_append_read(vq_var *v, vq__op *op, struct vq__vblock **spare);
+bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb);
+void vq__var_complete_read(vq_var *v, vq__ready *r);
+void vq__var_complete_write(vq_var *v, vq__ready *r);
+
+/* ---- profiler (profiler.c) ---- */
+
+struct vq__prof_event {
+    const char *name;
+    uint64_t start_ns, end_ns;
+    int worker;
+};
+
+/* One thread's records. The lock is uncontended except while dumping. */
+struct vq__prof_buf {
+    pthread_mutex_t lock;
+    struct vq__prof_event *ev;
+    size_t n, cap;
+};
+
+uint64_t vq__now_ns(void);
+void vq__prof_buf_init(struct vq__prof_buf *b);
+void vq__prof_buf_destroy(struct vq__prof_buf *b);
+void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns);
+
+/* ---- worker pools (threaded.c) ---- */
+
+/* A bounded multi-producer multi-consumer ring of ops (the cell-sequence
+ * design by D. Vyukov). */
+struct vq__ring_cell {
+    atomic_size_t seq;
+    vq__op *op;
+};
+
+struct vq__ring {
+    VQ__ALIGNED atomic_size_t enq;
+    VQ__ALIGNED atomic_size_t deq;
+    VQ__ALIGNED size_t mask;
+    struct vq__ring_cell *cells;
+};
+
+/* Ops with a priority other than 0, and priority-0 ops that found the ring
+ * full: a binary heap, highest priority first, FIFO among equals. */
+struct vq__heap_item {
+    int priority;
+    uint64_t seq;
+    vq__op *op;
+};
+
+struct vq__heap {
+    vq__spinlock lock;
+    atomic_int count;
+    atomic_int top_priority; /* of items[0]; valid while count > 0 */
+    struct vq__heap_item *items;
+    size_t n, cap;
+    uint64_t seq;
+};
+
+struct vq__worker;
+
+struct vq__wpool {
+    struct vq__ring ring;
+    struct vq__heap heap;
+    VQ__ALIGNED atomic_int sleepers;
+    atomic_bool stop;
+    pthread_mutex_t sleep_lock;
+    pthread_cond_t sleep_cond;
+    int nworkers;
+    struct vq__worker *workers;
+};
+
+struct vq__worker {
+    VQ__ALIGNED pthread_t thread;
+    struct vq__wpool *pool;
+    vq_engine *engine;
+    int id;
+    vq__op *next;               /* direct run: the successor to run next */
+    struct vq__prof_buf prof;
+};
+
+int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id);
+void vq__pool_stop(struct vq__wpool *p);
+/* Queues ops on p and wakes up to n sleeping workers. */
+void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n);
+/* The worker running on this thread, or NULL. */
+struct vq__worker *vq__self(void);
+
+/* ---- engine (engine.c) ---- */
+
+struct vq_engine {
+    int kind;                   /* VQ_ENGINE_THREADED or VQ_ENGINE_NAIVE */
+    bool profile;
+    bool has_prio;
+    int cpu_workers, cpu_prio_workers;
+    struct vq__wpool cpu, prio;
+    VQ__ALIGNED atomic_long pending; /* pushed and not completed */
+    VQ__ALIGNED atomic_int waiters;
+    atomic_int first_err;
+    atomic_int finishers;       /* vq_done_finish calls in progress */
+    pthread_mutex_t wait_lock;
+    pthread_cond_t wait_cond;
+    pthread_mutex_t list_lock;  /* vars and oprs lists */
+    struct vq__link *vars, *oprs;
+    struct vq__prof_buf ext_prof; /* records of threads that are not workers */
+    uint64_t t0_ns;
+    char *profile_path;
+};
+
+/* Runs op on this thread (skip check, function, completion); ready ops go
+ * to r. x->worker is the worker index or -1. */
+void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r);
+/* Completes op with err (0, the op's failure, or the error that skipped it). */
+void vq__op_finish(vq__op *op, int err, vq__ready *r);
+
+/* Hands the ready ops of r to the engine (queues and wake-ups). */
+void vq__ready_flush(vq__ready *r);
+
+static inline void vq__ready_add(vq__ready *r, vq__op *op)
+{
+    if (r->n == VQ__READY_BATCH)
+        vq__ready_flush(r);
+    r->ops[r->n++] = op;
+}
+
+static inline void vq__op_dep_granted(vq__op *op, vq__ready *r)
+{
+    /* acq_rel: the op's runner sees the effects of every op that granted it */
+    if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1)
+        vq__ready_add(r, op);
+}
+
+#endif

@@ -1,0 +1,330 @@
+/* The threaded engine's worker pools: ready queues, workers, sleeping and
+ * waking, and the direct run of a successor.
+ *
+ * Each pool (the CPU pool, and the pool of prioritized workers when there is
+ * one) has one ready queue in two parts: a lock-free bounded ring for the
+ * common priority-0 op, and a small binary heap under a spinlock for ops
+ * with another priority (and for priority-0 ops when the ring is full).
+ * Workers take from the heap while its top is above 0, then from the ring,
+ * then from the heap again: "higher first among ready ops".
+ *
+ * A worker that finds nothing spins briefly, then sleeps on the pool's
+ * condition variable. The pusher looks at the count of sleepers after
+ * queueing and signals only when someone sleeps, so a busy pool costs no
+ * system call per push. The sleepers count and the queue form a Dekker pair
+ * (each side writes its own and reads the other's with seq_cst ordering), so
+ * a wake-up cannot be lost.
+ *
+ * When an op completes on a worker and successors become ready, the worker
+ * keeps one of them for itself and runs it next without a queue round trip
+ * (direct run); the others are queued and wake sleepers. */
+#include "internal.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RING_CELLS (1u << 15)
+#define SPIN_BEFORE_SLEEP 2000
+
+static _Thread_local struct vq__worker *self;
+
+struct vq__worker *vq__self(void)
+{
+    return self;
+}
+
+/* ---- the ring (bounded MPMC, cell sequence numbers) ---- */
+
+static int ring_init(struct vq__ring *q, size_t ncells)
+{
+    q->cells = aligned_alloc(VQ__CACHELINE, ncells * sizeof *q->cells);
+    if (!q->cells)
+        return VQ_ENOMEM;
+    for (size_t i = 0; i < ncells; i++) {
+        atomic_init(&q->cells[i].seq, i);
+        q->cells[i].op = NULL;
+    }
+    q->mask = ncells - 1;
+    atomic_init(&q->enq, 0);
+    atomic_init(&q->deq, 0);
+    return 0;
+}
+
+/* hot path: returns false when full */
+static bool ring_push(struct vq__ring *q, vq__op *op)
+{
+    size_t pos = atomic_load_explicit(&q->enq, memory_order_relaxed);
+    for (;;) {
+        struct vq__ring_cell *c = &q->cells[pos & q->mask];
+        /* acquire: the consumer that freed this cell is done reading it */
+        size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        intptr_t dif = (intptr_t)seq - (intptr_t)pos;
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&q->enq, &pos, pos + 1,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                c->op = op;
+                /* release: publishes op (and everything before the push) */
+                atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+                return true;
+            }
+        } else if (dif < 0) {
+            return false;
+        } else {
+            pos = atomic_load_explicit(&q->enq, memory_order_relaxed);
+        }
+    }
+}
+
+/* hot path: returns NULL when empty */
+static vq__op *ring_pop(struct vq__ring *q)
+{
+    size_t pos = atomic_load_explicit(&q->deq, memory_order_relaxed);
+    for (;;) {
+        struct vq__ring_cell *c = &q->cells[pos & q->mask];
+        /* acquire: pairs with the producer's release of this cell */
+        size_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+        intptr_t dif = (intptr_t)seq - (intptr_t)(pos + 1);
+        if (dif == 0) {
+            if (atomic_compare_exchange_weak_explicit(&q->deq, &pos, pos + 1,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
+                vq__op *op = c->op;
+                /* release: the cell may be written again by a producer */
+                atomic_store_explicit(&c->seq, pos + q->mask + 1, memory_order_release);
+                return op;
+            }
+        } else if (dif < 0) {
+            return NULL;
+        } else {
+            pos = atomic_load_explicit(&q->deq, memory_order_relaxed);
+        }
+    }
+}
+
+/* ---- the heap (priorities other than 0, ring overflow) ---- */
+
+static bool heap_before(const struct vq__heap_item *a, const struct vq__heap_item *b)
+{
+    return a->priority > b->priority || (a->priority == b->priority && a->seq < b->seq);
+}
+
+static void heap_swap(struct vq__heap_item *a, struct vq__heap_item *b)
+{
+    struct vq__heap_item t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Only fails when out of memory growing the array. */
+static bool heap_push(struct vq__heap *h, vq__op *op)
+{
+    vq__spin_lock(&h->lock);
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 256;
+        struct vq__heap_item *items = realloc(h->items, cap * sizeof *items);
+        if (!items) {
+            vq__spin_unlock(&h->lock);
+            return false;
+        }
+        h->items = items;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    h->items[i] = (struct vq__heap_item){op->priority, h->seq++, op};
+    while (i > 0 && heap_before(&h->items[i], &h->items[(i - 1) / 2])) {
+        heap_swap(&h->items[i], &h->items[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    atomic_store_explicit(&h->top_priority, h->items[0].priority, memory_order_relaxed);
+    atomic_store_explicit(&h->count, (int)h->n, memory_order_release);
+    vq__spin_unlock(&h->lock);
+    return true;
+}
+
+/* Pops the top if its priority is at least min_priority. */
+static vq__op *heap_pop(struct vq__heap *h, int min_priority)
+{
+    vq__spin_lock(&h->lock);
+    if (h->n == 0 || h->items[0].priority < min_priority) {
+        vq__spin_unlock(&h->lock);
+        return NULL;
+    }
+    vq__op *op = h->items[0].op;
+    h->items[0] = h->items[--h->n];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && heap_before(&h->items[l], &h->items[m]))
+            m = l;
+        if (r < h->n && heap_before(&h->items[r], &h->items[m]))
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(&h->items[i], &h->items[m]);
+        i = m;
+    }
+    if (h->n)
+        atomic_store_explicit(&h->top_priority, h->items[0].priority, memory_order_relaxed);
+    atomic_store_explicit(&h->count, (int)h->n, memory_order_release);
+    vq__spin_unlock(&h->lock);
+    return op;
+}
+
+static bool heap_has_above(struct vq__heap *h, int priority)
+{
+    return atomic_load_explicit(&h->count, memory_order_acquire) > 0 &&
+           atomic_load_explicit(&h->top_priority, memory_order_relaxed) > priority;
+}
+
+/* ---- pools ---- */
+
+/* hot path: no malloc, no global lock */
+static vq__op *pool_pop(struct vq__wpool *p)
+{
+    vq__op *op;
+    if (heap_has_above(&p->heap, 0) && (op = heap_pop(&p->heap, 1)))
+        return op;
+    if ((op = ring_pop(&p->ring)))
+        return op;
+    if (atomic_load_explicit(&p->heap.count, memory_order_acquire) > 0)
+        return heap_pop(&p->heap, INT_MIN);
+    return NULL;
+}
+
+/* hot path: no malloc (the heap grows rarely), no global lock */
+void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n)
+{
+    for (int i = 0; i < n; i++) {
+        vq__op *op = ops[i];
+        if (op->priority == 0 && ring_push(&p->ring, op))
+            continue;
+        while (!heap_push(&p->heap, op))
+            sched_yield(); /* out of memory: wait for workers to drain */
+    }
+    /* Dekker pair with worker_sleep: the ops are visible before we read the
+     * sleepers count, and a worker counts itself before its last look. */
+    atomic_thread_fence(memory_order_seq_cst);
+    int sleepers = atomic_load(&p->sleepers);
+    if (sleepers > 0) {
+        pthread_mutex_lock(&p->sleep_lock);
+        if (n >= sleepers)
+            pthread_cond_broadcast(&p->sleep_cond);
+        else
+            for (int i = 0; i < n; i++)
+                pthread_cond_signal(&p->sleep_cond);
+        pthread_mutex_unlock(&p->sleep_lock);
+    }
+}
+
+/* Waits for an op: spins a little, then sleeps. NULL when the pool stops. */
+static vq__op *worker_sleep(struct vq__wpool *p)
+{
+    vq__op *op;
+    for (int i = 0; i < SPIN_BEFORE_SLEEP; i++) {
+        if ((op = pool_pop(p)))
+            return op;
+        if (atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return NULL;
+        if (i % 64 == 63)
+            sched_yield(); /* let a pusher on this core run */
+        else
+            vq__cpu_relax();
+    }
+    pthread_mutex_lock(&p->sleep_lock);
+    atomic_fetch_add(&p->sleepers, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    while (!(op = pool_pop(p)) && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->sleep_cond, &p->sleep_lock);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->sleep_lock);
+    return op;
+}
+
+/* Keeps one op of r that this worker's pool runs, for a direct run, unless a
+ * queued op has a higher priority. */
+static void keep_successor(struct vq__worker *w, vq__ready *r)
+{
+    vq_engine *e = w->engine;
+    int best = -1;
+    for (int i = 0; i < r->n; i++) {
+        bool ours = ((r->ops[i]->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio) ==
+                    (w->pool == &e->prio);
+        if (ours && (best < 0 || r->ops[i]->priority > r->ops[best]->priority))
+            best = i;
+    }
+    if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->priority))
+        return;
+    w->next = r->ops[best];
+    r->ops[best] = r->ops[--r->n];
+}
+
+static void *worker_main(void *arg)
+{
+    struct vq__worker *w = arg;
+    struct vq__wpool *p = w->pool;
+    self = w;
+    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = w->id};
+    for (;;) {
+        vq__op *op = w->next;
+        w->next = NULL;
+        if (!op && !(op = pool_pop(p)) && !(op = worker_sleep(p)))
+            break;
+        vq__ready r = {.engine = w->engine};
+        vq__op_run(op, &x, &r);
+        if (r.n) {
+            keep_successor(w, &r);
+            vq__ready_flush(&r);
+        }
+    }
+    self = NULL;
+    return NULL;
+}
+
+int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id)
+{
+    memset(p, 0, sizeof *p);
+    if (ring_init(&p->ring, RING_CELLS) < 0)
+        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+    p->workers = aligned_alloc(VQ__CACHELINE, (size_t)nworkers * sizeof *p->workers);
+    if (!p->workers) {
+        free(p->ring.cells);
+        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+    }
+    atomic_flag_clear(&p->heap.lock.flag);
+    pthread_mutex_init(&p->sleep_lock, NULL);
+    pthread_cond_init(&p->sleep_cond, NULL);
+    for (int i = 0; i < nworkers; i++) {
+        struct vq__worker *w = &p->workers[i];
+        memset(w, 0, sizeof *w);
+        w->pool = p;
+        w->engine = e;
+        w->id = first_id + i;
+        vq__prof_buf_init(&w->prof);
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+            vq__prof_buf_destroy(&w->prof);
+            p->nworkers = i;
+            vq__pool_stop(p);
+            return vq__fail(VQ_ENOMEM, "vq_engine_new: cannot start worker %d", first_id + i);
+        }
+    }
+    p->nworkers = nworkers;
+    return 0;
+}
+
+/* The pool's queue must be empty (no op pending). */
+void vq__pool_stop(struct vq__wpool *p)
+{
+    pthread_mutex_lock(&p->sleep_lock);
+    atomic_store(&p->stop, true);
+    pthread_cond_broadcast(&p->sleep_cond);
+    pthread_mutex_unlock(&p->sleep_lock);
+    for (int i = 0; i < p->nworkers; i++) {
+        pthread_join(p->workers[i].thread, NULL);
+        vq__prof_buf_destroy(&p->workers[i].prof);
+    }
+    pthread_mutex_destroy(&p->sleep_lock);
+    pthread_cond_destroy(&p->sleep_cond);
+    free(p->heap.items);
+    free(p->ring.cells);
+    free(p->workers);
+}

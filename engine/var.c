@@ -1,0 +1,151 @@
+/* The var queue: the one state machine that orders ops (DESIGN.md 2.2).
+ *
+ * A var holds a FIFO of blocks, one per access that could not be granted
+ * when it was appended, ending in an empty sentinel (head) where the next
+ * access is written. State:
+ *   num_pending_reads  reads granted and not yet complete;
+ *   pending_write      the oldest write not yet complete (the first block of
+ *                      the queue), or NULL when the queue is empty;
+ *   write_triggered    pending_write has been granted to its op.
+ * Invariants: with pending_write NULL, the queue holds only the sentinel, and
+ * any number of reads may be running. With pending_write set, reads that
+ * arrive queue behind it; the write is granted when num_pending_reads drops
+ * to zero. Completing the write grants the run of reads that follows it, or,
+ * when no read follows, the next write.
+ *
+ * Every function takes the var's spinlock for its state changes only and
+ * grants ops (decrements their wait counters) after releasing it, so no lock
+ * is ever held while taking another one. */
+#include "internal.h"
+
+#include <sched.h>
+#include <string.h>
+
+void vq__spin_wait(vq__spinlock *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (spins < 64)
+            vq__cpu_relax();
+        else
+            sched_yield(); /* the holder may have been preempted */
+        if (!atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire))
+            return;
+    }
+}
+
+int vq__var_init(vq_var *v, vq_engine *e, const char *name)
+{
+    v->head = vq__pool_alloc(VQ__POOL_VBLOCK);
+    if (!v->head)
+        return VQ_ENOMEM;
+    v->head->next = NULL;
+    v->head->trigger = NULL;
+    v->head->write = false;
+    atomic_flag_clear(&v->lock.flag);
+    v->num_pending_reads = 0;
+    v->write_triggered = false;
+    v->pending_write = NULL;
+    v->err = 0;
+    v->engine = e;
+    if (name) {
+        strncpy(v->name, name, sizeof v->name - 1);
+        v->name[sizeof v->name - 1] = '\0';
+    } else {
+        v->name[0] = '\0';
+    }
+    atomic_store_explicit(&v->state, VQ__VAR_LIVE, memory_order_release);
+    return 0;
+}
+
+/* Queues op's access in the sentinel and makes nb the new sentinel. */
+static void enqueue(vq_var *v, vq__op *op, bool write, struct vq__vblock *nb)
+{
+    struct vq__vblock *b = v->head;
+    b->trigger = op;
+    b->write = write;
+    b->next = nb;
+    nb->next = NULL;
+    v->head = nb;
+}
+
+/* hot path: no malloc, no global lock */
+bool vq__var_append_read(vq_var *v, vq__op *op, struct vq__vblock **spare)
+{
+    vq__spin_lock(&v->lock);
+    if (!v->pending_write) {
+        v->num_pending_reads++;
+        vq__spin_unlock(&v->lock);
+        return true;
+    }
+    enqueue(v, op, false, *spare);
+    *spare = NULL;
+    vq__spin_unlock(&v->lock);
+    return false;
+}
+
+/* hot path: no malloc, no global lock */
+bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb)
+{
+    bool granted = false;
+    vq__spin_lock(&v->lock);
+    struct vq__vblock *b = v->head;
+    enqueue(v, op, true, nb);
+    if (!v->pending_write) {
+        v->pending_write = b;
+        v->write_triggered = v->num_pending_reads == 0;
+        granted = v->write_triggered;
+    }
+    vq__spin_unlock(&v->lock);
+    return granted;
+}
+
+/* hot path: no malloc, no global lock */
+void vq__var_complete_read(vq_var *v, vq__ready *r)
+{
+    vq__op *grant = NULL;
+    vq__spin_lock(&v->lock);
+    if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) {
+        v->write_triggered = true;
+        grant = v->pending_write->trigger;
+    }
+    vq__spin_unlock(&v->lock);
+    if (grant)
+        vq__op_dep_granted(grant, r);
+}
+
+/* hot path: no malloc, no global lock */
+void vq__var_complete_write(vq_var *v, vq__ready *r)
+{
+    vq__spin_lock(&v->lock);
+    struct vq__vblock *done = v->pending_write;
+    struct vq__vblock *first_read = done->next, *end = first_read;
+    int nreads = 0;
+    while (end != v->head && !end->write) {
+        end = end->next;
+        nreads++;
+    }
+    v->num_pending_reads += nreads;
+    vq__op *grant_write = NULL;
+    if (end == v->head) {
+        v->pending_write = NULL;
+        v->write_triggered = false;
+    } else {
+        v->pending_write = end;
+        v->write_triggered = nreads == 0;
+        if (v->write_triggered)
+            grant_write = end->trigger;
+    }
+    vq__spin_unlock(&v->lock);
+
+    /* The blocks from first_read up to end are off the queue now: nobody
+     * else reaches them, so they are read and freed without the lock. */
+    vq__pool_free(VQ__POOL_VBLOCK, done);
+    for (struct vq__vblock *b = first_read; b != end;) {
+        struct vq__vblock *next = b->next;
+        vq__op_dep_granted(b->trigger, r);
+        vq__pool_free(VQ__POOL_VBLOCK, b);
+        b = next;
+    }
+    if (grant_write)
+        vq__op_dep_granted(grant_write, r);
+}

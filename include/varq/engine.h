@@ -1,0 +1,174 @@
+/* varq engine: vars, ops and the dependency engine that orders them.
+ *
+ * Every piece of state the caller wants ordered is a var (vq_var); every piece
+ * of work is an op that names the vars it reads and writes. vq_push returns at
+ * once; the engine runs the op as soon as every earlier op that shares one of
+ * its vars with a write has completed. The result is always that of running
+ * the ops one at a time in push order (serial equivalence, DESIGN.md 2.1).
+ *
+ * Thread-safety, unless a function says otherwise: every function may be
+ * called from any thread, concurrently with any other, on the same engine.
+ * A var or prebuilt op must not be used after the call that frees it has
+ * started (as with free()). */
+#ifndef VARQ_ENGINE_H
+#define VARQ_ENGINE_H
+
+#include <varq/error.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vq_engine vq_engine;
+typedef struct vq_var vq_var;
+typedef struct vq_opr vq_opr;   /* a prebuilt op, pushed many times */
+typedef struct vq_done vq_done; /* completion handle of an async op */
+
+/* Where an op runs. The zero value is CPU 0. */
+typedef struct {
+    int kind; /* VQ_DEV_CPU or VQ_DEV_GPU */
+    int id;   /* device number; 0 for the CPU */
+} vq_ctx;
+
+enum { VQ_DEV_CPU = 0, VQ_DEV_GPU = 1 };
+
+/* What an op's function receives besides its argument: the context it runs
+ * in, the stream of a GPU op (NULL on CPU), and the index of the worker
+ * running it (-1 for the caller's thread in the naive engine). */
+typedef struct vq_exec_ctx {
+    vq_ctx ctx;
+    void *stream;
+    int worker;
+} vq_exec_ctx;
+
+/* A sync op returns 0, or a negative error that poisons the vars it writes. */
+typedef int (*vq_sync_fn)(void *arg, const vq_exec_ctx *x);
+/* An async op must call vq_done_finish(done, err) exactly once, from any
+ * thread, possibly after it returned. */
+typedef void (*vq_async_fn)(void *arg, const vq_exec_ctx *x, vq_done *done);
+
+/* Op properties (vq_task.props). */
+enum {
+    VQ_PROP_CPU_PRIORITIZED = 1u << 0, /* runs on the prioritized CPU workers */
+    VQ_PROP_COPY_TO_DEV = 1u << 1,     /* a host-to-device copy (GPU) */
+    VQ_PROP_COPY_FROM_DEV = 1u << 2,   /* a device-to-host copy (GPU) */
+};
+
+/* One op to push. The engine copies what it needs during vq_push /
+ * vq_opr_new: the reads and writes arrays may be reused at once. The same
+ * var may appear several times, in either or both arrays: duplicates are
+ * merged and a var that is both read and written counts as written. */
+typedef struct vq_task {
+    vq_sync_fn fn;                 /* exactly one of fn, async_fn */
+    vq_async_fn async_fn;
+    void *arg;                     /* passed to fn / async_fn; owned by the caller */
+    void (*arg_free)(void *arg);   /* after completion (or failure); may be NULL */
+    vq_ctx ctx;                    /* zero = CPU 0 */
+    vq_var *const *reads;
+    int nreads;
+    vq_var *const *writes;
+    int nwrites;
+    int priority;                  /* higher first among ready ops */
+    unsigned props;                /* VQ_PROP_* */
+    const char *name;              /* for traces; must outlive the engine; may be NULL */
+} vq_task;
+
+enum {
+    VQ_ENGINE_DEFAULT = 0,  /* VARQ_ENGINE, or threaded */
+    VQ_ENGINE_THREADED = 1, /* CPU worker pool */
+    VQ_ENGINE_NAIVE = 2,    /* runs each op inside vq_push, in the caller's thread */
+};
+
+enum {
+    VQ_ENGINE_PROFILE = 1u << 0, /* record every op for vq_profiler_dump */
+};
+
+/* Engine options. Zero in any field means "the default": for kind and
+ * cpu_workers the default comes from VARQ_ENGINE and VARQ_CPU_WORKERS when
+ * they are set, otherwise threaded and the number of online cores. */
+typedef struct vq_engine_opts {
+    int kind;             /* VQ_ENGINE_* */
+    int cpu_workers;      /* 0 = VARQ_CPU_WORKERS or the number of cores */
+    int cpu_prio_workers; /* extra workers that run only VQ_PROP_CPU_PRIORITIZED ops */
+    int gpu_streams;      /* compute streams per GPU (0 = 2) */
+    unsigned flags;       /* VQ_ENGINE_PROFILE */
+} vq_engine_opts;
+
+/* Creates an engine. opts may be NULL (defaults and environment). The
+ * environment: VARQ_ENGINE=threaded|naive, VARQ_CPU_WORKERS=N (1..1024),
+ * VARQ_PROFILE=path.json (record ops; write a Chrome trace there when the
+ * engine is freed). A value that is not understood is VQ_EINVAL, never a
+ * silent default. On success *out owns a new engine that the caller frees
+ * with vq_engine_free. */
+VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
+
+/* Waits for every pushed op to complete (async ops included: one that never
+ * calls vq_done_finish makes this hang), writes the VARQ_PROFILE trace if
+ * one was asked for, stops the workers and frees the engine with every var
+ * and prebuilt op still alive in it. Must not be called from inside an op,
+ * nor concurrently with other calls on the same engine. NULL is a no-op. */
+VQ_API void vq_engine_free(vq_engine *e);
+
+/* Creates a var owned by the engine. name (may be NULL) is copied, cut to
+ * 31 bytes, and shows in error messages. Returns NULL on bad arguments or
+ * when out of memory (see vq_errmsg). */
+VQ_API vq_var *vq_var_new(vq_engine *e, const char *name);
+
+/* Frees v after every op already pushed on it: the deletion is itself a
+ * write pushed on v. An error still recorded on v is discarded. v must not be
+ * pushed on or waited for after this call starts. Returns VQ_EINVAL for a
+ * var that is NULL, of another engine, or already freed. */
+VQ_API int vq_var_free(vq_engine *e, vq_var *v);
+
+/* Pushes one op and returns at once (the naive engine runs it first). The
+ * engine copies *t. Returns 0, or VQ_EINVAL (NULL engine or task, negative
+ * count, NULL array with a positive count, both or neither of fn and
+ * async_fn, a NULL, foreign or freed var, an unknown prop or ctx), or
+ * VQ_ENOSYS for a GPU ctx in a build or engine without GPUs. A rejected op
+ * is not run and its arg_free is not called. An op whose vars are failed is
+ * not run either: it is skipped, its arg_free is called, and the error of
+ * the first failed var among its writes, then its reads, is passed on to the
+ * vars it writes (DESIGN.md 2.5). */
+VQ_API int vq_push(vq_engine *e, const vq_task *t);
+
+/* Builds an op once, to push many times without allocating or merging
+ * vars again. Returns NULL on the errors vq_push would return (see
+ * vq_errmsg). arg_free, if set, is called once, when the opr is freed and
+ * its last push has completed. */
+VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t);
+
+/* Pushes a prebuilt op; the same as vq_push of its task. Several pushes of
+ * one opr may be in flight at once: each is one op in push order. */
+VQ_API int vq_push_opr(vq_engine *e, vq_opr *op);
+
+/* Releases a prebuilt op. Pushes already made still run; its memory and
+ * arg_free follow the last of them. */
+VQ_API void vq_opr_free(vq_engine *e, vq_opr *op);
+
+/* Completes an async op with 0 or a negative error. Call exactly once per
+ * invocation of the async function, from any thread; done is invalid after. */
+VQ_API void vq_done_finish(vq_done *d, int err);
+
+/* Blocks until every op pushed on v before this call has completed, then
+ * returns v's error (0 if none) and clears it, so that later ops on v run
+ * again. Returns VQ_EDEADLK at once when called from inside an op, and
+ * VQ_EINVAL for a NULL, foreign or freed var. */
+VQ_API int vq_wait_var(vq_engine *e, vq_var *v);
+
+/* Blocks until every op pushed so far (by any thread) has completed. Returns
+ * the first error of an op that failed or was skipped since the last
+ * vq_wait_all, or 0, and clears that record; vars stay failed until
+ * vq_wait_var. Returns VQ_EDEADLK at once when called from inside an op. */
+VQ_API int vq_wait_all(vq_engine *e);
+
+/* Writes a Chrome trace (JSON, opens in Perfetto or chrome://tracing) of
+ * every op completed so far: name, worker, start and end. The engine must
+ * have been created with VQ_ENGINE_PROFILE or VARQ_PROFILE; otherwise
+ * VQ_EINVAL. VQ_EIO if the file cannot be written. Ops still running are not
+ * in the trace. */
+VQ_API int vq_profiler_dump(vq_engine *e, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,46 @@
+/* varq error codes and messages.
+ *
+ * Every varq function that can fail returns 0 or one of the negative codes
+ * below (functions returning a pointer return NULL instead). The code says
+ * what kind of failure it was; vq_errmsg() gives a sentence about the last
+ * failure in the calling thread. Ops pushed onto the engine may return their
+ * own negative codes too: the engine carries them through vars unchanged. */
+#ifndef VARQ_ERROR_H
+#define VARQ_ERROR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(VARQ_BUILDING) && defined(__GNUC__)
+#define VQ_API __attribute__((visibility("default")))
+#else
+#define VQ_API
+#endif
+
+enum {
+    VQ_OK = 0,
+    VQ_EIO = -5,         /* an op or file operation failed */
+    VQ_ENOMEM = -12,     /* out of memory */
+    VQ_EBUSY = -16,      /* resource still in use */
+    VQ_EINVAL = -22,     /* bad argument */
+    VQ_EDEADLK = -35,    /* the wait would never return (waiting inside an op) */
+    VQ_ENOSYS = -38,     /* not available in this build (e.g. GPU without CUDA) */
+    VQ_ECANCELED = -125, /* skipped or cancelled */
+};
+
+/* Name and short description of an error code ("VQ_EINVAL: invalid
+ * argument"). Codes varq does not know give "unknown error". Returns a static
+ * string; thread-safe. */
+VQ_API const char *vq_strerror(int err);
+
+/* A sentence about the last failure of a varq call in this thread, e.g.
+ * "vq_push: task has both fn and async_fn". The string is thread-local and
+ * valid until the next failing varq call in the same thread; "" if there was
+ * none. Successful calls do not clear it. */
+VQ_API const char *vq_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,9 @@
+/* varq: asynchronous, dependency-driven execution. Include this one header
+ * to get every public module. */
+#ifndef VARQ_VARQ_H
+#define VARQ_VARQ_H
+
+#include <varq/error.h>
+#include <varq/engine.h>
+
+#endif

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -813,8 +814,10 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
     vq_var *wv[1] = {v};
+    /* Highest priority: once the var allows it, the waiter is answered
+     * before any other ready op runs. */
     vq_task t = {.fn = take_var_error, .arg = &w, .writes = wv, .nwrites = 1,
-                 .name = "vq_wait_var"};
+                 .priority = INT_MAX, .name = "vq_wait_var"};
     rc = push_task(e, &t, VQ__OPR_NOSKIP);
     if (rc == 0) {
         pthread_mutex_lock(&w.lock);

@@ -1,0 +1,629 @@
+/* The engine through its public API: ordering between ops, async ops,
+ * priorities, prioritized workers, prebuilt ops, var deletion, engine
+ * options and environment, and the profiler's trace. */
+#include <varq/varq.h>
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static vq_engine *engine_with(int kind, int workers)
+{
+    vq_engine_opts o = {.kind = kind, .cpu_workers = workers};
+    vq_engine *e = NULL;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    return e;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls until *flag is set or 5 s pass; false on timeout. */
+static bool await_flag(atomic_int *flag)
+{
+    time_t end = time(NULL) + 5;
+    while (time(NULL) <= end) {
+        if (atomic_load(flag))
+            return true;
+        sleep_us(50);
+    }
+    return false;
+}
+
+/* ---- a log of events in the order they happened ---- */
+
+static atomic_int log_len;
+static int log_ev[4096];
+
+static void log_event(int ev)
+{
+    log_ev[atomic_fetch_add(&log_len, 1)] = ev;
+}
+
+static int log_index(int ev)
+{
+    for (int i = 0; i < atomic_load(&log_len); i++)
+        if (log_ev[i] == ev)
+            return i;
+    return -1;
+}
+
+struct step {
+    int id;          /* logged as +id at start, -id at end */
+    long sleep_us;   /* work to overlap */
+    atomic_int *gate; /* if set, waits for it before finishing */
+};
+
+static int step_fn(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct step *s = arg;
+    log_event(s->id);
+    if (s->sleep_us)
+        sleep_us(s->sleep_us);
+    if (s->gate)
+        await_flag(s->gate);
+    log_event(-s->id);
+    return 0;
+}
+
+static void push_step(vq_engine *e, struct step *s, vq_var **r, int nr, vq_var **w, int nw)
+{
+    vq_task t = {.fn = step_fn, .arg = s, .reads = r, .nreads = nr, .writes = w, .nwrites = nw,
+                 .name = "step"};
+    cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
+}
+
+Test(varq_engine, reads_of_one_var_run_concurrently)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
+    vq_var *v = vq_var_new(e, "v");
+    /* Each reader holds its worker until the test opens its gate, which it
+     * does only once both have started. */
+    atomic_int g1 = 0, g2 = 0;
+    struct step a = {1, 0, &g1}, b = {2, 0, &g2};
+    atomic_store(&log_len, 0);
+    push_step(e, &a, &v, 1, NULL, 0);
+    push_step(e, &b, &v, 1, NULL, 0);
+    /* Both must start while neither may finish yet. */
+    bool both = false;
+    for (time_t end = time(NULL) + 5; time(NULL) <= end && !both; sleep_us(50))
+        both = log_index(1) >= 0 && log_index(2) >= 0;
+    atomic_store(&g1, 1);
+    atomic_store(&g2, 1);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert(both, "two readers of one var did not run at the same time");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, write_waits_for_earlier_reads_and_later_reads_wait_for_it)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
+    vq_var *v = vq_var_new(e, "v");
+    struct step r1 = {1, 2000, NULL}, r2 = {2, 2000, NULL}, w = {3, 2000, NULL},
+                r3 = {4, 0, NULL}, w2 = {5, 0, NULL};
+    atomic_store(&log_len, 0);
+    push_step(e, &r1, &v, 1, NULL, 0);
+    push_step(e, &r2, &v, 1, NULL, 0);
+    push_step(e, &w, NULL, 0, &v, 1);
+    push_step(e, &r3, &v, 1, NULL, 0);
+    push_step(e, &w2, NULL, 0, &v, 1);
+    cr_assert_eq(vq_wait_var(e, v), 0);
+    cr_assert_gt(log_index(3), log_index(-1), "write started before read 1 ended");
+    cr_assert_gt(log_index(3), log_index(-2), "write started before read 2 ended");
+    cr_assert_gt(log_index(4), log_index(-3), "read started before the write ended");
+    cr_assert_gt(log_index(5), log_index(-4), "second write started before the read ended");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, duplicate_and_read_write_vars_are_one_write)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
+    vq_var *v = vq_var_new(e, "v");
+    struct step rw = {1, 3000, NULL}, r = {2, 0, NULL};
+    vq_var *reads[] = {v, v, v}, *writes[] = {v, v};
+    atomic_store(&log_len, 0);
+    push_step(e, &rw, reads, 3, writes, 2);
+    push_step(e, &r, &v, 1, NULL, 0);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&log_len), 4, "the merged op ran more than once");
+    cr_assert_gt(log_index(2), log_index(-1), "a read overtook a read+write op");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, chain_of_writes_keeps_push_order)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
+    vq_var *v = vq_var_new(e, "v");
+    static struct step s[1000];
+    atomic_store(&log_len, 0);
+    for (int i = 0; i < 1000; i++) {
+        s[i] = (struct step){i + 1, 0, NULL};
+        push_step(e, &s[i], NULL, 0, &v, 1);
+    }
+    cr_assert_eq(vq_wait_all(e), 0);
+    for (int i = 0; i < 1000; i++) {
+        cr_assert_eq(log_ev[2 * i], i + 1);
+        cr_assert_eq(log_ev[2 * i + 1], -(i + 1));
+    }
+    vq_engine_free(e);
+}
+
+/* ---- async ops ---- */
+
+struct async_job {
+    vq_done *done;
+    int *value;
+    int err;
+};
+
+static void *finish_later(void *arg)
+{
+    struct async_job *j = arg;
+    sleep_us(20000);
+    *j->value += 1;
+    vq_done_finish(j->done, j->err);
+    return NULL;
+}
+
+static pthread_t finisher;
+
+static void async_inc(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    (void)x;
+    struct async_job *j = arg;
+    j->done = done;
+    cr_assert_eq(pthread_create(&finisher, NULL, finish_later, j), 0);
+}
+
+static int double_it(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    *(int *)arg *= 2;
+    return 0;
+}
+
+static void async_finished_elsewhere(int kind)
+{
+    vq_engine *e = engine_with(kind, 2);
+    vq_var *v = vq_var_new(e, "v");
+    int value = 1;
+    struct async_job j = {.value = &value, .err = 0};
+    vq_task a = {.async_fn = async_inc, .arg = &j, .writes = &v, .nwrites = 1, .name = "async"};
+    vq_task d = {.fn = double_it, .arg = &value, .writes = &v, .nwrites = 1, .name = "double"};
+    cr_assert_eq(vq_push(e, &a), 0);
+    cr_assert_eq(vq_push(e, &d), 0);
+    cr_assert_eq(vq_wait_var(e, v), 0);
+    cr_assert_eq(value, 4, "the write after an async op did not wait for vq_done_finish");
+    pthread_join(finisher, NULL);
+    vq_engine_free(e);
+}
+
+Test(varq_engine, async_op_finished_from_another_thread)
+{
+    async_finished_elsewhere(VQ_ENGINE_THREADED);
+}
+
+Test(varq_engine, async_op_finished_from_another_thread_naive)
+{
+    async_finished_elsewhere(VQ_ENGINE_NAIVE);
+}
+
+/* ---- priorities ---- */
+
+static atomic_int gate;
+
+static int hold_worker(void *arg, const vq_exec_ctx *x)
+{
+    (void)arg, (void)x;
+    await_flag(&gate);
+    return 0;
+}
+
+static int log_priority(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    log_event((int)(intptr_t)arg);
+    return 0;
+}
+
+Test(varq_engine, ready_ops_run_highest_priority_first)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 1);
+    atomic_store(&gate, 0);
+    atomic_store(&log_len, 0);
+    vq_task hold = {.fn = hold_worker, .name = "hold"};
+    cr_assert_eq(vq_push(e, &hold), 0);
+    int prios[] = {0, 3, -2, 7, 0, 1, -5, 7, 2, 0};
+    for (int i = 0; i < 10; i++) {
+        vq_task t = {.fn = log_priority, .arg = (void *)(intptr_t)(prios[i] * 100 + i),
+                     .priority = prios[i], .name = "prio"};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    sleep_us(20000);
+    atomic_store(&gate, 1);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&log_len), 10);
+    for (int i = 1; i < 10; i++) {
+        int a = log_ev[i - 1], b = log_ev[i];
+        int pa = (a - (((a % 100) + 100) % 100)) / 100, pb = (b - (((b % 100) + 100) % 100)) / 100;
+        cr_assert_geq(pa, pb, "priority %d ran before %d", pa, pb);
+        if (pa == pb)
+            cr_assert_lt(((a % 100) + 100) % 100, ((b % 100) + 100) % 100, "equal priorities out of push order");
+    }
+    vq_engine_free(e);
+}
+
+static int record_worker(void *arg, const vq_exec_ctx *x)
+{
+    *(int *)arg = x->worker;
+    return 0;
+}
+
+struct where {
+    int worker;
+    atomic_int ran;
+};
+
+static int record_worker_flag(void *arg, const vq_exec_ctx *x)
+{
+    struct where *w = arg;
+    w->worker = x->worker;
+    atomic_store(&w->ran, 1);
+    return 0;
+}
+
+Test(varq_engine, prioritized_ops_run_on_the_reserved_workers)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .cpu_prio_workers = 1};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0);
+    atomic_store(&gate, 0);
+    /* Both normal workers are held: a prioritized op still runs. */
+    vq_task hold = {.fn = hold_worker, .name = "hold"};
+    cr_assert_eq(vq_push(e, &hold), 0);
+    cr_assert_eq(vq_push(e, &hold), 0);
+    struct where w = {.worker = -100};
+    vq_task t = {.fn = record_worker_flag, .arg = &w, .props = VQ_PROP_CPU_PRIORITIZED,
+                 .name = "prio"};
+    cr_assert_eq(vq_push(e, &t), 0);
+    bool ran = await_flag(&w.ran);
+    atomic_store(&gate, 1);
+    cr_assert(ran, "a prioritized op waited for the normal workers");
+    cr_assert_eq(w.worker, 2, "prioritized op ran on worker %d", w.worker);
+    cr_assert_eq(vq_wait_all(e), 0);
+    vq_engine_free(e);
+}
+
+/* ---- prebuilt ops ---- */
+
+static atomic_int arg_frees;
+
+static void count_free(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&arg_frees, 1);
+}
+
+static int add_one(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    (*(long *)arg)++;
+    return 0;
+}
+
+static void prebuilt_ops(int kind)
+{
+    vq_engine *e = engine_with(kind, 2);
+    vq_var *v = vq_var_new(e, "v");
+    long counter = 0;
+    atomic_store(&arg_frees, 0);
+    vq_task t = {.fn = add_one, .arg = &counter, .arg_free = count_free, .writes = &v,
+                 .nwrites = 1, .name = "inc"};
+    vq_opr *op = vq_opr_new(e, &t);
+    cr_assert_not_null(op, "%s", vq_errmsg());
+    for (int i = 0; i < 10000; i++)
+        cr_assert_eq(vq_push_opr(e, op), 0);
+    vq_opr_free(e, op); /* pushes in flight keep it alive */
+    cr_assert_eq(vq_wait_var(e, v), 0);
+    cr_assert_eq(counter, 10000);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&arg_frees), 1, "arg_free of an opr ran %d times",
+                 atomic_load(&arg_frees));
+    vq_engine_free(e);
+}
+
+Test(varq_engine, prebuilt_op_pushed_many_times)
+{
+    prebuilt_ops(VQ_ENGINE_THREADED);
+}
+
+Test(varq_engine, prebuilt_op_pushed_many_times_naive)
+{
+    prebuilt_ops(VQ_ENGINE_NAIVE);
+}
+
+Test(varq_engine, arg_free_runs_once_per_pushed_op)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
+    vq_var *v = vq_var_new(e, "v");
+    long counter = 0;
+    atomic_store(&arg_frees, 0);
+    for (int i = 0; i < 500; i++) {
+        vq_task t = {.fn = add_one, .arg = &counter, .arg_free = count_free, .writes = &v,
+                     .nwrites = 1};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&arg_frees), 500);
+    vq_engine_free(e);
+}
+
+/* ---- var deletion ---- */
+
+static void var_free_waits(int kind)
+{
+    vq_engine *e = engine_with(kind, 2);
+    vq_var *v = vq_var_new(e, "v");
+    long counter = 0;
+    for (int i = 0; i < 100; i++) {
+        vq_task t = {.fn = add_one, .arg = &counter, .writes = &v, .nwrites = 1};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    cr_assert_eq(vq_var_free(e, v), 0);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(counter, 100, "deleting the var lost ops pushed before");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, var_free_runs_after_every_earlier_access)
+{
+    var_free_waits(VQ_ENGINE_THREADED);
+}
+
+Test(varq_engine, var_free_runs_after_every_earlier_access_naive)
+{
+    var_free_waits(VQ_ENGINE_NAIVE);
+}
+
+/* ---- engine life ---- */
+
+static int slow_add(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    atomic_fetch_add((atomic_long *)arg, 1);
+    return 0;
+}
+
+Test(varq_engine, many_vars_created_and_freed_reuse_memory)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
+    static atomic_long counter;
+    atomic_store(&counter, 0);
+    for (int i = 0; i < 20000; i++) {
+        vq_var *v = vq_var_new(e, "tmp");
+        cr_assert_not_null(v);
+        vq_task t = {.fn = slow_add, .arg = &counter, .writes = &v, .nwrites = 1};
+        cr_assert_eq(vq_push(e, &t), 0);
+        cr_assert_eq(vq_var_free(e, v), 0);
+        if (i % 1000 == 999)
+            cr_assert_eq(vq_wait_all(e), 0);
+    }
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&counter), 20000);
+    vq_engine_free(e);
+}
+
+Test(varq_engine, engine_free_completes_pending_ops)
+{
+    static atomic_long done;
+    atomic_store(&done, 0);
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
+    vq_var *vars[8];
+    for (int i = 0; i < 8; i++)
+        vars[i] = vq_var_new(e, "v");
+    for (int i = 0; i < 20000; i++) {
+        vq_task t = {.fn = slow_add, .arg = &done, .writes = &vars[i % 8], .nwrites = 1,
+                     .reads = &vars[(i + 3) % 8], .nreads = 1};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    vq_engine_free(e); /* vars are freed with it */
+    cr_assert_eq(atomic_load(&done), 20000);
+}
+
+struct nested {
+    vq_engine *e;
+    vq_var *v;
+    int *value;
+};
+
+static int set_to_ten(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    *(int *)arg = 10;
+    return 0;
+}
+
+static int push_inner(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct nested *n = arg;
+    vq_task t = {.fn = set_to_ten, .arg = n->value, .writes = &n->v, .nwrites = 1};
+    int rc = vq_push(n->e, &t);
+    *n->value = 5; /* the inner op writes v after this op */
+    return rc;
+}
+
+static void nested_push(int kind)
+{
+    vq_engine *e = engine_with(kind, 2);
+    vq_var *v = vq_var_new(e, "v");
+    int value = 0;
+    struct nested n = {e, v, &value};
+    vq_task t = {.fn = push_inner, .arg = &n, .writes = &v, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &t), 0);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(value, 10, "an op pushed from inside an op ran before it");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, op_pushed_from_an_op_runs_after_it)
+{
+    nested_push(VQ_ENGINE_THREADED);
+}
+
+Test(varq_engine, op_pushed_from_an_op_runs_after_it_naive)
+{
+    nested_push(VQ_ENGINE_NAIVE);
+}
+
+/* ---- options and environment ---- */
+
+Test(varq_engine, bad_options_are_rejected)
+{
+    vq_engine *e = (vq_engine *)1;
+    vq_engine_opts o = {.kind = 7};
+    cr_assert_eq(vq_engine_new(&e, &o), VQ_EINVAL);
+    cr_assert_null(e);
+    cr_assert(strstr(vq_errmsg(), "kind"));
+    o = (vq_engine_opts){.cpu_workers = -1};
+    cr_assert_eq(vq_engine_new(&e, &o), VQ_EINVAL);
+    o = (vq_engine_opts){.flags = 1u << 9};
+    cr_assert_eq(vq_engine_new(&e, &o), VQ_EINVAL);
+    cr_assert_eq(vq_engine_new(NULL, NULL), VQ_EINVAL);
+}
+
+Test(varq_engine, bad_environment_is_an_error_not_a_default)
+{
+    vq_engine *e;
+    setenv("VARQ_ENGINE", "fast", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "VARQ_ENGINE"), "message: %s", vq_errmsg());
+    unsetenv("VARQ_ENGINE");
+    const char *bad[] = {"0", "-3", "two", "4x", "", "100000"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("VARQ_CPU_WORKERS", bad[i], 1);
+        cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL, "VARQ_CPU_WORKERS=\"%s\" accepted",
+                     bad[i]);
+        cr_assert(strstr(vq_errmsg(), "VARQ_CPU_WORKERS"));
+    }
+    unsetenv("VARQ_CPU_WORKERS");
+    setenv("VARQ_PROFILE", "", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
+    unsetenv("VARQ_PROFILE");
+}
+
+Test(varq_engine, environment_selects_engine_and_workers)
+{
+    setenv("VARQ_ENGINE", "naive", 1);
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, NULL), 0);
+    vq_var *v = vq_var_new(e, "v");
+    int worker = 0;
+    vq_task t = {.fn = record_worker, .arg = &worker, .writes = &v, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &t), 0);
+    cr_assert_eq(worker, -1, "naive engine did not run the op inside vq_push");
+    vq_engine_free(e);
+
+    setenv("VARQ_ENGINE", "threaded", 1);
+    setenv("VARQ_CPU_WORKERS", "3", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), 0);
+    atomic_store(&gate, 0);
+    vq_task hold = {.fn = hold_worker};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(vq_push(e, &hold), 0);
+    /* With 3 workers all held, a 4th op cannot start. */
+    v = vq_var_new(e, "v");
+    worker = -100;
+    cr_assert_eq(vq_push(e, &t), 0);
+    sleep_us(30000);
+    cr_assert_eq(worker, -100, "a 4th worker exists");
+    atomic_store(&gate, 1);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert(worker >= 0 && worker < 3);
+    vq_engine_free(e);
+}
+
+/* ---- profiler ---- */
+
+static int nop(void *arg, const vq_exec_ctx *x)
+{
+    (void)arg, (void)x;
+    return 0;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no trace at %s", path);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
+Test(varq_engine, profiler_writes_every_op_to_a_chrome_trace)
+{
+    char path[] = "/tmp/varq_trace_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .flags = VQ_ENGINE_PROFILE};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0);
+    vq_var *v = vq_var_new(e, "v");
+    for (int i = 0; i < 50; i++) {
+        vq_task t = {.fn = nop, .reads = &v, .nreads = i % 2, .name = i % 2 ? "reader" : "free\"op"};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(vq_profiler_dump(e, path), 0, "%s", vq_errmsg());
+    const char *s = slurp(path);
+    cr_assert_eq(count(s, "\"name\":\"reader\""), 25);
+    cr_assert_eq(count(s, "\"name\":\"free\\\"op\""), 25, "names are not JSON-escaped");
+    cr_assert_eq(count(s, "\"ph\":\"X\""), 50);
+    cr_assert(strstr(s, "\"traceEvents\":["));
+    vq_engine_free(e);
+    unlink(path);
+
+    vq_engine *plain = engine_with(VQ_ENGINE_THREADED, 1);
+    cr_assert_eq(vq_profiler_dump(plain, path), VQ_EINVAL);
+    vq_engine_free(plain);
+}
+
+Test(varq_engine, varq_profile_writes_the_trace_when_the_engine_is_freed)
+{
+    char path[] = "/tmp/varq_trace_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    setenv("VARQ_PROFILE", path, 1);
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, NULL), 0);
+    for (int i = 0; i < 10; i++) {
+        vq_task t = {.fn = nop, .name = "ten"};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    vq_engine_free(e);
+    unsetenv("VARQ_PROFILE");
+    cr_assert_eq(count(slurp(path), "\"name\":\"ten\""), 10);
+    unlink(path);
+}

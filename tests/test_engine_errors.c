@@ -1,0 +1,280 @@
+/* Errors (DESIGN.md 2.5): a failed op poisons what it writes, dependents are
+ * skipped and pass the error on, waits report once and clear, waiting inside
+ * an op is VQ_EDEADLK, and bad arguments are VQ_EINVAL with a message. Each
+ * behaviour is checked on the threaded and the naive engine. */
+#include <varq/varq.h>
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MY_ERR (-4242)
+
+static vq_engine *engine_of(int kind)
+{
+    vq_engine_opts o = {.kind = kind, .cpu_workers = 2};
+    vq_engine *e = NULL;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    return e;
+}
+
+static atomic_int ran[16];
+
+static int fail_op(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    atomic_fetch_add(&ran[(intptr_t)arg], 1);
+    return MY_ERR;
+}
+
+static int ok_op(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    atomic_fetch_add(&ran[(intptr_t)arg], 1);
+    return 0;
+}
+
+static void push(vq_engine *e, vq_sync_fn fn, int id, vq_var **r, int nr, vq_var **w, int nw)
+{
+    vq_task t = {.fn = fn, .arg = (void *)(intptr_t)id, .reads = r, .nreads = nr, .writes = w,
+                 .nwrites = nw, .name = "op"};
+    cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
+}
+
+static void reset_ran(void)
+{
+    for (int i = 0; i < 16; i++)
+        atomic_store(&ran[i], 0);
+}
+
+ParameterizedTestParameters(varq_errors, poison_travels_along_a_chain)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, poison_travels_along_a_chain)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind);
+    vq_var *a = vq_var_new(e, "a"), *b = vq_var_new(e, "b"), *c = vq_var_new(e, "c"),
+           *other = vq_var_new(e, "other");
+    push(e, fail_op, 0, NULL, 0, &a, 1);
+    push(e, ok_op, 1, &a, 1, &b, 1);
+    push(e, ok_op, 2, &b, 1, &c, 1);
+    push(e, ok_op, 3, NULL, 0, &other, 1); /* unrelated: runs */
+    cr_assert_eq(vq_wait_var(e, c), MY_ERR);
+    cr_assert_eq(vq_wait_var(e, c), 0, "vq_wait_var did not clear the error");
+    cr_assert_eq(vq_wait_var(e, other), 0);
+    cr_assert_eq(atomic_load(&ran[0]), 1);
+    cr_assert_eq(atomic_load(&ran[1]), 0, "an op reading a failed var ran");
+    cr_assert_eq(atomic_load(&ran[2]), 0, "an op two steps after a failure ran");
+    cr_assert_eq(atomic_load(&ran[3]), 1);
+    cr_assert_eq(vq_wait_all(e), MY_ERR);
+    cr_assert_eq(vq_wait_all(e), 0, "vq_wait_all did not clear its record");
+    /* a and b are still failed: a write of b is skipped again */
+    push(e, ok_op, 4, NULL, 0, &b, 1);
+    cr_assert_eq(vq_wait_var(e, b), MY_ERR);
+    cr_assert_eq(atomic_load(&ran[4]), 0);
+    /* cleared now: the next op on b runs */
+    push(e, ok_op, 5, NULL, 0, &b, 1);
+    cr_assert_eq(vq_wait_var(e, b), 0);
+    cr_assert_eq(atomic_load(&ran[5]), 1);
+    cr_assert_eq(vq_wait_var(e, a), MY_ERR);
+    vq_engine_free(e);
+}
+
+ParameterizedTestParameters(varq_errors, poison_crosses_a_diamond)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, poison_crosses_a_diamond)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind);
+    vq_var *top = vq_var_new(e, "top"), *l = vq_var_new(e, "left"), *r = vq_var_new(e, "right"),
+           *bottom = vq_var_new(e, "bottom");
+    push(e, fail_op, 0, NULL, 0, &top, 1);
+    push(e, ok_op, 1, &top, 1, &l, 1);
+    push(e, ok_op, 2, &top, 1, &r, 1);
+    vq_var *both[] = {l, r};
+    push(e, ok_op, 3, both, 2, &bottom, 1);
+    cr_assert_eq(vq_wait_var(e, bottom), MY_ERR);
+    cr_assert_eq(vq_wait_var(e, l), MY_ERR);
+    cr_assert_eq(vq_wait_var(e, r), MY_ERR);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(atomic_load(&ran[i]), 0, "op %d ran after a failure upstream", i);
+    cr_assert_eq(vq_wait_all(e), MY_ERR);
+    vq_engine_free(e);
+}
+
+static void fail_async(void *arg, const vq_exec_ctx *x, vq_done *d)
+{
+    (void)x;
+    atomic_fetch_add(&ran[(intptr_t)arg], 1);
+    vq_done_finish(d, VQ_EIO);
+}
+
+ParameterizedTestParameters(varq_errors, async_failure_poisons_like_a_sync_one)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, async_failure_poisons_like_a_sync_one)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind);
+    vq_var *a = vq_var_new(e, "a"), *b = vq_var_new(e, "b");
+    vq_task t = {.async_fn = fail_async, .arg = (void *)0, .writes = &a, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &t), 0);
+    push(e, ok_op, 1, &a, 1, &b, 1);
+    cr_assert_eq(vq_wait_var(e, b), VQ_EIO);
+    cr_assert_eq(atomic_load(&ran[1]), 0);
+    cr_assert_eq(vq_wait_all(e), VQ_EIO);
+    vq_engine_free(e);
+}
+
+/* ---- waiting inside an op ---- */
+
+struct inside {
+    vq_engine *e;
+    vq_var *v;
+    int wait_var_rc, wait_all_rc;
+};
+
+static int wait_inside(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct inside *in = arg;
+    in->wait_var_rc = vq_wait_var(in->e, in->v);
+    in->wait_all_rc = vq_wait_all(in->e);
+    return 0;
+}
+
+ParameterizedTestParameters(varq_errors, waiting_inside_an_op_is_edeadlk)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, waiting_inside_an_op_is_edeadlk)
+{
+    vq_engine *e = engine_of(*kind);
+    vq_var *v = vq_var_new(e, "v"), *w = vq_var_new(e, "w");
+    struct inside in = {e, v, 1, 1};
+    vq_task t = {.fn = wait_inside, .arg = &in, .writes = &w, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &t), 0);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(in.wait_var_rc, VQ_EDEADLK);
+    cr_assert_eq(in.wait_all_rc, VQ_EDEADLK);
+    vq_engine_free(e);
+}
+
+/* ---- bad arguments ---- */
+
+static void nop_async(void *arg, const vq_exec_ctx *x, vq_done *d)
+{
+    (void)arg, (void)x;
+    vq_done_finish(d, 0);
+}
+
+static void expect_einval(vq_engine *e, const vq_task *t, const char *what)
+{
+    cr_assert_eq(vq_push(e, t), VQ_EINVAL, "push with %s accepted", what);
+    cr_assert_gt(strlen(vq_errmsg()), 0, "no message for %s", what);
+    cr_assert_null(vq_opr_new(e, t), "opr with %s accepted", what);
+}
+
+ParameterizedTestParameters(varq_errors, bad_pushes_are_einval_with_a_message)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, bad_pushes_are_einval_with_a_message)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind), *e2 = engine_of(*kind);
+    vq_var *v = vq_var_new(e, "v"), *gone = vq_var_new(e, "gone"), *foreign = vq_var_new(e2, "f");
+    vq_var *null_var = NULL;
+    cr_assert_eq(vq_var_free(e, gone), 0);
+    cr_assert_eq(vq_wait_all(e), 0);
+
+    vq_task ok = {.fn = ok_op, .arg = (void *)0, .writes = &v, .nwrites = 1};
+    cr_assert_eq(vq_push(NULL, &ok), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "engine"));
+    cr_assert_eq(vq_push(e, NULL), VQ_EINVAL);
+
+    vq_task t = ok;
+    t.nreads = -1;
+    expect_einval(e, &t, "a negative nreads");
+    t = ok;
+    t.nwrites = -2;
+    expect_einval(e, &t, "a negative nwrites");
+    t = ok;
+    t.async_fn = nop_async;
+    expect_einval(e, &t, "both fn and async_fn");
+    cr_assert(strstr(vq_errmsg(), "exactly one"));
+    t = ok;
+    t.fn = NULL;
+    expect_einval(e, &t, "neither fn nor async_fn");
+    t = ok;
+    t.writes = &gone;
+    expect_einval(e, &t, "a freed var");
+    cr_assert(strstr(vq_errmsg(), "freed"), "message: %s", vq_errmsg());
+    t = ok;
+    t.reads = &foreign;
+    t.nreads = 1;
+    expect_einval(e, &t, "a var of another engine");
+    t = ok;
+    t.writes = &null_var;
+    expect_einval(e, &t, "a NULL var");
+    t = ok;
+    t.writes = NULL;
+    expect_einval(e, &t, "a NULL array with a count");
+    t = ok;
+    t.props = 1u << 20;
+    expect_einval(e, &t, "unknown props");
+    t = ok;
+    t.ctx = (vq_ctx){VQ_DEV_GPU, 0};
+    cr_assert_eq(vq_push(e, &t), VQ_ENOSYS, "GPU op without a GPU");
+
+    cr_assert_eq(vq_var_free(e, gone), VQ_EINVAL, "double free accepted");
+    cr_assert_eq(vq_wait_var(e, gone), VQ_EINVAL);
+    cr_assert_eq(vq_wait_var(e, foreign), VQ_EINVAL);
+    cr_assert_eq(vq_push_opr(e, NULL), VQ_EINVAL);
+    cr_assert_null(vq_var_new(NULL, "x"));
+    cr_assert_eq(vq_wait_all(NULL), VQ_EINVAL);
+
+    cr_assert_eq(atomic_load(&ran[0]), 0, "a rejected op ran");
+    cr_assert_eq(vq_wait_all(e), 0, "a rejected push left an error behind");
+    vq_engine_free(e);
+    vq_engine_free(e2);
+}
+
+Test(varq_errors, opr_on_a_freed_var_is_einval)
+{
+    vq_engine *e = engine_of(VQ_ENGINE_THREADED);
+    vq_var *v = vq_var_new(e, "v");
+    vq_task t = {.fn = ok_op, .arg = (void *)0, .writes = &v, .nwrites = 1};
+    vq_opr *op = vq_opr_new(e, &t);
+    cr_assert_not_null(op);
+    cr_assert_eq(vq_var_free(e, v), 0);
+    cr_assert_eq(vq_push_opr(e, op), VQ_EINVAL);
+    vq_opr_free(e, op);
+    vq_engine_free(e);
+}
+
+Test(varq_errors, strerror_names_every_code)
+{
+    int codes[] = {VQ_EINVAL, VQ_ENOMEM, VQ_EDEADLK, VQ_ECANCELED, VQ_EIO, VQ_EBUSY, VQ_ENOSYS};
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++)
+        cr_assert(strncmp(vq_strerror(codes[i]), "VQ_E", 4) == 0);
+    cr_assert_str_eq(vq_strerror(-99999), "unknown error");
+    cr_assert_str_eq(vq_strerror(0), "VQ_OK: success");
+}

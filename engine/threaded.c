@@ -11,9 +11,9 @@
  * A worker that finds nothing spins briefly, then sleeps on the pool's
  * condition variable. The pusher looks at the count of sleepers after
  * queueing and signals only when someone sleeps, so a busy pool costs no
- * system call per push. The sleepers count and the queue form a Dekker pair
- * (each side writes its own and reads the other's with seq_cst ordering), so
- * a wake-up cannot be lost.
+ * system call per push. Both sides touch the sleepers count with a
+ * read-modify-write, which orders them, so a wake-up cannot be lost (see
+ * vq__pool_submit).
  *
  * When an op completes on a worker and successors become ready, the worker
  * keeps one of them for itself and runs it next without a queue round trip
@@ -201,10 +201,11 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n)
         while (!heap_push(&p->heap, op))
             sched_yield(); /* out of memory: wait for workers to drain */
     }
-    /* Dekker pair with worker_sleep: the ops are visible before we read the
-     * sleepers count, and a worker counts itself before its last look. */
-    atomic_thread_fence(memory_order_seq_cst);
-    int sleepers = atomic_load(&p->sleepers);
+    /* Dekker pair with worker_sleep, through read-modify-writes of one
+     * variable (their order is total): if our read comes first, the worker's
+     * increment reads from it and its last look sees our ops; otherwise we
+     * see the worker counted and wake it. */
+    int sleepers = atomic_fetch_add(&p->sleepers, 0);
     if (sleepers > 0) {
         pthread_mutex_lock(&p->sleep_lock);
         if (n >= sleepers)
@@ -232,7 +233,6 @@ static vq__op *worker_sleep(struct vq__wpool *p)
     }
     pthread_mutex_lock(&p->sleep_lock);
     atomic_fetch_add(&p->sleepers, 1);
-    atomic_thread_fence(memory_order_seq_cst);
     while (!(op = pool_pop(p)) && !atomic_load(&p->stop))
         pthread_cond_wait(&p->sleep_cond, &p->sleep_lock);
     atomic_fetch_sub(&p->sleepers, 1);

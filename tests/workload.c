@@ -1,0 +1,460 @@
+/* Random engine workloads against a serial model: many vars, ops with random
+ * read and write sets (duplicates, read+write of one var), sync and async ops
+ * (some finished from another thread after a delay), random priorities,
+ * failing ops, var deletions, waits in the middle, prebuilt ops. Each
+ * workload runs on an engine and through the plain serial model of DESIGN.md
+ * 2.5 below; every op's inputs, every value and every error are compared. */
+#include "workload.h"
+
+#include <varq/varq.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NSLOTS 48
+#define MAXR 4
+#define MAXW 3
+#define SWEEP NSLOTS /* a wait step waits on every slot */
+
+enum { STEP_OP, STEP_DELETE, STEP_WAIT };
+
+struct step {
+    int kind;
+    int nr, nw;
+    int rslot[MAXR], wslot[MAXW];
+    int rcell[MAXR], wcell[SWEEP]; /* resolved at generation: var incarnations */
+    int fail;                      /* error the op returns, or 0 */
+    int async;                     /* 0 sync, 1 async finished inline, 2 finished later */
+    int priority;
+    int prebuilt;
+    int slot;                      /* STEP_DELETE; STEP_WAIT: first of SWEEP slots */
+    int expect_err[SWEEP];         /* STEP_WAIT: the model's answers */
+};
+
+struct run {
+    struct step *steps;
+    int nsteps, ncells;
+    uint64_t *val;  /* one value per var incarnation */
+    uint64_t *seen; /* per op: the hash of its inputs; 0 = did not run */
+    int *err;       /* model: per cell; engine: per slot at the end */
+};
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* The body of op i: hash its inputs, then (unless it fails) write. */
+static int body(struct run *r, int i)
+{
+    const struct step *s = &r->steps[i];
+    uint64_t h = mix((uint64_t)i + 1);
+    for (int k = 0; k < s->nr; k++)
+        h = mix(h ^ r->val[s->rcell[k]]);
+    for (int k = 0; k < s->nw; k++)
+        h = mix(h ^ r->val[s->wcell[k]] ^ (uint64_t)k);
+    r->seen[i] = h | 1;
+    if (s->fail)
+        return s->fail;
+    for (int k = 0; k < s->nw; k++)
+        r->val[s->wcell[k]] = mix(h + (uint64_t)k);
+    return 0;
+}
+
+/* ---- the oracle: DESIGN.md 2.5, one op at a time ---- */
+
+static bool in_list(const int *a, int n, int x)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] == x)
+            return true;
+    return false;
+}
+
+static void model_run(struct run *r)
+{
+    for (int i = 0; i < r->nsteps; i++) {
+        struct step *s = &r->steps[i];
+        if (s->kind == STEP_WAIT) {
+            for (int k = 0; k < SWEEP; k++) {
+                s->expect_err[k] = r->err[s->wcell[k]];
+                r->err[s->wcell[k]] = 0;
+            }
+            continue;
+        }
+        if (s->kind == STEP_DELETE)
+            continue;
+        /* The failed var that skips the op: first among its writes, then
+         * its reads, each var once. */
+        int cells[MAXR + MAXW], n = 0;
+        for (int k = 0; k < s->nw; k++)
+            if (!in_list(cells, n, s->wcell[k]))
+                cells[n++] = s->wcell[k];
+        for (int k = 0; k < s->nr; k++)
+            if (!in_list(cells, n, s->rcell[k]))
+                cells[n++] = s->rcell[k];
+        int err = 0;
+        for (int k = 0; k < n && !err; k++)
+            err = r->err[cells[k]];
+        if (!err)
+            err = body(r, i);
+        if (err)
+            for (int k = 0; k < s->nw; k++)
+                if (!r->err[s->wcell[k]])
+                    r->err[s->wcell[k]] = err;
+    }
+}
+
+/* ---- generating a workload ---- */
+
+static uint64_t rng_state;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33) % n;
+}
+
+static int generate(struct run *r, int nsteps, uint64_t seed)
+{
+    rng_state = seed * 2654435761u + 1;
+    r->steps = calloc((size_t)nsteps, sizeof *r->steps);
+    if (!r->steps)
+        return -1;
+    int cell_of[NSLOTS];
+    int ncells = 0;
+    for (int i = 0; i < NSLOTS; i++)
+        cell_of[i] = ncells++;
+    for (int i = 0; i < nsteps; i++) {
+        struct step *s = &r->steps[i];
+        uint32_t dice = rnd(1000);
+        if (dice < 8) {
+            s->kind = STEP_DELETE;
+            s->slot = (int)rnd(NSLOTS);
+            cell_of[s->slot] = ncells++;
+            continue;
+        }
+        if (dice < 9) {
+            s->kind = STEP_WAIT;
+            s->slot = (int)rnd(NSLOTS);
+            for (int k = 0; k < SWEEP; k++)
+                s->wcell[k] = cell_of[(s->slot + k) % NSLOTS];
+            continue;
+        }
+        s->kind = STEP_OP;
+        s->nr = (int)rnd(MAXR + 1);
+        s->nw = (int)rnd(MAXW + 1);
+        /* Slots cluster so that ops collide often; some repeat in one op. */
+        int base = (int)rnd(NSLOTS);
+        for (int k = 0; k < s->nr; k++)
+            s->rslot[k] = (base + (int)rnd(8)) % NSLOTS;
+        for (int k = 0; k < s->nw; k++)
+            s->wslot[k] = rnd(4) == 0 && s->nr ? s->rslot[rnd((uint32_t)s->nr)]
+                                                : (base + (int)rnd(8)) % NSLOTS;
+        for (int k = 0; k < s->nr; k++)
+            s->rcell[k] = cell_of[s->rslot[k]];
+        for (int k = 0; k < s->nw; k++)
+            s->wcell[k] = cell_of[s->wslot[k]];
+        s->fail = rnd(3000) == 0 ? -1000 - (int)rnd(5) : 0;
+        uint32_t a = rnd(10);
+        s->async = a == 0 ? 1 : a == 1 ? 2 : 0;
+        s->priority = (int)rnd(5) - 2;
+        s->prebuilt = rnd(20) == 0;
+    }
+    r->nsteps = nsteps;
+    r->ncells = ncells;
+    return 0;
+}
+
+static int run_alloc(struct run *r, const struct run *plan)
+{
+    *r = *plan;
+    r->val = calloc((size_t)r->ncells, sizeof *r->val);
+    r->seen = calloc((size_t)r->nsteps, sizeof *r->seen);
+    r->err = calloc((size_t)r->ncells, sizeof *r->err);
+    return r->val && r->seen && r->err ? 0 : -1;
+}
+
+static void run_free(struct run *r)
+{
+    free(r->val);
+    free(r->seen);
+    free(r->err);
+}
+
+/* ---- async ops finished later by another thread ---- */
+
+struct job {
+    struct run *r;
+    int i;
+    vq_done *done;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct job *jobs;
+    int head, tail, cap;
+    bool stop;
+    pthread_t thread;
+} fin;
+
+static void *finisher_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&fin.lock);
+    for (;;) {
+        while (fin.head == fin.tail && !fin.stop)
+            pthread_cond_wait(&fin.cond, &fin.lock);
+        if (fin.head == fin.tail)
+            break;
+        struct job j = fin.jobs[fin.head++ % fin.cap];
+        pthread_mutex_unlock(&fin.lock);
+        for (volatile int spin = 0; spin < (j.i % 7) * 50; spin++)
+            ; /* a little delay, different per op */
+        vq_done_finish(j.done, body(j.r, j.i));
+        pthread_mutex_lock(&fin.lock);
+    }
+    pthread_mutex_unlock(&fin.lock);
+    return NULL;
+}
+
+static int finisher_start(int cap)
+{
+    pthread_mutex_init(&fin.lock, NULL);
+    pthread_cond_init(&fin.cond, NULL);
+    fin.jobs = malloc((size_t)cap * sizeof *fin.jobs);
+    fin.cap = cap;
+    fin.head = fin.tail = 0;
+    fin.stop = false;
+    if (!fin.jobs || pthread_create(&fin.thread, NULL, finisher_main, NULL) != 0) {
+        free(fin.jobs);
+        return -1;
+    }
+    return 0;
+}
+
+static void finisher_stop(void)
+{
+    pthread_mutex_lock(&fin.lock);
+    fin.stop = true;
+    pthread_cond_signal(&fin.cond);
+    pthread_mutex_unlock(&fin.lock);
+    pthread_join(fin.thread, NULL);
+    free(fin.jobs);
+    pthread_mutex_destroy(&fin.lock);
+    pthread_cond_destroy(&fin.cond);
+}
+
+/* ---- running a workload on an engine ---- */
+
+struct op_arg {
+    struct run *r;
+    int i;
+};
+
+static atomic_long args_freed;
+
+static int sync_body(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct op_arg *a = arg;
+    return body(a->r, a->i);
+}
+
+static void async_body(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    (void)x;
+    struct op_arg *a = arg;
+    if (a->r->steps[a->i].async == 1) {
+        vq_done_finish(done, body(a->r, a->i));
+        return;
+    }
+    pthread_mutex_lock(&fin.lock);
+    fin.jobs[fin.tail++ % fin.cap] = (struct job){a->r, a->i, done};
+    pthread_cond_signal(&fin.cond);
+    pthread_mutex_unlock(&fin.lock);
+}
+
+static void count_arg_free(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&args_freed, 1);
+}
+
+static int failf(char *msg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Runs the steps on an engine; r->err gets each slot's final error. */
+static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, uint64_t seed,
+                         char *msg, size_t len)
+{
+    vq_engine_opts o = {.kind = kind, .cpu_workers = workers, .flags = flags};
+    vq_engine *e;
+    if (vq_engine_new(&e, &o) < 0)
+        return failf(msg, len, "vq_engine_new: %s", vq_errmsg());
+    struct op_arg *args = malloc((size_t)r->nsteps * sizeof *args);
+    if (!args || finisher_start(r->nsteps + 1) < 0) {
+        free(args);
+        vq_engine_free(e);
+        return failf(msg, len, "out of memory");
+    }
+    int rc = 0;
+    vq_var *slot[NSLOTS];
+    for (int i = 0; i < NSLOTS; i++)
+        slot[i] = vq_var_new(e, "slot");
+    long pushed = 0;
+    atomic_store(&args_freed, 0);
+    for (int i = 0; i < r->nsteps && rc == 0; i++) {
+        struct step *s = &r->steps[i];
+        if (s->kind == STEP_DELETE) {
+            if (vq_var_free(e, slot[s->slot]) < 0)
+                rc = failf(msg, len, "seed %llu: vq_var_free: %s", (unsigned long long)seed,
+                           vq_errmsg());
+            slot[s->slot] = vq_var_new(e, "slot");
+            continue;
+        }
+        if (s->kind == STEP_WAIT) {
+            for (int k = 0; k < SWEEP && rc == 0; k++) {
+                int err = vq_wait_var(e, slot[(s->slot + k) % NSLOTS]);
+                if (err != s->expect_err[k])
+                    rc = failf(msg, len, "seed %llu: step %d: vq_wait_var gave %d, serially %d",
+                               (unsigned long long)seed, i, err, s->expect_err[k]);
+            }
+            continue;
+        }
+        vq_var *reads[MAXR], *writes[MAXW];
+        for (int k = 0; k < s->nr; k++)
+            reads[k] = slot[s->rslot[k]];
+        for (int k = 0; k < s->nw; k++)
+            writes[k] = slot[s->wslot[k]];
+        args[i] = (struct op_arg){r, i};
+        vq_task t = {.arg = &args[i], .arg_free = count_arg_free, .reads = reads,
+                     .nreads = s->nr, .writes = writes, .nwrites = s->nw,
+                     .priority = s->priority, .name = "random"};
+        if (s->async)
+            t.async_fn = async_body;
+        else
+            t.fn = sync_body;
+        int prc;
+        if (s->prebuilt) {
+            vq_opr *op = vq_opr_new(e, &t);
+            prc = op ? vq_push_opr(e, op) : VQ_ENOMEM;
+            if (op)
+                vq_opr_free(e, op);
+        } else {
+            prc = vq_push(e, &t);
+        }
+        if (prc < 0)
+            rc = failf(msg, len, "seed %llu: push %d: %s", (unsigned long long)seed, i,
+                       vq_errmsg());
+        pushed++;
+    }
+    int first = vq_wait_all(e);
+    for (int i = 0; i < NSLOTS; i++)
+        r->err[i] = vq_wait_var(e, slot[i]);
+    vq_engine_free(e);
+    finisher_stop();
+    free(args);
+    if (rc < 0)
+        return rc;
+
+    if (atomic_load(&args_freed) != pushed)
+        return failf(msg, len, "seed %llu: arg_free ran %ld times for %ld ops",
+                     (unsigned long long)seed, atomic_load(&args_freed), pushed);
+    bool any_failure = false;
+    for (int i = 0; i < r->nsteps; i++)
+        any_failure |= r->steps[i].kind == STEP_OP && r->steps[i].fail && r->seen[i];
+    if (any_failure ? !(first <= -1000 && first >= -1004) : first != 0)
+        return failf(msg, len, "seed %llu: vq_wait_all gave %d (a failure %s)",
+                     (unsigned long long)seed, first, any_failure ? "happened" : "never happened");
+    return 0;
+}
+
+int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
+                   char *msg, size_t len)
+{
+    struct run plan, model, got;
+    if (generate(&plan, nops, seed) < 0)
+        return failf(msg, len, "out of memory");
+    int rc = -1;
+    if (run_alloc(&model, &plan) < 0 || run_alloc(&got, &plan) < 0) {
+        rc = failf(msg, len, "out of memory");
+        goto out;
+    }
+    model_run(&model); /* also fills the steps' expect_err for the waits */
+    if ((rc = run_on_engine(&got, kind, workers, flags, seed, msg, len)) < 0)
+        goto out;
+
+    *ran = 0;
+    for (int i = 0; i < plan.nsteps; i++) {
+        if (plan.steps[i].kind != STEP_OP)
+            continue;
+        *ran += model.seen[i] != 0;
+        if ((got.seen[i] != 0) != (model.seen[i] != 0)) {
+            rc = failf(msg, len, "seed %llu: op %d %s on the engine but %s serially",
+                       (unsigned long long)seed, i, got.seen[i] ? "ran" : "was skipped",
+                       model.seen[i] ? "ran" : "was skipped");
+            goto out;
+        }
+        if (got.seen[i] != model.seen[i]) {
+            rc = failf(msg, len, "seed %llu: op %d saw other inputs than serially",
+                       (unsigned long long)seed, i);
+            goto out;
+        }
+    }
+    for (int c = 0; c < plan.ncells; c++)
+        if (got.val[c] != model.val[c]) {
+            rc = failf(msg, len, "seed %llu: var incarnation %d differs", (unsigned long long)seed,
+                       c);
+            goto out;
+        }
+    /* The slots' final errors against the model's for their last cells. */
+    int last_cell[NSLOTS];
+    for (int i = 0; i < NSLOTS; i++)
+        last_cell[i] = i;
+    int next = NSLOTS;
+    for (int i = 0; i < plan.nsteps; i++)
+        if (plan.steps[i].kind == STEP_DELETE)
+            last_cell[plan.steps[i].slot] = next++;
+    for (int i = 0; i < NSLOTS; i++)
+        if (got.err[i] != model.err[last_cell[i]]) {
+            rc = failf(msg, len, "seed %llu: slot %d ends with error %d, serially %d",
+                       (unsigned long long)seed, i, got.err[i], model.err[last_cell[i]]);
+            goto out;
+        }
+    rc = 0;
+out:
+    run_free(&model);
+    run_free(&got);
+    free(plan.steps);
+    return rc;
+}
+
+uint64_t workload_seed(void)
+{
+    const char *s = getenv("VARQ_TEST_SEED");
+    return s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
+}
+
+int workload_ops(int dflt)
+{
+    const char *s = getenv("VARQ_TEST_OPS");
+    return s && atoi(s) > 0 ? atoi(s) : dflt;
+}

@@ -1,0 +1,23 @@
+/* Random engine workloads checked against a serial model (DESIGN.md 2.1 and
+ * 2.5). Uses only the public API, so that it also builds outside the tree
+ * against varq.pc, and no test framework, so that it also runs under
+ * ThreadSanitizer (where Criterion cannot start). */
+#ifndef VARQ_TESTS_WORKLOAD_H
+#define VARQ_TESTS_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Generates nops random steps from seed, runs them on an engine of the
+ * given kind and worker count (flags: vq_engine_opts.flags) and through the
+ * serial model, and compares every op's inputs, every value and every
+ * error. Returns 0, or -1 with a sentence naming the seed in msg. *ran gets
+ * the number of ops that ran (not skipped). */
+int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
+                   char *msg, size_t msglen);
+
+/* VARQ_TEST_SEED if set, else the time; VARQ_TEST_OPS if set, else dflt. */
+uint64_t workload_seed(void);
+int workload_ops(int dflt);
+
+#endif

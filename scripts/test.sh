@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite three times: a normal build (build/),
+# an AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/) and a
+# ThreadSanitizer build (build-tsan/), each with `meson test`. Any failing
+# test or sanitizer report fails the script. Between them it checks the
+# public API against ../shared/checks/api_shape.c and builds the random
+# serial-equivalence program outside the tree against varq.pc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+configure() {
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then
+    meson setup --reconfigure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$@" >/dev/null
+  fi
+}
+
+suite() {
+  local name=$1 dir=$2; shift 2
+  echo "== $name build ($dir)"
+  configure "$dir" "$@"
+  ninja -C "$dir"
+  meson test -C "$dir" --print-errorlogs
+}
+
+suite normal build
+
+echo "== public API shape (DESIGN.md 2.6)"
+if [ -f ../shared/checks/api_shape.c ]; then
+  cc -std=c11 -fsyntax-only -Werror -Iinclude ../shared/checks/api_shape.c
+  echo "api_shape.c compiles"
+else
+  echo "../shared/checks/api_shape.c not found: skipped"
+fi
+
+echo "== a program outside the tree, built against varq.pc"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+cp tests/engine_stress.c tests/workload.c tests/workload.h "$out/"
+flags=$(PKG_CONFIG_PATH="$PWD/build/meson-uninstalled" pkg-config --cflags --libs varq)
+(cd "$out" && cc -std=c11 -Wall -Wextra -Werror -O2 -pthread engine_stress.c workload.c \
+   -o engine_stress $flags -Wl,-rpath,"$OLDPWD/build")
+"$out/engine_stress" 50000
+
+suite "AddressSanitizer + UndefinedBehaviorSanitizer" build-asan \
+  -Db_sanitize=address,undefined -Db_lundef=false
+suite ThreadSanitizer build-tsan -Db_sanitize=thread -Db_lundef=false
+
+echo "== all suites passed in $(( $(date +%s) - start )) s"

@@ -22,8 +22,8 @@
 /* Depth of op functions running on this thread (waiting inside one would
  * deadlock), and the naive engine's ops pushed from inside an op, which run
  * after it in push order. */
-static _Thread_local int in_op;
-static _Thread_local vq__op *naive_deferred_head, *naive_deferred_tail;
+static VQ__TLS int in_op;
+static VQ__TLS vq__op *naive_deferred_head, *naive_deferred_tail;
 
 /* The pusher of an async op in the naive engine waits on this. */
 struct naive_wait {
@@ -171,15 +171,24 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
     return 0;
 }
 
+/* True when no op is pending. completed is read first: pushed only grows
+ * and never trails completed (an op is counted pushed before it can run), so
+ * equal readings mean nothing was pending when completed was read. */
+static bool quiescent(vq_engine *e)
+{
+    unsigned long done = atomic_load(&e->completed);
+    return atomic_load(&e->pushed) == done;
+}
+
 static void wait_pending(vq_engine *e)
 {
-    if (atomic_load(&e->pending) == 0)
+    if (quiescent(e))
         return;
     pthread_mutex_lock(&e->wait_lock);
-    /* seq_cst pair with the completer in pending_done: either it sees a
-     * waiter, or we see its zero. */
+    /* seq_cst pair with op_completed: either it sees a waiter, or we see
+     * its count. */
     atomic_fetch_add(&e->waiters, 1);
-    while (atomic_load(&e->pending) != 0)
+    while (!quiescent(e))
         pthread_cond_wait(&e->wait_cond, &e->wait_lock);
     atomic_fetch_sub(&e->waiters, 1);
     pthread_mutex_unlock(&e->wait_lock);
@@ -457,7 +466,7 @@ static int op_enqueue(vq_engine *e, vq__op *op)
         spare = b;
     }
 
-    atomic_fetch_add_explicit(&e->pending, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
     int granted = 0;
     for (int i = 0; i < o->nwrites; i++) {
@@ -624,11 +633,12 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
     }
 }
 
-static void pending_done(vq_engine *e)
+static void op_completed(vq_engine *e)
 {
     /* seq_cst pair with wait_pending: either we see the waiter, or it sees
-     * our zero. */
-    if (atomic_fetch_sub(&e->pending, 1) == 1 && atomic_load(&e->waiters) > 0) {
+     * our count. Only the completion that leaves nothing pending wakes it. */
+    unsigned long done = atomic_fetch_add(&e->completed, 1) + 1;
+    if (atomic_load(&e->waiters) > 0 && atomic_load(&e->pushed) == done) {
         pthread_mutex_lock(&e->wait_lock);
         pthread_cond_broadcast(&e->wait_cond);
         pthread_mutex_unlock(&e->wait_lock);
@@ -667,7 +677,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
     }
     vq__pool_free(VQ__POOL_OP, op);
     if (e->kind == VQ_ENGINE_THREADED)
-        pending_done(e);
+        op_completed(e);
 }
 
 VQ_API void vq_done_finish(vq_done *d, int err)

@@ -22,6 +22,12 @@
 #define VQ__ALIGNED _Alignas(VQ__CACHELINE)
 #define VQ__INLINE_VARS 8 /* vars of a vq_push op stored without malloc */
 
+/* Thread-locals of the push path. The initial-exec model makes each access
+ * one %fs-relative load instead of a call to __tls_get_addr (the default for
+ * a shared library); the few bytes come from the static TLS surplus glibc
+ * keeps for libraries, so a dlopen'ed libvarq works too. */
+#define VQ__TLS _Thread_local __attribute__((tls_model("initial-exec")))
+
 /* ---- errors (error.c) ---- */
 
 /* Sets the thread-local message and returns err. Not for the hot path. */
@@ -253,7 +259,10 @@ struct vq_engine {
     bool has_prio;
     int cpu_workers, cpu_prio_workers;
     struct vq__wpool cpu, prio;
-    VQ__ALIGNED atomic_long pending; /* pushed and not completed */
+    /* Ops pushed and ops completed, on lines of their own: the pusher and
+     * the workers never write the same one. */
+    VQ__ALIGNED atomic_ulong pushed;
+    VQ__ALIGNED atomic_ulong completed;
     VQ__ALIGNED atomic_int waiters;
     atomic_int first_err;
     atomic_int finishers;       /* vq_done_finish calls in progress */

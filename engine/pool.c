@@ -64,7 +64,7 @@ struct thread_cache {
     bool registered;
 };
 
-static _Thread_local struct thread_cache cache;
+static VQ__TLS struct thread_cache cache;
 
 static void give_back_all(void *unused);
 

@@ -28,7 +28,7 @@
 #define RING_CELLS (1u << 15)
 #define SPIN_BEFORE_SLEEP 2000
 
-static _Thread_local struct vq__worker *self;
+static VQ__TLS struct vq__worker *self;
 
 struct vq__worker *vq__self(void)
 {

@@ -316,6 +316,22 @@ static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
     return 0;
 }
 
+/* The cheap part of validate_task, for the push path: true when the task's
+ * fields (not its vars) are acceptable for a CPU op. */
+static inline bool task_shape_ok(const vq_engine *e, const vq_task *t)
+{
+    return e && t && !t->fn != !t->async_fn && (t->nreads | t->nwrites) >= 0 &&
+           (!t->nreads || t->reads) && (!t->nwrites || t->writes) &&
+           !(t->props & ~(unsigned)VQ_PROP_CPU_PRIORITIZED) && t->ctx.kind == VQ_DEV_CPU &&
+           t->ctx.id == 0;
+}
+
+static inline bool var_ok(const vq_engine *e, const vq_var *v)
+{
+    return v && v->engine == e &&
+           atomic_load_explicit(&v->state, memory_order_relaxed) == VQ__VAR_LIVE;
+}
+
 static bool contains(vq_var *const *vars, int n, const vq_var *v)
 {
     for (int i = 0; i < n; i++)
@@ -339,10 +355,16 @@ static int cmp_tagged(const void *a, const void *b)
 
 /* Fills vars with the task's writes, then its reads, each var once, in the
  * order given; a var both read and written is a write. Returns the number of
- * distinct writes through *nw, of reads through *nr, or VQ_ENOMEM. */
-static int merge_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
+ * distinct writes through *nw, of reads through *nr. With check, returns
+ * VQ_EINVAL (and no message: validate_task finds it) for a NULL, foreign or
+ * freed var. Or VQ_ENOMEM. */
+static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr,
+                      bool check)
 {
     int n = t->nwrites + t->nreads, w = 0, r = 0;
+    for (int i = 0; i < n && check; i++)
+        if (!var_ok(e, i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites]))
+            return VQ_EINVAL;
     if (n <= 32) {
         for (int i = 0; i < t->nwrites; i++)
             if (!contains(vars, w, t->writes[i]))
@@ -401,7 +423,8 @@ static int opr_fill(vq_opr *o, vq_engine *e, const vq_task *t, vq_var **vars, un
     o->props = t->props;
     o->flags = flags;
     o->ctx = t->ctx;
-    return merge_vars(t, vars, &o->nwrites, &o->nreads);
+    /* Internal ops (waits, deletions) act on vars the caller has checked. */
+    return merge_vars(e, t, vars, &o->nwrites, &o->nreads, !(flags & VQ__OPR_NOSKIP));
 }
 
 static void dispatch(vq_engine *e, vq__op *op)
@@ -513,14 +536,16 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
         }
         flags |= VQ__OPR_HEAPVARS;
     }
-    if (opr_fill(&op->embedded, e, t, vars, flags) < 0) {
+    int rc = opr_fill(&op->embedded, e, t, vars, flags);
+    if (rc < 0) {
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
         vq__pool_free(VQ__POOL_OP, op);
-        return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+        return rc == VQ_EINVAL ? validate_task(e, t, "vq_push")
+                               : vq__fail(VQ_ENOMEM, "vq_push: out of memory");
     }
     op->opr = &op->embedded;
-    int rc = op_enqueue(e, op);
+    rc = op_enqueue(e, op);
     if (rc < 0) {
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
@@ -532,10 +557,9 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
 /* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
 {
-    int rc = validate_task(e, t, "vq_push");
-    if (rc < 0)
-        return rc;
-    return push_task(e, t, 0);
+    if (__builtin_expect(!task_shape_ok(e, t), 0))
+        return validate_task(e, t, "vq_push");
+    return push_task(e, t, 0); /* checks the vars while merging them */
 }
 
 VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
@@ -547,7 +571,7 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
     if (!o || !vars || opr_fill(o, e, t, vars, 0) < 0) {
         free(o);
         free(vars);
-        vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory");
+        vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory"); /* vars were validated */
         return NULL;
     }
     atomic_init(&o->refs, 1);

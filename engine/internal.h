@@ -37,11 +37,60 @@ int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 
 enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_COUNT };
 
+/* A free object: the first word links the thread's list or a magazine, the
+ * second links magazines in the depot (only in a magazine's first object). */
+struct vq__free_obj {
+    struct vq__free_obj *next;
+    struct vq__free_obj *next_mag;
+};
+
+struct vq__thread_cache {
+    struct vq__free_obj *head[VQ__POOL_COUNT];
+    int count[VQ__POOL_COUNT];
+    bool registered;
+};
+
+#define VQ__MAG 64
+
+extern VQ__TLS struct vq__thread_cache vq__cache __attribute__((visibility("hidden")));
+
+/* The slow paths: refill from the depot or a new slab; give a magazine back.
+ * Under AddressSanitizer every call goes through them (they poison). */
+void *vq__pool_alloc_slow(int kind);
+void vq__pool_free_slow(int kind, void *p);
+
 /* hot path: no malloc (after warm-up), no global lock except once per
- * batch of 64 objects moved between threads. Returns NULL only when out of
- * memory. */
-void *vq__pool_alloc(int kind);
-void vq__pool_free(int kind, void *p);
+ * batch of VQ__MAG objects moved between threads. Returns NULL only when out
+ * of memory. */
+static inline void *vq__pool_alloc(int kind)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return vq__pool_alloc_slow(kind);
+#else
+    struct vq__free_obj *o = vq__cache.head[kind];
+    if (__builtin_expect(!o, 0))
+        return vq__pool_alloc_slow(kind);
+    vq__cache.head[kind] = o->next;
+    vq__cache.count[kind]--;
+    return o;
+#endif
+}
+
+static inline void vq__pool_free(int kind, void *p)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    vq__pool_free_slow(kind, p);
+#else
+    if (__builtin_expect(vq__cache.count[kind] >= 2 * VQ__MAG, 0)) {
+        vq__pool_free_slow(kind, p);
+        return;
+    }
+    struct vq__free_obj *o = p;
+    o->next = vq__cache.head[kind];
+    vq__cache.head[kind] = o;
+    vq__cache.count[kind]++;
+#endif
+}
 
 /* ---- spinlock ---- */
 

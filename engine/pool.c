@@ -27,14 +27,7 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define VQ__MAG 64
-
-/* A free object: the first word links the thread list or a magazine, the
- * second links magazines in the depot (only in a magazine's first object). */
-struct free_obj {
-    struct free_obj *next;
-    struct free_obj *next_mag;
-};
+#define free_obj vq__free_obj
 
 struct slab {
     struct slab *next;
@@ -58,13 +51,8 @@ static struct {
     pthread_once_t once;
 } depot = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
-struct thread_cache {
-    struct free_obj *head[VQ__POOL_COUNT];
-    int count[VQ__POOL_COUNT];
-    bool registered;
-};
-
-static VQ__TLS struct thread_cache cache;
+VQ__TLS struct vq__thread_cache vq__cache;
+#define cache vq__cache
 
 static void give_back_all(void *unused);
 
@@ -157,10 +145,10 @@ static bool refill(int kind)
     return true;
 }
 
-/* hot path: no malloc, no global lock (amortized) */
-void *vq__pool_alloc(int kind)
+/* The slow path of vq__pool_alloc (every call under ASan). */
+void *vq__pool_alloc_slow(int kind)
 {
-    if (__builtin_expect(!cache.head[kind], 0) && !refill(kind))
+    if (!cache.head[kind] && !refill(kind))
         return NULL;
     struct free_obj *o = cache.head[kind];
     cache.head[kind] = o->next;
@@ -170,15 +158,16 @@ void *vq__pool_alloc(int kind)
     return o;
 }
 
-/* hot path: no malloc, no global lock (amortized) */
-void vq__pool_free(int kind, void *p)
+/* The slow path of vq__pool_free (every call under ASan): past two
+ * magazines, one goes back to the depot. */
+void vq__pool_free_slow(int kind, void *p)
 {
     struct free_obj *o = p;
     if (poisoned[kind])
         POISON((char *)o + sizeof *o, obj_size[kind] - sizeof *o);
     o->next = cache.head[kind];
     cache.head[kind] = o;
-    if (__builtin_expect(++cache.count[kind] > 2 * VQ__MAG, 0)) {
+    if (++cache.count[kind] > 2 * VQ__MAG) {
         register_thread();
         depot_put(kind, take_magazine(kind));
     }

@@ -205,9 +205,9 @@ static void var_destroy(vq_engine *e, vq_var *v)
 
 static void opr_destroy(vq_opr *o)
 {
-    if (o->arg_free)
-        o->arg_free(o->arg);
-    free(o->vars);
+    if (o->desc.arg_free)
+        o->desc.arg_free(o->desc.arg);
+    free(o->desc.vars);
     free(o);
 }
 
@@ -410,7 +410,7 @@ static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, in
 }
 
 /* Fills o from t. vars must hold nreads + nwrites entries. */
-static int opr_fill(vq_opr *o, vq_engine *e, const vq_task *t, vq_var **vars, unsigned flags)
+static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars, unsigned flags)
 {
     o->fn = t->fn;
     o->async_fn = t->async_fn;
@@ -430,8 +430,8 @@ static int opr_fill(vq_opr *o, vq_engine *e, const vq_task *t, vq_var **vars, un
 static void dispatch(vq_engine *e, vq__op *op)
 {
     struct vq__wpool *p =
-        (op->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
-    vq__pool_submit(p, &op, 1);
+        (op->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
+    vq__pool_submit(p, &op, 1, vq__self() == NULL);
 }
 
 void vq__ready_flush(vq__ready *r)
@@ -440,16 +440,16 @@ void vq__ready_flush(vq__ready *r)
     vq__op *cpu[VQ__READY_BATCH], *prio[VQ__READY_BATCH];
     int nc = 0, np = 0;
     for (int i = 0; i < r->n; i++) {
-        if ((r->ops[i]->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio)
+        if ((r->ops[i]->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio)
             prio[np++] = r->ops[i];
         else
             cpu[nc++] = r->ops[i];
     }
     r->n = 0;
     if (nc)
-        vq__pool_submit(&e->cpu, cpu, nc);
+        vq__pool_submit(&e->cpu, cpu, nc, false);
     if (np)
-        vq__pool_submit(&e->prio, prio, np);
+        vq__pool_submit(&e->prio, prio, np, false);
 }
 
 static void naive_run_now(vq__op *op);
@@ -467,7 +467,7 @@ static void vblocks_free(struct vq__vblock *b)
  * and dispatches it if nothing holds it back. */
 static int op_enqueue(vq_engine *e, vq__op *op)
 {
-    const vq_opr *o = op->opr;
+    const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
     op->priority = o->priority;
     op->naive = NULL;
@@ -544,7 +544,7 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
         return rc == VQ_EINVAL ? validate_task(e, t, "vq_push")
                                : vq__fail(VQ_ENOMEM, "vq_push: out of memory");
     }
-    op->opr = &op->embedded;
+    op->desc = &op->embedded;
     rc = op_enqueue(e, op);
     if (rc < 0) {
         if (flags & VQ__OPR_HEAPVARS)
@@ -566,25 +566,38 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
 {
     if (validate_task(e, t, "vq_opr_new") < 0)
         return NULL;
-    vq_opr *o = calloc(1, sizeof *o);
+    vq_opr *o = aligned_alloc(VQ__CACHELINE, sizeof *o);
     vq_var **vars = malloc(((size_t)t->nreads + (size_t)t->nwrites + 1) * sizeof *vars);
-    if (!o || !vars || opr_fill(o, e, t, vars, 0) < 0) {
+    if (!o || !vars || opr_fill(&o->desc, e, t, vars, 0) < 0) {
         free(o);
         free(vars);
         vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory"); /* vars were validated */
         return NULL;
     }
-    atomic_init(&o->refs, 1);
+    atomic_init(&o->pushes, 0);
+    atomic_init(&o->remaining, 0);
     list_add(e, &e->oprs, &o->link);
     return o;
 }
 
-static void opr_release(vq_opr *o)
+/* Destroys o; called by the one party that brings remaining to zero. */
+static void opr_last_reference(vq_opr *o)
 {
-    if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) == 1) {
-        list_del(o->engine, &o->engine->oprs, &o->link);
-        opr_destroy(o);
-    }
+    vq_engine *e = o->desc.engine;
+    list_del(e, &e->oprs, &o->link);
+    opr_destroy(o);
+}
+
+/* One push of o has completed. remaining starts at 0, each completion
+ * subtracts 1 and vq_opr_free adds the number of pushes: before the free it
+ * stays below zero after the first completion, after the free it counts the
+ * pushes still in flight, so exactly one decrement (or the free itself)
+ * brings it to zero. Nothing touches o after its own decrement unless that
+ * decrement was the last. */
+static void opr_complete(vq_opr *o)
+{
+    if (atomic_fetch_sub_explicit(&o->remaining, 1, memory_order_acq_rel) == 1)
+        opr_last_reference(o);
 }
 
 /* hot path: no malloc, no global lock */
@@ -592,39 +605,43 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
 {
     if (!e || !o)
         return vq__fail(VQ_EINVAL, "vq_push_opr: %s is NULL", e ? "opr" : "engine");
-    if (o->engine != e)
+    const struct vq__desc *d = &o->desc;
+    if (d->engine != e)
         return vq__fail(VQ_EINVAL, "vq_push_opr: opr \"%s\" belongs to another engine",
-                        o->name ? o->name : "");
-    for (int i = 0; i < o->nwrites + o->nreads; i++) {
-        int rc = check_var(e, o->vars[i], "vq_push_opr", "vars", i);
-        if (rc < 0)
-            return rc;
-    }
+                        d->name ? d->name : "");
+    for (int i = 0; i < d->nwrites + d->nreads; i++)
+        if (__builtin_expect(!var_ok(e, d->vars[i]), 0))
+            return check_var(e, d->vars[i], "vq_push_opr", "vars", i);
     vq__op *op = op_alloc();
     if (!op)
         return VQ_ENOMEM;
-    atomic_fetch_add_explicit(&o->refs, 1, memory_order_relaxed);
-    op->opr = o;
+    /* relaxed: the op's queue hand-off orders it before the completion */
+    atomic_fetch_add_explicit(&o->pushes, 1, memory_order_relaxed);
+    op->desc = d;
     int rc = op_enqueue(e, op);
     if (rc < 0) {
         vq__pool_free(VQ__POOL_OP, op);
-        opr_release(o);
+        atomic_fetch_sub_explicit(&o->pushes, 1, memory_order_relaxed);
     }
     return rc;
 }
 
 VQ_API void vq_opr_free(vq_engine *e, vq_opr *o)
 {
-    if (!e || !o || o->engine != e)
+    if (!e || !o || o->desc.engine != e)
         return;
-    opr_release(o);
+    /* Every push happened before this call (the caller's contract), so the
+     * count is final. */
+    long pushes = atomic_load_explicit(&o->pushes, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&o->remaining, pushes, memory_order_acq_rel) == -pushes)
+        opr_last_reference(o);
 }
 
 /* ---- running and completing ops ---- */
 
 /* The error of the first failed var among op's writes, then reads; 0 if
  * the op may run. */
-static int skip_error(const vq_opr *o)
+static int skip_error(const struct vq__desc *o)
 {
     if (o->flags & VQ__OPR_NOSKIP)
         return 0;
@@ -636,7 +653,7 @@ static int skip_error(const vq_opr *o)
 
 void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
 {
-    const vq_opr *o = op->opr;
+    const struct vq__desc *o = op->desc;
     if (o->engine->profile) {
         op->start_ns = vq__now_ns();
         op->worker = x->worker;
@@ -672,7 +689,7 @@ static void op_completed(vq_engine *e)
 /* hot path: no malloc, no global lock */
 void vq__op_finish(vq__op *op, int err, vq__ready *r)
 {
-    const vq_opr *o = op->opr;
+    const struct vq__desc *o = op->desc;
     vq_engine *e = o->engine;
     if (err && !(o->flags & VQ__OPR_NOSKIP)) {
         for (int i = 0; i < o->nwrites; i++)
@@ -697,7 +714,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
         if (o->flags & VQ__OPR_HEAPVARS)
             free(o->vars);
     } else {
-        opr_release((vq_opr *)o);
+        opr_complete((vq_opr *)o); /* desc is a vq_opr's first member */
     }
     vq__pool_free(VQ__POOL_OP, op);
     if (e->kind == VQ_ENGINE_THREADED)
@@ -718,7 +735,7 @@ VQ_API void vq_done_finish(vq_done *d, int err)
         pthread_mutex_unlock(&w->lock);
         return;
     }
-    vq_engine *e = op->opr->engine;
+    vq_engine *e = op->desc->engine;
     atomic_fetch_add(&e->finishers, 1);
     vq__ready r = {.engine = e};
     vq__op_finish(op, err, &r);
@@ -731,7 +748,7 @@ VQ_API void vq_done_finish(vq_done *d, int err)
 
 static void naive_execute(vq__op *op)
 {
-    const vq_opr *o = op->opr;
+    const struct vq__desc *o = op->desc;
     vq_exec_ctx x = {.ctx = o->ctx, .stream = NULL, .worker = -1};
     if (!o->async_fn || skip_error(o)) {
         vq__op_run(op, &x, NULL);

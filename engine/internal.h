@@ -138,7 +138,7 @@ struct vq__link {
 
 /* The immutable description of an op. vars[0 .. nwrites) are the written
  * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once. */
-struct vq_opr {
+struct vq__desc {
     vq_sync_fn fn;
     vq_async_fn async_fn;
     void *arg;
@@ -151,20 +151,28 @@ struct vq_opr {
     unsigned props;
     unsigned flags;             /* VQ__OPR_* */
     vq_ctx ctx;
-    atomic_int refs;            /* prebuilt: 1 for the handle + 1 per push in flight */
-    struct vq__link link;       /* prebuilt: in the engine's list of live oprs */
+};
+
+/* A prebuilt op: a description pushed many times. The pusher counts pushes
+ * and the completers count down on lines of their own, so that pushing one
+ * opr again and again moves no cache line between them (see opr_complete). */
+struct vq_opr {
+    struct vq__desc desc;       /* first: a prebuilt op's desc is its vq_opr */
+    struct vq__link link;       /* in the engine's list of live oprs */
+    VQ__ALIGNED atomic_long pushes;
+    VQ__ALIGNED atomic_long remaining;
 };
 
 /* One push of an op. Also the vq_done handle of an async op. */
 struct vq__op {
     atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
     int priority;
-    const struct vq_opr *opr;
+    const struct vq__desc *desc;
     struct vq__op *next;        /* ready-queue overflow link */
     uint64_t start_ns;          /* profiler only */
     int worker;                 /* profiler only: who started it */
     struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
-    struct vq_opr embedded;     /* the description when pushed by vq_push */
+    struct vq__desc embedded;   /* the description when pushed by vq_push */
     vq_var *inline_vars[VQ__INLINE_VARS];
 };
 
@@ -243,7 +251,8 @@ void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns);
 /* A bounded multi-producer multi-consumer ring of ops (the cell-sequence
  * design by D. Vyukov). */
 struct vq__ring_cell {
-    atomic_size_t seq;
+    VQ__ALIGNED atomic_size_t seq; /* one line per cell: producer and consumer
+                                      of neighbouring cells never share one */
     vq__op *op;
 };
 
@@ -295,8 +304,10 @@ struct vq__worker {
 
 int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id);
 void vq__pool_stop(struct vq__wpool *p);
-/* Queues ops on p and wakes up to n sleeping workers. */
-void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n);
+/* Queues ops on p and wakes up to n sleeping workers. With may_wait (a
+ * pusher that is not a worker), a full ring makes the caller yield until
+ * workers free a cell: back-pressure instead of an unbounded queue. */
+void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait);
 /* The worker running on this thread, or NULL. */
 struct vq__worker *vq__self(void);
 

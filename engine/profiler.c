@@ -52,7 +52,7 @@ void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns)
     }
     /* An op skipped before it started (or an internal op) has no start. */
     uint64_t start = op->start_ns ? op->start_ns : end_ns;
-    b->ev[b->n++] = (struct vq__prof_event){op->opr->name, start, end_ns, op->worker};
+    b->ev[b->n++] = (struct vq__prof_event){op->desc->name, start, end_ns, op->worker};
     pthread_mutex_unlock(&b->lock);
 }
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RING_CELLS (1u << 15)
+#define RING_CELLS (1u << 13)
 #define SPIN_BEFORE_SLEEP 2000
 
 static VQ__TLS struct vq__worker *self;
@@ -191,16 +191,9 @@ static vq__op *pool_pop(struct vq__wpool *p)
     return NULL;
 }
 
-/* hot path: no malloc (the heap grows rarely), no global lock */
-void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n)
+/* Wakes up to n sleeping workers after ops were queued. */
+static void wake(struct vq__wpool *p, int n)
 {
-    for (int i = 0; i < n; i++) {
-        vq__op *op = ops[i];
-        if (op->priority == 0 && ring_push(&p->ring, op))
-            continue;
-        while (!heap_push(&p->heap, op))
-            sched_yield(); /* out of memory: wait for workers to drain */
-    }
     /* Dekker pair with worker_sleep, through read-modify-writes of one
      * variable (their order is total): if our read comes first, the worker's
      * increment reads from it and its last look sees our ops; otherwise we
@@ -215,6 +208,25 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n)
                 pthread_cond_signal(&p->sleep_cond);
         pthread_mutex_unlock(&p->sleep_lock);
     }
+}
+
+/* hot path: no malloc (the heap grows rarely), no global lock */
+void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait)
+{
+    for (int i = 0; i < n; i++) {
+        vq__op *op = ops[i];
+        if (op->priority == 0 && ring_push(&p->ring, op))
+            continue;
+        if (op->priority == 0 && may_wait) {
+            wake(p, n); /* the workers must be running to make room */
+            while (!ring_push(&p->ring, op))
+                sched_yield();
+            continue;
+        }
+        while (!heap_push(&p->heap, op))
+            sched_yield(); /* out of memory: wait for workers to drain */
+    }
+    wake(p, n);
 }
 
 /* Waits for an op: spins a little, then sleeps. NULL when the pool stops. */
@@ -247,7 +259,7 @@ static void keep_successor(struct vq__worker *w, vq__ready *r)
     vq_engine *e = w->engine;
     int best = -1;
     for (int i = 0; i < r->n; i++) {
-        bool ours = ((r->ops[i]->opr->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio) ==
+        bool ours = ((r->ops[i]->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio) ==
                     (w->pool == &e->prio);
         if (ours && (best < 0 || r->ops[i]->priority > r->ops[best]->priority))
             best = i;

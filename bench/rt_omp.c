@@ -7,9 +7,19 @@
  *
  * Each workload's clock spans the whole parallel region, fork and join
  * included: forking the (already created, idle) team is how OpenMP gets its
- * workers going, as pushing the first op is how varq wakes its own. */
+ * workers going, as pushing the first op is how varq wakes its own.
+ *
+ * Neither runtime bounds the tasks that wait on dependences (libgomp's
+ * throttle counts only ready tasks, libomp's only its deques), so a million
+ * dependent tasks would all be allocated before the first ran. We keep at
+ * most OMP_WINDOW tasks outstanding the standard way: past it, the next task
+ * is created undeferred (if(0)), so the creating thread waits for that
+ * task's own dependences, running other tasks meanwhile, and then runs it;
+ * this is libgomp's own throttle, extended to dependent tasks. */
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "bench.h"
 
@@ -19,7 +29,51 @@
 #define OMP_RT_NAME "libgomp"
 #endif
 
+#ifndef OMP_WINDOW
+#define OMP_WINDOW 8192
+#endif
+
+/* Tasks finished, counted per thread on a line of its own so that counting
+ * costs a task a plain store rather than a contended atomic add. */
+struct omp_count {
+    _Alignas(64) _Atomic long n;
+};
+
+static struct omp_count *omp_done;
+static int omp_nthreads;
 static char omp_desc[128];
+
+static inline void omp_task_done(void)
+{
+    _Atomic long *n = &omp_done[omp_get_thread_num()].n;
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* The creating thread's view of the window; sums the counters only when its
+ * stale view says the window is full. */
+struct omp_window {
+    long created, finished;
+};
+
+static void omp_window_start(struct omp_window *w)
+{
+    for (int k = 0; k < omp_nthreads; k++)
+        atomic_store_explicit(&omp_done[k].n, 0, memory_order_relaxed);
+    w->created = w->finished = 0;
+}
+
+/* Whether the next task may be deferred. */
+static inline int omp_window_open(struct omp_window *w)
+{
+    if (w->created - w->finished >= OMP_WINDOW) {
+        long f = 0;
+        for (int k = 0; k < omp_nthreads; k++)
+            f += atomic_load_explicit(&omp_done[k].n, memory_order_relaxed);
+        w->finished = f;
+    }
+    return w->created++ - w->finished < OMP_WINDOW;
+}
 
 static int omp_init(int workers)
 {
@@ -30,6 +84,12 @@ static int omp_init(int workers)
         fprintf(stderr, "%s: bad worker count %d\n", OMP_RT_NAME, workers);
         return -1;
     }
+    omp_done = aligned_alloc(_Alignof(struct omp_count), workers * sizeof *omp_done);
+    if (!omp_done) {
+        fprintf(stderr, "%s: out of memory\n", OMP_RT_NAME);
+        return -1;
+    }
+    omp_nthreads = workers;
     /* Without this the runtime may legally hand us a smaller team. */
     omp_set_dynamic(0);
     omp_set_num_threads(workers);
@@ -45,13 +105,11 @@ static int omp_init(int workers)
             x += (uint64_t)k;
         }
     }
-    if (team != workers) {
-        fprintf(stderr, "%s: asked for %d threads, got a team of %d "
-                "(OMP_THREAD_LIMIT?)\n", OMP_RT_NAME, workers, team);
-        return -1;
-    }
-    if (x != 4096ull * 4097 / 2) {
-        fprintf(stderr, "%s: warm-up chain gave a wrong result\n", OMP_RT_NAME);
+    if (team != workers || x != 4096ull * 4097 / 2) {
+        fprintf(stderr, "%s: asked for %d threads, got a team of %d%s\n", OMP_RT_NAME,
+                workers, team, team == workers ? " and a wrong warm-up result" : "");
+        free(omp_done);
+        omp_done = NULL;
         return -1;
     }
 
@@ -67,8 +125,9 @@ static int omp_init(int workers)
 
 static void omp_fini(void)
 {
-    /* An OpenMP team cannot be torn down before exit; the next init just
-     * resizes it. */
+    /* The team itself lives until exit; the next init resizes it. */
+    free(omp_done);
+    omp_done = NULL;
 }
 
 static const char *omp_describe(void)
@@ -76,6 +135,7 @@ static const char *omp_describe(void)
     return omp_desc;
 }
 
+/* Ready tasks are throttled by both runtimes themselves: no window here. */
 static double omp_independent(long n, unsigned char *done)
 {
     double t0 = bench_now();
@@ -90,27 +150,43 @@ static double omp_independent(long n, unsigned char *done)
 
 static double omp_chain(long n, uint64_t *x)
 {
+    struct omp_window w;
+    omp_window_start(&w);
     double t0 = bench_now();
 #pragma omp parallel
 #pragma omp single
     for (long i = 0; i < n; i++) {
-#pragma omp task firstprivate(x) depend(inout: x[0])
-        bench_chain(x);
+        int defer = omp_window_open(&w);
+#pragma omp task if(defer) firstprivate(x) depend(inout: x[0])
+        {
+            bench_chain(x);
+            omp_task_done();
+        }
     }
     return bench_now() - t0;
 }
 
 static double omp_fanout(long rounds, int readers, uint64_t *x, uint64_t *sums)
 {
+    struct omp_window w;
+    omp_window_start(&w);
     double t0 = bench_now();
 #pragma omp parallel
 #pragma omp single
     for (long r = 0; r < rounds; r++) {
-#pragma omp task firstprivate(x) depend(inout: x[0])
-        bench_fan_write(x);
+        int defer = omp_window_open(&w);
+#pragma omp task if(defer) firstprivate(x) depend(inout: x[0])
+        {
+            bench_fan_write(x);
+            omp_task_done();
+        }
         for (int j = 0; j < readers; j++) {
-#pragma omp task firstprivate(x, sums, j) depend(in: x[0])
-            bench_fan_read(x, sums, j);
+            defer = omp_window_open(&w);
+#pragma omp task if(defer) firstprivate(x, sums, j) depend(in: x[0])
+            {
+                bench_fan_read(x, sums, j);
+                omp_task_done();
+            }
         }
     }
     return bench_now() - t0;
@@ -119,13 +195,19 @@ static double omp_fanout(long rounds, int readers, uint64_t *x, uint64_t *sums)
 static double omp_random(long n, int nvars, const struct bench_triple *t, uint64_t *vars)
 {
     (void)nvars; /* the vars' addresses are all the runtime needs */
+    struct omp_window w;
+    omp_window_start(&w);
     double t0 = bench_now();
 #pragma omp parallel
 #pragma omp single
     for (long i = 0; i < n; i++) {
-#pragma omp task firstprivate(vars, t, i) \
+        int defer = omp_window_open(&w);
+#pragma omp task if(defer) firstprivate(vars, t, i) \
     depend(in: vars[t[i].a], vars[t[i].b]) depend(inout: vars[t[i].c])
-        bench_random(vars, t, i);
+        {
+            bench_random(vars, t, i);
+            omp_task_done();
+        }
     }
     return bench_now() - t0;
 }
@@ -135,26 +217,25 @@ static double omp_random(long n, int nvars, const struct bench_triple *t, uint64
  * values (write-after-read), not only after the earlier write. */
 static double omp_stencil(int width, int steps, long grain, double *grid)
 {
+    struct omp_window w;
+    omp_window_start(&w);
     double t0 = bench_now();
 #pragma omp parallel
 #pragma omp single
     for (int s = 1; s <= steps; s++) {
         double *prev = grid + ((s - 1) % 2) * width;
         double *cur = grid + (s % 2) * width;
-        /* GCC 12 does not count a use in a depend clause as a use. */
-        (void)prev, (void)cur;
+        (void)prev, (void)cur; /* GCC 12 does not see their use in depend() */
         for (int i = 0; i < width; i++) {
-            if (i > 0 && i < width - 1) {
-#pragma omp task firstprivate(grid, width, s, i, grain) \
-    depend(in: prev[i - 1], prev[i], prev[i + 1]) depend(out: cur[i])
+            int defer = omp_window_open(&w);
+            /* An edge point has one neighbour; with width 1, lo and hi name
+             * the same location, which OpenMP allows. */
+            int lo = i > 0 ? i - 1 : i, hi = i < width - 1 ? i + 1 : i;
+#pragma omp task if(defer) firstprivate(grid, width, s, i, grain) \
+    depend(in: prev[lo], prev[i], prev[hi]) depend(out: cur[i])
+            {
                 bench_stencil(grid, width, s, i, grain);
-            } else {
-                /* An edge point has a single neighbour; with width 1, lo and
-                 * hi name the same location, which OpenMP allows. */
-                int lo = i > 0 ? i - 1 : i, hi = i < width - 1 ? i + 1 : i;
-#pragma omp task firstprivate(grid, width, s, i, grain) \
-    depend(in: prev[lo], prev[hi]) depend(out: cur[i])
-                bench_stencil(grid, width, s, i, grain);
+                omp_task_done();
             }
         }
     }

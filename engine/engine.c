@@ -150,6 +150,7 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
     pthread_mutex_init(&e->wait_lock, NULL);
     pthread_cond_init(&e->wait_cond, NULL);
     pthread_mutex_init(&e->list_lock, NULL);
+    pthread_mutex_init(&e->naive_lock, NULL);
     vq__prof_buf_init(&e->ext_prof);
     e->t0_ns = vq__now_ns();
     if (e->kind == VQ_ENGINE_THREADED) {
@@ -238,6 +239,7 @@ VQ_API void vq_engine_free(vq_engine *e)
     pthread_mutex_destroy(&e->wait_lock);
     pthread_cond_destroy(&e->wait_cond);
     pthread_mutex_destroy(&e->list_lock);
+    pthread_mutex_destroy(&e->naive_lock);
     free(e->profile_path);
     free(e);
 }
@@ -759,10 +761,16 @@ static void naive_execute(vq__op *op)
     pthread_cond_init(&w.cond, NULL);
     op->naive = &w;
     vq__op_run(op, &x, NULL);
+    /* The op's work may push from the thread that will finish it: let such
+     * pushes run meanwhile rather than deadlock (they then run before this
+     * op completes: the one place where the naive engine is not serial). */
+    vq_engine *e = o->engine;
+    pthread_mutex_unlock(&e->naive_lock);
     pthread_mutex_lock(&w.lock);
     while (!w.done)
         pthread_cond_wait(&w.cond, &w.lock);
     pthread_mutex_unlock(&w.lock);
+    pthread_mutex_lock(&e->naive_lock);
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
     op->naive = NULL;
@@ -784,6 +792,10 @@ static void naive_run_now(vq__op *op)
             return;
         op = NULL;
     }
+    vq_engine *e = op ? op->desc->engine : naive_deferred_head->desc->engine;
+    /* One op at a time across all pushing threads: the naive engine is the
+     * serial order itself. */
+    pthread_mutex_lock(&e->naive_lock);
     if (op)
         naive_execute(op);
     while (naive_deferred_head) {
@@ -793,6 +805,7 @@ static void naive_run_now(vq__op *op)
             naive_deferred_tail = NULL;
         naive_execute(d);
     }
+    pthread_mutex_unlock(&e->naive_lock);
 }
 
 /* ---- deleting vars and waiting ---- */
@@ -857,8 +870,10 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     if ((rc = wait_forbidden("vq_wait_var")) < 0)
         return rc;
     if (e->kind == VQ_ENGINE_NAIVE) {
+        pthread_mutex_lock(&e->naive_lock);
         int err = v->err;
         v->err = 0;
+        pthread_mutex_unlock(&e->naive_lock);
         return err;
     }
     struct var_waiter w = {.v = v, .done = false, .err = 0};

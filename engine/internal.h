@@ -329,6 +329,7 @@ struct vq_engine {
     pthread_mutex_t wait_lock;
     pthread_cond_t wait_cond;
     pthread_mutex_t list_lock;  /* vars and oprs lists */
+    pthread_mutex_t naive_lock; /* naive engine: held while an op runs */
     struct vq__link *vars, *oprs;
     struct vq__prof_buf ext_prof; /* records of threads that are not workers */
     uint64_t t0_ns;

@@ -368,6 +368,47 @@ Test(varq_engine, arg_free_runs_once_per_pushed_op)
     vq_engine_free(e);
 }
 
+struct pusher {
+    vq_engine *e;
+    vq_var *v;
+    long *counter;
+};
+
+static void *push_many(void *arg)
+{
+    struct pusher *p = arg;
+    for (int i = 0; i < 20000; i++) {
+        vq_task t = {.fn = add_one, .arg = p->counter, .writes = &p->v, .nwrites = 1};
+        cr_assert_eq(vq_push(p->e, &t), 0);
+    }
+    return NULL;
+}
+
+static void pushers_in_parallel(int kind)
+{
+    vq_engine *e = engine_with(kind, 2);
+    long counter = 0; /* plain: only the engine's ordering protects it */
+    struct pusher p = {e, vq_var_new(e, "v"), &counter};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, push_many, &p), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(counter, 60000, "writes from several pushing threads overlapped");
+    vq_engine_free(e);
+}
+
+Test(varq_engine, several_threads_push_onto_one_var)
+{
+    pushers_in_parallel(VQ_ENGINE_THREADED);
+}
+
+Test(varq_engine, several_threads_push_onto_one_var_naive)
+{
+    pushers_in_parallel(VQ_ENGINE_NAIVE);
+}
+
 /* ---- var deletion ---- */
 
 static void var_free_waits(int kind)

@@ -76,7 +76,9 @@ typedef struct vq_task {
 enum {
     VQ_ENGINE_DEFAULT = 0,  /* VARQ_ENGINE, or threaded */
     VQ_ENGINE_THREADED = 1, /* CPU worker pool */
-    VQ_ENGINE_NAIVE = 2,    /* runs each op inside vq_push, in the caller's thread */
+    VQ_ENGINE_NAIVE = 2,    /* runs each op inside vq_push, in the caller's thread, one
+                               op at a time across threads; while an async op is out,
+                               pushes from other threads run (they cannot wait for it) */
 };
 
 enum {

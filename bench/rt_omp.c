@@ -10,12 +10,18 @@
  * workers going, as pushing the first op is how varq wakes its own.
  *
  * Neither runtime bounds the tasks that wait on dependences (libgomp's
- * throttle counts only ready tasks, libomp's only its deques), so a million
- * dependent tasks would all be allocated before the first ran. We keep at
- * most OMP_WINDOW tasks outstanding the standard way: past it, the next task
- * is created undeferred (if(0)), so the creating thread waits for that
- * task's own dependences, running other tasks meanwhile, and then runs it;
- * this is libgomp's own throttle, extended to dependent tasks. */
+ * throttle counts only ready tasks, libomp's only its deques): a million
+ * dependent tasks would all be allocated before the first ran, and libgomp
+ * walks lists that grow with them at each creation. So at most `window`
+ * tasks are outstanding, each runtime's own throttle (libgomp: 64 queued
+ * tasks per thread; libomp: a 256-slot deque per thread) extended to
+ * dependent tasks the way that runtime allows. libgomp: past the window the
+ * next task is undeferred (if(0)), so the creator waits for that task's
+ * dependences, running tasks meanwhile, then runs it, as libgomp itself does
+ * past its throttle. libomp: the creator runs tasks (taskyield) until there
+ * is room; its 14.x if(0) wait leaves a stack node that a releasing thread
+ * may still touch (fixed in later LLVM), and libgomp's taskyield is a no-op,
+ * hence two ways. */
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,12 +31,10 @@
 
 #ifdef __clang__
 #define OMP_RT_NAME "libomp"
+#define OMP_WINDOW_PER_THREAD 256
 #else
 #define OMP_RT_NAME "libgomp"
-#endif
-
-#ifndef OMP_WINDOW
-#define OMP_WINDOW 8192
+#define OMP_WINDOW_PER_THREAD 64
 #endif
 
 /* Tasks finished, counted per thread on a line of its own so that counting
@@ -41,7 +45,8 @@ struct omp_count {
 
 static struct omp_count *omp_done;
 static int omp_nthreads;
-static char omp_desc[128];
+static long omp_window;
+static char omp_desc[160];
 
 static inline void omp_task_done(void)
 {
@@ -50,8 +55,8 @@ static inline void omp_task_done(void)
                           memory_order_relaxed);
 }
 
-/* The creating thread's view of the window; sums the counters only when its
- * stale view says the window is full. */
+/* The creating thread's view of the window: `finished` is refreshed only
+ * when the stale view says the window is full. */
 struct omp_window {
     long created, finished;
 };
@@ -63,16 +68,27 @@ static void omp_window_start(struct omp_window *w)
     w->created = w->finished = 0;
 }
 
+static long omp_finished(void)
+{
+    long f = 0;
+    for (int k = 0; k < omp_nthreads; k++)
+        f += atomic_load_explicit(&omp_done[k].n, memory_order_relaxed);
+    return f;
+}
+
 /* Whether the next task may be deferred. */
 static inline int omp_window_open(struct omp_window *w)
 {
-    if (w->created - w->finished >= OMP_WINDOW) {
-        long f = 0;
-        for (int k = 0; k < omp_nthreads; k++)
-            f += atomic_load_explicit(&omp_done[k].n, memory_order_relaxed);
-        w->finished = f;
+    if (w->created - w->finished >= omp_window) {
+        w->finished = omp_finished();
+#ifdef __clang__
+        while (w->created - w->finished >= omp_window) {
+#pragma omp taskyield
+            w->finished = omp_finished();
+        }
+#endif
     }
-    return w->created++ - w->finished < OMP_WINDOW;
+    return w->created++ - w->finished < omp_window;
 }
 
 static int omp_init(int workers)
@@ -90,6 +106,7 @@ static int omp_init(int workers)
         return -1;
     }
     omp_nthreads = workers;
+    omp_window = (long)OMP_WINDOW_PER_THREAD * workers;
     /* Without this the runtime may legally hand us a smaller team. */
     omp_set_dynamic(0);
     omp_set_num_threads(workers);
@@ -113,13 +130,19 @@ static int omp_init(int workers)
         return -1;
     }
 
+    /* How idle threads wait changes these timings several-fold where
+     * syscalls are dear (libomp yields the CPU in its spin loops by
+     * default), so a wait policy set by hand is part of the configuration. */
+    const char *policy = getenv("OMP_WAIT_POLICY");
 #ifdef __clang__
-    snprintf(omp_desc, sizeof omp_desc, "clang %d.%d libomp, OMP_NUM_THREADS=%d",
-             __clang_major__, __clang_minor__, workers);
+    int len = snprintf(omp_desc, sizeof omp_desc, "clang %d.%d libomp, OMP_NUM_THREADS=%d",
+                       __clang_major__, __clang_minor__, workers);
 #else
-    snprintf(omp_desc, sizeof omp_desc, "GCC %d.%d libgomp, OMP_NUM_THREADS=%d",
-             __GNUC__, __GNUC_MINOR__, workers);
+    int len = snprintf(omp_desc, sizeof omp_desc, "GCC %d.%d libgomp, OMP_NUM_THREADS=%d",
+                       __GNUC__, __GNUC_MINOR__, workers);
 #endif
+    if (policy && len > 0 && (size_t)len < sizeof omp_desc)
+        snprintf(omp_desc + len, sizeof omp_desc - len, ", OMP_WAIT_POLICY=%s", policy);
     return 0;
 }
 
@@ -228,8 +251,8 @@ static double omp_stencil(int width, int steps, long grain, double *grid)
         (void)prev, (void)cur; /* GCC 12 does not see their use in depend() */
         for (int i = 0; i < width; i++) {
             int defer = omp_window_open(&w);
-            /* An edge point has one neighbour; with width 1, lo and hi name
-             * the same location, which OpenMP allows. */
+            /* At an edge, lo or hi is i itself: naming one location twice
+             * in a task's depend clauses is allowed. */
             int lo = i > 0 ? i - 1 : i, hi = i < width - 1 ? i + 1 : i;
 #pragma omp task if(defer) firstprivate(grid, width, s, i, grain) \
     depend(in: prev[lo], prev[i], prev[hi]) depend(out: cur[i])
@@ -253,3 +276,9 @@ const struct bench_rt bench_rt_omp = {
     .random = omp_random,
     .stencil = omp_stencil,
 };
+
+int main(int argc, char **argv)
+{
+    const struct bench_rt *rts[] = {&bench_rt_omp};
+    return bench_main(argc, argv, rts, 1);
+}

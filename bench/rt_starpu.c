@@ -9,7 +9,7 @@
  * stops, as bench.h asks. Only CPU workers run, in main RAM, so a handle's
  * data never moves and a task body may use the caller's arrays directly. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* setenv */
+#define _GNU_SOURCE /* setenv; and starpu.h needs pthread_rwlock_t, hidden by -std=c11 */
 #endif
 
 #include "bench.h"
@@ -20,11 +20,13 @@
 
 extern const struct bench_rt bench_rt_starpu;
 
-/* Measured on a 2-core machine with 1 and 2 workers: lws (per-worker queues,
- * local push, stealing) has the lowest per-task cost for these tiny tasks,
- * ahead of eager (one central queue under a lock) and ws; dmda spends its
- * time estimating costs from performance models that these codelets do not
- * have. Override at compile time to compare. */
+/* lws (per-worker queues, a task released by a worker stays on it, idle
+ * workers steal) had the lowest per-task cost on a 2-core machine with 1 and
+ * 2 workers: ahead of ws and eager (one central queue) by a few percent,
+ * which is within that machine's noise, and of dmda by about 1.5x: dmda
+ * estimates each task's cost on every worker, work these tiny tasks cannot
+ * repay (and they have no performance model to estimate from). Can be
+ * overridden at compile time to compare. */
 #ifndef BENCH_STARPU_SCHED
 #define BENCH_STARPU_SCHED "lws"
 #endif
@@ -33,6 +35,7 @@ static char describe_buf[128];
 
 static int sp_init(int workers)
 {
+    /* STARPU_MAXCPUS is fixed when StarPU is built (4 in Debian's). */
     if (workers < 1 || workers > STARPU_MAXCPUS) {
         fprintf(stderr, "starpu: %d workers requested, this StarPU build supports 1..%d\n",
                 workers, STARPU_MAXCPUS);
@@ -40,9 +43,10 @@ static int sp_init(int workers)
     }
     char n[16];
     snprintf(n, sizeof n, "%d", workers);
-    /* The environment is read by starpu_init even when the conf says the
-     * same thing; setting it keeps a stray value in the caller's
-     * environment from changing the machine under measurement. */
+    /* STARPU_NCPU mirrors conf.ncpus for anything that reads the
+     * environment rather than the conf; STARPU_SILENT has no conf field and
+     * silences StarPU's banner and warnings (e.g. about oversubscribed
+     * cores), which would otherwise interleave with the result lines. */
     if (setenv("STARPU_NCPU", n, 1) != 0 || setenv("STARPU_SILENT", "1", 1) != 0) {
         perror("starpu: setenv");
         return -1;
@@ -60,8 +64,9 @@ static int sp_init(int workers)
     conf.nmic = 0;
     conf.nmpi_ms = 0;
     conf.sched_policy_name = BENCH_STARPU_SCHED;
-    /* No bus benchmark, no model calibration: both would add work (and
-     * files under ~/.starpu) unrelated to the tasks being timed. */
+    /* No bus recalibration, no model calibration: work unrelated to the
+     * tasks being timed. (StarPU still measures the bus once, on its first
+     * run on a machine, and keeps the result under ~/.starpu.) */
     conf.bus_calibrate = 0;
     conf.calibrate = 0;
     /* The harness (and ASan builds) keep their own signal handlers. */

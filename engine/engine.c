@@ -127,6 +127,7 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     e->kind = o->kind ? o->kind : env_kind;
     e->cpu_workers = o->cpu_workers ? o->cpu_workers : env_workers;
     e->cpu_prio_workers = o->cpu_prio_workers;
+    e->max_pending = 4096;
     e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;
     return 0;
 }
@@ -557,10 +558,68 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
 }
 
 /* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
+/* The throttle. A pusher that runs far ahead of the workers fills memory
+ * with waiting ops whose blocks have gone cold by the time they run. So
+ * every 64 pushes a pusher that is not a worker compares the ops in flight
+ * with max_pending; past it, the pusher helps: it runs queued ready ops
+ * itself (or yields when none is ready) until half of them are done. While
+ * a quarter of max_pending is in flight, the workers have plenty to do: a
+ * sync op with no vars, which nothing orders, then runs at once in the
+ * pusher's thread, as OpenMP runs an undeferred task past its throttle. */
+static VQ__TLS unsigned push_tick;
+static VQ__TLS bool saturated;
+
+static unsigned long in_flight(vq_engine *e)
+{
+    unsigned long done = atomic_load_explicit(&e->completed, memory_order_relaxed);
+    return atomic_load_explicit(&e->pushed, memory_order_relaxed) - done;
+}
+
+static void throttle(vq_engine *e)
+{
+    unsigned long n = in_flight(e);
+    saturated = n > e->max_pending / 4;
+    if (n <= e->max_pending)
+        return;
+    while (in_flight(e) > e->max_pending / 2)
+        vq__run_here(&e->cpu);
+}
+
+/* hot path: runs fn(arg) now when the op has no vars, is sync, and the
+ * engine is saturated. Returns true if it did. */
+static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars)
+{
+    if (!saturated || nvars || !fn || e->profile || in_op)
+        return false;
+    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
+    in_op++;
+    int err = fn(arg, &x);
+    in_op--;
+    if (err) {
+        int none = 0;
+        atomic_compare_exchange_strong(&e->first_err, &none, err);
+    }
+    return true;
+}
+
+/* hot path: one load per push, the engine's counters every 64 pushes */
+static inline void pace(vq_engine *e)
+{
+    if (__builtin_expect((++push_tick & 63) == 0, 0) && e->kind == VQ_ENGINE_THREADED &&
+        !in_op && !vq__self())
+        throttle(e);
+}
+
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
 {
     if (__builtin_expect(!task_shape_ok(e, t), 0))
         return validate_task(e, t, "vq_push");
+    pace(e);
+    if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites)) {
+        if (t->arg_free)
+            t->arg_free(t->arg);
+        return 0;
+    }
     return push_task(e, t, 0); /* checks the vars while merging them */
 }
 
@@ -614,6 +673,9 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
     for (int i = 0; i < d->nwrites + d->nreads; i++)
         if (__builtin_expect(!var_ok(e, d->vars[i]), 0))
             return check_var(e, d->vars[i], "vq_push_opr", "vars", i);
+    pace(e);
+    if (run_undeferred(e, d->fn, d->arg, d->nreads + d->nwrites))
+        return 0;
     vq__op *op = op_alloc();
     if (!op)
         return VQ_ENOMEM;

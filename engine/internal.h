@@ -310,6 +310,10 @@ void vq__pool_stop(struct vq__wpool *p);
 void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait);
 /* The worker running on this thread, or NULL. */
 struct vq__worker *vq__self(void);
+vq__op *vq__pool_pop(struct vq__wpool *p);
+/* Runs one queued op of p on the calling thread (a pusher that helps), or
+ * yields the processor when none is queued. */
+void vq__run_here(struct vq__wpool *p);
 
 /* ---- engine (engine.c) ---- */
 
@@ -318,6 +322,7 @@ struct vq_engine {
     bool profile;
     bool has_prio;
     int cpu_workers, cpu_prio_workers;
+    unsigned long max_pending;  /* ops in flight before a pusher helps (throttle) */
     struct vq__wpool cpu, prio;
     /* Ops pushed and ops completed, on lines of their own: the pusher and
      * the workers never write the same one. */

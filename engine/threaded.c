@@ -179,7 +179,7 @@ static bool heap_has_above(struct vq__heap *h, int priority)
 /* ---- pools ---- */
 
 /* hot path: no malloc, no global lock */
-static vq__op *pool_pop(struct vq__wpool *p)
+vq__op *vq__pool_pop(struct vq__wpool *p)
 {
     vq__op *op;
     if (heap_has_above(&p->heap, 0) && (op = heap_pop(&p->heap, 1)))
@@ -218,9 +218,11 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
         if (op->priority == 0 && ring_push(&p->ring, op))
             continue;
         if (op->priority == 0 && may_wait) {
-            wake(p, n); /* the workers must be running to make room */
+            /* The ring is full: the pusher makes room by running the oldest
+             * ready ops itself, as a worker would. */
+            wake(p, n);
             while (!ring_push(&p->ring, op))
-                sched_yield();
+                vq__run_here(p);
             continue;
         }
         while (!heap_push(&p->heap, op))
@@ -229,12 +231,27 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
     wake(p, n);
 }
 
+/* Runs one queued op of p on the calling thread (a pusher that helps), or
+ * yields when there is none. */
+void vq__run_here(struct vq__wpool *p)
+{
+    vq__op *op = vq__pool_pop(p);
+    if (!op) {
+        sched_yield();
+        return;
+    }
+    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
+    vq__ready r = {.engine = op->desc->engine};
+    vq__op_run(op, &x, &r);
+    vq__ready_flush(&r);
+}
+
 /* Waits for an op: spins a little, then sleeps. NULL when the pool stops. */
 static vq__op *worker_sleep(struct vq__wpool *p)
 {
     vq__op *op;
     for (int i = 0; i < SPIN_BEFORE_SLEEP; i++) {
-        if ((op = pool_pop(p)))
+        if ((op = vq__pool_pop(p)))
             return op;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             return NULL;
@@ -245,7 +262,7 @@ static vq__op *worker_sleep(struct vq__wpool *p)
     }
     pthread_mutex_lock(&p->sleep_lock);
     atomic_fetch_add(&p->sleepers, 1);
-    while (!(op = pool_pop(p)) && !atomic_load(&p->stop))
+    while (!(op = vq__pool_pop(p)) && !atomic_load(&p->stop))
         pthread_cond_wait(&p->sleep_cond, &p->sleep_lock);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->sleep_lock);
@@ -279,7 +296,7 @@ static void *worker_main(void *arg)
     for (;;) {
         vq__op *op = w->next;
         w->next = NULL;
-        if (!op && !(op = pool_pop(p)) && !(op = worker_sleep(p)))
+        if (!op && !(op = vq__pool_pop(p)) && !(op = worker_sleep(p)))
             break;
         vq__ready r = {.engine = w->engine};
         vq__op_run(op, &x, &r);

@@ -123,7 +123,14 @@ VQ_API vq_var *vq_var_new(vq_engine *e, const char *name);
 VQ_API int vq_var_free(vq_engine *e, vq_var *v);
 
 /* Pushes one op and returns at once (the naive engine runs it first). The
- * engine copies *t. Returns 0, or VQ_EINVAL (NULL engine or task, negative
+ * engine copies *t.
+ *
+ * Throttle: when more than 4096 ops are in flight, a pushing thread that is
+ * not a worker helps the workers — it runs queued ready ops itself until half
+ * of them are done — and while over 1024 are in flight, a sync op with no
+ * vars runs at once in the pushing thread (as OpenMP runs undeferred tasks).
+ * So an op may run on the thread of vq_push (vq_exec_ctx.worker is then -1):
+ * do not push while holding a lock that an op takes. Returns 0, or VQ_EINVAL (NULL engine or task, negative
  * count, NULL array with a positive count, both or neither of fn and
  * async_fn, a NULL, foreign or freed var, an unknown prop or ctx), or
  * VQ_ENOSYS for a GPU ctx in a build or engine without GPUs. A rejected op

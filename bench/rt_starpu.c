@@ -301,3 +301,9 @@ const struct bench_rt bench_rt_starpu = {
     .random = sp_random,
     .stencil = sp_stencil,
 };
+
+int main(int argc, char **argv)
+{
+    const struct bench_rt *rts[] = {&bench_rt_starpu};
+    return bench_main(argc, argv, rts, 1);
+}

@@ -581,8 +581,19 @@ static void throttle(vq_engine *e)
     saturated = n > e->max_pending / 4;
     if (n <= e->max_pending)
         return;
-    while (in_flight(e) > e->max_pending / 2)
-        vq__run_here(&e->cpu);
+    /* Nothing ready to help with (a chain waits on its var, not in the
+     * queue): back off to sleeps, so that polling the workers' completion
+     * count does not pull its cache line away from them at every op. */
+    for (unsigned idle = 0; in_flight(e) > e->max_pending / 2;) {
+        if (vq__run_here(&e->cpu)) {
+            idle = 0;
+        } else if (idle++ < 4) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20000L << (idle < 8 ? idle - 4 : 4)};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* hot path: runs fn(arg) now when the op has no vars, is sync, and the

@@ -37,11 +37,13 @@ int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 
 enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_COUNT };
 
-/* A free object: the first word links the thread's list or a magazine, the
- * second links magazines in the depot (only in a magazine's first object). */
+/* A free object: the first word links the thread's list or a magazine; in
+ * a magazine's first object, the next two link magazines in the depot and
+ * count the magazine (so that taking one touches one object, not all). */
 struct vq__free_obj {
     struct vq__free_obj *next;
     struct vq__free_obj *next_mag;
+    long mag_count;
 };
 
 struct vq__thread_cache {
@@ -311,9 +313,9 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
 /* The worker running on this thread, or NULL. */
 struct vq__worker *vq__self(void);
 vq__op *vq__pool_pop(struct vq__wpool *p);
-/* Runs one queued op of p on the calling thread (a pusher that helps), or
- * yields the processor when none is queued. */
-void vq__run_here(struct vq__wpool *p);
+/* Runs one queued op of p on the calling thread (a pusher that helps).
+ * Returns false when none was queued. */
+bool vq__run_here(struct vq__wpool *p);
 
 /* ---- engine (engine.c) ---- */
 

@@ -73,6 +73,7 @@ static struct free_obj *take_magazine(int kind)
     cache.head[kind] = last->next;
     cache.count[kind] -= n;
     last->next = NULL;
+    first->mag_count = n;
     return first;
 }
 
@@ -114,11 +115,8 @@ static bool refill(int kind)
         depot.mags[kind] = mag->next_mag;
     pthread_mutex_unlock(&depot.lock);
     if (mag) {
-        int n = 0;
-        for (struct free_obj *o = mag; o; o = o->next)
-            n++;
         cache.head[kind] = mag;
-        cache.count[kind] = n;
+        cache.count[kind] = (int)mag->mag_count;
         return true;
     }
 

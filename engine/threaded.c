@@ -222,7 +222,8 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
              * ready ops itself, as a worker would. */
             wake(p, n);
             while (!ring_push(&p->ring, op))
-                vq__run_here(p);
+                if (!vq__run_here(p))
+                    sched_yield();
             continue;
         }
         while (!heap_push(&p->heap, op))
@@ -231,19 +232,18 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
     wake(p, n);
 }
 
-/* Runs one queued op of p on the calling thread (a pusher that helps), or
- * yields when there is none. */
-void vq__run_here(struct vq__wpool *p)
+/* Runs one queued op of p on the calling thread (a pusher that helps).
+ * Returns false when none was queued. */
+bool vq__run_here(struct vq__wpool *p)
 {
     vq__op *op = vq__pool_pop(p);
-    if (!op) {
-        sched_yield();
-        return;
-    }
+    if (!op)
+        return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
     vq__ready r = {.engine = op->desc->engine};
     vq__op_run(op, &x, &r);
     vq__ready_flush(&r);
+    return true;
 }
 
 /* Waits for an op: spins a little, then sleeps. NULL when the pool stops. */

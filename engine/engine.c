@@ -578,7 +578,7 @@ static unsigned long in_flight(vq_engine *e)
 static void throttle(vq_engine *e)
 {
     unsigned long n = in_flight(e);
-    saturated = n > e->max_pending / 4;
+    saturated = n > 64ul * (unsigned long)e->cpu_workers;
     if (n <= e->max_pending)
         return;
     /* Nothing ready to help with (a chain waits on its var, not in the

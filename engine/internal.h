@@ -141,18 +141,19 @@ struct vq__link {
 /* The immutable description of an op. vars[0 .. nwrites) are the written
  * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once. */
 struct vq__desc {
+    /* what every run reads, first: with the op's head they share a line */
     vq_sync_fn fn;
-    vq_async_fn async_fn;
     void *arg;
-    void (*arg_free)(void *arg);
-    vq_engine *engine;
-    const char *name;
     vq_var **vars;
+    vq_engine *engine;
     int nreads, nwrites;
-    int priority;
-    unsigned props;
     unsigned flags;             /* VQ__OPR_* */
+    unsigned props;
+    vq_async_fn async_fn;
+    void (*arg_free)(void *arg);
+    int priority;
     vq_ctx ctx;
+    const char *name;
 };
 
 /* A prebuilt op: a description pushed many times. The pusher counts pushes
@@ -167,15 +168,18 @@ struct vq_opr {
 
 /* One push of an op. Also the vq_done handle of an async op. */
 struct vq__op {
+    /* Hot fields first: an op with up to two vars is read by its worker
+     * from two cache lines. */
     atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
     int priority;
     const struct vq__desc *desc;
-    struct vq__op *next;        /* ready-queue overflow link */
-    uint64_t start_ns;          /* profiler only */
-    int worker;                 /* profiler only: who started it */
-    struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
     struct vq__desc embedded;   /* the description when pushed by vq_push */
     vq_var *inline_vars[VQ__INLINE_VARS];
+    /* cold */
+    struct vq__op *next;        /* naive engine: ops pushed from inside an op */
+    struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
+    uint64_t start_ns;          /* profiler only */
+    int worker;                 /* profiler only: who started it */
 };
 
 typedef struct vq__op vq__op;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the engine benchmarks: varq (threaded, prebuilt ops, naive), StarPU
+# and OpenMP tasks (libgomp, libomp) on the same workloads, one runtime after
+# another, and prints the comparison. The results also go to
+# build/bench/engine_bench.json, and the README's "Performance" section is
+# rewritten from them (with the machine and the date).
+#   scripts/bench.sh [engine_bench options, e.g. --reps 3 --workers 1,2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f build/build.ninja ] || meson setup build >/dev/null
+ninja -C build >/dev/null
+out=build/bench/engine_bench.txt
+json=build/bench/engine_bench.json
+STARPU_HOME="$PWD/build/bench" build/bench/engine_bench --json "$json" "$@" | tee "$out"
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+python3 - "$out" "$cpu" "$(nproc)" "$(date -u +%Y-%m-%d)" <<'PY'
+import re, sys
+out, cpu, cores, date = sys.argv[1:5]
+text = open(out).read()
+start = text.find("runtimes:")
+body = text[start:].rstrip() if start >= 0 else text.rstrip()
+section = (f"Measured on {date}, {cores} cores ({cpu}), by `scripts/bench.sh`:\n\n"
+           "```\n" + body + "\n```\n")
+readme = open("README.md").read()
+pat = re.compile(r"(<!-- bench:start -->\n).*?(<!-- bench:end -->)", re.S)
+if not pat.search(readme):
+    sys.exit("README.md has no <!-- bench:start --> / <!-- bench:end --> markers")
+open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
+print("README.md: Performance section updated")
+PY

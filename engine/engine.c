@@ -562,10 +562,10 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
  * with waiting ops whose blocks have gone cold by the time they run. So
  * every 64 pushes a pusher that is not a worker compares the ops in flight
  * with max_pending; past it, the pusher helps: it runs queued ready ops
- * itself (or yields when none is ready) until half of them are done. While
- * a quarter of max_pending is in flight, the workers have plenty to do: a
- * sync op with no vars, which nothing orders, then runs at once in the
- * pusher's thread, as OpenMP runs an undeferred task past its throttle. */
+ * itself (or backs off when none is ready) until half of them are done.
+ * While over 64 ops per worker are in flight, the workers have plenty to do:
+ * a sync op with no vars, which nothing orders, then runs at once in the
+ * pusher's thread, as libgomp runs an undeferred task past its throttle. */
 static VQ__TLS unsigned push_tick;
 static VQ__TLS bool saturated;
 

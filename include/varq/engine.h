@@ -127,8 +127,9 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  *
  * Throttle: when more than 4096 ops are in flight, a pushing thread that is
  * not a worker helps the workers — it runs queued ready ops itself until half
- * of them are done — and while over 1024 are in flight, a sync op with no
- * vars runs at once in the pushing thread (as OpenMP runs undeferred tasks).
+ * of them are done — and while over 64 per worker are in flight, a sync op
+ * with no vars runs at once in the pushing thread (as OpenMP runs undeferred
+ * tasks).
  * So an op may run on the thread of vq_push (vq_exec_ctx.worker is then -1):
  * do not push while holding a lock that an op takes. Returns 0, or VQ_EINVAL (NULL engine or task, negative
  * count, NULL array with a positive count, both or neither of fn and

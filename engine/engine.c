@@ -432,9 +432,7 @@ static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var *
 
 static void dispatch(vq_engine *e, vq__op *op)
 {
-    struct vq__wpool *p =
-        (op->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
-    vq__pool_submit(p, &op, 1, vq__self() == NULL);
+    vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);
 }
 
 void vq__ready_flush(vq__ready *r)
@@ -443,7 +441,7 @@ void vq__ready_flush(vq__ready *r)
     vq__op *cpu[VQ__READY_BATCH], *prio[VQ__READY_BATCH];
     int nc = 0, np = 0;
     for (int i = 0; i < r->n; i++) {
-        if ((r->ops[i]->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio)
+        if (vq__pool_of(e, r->ops[i]) == &e->prio)
             prio[np++] = r->ops[i];
         else
             cpu[nc++] = r->ops[i];
@@ -472,7 +470,6 @@ static int op_enqueue(vq_engine *e, vq__op *op)
 {
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
-    op->priority = o->priority;
     op->naive = NULL;
     if (e->kind == VQ_ENGINE_NAIVE) {
         naive_run_now(op);

@@ -171,7 +171,6 @@ struct vq__op {
     /* Hot fields first: an op with up to two vars is read by its worker
      * from two cache lines. */
     atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
-    int priority;
     const struct vq__desc *desc;
     struct vq__desc embedded;   /* the description when pushed by vq_push */
     vq_var *inline_vars[VQ__INLINE_VARS];
@@ -346,6 +345,13 @@ struct vq_engine {
     uint64_t t0_ns;
     char *profile_path;
 };
+
+/* The pool that runs op: the prioritized workers' for VQ_PROP_CPU_PRIORITIZED
+ * ops when there are such workers, else the CPU pool. */
+static inline struct vq__wpool *vq__pool_of(struct vq_engine *e, const vq__op *op)
+{
+    return (op->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
+}
 
 /* Runs op on this thread (skip check, function, completion); ready ops go
  * to r. x->worker is the worker index or -1. */

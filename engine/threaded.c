@@ -131,7 +131,7 @@ static bool heap_push(struct vq__heap *h, vq__op *op)
         h->cap = cap;
     }
     size_t i = h->n++;
-    h->items[i] = (struct vq__heap_item){op->priority, h->seq++, op};
+    h->items[i] = (struct vq__heap_item){op->desc->priority, h->seq++, op};
     while (i > 0 && heap_before(&h->items[i], &h->items[(i - 1) / 2])) {
         heap_swap(&h->items[i], &h->items[(i - 1) / 2]);
         i = (i - 1) / 2;
@@ -215,9 +215,10 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
 {
     for (int i = 0; i < n; i++) {
         vq__op *op = ops[i];
-        if (op->priority == 0 && ring_push(&p->ring, op))
+        bool plain = op->desc->priority == 0;
+        if (plain && ring_push(&p->ring, op))
             continue;
-        if (op->priority == 0 && may_wait) {
+        if (plain && may_wait) {
             /* The ring is full: the pusher makes room by running the oldest
              * ready ops itself, as a worker would. */
             wake(p, n);
@@ -276,12 +277,11 @@ static void keep_successor(struct vq__worker *w, vq__ready *r)
     vq_engine *e = w->engine;
     int best = -1;
     for (int i = 0; i < r->n; i++) {
-        bool ours = ((r->ops[i]->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio) ==
-                    (w->pool == &e->prio);
-        if (ours && (best < 0 || r->ops[i]->priority > r->ops[best]->priority))
+        bool ours = vq__pool_of(e, r->ops[i]) == w->pool;
+        if (ours && (best < 0 || r->ops[i]->desc->priority > r->ops[best]->desc->priority))
             best = i;
     }
-    if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->priority))
+    if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority))
         return;
     w->next = r->ops[best];
     r->ops[best] = r->ops[--r->n];

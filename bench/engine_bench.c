@@ -91,16 +91,22 @@ static const struct row *find(const char *kind, const char *rt, const char *w, i
     return NULL;
 }
 
+/* The column heads of a table: one column per runtime. */
+static void print_header(void)
+{
+    printf("%-8s", "workers");
+    for (int k = 0; k < nrts; k++)
+        printf(" %18s", rts[k]);
+    printf("\n");
+}
+
 static void print_tables(const int *workers, int nw)
 {
     for (int w = 0; w < 4; w++) {
         if (!find("result", "varq", workloads[w], workers[0]))
             continue;
         printf("\n%s: ns per task, median of the repetitions (min)\n", workload_title[w]);
-        printf("%-8s", "workers");
-        for (int k = 0; k < nrts; k++)
-            printf(" %18s", rts[k]);
-        printf("\n");
+        print_header();
         for (int i = 0; i < nw; i++) {
             printf("%-8d", workers[i]);
             for (int k = 0; k < nrts; k++) {
@@ -132,10 +138,7 @@ static void print_tables(const int *workers, int nw)
     if (!find("metg", "varq", NULL, workers[0]))
         return;
     printf("\n(e) stencil_1d, width = workers: METG(50%%) in us (lower is better)\n");
-    printf("%-8s", "workers");
-    for (int k = 0; k < nrts; k++)
-        printf(" %18s", rts[k]);
-    printf("\n");
+    print_header();
     for (int i = 0; i < nw; i++) {
         printf("%-8d", workers[i]);
         for (int k = 0; k < nrts; k++) {

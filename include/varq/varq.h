@@ -5,5 +5,7 @@
 
 #include <varq/error.h>
 #include <varq/engine.h>
+#include <varq/tensor.h>
+#include <varq/ops.h>
 
 #endif

@@ -1,0 +1,102 @@
+/* varq ops: the registered operators (matmul, add, softmax, adam, ...) and
+ * the imperative way to run them on tensors.
+ *
+ * Every op type is registered once with its input and output slots, its
+ * attribute schema, shape and dtype inference, a kernel per device and a
+ * gradient maker. vq_op_run checks a call against all of that at once, in the
+ * caller's thread, and pushes the kernel onto the engine with the input
+ * tensors' vars as reads and the output tensors' vars as writes: calls return
+ * before the work is done and the engine keeps them in program order, like
+ * MXNet's NDArray. The list of ops and their attributes is in the README
+ * ("Ops") and in `varq ops`. */
+#ifndef VARQ_OPS_H
+#define VARQ_OPS_H
+
+#include <varq/engine.h>
+#include <varq/error.h>
+#include <varq/tensor.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vq_attr_type {
+    VQ_ATTR_INT = 1,
+    VQ_ATTR_FLOAT,
+    VQ_ATTR_STRING,
+    VQ_ATTR_BOOL,
+    VQ_ATTR_INTS,
+    VQ_ATTR_FLOATS,
+    VQ_ATTR_STRINGS,
+    VQ_ATTR_BOOLS,
+} vq_attr_type;
+
+/* One named attribute of an op call. Which fields count depends on type:
+ * i (INT, BOOL as 0/1), f (FLOAT), s (STRING), ints (INTS, BOOLS) / floats
+ * (FLOATS) / strings (STRINGS) with n entries. An INT is accepted where a
+ * FLOAT is expected. The caller keeps every pointer; varq copies what it
+ * needs before vq_op_run returns. */
+typedef struct vq_attr {
+    const char *name;
+    vq_attr_type type;
+    int64_t i;
+    double f;
+    const char *s;
+    const int64_t *ints;
+    const double *floats;
+    const char *const *strings;
+    int n;
+} vq_attr;
+
+#define VQ_ATTR_I(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_INT, .i = (v)})
+#define VQ_ATTR_F(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_FLOAT, .f = (v)})
+#define VQ_ATTR_B(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_BOOL, .i = !!(v)})
+#define VQ_ATTR_S(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_STRING, .s = (v)})
+#define VQ_ATTR_IS(nm, v, cnt) ((vq_attr){.name = (nm), .type = VQ_ATTR_INTS, .ints = (v), .n = (cnt)})
+#define VQ_ATTR_FS(nm, v, cnt) \
+    ((vq_attr){.name = (nm), .type = VQ_ATTR_FLOATS, .floats = (v), .n = (cnt)})
+
+/* Runs op `type` on nin input tensors, producing nout outputs.
+ *
+ * Inputs come in the order of the op's input slots (a variadic last slot,
+ * like concat's, takes the remaining tensors). Outputs likewise: out[i] ==
+ * NULL asks varq to create the output with the inferred dtype and shape (the
+ * caller then owns one reference to it); a tensor given in out[i] must have
+ * exactly that dtype and shape, and is overwritten (it may be one of the
+ * inputs: optimizers update their parameters in place this way).
+ *
+ * Everything checkable is checked before anything is pushed: an unknown op,
+ * a wrong number of inputs or outputs, a dtype or shape that does not fit,
+ * an unknown, missing or mistyped attribute are VQ_EINVAL with a message
+ * naming the op and the slot or attribute; nothing is created then.
+ *
+ * With an engine, the kernel is pushed (ordered after earlier ops on the
+ * same tensors) and vq_op_run returns at once; an error found while the
+ * kernel runs (e.g. a label out of range) reaches the outputs' vars: see
+ * vq_tensor_wait. With e == NULL the kernel runs now in the calling thread
+ * and its error is returned; the tensors must then not be in use by ops
+ * pending on an engine.
+ *
+ * Thread-safety: may be called from several threads and from inside ops;
+ * the engine orders calls that share tensors in the order they were made. */
+VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                     vq_tensor **out, int nout, const vq_attr *attrs, int nattrs);
+
+/* The registered op types, for listings: vq_op_count() of them, indexed
+ * from 0 in alphabetical order. vq_op_name returns NULL out of range. Static
+ * strings; thread-safe. */
+VQ_API int vq_op_count(void);
+VQ_API const char *vq_op_name(int index);
+
+/* A one-line description of op `type`: its slots and attributes, e.g.
+ * "matmul(X, Y) -> Out; transpose_x:bool=0 transpose_y:bool=0". NULL for an
+ * unknown op. Static string; thread-safe. */
+VQ_API const char *vq_op_signature(const char *type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,145 @@
+/* varq tensors: typed, shaped, contiguous arrays whose storage is
+ * reference counted and comes from a per-device allocator; .npy files.
+ *
+ * A tensor is an opaque handle. Its dtype and shape are fixed at creation;
+ * its bytes are row-major (C order) and contiguous. Ops read and write
+ * tensors asynchronously on an engine (see ops.h): each tensor that has been
+ * used with an engine owns one engine var, and the engine orders every op
+ * that touches the tensor through it. Before the caller reads or writes the
+ * bytes itself it calls vq_tensor_wait.
+ *
+ * Ownership: every function that hands out a tensor (vq_tensor_new,
+ * vq_tensor_from, vq_npy_load, vq_op_run's created outputs) gives the caller
+ * one reference, which it drops with vq_tensor_release. Ops in flight hold
+ * their own references, so releasing a tensor that a pushed op still uses is
+ * safe: the storage goes back to the allocator when the last op is done.
+ *
+ * Thread-safety: retain and release may be called from any thread at any
+ * time. The accessors of dtype and shape read immutable fields and are
+ * thread-safe. The bytes follow the engine's rules: two threads may not
+ * touch them directly unless the caller orders the accesses itself. */
+#ifndef VARQ_TENSOR_H
+#define VARQ_TENSOR_H
+
+#include <varq/engine.h>
+#include <varq/error.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vq_dtype {
+    VQ_F32 = 0,
+    VQ_F64 = 1,
+    VQ_I32 = 2,
+    VQ_I64 = 3,
+    VQ_BOOL = 4, /* one byte per element, 0 or 1 */
+} vq_dtype;
+
+#define VQ_DTYPE_COUNT 5
+#define VQ_MAX_DIMS 8
+
+typedef struct vq_tensor vq_tensor;
+
+/* Size in bytes of one element; 0 for a value that is not a vq_dtype. */
+VQ_API size_t vq_dtype_size(vq_dtype dt);
+
+/* Short name: "f32", "f64", "i32", "i64", "bool"; "?" for a bad value.
+ * Static string. */
+VQ_API const char *vq_dtype_name(vq_dtype dt);
+
+/* Parses a dtype name: the short names above or numpy's ("float32",
+ * "float64", "int32", "int64", "bool"). VQ_EINVAL for anything else. */
+VQ_API int vq_dtype_parse(const char *name, vq_dtype *out);
+
+/* A new CPU tensor filled with zeros. ndim is 0 (a scalar) to VQ_MAX_DIMS;
+ * every dim is >= 0 (a zero dim makes an empty tensor). On success *out
+ * holds one reference. VQ_EINVAL for a bad dtype or shape, VQ_ENOMEM. */
+VQ_API int vq_tensor_new(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);
+
+/* Like vq_tensor_new, then copies numel * vq_dtype_size(dt) bytes from data
+ * (which the caller keeps). For VQ_BOOL every byte must be 0 or 1. */
+VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape,
+                          const void *data);
+
+/* Adds a reference and returns t. Thread-safe. */
+VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t);
+
+/* Drops a reference; the last one frees the tensor's engine var (after every
+ * op already pushed on it) and returns its storage to the allocator. NULL is
+ * ignored. Thread-safe. Must not be called for a tensor the caller does not
+ * hold a reference to. */
+VQ_API void vq_tensor_release(vq_tensor *t);
+
+VQ_API vq_dtype vq_tensor_dtype(const vq_tensor *t);
+VQ_API int vq_tensor_ndim(const vq_tensor *t);
+/* ndim entries, valid as long as the tensor is. */
+VQ_API const int64_t *vq_tensor_shape(const vq_tensor *t);
+VQ_API int64_t vq_tensor_numel(const vq_tensor *t);
+VQ_API size_t vq_tensor_nbytes(const vq_tensor *t);
+
+/* The bytes (numel * dtype size), 64-byte aligned, valid as long as the
+ * caller holds a reference. Not ordered with pushed ops: call
+ * vq_tensor_wait first. */
+VQ_API void *vq_tensor_data(vq_tensor *t);
+
+/* Blocks until every op already pushed that reads or writes t is done.
+ * Returns 0, or the error of the failed op that wrote t (or that an op
+ * writing t inherited); vq_errmsg() then names the op that failed. Returns at
+ * once for a tensor never used with an engine. Not from inside an op
+ * (VQ_EDEADLK). Thread-safe. */
+VQ_API int vq_tensor_wait(vq_tensor *t);
+
+/* The engine var that orders the ops on t in engine e, created on first use
+ * (thread-safe). A tensor belongs to one engine: a second engine gets NULL
+ * and VQ_EINVAL in vq_errmsg(). The tensor owns the var: do not free it. Use
+ * it to push your own ops that touch the tensor's bytes. */
+VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e);
+
+/* ---- memory ---- */
+
+typedef struct vq_mem_stats {
+    size_t live_bytes;   /* bytes in tensors that exist now */
+    size_t peak_bytes;   /* highest live_bytes since start or the last reset */
+    size_t cached_bytes; /* freed blocks kept for reuse */
+    size_t system_bytes; /* live + cached: what the allocator holds */
+    uint64_t allocs;     /* allocations served */
+    uint64_t reuses;     /* of which served from the cache */
+} vq_mem_stats;
+
+/* Counters of the allocator of device dev ({VQ_DEV_CPU, 0} for host memory).
+ * VQ_ENOSYS for a device this build has no allocator for. Thread-safe; the
+ * fields are read one by one, so they can be mutually off by an allocation
+ * in flight. */
+VQ_API int vq_mem_get_stats(vq_ctx dev, vq_mem_stats *out);
+
+/* Sets peak_bytes to the current live_bytes. Thread-safe. */
+VQ_API int vq_mem_reset_peak(vq_ctx dev);
+
+/* Gives every cached block back to the system. Thread-safe. */
+VQ_API int vq_mem_trim(vq_ctx dev);
+
+/* ---- .npy files ---- */
+
+/* Reads a .npy file (format versions 1.0, 2.0 and 3.0; little-endian or
+ * byte-sized dtypes f4, f8, i4, i8, b1; C order; at most VQ_MAX_DIMS dims)
+ * into a new CPU tensor. A truncated or malformed file, Fortran order,
+ * another dtype, or a big-endian file is VQ_EINVAL with a message naming the
+ * file and the problem; an unreadable file is VQ_EIO. */
+VQ_API int vq_npy_load(const char *path, vq_tensor **out);
+
+/* The same from len bytes in memory (the caller keeps buf). */
+VQ_API int vq_npy_parse(const void *buf, size_t len, vq_tensor **out);
+
+/* Writes t as a .npy file (version 1.0, or 2.0 when the header needs it),
+ * after waiting for the ops pushed on t. VQ_EIO if the file cannot be
+ * written (a partly written file is removed). */
+VQ_API int vq_npy_save(const char *path, vq_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,297 @@
+/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div), scale,
+ * and the gradient op of the four binary ones.
+ *
+ * Kernels walk the output in rows (broadcast.c) and run one tight loop per
+ * row whose inputs each step by 0 or 1. Integer arithmetic wraps (it is done
+ * in unsigned types: signed overflow would be undefined); integer division
+ * by zero is an error of the op, not a crash. */
+#include "../internal.h"
+
+#include <string.h>
+
+enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV };
+
+static const char *const op_names[] = {"add", "sub", "mul", "div"};
+
+struct binary_params {
+    int op;
+};
+
+static const char *const xy_in[] = {"X", "Y"};
+static const char *const out_slot[] = {"Out"};
+
+static int binary_infer(vq__infer *c)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
+        return rc;
+    c->out[0].dtype = c->in[0].dtype;
+    ((struct binary_params *)c->params)->op = c->def->code;
+    return vq__broadcast_shapes(c, 0, 1, &c->out[0]);
+}
+
+struct rows {
+    const void *x, *y;
+    void *out;
+    int op;
+    int err;
+    int64_t bad; /* output offset of the first integer division by zero */
+};
+
+#define FLOAT_ROW(T)                                                                       \
+    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,        \
+                        int64_t xs, int64_t ys)                                           \
+    {                                                                                     \
+        struct rows *r = user;                                                            \
+        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                     \
+        T *o = (T *)r->out + oo;                                                          \
+        switch (r->op) {                                                                  \
+        case OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] + y[i * ys]; break; \
+        case OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] - y[i * ys]; break; \
+        case OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] * y[i * ys]; break; \
+        default: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] / y[i * ys]; break;     \
+        }                                                                                 \
+    }
+
+#define INT_ROW(T, U, MIN)                                                                  \
+    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,         \
+                        int64_t xs, int64_t ys)                                            \
+    {                                                                                      \
+        struct rows *r = user;                                                             \
+        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                      \
+        T *o = (T *)r->out + oo;                                                           \
+        switch (r->op) {                                                                   \
+        case OP_ADD:                                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);      \
+            break;                                                                         \
+        case OP_SUB:                                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);      \
+            break;                                                                         \
+        case OP_MUL:                                                                       \
+            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);      \
+            break;                                                                         \
+        default:                                                                           \
+            for (int64_t i = 0; i < n; i++) {                                              \
+                T a = x[i * xs], b = y[i * ys];                                            \
+                if (b == 0 || (a == MIN && b == -1)) {                                     \
+                    if (!r->err) {                                                         \
+                        r->err = 1;                                                        \
+                        r->bad = oo + i;                                                   \
+                    }                                                                      \
+                    o[i] = 0;                                                              \
+                } else {                                                                   \
+                    o[i] = a / b;                                                          \
+                }                                                                          \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+FLOAT_ROW(float)
+FLOAT_ROW(double)
+INT_ROW(int32_t, uint32_t, INT32_MIN)
+INT_ROW(int64_t, uint64_t, INT64_MIN)
+
+static int binary_kernel(const vq__kcall *k)
+{
+    const struct binary_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
+    vq__bcast b;
+    vq__bcast_init(&b, out, x, y);
+    struct rows r = {.x = x->data, .y = y->data, .out = out->data, .op = p->op};
+    void (*row)(void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+    switch (out->dtype) {
+    case VQ_F32: row = row_float; break;
+    case VQ_F64: row = row_double; break;
+    case VQ_I32: row = row_int32_t; break;
+    default: row = row_int64_t; break;
+    }
+    vq__bcast_rows(&b, &r, row);
+    if (r.err)
+        return vq__op_fail(k->def, "integer division by zero (or overflow) at output element %lld",
+                           (long long)r.bad);
+    return 0;
+}
+
+/* ---- the gradient op ---- */
+
+/* elementwise_grad(dOut, X, Y) -> dX or dY (attr wrt): the derivative of
+ * op(X, Y) times dOut, summed over the dims along which the operand was
+ * broadcast. */
+struct grad_params {
+    int op, wrt;
+};
+
+static const char *const grad_in[] = {"dOut", "X", "Y"};
+static const char *const grad_out[] = {"dZ"};
+
+static int grad_infer(vq__infer *c)
+{
+    struct grad_params *p = c->params;
+    const vq_attr *op = vq__attr_find(c, "op");
+    p->op = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(op->s, op_names[i]))
+            p->op = i;
+    if (p->op < 0)
+        return vq__attr_fail(c, "op", "\"%s\" is not add, sub, mul or div", op->s);
+    int64_t wrt = vq__attr_int(c, "wrt", 0);
+    if (wrt != 0 && wrt != 1)
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
+    p->wrt = (int)wrt;
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_same_dtype(c, 0, 2)) < 0)
+        return rc;
+    /* The forward output's shape must be dOut's. */
+    vq__infer fwd = *c;
+    fwd.in = c->in + 1;
+    vq__meta full;
+    if ((rc = vq__broadcast_shapes(&fwd, 0, 1, &full)) < 0)
+        return rc;
+    full.dtype = c->in[0].dtype;
+    vq__meta m = c->in[0];
+    bool same = m.ndim == full.ndim;
+    for (int i = 0; same && i < m.ndim; i++)
+        same = vq__dim_match(m.shape[i], full.shape[i]);
+    if (!same) {
+        char a[100], b[100];
+        return vq__in_fail(c, 0, "shape %s is not the broadcast shape %s of X and Y",
+                           vq__shape_str(a, sizeof a, m.ndim, m.shape),
+                           vq__shape_str(b, sizeof b, full.ndim, full.shape));
+    }
+    c->out[0] = c->in[1 + p->wrt];
+    return 0;
+}
+
+struct grad_rows {
+    const void *g, *x, *y;
+    void *dz;
+    int op, wrt;
+};
+
+/* One row: dz[i * (wrt ? ys : xs)] += g[i] * d op / d operand. */
+#define GRAD_ROW(T)                                                                         \
+    static void grad_row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,    \
+                             int64_t xs, int64_t ys)                                       \
+    {                                                                                      \
+        struct grad_rows *r = user;                                                        \
+        const T *g = (const T *)r->g + oo, *x = (const T *)r->x + xo, *y = (const T *)r->y + yo; \
+        T *dz = (T *)r->dz + (r->wrt ? yo : xo);                                           \
+        int64_t zs = r->wrt ? ys : xs;                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            T a = x[i * xs], b = y[i * ys], d;                                             \
+            switch (r->op) {                                                               \
+            case OP_ADD: d = g[i]; break;                                                  \
+            case OP_SUB: d = r->wrt ? -g[i] : g[i]; break;                                 \
+            case OP_MUL: d = g[i] * (r->wrt ? a : b); break;                               \
+            default: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;                   \
+            }                                                                              \
+            dz[i * zs] += d;                                                               \
+        }                                                                                  \
+    }
+
+GRAD_ROW(float)
+GRAD_ROW(double)
+
+static int grad_kernel(const vq__kcall *k)
+{
+    const struct grad_params *p = k->params;
+    vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
+    memset(dz->data, 0, dz->nbytes);
+    vq__bcast b;
+    vq__bcast_init(&b, g, x, y);
+    struct grad_rows r = {.g = g->data, .x = x->data, .y = y->data, .dz = dz->data,
+                          .op = p->op, .wrt = p->wrt};
+    vq__bcast_rows(&b, &r, g->dtype == VQ_F32 ? grad_row_float : grad_row_double);
+    return 0;
+}
+
+static int binary_grad(const vq__grad *g)
+{
+    for (int i = 0; i < 2; i++) {
+        if (!g->din[i])
+            continue;
+        const char *in[3] = {g->dout[0], g->in[0], g->in[1]};
+        vq_attr attrs[2] = {VQ_ATTR_S("op", op_names[g->def->code]), VQ_ATTR_I("wrt", i)};
+        int rc = vq__emit(g, "elementwise_grad", in, 3, &g->din[i], 1, attrs, 2);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- scale: Out = scale * X + bias ---- */
+
+struct scale_params {
+    double scale, bias;
+};
+
+static const vq__attr_spec scale_attrs[] = {
+    {"scale", VQ_ATTR_FLOAT, false, "1"},
+    {"bias", VQ_ATTR_FLOAT, false, "0"},
+};
+
+static int scale_infer(vq__infer *c)
+{
+    int rc = vq__check_dtype(c, 0, VQ__FLOATS);
+    if (rc < 0)
+        return rc;
+    struct scale_params *p = c->params;
+    p->scale = vq__attr_float(c, "scale", 1.0);
+    p->bias = vq__attr_float(c, "bias", 0.0);
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static int scale_kernel(const vq__kcall *k)
+{
+    const struct scale_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (x->dtype == VQ_F32) {
+        const float *a = x->data;
+        float *b = o->data, s = (float)p->scale, c = (float)p->bias;
+        for (int64_t i = 0; i < x->numel; i++)
+            b[i] = s * a[i] + c;
+    } else {
+        const double *a = x->data;
+        double *b = o->data;
+        for (int64_t i = 0; i < x->numel; i++)
+            b[i] = p->scale * a[i] + p->bias;
+    }
+    return 0;
+}
+
+static int scale_grad(const vq__grad *g)
+{
+    const vq_attr *s = NULL;
+    for (int i = 0; i < g->nattrs; i++)
+        if (!strcmp(g->attrs[i].name, "scale"))
+            s = &g->attrs[i];
+    vq_attr a = s ? *s : VQ_ATTR_F("scale", 1.0);
+    return vq__emit(g, "scale", &g->dout[0], 1, &g->din[0], 1, &a, 1);
+}
+
+static const vq__attr_spec grad_attrs[] = {
+    {"op", VQ_ATTR_STRING, true, NULL},
+    {"wrt", VQ_ATTR_INT, true, NULL},
+};
+
+#define BINARY(name, c)                                                                     \
+    {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
+     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(struct binary_params),       \
+     .infer = binary_infer, .kernel = {binary_kernel}, .grad = binary_grad}
+
+const vq__op_def vq__ops_elementwise[] = {
+    BINARY("add", OP_ADD),
+    BINARY("sub", OP_SUB),
+    BINARY("mul", OP_MUL),
+    BINARY("div", OP_DIV),
+    {.type = "elementwise_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
+     .nout_slots = 1, .attrs = grad_attrs, .nattrs = 2,
+     .params_size = sizeof(struct grad_params), .infer = grad_infer, .kernel = {grad_kernel}},
+    {.type = "scale", .in_slots = xy_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
+     .flags = VQ__INPLACE_OK, .attrs = scale_attrs, .nattrs = 2,
+     .params_size = sizeof(struct scale_params), .infer = scale_infer, .kernel = {scale_kernel},
+     .grad = scale_grad},
+    {0},
+};

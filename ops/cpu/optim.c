@@ -1,0 +1,6 @@
+/* (being written) */
+#include "../internal.h"
+
+const vq__op_def vq__ops_optim[] = {
+    {0},
+};

@@ -1,0 +1,270 @@
+/* Private structures of the ops module: the tensor object, the allocator
+ * interface, and the op definition every kernel file registers (slots,
+ * attribute schema, inference, kernels per device, gradient maker).
+ *
+ * How an op call flows: the registry (registry.c) finds the definition,
+ * checks the attributes against its schema, and calls infer() with the
+ * inputs' dtypes and shapes (vq__meta); infer checks them, fills the output
+ * metas and the op's params (a small struct of parsed attributes, so kernels
+ * never look attributes up by name). The kernel then gets tensors and those
+ * params. The graph layer runs infer once per op when it prepares a plan,
+ * with -1 for dims it does not know yet, and again with real shapes when it
+ * runs; imperative calls run it on every call. */
+#ifndef VARQ_OPS_INTERNAL_H
+#define VARQ_OPS_INTERNAL_H
+
+#include <varq/ops.h>
+#include <varq/tensor.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- allocator (alloc.c) ---- */
+
+/* One per device. Blocks are 64-byte aligned. stream is the stream of the
+ * block's last user, for stream-ordered devices; NULL on the CPU. */
+typedef struct vq__allocator {
+    void *(*alloc)(struct vq__allocator *a, size_t bytes, void *stream);
+    void (*free)(struct vq__allocator *a, void *p, size_t bytes, void *stream);
+    int (*stats)(struct vq__allocator *a, vq_mem_stats *out);
+    void (*reset_peak)(struct vq__allocator *a);
+    void (*trim)(struct vq__allocator *a);
+} vq__allocator;
+
+/* The allocator of dev, or NULL (no such device in this build). */
+vq__allocator *vq__allocator_of(vq_ctx dev);
+
+/* ---- tensors (tensor.c) ---- */
+
+struct vq_tensor {
+    atomic_int refs;
+    vq_dtype dtype;
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];
+    int64_t numel;
+    size_t nbytes;
+    void *data;
+    vq_ctx dev;
+    vq__allocator *alloc;
+    /* Set once, by the first engine the tensor is used with. */
+    _Atomic(vq_var *) var;
+    _Atomic(vq_engine *) engine;
+    /* Message of the failed op that last wrote the tensor (malloc'd, or
+     * NULL). Stored by that op, taken by vq_tensor_wait after the var says
+     * the op is done. */
+    _Atomic(char *) fail_msg;
+};
+
+/* A new tensor whose bytes are not initialized. */
+int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);
+
+/* Elements of a shape; -1 if a dim is negative (unknown), INT64_MAX past
+ * 2^62 elements. */
+int64_t vq__numel(int ndim, const int64_t *shape);
+
+/* Writes "[2,3,4]" into buf (always terminated). Returns buf. */
+char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
+/* ---- op definitions (registry.c) ---- */
+
+#define VQ__MAX_SLOTS 64 /* tensors per op call, variadic slots included */
+
+/* dtype and shape of a slot; -1 dims are unknown (graph preparation). */
+typedef struct vq__meta {
+    vq_dtype dtype;
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];
+} vq__meta;
+
+typedef struct vq__attr_spec {
+    const char *name;
+    vq_attr_type type;
+    bool required;
+    const char *dflt; /* the default, for vq_op_signature (e.g. "0", "-1") */
+} vq__attr_spec;
+
+struct vq__op_def;
+
+typedef struct vq__infer {
+    const struct vq__op_def *def;
+    const vq_attr *attrs;
+    int nattrs;
+    int nin;
+    const vq__meta *in;
+    int nout;
+    vq__meta *out;   /* to fill */
+    void *params;    /* def->params_size zeroed bytes to fill */
+} vq__infer;
+
+typedef struct vq__kcall {
+    const struct vq__op_def *def;
+    const void *params;
+    vq_tensor *const *in;
+    int nin;
+    vq_tensor *const *out;
+    int nout;
+    const vq_exec_ctx *x; /* NULL when run outside an engine */
+} vq__kcall;
+
+/* A gradient maker's view of one forward op in a program: var names.
+ * din[i] is the name to give the gradient of input i, or NULL if that one
+ * is not wanted; dout[j] the name of the gradient flowing into output j
+ * (NULL: none flows). The maker calls emit once per gradient op it needs;
+ * temp() hands out fresh names for intermediate vars. */
+typedef struct vq__grad {
+    const struct vq__op_def *def;
+    const char *const *in;
+    int nin;
+    const char *const *out;
+    int nout;
+    const char *const *din;
+    const char *const *dout;
+    const vq_attr *attrs;
+    int nattrs;
+    int (*emit)(void *user, const char *type, const char *const *in, int nin,
+                const char *const *out, int nout, const vq_attr *attrs, int nattrs);
+    const char *(*temp)(void *user);
+    void *user;
+} vq__grad;
+
+enum {
+    VQ__VARIADIC_IN = 1u << 0, /* the last input slot takes 1..N tensors */
+    VQ__VARIADIC_OUT = 1u << 1, /* the last output slot takes 1..N tensors */
+    VQ__INPLACE_OK = 1u << 2,  /* an output may be the same tensor as an input */
+};
+
+#define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
+
+typedef struct vq__op_def {
+    const char *type;
+    const char *const *in_slots;
+    int nin_slots;
+    const char *const *out_slots;
+    int nout_slots;
+    unsigned flags;
+    const vq__attr_spec *attrs;
+    int nattrs;
+    int code;           /* free for the kernel file: e.g. which elementwise op */
+    size_t params_size; /* <= VQ__MAX_PARAMS */
+    int (*infer)(vq__infer *c);
+    int (*kernel[VQ__NDEV])(const vq__kcall *k);
+    /* NULL: the op has no gradient (asking for one is an error naming it);
+     * ops without inputs and the gradient ops themselves. */
+    int (*grad)(const vq__grad *g);
+} vq__op_def;
+
+#define VQ__MAX_PARAMS 256
+
+/* Each kernel file defines one table, ended by an entry with type NULL. */
+extern const vq__op_def vq__ops_elementwise[];
+extern const vq__op_def vq__ops_activation[];
+extern const vq__op_def vq__ops_loss[];
+extern const vq__op_def vq__ops_reduce[];
+extern const vq__op_def vq__ops_shape[];
+extern const vq__op_def vq__ops_matmul[];
+extern const vq__op_def vq__ops_init[];
+extern const vq__op_def vq__ops_optim[];
+
+/* The definition of type, or NULL. Thread-safe (the table is built once). */
+const vq__op_def *vq__op_find(const char *type);
+
+/* Checks attrs against def's schema and calls def->infer: the whole static
+ * check of one call. Errors name the op and the slot or attribute. */
+int vq__op_infer(const vq__op_def *def, const vq_attr *attrs, int nattrs, int nin,
+                 const vq__meta *in, int nout, vq__meta *out, void *params);
+
+/* Expected input / output counts for a call: VQ_EINVAL (message naming the
+ * op) if nin or nout is not allowed. */
+int vq__op_check_arity(const vq__op_def *def, int nin, int nout);
+
+/* Name of input slot i (the variadic slot repeats) / output slot i. */
+const char *vq__op_in_slot(const vq__op_def *def, int i);
+const char *vq__op_out_slot(const vq__op_def *def, int i);
+
+/* ---- helpers for infer functions (registry.c) ---- */
+
+/* Attribute lookup after schema checks: the attribute, or NULL if absent. */
+const vq_attr *vq__attr_find(const vq__infer *c, const char *name);
+int64_t vq__attr_int(const vq__infer *c, const char *name, int64_t dflt);
+double vq__attr_float(const vq__infer *c, const char *name, double dflt);
+bool vq__attr_bool(const vq__infer *c, const char *name, bool dflt);
+/* A dtype attribute given as a name ("f32", "float32", ...). */
+int vq__attr_dtype(const vq__infer *c, const char *name, vq_dtype dflt, vq_dtype *out);
+
+/* VQ_EINVAL with "op: input X (slot 0): <formatted>". */
+int vq__in_fail(const vq__infer *c, int slot, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* VQ_EINVAL with "op: attribute name: <formatted>". */
+int vq__attr_fail(const vq__infer *c, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* VQ_EINVAL with "op: <formatted>". */
+int vq__op_fail(const vq__op_def *def, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Input slot must have one of the dtypes in mask (bit 1 << dtype). */
+#define VQ__FLOATS ((1u << VQ_F32) | (1u << VQ_F64))
+#define VQ__NUMERIC (VQ__FLOATS | (1u << VQ_I32) | (1u << VQ_I64))
+#define VQ__ANY (VQ__NUMERIC | (1u << VQ_BOOL))
+int vq__check_dtype(const vq__infer *c, int slot, unsigned mask);
+/* Inputs a and b must have the same dtype. */
+int vq__check_same_dtype(const vq__infer *c, int a, int b);
+/* Input slot must have rank ndim. */
+int vq__check_rank(const vq__infer *c, int slot, int ndim);
+/* Inputs a and b must have equal shapes (unknown dims match anything). */
+int vq__check_same_shape(const vq__infer *c, int a, int b);
+
+/* Dims are equal, or one is unknown (-1). */
+static inline bool vq__dim_match(int64_t a, int64_t b)
+{
+    return a == b || a < 0 || b < 0;
+}
+
+/* Broadcasts the shapes of inputs a and b numpy-style into out (with -1
+ * for dims that depend on unknown ones). VQ_EINVAL naming the dim. */
+int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out);
+
+/* Normalizes axis (negative counts from the end) for rank ndim. */
+int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out);
+
+/* ---- grad maker helpers (registry.c) ---- */
+
+static inline int vq__emit(const vq__grad *g, const char *type, const char *const *in, int nin,
+                           const char *const *out, int nout, const vq_attr *attrs, int nattrs)
+{
+    return g->emit(g->user, type, in, nin, out, nout, attrs, nattrs);
+}
+
+/* ---- running a kernel (registry.c) ---- */
+
+/* Runs def's kernel for device dev. Returns its result; on failure the
+ * message is in vq_errmsg() and names the op. */
+int vq__kernel_run(const vq__kcall *k, vq_ctx dev);
+
+/* Stride-0 broadcasting walk over an output of `ndim` dims: for each
+ * innermost row it calls row(user, offsets of each input in elements, row
+ * length, per-input innermost stride 0/1, output offset). The output is
+ * contiguous. */
+typedef struct vq__bcast {
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];    /* output shape */
+    int64_t stride[2][VQ_MAX_DIMS]; /* per input, in elements, 0 where broadcast */
+} vq__bcast;
+
+/* Sets up b for output shape out and the two input shapes. */
+void vq__bcast_init(vq__bcast *b, const vq_tensor *out, const vq_tensor *x, const vq_tensor *y);
+
+/* Calls fn once per innermost row; fn(user, xoff, yoff, ooff, n, xs, ys). */
+void vq__bcast_rows(const vq__bcast *b, void *user,
+                    void (*fn)(void *user, int64_t xoff, int64_t yoff, int64_t ooff, int64_t n,
+                               int64_t xs, int64_t ys));
+
+/* ---- random numbers (rng.c) ---- */
+
+/* Philox4x32-10: four 32-bit random words for (counter, key). The same
+ * (seed, index) always gives the same words, on any thread or device. */
+void vq__philox(uint64_t counter, uint64_t key, uint32_t out[4]);
+
+#endif

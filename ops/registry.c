@@ -1,0 +1,572 @@
+/* The op registry: every kernel file's table of op definitions, merged once
+ * into one sorted array; attribute checking against each op's schema; the
+ * helpers infer functions use to check inputs and report errors that name
+ * the op and slot; and vq_op_run, which checks a call, creates its outputs
+ * and pushes its kernel onto the engine.
+ *
+ * Error messages all start with the op type, then the slot or attribute:
+ * "matmul: input Y (slot 1): inner dims differ: X is [2,3], Y is [4,5]". */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the table ---- */
+
+static const vq__op_def *const family[] = {
+    vq__ops_elementwise, vq__ops_activation, vq__ops_loss, vq__ops_reduce,
+    vq__ops_shape,       vq__ops_matmul,     vq__ops_init, vq__ops_optim,
+};
+
+#define MAX_OPS 256
+#define SIG_BYTES 320
+
+static const vq__op_def *ops[MAX_OPS];
+static char signatures[MAX_OPS][SIG_BYTES];
+static int nops;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static int cmp_def(const void *a, const void *b)
+{
+    return strcmp((*(const vq__op_def *const *)a)->type, (*(const vq__op_def *const *)b)->type);
+}
+
+static const char *attr_type_name(vq_attr_type t)
+{
+    switch (t) {
+    case VQ_ATTR_INT: return "int";
+    case VQ_ATTR_FLOAT: return "float";
+    case VQ_ATTR_STRING: return "string";
+    case VQ_ATTR_BOOL: return "bool";
+    case VQ_ATTR_INTS: return "ints";
+    case VQ_ATTR_FLOATS: return "floats";
+    case VQ_ATTR_STRINGS: return "strings";
+    case VQ_ATTR_BOOLS: return "bools";
+    }
+    return "?";
+}
+
+static void put_slots(char *buf, size_t size, size_t *at, const char *const *slots, int n,
+                      bool variadic)
+{
+    for (int i = 0; i < n && *at < size; i++)
+        *at += (size_t)snprintf(buf + *at, size - *at, "%s%s%s", i ? ", " : "", slots[i],
+                                variadic && i == n - 1 ? "..." : "");
+}
+
+static void make_signature(const vq__op_def *d, char *buf, size_t size)
+{
+    size_t at = (size_t)snprintf(buf, size, "%s(", d->type);
+    put_slots(buf, size, &at, d->in_slots, d->nin_slots, d->flags & VQ__VARIADIC_IN);
+    if (at < size)
+        at += (size_t)snprintf(buf + at, size - at, ") -> ");
+    put_slots(buf, size, &at, d->out_slots, d->nout_slots, d->flags & VQ__VARIADIC_OUT);
+    for (int i = 0; i < d->nattrs && at < size; i++) {
+        const vq__attr_spec *a = &d->attrs[i];
+        at += (size_t)snprintf(buf + at, size - at, "%s %s:%s%s%s", i ? "" : ";", a->name,
+                               attr_type_name(a->type), a->required ? "" : "=",
+                               a->required ? "" : (a->dflt ? a->dflt : "none"));
+    }
+}
+
+static void table_build(void)
+{
+    for (size_t f = 0; f < sizeof family / sizeof family[0]; f++)
+        for (const vq__op_def *d = family[f]; d->type && nops < MAX_OPS; d++)
+            ops[nops++] = d;
+    qsort(ops, (size_t)nops, sizeof ops[0], cmp_def);
+    for (int i = 0; i < nops; i++)
+        make_signature(ops[i], signatures[i], SIG_BYTES);
+}
+
+static int find_index(const char *type)
+{
+    pthread_once(&table_once, table_build);
+    int lo = 0, hi = nops - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(type, ops[mid]->type);
+        if (c == 0)
+            return mid;
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return -1;
+}
+
+const vq__op_def *vq__op_find(const char *type)
+{
+    int i = type ? find_index(type) : -1;
+    return i < 0 ? NULL : ops[i];
+}
+
+VQ_API int vq_op_count(void)
+{
+    pthread_once(&table_once, table_build);
+    return nops;
+}
+
+VQ_API const char *vq_op_name(int index)
+{
+    pthread_once(&table_once, table_build);
+    return index >= 0 && index < nops ? ops[index]->type : NULL;
+}
+
+VQ_API const char *vq_op_signature(const char *type)
+{
+    int i = type ? find_index(type) : -1;
+    return i < 0 ? NULL : signatures[i];
+}
+
+/* ---- slots and arity ---- */
+
+const char *vq__op_in_slot(const vq__op_def *d, int i)
+{
+    if (i < d->nin_slots)
+        return d->in_slots[i];
+    return (d->flags & VQ__VARIADIC_IN) && d->nin_slots ? d->in_slots[d->nin_slots - 1] : "?";
+}
+
+const char *vq__op_out_slot(const vq__op_def *d, int i)
+{
+    if (i < d->nout_slots)
+        return d->out_slots[i];
+    return (d->flags & VQ__VARIADIC_OUT) && d->nout_slots ? d->out_slots[d->nout_slots - 1]
+                                                          : "?";
+}
+
+static int arity_fail(const vq__op_def *d, const char *what, int got, int want, bool variadic)
+{
+    return vq__fail(VQ_EINVAL, "%s: takes %s%d %s, got %d", d->type, variadic ? "at least " : "",
+                    want, what, got);
+}
+
+int vq__op_check_arity(const vq__op_def *d, int nin, int nout)
+{
+    bool vi = d->flags & VQ__VARIADIC_IN, vo = d->flags & VQ__VARIADIC_OUT;
+    if (vi ? nin < d->nin_slots : nin != d->nin_slots)
+        return arity_fail(d, "inputs", nin, d->nin_slots, vi);
+    if (vo ? nout < d->nout_slots : nout != d->nout_slots)
+        return arity_fail(d, "outputs", nout, d->nout_slots, vo);
+    if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
+        return vq__fail(VQ_EINVAL, "%s: more than %d inputs or outputs", d->type, VQ__MAX_SLOTS);
+    return 0;
+}
+
+/* ---- attributes ---- */
+
+static bool attr_type_fits(vq_attr_type want, const vq_attr *a)
+{
+    if (a->type == want)
+        return true;
+    switch (want) {
+    case VQ_ATTR_FLOAT: return a->type == VQ_ATTR_INT;
+    case VQ_ATTR_BOOL: return a->type == VQ_ATTR_INT && (a->i == 0 || a->i == 1);
+    case VQ_ATTR_FLOATS: return a->type == VQ_ATTR_INTS;
+    case VQ_ATTR_BOOLS: return a->type == VQ_ATTR_INTS;
+    default: return false;
+    }
+}
+
+static int attrs_check(const vq__op_def *d, const vq_attr *attrs, int nattrs)
+{
+    if (nattrs < 0 || (nattrs > 0 && !attrs))
+        return vq__fail(VQ_EINVAL, "%s: attrs is NULL or nattrs is %d", d->type, nattrs);
+    for (int i = 0; i < nattrs; i++) {
+        const vq_attr *a = &attrs[i];
+        if (!a->name)
+            return vq__fail(VQ_EINVAL, "%s: attribute %d has no name", d->type, i);
+        const vq__attr_spec *s = NULL;
+        for (int j = 0; j < d->nattrs && !s; j++)
+            if (!strcmp(d->attrs[j].name, a->name))
+                s = &d->attrs[j];
+        if (!s) {
+            char known[160] = "";
+            size_t at = 0;
+            for (int j = 0; j < d->nattrs && at < sizeof known; j++)
+                at += (size_t)snprintf(known + at, sizeof known - at, "%s%s", j ? ", " : "",
+                                       d->attrs[j].name);
+            return vq__fail(VQ_EINVAL, "%s: unknown attribute '%s' (known: %s)", d->type, a->name,
+                            d->nattrs ? known : "none");
+        }
+        if (!attr_type_fits(s->type, a))
+            return vq__fail(VQ_EINVAL, "%s: attribute %s: expected %s, got %s", d->type, a->name,
+                            attr_type_name(s->type), attr_type_name(a->type));
+        const void *values = a->type == VQ_ATTR_FLOATS    ? (const void *)a->floats
+                             : a->type == VQ_ATTR_STRINGS ? (const void *)a->strings
+                                                          : (const void *)a->ints;
+        if (a->type >= VQ_ATTR_INTS && (a->n < 0 || (a->n > 0 && !values)))
+            return vq__fail(VQ_EINVAL, "%s: attribute %s: list of %d with no values", d->type,
+                            a->name, a->n);
+        if (a->type == VQ_ATTR_STRING && !a->s)
+            return vq__fail(VQ_EINVAL, "%s: attribute %s: string is NULL", d->type, a->name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(attrs[j].name, a->name))
+                return vq__fail(VQ_EINVAL, "%s: attribute %s given twice", d->type, a->name);
+    }
+    for (int j = 0; j < d->nattrs; j++) {
+        if (!d->attrs[j].required)
+            continue;
+        bool found = false;
+        for (int i = 0; i < nattrs && !found; i++)
+            found = !strcmp(attrs[i].name, d->attrs[j].name);
+        if (!found)
+            return vq__fail(VQ_EINVAL, "%s: attribute %s (%s) is required", d->type,
+                            d->attrs[j].name, attr_type_name(d->attrs[j].type));
+    }
+    return 0;
+}
+
+const vq_attr *vq__attr_find(const vq__infer *c, const char *name)
+{
+    for (int i = 0; i < c->nattrs; i++)
+        if (!strcmp(c->attrs[i].name, name))
+            return &c->attrs[i];
+    return NULL;
+}
+
+int64_t vq__attr_int(const vq__infer *c, const char *name, int64_t dflt)
+{
+    const vq_attr *a = vq__attr_find(c, name);
+    return a ? a->i : dflt;
+}
+
+double vq__attr_float(const vq__infer *c, const char *name, double dflt)
+{
+    const vq_attr *a = vq__attr_find(c, name);
+    return !a ? dflt : a->type == VQ_ATTR_INT ? (double)a->i : a->f;
+}
+
+bool vq__attr_bool(const vq__infer *c, const char *name, bool dflt)
+{
+    const vq_attr *a = vq__attr_find(c, name);
+    return a ? a->i != 0 : dflt;
+}
+
+int vq__attr_dtype(const vq__infer *c, const char *name, vq_dtype dflt, vq_dtype *out)
+{
+    const vq_attr *a = vq__attr_find(c, name);
+    *out = dflt;
+    if (a && vq_dtype_parse(a->s, out) < 0)
+        return vq__attr_fail(c, name, "unknown dtype \"%s\" (f32, f64, i32, i64, bool)", a->s);
+    return 0;
+}
+
+/* ---- errors and checks for infer functions ---- */
+
+static int vfail_prefixed(const char *prefix, const char *fmt, va_list ap)
+{
+    char msg[200];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return vq__fail(VQ_EINVAL, "%s: %s", prefix, msg);
+}
+
+int vq__in_fail(const vq__infer *c, int slot, const char *fmt, ...)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s: input %s (slot %d)", c->def->type,
+             vq__op_in_slot(c->def, slot), slot);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_prefixed(prefix, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int vq__attr_fail(const vq__infer *c, const char *name, const char *fmt, ...)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s: attribute %s", c->def->type, name);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_prefixed(prefix, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int vq__op_fail(const vq__op_def *def, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail_prefixed(def->type, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int vq__check_dtype(const vq__infer *c, int slot, unsigned mask)
+{
+    vq_dtype dt = c->in[slot].dtype;
+    if (mask & (1u << dt))
+        return 0;
+    char allowed[64] = "";
+    size_t at = 0;
+    for (int i = 0; i < VQ_DTYPE_COUNT; i++)
+        if (mask & (1u << i))
+            at += (size_t)snprintf(allowed + at, sizeof allowed - at, "%s%s", at ? ", " : "",
+                                   vq_dtype_name((vq_dtype)i));
+    return vq__in_fail(c, slot, "dtype %s not supported (%s)", vq_dtype_name(dt), allowed);
+}
+
+int vq__check_same_dtype(const vq__infer *c, int a, int b)
+{
+    if (c->in[a].dtype == c->in[b].dtype)
+        return 0;
+    return vq__in_fail(c, b, "dtype %s differs from %s's %s", vq_dtype_name(c->in[b].dtype),
+                       vq__op_in_slot(c->def, a), vq_dtype_name(c->in[a].dtype));
+}
+
+int vq__check_rank(const vq__infer *c, int slot, int ndim)
+{
+    if (c->in[slot].ndim == ndim)
+        return 0;
+    return vq__in_fail(c, slot, "has %d dims, expected %d", c->in[slot].ndim, ndim);
+}
+
+int vq__check_same_shape(const vq__infer *c, int a, int b)
+{
+    const vq__meta *x = &c->in[a], *y = &c->in[b];
+    bool same = x->ndim == y->ndim;
+    for (int i = 0; same && i < x->ndim; i++)
+        same = vq__dim_match(x->shape[i], y->shape[i]);
+    if (same)
+        return 0;
+    char sx[100], sy[100];
+    return vq__in_fail(c, b, "shape %s differs from %s's %s",
+                       vq__shape_str(sy, sizeof sy, y->ndim, y->shape), vq__op_in_slot(c->def, a),
+                       vq__shape_str(sx, sizeof sx, x->ndim, x->shape));
+}
+
+int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out)
+{
+    const vq__meta *x = &c->in[a], *y = &c->in[b];
+    int n = x->ndim > y->ndim ? x->ndim : y->ndim;
+    out->ndim = n;
+    for (int i = 0; i < n; i++) {
+        int ix = x->ndim - n + i, iy = y->ndim - n + i;
+        int64_t dx = ix >= 0 ? x->shape[ix] : 1, dy = iy >= 0 ? y->shape[iy] : 1, d;
+        if (dx == dy || dy == 1)
+            d = dx;
+        else if (dx == 1)
+            d = dy;
+        else if (dx < 0 || dy < 0)
+            d = dx < 0 ? dy : dx; /* the unknown one must be 1 or equal */
+        else {
+            char sx[100], sy[100];
+            return vq__in_fail(c, b, "shape %s does not broadcast with %s's %s (dim %d: %lld vs %lld)",
+                               vq__shape_str(sy, sizeof sy, y->ndim, y->shape),
+                               vq__op_in_slot(c->def, a),
+                               vq__shape_str(sx, sizeof sx, x->ndim, x->shape), i, (long long)dx,
+                               (long long)dy);
+        }
+        out->shape[i] = d;
+    }
+    return 0;
+}
+
+int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out)
+{
+    if (axis < -ndim || axis >= (ndim ? ndim : 1))
+        return vq__attr_fail(c, attr, "axis %lld is outside [%d, %d) for %d dims",
+                             (long long)axis, -ndim, ndim, ndim);
+    *out = (int)(axis < 0 ? axis + ndim : axis);
+    return 0;
+}
+
+/* ---- one call's static check ---- */
+
+int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
+                 const vq__meta *in, int nout, vq__meta *out, void *params)
+{
+    int rc = vq__op_check_arity(d, nin, nout);
+    if (rc < 0)
+        return rc;
+    if ((rc = attrs_check(d, attrs, nattrs)) < 0)
+        return rc;
+    for (int i = 0; i < nin; i++)
+        if ((unsigned)in[i].dtype >= VQ_DTYPE_COUNT || in[i].ndim < 0 || in[i].ndim > VQ_MAX_DIMS)
+            return vq__fail(VQ_EINVAL, "%s: input %s (slot %d) has a bad dtype or rank", d->type,
+                            vq__op_in_slot(d, i), i);
+    if (d->params_size > VQ__MAX_PARAMS)
+        return vq__fail(VQ_EINVAL, "%s: params too large", d->type);
+    memset(params, 0, d->params_size);
+    memset(out, 0, (size_t)nout * sizeof *out);
+    vq__infer c = {.def = d, .attrs = attrs, .nattrs = nattrs, .nin = nin, .in = in,
+                   .nout = nout, .out = out, .params = params};
+    return d->infer(&c);
+}
+
+int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
+{
+    int (*fn)(const vq__kcall *) =
+        (unsigned)dev.kind < VQ__NDEV ? k->def->kernel[dev.kind] : NULL;
+    if (!fn)
+        return vq__op_fail(k->def, "no kernel for device kind %d in this build", dev.kind);
+    return fn(k);
+}
+
+/* ---- imperative calls ---- */
+
+/* What one pushed call owns until it is done: references to its tensors and
+ * a copy of its params. */
+struct call {
+    const vq__op_def *def;
+    int nin, nout;
+    vq_tensor *t[2 * VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+};
+
+static void call_free(void *arg)
+{
+    struct call *c = arg;
+    for (int i = 0; i < c->nin + c->nout; i++)
+        vq_tensor_release(c->t[i]);
+    free(c);
+}
+
+/* The failed kernel's message goes to each output, for vq_tensor_wait. */
+static void note_failure(vq_tensor *const *out, int nout)
+{
+    for (int i = 0; i < nout; i++) {
+        char *msg = strdup(vq_errmsg());
+        free(atomic_exchange(&out[i]->fail_msg, msg));
+    }
+}
+
+static int call_run(void *arg, const vq_exec_ctx *x)
+{
+    struct call *c = arg;
+    vq__kcall k = {.def = c->def, .params = c->params, .in = c->t, .nin = c->nin,
+                   .out = c->t + c->nin, .nout = c->nout, .x = x};
+    int err = vq__kernel_run(&k, x->ctx);
+    if (err)
+        note_failure(k.out, k.nout);
+    return err;
+}
+
+static void meta_of(const vq_tensor *t, vq__meta *m)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+static bool meta_equal(const vq__meta *m, const vq_tensor *t)
+{
+    if (m->dtype != t->dtype || m->ndim != t->ndim)
+        return false;
+    for (int i = 0; i < m->ndim; i++)
+        if (m->shape[i] != t->shape[i])
+            return false;
+    return true;
+}
+
+/* Checks the given outputs against the inferred metas and for aliasing. */
+static int outputs_check(const vq__op_def *d, vq_tensor *const *in, int nin, vq_tensor **out,
+                         int nout, const vq__meta *om)
+{
+    for (int i = 0; i < nout; i++) {
+        for (int j = 0; j < nout; j++)
+            if (j != i && out[i] && out[i] == out[j])
+                return vq__fail(VQ_EINVAL, "%s: outputs %d and %d are the same tensor", d->type, j,
+                                i);
+        if (!out[i]) {
+            for (int k = 0; k < om[i].ndim; k++)
+                if (om[i].shape[k] < 0)
+                    return vq__fail(VQ_EINVAL, "%s: output %s (slot %d): shape unknown", d->type,
+                                    vq__op_out_slot(d, i), i);
+            continue;
+        }
+        if (!meta_equal(&om[i], out[i])) {
+            char want[100], got[100];
+            return vq__fail(VQ_EINVAL, "%s: output %s (slot %d): expected %s %s, got %s %s",
+                            d->type, vq__op_out_slot(d, i), i, vq_dtype_name(om[i].dtype),
+                            vq__shape_str(want, sizeof want, om[i].ndim, om[i].shape),
+                            vq_dtype_name(out[i]->dtype),
+                            vq__shape_str(got, sizeof got, out[i]->ndim, out[i]->shape));
+        }
+        if (!(d->flags & VQ__INPLACE_OK))
+            for (int j = 0; j < nin; j++)
+                if (in[j] == out[i])
+                    return vq__fail(VQ_EINVAL,
+                                    "%s: output %s (slot %d) is also input %d; this op cannot "
+                                    "work in place",
+                                    d->type, vq__op_out_slot(d, i), i, j);
+    }
+    return 0;
+}
+
+VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                     vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
+{
+    if (!type)
+        return vq__fail(VQ_EINVAL, "vq_op_run: type is NULL");
+    const vq__op_def *d = vq__op_find(type);
+    if (!d)
+        return vq__fail(VQ_EINVAL, "vq_op_run: unknown op type \"%s\"", type);
+    int rc = vq__op_check_arity(d, nin, nout);
+    if (rc < 0)
+        return rc;
+    if ((nin && !in) || (nout && !out))
+        return vq__fail(VQ_EINVAL, "%s: inputs or outputs array is NULL", d->type);
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    for (int i = 0; i < nin; i++) {
+        if (!in[i])
+            return vq__fail(VQ_EINVAL, "%s: input %s (slot %d) is NULL", d->type,
+                            vq__op_in_slot(d, i), i);
+        meta_of(in[i], &im[i]);
+    }
+    struct call *c = malloc(sizeof *c);
+    if (!c)
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", d->type);
+    rc = vq__op_infer(d, attrs, nattrs, nin, im, nout, om, c->params);
+    if (rc == 0)
+        rc = outputs_check(d, in, nin, out, nout, om);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+    c->def = d;
+    c->nin = nin;
+    c->nout = 0;
+    for (int i = 0; i < nin; i++)
+        c->t[i] = vq_tensor_retain(in[i]);
+    bool created[VQ__MAX_SLOTS] = {false};
+    for (int i = 0; i < nout && rc == 0; i++) {
+        if (out[i])
+            c->t[nin + i] = vq_tensor_retain(out[i]);
+        else if ((rc = vq__tensor_empty(&c->t[nin + i], om[i].dtype, om[i].ndim, om[i].shape)) == 0)
+            created[i] = true;
+        if (rc == 0)
+            c->nout++;
+    }
+    vq_var *vars[2 * VQ__MAX_SLOTS];
+    for (int i = 0; e && rc == 0 && i < nin + nout; i++)
+        if (!(vars[i] = vq_tensor_var(c->t[i], e)))
+            rc = VQ_EINVAL;
+    if (rc == 0 && !e) {
+        vq__kcall k = {.def = d, .params = c->params, .in = c->t, .nin = nin,
+                       .out = c->t + nin, .nout = nout, .x = NULL};
+        rc = vq__kernel_run(&k, (vq_ctx){VQ_DEV_CPU, 0});
+    } else if (rc == 0) {
+        vq_task t = {.fn = call_run, .arg = c, .arg_free = call_free,
+                     .reads = vars, .nreads = nin, .writes = vars + nin, .nwrites = nout,
+                     .name = d->type};
+        rc = vq_push(e, &t);
+        if (rc == 0) {
+            for (int i = 0; i < nout; i++)
+                if (created[i])
+                    out[i] = vq_tensor_retain(c->t[nin + i]);
+            return 0;
+        }
+    }
+    /* Synchronous run done, or failure: hand out or drop created outputs. */
+    for (int i = 0; i < nout; i++)
+        if (created[i] && rc == 0)
+            out[i] = vq_tensor_retain(c->t[nin + i]);
+    call_free(c);
+    return rc;
+}

@@ -1,0 +1,284 @@
+/* Tensors: creation, reference counting, accessors, the engine var each
+ * tensor gets on first use with an engine, and waiting on it.
+ *
+ * A tensor is one malloc'd header plus a storage block from its device's
+ * allocator. The header's refcount covers both: ops pushed on a tensor hold
+ * a reference until they are done, and the last release frees the storage
+ * through a write op on the tensor's var, so that ops a caller pushed
+ * directly on that var (vq_tensor_var) finish first. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name, *numpy;
+    size_t size;
+} dtypes[VQ_DTYPE_COUNT] = {
+    [VQ_F32] = {"f32", "float32", 4},
+    [VQ_F64] = {"f64", "float64", 8},
+    [VQ_I32] = {"i32", "int32", 4},
+    [VQ_I64] = {"i64", "int64", 8},
+    [VQ_BOOL] = {"bool", "bool", 1},
+};
+
+static bool dtype_ok(vq_dtype dt)
+{
+    return (unsigned)dt < VQ_DTYPE_COUNT;
+}
+
+VQ_API size_t vq_dtype_size(vq_dtype dt)
+{
+    return dtype_ok(dt) ? dtypes[dt].size : 0;
+}
+
+VQ_API const char *vq_dtype_name(vq_dtype dt)
+{
+    return dtype_ok(dt) ? dtypes[dt].name : "?";
+}
+
+VQ_API int vq_dtype_parse(const char *name, vq_dtype *out)
+{
+    if (!name || !out)
+        return vq__fail(VQ_EINVAL, "vq_dtype_parse: NULL argument");
+    for (int i = 0; i < VQ_DTYPE_COUNT; i++)
+        if (!strcmp(name, dtypes[i].name) || !strcmp(name, dtypes[i].numpy)) {
+            *out = (vq_dtype)i;
+            return 0;
+        }
+    return vq__fail(VQ_EINVAL, "unknown dtype \"%s\" (f32, f64, i32, i64, bool)", name);
+}
+
+int64_t vq__numel(int ndim, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return -1;
+        if (shape[i] != 0 && n > ((int64_t)1 << 62) / shape[i])
+            n = INT64_MAX;
+        else if (n != INT64_MAX)
+            n *= shape[i];
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0)
+            return 0;
+    return n;
+}
+
+char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
+{
+    size_t at = 0;
+    if (size == 0)
+        return buf;
+    buf[0] = '\0';
+    at += (size_t)snprintf(buf + at, size - at, "[");
+    for (int i = 0; i < ndim && at < size; i++)
+        at += (size_t)snprintf(buf + at, size - at, i ? ",%lld" : "%lld", (long long)shape[i]);
+    if (at < size)
+        snprintf(buf + at, size - at, "]");
+    return buf;
+}
+
+static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    if (!dtype_ok(dt))
+        return vq__fail(VQ_EINVAL, "%s: dtype %d is not a vq_dtype", fn, (int)dt);
+    if (ndim < 0 || ndim > VQ_MAX_DIMS)
+        return vq__fail(VQ_EINVAL, "%s: ndim %d is outside [0, %d]", fn, ndim, VQ_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return vq__fail(VQ_EINVAL, "%s: shape is NULL", fn);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return vq__fail(VQ_EINVAL, "%s: dim %d is %lld", fn, i, (long long)shape[i]);
+    int64_t n = vq__numel(ndim, shape);
+    if (n == INT64_MAX || (uint64_t)n > SIZE_MAX / 8 / vq_dtype_size(dt))
+        return vq__fail(VQ_ENOMEM, "%s: shape too large", fn);
+    return 0;
+}
+
+int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    int rc = check_shape("vq_tensor_new", dt, ndim, shape);
+    if (rc < 0)
+        return rc;
+    vq_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory");
+    atomic_init(&t->refs, 1);
+    t->dtype = dt;
+    t->ndim = ndim;
+    if (ndim)
+        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->numel = vq__numel(ndim, shape);
+    t->nbytes = (size_t)t->numel * vq_dtype_size(dt);
+    t->dev = (vq_ctx){VQ_DEV_CPU, 0};
+    t->alloc = vq__allocator_of(t->dev);
+    t->data = t->alloc->alloc(t->alloc, t->nbytes, NULL);
+    if (!t->data) {
+        size_t bytes = t->nbytes;
+        free(t);
+        return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory for %zu bytes", bytes);
+    }
+    atomic_init(&t->var, NULL);
+    atomic_init(&t->engine, NULL);
+    atomic_init(&t->fail_msg, NULL);
+    *out = t;
+    return 0;
+}
+
+VQ_API int vq_tensor_new(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_tensor_new: out is NULL");
+    int rc = vq__tensor_empty(out, dt, ndim, shape);
+    if (rc == 0)
+        memset((*out)->data, 0, (*out)->nbytes);
+    return rc;
+}
+
+VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape,
+                          const void *data)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_tensor_from: out is NULL");
+    int rc = check_shape("vq_tensor_from", dt, ndim, shape);
+    if (rc < 0)
+        return rc;
+    size_t bytes = (size_t)vq__numel(ndim, shape) * vq_dtype_size(dt);
+    if (bytes && !data)
+        return vq__fail(VQ_EINVAL, "vq_tensor_from: data is NULL");
+    if (dt == VQ_BOOL)
+        for (size_t i = 0; i < bytes; i++)
+            if (((const unsigned char *)data)[i] > 1)
+                return vq__fail(VQ_EINVAL, "vq_tensor_from: bool element %zu is %u, not 0 or 1",
+                                i, ((const unsigned char *)data)[i]);
+    rc = vq__tensor_empty(out, dt, ndim, shape);
+    if (rc == 0 && bytes)
+        memcpy((*out)->data, data, bytes);
+    return rc;
+}
+
+VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t)
+{
+    if (t)
+        atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+    return t;
+}
+
+static void tensor_destroy(vq_tensor *t)
+{
+    t->alloc->free(t->alloc, t->data, t->nbytes, NULL);
+    free(atomic_load(&t->fail_msg));
+    free(t);
+}
+
+static int destroy_op(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    tensor_destroy(arg);
+    return 0;
+}
+
+VQ_API void vq_tensor_release(vq_tensor *t)
+{
+    if (!t)
+        return;
+    /* acq_rel: the last release sees every write made under the others. */
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
+    if (!v) {
+        tensor_destroy(t);
+        return;
+    }
+    vq_engine *e = atomic_load_explicit(&t->engine, memory_order_acquire);
+    /* The storage goes after every op on the var, including ones pushed
+     * through vq_tensor_var that hold no reference; then the var itself. */
+    vq_var *w[1] = {v};
+    vq_task task = {.fn = destroy_op, .arg = t, .writes = w, .nwrites = 1,
+                    .name = "tensor_free", .priority = 0};
+    if (vq_push(e, &task) < 0) {
+        /* Only out of memory: fall back to waiting here. */
+        vq_wait_var(e, v);
+        tensor_destroy(t);
+    }
+    vq_var_free(e, v);
+}
+
+VQ_API vq_dtype vq_tensor_dtype(const vq_tensor *t)
+{
+    return t->dtype;
+}
+
+VQ_API int vq_tensor_ndim(const vq_tensor *t)
+{
+    return t->ndim;
+}
+
+VQ_API const int64_t *vq_tensor_shape(const vq_tensor *t)
+{
+    return t->shape;
+}
+
+VQ_API int64_t vq_tensor_numel(const vq_tensor *t)
+{
+    return t->numel;
+}
+
+VQ_API size_t vq_tensor_nbytes(const vq_tensor *t)
+{
+    return t->nbytes;
+}
+
+VQ_API void *vq_tensor_data(vq_tensor *t)
+{
+    return t->data;
+}
+
+VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e)
+{
+    if (!t || !e) {
+        vq__fail(VQ_EINVAL, "vq_tensor_var: NULL argument");
+        return NULL;
+    }
+    vq_engine *owner = NULL;
+    if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e) {
+        vq__fail(VQ_EINVAL, "vq_tensor_var: the tensor is already used with another engine");
+        return NULL;
+    }
+    vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
+    if (v)
+        return v;
+    vq_var *mine = vq_var_new(e, "tensor");
+    if (!mine)
+        return NULL;
+    if (!atomic_compare_exchange_strong(&t->var, &v, mine)) {
+        vq_var_free(e, mine); /* another thread won; v is its var */
+        return v;
+    }
+    return mine;
+}
+
+VQ_API int vq_tensor_wait(vq_tensor *t)
+{
+    if (!t)
+        return vq__fail(VQ_EINVAL, "vq_tensor_wait: tensor is NULL");
+    vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
+    if (!v)
+        return 0;
+    int err = vq_wait_var(atomic_load(&t->engine), v);
+    if (err == 0 || err == VQ_EDEADLK)
+        return err;
+    /* The failed op stored fail_msg before completing; the wait ordered us
+     * after it. Two waiters race for it: one gets the message. */
+    char *msg = atomic_exchange(&t->fail_msg, NULL);
+    if (msg) {
+        vq__fail(err, "%s", msg);
+        free(msg);
+    } else {
+        vq__fail(err, "an op this tensor depends on failed (%s)", vq_strerror(err));
+    }
+    return err;
+}

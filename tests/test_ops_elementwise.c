@@ -1,0 +1,201 @@
+/* Binary elementwise ops with broadcasting, scale, and their gradients,
+ * against plain loops over numpy's broadcasting rule. */
+#include "opcheck.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+static uint64_t rng;
+
+static void setup(void)
+{
+    rng = oc_seed("ops_elementwise");
+}
+
+TestSuite(ops_elementwise, .init = setup);
+
+/* numpy's rule, the slow way: index of output element i in an input. */
+static int64_t bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
+                           const int64_t *shape)
+{
+    int64_t idx = 0, stride = 1;
+    for (int d = ondim - 1; d >= 0; d--) {
+        int64_t c = i % oshape[d];
+        i /= oshape[d];
+        int k = d - (ondim - ndim);
+        if (k >= 0) {
+            idx += (shape[k] == 1 ? 0 : c) * stride;
+            stride *= shape[k];
+        }
+    }
+    return idx;
+}
+
+static double apply(const char *op, double a, double b, vq_dtype dt)
+{
+    if (!strcmp(op, "add"))
+        return a + b;
+    if (!strcmp(op, "sub"))
+        return a - b;
+    if (!strcmp(op, "mul"))
+        return a * b;
+    if (dt == VQ_I32 || dt == VQ_I64)
+        return (double)((int64_t)a / (int64_t)b);
+    return a / b;
+}
+
+struct case_shapes {
+    int nx, ny, no;
+    int64_t x[4], y[4], o[4];
+};
+
+static const struct case_shapes cases[] = {
+    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
+    {2, 1, 2, {3, 4}, {4}, {3, 4}},
+    {2, 2, 2, {3, 1}, {1, 4}, {3, 4}},
+    {0, 2, 2, {0}, {2, 3}, {2, 3}},
+    {3, 2, 3, {2, 1, 3}, {4, 1}, {2, 4, 3}},
+    {2, 2, 2, {0, 3}, {1, 3}, {0, 3}},
+    {1, 1, 1, {1}, {5}, {5}},
+    {4, 4, 4, {1, 2, 1, 3}, {2, 1, 2, 1}, {2, 2, 2, 3}},
+    {2, 2, 2, {1, 1}, {1, 1}, {1, 1}},
+};
+
+static void check_op(const char *op, vq_dtype dt)
+{
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const struct case_shapes *s = &cases[c];
+        bool ints = dt == VQ_I32 || dt == VQ_I64;
+        vq_tensor *x = oc_rand(&rng, dt, s->nx, s->x, -10, 10);
+        vq_tensor *y = oc_rand(&rng, dt, s->ny, s->y, ints ? 1 : 0.5, ints ? 9 : 4);
+        vq_tensor *in[2] = {x, y};
+        vq_tensor *o = oc_run1(op, in, 2, NULL, 0);
+        int64_t n = 1;
+        for (int d = 0; d < s->no; d++)
+            n *= s->o[d];
+        double want[64];
+        for (int64_t i = 0; i < n; i++)
+            want[i] = apply(op, oc_get(x, bcast_index(i, s->no, s->o, s->nx, s->x)),
+                            oc_get(y, bcast_index(i, s->no, s->o, s->ny, s->y)), dt);
+        oc_assert_close(o, s->no, s->o, want, dt == VQ_F32 ? 1e-6 : 1e-15, 0);
+        vq_tensor_release(o);
+        vq_tensor_release(x);
+        vq_tensor_release(y);
+    }
+}
+
+Test(ops_elementwise, binary_ops_match_numpy_broadcasting_in_every_dtype)
+{
+    const char *ops[] = {"add", "sub", "mul", "div"};
+    vq_dtype dts[] = {VQ_F32, VQ_F64, VQ_I32, VQ_I64};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            check_op(ops[i], dts[j]);
+}
+
+Test(ops_elementwise, integer_division_by_zero_is_an_error)
+{
+    int64_t s[1] = {3};
+    vq_tensor *x = oc_from(VQ_I32, 1, s, (double[]){1, 2, 3});
+    vq_tensor *y = oc_from(VQ_I32, 1, s, (double[]){1, 0, 3});
+    vq_tensor *in[2] = {x, y};
+    cr_assert_eq(oc_try("div", in, 2, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "div: integer division by zero"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+}
+
+Test(ops_elementwise, integer_overflow_wraps)
+{
+    int64_t s[1] = {1};
+    vq_tensor *x = oc_from(VQ_I32, 1, s, (double[]){2147483647.0});
+    vq_tensor *y = oc_from(VQ_I32, 1, s, (double[]){1});
+    vq_tensor *in[2] = {x, y};
+    vq_tensor *o = oc_run1("add", in, 2, NULL, 0);
+    cr_assert_eq(oc_get(o, 0), -2147483648.0);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+}
+
+Test(ops_elementwise, mismatched_shapes_and_dtypes_name_the_slot)
+{
+    int64_t a[2] = {3, 4}, b[2] = {2, 4};
+    vq_tensor *x = oc_rand(&rng, VQ_F32, 2, a, 0, 1), *y = oc_rand(&rng, VQ_F32, 2, b, 0, 1);
+    vq_tensor *z = oc_rand(&rng, VQ_F64, 2, a, 0, 1);
+    vq_tensor *in[2] = {x, y};
+    cr_assert_eq(oc_try("add", in, 2, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "add: input Y (slot 1)"), "%s", vq_errmsg());
+    in[1] = z;
+    cr_assert_eq(oc_try("mul", in, 2, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "mul: input Y (slot 1): dtype f64 differs"), "%s", vq_errmsg());
+    cr_assert_eq(oc_try("mul", in, 1, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "mul: takes 2 inputs, got 1"), "%s", vq_errmsg());
+    vq_attr bad = VQ_ATTR_F("sclae", 2);
+    cr_assert_eq(oc_try("scale", in, 1, 1, &bad, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "scale: unknown attribute 'sclae'"), "%s", vq_errmsg());
+    vq_attr typed = VQ_ATTR_S("scale", "two");
+    cr_assert_eq(oc_try("scale", in, 1, 1, &typed, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "scale: attribute scale: expected float, got string"), "%s",
+              vq_errmsg());
+    cr_assert_eq(oc_try("no_such_op", in, 1, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "no_such_op"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_tensor_release(z);
+}
+
+Test(ops_elementwise, scale_computes_scale_times_x_plus_bias)
+{
+    int64_t s[2] = {2, 3};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, s, -5, 5);
+    vq_attr at[2] = {VQ_ATTR_F("scale", -1.5), VQ_ATTR_I("bias", 2)};
+    vq_tensor *o = oc_run1("scale", &x, 1, at, 2);
+    double want[6];
+    for (int i = 0; i < 6; i++)
+        want[i] = -1.5 * oc_get(x, i) + 2;
+    oc_assert_close(o, 2, s, want, 1e-15, 0);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+}
+
+Test(ops_elementwise, gradients_match_finite_differences)
+{
+    const char *ops[] = {"add", "sub", "mul", "div"};
+    for (int i = 0; i < 4; i++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const struct case_shapes *s = &cases[c];
+            vq_tensor *x = oc_rand(&rng, VQ_F64, s->nx, s->x, -2, 2);
+            vq_tensor *y = oc_rand(&rng, VQ_F64, s->ny, s->y, 0.5, 2);
+            vq_tensor *in[2] = {x, y};
+            oc_grad_check(ops[i], in, 2, 1, NULL, 0, 3, &rng);
+            vq_tensor_release(x);
+            vq_tensor_release(y);
+        }
+    int64_t s[2] = {3, 2};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, s, -2, 2);
+    vq_attr at[2] = {VQ_ATTR_F("scale", 3.5), VQ_ATTR_F("bias", 1)};
+    oc_grad_check("scale", &x, 1, 1, at, 2, 1, &rng);
+    vq_tensor_release(x);
+    cr_log_info("largest gradient error: %.3g", oc_worst_grad_error());
+}
+
+Test(ops_elementwise, outputs_given_by_the_caller_are_checked_and_written_in_place)
+{
+    int64_t s[1] = {4};
+    vq_tensor *x = oc_from(VQ_F32, 1, s, (double[]){1, 2, 3, 4});
+    vq_tensor *y = oc_from(VQ_F32, 1, s, (double[]){10, 20, 30, 40});
+    vq_tensor *in[2] = {x, y}, *out[1] = {x};
+    cr_assert_eq(vq_op_run(NULL, "add", in, 2, out, 1, NULL, 0), 0, "%s", vq_errmsg());
+    oc_assert_close(x, 1, s, (double[]){11, 22, 33, 44}, 0, 0);
+    int64_t s2[1] = {3};
+    vq_tensor *wrong = oc_from(VQ_F32, 1, s2, (double[]){0, 0, 0});
+    out[0] = wrong;
+    cr_assert_eq(vq_op_run(NULL, "add", in, 2, out, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "add: output Out (slot 0): expected f32 [4], got f32 [3]"), "%s",
+              vq_errmsg());
+    vq_tensor_release(wrong);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+}

@@ -730,20 +730,17 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
         op->start_ns = vq__now_ns();
         op->worker = x->worker;
     }
-    int err = skip_error(o);
-    if (err || !(o->fn || o->async_fn)) {
-        vq__op_finish(op, err, r);
-        return;
-    }
+    /* arg_free runs inside vq__op_finish: it counts as part of the op, so
+     * what it pushes is a nested push (deferred by the naive engine). */
     in_op++;
-    if (o->fn) {
-        err = o->fn(o->arg, x);
-        in_op--;
+    int err = skip_error(o);
+    if (err || !(o->fn || o->async_fn))
         vq__op_finish(op, err, r);
-    } else {
+    else if (o->fn)
+        vq__op_finish(op, o->fn(o->arg, x), r);
+    else
         o->async_fn(o->arg, x, (vq_done *)op);
-        in_op--;
-    }
+    in_op--;
 }
 
 static void op_completed(vq_engine *e)
@@ -844,7 +841,9 @@ static void naive_execute(vq__op *op)
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
     op->naive = NULL;
+    in_op++;
     vq__op_finish(op, w.err, NULL);
+    in_op--;
 }
 
 /* Runs op now, in the pushing thread. An op pushed from inside an op runs

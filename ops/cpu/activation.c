@@ -1,6 +1,309 @@
-/* (being written) */
+/* Activations: relu, sigmoid and tanh elementwise, softmax along one axis,
+ * and their gradient ops.
+ *
+ * The gradient ops take the forward op's output, not its input (relu_grad,
+ * sigmoid_grad, tanh_grad, softmax_grad all have a closed form in Out), so
+ * autodiff keeps one tensor alive per activation instead of two.
+ *
+ * Softmax subtracts the max along the axis before exponentiating, so no exp
+ * overflows, and sums in double also for f32. The softmax kernels walk each
+ * line along the axis with stride `inner` (the product of the dims after
+ * it); every pass reads a line's element before it writes the same element,
+ * which is what makes running in place safe. */
 #include "../internal.h"
 
+#include <math.h>
+
+enum { ACT_RELU, ACT_SIGMOID, ACT_TANH };
+
+static const char *const x_in[] = {"X"};
+static const char *const out_slot[] = {"Out"};
+static const char *const grad_in[] = {"Out", "dOut"};
+static const char *const grad_out[] = {"dX"};
+
+/* Shape of a and b, which infer checked to match: each dim from whichever
+ * of the two knows it (-1 if neither does). */
+static void merge_known_dims(const vq__meta *a, const vq__meta *b, vq__meta *out)
+{
+    *out = *a;
+    for (int i = 0; i < a->ndim; i++)
+        if (out->shape[i] < 0)
+            out->shape[i] = b->shape[i];
+}
+
+/* ---- relu, sigmoid, tanh ---- */
+
+struct unary_params {
+    int op;
+};
+
+static int unary_infer(vq__infer *c)
+{
+    int rc = vq__check_dtype(c, 0, VQ__FLOATS);
+    if (rc < 0)
+        return rc;
+    ((struct unary_params *)c->params)->op = c->def->code;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+/* relu keeps NaN (x < 0 is false for it); sigmoid never exponentiates a
+ * positive number, so it cannot overflow for large |x|. */
+#define UNARY(T, EXP, TANH)                                                        \
+    static void unary_##T(int op, const T *x, T *o, int64_t n)                    \
+    {                                                                             \
+        switch (op) {                                                             \
+        case ACT_RELU:                                                            \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = x[i] < 0 ? (T)0 : x[i];                                    \
+            break;                                                                \
+        case ACT_SIGMOID:                                                         \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                T v = x[i];                                                       \
+                if (v >= 0) {                                                     \
+                    o[i] = (T)1 / ((T)1 + EXP(-v));                               \
+                } else {                                                          \
+                    T e = EXP(v);                                                 \
+                    o[i] = e / ((T)1 + e);                                        \
+                }                                                                 \
+            }                                                                     \
+            break;                                                                \
+        default:                                                                  \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = TANH(x[i]);                                                \
+            break;                                                                \
+        }                                                                         \
+    }
+
+UNARY(float, expf, tanhf)
+UNARY(double, exp, tanh)
+
+static int unary_kernel(const vq__kcall *k)
+{
+    const struct unary_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (x->dtype == VQ_F32)
+        unary_float(p->op, x->data, o->data, x->numel);
+    else
+        unary_double(p->op, x->data, o->data, x->numel);
+    return 0;
+}
+
+/* relu_grad / sigmoid_grad / tanh_grad (Out, dOut) -> dX. */
+static int unary_grad_infer(vq__infer *c)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_same_shape(c, 0, 1)) < 0)
+        return rc;
+    ((struct unary_params *)c->params)->op = c->def->code;
+    merge_known_dims(&c->in[0], &c->in[1], &c->out[0]);
+    return 0;
+}
+
+#define UNARY_GRAD(T)                                                              \
+    static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n)   \
+    {                                                                             \
+        switch (op) {                                                             \
+        case ACT_RELU:                                                            \
+            for (int64_t i = 0; i < n; i++)                                       \
+                d[i] = y[i] > 0 ? g[i] : (T)0;                                    \
+            break;                                                                \
+        case ACT_SIGMOID:                                                         \
+            for (int64_t i = 0; i < n; i++)                                       \
+                d[i] = g[i] * y[i] * ((T)1 - y[i]);                               \
+            break;                                                                \
+        default:                                                                  \
+            for (int64_t i = 0; i < n; i++)                                       \
+                d[i] = g[i] * ((T)1 - y[i] * y[i]);                               \
+            break;                                                                \
+        }                                                                         \
+    }
+
+UNARY_GRAD(float)
+UNARY_GRAD(double)
+
+static int unary_grad_kernel(const vq__kcall *k)
+{
+    const struct unary_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    if (y->dtype == VQ_F32)
+        unary_grad_float(p->op, y->data, g->data, d->data, y->numel);
+    else
+        unary_grad_double(p->op, y->data, g->data, d->data, y->numel);
+    return 0;
+}
+
+static const char *const unary_grad_names[] = {"relu_grad", "sigmoid_grad", "tanh_grad"};
+
+static int unary_grad(const vq__grad *g)
+{
+    if (!g->din[0])
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    const char *in[2] = {g->out[0], g->dout[0]};
+    return vq__emit(g, unary_grad_names[g->def->code], in, 2, &g->din[0], 1, NULL, 0);
+}
+
+/* ---- softmax ---- */
+
+struct softmax_params {
+    int axis;
+};
+
+static const vq__attr_spec axis_attrs[] = {
+    {"axis", VQ_ATTR_INT, false, "-1"},
+};
+
+/* The rank and axis checks that softmax and softmax_grad share. */
+static int softmax_axis(vq__infer *c)
+{
+    if (c->in[0].ndim < 1)
+        return vq__in_fail(c, 0, "has 0 dims, softmax needs at least 1");
+    struct softmax_params *p = c->params;
+    return vq__axis(c, "axis", vq__attr_int(c, "axis", -1), c->in[0].ndim, &p->axis);
+}
+
+static int softmax_infer(vq__infer *c)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = softmax_axis(c)) < 0)
+        return rc;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+/* The tensor as [outer, len, inner] around axis. */
+struct lines {
+    int64_t outer, len, inner;
+};
+
+static struct lines lines_of(const vq_tensor *t, int axis)
+{
+    struct lines l = {1, t->shape[axis], 1};
+    for (int i = 0; i < axis; i++)
+        l.outer *= t->shape[i];
+    for (int i = axis + 1; i < t->ndim; i++)
+        l.inner *= t->shape[i];
+    return l;
+}
+
+#define SOFTMAX(T)                                                                 \
+    static void softmax_##T(const T *x, T *o, struct lines l)                     \
+    {                                                                             \
+        for (int64_t a = 0; a < l.outer; a++)                                     \
+            for (int64_t b = 0; b < l.inner; b++) {                               \
+                const T *xl = x + a * l.len * l.inner + b;                        \
+                T *ol = o + a * l.len * l.inner + b;                              \
+                double max = -INFINITY, sum = 0;                                  \
+                for (int64_t j = 0; j < l.len; j++)                               \
+                    if (xl[j * l.inner] > max)                                    \
+                        max = xl[j * l.inner];                                    \
+                for (int64_t j = 0; j < l.len; j++) {                             \
+                    double e = exp((double)xl[j * l.inner] - max);                \
+                    ol[j * l.inner] = (T)e;                                       \
+                    sum += e;                                                     \
+                }                                                                 \
+                double inv = 1 / sum;                                             \
+                for (int64_t j = 0; j < l.len; j++)                               \
+                    ol[j * l.inner] = (T)(ol[j * l.inner] * inv);                 \
+            }                                                                     \
+    }
+
+SOFTMAX(float)
+SOFTMAX(double)
+
+static int softmax_kernel(const vq__kcall *k)
+{
+    const struct softmax_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct lines l = lines_of(x, p->axis);
+    if (x->dtype == VQ_F32)
+        softmax_float(x->data, o->data, l);
+    else
+        softmax_double(x->data, o->data, l);
+    return 0;
+}
+
+/* softmax_grad(Out, dOut; axis) -> dX = Out * (dOut - sum(dOut * Out, axis)). */
+static int softmax_grad_infer(vq__infer *c)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_same_shape(c, 0, 1)) < 0 || (rc = softmax_axis(c)) < 0)
+        return rc;
+    merge_known_dims(&c->in[0], &c->in[1], &c->out[0]);
+    return 0;
+}
+
+#define SOFTMAX_GRAD(T)                                                            \
+    static void softmax_grad_##T(const T *y, const T *g, T *d, struct lines l)    \
+    {                                                                             \
+        for (int64_t a = 0; a < l.outer; a++)                                     \
+            for (int64_t b = 0; b < l.inner; b++) {                               \
+                int64_t at = a * l.len * l.inner + b;                             \
+                double dot = 0;                                                   \
+                for (int64_t j = 0; j < l.len; j++)                               \
+                    dot += (double)y[at + j * l.inner] * g[at + j * l.inner];     \
+                for (int64_t j = 0; j < l.len; j++) {                             \
+                    int64_t i = at + j * l.inner;                                 \
+                    d[i] = (T)(y[i] * (g[i] - dot));                              \
+                }                                                                 \
+            }                                                                     \
+    }
+
+SOFTMAX_GRAD(float)
+SOFTMAX_GRAD(double)
+
+static int softmax_grad_kernel(const vq__kcall *k)
+{
+    const struct softmax_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    struct lines l = lines_of(y, p->axis);
+    if (y->dtype == VQ_F32)
+        softmax_grad_float(y->data, g->data, d->data, l);
+    else
+        softmax_grad_double(y->data, g->data, d->data, l);
+    return 0;
+}
+
+static int softmax_grad(const vq__grad *g)
+{
+    if (!g->din[0])
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    const char *in[2] = {g->out[0], g->dout[0]};
+    /* The forward op's only attribute is axis, which softmax_grad shares. */
+    return vq__emit(g, "softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
+}
+
+#define UNARY_OP(name, c)                                                                   \
+    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(struct unary_params),        \
+     .infer = unary_infer, .kernel = {unary_kernel}, .grad = unary_grad}
+
+#define UNARY_GRAD_OP(name, c)                                                              \
+    {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,              \
+     .nout_slots = 1, .flags = VQ__INPLACE_OK, .code = c,                                   \
+     .params_size = sizeof(struct unary_params), .infer = unary_grad_infer,                 \
+     .kernel = {unary_grad_kernel}}
+
 const vq__op_def vq__ops_activation[] = {
+    UNARY_OP("relu", ACT_RELU),
+    UNARY_OP("sigmoid", ACT_SIGMOID),
+    UNARY_OP("tanh", ACT_TANH),
+    UNARY_GRAD_OP("relu_grad", ACT_RELU),
+    UNARY_GRAD_OP("sigmoid_grad", ACT_SIGMOID),
+    UNARY_GRAD_OP("tanh_grad", ACT_TANH),
+    {.type = "softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
+     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
+     .params_size = sizeof(struct softmax_params), .infer = softmax_infer,
+     .kernel = {softmax_kernel}, .grad = softmax_grad},
+    {.type = "softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
+     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
+     .params_size = sizeof(struct softmax_params), .infer = softmax_grad_infer,
+     .kernel = {softmax_grad_kernel}},
     {0},
 };

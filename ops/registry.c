@@ -552,16 +552,21 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
                        .out = c->t + nin, .nout = nout, .x = NULL};
         rc = vq__kernel_run(&k, (vq_ctx){VQ_DEV_CPU, 0});
     } else if (rc == 0) {
+        /* The caller's references first: once pushed, c may be gone. */
+        for (int i = 0; i < nout; i++)
+            if (created[i])
+                out[i] = vq_tensor_retain(c->t[nin + i]);
         vq_task t = {.fn = call_run, .arg = c, .arg_free = call_free,
                      .reads = vars, .nreads = nin, .writes = vars + nin, .nwrites = nout,
                      .name = d->type};
         rc = vq_push(e, &t);
-        if (rc == 0) {
-            for (int i = 0; i < nout; i++)
-                if (created[i])
-                    out[i] = vq_tensor_retain(c->t[nin + i]);
+        if (rc == 0)
             return 0;
-        }
+        for (int i = 0; i < nout; i++)
+            if (created[i]) {
+                vq_tensor_release(out[i]);
+                out[i] = NULL;
+            }
     }
     /* Synchronous run done, or failure: hand out or drop created outputs. */
     for (int i = 0; i < nout; i++)

@@ -174,11 +174,16 @@ static void tensor_destroy(vq_tensor *t)
     free(t);
 }
 
-static int destroy_op(void *arg, const vq_exec_ctx *x)
+static int no_work(void *arg, const vq_exec_ctx *x)
 {
+    (void)arg;
     (void)x;
-    tensor_destroy(arg);
     return 0;
+}
+
+static void tensor_destroy_arg(void *arg)
+{
+    tensor_destroy(arg);
 }
 
 VQ_API void vq_tensor_release(vq_tensor *t)
@@ -197,8 +202,10 @@ VQ_API void vq_tensor_release(vq_tensor *t)
     /* The storage goes after every op on the var, including ones pushed
      * through vq_tensor_var that hold no reference; then the var itself. */
     vq_var *w[1] = {v};
-    vq_task task = {.fn = destroy_op, .arg = t, .writes = w, .nwrites = 1,
-                    .name = "tensor_free", .priority = 0};
+    /* arg_free runs whether the op runs or is skipped because an earlier
+     * writer failed. */
+    vq_task task = {.fn = no_work, .arg = t, .arg_free = tensor_destroy_arg, .writes = w,
+                    .nwrites = 1, .name = "tensor_free"};
     if (vq_push(e, &task) < 0) {
         /* Only out of memory: fall back to waiting here. */
         vq_wait_var(e, v);

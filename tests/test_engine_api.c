@@ -12,6 +12,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "leakcheck.h"
+
+TestSuite(varq_engine, .fini = leak_check);
+
 
 static vq_engine *engine_with(int kind, int workers)
 {

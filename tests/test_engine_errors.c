@@ -9,6 +9,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include "leakcheck.h"
+
+TestSuite(varq_errors, .fini = leak_check);
+
 
 #define MY_ERR (-4242)
 

@@ -6,6 +6,7 @@
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include "leakcheck.h"
 
 static vq_var *var;
 
@@ -22,6 +23,7 @@ static void teardown(void)
     cr_assert_eq(var->num_pending_reads, 0);
     vq__pool_free(VQ__POOL_VBLOCK, var->head);
     vq__pool_free(VQ__POOL_VAR, var);
+    leak_check();
 }
 
 TestSuite(varq_queue, .init = setup, .fini = teardown);

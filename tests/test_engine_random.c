@@ -8,6 +8,10 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include "leakcheck.h"
+
+TestSuite(varq_random, .fini = leak_check);
+
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DEFAULT_OPS 20000

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "leakcheck.h"
 
 static uint64_t rng;
 
@@ -17,7 +18,7 @@ static void setup(void)
     rng = oc_seed("ops_activation");
 }
 
-TestSuite(ops_activation, .init = setup);
+TestSuite(ops_activation, .init = setup, .fini = leak_check);
 
 struct shape {
     int ndim;

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include "leakcheck.h"
 
 static uint64_t rng;
 
@@ -13,7 +14,7 @@ static void setup(void)
     rng = oc_seed("ops_elementwise");
 }
 
-TestSuite(ops_elementwise, .init = setup);
+TestSuite(ops_elementwise, .init = setup, .fini = leak_check);
 
 /* numpy's rule, the slow way: index of output element i in an input. */
 static int64_t bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,

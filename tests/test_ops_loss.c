@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "leakcheck.h"
 
 static uint64_t rng;
 
@@ -18,7 +19,7 @@ static void setup(void)
     rng = oc_seed("ops_loss");
 }
 
-TestSuite(ops_loss, .init = setup);
+TestSuite(ops_loss, .init = setup, .fini = leak_check);
 
 static const vq_dtype floats[] = {VQ_F32, VQ_F64};
 static const vq_dtype ints[] = {VQ_I32, VQ_I64};

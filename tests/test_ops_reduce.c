@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include "leakcheck.h"
 
 static uint64_t rng;
 
@@ -15,7 +16,7 @@ static void setup(void)
     rng = oc_seed("ops_reduce");
 }
 
-TestSuite(ops_reduce, .init = setup);
+TestSuite(ops_reduce, .init = setup, .fini = leak_check);
 
 struct reduce_case {
     int ndim;

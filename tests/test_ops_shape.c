@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
+#include "leakcheck.h"
 
 static uint64_t rng;
 
@@ -15,7 +16,7 @@ static void setup(void)
     rng = oc_seed("ops_shape");
 }
 
-TestSuite(ops_shape, .init = setup);
+TestSuite(ops_shape, .init = setup, .fini = leak_check);
 
 static const vq_dtype all_dtypes[] = {VQ_F32, VQ_F64, VQ_I32, VQ_I64, VQ_BOOL};
 

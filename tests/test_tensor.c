@@ -6,6 +6,13 @@
 #include <criterion/criterion.h>
 #include <string.h>
 #include <time.h>
+#include "leakcheck.h"
+
+TestSuite(tensor, .fini = leak_check);
+TestSuite(alloc, .fini = leak_check);
+TestSuite(registry, .fini = leak_check);
+TestSuite(imperative, .fini = leak_check);
+
 
 static vq_ctx cpu0 = {VQ_DEV_CPU, 0};
 

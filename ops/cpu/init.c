@@ -1,6 +1,278 @@
-/* (being written) */
+/* Ops that make a tensor from attributes alone: fill_constant, and the
+ * counter-based random fills uniform_random and gaussian_random.
+ *
+ * Element i of a random tensor is a pure function of (seed, i), through
+ * Philox4x32-10 (rng.c): the same seed gives the same bits whatever engine,
+ * worker count or device fills it. The formulas below are the contract a
+ * GPU kernel reproduces; change them only together. */
 #include "../internal.h"
 
+#include <float.h>
+#include <math.h>
+
+static const char *const out_slot[] = {"Out"};
+
+/* Checks the shape attribute and fills out's shape from it. */
+static int shape_attr(vq__infer *c, vq__meta *out)
+{
+    const vq_attr *a = vq__attr_find(c, "shape");
+    if (a->n > VQ_MAX_DIMS)
+        return vq__attr_fail(c, "shape", "has %d dims, more than %d", a->n, VQ_MAX_DIMS);
+    for (int i = 0; i < a->n; i++)
+        if (a->ints[i] < 0)
+            return vq__attr_fail(c, "shape", "dim %d is %lld", i, (long long)a->ints[i]);
+    out->ndim = a->n;
+    for (int i = 0; i < a->n; i++)
+        out->shape[i] = a->ints[i];
+    if (vq__numel(a->n, a->ints) == INT64_MAX)
+        return vq__attr_fail(c, "shape", "has too many elements");
+    return 0;
+}
+
+static int finite_attr(const vq__infer *c, const char *name, double v)
+{
+    return isfinite(v) ? 0 : vq__attr_fail(c, name, "is %g, not a finite number", v);
+}
+
+/* ---- fill_constant ---- */
+
+struct fill_params {
+    double value; /* f32, f64 */
+    int64_t ivalue; /* i32, i64, bool */
+};
+
+static int fill_infer(vq__infer *c)
+{
+    struct fill_params *p = c->params;
+    int rc;
+    if ((rc = shape_attr(c, &c->out[0])) < 0 ||
+        (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
+        return rc;
+    double v = vq__attr_float(c, "value", 0.0);
+    p->value = v;
+    switch (c->out[0].dtype) {
+    case VQ_F32:
+        if (isfinite(v) && fabs(v) > FLT_MAX)
+            return vq__attr_fail(c, "value", "%g is out of f32's range", v);
+        return 0;
+    case VQ_F64: return 0;
+    default: break;
+    }
+    /* Integers: exact values only. An INT attribute is checked as an
+     * integer (an i64 past 2^53 has no exact double); a FLOAT one must be
+     * integral, and below 2^63 so that the conversion is defined. The
+     * bounds are powers of two, exact in double. */
+    int64_t ilo, ihi;
+    double lo, hi;
+    switch (c->out[0].dtype) {
+    case VQ_I32: ilo = INT32_MIN, ihi = INT32_MAX, lo = -2147483648.0, hi = 2147483648.0; break;
+    case VQ_I64:
+        ilo = INT64_MIN, ihi = INT64_MAX, lo = -9223372036854775808.0, hi = 9223372036854775808.0;
+        break;
+    default: ilo = 0, ihi = 1, lo = 0, hi = 2; break;
+    }
+    const vq_attr *a = vq__attr_find(c, "value");
+    if (a && a->type == VQ_ATTR_INT) {
+        if (a->i < ilo || a->i > ihi)
+            return vq__attr_fail(c, "value", "%lld does not fit %s", (long long)a->i,
+                                 vq_dtype_name(c->out[0].dtype));
+        p->ivalue = a->i;
+    } else {
+        if (!(v == floor(v) && v >= lo && v < hi))
+            return vq__attr_fail(c, "value", "%.17g does not fit %s", v,
+                                 vq_dtype_name(c->out[0].dtype));
+        p->ivalue = (int64_t)v;
+    }
+    return 0;
+}
+
+static int fill_kernel(const vq__kcall *k)
+{
+    const struct fill_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    switch (o->dtype) {
+    case VQ_F32:
+        for (int64_t i = 0; i < o->numel; i++)
+            ((float *)o->data)[i] = (float)p->value;
+        break;
+    case VQ_F64:
+        for (int64_t i = 0; i < o->numel; i++)
+            ((double *)o->data)[i] = p->value;
+        break;
+    case VQ_I32:
+        for (int64_t i = 0; i < o->numel; i++)
+            ((int32_t *)o->data)[i] = (int32_t)p->ivalue;
+        break;
+    case VQ_I64:
+        for (int64_t i = 0; i < o->numel; i++)
+            ((int64_t *)o->data)[i] = p->ivalue;
+        break;
+    default:
+        for (int64_t i = 0; i < o->numel; i++)
+            ((uint8_t *)o->data)[i] = (uint8_t)p->ivalue;
+        break;
+    }
+    return 0;
+}
+
+/* ---- random fills ---- */
+
+/* uniform: a = min, b = max - min. gaussian: a = mean, b = std. */
+struct random_params {
+    double a, b;
+    uint64_t seed;
+};
+
+static int random_common(vq__infer *c)
+{
+    struct random_params *p = c->params;
+    int rc;
+    if ((rc = shape_attr(c, &c->out[0])) < 0 ||
+        (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
+        return rc;
+    if (c->out[0].dtype != VQ_F32 && c->out[0].dtype != VQ_F64)
+        return vq__attr_fail(c, "dtype", "%s is not f32 or f64", vq_dtype_name(c->out[0].dtype));
+    int64_t seed = vq__attr_int(c, "seed", 0);
+    if (seed < 0)
+        return vq__attr_fail(c, "seed", "is %lld; seeds are >= 0", (long long)seed);
+    p->seed = (uint64_t)seed;
+    return 0;
+}
+
+static int uniform_infer(vq__infer *c)
+{
+    struct random_params *p = c->params;
+    int rc = random_common(c);
+    double lo = vq__attr_float(c, "min", -1.0), hi = vq__attr_float(c, "max", 1.0);
+    if (rc < 0 || (rc = finite_attr(c, "min", lo)) < 0 || (rc = finite_attr(c, "max", hi)) < 0)
+        return rc;
+    if (!(lo < hi))
+        return vq__attr_fail(c, "max", "%g is not above min %g", hi, lo);
+    if (!isfinite(hi - lo))
+        return vq__attr_fail(c, "max", "max - min overflows");
+    p->a = lo;
+    p->b = hi - lo;
+    return 0;
+}
+
+static int gaussian_infer(vq__infer *c)
+{
+    struct random_params *p = c->params;
+    int rc = random_common(c);
+    double mean = vq__attr_float(c, "mean", 0.0), std = vq__attr_float(c, "std", 1.0);
+    if (rc < 0 || (rc = finite_attr(c, "mean", mean)) < 0 || (rc = finite_attr(c, "std", std)) < 0)
+        return rc;
+    if (std < 0)
+        return vq__attr_fail(c, "std", "is %g; a standard deviation is >= 0", std);
+    p->a = mean;
+    p->b = std;
+    return 0;
+}
+
+/* The top 53 bits of the 64-bit word hi:lo. */
+static inline uint64_t bits53(uint32_t hi, uint32_t lo)
+{
+    return (((uint64_t)hi << 32) | lo) >> 11;
+}
+
+/* uniform_random, element i, with w = vq__philox(counter = i, key = seed):
+ *   f32: u = (w[0] >> 8) * 2^-24                      u in [0, 1)
+ *   f64: u = ((w[0] << 32 | w[1]) >> 11) * 2^-53      u in [0, 1)
+ *   value = min + (max - min) * u, in double: the product rounded to
+ *   double, then the sum (no fused multiply-add), then, for f32, rounded
+ *   to nearest float (which may reach max itself).
+ * Each step is one separately rounded IEEE operation, so any device gets
+ * the same bits. */
+static int uniform_kernel(const vq__kcall *k)
+{
+    const struct random_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    uint32_t w[4];
+    if (o->dtype == VQ_F32) {
+        float *d = o->data;
+        for (int64_t i = 0; i < o->numel; i++) {
+            vq__philox((uint64_t)i, p->seed, w);
+            double u = (double)(w[0] >> 8) * 0x1p-24;
+            double scaled = p->b * u; /* its own statement: no contraction */
+            d[i] = (float)(p->a + scaled);
+        }
+    } else {
+        double *d = o->data;
+        for (int64_t i = 0; i < o->numel; i++) {
+            vq__philox((uint64_t)i, p->seed, w);
+            double u = (double)bits53(w[0], w[1]) * 0x1p-53;
+            double scaled = p->b * u;
+            d[i] = p->a + scaled;
+        }
+    }
+    return 0;
+}
+
+#define TWO_PI 6.283185307179586 /* 2 pi rounded to double */
+
+/* gaussian_random, element i, with w = vq__philox(counter = i, key = seed),
+ * Box-Muller in double for both dtypes:
+ *   u1 = (((w[0] << 32 | w[1]) >> 11) + 1) * 2^-53     in (0, 1], never 0
+ *   u2 = ((w[2] << 32 | w[3]) >> 11) * 2^-53           in [0, 1)
+ *   z = sqrt(-2 * log(u1)) * cos(TWO_PI * u2)
+ *   value = mean + std * z, then rounded to float for f32.
+ * Each product and sum is a separately rounded double operation (no fused
+ * multiply-add); log and cos are the C library's, so another device matches
+ * bit for bit where its log and cos round as glibc's do (both are within an
+ * ulp; a GPU port should compare, not assume). */
+static int gaussian_kernel(const vq__kcall *k)
+{
+    const struct random_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    uint32_t w[4];
+    for (int64_t i = 0; i < o->numel; i++) {
+        vq__philox((uint64_t)i, p->seed, w);
+        double u1 = (double)(bits53(w[0], w[1]) + 1) * 0x1p-53;
+        double u2 = (double)bits53(w[2], w[3]) * 0x1p-53;
+        double r2 = -2.0 * log(u1);
+        double angle = TWO_PI * u2;
+        double z = sqrt(r2) * cos(angle);
+        double scaled = p->b * z;
+        double v = p->a + scaled;
+        if (o->dtype == VQ_F32)
+            ((float *)o->data)[i] = (float)v;
+        else
+            ((double *)o->data)[i] = v;
+    }
+    return 0;
+}
+
+static const vq__attr_spec fill_attrs[] = {
+    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"dtype", VQ_ATTR_STRING, false, "f32"},
+    {"value", VQ_ATTR_FLOAT, false, "0"},
+};
+
+static const vq__attr_spec uniform_attrs[] = {
+    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"dtype", VQ_ATTR_STRING, false, "f32"},
+    {"min", VQ_ATTR_FLOAT, false, "-1"},
+    {"max", VQ_ATTR_FLOAT, false, "1"},
+    {"seed", VQ_ATTR_INT, false, "0"},
+};
+
+static const vq__attr_spec gaussian_attrs[] = {
+    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"dtype", VQ_ATTR_STRING, false, "f32"},
+    {"mean", VQ_ATTR_FLOAT, false, "0"},
+    {"std", VQ_ATTR_FLOAT, false, "1"},
+    {"seed", VQ_ATTR_INT, false, "0"},
+};
+
 const vq__op_def vq__ops_init[] = {
+    {.type = "fill_constant", .out_slots = out_slot, .nout_slots = 1, .attrs = fill_attrs,
+     .nattrs = 3, .params_size = sizeof(struct fill_params), .infer = fill_infer,
+     .kernel = {fill_kernel}},
+    {.type = "gaussian_random", .out_slots = out_slot, .nout_slots = 1, .attrs = gaussian_attrs,
+     .nattrs = 5, .params_size = sizeof(struct random_params), .infer = gaussian_infer,
+     .kernel = {gaussian_kernel}},
+    {.type = "uniform_random", .out_slots = out_slot, .nout_slots = 1, .attrs = uniform_attrs,
+     .nattrs = 5, .params_size = sizeof(struct random_params), .infer = uniform_infer,
+     .kernel = {uniform_kernel}},
     {0},
 };

@@ -1,6 +1,269 @@
-/* (being written) */
+/* Matrix products: matmul (batched, optionally transposed operands, scaled
+ * by alpha) and its gradient op matmul_grad, both on OpenBLAS's gemm.
+ *
+ * X holds matrices [..., M, K] ([..., K, M] with transpose_x), Y [..., K, N]
+ * ([..., N, K] with transpose_y); Out is [..., M, N]. The leading (batch)
+ * dims of X and Y are equal, or Y is one matrix shared by every batch of X.
+ * Every call runs gemm in the calling worker with one BLAS thread: the engine
+ * already runs independent ops in parallel, and OpenBLAS's own threads would
+ * fight its workers for the cores. */
 #include "../internal.h"
 
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+
+struct matmul_params {
+    bool tx, ty;
+    int wrt; /* matmul_grad: 0 (dX) or 1 (dY); matmul: unused */
+    double alpha;
+};
+
+static const char *const mm_in[] = {"X", "Y"};
+static const char *const mm_out[] = {"Out"};
+static const char *const grad_in[] = {"X", "Y", "dOut"};
+static const char *const grad_out[] = {"dZ"};
+
+/* ---- shapes ---- */
+
+/* Checks X (slot 0) and Y (slot 1) as matmul operands and writes Out's
+ * shape and dtype into *out; unknown (-1) dims stay unknown. */
+static int product_meta(const vq__infer *c, bool tx, bool ty, vq__meta *out)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
+        return rc;
+    const vq__meta *x = &c->in[0], *y = &c->in[1];
+    for (int s = 0; s < 2; s++)
+        if (c->in[s].ndim < 2)
+            return vq__in_fail(c, s, "has %d dims; matmul needs at least 2", c->in[s].ndim);
+    char sx[100], sy[100];
+    vq__shape_str(sx, sizeof sx, x->ndim, x->shape);
+    vq__shape_str(sy, sizeof sy, y->ndim, y->shape);
+    int nb = x->ndim - 2;
+    if (y->ndim != 2 && y->ndim != x->ndim)
+        return vq__in_fail(c, 1, "has %d dims; expected X's %d (one matrix per batch) or 2 "
+                                 "(shared): X is %s, Y is %s",
+                           y->ndim, x->ndim, sx, sy);
+    out->dtype = x->dtype;
+    out->ndim = x->ndim;
+    for (int i = 0; i < nb; i++) {
+        int64_t dx = x->shape[i], dy = y->ndim == 2 ? dx : y->shape[i];
+        if (!vq__dim_match(dx, dy))
+            return vq__in_fail(c, 1, "batch dim %d differs: X is %s, Y is %s", i, sx, sy);
+        out->shape[i] = dx >= 0 ? dx : dy;
+    }
+    const int64_t *xm = x->shape + nb, *ym = y->shape + y->ndim - 2;
+    int64_t m = tx ? xm[1] : xm[0], kx = tx ? xm[0] : xm[1];
+    int64_t ky = ty ? ym[1] : ym[0], n = ty ? ym[0] : ym[1];
+    if (!vq__dim_match(kx, ky))
+        return vq__in_fail(c, 1, "inner dims differ: X is %s%s, Y is %s%s", sx,
+                           tx ? " (transposed)" : "", sy, ty ? " (transposed)" : "");
+    /* CBLAS takes int sizes; the batch count is ours and may be larger. */
+    for (int s = 0; s < 2; s++)
+        for (int i = c->in[s].ndim - 2; i < c->in[s].ndim; i++)
+            if (c->in[s].shape[i] > INT_MAX)
+                return vq__in_fail(c, s, "matrix dim %lld is past BLAS's limit of %d",
+                                   (long long)c->in[s].shape[i], INT_MAX);
+    out->shape[nb] = m;
+    out->shape[nb + 1] = n;
+    return 0;
+}
+
+static void read_flags(const vq__infer *c, struct matmul_params *p)
+{
+    p->tx = vq__attr_bool(c, "transpose_x", false);
+    p->ty = vq__attr_bool(c, "transpose_y", false);
+    p->alpha = vq__attr_float(c, "alpha", 1.0);
+}
+
+static int matmul_infer(vq__infer *c)
+{
+    struct matmul_params *p = c->params;
+    read_flags(c, p);
+    return product_meta(c, p->tx, p->ty, &c->out[0]);
+}
+
+static int grad_infer(vq__infer *c)
+{
+    struct matmul_params *p = c->params;
+    read_flags(c, p);
+    int64_t wrt = vq__attr_int(c, "wrt", 0);
+    if (wrt != 0 && wrt != 1)
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
+    p->wrt = (int)wrt;
+    vq__meta full;
+    int rc = product_meta(c, p->tx, p->ty, &full);
+    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0)
+        return rc;
+    const vq__meta *g = &c->in[2];
+    bool same = g->ndim == full.ndim;
+    for (int i = 0; same && i < g->ndim; i++)
+        same = vq__dim_match(g->shape[i], full.shape[i]);
+    if (!same) {
+        char a[100], b[100];
+        return vq__in_fail(c, 2, "shape %s is not the product's shape %s",
+                           vq__shape_str(a, sizeof a, g->ndim, g->shape),
+                           vq__shape_str(b, sizeof b, full.ndim, full.shape));
+    }
+    c->out[0] = c->in[p->wrt];
+    return 0;
+}
+
+/* ---- gemm ---- */
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_threaded(void)
+{
+    openblas_set_num_threads(1);
+}
+
+/* Row-major C[m,n] = alpha * op(A) op(B) + beta * C, beta 0 or 1, for any
+ * sizes: OpenBLAS rejects leading dims of 0, so empty products never reach
+ * it, and k == 0 leaves beta * C (zeros for beta 0). */
+static void gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                 const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {
+        if (beta == 0)
+            memset(c, 0, (size_t)(m * n) * vq_dtype_size(dt));
+        return;
+    }
+    enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+    if (dt == VQ_F32)
+        cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,
+                    (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)n);
+    else
+        cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, alpha, a,
+                    (blasint)lda, b, (blasint)ldb, beta, c, (blasint)n);
+}
+
+/* One call's matrices: batch products of op(X_b) [m,k] by op(Y_b) [k,n]. */
+struct dims {
+    int64_t batch, m, n, k;
+    bool shared; /* one Y for every batch */
+};
+
+static struct dims dims_of(const vq_tensor *x, const vq_tensor *y, bool tx, bool ty)
+{
+    struct dims d = {.batch = 1, .shared = y->ndim == 2};
+    for (int i = 0; i < x->ndim - 2; i++)
+        d.batch *= x->shape[i];
+    const int64_t *xm = x->shape + x->ndim - 2, *ym = y->shape + y->ndim - 2;
+    d.m = tx ? xm[1] : xm[0];
+    d.k = tx ? xm[0] : xm[1];
+    d.n = ty ? ym[0] : ym[1];
+    /* With a shared Y and X not transposed, X's batches stacked are one
+     * [batch*m, k] matrix: one gemm instead of batch small ones. */
+    if (d.shared && !tx && d.batch > 1 && d.batch * d.m <= INT_MAX) {
+        d.m *= d.batch;
+        d.batch = 1;
+    }
+    return d;
+}
+
+static const char *at(const void *base, int64_t elems, size_t es)
+{
+    return (const char *)base + (size_t)elems * es;
+}
+
+static int matmul_kernel(const vq__kcall *k)
+{
+    const struct matmul_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
+    struct dims d = dims_of(x, y, p->tx, p->ty);
+    size_t es = vq_dtype_size(x->dtype);
+    int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
+    int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, os = d.m * d.n;
+    pthread_once(&blas_once, blas_single_threaded);
+    for (int64_t b = 0; b < d.batch; b++)
+        gemm(x->dtype, p->tx, p->ty, d.m, d.n, d.k, p->alpha, at(x->data, b * xs, es), ldx,
+             at(y->data, b * ys, es), ldy, 0, (char *)at(o->data, b * os, es));
+    return 0;
+}
+
+/* With Out_b = alpha A B, A = op(X_b), B = op(Y_b), G = dOut_b:
+ *   dA = alpha G B^T, so dX_b = alpha G op(Y_b)^T, or its transpose
+ *        alpha op(Y_b) G^T when X is transposed;
+ *   dB = alpha A^T G, so dY_b = alpha op(X_b)^T G, or its transpose
+ *        alpha G^T op(X_b) when Y is transposed.
+ * A shared Y gets the sum over the batches: it is zeroed, then every
+ * batch's product is added (beta 1). */
+static int grad_kernel(const vq__kcall *k)
+{
+    const struct matmul_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
+    struct dims d = dims_of(x, y, p->tx, p->ty);
+    size_t es = vq_dtype_size(x->dtype);
+    int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
+    int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, gs = d.m * d.n;
+    double beta = 0;
+    if (p->wrt == 1 && d.shared) {
+        memset(dz->data, 0, dz->nbytes);
+        beta = 1;
+    }
+    pthread_once(&blas_once, blas_single_threaded);
+    for (int64_t b = 0; b < d.batch; b++) {
+        const void *xb = at(x->data, b * xs, es), *yb = at(y->data, b * ys, es);
+        const void *gb = at(g->data, b * gs, es);
+        if (p->wrt == 0) {
+            char *dx = (char *)at(dz->data, b * xs, es);
+            if (!p->tx)
+                gemm(x->dtype, false, !p->ty, d.m, d.k, d.n, p->alpha, gb, d.n, yb, ldy, 0, dx);
+            else
+                gemm(x->dtype, p->ty, true, d.k, d.m, d.n, p->alpha, yb, ldy, gb, d.n, 0, dx);
+        } else {
+            char *dy = (char *)at(dz->data, b * ys, es);
+            if (!p->ty)
+                gemm(x->dtype, !p->tx, false, d.k, d.n, d.m, p->alpha, xb, ldx, gb, d.n, beta, dy);
+            else
+                gemm(x->dtype, true, p->tx, d.n, d.k, d.m, p->alpha, gb, d.n, xb, ldx, beta, dy);
+        }
+    }
+    return 0;
+}
+
+/* Both gradients are matmul_grad ops that read X, Y and dOut. */
+static int matmul_grad(const vq__grad *g)
+{
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into Out");
+    /* matmul's schema has three attributes, each given at most once. */
+    if (g->nattrs < 0 || g->nattrs > 3)
+        return vq__op_fail(g->def, "%d attributes; matmul has 3", g->nattrs);
+    vq_attr attrs[4];
+    int n = 0;
+    for (int i = 0; i < g->nattrs; i++)
+        attrs[n++] = g->attrs[i];
+    for (int i = 0; i < 2; i++) {
+        if (!g->din[i])
+            continue;
+        attrs[n] = VQ_ATTR_I("wrt", i);
+        const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
+        int rc = vq__emit(g, "matmul_grad", in, 3, &g->din[i], 1, attrs, n + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const vq__attr_spec matmul_attrs[] = {
+    {"transpose_x", VQ_ATTR_BOOL, false, "0"},
+    {"transpose_y", VQ_ATTR_BOOL, false, "0"},
+    {"alpha", VQ_ATTR_FLOAT, false, "1"},
+    {"wrt", VQ_ATTR_INT, true, NULL}, /* matmul_grad only */
+};
+
 const vq__op_def vq__ops_matmul[] = {
+    {.type = "matmul", .in_slots = mm_in, .nin_slots = 2, .out_slots = mm_out, .nout_slots = 1,
+     .attrs = matmul_attrs, .nattrs = 3, .params_size = sizeof(struct matmul_params),
+     .infer = matmul_infer, .kernel = {matmul_kernel}, .grad = matmul_grad},
+    {.type = "matmul_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
+     .nout_slots = 1, .attrs = matmul_attrs, .nattrs = 4,
+     .params_size = sizeof(struct matmul_params), .infer = grad_infer, .kernel = {grad_kernel}},
     {0},
 };

@@ -66,9 +66,14 @@ static void make_signature(const vq__op_def *d, char *buf, size_t size)
     put_slots(buf, size, &at, d->out_slots, d->nout_slots, d->flags & VQ__VARIADIC_OUT);
     for (int i = 0; i < d->nattrs && at < size; i++) {
         const vq__attr_spec *a = &d->attrs[i];
+        const char *dflt = a->dflt ? a->dflt : "none";
+        if (a->type == VQ_ATTR_BOOL && !strcmp(dflt, "0"))
+            dflt = "false";
+        else if (a->type == VQ_ATTR_BOOL && !strcmp(dflt, "1"))
+            dflt = "true";
         at += (size_t)snprintf(buf + at, size - at, "%s %s:%s%s%s", i ? "" : ";", a->name,
                                attr_type_name(a->type), a->required ? "" : "=",
-                               a->required ? "" : (a->dflt ? a->dflt : "none"));
+                               a->required ? "" : dflt);
     }
 }
 
@@ -219,6 +224,11 @@ static int attrs_check(const vq__op_def *d, const vq_attr *attrs, int nattrs)
                             d->attrs[j].name, attr_type_name(d->attrs[j].type));
     }
     return 0;
+}
+
+int vq__attrs_check(const vq__op_def *d, const vq_attr *attrs, int nattrs)
+{
+    return attrs_check(d, attrs, nattrs);
 }
 
 const vq_attr *vq__attr_find(const vq__infer *c, const char *name)

@@ -318,8 +318,8 @@ Test(ops_matmul, concurrent_products_on_an_engine_match_synchronous_ones)
 Test(ops_matmul, signature_lists_slots_and_attributes)
 {
     cr_assert_str_eq(vq_op_signature("matmul"),
-                     "matmul(X, Y) -> Out; transpose_x:bool=0 transpose_y:bool=0 alpha:float=1");
+                     "matmul(X, Y) -> Out; transpose_x:bool=false transpose_y:bool=false alpha:float=1");
     cr_assert_str_eq(vq_op_signature("matmul_grad"),
-                     "matmul_grad(X, Y, dOut) -> dZ; transpose_x:bool=0 transpose_y:bool=0 "
+                     "matmul_grad(X, Y, dOut) -> dZ; transpose_x:bool=false transpose_y:bool=false "
                      "alpha:float=1 wrt:int");
 }

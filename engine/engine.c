@@ -877,6 +877,11 @@ static void naive_run_now(vq__op *op)
     pthread_mutex_unlock(&e->naive_lock);
 }
 
+VQ_API int vq_thread_in_op(void)
+{
+    return in_op > 0;
+}
+
 /* ---- deleting vars and waiting ---- */
 
 VQ_API int vq_var_free(vq_engine *e, vq_var *v)

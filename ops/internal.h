@@ -177,6 +177,11 @@ const vq__op_def *vq__op_find(const char *type);
 int vq__op_infer(const vq__op_def *def, const vq_attr *attrs, int nattrs, int nin,
                  const vq__meta *in, int nout, vq__meta *out, void *params);
 
+/* Checks attrs against def's schema (names known and unique, types fit,
+ * required ones present, lists and strings well formed): VQ_EINVAL naming
+ * the op and attribute. The graph layer's check of a program's ops. */
+int vq__attrs_check(const vq__op_def *def, const vq_attr *attrs, int nattrs);
+
 /* Expected input / output counts for a call: VQ_EINVAL (message naming the
  * op) if nin or nout is not allowed. */
 int vq__op_check_arity(const vq__op_def *def, int nin, int nout);

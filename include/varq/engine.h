@@ -171,6 +171,12 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v);
  * vq_wait_var. Returns VQ_EDEADLK at once when called from inside an op. */
 VQ_API int vq_wait_all(vq_engine *e);
 
+/* Non-zero when the calling thread is inside an op's function (or its
+ * arg_free) of any engine: a place where waiting would deadlock. Layers that
+ * wait (the graph executor's synchronous run) use it to fail with
+ * VQ_EDEADLK instead. Thread-safe (reads a thread-local). */
+VQ_API int vq_thread_in_op(void);
+
 /* Writes a Chrome trace (JSON, opens in Perfetto or chrome://tracing) of
  * every op completed so far: name, worker, start and end. The engine must
  * have been created with VQ_ENGINE_PROFILE or VARQ_PROFILE; otherwise

@@ -94,9 +94,12 @@ VQ_API void *vq_tensor_data(vq_tensor *t);
 VQ_API int vq_tensor_wait(vq_tensor *t);
 
 /* The engine var that orders the ops on t in engine e, created on first use
- * (thread-safe). A tensor belongs to one engine: a second engine gets NULL
- * and VQ_EINVAL in vq_errmsg(). The tensor owns the var: do not free it. Use
- * it to push your own ops that touch the tensor's bytes. */
+ * (thread-safe). A tensor belongs to the first engine it is used with (by
+ * vq_op_run, an executor run or this call): another engine gets NULL and
+ * VQ_EINVAL in vq_errmsg(), and the tensor must be released before that
+ * engine is freed (its var dies with the engine). The tensor owns the var:
+ * do not free it. Use it to push your own ops that touch the tensor's
+ * bytes. */
 VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e);
 
 /* ---- memory ---- */

@@ -7,5 +7,6 @@
 #include <varq/engine.h>
 #include <varq/tensor.h>
 #include <varq/ops.h>
+#include <varq/graph.h>
 
 #endif

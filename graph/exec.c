@@ -1,0 +1,1152 @@
+/* The executor: prepares a program into a plan (checked, shapes inferred,
+ * one engine var per program var, one prebuilt engine op per program op),
+ * keeps plans in an LRU cache keyed by XXH3-64 of the program, the feed and
+ * fetch names and the device, and runs a plan as pushes.
+ *
+ * A run pushes one bind op per feed, then every op of block 0 in program
+ * order, then one final op that reads the fetched vars and reports. The
+ * engine's var queues do all the ordering: no dependency graph is built,
+ * and preparation is linear in ops plus edges.
+ *
+ * Which run an op execution belongs to: every run pushes every op once, in
+ * run order (runs push under the plan's lock), and an op's executions are
+ * ordered by the engine (each op writes a var), so the n-th execution of an
+ * op belongs to the n-th run of the plan. Runs sit in a ring indexed by
+ * their sequence number; an op counts its own executions.
+ *
+ * Errors inside a run never reach the engine: a failing kernel records the
+ * run's first error (with the op's index and type) and returns 0; later ops
+ * of the same run see the error and only do their bookkeeping. So no var is
+ * ever left failed, other runs in flight are unaffected and the plan stays
+ * usable.
+ *
+ * Release by reference count: preparation counts, for each version of each
+ * var (the value one op writes, until the next op writes the var), the ops
+ * that read it. The writer sets the var's counter to that number; each
+ * reader decrements it after its kernel; the last one releases the tensor,
+ * unless the version is fetched or the var persistable. Versions of one var
+ * are serialized by the engine (the next writer waits for the readers), so
+ * one counter per var suffices even with runs overlapping. */
+#include "internal.h"
+#include "scope.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define RING 64 /* runs of one plan in flight at once */
+#define NOT_IN_SCOPE 1 /* bind_persistable: not bound and not written first */
+
+struct run;
+
+struct pvar {
+    vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
+    bool own_ev;
+    vq_tensor *value; /* current value, one reference; ordered by ev */
+    atomic_int readers_left;
+    vq__meta meta;    /* declared, refined by inference */
+    bool persistable;
+    bool used;        /* touched by some op, feed or fetch */
+    int init_readers; /* readers of the value before any op writes it (feeds) */
+};
+
+struct pop {
+    struct plan *plan;
+    int index; /* in block 0 */
+    const vq__pop *src;
+    const vq__op_def *def;
+    int *out_readers;    /* per output: readers of the version it writes (a fetch
+                          * counts as one that never finishes) */
+    bool *in_counts;     /* per input: decrements the var's counter */
+    uint64_t execs;      /* executions so far; ordered by the engine */
+    vq_opr *opr;
+};
+
+struct plan {
+    /* cache key and identity */
+    uint64_t key;
+    char *key_names; /* feeds and fetches, NUL separated, for exact compares */
+    size_t key_len;
+    uint64_t prog_hash;
+    vq_scope *scope;
+    uint64_t scope_gen;
+    struct plan *lru_prev, *lru_next;
+    int refs; /* the cache's one plus one per run in flight; under exec lock */
+
+    vq_exec *exec;
+    vq_program *prog; /* the plan's own copy */
+    struct pvar *vars;
+    int nvars;
+    struct pop *ops;
+    int nops;
+    int *feeds, nfeeds;
+    int *fetches, nfetches;
+    vq_var *done_var;
+    /* Reads every var the run writes, so it runs after every op of the run
+     * (each op's version is either the last, or an access follows it). */
+    vq_opr *final;
+    uint64_t final_execs;
+
+    /* runs: push_lock orders whole runs (recursive: with the naive engine a
+     * run's done callback runs inside the push and may start another run);
+     * ring_lock guards inflight, which final ops decrement. */
+    pthread_mutex_t push_lock;
+    pthread_mutex_t ring_lock;
+    pthread_cond_t ring_cond;
+    uint64_t next_seq;
+    int inflight;
+    struct run *ring[RING];
+    atomic_size_t live; /* tensor bytes the plan's slots hold */
+};
+
+struct run {
+    struct plan *plan;
+    atomic_int err;
+    char msg[256];
+    char *msg_out; /* a synchronous caller's buffer for msg, or NULL */
+    vq_fetch *fetches;
+    void (*done)(void *user, int err);
+    void *user;
+    atomic_size_t peak;
+};
+
+struct vq_exec {
+    vq_engine *engine;
+    vq_ctx device;
+    int cache_size;
+    pthread_mutex_t lock;
+    struct plan *lru_head, *lru_tail; /* most recently used first */
+    int nplans;
+    pthread_cond_t idle; /* signalled when a run ends */
+    vq_exec_stats stats;
+};
+
+/* ---- run-time bookkeeping (inside engine ops) ---- */
+
+static void note_live(struct run *r, struct plan *pl, size_t add)
+{
+    size_t live = atomic_fetch_add_explicit(&pl->live, add, memory_order_relaxed) + add;
+    size_t p = atomic_load_explicit(&r->peak, memory_order_relaxed);
+    while (live > p && !atomic_compare_exchange_weak_explicit(&r->peak, &p, live,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
+
+/* Drops the value of v held by the plan. Only for non-persistable vars. */
+static void drop_value(struct plan *pl, struct pvar *v)
+{
+    if (!v->value)
+        return;
+    atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
+    vq_tensor_release(v->value);
+    v->value = NULL;
+}
+
+static void run_fail(struct run *r, const struct pop *op, int err, const char *msg)
+{
+    int none = 0;
+    if (atomic_compare_exchange_strong(&r->err, &none, err))
+        snprintf(r->msg, sizeof r->msg, "op %d (%s): %s", op->index, op->src->type, msg);
+}
+
+/* After the kernel (or instead of it, when the run has failed): the inputs
+ * this op counted are read. */
+static void inputs_done(struct pop *op)
+{
+    struct plan *pl = op->plan;
+    for (int i = 0; i < op->src->nin; i++) {
+        if (!op->in_counts[i])
+            continue;
+        struct pvar *v = &pl->vars[op->src->in[i]];
+        /* acq_rel: the last reader sees the others' reads done. A fetched
+         * version never gets here: its count includes the final op. */
+        if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1)
+            drop_value(pl, v);
+    }
+}
+
+/* Sets output j's new version in place: value, counter, immediate release
+ * of a value nobody reads. */
+static void output_done(struct pop *op, int j, vq_tensor *t)
+{
+    struct plan *pl = op->plan;
+    struct pvar *v = &pl->vars[op->src->out[j]];
+    if (v->persistable)
+        return; /* the scope tensor, written in place */
+    if (v->value != t) {
+        drop_value(pl, v);
+        v->value = t; /* the reference op_exec took */
+    }
+    atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
+    if (op->out_readers[j] == 0)
+        drop_value(pl, v); /* nobody reads it and it is not fetched */
+}
+
+/* The body of every prebuilt op. */
+static int op_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct pop *op = arg;
+    struct plan *pl = op->plan;
+    const vq__pop *src = op->src;
+    struct run *r = pl->ring[op->execs++ % RING];
+    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    int nout = 0;
+    if (atomic_load_explicit(&r->err, memory_order_acquire))
+        goto skip;
+    for (int i = 0; i < src->nin; i++) {
+        in[i] = pl->vars[src->in[i]].value;
+        if (!in[i]) {
+            run_fail(r, op, VQ_EINVAL, "an input has no value (an earlier op of the run failed)");
+            goto skip;
+        }
+        im[i] = (vq__meta){.dtype = in[i]->dtype, .ndim = in[i]->ndim};
+        memcpy(im[i].shape, in[i]->shape, sizeof im[i].shape);
+    }
+    /* Shapes may differ from run to run (feeds with other batch sizes):
+     * infer with the real ones. Attributes were checked at preparation. */
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    memset(params, 0, op->def->params_size);
+    memset(om, 0, (size_t)src->nout * sizeof om[0]);
+    vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs, .nin = src->nin,
+                   .in = im, .nout = src->nout, .out = om, .params = params};
+    int err = op->def->infer(&c);
+    for (; err == 0 && nout < src->nout; nout++) {
+        struct pvar *v = &pl->vars[src->out[nout]];
+        vq_tensor *cur = v->value;
+        bool fits = cur && cur->dtype == om[nout].dtype && cur->ndim == om[nout].ndim &&
+                    !memcmp(cur->shape, om[nout].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
+        bool in_place = false;
+        for (int i = 0; i < src->nin && !in_place; i++)
+            in_place = src->in[i] == src->out[nout];
+        if (v->persistable || in_place) {
+            if (!fits) {
+                err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
+                               vq__op_out_slot(op->def, nout), nout,
+                               pl->prog->vars[src->out[nout]].name);
+                break;
+            }
+            out[nout] = vq_tensor_retain(cur);
+        } else {
+            err = vq__tensor_empty(&out[nout], om[nout].dtype, om[nout].ndim, om[nout].shape);
+            if (err)
+                break;
+            note_live(r, pl, out[nout]->nbytes);
+        }
+    }
+    if (err == 0) {
+        vq__kcall k = {.def = op->def, .params = params, .in = in, .nin = src->nin, .out = out,
+                       .nout = src->nout, .x = x};
+        err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
+    }
+    if (err) {
+        run_fail(r, op, err, vq_errmsg());
+        for (int j = 0; j < nout; j++) {
+            struct pvar *v = &pl->vars[src->out[j]];
+            if (out[j] != v->value && !v->persistable)
+                atomic_fetch_sub_explicit(&pl->live, out[j]->nbytes, memory_order_relaxed);
+            vq_tensor_release(out[j]);
+        }
+        goto skip;
+    }
+    for (int j = 0; j < src->nout; j++) {
+        struct pvar *v = &pl->vars[src->out[j]];
+        if (v->persistable || v->value == out[j])
+            vq_tensor_release(out[j]); /* the slot already holds it */
+        output_done(op, j, out[j]);
+    }
+    inputs_done(op);
+    return 0;
+
+skip:
+    /* The run failed: its later ops keep the counters right and hold on to
+     * no stale values. */
+    for (int j = 0; j < src->nout; j++) {
+        struct pvar *v = &pl->vars[src->out[j]];
+        if (!v->persistable) {
+            bool in_place = false;
+            for (int i = 0; i < src->nin && !in_place; i++)
+                in_place = src->in[i] == src->out[j];
+            if (!in_place)
+                drop_value(pl, v);
+            atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
+        }
+    }
+    inputs_done(op);
+    return 0;
+}
+
+/* Per feed and run: the feed tensor becomes the var's first version. */
+struct bind {
+    struct plan *plan;
+    int var;
+    vq_tensor *t;
+};
+
+static int bind_exec(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct bind *b = arg;
+    struct pvar *v = &b->plan->vars[b->var];
+    if (v->value != b->t) {
+        drop_value(b->plan, v);
+        v->value = vq_tensor_retain(b->t);
+        /* The plan holds it but did not allocate it: count it so that
+         * drop_value's subtraction balances. */
+        atomic_fetch_add_explicit(&b->plan->live, b->t->nbytes, memory_order_relaxed);
+    }
+    atomic_store_explicit(&v->readers_left, v->init_readers, memory_order_relaxed);
+    return 0;
+}
+
+static void bind_free(void *arg)
+{
+    struct bind *b = arg;
+    vq_tensor_release(b->t);
+    free(b);
+}
+
+static void run_free(struct run *r)
+{
+    free(r);
+}
+
+/* The last op of a run: hands out the fetches, reports, frees the run.
+ * Runs of a plan end in order: their final ops all write done_var. It runs
+ * after every op of the run because it reads the last version of every var
+ * the run touches, and each op's version is either a last one or followed by
+ * an access that waits for it. */
+static int final_exec(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct plan *pl = arg;
+    struct run *r = pl->ring[pl->final_execs++ % RING];
+    int err = atomic_load(&r->err);
+    for (int i = 0; i < pl->nfetches && err == 0; i++) {
+        struct pvar *v = &pl->vars[pl->fetches[i]];
+        vq_tensor *t = v->value;
+        const char *name = pl->prog->vars[pl->fetches[i]].name;
+        if (!t) {
+            err = VQ_EINVAL;
+            snprintf(r->msg, sizeof r->msg, "fetch %s has no value", name);
+        } else if (v->persistable) {
+            /* A snapshot: the scope tensor changes with later runs. */
+            vq_tensor *copy;
+            err = vq__tensor_empty(&copy, t->dtype, t->ndim, t->shape);
+            if (err == 0) {
+                memcpy(copy->data, t->data, t->nbytes);
+                r->fetches[i].tensor = copy;
+            } else {
+                snprintf(r->msg, sizeof r->msg, "fetch %s: out of memory", name);
+            }
+        } else {
+            r->fetches[i].tensor = vq_tensor_retain(t);
+        }
+    }
+    if (err) {
+        for (int i = 0; i < pl->nfetches; i++) {
+            vq_tensor_release(r->fetches[i].tensor);
+            r->fetches[i].tensor = NULL;
+        }
+        if (r->msg_out)
+            memcpy(r->msg_out, r->msg, sizeof r->msg);
+        vq__fail(err, "%s", r->msg); /* for vq_errmsg() inside done */
+    }
+    void (*done)(void *, int) = r->done;
+    void *user = r->user;
+    size_t peak = atomic_load(&r->peak);
+    run_free(r);
+    pthread_mutex_lock(&pl->ring_lock);
+    pl->inflight--;
+    pthread_cond_broadcast(&pl->ring_cond);
+    pthread_mutex_unlock(&pl->ring_lock);
+    vq_exec *ex = pl->exec;
+    pthread_mutex_lock(&ex->lock);
+    ex->stats.runs++;
+    ex->stats.last_peak_bytes = peak;
+    pl->refs--; /* pl may be evicted from here on */
+    pthread_cond_broadcast(&ex->idle);
+    pthread_mutex_unlock(&ex->lock);
+    done(user, err);
+    return 0;
+}
+
+/* ---- preparation ---- */
+
+static void plan_destroy(struct plan *pl)
+{
+    vq_engine *e = pl->exec->engine;
+    for (int k = 0; k < pl->nops; k++) {
+        if (pl->ops[k].opr)
+            vq_opr_free(e, pl->ops[k].opr);
+        free(pl->ops[k].out_readers);
+        free(pl->ops[k].in_counts);
+    }
+    if (pl->final)
+        vq_opr_free(e, pl->final);
+    for (int v = 0; pl->vars && v < pl->nvars; v++) {
+        vq_tensor_release(pl->vars[v].value);
+        if (pl->vars[v].own_ev)
+            vq_var_free(e, pl->vars[v].ev);
+    }
+    if (pl->done_var)
+        vq_var_free(e, pl->done_var);
+    free(pl->ops);
+    free(pl->vars);
+    free(pl->feeds);
+    free(pl->fetches);
+    free(pl->key_names);
+    vq_program_free(pl->prog);
+    pthread_mutex_destroy(&pl->push_lock);
+    pthread_mutex_destroy(&pl->ring_lock);
+    pthread_cond_destroy(&pl->ring_cond);
+    free(pl);
+}
+
+static bool meta_compatible(const vq__meta *a, const vq__meta *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (!vq__dim_match(a->shape[i], b->shape[i]))
+            return false;
+    return true;
+}
+
+static void meta_str(char *buf, size_t size, const vq__meta *m)
+{
+    char shape[120];
+    snprintf(buf, size, "%s%s", vq_dtype_name(m->dtype),
+             vq__shape_str(shape, sizeof shape, m->ndim, m->shape));
+}
+
+static void meta_of_tensor(vq__meta *m, const vq_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+/* Binds persistable var v to its scope tensor (creating it, zeroed, when
+ * the program writes it first and its shape is known). */
+static int bind_persistable(struct plan *pl, int v, bool written_first)
+{
+    struct pvar *pv = &pl->vars[v];
+    const char *name = pl->prog->vars[v].name;
+    if (pv->value)
+        return 0;
+    vq_tensor *t = vq__scope_take(pl->scope, name);
+    if (!t) {
+        if (!written_first)
+            return NOT_IN_SCOPE;
+        for (int i = 0; i < pv->meta.ndim; i++)
+            if (pv->meta.shape[i] < 0)
+                return vq__fail(VQ_EINVAL,
+                                "persistable var %s: shape has unknown dims; declare it fully",
+                                name);
+        vq_tensor *fresh;
+        int rc = vq_tensor_new(&fresh, pv->meta.dtype, pv->meta.ndim, pv->meta.shape);
+        if (rc < 0)
+            return rc;
+        t = vq__scope_get_or_set(pl->scope, name, fresh);
+        vq_tensor_release(fresh);
+        if (!t)
+            return vq__fail(VQ_ENOMEM, "scope: out of memory");
+    }
+    vq__meta m;
+    meta_of_tensor(&m, t);
+    if (!meta_compatible(&m, &pv->meta)) {
+        char a[140], b[140];
+        meta_str(a, sizeof a, &m);
+        meta_str(b, sizeof b, &pv->meta);
+        vq_tensor_release(t);
+        return vq__fail(VQ_EINVAL, "persistable var %s: the scope holds %s, the program says %s",
+                        name, a, b);
+    }
+    pv->meta = m;
+    pv->value = t;
+    return 0;
+}
+
+/* Fails with rc and "<prefix>: <the current message>" (the message is
+ * copied first: vq__fail writes the buffer vq_errmsg returns). */
+static int refail(int rc, const char *prefix)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    return vq__fail(rc, "%s: %s", prefix, msg);
+}
+
+/* Prefixes the message of a failed check of op k with its index. */
+static int op_error(int k, const vq__pop *src, int rc)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    /* Registry messages start with the op type already. */
+    if (!strncmp(msg, src->type, strlen(src->type)))
+        return vq__fail(rc, "op %d: %s", k, msg);
+    return vq__fail(rc, "op %d (%s): %s", k, src->type, msg);
+}
+
+static int find_names(const vq_program *p, const char *what, const char *const *names, int n,
+                      int **out)
+{
+    *out = malloc((size_t)(n ? n : 1) * sizeof **out);
+    if (!*out)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    for (int i = 0; i < n; i++) {
+        if (!names[i])
+            return vq__fail(VQ_EINVAL, "%s %d: name is NULL", what, i);
+        int v = vq__program_find_var(p, names[i]);
+        if (v < 0)
+            return vq__fail(VQ_EINVAL, "%s %s: the program has no such var", what, names[i]);
+        for (int j = 0; j < i; j++)
+            if ((*out)[j] == v)
+                return vq__fail(VQ_EINVAL, "%s %s is given twice", what, names[i]);
+        (*out)[i] = v;
+    }
+    return 0;
+}
+
+/* Walks block 0 once: checks, infers, counts readers per version. */
+static int plan_walk(struct plan *pl)
+{
+    vq_program *p = pl->prog;
+    const vq__block *b = &p->blocks[0];
+    for (int i = 1; i < p->nblocks; i++)
+        if (p->blocks[i].nops)
+            return vq__fail(VQ_ENOSYS, "block %d: control flow blocks are not supported yet", i);
+    bool *has = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *has);
+    int **owner = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *owner);
+    pl->ops = calloc((size_t)(b->nops ? b->nops : 1), sizeof *pl->ops);
+    if (!has || !owner || !pl->ops) {
+        free(has);
+        free(owner);
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    }
+    for (int i = 0; i < pl->nfeeds; i++) {
+        has[pl->feeds[i]] = true;
+        owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
+        pl->vars[pl->feeds[i]].used = true;
+    }
+    int rc = 0;
+    for (int k = 0; k < b->nops && rc == 0; k++) {
+        const vq__pop *src = &p->ops[b->ops[k]];
+        struct pop *op = &pl->ops[k];
+        pl->nops = k + 1;
+        op->plan = pl;
+        op->index = k;
+        op->src = src;
+        op->def = src->def;
+        if (!op->def) {
+            rc = vq__fail(VQ_EINVAL, "op %d: unknown op type \"%s\"", k, src->type);
+            break;
+        }
+        op->out_readers = calloc((size_t)(src->nout ? src->nout : 1), sizeof *op->out_readers);
+        op->in_counts = calloc((size_t)(src->nin ? src->nin : 1), sizeof *op->in_counts);
+        if (!op->out_readers || !op->in_counts) {
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            break;
+        }
+        vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+        _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+        if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS) {
+            rc = op_error(k, src, vq__op_check_arity(op->def, src->nin, src->nout));
+            break;
+        }
+        for (int i = 0; i < src->nin && rc == 0; i++) {
+            int v = src->in[i];
+            struct pvar *pv = &pl->vars[v];
+            pv->used = true;
+            if (!has[v] && pv->persistable) {
+                rc = bind_persistable(pl, v, false);
+                if (rc == NOT_IN_SCOPE)
+                    rc = vq__fail(VQ_EINVAL,
+                                  "op %d (%s): reads var %s, which is persistable but is "
+                                  "not in the scope and no earlier op writes it",
+                                  k, src->type, p->vars[v].name);
+                has[v] = rc == 0;
+            } else if (!has[v]) {
+                rc = vq__fail(VQ_EINVAL,
+                              "op %d (%s): reads var %s, which no earlier op writes and no "
+                              "feed provides",
+                              k, src->type, p->vars[v].name);
+            }
+            im[i] = pv->meta;
+        }
+        if (rc)
+            break;
+        rc = vq__op_infer(op->def, src->attrs, src->nattrs, src->nin, im, src->nout, om, params);
+        if (rc) {
+            rc = op_error(k, src, rc);
+            break;
+        }
+        for (int j = 0; j < src->nout && rc == 0; j++) {
+            int v = src->out[j];
+            struct pvar *pv = &pl->vars[v];
+            pv->used = true;
+            for (int jj = 0; jj < j; jj++)
+                if (src->out[jj] == v)
+                    rc = vq__fail(VQ_EINVAL, "op %d (%s): writes var %s twice", k, src->type,
+                                  p->vars[v].name);
+            for (int i = 0; i < src->nin && rc == 0; i++)
+                if (src->in[i] == v && !(op->def->flags & VQ__INPLACE_OK))
+                    rc = vq__fail(VQ_EINVAL,
+                                  "op %d (%s): reads and writes var %s, and this op cannot work "
+                                  "in place",
+                                  k, src->type, p->vars[v].name);
+            if (rc)
+                break;
+            if (!meta_compatible(&om[j], &pv->meta)) {
+                char a[140], d[140];
+                meta_str(a, sizeof a, &om[j]);
+                meta_str(d, sizeof d, &pv->meta);
+                rc = vq__fail(VQ_EINVAL,
+                              "op %d (%s): output %s (slot %d) var %s: inferred %s, declared %s",
+                              k, src->type, vq__op_out_slot(op->def, j), j, p->vars[v].name, a, d);
+                break;
+            }
+            for (int d = 0; d < pv->meta.ndim; d++)
+                if (pv->meta.shape[d] < 0)
+                    pv->meta.shape[d] = om[j].shape[d];
+            if (pv->persistable && !has[v] && (rc = bind_persistable(pl, v, true)) != 0)
+                rc = op_error(k, src, rc);
+        }
+        if (rc)
+            break;
+        /* Readers of the versions read here, then the versions written. */
+        for (int i = 0; i < src->nin; i++) {
+            int v = src->in[i];
+            bool counts = !pl->vars[v].persistable;
+            for (int j = 0; j < src->nout && counts; j++)
+                counts = src->out[j] != v;
+            for (int ii = 0; ii < i && counts; ii++)
+                counts = src->in[ii] != v;
+            op->in_counts[i] = counts;
+            if (counts)
+                (*owner[v])++;
+        }
+        for (int j = 0; j < src->nout; j++) {
+            has[src->out[j]] = true;
+            owner[src->out[j]] = &op->out_readers[j];
+        }
+    }
+    /* A fetched version counts the final op as a reader that never
+     * decrements: it stays until the next run's writer replaces it. */
+    for (int i = 0; i < pl->nfetches && rc == 0; i++) {
+        int v = pl->fetches[i];
+        pl->vars[v].used = true;
+        if (!has[v] && pl->vars[v].persistable) {
+            rc = bind_persistable(pl, v, false);
+            if (rc == NOT_IN_SCOPE)
+                rc = vq__fail(VQ_EINVAL, "fetch %s: persistable, but not in the scope",
+                              p->vars[v].name);
+        } else if (!has[v]) {
+            rc = vq__fail(VQ_EINVAL, "fetch %s: no op writes it and no feed provides it",
+                          p->vars[v].name);
+        } else if (!pl->vars[v].persistable) {
+            (*owner[v])++;
+        }
+    }
+    free(has);
+    free(owner);
+    return rc;
+}
+
+/* Engine vars and prebuilt ops. */
+static int plan_build_ops(struct plan *pl)
+{
+    vq_engine *e = pl->exec->engine;
+    vq_var **vars = malloc((size_t)(pl->nvars + 1) * sizeof *vars);
+    if (!vars)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    int rc = 0;
+    for (int v = 0; v < pl->nvars && rc == 0; v++) {
+        struct pvar *pv = &pl->vars[v];
+        if (!pv->used)
+            continue;
+        if (pv->persistable) {
+            pv->ev = vq_tensor_var(pv->value, e);
+        } else {
+            pv->ev = vq_var_new(e, pl->prog->vars[v].name);
+            pv->own_ev = pv->ev != NULL;
+        }
+        if (!pv->ev)
+            rc = refail(VQ_EINVAL, pl->prog->vars[v].name);
+    }
+    if (rc == 0 && !(pl->done_var = vq_var_new(e, "run_done")))
+        rc = VQ_ENOMEM;
+    for (int k = 0; k < pl->nops && rc == 0; k++) {
+        const vq__pop *src = pl->ops[k].src;
+        int nw = 0, nr = 0;
+        for (int j = 0; j < src->nout; j++)
+            vars[nw++] = pl->vars[src->out[j]].ev;
+        for (int i = 0; i < src->nin; i++) {
+            bool written = false;
+            for (int j = 0; j < src->nout && !written; j++)
+                written = src->out[j] == src->in[i];
+            if (!written)
+                vars[nw + nr++] = pl->vars[src->in[i]].ev;
+        }
+        vq_task t = {.fn = op_exec, .arg = &pl->ops[k], .reads = vars + nw, .nreads = nr,
+                     .writes = vars, .nwrites = nw, .name = src->def->type};
+        if (!(pl->ops[k].opr = vq_opr_new(e, &t)))
+            rc = op_error(k, src, VQ_ENOMEM);
+    }
+    if (rc == 0) {
+        int n = 0;
+        for (int v = 0; v < pl->nvars; v++)
+            if (pl->vars[v].used)
+                vars[n++] = pl->vars[v].ev;
+        vq_task t = {.fn = final_exec, .arg = pl, .reads = vars, .nreads = n,
+                     .writes = &pl->done_var, .nwrites = 1, .name = "run_done"};
+        if (!(pl->final = vq_opr_new(e, &t)))
+            rc = refail(VQ_ENOMEM, "prepare");
+    }
+    free(vars);
+    return rc;
+}
+
+static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
+                    int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
+{
+    struct plan *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    pl->exec = ex;
+    pl->scope = s;
+    pthread_mutexattr_t recursive;
+    pthread_mutexattr_init(&recursive);
+    pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&pl->push_lock, &recursive);
+    pthread_mutexattr_destroy(&recursive);
+    pthread_mutex_init(&pl->ring_lock, NULL);
+    pthread_cond_init(&pl->ring_cond, NULL);
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = vq_program_encode(p, &buf, &len);
+    if (rc == 0)
+        rc = vq_program_decode(&pl->prog, buf, len);
+    free(buf);
+    if (rc == 0) {
+        pl->nvars = pl->prog->nvars;
+        pl->vars = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *pl->vars);
+        if (!pl->vars)
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    }
+    for (int v = 0; rc == 0 && v < pl->nvars; v++) {
+        const vq__pvar *d = &pl->prog->vars[v];
+        pl->vars[v].meta.dtype = d->dtype;
+        pl->vars[v].meta.ndim = d->ndim;
+        memcpy(pl->vars[v].meta.shape, d->shape, sizeof d->shape);
+        pl->vars[v].persistable = d->persistable;
+        atomic_init(&pl->vars[v].readers_left, 0);
+    }
+    if (rc == 0 && (rc = find_names(pl->prog, "feed", feeds, nfeeds, &pl->feeds)) == 0)
+        pl->nfeeds = nfeeds;
+    for (int i = 0; rc == 0 && i < pl->nfeeds; i++)
+        if (pl->vars[pl->feeds[i]].persistable)
+            rc = vq__fail(VQ_EINVAL, "feed %s: the var is persistable; set it in the scope",
+                          feeds[i]);
+    if (rc == 0 && (rc = find_names(pl->prog, "fetch", fetches, nfetches, &pl->fetches)) == 0)
+        pl->nfetches = nfetches;
+    if (rc == 0)
+        rc = plan_walk(pl);
+    if (rc == 0)
+        rc = plan_build_ops(pl);
+    if (rc) {
+        plan_destroy(pl);
+        return rc;
+    }
+    *out = pl;
+    return 0;
+}
+
+/* ---- the plan cache ---- */
+
+/* The names part of a key: feeds, then fetches, each NUL terminated, with
+ * the counts in front so that (a | b) and (a b |) differ. */
+static char *key_names(const char *const *feeds, int nfeeds, const char *const *fetches,
+                       int nfetches, size_t *len)
+{
+    size_t n = 32;
+    for (int i = 0; i < nfeeds; i++)
+        n += strlen(feeds[i]) + 1;
+    for (int i = 0; i < nfetches; i++)
+        n += strlen(fetches[i]) + 1;
+    char *buf = malloc(n);
+    if (!buf)
+        return NULL;
+    size_t at = (size_t)snprintf(buf, n, "%d %d", nfeeds, nfetches) + 1;
+    for (int i = 0; i < nfeeds; i++)
+        at += (size_t)sprintf(buf + at, "%s", feeds[i]) + 1;
+    for (int i = 0; i < nfetches; i++)
+        at += (size_t)sprintf(buf + at, "%s", fetches[i]) + 1;
+    *len = at;
+    return buf;
+}
+
+static void lru_unlink(vq_exec *ex, struct plan *pl)
+{
+    if (pl->lru_prev)
+        pl->lru_prev->lru_next = pl->lru_next;
+    else
+        ex->lru_head = pl->lru_next;
+    if (pl->lru_next)
+        pl->lru_next->lru_prev = pl->lru_prev;
+    else
+        ex->lru_tail = pl->lru_prev;
+    pl->lru_prev = pl->lru_next = NULL;
+    ex->nplans--;
+}
+
+static void lru_push_front(vq_exec *ex, struct plan *pl)
+{
+    pl->lru_prev = NULL;
+    pl->lru_next = ex->lru_head;
+    if (ex->lru_head)
+        ex->lru_head->lru_prev = pl;
+    ex->lru_head = pl;
+    if (!ex->lru_tail)
+        ex->lru_tail = pl;
+    ex->nplans++;
+}
+
+/* Drops idle plans from the cold end while the cache is over size. A plan
+ * with runs in flight stays until a later call. Called locked. */
+static void lru_trim(vq_exec *ex)
+{
+    struct plan *pl = ex->lru_tail;
+    while (ex->nplans > ex->cache_size && pl) {
+        struct plan *prev = pl->lru_prev;
+        if (pl->refs == 1) {
+            lru_unlink(ex, pl);
+            plan_destroy(pl);
+        }
+        pl = prev;
+    }
+}
+
+/* Finds or builds the plan and pins it (refs + 1). Called locked. */
+static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
+                    int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
+{
+    size_t nlen;
+    char *names = key_names(feeds, nfeeds, fetches, nfetches, &nlen);
+    if (!names)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    uint64_t ph = vq_program_hash(p);
+    struct {
+        uint64_t prog;
+        int kind, id;
+    } head = {ph, ex->device.kind, ex->device.id};
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        free(names);
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    }
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, &head, sizeof head);
+    XXH3_64bits_update(st, names, nlen);
+    uint64_t key = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    uint64_t gen = s ? vq__scope_generation(s) : 0;
+    for (struct plan *pl = ex->lru_head; pl; pl = pl->lru_next) {
+        if (pl->key != key || pl->prog_hash != ph || pl->scope != s || pl->key_len != nlen ||
+            memcmp(pl->key_names, names, nlen))
+            continue;
+        if (pl->scope_gen != gen && pl->refs == 1) {
+            /* The scope's bindings changed: the plan's persistable vars may
+             * point at old tensors. Prepare again. */
+            lru_unlink(ex, pl);
+            plan_destroy(pl);
+            break;
+        }
+        if (pl->scope_gen != gen)
+            continue;
+        lru_unlink(ex, pl);
+        lru_push_front(ex, pl);
+        pl->refs++;
+        ex->stats.cache_hits++;
+        free(names);
+        *out = pl;
+        return 0;
+    }
+    struct plan *pl = NULL;
+    int rc = plan_new(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
+    if (rc) {
+        free(names);
+        return rc;
+    }
+    pl->key = key;
+    pl->prog_hash = ph;
+    pl->key_names = names;
+    pl->key_len = nlen;
+    pl->scope_gen = s ? vq__scope_generation(s) : 0; /* after our own bindings */
+    pl->refs = 2;
+    ex->stats.prepares++;
+    lru_push_front(ex, pl);
+    lru_trim(ex);
+    *out = pl;
+    return 0;
+}
+
+static void plan_unpin(vq_exec *ex, struct plan *pl)
+{
+    pthread_mutex_lock(&ex->lock);
+    pl->refs--;
+    pthread_cond_broadcast(&ex->idle);
+    lru_trim(ex);
+    pthread_mutex_unlock(&ex->lock);
+}
+
+/* ---- public ---- */
+
+VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
+{
+    if (!out || !e)
+        return vq__fail(VQ_EINVAL, "vq_exec_new: NULL argument");
+    vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
+    if (o.cache_size < 0)
+        return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
+    if (o.device.kind != VQ_DEV_CPU || o.device.id != 0)
+        return vq__fail(VQ_ENOSYS, "vq_exec_new: device {%d, %d}: only the CPU in this build",
+                        o.device.kind, o.device.id);
+    vq_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return vq__fail(VQ_ENOMEM, "vq_exec_new: out of memory");
+    ex->engine = e;
+    ex->device = o.device;
+    ex->cache_size = o.cache_size ? o.cache_size : 16;
+    pthread_mutex_init(&ex->lock, NULL);
+    pthread_cond_init(&ex->idle, NULL);
+    *out = ex;
+    return 0;
+}
+
+VQ_API void vq_exec_free(vq_exec *ex)
+{
+    if (!ex)
+        return;
+    pthread_mutex_lock(&ex->lock);
+    for (;;) {
+        bool busy = false;
+        for (struct plan *pl = ex->lru_head; pl && !busy; pl = pl->lru_next)
+            busy = pl->refs > 1;
+        if (!busy)
+            break;
+        pthread_cond_wait(&ex->idle, &ex->lock);
+    }
+    while (ex->lru_head) {
+        struct plan *pl = ex->lru_head;
+        lru_unlink(ex, pl);
+        plan_destroy(pl);
+    }
+    pthread_mutex_unlock(&ex->lock);
+    pthread_mutex_destroy(&ex->lock);
+    pthread_cond_destroy(&ex->idle);
+    free(ex);
+}
+
+VQ_API int vq_exec_get_stats(vq_exec *ex, vq_exec_stats *out)
+{
+    if (!ex || !out)
+        return vq__fail(VQ_EINVAL, "vq_exec_get_stats: NULL argument");
+    pthread_mutex_lock(&ex->lock);
+    *out = ex->stats;
+    pthread_mutex_unlock(&ex->lock);
+    return 0;
+}
+
+VQ_API int vq_exec_prepare(vq_exec *ex, const vq_program *p, vq_scope *s,
+                           const char *const *feeds, int nfeeds, const char *const *fetches,
+                           int nfetches)
+{
+    if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
+        return vq__fail(VQ_EINVAL, "vq_exec_prepare: bad argument");
+    for (int i = 0; i < nfeeds; i++)
+        if (!feeds[i])
+            return vq__fail(VQ_EINVAL, "vq_exec_prepare: feed %d is NULL", i);
+    for (int i = 0; i < nfetches; i++)
+        if (!fetches[i])
+            return vq__fail(VQ_EINVAL, "vq_exec_prepare: fetch %d is NULL", i);
+    pthread_mutex_lock(&ex->lock);
+    struct plan *pl;
+    int rc = plan_get(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
+    pthread_mutex_unlock(&ex->lock);
+    if (rc == 0)
+        plan_unpin(ex, pl);
+    return rc;
+}
+
+#define NAMES_ON_STACK 32
+
+static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+                     int nfeeds, vq_fetch *fetches, int nfetches, void (*done)(void *, int),
+                     void *user, char *msg_out)
+{
+    if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
+        return vq__fail(VQ_EINVAL, "vq_exec_run: bad argument");
+    const char *fstack[NAMES_ON_STACK], *gstack[NAMES_ON_STACK];
+    const char **fnames = nfeeds <= NAMES_ON_STACK ? fstack : malloc((size_t)nfeeds * sizeof *fnames);
+    const char **gnames = nfetches <= NAMES_ON_STACK ? gstack
+                                                     : malloc((size_t)nfetches * sizeof *gnames);
+    struct run *r = calloc(1, sizeof *r);
+    struct bind **binds = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
+    vq_var **feed_vars = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *feed_vars);
+    int rc = 0;
+    if (!fnames || !gnames || !r || !binds || !feed_vars)
+        rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
+    for (int i = 0; rc == 0 && i < nfeeds; i++) {
+        if (!feeds[i].name || !feeds[i].tensor)
+            rc = vq__fail(VQ_EINVAL, "vq_exec_run: feed %d has no name or tensor", i);
+        else
+            fnames[i] = feeds[i].name;
+    }
+    for (int i = 0; rc == 0 && i < nfetches; i++) {
+        if (!fetches[i].name)
+            rc = vq__fail(VQ_EINVAL, "vq_exec_run: fetch %d has no name", i);
+        gnames[i] = fetches[i].name;
+        fetches[i].tensor = NULL;
+    }
+    struct plan *pl = NULL;
+    if (rc == 0) {
+        pthread_mutex_lock(&ex->lock);
+        rc = plan_get(ex, p, s, fnames, nfeeds, gnames, nfetches, &pl);
+        pthread_mutex_unlock(&ex->lock);
+    }
+    /* Feeds must fit their vars; each gets its tensor's own engine var as a
+     * read, so ops the caller pushed on it earlier come first. */
+    for (int i = 0; rc == 0 && i < nfeeds; i++) {
+        vq__meta m;
+        meta_of_tensor(&m, feeds[i].tensor);
+        const struct pvar *pv = &pl->vars[pl->feeds[i]];
+        if (!meta_compatible(&m, &pv->meta)) {
+            char a[140], b[140];
+            meta_str(a, sizeof a, &m);
+            meta_str(b, sizeof b, &pv->meta);
+            rc = vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feeds[i].name, a, b);
+        } else if (!(feed_vars[i] = vq_tensor_var(feeds[i].tensor, ex->engine))) {
+            rc = refail(VQ_EINVAL, "feed");
+        } else if (!(binds[i] = malloc(sizeof *binds[i]))) {
+            rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
+        } else {
+            *binds[i] = (struct bind){pl, pl->feeds[i], vq_tensor_retain(feeds[i].tensor)};
+        }
+    }
+    if (rc) {
+    fail:
+        for (int i = 0; i < nfeeds && binds; i++)
+            if (binds[i])
+                bind_free(binds[i]);
+        if (pl)
+            plan_unpin(ex, pl);
+        free(r);
+        goto out;
+    }
+    r->plan = pl;
+    r->fetches = fetches;
+    r->done = done;
+    r->user = user;
+    r->msg_out = msg_out;
+    atomic_init(&r->err, 0);
+    atomic_init(&r->peak, 0);
+
+    pthread_mutex_lock(&pl->push_lock);
+    pthread_mutex_lock(&pl->ring_lock);
+    while (pl->inflight >= RING) {
+        if (vq_thread_in_op()) {
+            /* Waiting here would hold a worker the runs in flight need. */
+            pthread_mutex_unlock(&pl->ring_lock);
+            pthread_mutex_unlock(&pl->push_lock);
+            rc = vq__fail(VQ_EBUSY, "vq_exec_run_async: %d runs of this plan are in flight "
+                                    "and this is an op: it cannot wait for one to end",
+                          RING);
+            goto fail;
+        }
+        pthread_cond_wait(&pl->ring_cond, &pl->ring_lock);
+    }
+    pl->inflight++;
+    pthread_mutex_unlock(&pl->ring_lock);
+    pl->ring[pl->next_seq++ % RING] = r;
+    vq_engine *e = ex->engine;
+    for (int i = 0; i < nfeeds; i++) {
+        vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
+                     .reads = &feed_vars[i], .nreads = 1, .writes = &pl->vars[pl->feeds[i]].ev,
+                     .nwrites = 1, .name = "feed"};
+        if (vq_push(e, &t) < 0) {
+            /* Out of memory: the run fails; its ops still run to keep
+             * every op's count of executions in step. */
+            atomic_store(&r->err, VQ_ENOMEM);
+            snprintf(r->msg, sizeof r->msg, "feed %s: %s", feeds[i].name, vq_errmsg());
+            bind_free(binds[i]);
+        }
+    }
+    /* vq_push_opr allocates nothing and cannot fail for a valid opr. */
+    for (int k = 0; k < pl->nops; k++)
+        vq_push_opr(e, pl->ops[k].opr);
+    vq_push_opr(e, pl->final);
+    pthread_mutex_unlock(&pl->push_lock);
+    rc = 0;
+out:
+    if (fnames != fstack)
+        free(fnames);
+    if (gnames != gstack)
+        free(gnames);
+    free(binds);
+    free(feed_vars);
+    return rc;
+}
+
+VQ_API int vq_exec_run_async(vq_exec *ex, const vq_program *p, vq_scope *s,
+                             const vq_feed *feeds, int nfeeds, vq_fetch *fetches, int nfetches,
+                             void (*done)(void *user, int err), void *user)
+{
+    if (!done)
+        return vq__fail(VQ_EINVAL, "vq_exec_run_async: done is NULL");
+    return run_start(ex, p, s, feeds, nfeeds, fetches, nfetches, done, user, NULL);
+}
+
+struct sync_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool finished;
+    int err;
+    char msg[256];
+};
+
+static void sync_done(void *user, int err)
+{
+    struct sync_wait *w = user;
+    pthread_mutex_lock(&w->lock);
+    w->err = err;
+    w->finished = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+VQ_API int vq_exec_run(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+                       int nfeeds, vq_fetch *fetches, int nfetches)
+{
+    if (vq_thread_in_op())
+        return vq__fail(VQ_EDEADLK, "vq_exec_run: called from inside an op; use "
+                                    "vq_exec_run_async");
+    struct sync_wait w = {.finished = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    int rc = run_start(ex, p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w, w.msg);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.finished)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        rc = w.err;
+        if (rc)
+            vq__fail(rc, "%s", w.msg);
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    return rc;
+}

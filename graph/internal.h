@@ -1,0 +1,71 @@
+/* Private structures of the graph layer: the in-memory program (what the
+ * builder makes, the protobuf codec reads and writes, the executor and
+ * autodiff walk), scopes, and plans.
+ *
+ * Vars live in one program-wide table (each remembers its block); an op
+ * refers to its vars by index into that table, in the positional order of
+ * its definition's slots (a variadic last slot repeats). Attributes are deep
+ * copies owned by the program. */
+#ifndef VARQ_GRAPH_INTERNAL_H
+#define VARQ_GRAPH_INTERNAL_H
+
+#include <varq/graph.h>
+
+#include "../ops/internal.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct vq__pvar {
+    char *name;
+    int block;
+    vq_dtype dtype;
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS]; /* -1: unknown */
+    bool persistable;
+} vq__pvar;
+
+typedef struct vq__pop {
+    char *type;
+    const vq__op_def *def; /* NULL if the registry has no such op (decode keeps it;
+                            * preparing reports it) */
+    int nin, nout;
+    int *in;  /* var indices, positional */
+    int *out;
+    vq_attr *attrs; /* deep copies: names, strings and lists owned here */
+    int nattrs;
+} vq__pop;
+
+typedef struct vq__block {
+    int parent; /* -1 for block 0 */
+    int *ops;   /* indices into vq_program.ops, in order */
+    int nops, cap;
+} vq__block;
+
+struct vq_program {
+    vq__pvar *vars;
+    int nvars, vars_cap;
+    vq__pop *ops;
+    int nops, ops_cap;
+    vq__block *blocks;
+    int nblocks, blocks_cap;
+    /* name -> var index: open addressing, capacity a power of two, -1 empty */
+    int *index;
+    int index_cap;
+    /* vq_program_hash's cache; cleared by every change */
+    bool hash_valid;
+    uint64_t hash;
+};
+
+/* Index of var name, or -1. */
+int vq__program_find_var(const vq_program *p, const char *name);
+
+/* An op with def == NULL (decoded with a type the registry does not know)
+ * keeps the slot name of each input, then of each output, as strings packed
+ * after the NUL that ends its type, so that it encodes and dumps with the
+ * slots it was read with. Code that copies a vq__pop copies its type with
+ * this (malloc'd; NULL when memory runs out). */
+char *vq__pop_type_dup(const vq__pop *op);
+
+#endif

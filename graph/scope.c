@@ -1,0 +1,256 @@
+/* Scopes: the tensors that outlive a run (parameters, optimizer state),
+ * by name, kept sorted in one array under a mutex, and their .npy
+ * directory form. */
+#include "scope.h"
+
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct binding {
+    char *name;
+    vq_tensor *t;
+};
+
+struct vq_scope {
+    pthread_mutex_t lock;
+    struct binding *b;
+    int n, cap;
+    uint64_t generation;
+};
+
+VQ_API int vq_scope_new(vq_scope **out)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_scope_new: out is NULL");
+    vq_scope *s = calloc(1, sizeof *s);
+    if (!s)
+        return vq__fail(VQ_ENOMEM, "vq_scope_new: out of memory");
+    pthread_mutex_init(&s->lock, NULL);
+    *out = s;
+    return 0;
+}
+
+VQ_API void vq_scope_free(vq_scope *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->n; i++) {
+        free(s->b[i].name);
+        vq_tensor_release(s->b[i].t);
+    }
+    free(s->b);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+/* Position of name, or where it would go (with *found false). */
+static int locate(const vq_scope *s, const char *name, bool *found)
+{
+    int lo = 0, hi = s->n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2, c = strcmp(s->b[mid].name, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
+/* Inserts (name, t) at i, taking a reference to t. Called locked. */
+static int insert_at(vq_scope *s, int i, const char *name, vq_tensor *t)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        struct binding *b = realloc(s->b, (size_t)cap * sizeof *b);
+        if (!b)
+            return VQ_ENOMEM;
+        s->b = b;
+        s->cap = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy)
+        return VQ_ENOMEM;
+    memmove(&s->b[i + 1], &s->b[i], (size_t)(s->n - i) * sizeof *s->b);
+    s->b[i] = (struct binding){copy, vq_tensor_retain(t)};
+    s->n++;
+    s->generation++;
+    return 0;
+}
+
+VQ_API int vq_scope_set(vq_scope *s, const char *name, vq_tensor *t)
+{
+    if (!s || !name || !t)
+        return vq__fail(VQ_EINVAL, "vq_scope_set: NULL argument");
+    if (!*name)
+        return vq__fail(VQ_EINVAL, "vq_scope_set: empty name");
+    pthread_mutex_lock(&s->lock);
+    bool found;
+    int i = locate(s, name, &found), rc = 0;
+    vq_tensor *old = NULL;
+    if (found) {
+        old = s->b[i].t;
+        s->b[i].t = vq_tensor_retain(t);
+        s->generation++;
+    } else {
+        rc = insert_at(s, i, name, t);
+    }
+    pthread_mutex_unlock(&s->lock);
+    vq_tensor_release(old);
+    return rc < 0 ? vq__fail(rc, "vq_scope_set: out of memory") : 0;
+}
+
+VQ_API vq_tensor *vq_scope_get(vq_scope *s, const char *name)
+{
+    if (!s || !name)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    bool found;
+    int i = locate(s, name, &found);
+    vq_tensor *t = found ? s->b[i].t : NULL;
+    pthread_mutex_unlock(&s->lock);
+    return t;
+}
+
+vq_tensor *vq__scope_take(vq_scope *s, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    bool found;
+    int i = locate(s, name, &found);
+    vq_tensor *t = found ? vq_tensor_retain(s->b[i].t) : NULL;
+    pthread_mutex_unlock(&s->lock);
+    return t;
+}
+
+vq_tensor *vq__scope_get_or_set(vq_scope *s, const char *name, vq_tensor *t)
+{
+    pthread_mutex_lock(&s->lock);
+    bool found;
+    int i = locate(s, name, &found);
+    vq_tensor *r = NULL;
+    if (found)
+        r = vq_tensor_retain(s->b[i].t);
+    else if (insert_at(s, i, name, t) == 0)
+        r = vq_tensor_retain(t);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+uint64_t vq__scope_generation(vq_scope *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t g = s->generation;
+    pthread_mutex_unlock(&s->lock);
+    return g;
+}
+
+VQ_API int vq_scope_count(vq_scope *s)
+{
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    int n = s->n;
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+VQ_API const char *vq_scope_name(vq_scope *s, int i)
+{
+    if (!s)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    const char *name = i >= 0 && i < s->n ? s->b[i].name : NULL;
+    pthread_mutex_unlock(&s->lock);
+    return name;
+}
+
+static bool name_ok_for_file(const char *name)
+{
+    return *name && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+}
+
+VQ_API int vq_scope_save(vq_scope *s, const char *dir)
+{
+    if (!s || !dir)
+        return vq__fail(VQ_EINVAL, "vq_scope_save: NULL argument");
+    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+        return vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
+    /* A snapshot of the bindings, so that saving does not hold the lock. */
+    pthread_mutex_lock(&s->lock);
+    int n = s->n;
+    struct binding *snap = malloc((size_t)(n ? n : 1) * sizeof *snap);
+    for (int i = 0; snap && i < n; i++) {
+        snap[i].name = strdup(s->b[i].name);
+        snap[i].t = vq_tensor_retain(s->b[i].t);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!snap)
+        return vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (rc == 0 && !snap[i].name)
+            rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+        else if (rc == 0 && !name_ok_for_file(snap[i].name))
+            rc = vq__fail(VQ_EINVAL, "vq_scope_save: \"%s\" cannot be a file name",
+                          snap[i].name);
+        if (rc == 0) {
+            size_t len = strlen(dir) + strlen(snap[i].name) + 6;
+            char *path = malloc(len);
+            if (!path) {
+                rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+            } else {
+                snprintf(path, len, "%s/%s.npy", dir, snap[i].name);
+                rc = vq_npy_save(path, snap[i].t);
+                free(path);
+            }
+        }
+        free(snap[i].name);
+        vq_tensor_release(snap[i].t);
+    }
+    free(snap);
+    return rc;
+}
+
+VQ_API int vq_scope_load(vq_scope *s, const char *dir)
+{
+    if (!s || !dir)
+        return vq__fail(VQ_EINVAL, "vq_scope_load: NULL argument");
+    DIR *d = opendir(dir);
+    if (!d)
+        return vq__fail(VQ_EIO, "vq_scope_load: %s: %s", dir, strerror(errno));
+    int rc = 0;
+    struct dirent *ent;
+    while (rc == 0 && (ent = readdir(d))) {
+        size_t len = strlen(ent->d_name);
+        if (len <= 4 || strcmp(ent->d_name + len - 4, ".npy"))
+            continue;
+        size_t plen = strlen(dir) + len + 2;
+        char *path = malloc(plen), *name = strndup(ent->d_name, len - 4);
+        if (!path || !name) {
+            rc = vq__fail(VQ_ENOMEM, "vq_scope_load: out of memory");
+        } else {
+            snprintf(path, plen, "%s/%s", dir, ent->d_name);
+            vq_tensor *t;
+            rc = vq_npy_load(path, &t);
+            if (rc == 0) {
+                rc = vq_scope_set(s, name, t);
+                vq_tensor_release(t);
+            }
+        }
+        free(path);
+        free(name);
+    }
+    closedir(d);
+    return rc;
+}

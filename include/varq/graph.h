@@ -1,0 +1,185 @@
+/* varq graph layer: programs (a serializable list of ops over named vars),
+ * scopes (named persistent tensors), and the executor that prepares a
+ * program once into a plan and runs it as pushes onto an engine.
+ *
+ * A program has blocks; block 0 is the main block (more blocks are for
+ * control flow later). A block declares vars (name, dtype, shape with -1 for
+ * unknown dims, persistable) and lists ops in order; each op has a type from
+ * the op registry (ops.h), named input and output slots that list var names,
+ * and typed attributes. Programs are saved as protobuf (proto/program.proto)
+ * and can be dumped as text.
+ *
+ * Thread-safety: a vq_program is a plain value: build it from one thread;
+ * once built, any number of threads may read, save or run it as long as
+ * nobody modifies it. A vq_scope and a vq_exec may be used from several
+ * threads: their functions lock. */
+#ifndef VARQ_GRAPH_H
+#define VARQ_GRAPH_H
+
+#include <varq/engine.h>
+#include <varq/error.h>
+#include <varq/ops.h>
+#include <varq/tensor.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- programs ---- */
+
+typedef struct vq_program vq_program;
+
+/* A new empty program with its main block (index 0). The caller owns it. */
+VQ_API int vq_program_new(vq_program **out);
+/* Frees p and everything it owns. NULL is ignored. */
+VQ_API void vq_program_free(vq_program *p);
+
+/* Adds a block whose parent is block `parent` (an existing index); returns
+ * the new block's index, or a negative error. */
+VQ_API int vq_program_add_block(vq_program *p, int parent);
+
+/* Declares var `name` in block: dtype, ndim (0..VQ_MAX_DIMS) dims each >= 0
+ * or -1 (unknown), persistable (lives in the scope across runs: parameters
+ * and optimizer state). Names are unique within a program. The strings are
+ * copied. VQ_EINVAL for a duplicate name or a bad dtype or shape. */
+VQ_API int vq_program_add_var(vq_program *p, int block, const char *name, vq_dtype dt,
+                              int ndim, const int64_t *shape, bool persistable);
+
+/* Appends op `type` to block, with its inputs and outputs given by var name
+ * in the order of the op's slots (vq_op_signature(type): a variadic last
+ * slot takes the remaining names) and its attributes (copied). Checks only
+ * what needs no shapes: the op type exists, the counts fit its slots, the
+ * attributes fit its schema, every var named is declared. Shapes and dtypes
+ * are checked when the program is prepared. Returns the op's index in the
+ * block, or a negative error naming the op. */
+VQ_API int vq_program_add_op(vq_program *p, int block, const char *type,
+                             const char *const *inputs, int nin, const char *const *outputs,
+                             int nout, const vq_attr *attrs, int nattrs);
+
+/* Counts, for callers that walk a program. */
+VQ_API int vq_program_nblocks(const vq_program *p);
+VQ_API int vq_program_nops(const vq_program *p, int block);
+VQ_API int vq_program_nvars(const vq_program *p, int block);
+
+/* Serializes to protobuf: *buf is malloc'd (the caller frees it). */
+VQ_API int vq_program_encode(const vq_program *p, void **buf, size_t *len);
+/* Parses protobuf bytes into a new program and checks its structure (names
+ * unique and declared, dtypes and shapes valid, parent blocks earlier,
+ * attribute values well formed). Malformed input is VQ_EINVAL, never a
+ * crash. */
+VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len);
+/* The same through a file; VQ_EIO if it cannot be read or written. */
+VQ_API int vq_program_save(const vq_program *p, const char *path);
+VQ_API int vq_program_load(vq_program **out, const char *path);
+
+/* Writes a readable text form to f, one line per var and op, e.g.
+ *   var x : f32[16,16]
+ *   var w : f32[16,1] persistable
+ *   op 0 matmul(X=x, Y=w) -> (Out=y) {transpose_x=false}
+ * Returns 0 or VQ_EIO. */
+VQ_API int vq_program_dump(const vq_program *p, FILE *f);
+
+/* XXH3-64 of the protobuf encoding: equal programs hash equal. Cached in p
+ * until p changes. */
+VQ_API uint64_t vq_program_hash(const vq_program *p);
+
+/* ---- scopes ---- */
+
+typedef struct vq_scope vq_scope;
+
+VQ_API int vq_scope_new(vq_scope **out);
+/* Releases every tensor the scope holds. */
+VQ_API void vq_scope_free(vq_scope *s);
+
+/* Binds name to t (retained; a previous binding is released). Do not call
+ * while a run that uses the scope is in flight. */
+VQ_API int vq_scope_set(vq_scope *s, const char *name, vq_tensor *t);
+/* The tensor bound to name, or NULL. The reference is borrowed: retain it
+ * to keep it past the next vq_scope_set or vq_scope_free. */
+VQ_API vq_tensor *vq_scope_get(vq_scope *s, const char *name);
+/* Number of names bound, and the i-th name in sorted order (borrowed). */
+VQ_API int vq_scope_count(vq_scope *s);
+VQ_API const char *vq_scope_name(vq_scope *s, int i);
+
+/* Saves every tensor as dir/<name>.npy (dir is created if missing; names
+ * with '/' are refused) after waiting for the ops writing them; loads every
+ * *.npy file of dir, binding it under its name without ".npy". */
+VQ_API int vq_scope_save(vq_scope *s, const char *dir);
+VQ_API int vq_scope_load(vq_scope *s, const char *dir);
+
+/* ---- executor ---- */
+
+typedef struct vq_exec vq_exec;
+
+typedef struct vq_exec_opts {
+    int cache_size; /* prepared plans kept (LRU); 0 = 16 */
+    vq_ctx device;  /* where the ops run; zero = CPU 0 */
+} vq_exec_opts;
+
+/* An executor running programs on engine e (which must outlive it). opts
+ * may be NULL. */
+VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts);
+/* Waits for the runs in flight, then frees the plans. */
+VQ_API void vq_exec_free(vq_exec *x);
+
+typedef struct vq_feed {
+    const char *name;  /* a var of the program */
+    vq_tensor *tensor; /* its value for this run; must match the var's dtype and known dims */
+} vq_feed;
+
+typedef struct vq_fetch {
+    const char *name;  /* a var of the program */
+    vq_tensor *tensor; /* out: the value at the end of the run (the caller owns a reference) */
+} vq_fetch;
+
+/* Prepares (or finds in the cache) the plan for p with these feed and fetch
+ * names and scope s: checks the program (an unknown op, an undefined var, a
+ * var read before anything writes it that is neither fed nor in the scope,
+ * a dtype or shape mismatch: VQ_EINVAL naming the op's index, type and
+ * var), infers shapes, makes one engine var per program var and one
+ * prebuilt engine op per op. vq_exec_run does this itself; calling it first
+ * moves the cost and the errors ahead. */
+VQ_API int vq_exec_prepare(vq_exec *x, const vq_program *p, vq_scope *s,
+                           const char *const *feeds, int nfeeds, const char *const *fetches,
+                           int nfetches);
+
+/* Runs block 0 of p once: binds the feeds, pushes every op in program order,
+ * and waits until the fetched vars are ready. On success fetches[i].tensor
+ * holds a new reference. A failing op makes the run return its error, with
+ * vq_errmsg() naming the op ("op 3 (div): integer division by zero"); the
+ * plan stays usable. Feed tensors must not be written until the run is
+ * done. Not from inside an op (VQ_EDEADLK). */
+VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+                       int nfeeds, vq_fetch *fetches, int nfetches);
+
+/* Like vq_exec_run but returns once the run is pushed; done(user, err) is
+ * called exactly once, on an engine worker, when the fetches are ready (or
+ * the run failed): fetches[] (which must stay valid until then) is filled
+ * in before. Several runs of one plan may be in flight; the engine keeps
+ * each run's ops in order and lets consecutive runs overlap. Past 64 runs
+ * of one plan in flight the call waits for the oldest to end (from inside
+ * an op it returns VQ_EBUSY instead). Inside done, vq_errmsg() describes a
+ * failure. If the call itself fails, done is not called. */
+VQ_API int vq_exec_run_async(vq_exec *x, const vq_program *p, vq_scope *s,
+                             const vq_feed *feeds, int nfeeds, vq_fetch *fetches, int nfetches,
+                             void (*done)(void *user, int err), void *user);
+
+typedef struct vq_exec_stats {
+    uint64_t prepares;    /* plans built */
+    uint64_t cache_hits;  /* runs or prepares that found their plan cached */
+    uint64_t runs;        /* runs completed */
+    size_t last_peak_bytes; /* most tensor bytes the last completed run held at once
+                             * (its temporaries and fetches; not the scope) */
+} vq_exec_stats;
+
+VQ_API int vq_exec_get_stats(vq_exec *x, vq_exec_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

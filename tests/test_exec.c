@@ -1,0 +1,524 @@
+/* The executor: programs built with the builder run on the engine and give
+ * what the same ops give when run directly, with identical bits on every
+ * engine; the plan cache; release by reference count (peak memory); async
+ * runs in flight; errors naming the op; scopes. */
+#include "leakcheck.h"
+#include "opcheck.h"
+
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+TestSuite(exec, .fini = leak_check);
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__})
+#define N(...) (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
+
+static vq_engine *engine(int kind, int workers)
+{
+    vq_engine *e;
+    vq_engine_opts o = {.kind = kind, .cpu_workers = workers};
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    return e;
+}
+
+static void var(vq_program *p, const char *name, vq_dtype dt, int ndim, const int64_t *shape,
+                bool persistable)
+{
+    cr_assert_eq(vq_program_add_var(p, 0, name, dt, ndim, shape, persistable), 0, "%s",
+                 vq_errmsg());
+}
+
+static void op(vq_program *p, const char *type, const char *const *in, int nin,
+               const char *const *out, int nout, const vq_attr *attrs, int nattrs)
+{
+    int rc = vq_program_add_op(p, 0, type, in, nin, out, nout, attrs, nattrs);
+    cr_assert_geq(rc, 0, "%s", vq_errmsg());
+}
+
+/* y = softmax(relu(x @ w + b) * 0.5), batch unknown (-1). */
+static vq_program *mlp_program(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t x[2] = {-1, 5}, w[2] = {5, 3}, b[1] = {3}, h[2] = {-1, 3};
+    var(p, "x", VQ_F64, 2, x, false);
+    var(p, "w", VQ_F64, 2, w, true);
+    var(p, "b", VQ_F64, 1, b, true);
+    var(p, "xw", VQ_F64, 2, h, false);
+    var(p, "z", VQ_F64, 2, h, false);
+    var(p, "r", VQ_F64, 2, h, false);
+    var(p, "s", VQ_F64, 2, h, false);
+    var(p, "y", VQ_F64, 2, h, false);
+    op(p, "matmul", NAMES("x", "w"), 2, NAMES("xw"), 1, NULL, 0);
+    op(p, "add", NAMES("xw", "b"), 2, NAMES("z"), 1, NULL, 0);
+    op(p, "relu", NAMES("z"), 1, NAMES("r"), 1, NULL, 0);
+    vq_attr half = VQ_ATTR_F("scale", 0.5);
+    op(p, "scale", NAMES("r"), 1, NAMES("s"), 1, &half, 1);
+    op(p, "softmax", NAMES("s"), 1, NAMES("y"), 1, NULL, 0);
+    return p;
+}
+
+static vq_tensor *direct_mlp(vq_tensor *x, vq_tensor *w, vq_tensor *b)
+{
+    vq_tensor *in[2] = {x, w};
+    vq_tensor *xw = oc_run1("matmul", in, 2, NULL, 0);
+    in[0] = xw;
+    in[1] = b;
+    vq_tensor *z = oc_run1("add", in, 2, NULL, 0);
+    vq_tensor *r = oc_run1("relu", &z, 1, NULL, 0);
+    vq_attr half = VQ_ATTR_F("scale", 0.5);
+    vq_tensor *s = oc_run1("scale", &r, 1, &half, 1);
+    vq_tensor *y = oc_run1("softmax", &s, 1, NULL, 0);
+    vq_tensor_release(xw);
+    vq_tensor_release(z);
+    vq_tensor_release(r);
+    vq_tensor_release(s);
+    return y;
+}
+
+static void assert_same_bits(vq_tensor *a, vq_tensor *b)
+{
+    cr_assert_eq(vq_tensor_dtype(a), vq_tensor_dtype(b));
+    cr_assert_eq(vq_tensor_ndim(a), vq_tensor_ndim(b));
+    cr_assert_eq(vq_tensor_nbytes(a), vq_tensor_nbytes(b));
+    for (int i = 0; i < vq_tensor_ndim(a); i++)
+        cr_assert_eq(vq_tensor_shape(a)[i], vq_tensor_shape(b)[i]);
+    cr_assert_eq(memcmp(vq_tensor_data(a), vq_tensor_data(b), vq_tensor_nbytes(a)), 0,
+                 "bits differ");
+}
+
+Test(exec, program_gives_the_direct_results_with_identical_bits_on_every_engine)
+{
+    uint64_t rng = oc_seed("exec");
+    vq_program *p = mlp_program();
+    int64_t ws[2] = {5, 3}, bs[1] = {3};
+    vq_tensor *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1), *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1);
+    int kinds[4][2] = {{VQ_ENGINE_THREADED, 1}, {VQ_ENGINE_THREADED, 2},
+                       {VQ_ENGINE_THREADED, 8}, {VQ_ENGINE_NAIVE, 0}};
+    for (int64_t batch = 1; batch <= 7; batch += 3) {
+        int64_t xs[2] = {batch, 5};
+        vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -2, 2);
+        vq_tensor *want = direct_mlp(x, w, b);
+        for (int k = 0; k < 4; k++) {
+            vq_engine *e = engine(kinds[k][0], kinds[k][1]);
+            vq_scope *s;
+            vq_exec *ex;
+            /* A tensor belongs to one engine: each gets its own copies. */
+            vq_tensor *wk, *bk;
+            cr_assert_eq(vq_tensor_from(&wk, VQ_F64, 2, ws, vq_tensor_data(w)), 0);
+            cr_assert_eq(vq_tensor_from(&bk, VQ_F64, 1, bs, vq_tensor_data(b)), 0);
+            cr_assert_eq(vq_scope_new(&s), 0);
+            cr_assert_eq(vq_scope_set(s, "w", wk), 0);
+            cr_assert_eq(vq_scope_set(s, "b", bk), 0);
+            vq_tensor_release(wk);
+            vq_tensor_release(bk);
+            cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+            vq_tensor *xk;
+            cr_assert_eq(vq_tensor_from(&xk, VQ_F64, 2, xs, vq_tensor_data(x)), 0);
+            vq_feed feed = {"x", xk};
+            vq_fetch fetch = {"y", NULL};
+            cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+            assert_same_bits(fetch.tensor, want);
+            vq_tensor_release(fetch.tensor);
+            vq_tensor_release(xk);
+            vq_exec_free(ex);
+            vq_scope_free(s);
+            vq_engine_free(e);
+        }
+        vq_tensor_release(want);
+        vq_tensor_release(x);
+    }
+    vq_tensor_release(w);
+    vq_tensor_release(b);
+    vq_program_free(p);
+}
+
+struct fixture {
+    vq_engine *e;
+    vq_exec *ex;
+    vq_scope *s;
+};
+
+static struct fixture fixture(int cache)
+{
+    struct fixture f;
+    f.e = engine(VQ_ENGINE_THREADED, 2);
+    vq_exec_opts o = {.cache_size = cache};
+    cr_assert_eq(vq_exec_new(&f.ex, f.e, &o), 0);
+    cr_assert_eq(vq_scope_new(&f.s), 0);
+    return f;
+}
+
+static void fixture_free(struct fixture *f)
+{
+    vq_exec_free(f->ex);
+    vq_scope_free(f->s);
+    vq_engine_free(f->e);
+}
+
+static vq_exec_stats stats(vq_exec *ex)
+{
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(ex, &st), 0);
+    return st;
+}
+
+/* out = x * 2 + 1 (and also u = relu(x)). */
+static vq_program *small_program(double scale)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "out", VQ_F32, 1, s, false);
+    var(p, "u", VQ_F32, 1, s, false);
+    vq_attr a[2] = {VQ_ATTR_F("scale", scale), VQ_ATTR_F("bias", 1)};
+    op(p, "scale", NAMES("x"), 1, NAMES("out"), 1, a, 2);
+    op(p, "relu", NAMES("x"), 1, NAMES("u"), 1, NULL, 0);
+    return p;
+}
+
+static vq_tensor *vec4(float a, float b, float c, float d)
+{
+    int64_t s[1] = {4};
+    float v[4] = {a, b, c, d};
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_from(&t, VQ_F32, 1, s, v), 0);
+    return t;
+}
+
+static int run_small(struct fixture *f, vq_program *p, const char *fetch_name, float *first)
+{
+    vq_tensor *x = vec4(1, -2, 3, -4);
+    vq_feed feed = {"x", x};
+    vq_fetch fetch = {fetch_name, NULL};
+    int rc = vq_exec_run(f->ex, p, f->s, &feed, 1, &fetch, 1);
+    if (rc == 0) {
+        *first = ((float *)vq_tensor_data(fetch.tensor))[0];
+        vq_tensor_release(fetch.tensor);
+    }
+    vq_tensor_release(x);
+    return rc;
+}
+
+Test(exec, the_plan_cache_hits_on_the_same_program_and_misses_on_any_change)
+{
+    struct fixture f = fixture(4);
+    vq_program *p = small_program(2), *same = small_program(2), *other = small_program(3);
+    float v;
+    cr_assert_eq(run_small(&f, p, "out", &v), 0, "%s", vq_errmsg());
+    cr_assert_eq(v, 3);
+    cr_assert_eq(stats(f.ex).prepares, 1);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(run_small(&f, p, "out", &v), 0);
+    cr_assert_eq(run_small(&f, same, "out", &v), 0, "an equal program built again");
+    cr_assert_eq(stats(f.ex).prepares, 1, "no preparation on a hit");
+    cr_assert_eq(stats(f.ex).cache_hits, 6);
+    cr_assert_eq(run_small(&f, other, "out", &v), 0);
+    cr_assert_eq(v, 4);
+    cr_assert_eq(stats(f.ex).prepares, 2, "a changed attribute misses");
+    cr_assert_eq(run_small(&f, p, "u", &v), 0);
+    cr_assert_eq(v, 1);
+    cr_assert_eq(stats(f.ex).prepares, 3, "a different fetch list misses");
+    vq_program_add_var(p, 0, "extra", VQ_F32, 0, NULL, false);
+    cr_assert_eq(run_small(&f, p, "out", &v), 0);
+    cr_assert_eq(stats(f.ex).prepares, 4, "a changed program misses");
+    cr_assert_eq(stats(f.ex).runs, 10);
+    vq_program_free(p);
+    vq_program_free(same);
+    vq_program_free(other);
+    fixture_free(&f);
+}
+
+Test(exec, the_cache_evicts_the_least_recently_used_plan)
+{
+    struct fixture f = fixture(2);
+    vq_program *a = small_program(2), *b = small_program(3), *c = small_program(4);
+    float v;
+    cr_assert_eq(run_small(&f, a, "out", &v), 0);
+    cr_assert_eq(run_small(&f, b, "out", &v), 0);
+    cr_assert_eq(run_small(&f, a, "out", &v), 0); /* a is now the most recent */
+    cr_assert_eq(run_small(&f, c, "out", &v), 0); /* evicts b */
+    cr_assert_eq(stats(f.ex).prepares, 3);
+    cr_assert_eq(run_small(&f, a, "out", &v), 0);
+    cr_assert_eq(stats(f.ex).prepares, 3);
+    cr_assert_eq(run_small(&f, b, "out", &v), 0);
+    cr_assert_eq(stats(f.ex).prepares, 4);
+    vq_program_free(a);
+    vq_program_free(b);
+    vq_program_free(c);
+    fixture_free(&f);
+}
+
+Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {1 << 18}; /* 1 MiB of f32 */
+    var(p, "t0", VQ_F32, 1, s, false);
+    var(p, "w", VQ_F32, 1, s, true);
+    char name[32], prev[32] = "t0";
+    for (int i = 1; i <= 1000; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        var(p, name, VQ_F32, 1, s, false);
+        vq_attr a = VQ_ATTR_F("scale", 1.0);
+        vq_attr b = VQ_ATTR_F("bias", 1.0);
+        vq_attr ab[2] = {a, b};
+        const char *in[1] = {prev};
+        const char *out[1] = {name};
+        op(p, "scale", in, 1, out, 1, ab, 2);
+        strcpy(prev, name);
+    }
+    /* w = w + t1000: a persistable written in place at the end. */
+    op(p, "add", NAMES("w", "t1000"), 2, NAMES("w"), 1, NULL, 0);
+    vq_tensor *w;
+    cr_assert_eq(vq_tensor_new(&w, VQ_F32, 1, s), 0);
+    cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
+    vq_tensor *t0;
+    cr_assert_eq(vq_tensor_new(&t0, VQ_F32, 1, s), 0);
+    vq_feed feed = {"t0", t0};
+    vq_fetch fetch[2] = {{"t1000", NULL}, {"t500", NULL}};
+    for (int run = 1; run <= 2; run++) {
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, fetch, 2), 0, "%s", vq_errmsg());
+        size_t peak = stats(f.ex).last_peak_bytes;
+        cr_log_info("run %d: peak %zu bytes for 1000 temporaries of 1 MiB", run, peak);
+        cr_assert_lt(peak, 8u << 20, "peak %zu bytes", peak);
+        cr_assert_eq(((float *)vq_tensor_data(fetch[0].tensor))[7], 1000.0f);
+        cr_assert_eq(((float *)vq_tensor_data(fetch[1].tensor))[7], 500.0f,
+                     "a fetched temporary survives");
+        cr_assert_eq(vq_tensor_wait(w), 0);
+        cr_assert_eq(((float *)vq_tensor_data(w))[3], 1000.0f * run, "persistable updated");
+        vq_tensor_release(fetch[0].tensor);
+        vq_tensor_release(fetch[1].tensor);
+    }
+    vq_tensor_release(t0);
+    vq_tensor_release(w);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
+struct async_result {
+    atomic_int calls;
+    int err;
+};
+
+static void on_done(void *user, int err)
+{
+    struct async_result *r = user;
+    r->err = err;
+    atomic_fetch_add(&r->calls, 1);
+}
+
+Test(exec, sixteen_async_runs_in_flight_each_report_once_with_their_own_results)
+{
+    struct fixture f = fixture(0);
+    vq_program *p = small_program(2);
+    enum { RUNS = 16 };
+    vq_tensor *x[RUNS];
+    vq_fetch fetch[RUNS][1];
+    struct async_result res[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        x[i] = vec4((float)i, 0, 0, 0);
+        vq_feed feed = {"x", x[i]};
+        fetch[i][0] = (vq_fetch){"out", NULL};
+        atomic_init(&res[i].calls, 0);
+        res[i].err = 1;
+        cr_assert_eq(vq_exec_run_async(f.ex, p, f.s, &feed, 1, fetch[i], 1, on_done, &res[i]),
+                     0, "%s", vq_errmsg());
+    }
+    cr_assert_eq(vq_wait_all(f.e), 0);
+    for (int i = 0; i < RUNS; i++) {
+        cr_assert_eq(atomic_load(&res[i].calls), 1, "run %d called back %d times", i,
+                     atomic_load(&res[i].calls));
+        cr_assert_eq(res[i].err, 0);
+        cr_assert_eq(((float *)vq_tensor_data(fetch[i][0].tensor))[0], 2.0f * i + 1);
+        vq_tensor_release(fetch[i][0].tensor);
+        vq_tensor_release(x[i]);
+    }
+    cr_assert_eq(stats(f.ex).prepares, 1);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
+Test(exec, a_failing_op_fails_the_run_with_its_name_and_the_plan_stays_usable)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {2};
+    var(p, "a", VQ_I32, 1, s, false);
+    var(p, "b", VQ_I32, 1, s, false);
+    var(p, "q", VQ_I32, 1, s, false);
+    var(p, "r", VQ_I32, 1, s, false);
+    op(p, "div", NAMES("a", "b"), 2, NAMES("q"), 1, NULL, 0);
+    op(p, "add", NAMES("q", "a"), 2, NAMES("r"), 1, NULL, 0);
+    int32_t av[2] = {6, 8}, zero[2] = {1, 0}, two[2] = {2, 2};
+    vq_tensor *a, *bz, *b2;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
+    cr_assert_eq(vq_tensor_from(&bz, VQ_I32, 1, s, zero), 0);
+    cr_assert_eq(vq_tensor_from(&b2, VQ_I32, 1, s, two), 0);
+    vq_feed feeds[2] = {{"a", a}, {"b", bz}};
+    vq_fetch fetch = {"r", NULL};
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, &fetch, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "op 0 (div): div: integer division by zero"), "%s",
+              vq_errmsg());
+    cr_assert_null(fetch.tensor);
+    feeds[1].tensor = b2;
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(((int32_t *)vq_tensor_data(fetch.tensor))[1], 12);
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(a);
+    vq_tensor_release(bz);
+    vq_tensor_release(b2);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
+static void expect_prepare_error(struct fixture *f, vq_program *p, const char *const *feeds,
+                                 int nfeeds, const char *fetch, const char *needle)
+{
+    int rc = vq_exec_prepare(f->ex, p, f->s, feeds, nfeeds, &fetch, 1);
+    cr_assert_lt(rc, 0, "prepared a bad program (expected \"%s\")", needle);
+    cr_assert(strstr(vq_errmsg(), needle), "message \"%s\" lacks \"%s\"", vq_errmsg(), needle);
+}
+
+Test(exec, bad_programs_are_errors_naming_the_op_and_var)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s2[2] = {2, 3}, s3[2] = {4, 5}, s1[1] = {3};
+    var(p, "x", VQ_F32, 2, s2, false);
+    var(p, "y", VQ_F32, 2, s3, false);
+    var(p, "t", VQ_F32, 2, s2, false);
+    var(p, "z", VQ_F32, 2, s2, false);
+    var(p, "k", VQ_F64, 1, s1, false);
+    var(p, "w", VQ_F32, 2, s2, true);
+    op(p, "matmul", NAMES("x", "y"), 2, NAMES("z"), 1, NULL, 0);
+    expect_prepare_error(&f, p, NAMES("x", "y"), 2, "z",
+                         "op 0: matmul: input Y (slot 1)");
+    vq_program_free(p);
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    var(p, "x", VQ_F32, 2, s2, false);
+    var(p, "t", VQ_F32, 2, s2, false);
+    var(p, "z", VQ_F32, 2, s2, false);
+    var(p, "w", VQ_F32, 2, s2, true);
+    op(p, "relu", NAMES("t"), 1, NAMES("z"), 1, NULL, 0);
+    expect_prepare_error(&f, p, NAMES("x"), 1, "z",
+                         "op 0 (relu): reads var t, which no earlier op writes and no feed");
+    vq_program_free(p);
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    var(p, "x", VQ_F32, 2, s2, false);
+    var(p, "z", VQ_F32, 2, s2, false);
+    var(p, "w", VQ_F32, 2, s2, true);
+    op(p, "add", NAMES("x", "w"), 2, NAMES("z"), 1, NULL, 0);
+    expect_prepare_error(&f, p, NAMES("x"), 1, "z",
+                         "op 0 (add): reads var w, which is persistable but is not in the scope");
+    expect_prepare_error(&f, p, NAMES("nope"), 1, "z", "feed nope: the program has no such var");
+    vq_program_free(p);
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    var(p, "x", VQ_F32, 2, s2, false);
+    var(p, "k", VQ_F64, 1, s1, false);
+    op(p, "relu", NAMES("x"), 1, NAMES("k"), 1, NULL, 0);
+    expect_prepare_error(&f, p, NAMES("x"), 1, "k",
+                         "op 0 (relu): output Out (slot 0) var k: inferred f32[2,3], declared "
+                         "f64[3]");
+    vq_program_free(p);
+    cr_assert_eq(stats(f.ex).prepares, 0);
+    fixture_free(&f);
+}
+
+Test(exec, feeds_of_the_wrong_shape_are_refused)
+{
+    struct fixture f = fixture(0);
+    vq_program *p = small_program(2);
+    int64_t s[1] = {5};
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 1, s), 0);
+    vq_feed feed = {"x", x};
+    vq_fetch fetch = {"out", NULL};
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "feed x: got f32[5], the var is f32[4]"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
+Test(exec, a_startup_program_creates_persistables_that_the_main_program_updates)
+{
+    struct fixture f = fixture(0);
+    vq_program *startup, *main_p;
+    int64_t s[1] = {3};
+    cr_assert_eq(vq_program_new(&startup), 0);
+    var(startup, "w", VQ_F32, 1, s, true);
+    vq_attr fill[2] = {VQ_ATTR_IS("shape", s, 1), VQ_ATTR_F("value", 2)};
+    op(startup, "fill_constant", NULL, 0, NAMES("w"), 1, fill, 2);
+    cr_assert_eq(vq_program_new(&main_p), 0);
+    var(main_p, "w", VQ_F32, 1, s, true);
+    var(main_p, "g", VQ_F32, 1, s, false);
+    vq_attr lr = VQ_ATTR_F("learning_rate", 0.5);
+    op(main_p, "sgd", NAMES("w", "g"), 2, NAMES("w"), 1, &lr, 1);
+    cr_assert_eq(vq_exec_run(f.ex, startup, f.s, NULL, 0, NULL, 0), 0, "%s", vq_errmsg());
+    vq_tensor *g;
+    int64_t gs[1] = {3};
+    float gv[3] = {1, 2, 3};
+    cr_assert_eq(vq_tensor_from(&g, VQ_F32, 1, gs, gv), 0);
+    vq_feed feed = {"g", g};
+    vq_fetch fetch = {"w", NULL};
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            vq_tensor_release(fetch.tensor);
+        cr_assert_eq(vq_exec_run(f.ex, main_p, f.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    }
+    /* w = 2 - 3 * 0.5 * g */
+    float *w = vq_tensor_data(fetch.tensor);
+    cr_assert_eq(w[0], 0.5f);
+    cr_assert_eq(w[2], -2.5f);
+    vq_tensor_release(fetch.tensor);
+    /* The fetch was a snapshot; the scope holds the live tensor. */
+    cr_assert_not_null(vq_scope_get(f.s, "w"));
+    vq_tensor_release(g);
+    vq_program_free(startup);
+    vq_program_free(main_p);
+    fixture_free(&f);
+}
+
+Test(exec, scopes_save_and_load_a_directory_of_npy_files)
+{
+    vq_scope *s, *t;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_scope_new(&t), 0);
+    vq_tensor *a = vec4(1, 2, 3, 4);
+    int64_t two[2] = {2, 2};
+    int64_t iv[4] = {5, 6, 7, 8};
+    vq_tensor *b;
+    cr_assert_eq(vq_tensor_from(&b, VQ_I64, 2, two, iv), 0);
+    cr_assert_eq(vq_scope_set(s, "weight", a), 0);
+    cr_assert_eq(vq_scope_set(s, "bias", b), 0);
+    char dir[] = "/tmp/varq_scope_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_count(t), 2);
+    cr_assert_str_eq(vq_scope_name(t, 0), "bias");
+    assert_same_bits(vq_scope_get(t, "weight"), a);
+    assert_same_bits(vq_scope_get(t, "bias"), b);
+    cr_assert_eq(vq_scope_set(s, "a/b", a), 0);
+    cr_assert_eq(vq_scope_save(s, dir), VQ_EINVAL);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(vq_scope_load(t, dir), VQ_EIO);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_scope_free(s);
+    vq_scope_free(t);
+}

@@ -8,7 +8,7 @@ pkgs=(
   build-essential meson ninja-build pkg-config clang
   libck-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
-  python3-numpy
+  python3-numpy python3-torch python3-sklearn
 )
 
 missing=()

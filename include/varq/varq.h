@@ -8,5 +8,6 @@
 #include <varq/tensor.h>
 #include <varq/ops.h>
 #include <varq/graph.h>
+#include <varq/train.h>
 
 #endif

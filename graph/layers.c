@@ -1,0 +1,133 @@
+/* Layers: thin helpers over the builder that declare a layer's vars, its
+ * parameters (in the main and the startup program, with their
+ * initializers) and its ops. A model zoo of one file. */
+#include "internal.h"
+
+#include <varq/train.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int find(const vq_program *p, const char *name, const char *fn)
+{
+    int v = name ? vq__program_find_var(p, name) : -1;
+    if (v < 0)
+        return vq__fail(VQ_EINVAL, "%s: no var %s", fn, name ? name : "(NULL)");
+    return v;
+}
+
+/* Declares a persistable parameter in main and startup, and appends its
+ * uniform initializer to startup. */
+static int add_param(vq_program *main, vq_program *startup, const char *name, vq_dtype dt,
+                     int ndim, const int64_t *shape, double bound, uint64_t seed)
+{
+    int rc = vq_program_add_var(main, 0, name, dt, ndim, shape, true);
+    if (rc >= 0)
+        rc = vq_program_add_var(startup, 0, name, dt, ndim, shape, true);
+    vq_attr a[5] = {VQ_ATTR_IS("shape", shape, ndim), VQ_ATTR_S("dtype", vq_dtype_name(dt)),
+                    VQ_ATTR_F("min", -bound), VQ_ATTR_F("max", bound),
+                    VQ_ATTR_I("seed", (int64_t)(seed & INT64_MAX))};
+    if (rc >= 0)
+        rc = vq_program_add_op(startup, 0, "uniform_random", NULL, 0,
+                               (const char *const[]){name}, 1, a, 5);
+    return rc < 0 ? rc : 0;
+}
+
+VQ_API int vq_layer_linear(vq_program *main, vq_program *startup, const char *x, const char *y,
+                           int64_t out, uint64_t seed)
+{
+    if (!main || !startup || !y || out <= 0)
+        return vq__fail(VQ_EINVAL, "vq_layer_linear: bad argument");
+    int xv = find(main, x, "vq_layer_linear");
+    if (xv < 0)
+        return xv;
+    vq__pvar d = main->vars[xv];
+    if (d.ndim != 2 || d.shape[1] <= 0)
+        return vq__fail(VQ_EINVAL, "vq_layer_linear: %s must be [batch, in] with in known", x);
+    int64_t in = d.shape[1];
+    char w[256], b[256], xw[256];
+    snprintf(w, sizeof w, "%s.w", y);
+    snprintf(b, sizeof b, "%s.b", y);
+    snprintf(xw, sizeof xw, "%s.xw", y);
+    int64_t ws[2] = {in, out}, bs[1] = {out}, ys[2] = {d.shape[0], out};
+    double bound = 1.0 / sqrt((double)in);
+    int rc = add_param(main, startup, w, d.dtype, 2, ws, bound, seed);
+    if (rc >= 0)
+        rc = add_param(main, startup, b, d.dtype, 1, bs, bound, seed + 1);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, xw, d.dtype, 2, ys, false);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, y, d.dtype, 2, ys, false);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "matmul", (const char *const[]){x, w}, 2,
+                               (const char *const[]){xw}, 1, NULL, 0);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "add", (const char *const[]){xw, b}, 2,
+                               (const char *const[]){y}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
+VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x, const char *y)
+{
+    if (!main || !act || !y)
+        return vq__fail(VQ_EINVAL, "vq_layer_activation: NULL argument");
+    if (strcmp(act, "relu") && strcmp(act, "sigmoid") && strcmp(act, "tanh") &&
+        strcmp(act, "softmax"))
+        return vq__fail(VQ_EINVAL, "vq_layer_activation: unknown activation %s", act);
+    int xv = find(main, x, "vq_layer_activation");
+    if (xv < 0)
+        return xv;
+    vq__pvar d = main->vars[xv];
+    int rc = vq_program_add_var(main, 0, y, d.dtype, d.ndim, d.shape, false);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, act, (const char *const[]){x}, 1,
+                               (const char *const[]){y}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
+VQ_API int vq_layer_mse_loss(vq_program *main, const char *pred, const char *label,
+                             const char *loss)
+{
+    if (!main || !loss)
+        return vq__fail(VQ_EINVAL, "vq_layer_mse_loss: NULL argument");
+    int pv = find(main, pred, "vq_layer_mse_loss");
+    if (pv < 0 || find(main, label, "vq_layer_mse_loss") < 0)
+        return VQ_EINVAL;
+    int rc = vq_program_add_var(main, 0, loss, main->vars[pv].dtype, 0, NULL, false);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "mse", (const char *const[]){pred, label}, 2,
+                               (const char *const[]){loss}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
+VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
+                                          const char *label, const char *probs,
+                                          const char *loss)
+{
+    if (!main || !probs || !loss)
+        return vq__fail(VQ_EINVAL, "vq_layer_softmax_cross_entropy: NULL argument");
+    int lv = find(main, logits, "vq_layer_softmax_cross_entropy");
+    if (lv < 0 || find(main, label, "vq_layer_softmax_cross_entropy") < 0)
+        return VQ_EINVAL;
+    vq__pvar d = main->vars[lv];
+    if (d.ndim != 2)
+        return vq__fail(VQ_EINVAL, "vq_layer_softmax_cross_entropy: %s must be [batch, classes]",
+                        logits);
+    char rows[256];
+    snprintf(rows, sizeof rows, "%s.rows", loss);
+    int64_t rs[2] = {d.shape[0], 1};
+    int rc = vq_program_add_var(main, 0, probs, d.dtype, 2, d.shape, false);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, rows, d.dtype, 2, rs, false);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, loss, d.dtype, 0, NULL, false);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "softmax_cross_entropy",
+                               (const char *const[]){logits, label}, 2,
+                               (const char *const[]){probs, rows}, 2, NULL, 0);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "mean", (const char *const[]){rows}, 1,
+                               (const char *const[]){loss}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}

@@ -1,0 +1,90 @@
+/* varq training: reverse-mode autodiff over programs, optimizers as program
+ * ops, and a few layers that build both a startup program (parameter
+ * initialization) and a main program (the model), as Paddle's static graph
+ * does.
+ *
+ * All functions here edit programs: call them from the thread that builds
+ * the program, before it runs. Names they create are predictable: the
+ * gradient of var x is "x@GRAD"; a linear layer whose output is "h" owns the
+ * parameters "h.w" and "h.b"; optimizer state of parameter w is "w@MOMENT1",
+ * "w@MOMENT2", "w@STEP" (Adam) or "w@VELOCITY" (momentum). */
+#ifndef VARQ_TRAIN_H
+#define VARQ_TRAIN_H
+
+#include <varq/graph.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Appends to block 0 of p the ops computing d loss / d v for every var v
+ * that needs a gradient, in reverse order of the forward ops, using each
+ * op's gradient maker. A var needs a gradient when it is a floating-point
+ * persistable var (a parameter) not listed in no_grad, or is computed from
+ * one by ops that have gradients, and the loss depends on it; feeds, labels,
+ * integer vars and the vars in no_grad get none. Gradients of a var read by
+ * several ops are summed. Each gradient var "v@GRAD" is declared with v's
+ * dtype and shape. loss must be a floating-point var with exactly one
+ * element. The forward part must write each var once (VQ_ENOSYS otherwise).
+ * Returns the number of parameters that received a gradient, or a negative
+ * error naming the op whose gradient is missing. */
+VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,
+                              int nno_grad);
+
+typedef enum vq_optimizer_kind {
+    VQ_OPT_SGD = 0,
+    VQ_OPT_MOMENTUM,
+    VQ_OPT_ADAM,
+} vq_optimizer_kind;
+
+typedef struct vq_optimizer {
+    vq_optimizer_kind kind;
+    double learning_rate;
+    double mu;       /* momentum; 0 = 0.9 */
+    bool nesterov;   /* momentum */
+    double beta1;    /* Adam; 0 = 0.9 */
+    double beta2;    /* Adam; 0 = 0.999 */
+    double epsilon;  /* Adam; 0 = 1e-8 */
+} vq_optimizer;
+
+/* vq_append_backward(main, loss), then one update op per parameter that
+ * received a gradient, appended to main; optimizer state (moments, step
+ * count, velocity) is declared persistable in both programs and set to zero
+ * by ops appended to startup. Returns the number of parameters updated, or a
+ * negative error. */
+VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
+                                 const vq_optimizer *opt);
+
+/* A copy of p (for example the forward program, kept for evaluation before
+ * vq_optimizer_minimize adds training ops). */
+VQ_API int vq_program_clone(const vq_program *p, vq_program **out);
+
+/* ---- layers ---- */
+
+/* y = x W + b with W [in, out] and b [out] named "<y>.w" and "<y>.b",
+ * declared persistable in both programs and initialized in startup like
+ * PyTorch's nn.Linear: uniform in [-1/sqrt(in), 1/sqrt(in)], from `seed`
+ * (W) and seed + 1 (b). x must be declared [batch, in] (batch may be -1);
+ * y is declared [batch, out] with x's dtype. */
+VQ_API int vq_layer_linear(vq_program *main, vq_program *startup, const char *x, const char *y,
+                           int64_t out, uint64_t seed);
+
+/* y = act(x) for act "relu", "sigmoid", "tanh" or "softmax"; y declared
+ * like x. */
+VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x, const char *y);
+
+/* loss = mean((pred - label)^2) over all elements, a scalar. */
+VQ_API int vq_layer_mse_loss(vq_program *main, const char *pred, const char *label,
+                             const char *loss);
+
+/* probs = softmax(logits) and loss = mean over the batch of -log probs[label]
+ * (label: integers [batch] or [batch, 1]), a scalar; computed by the fused,
+ * stable softmax_cross_entropy op. */
+VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
+                                          const char *label, const char *probs,
+                                          const char *loss);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,491 @@
+/* varq: the command-line tool.
+ *
+ * It shows a saved program (`varq dump prog.pb`), lists the registered ops
+ * (`varq ops`), and runs a program's main block on a threaded engine
+ * (`varq run prog.pb --feed x=x.npy --fetch y=y.npy --scope params/`):
+ * feeds come from .npy files, persistable vars from a scope directory of
+ * .npy files (vq_scope_load), fetches go back to .npy files or to stdout,
+ * and a one-line summary (runs, mean time per run, plans prepared, peak
+ * bytes of the last run) goes to stderr. It uses only the public API
+ * (graph.h, tensor.h, engine.h, ops.h): whatever it does, a program linked
+ * against libvarq can do the same way.
+ *
+ * Exit status: 0 on success; 2 on bad usage (an unknown command or option, a
+ * missing or malformed value), with one line "varq: ..." and a pointer to
+ * --help on stderr; 1 when loading, running or writing fails (a missing or
+ * malformed file, a feed that does not fit, a failing op), with one line
+ * "varq: <what>: <vq_errmsg()>". Every path releases what it acquired. */
+#include <varq/engine.h>
+#include <varq/error.h>
+#include <varq/graph.h>
+#include <varq/ops.h>
+#include <varq/tensor.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+/* parse_run_args' answer to --help: not an exit status of the tool. */
+enum { EXIT_HELP = -1 };
+
+/* Values printed for `--fetch name` without a file. */
+#define PRINT_MAX_VALUES 10
+
+static const char usage_text[] =
+    "usage: varq <command> [arguments]\n"
+    "\n"
+    "commands:\n"
+    "  run PROGRAM.pb [options]  run block 0 of a saved program\n"
+    "  dump PROGRAM.pb           print a program as text, one line per var and op\n"
+    "  ops                       list the registered ops with their slots and attributes\n"
+    "  help, --help, -h          show this text\n"
+    "\n"
+    "run options:\n"
+    "  --feed NAME=FILE.npy    feed var NAME from FILE.npy (repeatable)\n"
+    "  --fetch NAME=FILE.npy   write var NAME at the end of the last run to FILE.npy\n"
+    "  --fetch NAME            print NAME's dtype, shape and first values instead\n"
+    "  --scope DIR             load persistable vars from DIR/*.npy before running\n"
+    "  --save-scope DIR        save the scope to DIR/*.npy after running (may be the\n"
+    "                          same DIR as --scope, to update parameters in place)\n"
+    "  --repeat N              run N times (default 1); fetches come from the last run\n"
+    "  --workers N             CPU worker threads (default: VARQ_CPU_WORKERS or the\n"
+    "                          number of cores)\n"
+    "  --profile TRACE.json    write a Chrome trace of every op run (open it in\n"
+    "                          Perfetto or chrome://tracing)\n"
+    "\n"
+    "example:\n"
+    "  varq run model.pb --scope params --feed x=x.npy --fetch y=y.npy --repeat 10\n"
+    "\n"
+    "exit status: 0 success, 1 a failed load, run or write, 2 bad usage\n";
+
+/* Reports bad usage: one line, then the hint. Returns EXIT_USAGE. */
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("varq: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (run 'varq --help' for usage)\n", stderr);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+/* Reports a failure of a varq call: what was being done, then the library's
+ * sentence (or the code's name when the library left none). Returns
+ * EXIT_FAILED. */
+static int failed(int err, const char *fmt, ...)
+{
+    const char *msg = vq_errmsg();
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("varq: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, ": %s\n", msg[0] ? msg : vq_strerror(err));
+    va_end(ap);
+    return EXIT_FAILED;
+}
+
+/* stdout may be a full disk or a closed pipe: a listing cut short is a
+ * failure, not a success. */
+static int finish_stdout(int status)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "varq: writing to stdout: %s\n", strerror(errno));
+        return EXIT_FAILED;
+    }
+    return status;
+}
+
+/* Parses a positive decimal count no larger than max. */
+static int parse_count(const char *s, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- varq ops, varq dump ---- */
+
+static int cmd_ops(int argc, char **argv)
+{
+    if (argc > 0)
+        return usage_error("ops: unexpected argument '%s'", argv[0]);
+    int n = vq_op_count();
+    for (int i = 0; i < n; i++) {
+        const char *sig = vq_op_signature(vq_op_name(i));
+        puts(sig ? sig : vq_op_name(i));
+    }
+    return finish_stdout(EXIT_OK);
+}
+
+static int cmd_dump(int argc, char **argv)
+{
+    if (argc == 0)
+        return usage_error("dump: missing PROGRAM.pb");
+    if (argv[0][0] == '-' && argv[0][1] != '\0')
+        return usage_error("dump: unknown option '%s'", argv[0]);
+    if (argc > 1)
+        return usage_error("dump: unexpected argument '%s'", argv[1]);
+    vq_program *p;
+    int rc = vq_program_load(&p, argv[0]);
+    if (rc != 0)
+        return failed(rc, "loading the program");
+    rc = vq_program_dump(p, stdout);
+    vq_program_free(p);
+    if (rc != 0)
+        return failed(rc, "dumping the program");
+    return finish_stdout(EXIT_OK);
+}
+
+/* ---- varq run ---- */
+
+/* One --feed or --fetch: the var name and the file (NULL for a fetch that
+ * prints). Both point into argv, which outlives the run. */
+struct binding {
+    const char *name;
+    const char *file;
+};
+
+struct run_args {
+    const char *program;
+    struct binding *feeds, *fetches; /* each sized for argc entries */
+    int nfeeds, nfetches;
+    const char *scope_dir, *save_scope_dir, *profile;
+    long repeat, workers; /* workers 0 = the engine's default */
+};
+
+/* The value of option argv[*i] (`--opt value` or `--opt=value`); advances *i
+ * past it. NULL when the value is missing. */
+static const char *option_value(int argc, char **argv, int *i, const char *opt)
+{
+    const char *arg = argv[*i];
+    size_t len = strlen(opt);
+    if (arg[len] == '=')
+        return arg + len + 1;
+    if (*i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+/* Splits "name=file" (or, when file_optional, a bare "name") into b. */
+static int parse_binding(const char *s, bool file_optional, struct binding *b, char **name_buf)
+{
+    const char *eq = strchr(s, '=');
+    if (eq == NULL) {
+        if (!file_optional || s[0] == '\0')
+            return -1;
+        b->name = s;
+        b->file = NULL;
+        return 0;
+    }
+    if (eq == s || eq[1] == '\0')
+        return -1;
+    /* The name needs its own terminated copy; the file is the tail of s. */
+    size_t len = (size_t)(eq - s);
+    *name_buf = malloc(len + 1);
+    if (*name_buf == NULL)
+        return -2;
+    memcpy(*name_buf, s, len);
+    (*name_buf)[len] = '\0';
+    b->name = *name_buf;
+    b->file = eq + 1;
+    return 0;
+}
+
+/* Fills a from the arguments after `run`. Names split out of NAME=FILE are
+ * malloc'd into names[] (*nnames of them) for the caller to free. Returns
+ * EXIT_OK, EXIT_HELP, EXIT_USAGE (or EXIT_FAILED when out of memory). */
+static int parse_run_args(int argc, char **argv, struct run_args *a, char **names, int *nnames)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
+            return EXIT_HELP;
+        if (arg[0] == '-' && arg[1] != '-' && arg[1] != '\0')
+            return usage_error("run: unknown option '%s'", arg);
+        if (strncmp(arg, "--", 2) != 0) {
+            if (a->program != NULL)
+                return usage_error("run: unexpected argument '%s'", arg);
+            a->program = arg;
+            continue;
+        }
+        static const char *const options[] = {"--feed",   "--fetch",   "--scope",  "--save-scope",
+                                              "--repeat", "--workers", "--profile"};
+        const char *opt = NULL;
+        for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
+            size_t len = strlen(options[k]);
+            if (strncmp(arg, options[k], len) == 0 && (arg[len] == '\0' || arg[len] == '=')) {
+                opt = options[k];
+                break;
+            }
+        }
+        if (opt == NULL)
+            return usage_error("run: unknown option '%s'", arg);
+        const char *val = option_value(argc, argv, &i, opt);
+        if (val == NULL)
+            return usage_error("run: %s needs a value", opt);
+
+        if (strcmp(opt, "--feed") == 0 || strcmp(opt, "--fetch") == 0) {
+            bool is_feed = strcmp(opt, "--feed") == 0;
+            struct binding *b = is_feed ? &a->feeds[a->nfeeds] : &a->fetches[a->nfetches];
+            char *name = NULL;
+            int rc = parse_binding(val, !is_feed, b, &name);
+            if (rc == -2) {
+                fputs("varq: out of memory\n", stderr);
+                return EXIT_FAILED;
+            }
+            if (rc != 0)
+                return usage_error(is_feed ? "run: --feed '%s' is not NAME=FILE.npy"
+                                           : "run: --fetch '%s' is not NAME or NAME=FILE.npy",
+                                   val);
+            if (name != NULL)
+                names[(*nnames)++] = name;
+            if (is_feed)
+                a->nfeeds++;
+            else
+                a->nfetches++;
+        } else if (strcmp(opt, "--scope") == 0) {
+            a->scope_dir = val;
+        } else if (strcmp(opt, "--save-scope") == 0) {
+            a->save_scope_dir = val;
+        } else if (strcmp(opt, "--profile") == 0) {
+            a->profile = val;
+        } else if (strcmp(opt, "--repeat") == 0) {
+            if (parse_count(val, 1000000000L, &a->repeat) != 0)
+                return usage_error("run: --repeat '%s' is not a count from 1 to 1000000000", val);
+        } else { /* --workers */
+            if (parse_count(val, 1024, &a->workers) != 0)
+                return usage_error("run: --workers '%s' is not a count from 1 to 1024", val);
+        }
+    }
+    if (a->program == NULL)
+        return usage_error("run: missing PROGRAM.pb");
+    return EXIT_OK;
+}
+
+/* Prints "name: dtype[d0,d1] = [v0, v1, ...]" with at most PRINT_MAX_VALUES
+ * values. The run has waited for t. */
+static void print_tensor(const char *name, vq_tensor *t)
+{
+    vq_dtype dt = vq_tensor_dtype(t);
+    int ndim = vq_tensor_ndim(t);
+    const int64_t *shape = vq_tensor_shape(t);
+    int64_t numel = vq_tensor_numel(t);
+    const void *data = vq_tensor_data(t);
+    printf("%s: %s[", name, vq_dtype_name(dt));
+    for (int k = 0; k < ndim; k++)
+        printf("%s%" PRId64, k ? "," : "", shape[k]);
+    printf("] = [");
+    int64_t shown = numel < PRINT_MAX_VALUES ? numel : PRINT_MAX_VALUES;
+    for (int64_t i = 0; i < shown; i++) {
+        if (i > 0)
+            fputs(", ", stdout);
+        switch (dt) {
+        case VQ_F32:
+            printf("%.9g", (double)((const float *)data)[i]);
+            break;
+        case VQ_F64:
+            printf("%.17g", ((const double *)data)[i]);
+            break;
+        case VQ_I32:
+            printf("%" PRId32, ((const int32_t *)data)[i]);
+            break;
+        case VQ_I64:
+            printf("%" PRId64, ((const int64_t *)data)[i]);
+            break;
+        case VQ_BOOL:
+            fputs(((const uint8_t *)data)[i] ? "true" : "false", stdout);
+            break;
+        }
+    }
+    printf("%s]\n", numel > shown ? ", ..." : "");
+}
+
+/* Everything a run acquires, released by run_cleanup in reverse order:
+ * tensors and the scope before the executor, all of them before the engine
+ * (a tensor's engine var dies with its engine). */
+struct run_state {
+    vq_program *program;
+    vq_engine *engine;
+    vq_exec *exec;
+    vq_scope *scope;
+    vq_feed *feeds;
+    vq_fetch *fetches;
+    const char **fetch_names;
+    int nfeeds, nfetches;
+};
+
+static void release_fetches(struct run_state *s)
+{
+    for (int i = 0; i < s->nfetches; i++) {
+        vq_tensor_release(s->fetches[i].tensor);
+        s->fetches[i].tensor = NULL;
+    }
+}
+
+static void run_cleanup(struct run_state *s)
+{
+    if (s->fetches != NULL)
+        release_fetches(s);
+    for (int i = 0; s->feeds != NULL && i < s->nfeeds; i++)
+        vq_tensor_release(s->feeds[i].tensor);
+    vq_scope_free(s->scope);
+    vq_exec_free(s->exec);
+    vq_engine_free(s->engine);
+    vq_program_free(s->program);
+    free(s->feeds);
+    free(s->fetches);
+    free(s->fetch_names);
+}
+
+/* Loads, runs a->repeat times, writes the fetches, saves the scope and the
+ * trace, prints the summary. */
+static int run_program(const struct run_args *a, struct run_state *s)
+{
+    int rc = vq_program_load(&s->program, a->program);
+    if (rc != 0)
+        return failed(rc, "loading the program");
+
+    s->feeds = calloc((size_t)a->nfeeds + 1, sizeof *s->feeds);
+    s->fetches = calloc((size_t)a->nfetches + 1, sizeof *s->fetches);
+    s->fetch_names = calloc((size_t)a->nfetches + 1, sizeof *s->fetch_names);
+    if (s->feeds == NULL || s->fetches == NULL || s->fetch_names == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    for (int i = 0; i < a->nfeeds; i++) {
+        s->feeds[i].name = a->feeds[i].name;
+        rc = vq_npy_load(a->feeds[i].file, &s->feeds[i].tensor);
+        if (rc != 0)
+            return failed(rc, "loading feed %s", a->feeds[i].name);
+        s->nfeeds++;
+    }
+    s->nfetches = a->nfetches;
+    for (int i = 0; i < a->nfetches; i++) {
+        s->fetches[i].name = a->fetches[i].name;
+        s->fetch_names[i] = a->fetches[i].name;
+    }
+
+    rc = vq_scope_new(&s->scope);
+    if (rc != 0)
+        return failed(rc, "creating the scope");
+    if (a->scope_dir != NULL && (rc = vq_scope_load(s->scope, a->scope_dir)) != 0)
+        return failed(rc, "loading the scope");
+
+    vq_engine_opts eo = {
+        .kind = VQ_ENGINE_THREADED,
+        .cpu_workers = (int)a->workers,
+        .flags = a->profile != NULL ? VQ_ENGINE_PROFILE : 0,
+    };
+    if ((rc = vq_engine_new(&s->engine, &eo)) != 0)
+        return failed(rc, "starting the engine");
+    if ((rc = vq_exec_new(&s->exec, s->engine, NULL)) != 0)
+        return failed(rc, "creating the executor");
+
+    double total = 0;
+    for (long r = 0; r < a->repeat; r++) {
+        release_fetches(s);
+        double t0 = now_seconds();
+        rc = vq_exec_run(s->exec, s->program, s->scope, s->feeds, s->nfeeds, s->fetches,
+                         s->nfetches);
+        total += now_seconds() - t0;
+        if (rc != 0)
+            return a->repeat > 1 ? failed(rc, "run %ld of %ld", r + 1, a->repeat)
+                                 : failed(rc, "running the program");
+    }
+
+    for (int i = 0; i < s->nfetches; i++) {
+        const struct binding *b = &a->fetches[i];
+        if (b->file == NULL) {
+            print_tensor(b->name, s->fetches[i].tensor);
+        } else if ((rc = vq_npy_save(b->file, s->fetches[i].tensor)) != 0) {
+            return failed(rc, "writing fetch %s", b->name);
+        }
+    }
+    if (a->save_scope_dir != NULL && (rc = vq_scope_save(s->scope, a->save_scope_dir)) != 0)
+        return failed(rc, "saving the scope");
+    if (a->profile != NULL && (rc = vq_profiler_dump(s->engine, a->profile)) != 0)
+        return failed(rc, "writing the profile");
+
+    vq_exec_stats st;
+    if ((rc = vq_exec_get_stats(s->exec, &st)) != 0)
+        return failed(rc, "reading the executor's stats");
+    fprintf(stderr,
+            "varq: %ld run%s, mean %.3f ms per run, %" PRIu64 " plan%s prepared, "
+            "peak %zu bytes in the last run\n",
+            a->repeat, a->repeat == 1 ? "" : "s", total * 1e3 / (double)a->repeat, st.prepares,
+            st.prepares == 1 ? "" : "s", st.last_peak_bytes);
+    return finish_stdout(EXIT_OK);
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    struct run_args a = {.repeat = 1};
+    /* Each option takes one value: argc bounds the feeds, the fetches and
+     * the names split out of them. */
+    size_t cap = (size_t)argc + 1;
+    a.feeds = calloc(cap, sizeof *a.feeds);
+    a.fetches = calloc(cap, sizeof *a.fetches);
+    char **names = calloc(cap, sizeof *names);
+    int nnames = 0;
+    int status;
+    if (a.feeds == NULL || a.fetches == NULL || names == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        status = EXIT_FAILED;
+    } else {
+        status = parse_run_args(argc, argv, &a, names, &nnames);
+        if (status == EXIT_HELP) {
+            fputs(usage_text, stdout);
+            status = finish_stdout(EXIT_OK);
+        } else if (status == EXIT_OK) {
+            struct run_state s = {0};
+            status = run_program(&a, &s);
+            run_cleanup(&s);
+        }
+    }
+    for (int i = 0; i < nnames; i++)
+        free(names[i]);
+    free(names);
+    free(a.feeds);
+    free(a.fetches);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return finish_stdout(EXIT_OK);
+    }
+    if (strcmp(cmd, "run") == 0)
+        return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "dump") == 0)
+        return cmd_dump(argc - 2, argv + 2);
+    if (strcmp(cmd, "ops") == 0)
+        return cmd_ops(argc - 2, argv + 2);
+    if (cmd[0] == '-')
+        return usage_error("unknown option '%s'", cmd);
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -60,6 +60,10 @@ struct pop {
                           * counts as one that never finishes) */
     bool *in_counts;     /* per input: decrements the var's counter */
     uint64_t execs;      /* executions so far; ordered by the engine */
+    /* When every input's shape is known at preparation, the output metas
+     * and params inferred then hold for every run: nout metas, then the
+     * params. NULL otherwise (runs infer with the real shapes). */
+    vq__meta *fixed;
     vq_opr *opr;
 };
 
@@ -83,8 +87,7 @@ struct plan {
     int *feeds, nfeeds;
     int *fetches, nfetches;
     vq_var *done_var;
-    /* Reads every var the run writes, so it runs after every op of the run
-     * (each op's version is either the last, or an access follows it). */
+    /* Reads the outputs of the run's sink ops, so it runs after them all. */
     vq_opr *final;
     uint64_t final_execs;
 
@@ -206,13 +209,21 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         memcpy(im[i].shape, in[i]->shape, sizeof im[i].shape);
     }
     /* Shapes may differ from run to run (feeds with other batch sizes):
-     * infer with the real ones. Attributes were checked at preparation. */
-    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
-    memset(params, 0, op->def->params_size);
-    memset(om, 0, (size_t)src->nout * sizeof om[0]);
-    vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs, .nin = src->nin,
-                   .in = im, .nout = src->nout, .out = om, .params = params};
-    int err = op->def->infer(&c);
+     * unless preparation knew them all, infer with the real ones.
+     * Attributes were checked at preparation. */
+    _Alignas(16) unsigned char pbuf[VQ__MAX_PARAMS];
+    const void *params = pbuf;
+    int err = 0;
+    if (op->fixed) {
+        memcpy(om, op->fixed, (size_t)src->nout * sizeof om[0]);
+        params = op->fixed + src->nout;
+    } else {
+        memset(pbuf, 0, op->def->params_size);
+        memset(om, 0, (size_t)src->nout * sizeof om[0]);
+        vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
+                       .nin = src->nin, .in = im, .nout = src->nout, .out = om, .params = pbuf};
+        err = op->def->infer(&c);
+    }
     for (; err == 0 && nout < src->nout; nout++) {
         struct pvar *v = &pl->vars[src->out[nout]];
         vq_tensor *cur = v->value;
@@ -315,9 +326,8 @@ static void run_free(struct run *r)
 
 /* The last op of a run: hands out the fetches, reports, frees the run.
  * Runs of a plan end in order: their final ops all write done_var. It runs
- * after every op of the run because it reads the last version of every var
- * the run touches, and each op's version is either a last one or followed by
- * an access that waits for it. */
+ * after every op of the run because it reads what the run's sink ops wrote
+ * (see plan_build_ops), and every other op is followed by a later one. */
 static int final_exec(void *arg, const vq_exec_ctx *x)
 {
     (void)x;
@@ -382,6 +392,7 @@ static void plan_destroy(struct plan *pl)
         if (pl->ops[k].opr)
             vq_opr_free(e, pl->ops[k].opr);
         free(pl->ops[k].out_readers);
+        free(pl->ops[k].fixed);
         free(pl->ops[k].in_counts);
     }
     if (pl->final)
@@ -583,6 +594,19 @@ static int plan_walk(struct plan *pl)
             rc = op_error(k, src, rc);
             break;
         }
+        bool known = true;
+        for (int i = 0; i < src->nin && known; i++)
+            for (int d = 0; d < im[i].ndim && known; d++)
+                known = im[i].shape[d] >= 0;
+        if (known) {
+            op->fixed = malloc((size_t)src->nout * sizeof *op->fixed + op->def->params_size);
+            if (!op->fixed) {
+                rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+                break;
+            }
+            memcpy(op->fixed, om, (size_t)src->nout * sizeof *op->fixed);
+            memcpy(op->fixed + src->nout, params, op->def->params_size);
+        }
         for (int j = 0; j < src->nout && rc == 0; j++) {
             int v = src->out[j];
             struct pvar *pv = &pl->vars[v];
@@ -696,10 +720,52 @@ static int plan_build_ops(struct plan *pl)
             rc = op_error(k, src, VQ_ENOMEM);
     }
     if (rc == 0) {
+        /* The final op must follow every op of the run. An op that some
+         * later op must wait for (it writes a var accessed later, or reads
+         * a var written later) is followed by it; the others, the sinks,
+         * are what the final op reads: their outputs, the fetches, and feeds
+         * no op touches. */
+        int *last_access = malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
+        int *last_write = malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
+        bool *pick = calloc((size_t)pl->nvars + 1, sizeof *pick);
+        if (!last_access || !last_write || !pick) {
+            free(last_access);
+            free(last_write);
+            free(pick);
+            free(vars);
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        }
+        for (int v = 0; v < pl->nvars; v++)
+            last_access[v] = last_write[v] = -1;
+        for (int k = 0; k < pl->nops; k++) {
+            const vq__pop *src = pl->ops[k].src;
+            for (int i = 0; i < src->nin; i++)
+                last_access[src->in[i]] = k;
+            for (int j = 0; j < src->nout; j++)
+                last_access[src->out[j]] = last_write[src->out[j]] = k;
+        }
+        for (int k = 0; k < pl->nops; k++) {
+            const vq__pop *src = pl->ops[k].src;
+            bool followed = false;
+            for (int j = 0; j < src->nout && !followed; j++)
+                followed = last_access[src->out[j]] > k;
+            for (int i = 0; i < src->nin && !followed; i++)
+                followed = last_write[src->in[i]] > k;
+            for (int j = 0; j < src->nout && !followed; j++)
+                pick[src->out[j]] = true;
+        }
+        for (int i = 0; i < pl->nfetches; i++)
+            pick[pl->fetches[i]] = true;
+        for (int i = 0; i < pl->nfeeds; i++)
+            if (last_access[pl->feeds[i]] < 0)
+                pick[pl->feeds[i]] = true;
         int n = 0;
         for (int v = 0; v < pl->nvars; v++)
-            if (pl->vars[v].used)
+            if (pick[v])
                 vars[n++] = pl->vars[v].ev;
+        free(last_access);
+        free(last_write);
+        free(pick);
         vq_task t = {.fn = final_exec, .arg = pl, .reads = vars, .nreads = n,
                      .writes = &pl->done_var, .nwrites = 1, .name = "run_done"};
         if (!(pl->final = vq_opr_new(e, &t)))
@@ -724,12 +790,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     pthread_mutexattr_destroy(&recursive);
     pthread_mutex_init(&pl->ring_lock, NULL);
     pthread_cond_init(&pl->ring_cond, NULL);
-    void *buf = NULL;
-    size_t len = 0;
-    int rc = vq_program_encode(p, &buf, &len);
-    if (rc == 0)
-        rc = vq_program_decode(&pl->prog, buf, len);
-    free(buf);
+    int rc = vq__program_copy(p, &pl->prog);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         pl->vars = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *pl->vars);

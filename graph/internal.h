@@ -68,4 +68,7 @@ int vq__program_find_var(const vq_program *p, const char *name);
  * this (malloc'd; NULL when memory runs out). */
 char *vq__pop_type_dup(const vq__pop *op);
 
+/* A deep copy of p (malloc'd; vq_program_free frees it). */
+int vq__program_copy(const vq_program *p, vq_program **out);
+
 #endif

@@ -297,6 +297,75 @@ VQ_API void vq_program_free(vq_program *p)
     free(p);
 }
 
+static void *memdup_n(const void *src, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, src, n);
+    return d;
+}
+
+/* A deep copy, field by field: no encoding, no re-validation (p is valid by
+ * construction). The executor's plans own one; vq_program_clone is this. */
+int vq__program_copy(const vq_program *p, vq_program **out)
+{
+    vq_program *c = calloc(1, sizeof *c);
+    if (!c)
+        return vq__fail(VQ_ENOMEM, "program copy: out of memory");
+    int rc = 0;
+    c->vars = calloc((size_t)(p->nvars ? p->nvars : 1), sizeof *c->vars);
+    c->ops = calloc((size_t)(p->nops ? p->nops : 1), sizeof *c->ops);
+    c->blocks = calloc((size_t)(p->nblocks ? p->nblocks : 1), sizeof *c->blocks);
+    c->index = memdup_n(p->index, (size_t)p->index_cap * sizeof *p->index);
+    if (!c->vars || !c->ops || !c->blocks || !c->index)
+        rc = VQ_ENOMEM;
+    c->vars_cap = p->nvars ? p->nvars : 1;
+    c->ops_cap = p->nops ? p->nops : 1;
+    c->blocks_cap = p->nblocks ? p->nblocks : 1;
+    c->index_cap = p->index_cap;
+    for (int i = 0; rc == 0 && i < p->nvars; i++, c->nvars++) {
+        c->vars[i] = p->vars[i];
+        if (!(c->vars[i].name = strdup(p->vars[i].name)))
+            rc = VQ_ENOMEM;
+    }
+    for (int i = 0; rc == 0 && i < p->nops; i++, c->nops++) {
+        const vq__pop *o = &p->ops[i];
+        vq__pop *d = &c->ops[i];
+        d->def = o->def;
+        d->nin = o->nin;
+        d->nout = o->nout;
+        d->type = vq__pop_type_dup(o);
+        d->in = memdup_n(o->in, (size_t)o->nin * sizeof *o->in);
+        d->out = memdup_n(o->out, (size_t)o->nout * sizeof *o->out);
+        if (!d->type || !d->in || !d->out) {
+            rc = VQ_ENOMEM;
+            break;
+        }
+        if (o->nattrs) {
+            if (!(d->attrs = calloc((size_t)o->nattrs, sizeof *d->attrs))) {
+                rc = VQ_ENOMEM;
+                break;
+            }
+            for (int a = 0; rc == 0 && a < o->nattrs; a++, d->nattrs++)
+                rc = attr_copy(&d->attrs[a], &o->attrs[a], o->attrs[a].type);
+        }
+    }
+    for (int b = 0; rc == 0 && b < p->nblocks; b++, c->nblocks++) {
+        c->blocks[b] = p->blocks[b];
+        c->blocks[b].cap = p->blocks[b].nops;
+        if (!(c->blocks[b].ops = memdup_n(p->blocks[b].ops,
+                                          (size_t)p->blocks[b].nops * sizeof(int))))
+            rc = VQ_ENOMEM;
+    }
+    if (rc) {
+        vq_program_free(c);
+        return vq__fail(VQ_ENOMEM, "program copy: out of memory");
+    }
+    c->hash_valid = false;
+    *out = c;
+    return 0;
+}
+
 static int block_append(vq_program *p, int parent)
 {
     vq__block *b = reserve_one(p->blocks, p->nblocks, &p->blocks_cap, sizeof *b);

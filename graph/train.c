@@ -324,14 +324,7 @@ VQ_API int vq_program_clone(const vq_program *p, vq_program **out)
 {
     if (!p || !out)
         return vq__fail(VQ_EINVAL, "vq_program_clone: NULL argument");
-    void *buf;
-    size_t len;
-    int rc = vq_program_encode(p, &buf, &len);
-    if (rc < 0)
-        return rc;
-    rc = vq_program_decode(out, buf, len);
-    free(buf);
-    return rc;
+    return vq__program_copy(p, out);
 }
 
 /* Declares state var `name` like parameter v in both programs and appends a

@@ -8,6 +8,7 @@
  * directly on that var (vq_tensor_var) finish first. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,12 +99,78 @@ static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *sha
     return 0;
 }
 
+/* Tensor headers are recycled through a small per-thread cache: executors
+ * create and drop one per op, and calloc + free cost as much as a small
+ * kernel. A thread's cache is freed when the thread exits. */
+#if defined(__SANITIZE_ADDRESS__)
+#define HEADER_CACHE 0 /* every header through malloc, so ASan sees misuse */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEADER_CACHE 0
+#endif
+#endif
+#ifndef HEADER_CACHE
+#define HEADER_CACHE 64
+#endif
+
+static _Thread_local struct header_cache {
+    vq_tensor *head; /* linked through ->data */
+    int n;
+    bool registered;
+} headers;
+static pthread_key_t header_key;
+static pthread_once_t header_once = PTHREAD_ONCE_INIT;
+
+static void header_cache_drain(void *arg)
+{
+    struct header_cache *c = arg;
+    while (c->head) {
+        vq_tensor *t = c->head;
+        c->head = t->data;
+        free(t);
+    }
+    c->n = 0;
+}
+
+static void header_key_make(void)
+{
+    pthread_key_create(&header_key, header_cache_drain);
+}
+
+static vq_tensor *header_get(void)
+{
+    vq_tensor *t = headers.head;
+    if (t) {
+        headers.head = t->data;
+        headers.n--;
+        memset(t, 0, sizeof *t);
+        return t;
+    }
+    return calloc(1, sizeof *t);
+}
+
+static void header_put(vq_tensor *t)
+{
+    if (headers.n >= HEADER_CACHE) {
+        free(t);
+        return;
+    }
+    if (!headers.registered) {
+        pthread_once(&header_once, header_key_make);
+        pthread_setspecific(header_key, &headers);
+        headers.registered = true;
+    }
+    t->data = headers.head;
+    headers.head = t;
+    headers.n++;
+}
+
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
 {
     int rc = check_shape("vq_tensor_new", dt, ndim, shape);
     if (rc < 0)
         return rc;
-    vq_tensor *t = calloc(1, sizeof *t);
+    vq_tensor *t = header_get();
     if (!t)
         return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory");
     atomic_init(&t->refs, 1);
@@ -118,7 +185,7 @@ int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shap
     t->data = t->alloc->alloc(t->alloc, t->nbytes, NULL);
     if (!t->data) {
         size_t bytes = t->nbytes;
-        free(t);
+        header_put(t);
         return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory for %zu bytes", bytes);
     }
     atomic_init(&t->var, NULL);
@@ -171,7 +238,7 @@ static void tensor_destroy(vq_tensor *t)
 {
     t->alloc->free(t->alloc, t->data, t->nbytes, NULL);
     free(atomic_load(&t->fail_msg));
-    free(t);
+    header_put(t);
 }
 
 static int no_work(void *arg, const vq_exec_ctx *x)

@@ -3,7 +3,11 @@
 # and OpenMP tasks (libgomp, libomp) on the same workloads, one runtime after
 # another, and prints the comparison. The results also go to
 # build/bench/engine_bench.json, and the README's "Performance" section is
-# rewritten from them (with the machine and the date).
+# rewritten from them (with the machine and the date). Then the graph
+# executor's benchmark (exec_bench: prepare time against program size, run
+# cost per op against raw engine ops) runs, its results go to
+# build/bench/exec_bench.json and its table into the README between the
+# exec-bench markers.
 #   scripts/bench.sh [engine_bench options, e.g. --reps 3 --workers 1,2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +32,21 @@ if not pat.search(readme):
     sys.exit("README.md has no <!-- bench:start --> / <!-- bench:end --> markers")
 open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
 print("README.md: Performance section updated")
+PY
+
+eout=build/bench/exec_bench.txt
+ejson=build/bench/exec_bench.json
+build/bench/exec_bench --json "$ejson" | tee "$eout"
+python3 - "$eout" "$cpu" "$(nproc)" "$(date -u +%Y-%m-%d)" <<'PY'
+import re, sys
+out, cpu, cores, date = sys.argv[1:5]
+body = open(out).read().rstrip()
+section = (f"Measured on {date}, {cores} cores ({cpu}), by `scripts/bench.sh`:\n\n"
+           "```\n" + body + "\n```\n")
+readme = open("README.md").read()
+pat = re.compile(r"(<!-- exec-bench:start -->\n).*?(<!-- exec-bench:end -->)", re.S)
+if not pat.search(readme):
+    sys.exit("README.md has no <!-- exec-bench:start --> / <!-- exec-bench:end --> markers")
+open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
+print("README.md: executor benchmark updated")
 PY

@@ -30,6 +30,7 @@
 #include "internal.h"
 #include "scope.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,7 @@ struct plan {
     size_t key_len;
     uint64_t prog_hash;
     vq_scope *scope;
+    uint64_t scope_id; /* scope identity: addresses are reused */
     uint64_t scope_gen;
     struct plan *lru_prev, *lru_next;
     int refs; /* the cache's one plus one per run in flight; under exec lock */
@@ -913,9 +915,9 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     XXH3_64bits_update(st, names, nlen);
     uint64_t key = XXH3_64bits_digest(st);
     XXH3_freeState(st);
-    uint64_t gen = s ? vq__scope_generation(s) : 0;
+    uint64_t gen = s ? vq__scope_generation(s) : 0, sid = vq__scope_id(s);
     for (struct plan *pl = ex->lru_head; pl; pl = pl->lru_next) {
-        if (pl->key != key || pl->prog_hash != ph || pl->scope != s || pl->key_len != nlen ||
+        if (pl->key != key || pl->prog_hash != ph || pl->scope_id != sid || pl->key_len != nlen ||
             memcmp(pl->key_names, names, nlen))
             continue;
         if (pl->scope_gen != gen && pl->refs == 1) {
@@ -946,6 +948,7 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     pl->key_names = names;
     pl->key_len = nlen;
     pl->scope_gen = s ? vq__scope_generation(s) : 0; /* after our own bindings */
+    pl->scope_id = sid;
     pl->refs = 2;
     ex->stats.prepares++;
     lru_push_front(ex, pl);
@@ -1173,7 +1176,7 @@ VQ_API int vq_exec_run_async(vq_exec *ex, const vq_program *p, vq_scope *s,
 struct sync_wait {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool finished;
+    atomic_bool finished; /* set under lock */
     int err;
     char msg[256];
 };
@@ -1183,24 +1186,34 @@ static void sync_done(void *user, int err)
     struct sync_wait *w = user;
     pthread_mutex_lock(&w->lock);
     w->err = err;
-    w->finished = true;
-    pthread_cond_signal(&w->cond);
+    atomic_store_explicit(&w->finished, true, memory_order_release);
+    pthread_cond_signal(&w->cond); /* no system call unless the waiter sleeps */
     pthread_mutex_unlock(&w->lock);
 }
 
-VQ_API int vq_exec_run(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+/* Spins (yielding) this many times before sleeping: a small run ends within
+ * a few microseconds, and a futex wake-up costs more than that on a VM. */
+#define SYNC_SPINS 256
+
+VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
                        int nfeeds, vq_fetch *fetches, int nfetches)
 {
     if (vq_thread_in_op())
         return vq__fail(VQ_EDEADLK, "vq_exec_run: called from inside an op; use "
                                     "vq_exec_run_async");
-    struct sync_wait w = {.finished = false};
+    struct sync_wait w = {.err = 0};
+    atomic_init(&w.finished, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
-    int rc = run_start(ex, p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w, w.msg);
+    int rc = run_start(x, p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w, w.msg);
     if (rc == 0) {
+        for (int i = 0; i < SYNC_SPINS &&
+                        !atomic_load_explicit(&w.finished, memory_order_acquire);
+             i++)
+            sched_yield();
+        /* Taking the lock also waits for sync_done to let go of w. */
         pthread_mutex_lock(&w.lock);
-        while (!w.finished)
+        while (!atomic_load_explicit(&w.finished, memory_order_acquire))
             pthread_cond_wait(&w.cond, &w.lock);
         pthread_mutex_unlock(&w.lock);
         rc = w.err;

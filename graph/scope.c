@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@ struct binding {
 };
 
 struct vq_scope {
+    uint64_t id; /* unique in the process: plans tell scopes apart by it, not
+                  * by address, which a new scope may reuse */
     pthread_mutex_t lock;
     struct binding *b;
     int n, cap;
@@ -28,9 +31,11 @@ VQ_API int vq_scope_new(vq_scope **out)
 {
     if (!out)
         return vq__fail(VQ_EINVAL, "vq_scope_new: out is NULL");
+    static atomic_uint_fast64_t next_id = 1;
     vq_scope *s = calloc(1, sizeof *s);
     if (!s)
         return vq__fail(VQ_ENOMEM, "vq_scope_new: out of memory");
+    s->id = atomic_fetch_add(&next_id, 1);
     pthread_mutex_init(&s->lock, NULL);
     *out = s;
     return 0;
@@ -145,6 +150,11 @@ vq_tensor *vq__scope_get_or_set(vq_scope *s, const char *name, vq_tensor *t)
         r = vq_tensor_retain(t);
     pthread_mutex_unlock(&s->lock);
     return r;
+}
+
+uint64_t vq__scope_id(const vq_scope *s)
+{
+    return s ? s->id : 0;
 }
 
 uint64_t vq__scope_generation(vq_scope *s)

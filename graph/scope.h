@@ -10,6 +10,9 @@
  * a scope's tensors checks it before each run. */
 uint64_t vq__scope_generation(vq_scope *s);
 
+/* A number no other scope of the process has had (0 for NULL). */
+uint64_t vq__scope_id(const vq_scope *s);
+
 /* vq_scope_get under the scope's lock, retained (or NULL). */
 vq_tensor *vq__scope_take(vq_scope *s, const char *name);
 

@@ -522,3 +522,34 @@ Test(exec, scopes_save_and_load_a_directory_of_npy_files)
     vq_scope_free(s);
     vq_scope_free(t);
 }
+
+Test(exec, a_new_scope_never_reuses_the_plan_of_a_freed_one)
+{
+    /* A freed scope's address may come back for the next one; the plan
+     * cache must tell them apart anyway. */
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {2};
+    var(p, "w", VQ_F32, 1, s, true);
+    var(p, "y", VQ_F32, 1, s, false);
+    op(p, "relu", NAMES("w"), 1, NAMES("y"), 1, NULL, 0);
+    for (int round = 1; round <= 4; round++) {
+        vq_scope *sc;
+        cr_assert_eq(vq_scope_new(&sc), 0);
+        int64_t n = 2;
+        float v[2] = {(float)round, (float)round};
+        vq_tensor *w;
+        cr_assert_eq(vq_tensor_from(&w, VQ_F32, 1, &n, v), 0);
+        cr_assert_eq(vq_scope_set(sc, "w", w), 0);
+        vq_tensor_release(w);
+        vq_fetch fetch = {"y", NULL};
+        cr_assert_eq(vq_exec_run(f.ex, p, sc, NULL, 0, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(((float *)vq_tensor_data(fetch.tensor))[0], (float)round,
+                     "round %d ran with another scope's w", round);
+        vq_tensor_release(fetch.tensor);
+        vq_scope_free(sc);
+    }
+    vq_program_free(p);
+    fixture_free(&f);
+}

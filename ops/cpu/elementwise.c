@@ -197,6 +197,24 @@ static int grad_kernel(const vq__kcall *k)
 {
     const struct grad_params *p = k->params;
     vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
+    if (dz->numel == g->numel && (p->op == OP_ADD || p->op == OP_SUB)) {
+        /* Not broadcast: the gradient of a sum is dOut itself (negated for
+         * the subtrahend). */
+        if (p->op == OP_ADD || p->wrt == 0) {
+            memcpy(dz->data, g->data, dz->nbytes);
+        } else if (g->dtype == VQ_F32) {
+            const float *a = g->data;
+            float *d = dz->data;
+            for (int64_t i = 0; i < g->numel; i++)
+                d[i] = -a[i];
+        } else {
+            const double *a = g->data;
+            double *d = dz->data;
+            for (int64_t i = 0; i < g->numel; i++)
+                d[i] = -a[i];
+        }
+        return 0;
+    }
     memset(dz->data, 0, dz->nbytes);
     vq__bcast b;
     vq__bcast_init(&b, g, x, y);

@@ -110,21 +110,30 @@ static int optim_infer(vq__infer *c)
 
 /* m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  * p -= lr (m / c1) / (sqrt(v / c2) + eps), c1 = 1 - b1^t, c2 = 1 - b2^t. */
-#define ADAM(T)                                                                     \
+/* Adam as PyTorch computes it: denom = sqrt(v) / sqrt(1 - b1^t... ) + eps,
+ * p -= (lr / (1 - b1^t)) * m / denom, in the parameter's own precision with
+ * the bias corrections (c1 = 1 - b1^t, c2 = 1 - b2^t) folded into two
+ * constants computed in double. One pass, no division per element but the
+ * one PyTorch also does. */
+#define ADAM(T, SQRT)                                                               \
     static void adam_##T(const struct optim_params *p, const vq__kcall *k, double c1, \
                          double c2)                                                 \
     {                                                                               \
         const T *pa = k->in[0]->data, *g = k->in[1]->data;                          \
         const T *m = k->in[2]->data, *v = k->in[3]->data;                           \
         T *po = k->out[0]->data, *mo = k->out[1]->data, *vo = k->out[2]->data;      \
-        double b1 = p->beta1, b2 = p->beta2;                                        \
+        const T b1 = (T)p->beta1, b2 = (T)p->beta2, a1 = (T)(1 - p->beta1),          \
+                a2 = (T)(1 - p->beta2);                                             \
+        const T step = (T)(p->lr / c1), inv_sqrt_c2 = (T)(1 / sqrt(c2)),            \
+                eps = (T)p->eps;                                                    \
         for (int64_t i = 0; i < k->in[0]->numel; i++) {                             \
-            double pi = pa[i], gi = g[i];                                           \
-            double mi = b1 * (double)m[i] + (1 - b1) * gi;                          \
-            double vi = b2 * (double)v[i] + (1 - b2) * gi * gi;                     \
-            mo[i] = (T)mi;                                                          \
-            vo[i] = (T)vi;                                                          \
-            po[i] = (T)(pi - p->lr * (mi / c1) / (sqrt(vi / c2) + p->eps));         \
+            T gi = g[i];                                                            \
+            T mi = b1 * m[i] + a1 * gi;                                             \
+            T vi = b2 * v[i] + a2 * gi * gi;                                        \
+            T pi = pa[i];                                                           \
+            mo[i] = mi;                                                             \
+            vo[i] = vi;                                                             \
+            po[i] = pi - step * mi / (SQRT(vi) * inv_sqrt_c2 + eps);                \
         }                                                                           \
     }
 
@@ -132,8 +141,8 @@ SGD(float)
 SGD(double)
 MOMENTUM(float)
 MOMENTUM(double)
-ADAM(float)
-ADAM(double)
+ADAM(float, sqrtf)
+ADAM(double, sqrt)
 
 static int optim_kernel(const vq__kcall *k)
 {

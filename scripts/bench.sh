@@ -50,3 +50,21 @@ if not pat.search(readme):
 open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
 print("README.md: executor benchmark updated")
 PY
+
+# Training steps per second against PyTorch (scripts/train_bench.sh): its
+# markdown block replaces the README's train-bench block.
+tout=build/bench/train_bench.txt
+scripts/train_bench.sh --no-build | tee "$tout"
+/usr/bin/python3 - "$tout" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"<!-- train-bench:start -->\n.*?<!-- train-bench:end -->", text, re.S)
+if not m:
+    sys.exit("train_bench.sh printed no train-bench block")
+readme = open("README.md").read()
+pat = re.compile(r"<!-- train-bench:start -->\n.*?<!-- train-bench:end -->", re.S)
+if not pat.search(readme):
+    sys.exit("README.md has no <!-- train-bench:start --> / <!-- train-bench:end --> markers")
+open("README.md", "w").write(pat.sub(lambda _: m.group(0), readme))
+print("README.md: training benchmark updated")
+PY

@@ -1155,85 +1155,6 @@ VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len)
 
 /* ---- files ---- */
 
-static int io_fail(const char *path, const char *what, int err)
-{
-    return vq__fail(VQ_EIO, "%s: %s%s%s", path, what, *what ? ": " : "", strerror(err));
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, (const char *)buf + done, n - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes buf to fd and closes it; errno is kept on failure. */
-static int write_and_close(int fd, const void *buf, size_t n)
-{
-    if (write_full(fd, buf, n) < 0) {
-        int err = errno;
-        close(fd);
-        errno = err;
-        return -1;
-    }
-    return close(fd);
-}
-
-/* Like vq_npy_save: a regular file is written beside the path under a
- * fresh name and renamed over it, so readers see the old file or the whole
- * new one and a failure leaves nothing behind; a symlink's target is what
- * is replaced; a device or FIFO is written in place. */
-static int file_replace(const char *path, const void *buf, size_t n)
-{
-    char *resolved = NULL;
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
-        resolved = realpath(path, NULL);
-    const char *target = resolved ? resolved : path;
-    int rc = 0, fd;
-    bool exists = stat(target, &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) {
-        fd = open(target, O_WRONLY | O_TRUNC | O_CLOEXEC);
-        if (fd < 0 || write_and_close(fd, buf, n) < 0)
-            rc = io_fail(path, "", errno);
-        free(resolved);
-        return rc;
-    }
-    size_t plen = strlen(target);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) {
-        free(resolved);
-        return vq__fail(VQ_ENOMEM, "%s: out of memory", path);
-    }
-    static _Atomic unsigned counter;
-    fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 32, "%s.%ld.%u.tmp", target, (long)getpid(),
-                 atomic_fetch_add(&counter, 1));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd >= 0 && exists)
-        (void)fchmod(fd, st.st_mode & 07777); /* best effort, like cp */
-    if (fd < 0) {
-        rc = io_fail(path, "cannot create a file there", errno);
-    } else if (write_and_close(fd, buf, n) < 0 || rename(tmp, target) < 0) {
-        rc = io_fail(path, "", errno);
-        unlink(tmp);
-    }
-    free(tmp);
-    free(resolved);
-    return rc;
-}
-
 VQ_API int vq_program_save(const vq_program *p, const char *path)
 {
     if (!path)
@@ -1243,7 +1164,8 @@ VQ_API int vq_program_save(const vq_program *p, const char *path)
     int rc = vq_program_encode(p, &buf, &n);
     if (rc < 0)
         return rc;
-    rc = file_replace(path, buf, n);
+    vq__file_part part = {buf, n};
+    rc = vq__file_replace(path, &part, 1);
     free(buf);
     return rc;
 }
@@ -1257,7 +1179,7 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
         return vq__fail(VQ_EINVAL, "vq_program_load: path is NULL");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return io_fail(path, "", errno);
+        return vq__io_fail(path, "", errno);
     /* Read until the end, growing the buffer: pipes have no size. */
     size_t len = 0, cap = 0;
     char *buf = NULL;
@@ -1277,7 +1199,7 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            rc = io_fail(path, "", errno);
+            rc = vq__io_fail(path, "", errno);
             break;
         }
         if (r == 0)
@@ -1427,7 +1349,7 @@ VQ_API int vq_program_dump(const vq_program *p, FILE *f)
         dump_block(p, f, b, b ? "  " : "");
     }
     if (fflush(f) != 0 || ferror(f))
-        return io_fail("vq_program_dump", "", errno ? errno : EIO);
+        return vq__io_fail("vq_program_dump", "", errno ? errno : EIO);
     return 0;
 }
 

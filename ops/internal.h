@@ -266,6 +266,20 @@ void vq__bcast_rows(const vq__bcast *b, void *user,
                     void (*fn)(void *user, int64_t xoff, int64_t yoff, int64_t ooff, int64_t n,
                                int64_t xs, int64_t ys));
 
+/* ---- files (file.c) ---- */
+
+typedef struct vq__file_part {
+    const void *buf;
+    size_t n;
+} vq__file_part;
+
+/* Writes the parts to path atomically (see file.c): VQ_EIO naming the path,
+ * or VQ_ENOMEM. */
+int vq__file_replace(const char *path, const vq__file_part *parts, int nparts);
+
+/* VQ_EIO with "path: what: strerror(err)". */
+int vq__io_fail(const char *path, const char *what, int err);
+
 /* ---- random numbers (rng.c) ---- */
 
 /* Philox4x32-10: four 32-bit random words for (counter, key). The same

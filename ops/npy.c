@@ -406,24 +406,19 @@ static ssize_t read_full(int fd, void *buf, size_t n)
     return (ssize_t)got;
 }
 
-static int io_fail(const char *path, const char *what, int err)
-{
-    return vq__fail(VQ_EIO, "%s: %s%s%s", path, what, *what ? ": " : "", strerror(err));
-}
-
 /* The load proper, on an open fd; frees nothing of the caller's. */
 static int load_fd(const char *path, int fd, vq_tensor **out)
 {
     struct stat st;
     if (fstat(fd, &st) < 0)
-        return io_fail(path, "", errno);
+        return vq__io_fail(path, "", errno);
     /* A regular file's size bounds what a header may claim before anything
      * is allocated; other files (pipes) are read until they end. */
     bool sized = S_ISREG(st.st_mode);
     unsigned char prefix[PREFIX_MAX];
     ssize_t n = read_full(fd, prefix, sizeof prefix);
     if (n < 0)
-        return io_fail(path, "", errno);
+        return vq__io_fail(path, "", errno);
     struct npy_header h = {0};
     int rc = prefix_parse(path, prefix, (size_t)n, &h);
     if (rc < 0)
@@ -440,7 +435,7 @@ static int load_fd(const char *path, int fd, vq_tensor **out)
     memcpy(text, prefix + h.prefix_len, head);
     n = read_full(fd, text + head, h.header_len - head);
     if (n < 0) {
-        rc = io_fail(path, "", errno);
+        rc = vq__io_fail(path, "", errno);
     } else if ((size_t)n < h.header_len - head) {
         rc = vq__fail(VQ_EINVAL, "%s: truncated: header of %zu bytes, %zu there", path,
                       h.header_len, head + (size_t)n);
@@ -467,12 +462,12 @@ static int load_fd(const char *path, int fd, vq_tensor **out)
     n = read_full(fd, (char *)t->data + early, h.nbytes - early);
     char probe;
     if (n < 0) {
-        rc = io_fail(path, "", errno);
+        rc = vq__io_fail(path, "", errno);
     } else if ((size_t)n < h.nbytes - early) {
         rc = data_length_fail(path, &h, early + (size_t)n);
     } else if ((n = read_full(fd, &probe, 1)) != 0) {
         /* The file grew since fstat, or is not a regular one. */
-        rc = n < 0 ? io_fail(path, "", errno) : data_length_fail(path, &h, h.nbytes + 1);
+        rc = n < 0 ? vq__io_fail(path, "", errno) : data_length_fail(path, &h, h.nbytes + 1);
     } else if (h.dtype == VQ_BOOL) {
         rc = bool_check(path, t->data, h.nbytes);
     }
@@ -493,7 +488,7 @@ VQ_API int vq_npy_load(const char *path, vq_tensor **out)
         return vq__fail(VQ_EINVAL, "vq_npy_load: path is NULL");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return io_fail(path, "", errno);
+        return vq__io_fail(path, "", errno);
     int rc = load_fd(path, fd, out);
     close(fd);
     return rc;
@@ -538,32 +533,6 @@ static size_t header_build(const vq_tensor *t, char *buf, size_t size)
     return total;
 }
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, (const char *)buf + done, n - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes header and data to fd and closes it; errno is kept on failure. */
-static int write_and_close(int fd, const char *header, size_t hlen, const vq_tensor *t)
-{
-    if (write_full(fd, header, hlen) < 0 || write_full(fd, t->data, t->nbytes) < 0) {
-        int err = errno;
-        close(fd);
-        errno = err;
-        return -1;
-    }
-    return close(fd);
-}
-
 VQ_API int vq_npy_save(const char *path, vq_tensor *t)
 {
     if (!path)
@@ -580,52 +549,6 @@ VQ_API int vq_npy_save(const char *path, vq_tensor *t)
     if (hlen == 0)
         return vq__fail(VQ_EINVAL, "%s: header too long", path);
 
-    /* Through a symlink, the file replaced is its target. */
-    char *resolved = NULL;
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
-        resolved = realpath(path, NULL);
-    const char *target = resolved ? resolved : path;
-
-    int fd;
-    bool exists = stat(target, &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) {
-        /* A device or a FIFO (/dev/stdout): written in place, and never
-         * removed, since it is not ours. */
-        fd = open(target, O_WRONLY | O_TRUNC | O_CLOEXEC);
-        if (fd < 0 || write_and_close(fd, header, hlen, t) < 0)
-            rc = io_fail(path, "", errno);
-        free(resolved);
-        return rc;
-    }
-
-    /* A regular file: written beside it under a fresh name, then renamed
-     * over it, so that readers see the old file or the whole new one. It
-     * keeps the old file's mode; a new one gets 0666 less the umask. */
-    size_t plen = strlen(target);
-    char *tmp = malloc(plen + 32);
-    if (!tmp) {
-        free(resolved);
-        return vq__fail(VQ_ENOMEM, "%s: out of memory", path);
-    }
-    static _Atomic unsigned counter;
-    fd = -1;
-    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 32, "%s.%ld.%u.tmp", target, (long)getpid(),
-                 atomic_fetch_add(&counter, 1));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST)
-            break;
-    }
-    if (fd >= 0 && exists)
-        (void)fchmod(fd, st.st_mode & 07777); /* best effort, like cp */
-    if (fd < 0) {
-        rc = io_fail(path, "cannot create a file there", errno);
-    } else if (write_and_close(fd, header, hlen, t) < 0 || rename(tmp, target) < 0) {
-        rc = io_fail(path, "", errno);
-        unlink(tmp);
-    }
-    free(tmp);
-    free(resolved);
-    return rc;
+    vq__file_part parts[2] = {{header, hlen}, {t->data, t->nbytes}};
+    return vq__file_replace(path, parts, 2);
 }

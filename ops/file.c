@@ -1,0 +1,92 @@
+/* Writing files safely, shared by .npy saves and program saves: a regular
+ * file is written beside its path under a fresh name and renamed over it,
+ * so readers see the old file or the whole new one and a failure leaves
+ * nothing behind; through a symlink, the target is what is replaced; a
+ * device or a FIFO (/dev/stdout) is written in place and never removed. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int vq__io_fail(const char *path, const char *what, int err)
+{
+    return vq__fail(VQ_EIO, "%s: %s%s%s", path, what, *what ? ": " : "", strerror(err));
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* Writes the parts to fd and closes it; errno is kept on failure. */
+static int write_and_close(int fd, const vq__file_part *parts, int nparts)
+{
+    for (int i = 0; i < nparts; i++)
+        if (write_full(fd, parts[i].buf, parts[i].n) < 0) {
+            int err = errno;
+            close(fd);
+            errno = err;
+            return -1;
+        }
+    return close(fd);
+}
+
+int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
+{
+    char *resolved = NULL;
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        resolved = realpath(path, NULL);
+    const char *target = resolved ? resolved : path;
+    int rc = 0, fd;
+    bool exists = stat(target, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
+        fd = open(target, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (fd < 0 || write_and_close(fd, parts, nparts) < 0)
+            rc = vq__io_fail(path, "", errno);
+        free(resolved);
+        return rc;
+    }
+    /* A new file gets 0666 less the umask; a replaced one keeps its mode. */
+    size_t plen = strlen(target);
+    char *tmp = malloc(plen + 32);
+    if (!tmp) {
+        free(resolved);
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", path);
+    }
+    static _Atomic unsigned counter;
+    fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+        snprintf(tmp, plen + 32, "%s.%ld.%u.tmp", target, (long)getpid(),
+                 atomic_fetch_add(&counter, 1));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (fd >= 0 && exists)
+        (void)fchmod(fd, st.st_mode & 07777); /* best effort, like cp */
+    if (fd < 0) {
+        rc = vq__io_fail(path, "cannot create a file there", errno);
+    } else if (write_and_close(fd, parts, nparts) < 0 || rename(tmp, target) < 0) {
+        rc = vq__io_fail(path, "", errno);
+        unlink(tmp);
+    }
+    free(tmp);
+    free(resolved);
+    return rc;
+}

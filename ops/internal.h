@@ -221,6 +221,10 @@ int vq__check_rank(const vq__infer *c, int slot, int ndim);
 /* Inputs a and b must have equal shapes (unknown dims match anything). */
 int vq__check_same_shape(const vq__infer *c, int a, int b);
 
+/* Input slot's shape must equal want's (unknown dims match anything):
+ * otherwise "shape [..] is not <what> [..]". */
+int vq__check_shape_is(const vq__infer *c, int slot, const vq__meta *want, const char *what);
+
 /* Dims are equal, or one is unknown (-1). */
 static inline bool vq__dim_match(int64_t a, int64_t b)
 {

@@ -350,6 +350,19 @@ int vq__check_same_shape(const vq__infer *c, int a, int b)
                        vq__shape_str(sx, sizeof sx, x->ndim, x->shape));
 }
 
+int vq__check_shape_is(const vq__infer *c, int slot, const vq__meta *want, const char *what)
+{
+    const vq__meta *g = &c->in[slot];
+    bool same = g->ndim == want->ndim;
+    for (int i = 0; same && i < g->ndim; i++)
+        same = vq__dim_match(g->shape[i], want->shape[i]);
+    if (same)
+        return 0;
+    char a[100], b[100];
+    return vq__in_fail(c, slot, "shape %s is not %s %s", vq__shape_str(a, sizeof a, g->ndim, g->shape),
+                       what, vq__shape_str(b, sizeof b, want->ndim, want->shape));
+}
+
 int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out)
 {
     const vq__meta *x = &c->in[a], *y = &c->in[b];

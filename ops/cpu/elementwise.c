@@ -149,16 +149,8 @@ static int grad_infer(vq__infer *c)
     if ((rc = vq__broadcast_shapes(&fwd, 0, 1, &full)) < 0)
         return rc;
     full.dtype = c->in[0].dtype;
-    vq__meta m = c->in[0];
-    bool same = m.ndim == full.ndim;
-    for (int i = 0; same && i < m.ndim; i++)
-        same = vq__dim_match(m.shape[i], full.shape[i]);
-    if (!same) {
-        char a[100], b[100];
-        return vq__in_fail(c, 0, "shape %s is not the broadcast shape %s of X and Y",
-                           vq__shape_str(a, sizeof a, m.ndim, m.shape),
-                           vq__shape_str(b, sizeof b, full.ndim, full.shape));
-    }
+    if ((rc = vq__check_shape_is(c, 0, &full, "the broadcast shape of X and Y")) < 0)
+        return rc;
     c->out[0] = c->in[1 + p->wrt];
     return 0;
 }

@@ -555,16 +555,8 @@ static int slice_grad_infer(vq__infer *c)
     vq__meta want;
     if ((rc = slice_plan(c, c->params, &want)) < 0)
         return rc;
-    const vq__meta *g = &c->in[1];
-    bool same = g->ndim == want.ndim;
-    for (int i = 0; same && i < g->ndim; i++)
-        same = vq__dim_match(g->shape[i], want.shape[i]);
-    if (!same) {
-        char a[100], b[100];
-        return vq__in_fail(c, 1, "shape %s is not the slice's shape %s",
-                           vq__shape_str(a, sizeof a, g->ndim, g->shape),
-                           vq__shape_str(b, sizeof b, want.ndim, want.shape));
-    }
+    if ((rc = vq__check_shape_is(c, 1, &want, "the slice's shape")) < 0)
+        return rc;
     c->out[0] = c->in[0];
     return 0;
 }

@@ -69,15 +69,6 @@ static int set_device(int device, const char *what)
     return e == cudaSuccess ? 0 : cuda_fail(e, what);
 }
 
-static void copy_msg(char *dst, const char *src)
-{
-    size_t n = strlen(src);
-    if (n >= ERRMSG_LEN)
-        n = ERRMSG_LEN - 1;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
 /* ---- streams ---- */
 
 static void stream_unref(struct cu_stream *s)
@@ -101,7 +92,7 @@ static int stream_error(struct cu_stream *s)
         return 0;
     char msg[ERRMSG_LEN];
     pthread_mutex_lock(&s->mu);
-    copy_msg(msg, s->errmsg);
+    snprintf(msg, ERRMSG_LEN, "%s", s->errmsg);
     pthread_mutex_unlock(&s->mu);
     return vq__fail(err, "%s", msg);
 }
@@ -179,7 +170,7 @@ static void CUDART_CB host_trampoline(void *p)
     int err = h->fn(h->arg);
     pthread_mutex_lock(&s->mu);
     if (err && !atomic_load_explicit(&s->err, memory_order_relaxed)) {
-        copy_msg(s->errmsg, vq_errmsg());
+        snprintf(s->errmsg, ERRMSG_LEN, "%s", vq_errmsg());
         atomic_store_explicit(&s->err, err, memory_order_release);
     }
     h->next = s->free_hosts;

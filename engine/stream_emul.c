@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,15 +85,6 @@ struct emul_stream {
 /* The stream whose thread this is (NULL outside stream threads). */
 static _Thread_local struct emul_stream *self;
 
-static void copy_msg(char *dst, const char *src)
-{
-    size_t n = strlen(src);
-    if (n >= ERRMSG_LEN)
-        n = ERRMSG_LEN - 1;
-    memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
 /* ---- events ---- */
 
 static void event_unref(struct emul_event *ev)
@@ -132,7 +124,7 @@ static void event_complete(struct emul_event *ev, uint64_t gen, int err, const c
         ev->max_done = gen;
         ev->err = err;
         if (err)
-            copy_msg(ev->errmsg, msg);
+            snprintf(ev->errmsg, ERRMSG_LEN, "%s", msg);
     }
     pthread_cond_broadcast(&ev->cv);
     pthread_mutex_unlock(&ev->mu);
@@ -148,7 +140,7 @@ static int event_result_unlock(struct emul_event *ev)
         return 0;
     }
     char msg[ERRMSG_LEN];
-    copy_msg(msg, ev->errmsg);
+    snprintf(msg, ERRMSG_LEN, "%s", ev->errmsg);
     pthread_mutex_unlock(&ev->mu);
     return vq__fail(err, "%s", msg);
 }
@@ -219,7 +211,7 @@ static int run_task(struct emul_stream *s, struct emul_task *t, char *msg)
     case T_HOST: {
         int err = t->u.host.fn(t->u.host.arg);
         if (err)
-            copy_msg(msg, vq_errmsg());
+            snprintf(msg, ERRMSG_LEN, "%s", vq_errmsg());
         return err;
     }
     case T_RECORD:
@@ -234,7 +226,7 @@ static int run_task(struct emul_stream *s, struct emul_task *t, char *msg)
             pthread_cond_wait(&ev->cv, &ev->mu);
         int err = ev->err;
         if (err)
-            copy_msg(msg, ev->errmsg);
+            snprintf(msg, ERRMSG_LEN, "%s", ev->errmsg);
         pthread_mutex_unlock(&ev->mu);
         event_unref(ev);
         return err; /* the error follows the dependency */
@@ -269,7 +261,7 @@ static void *stream_main(void *arg)
 
         pthread_mutex_lock(&s->mu);
         if (err && !s->err) {
-            copy_msg(s->errmsg, msg);
+            snprintf(s->errmsg, ERRMSG_LEN, "%s", msg);
             s->err = err;
         }
         s->done++;
@@ -377,7 +369,7 @@ static int emul_stream_synchronize(void *sp)
     int err = s->err;
     char msg[ERRMSG_LEN];
     if (err)
-        copy_msg(msg, s->errmsg);
+        snprintf(msg, ERRMSG_LEN, "%s", s->errmsg);
     pthread_mutex_unlock(&s->mu);
     return err ? vq__fail(err, "%s", msg) : 0;
 }
@@ -562,7 +554,7 @@ int vq__stream_backend_get(const char *name, const struct vq__stream_backend **o
         const struct vq__stream_backend *b = vq__stream_cuda();
         if (!b) {
             char why[ERRMSG_LEN];
-            copy_msg(why, vq_errmsg());
+            snprintf(why, ERRMSG_LEN, "%s", vq_errmsg());
             return vq__fail(VQ_ENOSYS,
                 "no GPU available: %s; set VARQ_GPU_BACKEND=emulated to run GPU ops on host-emulated streams",
                 why);

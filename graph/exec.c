@@ -127,6 +127,8 @@ struct vq_exec {
     vq_exec_stats stats;
 };
 
+static void meta_of_tensor(vq__meta *m, const vq_tensor *t);
+
 /* ---- run-time bookkeeping (inside engine ops) ---- */
 
 static void note_live(struct run *r, struct plan *pl, size_t add)
@@ -207,8 +209,6 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
             run_fail(r, op, VQ_EINVAL, "an input has no value (an earlier op of the run failed)");
             goto skip;
         }
-        im[i] = (vq__meta){.dtype = in[i]->dtype, .ndim = in[i]->ndim};
-        memcpy(im[i].shape, in[i]->shape, sizeof im[i].shape);
     }
     /* Shapes may differ from run to run (feeds with other batch sizes):
      * unless preparation knew them all, infer with the real ones.
@@ -220,6 +220,8 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         memcpy(om, op->fixed, (size_t)src->nout * sizeof om[0]);
         params = op->fixed + src->nout;
     } else {
+        for (int i = 0; i < src->nin; i++)
+            meta_of_tensor(&im[i], in[i]);
         memset(pbuf, 0, op->def->params_size);
         memset(om, 0, (size_t)src->nout * sizeof om[0]);
         vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,

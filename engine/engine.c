@@ -9,7 +9,15 @@
  *
  * Completion (vq__op_finish) is where errors travel: a failed op poisons the
  * vars it writes, an op that finds a poisoned var is skipped and passes the
- * error on, and the engine keeps the first error for vq_wait_all. */
+ * error on, and the engine keeps the first error for vq_wait_all.
+ *
+ * GPU ops (ctx VQ_DEV_GPU) take the same path with three differences, each
+ * behind one test that CPU ops pass at no cost: the push goes through the
+ * slow path (validate_task creates the engine's GPU state, gpu.c), the op
+ * queues all its vars as writes (desc.nexcl), and vq__op_run brackets its
+ * function with the stream waits and the event record of gpu.c. A CPU op
+ * synchronizes the events on its vars only when the engine has GPU state
+ * (one relaxed load of gpu_on, beside the profile flag it reads anyway). */
 #include "internal.h"
 
 #include <stdio.h>
@@ -128,6 +136,7 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     e->cpu_workers = o->cpu_workers ? o->cpu_workers : env_workers;
     e->cpu_prio_workers = o->cpu_prio_workers;
     e->max_pending = 4096;
+    e->gpu_streams = o->gpu_streams ? o->gpu_streams : 2;
     e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;
     return 0;
 }
@@ -152,18 +161,25 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
     pthread_cond_init(&e->wait_cond, NULL);
     pthread_mutex_init(&e->list_lock, NULL);
     pthread_mutex_init(&e->naive_lock, NULL);
+    pthread_mutex_init(&e->gpu_lock, NULL);
     vq__prof_buf_init(&e->ext_prof);
     e->t0_ns = vq__now_ns();
     if (e->kind == VQ_ENGINE_THREADED) {
-        rc = vq__pool_start(e, &e->cpu, e->cpu_workers, 0);
+        vq_ctx cpu0 = {VQ_DEV_CPU, 0};
+        rc = vq__pool_start(e, &e->cpu, e->cpu_workers, 0, cpu0, NULL);
         if (rc == 0 && e->cpu_prio_workers > 0) {
-            rc = vq__pool_start(e, &e->prio, e->cpu_prio_workers, e->cpu_workers);
+            rc = vq__pool_start(e, &e->prio, e->cpu_prio_workers, e->cpu_workers, cpu0, NULL);
             if (rc < 0)
                 vq__pool_stop(&e->cpu);
             e->has_prio = rc == 0;
         }
         if (rc < 0) {
             vq__prof_buf_destroy(&e->ext_prof);
+            pthread_mutex_destroy(&e->wait_lock);
+            pthread_cond_destroy(&e->wait_cond);
+            pthread_mutex_destroy(&e->list_lock);
+            pthread_mutex_destroy(&e->naive_lock);
+            pthread_mutex_destroy(&e->gpu_lock);
             free(e->profile_path);
             free(e);
             return rc;
@@ -199,6 +215,8 @@ static void wait_pending(vq_engine *e)
 static void var_destroy(vq_engine *e, vq_var *v)
 {
     list_del(e, &e->vars, &v->link);
+    if (v->gpu_ev)
+        vq__gpu_var_release(v);
     vq__pool_free(VQ__POOL_VBLOCK, v->head);
     v->head = NULL;
     atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);
@@ -225,6 +243,7 @@ VQ_API void vq_engine_free(vq_engine *e)
         if (e->has_prio)
             vq__pool_stop(&e->prio);
     }
+    vq__gpu_stop(e);
     /* A vq_done_finish on a foreign thread may still be on its way out
      * after its op counted as complete. */
     while (atomic_load(&e->finishers) != 0)
@@ -236,11 +255,13 @@ VQ_API void vq_engine_free(vq_engine *e)
         list_del(e, &e->oprs, &o->link);
         opr_destroy(o);
     }
+    vq__gpu_free(e); /* the vars gave their events back */
     vq__prof_buf_destroy(&e->ext_prof);
     pthread_mutex_destroy(&e->wait_lock);
     pthread_cond_destroy(&e->wait_cond);
     pthread_mutex_destroy(&e->list_lock);
     pthread_mutex_destroy(&e->naive_lock);
+    pthread_mutex_destroy(&e->gpu_lock);
     free(e->profile_path);
     free(e);
 }
@@ -297,15 +318,31 @@ static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
                                VQ_PROP_COPY_FROM_DEV))
         return vq__fail(VQ_EINVAL, "%s: task \"%s\" has unknown props 0x%x", fn,
                         t->name ? t->name : "", t->props);
-    if (t->ctx.kind == VQ_DEV_GPU)
-        return vq__fail(VQ_ENOSYS, "%s: task \"%s\" asks for GPU %d, and this engine has no GPU",
-                        fn, t->name ? t->name : "", t->ctx.id);
-    if (t->ctx.kind != VQ_DEV_CPU || t->ctx.id != 0)
-        return vq__fail(VQ_EINVAL, "%s: task \"%s\" has an unknown ctx {%d, %d}", fn,
-                        t->name ? t->name : "", t->ctx.kind, t->ctx.id);
-    if (t->props & (VQ_PROP_COPY_TO_DEV | VQ_PROP_COPY_FROM_DEV))
-        return vq__fail(VQ_EINVAL, "%s: task \"%s\" is a device copy on a CPU ctx", fn,
-                        t->name ? t->name : "");
+    if (t->ctx.kind == VQ_DEV_GPU) {
+        /* A GPU op completes at launch (its event carries the rest), so
+         * an async completion has no meaning for it. */
+        if (t->async_fn)
+            return vq__fail(VQ_EINVAL,
+                            "%s: task \"%s\" on GPU %d is async: GPU ops must be sync fns "
+                            "(they enqueue work on x->stream and complete at launch)",
+                            fn, t->name ? t->name : "", t->ctx.id);
+        if (t->props & VQ_PROP_CPU_PRIORITIZED)
+            return vq__fail(VQ_EINVAL, "%s: task \"%s\" on GPU %d is CPU-prioritized", fn,
+                            t->name ? t->name : "", t->ctx.id);
+        if ((t->props & VQ_PROP_COPY_TO_DEV) && (t->props & VQ_PROP_COPY_FROM_DEV))
+            return vq__fail(VQ_EINVAL, "%s: task \"%s\" is a copy both to and from the device",
+                            fn, t->name ? t->name : "");
+        int rc = vq__gpu_check(e, t->ctx, fn, t->name ? t->name : "");
+        if (rc < 0)
+            return rc;
+    } else {
+        if (t->ctx.kind != VQ_DEV_CPU || t->ctx.id != 0)
+            return vq__fail(VQ_EINVAL, "%s: task \"%s\" has an unknown ctx {%d, %d}", fn,
+                            t->name ? t->name : "", t->ctx.kind, t->ctx.id);
+        if (t->props & (VQ_PROP_COPY_TO_DEV | VQ_PROP_COPY_FROM_DEV))
+            return vq__fail(VQ_EINVAL, "%s: task \"%s\" is a device copy on a CPU ctx", fn,
+                            t->name ? t->name : "");
+    }
     for (int i = 0; i < t->nreads; i++) {
         int rc = check_var(e, t->reads[i], fn, "reads", i);
         if (rc < 0)
@@ -426,8 +463,15 @@ static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var *
     o->props = t->props;
     o->flags = flags;
     o->ctx = t->ctx;
+    if (t->ctx.kind == VQ_DEV_GPU)
+        o->flags |= VQ__OPR_GPU;
     /* Internal ops (waits, deletions) act on vars the caller has checked. */
-    return merge_vars(e, t, vars, &o->nwrites, &o->nreads, !(flags & VQ__OPR_NOSKIP));
+    int rc = merge_vars(e, t, vars, &o->nwrites, &o->nreads, !(flags & VQ__OPR_NOSKIP));
+    /* A GPU op's reads queue as writes: concurrent GPU readers would race
+     * on the var's event, and a launch takes microseconds, so serializing
+     * launches costs little (the stream work itself still overlaps). */
+    o->nexcl = o->flags & VQ__OPR_GPU ? o->nwrites + o->nreads : o->nwrites;
+    return rc;
 }
 
 static void dispatch(vq_engine *e, vq__op *op)
@@ -441,10 +485,13 @@ void vq__ready_flush(vq__ready *r)
     vq__op *cpu[VQ__READY_BATCH], *prio[VQ__READY_BATCH];
     int nc = 0, np = 0;
     for (int i = 0; i < r->n; i++) {
-        if (vq__pool_of(e, r->ops[i]) == &e->prio)
+        struct vq__wpool *p = vq__pool_of(e, r->ops[i]);
+        if (p == &e->cpu)
+            cpu[nc++] = r->ops[i];
+        else if (p == &e->prio)
             prio[np++] = r->ops[i];
         else
-            cpu[nc++] = r->ops[i];
+            vq__pool_submit(p, &r->ops[i], 1, false); /* a GPU pool */
     }
     r->n = 0;
     if (nc)
@@ -492,12 +539,12 @@ static int op_enqueue(vq_engine *e, vq__op *op)
     atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
     int granted = 0;
-    for (int i = 0; i < o->nwrites; i++) {
+    for (int i = 0; i < o->nexcl; i++) {
         struct vq__vblock *b = spare;
         spare = b->next;
         granted += vq__var_append_write(o->vars[i], op, b);
     }
-    for (int i = o->nwrites; i < n; i++) {
+    for (int i = o->nexcl; i < n; i++) {
         struct vq__vblock *next = spare->next;
         if (vq__var_append_read(o->vars[i], op, &spare))
             granted++;
@@ -595,9 +642,10 @@ static void throttle(vq_engine *e)
 
 /* hot path: runs fn(arg) now when the op has no vars, is sync, and the
  * engine is saturated. Returns true if it did. */
-static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars)
+static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars,
+                                  unsigned flags)
 {
-    if (!saturated || nvars || !fn || e->profile || in_op)
+    if (!saturated || nvars || !fn || e->profile || in_op || (flags & VQ__OPR_GPU))
         return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
     in_op++;
@@ -620,10 +668,17 @@ static inline void pace(vq_engine *e)
 
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
 {
-    if (__builtin_expect(!task_shape_ok(e, t), 0))
-        return validate_task(e, t, "vq_push");
+    if (__builtin_expect(!task_shape_ok(e, t), 0)) {
+        /* Refused by the quick test: an error, or a GPU op (which
+         * validate_task accepts after setting up the GPU state). */
+        int rc = validate_task(e, t, "vq_push");
+        if (rc < 0)
+            return rc;
+        pace(e);
+        return push_task(e, t, 0);
+    }
     pace(e);
-    if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites)) {
+    if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites, 0)) {
         if (t->arg_free)
             t->arg_free(t->arg);
         return 0;
@@ -682,7 +737,7 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
         if (__builtin_expect(!var_ok(e, d->vars[i]), 0))
             return check_var(e, d->vars[i], "vq_push_opr", "vars", i);
     pace(e);
-    if (run_undeferred(e, d->fn, d->arg, d->nreads + d->nwrites))
+    if (run_undeferred(e, d->fn, d->arg, d->nreads + d->nwrites, d->flags))
         return 0;
     vq__op *op = op_alloc();
     if (!op)
@@ -734,12 +789,20 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
      * what it pushes is a nested push (deferred by the naive engine). */
     in_op++;
     int err = skip_error(o);
-    if (err || !(o->fn || o->async_fn))
+    /* Internal ops (NOSKIP: waits, deletions) deal with events themselves. */
+    if (__builtin_expect(atomic_load_explicit(&o->engine->gpu_on, memory_order_relaxed), 0) &&
+        !err && !(o->flags & VQ__OPR_NOSKIP))
+        err = vq__gpu_prepare(op, x);
+    if (err || !(o->fn || o->async_fn)) {
         vq__op_finish(op, err, r);
-    else if (o->fn)
-        vq__op_finish(op, o->fn(o->arg, x), r);
-    else
+    } else if (o->fn) {
+        err = o->fn(o->arg, x);
+        if (__builtin_expect(o->flags & VQ__OPR_GPU, 0))
+            err = vq__gpu_launched(op, x, err);
+        vq__op_finish(op, err, r);
+    } else {
         o->async_fn(o->arg, x, (vq_done *)op);
+    }
     in_op--;
 }
 
@@ -770,9 +833,9 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
     if (e->profile)
         vq__prof_record(e, op, vq__now_ns());
     if (e->kind == VQ_ENGINE_THREADED) {
-        for (int i = o->nwrites; i < o->nwrites + o->nreads; i++)
+        for (int i = o->nexcl; i < o->nwrites + o->nreads; i++)
             vq__var_complete_read(o->vars[i], r);
-        for (int i = 0; i < o->nwrites; i++)
+        for (int i = 0; i < o->nexcl; i++)
             vq__var_complete_write(o->vars[i], r);
     }
     if (o->flags & VQ__OPR_DELETE)
@@ -819,6 +882,8 @@ static void naive_execute(vq__op *op)
 {
     const struct vq__desc *o = op->desc;
     vq_exec_ctx x = {.ctx = o->ctx, .stream = NULL, .worker = -1};
+    if (o->flags & VQ__OPR_GPU)
+        x.stream = vq__gpu_naive_stream(o->engine, o->ctx.id);
     if (!o->async_fn || skip_error(o)) {
         vq__op_run(op, &x, NULL);
         return;
@@ -924,7 +989,9 @@ static int take_var_error(void *arg, const vq_exec_ctx *x)
 {
     (void)x;
     struct var_waiter *w = arg;
-    int err = w->v->err;
+    /* GPU work on the var is part of what is waited for. */
+    int gpu_err = w->v->gpu_ev ? vq__gpu_var_settle(w->v) : 0;
+    int err = w->v->err ? w->v->err : gpu_err;
     w->v->err = 0;
     pthread_mutex_lock(&w->lock);
     w->err = err;
@@ -979,5 +1046,12 @@ VQ_API int vq_wait_all(vq_engine *e)
     if (rc < 0)
         return rc;
     wait_pending(e);
-    return atomic_exchange(&e->first_err, 0);
+    int err = atomic_exchange(&e->first_err, 0);
+    /* Every op has completed, GPU ops at launch: wait for their streams. */
+    if (atomic_load_explicit(&e->gpu_on, memory_order_acquire)) {
+        int gpu_err = vq__gpu_sync_all(e);
+        if (!err)
+            err = gpu_err;
+    }
+    return err;
 }

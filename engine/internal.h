@@ -6,7 +6,12 @@
  * embedded in the op itself. A var (struct vq_var) owns a queue of var
  * blocks (struct vq__vblock), one per access that could not be granted at
  * once. Ops that become runnable while another op completes are collected in
- * a vq__ready batch and handed to the engine's dispatcher. */
+ * a vq__ready batch and handed to the engine's dispatcher.
+ *
+ * GPU ops (gpu.c, DESIGN.md 3) use the same ops, vars and pools: each device
+ * has a compute pool and two copy pools whose workers own one stream each;
+ * a var carries the event of the last GPU op that accessed it
+ * (struct vq__gpu_event). */
 #ifndef VARQ_ENGINE_INTERNAL_H
 #define VARQ_ENGINE_INTERNAL_H
 
@@ -131,6 +136,7 @@ enum {
     VQ__OPR_NOSKIP = 1u << 1,   /* internal: runs even on failed vars, poisons nothing */
     VQ__OPR_DELETE = 1u << 2,   /* internal: deletes its only written var */
     VQ__OPR_HEAPVARS = 1u << 3, /* vars array was malloc'd */
+    VQ__OPR_GPU = 1u << 4,      /* ctx is a GPU: runs on a stream (gpu.c) */
 };
 
 /* Doubly linked membership of an engine's list (live vars, live oprs). */
@@ -139,7 +145,11 @@ struct vq__link {
 };
 
 /* The immutable description of an op. vars[0 .. nwrites) are the written
- * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once. */
+ * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once.
+ * vars[0 .. nexcl) are queued as writes (exclusive accesses): the written
+ * vars, and for a GPU op its read vars too, so that only an op with
+ * exclusive access ever changes a var's event (gpu.c). Errors still poison
+ * only vars[0 .. nwrites). */
 struct vq__desc {
     /* what every run reads, first: with the op's head they share a line */
     vq_sync_fn fn;
@@ -153,6 +163,8 @@ struct vq__desc {
     void (*arg_free)(void *arg);
     int priority;
     vq_ctx ctx;
+    int nexcl;                  /* nwrites, or nwrites + nreads for a GPU op; in the
+                                   padding before name: the size stays 88 bytes */
     const char *name;
 };
 
@@ -219,6 +231,10 @@ struct vq_var {
     atomic_int state;           /* VQ__VAR_* */
     int err;                    /* failure carried by the var; ordered by the queue */
     vq_engine *engine;
+    /* The event recorded after the last GPU op that accessed the var, or
+     * NULL. Changed only by an op with exclusive access (a GPU op, a CPU
+     * writer, the engine's wait and delete ops), so the queue orders it. */
+    struct vq__gpu_event *gpu_ev;
     char name[32];
 };
 
@@ -295,6 +311,7 @@ struct vq__wpool {
     pthread_mutex_t sleep_lock;
     pthread_cond_t sleep_cond;
     int nworkers;
+    bool device;                /* a GPU pool: no op runs outside its workers */
     struct vq__worker *workers;
 };
 
@@ -303,11 +320,16 @@ struct vq__worker {
     struct vq__wpool *pool;
     vq_engine *engine;
     int id;
+    vq_ctx ctx;                 /* what its ops get in vq_exec_ctx */
+    void *stream;               /* a GPU worker's own stream; NULL on CPU */
     vq__op *next;               /* direct run: the successor to run next */
     struct vq__prof_buf prof;
 };
 
-int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id);
+/* streams: NULL for a CPU pool (ctx CPU 0); for a GPU pool, one stream per
+ * worker, which its worker passes to its ops with ctx. */
+int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id, vq_ctx ctx,
+                   void *const *streams);
 void vq__pool_stop(struct vq__wpool *p);
 /* Queues ops on p and wakes up to n sleeping workers. With may_wait (a
  * pusher that is not a worker), a full ring makes the caller yield until
@@ -320,12 +342,76 @@ vq__op *vq__pool_pop(struct vq__wpool *p);
  * Returns false when none was queued. */
 bool vq__run_here(struct vq__wpool *p);
 
+/* ---- GPU execution (gpu.c) ---- */
+
+/* An event of the stream backend, shared by the vars that carry it. */
+struct vq__gpu_event {
+    void *ev;
+    void *stream;               /* where it was recorded */
+    int device;
+    atomic_int refs;            /* vars carrying it; at zero back to the free list */
+    struct vq__gpu_event *next; /* free list */
+};
+
+struct vq__stream_backend;
+
+struct vq__gpu_dev {
+    void **streams;             /* [0, nstreams) compute, then to-device, from-device */
+    struct vq__wpool compute, h2d, d2h; /* threaded engine only */
+    int npools;                 /* pools started (for teardown) */
+    pthread_mutex_t ev_lock;
+    struct vq__gpu_event *free_events;
+};
+
+struct vq__gpu {
+    const struct vq__stream_backend *be;
+    int ndev;
+    int nstreams;               /* compute streams per device */
+    int first_worker;           /* worker id of device 0's first compute worker */
+    struct vq__gpu_dev *dev;
+};
+
+/* Creates the engine's GPU state on the first GPU push (VQ_ENOSYS without a
+ * backend) and checks that ctx names one of its devices. fn names the API
+ * call for messages. */
+int vq__gpu_check(vq_engine *e, vq_ctx ctx, const char *fn, const char *task);
+/* Stops the GPU workers (the engine is quiescent), then, once the vars are
+ * gone (vq__gpu_free), drains and frees the streams and events. */
+void vq__gpu_stop(vq_engine *e);
+void vq__gpu_free(vq_engine *e);
+/* The pool of a GPU op: its device's copy pool for VQ_PROP_COPY_*, else the
+ * compute pool. */
+struct vq__wpool *vq__gpu_pool_of(vq_engine *e, const vq__op *op);
+/* Before an op runs on an engine with GPU state: a GPU op makes its stream
+ * wait for its vars' events from other streams; a CPU op synchronizes its
+ * vars' events (and drops them from the vars it writes). Returns the error
+ * that fails the op, or 0. */
+int vq__gpu_prepare(vq__op *op, const vq_exec_ctx *x);
+/* After a GPU op's fn returned err: records an event on its stream and
+ * hands it to its vars (naive engine: synchronizes the stream instead).
+ * Returns the op's error. */
+int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err);
+/* The exclusive accessor of v (vq_wait_var's op) settles its event:
+ * synchronizes it, drops it, and returns its error. */
+int vq__gpu_var_settle(vq_var *v);
+/* Drops v's event (v is being destroyed). */
+void vq__gpu_var_release(vq_var *v);
+/* The stream of the naive engine's GPU ops on device id. */
+void *vq__gpu_naive_stream(vq_engine *e, int id);
+/* vq_wait_all's GPU part: synchronizes every stream; the first error. */
+int vq__gpu_sync_all(vq_engine *e);
+
 /* ---- engine (engine.c) ---- */
 
 struct vq_engine {
     int kind;                   /* VQ_ENGINE_THREADED or VQ_ENGINE_NAIVE */
     bool profile;
     bool has_prio;
+    /* Set, with release, once gpu (below) is complete (gpu.c). Every op
+     * reads it relaxed, so it sits on this read-mostly line: an op that can
+     * meet an event on its vars runs after the GPU op that recorded it, and
+     * sees gpu_on set through that ordering. */
+    atomic_bool gpu_on;
     int cpu_workers, cpu_prio_workers;
     unsigned long max_pending;  /* ops in flight before a pusher helps (throttle) */
     struct vq__wpool cpu, prio;
@@ -344,12 +430,18 @@ struct vq_engine {
     struct vq__prof_buf ext_prof; /* records of threads that are not workers */
     uint64_t t0_ns;
     char *profile_path;
+    /* GPU state, created by the first GPU push under gpu_lock (gpu.c). */
+    int gpu_streams;            /* compute streams per device */
+    pthread_mutex_t gpu_lock;
+    struct vq__gpu *gpu;
 };
 
 /* The pool that runs op: the prioritized workers' for VQ_PROP_CPU_PRIORITIZED
  * ops when there are such workers, else the CPU pool. */
 static inline struct vq__wpool *vq__pool_of(struct vq_engine *e, const vq__op *op)
 {
+    if (__builtin_expect(op->desc->flags & VQ__OPR_GPU, 0))
+        return vq__gpu_pool_of(e, op);
     return (op->desc->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
 }
 

@@ -6,7 +6,9 @@
  * When the engine is not profiling, the only cost is the test of
  * engine->profile in vq__op_run and vq__op_finish. Records of ops completed
  * by threads that are not workers (async ops finished elsewhere, the naive
- * engine) go to a buffer shared under a mutex. */
+ * engine) go to a buffer shared under a mutex. GPU workers (one per stream,
+ * gpu.c) are workers like the CPU ones: their ops show on their stream's
+ * row, named after the device and stream. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -97,15 +99,26 @@ VQ_API int vq_profiler_dump(vq_engine *e, const char *path)
     FILE *f = fopen(path, "w");
     if (!f)
         return vq__fail(VQ_EIO, "vq_profiler_dump: cannot open \"%s\" for writing", path);
-    int nworkers = e->kind == VQ_ENGINE_THREADED ? e->cpu.nworkers + e->prio.nworkers : 0;
+    int ncpu = e->kind == VQ_ENGINE_THREADED ? e->cpu.nworkers + e->prio.nworkers : 0;
+    const struct vq__gpu *g =
+        atomic_load_explicit(&e->gpu_on, memory_order_acquire) && e->kind == VQ_ENGINE_THREADED
+            ? e->gpu
+            : NULL;
+    int per = g ? g->nstreams + 2 : 1;
+    int nworkers = ncpu + (g ? g->ndev * per : 0);
     bool first = true;
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
     for (int t = 0; t <= nworkers; t++) {
         char name[48];
+        int d = (t - ncpu) / per, k = (t - ncpu) % per;
         if (t == nworkers)
             snprintf(name, sizeof name, "other threads");
-        else
+        else if (t < ncpu)
             snprintf(name, sizeof name, "%s worker %d", t < e->cpu.nworkers ? "cpu" : "cpu-prio", t);
+        else if (k < per - 2)
+            snprintf(name, sizeof name, "gpu%d stream %d", d, k);
+        else
+            snprintf(name, sizeof name, "gpu%d copy %s device", d, k == per - 2 ? "to" : "from");
         fprintf(f,
                 "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
                 "\"args\":{\"name\":\"%s\"}}",
@@ -117,6 +130,12 @@ VQ_API int vq_profiler_dump(vq_engine *e, const char *path)
             dump_buf(f, e, &e->cpu.workers[i].prof, nworkers, &first);
         for (int i = 0; i < e->prio.nworkers; i++)
             dump_buf(f, e, &e->prio.workers[i].prof, nworkers, &first);
+    }
+    for (int d = 0; g && d < g->ndev; d++) {
+        const struct vq__wpool *pools[3] = {&g->dev[d].compute, &g->dev[d].h2d, &g->dev[d].d2h};
+        for (int p = 0; p < 3; p++)
+            for (int i = 0; i < pools[p]->nworkers; i++)
+                dump_buf(f, e, &pools[p]->workers[i].prof, nworkers, &first);
     }
     dump_buf(f, e, &e->ext_prof, nworkers, &first);
     fputs("\n]}\n", f);

@@ -17,7 +17,11 @@
  *
  * When an op completes on a worker and successors become ready, the worker
  * keeps one of them for itself and runs it next without a queue round trip
- * (direct run); the others are queued and wake sleepers. */
+ * (direct run); the others are queued and wake sleepers.
+ *
+ * GPU pools (gpu.c) are the same pools; each of their workers owns one
+ * stream and passes it, with its device, to the ops it runs. Only their own
+ * workers run their ops (a helping pusher has no stream). */
 #include "internal.h"
 
 #include <limits.h>
@@ -237,6 +241,8 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
  * Returns false when none was queued. */
 bool vq__run_here(struct vq__wpool *p)
 {
+    if (p->device)
+        return false; /* its ops need a worker's stream */
     vq__op *op = vq__pool_pop(p);
     if (!op)
         return false;
@@ -292,7 +298,7 @@ static void *worker_main(void *arg)
     struct vq__worker *w = arg;
     struct vq__wpool *p = w->pool;
     self = w;
-    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = w->id};
+    vq_exec_ctx x = {.ctx = w->ctx, .stream = w->stream, .worker = w->id};
     for (;;) {
         vq__op *op = w->next;
         w->next = NULL;
@@ -309,7 +315,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id)
+int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id, vq_ctx ctx,
+                   void *const *streams)
 {
     memset(p, 0, sizeof *p);
     if (ring_init(&p->ring, RING_CELLS) < 0)
@@ -320,6 +327,7 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
         return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
     }
     atomic_flag_clear(&p->heap.lock.flag);
+    p->device = streams != NULL;
     pthread_mutex_init(&p->sleep_lock, NULL);
     pthread_cond_init(&p->sleep_cond, NULL);
     for (int i = 0; i < nworkers; i++) {
@@ -328,6 +336,8 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
         w->pool = p;
         w->engine = e;
         w->id = first_id + i;
+        w->ctx = ctx;
+        w->stream = streams ? streams[i] : NULL;
         vq__prof_buf_init(&w->prof);
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
             vq__prof_buf_destroy(&w->prof);

@@ -47,6 +47,7 @@ int vq__var_init(vq_var *v, vq_engine *e, const char *name)
     v->pending_write = NULL;
     v->err = 0;
     v->engine = e;
+    v->gpu_ev = NULL;
     if (name) {
         strncpy(v->name, name, sizeof v->name - 1);
         v->name[sizeof v->name - 1] = '\0';

@@ -22,9 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if [ -d build ]; then
+if [ -f build/build.ninja ]; then
   meson setup --reconfigure build >/dev/null
 else
+  rm -rf build   # a half-made tree from an interrupted setup
   meson setup build --buildtype=release >/dev/null
 fi
 ninja -C build

@@ -3,6 +3,10 @@
  * (Criterion cannot start under TSan: Snaipe/Criterion#274), and
  * scripts/test.sh also builds it outside the tree against varq.pc.
  *
+ * It also runs the workload with GPU ops on the host-emulated stream
+ * backend (two devices; it sets VARQ_GPU_BACKEND and VARQ_GPU_EMUL_DEVICES),
+ * with a fifth of the ops.
+ *
  * usage: engine_stress [ops per run]   (VARQ_TEST_SEED replays a seed) */
 #include "workload.h"
 
@@ -10,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -95,24 +100,32 @@ int main(int argc, char **argv)
 {
     int nops = argc > 1 ? atoi(argv[1]) : workload_ops(20000);
     uint64_t seed = workload_seed();
+    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    setenv("VARQ_GPU_EMUL_DEVICES", "2", 1);
     struct {
         int kind, workers;
         unsigned flags;
     } runs[] = {{VQ_ENGINE_THREADED, 1, 0}, {VQ_ENGINE_THREADED, 2, 0},
                 {VQ_ENGINE_THREADED, 8, 0}, {VQ_ENGINE_THREADED, 3, VQ_ENGINE_PROFILE},
-                {VQ_ENGINE_NAIVE, 1, 0}};
+                {VQ_ENGINE_NAIVE, 1, 0}, {VQ_ENGINE_THREADED, 2, WORKLOAD_GPU},
+                {VQ_ENGINE_THREADED, 4, WORKLOAD_GPU | VQ_ENGINE_PROFILE},
+                {VQ_ENGINE_NAIVE, 1, WORKLOAD_GPU}};
     int failed = 0;
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char msg[256];
         long ran = 0;
-        if (workload_check(runs[i].kind, runs[i].workers, runs[i].flags, seed + i, nops, &ran, msg,
+        bool gpu = runs[i].flags & WORKLOAD_GPU;
+        int n = gpu ? nops / 5 : nops;
+        if (workload_check(runs[i].kind, runs[i].workers, runs[i].flags, seed + i, n, &ran, msg,
                            sizeof msg) < 0) {
             fprintf(stderr, "engine_stress: %s\n", msg);
             failed = 1;
         } else {
-            printf("%s engine, %d workers%s: %d steps, %ld ops ran, same as serial (seed %llu)\n",
+            printf("%s engine, %d workers%s%s: %d steps, %ld ops ran, same as serial (seed %llu)\n",
                    runs[i].kind == VQ_ENGINE_NAIVE ? "naive" : "threaded", runs[i].workers,
-                   runs[i].flags ? ", profiling" : "", nops, ran, (unsigned long long)(seed + i));
+                   runs[i].flags & VQ_ENGINE_PROFILE ? ", profiling" : "",
+                   gpu ? ", GPU ops on 2 emulated devices" : "", n, ran,
+                   (unsigned long long)(seed + i));
         }
     }
     for (int w = 1; w <= 4; w *= 2)

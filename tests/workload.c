@@ -1,7 +1,8 @@
 /* Random engine workloads against a serial model: many vars, ops with random
  * read and write sets (duplicates, read+write of one var), sync and async ops
  * (some finished from another thread after a delay), random priorities,
- * failing ops, var deletions, waits in the middle, prebuilt ops. Each
+ * failing ops, var deletions, waits in the middle, prebuilt ops, and with
+ * WORKLOAD_GPU ops on two GPUs whose effect runs later on their stream. Each
  * workload runs on an engine and through the plain serial model of DESIGN.md
  * 2.5 below; every op's inputs, every value and every error are compared. */
 #include "workload.h"
@@ -33,6 +34,8 @@ struct step {
     int async;                     /* 0 sync, 1 async finished inline, 2 finished later */
     int priority;
     int prebuilt;
+    int gpu;                       /* WORKLOAD_GPU: 1 + device, or 0 for a CPU op */
+    unsigned props;                /* a GPU op's copy props */
     int slot;                      /* STEP_DELETE; STEP_WAIT: first of SWEEP slots */
     int expect_err[SWEEP];         /* STEP_WAIT: the model's answers */
 };
@@ -125,7 +128,7 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng_state >> 33) % n;
 }
 
-static int generate(struct run *r, int nsteps, uint64_t seed)
+static int generate(struct run *r, int nsteps, uint64_t seed, bool gpu)
 {
     rng_state = seed * 2654435761u + 1;
     r->steps = calloc((size_t)nsteps, sizeof *r->steps);
@@ -170,6 +173,13 @@ static int generate(struct run *r, int nsteps, uint64_t seed)
         s->async = a == 0 ? 1 : a == 1 ? 2 : 0;
         s->priority = (int)rnd(5) - 2;
         s->prebuilt = rnd(20) == 0;
+        /* Drawn only in GPU mode, so that CPU seeds replay as before. */
+        if (gpu && rnd(10) < 4) {
+            s->gpu = 1 + (int)rnd(2);
+            uint32_t c = rnd(4);
+            s->props = c == 2 ? VQ_PROP_COPY_TO_DEV : c == 3 ? VQ_PROP_COPY_FROM_DEV : 0;
+            s->async = 0; /* GPU ops are sync: they complete at launch */
+        }
     }
     r->nsteps = nsteps;
     r->ncells = ncells;
@@ -272,6 +282,26 @@ static int sync_body(void *arg, const vq_exec_ctx *x)
     return body(a->r, a->i);
 }
 
+/* A GPU op's stream work: the body, whose writes run in stream order. A
+ * failing op fails at launch (gpu_body's return), so the stream work of
+ * such an op only records what it saw. */
+static int stream_body(void *arg)
+{
+    struct op_arg *a = arg;
+    body(a->r, a->i);
+    return 0;
+}
+
+static int gpu_body(void *arg, const vq_exec_ctx *x)
+{
+    struct op_arg *a = arg;
+    const struct step *s = &a->r->steps[a->i];
+    if (x->ctx.kind != VQ_DEV_GPU || x->ctx.id != s->gpu - 1 || !x->stream)
+        return -999; /* the wrong context: a mismatch the check reports */
+    int rc = vq_gpu_launch_host(x, stream_body, a);
+    return rc < 0 ? rc : s->fail;
+}
+
 static void async_body(void *arg, const vq_exec_ctx *x, vq_done *done)
 {
     (void)x;
@@ -305,7 +335,7 @@ static int failf(char *msg, size_t len, const char *fmt, ...)
 static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, uint64_t seed,
                          char *msg, size_t len)
 {
-    vq_engine_opts o = {.kind = kind, .cpu_workers = workers, .flags = flags};
+    vq_engine_opts o = {.kind = kind, .cpu_workers = workers, .flags = flags & ~WORKLOAD_GPU};
     vq_engine *e;
     if (vq_engine_new(&e, &o) < 0)
         return failf(msg, len, "vq_engine_new: %s", vq_errmsg());
@@ -348,10 +378,15 @@ static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, u
         vq_task t = {.arg = &args[i], .arg_free = count_arg_free, .reads = reads,
                      .nreads = s->nr, .writes = writes, .nwrites = s->nw,
                      .priority = s->priority, .name = "random"};
-        if (s->async)
+        if (s->gpu) {
+            t.fn = gpu_body;
+            t.ctx = (vq_ctx){VQ_DEV_GPU, s->gpu - 1};
+            t.props = s->props;
+        } else if (s->async) {
             t.async_fn = async_body;
-        else
+        } else {
             t.fn = sync_body;
+        }
         int prc;
         if (s->prebuilt) {
             vq_opr *op = vq_opr_new(e, &t);
@@ -391,7 +426,7 @@ int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nop
                    char *msg, size_t len)
 {
     struct run plan, model, got;
-    if (generate(&plan, nops, seed) < 0)
+    if (generate(&plan, nops, seed, (flags & WORKLOAD_GPU) != 0) < 0)
         return failf(msg, len, "out of memory");
     int rc = -1;
     if (run_alloc(&model, &plan) < 0 || run_alloc(&got, &plan) < 0) {

@@ -8,8 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A flag of workload_check beside vq_engine_opts.flags: some ops (sync ones)
+ * run on GPU 0 or 1, compute or copy streams, their effect enqueued on the
+ * op's stream with vq_gpu_launch_host. Needs two devices: the caller sets
+ * VARQ_GPU_BACKEND=emulated and VARQ_GPU_EMUL_DEVICES=2. */
+#define WORKLOAD_GPU (1u << 30)
+
 /* Generates nops random steps from seed, runs them on an engine of the
- * given kind and worker count (flags: vq_engine_opts.flags) and through the
+ * given kind and worker count (flags: vq_engine_opts.flags, and
+ * WORKLOAD_GPU) and through the
  * serial model, and compares every op's inputs, every value and every
  * error. Returns 0, or -1 with a sentence naming the seed in msg. *ran gets
  * the number of ops that ran (not skipped). */

@@ -9,7 +9,21 @@
  * Thread-safety, unless a function says otherwise: every function may be
  * called from any thread, concurrently with any other, on the same engine.
  * A var or prebuilt op must not be used after the call that frees it has
- * started (as with free()). */
+ * started (as with free()).
+ *
+ * GPU ops (ctx {VQ_DEV_GPU, id}; DESIGN.md 3) are sync fns that receive
+ * their stream in vq_exec_ctx.stream (a cudaStream_t with CUDA), enqueue
+ * their work there and return; the op completes at launch and its vars
+ * carry an event recorded after it. Later GPU ops on other streams wait for
+ * it on the device; CPU ops wait for it on a worker; vq_wait_var and
+ * vq_wait_all include it. Ops with VQ_PROP_COPY_TO_DEV / _FROM_DEV run on
+ * the device's two copy streams, so they overlap compute. A GPU op's reads
+ * are ordered like writes among GPU ops (its launch waits for earlier GPU
+ * ops that read the var too); its failures still poison only its writes.
+ * The GPU backend is set up by the first GPU push: VARQ_GPU_BACKEND=cuda|
+ * emulated (default: CUDA when a device is present; emulated: host threads
+ * as streams, VARQ_GPU_EMUL_DEVICES devices). An engine that runs only CPU
+ * ops never initializes a GPU runtime. */
 #ifndef VARQ_ENGINE_H
 #define VARQ_ENGINE_H
 
@@ -92,7 +106,8 @@ typedef struct vq_engine_opts {
     int kind;             /* VQ_ENGINE_* */
     int cpu_workers;      /* 0 = VARQ_CPU_WORKERS or the number of cores */
     int cpu_prio_workers; /* extra workers that run only VQ_PROP_CPU_PRIORITIZED ops */
-    int gpu_streams;      /* compute streams per GPU (0 = 2) */
+    int gpu_streams;      /* compute streams per GPU (0 = 2; 1..64), each with a worker;
+                             plus one copy stream to and one from each device */
     unsigned flags;       /* VQ_ENGINE_PROFILE */
 } vq_engine_opts;
 
@@ -140,6 +155,13 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  * the first failed var among its writes, then its reads, is passed on to the
  * vars it writes (DESIGN.md 2.5). */
 VQ_API int vq_push(vq_engine *e, const vq_task *t);
+/* GPU specifics of vq_push and vq_opr_new: VQ_ENOSYS (the message says why
+ * and how to get the emulated backend) when no GPU backend is available;
+ * VQ_EINVAL for an async_fn (GPU ops are sync), a device id out of range,
+ * VQ_PROP_CPU_PRIORITIZED, or both copy props. An error that a GPU op's
+ * stream work reports later (a kernel fault) is the stream's sticky error:
+ * it fails the next CPU op that synchronizes on the op's vars, and is
+ * returned by vq_wait_var of those vars and by vq_wait_all. */
 
 /* Builds an op once, to push many times without allocating or merging
  * vars again. Returns NULL on the errors vq_push would return (see
@@ -176,6 +198,15 @@ VQ_API int vq_wait_all(vq_engine *e);
  * wait (the graph executor's synchronous run) use it to fail with
  * VQ_EDEADLK instead. Thread-safe (reads a thread-local). */
 VQ_API int vq_thread_in_op(void);
+
+/* From a GPU op's fn (x is its vq_exec_ctx): enqueues fn(arg) on the op's
+ * stream, in stream order, on a host thread (cudaLaunchHostFunc with CUDA,
+ * the stream's thread when emulated). fn returns 0 or a negative VQ_* code;
+ * a failure becomes the stream's sticky error (see vq_push). fn must not
+ * call the engine. It is how host-side "device work" is written, and the
+ * emulated backend's kernels. Returns 0, or VQ_EINVAL when x is not a GPU
+ * op's context. */
+VQ_API int vq_gpu_launch_host(const vq_exec_ctx *x, int (*fn)(void *arg), void *arg);
 
 /* Writes a Chrome trace (JSON, opens in Perfetto or chrome://tracing) of
  * every op completed so far: name, worker, start and end. The engine must

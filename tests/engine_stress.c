@@ -8,6 +8,7 @@
  * with a fifth of the ops.
  *
  * usage: engine_stress [ops per run]   (VARQ_TEST_SEED replays a seed) */
+#define _POSIX_C_SOURCE 200809L /* setenv, when built outside the tree with -std=c11 */
 #include "workload.h"
 
 #include <varq/varq.h>

@@ -11,6 +11,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,43 +172,60 @@ static void cpu_init(void)
 
 vq__allocator *vq__allocator_of(vq_ctx dev)
 {
+    if (dev.kind == VQ_DEV_GPU) {
+        vq__allocator *a = NULL;
+        return vq__gpu_allocator(dev.id, &a) == 0 ? a : NULL;
+    }
     if (dev.kind != VQ_DEV_CPU || dev.id != 0)
         return NULL;
     pthread_once(&cpu_once, cpu_init);
     return &cpu.base;
 }
 
-static vq__allocator *allocator_or_fail(vq_ctx dev, const char *fn)
+/* The allocator of dev, or an error with a message naming fn. */
+static int allocator_or_fail(vq_ctx dev, const char *fn, vq__allocator **out)
 {
-    vq__allocator *a = vq__allocator_of(dev);
-    if (!a)
-        vq__fail(VQ_ENOSYS, "%s: no allocator for device {%d, %d} in this build", fn, dev.kind,
-                 dev.id);
-    return a;
+    if (dev.kind == VQ_DEV_GPU) {
+        int rc = vq__gpu_allocator(dev.id, out);
+        if (rc < 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", vq_errmsg());
+            return vq__fail(rc, "%s: GPU %d: %s", fn, dev.id, why);
+        }
+        return 0;
+    }
+    *out = vq__allocator_of(dev);
+    if (!*out)
+        return vq__fail(VQ_ENOSYS, "%s: no allocator for device {%d, %d} in this build", fn,
+                        dev.kind, dev.id);
+    return 0;
 }
 
 VQ_API int vq_mem_get_stats(vq_ctx dev, vq_mem_stats *out)
 {
     if (!out)
         return vq__fail(VQ_EINVAL, "vq_mem_get_stats: out is NULL");
-    vq__allocator *a = allocator_or_fail(dev, "vq_mem_get_stats");
-    return a ? a->stats(a, out) : VQ_ENOSYS;
+    vq__allocator *a;
+    int rc = allocator_or_fail(dev, "vq_mem_get_stats", &a);
+    return rc < 0 ? rc : a->stats(a, out);
 }
 
 VQ_API int vq_mem_reset_peak(vq_ctx dev)
 {
-    vq__allocator *a = allocator_or_fail(dev, "vq_mem_reset_peak");
-    if (!a)
-        return VQ_ENOSYS;
+    vq__allocator *a;
+    int rc = allocator_or_fail(dev, "vq_mem_reset_peak", &a);
+    if (rc < 0)
+        return rc;
     a->reset_peak(a);
     return 0;
 }
 
 VQ_API int vq_mem_trim(vq_ctx dev)
 {
-    vq__allocator *a = allocator_or_fail(dev, "vq_mem_trim");
-    if (!a)
-        return VQ_ENOSYS;
+    vq__allocator *a;
+    int rc = allocator_or_fail(dev, "vq_mem_trim", &a);
+    if (rc < 0)
+        return rc;
     a->trim(a);
     return 0;
 }

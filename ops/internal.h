@@ -35,8 +35,30 @@ typedef struct vq__allocator {
     void (*trim)(struct vq__allocator *a);
 } vq__allocator;
 
-/* The allocator of dev, or NULL (no such device in this build). */
+/* The allocator of dev, or NULL (no such device in this build, or no GPU
+ * backend; vq_errmsg() says why). */
 vq__allocator *vq__allocator_of(vq_ctx dev);
+
+/* ---- GPUs (gpu.c) ---- */
+
+struct vq__stream_backend;
+
+/* The GPU backend the ops use: the one the engine picks
+ * (vq__stream_backend_get(NULL)), looked up once it exists. VQ_ENOSYS with
+ * the backend's message when there is none. Thread-safe. */
+int vq__gpu_backend(const struct vq__stream_backend **out);
+
+/* The allocator of GPU id: blocks from the backend's malloc_async on a
+ * private per-device stream (synchronized, so any stream may use them);
+ * free_async on the stream passed to free (the block's last user), or on
+ * that private stream when NULL. VQ_ENOSYS (no backend) or VQ_EINVAL (no
+ * such device) with a message. Thread-safe. */
+int vq__gpu_allocator(int id, vq__allocator **out);
+
+/* Copies into buf the message of the last op kernel that failed in stream
+ * work on GPU id (the emulated backend's host kernels), for
+ * vq_tensor_wait; false when there was none. Thread-safe. */
+bool vq__gpu_last_failure(int id, char *buf, size_t size);
 
 /* ---- tensors (tensor.c) ---- */
 
@@ -59,8 +81,14 @@ struct vq_tensor {
     _Atomic(char *) fail_msg;
 };
 
-/* A new tensor whose bytes are not initialized. */
+/* A new CPU tensor whose bytes are not initialized. */
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);
+
+/* The same on device dev (CPU 0 or a GPU): VQ_ENOSYS / VQ_EINVAL for a GPU
+ * without backend or out of range, with the message. fn names the caller
+ * in messages. */
+int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                        const char *fn);
 
 /* Elements of a shape; -1 if a dim is negative (unknown), INT64_MAX past
  * 2^62 elements. */
@@ -251,6 +279,16 @@ static inline int vq__emit(const vq__grad *g, const char *type, const char *cons
 /* Runs def's kernel for device dev. Returns its result; on failure the
  * message is in vq_errmsg() and names the op. */
 int vq__kernel_run(const vq__kcall *k, vq_ctx dev);
+
+/* (gpu.c) Runs def's CPU kernel as stream work of the GPU op k->x (the emulated
+ * backend's kernel for every op without a GPU kernel): k is copied into a
+ * heap block that the stream work frees. VQ_ENOSYS naming the op on a
+ * backend that is not the emulated one. */
+int vq__gpu_host_kernel(const vq__kcall *k);
+
+/* 0 when def can run on GPUs with the current backend (a GPU kernel, or
+ * the emulated backend's host fallback); else VQ_ENOSYS naming the op. */
+int vq__gpu_kernel_check(const vq__op_def *def);
 
 /* Stride-0 broadcasting walk over an output of `ndim` dims: for each
  * innermost row it calls row(user, offsets of each input in elements, row

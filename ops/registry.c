@@ -424,6 +424,10 @@ int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
 
 int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
 {
+    /* Ops without a GPU kernel: their CPU kernel as stream work, on the
+     * emulated backend (VQ_ENOSYS naming the op on others). */
+    if (dev.kind == VQ_DEV_GPU && !k->def->kernel[VQ_DEV_GPU])
+        return vq__gpu_host_kernel(k);
     int (*fn)(const vq__kcall *) =
         (unsigned)dev.kind < VQ__NDEV ? k->def->kernel[dev.kind] : NULL;
     if (!fn)
@@ -522,6 +526,46 @@ static int outputs_check(const vq__op_def *d, vq_tensor *const *in, int nin, vq_
     return 0;
 }
 
+static const char *dev_name(char *buf, size_t size, vq_ctx d)
+{
+    if (d.kind == VQ_DEV_GPU)
+        snprintf(buf, size, "GPU %d", d.id);
+    else
+        snprintf(buf, size, "the CPU");
+    return buf;
+}
+
+/* The device of a call: that of its tensors (inputs, then given outputs),
+ * which must all agree. VQ_EINVAL naming the first slot that differs. */
+static int call_device(const vq__op_def *d, vq_tensor *const *in, int nin, vq_tensor **out,
+                       int nout, vq_ctx *dev)
+{
+    const char *first_kind = NULL;
+    const char *first_slot = NULL;
+    int first = -1;
+    char a[24], b[24];
+    *dev = (vq_ctx){VQ_DEV_CPU, 0};
+    for (int i = 0; i < nin + nout; i++) {
+        const vq_tensor *t = i < nin ? in[i] : out[i - nin];
+        if (!t)
+            continue;
+        const char *kind = i < nin ? "input" : "output";
+        const char *slot = i < nin ? vq__op_in_slot(d, i) : vq__op_out_slot(d, i - nin);
+        int s = i < nin ? i : i - nin;
+        if (!first_kind) {
+            *dev = t->dev;
+            first_kind = kind;
+            first_slot = slot;
+            first = s;
+        } else if (t->dev.kind != dev->kind || t->dev.id != dev->id) {
+            return vq__fail(VQ_EINVAL, "%s: %s %s (slot %d) is on %s, but %s %s (slot %d) is on %s",
+                            d->type, kind, slot, s, dev_name(a, sizeof a, t->dev), first_kind,
+                            first_slot, first, dev_name(b, sizeof b, *dev));
+        }
+    }
+    return 0;
+}
+
 VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
                      vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
 {
@@ -542,6 +586,16 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
                             vq__op_in_slot(d, i), i);
         meta_of(in[i], &im[i]);
     }
+    vq_ctx dev;
+    if ((rc = call_device(d, in, nin, out, nout, &dev)) < 0)
+        return rc;
+    if (dev.kind == VQ_DEV_GPU) {
+        if (!e)
+            return vq__fail(VQ_EINVAL, "%s: tensors on GPU %d need an engine (e is NULL)", d->type,
+                            dev.id);
+        if ((rc = vq__gpu_kernel_check(d)) < 0)
+            return rc;
+    }
     struct call *c = malloc(sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", d->type);
@@ -561,7 +615,8 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
     for (int i = 0; i < nout && rc == 0; i++) {
         if (out[i])
             c->t[nin + i] = vq_tensor_retain(out[i]);
-        else if ((rc = vq__tensor_empty(&c->t[nin + i], om[i].dtype, om[i].ndim, om[i].shape)) == 0)
+        else if ((rc = vq__tensor_empty_on(&c->t[nin + i], dev, om[i].dtype, om[i].ndim,
+                                           om[i].shape, "vq_tensor_new")) == 0)
             created[i] = true;
         if (rc == 0)
             c->nout++;
@@ -579,7 +634,7 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
         for (int i = 0; i < nout; i++)
             if (created[i])
                 out[i] = vq_tensor_retain(c->t[nin + i]);
-        vq_task t = {.fn = call_run, .arg = c, .arg_free = call_free,
+        vq_task t = {.fn = call_run, .arg = c, .arg_free = call_free, .ctx = dev,
                      .reads = vars, .nreads = nin, .writes = vars + nin, .nwrites = nout,
                      .name = d->type};
         rc = vq_push(e, &t);

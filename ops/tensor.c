@@ -165,14 +165,28 @@ static void header_put(vq_tensor *t)
     headers.n++;
 }
 
-int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
+int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                        const char *fn)
 {
-    int rc = check_shape("vq_tensor_new", dt, ndim, shape);
+    int rc = check_shape(fn, dt, ndim, shape);
     if (rc < 0)
         return rc;
+    vq__allocator *alloc = NULL;
+    if (dev.kind == VQ_DEV_GPU) {
+        if ((rc = vq__gpu_allocator(dev.id, &alloc)) < 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", vq_errmsg());
+            return vq__fail(rc, "%s: GPU %d: %s", fn, dev.id, why);
+        }
+    } else if (dev.kind != VQ_DEV_CPU || dev.id != 0) {
+        return vq__fail(VQ_EINVAL, "%s: device {%d, %d} is not CPU 0 or a GPU", fn, dev.kind,
+                        dev.id);
+    } else {
+        alloc = vq__allocator_of(dev);
+    }
     vq_tensor *t = header_get();
     if (!t)
-        return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory");
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
     atomic_init(&t->refs, 1);
     t->dtype = dt;
     t->ndim = ndim;
@@ -180,19 +194,41 @@ int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shap
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->numel = vq__numel(ndim, shape);
     t->nbytes = (size_t)t->numel * vq_dtype_size(dt);
-    t->dev = (vq_ctx){VQ_DEV_CPU, 0};
-    t->alloc = vq__allocator_of(t->dev);
+    t->dev = dev;
+    t->alloc = alloc;
     t->data = t->alloc->alloc(t->alloc, t->nbytes, NULL);
     if (!t->data) {
         size_t bytes = t->nbytes;
         header_put(t);
-        return vq__fail(VQ_ENOMEM, "vq_tensor_new: out of memory for %zu bytes", bytes);
+        return vq__fail(VQ_ENOMEM, "%s: out of memory for %zu bytes%s", fn, bytes,
+                        dev.kind == VQ_DEV_GPU ? " on the GPU" : "");
     }
     atomic_init(&t->var, NULL);
     atomic_init(&t->engine, NULL);
     atomic_init(&t->fail_msg, NULL);
     *out = t;
     return 0;
+}
+
+int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    return vq__tensor_empty_on(out, (vq_ctx){VQ_DEV_CPU, 0}, dt, ndim, shape, "vq_tensor_new");
+}
+
+VQ_API int vq_tensor_new_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim,
+                            const int64_t *shape)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_tensor_new_on: out is NULL");
+    int rc = vq__tensor_empty_on(out, dev, dt, ndim, shape, "vq_tensor_new_on");
+    if (rc == 0 && dev.kind == VQ_DEV_CPU)
+        memset((*out)->data, 0, (*out)->nbytes);
+    return rc;
+}
+
+VQ_API vq_ctx vq_tensor_device(const vq_tensor *t)
+{
+    return t->dev;
 }
 
 VQ_API int vq_tensor_new(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
@@ -236,7 +272,10 @@ VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t)
 
 static void tensor_destroy(vq_tensor *t)
 {
-    t->alloc->free(t->alloc, t->data, t->nbytes, NULL);
+    /* A GPU tensor's storage went in its free op (gpu_free_run) unless that
+     * op was skipped; then it goes on the allocator's own stream. */
+    if (t->data)
+        t->alloc->free(t->alloc, t->data, t->nbytes, NULL);
     free(atomic_load(&t->fail_msg));
     header_put(t);
 }
@@ -245,6 +284,17 @@ static int no_work(void *arg, const vq_exec_ctx *x)
 {
     (void)arg;
     (void)x;
+    return 0;
+}
+
+/* The free op of a GPU tensor, on a stream of its device: the storage is
+ * freed in stream order after the work of the ops on its var (the engine
+ * made the stream wait for their event). */
+static int gpu_free_run(void *arg, const vq_exec_ctx *x)
+{
+    vq_tensor *t = arg;
+    t->alloc->free(t->alloc, t->data, t->nbytes, x->stream);
+    t->data = NULL;
     return 0;
 }
 
@@ -273,6 +323,10 @@ VQ_API void vq_tensor_release(vq_tensor *t)
      * writer failed. */
     vq_task task = {.fn = no_work, .arg = t, .arg_free = tensor_destroy_arg, .writes = w,
                     .nwrites = 1, .name = "tensor_free"};
+    if (t->dev.kind == VQ_DEV_GPU) {
+        task.fn = gpu_free_run;
+        task.ctx = t->dev;
+    }
     if (vq_push(e, &task) < 0) {
         /* Only out of memory: fall back to waiting here. */
         vq_wait_var(e, v);
@@ -348,9 +402,15 @@ VQ_API int vq_tensor_wait(vq_tensor *t)
     /* The failed op stored fail_msg before completing; the wait ordered us
      * after it. Two waiters race for it: one gets the message. */
     char *msg = atomic_exchange(&t->fail_msg, NULL);
+    char last[256];
     if (msg) {
         vq__fail(err, "%s", msg);
         free(msg);
+    } else if (t->dev.kind == VQ_DEV_GPU && vq__gpu_last_failure(t->dev.id, last, sizeof last)) {
+        /* Failures in stream work carry no tensor: name the device's last. */
+        vq__fail(err, "an op this tensor depends on failed (%s) on GPU %d; the last kernel that "
+                      "failed there: %s",
+                 vq_strerror(err), t->dev.id, last);
     } else {
         vq__fail(err, "an op this tensor depends on failed (%s)", vq_strerror(err));
     }

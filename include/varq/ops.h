@@ -80,6 +80,15 @@ typedef struct vq_attr {
  * and its error is returned; the tensors must then not be in use by ops
  * pending on an engine.
  *
+ * Devices: the tensors of one call (inputs and given outputs) must all be
+ * on the same device, else VQ_EINVAL naming the first slot that differs.
+ * On a GPU (vq_tensor_new_on, vq_tensor_copy_to) the kernel is pushed with
+ * ctx {VQ_DEV_GPU, id} and runs on that device's streams, created outputs
+ * are on that device, and an engine is required (VQ_EINVAL for e == NULL).
+ * On the emulated backend every op with a CPU kernel runs: its CPU kernel
+ * is the stream work. On CUDA, an op without a CUDA kernel is VQ_ENOSYS
+ * naming the op, before anything is pushed.
+ *
  * Thread-safety: may be called from several threads and from inside ops;
  * the engine orders calls that share tensors in the order they were made. */
 VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,

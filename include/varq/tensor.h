@@ -83,8 +83,47 @@ VQ_API size_t vq_tensor_nbytes(const vq_tensor *t);
 
 /* The bytes (numel * dtype size), 64-byte aligned, valid as long as the
  * caller holds a reference. Not ordered with pushed ops: call
- * vq_tensor_wait first. */
+ * vq_tensor_wait first. For a tensor on a GPU this is the device pointer
+ * (host memory only on the emulated backend): the host must not dereference
+ * it; pass it to device code, or copy the tensor to the CPU with
+ * vq_tensor_copy_to. */
 VQ_API void *vq_tensor_data(vq_tensor *t);
+
+/* The device the tensor's storage is on: {VQ_DEV_CPU, 0} or {VQ_DEV_GPU,
+ * id}. Fixed at creation; thread-safe. */
+VQ_API vq_ctx vq_tensor_device(const vq_tensor *t);
+
+/* ---- tensors on GPUs (DESIGN.md 3) ----
+ *
+ * A GPU tensor's storage comes from its device's allocator: stream-ordered
+ * device memory (cudaMallocAsync, or host memory on the emulated backend),
+ * freed on the stream of its last user when the last reference goes. Ops
+ * on GPU tensors run on that device's streams (vq_op_run); the host reaches
+ * the values through vq_tensor_copy_to. The GPU backend is the engine's
+ * (VARQ_GPU_BACKEND=cuda|emulated, VARQ_GPU_EMUL_DEVICES; see engine.h).
+ * vq_npy_save refuses GPU tensors. */
+
+/* A new tensor on device dev: {VQ_DEV_CPU, 0} gives what vq_tensor_new
+ * gives (zeros); on a GPU the bytes are NOT initialized (write them with an
+ * op or a copy first). On success *out holds one reference. VQ_EINVAL for a
+ * bad dtype or shape or a device id out of range, VQ_ENOSYS when there is
+ * no GPU backend (vq_errmsg() says why and how to get the emulated one),
+ * VQ_ENOMEM. Thread-safe. */
+VQ_API int vq_tensor_new_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim,
+                            const int64_t *shape);
+
+/* Copies src into a new tensor on device dev (same dtype and shape), as an
+ * op pushed on engine e and ordered after the ops already pushed on src:
+ * host to device on dev's to-device copy stream (VQ_PROP_COPY_TO_DEV),
+ * device to host on the source device's from-device copy stream
+ * (VQ_PROP_COPY_FROM_DEV), device to device on the destination device's
+ * compute streams, host to host on a CPU worker. Returns at once; *out
+ * holds one reference to the new tensor, whose later users (vq_op_run,
+ * vq_tensor_wait) are ordered after the copy. e may be NULL only when
+ * neither side is a GPU (the copy is then done in the calling thread).
+ * VQ_EINVAL for NULL arguments or a GPU copy without an engine, the errors
+ * of vq_tensor_new_on and vq_push; on failure *out is NULL. Thread-safe. */
+VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor **out);
 
 /* Blocks until every op already pushed that reads or writes t is done.
  * Returns 0, or the error of the failed op that wrote t (or that an op
@@ -113,8 +152,11 @@ typedef struct vq_mem_stats {
     uint64_t reuses;     /* of which served from the cache */
 } vq_mem_stats;
 
-/* Counters of the allocator of device dev ({VQ_DEV_CPU, 0} for host memory).
- * VQ_ENOSYS for a device this build has no allocator for. Thread-safe; the
+/* Counters of the allocator of device dev ({VQ_DEV_CPU, 0} for host memory,
+ * {VQ_DEV_GPU, id} for a GPU: there cached_bytes is 0 and system_bytes is
+ * live_bytes, the backend's memory pool doing the caching). VQ_ENOSYS for a
+ * device this build has no allocator for, or a GPU without backend;
+ * VQ_EINVAL for a GPU id out of range. Thread-safe; the
  * fields are read one by one, so they can be mutually off by an allocation
  * in flight. */
 VQ_API int vq_mem_get_stats(vq_ctx dev, vq_mem_stats *out);

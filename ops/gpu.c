@@ -1,0 +1,368 @@
+/* Tensors and ops on GPUs (DESIGN.md 3): the per-device GPU allocator on
+ * the stream backend's stream-ordered memory, copies between host and
+ * devices as GPU ops on the copy streams, and the emulated backend's kernel
+ * for every op: its CPU kernel, run as stream work.
+ *
+ * The backend is the one the engine picks (vq__stream_backend_get(NULL):
+ * VARQ_GPU_BACKEND, else CUDA when present), looked up on first use and kept
+ * once found; while there is none, every GPU request fails with VQ_ENOSYS
+ * and the backend's message.
+ *
+ * Allocation: tensors are created outside any engine, so each device's
+ * allocator owns one private stream. A block comes from malloc_async on it,
+ * and that stream is synchronized, so the block is usable on every stream.
+ * A block is freed with free_async on the stream of its last user (the free
+ * op of a released tensor runs on a stream of the device, after the events
+ * of the ops on the tensor's var); with no stream known, on the private
+ * stream. The backend's pool does the caching (cudaMallocAsync), so
+ * cached_bytes stays 0 and system_bytes equals live_bytes. */
+#include "internal.h"
+
+#include "../engine/stream.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GPUS 64
+
+struct gpu_alloc {
+    vq__allocator base;
+    int id;
+    const struct vq__stream_backend *be;
+    void *stream; /* private: allocations, and frees with no stream */
+    atomic_size_t live, peak;
+    atomic_uint_least64_t allocs;
+};
+
+static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct vq__stream_backend *_Atomic backend;
+static struct gpu_alloc *_Atomic gpus[MAX_GPUS];
+
+int vq__gpu_backend(const struct vq__stream_backend **out)
+{
+    const struct vq__stream_backend *be = atomic_load_explicit(&backend, memory_order_acquire);
+    if (be) {
+        *out = be;
+        return 0;
+    }
+    pthread_mutex_lock(&gpu_lock);
+    int rc = 0;
+    be = atomic_load_explicit(&backend, memory_order_relaxed);
+    if (!be && (rc = vq__stream_backend_get(NULL, &be)) == 0)
+        atomic_store_explicit(&backend, be, memory_order_release);
+    pthread_mutex_unlock(&gpu_lock);
+    *out = be;
+    return rc;
+}
+
+static void note_peak(struct gpu_alloc *a, size_t live)
+{
+    size_t p = atomic_load_explicit(&a->peak, memory_order_relaxed);
+    while (live > p && !atomic_compare_exchange_weak_explicit(&a->peak, &p, live,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
+
+static void *gpu_alloc_block(vq__allocator *base, size_t bytes, void *stream)
+{
+    (void)stream;
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    void *p = a->be->malloc_async(bytes ? bytes : 1, a->stream);
+    if (!p)
+        return NULL;
+    /* Usable by work on any stream from now on. */
+    if (a->be->stream_synchronize(a->stream) < 0) {
+        a->be->free_async(p, a->stream);
+        return NULL;
+    }
+    atomic_fetch_add_explicit(&a->allocs, 1, memory_order_relaxed);
+    note_peak(a, atomic_fetch_add_explicit(&a->live, bytes, memory_order_relaxed) + bytes);
+    return p;
+}
+
+static void gpu_free_block(vq__allocator *base, void *p, size_t bytes, void *stream)
+{
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    if (!p)
+        return;
+    a->be->free_async(p, stream ? stream : a->stream);
+    atomic_fetch_sub_explicit(&a->live, bytes, memory_order_relaxed);
+}
+
+static int gpu_stats(vq__allocator *base, vq_mem_stats *out)
+{
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    out->live_bytes = atomic_load(&a->live);
+    out->peak_bytes = atomic_load(&a->peak);
+    out->cached_bytes = 0;
+    out->system_bytes = out->live_bytes;
+    out->allocs = atomic_load(&a->allocs);
+    out->reuses = 0;
+    return 0;
+}
+
+static void gpu_reset_peak(vq__allocator *base)
+{
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    atomic_store(&a->peak, atomic_load(&a->live));
+}
+
+static void gpu_trim(vq__allocator *base)
+{
+    (void)base; /* the backend's pool owns the cache */
+}
+
+int vq__gpu_allocator(int id, vq__allocator **out)
+{
+    *out = NULL;
+    if (id >= 0 && id < MAX_GPUS) {
+        struct gpu_alloc *a = atomic_load_explicit(&gpus[id], memory_order_acquire);
+        if (a) {
+            *out = &a->base;
+            return 0;
+        }
+    }
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
+    if (rc < 0)
+        return rc;
+    int n = be->device_count();
+    if (id < 0 || id >= n)
+        return vq__fail(VQ_EINVAL, "no GPU %d: the %s backend has %d device%s", id, be->name, n,
+                        n == 1 ? "" : "s");
+    if (id >= MAX_GPUS)
+        return vq__fail(VQ_ENOSYS, "GPU %d: varq supports GPUs 0 .. %d", id, MAX_GPUS - 1);
+    pthread_mutex_lock(&gpu_lock);
+    struct gpu_alloc *a = atomic_load_explicit(&gpus[id], memory_order_relaxed);
+    if (!a) {
+        a = calloc(1, sizeof *a);
+        if (!a) {
+            rc = vq__fail(VQ_ENOMEM, "GPU %d: out of memory for its allocator", id);
+        } else if ((rc = be->stream_new(id, &a->stream)) < 0) {
+            free(a);
+            a = NULL;
+        } else {
+            a->base = (vq__allocator){gpu_alloc_block, gpu_free_block, gpu_stats, gpu_reset_peak,
+                                      gpu_trim};
+            a->id = id;
+            a->be = be;
+            atomic_store_explicit(&gpus[id], a, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&gpu_lock);
+    if (a)
+        *out = &a->base;
+    return rc;
+}
+
+/* ---- ops on GPUs ---- */
+
+static bool emulated(const struct vq__stream_backend *be)
+{
+    return !strcmp(be->name, "emulated");
+}
+
+int vq__gpu_kernel_check(const vq__op_def *def)
+{
+    if (def->kernel[VQ_DEV_GPU])
+        return 0;
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
+    if (rc < 0)
+        return rc;
+    if (!emulated(be) || !def->kernel[VQ_DEV_CPU])
+        return vq__fail(VQ_ENOSYS, "%s: no GPU kernel for the %s backend in this build", def->type,
+                        be->name);
+    return 0;
+}
+
+/* What the stream work needs: the call, with copies of the tensor headers
+ * (the caller's may be recycled once the op completed at launch; the
+ * storage stays until the free ops, which follow this work on the device). */
+struct host_kernel {
+    const vq__op_def *def;
+    int nin, nout;
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    vq_tensor *ptr[2 * VQ__MAX_SLOTS];
+    vq_tensor hdr[];
+};
+
+/* The message of the last kernel that failed in stream work, per device. */
+static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
+static char failures[MAX_GPUS][256];
+
+bool vq__gpu_last_failure(int id, char *buf, size_t size)
+{
+    if (id < 0 || id >= MAX_GPUS || size == 0)
+        return false;
+    pthread_mutex_lock(&failure_lock);
+    bool any = failures[id][0] != '\0';
+    snprintf(buf, size, "%s", failures[id]);
+    pthread_mutex_unlock(&failure_lock);
+    return any;
+}
+
+static int host_kernel_run(void *arg)
+{
+    struct host_kernel *h = arg;
+    vq__kcall k = {.def = h->def, .params = h->params, .in = h->ptr, .nin = h->nin,
+                   .out = h->ptr + h->nin, .nout = h->nout, .x = NULL};
+    int rc = h->def->kernel[VQ_DEV_CPU](&k);
+    int id = h->nin + h->nout ? h->hdr[0].dev.id : 0;
+    free(h);
+    if (rc < 0 && id >= 0 && id < MAX_GPUS) {
+        pthread_mutex_lock(&failure_lock);
+        snprintf(failures[id], sizeof failures[id], "%s", vq_errmsg());
+        pthread_mutex_unlock(&failure_lock);
+    }
+    return rc;
+}
+
+int vq__gpu_host_kernel(const vq__kcall *k)
+{
+    int rc = vq__gpu_kernel_check(k->def);
+    if (rc < 0)
+        return rc;
+    if (!k->x)
+        return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
+    int n = k->nin + k->nout;
+    struct host_kernel *h = malloc(sizeof *h + (size_t)n * sizeof h->hdr[0]);
+    if (!h)
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", k->def->type);
+    h->def = k->def;
+    h->nin = k->nin;
+    h->nout = k->nout;
+    if (k->def->params_size)
+        memcpy(h->params, k->params, k->def->params_size);
+    /* The immutable fields only: refs, var and fail_msg may change under
+     * other threads meanwhile, and kernels never look at them. */
+    for (int i = 0; i < n; i++) {
+        const vq_tensor *t = i < k->nin ? k->in[i] : k->out[i - k->nin];
+        vq_tensor *c = &h->hdr[i];
+        memset(c, 0, sizeof *c);
+        atomic_init(&c->refs, 1);
+        c->dtype = t->dtype;
+        c->ndim = t->ndim;
+        memcpy(c->shape, t->shape, sizeof c->shape);
+        c->numel = t->numel;
+        c->nbytes = t->nbytes;
+        c->data = t->data;
+        c->dev = t->dev;
+        c->alloc = t->alloc;
+        atomic_init(&c->var, NULL);
+        atomic_init(&c->engine, NULL);
+        atomic_init(&c->fail_msg, NULL);
+        h->ptr[i] = c;
+    }
+    if ((rc = vq_gpu_launch_host(k->x, host_kernel_run, h)) < 0)
+        free(h);
+    return rc;
+}
+
+/* ---- copies ---- */
+
+static const char *dev_str(char *buf, size_t size, vq_ctx d)
+{
+    if (d.kind == VQ_DEV_GPU)
+        snprintf(buf, size, "GPU %d", d.id);
+    else
+        snprintf(buf, size, "CPU");
+    return buf;
+}
+
+struct copy {
+    vq_tensor *src, *dst;
+    int kind; /* VQ__MEMCPY_* */
+};
+
+static int copy_run(void *arg, const vq_exec_ctx *x)
+{
+    struct copy *c = arg;
+    if (x->ctx.kind != VQ_DEV_GPU) {
+        if (c->src->nbytes)
+            memcpy(c->dst->data, c->src->data, c->src->nbytes);
+        return 0;
+    }
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
+    if (rc < 0)
+        return rc;
+    return be->memcpy_async(c->dst->data, c->src->data, c->src->nbytes, c->kind, x->stream);
+}
+
+static void copy_free(void *arg)
+{
+    struct copy *c = arg;
+    vq_tensor_release(c->src);
+    vq_tensor_release(c->dst);
+    free(c);
+}
+
+VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor **out)
+{
+    if (!src || !out)
+        return vq__fail(VQ_EINVAL, "vq_tensor_copy_to: %s is NULL", src ? "out" : "src");
+    *out = NULL;
+    vq_ctx from = src->dev;
+    bool gpu = from.kind == VQ_DEV_GPU || dev.kind == VQ_DEV_GPU;
+    if (gpu && !e)
+        return vq__fail(VQ_EINVAL, "vq_tensor_copy_to: a copy to or from a GPU needs an engine");
+    vq_tensor *dst;
+    int rc = vq__tensor_empty_on(&dst, dev, src->dtype, src->ndim, src->shape,
+                                 "vq_tensor_copy_to");
+    if (rc < 0)
+        return rc;
+    if (!e) {
+        if (src->nbytes)
+            memcpy(dst->data, src->data, src->nbytes);
+        *out = dst;
+        return 0;
+    }
+    struct copy *c = malloc(sizeof *c);
+    if (!c) {
+        vq_tensor_release(dst);
+        return vq__fail(VQ_ENOMEM, "vq_tensor_copy_to: out of memory");
+    }
+    vq_task t = {.fn = copy_run, .arg = c, .arg_free = copy_free, .name = "copy"};
+    if (from.kind == VQ_DEV_GPU && dev.kind == VQ_DEV_GPU) {
+        c->kind = from.id == dev.id ? VQ__MEMCPY_D2D : VQ__MEMCPY_DEFAULT;
+        t.ctx = dev;
+    } else if (dev.kind == VQ_DEV_GPU) {
+        c->kind = VQ__MEMCPY_H2D;
+        t.ctx = dev;
+        t.props = VQ_PROP_COPY_TO_DEV;
+        t.name = "copy_to_dev";
+    } else if (from.kind == VQ_DEV_GPU) {
+        c->kind = VQ__MEMCPY_D2H;
+        t.ctx = from;
+        t.props = VQ_PROP_COPY_FROM_DEV;
+        t.name = "copy_from_dev";
+    } else {
+        c->kind = VQ__MEMCPY_H2H;
+    }
+    vq_var *r[1], *w[1];
+    if (!(r[0] = vq_tensor_var(src, e)) || !(w[0] = vq_tensor_var(dst, e))) {
+        free(c);
+        vq_tensor_release(dst);
+        return VQ_EINVAL;
+    }
+    c->src = vq_tensor_retain(src);
+    c->dst = vq_tensor_retain(dst);
+    t.reads = r;
+    t.nreads = 1;
+    t.writes = w;
+    t.nwrites = 1;
+    if ((rc = vq_push(e, &t)) < 0) {
+        char a[16], b[16], why[256];
+        snprintf(why, sizeof why, "%s", vq_errmsg());
+        copy_free(c);
+        vq_tensor_release(dst);
+        return vq__fail(rc, "vq_tensor_copy_to: %s to %s: %s", dev_str(a, sizeof a, from),
+                        dev_str(b, sizeof b, dev), why);
+    }
+    *out = dst;
+    return 0;
+}

@@ -978,7 +978,9 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
     if (o.device.kind != VQ_DEV_CPU || o.device.id != 0)
-        return vq__fail(VQ_ENOSYS, "vq_exec_new: device {%d, %d}: only the CPU in this build",
+        return vq__fail(VQ_ENOSYS,
+                        "vq_exec_new: device {%d, %d}: the executor runs programs on the CPU "
+                        "only so far",
                         o.device.kind, o.device.id);
     vq_exec *ex = calloc(1, sizeof *ex);
     if (!ex)

@@ -118,7 +118,8 @@ typedef struct vq_exec vq_exec;
 
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
-    vq_ctx device;  /* where the ops run; zero = CPU 0 */
+    vq_ctx device;  /* where the ops run; zero = CPU 0 (the only one so far:
+                     * another is VQ_ENOSYS) */
 } vq_exec_opts;
 
 /* An executor running programs on engine e (which must outlive it). opts

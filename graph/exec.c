@@ -1091,7 +1091,11 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         vq__meta m;
         meta_of_tensor(&m, feeds[i].tensor);
         const struct pvar *pv = &pl->vars[pl->feeds[i]];
-        if (!meta_compatible(&m, &pv->meta)) {
+        if (feeds[i].tensor->dev.kind != VQ_DEV_CPU) {
+            rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on the "
+                                     "CPU (copy it with vq_tensor_copy_to)",
+                          feeds[i].name, feeds[i].tensor->dev.id);
+        } else if (!meta_compatible(&m, &pv->meta)) {
             char a[140], b[140];
             meta_str(a, sizeof a, &m);
             meta_str(b, sizeof b, &pv->meta);

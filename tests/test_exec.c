@@ -553,3 +553,21 @@ Test(exec, a_new_scope_never_reuses_the_plan_of_a_freed_one)
     vq_program_free(p);
     fixture_free(&f);
 }
+
+Test(exec, gpu_tensors_are_refused_as_feeds)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 1); /* this test's own process */
+    struct fixture f = fixture(0);
+    vq_program *p = small_program(2);
+    int64_t s[1] = {4};
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_new_on(&x, (vq_ctx){VQ_DEV_GPU, 0}, VQ_F32, 1, s), 0, "%s",
+                 vq_errmsg());
+    vq_feed feed = {"x", x};
+    vq_fetch fetch = {"out", NULL};
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "feed x: the tensor is on GPU 0"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+    vq_program_free(p);
+    fixture_free(&f);
+}

@@ -1063,9 +1063,8 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
                                                      : malloc((size_t)nfetches * sizeof *gnames);
     struct run *r = calloc(1, sizeof *r);
     struct bind **binds = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
-    vq_var **feed_vars = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *feed_vars);
     int rc = 0;
-    if (!fnames || !gnames || !r || !binds || !feed_vars)
+    if (!fnames || !gnames || !r || !binds)
         rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
     for (int i = 0; rc == 0 && i < nfeeds; i++) {
         if (!feeds[i].name || !feeds[i].tensor)
@@ -1085,8 +1084,8 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         rc = plan_get(ex, p, s, fnames, nfeeds, gnames, nfetches, &pl);
         pthread_mutex_unlock(&ex->lock);
     }
-    /* Feeds must fit their vars; each gets its tensor's own engine var as a
-     * read, so ops the caller pushed on it earlier come first. */
+    /* Feeds must fit their vars; one that imperative ops wrote is waited
+     * for here, so those ops come first. */
     for (int i = 0; rc == 0 && i < nfeeds; i++) {
         vq__meta m;
         meta_of_tensor(&m, feeds[i].tensor);
@@ -1100,8 +1099,14 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
             meta_str(a, sizeof a, &m);
             meta_str(b, sizeof b, &pv->meta);
             rc = vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feeds[i].name, a, b);
-        } else if (!(feed_vars[i] = vq_tensor_var(feeds[i].tensor, ex->engine))) {
-            rc = refail(VQ_EINVAL, "feed");
+        } else if (atomic_load_explicit(&feeds[i].tensor->var, memory_order_acquire) &&
+                   (rc = vq_tensor_wait(feeds[i].tensor)) < 0) {
+            /* A tensor written by imperative ops: they finish first, and a
+             * failure of theirs fails this call instead of poisoning the
+             * run's vars (the engine would skip the run's ops). */
+            char what[160];
+            snprintf(what, sizeof what, "feed %s", feeds[i].name);
+            rc = refail(rc, what);
         } else if (!(binds[i] = malloc(sizeof *binds[i]))) {
             rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
         } else {
@@ -1146,7 +1151,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     vq_engine *e = ex->engine;
     for (int i = 0; i < nfeeds; i++) {
         vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
-                     .reads = &feed_vars[i], .nreads = 1, .writes = &pl->vars[pl->feeds[i]].ev,
+                     .writes = &pl->vars[pl->feeds[i]].ev,
                      .nwrites = 1, .name = "feed"};
         if (vq_push(e, &t) < 0) {
             /* Out of memory: the run fails; its ops still run to keep
@@ -1168,7 +1173,6 @@ out:
     if (gnames != gstack)
         free(gnames);
     free(binds);
-    free(feed_vars);
     return rc;
 }
 

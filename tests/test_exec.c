@@ -571,3 +571,33 @@ Test(exec, gpu_tensors_are_refused_as_feeds)
     vq_program_free(p);
     fixture_free(&f);
 }
+
+Test(exec, a_feed_whose_imperative_op_failed_fails_the_run_without_hanging)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {2};
+    var(p, "q", VQ_I32, 1, s, false);
+    var(p, "r", VQ_I32, 1, s, false);
+    op(p, "add", NAMES("q", "q"), 2, NAMES("r"), 1, NULL, 0);
+    int32_t a[2] = {4, 6}, zero[2] = {1, 0};
+    vq_tensor *x, *y, *q[1] = {NULL};
+    cr_assert_eq(vq_tensor_from(&x, VQ_I32, 1, s, a), 0);
+    cr_assert_eq(vq_tensor_from(&y, VQ_I32, 1, s, zero), 0);
+    vq_tensor *in[2] = {x, y};
+    cr_assert_eq(vq_op_run(f.e, "div", in, 2, q, 1, NULL, 0), 0); /* fails in the kernel */
+    vq_feed feed = {"q", q[0]};
+    vq_fetch fetch = {"r", NULL};
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "feed q: div: integer division by zero"), "%s", vq_errmsg());
+    /* The error was reported and cleared; the tensor (garbage, but valid)
+     * and the plan work again. */
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_tensor_release(q[0]);
+    vq_program_free(p);
+    fixture_free(&f);
+}

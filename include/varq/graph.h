@@ -154,10 +154,11 @@ VQ_API int vq_exec_prepare(vq_exec *x, const vq_program *p, vq_scope *s,
  * holds a new reference. A failing op makes the run return its error, with
  * vq_errmsg() naming the op ("op 3 (div): integer division by zero"); the
  * plan stays usable. Feed tensors must not be written until the run is
- * done. A feed or scope tensor whose last imperative op (vq_op_run) failed
- * must be waited for first (vq_tensor_wait reports and clears the error):
- * the engine would skip the run's ops on it. Not from inside an op
- * (VQ_EDEADLK). */
+ * done. A feed that imperative ops (vq_op_run) wrote is waited for before
+ * the run is pushed, and their failure fails the call. A scope tensor whose
+ * last imperative op failed must be waited for first (vq_tensor_wait
+ * reports and clears the error): the engine would skip the run's ops on it.
+ * Not from inside an op (VQ_EDEADLK). */
 VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
                        int nfeeds, vq_fetch *fetches, int nfetches);
 

@@ -315,7 +315,7 @@ static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
         return vq__fail(VQ_EINVAL, "%s: task \"%s\" has a NULL var array with a positive count",
                         fn, t->name ? t->name : "");
     if (t->props & ~(unsigned)(VQ_PROP_CPU_PRIORITIZED | VQ_PROP_COPY_TO_DEV |
-                               VQ_PROP_COPY_FROM_DEV))
+                               VQ_PROP_COPY_FROM_DEV | VQ_PROP_RUN_ON_FAILED))
         return vq__fail(VQ_EINVAL, "%s: task \"%s\" has unknown props 0x%x", fn,
                         t->name ? t->name : "", t->props);
     if (t->ctx.kind == VQ_DEV_GPU) {
@@ -362,7 +362,8 @@ static inline bool task_shape_ok(const vq_engine *e, const vq_task *t)
 {
     return e && t && !t->fn != !t->async_fn && (t->nreads | t->nwrites) >= 0 &&
            (!t->nreads || t->reads) && (!t->nwrites || t->writes) &&
-           !(t->props & ~(unsigned)VQ_PROP_CPU_PRIORITIZED) && t->ctx.kind == VQ_DEV_CPU &&
+           !(t->props & ~(unsigned)(VQ_PROP_CPU_PRIORITIZED | VQ_PROP_RUN_ON_FAILED)) &&
+           t->ctx.kind == VQ_DEV_CPU &&
            t->ctx.id == 0;
 }
 
@@ -770,7 +771,7 @@ VQ_API void vq_opr_free(vq_engine *e, vq_opr *o)
  * the op may run. */
 static int skip_error(const struct vq__desc *o)
 {
-    if (o->flags & VQ__OPR_NOSKIP)
+    if ((o->flags & VQ__OPR_NOSKIP) || (o->props & VQ_PROP_RUN_ON_FAILED))
         return 0;
     for (int i = 0; i < o->nwrites + o->nreads; i++)
         if (o->vars[i]->err)

@@ -18,7 +18,10 @@
  * run's first error (with the op's index and type) and returns 0; later ops
  * of the same run see the error and only do their bookkeeping. So no var is
  * ever left failed, other runs in flight are unaffected and the plan stays
- * usable.
+ * usable. Every op of a plan is pushed with VQ_PROP_RUN_ON_FAILED: a
+ * failure some other op left on a scope tensor's var must not make the
+ * engine skip one (the count of executions above would break and the run
+ * would never report).
  *
  * Release by reference count: preparation counts, for each version of each
  * var (the value one op writes, until the next op writes the var), the ops
@@ -719,7 +722,8 @@ static int plan_build_ops(struct plan *pl)
                 vars[nw + nr++] = pl->vars[src->in[i]].ev;
         }
         vq_task t = {.fn = op_exec, .arg = &pl->ops[k], .reads = vars + nw, .nreads = nr,
-                     .writes = vars, .nwrites = nw, .name = src->def->type};
+                     .writes = vars, .nwrites = nw, .props = VQ_PROP_RUN_ON_FAILED,
+                     .name = src->def->type};
         if (!(pl->ops[k].opr = vq_opr_new(e, &t)))
             rc = op_error(k, src, VQ_ENOMEM);
     }
@@ -771,7 +775,8 @@ static int plan_build_ops(struct plan *pl)
         free(last_write);
         free(pick);
         vq_task t = {.fn = final_exec, .arg = pl, .reads = vars, .nreads = n,
-                     .writes = &pl->done_var, .nwrites = 1, .name = "run_done"};
+                     .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
+                     .name = "run_done"};
         if (!(pl->final = vq_opr_new(e, &t)))
             rc = refail(VQ_ENOMEM, "prepare");
     }
@@ -1151,7 +1156,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     vq_engine *e = ex->engine;
     for (int i = 0; i < nfeeds; i++) {
         vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
-                     .writes = &pl->vars[pl->feeds[i]].ev,
+                     .props = VQ_PROP_RUN_ON_FAILED, .writes = &pl->vars[pl->feeds[i]].ev,
                      .nwrites = 1, .name = "feed"};
         if (vq_push(e, &t) < 0) {
             /* Out of memory: the run fails; its ops still run to keep

@@ -92,6 +92,30 @@ ParameterizedTest(int *kind, varq_errors, poison_travels_along_a_chain)
     vq_engine_free(e);
 }
 
+ParameterizedTestParameters(varq_errors, run_on_failed_ops_run_and_leave_the_failure)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+ParameterizedTest(int *kind, varq_errors, run_on_failed_ops_run_and_leave_the_failure)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind);
+    vq_var *a = vq_var_new(e, "a"), *b = vq_var_new(e, "b");
+    push(e, fail_op, 0, NULL, 0, &a, 1);
+    vq_task t = {.fn = ok_op, .arg = (void *)(intptr_t)1, .reads = &a, .nreads = 1,
+                 .writes = &b, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED};
+    cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
+    push(e, ok_op, 2, &a, 1, NULL, 0); /* without the prop: skipped */
+    cr_assert_eq(vq_wait_var(e, b), 0, "the op ran and did not fail b");
+    cr_assert_eq(atomic_load(&ran[1]), 1);
+    cr_assert_eq(vq_wait_var(e, a), MY_ERR, "a keeps its failure");
+    cr_assert_eq(atomic_load(&ran[2]), 0);
+    vq_wait_all(e);
+    vq_engine_free(e);
+}
+
 ParameterizedTestParameters(varq_errors, poison_crosses_a_diamond)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};

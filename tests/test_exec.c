@@ -601,3 +601,32 @@ Test(exec, a_feed_whose_imperative_op_failed_fails_the_run_without_hanging)
     vq_program_free(p);
     fixture_free(&f);
 }
+
+Test(exec, a_failed_imperative_op_on_a_scope_tensor_does_not_stop_runs)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {2};
+    var(p, "w", VQ_I32, 1, s, true);
+    var(p, "r", VQ_I32, 1, s, false);
+    op(p, "add", NAMES("w", "w"), 2, NAMES("r"), 1, NULL, 0);
+    int32_t a[2] = {4, 6}, zero[2] = {1, 0};
+    vq_tensor *w, *y;
+    cr_assert_eq(vq_tensor_from(&w, VQ_I32, 1, s, a), 0);
+    cr_assert_eq(vq_tensor_from(&y, VQ_I32, 1, s, zero), 0);
+    cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
+    vq_tensor *in[2] = {w, y}, *out[1] = {w};
+    cr_assert_eq(vq_op_run(f.e, "div", in, 2, out, 1, NULL, 0), 0); /* fails in the kernel */
+    for (int i = 0; i < 3; i++) { /* used to skip the run's ops and never return */
+        vq_fetch fetch = {"r", NULL};
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, NULL, 0, &fetch, 1), 0, "%s", vq_errmsg());
+        vq_tensor_release(fetch.tensor);
+    }
+    cr_assert_eq(vq_tensor_wait(w), VQ_EINVAL, "the failure is still w's to report");
+    cr_assert(strstr(vq_errmsg(), "div: integer division by zero"), "%s", vq_errmsg());
+    vq_tensor_release(w);
+    vq_tensor_release(y);
+    vq_program_free(p);
+    fixture_free(&f);
+}

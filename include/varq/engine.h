@@ -66,6 +66,11 @@ enum {
     VQ_PROP_CPU_PRIORITIZED = 1u << 0, /* runs on the prioritized CPU workers */
     VQ_PROP_COPY_TO_DEV = 1u << 1,     /* a host-to-device copy (GPU) */
     VQ_PROP_COPY_FROM_DEV = 1u << 2,   /* a device-to-host copy (GPU) */
+    /* Runs even when a var it touches carries a failure: the op is not
+     * skipped and the failure stays on the var for the others (2.5 holds
+     * for every op without this prop). For layers that track failures
+     * themselves and must see every op run, like the graph executor. */
+    VQ_PROP_RUN_ON_FAILED = 1u << 3,
 };
 
 /* One op to push. The engine copies what it needs during vq_push /

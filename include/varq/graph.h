@@ -156,9 +156,9 @@ VQ_API int vq_exec_prepare(vq_exec *x, const vq_program *p, vq_scope *s,
  * plan stays usable. Feed tensors must not be written until the run is
  * done. A feed that imperative ops (vq_op_run) wrote is waited for before
  * the run is pushed, and their failure fails the call. A scope tensor whose
- * last imperative op failed must be waited for first (vq_tensor_wait
- * reports and clears the error): the engine would skip the run's ops on it.
- * Not from inside an op (VQ_EDEADLK). */
+ * last imperative op failed keeps that failure for vq_tensor_wait; the
+ * run's ops still run, on whatever the failed op left. Not from inside an
+ * op (VQ_EDEADLK). */
 VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
                        int nfeeds, vq_fetch *fetches, int nfetches);
 

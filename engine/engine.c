@@ -31,6 +31,8 @@
  * deadlock), and the naive engine's ops pushed from inside an op, which run
  * after it in push order. */
 static VQ__TLS int in_op;
+/* vq_op_wait_error() of the op whose fn runs on this thread. */
+static VQ__TLS int cur_wait_err;
 static VQ__TLS vq__op *naive_deferred_head, *naive_deferred_tail;
 
 /* The pusher of an async op in the naive engine waits on this. */
@@ -790,19 +792,35 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
      * what it pushes is a nested push (deferred by the naive engine). */
     in_op++;
     int err = skip_error(o);
+    int wait_err = 0;
     /* Internal ops (NOSKIP: waits, deletions) deal with events themselves. */
     if (__builtin_expect(atomic_load_explicit(&o->engine->gpu_on, memory_order_relaxed), 0) &&
-        !err && !(o->flags & VQ__OPR_NOSKIP))
+        !err && !(o->flags & VQ__OPR_NOSKIP)) {
         err = vq__gpu_prepare(op, x);
+        /* RUN_ON_FAILED: the op runs anyway and learns the failure from
+         * vq_op_wait_error(); it is then the op's own. */
+        if (err && (o->props & VQ_PROP_RUN_ON_FAILED)) {
+            wait_err = err;
+            err = 0;
+        }
+    }
+    op->wait_err = wait_err;
     if (err || !(o->fn || o->async_fn)) {
-        vq__op_finish(op, err, r);
+        vq__op_finish(op, err ? err : wait_err, r);
     } else if (o->fn) {
-        err = o->fn(o->arg, x);
-        if (__builtin_expect(o->flags & VQ__OPR_GPU, 0))
+        cur_wait_err = wait_err;
+        if (__builtin_expect(o->flags & VQ__OPR_GPU, 0)) {
+            err = vq__gpu_call(o, x);
             err = vq__gpu_launched(op, x, err);
-        vq__op_finish(op, err, r);
+        } else {
+            err = o->fn(o->arg, x);
+        }
+        cur_wait_err = 0;
+        vq__op_finish(op, err ? err : wait_err, r);
     } else {
+        cur_wait_err = wait_err;
         o->async_fn(o->arg, x, (vq_done *)op);
+        cur_wait_err = 0;
     }
     in_op--;
 }
@@ -859,6 +877,8 @@ VQ_API void vq_done_finish(vq_done *d, int err)
     vq__op *op = (vq__op *)d;
     if (!op)
         return;
+    if (!err)
+        err = op->wait_err; /* a RUN_ON_FAILED op's failed wait is its own */
     if (op->naive) {
         struct naive_wait *w = op->naive;
         pthread_mutex_lock(&w->lock);
@@ -946,6 +966,11 @@ static void naive_run_now(vq__op *op)
 VQ_API int vq_thread_in_op(void)
 {
     return in_op > 0;
+}
+
+VQ_API int vq_op_wait_error(void)
+{
+    return cur_wait_err;
 }
 
 /* ---- deleting vars and waiting ---- */

@@ -47,6 +47,8 @@
 /* The backend of the GPU op running on this thread, and the one of the
  * last engine that set up its GPUs: what vq_gpu_launch_host uses. */
 static VQ__TLS const struct vq__stream_backend *op_backend;
+/* The backend stream of the GPU op whose fn runs on this thread. */
+static VQ__TLS void *op_stream;
 static const struct vq__stream_backend *_Atomic last_backend;
 
 /* Streams per device: compute, then to-device, then from-device (threaded);
@@ -328,6 +330,23 @@ int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err)
     return err;
 }
 
+void *vq__gpu_op_stream(void)
+{
+    return op_stream;
+}
+
+int vq__gpu_call(const struct vq__desc *o, const vq_exec_ctx *x)
+{
+    const struct vq__gpu *g = o->engine->gpu;
+    vq_exec_ctx native = *x;
+    native.stream = g->be->stream_native(x->stream);
+    void *outer = op_stream;
+    op_stream = x->stream;
+    int err = o->fn(o->arg, &native);
+    op_stream = outer;
+    return err;
+}
+
 int vq__gpu_sync_all(vq_engine *e)
 {
     struct vq__gpu *g = e->gpu;
@@ -345,12 +364,13 @@ VQ_API int vq_gpu_launch_host(const vq_exec_ctx *x, int (*fn)(void *arg), void *
 {
     if (!x || !fn)
         return vq__fail(VQ_EINVAL, "vq_gpu_launch_host: %s is NULL", x ? "fn" : "x");
-    if (x->ctx.kind != VQ_DEV_GPU || !x->stream)
-        return vq__fail(VQ_EINVAL, "vq_gpu_launch_host: x is not the context of a GPU op");
+    if (x->ctx.kind != VQ_DEV_GPU || !x->stream || !op_stream)
+        return vq__fail(VQ_EINVAL, "vq_gpu_launch_host: not called from the fn of the GPU op "
+                                   "whose context x is");
     const struct vq__stream_backend *be = op_backend;
     if (!be)
         be = atomic_load_explicit(&last_backend, memory_order_acquire);
     if (!be)
         return vq__fail(VQ_EINVAL, "vq_gpu_launch_host: no engine has set up a GPU");
-    return be->launch_host(x->stream, fn, arg);
+    return be->launch_host(op_stream, fn, arg);
 }

@@ -191,6 +191,7 @@ struct vq__op {
     struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
     uint64_t start_ns;          /* profiler only */
     int worker;                 /* profiler only: who started it */
+    int wait_err;               /* RUN_ON_FAILED: its failed wait for GPU work */
 };
 
 typedef struct vq__op vq__op;
@@ -396,6 +397,11 @@ int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err);
 int vq__gpu_var_settle(vq_var *v);
 /* Drops v's event (v is being destroyed). */
 void vq__gpu_var_release(vq_var *v);
+/* Calls a GPU op's fn with its stream as the backend's native handle in
+ * x->stream (what users launch on), keeping the backend stream for
+ * vq__gpu_op_stream meanwhile. */
+int vq__gpu_call(const struct vq__desc *o, const vq_exec_ctx *x);
+
 /* The stream of the naive engine's GPU ops on device id. */
 void *vq__gpu_naive_stream(vq_engine *e, int id);
 /* vq_wait_all's GPU part: synchronizes every stream; the first error. */

@@ -76,6 +76,9 @@ struct vq__stream_backend {
     /* Waits for the stream's queued work (it all runs, even after an error),
      * then releases it. Events recorded on it stay valid. */
     void (*stream_free)(void *s);
+    /* What a GPU op's fn gets in vq_exec_ctx.stream: the cudaStream_t of s
+     * (CUDA), s itself (emulated). The engine keeps s for its own calls. */
+    void *(*stream_native)(void *s);
 
     /* An event of device, never recorded (hence complete). No timing. */
     int (*event_new)(int device, void **out);
@@ -122,6 +125,11 @@ struct vq__stream_backend {
  * VQ__STREAM_EMUL_MAX_DEVICES); NULL + VQ_EINVAL message otherwise. The
  * returned table is static. */
 const struct vq__stream_backend *vq__stream_emul(int ndevices);
+
+/* Inside a GPU op's fn: the backend stream of the op (the one behind its
+ * vq_exec_ctx.stream), for the library's own backend calls on it (copies,
+ * stream-ordered frees). NULL on any other thread or op. (engine/gpu.c) */
+void *vq__gpu_op_stream(void);
 
 /* The CUDA backend, or NULL with a message (the error is VQ_ENOSYS) when
  * varq was built without CUDA, no GPU is present, or the driver is too old

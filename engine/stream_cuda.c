@@ -359,11 +359,17 @@ static int cu_memcpy_async(void *dst, const void *src, size_t n, int kind, void 
     return e == cudaSuccess ? 0 : cuda_fail(e, "cudaMemcpyAsync");
 }
 
+static void *cu_stream_native(void *sp)
+{
+    return ((struct cu_stream *)sp)->stream;
+}
+
 static const struct vq__stream_backend cuda_backend = {
     .name = "cuda",
     .device_count = cu_device_count,
     .stream_new = cu_stream_new,
     .stream_free = cu_stream_free,
+    .stream_native = cu_stream_native,
     .event_new = cu_event_new,
     .event_free = cu_event_free,
     .event_record = cu_event_record,

@@ -500,6 +500,11 @@ EMUL_DEVICES(6)
 EMUL_DEVICES(7)
 EMUL_DEVICES(8)
 
+static void *emul_stream_native(void *s)
+{
+    return s;
+}
+
 #define EMUL_TABLE(N)                                                                      \
     {                                                                                      \
         .name = "emulated", .device_count = emul_count_##N, .stream_new = emul_stream_new_##N, \
@@ -510,6 +515,7 @@ EMUL_DEVICES(8)
         .stream_synchronize = emul_stream_synchronize, .malloc_async = emul_malloc_async,  \
         .free_async = emul_free_async, .host_alloc_pinned = emul_host_alloc_pinned,        \
         .host_free_pinned = emul_host_free_pinned, .memcpy_async = emul_memcpy_async,      \
+        .stream_native = emul_stream_native,                                               \
     }
 
 static const struct vq__stream_backend emul_tables[VQ__STREAM_EMUL_MAX_DEVICES] = {

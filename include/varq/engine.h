@@ -68,7 +68,10 @@ enum {
     VQ_PROP_COPY_FROM_DEV = 1u << 2,   /* a device-to-host copy (GPU) */
     /* Runs even when a var it touches carries a failure: the op is not
      * skipped and the failure stays on the var for the others (2.5 holds
-     * for every op without this prop). For layers that track failures
+     * for every op without this prop). Also runs when waiting for GPU work
+     * on its vars failed (a stream error): vq_op_wait_error() then says so
+     * inside its fn, and that error becomes the op's own (it fails the op
+     * unless the op fails otherwise). For layers that track failures
      * themselves and must see every op run, like the graph executor. */
     VQ_PROP_RUN_ON_FAILED = 1u << 3,
 };
@@ -203,6 +206,13 @@ VQ_API int vq_wait_all(vq_engine *e);
  * wait (the graph executor's synchronous run) use it to fail with
  * VQ_EDEADLK instead. Thread-safe (reads a thread-local). */
 VQ_API int vq_thread_in_op(void);
+
+/* Inside the fn (or async_fn, during its call) of a VQ_PROP_RUN_ON_FAILED
+ * op: 0, or the negative error of waiting for the GPU work on its vars (a
+ * failed event wait: a stream error), whose message vq_errmsg() holds until
+ * the fn calls something that sets another. The op fails with it whatever
+ * the fn returns. 0 everywhere else. Thread-safe (reads a thread-local). */
+VQ_API int vq_op_wait_error(void);
 
 /* From a GPU op's fn (x is its vq_exec_ctx): enqueues fn(arg) on the op's
  * stream, in stream order, on a host thread (cudaLaunchHostFunc with CUDA,

@@ -2,9 +2,10 @@
  * scikit-learn's digits through varq's graph layer and prints the loss and
  * the held-out accuracy of each epoch.
  *
- * Usage: mlp_digits [DATA_DIR] [--epochs N] [--trace FILE]
+ * Usage: mlp_digits [DATA_DIR] [--epochs N] [--gpu ID] [--trace FILE]
  * DATA_DIR holds train_x/train_y/test_x/test_y .npy files written by
- * scripts/digits_to_npy.py (default build/digits). With --trace, one more
+ * scripts/digits_to_npy.py (default build/digits). --gpu trains on GPU ID
+ * (the backend is VARQ_GPU_BACKEND's: CUDA, or emulated). With --trace, one more
  * training step runs on a profiling engine and its Chrome trace is written
  * to FILE. Exit status 0 when the final accuracy is at least 95%. */
 #include <varq/varq.h>
@@ -66,12 +67,26 @@ static vq_tensor *gather(vq_tensor *src, const int *idx, int n)
     return t;
 }
 
-static double accuracy(vq_exec *ex, vq_program *eval, vq_scope *s, vq_tensor *x, vq_tensor *y)
+/* t itself when it is on the CPU, else a host copy made through e; the
+ * caller releases the result and t. */
+static vq_tensor *on_host(vq_engine *e, vq_tensor *t)
+{
+    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return vq_tensor_retain(t);
+    vq_tensor *h;
+    CHECK(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h));
+    CHECK(vq_tensor_wait(h));
+    return h;
+}
+
+static double accuracy(vq_engine *e, vq_exec *ex, vq_program *eval, vq_scope *s, vq_tensor *x,
+                       vq_tensor *y)
 {
     vq_feed feeds[2] = {{"x", x}, {"y", y}};
     vq_fetch fetch = {"probs", NULL};
     CHECK(vq_exec_run(ex, eval, s, feeds, 2, &fetch, 1));
-    const float *p = vq_tensor_data(fetch.tensor);
+    vq_tensor *probs = on_host(e, fetch.tensor);
+    const float *p = vq_tensor_data(probs);
     const int64_t *label = vq_tensor_data(y);
     int64_t n = vq_tensor_shape(y)[0], right = 0;
     for (int64_t r = 0; r < n; r++) {
@@ -81,29 +96,31 @@ static double accuracy(vq_exec *ex, vq_program *eval, vq_scope *s, vq_tensor *x,
                 best = c;
         right += best == label[r];
     }
+    vq_tensor_release(probs);
     vq_tensor_release(fetch.tensor);
     return (double)right / (double)n;
 }
 
 /* One more step on a fresh engine that records a trace, with a copy of
  * the scope (tensors belong to the engine they were used with). */
-static void trace_one_step(vq_program *main, vq_scope *s, vq_tensor *x, vq_tensor *y,
-                           const char *path)
+static void trace_one_step(vq_engine *e_main, vq_ctx dev, vq_program *main, vq_scope *s,
+                           vq_tensor *x, vq_tensor *y, const char *path)
 {
     vq_engine *e;
     vq_exec *ex;
     vq_scope *copy;
     vq_engine_opts o = {.flags = VQ_ENGINE_PROFILE};
+    vq_exec_opts xo = {.device = dev};
     CHECK(vq_engine_new(&e, &o));
-    CHECK(vq_exec_new(&ex, e, NULL));
+    CHECK(vq_exec_new(&ex, e, &xo));
     CHECK(vq_scope_new(&copy));
     for (int i = 0; i < vq_scope_count(s); i++) {
-        vq_tensor *t = vq_scope_get(s, vq_scope_name(s, i)), *c;
-        CHECK(vq_tensor_wait(t));
+        vq_tensor *t = on_host(e_main, vq_scope_get(s, vq_scope_name(s, i))), *c;
         CHECK(vq_tensor_from(&c, vq_tensor_dtype(t), vq_tensor_ndim(t), vq_tensor_shape(t),
                              vq_tensor_data(t)));
         CHECK(vq_scope_set(copy, vq_scope_name(s, i), c));
         vq_tensor_release(c);
+        vq_tensor_release(t);
     }
     vq_tensor *xc, *yc;
     CHECK(vq_tensor_from(&xc, VQ_F32, 2, vq_tensor_shape(x), vq_tensor_data(x)));
@@ -123,15 +140,19 @@ int main(int argc, char **argv)
 {
     const char *dir = "build/digits", *trace = NULL;
     int epochs = 20;
+    vq_ctx dev = {VQ_DEV_CPU, 0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--epochs") && i + 1 < argc)
             epochs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
+            dev = (vq_ctx){VQ_DEV_GPU, atoi(argv[++i])};
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
             trace = argv[++i];
         else if (argv[i][0] != '-')
             dir = argv[i];
         else {
-            fprintf(stderr, "usage: mlp_digits [DATA_DIR] [--epochs N] [--trace FILE]\n");
+            fprintf(stderr,
+                    "usage: mlp_digits [DATA_DIR] [--epochs N] [--gpu ID] [--trace FILE]\n");
             return 2;
         }
     }
@@ -148,10 +169,13 @@ int main(int argc, char **argv)
     vq_engine *e;
     vq_exec *ex;
     vq_scope *s;
+    vq_exec_opts xo = {.device = dev};
     CHECK(vq_engine_new(&e, NULL));
-    CHECK(vq_exec_new(&ex, e, NULL));
+    CHECK(vq_exec_new(&ex, e, &xo));
     CHECK(vq_scope_new(&s));
     CHECK(vq_exec_run(ex, startup, s, NULL, 0, NULL, 0));
+    if (dev.kind == VQ_DEV_GPU)
+        printf("training on GPU %d\n", dev.id);
 
     int *order = malloc((size_t)n * sizeof *order);
     for (int i = 0; i < n; i++)
@@ -173,12 +197,14 @@ int main(int argc, char **argv)
             vq_feed feeds[2] = {{"x", x}, {"y", y}};
             vq_fetch fetch = {"loss", NULL};
             CHECK(vq_exec_run(ex, main_p, s, feeds, 2, &fetch, 1));
-            sum += *(float *)vq_tensor_data(fetch.tensor);
+            vq_tensor *loss = on_host(e, fetch.tensor);
+            sum += *(float *)vq_tensor_data(loss);
+            vq_tensor_release(loss);
             vq_tensor_release(fetch.tensor);
             vq_tensor_release(x);
             vq_tensor_release(y);
         }
-        acc = accuracy(ex, eval, s, test_x, test_y);
+        acc = accuracy(e, ex, eval, s, test_x, test_y);
         printf("epoch %2d  loss %.4f  held-out accuracy %.2f%%\n", epoch, sum / steps, 100 * acc);
     }
     if (trace) {
@@ -186,7 +212,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < BATCH; i++)
             idx[i] = order[i];
         vq_tensor *x = gather(train_x, idx, BATCH), *y = gather(train_y, idx, BATCH);
-        trace_one_step(main_p, s, x, y, trace);
+        trace_one_step(e, dev, main_p, s, x, y, trace);
         vq_tensor_release(x);
         vq_tensor_release(y);
     }

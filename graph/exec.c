@@ -114,6 +114,10 @@ struct run {
     char msg[256];
     char *msg_out; /* a synchronous caller's buffer for msg, or NULL */
     vq_fetch *fetches;
+    /* Host feeds of a GPU run, kept until the final op: the copies to the
+     * device read them in stream order. */
+    vq_tensor **held;
+    int nheld;
     void (*done)(void *user, int err);
     void *user;
     atomic_size_t peak;
@@ -144,13 +148,15 @@ static void note_live(struct run *r, struct plan *pl, size_t add)
         ;
 }
 
-/* Drops the value of v held by the plan. Only for non-persistable vars. */
-static void drop_value(struct plan *pl, struct pvar *v)
+/* Drops the value of v held by the plan. Only for non-persistable vars.
+ * stream: that of the GPU op dropping it (the storage is freed in stream
+ * order after the op's work, which follows every other use), or NULL. */
+static void drop_value(struct plan *pl, struct pvar *v, void *stream)
 {
     if (!v->value)
         return;
     atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
-    vq_tensor_release(v->value);
+    vq__tensor_release_on(v->value, stream);
     v->value = NULL;
 }
 
@@ -163,7 +169,7 @@ static void run_fail(struct run *r, const struct pop *op, int err, const char *m
 
 /* After the kernel (or instead of it, when the run has failed): the inputs
  * this op counted are read. */
-static void inputs_done(struct pop *op)
+static void inputs_done(struct pop *op, void *stream)
 {
     struct plan *pl = op->plan;
     for (int i = 0; i < op->src->nin; i++) {
@@ -173,37 +179,50 @@ static void inputs_done(struct pop *op)
         /* acq_rel: the last reader sees the others' reads done. A fetched
          * version never gets here: its count includes the final op. */
         if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1)
-            drop_value(pl, v);
+            drop_value(pl, v, stream);
     }
 }
 
 /* Sets output j's new version in place: value, counter, immediate release
  * of a value nobody reads. */
-static void output_done(struct pop *op, int j, vq_tensor *t)
+static void output_done(struct pop *op, int j, vq_tensor *t, void *stream)
 {
     struct plan *pl = op->plan;
     struct pvar *v = &pl->vars[op->src->out[j]];
     if (v->persistable)
         return; /* the scope tensor, written in place */
     if (v->value != t) {
-        drop_value(pl, v);
+        drop_value(pl, v, stream);
         v->value = t; /* the reference op_exec took */
     }
     atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
     if (op->out_readers[j] == 0)
-        drop_value(pl, v); /* nobody reads it and it is not fetched */
+        drop_value(pl, v, stream); /* nobody reads it and it is not fetched */
 }
 
-/* The body of every prebuilt op. */
+/* A GPU kernel's error found on the device (stream work of op's kernel,
+ * which runs before the run's final op synchronizes the GPU work). */
+static void op_defer_fail(void *user, void *tag, int err, const char *msg)
+{
+    run_fail(user, tag, err, msg);
+}
+
+/* The body of every prebuilt op: on a CPU worker, or on a GPU worker with
+ * x->stream, where the kernel is enqueued and the bookkeeping is done at
+ * launch (in the engine's op order, which the streams follow). */
 static int op_exec(void *arg, const vq_exec_ctx *x)
 {
     struct pop *op = arg;
     struct plan *pl = op->plan;
     const vq__pop *src = op->src;
     struct run *r = pl->ring[op->execs++ % RING];
+    void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
     vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
     int nout = 0;
+    int werr = vq_op_wait_error();
+    if (werr)
+        run_fail(r, op, werr, vq_errmsg());
     if (atomic_load_explicit(&r->err, memory_order_acquire))
         goto skip;
     for (int i = 0; i < src->nin; i++) {
@@ -248,7 +267,8 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
             }
             out[nout] = vq_tensor_retain(cur);
         } else {
-            err = vq__tensor_empty(&out[nout], om[nout].dtype, om[nout].ndim, om[nout].shape);
+            err = vq__tensor_empty_at(&out[nout], pl->exec->device, om[nout].dtype,
+                                      om[nout].ndim, om[nout].shape, stream);
             if (err)
                 break;
             note_live(r, pl, out[nout]->nbytes);
@@ -256,7 +276,8 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     }
     if (err == 0) {
         vq__kcall k = {.def = op->def, .params = params, .in = in, .nin = src->nin, .out = out,
-                       .nout = src->nout, .x = x};
+                       .nout = src->nout, .x = x, .defer = op_defer_fail, .defer_user = r,
+                       .defer_tag = op};
         err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
     }
     if (err) {
@@ -265,7 +286,7 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
             struct pvar *v = &pl->vars[src->out[j]];
             if (out[j] != v->value && !v->persistable)
                 atomic_fetch_sub_explicit(&pl->live, out[j]->nbytes, memory_order_relaxed);
-            vq_tensor_release(out[j]);
+            vq__tensor_release_on(out[j], stream);
         }
         goto skip;
     }
@@ -273,9 +294,9 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         struct pvar *v = &pl->vars[src->out[j]];
         if (v->persistable || v->value == out[j])
             vq_tensor_release(out[j]); /* the slot already holds it */
-        output_done(op, j, out[j]);
+        output_done(op, j, out[j], stream);
     }
-    inputs_done(op);
+    inputs_done(op, stream);
     return 0;
 
 skip:
@@ -288,32 +309,53 @@ skip:
             for (int i = 0; i < src->nin && !in_place; i++)
                 in_place = src->in[i] == src->out[j];
             if (!in_place)
-                drop_value(pl, v);
+                drop_value(pl, v, stream);
             atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
         }
     }
-    inputs_done(op);
+    inputs_done(op, stream);
     return 0;
 }
 
-/* Per feed and run: the feed tensor becomes the var's first version. */
+/* Per feed and run: the feed tensor becomes the var's first version. A
+ * host tensor fed to a GPU executor is copied to the device instead, by a
+ * GPU op on the to-device copy stream (copy set). */
 struct bind {
     struct plan *plan;
+    struct run *run;
     int var;
+    bool copy;
     vq_tensor *t;
 };
 
 static int bind_exec(void *arg, const vq_exec_ctx *x)
 {
-    (void)x;
     struct bind *b = arg;
-    struct pvar *v = &b->plan->vars[b->var];
-    if (v->value != b->t) {
-        drop_value(b->plan, v);
-        v->value = vq_tensor_retain(b->t);
-        /* The plan holds it but did not allocate it: count it so that
+    struct plan *pl = b->plan;
+    struct pvar *v = &pl->vars[b->var];
+    void *stream = vq__gpu_op_stream();
+    vq_tensor *t = b->t;
+    (void)x;
+    int err = vq_op_wait_error();
+    if (b->copy && err == 0) {
+        vq_tensor *d;
+        err = vq__tensor_empty_at(&d, pl->exec->device, t->dtype, t->ndim, t->shape, stream);
+        if (err == 0 && (err = vq__tensor_copy_async(d, t, stream)) < 0)
+            vq__tensor_release_on(d, stream);
+        t = err == 0 ? d : NULL;
+    }
+    if (err) {
+        int none = 0;
+        if (atomic_compare_exchange_strong(&b->run->err, &none, err))
+            snprintf(b->run->msg, sizeof b->run->msg, "feed %s: %s", pl->prog->vars[b->var].name,
+                     vq_errmsg());
+        drop_value(pl, v, stream);
+    } else if (v->value != t) {
+        drop_value(pl, v, stream);
+        v->value = b->copy ? t : vq_tensor_retain(t);
+        /* Counted whether the plan allocated it or not, so that
          * drop_value's subtraction balances. */
-        atomic_fetch_add_explicit(&b->plan->live, b->t->nbytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pl->live, t->nbytes, memory_order_relaxed);
     }
     atomic_store_explicit(&v->readers_left, v->init_readers, memory_order_relaxed);
     return 0;
@@ -328,6 +370,9 @@ static void bind_free(void *arg)
 
 static void run_free(struct run *r)
 {
+    for (int i = 0; i < r->nheld; i++)
+        vq_tensor_release(r->held[i]);
+    free(r->held);
     free(r);
 }
 
@@ -340,6 +385,11 @@ static int final_exec(void *arg, const vq_exec_ctx *x)
     (void)x;
     struct plan *pl = arg;
     struct run *r = pl->ring[pl->final_execs++ % RING];
+    int werr = vq_op_wait_error(), none = 0;
+    /* A GPU failure the run's kernels did not report themselves (a fault
+     * of a stream it used). */
+    if (werr && atomic_compare_exchange_strong(&r->err, &none, werr))
+        snprintf(r->msg, sizeof r->msg, "GPU %d: %s", pl->exec->device.id, vq_errmsg());
     int err = atomic_load(&r->err);
     for (int i = 0; i < pl->nfetches && err == 0; i++) {
         struct pvar *v = &pl->vars[pl->fetches[i]];
@@ -351,13 +401,13 @@ static int final_exec(void *arg, const vq_exec_ctx *x)
         } else if (v->persistable) {
             /* A snapshot: the scope tensor changes with later runs. */
             vq_tensor *copy;
-            err = vq__tensor_empty(&copy, t->dtype, t->ndim, t->shape);
-            if (err == 0) {
-                memcpy(copy->data, t->data, t->nbytes);
+            err = vq__tensor_empty_on(&copy, t->dev, t->dtype, t->ndim, t->shape, "fetch");
+            if (err == 0 && (err = vq__tensor_copy_sync(copy, t)) < 0)
+                vq_tensor_release(copy);
+            if (err == 0)
                 r->fetches[i].tensor = copy;
-            } else {
-                snprintf(r->msg, sizeof r->msg, "fetch %s: out of memory", name);
-            }
+            else
+                snprintf(r->msg, sizeof r->msg, "fetch %s: %s", name, vq_errmsg());
         } else {
             r->fetches[i].tensor = vq_tensor_retain(t);
         }
@@ -423,6 +473,15 @@ static void plan_destroy(struct plan *pl)
     free(pl);
 }
 
+/* Fails with rc and "<prefix>: <the current message>" (the message is
+ * copied first: vq__fail writes the buffer vq_errmsg returns). */
+static int refail(int rc, const char *prefix)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    return vq__fail(rc, "%s: %s", prefix, msg);
+}
+
 static bool meta_compatible(const vq__meta *a, const vq__meta *b)
 {
     if (a->dtype != b->dtype || a->ndim != b->ndim)
@@ -445,6 +504,40 @@ static void meta_of_tensor(vq__meta *m, const vq_tensor *t)
     m->dtype = t->dtype;
     m->ndim = t->ndim;
     memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+/* A scope tensor must be on the executor's device: one elsewhere (loaded
+ * from .npy, made by a CPU startup run, trained on a GPU and now evaluated
+ * on the CPU) is moved: copied synchronously, after the work pushed on it,
+ * and rebound in the scope, so later plans find it there. On success *tp
+ * is the tensor to use (one reference). Runs in preparation, under the
+ * executor's lock: the work waited for is never this executor's (its plans
+ * hold only tensors on its device). */
+static int scope_move(struct plan *pl, const char *name, vq_tensor **tp)
+{
+    vq_tensor *t = *tp;
+    vq_ctx want = pl->exec->device, have = vq_tensor_device(t);
+    if (have.kind == want.kind && have.id == want.id)
+        return 0;
+    char what[160];
+    snprintf(what, sizeof what, "persistable var %s", name);
+    if (have.kind == VQ_DEV_GPU && want.kind == VQ_DEV_GPU)
+        return vq__fail(VQ_EINVAL, "%s: the scope's tensor is on GPU %d, the executor runs on "
+                                   "GPU %d (copy it with vq_tensor_copy_to)",
+                        what, have.id, want.id);
+    int rc = vq_tensor_wait(t);
+    if (rc < 0)
+        return refail(rc, what);
+    vq_tensor *m;
+    if ((rc = vq__tensor_empty_on(&m, want, t->dtype, t->ndim, t->shape, what)) < 0)
+        return rc;
+    if ((rc = vq__tensor_copy_sync(m, t)) < 0 || (rc = vq_scope_set(pl->scope, name, m)) < 0) {
+        vq_tensor_release(m);
+        return refail(rc, what);
+    }
+    vq_tensor_release(t);
+    *tp = m;
+    return 0;
 }
 
 /* Binds persistable var v to its scope tensor (creating it, zeroed, when
@@ -473,6 +566,11 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
         if (!t)
             return vq__fail(VQ_ENOMEM, "scope: out of memory");
     }
+    int rc = scope_move(pl, name, &t);
+    if (rc < 0) {
+        vq_tensor_release(t);
+        return rc;
+    }
     vq__meta m;
     meta_of_tensor(&m, t);
     if (!meta_compatible(&m, &pv->meta)) {
@@ -486,15 +584,6 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
     pv->meta = m;
     pv->value = t;
     return 0;
-}
-
-/* Fails with rc and "<prefix>: <the current message>" (the message is
- * copied first: vq__fail writes the buffer vq_errmsg returns). */
-static int refail(int rc, const char *prefix)
-{
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", vq_errmsg());
-    return vq__fail(rc, "%s: %s", prefix, msg);
 }
 
 /* Prefixes the message of a failed check of op k with its index. */
@@ -560,6 +649,10 @@ static int plan_walk(struct plan *pl)
         op->def = src->def;
         if (!op->def) {
             rc = vq__fail(VQ_EINVAL, "op %d: unknown op type \"%s\"", k, src->type);
+            break;
+        }
+        if (pl->exec->device.kind == VQ_DEV_GPU && (rc = vq__gpu_kernel_check(op->def)) < 0) {
+            rc = op_error(k, src, rc);
             break;
         }
         op->out_readers = calloc((size_t)(src->nout ? src->nout : 1), sizeof *op->out_readers);
@@ -721,9 +814,9 @@ static int plan_build_ops(struct plan *pl)
             if (!written)
                 vars[nw + nr++] = pl->vars[src->in[i]].ev;
         }
-        vq_task t = {.fn = op_exec, .arg = &pl->ops[k], .reads = vars + nw, .nreads = nr,
-                     .writes = vars, .nwrites = nw, .props = VQ_PROP_RUN_ON_FAILED,
-                     .name = src->def->type};
+        vq_task t = {.fn = op_exec, .arg = &pl->ops[k], .ctx = pl->exec->device,
+                     .reads = vars + nw, .nreads = nr, .writes = vars, .nwrites = nw,
+                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type};
         if (!(pl->ops[k].opr = vq_opr_new(e, &t)))
             rc = op_error(k, src, VQ_ENOMEM);
     }
@@ -982,11 +1075,18 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
-    if (o.device.kind != VQ_DEV_CPU || o.device.id != 0)
-        return vq__fail(VQ_ENOSYS,
-                        "vq_exec_new: device {%d, %d}: the executor runs programs on the CPU "
-                        "only so far",
+    if (o.device.kind == VQ_DEV_GPU) {
+        /* The device must exist now: VQ_ENOSYS / VQ_EINVAL saying why. */
+        vq_tensor *probe;
+        int64_t one = 1;
+        int rc = vq__tensor_empty_on(&probe, o.device, VQ_F32, 1, &one, "vq_exec_new");
+        if (rc < 0)
+            return rc;
+        vq_tensor_release(probe);
+    } else if (o.device.kind != VQ_DEV_CPU || o.device.id != 0) {
+        return vq__fail(VQ_EINVAL, "vq_exec_new: device {%d, %d} is not CPU 0 or a GPU",
                         o.device.kind, o.device.id);
+    }
     vq_exec *ex = calloc(1, sizeof *ex);
     if (!ex)
         return vq__fail(VQ_ENOMEM, "vq_exec_new: out of memory");
@@ -1069,7 +1169,10 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     struct run *r = calloc(1, sizeof *r);
     struct bind **binds = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
     int rc = 0;
-    if (!fnames || !gnames || !r || !binds)
+    if (r && ex && ex->device.kind == VQ_DEV_GPU && nfeeds > 0)
+        r->held = malloc((size_t)nfeeds * sizeof *r->held);
+    if (!fnames || !gnames || !r || !binds || (nfeeds > 0 && ex && ex->device.kind == VQ_DEV_GPU &&
+                                               !r->held))
         rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
     for (int i = 0; rc == 0 && i < nfeeds; i++) {
         if (!feeds[i].name || !feeds[i].tensor)
@@ -1095,10 +1198,16 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         vq__meta m;
         meta_of_tensor(&m, feeds[i].tensor);
         const struct pvar *pv = &pl->vars[pl->feeds[i]];
-        if (feeds[i].tensor->dev.kind != VQ_DEV_CPU) {
-            rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on the "
-                                     "CPU (copy it with vq_tensor_copy_to)",
-                          feeds[i].name, feeds[i].tensor->dev.id);
+        vq_ctx fd = feeds[i].tensor->dev, xd = ex->device;
+        if (fd.kind == VQ_DEV_GPU && (xd.kind != VQ_DEV_GPU || fd.id != xd.id)) {
+            char where[32];
+            if (xd.kind == VQ_DEV_GPU)
+                snprintf(where, sizeof where, "GPU %d", xd.id);
+            else
+                snprintf(where, sizeof where, "the CPU");
+            rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on %s "
+                                     "(copy it with vq_tensor_copy_to)",
+                          feeds[i].name, fd.id, where);
         } else if (!meta_compatible(&m, &pv->meta)) {
             char a[140], b[140];
             meta_str(a, sizeof a, &m);
@@ -1115,7 +1224,10 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         } else if (!(binds[i] = malloc(sizeof *binds[i]))) {
             rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
         } else {
-            *binds[i] = (struct bind){pl, pl->feeds[i], vq_tensor_retain(feeds[i].tensor)};
+            bool copy = xd.kind == VQ_DEV_GPU && fd.kind != VQ_DEV_GPU;
+            *binds[i] = (struct bind){pl, r, pl->feeds[i], copy, vq_tensor_retain(feeds[i].tensor)};
+            if (copy)
+                r->held[r->nheld++] = vq_tensor_retain(feeds[i].tensor);
         }
     }
     if (rc) {
@@ -1125,7 +1237,8 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
                 bind_free(binds[i]);
         if (pl)
             plan_unpin(ex, pl);
-        free(r);
+        if (r)
+            run_free(r);
         goto out;
     }
     r->plan = pl;
@@ -1158,6 +1271,10 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
                      .props = VQ_PROP_RUN_ON_FAILED, .writes = &pl->vars[pl->feeds[i]].ev,
                      .nwrites = 1, .name = "feed"};
+        if (binds[i]->copy) {
+            t.ctx = ex->device;
+            t.props |= VQ_PROP_COPY_TO_DEV;
+        }
         if (vq_push(e, &t) < 0) {
             /* Out of memory: the run fails; its ops still run to keep
              * every op's count of executions in step. */

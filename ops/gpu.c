@@ -68,13 +68,12 @@ static void note_peak(struct gpu_alloc *a, size_t live)
 
 static void *gpu_alloc_block(vq__allocator *base, size_t bytes, void *stream)
 {
-    (void)stream;
     struct gpu_alloc *a = (struct gpu_alloc *)base;
-    void *p = a->be->malloc_async(bytes ? bytes : 1, a->stream);
+    void *p = a->be->malloc_async(bytes ? bytes : 1, stream ? stream : a->stream);
     if (!p)
         return NULL;
-    /* Usable by work on any stream from now on. */
-    if (a->be->stream_synchronize(a->stream) < 0) {
+    /* Without a stream: usable by work on any stream from now on. */
+    if (!stream && a->be->stream_synchronize(a->stream) < 0) {
         a->be->free_async(p, a->stream);
         return NULL;
     }
@@ -158,6 +157,58 @@ int vq__gpu_allocator(int id, vq__allocator **out)
     return rc;
 }
 
+int vq__gpu_copy_sync(int id, void *dst, const void *src, size_t n, int kind)
+{
+    vq__allocator *base;
+    int rc = vq__gpu_allocator(id, &base);
+    if (rc < 0 || n == 0)
+        return rc;
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    /* The private stream is shared: one copy at a time keeps its sticky
+     * error, if any, with the copy that raised it. */
+    pthread_mutex_lock(&gpu_lock);
+    rc = a->be->memcpy_async(dst, src, n, kind, a->stream);
+    int rc2 = a->be->stream_synchronize(a->stream);
+    pthread_mutex_unlock(&gpu_lock);
+    return rc < 0 ? rc : rc2;
+}
+
+int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src)
+{
+    if (dst->nbytes != src->nbytes)
+        return vq__fail(VQ_EINVAL, "copy: %zu bytes into %zu", src->nbytes, dst->nbytes);
+    bool sg = src->dev.kind == VQ_DEV_GPU, dg = dst->dev.kind == VQ_DEV_GPU;
+    if (!sg && !dg) {
+        if (src->nbytes)
+            memcpy(dst->data, src->data, src->nbytes);
+        return 0;
+    }
+    if (sg && dg && src->dev.id != dst->dev.id)
+        return vq__fail(VQ_EINVAL, "copy: GPU %d to GPU %d: not a synchronous copy varq makes",
+                        src->dev.id, dst->dev.id);
+    int kind = sg && dg ? VQ__MEMCPY_D2D : sg ? VQ__MEMCPY_D2H : VQ__MEMCPY_H2D;
+    return vq__gpu_copy_sync(dg ? dst->dev.id : src->dev.id, dst->data, src->data, src->nbytes,
+                             kind);
+}
+
+int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
+{
+    if (dst->nbytes != src->nbytes)
+        return vq__fail(VQ_EINVAL, "copy: %zu bytes into %zu", src->nbytes, dst->nbytes);
+    if (!src->nbytes)
+        return 0;
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
+    if (rc < 0)
+        return rc;
+    bool sg = src->dev.kind == VQ_DEV_GPU, dg = dst->dev.kind == VQ_DEV_GPU;
+    int kind = sg && dg ? (src->dev.id == dst->dev.id ? VQ__MEMCPY_D2D : VQ__MEMCPY_DEFAULT)
+               : sg     ? VQ__MEMCPY_D2H
+               : dg     ? VQ__MEMCPY_H2D
+                        : VQ__MEMCPY_H2H;
+    return be->memcpy_async(dst->data, src->data, src->nbytes, kind, stream);
+}
+
 /* ---- ops on GPUs ---- */
 
 static bool emulated(const struct vq__stream_backend *be)
@@ -185,6 +236,8 @@ int vq__gpu_kernel_check(const vq__op_def *def)
 struct host_kernel {
     const vq__op_def *def;
     int nin, nout;
+    void (*defer)(void *user, void *tag, int err, const char *msg);
+    void *defer_user, *defer_tag;
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
     vq_tensor *ptr[2 * VQ__MAX_SLOTS];
     vq_tensor hdr[];
@@ -212,6 +265,11 @@ static int host_kernel_run(void *arg)
                    .out = h->ptr + h->nin, .nout = h->nout, .x = NULL};
     int rc = h->def->kernel[VQ_DEV_CPU](&k);
     int id = h->nin + h->nout ? h->hdr[0].dev.id : 0;
+    if (rc < 0 && h->defer) {
+        /* Reported to the caller's layer; the stream stays usable. */
+        h->defer(h->defer_user, h->defer_tag, rc, vq_errmsg());
+        rc = 0;
+    }
     free(h);
     if (rc < 0 && id >= 0 && id < MAX_GPUS) {
         pthread_mutex_lock(&failure_lock);
@@ -235,6 +293,9 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     h->def = k->def;
     h->nin = k->nin;
     h->nout = k->nout;
+    h->defer = k->defer;
+    h->defer_user = k->defer_user;
+    h->defer_tag = k->defer_tag;
     if (k->def->params_size)
         memcpy(h->params, k->params, k->def->params_size);
     /* The immutable fields only: refs, var and fail_msg may change under
@@ -290,7 +351,8 @@ static int copy_run(void *arg, const vq_exec_ctx *x)
     int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
-    return be->memcpy_async(c->dst->data, c->src->data, c->src->nbytes, c->kind, x->stream);
+    return be->memcpy_async(c->dst->data, c->src->data, c->src->nbytes, c->kind,
+                            vq__gpu_op_stream());
 }
 
 static void copy_free(void *arg)

@@ -16,6 +16,8 @@
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
+#include "../engine/stream.h" /* backend streams: vq__gpu_op_stream */
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,6 +57,21 @@ int vq__gpu_backend(const struct vq__stream_backend **out);
  * such device) with a message. Thread-safe. */
 int vq__gpu_allocator(int id, vq__allocator **out);
 
+/* Copies n bytes between host and GPU id memory (kind a VQ__MEMCPY_*
+ * value) on the device allocator's private stream and waits for it: for
+ * callers outside any engine op order (the executor binding scope tensors
+ * at preparation), which must have waited for the engine work on both
+ * buffers themselves. Thread-safe. */
+int vq__gpu_copy_sync(int id, void *dst, const void *src, size_t n, int kind);
+
+/* Copies src's bytes into dst (same size; CPU or GPU on either side, one
+ * GPU at most) and waits for the copy: vq__gpu_copy_sync's rules. */
+int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src);
+
+/* Enqueues a copy of src's bytes into dst (same size) on stream, a GPU
+ * op's stream: the source must stay valid until the stream reaches it. */
+int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream);
+
 /* Copies into buf the message of the last op kernel that failed in stream
  * work on GPU id (the emulated backend's host kernels), for
  * vq_tensor_wait; false when there was none. Thread-safe. */
@@ -89,6 +106,20 @@ int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shap
  * in messages. */
 int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
                         const char *fn);
+
+/* A new tensor on dev whose storage is allocated in stream order on
+ * stream (a GPU op's stream): usable by work enqueued on that stream from
+ * now on, and by other streams after an event recorded there (the engine's
+ * events on the op's vars). stream NULL: as vq__tensor_empty_on. */
+int vq__tensor_empty_at(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                        void *stream);
+
+/* vq_tensor_release for a tensor that has no engine var (the graph
+ * executor's temporaries), from a GPU op on stream: the last reference
+ * frees the storage in stream order on stream, after the work enqueued
+ * there so far (which must include every use of the storage: the caller's
+ * ordering). stream NULL: vq_tensor_release. */
+void vq__tensor_release_on(vq_tensor *t, void *stream);
 
 /* Elements of a shape; -1 if a dim is negative (unknown), INT64_MAX past
  * 2^62 elements. */
@@ -136,6 +167,14 @@ typedef struct vq__kcall {
     vq_tensor *const *out;
     int nout;
     const vq_exec_ctx *x; /* NULL when run outside an engine */
+    /* How a GPU kernel reports an error it finds only on the device (an
+     * integer division by zero, a label out of range), from stream work:
+     * defer(defer_user, defer_tag, err, message) when defer is set (the
+     * graph executor: the run fails, the stream stays usable); when NULL,
+     * the stream work returns the error, which becomes the stream's sticky
+     * error (imperative calls: it reaches the outputs' vars). */
+    void (*defer)(void *user, void *tag, int err, const char *msg);
+    void *defer_user, *defer_tag;
 } vq__kcall;
 
 /* A gradient maker's view of one forward op in a program: var names.

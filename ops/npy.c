@@ -18,6 +18,8 @@
  * file and an existing file intact. */
 #include "internal.h"
 
+#include "../engine/stream.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -539,8 +541,6 @@ VQ_API int vq_npy_save(const char *path, vq_tensor *t)
         return vq__fail(VQ_EINVAL, "vq_npy_save: path is NULL");
     if (!t)
         return vq__fail(VQ_EINVAL, "vq_npy_save: tensor is NULL");
-    if (t->dev.kind != VQ_DEV_CPU)
-        return vq__fail(VQ_EINVAL, "%s: vq_npy_save takes a CPU tensor", path);
     int rc = vq_tensor_wait(t);
     if (rc < 0)
         return rc;
@@ -548,7 +548,18 @@ VQ_API int vq_npy_save(const char *path, vq_tensor *t)
     size_t hlen = header_build(t, header, sizeof header);
     if (hlen == 0)
         return vq__fail(VQ_EINVAL, "%s: header too long", path);
-
-    vq__file_part parts[2] = {{header, hlen}, {t->data, t->nbytes}};
-    return vq__file_replace(path, parts, 2);
+    /* A GPU tensor goes through a host copy (its work is done: waited). */
+    void *host = NULL;
+    if (t->dev.kind == VQ_DEV_GPU && t->nbytes) {
+        if (!(host = malloc(t->nbytes)))
+            return vq__fail(VQ_ENOMEM, "%s: out of memory for a host copy", path);
+        if ((rc = vq__gpu_copy_sync(t->dev.id, host, t->data, t->nbytes, VQ__MEMCPY_D2H)) < 0) {
+            free(host);
+            return rc;
+        }
+    }
+    vq__file_part parts[2] = {{header, hlen}, {host ? host : t->data, t->nbytes}};
+    rc = vq__file_replace(path, parts, 2);
+    free(host);
+    return rc;
 }

@@ -165,8 +165,8 @@ static void header_put(vq_tensor *t)
     headers.n++;
 }
 
-int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
-                        const char *fn)
+static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                       const char *fn, void *stream)
 {
     int rc = check_shape(fn, dt, ndim, shape);
     if (rc < 0)
@@ -196,7 +196,7 @@ int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, cons
     t->nbytes = (size_t)t->numel * vq_dtype_size(dt);
     t->dev = dev;
     t->alloc = alloc;
-    t->data = t->alloc->alloc(t->alloc, t->nbytes, NULL);
+    t->data = t->alloc->alloc(t->alloc, t->nbytes, stream);
     if (!t->data) {
         size_t bytes = t->nbytes;
         header_put(t);
@@ -208,6 +208,18 @@ int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, cons
     atomic_init(&t->fail_msg, NULL);
     *out = t;
     return 0;
+}
+
+int vq__tensor_empty_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                        const char *fn)
+{
+    return tensor_make(out, dev, dt, ndim, shape, fn, NULL);
+}
+
+int vq__tensor_empty_at(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
+                        void *stream)
+{
+    return tensor_make(out, dev, dt, ndim, shape, "vq_tensor_new", stream);
 }
 
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
@@ -293,7 +305,8 @@ static int no_work(void *arg, const vq_exec_ctx *x)
 static int gpu_free_run(void *arg, const vq_exec_ctx *x)
 {
     vq_tensor *t = arg;
-    t->alloc->free(t->alloc, t->data, t->nbytes, x->stream);
+    (void)x;
+    t->alloc->free(t->alloc, t->data, t->nbytes, vq__gpu_op_stream());
     t->data = NULL;
     return 0;
 }
@@ -303,6 +316,8 @@ static void tensor_destroy_arg(void *arg)
     tensor_destroy(arg);
 }
 
+static void last_reference(vq_tensor *t);
+
 VQ_API void vq_tensor_release(vq_tensor *t)
 {
     if (!t)
@@ -310,6 +325,13 @@ VQ_API void vq_tensor_release(vq_tensor *t)
     /* acq_rel: the last release sees every write made under the others. */
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
+    last_reference(t);
+}
+
+/* Frees t, whose last reference is gone: at once without a var, else
+ * after every op on its var. */
+static void last_reference(vq_tensor *t)
+{
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
     if (!v) {
         tensor_destroy(t);
@@ -333,6 +355,19 @@ VQ_API void vq_tensor_release(vq_tensor *t)
         tensor_destroy(t);
     }
     vq_var_free(e, v);
+}
+
+void vq__tensor_release_on(vq_tensor *t, void *stream)
+{
+    if (!t)
+        return;
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (stream && !atomic_load_explicit(&t->var, memory_order_acquire)) {
+        t->alloc->free(t->alloc, t->data, t->nbytes, stream);
+        t->data = NULL;
+    }
+    last_reference(t);
 }
 
 VQ_API vq_dtype vq_tensor_dtype(const vq_tensor *t)

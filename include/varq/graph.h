@@ -118,12 +118,27 @@ typedef struct vq_exec vq_exec;
 
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
-    vq_ctx device;  /* where the ops run; zero = CPU 0 (the only one so far:
-                     * another is VQ_ENOSYS) */
+    vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
 } vq_exec_opts;
 
 /* An executor running programs on engine e (which must outlive it). opts
- * may be NULL. */
+ * may be NULL. Thread-safe to use from several threads once made.
+ *
+ * On a GPU (opts->device = {VQ_DEV_GPU, n}; VQ_ENOSYS with the reason when
+ * there is no GPU backend, VQ_EINVAL when there is no GPU n), every op of
+ * a run is a GPU op on n's compute streams; temporaries are allocated and
+ * freed in stream order. Host feeds are copied to the device by the run
+ * (on the to-device copy stream; the host tensor is held until the run
+ * ends); feeds already on GPU n are used as they are; feeds on another GPU
+ * are VQ_EINVAL. Fetches are tensors on GPU n (vq_tensor_copy_to brings
+ * them to the host). Scope tensors live where the executor that uses them
+ * runs: a plan that finds one elsewhere (CPU <-> GPU n) copies it over when
+ * it is prepared and rebinds it in the scope, so a scope can be trained on a
+ * GPU, saved (vq_scope_save copies to the host), and evaluated on the CPU.
+ * A kernel error found on the device (an integer division by zero, a label
+ * out of range) fails the run like on the CPU, and the plan and the streams
+ * stay usable; a fault of a stream (CUDA's sticky errors) fails every later
+ * run that uses that stream. */
 VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts);
 /* Waits for the runs in flight, then frees the plans. */
 VQ_API void vq_exec_free(vq_exec *x);

@@ -101,7 +101,7 @@ VQ_API vq_ctx vq_tensor_device(const vq_tensor *t);
  * on GPU tensors run on that device's streams (vq_op_run); the host reaches
  * the values through vq_tensor_copy_to. The GPU backend is the engine's
  * (VARQ_GPU_BACKEND=cuda|emulated, VARQ_GPU_EMUL_DEVICES; see engine.h).
- * vq_npy_save refuses GPU tensors. */
+ * vq_npy_save copies a GPU tensor to the host itself. */
 
 /* A new tensor on device dev: {VQ_DEV_CPU, 0} gives what vq_tensor_new
  * gives (zeros); on a GPU the bytes are NOT initialized (write them with an
@@ -180,8 +180,9 @@ VQ_API int vq_npy_load(const char *path, vq_tensor **out);
 VQ_API int vq_npy_parse(const void *buf, size_t len, vq_tensor **out);
 
 /* Writes t as a .npy file (version 1.0, or 2.0 when the header needs it),
- * after waiting for the ops pushed on t. VQ_EIO if the file cannot be
- * written (a partly written file is removed). */
+ * after waiting for the ops pushed on t; a GPU tensor is copied to the host
+ * first (synchronously). VQ_EIO if the file cannot be written (a partly
+ * written file is removed). */
 VQ_API int vq_npy_save(const char *path, vq_tensor *t);
 
 #ifdef __cplusplus

@@ -31,7 +31,9 @@
  * usage: train_bench [--tiny] [--json FILE] [--digits DIR] [--workers N]
  *                    [--steps-seed K] [--steps-mlp K] [--reps R]
  *                    [--warmup W] [--inflight D] [--init-dir DIR]
- *                    [--engine threaded|naive]
+ *                    [--engine threaded|naive] [--gpu ID]
+ *   --gpu       runs the programs on GPU ID (the backend VARQ_GPU_BACKEND
+ *               picks); the loss is copied to the host each step.
  *   --tiny      a few steps of each model and mode (well under 2 s); exits 1
  *               unless the loss decreases. No timing is asserted.
  *   In every mode the exit status is 1 when the loss does not decrease or
@@ -62,6 +64,7 @@
 
 struct cfg {
     int tiny, workers, steps_seed, steps_mlp, reps, warmup, inflight, engine;
+    int gpu; /* the executor's GPU, or -1: the CPU */
     const char *json, *digits, *init_dir;
 };
 
@@ -237,6 +240,7 @@ static void model_free(struct model *m)
 
 struct trainer {
     struct model *m;
+    vq_engine *e;
     vq_exec *ex;
     vq_scope *s;
     long step;     /* steps run so far (selects the batch) */
@@ -255,6 +259,24 @@ static void note_loss(struct trainer *t, float loss)
     t->step++;
 }
 
+/* The loss a run fetched, read on the host: a GPU executor's fetches are
+ * on the device and come back through a copy (what .item() does in
+ * PyTorch). */
+static float loss_of(struct trainer *t, vq_tensor *fetched)
+{
+    if (vq_tensor_device(fetched).kind == VQ_DEV_CPU)
+        return *(const float *)vq_tensor_data(fetched);
+    vq_tensor *h;
+    if (vq_tensor_copy_to(t->e, fetched, (vq_ctx){VQ_DEV_CPU, 0}, &h) < 0 ||
+        vq_tensor_wait(h) < 0) {
+        fail("copying the loss to the host");
+        return NAN;
+    }
+    float loss = *(const float *)vq_tensor_data(h);
+    vq_tensor_release(h);
+    return loss;
+}
+
 static int sync_steps(struct trainer *t, int k)
 {
     struct model *m = t->m;
@@ -264,7 +286,7 @@ static int sync_steps(struct trainer *t, int k)
         vq_fetch fetch = {"loss", NULL};
         if (vq_exec_run(t->ex, m->main, t->s, feeds, 2, &fetch, 1) < 0)
             return fail("vq_exec_run");
-        note_loss(t, *(const float *)vq_tensor_data(fetch.tensor));
+        note_loss(t, loss_of(t, fetch.tensor));
         vq_tensor_release(fetch.tensor);
     }
     return 0;
@@ -301,7 +323,7 @@ static int slot_retire(struct trainer *t, struct slot *sl)
         fprintf(stderr, "train_bench: async step: %s\n", sl->msg);
         return -1;
     }
-    note_loss(t, *(const float *)vq_tensor_data(sl->fetch.tensor));
+    note_loss(t, loss_of(t, sl->fetch.tensor));
     vq_tensor_release(sl->fetch.tensor);
     sl->fetch.tensor = NULL;
     return 0;
@@ -379,8 +401,11 @@ static int run_mode(const struct cfg *c, vq_engine *e, struct model *m, int k, i
                     float *losses, long nlosses, struct result *res)
 {
     vq_exec *ex;
-    TRY(vq_exec_new(&ex, e, NULL));
-    struct trainer t = {.m = m, .ex = ex, .losses = losses, .nlosses = nlosses};
+    vq_exec_opts xo = {.device = {VQ_DEV_CPU, 0}};
+    if (c->gpu >= 0)
+        xo.device = (vq_ctx){VQ_DEV_GPU, c->gpu};
+    TRY(vq_exec_new(&ex, e, &xo));
+    struct trainer t = {.m = m, .e = e, .ex = ex, .losses = losses, .nlosses = nlosses};
     int rc = 0;
     if (vq_scope_new(&t.s) < 0) {
         rc = fail("vq_scope_new");
@@ -518,14 +543,15 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--tiny] [--json FILE] [--digits DIR] [--workers N] [--steps-seed K]\n"
             "       [--steps-mlp K] [--reps R] [--warmup W] [--inflight D] [--init-dir DIR]\n"
-            "       [--engine threaded|naive]\n",
+            "       [--engine threaded|naive] [--gpu ID]\n",
             argv0);
 }
 
 int main(int argc, char **argv)
 {
-    struct cfg c = {.engine = VQ_ENGINE_THREADED, .workers = 2, .steps_seed = 5000, .steps_mlp = 1000, .reps = 5,
-                    .warmup = 200, .inflight = 4, .digits = "build/digits"};
+    struct cfg c = {.engine = VQ_ENGINE_THREADED, .workers = 2, .steps_seed = 5000,
+                    .steps_mlp = 1000, .reps = 5, .warmup = 200, .inflight = 4,
+                    .digits = "build/digits", .gpu = -1};
     int steps_seed = 0, steps_mlp = 0, reps = 0, warmup = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -554,6 +580,8 @@ int main(int argc, char **argv)
             c.engine = VQ_ENGINE_THREADED, i++;
         else if (!strcmp(a, "--engine") && has && !strcmp(argv[i + 1], "naive"))
             c.engine = VQ_ENGINE_NAIVE, i++;
+        else if (!strcmp(a, "--gpu") && has)
+            c.gpu = atoi(argv[++i]);
         else {
             usage(argv[0]);
             return 2;
@@ -586,9 +614,11 @@ int main(int argc, char **argv)
     if (vq_engine_new(&e, &eo) < 0)
         return fail("vq_engine_new"), 1;
 
-    char eng[64] = "naive engine";
+    char eng[96] = "naive engine";
     if (c.engine == VQ_ENGINE_THREADED)
         snprintf(eng, sizeof eng, "threaded engine, %d workers", c.workers);
+    if (c.gpu >= 0)
+        snprintf(eng + strlen(eng), sizeof eng - strlen(eng), ", programs on GPU %d", c.gpu);
     printf("varq training steps/s: %s; %d warm-up steps, then %d\n"
            "repetitions; median (min..max) of steps / second\n"
            "  sync  = vq_exec_run per step, loss fetched and read each step\n"

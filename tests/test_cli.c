@@ -311,6 +311,31 @@ Test(cli, printing_a_large_fetch_shows_the_first_ten_values)
     result_free(&r);
 }
 
+Test(cli, gpu_runs_on_the_device_and_gives_the_same_fetches)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 1); /* inherited by the tool */
+    const char *saved = in_dir("saved_gpu");
+    struct result r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch",
+                           fmt("y=%s", in_dir("y.npy")), "--save-scope", saved, "--gpu", "0",
+                           "--repeat", "2");
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    assert_y_file(in_dir("y.npy"));
+    result_free(&r);
+    /* The scope went to the device and is saved back from it. */
+    vq_tensor *w;
+    cr_assert_eq(vq_npy_load(fmt("%s/w.npy", saved), &w), 0, "%s", vq_errmsg());
+    cr_assert_eq(memcmp(vq_tensor_data(w), w_values, sizeof w_values), 0);
+    vq_tensor_release(w);
+    r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch", "y", "--gpu=0");
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_not_null(strstr(r.out, "y: f32[2,2] = ["), "%s", r.out);
+    result_free(&r);
+    /* A GPU that does not exist: a run failure naming it. */
+    r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--gpu", "7");
+    cr_assert_not_null(strstr(r.err, "no GPU 7"), "%s", r.err);
+    assert_run_failure(r);
+}
+
 Test(cli, save_scope_writes_the_parameters)
 {
     const char *saved = in_dir("saved");
@@ -419,6 +444,9 @@ Test(cli, bad_usage_exits_2_with_a_one_line_message)
     assert_usage_error(VARQ("run", prog, "--workers", "abc"));
     assert_usage_error(VARQ("run", prog, "--workers", "0"));
     assert_usage_error(VARQ("run", prog, "--workers", "100000"));
+    assert_usage_error(VARQ("run", prog, "--gpu", "-1"));
+    assert_usage_error(VARQ("run", prog, "--gpu", "one"));
+    assert_usage_error(VARQ("run", prog, "--gpu", "64"));
     assert_usage_error(VARQ("run", "--feed", x_feed));
     assert_usage_error(VARQ("run", prog, prog));
     assert_usage_error(VARQ("dump"));

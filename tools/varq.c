@@ -58,6 +58,9 @@ static const char usage_text[] =
     "                          number of cores)\n"
     "  --profile TRACE.json    write a Chrome trace of every op run (open it in\n"
     "                          Perfetto or chrome://tracing)\n"
+    "  --gpu ID                run the ops on GPU ID (VARQ_GPU_BACKEND=cuda|emulated\n"
+    "                          picks the backend); feeds, scope and fetches are\n"
+    "                          copied between the host and the device\n"
     "\n"
     "example:\n"
     "  varq run model.pb --scope params --feed x=x.npy --fetch y=y.npy --repeat 10\n"
@@ -102,13 +105,13 @@ static int finish_stdout(int status)
     return status;
 }
 
-/* Parses a positive decimal count no larger than max. */
-static int parse_count(const char *s, long max, long *out)
+/* Parses a decimal integer from min to max. */
+static int parse_long(const char *s, long min, long max, long *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < 1 || v > max)
+    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
         return -1;
     *out = v;
     return 0;
@@ -169,6 +172,7 @@ struct run_args {
     int nfeeds, nfetches;
     const char *scope_dir, *save_scope_dir, *profile;
     long repeat, workers; /* workers 0 = the engine's default */
+    long gpu;             /* run on this GPU; -1: the CPU */
 };
 
 /* The value of option argv[*i] (`--opt value` or `--opt=value`); advances *i
@@ -226,8 +230,9 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
             a->program = arg;
             continue;
         }
-        static const char *const options[] = {"--feed",   "--fetch",   "--scope",  "--save-scope",
-                                              "--repeat", "--workers", "--profile"};
+        static const char *const options[] = {"--feed",    "--fetch",   "--scope",
+                                              "--save-scope", "--repeat", "--workers",
+                                              "--profile", "--gpu"};
         const char *opt = NULL;
         for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
             size_t len = strlen(options[k]);
@@ -267,11 +272,14 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
             a->save_scope_dir = val;
         } else if (strcmp(opt, "--profile") == 0) {
             a->profile = val;
+        } else if (strcmp(opt, "--gpu") == 0) {
+            if (parse_long(val, 0, 63, &a->gpu) != 0)
+                return usage_error("run: --gpu '%s' is not a GPU id from 0 to 63", val);
         } else if (strcmp(opt, "--repeat") == 0) {
-            if (parse_count(val, 1000000000L, &a->repeat) != 0)
+            if (parse_long(val, 1, 1000000000L, &a->repeat) != 0)
                 return usage_error("run: --repeat '%s' is not a count from 1 to 1000000000", val);
         } else { /* --workers */
-            if (parse_count(val, 1024, &a->workers) != 0)
+            if (parse_long(val, 1, 1024, &a->workers) != 0)
                 return usage_error("run: --workers '%s' is not a count from 1 to 1024", val);
         }
     }
@@ -396,7 +404,10 @@ static int run_program(const struct run_args *a, struct run_state *s)
     };
     if ((rc = vq_engine_new(&s->engine, &eo)) != 0)
         return failed(rc, "starting the engine");
-    if ((rc = vq_exec_new(&s->exec, s->engine, NULL)) != 0)
+    vq_exec_opts xo = {.device = {VQ_DEV_CPU, 0}};
+    if (a->gpu >= 0)
+        xo.device = (vq_ctx){VQ_DEV_GPU, (int)a->gpu};
+    if ((rc = vq_exec_new(&s->exec, s->engine, &xo)) != 0)
         return failed(rc, "creating the executor");
 
     double total = 0;
@@ -414,7 +425,16 @@ static int run_program(const struct run_args *a, struct run_state *s)
     for (int i = 0; i < s->nfetches; i++) {
         const struct binding *b = &a->fetches[i];
         if (b->file == NULL) {
-            print_tensor(b->name, s->fetches[i].tensor);
+            /* A GPU run's fetches are on the device. */
+            vq_tensor *t = s->fetches[i].tensor, *h = NULL;
+            if (vq_tensor_device(t).kind == VQ_DEV_GPU &&
+                ((rc = vq_tensor_copy_to(s->engine, t, (vq_ctx){VQ_DEV_CPU, 0}, &h)) != 0 ||
+                 (rc = vq_tensor_wait(h)) != 0)) {
+                vq_tensor_release(h);
+                return failed(rc, "copying fetch %s to the host", b->name);
+            }
+            print_tensor(b->name, h ? h : t);
+            vq_tensor_release(h);
         } else if ((rc = vq_npy_save(b->file, s->fetches[i].tensor)) != 0) {
             return failed(rc, "writing fetch %s", b->name);
         }
@@ -437,7 +457,7 @@ static int run_program(const struct run_args *a, struct run_state *s)
 
 static int cmd_run(int argc, char **argv)
 {
-    struct run_args a = {.repeat = 1};
+    struct run_args a = {.repeat = 1, .gpu = -1};
     /* Each option takes one value: argc bounds the feeds, the fetches and
      * the names split out of them. */
     size_t cap = (size_t)argc + 1;

@@ -3,13 +3,17 @@
  * one plan and of a second plan sharing a scope, with different feeds, many
  * in flight at once, some of them failing; every run's fetch is compared
  * with the value computed serially, and every callback must come exactly
- * once. Usage: exec_stress [runs per thread]. */
+ * once. With --gpu the executor runs on GPU 0 (VARQ_GPU_BACKEND: the
+ * emulated backend in the suite): bookkeeping on the GPU workers, stream-
+ * ordered frees, host feeds copied in, device-found errors reported through
+ * the run. Usage: exec_stress [runs per thread] [--gpu]. */
 #include <varq/varq.h>
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define INFLIGHT 24
 
@@ -18,6 +22,7 @@ static vq_exec *exec;
 static vq_scope *scope;
 static vq_program *prog;
 static atomic_int failures;
+static vq_ctx device; /* the executor's */
 
 static void check(int ok, const char *what)
 {
@@ -93,6 +98,17 @@ static void job_start(struct job *j, unsigned seed)
           "run_async");
 }
 
+/* A host copy of a fetch (NULL stays NULL). */
+static vq_tensor *host(vq_tensor *t)
+{
+    if (!t || vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return vq_tensor_retain(t);
+    vq_tensor *h = NULL;
+    check(vq_tensor_copy_to(engine, t, (vq_ctx){VQ_DEV_CPU, 0}, &h) == 0 && vq_tensor_wait(h) == 0,
+          "copy to the host");
+    return h;
+}
+
 static void job_check(struct job *j)
 {
     while (atomic_load(&j->calls) == 0)
@@ -103,14 +119,17 @@ static void job_check(struct job *j)
         check(!j->fetch[0].tensor && !j->fetch[1].tensor, "failed runs fetch nothing");
     } else {
         check(j->err == 0, "run failed");
-        const double *out = j->fetch[0].tensor ? vq_tensor_data(j->fetch[0].tensor) : NULL;
-        const int64_t *d = j->fetch[1].tensor ? vq_tensor_data(j->fetch[1].tensor) : NULL;
+        vq_tensor *ho = host(j->fetch[0].tensor), *hd = host(j->fetch[1].tensor);
+        const double *out = ho ? vq_tensor_data(ho) : NULL;
+        const int64_t *d = hd ? vq_tensor_data(hd) : NULL;
         for (int i = 0; out && d && i < 8; i++) {
             double x = j->base + i;
             check(out[i] == (x + 0.5 * i) * 3 - x, "out value");
             check(d[i] == (100 + i) / (1 + i), "d value");
         }
         check(out && d, "fetches present");
+        vq_tensor_release(ho);
+        vq_tensor_release(hd);
     }
     vq_tensor_release(j->fetch[0].tensor);
     vq_tensor_release(j->fetch[1].tensor);
@@ -141,9 +160,17 @@ static void *pusher(void *arg)
 
 int main(int argc, char **argv)
 {
-    runs_per_thread = argc > 1 ? atol(argv[1]) : 2000;
+    runs_per_thread = 2000;
+    device = (vq_ctx){VQ_DEV_CPU, 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--gpu"))
+            device = (vq_ctx){VQ_DEV_GPU, 0};
+        else
+            runs_per_thread = atol(argv[i]);
+    }
     vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
-    if (vq_engine_new(&engine, &o) || vq_exec_new(&exec, engine, NULL) || vq_scope_new(&scope)) {
+    vq_exec_opts xo = {.device = device};
+    if (vq_engine_new(&engine, &o) || vq_exec_new(&exec, engine, &xo) || vq_scope_new(&scope)) {
         fprintf(stderr, "exec_stress: setup: %s\n", vq_errmsg());
         return 1;
     }
@@ -168,6 +195,7 @@ int main(int argc, char **argv)
     vq_scope_free(scope);
     vq_engine_free(engine);
     int f = atomic_load(&failures);
-    printf("exec_stress: %ld runs, %d failures\n", 2 * runs_per_thread, f);
+    printf("exec_stress: %ld runs on %s, %d failures\n", 2 * runs_per_thread,
+           device.kind == VQ_DEV_GPU ? "GPU 0" : "the CPU", f);
     return f != 0;
 }

@@ -11,10 +11,9 @@
  * it); every pass reads a line's element before it writes the same element,
  * which is what makes running in place safe. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <math.h>
-
-enum { ACT_RELU, ACT_SIGMOID, ACT_TANH };
 
 static const char *const x_in[] = {"X"};
 static const char *const out_slot[] = {"Out"};
@@ -33,16 +32,12 @@ static void merge_known_dims(const vq__meta *a, const vq__meta *b, vq__meta *out
 
 /* ---- relu, sigmoid, tanh ---- */
 
-struct unary_params {
-    int op;
-};
-
 static int unary_infer(vq__infer *c)
 {
     int rc = vq__check_dtype(c, 0, VQ__FLOATS);
     if (rc < 0)
         return rc;
-    ((struct unary_params *)c->params)->op = c->def->code;
+    ((vq__unary_params *)c->params)->op = c->def->code;
     c->out[0] = c->in[0];
     return 0;
 }
@@ -53,11 +48,11 @@ static int unary_infer(vq__infer *c)
     static void unary_##T(int op, const T *x, T *o, int64_t n)                    \
     {                                                                             \
         switch (op) {                                                             \
-        case ACT_RELU:                                                            \
+        case VQ__ACT_RELU:                                                        \
             for (int64_t i = 0; i < n; i++)                                       \
                 o[i] = x[i] < 0 ? (T)0 : x[i];                                    \
             break;                                                                \
-        case ACT_SIGMOID:                                                         \
+        case VQ__ACT_SIGMOID:                                                     \
             for (int64_t i = 0; i < n; i++) {                                     \
                 T v = x[i];                                                       \
                 if (v >= 0) {                                                     \
@@ -80,7 +75,7 @@ UNARY(double, exp, tanh)
 
 static int unary_kernel(const vq__kcall *k)
 {
-    const struct unary_params *p = k->params;
+    const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (x->dtype == VQ_F32)
         unary_float(p->op, x->data, o->data, x->numel);
@@ -96,7 +91,7 @@ static int unary_grad_infer(vq__infer *c)
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
         (rc = vq__check_same_shape(c, 0, 1)) < 0)
         return rc;
-    ((struct unary_params *)c->params)->op = c->def->code;
+    ((vq__unary_params *)c->params)->op = c->def->code;
     merge_known_dims(&c->in[0], &c->in[1], &c->out[0]);
     return 0;
 }
@@ -105,11 +100,11 @@ static int unary_grad_infer(vq__infer *c)
     static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n)   \
     {                                                                             \
         switch (op) {                                                             \
-        case ACT_RELU:                                                            \
+        case VQ__ACT_RELU:                                                        \
             for (int64_t i = 0; i < n; i++)                                       \
                 d[i] = y[i] > 0 ? g[i] : (T)0;                                    \
             break;                                                                \
-        case ACT_SIGMOID:                                                         \
+        case VQ__ACT_SIGMOID:                                                     \
             for (int64_t i = 0; i < n; i++)                                       \
                 d[i] = g[i] * y[i] * ((T)1 - y[i]);                               \
             break;                                                                \
@@ -125,7 +120,7 @@ UNARY_GRAD(double)
 
 static int unary_grad_kernel(const vq__kcall *k)
 {
-    const struct unary_params *p = k->params;
+    const vq__unary_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
     if (y->dtype == VQ_F32)
         unary_grad_float(p->op, y->data, g->data, d->data, y->numel);
@@ -148,10 +143,6 @@ static int unary_grad(const vq__grad *g)
 
 /* ---- softmax ---- */
 
-struct softmax_params {
-    int axis;
-};
-
 static const vq__attr_spec axis_attrs[] = {
     {"axis", VQ_ATTR_INT, false, "-1"},
 };
@@ -161,7 +152,7 @@ static int softmax_axis(vq__infer *c)
 {
     if (c->in[0].ndim < 1)
         return vq__in_fail(c, 0, "has 0 dims, softmax needs at least 1");
-    struct softmax_params *p = c->params;
+    vq__softmax_params *p = c->params;
     return vq__axis(c, "axis", vq__attr_int(c, "axis", -1), c->in[0].ndim, &p->axis);
 }
 
@@ -216,7 +207,7 @@ SOFTMAX(double)
 
 static int softmax_kernel(const vq__kcall *k)
 {
-    const struct softmax_params *p = k->params;
+    const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     struct lines l = lines_of(x, p->axis);
     if (x->dtype == VQ_F32)
@@ -258,7 +249,7 @@ SOFTMAX_GRAD(double)
 
 static int softmax_grad_kernel(const vq__kcall *k)
 {
-    const struct softmax_params *p = k->params;
+    const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
     struct lines l = lines_of(y, p->axis);
     if (y->dtype == VQ_F32)
@@ -281,29 +272,29 @@ static int softmax_grad(const vq__grad *g)
 
 #define UNARY_OP(name, c)                                                                   \
     {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(struct unary_params),        \
+     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),           \
      .infer = unary_infer, .kernel = {unary_kernel}, .grad = unary_grad}
 
 #define UNARY_GRAD_OP(name, c)                                                              \
     {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,              \
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .code = c,                                   \
-     .params_size = sizeof(struct unary_params), .infer = unary_grad_infer,                 \
+     .params_size = sizeof(vq__unary_params), .infer = unary_grad_infer,                    \
      .kernel = {unary_grad_kernel}}
 
 const vq__op_def vq__ops_activation[] = {
-    UNARY_OP("relu", ACT_RELU),
-    UNARY_OP("sigmoid", ACT_SIGMOID),
-    UNARY_OP("tanh", ACT_TANH),
-    UNARY_GRAD_OP("relu_grad", ACT_RELU),
-    UNARY_GRAD_OP("sigmoid_grad", ACT_SIGMOID),
-    UNARY_GRAD_OP("tanh_grad", ACT_TANH),
+    UNARY_OP("relu", VQ__ACT_RELU),
+    UNARY_OP("sigmoid", VQ__ACT_SIGMOID),
+    UNARY_OP("tanh", VQ__ACT_TANH),
+    UNARY_GRAD_OP("relu_grad", VQ__ACT_RELU),
+    UNARY_GRAD_OP("sigmoid_grad", VQ__ACT_SIGMOID),
+    UNARY_GRAD_OP("tanh_grad", VQ__ACT_TANH),
     {.type = "softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(struct softmax_params), .infer = softmax_infer,
+     .params_size = sizeof(vq__softmax_params), .infer = softmax_infer,
      .kernel = {softmax_kernel}, .grad = softmax_grad},
     {.type = "softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(struct softmax_params), .infer = softmax_grad_infer,
+     .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,
      .kernel = {softmax_grad_kernel}},
     {0},
 };

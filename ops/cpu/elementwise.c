@@ -6,16 +6,11 @@
  * in unsigned types: signed overflow would be undefined); integer division
  * by zero is an error of the op, not a crash. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <string.h>
 
-enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV };
-
 static const char *const op_names[] = {"add", "sub", "mul", "div"};
-
-struct binary_params {
-    int op;
-};
 
 static const char *const xy_in[] = {"X", "Y"};
 static const char *const out_slot[] = {"Out"};
@@ -26,7 +21,7 @@ static int binary_infer(vq__infer *c)
     if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
     c->out[0].dtype = c->in[0].dtype;
-    ((struct binary_params *)c->params)->op = c->def->code;
+    ((vq__binary_params *)c->params)->op = c->def->code;
     return vq__broadcast_shapes(c, 0, 1, &c->out[0]);
 }
 
@@ -46,9 +41,9 @@ struct rows {
         const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                     \
         T *o = (T *)r->out + oo;                                                          \
         switch (r->op) {                                                                  \
-        case OP_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] + y[i * ys]; break; \
-        case OP_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] - y[i * ys]; break; \
-        case OP_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] * y[i * ys]; break; \
+        case VQ__BINARY_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] + y[i * ys]; break; \
+        case VQ__BINARY_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] - y[i * ys]; break; \
+        case VQ__BINARY_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] * y[i * ys]; break; \
         default: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] / y[i * ys]; break;     \
         }                                                                                 \
     }
@@ -61,13 +56,13 @@ struct rows {
         const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                      \
         T *o = (T *)r->out + oo;                                                           \
         switch (r->op) {                                                                   \
-        case OP_ADD:                                                                       \
+        case VQ__BINARY_ADD:                                                               \
             for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);      \
             break;                                                                         \
-        case OP_SUB:                                                                       \
+        case VQ__BINARY_SUB:                                                               \
             for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);      \
             break;                                                                         \
-        case OP_MUL:                                                                       \
+        case VQ__BINARY_MUL:                                                               \
             for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);      \
             break;                                                                         \
         default:                                                                           \
@@ -93,7 +88,7 @@ INT_ROW(int64_t, uint64_t, INT64_MIN)
 
 static int binary_kernel(const vq__kcall *k)
 {
-    const struct binary_params *p = k->params;
+    const vq__binary_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
     vq__bcast b;
     vq__bcast_init(&b, out, x, y);
@@ -117,16 +112,12 @@ static int binary_kernel(const vq__kcall *k)
 /* elementwise_grad(dOut, X, Y) -> dX or dY (attr wrt): the derivative of
  * op(X, Y) times dOut, summed over the dims along which the operand was
  * broadcast. */
-struct grad_params {
-    int op, wrt;
-};
-
 static const char *const grad_in[] = {"dOut", "X", "Y"};
 static const char *const grad_out[] = {"dZ"};
 
 static int grad_infer(vq__infer *c)
 {
-    struct grad_params *p = c->params;
+    vq__binary_grad_params *p = c->params;
     const vq_attr *op = vq__attr_find(c, "op");
     p->op = -1;
     for (int i = 0; i < 4; i++)
@@ -173,9 +164,9 @@ struct grad_rows {
         for (int64_t i = 0; i < n; i++) {                                                  \
             T a = x[i * xs], b = y[i * ys], d;                                             \
             switch (r->op) {                                                               \
-            case OP_ADD: d = g[i]; break;                                                  \
-            case OP_SUB: d = r->wrt ? -g[i] : g[i]; break;                                 \
-            case OP_MUL: d = g[i] * (r->wrt ? a : b); break;                               \
+            case VQ__BINARY_ADD: d = g[i]; break;                                          \
+            case VQ__BINARY_SUB: d = r->wrt ? -g[i] : g[i]; break;                         \
+            case VQ__BINARY_MUL: d = g[i] * (r->wrt ? a : b); break;                       \
             default: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;                   \
             }                                                                              \
             dz[i * zs] += d;                                                               \
@@ -187,12 +178,12 @@ GRAD_ROW(double)
 
 static int grad_kernel(const vq__kcall *k)
 {
-    const struct grad_params *p = k->params;
+    const vq__binary_grad_params *p = k->params;
     vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
-    if (dz->numel == g->numel && (p->op == OP_ADD || p->op == OP_SUB)) {
+    if (dz->numel == g->numel && (p->op == VQ__BINARY_ADD || p->op == VQ__BINARY_SUB)) {
         /* Not broadcast: the gradient of a sum is dOut itself (negated for
          * the subtrahend). */
-        if (p->op == OP_ADD || p->wrt == 0) {
+        if (p->op == VQ__BINARY_ADD || p->wrt == 0) {
             memcpy(dz->data, g->data, dz->nbytes);
         } else if (g->dtype == VQ_F32) {
             const float *a = g->data;
@@ -232,10 +223,6 @@ static int binary_grad(const vq__grad *g)
 
 /* ---- scale: Out = scale * X + bias ---- */
 
-struct scale_params {
-    double scale, bias;
-};
-
 static const vq__attr_spec scale_attrs[] = {
     {"scale", VQ_ATTR_FLOAT, false, "1"},
     {"bias", VQ_ATTR_FLOAT, false, "0"},
@@ -246,7 +233,7 @@ static int scale_infer(vq__infer *c)
     int rc = vq__check_dtype(c, 0, VQ__FLOATS);
     if (rc < 0)
         return rc;
-    struct scale_params *p = c->params;
+    vq__scale_params *p = c->params;
     p->scale = vq__attr_float(c, "scale", 1.0);
     p->bias = vq__attr_float(c, "bias", 0.0);
     c->out[0] = c->in[0];
@@ -255,7 +242,7 @@ static int scale_infer(vq__infer *c)
 
 static int scale_kernel(const vq__kcall *k)
 {
-    const struct scale_params *p = k->params;
+    const vq__scale_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (x->dtype == VQ_F32) {
         const float *a = x->data;
@@ -288,20 +275,20 @@ static const vq__attr_spec grad_attrs[] = {
 
 #define BINARY(name, c)                                                                     \
     {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(struct binary_params),       \
+     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__binary_params),          \
      .infer = binary_infer, .kernel = {binary_kernel}, .grad = binary_grad}
 
 const vq__op_def vq__ops_elementwise[] = {
-    BINARY("add", OP_ADD),
-    BINARY("sub", OP_SUB),
-    BINARY("mul", OP_MUL),
-    BINARY("div", OP_DIV),
+    BINARY("add", VQ__BINARY_ADD),
+    BINARY("sub", VQ__BINARY_SUB),
+    BINARY("mul", VQ__BINARY_MUL),
+    BINARY("div", VQ__BINARY_DIV),
     {.type = "elementwise_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
      .nout_slots = 1, .attrs = grad_attrs, .nattrs = 2,
-     .params_size = sizeof(struct grad_params), .infer = grad_infer, .kernel = {grad_kernel}},
+     .params_size = sizeof(vq__binary_grad_params), .infer = grad_infer, .kernel = {grad_kernel}},
     {.type = "scale", .in_slots = xy_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
      .flags = VQ__INPLACE_OK, .attrs = scale_attrs, .nattrs = 2,
-     .params_size = sizeof(struct scale_params), .infer = scale_infer, .kernel = {scale_kernel},
+     .params_size = sizeof(vq__scale_params), .infer = scale_infer, .kernel = {scale_kernel},
      .grad = scale_grad},
     {0},
 };

@@ -6,6 +6,7 @@
  * worker count or device fills it. The formulas below are the contract a
  * GPU kernel reproduces; change them only together. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <float.h>
 #include <math.h>
@@ -36,14 +37,9 @@ static int finite_attr(const vq__infer *c, const char *name, double v)
 
 /* ---- fill_constant ---- */
 
-struct fill_params {
-    double value; /* f32, f64 */
-    int64_t ivalue; /* i32, i64, bool */
-};
-
 static int fill_infer(vq__infer *c)
 {
-    struct fill_params *p = c->params;
+    vq__fill_params *p = c->params;
     int rc;
     if ((rc = shape_attr(c, &c->out[0])) < 0 ||
         (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
@@ -88,7 +84,7 @@ static int fill_infer(vq__infer *c)
 
 static int fill_kernel(const vq__kcall *k)
 {
-    const struct fill_params *p = k->params;
+    const vq__fill_params *p = k->params;
     vq_tensor *o = k->out[0];
     switch (o->dtype) {
     case VQ_F32:
@@ -117,15 +113,9 @@ static int fill_kernel(const vq__kcall *k)
 
 /* ---- random fills ---- */
 
-/* uniform: a = min, b = max - min. gaussian: a = mean, b = std. */
-struct random_params {
-    double a, b;
-    uint64_t seed;
-};
-
 static int random_common(vq__infer *c)
 {
-    struct random_params *p = c->params;
+    vq__random_params *p = c->params;
     int rc;
     if ((rc = shape_attr(c, &c->out[0])) < 0 ||
         (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
@@ -141,7 +131,7 @@ static int random_common(vq__infer *c)
 
 static int uniform_infer(vq__infer *c)
 {
-    struct random_params *p = c->params;
+    vq__random_params *p = c->params;
     int rc = random_common(c);
     double lo = vq__attr_float(c, "min", -1.0), hi = vq__attr_float(c, "max", 1.0);
     if (rc < 0 || (rc = finite_attr(c, "min", lo)) < 0 || (rc = finite_attr(c, "max", hi)) < 0)
@@ -157,7 +147,7 @@ static int uniform_infer(vq__infer *c)
 
 static int gaussian_infer(vq__infer *c)
 {
-    struct random_params *p = c->params;
+    vq__random_params *p = c->params;
     int rc = random_common(c);
     double mean = vq__attr_float(c, "mean", 0.0), std = vq__attr_float(c, "std", 1.0);
     if (rc < 0 || (rc = finite_attr(c, "mean", mean)) < 0 || (rc = finite_attr(c, "std", std)) < 0)
@@ -185,7 +175,7 @@ static inline uint64_t bits53(uint32_t hi, uint32_t lo)
  * the same bits. */
 static int uniform_kernel(const vq__kcall *k)
 {
-    const struct random_params *p = k->params;
+    const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
     uint32_t w[4];
     if (o->dtype == VQ_F32) {
@@ -222,7 +212,7 @@ static int uniform_kernel(const vq__kcall *k)
  * ulp; a GPU port should compare, not assume). */
 static int gaussian_kernel(const vq__kcall *k)
 {
-    const struct random_params *p = k->params;
+    const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
     uint32_t w[4];
     for (int64_t i = 0; i < o->numel; i++) {
@@ -266,13 +256,13 @@ static const vq__attr_spec gaussian_attrs[] = {
 
 const vq__op_def vq__ops_init[] = {
     {.type = "fill_constant", .out_slots = out_slot, .nout_slots = 1, .attrs = fill_attrs,
-     .nattrs = 3, .params_size = sizeof(struct fill_params), .infer = fill_infer,
+     .nattrs = 3, .params_size = sizeof(vq__fill_params), .infer = fill_infer,
      .kernel = {fill_kernel}},
     {.type = "gaussian_random", .out_slots = out_slot, .nout_slots = 1, .attrs = gaussian_attrs,
-     .nattrs = 5, .params_size = sizeof(struct random_params), .infer = gaussian_infer,
+     .nattrs = 5, .params_size = sizeof(vq__random_params), .infer = gaussian_infer,
      .kernel = {gaussian_kernel}},
     {.type = "uniform_random", .out_slots = out_slot, .nout_slots = 1, .attrs = uniform_attrs,
-     .nattrs = 5, .params_size = sizeof(struct random_params), .infer = uniform_infer,
+     .nattrs = 5, .params_size = sizeof(vq__random_params), .infer = uniform_infer,
      .kernel = {uniform_kernel}},
     {0},
 };

@@ -14,6 +14,7 @@
  * the loss to cancellation; its gradient is the softmax it already output
  * minus the one-hot label. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <math.h>
 #include <string.h>
@@ -302,10 +303,6 @@ static int sce_grad(const vq__grad *g)
 static const char *const xy_in[] = {"X", "Y"};
 static const char *const xy_grad_in[] = {"X", "Y", "dOut"};
 
-struct wrt_params {
-    int wrt;
-};
-
 static const vq__attr_spec wrt_attrs[] = {
     {"wrt", VQ_ATTR_INT, true, NULL},
 };
@@ -328,7 +325,7 @@ static int check_wrt(vq__infer *c)
     int64_t wrt = vq__attr_int(c, "wrt", 0);
     if (wrt != 0 && wrt != 1)
         return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
-    ((struct wrt_params *)c->params)->wrt = (int)wrt;
+    ((vq__wrt_params *)c->params)->wrt = (int)wrt;
     return 0;
 }
 
@@ -383,7 +380,7 @@ SQUARE_ERROR_GRAD(double)
 
 static int se_grad_kernel(const vq__kcall *k)
 {
-    const struct wrt_params *p = k->params;
+    const vq__wrt_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
     double two = p->wrt ? -2 : 2;
     if (x->dtype == VQ_F32)
@@ -467,7 +464,7 @@ static int mse_grad_infer(vq__infer *c)
 
 static int mse_grad_kernel(const vq__kcall *k)
 {
-    const struct wrt_params *p = k->params;
+    const vq__wrt_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
     if (x->numel == 0)
         return 0;
@@ -509,13 +506,13 @@ const vq__op_def vq__ops_loss[] = {
      .grad = se_grad},
     {.type = "square_error_grad", .in_slots = xy_grad_in, .nin_slots = 3, .out_slots = dz_slot,
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = wrt_attrs, .nattrs = 1,
-     .params_size = sizeof(struct wrt_params), .infer = se_grad_infer,
+     .params_size = sizeof(vq__wrt_params), .infer = se_grad_infer,
      .kernel = {se_grad_kernel}},
     {.type = "mse", .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1,
      .infer = mse_infer, .kernel = {mse_kernel}, .grad = mse_grad},
     {.type = "mse_grad", .in_slots = xy_grad_in, .nin_slots = 3, .out_slots = dz_slot,
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = wrt_attrs, .nattrs = 1,
-     .params_size = sizeof(struct wrt_params), .infer = mse_grad_infer,
+     .params_size = sizeof(vq__wrt_params), .infer = mse_grad_infer,
      .kernel = {mse_grad_kernel}},
     {0},
 };

@@ -8,17 +8,12 @@
  * already runs independent ops in parallel, and OpenBLAS's own threads would
  * fight its workers for the cores. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
-
-struct matmul_params {
-    bool tx, ty;
-    int wrt; /* matmul_grad: 0 (dX) or 1 (dY); matmul: unused */
-    double alpha;
-};
 
 static const char *const mm_in[] = {"X", "Y"};
 static const char *const mm_out[] = {"Out"};
@@ -71,7 +66,7 @@ static int product_meta(const vq__infer *c, bool tx, bool ty, vq__meta *out)
     return 0;
 }
 
-static void read_flags(const vq__infer *c, struct matmul_params *p)
+static void read_flags(const vq__infer *c, vq__matmul_params *p)
 {
     p->tx = vq__attr_bool(c, "transpose_x", false);
     p->ty = vq__attr_bool(c, "transpose_y", false);
@@ -80,14 +75,14 @@ static void read_flags(const vq__infer *c, struct matmul_params *p)
 
 static int matmul_infer(vq__infer *c)
 {
-    struct matmul_params *p = c->params;
+    vq__matmul_params *p = c->params;
     read_flags(c, p);
     return product_meta(c, p->tx, p->ty, &c->out[0]);
 }
 
 static int grad_infer(vq__infer *c)
 {
-    struct matmul_params *p = c->params;
+    vq__matmul_params *p = c->params;
     read_flags(c, p);
     int64_t wrt = vq__attr_int(c, "wrt", 0);
     if (wrt != 0 && wrt != 1)
@@ -173,7 +168,7 @@ static const char *at(const void *base, int64_t elems, size_t es)
 
 static int matmul_kernel(const vq__kcall *k)
 {
-    const struct matmul_params *p = k->params;
+    const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
     struct dims d = dims_of(x, y, p->tx, p->ty);
     size_t es = vq_dtype_size(x->dtype);
@@ -195,7 +190,7 @@ static int matmul_kernel(const vq__kcall *k)
  * batch's product is added (beta 1). */
 static int grad_kernel(const vq__kcall *k)
 {
-    const struct matmul_params *p = k->params;
+    const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
     struct dims d = dims_of(x, y, p->tx, p->ty);
     size_t es = vq_dtype_size(x->dtype);
@@ -260,10 +255,10 @@ static const vq__attr_spec matmul_attrs[] = {
 
 const vq__op_def vq__ops_matmul[] = {
     {.type = "matmul", .in_slots = mm_in, .nin_slots = 2, .out_slots = mm_out, .nout_slots = 1,
-     .attrs = matmul_attrs, .nattrs = 3, .params_size = sizeof(struct matmul_params),
+     .attrs = matmul_attrs, .nattrs = 3, .params_size = sizeof(vq__matmul_params),
      .infer = matmul_infer, .kernel = {matmul_kernel}, .grad = matmul_grad},
     {.type = "matmul_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
      .nout_slots = 1, .attrs = matmul_attrs, .nattrs = 4,
-     .params_size = sizeof(struct matmul_params), .infer = grad_infer, .kernel = {grad_kernel}},
+     .params_size = sizeof(vq__matmul_params), .infer = grad_infer, .kernel = {grad_kernel}},
     {0},
 };

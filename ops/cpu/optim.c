@@ -8,15 +8,9 @@
  * any output of element i. Arithmetic is in double for both dtypes: f32
  * state is read, updated in double and rounded once. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <math.h>
-
-enum { OPT_SGD, OPT_MOMENTUM, OPT_ADAM };
-
-struct optim_params {
-    double lr, mu, beta1, beta2, eps;
-    bool nesterov;
-};
 
 static const char *const sgd_in[] = {"Param", "Grad"};
 static const char *const sgd_out[] = {"ParamOut"};
@@ -42,12 +36,12 @@ static int beta_attr(const vq__infer *c, const char *name, double dflt, double *
 
 static int optim_infer(vq__infer *c)
 {
-    struct optim_params *p = c->params;
+    vq__optim_params *p = c->params;
     int rc;
     p->lr = vq__attr_float(c, "learning_rate", 0.0);
     if ((rc = finite_attr(c, "learning_rate", p->lr, 0)) < 0)
         return rc;
-    int nstate = c->def->code == OPT_ADAM ? 4 : c->nin; /* Param-shaped inputs */
+    int nstate = c->def->code == VQ__OPTIM_ADAM ? 4 : c->nin; /* Param-shaped inputs */
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0)
         return rc;
     for (int i = 1; i < nstate; i++)
@@ -55,12 +49,12 @@ static int optim_infer(vq__infer *c)
             return rc;
     c->out[0] = c->in[0];
     switch (c->def->code) {
-    case OPT_MOMENTUM:
+    case VQ__OPTIM_MOMENTUM:
         p->mu = vq__attr_float(c, "mu", 0.9);
         p->nesterov = vq__attr_bool(c, "use_nesterov", false);
         c->out[1] = c->in[2];
         return finite_attr(c, "mu", p->mu, 0);
-    case OPT_ADAM: {
+    case VQ__OPTIM_ADAM: {
         p->eps = vq__attr_float(c, "epsilon", 1e-8);
         if ((rc = beta_attr(c, "beta1", 0.9, &p->beta1)) < 0 ||
             (rc = beta_attr(c, "beta2", 0.999, &p->beta2)) < 0 ||
@@ -86,7 +80,7 @@ static int optim_infer(vq__infer *c)
 }
 
 #define SGD(T)                                                                      \
-    static void sgd_##T(const struct optim_params *p, const vq__kcall *k)           \
+    static void sgd_##T(const vq__optim_params *p, const vq__kcall *k)              \
     {                                                                               \
         const T *pa = k->in[0]->data, *g = k->in[1]->data;                          \
         T *po = k->out[0]->data;                                                    \
@@ -96,7 +90,7 @@ static int optim_infer(vq__infer *c)
 
 /* v = mu v + g; p -= lr v, or with Nesterov p -= lr (g + mu v). */
 #define MOMENTUM(T)                                                                 \
-    static void momentum_##T(const struct optim_params *p, const vq__kcall *k)      \
+    static void momentum_##T(const vq__optim_params *p, const vq__kcall *k)         \
     {                                                                               \
         const T *pa = k->in[0]->data, *g = k->in[1]->data, *v = k->in[2]->data;     \
         T *po = k->out[0]->data, *vo = k->out[1]->data;                             \
@@ -116,7 +110,7 @@ static int optim_infer(vq__infer *c)
  * constants computed in double. One pass, no division per element but the
  * one PyTorch also does. */
 #define ADAM(T, SQRT)                                                               \
-    static void adam_##T(const struct optim_params *p, const vq__kcall *k, double c1, \
+    static void adam_##T(const vq__optim_params *p, const vq__kcall *k, double c1,  \
                          double c2)                                                 \
     {                                                                               \
         const T *pa = k->in[0]->data, *g = k->in[1]->data;                          \
@@ -146,16 +140,16 @@ ADAM(double, sqrt)
 
 static int optim_kernel(const vq__kcall *k)
 {
-    const struct optim_params *p = k->params;
+    const vq__optim_params *p = k->params;
     bool f32 = k->in[0]->dtype == VQ_F32;
-    if (k->def->code == OPT_SGD) {
+    if (k->def->code == VQ__OPTIM_SGD) {
         if (f32)
             sgd_float(p, k);
         else
             sgd_double(p, k);
         return 0;
     }
-    if (k->def->code == OPT_MOMENTUM) {
+    if (k->def->code == VQ__OPTIM_MOMENTUM) {
         if (f32)
             momentum_float(p, k);
         else
@@ -196,12 +190,12 @@ static const vq__attr_spec adam_attrs[] = {
 #define OPTIM(name, c, ins, nins, outs, nouts, schema, nschema)                            \
     {.type = name, .in_slots = ins, .nin_slots = nins, .out_slots = outs, .nout_slots = nouts, \
      .flags = VQ__INPLACE_OK, .attrs = schema, .nattrs = nschema, .code = c,                 \
-     .params_size = sizeof(struct optim_params), .infer = optim_infer,                       \
+     .params_size = sizeof(vq__optim_params), .infer = optim_infer,                        \
      .kernel = {optim_kernel}}
 
 const vq__op_def vq__ops_optim[] = {
-    OPTIM("adam", OPT_ADAM, adam_in, 5, adam_out, 4, adam_attrs, 4),
-    OPTIM("momentum", OPT_MOMENTUM, momentum_in, 3, momentum_out, 2, momentum_attrs, 3),
-    OPTIM("sgd", OPT_SGD, sgd_in, 2, sgd_out, 1, sgd_attrs, 1),
+    OPTIM("adam", VQ__OPTIM_ADAM, adam_in, 5, adam_out, 4, adam_attrs, 4),
+    OPTIM("momentum", VQ__OPTIM_MOMENTUM, momentum_in, 3, momentum_out, 2, momentum_attrs, 3),
+    OPTIM("sgd", VQ__OPTIM_SGD, sgd_in, 2, sgd_out, 1, sgd_attrs, 1),
     {0},
 };

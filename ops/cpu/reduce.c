@@ -13,18 +13,13 @@
  * overflow would be undefined). The mean of zero elements is NaN, as in
  * numpy: 0 / 0. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { OP_SUM, OP_MEAN };
-
 static const char *const grad_names[] = {"sum_grad", "mean_grad"};
-
-struct reduce_params {
-    unsigned mask; /* bit d set: X's dim d is reduced */
-};
 
 static const char *const x_in[] = {"X"};
 static const char *const out_slot[] = {"Out"};
@@ -33,7 +28,7 @@ static const char *const grad_out[] = {"dX"};
 
 /* Reads axes and keepdim against X (input 0): fills p and the shape of the
  * reduced output (dtype X's). An empty axes list reduces every axis. */
-static int reduce_plan(const vq__infer *c, struct reduce_params *p, vq__meta *out)
+static int reduce_plan(const vq__infer *c, vq__reduce_params *p, vq__meta *out)
 {
     const vq__meta *x = &c->in[0];
     const vq_attr *axes = vq__attr_find(c, "axes");
@@ -66,7 +61,7 @@ static int reduce_plan(const vq__infer *c, struct reduce_params *p, vq__meta *ou
 
 static int reduce_infer(vq__infer *c)
 {
-    int rc = vq__check_dtype(c, 0, c->def->code == OP_MEAN ? VQ__FLOATS : VQ__NUMERIC);
+    int rc = vq__check_dtype(c, 0, c->def->code == VQ__REDUCE_MEAN ? VQ__FLOATS : VQ__NUMERIC);
     if (rc < 0)
         return rc;
     return reduce_plan(c, c->params, &c->out[0]);
@@ -165,7 +160,7 @@ SUM_ROW(sum_row_i64, int64_t, uint64_t)
 
 static int reduce_kernel(const vq__kcall *k)
 {
-    const struct reduce_params *p = k->params;
+    const vq__reduce_params *p = k->params;
     vq_tensor *x = k->in[0], *out = k->out[0];
     int64_t n = out->numel;
     if (n == 0)
@@ -193,7 +188,7 @@ static int reduce_kernel(const vq__kcall *k)
         walk_init(&w, x, p->mask);
         walk_rows(&w, &r, row);
     }
-    if (k->def->code == OP_MEAN) {
+    if (k->def->code == VQ__REDUCE_MEAN) {
         /* count == 0 only when a reduced dim is 0: the mean is then NaN. */
         int64_t count = x->numel / n;
         double *acc = x->dtype == VQ_F32 ? tmp : out->data;
@@ -257,13 +252,13 @@ SPREAD_ROW(spread_row_f64, double)
 
 static int reduce_grad_kernel(const vq__kcall *k)
 {
-    const struct reduce_params *p = k->params;
+    const vq__reduce_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
     if (dx->numel == 0)
         return 0;
     /* dX non-empty means every reduced dim is non-zero, and so is dOut. */
     struct spread_rows r = {.g = g->data, .dx = dx->data, .scale = 1.0};
-    if (k->def->code == OP_MEAN)
+    if (k->def->code == VQ__REDUCE_MEAN)
         r.scale = 1.0 / (double)(dx->numel / g->numel);
     struct walk w;
     walk_init(&w, dx, p->mask);
@@ -279,19 +274,19 @@ static const vq__attr_spec reduce_attrs[] = {
 #define REDUCE(name, c)                                                                       \
     {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
      .attrs = reduce_attrs, .nattrs = 2, .code = c,                                           \
-     .params_size = sizeof(struct reduce_params), .infer = reduce_infer,                      \
+     .params_size = sizeof(vq__reduce_params), .infer = reduce_infer,                         \
      .kernel = {reduce_kernel}, .grad = reduce_grad}
 
 #define REDUCE_GRAD(name, c)                                                                  \
     {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,                \
      .nout_slots = 1, .attrs = reduce_attrs, .nattrs = 2, .code = c,                          \
-     .params_size = sizeof(struct reduce_params), .infer = reduce_grad_infer,                 \
+     .params_size = sizeof(vq__reduce_params), .infer = reduce_grad_infer,                    \
      .kernel = {reduce_grad_kernel}}
 
 const vq__op_def vq__ops_reduce[] = {
-    REDUCE("sum", OP_SUM),
-    REDUCE("mean", OP_MEAN),
-    REDUCE_GRAD("sum_grad", OP_SUM),
-    REDUCE_GRAD("mean_grad", OP_MEAN),
+    REDUCE("sum", VQ__REDUCE_SUM),
+    REDUCE("mean", VQ__REDUCE_MEAN),
+    REDUCE_GRAD("sum_grad", VQ__REDUCE_SUM),
+    REDUCE_GRAD("mean_grad", VQ__REDUCE_MEAN),
     {0},
 };

@@ -17,6 +17,7 @@
  * x != 0 (so NaN is true). f64 to f32 rounds, and overflows to +-inf as
  * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
 #include "../internal.h"
+#include "../params.h"
 
 #include <math.h>
 #include <string.h>
@@ -117,10 +118,6 @@ static void block_copy(struct block b, void *dst, const void *src, size_t esize)
 
 /* ---- transpose ---- */
 
-struct transpose_params {
-    int perm[VQ_MAX_DIMS]; /* Out's dim i is X's dim perm[i] */
-};
-
 static const vq__attr_spec transpose_attrs[] = {
     {"perm", VQ_ATTR_INTS, true, NULL},
 };
@@ -129,7 +126,7 @@ static int transpose_infer(vq__infer *c)
 {
     const vq__meta *x = &c->in[0];
     const vq_attr *perm = vq__attr_find(c, "perm");
-    struct transpose_params *p = c->params;
+    vq__transpose_params *p = c->params;
     if (perm->n != x->ndim)
         return vq__attr_fail(c, "perm", "has %d entries for X's %d dims", perm->n, x->ndim);
     unsigned seen = 0;
@@ -150,7 +147,7 @@ static int transpose_infer(vq__infer *c)
 
 static int transpose_kernel(const vq__kcall *k)
 {
-    const struct transpose_params *p = k->params;
+    const vq__transpose_params *p = k->params;
     vq_tensor *x = k->in[0], *out = k->out[0];
     int64_t xs[VQ_MAX_DIMS];
     contiguous_strides(x->ndim, x->shape, xs);
@@ -290,11 +287,6 @@ static int reshape_grad_infer(vq__infer *c)
 
 /* ---- concat ---- */
 
-struct concat_params {
-    int axis;
-    int index; /* concat_grad: which input's piece */
-};
-
 static const vq__attr_spec concat_attrs[] = {
     {"axis", VQ_ATTR_INT, false, "0"},
 };
@@ -302,7 +294,7 @@ static const vq__attr_spec concat_attrs[] = {
 /* Checks inputs first..nin-1 (the tensors to concatenate) and fills the
  * concatenated shape and p->axis. Each dim other than the axis takes the
  * first known value among the inputs. */
-static int concat_plan(const vq__infer *c, int first, struct concat_params *p, vq__meta *out)
+static int concat_plan(const vq__infer *c, int first, vq__concat_params *p, vq__meta *out)
 {
     const vq__meta *x0 = &c->in[first];
     if (x0->ndim == 0)
@@ -355,7 +347,7 @@ static void concat_block(const vq_tensor *whole, const vq_tensor *piece, int axi
 
 static int concat_kernel(const vq__kcall *k)
 {
-    const struct concat_params *p = k->params;
+    const vq__concat_params *p = k->params;
     vq_tensor *out = k->out[0];
     size_t es = vq_dtype_size(out->dtype);
     int64_t at = 0, offset;
@@ -406,7 +398,7 @@ static const vq__attr_spec concat_grad_attrs[] = {
 
 static int concat_grad_infer(vq__infer *c)
 {
-    struct concat_params *p = c->params;
+    vq__concat_params *p = c->params;
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0)
         return rc;
@@ -434,7 +426,7 @@ static int concat_grad_infer(vq__infer *c)
 
 static int concat_grad_kernel(const vq__kcall *k)
 {
-    const struct concat_params *p = k->params;
+    const vq__concat_params *p = k->params;
     vq_tensor *g = k->in[0], *dx = k->out[0];
     size_t es = vq_dtype_size(dx->dtype);
     int64_t at = 0, offset;
@@ -455,10 +447,6 @@ static int concat_grad_kernel(const vq__kcall *k)
 
 /* ---- slice ---- */
 
-struct slice_params {
-    int64_t start[VQ_MAX_DIMS]; /* per X dim; 0 for dims not sliced */
-};
-
 static const vq__attr_spec slice_attrs[] = {
     {"axes", VQ_ATTR_INTS, true, NULL},
     {"starts", VQ_ATTR_INTS, true, NULL},
@@ -468,7 +456,7 @@ static const vq__attr_spec slice_attrs[] = {
 /* numpy's x[start:end] along each listed axis of X (input 0): negative
  * bounds count from the end, both are clamped to [0, dim], and end <= start
  * is empty. An unknown dim gives an unknown result dim. */
-static int slice_plan(const vq__infer *c, struct slice_params *p, vq__meta *out)
+static int slice_plan(const vq__infer *c, vq__slice_params *p, vq__meta *out)
 {
     const vq__meta *x = &c->in[0];
     const vq_attr *axes = vq__attr_find(c, "axes"), *starts = vq__attr_find(c, "starts"),
@@ -510,7 +498,7 @@ static int slice_infer(vq__infer *c)
 
 /* The block of the slice inside X (contiguous), starting at element
  * *offset of X; dst strides are the slice's own, contiguous. */
-static void slice_block(const struct slice_params *p, const vq_tensor *x, const vq_tensor *part,
+static void slice_block(const vq__slice_params *p, const vq_tensor *x, const vq_tensor *part,
                         struct block *b, int64_t *offset)
 {
     b->ndim = x->ndim;
@@ -580,17 +568,13 @@ static int slice_grad_kernel(const vq__kcall *k)
 
 /* ---- cast ---- */
 
-struct cast_params {
-    vq_dtype to;
-};
-
 static const vq__attr_spec cast_attrs[] = {
     {"dtype", VQ_ATTR_STRING, true, NULL},
 };
 
 static int cast_infer(vq__infer *c)
 {
-    struct cast_params *p = c->params;
+    vq__cast_params *p = c->params;
     int rc = vq__attr_dtype(c, "dtype", VQ_F32, &p->to);
     if (rc < 0)
         return rc;
@@ -663,7 +647,7 @@ static inline int64_t to_i64(double v)
 
 static int cast_kernel(const vq__kcall *k)
 {
-    const struct cast_params *p = k->params;
+    const vq__cast_params *p = k->params;
     vq_tensor *x = k->in[0], *out = k->out[0];
     int64_t n = x->numel;
     if (x->dtype == out->dtype) {
@@ -752,23 +736,23 @@ static int cast_grad_kernel(const vq__kcall *k)
      .kernel = {kern}}
 
 const vq__op_def vq__ops_shape[] = {
-    UNARY_DEF("transpose", transpose_attrs, 1, sizeof(struct transpose_params), transpose_infer,
+    UNARY_DEF("transpose", transpose_attrs, 1, sizeof(vq__transpose_params), transpose_infer,
               transpose_kernel, transpose_grad),
     UNARY_DEF("reshape", reshape_attrs, 1, 0, reshape_infer, copy_kernel, reshape_grad),
     GRAD_DEF("reshape_grad", NULL, 0, 0, reshape_grad_infer, copy_kernel),
     {.type = "concat", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
      .flags = VQ__VARIADIC_IN, .attrs = concat_attrs, .nattrs = 1,
-     .params_size = sizeof(struct concat_params), .infer = concat_infer,
+     .params_size = sizeof(vq__concat_params), .infer = concat_infer,
      .kernel = {concat_kernel}, .grad = concat_grad},
     {.type = "concat_grad", .in_slots = concat_grad_in, .nin_slots = 2, .out_slots = dx_out,
      .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = concat_grad_attrs, .nattrs = 2,
-     .params_size = sizeof(struct concat_params), .infer = concat_grad_infer,
+     .params_size = sizeof(vq__concat_params), .infer = concat_grad_infer,
      .kernel = {concat_grad_kernel}},
-    UNARY_DEF("slice", slice_attrs, 3, sizeof(struct slice_params), slice_infer, slice_kernel,
+    UNARY_DEF("slice", slice_attrs, 3, sizeof(vq__slice_params), slice_infer, slice_kernel,
               slice_grad),
-    GRAD_DEF("slice_grad", slice_attrs, 3, sizeof(struct slice_params), slice_grad_infer,
+    GRAD_DEF("slice_grad", slice_attrs, 3, sizeof(vq__slice_params), slice_grad_infer,
              slice_grad_kernel),
-    UNARY_DEF("cast", cast_attrs, 1, sizeof(struct cast_params), cast_infer, cast_kernel,
+    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel,
               cast_grad),
     GRAD_DEF("cast_grad", NULL, 0, 0, cast_grad_infer, cast_grad_kernel),
     {0},

@@ -1,0 +1,121 @@
+/* The params of the ops whose kernels run on more than one device: the
+ * small structs of parsed attributes that each op's infer fills (see
+ * internal.h) and its kernels read, and the op codes (vq__op_def.code) they
+ * carry. The CPU kernels (ops/cpu) and the CUDA kernel functions
+ * (ops/cuda/ops.c) read the same params, so the structs live here, once;
+ * each one is filled only by the infer of the file named above it. */
+#ifndef VARQ_OPS_PARAMS_H
+#define VARQ_OPS_PARAMS_H
+
+#include <varq/tensor.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- elementwise (ops/cpu/elementwise.c) ---- */
+
+/* add, sub, mul, div: vq__op_def.code and vq__binary_params.op; also the
+ * op of elementwise_grad. Equal to kernels.h's VQ__CUDA_ADD ... */
+enum { VQ__BINARY_ADD, VQ__BINARY_SUB, VQ__BINARY_MUL, VQ__BINARY_DIV };
+
+typedef struct vq__binary_params {
+    int op;
+} vq__binary_params;
+
+/* elementwise_grad: the derivative of op(X, Y) with respect to input wrt
+ * (0: X, 1: Y). */
+typedef struct vq__binary_grad_params {
+    int op, wrt;
+} vq__binary_grad_params;
+
+/* scale: Out = scale * X + bias. */
+typedef struct vq__scale_params {
+    double scale, bias;
+} vq__scale_params;
+
+/* ---- activations (ops/cpu/activation.c) ---- */
+
+/* relu, sigmoid, tanh and their _grad ops: vq__op_def.code and
+ * vq__unary_params.op. Equal to kernels.h's VQ__CUDA_RELU ... */
+enum { VQ__ACT_RELU, VQ__ACT_SIGMOID, VQ__ACT_TANH };
+
+typedef struct vq__unary_params {
+    int op;
+} vq__unary_params;
+
+/* softmax, softmax_grad: the axis, normalized to [0, ndim). */
+typedef struct vq__softmax_params {
+    int axis;
+} vq__softmax_params;
+
+/* ---- losses (ops/cpu/loss.c) ---- */
+
+/* square_error_grad, mse_grad: the gradient of input wrt (0: X, 1: Y). */
+typedef struct vq__wrt_params {
+    int wrt;
+} vq__wrt_params;
+
+/* ---- reductions (ops/cpu/reduce.c) ---- */
+
+/* sum, mean and their _grad ops: vq__op_def.code. */
+enum { VQ__REDUCE_SUM, VQ__REDUCE_MEAN };
+
+typedef struct vq__reduce_params {
+    unsigned mask; /* bit d set: X's dim d is reduced */
+} vq__reduce_params;
+
+/* ---- shape ops (ops/cpu/shape.c) ---- */
+
+typedef struct vq__transpose_params {
+    int perm[VQ_MAX_DIMS]; /* Out's dim i is X's dim perm[i] */
+} vq__transpose_params;
+
+/* concat, concat_grad. */
+typedef struct vq__concat_params {
+    int axis;
+    int index; /* concat_grad: which input's piece */
+} vq__concat_params;
+
+/* slice, slice_grad. */
+typedef struct vq__slice_params {
+    int64_t start[VQ_MAX_DIMS]; /* per X dim; 0 for dims not sliced */
+} vq__slice_params;
+
+typedef struct vq__cast_params {
+    vq_dtype to;
+} vq__cast_params;
+
+/* ---- matmul (ops/cpu/matmul.c) ---- */
+
+/* matmul, matmul_grad. */
+typedef struct vq__matmul_params {
+    bool tx, ty;
+    int wrt; /* matmul_grad: 0 (dX) or 1 (dY); matmul: unused */
+    double alpha;
+} vq__matmul_params;
+
+/* ---- init (ops/cpu/init.c) ---- */
+
+typedef struct vq__fill_params {
+    double value;   /* f32, f64 */
+    int64_t ivalue; /* i32, i64, bool */
+} vq__fill_params;
+
+/* uniform_random: a = min, b = max - min. gaussian_random: a = mean, b =
+ * std. */
+typedef struct vq__random_params {
+    double a, b;
+    uint64_t seed;
+} vq__random_params;
+
+/* ---- optimizers (ops/cpu/optim.c) ---- */
+
+/* sgd, momentum, adam: vq__op_def.code. */
+enum { VQ__OPTIM_SGD, VQ__OPTIM_MOMENTUM, VQ__OPTIM_ADAM };
+
+typedef struct vq__optim_params {
+    double lr, mu, beta1, beta2, eps;
+    bool nesterov;
+} vq__optim_params;
+
+#endif

@@ -1,7 +1,8 @@
 /* Tensors and ops on GPUs (DESIGN.md 3): the per-device GPU allocator on
  * the stream backend's stream-ordered memory, copies between host and
- * devices as GPU ops on the copy streams, and the emulated backend's kernel
- * for every op: its CPU kernel, run as stream work.
+ * devices as GPU ops on the copy streams, and which kernel an op on a GPU
+ * runs: on the emulated backend its CPU kernel, run as stream work; on
+ * CUDA its CUDA kernel (ops/cuda/ops.c).
  *
  * The backend is the one the engine picks (vq__stream_backend_get(NULL):
  * VARQ_GPU_BACKEND, else CUDA when present), looked up on first use and kept
@@ -19,6 +20,9 @@
 #include "internal.h"
 
 #include "../engine/stream.h"
+#ifdef VARQ_HAVE_CUDA
+#include "cuda/kernels.h"
+#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -216,18 +220,43 @@ static bool emulated(const struct vq__stream_backend *be)
     return !strcmp(be->name, "emulated");
 }
 
-int vq__gpu_kernel_check(const vq__op_def *def)
+/* The CUDA kernel of def: the one its GPU slot names, else ops/cuda/ops.c's
+ * for its type; NULL when there is none (always, in a build without CUDA). */
+static int (*cuda_kernel(const vq__op_def *def))(const vq__kcall *)
 {
     if (def->kernel[VQ_DEV_GPU])
-        return 0;
+        return def->kernel[VQ_DEV_GPU];
+#ifdef VARQ_HAVE_CUDA
+    return vq__cuda_op_kernel(def->type);
+#else
+    return NULL;
+#endif
+}
+
+/* hot path: no malloc, no global lock */
+int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k))
+{
+    *fn = NULL;
     const struct vq__stream_backend *be;
     int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
-    if (!emulated(be) || !def->kernel[VQ_DEV_CPU])
+    /* The emulated backend's device memory is host memory: there every op
+     * runs its CPU kernel, as stream work. */
+    if (emulated(be))
+        *fn = def->kernel[VQ_DEV_CPU] ? vq__gpu_host_kernel : NULL;
+    else
+        *fn = cuda_kernel(def);
+    if (!*fn)
         return vq__fail(VQ_ENOSYS, "%s: no GPU kernel for the %s backend in this build", def->type,
                         be->name);
     return 0;
+}
+
+int vq__gpu_kernel_check(const vq__op_def *def)
+{
+    int (*fn)(const vq__kcall *);
+    return vq__gpu_kernel_of(def, &fn);
 }
 
 /* What the stream work needs: the call, with copies of the tensor headers
@@ -258,6 +287,23 @@ bool vq__gpu_last_failure(int id, char *buf, size_t size)
     return any;
 }
 
+int vq__gpu_work_failed(int id, int err, void (*defer)(void *user, void *tag, int err,
+                                                       const char *msg),
+                        void *defer_user, void *defer_tag)
+{
+    if (defer) {
+        /* Reported to the caller's layer; the stream stays usable. */
+        defer(defer_user, defer_tag, err, vq_errmsg());
+        return 0;
+    }
+    if (id >= 0 && id < MAX_GPUS) {
+        pthread_mutex_lock(&failure_lock);
+        snprintf(failures[id], sizeof failures[id], "%s", vq_errmsg());
+        pthread_mutex_unlock(&failure_lock);
+    }
+    return err;
+}
+
 static int host_kernel_run(void *arg)
 {
     struct host_kernel *h = arg;
@@ -265,25 +311,21 @@ static int host_kernel_run(void *arg)
                    .out = h->ptr + h->nin, .nout = h->nout, .x = NULL};
     int rc = h->def->kernel[VQ_DEV_CPU](&k);
     int id = h->nin + h->nout ? h->hdr[0].dev.id : 0;
-    if (rc < 0 && h->defer) {
-        /* Reported to the caller's layer; the stream stays usable. */
-        h->defer(h->defer_user, h->defer_tag, rc, vq_errmsg());
-        rc = 0;
-    }
+    if (rc < 0)
+        rc = vq__gpu_work_failed(id, rc, h->defer, h->defer_user, h->defer_tag);
     free(h);
-    if (rc < 0 && id >= 0 && id < MAX_GPUS) {
-        pthread_mutex_lock(&failure_lock);
-        snprintf(failures[id], sizeof failures[id], "%s", vq_errmsg());
-        pthread_mutex_unlock(&failure_lock);
-    }
     return rc;
 }
 
 int vq__gpu_host_kernel(const vq__kcall *k)
 {
-    int rc = vq__gpu_kernel_check(k->def);
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
+    if (!emulated(be) || !k->def->kernel[VQ_DEV_CPU])
+        return vq__fail(VQ_ENOSYS, "%s: no GPU kernel for the %s backend in this build",
+                        k->def->type, be->name);
     if (!k->x)
         return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
     int n = k->nin + k->nout;

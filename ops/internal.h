@@ -73,9 +73,20 @@ int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src);
 int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream);
 
 /* Copies into buf the message of the last op kernel that failed in stream
- * work on GPU id (the emulated backend's host kernels), for
- * vq_tensor_wait; false when there was none. Thread-safe. */
+ * work on GPU id (the emulated backend's host kernels, the CUDA kernels'
+ * device-side checks), for vq_tensor_wait; false when there was none.
+ * Thread-safe. */
 bool vq__gpu_last_failure(int id, char *buf, size_t size);
+
+/* For stream work of an op's kernel on GPU id that found an error err
+ * (message in vq_errmsg()): what the work returns. With the call's defer
+ * hook set (vq__kcall), defer gets the error and the result is 0 (the
+ * stream stays usable); without, the message is kept as GPU id's last
+ * failure and err is returned, to become the stream's sticky error. Makes
+ * no backend calls, so host functions may call it. Thread-safe. */
+int vq__gpu_work_failed(int id, int err, void (*defer)(void *user, void *tag, int err,
+                                                       const char *msg),
+                        void *defer_user, void *defer_tag);
 
 /* ---- tensors (tensor.c) ---- */
 
@@ -315,18 +326,26 @@ static inline int vq__emit(const vq__grad *g, const char *type, const char *cons
 
 /* ---- running a kernel (registry.c) ---- */
 
-/* Runs def's kernel for device dev. Returns its result; on failure the
- * message is in vq_errmsg() and names the op. */
+/* Runs def's kernel for device dev (on a GPU: vq__gpu_kernel_of's).
+ * Returns its result; on failure the message is in vq_errmsg() and names
+ * the op. */
 int vq__kernel_run(const vq__kcall *k, vq_ctx dev);
 
-/* (gpu.c) Runs def's CPU kernel as stream work of the GPU op k->x (the emulated
- * backend's kernel for every op without a GPU kernel): k is copied into a
- * heap block that the stream work frees. VQ_ENOSYS naming the op on a
- * backend that is not the emulated one. */
+/* (gpu.c) The kernel def runs on GPUs with the current backend: on the
+ * emulated one vq__gpu_host_kernel (its CPU kernel as stream work); on
+ * CUDA def->kernel[VQ_DEV_GPU] when set, else ops/cuda/ops.c's for its
+ * type (vq__cuda_op_kernel). VQ_ENOSYS naming the op when there is none,
+ * or the backend's error when there is no GPU backend. Thread-safe. */
+int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k));
+
+/* (gpu.c) Runs def's CPU kernel as stream work of the GPU op k->x (the
+ * emulated backend's kernel for every op): k is copied into a heap block
+ * that the stream work frees. VQ_ENOSYS naming the op on a backend that is
+ * not the emulated one. */
 int vq__gpu_host_kernel(const vq__kcall *k);
 
-/* 0 when def can run on GPUs with the current backend (a GPU kernel, or
- * the emulated backend's host fallback); else VQ_ENOSYS naming the op. */
+/* 0 when def can run on GPUs with the current backend (vq__gpu_kernel_of
+ * finds a kernel); else its error. */
 int vq__gpu_kernel_check(const vq__op_def *def);
 
 /* Stride-0 broadcasting walk over an output of `ndim` dims: for each

@@ -424,10 +424,14 @@ int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
 
 int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
 {
-    /* Ops without a GPU kernel: their CPU kernel as stream work, on the
-     * emulated backend (VQ_ENOSYS naming the op on others). */
-    if (dev.kind == VQ_DEV_GPU && !k->def->kernel[VQ_DEV_GPU])
-        return vq__gpu_host_kernel(k);
+    /* On a GPU the backend decides: the CPU kernel as stream work on the
+     * emulated one, the op's CUDA kernel on CUDA, VQ_ENOSYS naming the op
+     * when it has none there. */
+    if (dev.kind == VQ_DEV_GPU) {
+        int (*gpu)(const vq__kcall *);
+        int rc = vq__gpu_kernel_of(k->def, &gpu);
+        return rc < 0 ? rc : gpu(k);
+    }
     int (*fn)(const vq__kcall *) =
         (unsigned)dev.kind < VQ__NDEV ? k->def->kernel[dev.kind] : NULL;
     if (!fn)

@@ -1,10 +1,31 @@
 /* CUDA kernels for the one-thread-per-element ops: binary add/sub/mul/div
- * with broadcasting and scale (ops/cpu/elementwise.c), relu/sigmoid/tanh and
- * their gradients (ops/cpu/activation.c), fill_constant and the Philox
- * random fills (ops/cpu/init.c, ops/rng.c). Launchers: kernels.h. */
+ * with broadcasting, their gradient elementwise_grad (one thread per
+ * element of the gradient, summing over the broadcast dims) and scale
+ * (ops/cpu/elementwise.c), relu/sigmoid/tanh and their gradients
+ * (ops/cpu/activation.c), square_error and the elementwise gradients of the
+ * regression losses (ops/cpu/loss.c), fill_constant and the Philox random
+ * fills (ops/cpu/init.c, ops/rng.c). Also the launchers' error string
+ * (vq__cuda_fail). Launchers: kernels.h. */
 #include "kernels.h"
 
 #include <stdint.h>
+
+/* ---- why the last launch failed ---- */
+
+/* Per thread: the launchers run on the engine's GPU workers, and the
+ * caller reads it right after the failing call. */
+static thread_local const char *last_error = "";
+
+int vq__cuda_fail(const char *why)
+{
+    last_error = why;
+    return VQ_EIO;
+}
+
+extern "C" const char *vq__cuda_last_error(void)
+{
+    return last_error;
+}
 
 /* ---- binary with broadcasting ---- */
 
@@ -28,7 +49,7 @@ template <> __device__ inline int64_t min_of<int64_t>() { return INT64_MIN; }
 
 template <typename T>
 __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n, bcast b,
-                              int *div_error)
+                              unsigned long long *bad_at)
 {
     typedef typename wrap<T>::type U; /* integers: wrapping arithmetic */
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
@@ -47,8 +68,8 @@ __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n,
         case VQ__CUDA_MUL: r = (T)((U)a * (U)c); break;
         default:
             if (is_int<T>() && (c == 0 || (a == min_of<T>() && c == (T)-1))) {
-                if (div_error)
-                    *div_error = 1;
+                if (bad_at)
+                    atomicMin(bad_at, (unsigned long long)o);
                 r = 0;
             } else {
                 r = a / c;
@@ -61,7 +82,8 @@ __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n,
 
 extern "C" int vq__cuda_binary(int op, int dtype, const void *x, const void *y, void *out,
                                int ndim, const int64_t *shape, const int64_t *xstride,
-                               const int64_t *ystride, int *div_error, void *stream)
+                               const int64_t *ystride, unsigned long long *bad_at,
+                               void *stream)
 {
     if (op < VQ__CUDA_ADD || op > VQ__CUDA_DIV || ndim < 0 || ndim > VQ_MAX_DIMS)
         return VQ_EINVAL;
@@ -84,25 +106,149 @@ extern "C" int vq__cuda_binary(int op, int dtype, const void *x, const void *y, 
     case VQ_F32:
         binary_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const float *)x,
                                                            (const float *)y, (float *)out, n, b,
-                                                           div_error);
+                                                           bad_at);
         break;
     case VQ_F64:
         binary_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const double *)x,
                                                             (const double *)y, (double *)out, n,
-                                                            b, div_error);
+                                                            b, bad_at);
         break;
     case VQ_I32:
         binary_kernel<int32_t><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const int32_t *)x,
                                                              (const int32_t *)y, (int32_t *)out,
-                                                             n, b, div_error);
+                                                             n, b, bad_at);
         break;
     case VQ_I64:
         binary_kernel<int64_t><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const int64_t *)x,
                                                              (const int64_t *)y, (int64_t *)out,
-                                                             n, b, div_error);
+                                                             n, b, bad_at);
         break;
     default: return VQ_EINVAL;
     }
+    return vq__cuda_launched();
+}
+
+/* ---- elementwise_grad ---- */
+
+/* g's dims seen from the operand the gradient is for: its own dims (kept:
+ * dz's index decomposes over them, row-major) and the dims along which it
+ * was broadcast (summed), each with the strides of g (contiguous), x and y
+ * in elements. */
+struct grad_walk {
+    int nk, ns;
+    int64_t kshape[VQ_MAX_DIMS], kg[VQ_MAX_DIMS], kx[VQ_MAX_DIMS], ky[VQ_MAX_DIMS];
+    int64_t sshape[VQ_MAX_DIMS], sg[VQ_MAX_DIMS], sx[VQ_MAX_DIMS], sy[VQ_MAX_DIMS];
+    int64_t count; /* terms per element of dz: the product of sshape */
+};
+
+/* elementwise.c's GRAD_ROW term: g times d op / d operand wrt, in T. */
+template <typename T> __device__ inline T grad_term(int op, int wrt, T g, T a, T b)
+{
+    switch (op) {
+    case VQ__CUDA_ADD: return g;
+    case VQ__CUDA_SUB: return wrt ? -g : g;
+    case VQ__CUDA_MUL: return g * (wrt ? a : b);
+    default: return wrt ? -g * a / (b * b) : g / b;
+    }
+}
+
+/* One thread per element of dz: its terms in the order of g's elements
+ * (the summed dims walked row-major, an odometer), added in T from 0 as
+ * the CPU's dz[i] += d does; direct: no dim is summed and the op is add or
+ * sub, where the CPU copies (or negates) g instead of adding to 0. */
+template <typename T>
+__global__ void binary_grad_kernel(int op, int wrt, const T *g, const T *x, const T *y, T *dz,
+                                   int64_t nz, grad_walk w, int direct)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nz;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rest = i, go = 0, xo = 0, yo = 0;
+        for (int d = w.nk - 1; d >= 0; d--) {
+            int64_t c = rest % w.kshape[d];
+            rest /= w.kshape[d];
+            go += c * w.kg[d];
+            xo += c * w.kx[d];
+            yo += c * w.ky[d];
+        }
+        if (direct) {
+            dz[i] = grad_term<T>(op, wrt, g[go], x[xo], y[yo]);
+            continue;
+        }
+        T acc = 0;
+        int64_t idx[VQ_MAX_DIMS] = {0};
+        for (int64_t j = 0; j < w.count; j++) {
+            acc += grad_term<T>(op, wrt, g[go], x[xo], y[yo]);
+            for (int d = w.ns - 1; d >= 0; d--) {
+                go += w.sg[d];
+                xo += w.sx[d];
+                yo += w.sy[d];
+                if (++idx[d] < w.sshape[d])
+                    break;
+                go -= w.sg[d] * w.sshape[d];
+                xo -= w.sx[d] * w.sshape[d];
+                yo -= w.sy[d] * w.sshape[d];
+                idx[d] = 0;
+            }
+        }
+        dz[i] = acc;
+    }
+}
+
+extern "C" int vq__cuda_binary_grad(int op, int wrt, int dtype, const void *g, const void *x,
+                                    const void *y, void *dz, int64_t nz, int ndim,
+                                    const int64_t *shape, const int64_t *xstride,
+                                    const int64_t *ystride, void *stream)
+{
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_DIV || (wrt != 0 && wrt != 1) || nz < 0 ||
+        ndim < 0 || ndim > VQ_MAX_DIMS || (dtype != VQ_F32 && dtype != VQ_F64))
+        return VQ_EINVAL;
+    if (nz == 0)
+        return 0;
+    /* g is contiguous: its strides from the shape. */
+    int64_t gstride[VQ_MAX_DIMS], s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] < 0)
+            return VQ_EINVAL;
+        gstride[d] = s;
+        s *= shape[d];
+    }
+    const int64_t *zs = wrt ? ystride : xstride;
+    grad_walk w;
+    w.nk = w.ns = 0;
+    w.count = 1;
+    int64_t kept = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1)
+            continue; /* index always 0 */
+        if (zs[d] != 0) {
+            w.kshape[w.nk] = shape[d];
+            w.kg[w.nk] = gstride[d];
+            w.kx[w.nk] = xstride[d];
+            w.ky[w.nk] = ystride[d];
+            w.nk++;
+            kept *= shape[d];
+        } else {
+            w.sshape[w.ns] = shape[d];
+            w.sg[w.ns] = gstride[d];
+            w.sx[w.ns] = xstride[d];
+            w.sy[w.ns] = ystride[d];
+            w.ns++;
+            w.count *= shape[d];
+        }
+    }
+    if (kept != nz)
+        return VQ_EINVAL;
+    int direct = w.ns == 0 && (op == VQ__CUDA_ADD || op == VQ__CUDA_SUB);
+    cudaStream_t st = VQ__CUDA_STREAM(stream);
+    unsigned blocks = vq__cuda_blocks(nz);
+    if (dtype == VQ_F32)
+        binary_grad_kernel<float><<<blocks, VQ__CUDA_THREADS, 0, st>>>(
+            op, wrt, (const float *)g, (const float *)x, (const float *)y, (float *)dz, nz, w,
+            direct);
+    else
+        binary_grad_kernel<double><<<blocks, VQ__CUDA_THREADS, 0, st>>>(
+            op, wrt, (const double *)g, (const double *)x, (const double *)y, (double *)dz, nz,
+            w, direct);
     return vq__cuda_launched();
 }
 
@@ -211,6 +357,102 @@ extern "C" int vq__cuda_unary_grad(int op, int dtype, const void *y, const void 
     else if (dtype == VQ_F64)
         unary_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
             op, (const double *)y, (const double *)gr, (double *)dx, n);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+/* ---- square_error and the regression losses' gradients ---- */
+
+template <typename T> __global__ void square_error_kernel(const T *x, const T *y, T *o, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        T d = x[i] - y[i];
+        o[i] = d * d;
+    }
+}
+
+template <typename T>
+__global__ void square_error_grad_kernel(const T *x, const T *y, const T *g, T *d, int64_t n,
+                                         T two)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        d[i] = two * (x[i] - y[i]) * g[i];
+}
+
+/* The scale is mse_grad_kernel's, (T)(sign * g / n) in double, computed by
+ * each thread that has an element (so that with dz == g, n == 1, nothing
+ * reads g after the one thread wrote it). */
+template <typename T>
+__global__ void mse_grad_kernel(const T *x, const T *y, const T *g, T *d, int64_t n, double sign)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    T s = (T)(sign * (double)g[0] / (double)n);
+    for (; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        d[i] = s * (x[i] - y[i]);
+}
+
+extern "C" int vq__cuda_square_error(int dtype, const void *x, const void *y, void *out,
+                                     int64_t n, void *stream)
+{
+    if (n < 0)
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    if (dtype == VQ_F32)
+        square_error_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const float *)x, (const float *)y, (float *)out, n);
+    else if (dtype == VQ_F64)
+        square_error_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const double *)x, (const double *)y, (double *)out, n);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_square_error_grad(int wrt, int dtype, const void *x, const void *y,
+                                          const void *gr, void *dz, int64_t n, void *stream)
+{
+    if (n < 0 || (wrt != 0 && wrt != 1))
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    double two = wrt ? -2 : 2;
+    if (dtype == VQ_F32)
+        square_error_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const float *)x, (const float *)y, (const float *)gr, (float *)dz, n, (float)two);
+    else if (dtype == VQ_F64)
+        square_error_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const double *)x, (const double *)y, (const double *)gr, (double *)dz, n, two);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_mse_grad(int wrt, int dtype, const void *x, const void *y,
+                                 const void *gr, void *dz, int64_t n, void *stream)
+{
+    if (n < 0 || (wrt != 0 && wrt != 1))
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    double sign = wrt ? -2 : 2;
+    if (dtype == VQ_F32)
+        mse_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const float *)x, (const float *)y, (const float *)gr, (float *)dz, n, sign);
+    else if (dtype == VQ_F64)
+        mse_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const double *)x, (const double *)y, (const double *)gr, (double *)dz, n, sign);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();

@@ -1,8 +1,9 @@
 /* CUDA kernels for the op registry's GPU slot: C-callable launchers, one
- * family per kind of op, that a GPU kernel function (vq__kcall -> launch)
- * calls with the tensors' device pointers and the op's params. Built only
- * when the CUDA toolkit is found (have_cuda: see ops/cuda/meson.build); this
- * header is plain C for the C side and extern "C" for the .cu files.
+ * family per kind of op, that the GPU kernel functions of ops/cuda/ops.c
+ * (vq__kcall -> launch) call with the tensors' device pointers and the op's
+ * params, and the lookup of those functions by op type. Built only when the
+ * CUDA toolkit is found (have_cuda: see ops/cuda/meson.build); this header
+ * is plain C for the C side and extern "C" for the .cu files.
  *
  * Conventions for every launcher:
  *  - pointers are device pointers; counts are elements; dtype is VQ_F32 or
@@ -13,8 +14,10 @@
  *    when the stream reaches the kernel;
  *  - returns 0, VQ_EINVAL for an argument the kernels do not handle (an
  *    unknown op or dtype, a negative count), or VQ_EIO when the launch fails
- *    (cudaGetLastError; the CUDA error is then cleared). Errors of the
- *    kernel's execution surface at the stream's next synchronization;
+ *    (cudaGetLastError; the CUDA error is then cleared, and its string kept
+ *    for vq__cuda_last_error). Errors of the kernel's execution surface at the
+ *    stream's next synchronization. No launcher sets vq_errmsg(): the
+ *    caller words the message;
  *  - zero elements launch nothing and return 0;
  *  - results follow the formulas of the CPU kernels (ops/cpu, the file named
  *    at each section). The
@@ -43,9 +46,30 @@
 extern "C" {
 #endif
 
+/* ---- the GPU kernel functions (ops/cuda/ops.c) ---- */
+
+struct vq__kcall;
+
+/* An op's kernel for the CUDA backend: takes the op's stream, enqueues the
+ * launches and returns (see ops.c). */
+typedef int (*vq__cuda_op_fn)(const struct vq__kcall *k);
+
+/* The CUDA kernel of op type, or NULL when it has none. Thread-safe. */
+vq__cuda_op_fn vq__cuda_op_kernel(const char *type);
+
+/* How many op types have a CUDA kernel (for the tests: every registered op
+ * has one, and nothing else). */
+int vq__cuda_op_kernel_count(void);
+
+/* Why the calling thread's last launcher call that returned VQ_EIO failed:
+ * CUDA's or cuBLAS's error string (static), for the caller's message; ""
+ * before any failure. */
+const char *vq__cuda_last_error(void);
+
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */
 
-/* op for vq__cuda_binary: elementwise.c's enum. */
+/* op for vq__cuda_binary and vq__cuda_binary_grad: params.h's
+ * VQ__BINARY_* (ops.c checks that they agree). */
 enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3 };
 
 /* out = x op y with numpy broadcasting, for f32, f64, i32 and i64. The
@@ -54,11 +78,27 @@ enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3 };
  * prod(shape) elements; xstride/ystride are per-dim strides in elements (0
  * where broadcast); ndim 0 is one element. Integers wrap; an integer
  * division by zero (or INT_MIN / -1) writes 0 to that element and, if
- * div_error is not NULL, sets *div_error (a device int) to 1, which the
- * caller reads after the stream is synchronized (the CPU op fails there). */
+ * bad_at is not NULL, records the element's index there with atomicMin:
+ * *bad_at is a device unsigned long long the caller sets to UINT64_MAX
+ * before the launch and reads after it (the smallest index is the element
+ * the CPU op names in its error). */
 int vq__cuda_binary(int op, int dtype, const void *x, const void *y, void *out, int ndim,
                     const int64_t *shape, const int64_t *xstride, const int64_t *ystride,
-                    int *div_error, void *stream);
+                    unsigned long long *bad_at, void *stream);
+
+/* elementwise_grad, f32 and f64: dz (nz elements, contiguous in operand
+ * wrt's shape) = d op(x, y) / d operand * g, summed over the dims along
+ * which that operand was broadcast. ndim, shape, xstride and ystride
+ * describe the broadcast of x and y to g's shape exactly as for
+ * vq__cuda_binary; a dim along which the operand's stride is 0 is summed.
+ * One thread per element of dz adds its terms in T in the order of g's
+ * elements, starting from 0, as the CPU kernel does, so the result is the
+ * CPU's bit for bit; add and sub with nothing summed write g (or -g)
+ * itself, as the CPU's copy does. VQ_EINVAL if nz is not the product of the
+ * operand's dims. */
+int vq__cuda_binary_grad(int op, int wrt, int dtype, const void *g, const void *x, const void *y,
+                         void *dz, int64_t nz, int ndim, const int64_t *shape,
+                         const int64_t *xstride, const int64_t *ystride, void *stream);
 
 /* out = scale * x + bias (f32: scale and bias rounded to float first, as
  * scale_kernel does). */
@@ -67,7 +107,7 @@ int vq__cuda_scale(int dtype, const void *x, void *out, int64_t n, double scale,
 
 /* ---- activations (ops/cpu/activation.c) ---- */
 
-/* op for vq__cuda_unary / vq__cuda_unary_grad: activation.c's enum. */
+/* op for vq__cuda_unary / vq__cuda_unary_grad: params.h's VQ__ACT_*. */
 enum { VQ__CUDA_RELU = 0, VQ__CUDA_SIGMOID = 1, VQ__CUDA_TANH = 2 };
 
 /* out = relu / sigmoid / tanh of x. */
@@ -124,20 +164,61 @@ int vq__cuda_softmax_cross_entropy_grad(int dtype, int label_dtype, const void *
                                         int64_t rows, int64_t classes,
                                         unsigned long long *bad_row, void *stream);
 
+/* One thread: *label_out = label[*bad_row] when *bad_row is not UINT64_MAX
+ * (the label the CPU op's message names), else nothing. All pointers are
+ * device pointers; enqueue it after the loss launches that share bad_row. */
+int vq__cuda_label_fetch(int label_dtype, const void *label, const unsigned long long *bad_row,
+                         long long *label_out, void *stream);
+
+/* out = (x - y)^2 elementwise, in T (f32, f64); may run in place. */
+int vq__cuda_square_error(int dtype, const void *x, const void *y, void *out, int64_t n,
+                          void *stream);
+
+/* dz = two * (x - y) * g with two = +2 (wrt 0) or -2 (wrt 1), in T; may
+ * run in place. */
+int vq__cuda_square_error_grad(int wrt, int dtype, const void *x, const void *y, const void *g,
+                               void *dz, int64_t n, void *stream);
+
+/* *out = mean((x - y)^2) over n elements, the differences and the sum in
+ * double (one block), then rounded to T; n == 0 writes 0 (the CPU op's
+ * empty mean), so this launcher launches even then. */
+int vq__cuda_mse(int dtype, const void *x, const void *y, void *out, int64_t n, void *stream);
+
+/* dz = s * (x - y) with s = (T)(+-2 * g[0] / n) computed in double from
+ * the scalar g (device memory) by every thread, as mse_grad_kernel does on
+ * the host: the CPU's bits. May run in place: dz may be x or y, or g when
+ * X is a scalar (n == 1: the one thread reads g before it writes). */
+int vq__cuda_mse_grad(int wrt, int dtype, const void *x, const void *y, const void *g, void *dz,
+                      int64_t n, void *stream);
+
 /* ---- reductions (ops/cpu/reduce.c) ---- */
 
 /* X seen as [outer, len, inner], reduced over len: out[o, i] = sum (or mean)
  * of x[o, :, i]. Sum over all elements: outer = inner = 1, len = numel;
- * along the last axis: inner = 1. (Any contiguous run of reduced axes fits;
- * other axis sets are a TODO.) f32 and f64 accumulate in double; sum also
- * takes i32 / i64, which wrap. The mean of len == 0 is NaN; with outer *
- * inner == 0 nothing is written. One block per output element. */
+ * along the last axis: inner = 1. f32 and f64 accumulate in double; sum
+ * also takes i32 / i64, which wrap. The mean of len == 0 is NaN; with outer
+ * * inner == 0 nothing is written. One block per output element. */
 int vq__cuda_reduce(int mean, int dtype, const void *x, void *out, int64_t outer, int64_t len,
                     int64_t inner, void *stream);
 
-/* sum_grad / mean_grad: dx[o, j, i] = g[o, i] (* 1 / len for mean). */
-int vq__cuda_reduce_grad(int mean, int dtype, const void *g, void *dx, int64_t outer,
-                         int64_t len, int64_t inner, void *stream);
+/* sum / mean of X (ndim dims, shape) over any set of its axes: bit d of
+ * mask set reduces dim d. Out holds the kept dims in X's order (keepdim
+ * adds only 1s, which change nothing here). Dims of size 1 are dropped and
+ * neighbouring dims that are both reduced or both kept are merged; one
+ * reduced run left is vq__cuda_reduce's [outer, len, inner], more take a
+ * kernel with one block per output element whose threads walk the reduced
+ * index space mixed-radix. Accumulation and dtypes as vq__cuda_reduce: the
+ * float results match the CPU's to rounding (a tree of double sums instead
+ * of rows added in order), the integer ones bit for bit. */
+int vq__cuda_reduce_axes(int mean, int dtype, const void *x, void *out, int ndim,
+                         const int64_t *shape, unsigned mask, void *stream);
+
+/* sum_grad / mean_grad, f32 and f64: dx (X's shape: ndim, shape) = g
+ * broadcast over the axes in mask, times 1 / (X's elements / g's) for
+ * mean, as (T)(g * scale) in double: the CPU's bits. One thread per
+ * element of dx. */
+int vq__cuda_reduce_axes_grad(int mean, int dtype, const void *g, void *dx, int ndim,
+                              const int64_t *shape, unsigned mask, void *stream);
 
 /* ---- optimizers (ops/cpu/optim.c) ---- */
 
@@ -150,14 +231,24 @@ int vq__cuda_momentum(int dtype, const void *param, const void *grad, const void
                       void *param_out, void *velocity_out, int64_t n, double lr, double mu,
                       int nesterov, void *stream);
 
-/* One Adam step in the parameter's precision, as adam_kernel: c1 = 1 -
- * beta1^t and c2 = 1 - beta2^t for t = step + 1, computed by the caller on
- * the host in double (pow), which also checks and advances the i64 step
- * (the CPU op reads it on the host; a GPU caller copies it back or keeps a
- * host copy). */
+/* The constants of one Adam step that depend on the step count t = step +
+ * 1, in device memory: step_size = lr / c1 and inv_sqrt_c2 = 1 / sqrt(c2)
+ * with c1 = 1 - beta1^t, c2 = 1 - beta2^t, all in double as the CPU op
+ * computes them (the kernel rounds them to the parameter's dtype, as
+ * adam_kernel does). ok == 0 (a bad step count) makes the kernel write
+ * nothing, as the CPU op fails before writing. Who computes them, and
+ * when, is the caller's: ops.c does it on the host in stream order (see
+ * adam_gpu there). */
+typedef struct vq__cuda_adam_consts {
+    double step_size, inv_sqrt_c2;
+    long long ok;
+} vq__cuda_adam_consts;
+
+/* One Adam step in the parameter's precision, as adam_kernel, with consts
+ * read on the device when the kernel runs. */
 int vq__cuda_adam(int dtype, const void *param, const void *grad, const void *m1, const void *m2,
-                  void *param_out, void *m1_out, void *m2_out, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double c1, double c2, void *stream);
+                  void *param_out, void *m1_out, void *m2_out, int64_t n, double beta1,
+                  double beta2, double eps, const vq__cuda_adam_consts *consts, void *stream);
 
 /* ---- init (ops/cpu/init.c, ops/rng.c) ---- */
 
@@ -177,18 +268,42 @@ int vq__cuda_uniform(int dtype, void *out, int64_t n, double a, double b, uint64
 int vq__cuda_gaussian(int dtype, void *out, int64_t n, double a, double b, uint64_t seed,
                       void *stream);
 
+/* ---- shape ops (ops/cpu/shape.c) ---- */
+
+/* Copies a box of elements of esize bytes (1, 4 or 8): element (i0, i1,
+ * ...) of the box, shape[ndim], is read at src + sum i_d * src_stride[d]
+ * and written at dst + sum i_d * dst_stride[d] (strides in elements; dst
+ * and src point at the box's first element). Dims of size 1 are dropped
+ * and dims that stay contiguous on both sides merged first, as shape.c's
+ * block_copy does; a box contiguous on both sides is one
+ * cudaMemcpyAsync. transpose, concat, slice and their gradients are all
+ * this copy. Pure moves: the CPU's bits. */
+int vq__cuda_strided_copy(int esize, void *dst, const void *src, int ndim, const int64_t *shape,
+                          const int64_t *dst_stride, const int64_t *src_stride, void *stream);
+
+/* n elements of dtype from (VQ_*, all five) converted to dtype to, with
+ * shape.c's rules: float to integer truncates toward zero and saturates
+ * (NaN gives 0), integer to narrower integer wraps, anything to bool is x
+ * != 0, f64 to f32 rounds to nearest (overflowing to +-inf). Equal dtypes
+ * copy. The conversions are IEEE and exact where the CPU's are: the CPU's
+ * bits (NaN payloads aside). */
+int vq__cuda_cast(int from, int to, const void *x, void *out, int64_t n, void *stream);
+
 /* ---- matmul (cuBLAS; ops/cpu/matmul.c) ---- */
 
-/* out[b] = alpha * op(x[b]) op(y[b]) for b < batch, row-major: op(x) is
- * [m, k] (x stored [k, m] when tx), op(y) is [k, n] (y stored [n, k] when
- * ty), out [m, n]. y_shared: one y for every batch (matmul's 2-D Y). Runs
- * cublas{S,D}gemmStridedBatched on a cuBLAS handle kept per (device,
- * stream), created on first use (thread-safe) and bound to stream. Dims past
- * INT_MAX are VQ_EINVAL; a cuBLAS failure is VQ_EIO. In a build without
- * cuBLAS (VARQ_CUDA_NO_CUBLAS) it returns VQ_ENOSYS. */
+/* out[b] = alpha * op(x[b]) op(y[b]) + beta * out[b] for b < batch,
+ * row-major: op(x) is [m, k] (x stored [k, m] when tx), op(y) is [k, n] (y
+ * stored [n, k] when ty), out [m, n]. x_shared / y_shared: one x (one y)
+ * for every batch (matmul's 2-D Y; matmul_grad's shared operands). beta is
+ * 0 (out is not read) or 1 (accumulate: matmul_grad's sum over batches).
+ * Runs cublas{S,D}gemmStridedBatched on a cuBLAS handle kept per (device,
+ * stream), created on first use (thread-safe) and bound to stream; k == 0
+ * writes beta * out, i.e. zeros for beta 0. Dims past INT_MAX are
+ * VQ_EINVAL; a cuBLAS failure is VQ_EIO. In a build without cuBLAS
+ * (VARQ_CUDA_NO_CUBLAS) it returns VQ_ENOSYS. */
 int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t n, int64_t k,
-                    double alpha, const void *x, const void *y, int y_shared, void *out,
-                    void *stream);
+                    double alpha, const void *x, int x_shared, const void *y, int y_shared,
+                    double beta, void *out, void *stream);
 
 /* Destroys every cached cuBLAS handle (at shutdown, when no stream uses
  * them). */
@@ -202,10 +317,25 @@ void vq__cuda_blas_release(void);
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 
+/* (elementwise.cu) Keeps why (a static string) as the calling thread's
+ * vq__cuda_last_error and returns VQ_EIO. */
+int vq__cuda_fail(const char *why);
+
 /* VQ_EIO if the last launch failed (clearing the error), else 0. */
 static inline int vq__cuda_launched(void)
 {
-    return cudaGetLastError() == cudaSuccess ? 0 : VQ_EIO;
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : vq__cuda_fail(cudaGetErrorString(e));
+}
+
+/* 0 if a runtime call enqueued its work (a memset, a copy), else VQ_EIO
+ * keeping CUDA's reason (the error is cleared). */
+static inline int vq__cuda_called(cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return vq__cuda_fail(cudaGetErrorString(e));
 }
 
 #define VQ__CUDA_THREADS 256

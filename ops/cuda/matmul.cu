@@ -13,7 +13,7 @@
 #ifdef VARQ_CUDA_NO_CUBLAS
 
 extern "C" int vq__cuda_matmul(int, int, int, int64_t, int64_t, int64_t, int64_t, double,
-                               const void *, const void *, int, void *, void *)
+                               const void *, int, const void *, int, double, void *, void *)
 {
     return VQ_ENOSYS;
 }
@@ -78,42 +78,45 @@ extern "C" void vq__cuda_blas_release(void)
 }
 
 extern "C" int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t n,
-                               int64_t k, double alpha, const void *x, const void *y,
-                               int y_shared, void *out, void *stream)
+                               int64_t k, double alpha, const void *x, int x_shared,
+                               const void *y, int y_shared, double beta, void *out,
+                               void *stream)
 {
     if ((dtype != VQ_F32 && dtype != VQ_F64) || batch < 0 || m < 0 || n < 0 || k < 0 ||
-        batch > INT_MAX || m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        batch > INT_MAX || m > INT_MAX || n > INT_MAX || k > INT_MAX ||
+        (beta != 0 && beta != 1))
         return VQ_EINVAL;
     if (batch == 0 || m == 0 || n == 0)
         return 0;
-    if (k == 0) /* an empty sum: zeros */
-        return cudaMemsetAsync(out, 0,
-                               (size_t)(batch * m * n) * (dtype == VQ_F32 ? 4 : 8),
-                               (cudaStream_t)stream) == cudaSuccess
-                   ? 0
-                   : VQ_EIO;
+    if (k == 0) { /* an empty sum: beta * out */
+        if (beta != 0)
+            return 0;
+        return vq__cuda_called(cudaMemsetAsync(
+            out, 0, (size_t)(batch * m * n) * (dtype == VQ_F32 ? 4 : 8), (cudaStream_t)stream));
+    }
     cublasHandle_t h = handle_for((cudaStream_t)stream);
     if (!h)
-        return VQ_EIO;
+        return vq__cuda_fail("no cuBLAS handle (cublasCreate failed, or 64 streams have one)");
     /* Column-major: C (n x m, ldc n) = A (n x k) * B (k x m), A = Y's view,
      * B = X's view (see the file comment). */
     cublasOperation_t ta = ty ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = tx ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = ty ? (int)k : (int)n, ldb = tx ? (int)m : (int)k;
-    long long sa = y_shared ? 0 : (long long)k * n, sb = (long long)m * k, sc = (long long)m * n;
+    long long sa = y_shared ? 0 : (long long)k * n, sb = x_shared ? 0 : (long long)m * k;
+    long long sc = (long long)m * n;
     cublasStatus_t st;
     if (dtype == VQ_F32) {
-        float a = (float)alpha, b = 0;
+        float a = (float)alpha, b = (float)beta;
         st = cublasSgemmStridedBatched(h, ta, tb, (int)n, (int)m, (int)k, &a, (const float *)y,
                                        lda, sa, (const float *)x, ldb, sb, &b, (float *)out,
                                        (int)n, sc, (int)batch);
     } else {
-        double a = alpha, b = 0;
+        double a = alpha, b = beta;
         st = cublasDgemmStridedBatched(h, ta, tb, (int)n, (int)m, (int)k, &a, (const double *)y,
                                        lda, sa, (const double *)x, ldb, sb, &b, (double *)out,
                                        (int)n, sc, (int)batch);
     }
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : VQ_EIO;
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : vq__cuda_fail(cublasGetStatusString(st));
 }
 
 #endif

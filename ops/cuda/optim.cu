@@ -33,11 +33,17 @@ __global__ void momentum_kernel(const T *pa, const T *g, const T *v, T *po, T *v
 __device__ inline float sqrt_of(float v) { return sqrtf(v); }
 __device__ inline double sqrt_of(double v) { return sqrt(v); }
 
-/* The constants are rounded to T on the host exactly as adam_kernel does. */
+/* The constants are rounded to T exactly as adam_kernel does: those of the
+ * attributes on the host, those of the step count here, from the doubles
+ * in c (see vq__cuda_adam_consts). */
 template <typename T>
 __global__ void adam_kernel(const T *pa, const T *g, const T *m, const T *v, T *po, T *mo, T *vo,
-                            int64_t n, T b1, T b2, T a1, T a2, T step, T inv_sqrt_c2, T eps)
+                            int64_t n, T b1, T b2, T a1, T a2, T eps,
+                            const vq__cuda_adam_consts *c)
 {
+    if (!c->ok)
+        return;
+    const T step = (T)c->step_size, inv_sqrt_c2 = (T)c->inv_sqrt_c2;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         T gi = g[i];
@@ -96,32 +102,32 @@ extern "C" int vq__cuda_momentum(int dtype, const void *param, const void *grad,
 template <typename T>
 static void adam_launch(unsigned g, cudaStream_t s, const void *param, const void *grad,
                         const void *m1, const void *m2, void *param_out, void *m1_out,
-                        void *m2_out, int64_t n, double lr, double beta1, double beta2,
-                        double eps, double c1, double c2)
+                        void *m2_out, int64_t n, double beta1, double beta2, double eps,
+                        const vq__cuda_adam_consts *c)
 {
     adam_kernel<T><<<g, VQ__CUDA_THREADS, 0, s>>>(
         (const T *)param, (const T *)grad, (const T *)m1, (const T *)m2, (T *)param_out,
         (T *)m1_out, (T *)m2_out, n, (T)beta1, (T)beta2, (T)(1 - beta1), (T)(1 - beta2),
-        (T)(lr / c1), (T)(1 / sqrt(c2)), (T)eps);
+        (T)eps, c);
 }
 
 extern "C" int vq__cuda_adam(int dtype, const void *param, const void *grad, const void *m1,
                              const void *m2, void *param_out, void *m1_out, void *m2_out,
-                             int64_t n, double lr, double beta1, double beta2, double eps,
-                             double c1, double c2, void *stream)
+                             int64_t n, double beta1, double beta2, double eps,
+                             const vq__cuda_adam_consts *consts, void *stream)
 {
-    if (n < 0)
+    if (n < 0 || !consts)
         return VQ_EINVAL;
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
     if (dtype == VQ_F32)
-        adam_launch<float>(g, s, param, grad, m1, m2, param_out, m1_out, m2_out, n, lr, beta1,
-                           beta2, eps, c1, c2);
+        adam_launch<float>(g, s, param, grad, m1, m2, param_out, m1_out, m2_out, n, beta1, beta2,
+                           eps, consts);
     else if (dtype == VQ_F64)
-        adam_launch<double>(g, s, param, grad, m1, m2, param_out, m1_out, m2_out, n, lr, beta1,
-                            beta2, eps, c1, c2);
+        adam_launch<double>(g, s, param, grad, m1, m2, param_out, m1_out, m2_out, n, beta1,
+                            beta2, eps, consts);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();

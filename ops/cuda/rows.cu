@@ -1,9 +1,10 @@
 /* CUDA kernels for the ops that work line by line with a reduction per
  * line: softmax and softmax_grad (ops/cpu/activation.c), the class losses
- * cross_entropy and softmax_cross_entropy with their gradients
- * (ops/cpu/loss.c), and sum / mean with their gradients (ops/cpu/reduce.c).
- * One block per line; a block reduces in shared memory in double.
- * Launchers and the bad-label protocol: kernels.h. */
+ * cross_entropy and softmax_cross_entropy with their gradients, and mse
+ * (ops/cpu/loss.c), and sum / mean over any axes with their gradients
+ * (ops/cpu/reduce.c). One block per line (per output element); a block
+ * reduces in shared memory in double. Launchers and the bad-label
+ * protocol: kernels.h. */
 #include "kernels.h"
 
 #include <math.h>
@@ -182,10 +183,33 @@ extern "C" int vq__cuda_label_check_reset(unsigned long long *bad_row, void *str
 {
     if (!bad_row)
         return VQ_EINVAL;
-    return cudaMemsetAsync(bad_row, 0xff, sizeof *bad_row, VQ__CUDA_STREAM(stream)) ==
-                   cudaSuccess
-               ? 0
-               : VQ_EIO;
+    return vq__cuda_called(
+        cudaMemsetAsync(bad_row, 0xff, sizeof *bad_row, VQ__CUDA_STREAM(stream)));
+}
+
+template <typename L>
+__global__ void label_fetch_kernel(const L *label, const unsigned long long *bad_row,
+                                   long long *out)
+{
+    unsigned long long r = *bad_row;
+    if (r != ~0ull)
+        *out = (long long)label[r];
+}
+
+extern "C" int vq__cuda_label_fetch(int label_dtype, const void *label,
+                                    const unsigned long long *bad_row, long long *label_out,
+                                    void *stream)
+{
+    if (!bad_row || !label_out)
+        return VQ_EINVAL;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    if (label_dtype == VQ_I32)
+        label_fetch_kernel<int32_t><<<1, 1, 0, s>>>((const int32_t *)label, bad_row, label_out);
+    else if (label_dtype == VQ_I64)
+        label_fetch_kernel<int64_t><<<1, 1, 0, s>>>((const int64_t *)label, bad_row, label_out);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
 }
 
 /* One thread per row. */
@@ -377,6 +401,39 @@ extern "C" int vq__cuda_softmax_cross_entropy_grad(int dtype, int label_dtype, c
     return vq__cuda_launched();
 }
 
+/* ---- mse ---- */
+
+/* One block: loss.c's MSE, the differences and their squares in double,
+ * summed in a tree instead of left to right. */
+template <typename T> __global__ void mse_kernel(const T *x, const T *y, T *out, int64_t n)
+{
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        double d = (double)x[j] - (double)y[j];
+        sum += d * d;
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0)
+        *out = (T)(n ? sum / (double)n : 0);
+}
+
+extern "C" int vq__cuda_mse(int dtype, const void *x, const void *y, void *out, int64_t n,
+                            void *stream)
+{
+    if (n < 0)
+        return VQ_EINVAL;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    if (dtype == VQ_F32)
+        mse_kernel<float><<<1, LINE_THREADS, 0, s>>>((const float *)x, (const float *)y,
+                                                     (float *)out, n);
+    else if (dtype == VQ_F64)
+        mse_kernel<double><<<1, LINE_THREADS, 0, s>>>((const double *)x, (const double *)y,
+                                                      (double *)out, n);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
 /* ---- sum / mean ---- */
 
 template <typename T> struct acc { typedef double type; };
@@ -405,18 +462,6 @@ __global__ void reduce_kernel(int mean, const T *x, T *out, int64_t outer, int64
             else
                 out[line] = (T)s;
         }
-    }
-}
-
-template <typename T>
-__global__ void reduce_grad_kernel(const T *g, T *dx, int64_t outer, int64_t len, int64_t inner,
-                                   double scale)
-{
-    int64_t n = outer * len * inner;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t o = i / (len * inner), in = i % inner;
-        dx[i] = (T)(g[o * inner + in] * scale);
     }
 }
 
@@ -451,24 +496,207 @@ extern "C" int vq__cuda_reduce(int mean, int dtype, const void *x, void *out, in
     return vq__cuda_launched();
 }
 
-extern "C" int vq__cuda_reduce_grad(int mean, int dtype, const void *gr, void *dx, int64_t outer,
-                                    int64_t len, int64_t inner, void *stream)
+/* X's dims after dropping 1s and merging neighbours that are both reduced
+ * or both kept: the runs, in order, with their X strides. */
+struct runs {
+    int n;
+    int64_t shape[VQ_MAX_DIMS], stride[VQ_MAX_DIMS];
+    bool reduced[VQ_MAX_DIMS];
+};
+
+static bool runs_of(int ndim, const int64_t *shape, unsigned mask, runs *r)
 {
-    if (bad_lines(outer, len, inner))
+    int64_t xs[VQ_MAX_DIMS], s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] < 0)
+            return false;
+        xs[d] = s;
+        s *= shape[d];
+    }
+    r->n = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1)
+            continue;
+        bool red = (mask >> d) & 1u;
+        if (r->n > 0 && r->reduced[r->n - 1] == red) {
+            /* X is contiguous: the previous run steps over this dim. */
+            r->shape[r->n - 1] *= shape[d];
+            r->stride[r->n - 1] = xs[d];
+            continue;
+        }
+        r->shape[r->n] = shape[d];
+        r->stride[r->n] = xs[d];
+        r->reduced[r->n] = red;
+        r->n++;
+    }
+    return true;
+}
+
+/* The general case: kept dims (Out's index decomposes over them) and
+ * reduced dims (the index space each block walks), with X strides. */
+struct reduce_walk {
+    int nk, nr;
+    int64_t kshape[VQ_MAX_DIMS], kstride[VQ_MAX_DIMS];
+    int64_t rshape[VQ_MAX_DIMS], rstride[VQ_MAX_DIMS];
+    int64_t count; /* product of rshape */
+};
+
+/* One block per output element (grid-stride over them, uniform across the
+ * block, so every thread reaches each barrier of reduce_block); thread t
+ * takes the reduced elements t, t + blockDim.x, ..., each found by a
+ * mixed-radix decomposition of its index. */
+template <typename T>
+__global__ void reduce_axes_kernel(int mean, const T *x, T *out, int64_t nout, reduce_walk w)
+{
+    typedef typename acc<T>::type A;
+    for (int64_t o = blockIdx.x; o < nout; o += gridDim.x) {
+        int64_t rest = o, base = 0;
+        for (int d = w.nk - 1; d >= 0; d--) {
+            base += rest % w.kshape[d] * w.kstride[d];
+            rest /= w.kshape[d];
+        }
+        A s = 0;
+        for (int64_t j = threadIdx.x; j < w.count; j += blockDim.x) {
+            int64_t r = j, at = base;
+            for (int d = w.nr - 1; d >= 0; d--) {
+                at += r % w.rshape[d] * w.rstride[d];
+                r /= w.rshape[d];
+            }
+            s += (A)x[at];
+        }
+        s = reduce_block(s);
+        if (threadIdx.x == 0) {
+            if (mean)
+                out[o] = (T)(w.count ? (double)s / (double)w.count : (double)NAN);
+            else
+                out[o] = (T)s;
+        }
+    }
+}
+
+extern "C" int vq__cuda_reduce_axes(int mean, int dtype, const void *x, void *out, int ndim,
+                                    const int64_t *shape, unsigned mask, void *stream)
+{
+    runs r;
+    if (ndim < 0 || ndim > VQ_MAX_DIMS || !runs_of(ndim, shape, mask, &r) ||
+        (mean && dtype != VQ_F32 && dtype != VQ_F64) ||
+        (dtype != VQ_F32 && dtype != VQ_F64 && dtype != VQ_I32 && dtype != VQ_I64))
         return VQ_EINVAL;
-    int64_t n = outer * len * inner;
+    int nred = 0, first = -1;
+    for (int i = 0; i < r.n; i++)
+        if (r.reduced[i]) {
+            nred++;
+            if (first < 0)
+                first = i;
+        }
+    if (nred <= 1) {
+        /* [outer, len, inner] around the one reduced run (len 1 if none). */
+        int64_t outer = 1, len = 1, inner = 1;
+        for (int i = 0; i < r.n; i++) {
+            if (i == first)
+                len = r.shape[i];
+            else if (first < 0 || i < first)
+                outer *= r.shape[i];
+            else
+                inner *= r.shape[i];
+        }
+        return vq__cuda_reduce(mean, dtype, x, out, outer, len, inner, stream);
+    }
+    reduce_walk w;
+    w.nk = w.nr = 0;
+    w.count = 1;
+    int64_t nout = 1;
+    for (int i = 0; i < r.n; i++) {
+        if (r.reduced[i]) {
+            w.rshape[w.nr] = r.shape[i];
+            w.rstride[w.nr++] = r.stride[i];
+            w.count *= r.shape[i];
+        } else {
+            w.kshape[w.nk] = r.shape[i];
+            w.kstride[w.nk++] = r.stride[i];
+            nout *= r.shape[i];
+        }
+    }
+    if (nout == 0)
+        return 0;
+    /* Threads: a power of two (reduce_block halves), enough for count. */
+    unsigned threads = 32;
+    while (threads < LINE_THREADS && (int64_t)threads < w.count)
+        threads *= 2;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = line_blocks(nout);
+    switch (dtype) {
+    case VQ_F32:
+        reduce_axes_kernel<float><<<g, threads, 0, s>>>(mean, (const float *)x, (float *)out,
+                                                        nout, w);
+        break;
+    case VQ_F64:
+        reduce_axes_kernel<double><<<g, threads, 0, s>>>(mean, (const double *)x, (double *)out,
+                                                         nout, w);
+        break;
+    case VQ_I32:
+        reduce_axes_kernel<int32_t><<<g, threads, 0, s>>>(0, (const int32_t *)x, (int32_t *)out,
+                                                          nout, w);
+        break;
+    default:
+        reduce_axes_kernel<int64_t><<<g, threads, 0, s>>>(0, (const int64_t *)x, (int64_t *)out,
+                                                          nout, w);
+        break;
+    }
+    return vq__cuda_launched();
+}
+
+/* dX's dims (after runs_of) with dOut's stride along each: 0 where
+ * reduced, contiguous over the kept ones. */
+struct spread_walk {
+    int n;
+    int64_t shape[VQ_MAX_DIMS], gstride[VQ_MAX_DIMS];
+};
+
+template <typename T>
+__global__ void reduce_axes_grad_kernel(const T *g, T *dx, int64_t n, spread_walk w,
+                                        double scale)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rest = i, go = 0;
+        for (int d = w.n - 1; d >= 0; d--) {
+            go += rest % w.shape[d] * w.gstride[d];
+            rest /= w.shape[d];
+        }
+        dx[i] = (T)(g[go] * scale);
+    }
+}
+
+extern "C" int vq__cuda_reduce_axes_grad(int mean, int dtype, const void *gr, void *dx,
+                                         int ndim, const int64_t *shape, unsigned mask,
+                                         void *stream)
+{
+    runs r;
+    if (ndim < 0 || ndim > VQ_MAX_DIMS || !runs_of(ndim, shape, mask, &r) ||
+        (dtype != VQ_F32 && dtype != VQ_F64))
+        return VQ_EINVAL;
+    spread_walk w;
+    w.n = r.n;
+    int64_t n = 1, gn = 1;
+    for (int i = r.n - 1; i >= 0; i--) {
+        w.shape[i] = r.shape[i];
+        w.gstride[i] = r.reduced[i] ? 0 : gn;
+        if (!r.reduced[i])
+            gn *= r.shape[i];
+        n *= r.shape[i];
+    }
     if (n == 0)
         return 0;
-    double scale = mean ? 1.0 / (double)len : 1.0;
+    /* dX non-empty: every reduced dim is non-zero, and so is dOut. */
+    double scale = mean ? 1.0 / (double)(n / gn) : 1.0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
     if (dtype == VQ_F32)
-        reduce_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((const float *)gr, (float *)dx,
-                                                                 outer, len, inner, scale);
-    else if (dtype == VQ_F64)
-        reduce_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
-            (const double *)gr, (double *)dx, outer, len, inner, scale);
+        reduce_axes_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((const float *)gr,
+                                                                      (float *)dx, n, w, scale);
     else
-        return VQ_EINVAL;
+        reduce_axes_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const double *)gr, (double *)dx, n, w, scale);
     return vq__cuda_launched();
 }

@@ -1,0 +1,959 @@
+/* The GPU kernel functions of the CUDA backend: for every op type, one
+ * function that takes the op's stream, calls the launchers of kernels.h
+ * with its tensors' device pointers and its params (params.h), and returns
+ * while the work is still queued (GPU ops complete at launch; engine.h).
+ * The registry finds them by type (vq__cuda_op_kernel, through gpu.c's
+ * vq__gpu_kernel_of) and runs them for ops on GPU tensors while CUDA is the
+ * GPU backend; on the emulated backend every op runs its CPU kernel as
+ * stream work instead. Compiled only when CUDA is found (have_cuda).
+ *
+ * Errors found only on the device. An integer division by zero and a label
+ * out of range are seen by the kernels, and the adam step counter lives in
+ * device memory, yet the op must fail with the CPU op's message. Each such
+ * call takes a check from a per-device pool: a small struct found in device
+ * memory, which the kernels write (the smallest bad element or row, by
+ * atomicMin; the label there, by vq__cuda_label_fetch), and its twin in
+ * pinned host memory. After the kernels, a copy on the op's stream brings
+ * it to the host, and a host function (vq_gpu_launch_host) reads it in
+ * stream order, words the CPU's message and fails the stream work: through
+ * the call's defer hook when it has one (the graph executor), else as the
+ * stream's sticky error, which reaches the op's vars, with the message kept
+ * as the device's last failure for vq_tensor_wait (vq__gpu_work_failed).
+ * The host function then puts the check back in its pool: CUDA calls are
+ * not allowed there, so nothing is ever freed; the pool only grows to the
+ * number of checked calls in flight at once. */
+#include "../internal.h"
+#include "../params.h"
+#include "kernels.h"
+
+#include <cuda_runtime_api.h>
+
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The op codes of params.h are handed to the launchers as they are. */
+_Static_assert((int)VQ__BINARY_ADD == (int)VQ__CUDA_ADD &&
+                   (int)VQ__BINARY_SUB == (int)VQ__CUDA_SUB &&
+                   (int)VQ__BINARY_MUL == (int)VQ__CUDA_MUL &&
+                   (int)VQ__BINARY_DIV == (int)VQ__CUDA_DIV,
+               "params.h's binary ops are kernels.h's");
+_Static_assert((int)VQ__ACT_RELU == (int)VQ__CUDA_RELU &&
+                   (int)VQ__ACT_SIGMOID == (int)VQ__CUDA_SIGMOID &&
+                   (int)VQ__ACT_TANH == (int)VQ__CUDA_TANH,
+               "params.h's activations are kernels.h's");
+
+/* ---- one call's launches ---- */
+
+struct launch {
+    const vq__kcall *k;
+    cudaStream_t s;
+    int dev;
+};
+
+/* hot path: no malloc, no global lock */
+static int launch_begin(const vq__kcall *k, struct launch *l)
+{
+    *l = (struct launch){.k = k, .s = NULL, .dev = -1};
+    if (!k->x || k->x->ctx.kind != VQ_DEV_GPU || !k->x->stream)
+        return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
+    /* Kernels launch on the current device, which must be the stream's;
+     * the engine's GPU workers never set it. */
+    cudaError_t e = cudaSetDevice(k->x->ctx.id);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return vq__fail(VQ_EIO, "%s: cudaSetDevice(%d): %s", k->def->type, k->x->ctx.id,
+                        cudaGetErrorString(e));
+    }
+    l->k = k;
+    l->s = (cudaStream_t)k->x->stream; /* a GPU op's fn gets the native stream */
+    l->dev = k->x->ctx.id;
+    return 0;
+}
+
+/* A launcher's result as the op's: its code, with a message naming the op. */
+static int launched(const vq__kcall *k, int rc)
+{
+    switch (rc) {
+    case 0: return 0;
+    case VQ_EIO:
+        return vq__fail(VQ_EIO, "%s: CUDA launch failed: %s", k->def->type, vq__cuda_last_error());
+    case VQ_ENOSYS:
+        return vq__fail(VQ_ENOSYS, "%s: this build's CUDA kernels have no cuBLAS", k->def->type);
+    default:
+        return vq__fail(rc, "%s: the CUDA kernels do not take these tensors (a dim past their "
+                            "limits?)",
+                        k->def->type);
+    }
+}
+
+/* The same for a CUDA runtime call of ours (a memset or a copy). */
+static int called(const vq__kcall *k, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return 0;
+    (void)cudaGetLastError();
+    return vq__fail(VQ_EIO, "%s: %s: %s", k->def->type, what, cudaGetErrorString(e));
+}
+
+/* ---- checks: what the kernels found on the device, read on the host ---- */
+
+/* Same layout in device memory (written by the kernels) and in pinned host
+ * memory (the copy the host functions read, and adam's constants). */
+struct found {
+    unsigned long long bad; /* smallest bad element or row; ULLONG_MAX: none */
+    long long label;        /* the label at row bad */
+    long long step;         /* adam: the Step input, brought to the host */
+    long long step_out;     /* adam: StepOut, from the host */
+    vq__cuda_adam_consts consts; /* adam: from the host */
+};
+
+enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM };
+
+struct check {
+    struct check *next; /* in its device's free list */
+    int dev;
+    struct found *d; /* device memory */
+    struct found *h; /* pinned host memory */
+    /* What the host functions need; the call is gone by the time they run. */
+    const vq__op_def *def;
+    int kind;
+    long long classes;
+    double lr, beta1, beta2;
+    void (*defer)(void *user, void *tag, int err, const char *msg);
+    void *defer_user, *defer_tag;
+};
+
+#define MAX_DEVICES 64 /* gpu.c's MAX_GPUS */
+#define CHECKS_PER_CHUNK 32
+
+/* Held for a push or a pop only (and while a chunk is allocated). */
+static pthread_mutex_t checks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct check *free_checks[MAX_DEVICES];
+
+/* Adds a chunk of checks to dev's free list (dev is the current device).
+ * Never freed: see the file comment. */
+static int checks_grow(const vq__kcall *k, int dev)
+{
+    struct check *c = calloc(CHECKS_PER_CHUNK, sizeof *c);
+    void *d = NULL, *h = NULL;
+    cudaError_t e = cudaSuccess;
+    if (c && (e = cudaMalloc(&d, CHECKS_PER_CHUNK * sizeof(struct found))) == cudaSuccess)
+        e = cudaHostAlloc(&h, CHECKS_PER_CHUNK * sizeof(struct found), cudaHostAllocPortable);
+    if (!c || e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (d)
+            (void)cudaFree(d);
+        free(c);
+        return vq__fail(VQ_ENOMEM, "%s: GPU %d: no memory for the device-side checks%s%s",
+                        k->def->type, dev, c ? ": " : "", c ? cudaGetErrorString(e) : "");
+    }
+    for (int i = 0; i < CHECKS_PER_CHUNK; i++) {
+        c[i].dev = dev;
+        c[i].d = (struct found *)d + i;
+        c[i].h = (struct found *)h + i;
+        c[i].next = i + 1 < CHECKS_PER_CHUNK ? &c[i + 1] : free_checks[dev];
+    }
+    free_checks[dev] = c;
+    return 0;
+}
+
+static void check_put(struct check *c)
+{
+    pthread_mutex_lock(&checks_lock);
+    c->next = free_checks[c->dev];
+    free_checks[c->dev] = c;
+    pthread_mutex_unlock(&checks_lock);
+}
+
+/* A check of kind for the call, its device side reset (bad = none) on the
+ * call's stream. */
+static int check_begin(const struct launch *l, int kind, struct check **out)
+{
+    const vq__kcall *k = l->k;
+    if (l->dev < 0 || l->dev >= MAX_DEVICES)
+        return vq__fail(VQ_ENOSYS, "%s: GPU %d: varq supports GPUs 0 .. %d", k->def->type, l->dev,
+                        MAX_DEVICES - 1);
+    pthread_mutex_lock(&checks_lock);
+    int rc = free_checks[l->dev] ? 0 : checks_grow(k, l->dev);
+    struct check *c = free_checks[l->dev];
+    if (rc == 0)
+        free_checks[l->dev] = c->next;
+    pthread_mutex_unlock(&checks_lock);
+    if (rc < 0)
+        return rc;
+    c->def = k->def;
+    c->kind = kind;
+    c->defer = k->defer;
+    c->defer_user = k->defer_user;
+    c->defer_tag = k->defer_tag;
+    if (kind == CHECK_DIV || kind == CHECK_LABEL) {
+        /* bad and label to all ones: ULLONG_MAX, "nothing found" */
+        rc = called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
+                    "cudaMemsetAsync");
+        if (rc < 0) {
+            check_put(c); /* nothing was enqueued */
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+}
+
+/* Host function, after the call's kernels and the copy of what they found:
+ * the CPU op's error, if they found one; then the check goes back to its
+ * pool. No CUDA calls (see stream.h). */
+static int check_run(void *arg)
+{
+    struct check *c = arg;
+    const struct found *f = c->h;
+    int rc = 0;
+    if (c->kind == CHECK_DIV && f->bad != ULLONG_MAX)
+        rc = vq__op_fail(c->def, "integer division by zero (or overflow) at output element %lld",
+                         (long long)f->bad);
+    else if (c->kind == CHECK_LABEL && f->bad != ULLONG_MAX)
+        rc = vq__op_fail(c->def, "label %lld at row %lld is outside [0, %lld)", f->label,
+                         (long long)f->bad, c->classes);
+    if (rc < 0)
+        rc = vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
+    check_put(c);
+    return rc;
+}
+
+/* Ends a checked call whose launches returned rc: when they all launched,
+ * the copy of what they found; in any case the host function that reads it
+ * (reading nothing after a failed launch) and puts the check back. */
+static int check_finish(const struct launch *l, struct check *c, int rc)
+{
+    if (rc == 0 && c->kind != CHECK_ADAM)
+        rc = called(l->k, cudaMemcpyAsync(c->h, c->d, sizeof *c->h, cudaMemcpyDeviceToHost, l->s),
+                    "cudaMemcpyAsync");
+    if (rc < 0)
+        c->kind = CHECK_NONE;
+    int hrc = vq_gpu_launch_host(l->k->x, check_run, c);
+    if (hrc < 0) {
+        /* It cannot go back in stream order: after the stream's work. */
+        (void)cudaStreamSynchronize(l->s);
+        (void)cudaGetLastError();
+        check_put(c);
+    }
+    return rc < 0 ? rc : hrc;
+}
+
+/* ---- elementwise (ops/cpu/elementwise.c) ---- */
+
+static int binary_gpu(const vq__kcall *k)
+{
+    const vq__binary_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__bcast b;
+    vq__bcast_init(&b, out, x, y);
+    if (p->op != VQ__BINARY_DIV || (out->dtype != VQ_I32 && out->dtype != VQ_I64))
+        return launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
+                                           b.shape, b.stride[0], b.stride[1], NULL, l.s));
+    /* Integer division: a zero divisor is found on the device. */
+    struct check *c;
+    if ((rc = check_begin(&l, CHECK_DIV, &c)) < 0)
+        return rc;
+    rc = launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
+                                     b.shape, b.stride[0], b.stride[1], &c->d->bad, l.s));
+    return check_finish(&l, c, rc);
+}
+
+static int binary_grad_gpu(const vq__kcall *k)
+{
+    const vq__binary_grad_params *p = k->params;
+    vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__bcast b;
+    vq__bcast_init(&b, g, x, y);
+    return launched(k, vq__cuda_binary_grad(p->op, p->wrt, g->dtype, g->data, x->data, y->data,
+                                            dz->data, dz->numel, b.ndim, b.shape, b.stride[0],
+                                            b.stride[1], l.s));
+}
+
+static int scale_gpu(const vq__kcall *k)
+{
+    const vq__scale_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_scale(x->dtype, x->data, o->data, x->numel, p->scale, p->bias,
+                                      l.s));
+}
+
+/* ---- activations (ops/cpu/activation.c) ---- */
+
+static int unary_gpu(const vq__kcall *k)
+{
+    const vq__unary_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_unary(p->op, x->dtype, x->data, o->data, x->numel, l.s));
+}
+
+static int unary_grad_gpu(const vq__kcall *k)
+{
+    const vq__unary_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_unary_grad(p->op, y->dtype, y->data, g->data, d->data, y->numel,
+                                           l.s));
+}
+
+/* activation.c's lines_of: the tensor as [outer, len, inner] around axis. */
+static void lines_of(const vq_tensor *t, int axis, int64_t *outer, int64_t *len, int64_t *inner)
+{
+    *outer = *inner = 1;
+    *len = t->shape[axis];
+    for (int i = 0; i < axis; i++)
+        *outer *= t->shape[i];
+    for (int i = axis + 1; i < t->ndim; i++)
+        *inner *= t->shape[i];
+}
+
+static int softmax_gpu(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, len, inner;
+    lines_of(x, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
+}
+
+static int softmax_grad_gpu(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, len, inner;
+    lines_of(y, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
+                                             inner, l.s));
+}
+
+/* ---- losses (ops/cpu/loss.c) ---- */
+
+/* The class losses: X (slot 0) is [..., classes], Label (slot 1) holds one
+ * label per row. launch runs the op's kernel with the check's bad row;
+ * then the label there is fetched, for the CPU's message. */
+static int class_loss_gpu(const vq__kcall *k,
+                          int (*launch)(const vq__kcall *k, unsigned long long *bad, void *s))
+{
+    vq_tensor *x = k->in[0], *label = k->in[1];
+    struct launch l;
+    struct check *c;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || (rc = check_begin(&l, CHECK_LABEL, &c)) < 0)
+        return rc;
+    c->classes = x->shape[x->ndim - 1];
+    rc = launched(k, launch(k, &c->d->bad, l.s));
+    if (rc == 0)
+        rc = launched(k, vq__cuda_label_fetch(label->dtype, label->data, &c->d->bad,
+                                              &c->d->label, l.s));
+    return check_finish(&l, c, rc);
+}
+
+static int ce_launch(const vq__kcall *k, unsigned long long *bad, void *s)
+{
+    vq_tensor *x = k->in[0], *l = k->in[1], *o = k->out[0];
+    return vq__cuda_cross_entropy(x->dtype, l->dtype, x->data, l->data, o->data, l->numel,
+                                  x->shape[x->ndim - 1], bad, s);
+}
+
+static int ce_grad_launch(const vq__kcall *k, unsigned long long *bad, void *s)
+{
+    vq_tensor *x = k->in[0], *l = k->in[1], *g = k->in[2], *d = k->out[0];
+    return vq__cuda_cross_entropy_grad(x->dtype, l->dtype, x->data, l->data, g->data, d->data,
+                                       l->numel, x->shape[x->ndim - 1], bad, s);
+}
+
+static int sce_launch(const vq__kcall *k, unsigned long long *bad, void *s)
+{
+    vq_tensor *x = k->in[0], *l = k->in[1], *sm = k->out[0], *loss = k->out[1];
+    return vq__cuda_softmax_cross_entropy(x->dtype, l->dtype, x->data, l->data, sm->data,
+                                          loss->data, l->numel, x->shape[x->ndim - 1], bad, s);
+}
+
+static int sce_grad_launch(const vq__kcall *k, unsigned long long *bad, void *s)
+{
+    vq_tensor *sm = k->in[0], *l = k->in[1], *g = k->in[2], *d = k->out[0];
+    return vq__cuda_softmax_cross_entropy_grad(sm->dtype, l->dtype, sm->data, l->data, g->data,
+                                               d->data, l->numel, sm->shape[sm->ndim - 1], bad, s);
+}
+
+static int ce_gpu(const vq__kcall *k)
+{
+    return class_loss_gpu(k, ce_launch);
+}
+
+static int ce_grad_gpu(const vq__kcall *k)
+{
+    return class_loss_gpu(k, ce_grad_launch);
+}
+
+static int sce_gpu(const vq__kcall *k)
+{
+    return class_loss_gpu(k, sce_launch);
+}
+
+static int sce_grad_gpu(const vq__kcall *k)
+{
+    return class_loss_gpu(k, sce_grad_launch);
+}
+
+static int se_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_square_error(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+}
+
+static int se_grad_gpu(const vq__kcall *k)
+{
+    const vq__wrt_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_square_error_grad(p->wrt, x->dtype, x->data, y->data, g->data,
+                                                  d->data, x->numel, l.s));
+}
+
+static int mse_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_mse(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+}
+
+static int mse_grad_gpu(const vq__kcall *k)
+{
+    const vq__wrt_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_mse_grad(p->wrt, x->dtype, x->data, y->data, g->data, d->data,
+                                         x->numel, l.s));
+}
+
+/* ---- reductions (ops/cpu/reduce.c) ---- */
+
+static int reduce_gpu(const vq__kcall *k)
+{
+    const vq__reduce_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_reduce_axes(k->def->code == VQ__REDUCE_MEAN, x->dtype, x->data,
+                                            o->data, x->ndim, x->shape, p->mask, l.s));
+}
+
+static int reduce_grad_gpu(const vq__kcall *k)
+{
+    const vq__reduce_params *p = k->params;
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_reduce_axes_grad(k->def->code == VQ__REDUCE_MEAN, dx->dtype,
+                                                 g->data, dx->data, dx->ndim, dx->shape, p->mask,
+                                                 l.s));
+}
+
+/* ---- shape ops (ops/cpu/shape.c): boxes of vq__cuda_strided_copy ---- */
+
+static void contiguous_strides(const vq_tensor *t, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        stride[d] = s;
+        s *= t->shape[d];
+    }
+}
+
+/* Element e of t, as a pointer. */
+static char *element(const vq_tensor *t, int64_t e)
+{
+    return (char *)t->data + e * (int64_t)vq_dtype_size(t->dtype);
+}
+
+static int transpose_gpu(const vq__kcall *k)
+{
+    const vq__transpose_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t xs[VQ_MAX_DIMS], src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS];
+    contiguous_strides(x, xs);
+    contiguous_strides(o, dst);
+    for (int i = 0; i < o->ndim; i++)
+        src[i] = xs[p->perm[i]];
+    return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data, x->data,
+                                             o->ndim, o->shape, dst, src, l.s));
+}
+
+/* reshape and reshape_grad: the same bytes under another shape. */
+static int copy_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[k->nin - 1], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || !o->nbytes)
+        return rc;
+    return called(k, cudaMemcpyAsync(o->data, x->data, o->nbytes, cudaMemcpyDeviceToDevice, l.s),
+                  "cudaMemcpyAsync");
+}
+
+/* Each input is a box of the output, at its offset along the axis. */
+static int concat_gpu(const vq__kcall *k)
+{
+    const vq__concat_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t ostride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
+    contiguous_strides(o, ostride);
+    for (int i = 0; i < k->nin && rc == 0; i++) {
+        vq_tensor *x = k->in[i];
+        if (x->numel == 0)
+            continue;
+        contiguous_strides(x, pstride);
+        rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype),
+                                               element(o, at * ostride[p->axis]), x->data,
+                                               x->ndim, x->shape, ostride, pstride, l.s));
+        at += x->shape[p->axis];
+    }
+    return rc;
+}
+
+/* dX is the box of dOut where input index was. */
+static int concat_grad_gpu(const vq__kcall *k)
+{
+    const vq__concat_params *p = k->params;
+    vq_tensor *g = k->in[0], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dx->numel == 0)
+        return rc;
+    int64_t gstride[VQ_MAX_DIMS], dstride[VQ_MAX_DIMS], at = 0;
+    for (int i = 0; i < p->index; i++)
+        at += k->in[1 + i]->shape[p->axis];
+    contiguous_strides(g, gstride);
+    contiguous_strides(dx, dstride);
+    return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype), dx->data,
+                                             element(g, at * gstride[p->axis]), dx->ndim,
+                                             dx->shape, dstride, gstride, l.s));
+}
+
+/* The slice's offset in whole (its first element), from the starts. */
+static int64_t slice_offset(const vq__slice_params *p, const vq_tensor *whole,
+                            const int64_t *stride)
+{
+    int64_t off = 0;
+    for (int d = 0; d < whole->ndim; d++)
+        off += p->start[d] * stride[d];
+    return off;
+}
+
+static int slice_gpu(const vq__kcall *k)
+{
+    const vq__slice_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || o->numel == 0)
+        return rc;
+    int64_t xs[VQ_MAX_DIMS], os[VQ_MAX_DIMS];
+    contiguous_strides(x, xs);
+    contiguous_strides(o, os);
+    return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data,
+                                             element(x, slice_offset(p, x, xs)), o->ndim,
+                                             o->shape, os, xs, l.s));
+}
+
+/* Zeros, then dOut at the slice. */
+static int slice_grad_gpu(const vq__kcall *k)
+{
+    const vq__slice_params *p = k->params;
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dx->numel == 0)
+        return rc;
+    rc = called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+    if (rc < 0 || g->numel == 0)
+        return rc;
+    int64_t ds[VQ_MAX_DIMS], gs[VQ_MAX_DIMS];
+    contiguous_strides(dx, ds);
+    contiguous_strides(g, gs);
+    return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype),
+                                             element(dx, slice_offset(p, dx, ds)), g->data,
+                                             g->ndim, g->shape, ds, gs, l.s));
+}
+
+static int cast_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_cast(x->dtype, o->dtype, x->data, o->data, x->numel, l.s));
+}
+
+/* dOut converted back to X's dtype: the same conversions. */
+static int cast_grad_gpu(const vq__kcall *k)
+{
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_cast(g->dtype, dx->dtype, g->data, dx->data, g->numel, l.s));
+}
+
+/* ---- matmul (ops/cpu/matmul.c) ---- */
+
+/* matmul.c's dims_of: batch products of op(X_b) [m, k] by op(Y_b) [k, n];
+ * with a shared Y and X not transposed, X's batches stacked are one
+ * [batch * m, k] matrix. */
+struct dims {
+    int64_t batch, m, n, k;
+    bool shared;
+};
+
+static struct dims dims_of(const vq_tensor *x, const vq_tensor *y, bool tx, bool ty)
+{
+    struct dims d = {.batch = 1, .shared = y->ndim == 2};
+    for (int i = 0; i < x->ndim - 2; i++)
+        d.batch *= x->shape[i];
+    const int64_t *xm = x->shape + x->ndim - 2, *ym = y->shape + y->ndim - 2;
+    d.m = tx ? xm[1] : xm[0];
+    d.k = tx ? xm[0] : xm[1];
+    d.n = ty ? ym[0] : ym[1];
+    if (d.shared && !tx && d.batch > 1 && d.batch * d.m <= INT_MAX) {
+        d.m *= d.batch;
+        d.batch = 1;
+    }
+    return d;
+}
+
+static int matmul_gpu(const vq__kcall *k)
+{
+    const vq__matmul_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    struct dims d = dims_of(x, y, p->tx, p->ty);
+    return launched(k, vq__cuda_matmul(x->dtype, p->tx, p->ty, d.batch, d.m, d.n, d.k, p->alpha,
+                                       x->data, 0, y->data, d.shared, 0, o->data, l.s));
+}
+
+/* matmul.c's grad_kernel, with Out_b = alpha A B, A = op(X_b), B = op(Y_b),
+ * G = dOut_b, as vq__cuda_matmul products:
+ *   dX_b = alpha G op(Y_b)^T, or (X transposed) alpha op(Y_b) G^T;
+ *   dY_b = alpha op(X_b)^T G, or (Y transposed) alpha G^T op(X_b).
+ * A shared Y is one operand for every batch; its gradient is the sum over
+ * the batches: with X's batches stacked (dims_of) one product sums them in
+ * its inner dimension; otherwise (X transposed) one product per batch adds
+ * into dY (beta 1 after the first), in the CPU's order of batches. */
+static int matmul_grad_gpu(const vq__kcall *k)
+{
+    const vq__matmul_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    struct dims d = dims_of(x, y, p->tx, p->ty);
+    int dt = x->dtype, tx = p->tx, ty = p->ty, sh = d.shared;
+    double a = p->alpha;
+    if (p->wrt == 0) {
+        if (!tx)
+            rc = vq__cuda_matmul(dt, 0, !ty, d.batch, d.m, d.k, d.n, a, g->data, 0, y->data, sh,
+                                 0, dz->data, l.s);
+        else
+            rc = vq__cuda_matmul(dt, ty, 1, d.batch, d.k, d.m, d.n, a, y->data, sh, g->data, 0,
+                                 0, dz->data, l.s);
+        return launched(k, rc);
+    }
+    if (sh && d.batch == 0) /* the sum of no products */
+        return called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s), "cudaMemsetAsync");
+    if (!sh || d.batch == 1) {
+        if (!ty)
+            rc = vq__cuda_matmul(dt, !tx, 0, d.batch, d.k, d.n, d.m, a, x->data, 0, g->data, 0,
+                                 0, dz->data, l.s);
+        else
+            rc = vq__cuda_matmul(dt, 1, tx, d.batch, d.n, d.k, d.m, a, g->data, 0, x->data, 0,
+                                 0, dz->data, l.s);
+        return launched(k, rc);
+    }
+    size_t es = vq_dtype_size(x->dtype);
+    for (int64_t b = 0; b < d.batch && rc == 0; b++) {
+        const char *xb = (const char *)x->data + (size_t)(b * d.m * d.k) * es;
+        const char *gb = (const char *)g->data + (size_t)(b * d.m * d.n) * es;
+        double beta = b ? 1 : 0;
+        if (!ty)
+            rc = vq__cuda_matmul(dt, !tx, 0, 1, d.k, d.n, d.m, a, xb, 0, gb, 0, beta, dz->data,
+                                 l.s);
+        else
+            rc = vq__cuda_matmul(dt, 1, tx, 1, d.n, d.k, d.m, a, gb, 0, xb, 0, beta, dz->data,
+                                 l.s);
+    }
+    return launched(k, rc);
+}
+
+/* ---- init (ops/cpu/init.c) ---- */
+
+static int fill_gpu(const vq__kcall *k)
+{
+    const vq__fill_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_fill(o->dtype, o->data, o->numel, p->value, p->ivalue, l.s));
+}
+
+static int uniform_gpu(const vq__kcall *k)
+{
+    const vq__random_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, l.s));
+}
+
+static int gaussian_gpu(const vq__kcall *k)
+{
+    const vq__random_params *p = k->params;
+    vq_tensor *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, l.s));
+}
+
+/* ---- optimizers (ops/cpu/optim.c) ---- */
+
+static int sgd_gpu(const vq__kcall *k)
+{
+    const vq__optim_params *p = k->params;
+    vq_tensor *pa = k->in[0], *g = k->in[1], *po = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_sgd(pa->dtype, pa->data, g->data, po->data, pa->numel, p->lr,
+                                    l.s));
+}
+
+static int momentum_gpu(const vq__kcall *k)
+{
+    const vq__optim_params *p = k->params;
+    vq_tensor *pa = k->in[0], *g = k->in[1], *v = k->in[2], *po = k->out[0], *vo = k->out[1];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_momentum(pa->dtype, pa->data, g->data, v->data, po->data,
+                                         vo->data, pa->numel, p->lr, p->mu, p->nesterov, l.s));
+}
+
+/* Host function between the copy of Step to the host and the copies of
+ * the constants and of StepOut to the device: optim.c's step check and
+ * bias corrections, computed by the same libm as the CPU op's. */
+static int adam_step_run(void *arg)
+{
+    struct check *c = arg;
+    struct found *f = c->h;
+    long long step = f->step;
+    if (step < 0 || step == LLONG_MAX) {
+        f->consts.ok = 0;
+        f->step_out = step; /* StepOut keeps the count */
+        int rc = vq__op_fail(c->def, "input Step (slot 4) is %lld, not a count of updates", step);
+        return vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
+    }
+    long long t = step + 1;
+    double c1 = 1 - pow(c->beta1, (double)t), c2 = 1 - pow(c->beta2, (double)t);
+    f->consts.step_size = c->lr / c1;
+    f->consts.inv_sqrt_c2 = 1 / sqrt(c2);
+    f->consts.ok = 1;
+    f->step_out = t;
+    return 0;
+}
+
+/* The CPU op reads the i64 step on the host, checks it, derives c1 and c2
+ * from it with pow and writes step + 1. Here the step stays on the device
+ * (it is a tensor there, updated in place step after step) and is brought
+ * to the host in stream order instead: a copy to the check's pinned memory,
+ * a host function that does the CPU's check and arithmetic there (the same
+ * pow, so the same bits: the device's pow may round differently), then
+ * copies of the constants and of StepOut back, then the kernel, which reads
+ * the constants when it runs. Nothing blocks the host; copying the step
+ * back synchronously would stall the worker once per parameter per step,
+ * and a host mirror of the step could not see a step written by another
+ * op. A bad step fails the stream work with the CPU's message and makes
+ * the kernel write nothing, as the CPU op writes nothing. */
+static int adam_gpu(const vq__kcall *k)
+{
+    const vq__optim_params *p = k->params;
+    vq_tensor *pa = k->in[0], *g = k->in[1], *m1 = k->in[2], *m2 = k->in[3], *step = k->in[4];
+    vq_tensor *po = k->out[0], *m1o = k->out[1], *m2o = k->out[2], *so = k->out[3];
+    struct launch l;
+    struct check *c;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || (rc = check_begin(&l, CHECK_ADAM, &c)) < 0)
+        return rc;
+    c->lr = p->lr;
+    c->beta1 = p->beta1;
+    c->beta2 = p->beta2;
+    rc = called(k, cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
+                                   cudaMemcpyDeviceToHost, l.s),
+                "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = vq_gpu_launch_host(k->x, adam_step_run, c);
+    if (rc == 0)
+        rc = called(k, cudaMemcpyAsync(&c->d->consts, &c->h->consts, sizeof c->h->consts,
+                                       cudaMemcpyHostToDevice, l.s),
+                    "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = called(k, cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
+                                       cudaMemcpyHostToDevice, l.s),
+                    "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = launched(k, vq__cuda_adam(pa->dtype, pa->data, g->data, m1->data, m2->data,
+                                       po->data, m1o->data, m2o->data, pa->numel, p->beta1,
+                                       p->beta2, p->eps, &c->d->consts, l.s));
+    return check_finish(&l, c, rc);
+}
+
+/* ---- the table ---- */
+
+struct entry {
+    const char *type;
+    vq__cuda_op_fn fn;
+};
+
+/* Sorted by type once (bsearch); test_ops_gpu_kernels checks that it
+ * covers exactly the registry's ops. */
+static struct entry table[] = {
+    {"add", binary_gpu},
+    {"sub", binary_gpu},
+    {"mul", binary_gpu},
+    {"div", binary_gpu},
+    {"elementwise_grad", binary_grad_gpu},
+    {"scale", scale_gpu},
+    {"relu", unary_gpu},
+    {"sigmoid", unary_gpu},
+    {"tanh", unary_gpu},
+    {"relu_grad", unary_grad_gpu},
+    {"sigmoid_grad", unary_grad_gpu},
+    {"tanh_grad", unary_grad_gpu},
+    {"softmax", softmax_gpu},
+    {"softmax_grad", softmax_grad_gpu},
+    {"cross_entropy", ce_gpu},
+    {"cross_entropy_grad", ce_grad_gpu},
+    {"softmax_cross_entropy", sce_gpu},
+    {"softmax_cross_entropy_grad", sce_grad_gpu},
+    {"square_error", se_gpu},
+    {"square_error_grad", se_grad_gpu},
+    {"mse", mse_gpu},
+    {"mse_grad", mse_grad_gpu},
+    {"sum", reduce_gpu},
+    {"mean", reduce_gpu},
+    {"sum_grad", reduce_grad_gpu},
+    {"mean_grad", reduce_grad_gpu},
+    {"transpose", transpose_gpu},
+    {"reshape", copy_gpu},
+    {"reshape_grad", copy_gpu},
+    {"concat", concat_gpu},
+    {"concat_grad", concat_grad_gpu},
+    {"slice", slice_gpu},
+    {"slice_grad", slice_grad_gpu},
+    {"cast", cast_gpu},
+    {"cast_grad", cast_grad_gpu},
+    {"matmul", matmul_gpu},
+    {"matmul_grad", matmul_grad_gpu},
+    {"fill_constant", fill_gpu},
+    {"uniform_random", uniform_gpu},
+    {"gaussian_random", gaussian_gpu},
+    {"sgd", sgd_gpu},
+    {"momentum", momentum_gpu},
+    {"adam", adam_gpu},
+};
+
+#define NENTRIES ((int)(sizeof table / sizeof table[0]))
+
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct entry *)a)->type, ((const struct entry *)b)->type);
+}
+
+static void table_sort(void)
+{
+    qsort(table, NENTRIES, sizeof table[0], cmp_entry);
+}
+
+vq__cuda_op_fn vq__cuda_op_kernel(const char *type)
+{
+    pthread_once(&table_once, table_sort);
+    struct entry key = {.type = type};
+    const struct entry *e = type ? bsearch(&key, table, NENTRIES, sizeof table[0], cmp_entry)
+                                 : NULL;
+    return e ? e->fn : NULL;
+}
+
+int vq__cuda_op_kernel_count(void)
+{
+    return NENTRIES;
+}

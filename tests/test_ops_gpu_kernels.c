@@ -1,0 +1,839 @@
+/* Every registered op on a GPU against the same op on the CPU: random
+ * inputs (f32 and f64 wherever the op takes floats, the other dtypes where
+ * it takes them), run with vq_op_run on CPU tensors without an engine and
+ * on their copies on GPU 0 of a threaded engine, outputs copied back and
+ * compared. Elementwise, optimizer, shape, fill and uniform ops must match
+ * bit for bit (NaN payloads aside); those that sum, or use exp, log, tanh
+ * or cos, within 1e-5 (f32) or 1e-12 (f64) of the larger magnitude, or
+ * absolutely below 1. Every op type needs a case here: a new op fails
+ * every_registered_op_has_a_case until it gets one. Errors found only on
+ * the device (an integer division by zero, a label out of range, a bad
+ * adam step) must fail the GPU op with the CPU op's message.
+ *
+ * The GPU backend is the engine's: meson runs this suite with
+ * VARQ_GPU_BACKEND=emulated, where GPU ops run their CPU kernels as stream
+ * work (so it checks the dispatch and the plumbing); run it with
+ * VARQ_GPU_BACKEND=cuda, or without the variable on a machine with a GPU,
+ * to check the CUDA kernels. Without a GPU backend the GPU tests skip,
+ * saying why. VARQ_TEST_SEED replays a seed (failures print it). */
+#include <varq/varq.h>
+
+#ifdef VARQ_HAVE_CUDA
+#include "cuda/kernels.h"
+#endif
+#include "opcheck.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "leakcheck.h"
+
+TestSuite(ops_gpu_kernels, .fini = leak_check);
+
+static const vq_ctx cpu = {VQ_DEV_CPU, 0}, gpu0 = {VQ_DEV_GPU, 0};
+
+enum match { EXACT, CLOSE };
+
+/* The state of one run through the ops, and what the messages name. */
+struct run {
+    vq_engine *e;
+    uint64_t rng, seed;
+    const char *op;
+    char what[200]; /* the case */
+};
+
+/* A shape as the two arguments ndim, shape. */
+#define DIMS(...)                                                                           \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const vq_dtype floats[] = {VQ_F32, VQ_F64};
+static const vq_dtype numerics[] = {VQ_F32, VQ_F64, VQ_I32, VQ_I64};
+static const vq_dtype all_dtypes[] = {VQ_F32, VQ_F64, VQ_I32, VQ_I64, VQ_BOOL};
+
+static void describe(struct run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void describe(struct run *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->what, sizeof r->what, fmt, ap);
+    va_end(ap);
+}
+
+/* Skips the test, with the backend's reason, when there is no GPU. */
+static void need_gpu(void)
+{
+    vq_tensor *t = NULL;
+    int rc = vq_tensor_new_on(&t, gpu0, VQ_F32, 0, NULL);
+    if (rc == VQ_ENOSYS)
+        cr_skip_test("no GPU backend: %s", vq_errmsg());
+    cr_assert_eq(rc, 0, "GPU 0: %s", vq_errmsg());
+    vq_tensor_release(t);
+}
+
+static vq_engine *engine(void)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .gpu_streams = 2};
+    vq_engine *e = NULL;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    return e;
+}
+
+static vq_tensor *to(vq_engine *e, vq_tensor *t, vq_ctx dev)
+{
+    vq_tensor *o = NULL;
+    cr_assert_eq(vq_tensor_copy_to(e, t, dev, &o), 0, "%s", vq_errmsg());
+    return o;
+}
+
+static vq_tensor *rnd(struct run *r, vq_dtype dt, double lo, double hi, int ndim,
+                      const int64_t *shape)
+{
+    return oc_rand(&r->rng, dt, ndim, shape, lo, hi);
+}
+
+static void release(vq_tensor **t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        vq_tensor_release(t[i]);
+        t[i] = NULL;
+    }
+}
+
+/* ---- comparing ---- */
+
+static bool close_to(double a, double b, double rtol)
+{
+    if (a == b)
+        return true;
+    if (!isfinite(a) || !isfinite(b))
+        return false;
+    return fabs(a - b) <= rtol * fmax(1.0, fmax(fabs(a), fabs(b)));
+}
+
+static void compare(const struct run *r, int slot, vq_tensor *got, vq_tensor *want, enum match m)
+{
+    vq_dtype dt = vq_tensor_dtype(want);
+    cr_assert_eq(vq_tensor_dtype(got), dt, "%s (%s): output %d dtype", r->op, r->what, slot);
+    cr_assert_eq(vq_tensor_ndim(got), vq_tensor_ndim(want), "%s (%s): output %d rank", r->op,
+                 r->what, slot);
+    for (int d = 0; d < vq_tensor_ndim(want); d++)
+        cr_assert_eq(vq_tensor_shape(got)[d], vq_tensor_shape(want)[d],
+                     "%s (%s): output %d dim %d", r->op, r->what, slot, d);
+    const unsigned char *a = vq_tensor_data(got), *b = vq_tensor_data(want);
+    size_t es = vq_dtype_size(dt);
+    double rtol = dt == VQ_F32 ? 1e-5 : 1e-12;
+    for (int64_t i = 0; i < vq_tensor_numel(want); i++) {
+        bool same = !memcmp(a + (size_t)i * es, b + (size_t)i * es, es);
+        double x = oc_get(got, i), y = oc_get(want, i);
+        if (!same && (dt == VQ_F32 || dt == VQ_F64))
+            same = (isnan(x) && isnan(y)) || (m == CLOSE && close_to(x, y, rtol));
+        cr_assert(same,
+                  "%s (%s): output %d element %lld: GPU %.17g, CPU %.17g (%s; seed %llu, "
+                  "VARQ_TEST_SEED replays)",
+                  r->op, r->what, slot, (long long)i, x, y,
+                  m == EXACT ? "must be equal bit for bit" : "too far apart",
+                  (unsigned long long)r->seed);
+    }
+}
+
+/* Runs r->op on in (CPU tensors) on the CPU and on GPU 0, and compares
+ * its nout outputs. Ops without inputs get their GPU outputs made on GPU 0
+ * (shaped as the CPU's), which puts the call there. Releases in. */
+static void check(struct run *r, vq_tensor **in, int nin, int nout, const vq_attr *at, int nat,
+                  enum match m)
+{
+    vq_tensor *cout[4] = {NULL}, *gin[8] = {NULL}, *gout[4] = {NULL};
+    cr_assert_leq(nout, 4);
+    cr_assert_leq(nin, 8);
+    int rc = vq_op_run(NULL, r->op, in, nin, cout, nout, at, nat);
+    cr_assert_eq(rc, 0, "%s (%s) on the CPU: %s", r->op, r->what, vq_errmsg());
+    for (int i = 0; i < nin; i++)
+        gin[i] = to(r->e, in[i], gpu0);
+    for (int j = 0; nin == 0 && j < nout; j++)
+        cr_assert_eq(vq_tensor_new_on(&gout[j], gpu0, vq_tensor_dtype(cout[j]),
+                                      vq_tensor_ndim(cout[j]), vq_tensor_shape(cout[j])),
+                     0, "%s", vq_errmsg());
+    rc = vq_op_run(r->e, r->op, gin, nin, gout, nout, at, nat);
+    cr_assert_eq(rc, 0, "%s (%s) on GPU 0: %s", r->op, r->what, vq_errmsg());
+    for (int j = 0; j < nout; j++) {
+        vq_tensor *h = to(r->e, gout[j], cpu);
+        cr_assert_eq(vq_tensor_wait(h), 0, "%s (%s) on GPU 0: %s", r->op, r->what, vq_errmsg());
+        compare(r, j, h, cout[j], m);
+        vq_tensor_release(h);
+    }
+    release(cout, nout);
+    release(gin, nin);
+    release(gout, nout);
+    release(in, nin);
+}
+
+/* ---- elementwise ---- */
+
+/* Pairs of shapes for the broadcasting ops, with their broadcast shape. */
+static const struct pair {
+    int nx, ny, nz;
+    int64_t x[4], y[4], z[4];
+} pairs[] = {
+    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
+    {3, 1, 3, {2, 3, 4}, {4}, {2, 3, 4}},
+    {3, 2, 3, {2, 1, 4}, {3, 1}, {2, 3, 4}},
+    {1, 3, 3, {4}, {2, 3, 4}, {2, 3, 4}},
+    {0, 1, 1, {0}, {5}, {5}},
+    {2, 1, 2, {0, 3}, {3}, {0, 3}},
+    {2, 2, 2, {1, 3}, {0, 3}, {0, 3}},
+};
+
+static void case_binary(struct run *r)
+{
+    bool div = !strcmp(r->op, "div");
+    for (int d = 0; d < N_OF(numerics); d++)
+        for (int s = 0; s < N_OF(pairs); s++) {
+            vq_dtype dt = numerics[d];
+            bool ints = dt == VQ_I32 || dt == VQ_I64;
+            const struct pair *p = &pairs[s];
+            describe(r, "%s, shape pair %d", vq_dtype_name(dt), s);
+            vq_tensor *in[2] = {rnd(r, dt, ints ? -50 : -2, ints ? 50 : 2, p->nx, p->x),
+                                div ? rnd(r, dt, ints ? 1 : 0.25, ints ? 10 : 2, p->ny, p->y)
+                                    : rnd(r, dt, ints ? -50 : -2, ints ? 50 : 2, p->ny, p->y)};
+            check(r, in, 2, 1, NULL, 0, EXACT);
+        }
+}
+
+static void case_elementwise_grad(struct run *r)
+{
+    static const char *const ops[] = {"add", "sub", "mul", "div"};
+    for (int o = 0; o < 4; o++)
+        for (int wrt = 0; wrt < 2; wrt++)
+            for (int d = 0; d < N_OF(floats); d++)
+                for (int s = 0; s < N_OF(pairs); s++) {
+                    const struct pair *p = &pairs[s];
+                    vq_dtype dt = floats[d];
+                    describe(r, "op %s, wrt %d, %s, shape pair %d", ops[o], wrt,
+                             vq_dtype_name(dt), s);
+                    vq_tensor *in[3] = {rnd(r, dt, -2, 2, p->nz, p->z),
+                                        rnd(r, dt, -2, 2, p->nx, p->x),
+                                        rnd(r, dt, 0.5, 2, p->ny, p->y)};
+                    vq_attr at[2] = {VQ_ATTR_S("op", ops[o]), VQ_ATTR_I("wrt", wrt)};
+                    check(r, in, 3, 1, at, 2, EXACT);
+                }
+}
+
+static void case_scale(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[1] = {rnd(r, floats[d], -3, 3, DIMS(4, 5))};
+        vq_attr at[2] = {VQ_ATTR_F("scale", 1.7), VQ_ATTR_F("bias", -0.3)};
+        check(r, in, 1, 1, at, 2, EXACT);
+    }
+}
+
+/* ---- activations ---- */
+
+static void case_unary(struct run *r)
+{
+    enum match m = !strcmp(r->op, "relu") ? EXACT : CLOSE; /* expf, tanh: the device's */
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[1] = {rnd(r, floats[d], -4, 4, DIMS(5, 7))};
+        check(r, in, 1, 1, NULL, 0, m);
+    }
+}
+
+static void case_unary_grad(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[2] = {rnd(r, floats[d], -1, 1, DIMS(5, 7)),
+                            rnd(r, floats[d], -2, 2, DIMS(5, 7))};
+        check(r, in, 2, 1, NULL, 0, EXACT);
+    }
+}
+
+static void case_softmax(struct run *r)
+{
+    bool grad = !strcmp(r->op, "softmax_grad");
+    static const int64_t axes[] = {-1, 0, 1};
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int a = 0; a < N_OF(axes); a++) {
+            describe(r, "%s, axis %lld", vq_dtype_name(floats[d]), (long long)axes[a]);
+            vq_attr at = VQ_ATTR_I("axis", axes[a]);
+            vq_tensor *in[2] = {rnd(r, floats[d], grad ? 0 : -5, grad ? 1 : 5, DIMS(3, 4, 5)),
+                                grad ? rnd(r, floats[d], -1, 1, DIMS(3, 4, 5)) : NULL};
+            check(r, in, grad ? 2 : 1, 1, &at, 1, CLOSE);
+        }
+}
+
+/* ---- losses ---- */
+
+/* X [.., classes] and its labels, one per row, i32 or i64, shaped like X
+ * without its last dim (or with a trailing 1). */
+static const struct class_shape {
+    int nx, nl, nrow;
+    int64_t x[3], l[3], row[3];
+} class_shapes[] = {
+    {2, 1, 2, {4, 5}, {4}, {4, 1}},
+    {2, 2, 2, {4, 5}, {4, 1}, {4, 1}},
+    {3, 2, 3, {2, 3, 6}, {2, 3}, {2, 3, 1}},
+    {2, 1, 2, {0, 3}, {0}, {0, 1}},
+};
+
+static void case_class_loss(struct run *r)
+{
+    bool ce = !strncmp(r->op, "cross_entropy", 13), grad = strstr(r->op, "_grad") != NULL;
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int s = 0; s < N_OF(class_shapes); s++)
+            for (int li = 0; li < 2; li++) {
+                const struct class_shape *c = &class_shapes[s];
+                vq_dtype dt = floats[d], lt = li ? VQ_I64 : VQ_I32;
+                int64_t classes = c->x[c->nx - 1];
+                describe(r, "%s, labels %s, shapes %d", vq_dtype_name(dt), vq_dtype_name(lt), s);
+                /* probabilities for cross_entropy and the softmax the
+                 * gradient reads; logits for softmax_cross_entropy */
+                bool probs = ce || grad;
+                vq_tensor *in[3] = {rnd(r, dt, probs ? 0.05 : -3, probs ? 1 : 3, c->nx, c->x),
+                                    rnd(r, lt, 0, (double)classes, c->nl, c->l),
+                                    grad ? rnd(r, dt, -1, 1, c->nrow, c->row) : NULL};
+                /* the gradients are plain arithmetic; the losses use log */
+                check(r, in, grad ? 3 : 2, ce || grad ? 1 : 2, NULL, 0, grad ? EXACT : CLOSE);
+            }
+}
+
+static void case_regression_loss(struct run *r)
+{
+    bool mse = !strncmp(r->op, "mse", 3), grad = strstr(r->op, "_grad") != NULL;
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int wrt = 0; wrt < (grad ? 2 : 1); wrt++)
+            for (int s = 0; s < 2; s++) {
+                vq_dtype dt = floats[d];
+                int64_t shape[2] = {s ? 0 : 3, 4};
+                describe(r, "%s, wrt %d, shape [%lld, 4]", vq_dtype_name(dt), wrt,
+                         (long long)shape[0]);
+                vq_tensor *in[3] = {rnd(r, dt, -2, 2, 2, shape), rnd(r, dt, -2, 2, 2, shape), NULL};
+                if (grad)
+                    in[2] = mse ? rnd(r, dt, -1, 1, 0, NULL) : rnd(r, dt, -1, 1, 2, shape);
+                vq_attr at = VQ_ATTR_I("wrt", wrt);
+                /* mse sums; square_error and the gradients do arithmetic */
+                check(r, in, grad ? 3 : 2, 1, &at, grad ? 1 : 0, mse && !grad ? CLOSE : EXACT);
+            }
+}
+
+/* ---- reductions ---- */
+
+static const struct axes_case {
+    int ndim;
+    int64_t shape[4];
+    int naxes;
+    int64_t axes[4];
+    bool keepdim;
+} axes_cases[] = {
+    {4, {2, 3, 4, 5}, 0, {0}, false},
+    {4, {2, 3, 4, 5}, 1, {1}, false},
+    {4, {2, 3, 4, 5}, 1, {-1}, true},
+    {4, {2, 3, 4, 5}, 2, {0, 2}, false},
+    {4, {2, 3, 4, 5}, 2, {1, 3}, true},
+    {4, {2, 3, 4, 5}, 3, {0, 1, 3}, false},
+    {4, {2, 1, 4, 5}, 2, {1, 3}, false},
+    {2, {3, 0}, 1, {1}, false},
+    {2, {0, 3}, 1, {1}, false},
+    {0, {0}, 0, {0}, false},
+};
+
+/* The shape sum leaves of X for case a. */
+static int reduced_shape(const struct axes_case *a, int64_t *out)
+{
+    unsigned mask = a->naxes ? 0 : (1u << a->ndim) - 1;
+    for (int i = 0; i < a->naxes; i++)
+        mask |= 1u << (a->axes[i] < 0 ? a->axes[i] + a->ndim : a->axes[i]);
+    int n = 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (!(mask & (1u << d)))
+            out[n++] = a->shape[d];
+        else if (a->keepdim)
+            out[n++] = 1;
+    return n;
+}
+
+static void case_reduce(struct run *r)
+{
+    bool mean = !strncmp(r->op, "mean", 4), grad = strstr(r->op, "_grad") != NULL;
+    const vq_dtype *dts = mean || grad ? floats : numerics;
+    int ndts = mean || grad ? N_OF(floats) : N_OF(numerics);
+    for (int d = 0; d < ndts; d++)
+        for (int c = 0; c < N_OF(axes_cases); c++) {
+            const struct axes_case *a = &axes_cases[c];
+            vq_dtype dt = dts[d];
+            bool ints = dt == VQ_I32 || dt == VQ_I64;
+            describe(r, "%s, axes case %d", vq_dtype_name(dt), c);
+            vq_attr at[2] = {VQ_ATTR_IS("axes", a->axes, a->naxes),
+                             VQ_ATTR_B("keepdim", a->keepdim)};
+            vq_tensor *in[2] = {rnd(r, dt, ints ? -1000 : -2, ints ? 1000 : 2, a->ndim, a->shape),
+                                NULL};
+            if (grad) {
+                int64_t rs[4];
+                int nr = reduced_shape(a, rs);
+                in[1] = rnd(r, dt, -2, 2, nr, rs);
+            }
+            /* float sums add in another order; integer sums wrap alike,
+             * and the gradients only scale */
+            check(r, in, grad ? 2 : 1, 1, at, 2, grad || ints ? EXACT : CLOSE);
+        }
+}
+
+/* ---- shape ops ---- */
+
+static void case_transpose(struct run *r)
+{
+    static const struct {
+        int ndim;
+        int64_t shape[4], perm[4];
+    } cases[] = {
+        {3, {2, 3, 4}, {2, 0, 1}},
+        {3, {2, 3, 4}, {0, 2, 1}},
+        {4, {2, 3, 1, 4}, {3, 1, 0, 2}},
+        {1, {5}, {0}},
+        {2, {0, 3}, {1, 0}},
+    };
+    for (int d = 0; d < N_OF(all_dtypes); d++)
+        for (int c = 0; c < N_OF(cases); c++) {
+            describe(r, "%s, case %d", vq_dtype_name(all_dtypes[d]), c);
+            vq_attr at = VQ_ATTR_IS("perm", cases[c].perm, cases[c].ndim);
+            vq_tensor *in[1] = {rnd(r, all_dtypes[d], -100, 100, cases[c].ndim, cases[c].shape)};
+            check(r, in, 1, 1, &at, 1, EXACT);
+        }
+}
+
+static void case_reshape(struct run *r)
+{
+    bool grad = !strcmp(r->op, "reshape_grad");
+    for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++) {
+        vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+        describe(r, "%s", vq_dtype_name(dt));
+        vq_attr at = VQ_ATTR_IS("shape", ((int64_t[]){4, -1}), 2);
+        vq_tensor *in[2] = {rnd(r, dt, -100, 100, DIMS(2, 3, 4)),
+                            grad ? rnd(r, dt, -1, 1, DIMS(4, 6)) : NULL};
+        check(r, in, grad ? 2 : 1, 1, &at, grad ? 0 : 1, EXACT);
+    }
+}
+
+static void case_concat(struct run *r)
+{
+    static const vq_dtype dts[] = {VQ_F32, VQ_F64, VQ_I64, VQ_BOOL};
+    for (int d = 0; d < N_OF(dts); d++) {
+        describe(r, "%s, axis 1", vq_dtype_name(dts[d]));
+        vq_attr at = VQ_ATTR_I("axis", 1);
+        vq_tensor *in[4] = {rnd(r, dts[d], -9, 9, DIMS(2, 1, 4)),
+                            rnd(r, dts[d], -9, 9, DIMS(2, 3, 4)),
+                            rnd(r, dts[d], -9, 9, DIMS(2, 0, 4)),
+                            rnd(r, dts[d], -9, 9, DIMS(2, 2, 4))};
+        check(r, in, 4, 1, &at, 1, EXACT);
+        describe(r, "%s, axis 0 (the default)", vq_dtype_name(dts[d]));
+        vq_tensor *in2[2] = {rnd(r, dts[d], -9, 9, DIMS(1, 3)), rnd(r, dts[d], -9, 9, DIMS(2, 3))};
+        check(r, in2, 2, 1, NULL, 0, EXACT);
+    }
+}
+
+static void case_concat_grad(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int index = 0; index < 3; index++) {
+            vq_dtype dt = floats[d];
+            describe(r, "%s, index %d", vq_dtype_name(dt), index);
+            vq_attr at[2] = {VQ_ATTR_I("axis", 1), VQ_ATTR_I("index", index)};
+            vq_tensor *in[4] = {rnd(r, dt, -1, 1, DIMS(2, 6, 4)), rnd(r, dt, -1, 1, DIMS(2, 1, 4)),
+                                rnd(r, dt, -1, 1, DIMS(2, 3, 4)), rnd(r, dt, -1, 1, DIMS(2, 2, 4))};
+            check(r, in, 4, 1, at, 2, EXACT);
+        }
+}
+
+static const struct slice_case {
+    int n;
+    int64_t axes[2], starts[2], ends[2];
+    int64_t out[3]; /* of X [4, 5, 6] */
+} slice_cases[] = {
+    {2, {0, 2}, {1, -4}, {3, 100}, {2, 5, 4}},
+    {1, {1}, {2}, {2}, {4, 0, 6}},
+    {1, {-1}, {-2}, {-1}, {4, 5, 1}},
+    {1, {0}, {0}, {4}, {4, 5, 6}},
+};
+
+static void case_slice(struct run *r)
+{
+    bool grad = !strcmp(r->op, "slice_grad");
+    for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++)
+        for (int c = 0; c < N_OF(slice_cases); c++) {
+            const struct slice_case *s = &slice_cases[c];
+            vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_attr at[3] = {VQ_ATTR_IS("axes", s->axes, s->n),
+                             VQ_ATTR_IS("starts", s->starts, s->n),
+                             VQ_ATTR_IS("ends", s->ends, s->n)};
+            vq_tensor *in[2] = {rnd(r, dt, -100, 100, DIMS(4, 5, 6)),
+                                grad ? rnd(r, dt, -1, 1, 3, s->out) : NULL};
+            check(r, in, grad ? 2 : 1, 1, at, 3, EXACT);
+        }
+}
+
+/* X of dtype dt holding the values casts find hard: NaN, infinities,
+ * values past every integer range, halves, -0, a float subnormal; integer
+ * extremes; both bools. */
+static vq_tensor *cast_input(vq_dtype dt)
+{
+    static const double fv[] = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e19, -1e19, 2147483647.5,
+                                -2147483648.7, -2147483649.5, 0.5, -0.5, -0.0, 0.0, 1.5e-45,
+                                1e300, -1e300, 255.9, 42.0, 9007199254740993.0};
+    static const int32_t iv[] = {INT32_MIN, INT32_MAX, -1, 0, 1, 12345, -77, 16777217};
+    static const int64_t lv[] = {INT64_MIN, INT64_MAX, (1ll << 40) + 5, -(1ll << 35) - 3,
+                                 4294967295ll, 2147483648ll, -1, 0, 7, (1ll << 53) + 1};
+    static const uint8_t bv[] = {0, 1, 1, 0};
+    vq_tensor *t = NULL;
+    int rc;
+    switch (dt) {
+    case VQ_F32: {
+        float f[N_OF(fv)];
+        for (int i = 0; i < N_OF(fv); i++)
+            f[i] = (float)fv[i];
+        rc = vq_tensor_from(&t, dt, DIMS(N_OF(fv)), f);
+        break;
+    }
+    case VQ_F64: rc = vq_tensor_from(&t, dt, DIMS(N_OF(fv)), fv); break;
+    case VQ_I32: rc = vq_tensor_from(&t, dt, DIMS(N_OF(iv)), iv); break;
+    case VQ_I64: rc = vq_tensor_from(&t, dt, DIMS(N_OF(lv)), lv); break;
+    default: rc = vq_tensor_from(&t, dt, DIMS(N_OF(bv)), bv); break;
+    }
+    cr_assert_eq(rc, 0, "%s", vq_errmsg());
+    return t;
+}
+
+static void case_cast(struct run *r)
+{
+    for (int f = 0; f < N_OF(all_dtypes); f++)
+        for (int t = 0; t < N_OF(all_dtypes); t++) {
+            describe(r, "%s to %s", vq_dtype_name(all_dtypes[f]), vq_dtype_name(all_dtypes[t]));
+            vq_attr at = VQ_ATTR_S("dtype", vq_dtype_name(all_dtypes[t]));
+            vq_tensor *in[1] = {cast_input(all_dtypes[f])};
+            check(r, in, 1, 1, &at, 1, EXACT);
+        }
+}
+
+static void case_cast_grad(struct run *r)
+{
+    for (int a = 0; a < N_OF(floats); a++)
+        for (int b = 0; b < N_OF(floats); b++) {
+            describe(r, "X %s, dOut %s", vq_dtype_name(floats[a]), vq_dtype_name(floats[b]));
+            vq_tensor *g = cast_input(floats[b]);
+            int64_t n = vq_tensor_numel(g);
+            vq_tensor *in[2] = {rnd(r, floats[a], -1, 1, 1, &n), g};
+            check(r, in, 2, 1, NULL, 0, EXACT);
+        }
+}
+
+/* ---- matmul ---- */
+
+static const struct mm_case {
+    int nx, ny, no;
+    int64_t x[3], y[3], out[3];
+    bool tx, ty;
+} mm_cases[] = {
+    {2, 2, 2, {3, 4}, {4, 5}, {3, 5}, false, false},
+    {3, 3, 3, {2, 3, 4}, {2, 4, 5}, {2, 3, 5}, false, false},
+    {3, 2, 3, {2, 3, 4}, {4, 5}, {2, 3, 5}, false, false},   /* shared Y, X stacked */
+    {3, 2, 3, {2, 4, 3}, {4, 5}, {2, 3, 5}, true, false},    /* shared Y, X transposed */
+    {3, 2, 3, {2, 4, 3}, {5, 4}, {2, 3, 5}, true, true},
+    {3, 3, 3, {2, 3, 4}, {2, 5, 4}, {2, 3, 5}, false, true},
+    {3, 3, 3, {3, 4, 2}, {3, 5, 4}, {3, 2, 5}, true, true},
+    {2, 2, 2, {3, 0}, {0, 5}, {3, 5}, false, false},          /* k == 0: zeros */
+    {3, 2, 3, {0, 3, 4}, {4, 5}, {0, 3, 5}, false, false},    /* no batches */
+    {3, 2, 3, {0, 4, 3}, {4, 5}, {0, 3, 5}, true, false},
+};
+
+static void case_matmul(struct run *r)
+{
+    bool grad = !strcmp(r->op, "matmul_grad");
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < N_OF(mm_cases); c++)
+            for (int wrt = 0; wrt < (grad ? 2 : 1); wrt++) {
+                const struct mm_case *m = &mm_cases[c];
+                vq_dtype dt = floats[d];
+                describe(r, "%s, case %d, wrt %d", vq_dtype_name(dt), c, wrt);
+                vq_attr at[4] = {VQ_ATTR_B("transpose_x", m->tx), VQ_ATTR_B("transpose_y", m->ty),
+                                 VQ_ATTR_F("alpha", 0.5), VQ_ATTR_I("wrt", wrt)};
+                vq_tensor *in[3] = {rnd(r, dt, -1, 1, m->nx, m->x), rnd(r, dt, -1, 1, m->ny, m->y),
+                                    grad ? rnd(r, dt, -1, 1, m->no, m->out) : NULL};
+                /* cuBLAS sums in its own order */
+                check(r, in, grad ? 3 : 2, 1, at, grad ? 4 : 3, CLOSE);
+            }
+}
+
+/* ---- init ---- */
+
+static void case_fill(struct run *r)
+{
+    for (int d = 0; d < N_OF(all_dtypes); d++) {
+        vq_dtype dt = all_dtypes[d];
+        describe(r, "%s", vq_dtype_name(dt));
+        vq_attr at[3] = {VQ_ATTR_IS("shape", ((int64_t[]){3, 4}), 2),
+                         VQ_ATTR_S("dtype", vq_dtype_name(dt)),
+                         dt == VQ_F32 || dt == VQ_F64 ? VQ_ATTR_F("value", -2.7)
+                         : dt == VQ_I64               ? VQ_ATTR_I("value", (1ll << 40) + 3)
+                         : dt == VQ_I32               ? VQ_ATTR_I("value", -7)
+                                                      : VQ_ATTR_I("value", 1)};
+        check(r, NULL, 0, 1, at, 3, EXACT);
+    }
+}
+
+static void case_random(struct run *r)
+{
+    bool uniform = !strcmp(r->op, "uniform_random");
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_attr at[5] = {VQ_ATTR_IS("shape", ((int64_t[]){10, 100}), 2),
+                         VQ_ATTR_S("dtype", vq_dtype_name(floats[d])),
+                         uniform ? VQ_ATTR_F("min", -2) : VQ_ATTR_F("mean", 1),
+                         uniform ? VQ_ATTR_F("max", 3) : VQ_ATTR_F("std", 2), VQ_ATTR_I("seed", 7)};
+        /* uniform is exact arithmetic; gaussian uses log and cos */
+        check(r, NULL, 0, 1, at, 5, uniform ? EXACT : CLOSE);
+    }
+}
+
+/* ---- optimizers ---- */
+
+static void case_sgd(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_attr at = VQ_ATTR_F("learning_rate", 0.1);
+        vq_tensor *in[2] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                            rnd(r, floats[d], -1, 1, DIMS(5, 6))};
+        check(r, in, 2, 1, &at, 1, EXACT);
+    }
+}
+
+static void case_momentum(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int nesterov = 0; nesterov < 2; nesterov++) {
+            describe(r, "%s, nesterov %d", vq_dtype_name(floats[d]), nesterov);
+            vq_attr at[3] = {VQ_ATTR_F("learning_rate", 0.1), VQ_ATTR_F("mu", 0.8),
+                             VQ_ATTR_B("use_nesterov", nesterov)};
+            vq_tensor *in[3] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                rnd(r, floats[d], -1, 1, DIMS(5, 6))};
+            check(r, in, 3, 2, at, 3, EXACT);
+        }
+}
+
+static vq_tensor *step_tensor(int64_t step)
+{
+    vq_tensor *t = NULL;
+    cr_assert_eq(vq_tensor_from(&t, VQ_I64, 0, NULL, &step), 0, "%s", vq_errmsg());
+    return t;
+}
+
+static void case_adam(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        vq_dtype dt = floats[d];
+        describe(r, "%s", vq_dtype_name(dt));
+        vq_attr at[2] = {VQ_ATTR_F("learning_rate", 0.01), VQ_ATTR_F("beta1", 0.8)};
+        vq_tensor *in[5] = {rnd(r, dt, -1, 1, DIMS(5, 6)), rnd(r, dt, -1, 1, DIMS(5, 6)),
+                            rnd(r, dt, -0.1, 0.1, DIMS(5, 6)), rnd(r, dt, 0, 0.1, DIMS(5, 6)),
+                            step_tensor(3)};
+        check(r, in, 5, 4, at, 2, EXACT);
+    }
+}
+
+/* ---- every op ---- */
+
+static const struct op_case {
+    const char *type;
+    void (*run)(struct run *r);
+} op_cases[] = {
+    {"add", case_binary},
+    {"sub", case_binary},
+    {"mul", case_binary},
+    {"div", case_binary},
+    {"elementwise_grad", case_elementwise_grad},
+    {"scale", case_scale},
+    {"relu", case_unary},
+    {"sigmoid", case_unary},
+    {"tanh", case_unary},
+    {"relu_grad", case_unary_grad},
+    {"sigmoid_grad", case_unary_grad},
+    {"tanh_grad", case_unary_grad},
+    {"softmax", case_softmax},
+    {"softmax_grad", case_softmax},
+    {"cross_entropy", case_class_loss},
+    {"cross_entropy_grad", case_class_loss},
+    {"softmax_cross_entropy", case_class_loss},
+    {"softmax_cross_entropy_grad", case_class_loss},
+    {"square_error", case_regression_loss},
+    {"square_error_grad", case_regression_loss},
+    {"mse", case_regression_loss},
+    {"mse_grad", case_regression_loss},
+    {"sum", case_reduce},
+    {"mean", case_reduce},
+    {"sum_grad", case_reduce},
+    {"mean_grad", case_reduce},
+    {"transpose", case_transpose},
+    {"reshape", case_reshape},
+    {"reshape_grad", case_reshape},
+    {"concat", case_concat},
+    {"concat_grad", case_concat_grad},
+    {"slice", case_slice},
+    {"slice_grad", case_slice},
+    {"cast", case_cast},
+    {"cast_grad", case_cast_grad},
+    {"matmul", case_matmul},
+    {"matmul_grad", case_matmul},
+    {"fill_constant", case_fill},
+    {"uniform_random", case_random},
+    {"gaussian_random", case_random},
+    {"sgd", case_sgd},
+    {"momentum", case_momentum},
+    {"adam", case_adam},
+};
+
+static const struct op_case *case_of(const char *type)
+{
+    for (int i = 0; i < N_OF(op_cases); i++)
+        if (!strcmp(op_cases[i].type, type))
+            return &op_cases[i];
+    return NULL;
+}
+
+Test(ops_gpu_kernels, every_registered_op_has_a_case)
+{
+    int missing = 0;
+    for (int i = 0; i < vq_op_count(); i++)
+        if (!case_of(vq_op_name(i))) {
+            cr_log_error("op %s has no case in test_ops_gpu_kernels.c", vq_op_name(i));
+            missing++;
+        }
+    cr_assert_eq(missing, 0, "%d registered op(s) have no case here (their names are logged)",
+                 missing);
+    for (int i = 0; i < N_OF(op_cases); i++)
+        cr_assert_not_null(vq_op_signature(op_cases[i].type), "case %s: no such op",
+                           op_cases[i].type);
+}
+
+Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
+{
+#ifdef VARQ_HAVE_CUDA
+    for (int i = 0; i < vq_op_count(); i++)
+        cr_expect_not_null(vq__cuda_op_kernel(vq_op_name(i)), "op %s has no CUDA kernel",
+                           vq_op_name(i));
+    cr_assert_eq(vq__cuda_op_kernel_count(), vq_op_count(),
+                 "ops/cuda/ops.c has kernels for %d op types, the registry has %d",
+                 vq__cuda_op_kernel_count(), vq_op_count());
+    cr_assert_null(vq__cuda_op_kernel("no_such_op"));
+#else
+    cr_skip_test("built without CUDA");
+#endif
+}
+
+Test(ops_gpu_kernels, every_op_on_gpu_matches_the_cpu)
+{
+    need_gpu();
+    struct run r = {.e = engine(), .seed = oc_seed("ops_gpu_kernels")};
+    r.rng = r.seed;
+    for (int i = 0; i < vq_op_count(); i++) {
+        const struct op_case *c = case_of(vq_op_name(i));
+        cr_assert_not_null(c, "op %s has no case", vq_op_name(i));
+        r.op = c->type;
+        c->run(&r);
+    }
+    cr_assert_eq(vq_wait_all(r.e), 0, "%s", vq_errmsg());
+    vq_engine_free(r.e);
+}
+
+/* ---- errors found on the device ---- */
+
+/* Runs type on in on the CPU, where it must fail, and on GPU 0 of a fresh
+ * engine (the failure poisons its stream), where waiting for its first
+ * output must fail with the same code and the CPU's message. Releases in. */
+static void same_failure(const char *type, vq_tensor **in, int nin, int nout, const vq_attr *at,
+                         int nat)
+{
+    vq_tensor *out[4] = {NULL}, *gin[8] = {NULL};
+    int rc = vq_op_run(NULL, type, in, nin, out, nout, at, nat);
+    cr_assert_lt(rc, 0, "%s succeeded on the CPU", type);
+    char want[256];
+    snprintf(want, sizeof want, "%s", vq_errmsg());
+    vq_engine *e = engine();
+    for (int i = 0; i < nin; i++)
+        gin[i] = to(e, in[i], gpu0);
+    cr_assert_eq(vq_op_run(e, type, gin, nin, out, nout, at, nat), 0, "%s: %s", type,
+                 vq_errmsg());
+    int grc = vq_tensor_wait(out[0]);
+    cr_assert_eq(grc, rc, "%s on GPU 0: %d (%s), the CPU's error is %d (%s)", type, grc,
+                 vq_errmsg(), rc, want);
+    cr_assert(strstr(vq_errmsg(), want), "%s on GPU 0 says\n  %s\nthe CPU says\n  %s", type,
+              vq_errmsg(), want);
+    release(out, nout);
+    release(gin, nin);
+    release(in, nin);
+    (void)vq_wait_all(e); /* the stream's sticky error, on CUDA too */
+    vq_engine_free(e);
+}
+
+Test(ops_gpu_kernels, integer_division_by_zero_fails_with_the_cpu_message)
+{
+    need_gpu();
+    /* the first bad element is the one named: 3, then 2 */
+    int32_t x[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, y[10] = {1, 2, 3, 0, 5, 6, 7, 0, 9, 1};
+    vq_tensor *in[2] = {NULL, NULL};
+    cr_assert_eq(vq_tensor_from(&in[0], VQ_I32, DIMS(2, 5), x), 0);
+    cr_assert_eq(vq_tensor_from(&in[1], VQ_I32, DIMS(2, 5), y), 0);
+    same_failure("div", in, 2, 1, NULL, 0);
+    int64_t lx[15], ly[5] = {4, 3, 0, 2, 0};
+    for (int i = 0; i < 15; i++)
+        lx[i] = i + 1;
+    cr_assert_eq(vq_tensor_from(&in[0], VQ_I64, DIMS(3, 5), lx), 0);
+    cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, DIMS(5), ly), 0);
+    same_failure("div", in, 2, 1, NULL, 0);
+    /* INT64_MIN / -1 overflows */
+    int64_t mx[2] = {4, INT64_MIN}, my[2] = {2, -1};
+    cr_assert_eq(vq_tensor_from(&in[0], VQ_I64, DIMS(2), mx), 0);
+    cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, DIMS(2), my), 0);
+    same_failure("div", in, 2, 1, NULL, 0);
+}
+
+Test(ops_gpu_kernels, labels_out_of_range_fail_with_the_cpu_message)
+{
+    need_gpu();
+    uint64_t rng = 7;
+    static const char *const ops[] = {"cross_entropy", "cross_entropy_grad",
+                                      "softmax_cross_entropy", "softmax_cross_entropy_grad"};
+    for (int o = 0; o < 4; o++)
+        for (int li = 0; li < 2; li++) {
+            bool grad = strstr(ops[o], "_grad") != NULL;
+            vq_dtype dt = li ? VQ_F64 : VQ_F32;
+            /* rows 2 and 4 are bad: the message names row 2 and its label */
+            double labels[5] = {0, 2, 7, 1, -1};
+            vq_tensor *in[3] = {oc_rand(&rng, dt, DIMS(5, 3), 0.1, 1),
+                                oc_from(li ? VQ_I64 : VQ_I32, DIMS(5), labels),
+                                grad ? oc_rand(&rng, dt, DIMS(5, 1), -1, 1) : NULL};
+            same_failure(ops[o], in, grad ? 3 : 2, ops[o][0] == 's' && !grad ? 2 : 1, NULL, 0);
+        }
+}
+
+Test(ops_gpu_kernels, a_bad_adam_step_fails_with_the_cpu_message)
+{
+    need_gpu();
+    uint64_t rng = 11;
+    vq_attr at = VQ_ATTR_F("learning_rate", 0.01);
+    for (int d = 0; d < N_OF(floats); d++) {
+        vq_tensor *in[5] = {oc_rand(&rng, floats[d], DIMS(4), -1, 1),
+                            oc_rand(&rng, floats[d], DIMS(4), -1, 1),
+                            oc_rand(&rng, floats[d], DIMS(4), -1, 1),
+                            oc_rand(&rng, floats[d], DIMS(4), 0, 1), step_tensor(-1)};
+        same_failure("adam", in, 5, 4, &at, 1);
+    }
+}

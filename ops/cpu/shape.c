@@ -18,6 +18,7 @@
  * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
 #include "../internal.h"
 #include "../params.h"
+#include "../cast.h"
 
 #include <math.h>
 #include <string.h>
@@ -583,31 +584,6 @@ static int cast_infer(vq__infer *c)
     return 0;
 }
 
-/* Truncation toward zero that saturates and sends NaN to 0. The bounds are
- * exact doubles: 2^31 and -2^31 - 1 (everything between truncates into
- * range), 2^63 and -2^63. */
-static inline int32_t to_i32(double v)
-{
-    if (isnan(v))
-        return 0;
-    if (v >= 2147483648.0)
-        return INT32_MAX;
-    if (v <= -2147483649.0)
-        return INT32_MIN;
-    return (int32_t)v;
-}
-
-static inline int64_t to_i64(double v)
-{
-    if (isnan(v))
-        return 0;
-    if (v >= 0x1p63)
-        return INT64_MAX;
-    if (v < -0x1p63)
-        return INT64_MIN;
-    return (int64_t)v;
-}
-
 /* One loop per (source, destination) pair; CONV(v) converts one value. */
 #define CAST_LOOP(S, D, CONV)                                               \
     do {                                                                    \
@@ -634,10 +610,10 @@ static inline int64_t to_i64(double v)
     default: CAST_LOOP(S, uint8_t, AS_BOOL); break;                                \
     }
 
-#define float_TO_I32(v) to_i32((double)(v))
-#define float_TO_I64(v) to_i64((double)(v))
-#define double_TO_I32(v) to_i32(v)
-#define double_TO_I64(v) to_i64(v)
+#define float_TO_I32(v) vq__to_i32((double)(v))
+#define float_TO_I64(v) vq__to_i64((double)(v))
+#define double_TO_I32(v) vq__to_i32(v)
+#define double_TO_I64(v) vq__to_i64(v)
 #define int32_t_TO_I32(v) (v)
 #define int32_t_TO_I64(v) AS_I64(v)
 #define int64_t_TO_I32(v) WRAP_I32(v)

@@ -4,6 +4,7 @@
  * dtypes with shape.c's conversion rules. reshape and the equal-dtype casts
  * are plain device-to-device copies. Launchers: kernels.h. */
 #include "kernels.h"
+#include "../cast.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -97,30 +98,6 @@ extern "C" int vq__cuda_strided_copy(int esize, void *dst, const void *src, int 
 
 /* ---- cast ---- */
 
-/* shape.c's to_i32 / to_i64: truncation toward zero that saturates and
- * sends NaN to 0; the bounds are exact doubles. */
-__device__ inline int32_t to_i32(double v)
-{
-    if (isnan(v))
-        return 0;
-    if (v >= 2147483648.0)
-        return INT32_MAX;
-    if (v <= -2147483649.0)
-        return INT32_MIN;
-    return (int32_t)v;
-}
-
-__device__ inline int64_t to_i64(double v)
-{
-    if (isnan(v))
-        return 0;
-    if (v >= 0x1p63)
-        return INT64_MAX;
-    if (v < -0x1p63)
-        return INT64_MIN;
-    return (int64_t)v;
-}
-
 /* One value of S converted to D, shape.c's CAST_FROM table: floats and
  * bool convert as C does (IEEE round to nearest; bool is 0 or 1), floats
  * to integers through to_i32 / to_i64, i64 to i32 wraps (modulo 2^32),
@@ -129,15 +106,15 @@ template <typename D> struct convert {
     template <typename S> __device__ static D from(S v) { return (D)v; }
 };
 template <> struct convert<int32_t> {
-    __device__ static int32_t from(float v) { return to_i32((double)v); }
-    __device__ static int32_t from(double v) { return to_i32(v); }
+    __device__ static int32_t from(float v) { return vq__to_i32((double)v); }
+    __device__ static int32_t from(double v) { return vq__to_i32(v); }
     __device__ static int32_t from(int32_t v) { return v; }
     __device__ static int32_t from(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
     __device__ static int32_t from(uint8_t v) { return (int32_t)v; }
 };
 template <> struct convert<int64_t> {
-    __device__ static int64_t from(float v) { return to_i64((double)v); }
-    __device__ static int64_t from(double v) { return to_i64(v); }
+    __device__ static int64_t from(float v) { return vq__to_i64((double)v); }
+    __device__ static int64_t from(double v) { return vq__to_i64(v); }
     __device__ static int64_t from(int32_t v) { return (int64_t)v; }
     __device__ static int64_t from(int64_t v) { return v; }
     __device__ static int64_t from(uint8_t v) { return (int64_t)v; }

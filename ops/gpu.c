@@ -31,6 +31,9 @@
 
 #define MAX_GPUS 64
 
+static int copy_async(const struct vq__stream_backend *be, void *dst, const void *src, size_t n,
+                      int kind, void *stream);
+
 struct gpu_alloc {
     vq__allocator base;
     int id;
@@ -210,7 +213,7 @@ int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
                : sg     ? VQ__MEMCPY_D2H
                : dg     ? VQ__MEMCPY_H2D
                         : VQ__MEMCPY_H2H;
-    return be->memcpy_async(dst->data, src->data, src->nbytes, kind, stream);
+    return copy_async(be, dst->data, src->data, src->nbytes, kind, stream);
 }
 
 /* ---- ops on GPUs ---- */
@@ -365,6 +368,150 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     return rc;
 }
 
+/* ---- pinned staging of copies between host and device ----
+ *
+ * A copy from or to pageable host memory is not asynchronous in CUDA (the
+ * driver stages it, and a device-to-host copy blocks the calling thread
+ * until the stream reaches it), which would hold a copy worker and keep it
+ * from launching the next copy. So copies up to STAGE_MAX go through a
+ * page-locked buffer: host to device, the host bytes are copied into the
+ * buffer by the worker, the device copy is enqueued, and a host function
+ * after it gives the buffer back; device to host, the device copy into the
+ * buffer is enqueued and a host function after it copies the bytes out and
+ * gives the buffer back (the op's event comes after both, so the
+ * destination's readers see the bytes). Buffers are powers of two from 4
+ * KiB, kept per size in free lists shared by all devices (pinned memory is
+ * the host's); host functions only push to a list (no backend calls there:
+ * stream.h), and the worker that takes a buffer trims the cache to
+ * STAGE_CACHE. Bigger copies, or when pinned memory cannot be had, go
+ * direct. */
+
+#define STAGE_MIN_LOG2 12
+#define STAGE_MAX ((size_t)64 << 20)
+#define STAGE_CACHE ((size_t)256 << 20)
+#define STAGE_CLASSES 15 /* 4 KiB .. 64 MiB */
+
+struct stage {
+    struct stage *next;
+    int cls;
+    void *p;
+    void *host; /* device to host: where the bytes go */
+    size_t n;
+};
+
+static pthread_mutex_t stage_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stage *stage_free[STAGE_CLASSES];
+static size_t stage_cached; /* bytes in the free lists; under stage_lock */
+static atomic_uint_least64_t stage_uses, stage_allocs;
+
+static void stage_put(struct stage *st)
+{
+    pthread_mutex_lock(&stage_lock);
+    st->next = stage_free[st->cls];
+    stage_free[st->cls] = st;
+    stage_cached += (size_t)1 << (st->cls + STAGE_MIN_LOG2);
+    pthread_mutex_unlock(&stage_lock);
+}
+
+/* A buffer of at least n bytes, or NULL (copy direct). Not from a host
+ * function: it may allocate and free pinned memory. */
+static struct stage *stage_get(const struct vq__stream_backend *be, size_t n)
+{
+    if (n > STAGE_MAX)
+        return NULL;
+    int cls = 0;
+    while (((size_t)1 << (cls + STAGE_MIN_LOG2)) < n)
+        cls++;
+    size_t size = (size_t)1 << (cls + STAGE_MIN_LOG2);
+    struct stage *trim = NULL;
+    pthread_mutex_lock(&stage_lock);
+    struct stage *st = stage_free[cls];
+    if (st) {
+        stage_free[cls] = st->next;
+        stage_cached -= size;
+    }
+    /* Over the cache's size: hand the largest buffers back to the system. */
+    for (int c = STAGE_CLASSES - 1; c >= 0 && stage_cached > STAGE_CACHE; c--)
+        while (stage_free[c] && stage_cached > STAGE_CACHE) {
+            struct stage *t = stage_free[c];
+            stage_free[c] = t->next;
+            stage_cached -= (size_t)1 << (c + STAGE_MIN_LOG2);
+            t->next = trim;
+            trim = t;
+        }
+    pthread_mutex_unlock(&stage_lock);
+    while (trim) {
+        struct stage *t = trim;
+        trim = t->next;
+        be->host_free_pinned(t->p);
+        free(t);
+    }
+    if (!st) {
+        if (!(st = malloc(sizeof *st)))
+            return NULL;
+        if (!(st->p = be->host_alloc_pinned(size))) {
+            free(st);
+            return NULL;
+        }
+        st->cls = cls;
+        atomic_fetch_add_explicit(&stage_allocs, 1, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&stage_uses, 1, memory_order_relaxed);
+    return st;
+}
+
+/* Host functions at the end of a staged copy. */
+static int stage_release(void *arg)
+{
+    stage_put(arg);
+    return 0;
+}
+
+static int stage_unload(void *arg)
+{
+    struct stage *st = arg;
+    memcpy(st->host, st->p, st->n);
+    stage_put(st);
+    return 0;
+}
+
+void vq__gpu_stage_stats(uint64_t *uses, uint64_t *allocs)
+{
+    *uses = atomic_load(&stage_uses);
+    *allocs = atomic_load(&stage_allocs);
+}
+
+/* memcpy_async on stream (a backend stream), staged through pinned memory
+ * when one side is the host. */
+static int copy_async(const struct vq__stream_backend *be, void *dst, const void *src, size_t n,
+                      int kind, void *stream)
+{
+    struct stage *st = NULL;
+    if (n && (kind == VQ__MEMCPY_H2D || kind == VQ__MEMCPY_D2H))
+        st = stage_get(be, n);
+    if (!st)
+        return be->memcpy_async(dst, src, n, kind, stream);
+    int rc;
+    if (kind == VQ__MEMCPY_H2D) {
+        memcpy(st->p, src, n);
+        rc = be->memcpy_async(dst, st->p, n, kind, stream);
+        if (rc == 0)
+            rc = be->launch_host(stream, stage_release, st);
+    } else {
+        st->host = dst;
+        st->n = n;
+        rc = be->memcpy_async(st->p, src, n, kind, stream);
+        if (rc == 0)
+            rc = be->launch_host(stream, stage_unload, st);
+    }
+    if (rc < 0) {
+        /* Nothing after the copy will give it back: wait, then do it here. */
+        (void)be->stream_synchronize(stream);
+        stage_put(st);
+    }
+    return rc;
+}
+
 /* ---- copies ---- */
 
 static const char *dev_str(char *buf, size_t size, vq_ctx d)
@@ -393,8 +540,8 @@ static int copy_run(void *arg, const vq_exec_ctx *x)
     int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
-    return be->memcpy_async(c->dst->data, c->src->data, c->src->nbytes, c->kind,
-                            vq__gpu_op_stream());
+    return copy_async(be, c->dst->data, c->src->data, c->src->nbytes, c->kind,
+                      vq__gpu_op_stream());
 }
 
 static void copy_free(void *arg)

@@ -72,6 +72,11 @@ int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src);
  * op's stream: the source must stay valid until the stream reaches it. */
 int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream);
 
+/* Copies between host and device memory go through pinned staging
+ * buffers (ops/gpu.c): how many copies used one, and how many buffers were
+ * allocated, since the process started. Thread-safe. */
+void vq__gpu_stage_stats(uint64_t *uses, uint64_t *allocs);
+
 /* Copies into buf the message of the last op kernel that failed in stream
  * work on GPU id (the emulated backend's host kernels, the CUDA kernels'
  * device-side checks), for vq_tensor_wait; false when there was none.

@@ -6,10 +6,12 @@
 #include <varq/varq.h>
 
 #include "internal.h"
+#include "../ops/internal.h" /* vq__gpu_stage_stats */
 
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "leakcheck.h"
 
 static void gpu_env(void)
@@ -220,13 +222,56 @@ Test(ops_gpu, mixing_devices_is_einval_naming_the_slot)
     vq_engine_free(e);
 }
 
-Test(ops_gpu, npy_save_refuses_gpu_tensors)
+Test(ops_gpu, npy_save_writes_a_gpu_tensor_through_a_host_copy)
 {
     vq_engine *e = engine();
-    int64_t shape[1] = {4};
-    vq_tensor *h = rand_f32(1, shape, 0, 1);
+    int64_t shape[2] = {3, 5};
+    vq_tensor *h = rand_f32(2, shape, 0, 1);
+    vq_tensor *g = to(e, h, gpu(1));
+    char path[] = "/tmp/varq_gpu_npy_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_npy_save(path, g), 0, "%s", vq_errmsg());
+    vq_tensor *back;
+    cr_assert_eq(vq_npy_load(path, &back), 0, "%s", vq_errmsg());
+    unlink(path);
+    cr_assert(!memcmp(vq_tensor_data(back), vq_tensor_data(h), vq_tensor_nbytes(h)));
+    vq_tensor_release(back);
+    vq_tensor_release(g);
+    vq_tensor_release(h);
+    vq_engine_free(e);
+}
+
+Test(ops_gpu, host_copies_are_staged_in_reused_pinned_buffers_at_every_size)
+{
+    vq_engine *e = engine();
+    /* 1 byte .. past the staging limit (64 MiB), which copies direct. */
+    int64_t sizes[] = {1, 1023, 1024, 1025, 262144, 17 << 20};
+    uint64_t uses0, allocs0, uses1, allocs1;
+    for (int round = 0; round < 3; round++) {
+        if (round == 2)
+            vq__gpu_stage_stats(&uses0, &allocs0);
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            vq_tensor *h = rand_f32(1, &sizes[i], -1, 1);
+            vq_tensor *g = to(e, h, gpu(round % 2));
+            assert_same(e, g, h, "staged round trip");
+            vq_tensor_release(g);
+            vq_tensor_release(h);
+        }
+    }
+    vq__gpu_stage_stats(&uses1, &allocs1);
+    /* Every copy of the last round staged (2 per size but the biggest),
+     * in buffers the earlier rounds left in the cache. */
+    cr_assert_eq(uses1 - uses0, 2 * 5 + 0, "staged copies: %lu", (unsigned long)(uses1 - uses0));
+    cr_assert_eq(allocs1, allocs0, "the last round allocated %lu buffers",
+                 (unsigned long)(allocs1 - allocs0));
+    int64_t big = (int64_t)(80 << 20) / 4; /* 80 MiB: direct */
+    vq_tensor *h = rand_f32(1, &big, -1, 1);
     vq_tensor *g = to(e, h, gpu(0));
-    cr_assert_lt(vq_npy_save("/nonexistent-dir/x.npy", g), 0);
+    assert_same(e, g, h, "direct round trip");
+    vq__gpu_stage_stats(&uses0, &allocs0);
+    cr_assert_eq(uses0, uses1, "a copy past 64 MiB was staged");
     vq_tensor_release(g);
     vq_tensor_release(h);
     vq_engine_free(e);

@@ -1,5 +1,6 @@
 /* GPU ops on the engine (DESIGN.md 3), on the host-emulated stream backend
- * with two devices: ordering across streams and devices, CPU ops after GPU
+ * with two devices (or on CUDA with VARQ_GPU_BACKEND=cuda, where "device
+ * 1" is GPU 0 again when there is one GPU): ordering across streams and devices, CPU ops after GPU
  * ops, copy streams overlapping compute, errors from an op's fn and from
  * its stream work, waits that include stream work, the naive engine,
  * prebuilt GPU ops, the refusals (no backend, async fn, bad device), and the
@@ -24,10 +25,16 @@
 #include <unistd.h>
 #include "leakcheck.h"
 
+static int ngpus = 2; /* the backend's devices; ids below are taken modulo */
+
 static void gpu_env(void)
 {
-    setenv("VARQ_GPU_BACKEND", "emulated", 1);
-    setenv("VARQ_GPU_EMUL_DEVICES", "2", 1);
+    setenv("VARQ_GPU_BACKEND", "emulated", 0);
+    setenv("VARQ_GPU_EMUL_DEVICES", "2", 0);
+    const struct vq__stream_backend *be;
+    if (vq__stream_backend_get(NULL, &be) == 0 && be->device_count() > 0)
+        ngpus = be->device_count() < 2 ? be->device_count() : 2;
+    workload_gpus = ngpus;
 }
 
 TestSuite(engine_gpu, .init = gpu_env, .fini = leak_check);
@@ -163,7 +170,7 @@ static void ordering(int streams, int ndev)
         }
         unsigned c = rnd(4);
         unsigned props = c == 2 ? VQ_PROP_COPY_TO_DEV : c == 3 ? VQ_PROP_COPY_FROM_DEV : 0;
-        vq_ctx ctx = {VQ_DEV_GPU, (int)rnd((unsigned)ndev)};
+        vq_ctx ctx = {VQ_DEV_GPU, (int)rnd((unsigned)ndev) % ngpus};
         cr_assert_eq(push_gop(e, g, w, r, ctx, props, "gop"), 0, "%s", vq_errmsg());
     }
     cr_assert_eq(vq_wait_all(e), 0, "%s", vq_errmsg());
@@ -218,8 +225,10 @@ Test(engine_gpu, chain_alternating_streams_is_serial)
     const unsigned kinds[3] = {0, VQ_PROP_COPY_TO_DEV, VQ_PROP_COPY_FROM_DEV};
     for (int i = 0; i < N; i++) {
         ops[i] = (struct gop){.id = i, .w = {&log}, .nw = 1, .sleep_us = i % 5 == 0 ? 500 : 0};
-        vq_ctx ctx = {VQ_DEV_GPU, i % 2};
-        cr_assert_eq(push_gop(e, &ops[i], &v, NULL, ctx, kinds[(i / 2) % 3], "chain"), 0);
+        vq_ctx ctx = {VQ_DEV_GPU, i % 2 % ngpus};
+        /* One GPU: the stream kind alone changes at every op. */
+        unsigned kind = kinds[ngpus > 1 ? (i / 2) % 3 : i % 3];
+        cr_assert_eq(push_gop(e, &ops[i], &v, NULL, ctx, kind, "chain"), 0);
     }
     cr_assert_eq(vq_wait_var(e, v), 0);
     cr_assert_eq(log.n, N);
@@ -229,7 +238,7 @@ Test(engine_gpu, chain_alternating_streams_is_serial)
             cr_assert_neq(ops[i].stream, ops[i - 1].stream, "ops %d and %d shared a stream", i - 1,
                           i);
         cr_assert_eq(ops[i].ctx.kind, VQ_DEV_GPU);
-        cr_assert_eq(ops[i].ctx.id, i % 2);
+        cr_assert_eq(ops[i].ctx.id, i % 2 % ngpus);
     }
     vq_engine_free(e);
 }
@@ -292,7 +301,7 @@ static void cpu_after_gpu(int kind)
     vq_var *v = vq_var_new(e, "v");
     for (int round = 0; round < 5; round++) {
         struct cell c = {.value = 0, .sleep_us = 30000, .set_to = 42 + round};
-        vq_task g = {.fn = gpu_set, .arg = &c, .ctx = {VQ_DEV_GPU, round % 2}, .writes = &v,
+        vq_task g = {.fn = gpu_set, .arg = &c, .ctx = {VQ_DEV_GPU, round % 2 % ngpus}, .writes = &v,
                      .nwrites = 1, .name = "gpu_set"};
         vq_task r = {.fn = cpu_read, .arg = &c, .reads = &v, .nreads = 1, .name = "cpu_read"};
         cr_assert_eq(vq_push(e, &g), 0, "%s", vq_errmsg());
@@ -305,7 +314,7 @@ static void cpu_after_gpu(int kind)
 
         /* A CPU write after a GPU read waits for the read's stream work. */
         struct cell d = {.value = 7, .sleep_us = 30000, .set_to = 8};
-        vq_task gr = {.fn = gpu_read, .arg = &d, .ctx = {VQ_DEV_GPU, 1 - round % 2}, .reads = &v,
+        vq_task gr = {.fn = gpu_read, .arg = &d, .ctx = {VQ_DEV_GPU, (1 - round % 2) % ngpus}, .reads = &v,
                       .nreads = 1, .name = "gpu_read"};
         vq_task cw = {.fn = cpu_write, .arg = &d, .writes = &v, .nwrites = 1, .name = "cpu_write"};
         cr_assert_eq(vq_push(e, &gr), 0);
@@ -334,11 +343,11 @@ Test(engine_gpu, naive_engine_gpu_op_gets_stream)
     static struct vlog log;
     log.n = 0;
     struct gop g = {.id = 5, .w = {&log}, .nw = 1, .sleep_us = 10000};
-    cr_assert_eq(push_gop(e, &g, &v, NULL, (vq_ctx){VQ_DEV_GPU, 1}, 0, "naive"), 0);
+    cr_assert_eq(push_gop(e, &g, &v, NULL, (vq_ctx){VQ_DEV_GPU, 1 % ngpus}, 0, "naive"), 0);
     /* The naive engine returns from the push when the work is done. */
     cr_assert_eq(log.n, 1);
     cr_assert_not_null(g.stream);
-    cr_assert_eq(g.ctx.id, 1);
+    cr_assert_eq(g.ctx.id, 1 % ngpus);
     cr_assert_eq(g.worker, -1);
     vq_engine_free(e);
 }
@@ -380,7 +389,8 @@ Test(engine_gpu, copy_ops_overlap_compute)
     fclose(f);
     unlink(path);
     cr_assert_not_null(strstr(text, "gpu0 copy to device"), "%s", text);
-    cr_assert_not_null(strstr(text, "gpu1 copy from device"), "%s", text);
+    cr_assert_not_null(strstr(text, ngpus > 1 ? "gpu1 copy from device" : "gpu0 copy from device"),
+                       "%s", text);
     cr_assert_not_null(strstr(text, "gpu0 stream 0"), "%s", text);
     /* Each op is on its worker's row: the rows are those of the workers. */
     char row[64];
@@ -413,7 +423,7 @@ Test(engine_gpu, gpu_fn_error_poisons_writes)
     vq_task t = {.fn = count_run, .reads = &w, .nreads = 1, .writes = &u, .nwrites = 1};
     cr_assert_eq(vq_push(e, &t), 0);
     struct gop after = {.w = {&lu}, .nw = 1};
-    cr_assert_eq(push_gop(e, &after, &u, NULL, (vq_ctx){VQ_DEV_GPU, 1}, 0, "after"), 0);
+    cr_assert_eq(push_gop(e, &after, &u, NULL, (vq_ctx){VQ_DEV_GPU, 1 % ngpus}, 0, "after"), 0);
     cr_assert_eq(vq_wait_var(e, w), VQ_EIO);
     cr_assert_eq(vq_wait_var(e, u), VQ_EIO, "the skip passed the failure on");
     cr_assert_eq(vq_wait_var(e, r), 0, "a read var is not poisoned");
@@ -433,7 +443,7 @@ Test(engine_gpu, stream_work_error_surfaces_at_next_cpu_sync)
     vq_var *v = vq_var_new(e, "v"), *u = vq_var_new(e, "u");
     static struct vlog lv;
     struct gop bad = {.w = {&lv}, .nw = 1, .work_err = VQ_EIO, .sleep_us = 20000};
-    cr_assert_eq(push_gop(e, &bad, &v, NULL, (vq_ctx){VQ_DEV_GPU, 1}, 0, "fault"), 0);
+    cr_assert_eq(push_gop(e, &bad, &v, NULL, (vq_ctx){VQ_DEV_GPU, 1 % ngpus}, 0, "fault"), 0);
     atomic_store(&cpu_runs, 0);
     vq_task t = {.fn = count_run, .reads = &v, .nreads = 1, .writes = &u, .nwrites = 1};
     cr_assert_eq(vq_push(e, &t), 0);
@@ -464,7 +474,7 @@ Test(engine_gpu, waits_include_stream_work)
     static struct vlog lv;
     vq_var *v = vq_var_new(e, "v");
     struct gop novars = {.sleep_us = 50000, .counter = &done};
-    cr_assert_eq(push_gop(e, &novars, NULL, NULL, (vq_ctx){VQ_DEV_GPU, 1}, 0, "novars"), 0);
+    cr_assert_eq(push_gop(e, &novars, NULL, NULL, (vq_ctx){VQ_DEV_GPU, 1 % ngpus}, 0, "novars"), 0);
     cr_assert_eq(vq_wait_all(e), 0);
     cr_assert_eq(atomic_load(&done), 1, "vq_wait_all returned before the stream work");
     struct gop onvar = {.w = {&lv}, .nw = 1, .sleep_us = 50000, .counter = &done};
@@ -488,7 +498,8 @@ Test(engine_gpu, free_with_pending_stream_work)
         vq_var *v = vq_var_new(e, "v");
         logs[i].n = 0;
         ops[i] = (struct gop){.w = {&logs[i]}, .nw = 1, .sleep_us = 2000, .counter = &done};
-        cr_assert_eq(push_gop(e, &ops[i], &v, NULL, (vq_ctx){VQ_DEV_GPU, i % 2}, 0, "p"), 0);
+        cr_assert_eq(push_gop(e, &ops[i], &v, NULL, (vq_ctx){VQ_DEV_GPU, i % 2 % ngpus}, 0, "p"),
+                     0);
         if (i % 2)
             cr_assert_eq(vq_var_free(e, v), 0);
     }
@@ -514,7 +525,7 @@ Test(engine_gpu, prebuilt_gpu_op_pushed_many_times)
     vq_engine *e = engine(VQ_ENGINE_THREADED, 4, 0);
     vq_var *v = vq_var_new(e, "v");
     int count = 0;
-    vq_task t = {.fn = gpu_bump, .arg = &count, .ctx = {VQ_DEV_GPU, 1}, .writes = &v,
+    vq_task t = {.fn = gpu_bump, .arg = &count, .ctx = {VQ_DEV_GPU, 1 % ngpus}, .writes = &v,
                  .nwrites = 1, .name = "bump"};
     vq_opr *op = vq_opr_new(e, &t);
     cr_assert_not_null(op, "%s", vq_errmsg());

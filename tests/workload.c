@@ -128,6 +128,8 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng_state >> 33) % n;
 }
 
+int workload_gpus = 2;
+
 static int generate(struct run *r, int nsteps, uint64_t seed, bool gpu)
 {
     rng_state = seed * 2654435761u + 1;
@@ -175,7 +177,7 @@ static int generate(struct run *r, int nsteps, uint64_t seed, bool gpu)
         s->prebuilt = rnd(20) == 0;
         /* Drawn only in GPU mode, so that CPU seeds replay as before. */
         if (gpu && rnd(10) < 4) {
-            s->gpu = 1 + (int)rnd(2);
+            s->gpu = 1 + (int)(rnd(2) % (uint64_t)workload_gpus);
             uint32_t c = rnd(4);
             s->props = c == 2 ? VQ_PROP_COPY_TO_DEV : c == 3 ? VQ_PROP_COPY_FROM_DEV : 0;
             s->async = 0; /* GPU ops are sync: they complete at launch */

@@ -14,6 +14,10 @@
  * VARQ_GPU_BACKEND=emulated and VARQ_GPU_EMUL_DEVICES=2. */
 #define WORKLOAD_GPU (1u << 30)
 
+/* GPUs the WORKLOAD_GPU ops use (ids 0 .. workload_gpus - 1): 2 unless the
+ * caller has fewer (CUDA on a one-GPU machine). */
+extern int workload_gpus;
+
 /* Generates nops random steps from seed, runs them on an engine of the
  * given kind and worker count (flags: vq_engine_opts.flags, and
  * WORKLOAD_GPU) and through the

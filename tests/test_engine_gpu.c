@@ -314,7 +314,8 @@ static void cpu_after_gpu(int kind)
 
         /* A CPU write after a GPU read waits for the read's stream work. */
         struct cell d = {.value = 7, .sleep_us = 30000, .set_to = 8};
-        vq_task gr = {.fn = gpu_read, .arg = &d, .ctx = {VQ_DEV_GPU, (1 - round % 2) % ngpus}, .reads = &v,
+        vq_task gr = {.fn = gpu_read, .arg = &d, .ctx = {VQ_DEV_GPU, (1 - round % 2) % ngpus},
+                      .reads = &v,
                       .nreads = 1, .name = "gpu_read"};
         vq_task cw = {.fn = cpu_write, .arg = &d, .writes = &v, .nwrites = 1, .name = "cpu_write"};
         cr_assert_eq(vq_push(e, &gr), 0);

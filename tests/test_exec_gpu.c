@@ -542,8 +542,8 @@ Test(exec_gpu, an_mlp_with_adam_trains_on_the_gpu_to_the_cpu_weights)
     cr_assert_eq(vq_layer_linear(main_p, startup, "x", "h", 32, 1), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_layer_activation(main_p, "relu", "h", "a"), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_layer_linear(main_p, startup, "a", "logits", 10, 2), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_layer_softmax_cross_entropy(main_p, "logits", "label", "probs", "loss"), 0, "%s",
-                 vq_errmsg());
+    cr_assert_eq(vq_layer_softmax_cross_entropy(main_p, "logits", "label", "probs", "loss"), 0,
+                 "%s", vq_errmsg());
     vq_optimizer adam = {.kind = VQ_OPT_ADAM, .learning_rate = 0.005};
     cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &adam), 4, "%s", vq_errmsg());
     int64_t xs[2] = {64, 64}, ls[1] = {64};

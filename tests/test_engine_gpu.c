@@ -32,8 +32,11 @@ static void gpu_env(void)
     setenv("VARQ_GPU_BACKEND", "emulated", 0);
     setenv("VARQ_GPU_EMUL_DEVICES", "2", 0);
     const struct vq__stream_backend *be;
-    if (vq__stream_backend_get(NULL, &be) == 0 && be->device_count() > 0)
-        ngpus = be->device_count() < 2 ? be->device_count() : 2;
+    if (vq__stream_backend_get(NULL, &be) < 0)
+        cr_skip_test("no GPU backend: %s", vq_errmsg());
+    if (be->device_count() < 1)
+        cr_skip_test("the %s backend has no device", be->name);
+    ngpus = be->device_count() < 2 ? be->device_count() : 2;
     workload_gpus = ngpus;
 }
 

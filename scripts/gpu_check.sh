@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The real-GPU checks, for a machine with an NVIDIA GPU (CI has none: there
+# every GPU path runs on the emulated backend inside scripts/test.sh).
+# Builds varq with CUDA, runs the GPU suites on the CUDA backend (every op's
+# CUDA kernel against its CPU kernel, the engine's GPU suite, programs and
+# training on the GPU against the CPU executor, the executor stress), then
+# the GPU benchmarks: per-op overhead against raw launches (gpu_bench) and
+# training steps per second on the GPU (train_bench --gpu 0).
+#
+# Usage: scripts/gpu_check.sh [BUILD_DIR]   (default build-gpu)
+# Exit status: 0 when every check passed, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+b=${1:-build-gpu}
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L
+fi
+if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dbuildtype=release -Dcuda=enabled || exit 1
+fi
+meson compile -C "$b" || exit 1
+
+export VARQ_GPU_BACKEND=cuda
+"$b/bench/gpu_bench" --backend cuda --tiny >/dev/null 2>&1
+if [ $? -eq 77 ]; then
+    "$b/bench/gpu_bench" --backend cuda --tiny 2>&1 | tail -1
+    echo "== no usable GPU: nothing checked"
+    exit 1
+fi
+status=0
+step() {
+    echo "== $*"
+    "$@" || { echo "== FAILED: $*"; status=1; }
+}
+for t in stream engine_gpu ops_gpu_kernels exec_gpu; do
+    step "$b/tests/test_$t"
+done
+step "$b/tests/exec_stress" 2000 --gpu
+if [ -f "$b/examples/digits/train_x.npy" ] ||
+    /usr/bin/python3 scripts/digits_to_npy.py "$b/examples/digits" >/dev/null 2>&1; then
+    step "$b/examples/mlp_digits" "$b/examples/digits" --gpu 0
+    step "$b/bench/train_bench" --gpu 0 --digits "$b/examples/digits" --reps 3
+else
+    echo "== no digits data (scikit-learn missing): train_bench on synthetic batches"
+    step "$b/bench/train_bench" --gpu 0 --digits /nonexistent --reps 3
+fi
+step "$b/bench/gpu_bench" --backend cuda --reps 5
+if [ "$status" -eq 0 ]; then
+    echo "== all GPU checks passed"
+else
+    echo "== some GPU checks FAILED"
+fi
+exit "$status"

@@ -426,48 +426,53 @@ static int sce_grad_gpu(const vq__kcall *k)
     return class_loss_gpu(k, sce_grad_launch);
 }
 
-static int se_gpu(const vq__kcall *k)
+/* square_error and mse (and their grads) share their launchers' shapes:
+ * the kernel function takes the launcher. */
+typedef int (*pair_launcher)(int dtype, const void *x, const void *y, void *out, int64_t n,
+                             void *stream);
+typedef int (*pair_grad_launcher)(int wrt, int dtype, const void *x, const void *y,
+                                  const void *g, void *dz, int64_t n, void *stream);
+
+static int pair_loss_gpu(const vq__kcall *k, pair_launcher launch)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
     struct launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    return launched(k, vq__cuda_square_error(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+    return launched(k, launch(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+}
+
+static int pair_loss_grad_gpu(const vq__kcall *k, pair_grad_launcher launch)
+{
+    const vq__wrt_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, launch(p->wrt, x->dtype, x->data, y->data, g->data, d->data, x->numel,
+                              l.s));
+}
+
+static int se_gpu(const vq__kcall *k)
+{
+    return pair_loss_gpu(k, vq__cuda_square_error);
 }
 
 static int se_grad_gpu(const vq__kcall *k)
 {
-    const vq__wrt_params *p = k->params;
-    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    struct launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_square_error_grad(p->wrt, x->dtype, x->data, y->data, g->data,
-                                                  d->data, x->numel, l.s));
+    return pair_loss_grad_gpu(k, vq__cuda_square_error_grad);
 }
 
 static int mse_gpu(const vq__kcall *k)
 {
-    vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    struct launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_mse(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+    return pair_loss_gpu(k, vq__cuda_mse);
 }
 
 static int mse_grad_gpu(const vq__kcall *k)
 {
-    const vq__wrt_params *p = k->params;
-    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    struct launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_mse_grad(p->wrt, x->dtype, x->data, y->data, g->data, d->data,
-                                         x->numel, l.s));
+    return pair_loss_grad_gpu(k, vq__cuda_mse_grad);
 }
 
 /* ---- reductions (ops/cpu/reduce.c) ---- */

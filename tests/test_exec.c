@@ -4,6 +4,7 @@
  * runs in flight; errors naming the op; scopes. */
 #include "leakcheck.h"
 #include "opcheck.h"
+#include "programs.h"
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -14,7 +15,6 @@
 
 TestSuite(exec, .fini = leak_check);
 
-#define NAMES(...) ((const char *const[]){__VA_ARGS__})
 #define N(...) (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 static vq_engine *engine(int kind, int workers)
@@ -23,43 +23,6 @@ static vq_engine *engine(int kind, int workers)
     vq_engine_opts o = {.kind = kind, .cpu_workers = workers};
     cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
     return e;
-}
-
-static void var(vq_program *p, const char *name, vq_dtype dt, int ndim, const int64_t *shape,
-                bool persistable)
-{
-    cr_assert_eq(vq_program_add_var(p, 0, name, dt, ndim, shape, persistable), 0, "%s",
-                 vq_errmsg());
-}
-
-static void op(vq_program *p, const char *type, const char *const *in, int nin,
-               const char *const *out, int nout, const vq_attr *attrs, int nattrs)
-{
-    int rc = vq_program_add_op(p, 0, type, in, nin, out, nout, attrs, nattrs);
-    cr_assert_geq(rc, 0, "%s", vq_errmsg());
-}
-
-/* y = softmax(relu(x @ w + b) * 0.5), batch unknown (-1). */
-static vq_program *mlp_program(void)
-{
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t x[2] = {-1, 5}, w[2] = {5, 3}, b[1] = {3}, h[2] = {-1, 3};
-    var(p, "x", VQ_F64, 2, x, false);
-    var(p, "w", VQ_F64, 2, w, true);
-    var(p, "b", VQ_F64, 1, b, true);
-    var(p, "xw", VQ_F64, 2, h, false);
-    var(p, "z", VQ_F64, 2, h, false);
-    var(p, "r", VQ_F64, 2, h, false);
-    var(p, "s", VQ_F64, 2, h, false);
-    var(p, "y", VQ_F64, 2, h, false);
-    op(p, "matmul", NAMES("x", "w"), 2, NAMES("xw"), 1, NULL, 0);
-    op(p, "add", NAMES("xw", "b"), 2, NAMES("z"), 1, NULL, 0);
-    op(p, "relu", NAMES("z"), 1, NAMES("r"), 1, NULL, 0);
-    vq_attr half = VQ_ATTR_F("scale", 0.5);
-    op(p, "scale", NAMES("r"), 1, NAMES("s"), 1, &half, 1);
-    op(p, "softmax", NAMES("s"), 1, NAMES("y"), 1, NULL, 0);
-    return p;
 }
 
 static vq_tensor *direct_mlp(vq_tensor *x, vq_tensor *w, vq_tensor *b)

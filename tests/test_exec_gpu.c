@@ -12,6 +12,7 @@
  * every test with the reason. */
 #include "leakcheck.h"
 #include "opcheck.h"
+#include "programs.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -20,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NAMES(...) ((const char *const[]){__VA_ARGS__})
 
 static bool cuda; /* the real backend: compare to rounding, not bits */
 
@@ -54,20 +54,6 @@ static vq_exec *executor(vq_engine *e, vq_ctx dev)
     return ex;
 }
 
-static void var(vq_program *p, const char *name, vq_dtype dt, int ndim, const int64_t *shape,
-                bool persistable)
-{
-    cr_assert_eq(vq_program_add_var(p, 0, name, dt, ndim, shape, persistable), 0, "%s",
-                 vq_errmsg());
-}
-
-static void op(vq_program *p, const char *type, const char *const *in, int nin,
-               const char *const *out, int nout, const vq_attr *attrs, int nattrs)
-{
-    cr_assert_geq(vq_program_add_op(p, 0, type, in, nin, out, nout, attrs, nattrs), 0, "%s",
-                  vq_errmsg());
-}
-
 /* A host copy of t (on any device), made with engine e. */
 static vq_tensor *to_host(vq_engine *e, vq_tensor *t)
 {
@@ -98,29 +84,6 @@ static void assert_close(vq_tensor *a, vq_tensor *b, double rel, const char *wha
     for (int64_t i = 0; i < vq_tensor_numel(a); i++)
         cr_assert_leq(fabs(oc_get(a, i) - oc_get(b, i)), rel * scale, "%s: element %ld: %g vs %g",
                       what, (long)i, oc_get(a, i), oc_get(b, i));
-}
-
-/* y = softmax(relu(x @ w + b) * 0.5) with w, b persistable; batch unknown. */
-static vq_program *mlp_program(void)
-{
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t x[2] = {-1, 5}, w[2] = {5, 3}, b[1] = {3}, h[2] = {-1, 3};
-    var(p, "x", VQ_F64, 2, x, false);
-    var(p, "w", VQ_F64, 2, w, true);
-    var(p, "b", VQ_F64, 1, b, true);
-    var(p, "xw", VQ_F64, 2, h, false);
-    var(p, "z", VQ_F64, 2, h, false);
-    var(p, "r", VQ_F64, 2, h, false);
-    var(p, "s", VQ_F64, 2, h, false);
-    var(p, "y", VQ_F64, 2, h, false);
-    op(p, "matmul", NAMES("x", "w"), 2, NAMES("xw"), 1, NULL, 0);
-    op(p, "add", NAMES("xw", "b"), 2, NAMES("z"), 1, NULL, 0);
-    op(p, "relu", NAMES("z"), 1, NAMES("r"), 1, NULL, 0);
-    vq_attr half = VQ_ATTR_F("scale", 0.5);
-    op(p, "scale", NAMES("r"), 1, NAMES("s"), 1, &half, 1);
-    op(p, "softmax", NAMES("s"), 1, NAMES("y"), 1, NULL, 0);
-    return p;
 }
 
 /* Runs p once on dev with scope tensors w, b and feed x (copies of the

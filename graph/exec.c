@@ -1075,15 +1075,15 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
-    if (o.device.kind == VQ_DEV_GPU) {
+    vq__allocator *a;
+    int rc;
+    if (o.device.kind == VQ_DEV_GPU && (rc = vq__gpu_allocator(o.device.id, &a)) < 0) {
         /* The device must exist now: VQ_ENOSYS / VQ_EINVAL saying why. */
-        vq_tensor *probe;
-        int64_t one = 1;
-        int rc = vq__tensor_empty_on(&probe, o.device, VQ_F32, 1, &one, "vq_exec_new");
-        if (rc < 0)
-            return rc;
-        vq_tensor_release(probe);
-    } else if (o.device.kind != VQ_DEV_CPU || o.device.id != 0) {
+        char what[48];
+        snprintf(what, sizeof what, "vq_exec_new: GPU %d", o.device.id);
+        return refail(rc, what);
+    } else if (o.device.kind != VQ_DEV_GPU &&
+               (o.device.kind != VQ_DEV_CPU || o.device.id != 0)) {
         return vq__fail(VQ_EINVAL, "vq_exec_new: device {%d, %d} is not CPU 0 or a GPU",
                         o.device.kind, o.device.id);
     }
@@ -1169,10 +1169,10 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     struct run *r = calloc(1, sizeof *r);
     struct bind **binds = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
     int rc = 0;
-    if (r && ex && ex->device.kind == VQ_DEV_GPU && nfeeds > 0)
+    bool hold = ex->device.kind == VQ_DEV_GPU && nfeeds > 0; /* host feeds, see struct run */
+    if (r && hold)
         r->held = malloc((size_t)nfeeds * sizeof *r->held);
-    if (!fnames || !gnames || !r || !binds || (nfeeds > 0 && ex && ex->device.kind == VQ_DEV_GPU &&
-                                               !r->held))
+    if (!fnames || !gnames || !r || !binds || (hold && !r->held))
         rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
     for (int i = 0; rc == 0 && i < nfeeds; i++) {
         if (!feeds[i].name || !feeds[i].tensor)

@@ -255,6 +255,9 @@ Test(ops_gpu, host_copies_are_staged_in_reused_pinned_buffers_at_every_size)
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             vq_tensor *h = rand_f32(1, &sizes[i], -1, 1);
             vq_tensor *g = to(e, h, gpu(round % 2));
+            /* The buffer goes back when the stream reaches the end of the
+             * copy: wait for that, so that the next copy finds it. */
+            cr_assert_eq(vq_wait_all(e), 0, "%s", vq_errmsg());
             assert_same(e, g, h, "staged round trip");
             vq_tensor_release(g);
             vq_tensor_release(h);

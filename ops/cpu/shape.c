@@ -18,7 +18,7 @@
  * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
 #include "../internal.h"
 #include "../params.h"
-#include "../cast.h"
+#include "../shape_shared.h"
 
 #include <math.h>
 #include <string.h>
@@ -40,35 +40,6 @@ static void contiguous_strides(int ndim, const int64_t *shape, int64_t *stride)
 
 /* ---- strided block copy ---- */
 
-struct block {
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];
-    int64_t src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS]; /* strides in elements */
-};
-
-/* Drops dims of size 1 and merges dim k into k-1 where both sides step over
- * dim k exactly once per step of dim k-1. */
-static void block_simplify(struct block *b)
-{
-    int n = 0;
-    for (int d = 0; d < b->ndim; d++) {
-        if (b->shape[d] == 1)
-            continue;
-        if (n > 0 && b->src[n - 1] == b->src[d] * b->shape[d] &&
-            b->dst[n - 1] == b->dst[d] * b->shape[d]) {
-            b->shape[n - 1] *= b->shape[d];
-            b->src[n - 1] = b->src[d];
-            b->dst[n - 1] = b->dst[d];
-            continue;
-        }
-        b->shape[n] = b->shape[d];
-        b->src[n] = b->src[d];
-        b->dst[n] = b->dst[d];
-        n++;
-    }
-    b->ndim = n;
-}
-
 /* One row of n elements of size E (a constant, so the memcpy is a move). */
 #define GATHER_ROW(E)                                                        \
     do {                                                                     \
@@ -78,12 +49,12 @@ static void block_simplify(struct block *b)
 
 /* Copies the block b from src to dst (both pointing at the block's first
  * element); elements are esize bytes. */
-static void block_copy(struct block b, void *dst, const void *src, size_t esize)
+static void block_copy(vq__box b, void *dst, const void *src, size_t esize)
 {
     for (int d = 0; d < b.ndim; d++)
         if (b.shape[d] == 0)
             return;
-    block_simplify(&b);
+    vq__box_simplify(&b);
     if (b.ndim == 0) {
         memcpy(dst, src, esize);
         return;
@@ -152,7 +123,7 @@ static int transpose_kernel(const vq__kcall *k)
     vq_tensor *x = k->in[0], *out = k->out[0];
     int64_t xs[VQ_MAX_DIMS];
     contiguous_strides(x->ndim, x->shape, xs);
-    struct block b = {.ndim = out->ndim};
+    vq__box b = {.ndim = out->ndim};
     contiguous_strides(out->ndim, out->shape, b.dst);
     for (int i = 0; i < out->ndim; i++) {
         b.shape[i] = out->shape[i];
@@ -337,7 +308,7 @@ static int concat_infer(vq__infer *c)
 /* The block of piece's elements inside the concatenation whole (both
  * contiguous), starting at element *offset of whole. */
 static void concat_block(const vq_tensor *whole, const vq_tensor *piece, int axis, int64_t at,
-                         struct block *b, int64_t *offset)
+                         vq__box *b, int64_t *offset)
 {
     b->ndim = piece->ndim;
     memcpy(b->shape, piece->shape, sizeof b->shape);
@@ -355,7 +326,7 @@ static int concat_kernel(const vq__kcall *k)
     for (int i = 0; i < k->nin; i++) {
         if (k->in[i]->numel == 0)
             continue;
-        struct block b;
+        vq__box b;
         concat_block(out, k->in[i], p->axis, at, &b, &offset);
         block_copy(b, (char *)out->data + offset * (int64_t)es, k->in[i]->data, es);
         at += k->in[i]->shape[p->axis];
@@ -435,7 +406,7 @@ static int concat_grad_kernel(const vq__kcall *k)
         return 0;
     for (int i = 0; i < p->index; i++)
         at += k->in[1 + i]->shape[p->axis];
-    struct block b;
+    vq__box b;
     concat_block(g, dx, p->axis, at, &b, &offset);
     /* The same block read the other way: from the whole into the piece. */
     int64_t tmp[VQ_MAX_DIMS];
@@ -500,7 +471,7 @@ static int slice_infer(vq__infer *c)
 /* The block of the slice inside X (contiguous), starting at element
  * *offset of X; dst strides are the slice's own, contiguous. */
 static void slice_block(const vq__slice_params *p, const vq_tensor *x, const vq_tensor *part,
-                        struct block *b, int64_t *offset)
+                        vq__box *b, int64_t *offset)
 {
     b->ndim = x->ndim;
     memcpy(b->shape, part->shape, sizeof b->shape);
@@ -515,7 +486,7 @@ static int slice_kernel(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *out = k->out[0];
     size_t es = vq_dtype_size(x->dtype);
-    struct block b;
+    vq__box b;
     int64_t offset;
     slice_block(k->params, x, out, &b, &offset);
     if (out->numel > 0)
@@ -555,7 +526,7 @@ static int slice_grad_kernel(const vq__kcall *k)
     vq_tensor *g = k->in[1], *dx = k->out[0];
     size_t es = vq_dtype_size(dx->dtype);
     memset(dx->data, 0, dx->nbytes);
-    struct block b;
+    vq__box b;
     int64_t offset;
     slice_block(k->params, dx, g, &b, &offset);
     int64_t tmp[VQ_MAX_DIMS];

@@ -4,47 +4,17 @@
  * dtypes with shape.c's conversion rules. reshape and the equal-dtype casts
  * are plain device-to-device copies. Launchers: kernels.h. */
 #include "kernels.h"
-#include "../cast.h"
+#include "../shape_shared.h"
 
 #include <math.h>
 #include <stdint.h>
 
 /* ---- strided box copy ---- */
 
-struct box {
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];
-    int64_t src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS]; /* strides in elements */
-};
-
-/* shape.c's block_simplify: drops dims of size 1 and merges dim d into the
- * kept dim before it where both sides step over dim d exactly once per
- * step of that dim. */
-static void box_simplify(box *b)
-{
-    int n = 0;
-    for (int d = 0; d < b->ndim; d++) {
-        if (b->shape[d] == 1)
-            continue;
-        if (n > 0 && b->src[n - 1] == b->src[d] * b->shape[d] &&
-            b->dst[n - 1] == b->dst[d] * b->shape[d]) {
-            b->shape[n - 1] *= b->shape[d];
-            b->src[n - 1] = b->src[d];
-            b->dst[n - 1] = b->dst[d];
-            continue;
-        }
-        b->shape[n] = b->shape[d];
-        b->src[n] = b->src[d];
-        b->dst[n] = b->dst[d];
-        n++;
-    }
-    b->ndim = n;
-}
-
 /* One thread per element of the box, in the box's row-major order (the
  * destination's, for the usual contiguous destination: coalesced writes). */
 template <typename E>
-__global__ void strided_copy_kernel(E *dst, const E *src, int64_t total, box b)
+__global__ void strided_copy_kernel(E *dst, const E *src, int64_t total, vq__box b)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -65,7 +35,7 @@ extern "C" int vq__cuda_strided_copy(int esize, void *dst, const void *src, int 
 {
     if (ndim < 0 || ndim > VQ_MAX_DIMS || (esize != 1 && esize != 4 && esize != 8))
         return VQ_EINVAL;
-    box b;
+    vq__box b;
     b.ndim = ndim;
     int64_t total = 1;
     for (int d = 0; d < ndim; d++) {
@@ -78,7 +48,7 @@ extern "C" int vq__cuda_strided_copy(int esize, void *dst, const void *src, int 
     }
     if (total == 0)
         return 0;
-    box_simplify(&b);
+    vq__box_simplify(&b);
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     if (b.ndim == 0 || (b.ndim == 1 && b.src[0] == 1 && b.dst[0] == 1))
         return vq__cuda_called(cudaMemcpyAsync(dst, src, (size_t)total * (size_t)esize,

@@ -1,6 +1,6 @@
 /* Program-building helpers shared by the executor suites (test_exec.c,
  * test_exec_gpu.c): builder calls that fail the test with varq's message,
- * and the small MLP program both suites run. */
+ * and the small programs both suites run. */
 #ifndef VARQ_TESTS_PROGRAMS_H
 #define VARQ_TESTS_PROGRAMS_H
 
@@ -44,6 +44,21 @@ static inline vq_program *mlp_program(void)
     vq_attr half = VQ_ATTR_F("scale", 0.5);
     op(p, "scale", NAMES("r"), 1, NAMES("s"), 1, &half, 1);
     op(p, "softmax", NAMES("s"), 1, NAMES("y"), 1, NULL, 0);
+    return p;
+}
+
+/* r = a / b + a over i32[2]: fails in the kernel when b has a zero. */
+static inline vq_program *div_program(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {2};
+    var(p, "a", VQ_I32, 1, s, false);
+    var(p, "b", VQ_I32, 1, s, false);
+    var(p, "q", VQ_I32, 1, s, false);
+    var(p, "r", VQ_I32, 1, s, false);
+    op(p, "div", NAMES("a", "b"), 2, NAMES("q"), 1, NULL, 0);
+    op(p, "add", NAMES("q", "a"), 2, NAMES("r"), 1, NULL, 0);
     return p;
 }
 

@@ -311,15 +311,8 @@ Test(exec, sixteen_async_runs_in_flight_each_report_once_with_their_own_results)
 Test(exec, a_failing_op_fails_the_run_with_its_name_and_the_plan_stays_usable)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = div_program();
     int64_t s[1] = {2};
-    var(p, "a", VQ_I32, 1, s, false);
-    var(p, "b", VQ_I32, 1, s, false);
-    var(p, "q", VQ_I32, 1, s, false);
-    var(p, "r", VQ_I32, 1, s, false);
-    op(p, "div", NAMES("a", "b"), 2, NAMES("q"), 1, NULL, 0);
-    op(p, "add", NAMES("q", "a"), 2, NAMES("r"), 1, NULL, 0);
     int32_t av[2] = {6, 8}, zero[2] = {1, 0}, two[2] = {2, 2};
     vq_tensor *a, *bz, *b2;
     cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);

@@ -474,6 +474,12 @@ static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var *
      * on the var's event, and a launch takes microseconds, so serializing
      * launches costs little (the stream work itself still overlaps). */
     o->nexcl = o->flags & VQ__OPR_GPU ? o->nwrites + o->nreads : o->nwrites;
+    if (rc == 0 && (flags & VQ__OPR_SORTED)) {
+        /* vars has room for 2n (see push_task and vq_opr_new) */
+        int n = o->nwrites + o->nreads;
+        memcpy(vars + n, vars, (size_t)n * sizeof *vars);
+        vq__var_sort(vars + n, n);
+    }
     return rc;
 }
 
@@ -514,6 +520,14 @@ static void vblocks_free(struct vq__vblock *b)
     }
 }
 
+/* The calling thread's last push: its place in the engine's push order. */
+static VQ__TLS unsigned long push_ticket;
+
+unsigned long vq__push_ticket(void)
+{
+    return push_ticket;
+}
+
 /* hot path: no malloc, no global lock. Appends op's accesses to its vars
  * and dispatches it if nothing holds it back. */
 static int op_enqueue(vq_engine *e, vq__op *op)
@@ -539,21 +553,15 @@ static int op_enqueue(vq_engine *e, vq__op *op)
         spare = b;
     }
 
-    atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
+    vq_var *sorted[VQ__INLINE_VARS];
+    vq_var *const *order = o->vars + n;
+    if (!(o->flags & VQ__OPR_SORTED)) {
+        memcpy(sorted, o->vars, (size_t)n * sizeof *sorted); /* n <= VQ__INLINE_VARS */
+        vq__var_sort(sorted, n);
+        order = sorted;
+    }
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
-    int granted = 0;
-    for (int i = 0; i < o->nexcl; i++) {
-        struct vq__vblock *b = spare;
-        spare = b->next;
-        granted += vq__var_append_write(o->vars[i], op, b);
-    }
-    for (int i = o->nexcl; i < n; i++) {
-        struct vq__vblock *next = spare->next;
-        if (vq__var_append_read(o->vars[i], op, &spare))
-            granted++;
-        if (!spare)
-            spare = next; /* the read queued in the block */
-    }
+    int granted = vq__var_append_op(op, order, &spare, &push_ticket);
     vblocks_free(spare);
     /* The pusher's own count goes with the accesses granted above. */
     if (atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel) == granted + 1)
@@ -579,12 +587,13 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
     vq_var **vars = op->inline_vars;
     flags |= VQ__OPR_EMBEDDED;
     if (n > VQ__INLINE_VARS) {
-        vars = malloc((size_t)n * sizeof *vars);
+        /* room for the lock order after the vars, sorted once here */
+        vars = malloc(2 * (size_t)n * sizeof *vars);
         if (!vars) {
             vq__pool_free(VQ__POOL_OP, op);
             return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
         }
-        flags |= VQ__OPR_HEAPVARS;
+        flags |= VQ__OPR_HEAPVARS | VQ__OPR_SORTED;
     }
     int rc = opr_fill(&op->embedded, e, t, vars, flags);
     if (rc < 0) {
@@ -694,8 +703,9 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
     if (validate_task(e, t, "vq_opr_new") < 0)
         return NULL;
     vq_opr *o = aligned_alloc(VQ__CACHELINE, sizeof *o);
-    vq_var **vars = malloc(((size_t)t->nreads + (size_t)t->nwrites + 1) * sizeof *vars);
-    if (!o || !vars || opr_fill(&o->desc, e, t, vars, 0) < 0) {
+    /* the vars, then the same in lock order: sorted once for every push */
+    vq_var **vars = malloc((2 * ((size_t)t->nreads + (size_t)t->nwrites) + 1) * sizeof *vars);
+    if (!o || !vars || opr_fill(&o->desc, e, t, vars, VQ__OPR_SORTED) < 0) {
         free(o);
         free(vars);
         vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory"); /* vars were validated */

@@ -137,6 +137,7 @@ enum {
     VQ__OPR_DELETE = 1u << 2,   /* internal: deletes its only written var */
     VQ__OPR_HEAPVARS = 1u << 3, /* vars array was malloc'd */
     VQ__OPR_GPU = 1u << 4,      /* ctx is a GPU: runs on a stream (gpu.c) */
+    VQ__OPR_SORTED = 1u << 5,   /* vars[n .. 2n) holds the vars in lock order */
 };
 
 /* Doubly linked membership of an engine's list (live vars, live oprs). */
@@ -145,7 +146,10 @@ struct vq__link {
 };
 
 /* The immutable description of an op. vars[0 .. nwrites) are the written
- * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once.
+ * vars, vars[nwrites .. nwrites + nreads) the read ones, each var once;
+ * with VQ__OPR_SORTED (prebuilt ops, and ops of more than VQ__INLINE_VARS
+ * vars) the same n vars follow in lock order (vq__var_sort), which other
+ * ops sort on the stack at each push.
  * vars[0 .. nexcl) are queued as writes (exclusive accesses): the written
  * vars, and for a GPU op its read vars too, so that only an op with
  * exclusive access ever changes a var's event (gpu.c). Errors still poison
@@ -240,11 +244,23 @@ struct vq_var {
 };
 
 int vq__var_init(vq_var *v, vq_engine *e, const char *name);
-/* Append one access of op. Each returns true when the access is granted at
- * once (the caller counts it). A read that has to queue takes *spare (and
- * sets it to NULL); a write always takes nb as the var's new sentinel. */
+/* Append one access of op; the caller holds v's lock (or is alone with v,
+ * as the state-machine tests are). Each returns true when the access is
+ * granted at once (the caller counts it). A read that has to queue takes
+ * *spare (and sets it to NULL); a write always takes nb as the var's new
+ * sentinel. */
 bool vq__var_append_read(vq_var *v, vq__op *op, struct vq__vblock **spare);
 bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb);
+/* Appends every access of op at one instant with respect to other pushers:
+ * locks the op's vars in the order given (order: its n distinct vars sorted
+ * by vq__var_sort), numbers the push (*ticket, from the engine's pushed
+ * count), appends vars[0 .. nexcl) as writes and the rest as reads, and
+ * unlocks. *spare holds n blocks; those not queued stay in it. Returns the
+ * number of accesses granted at once. */
+int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
+                      unsigned long *ticket);
+/* Sorts n vars into the lock order (ascending address). */
+void vq__var_sort(vq_var **vars, int n);
 void vq__var_complete_read(vq_var *v, vq__ready *r);
 void vq__var_complete_write(vq_var *v, vq__ready *r);
 
@@ -456,6 +472,16 @@ static inline struct vq__wpool *vq__pool_of(struct vq_engine *e, const vq__op *o
 void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r);
 /* Completes op with err (0, the op's failure, or the error that skipped it). */
 void vq__op_finish(vq__op *op, int err, vq__ready *r);
+
+/* The ticket of the calling thread's last push on a threaded engine (any
+ * op queued on vars: vq_push, vq_push_opr, and the ops of vq_wait_var and
+ * vq_var_free): its place in the engine's push order. Two pushes that share
+ * a var are queued on it in ticket order, so running the ops one at a time
+ * in ticket order is what the engine does (DESIGN.md 2.1). The tests read
+ * it to replay concurrent pushers serially. Undefined after a push that ran
+ * the op at once (a sync op with no vars, past the throttle) or after ops
+ * nested on this thread pushed meanwhile. */
+unsigned long vq__push_ticket(void);
 
 /* Hands the ready ops of r to the engine (queues and wake-ups). */
 void vq__ready_flush(vq__ready *r);

@@ -13,9 +13,16 @@
  * to zero. Completing the write grants the run of reads that follows it, or,
  * when no read follows, the next write.
  *
- * Every function takes the var's spinlock for its state changes only and
- * grants ops (decrements their wait counters) after releasing it, so no lock
- * is ever held while taking another one. */
+ * Completions take one var's spinlock for its state changes only and grant
+ * ops (decrement their wait counters) after releasing it. A push appends all
+ * of an op's accesses at once (vq__var_append_op): it locks every var of the
+ * op in ascending address order, appends, takes the op's ticket and unlocks.
+ * Appending one var at a time would let two pushers interleave (A on x, B on
+ * x, B on y, A on y) and queue A before B on x but B before A on y: a cycle
+ * that no completion ever breaks. Holding all the locks makes each push
+ * happen at one instant (two-phase locking), and the one global lock order
+ * means that pushers never wait for each other in a cycle; a completer holds
+ * one lock and waits for none, so it closes no cycle either. */
 #include "internal.h"
 
 #include <sched.h>
@@ -69,34 +76,68 @@ static void enqueue(vq_var *v, vq__op *op, bool write, struct vq__vblock *nb)
     v->head = nb;
 }
 
-/* hot path: no malloc, no global lock */
+/* The caller holds v's lock. */
 bool vq__var_append_read(vq_var *v, vq__op *op, struct vq__vblock **spare)
 {
-    vq__spin_lock(&v->lock);
     if (!v->pending_write) {
         v->num_pending_reads++;
-        vq__spin_unlock(&v->lock);
         return true;
     }
     enqueue(v, op, false, *spare);
     *spare = NULL;
-    vq__spin_unlock(&v->lock);
     return false;
 }
 
-/* hot path: no malloc, no global lock */
+/* The caller holds v's lock. */
 bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb)
 {
-    bool granted = false;
-    vq__spin_lock(&v->lock);
     struct vq__vblock *b = v->head;
     enqueue(v, op, true, nb);
-    if (!v->pending_write) {
-        v->pending_write = b;
-        v->write_triggered = v->num_pending_reads == 0;
-        granted = v->write_triggered;
+    if (v->pending_write)
+        return false;
+    v->pending_write = b;
+    v->write_triggered = v->num_pending_reads == 0;
+    return v->write_triggered;
+}
+
+/* Sorts vars[0 .. n) by address: the one order in which pushers lock. */
+void vq__var_sort(vq_var **vars, int n)
+{
+    for (int i = 1; i < n; i++) {
+        vq_var *v = vars[i];
+        int j = i;
+        for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)
+            vars[j] = vars[j - 1];
+        vars[j] = v;
     }
-    vq__spin_unlock(&v->lock);
+}
+
+/* hot path: no malloc, no global lock */
+int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
+                      unsigned long *ticket)
+{
+    const struct vq__desc *o = op->desc;
+    int n = o->nwrites + o->nreads, granted = 0;
+    for (int i = 0; i < n; i++)
+        vq__spin_lock(&order[i]->lock);
+    /* relaxed: the ticket only numbers the push. Taken while every var of
+     * the op is locked, tickets order any two pushes that share a var as
+     * their blocks are queued on it. */
+    *ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);
+    for (int i = 0; i < o->nexcl; i++) {
+        struct vq__vblock *b = *spare;
+        *spare = b->next;
+        granted += vq__var_append_write(o->vars[i], op, b);
+    }
+    for (int i = o->nexcl; i < n; i++) {
+        struct vq__vblock *next = (*spare)->next;
+        if (vq__var_append_read(o->vars[i], op, spare))
+            granted++;
+        if (!*spare)
+            *spare = next; /* the read queued in the block */
+    }
+    for (int i = n - 1; i >= 0; i--)
+        vq__spin_unlock(&order[i]->lock);
     return granted;
 }
 

@@ -11,6 +11,19 @@
  * A var or prebuilt op must not be used after the call that frees it has
  * started (as with free()).
  *
+ * Concurrent pushers: "push order" is one total order of all pushes, by all
+ * threads. Each push (vq_push, vq_push_opr, and the pushes inside
+ * vq_var_free and vq_wait_var) takes effect at one instant between its call
+ * and its return, and the order of those instants is the push order: so a
+ * thread's own pushes are in the order of its calls, a push that returned
+ * before another thread's push started comes first, and two pushes that
+ * overlap in time are ordered one way or the other, the same way on every
+ * var they share. Serial equivalence then holds for that order: the result
+ * is that of running all ops one at a time in push order, whatever the
+ * threads that pushed them (DESIGN.md 2.1). No two pushers can deadlock each
+ * other: an op's accesses are queued on all its vars at once, under the
+ * vars' locks taken in one global order.
+ *
  * GPU ops (ctx {VQ_DEV_GPU, id}; DESIGN.md 3) are sync fns that receive
  * their stream in vq_exec_ctx.stream (a cudaStream_t with CUDA), enqueue
  * their work there and return; the op completes at launch and its vars

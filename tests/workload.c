@@ -4,7 +4,13 @@
  * failing ops, var deletions, waits in the middle, prebuilt ops, and with
  * WORKLOAD_GPU ops on two GPUs whose effect runs later on their stream. Each
  * workload runs on an engine and through the plain serial model of DESIGN.md
- * 2.5 below; every op's inputs, every value and every error are compared. */
+ * 2.5 below; every op's inputs, every value and every error are compared.
+ *
+ * With several pushers, each thread pushes steps of its own on shared vars
+ * (and deletes only vars of its own), and the model replays all the steps in
+ * the order the engine chose: the tickets of the pushes (vq__push_ticket,
+ * which the caller passes in, since a program built against varq.pc cannot
+ * reach it). */
 #include "workload.h"
 
 #include <varq/varq.h>
@@ -18,10 +24,12 @@
 #include <string.h>
 #include <time.h>
 
-#define NSLOTS 48
+#define NSLOTS 48  /* shared by every pusher */
+#define NPRIV 8    /* more pushers: each also has slots of its own, which it deletes */
+#define MAXPUSHERS 16
+#define MAXSLOTS (NSLOTS + MAXPUSHERS * NPRIV)
 #define MAXR 4
 #define MAXW 3
-#define SWEEP NSLOTS /* a wait step waits on every slot */
 
 enum { STEP_OP, STEP_DELETE, STEP_WAIT };
 
@@ -29,20 +37,23 @@ struct step {
     int kind;
     int nr, nw;
     int rslot[MAXR], wslot[MAXW];
-    int rcell[MAXR], wcell[SWEEP]; /* resolved at generation: var incarnations */
+    int rcell[MAXR], wcell[MAXW];  /* resolved at generation: var incarnations */
     int fail;                      /* error the op returns, or 0 */
     int async;                     /* 0 sync, 1 async finished inline, 2 finished later */
     int priority;
     int prebuilt;
     int gpu;                       /* WORKLOAD_GPU: 1 + device, or 0 for a CPU op */
     unsigned props;                /* a GPU op's copy props */
-    int slot;                      /* STEP_DELETE; STEP_WAIT: first of SWEEP slots */
-    int expect_err[SWEEP];         /* STEP_WAIT: the model's answers */
+    int slot, cell;                /* STEP_DELETE: the slot; STEP_WAIT: slot and cell */
+    int expect_err, got_err;       /* STEP_WAIT: the model's answer and the engine's */
+    unsigned long ticket;          /* more pushers: the push's place in the engine's order */
 };
 
 struct run {
     struct step *steps;
     int nsteps, ncells;
+    int nslots;                 /* NSLOTS, plus NPRIV per pusher when there are several */
+    int last_cell[MAXSLOTS];    /* each slot's incarnation at the end */
     uint64_t *val;  /* one value per var incarnation */
     uint64_t *seen; /* per op: the hash of its inputs; 0 = did not run */
     int *err;       /* model: per cell; engine: per slot at the end */
@@ -84,38 +95,41 @@ static bool in_list(const int *a, int n, int x)
     return false;
 }
 
-static void model_run(struct run *r)
+static void model_step(struct run *r, int i)
 {
-    for (int i = 0; i < r->nsteps; i++) {
-        struct step *s = &r->steps[i];
-        if (s->kind == STEP_WAIT) {
-            for (int k = 0; k < SWEEP; k++) {
-                s->expect_err[k] = r->err[s->wcell[k]];
-                r->err[s->wcell[k]] = 0;
-            }
-            continue;
-        }
-        if (s->kind == STEP_DELETE)
-            continue;
-        /* The failed var that skips the op: first among its writes, then
-         * its reads, each var once. */
-        int cells[MAXR + MAXW], n = 0;
-        for (int k = 0; k < s->nw; k++)
-            if (!in_list(cells, n, s->wcell[k]))
-                cells[n++] = s->wcell[k];
-        for (int k = 0; k < s->nr; k++)
-            if (!in_list(cells, n, s->rcell[k]))
-                cells[n++] = s->rcell[k];
-        int err = 0;
-        for (int k = 0; k < n && !err; k++)
-            err = r->err[cells[k]];
-        if (!err)
-            err = body(r, i);
-        if (err)
-            for (int k = 0; k < s->nw; k++)
-                if (!r->err[s->wcell[k]])
-                    r->err[s->wcell[k]] = err;
+    struct step *s = &r->steps[i];
+    if (s->kind == STEP_WAIT) {
+        s->expect_err = r->err[s->cell];
+        r->err[s->cell] = 0;
+        return;
     }
+    if (s->kind == STEP_DELETE)
+        return;
+    /* The failed var that skips the op: first among its writes, then its
+     * reads, each var once. */
+    int cells[MAXR + MAXW], n = 0;
+    for (int k = 0; k < s->nw; k++)
+        if (!in_list(cells, n, s->wcell[k]))
+            cells[n++] = s->wcell[k];
+    for (int k = 0; k < s->nr; k++)
+        if (!in_list(cells, n, s->rcell[k]))
+            cells[n++] = s->rcell[k];
+    int err = 0;
+    for (int k = 0; k < n && !err; k++)
+        err = r->err[cells[k]];
+    if (!err)
+        err = body(r, i);
+    if (err)
+        for (int k = 0; k < s->nw; k++)
+            if (!r->err[s->wcell[k]])
+                r->err[s->wcell[k]] = err;
+}
+
+/* Runs the steps one at a time in the order given (step indices). */
+static void model_run(struct run *r, const int *order)
+{
+    for (int i = 0; i < r->nsteps; i++)
+        model_step(r, order[i]);
 }
 
 /* ---- generating a workload ---- */
@@ -130,42 +144,54 @@ static uint32_t rnd(uint32_t n)
 
 int workload_gpus = 2;
 
-static int generate(struct run *r, int nsteps, uint64_t seed, bool gpu)
+/* The slots one pusher uses, as view indices 0 .. nview: the NSLOTS shared
+ * slots, then (with several pushers) its NPRIV own, from global slot
+ * first_own on. It deletes only view slots from deletable on. */
+struct view {
+    int nview, deletable, first_own;
+};
+
+static int view_slot(const struct view *v, int j)
 {
-    rng_state = seed * 2654435761u + 1;
-    r->steps = calloc((size_t)nsteps, sizeof *r->steps);
-    if (!r->steps)
-        return -1;
-    int cell_of[NSLOTS];
-    int ncells = 0;
-    for (int i = 0; i < NSLOTS; i++)
-        cell_of[i] = ncells++;
+    return j < NSLOTS ? j : v->first_own + (j - NSLOTS);
+}
+
+/* Generates steps[0 .. nsteps) of one pusher. cell_of maps every global
+ * slot to its current incarnation; *ncells counts incarnations. A wait
+ * waits on nwait slots in a row, one step each. */
+static void generate_steps(struct step *steps, int nsteps, const struct view *v, int nwait,
+                           int *cell_of, int *ncells, bool gpu)
+{
     for (int i = 0; i < nsteps; i++) {
-        struct step *s = &r->steps[i];
+        struct step *s = &steps[i];
         uint32_t dice = rnd(1000);
         if (dice < 8) {
             s->kind = STEP_DELETE;
-            s->slot = (int)rnd(NSLOTS);
-            cell_of[s->slot] = ncells++;
+            s->slot = view_slot(v, v->deletable + (int)rnd((uint32_t)(v->nview - v->deletable)));
+            cell_of[s->slot] = (*ncells)++;
             continue;
         }
         if (dice < 9) {
-            s->kind = STEP_WAIT;
-            s->slot = (int)rnd(NSLOTS);
-            for (int k = 0; k < SWEEP; k++)
-                s->wcell[k] = cell_of[(s->slot + k) % NSLOTS];
+            int j = (int)rnd((uint32_t)v->nview);
+            for (int k = 0; k < nwait && i < nsteps; k++, i++) {
+                s = &steps[i];
+                s->kind = STEP_WAIT;
+                s->slot = view_slot(v, (j + k) % v->nview);
+                s->cell = cell_of[s->slot];
+            }
+            i--;
             continue;
         }
         s->kind = STEP_OP;
         s->nr = (int)rnd(MAXR + 1);
         s->nw = (int)rnd(MAXW + 1);
         /* Slots cluster so that ops collide often; some repeat in one op. */
-        int base = (int)rnd(NSLOTS);
+        int base = (int)rnd((uint32_t)v->nview);
         for (int k = 0; k < s->nr; k++)
-            s->rslot[k] = (base + (int)rnd(8)) % NSLOTS;
+            s->rslot[k] = view_slot(v, (base + (int)rnd(8)) % v->nview);
         for (int k = 0; k < s->nw; k++)
             s->wslot[k] = rnd(4) == 0 && s->nr ? s->rslot[rnd((uint32_t)s->nr)]
-                                                : (base + (int)rnd(8)) % NSLOTS;
+                                                : view_slot(v, (base + (int)rnd(8)) % v->nview);
         for (int k = 0; k < s->nr; k++)
             s->rcell[k] = cell_of[s->rslot[k]];
         for (int k = 0; k < s->nw; k++)
@@ -183,7 +209,30 @@ static int generate(struct run *r, int nsteps, uint64_t seed, bool gpu)
             s->async = 0; /* GPU ops are sync: they complete at launch */
         }
     }
-    r->nsteps = nsteps;
+}
+
+/* The steps of npushers pushers, pusher p's at [p * per, (p + 1) * per).
+ * A wait step waits on every slot the pusher uses, one push each. One
+ * pusher may delete any slot; several share NSLOTS slots and delete only
+ * their own. */
+static int generate(struct run *r, int npushers, int per, uint64_t seed, bool gpu)
+{
+    rng_state = seed * 2654435761u + 1;
+    r->nsteps = npushers * per;
+    r->steps = calloc((size_t)r->nsteps, sizeof *r->steps);
+    if (!r->steps)
+        return -1;
+    r->nslots = npushers > 1 ? NSLOTS + npushers * NPRIV : NSLOTS;
+    int ncells = 0;
+    for (int i = 0; i < r->nslots; i++)
+        r->last_cell[i] = ncells++;
+    for (int p = 0; p < npushers; p++) {
+        struct view v = {NSLOTS, 0, 0};
+        if (npushers > 1)
+            v = (struct view){NSLOTS + NPRIV, NSLOTS, NSLOTS + p * NPRIV};
+        generate_steps(r->steps + (size_t)p * (size_t)per, per, &v, v.nview, r->last_cell,
+                       &ncells, gpu);
+    }
     r->ncells = ncells;
     return 0;
 }
@@ -333,82 +382,132 @@ static int failf(char *msg, size_t len, const char *fmt, ...)
     return -1;
 }
 
-/* Runs the steps on an engine; r->err gets each slot's final error. */
-static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, uint64_t seed,
-                         char *msg, size_t len)
+/* One pusher's share of a run. */
+struct pusher {
+    struct run *r;
+    vq_engine *e;
+    vq_var **slot;          /* every global slot; this pusher replaces only its own */
+    struct op_arg *args;
+    int first, n;           /* its steps */
+    unsigned long (*ticket)(void);
+    uint64_t seed;
+    long pushed;
+    int rc;
+    char msg[200];
+};
+
+static int push_failed(struct pusher *p, int i, const char *fn)
+{
+    return failf(p->msg, sizeof p->msg, "seed %llu: step %d: %s: %s",
+                 (unsigned long long)p->seed, i, fn, vq_errmsg());
+}
+
+/* Pushes one op step; the ticket of the push goes into the step. */
+static int push_op(struct pusher *p, int i)
+{
+    struct step *s = &p->r->steps[i];
+    vq_var *reads[MAXR], *writes[MAXW];
+    for (int k = 0; k < s->nr; k++)
+        reads[k] = p->slot[s->rslot[k]];
+    for (int k = 0; k < s->nw; k++)
+        writes[k] = p->slot[s->wslot[k]];
+    p->args[i] = (struct op_arg){p->r, i};
+    vq_task t = {.arg = &p->args[i], .arg_free = count_arg_free, .reads = reads,
+                 .nreads = s->nr, .writes = writes, .nwrites = s->nw,
+                 .priority = s->priority, .name = "random"};
+    if (s->gpu) {
+        t.fn = gpu_body;
+        t.ctx = (vq_ctx){VQ_DEV_GPU, s->gpu - 1};
+        t.props = s->props;
+    } else if (s->async) {
+        t.async_fn = async_body;
+    } else {
+        t.fn = sync_body;
+    }
+    int rc;
+    if (s->prebuilt) {
+        vq_opr *op = vq_opr_new(p->e, &t);
+        rc = op ? vq_push_opr(p->e, op) : VQ_ENOMEM;
+        if (op)
+            vq_opr_free(p->e, op);
+    } else {
+        rc = vq_push(p->e, &t);
+    }
+    if (rc < 0)
+        return push_failed(p, i, "push");
+    p->pushed++;
+    return 0;
+}
+
+static void *pusher_main(void *arg)
+{
+    struct pusher *p = arg;
+    for (int i = p->first; i < p->first + p->n && p->rc == 0; i++) {
+        struct step *s = &p->r->steps[i];
+        if (s->kind == STEP_DELETE) {
+            if (vq_var_free(p->e, p->slot[s->slot]) < 0)
+                p->rc = push_failed(p, i, "vq_var_free");
+            p->slot[s->slot] = vq_var_new(p->e, "slot");
+        } else if (s->kind == STEP_WAIT) {
+            s->got_err = vq_wait_var(p->e, p->slot[s->slot]);
+        } else {
+            p->rc = push_op(p, i);
+        }
+        if (p->ticket)
+            s->ticket = p->ticket();
+    }
+    return NULL;
+}
+
+/* Runs the steps on an engine from npushers threads (the calling thread
+ * when 1); r->err gets each slot's final error. */
+static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, int npushers,
+                         unsigned long (*ticket)(void), uint64_t seed, char *msg, size_t len)
 {
     vq_engine_opts o = {.kind = kind, .cpu_workers = workers, .flags = flags & ~WORKLOAD_GPU};
     vq_engine *e;
     if (vq_engine_new(&e, &o) < 0)
         return failf(msg, len, "vq_engine_new: %s", vq_errmsg());
     struct op_arg *args = malloc((size_t)r->nsteps * sizeof *args);
-    if (!args || finisher_start(r->nsteps + 1) < 0) {
+    struct pusher *ps = calloc((size_t)npushers, sizeof *ps);
+    if (!args || !ps || finisher_start(r->nsteps + 1) < 0) {
         free(args);
+        free(ps);
         vq_engine_free(e);
         return failf(msg, len, "out of memory");
     }
-    int rc = 0;
-    vq_var *slot[NSLOTS];
-    for (int i = 0; i < NSLOTS; i++)
+    vq_var *slot[MAXSLOTS];
+    for (int i = 0; i < r->nslots; i++)
         slot[i] = vq_var_new(e, "slot");
-    long pushed = 0;
     atomic_store(&args_freed, 0);
-    for (int i = 0; i < r->nsteps && rc == 0; i++) {
-        struct step *s = &r->steps[i];
-        if (s->kind == STEP_DELETE) {
-            if (vq_var_free(e, slot[s->slot]) < 0)
-                rc = failf(msg, len, "seed %llu: vq_var_free: %s", (unsigned long long)seed,
-                           vq_errmsg());
-            slot[s->slot] = vq_var_new(e, "slot");
-            continue;
+    int per = r->nsteps / npushers;
+    pthread_t th[MAXPUSHERS];
+    for (int p = 0; p < npushers; p++) {
+        ps[p] = (struct pusher){.r = r, .e = e, .slot = slot, .args = args, .first = p * per,
+                                .n = per, .ticket = ticket, .seed = seed};
+        if (npushers > 1 && pthread_create(&th[p], NULL, pusher_main, &ps[p]) != 0) {
+            ps[p].rc = failf(ps[p].msg, sizeof ps[p].msg, "cannot start pusher %d", p);
+            npushers = p; /* the ones started are joined below */
         }
-        if (s->kind == STEP_WAIT) {
-            for (int k = 0; k < SWEEP && rc == 0; k++) {
-                int err = vq_wait_var(e, slot[(s->slot + k) % NSLOTS]);
-                if (err != s->expect_err[k])
-                    rc = failf(msg, len, "seed %llu: step %d: vq_wait_var gave %d, serially %d",
-                               (unsigned long long)seed, i, err, s->expect_err[k]);
-            }
-            continue;
-        }
-        vq_var *reads[MAXR], *writes[MAXW];
-        for (int k = 0; k < s->nr; k++)
-            reads[k] = slot[s->rslot[k]];
-        for (int k = 0; k < s->nw; k++)
-            writes[k] = slot[s->wslot[k]];
-        args[i] = (struct op_arg){r, i};
-        vq_task t = {.arg = &args[i], .arg_free = count_arg_free, .reads = reads,
-                     .nreads = s->nr, .writes = writes, .nwrites = s->nw,
-                     .priority = s->priority, .name = "random"};
-        if (s->gpu) {
-            t.fn = gpu_body;
-            t.ctx = (vq_ctx){VQ_DEV_GPU, s->gpu - 1};
-            t.props = s->props;
-        } else if (s->async) {
-            t.async_fn = async_body;
-        } else {
-            t.fn = sync_body;
-        }
-        int prc;
-        if (s->prebuilt) {
-            vq_opr *op = vq_opr_new(e, &t);
-            prc = op ? vq_push_opr(e, op) : VQ_ENOMEM;
-            if (op)
-                vq_opr_free(e, op);
-        } else {
-            prc = vq_push(e, &t);
-        }
-        if (prc < 0)
-            rc = failf(msg, len, "seed %llu: push %d: %s", (unsigned long long)seed, i,
-                       vq_errmsg());
-        pushed++;
+    }
+    if (npushers == 1)
+        pusher_main(&ps[0]);
+    long pushed = 0;
+    int rc = 0;
+    for (int p = 0; p < npushers; p++) {
+        if (npushers > 1)
+            pthread_join(th[p], NULL);
+        pushed += ps[p].pushed;
+        if (ps[p].rc < 0 && rc == 0)
+            rc = failf(msg, len, "%s", ps[p].msg);
     }
     int first = vq_wait_all(e);
-    for (int i = 0; i < NSLOTS; i++)
+    for (int i = 0; i < r->nslots; i++)
         r->err[i] = vq_wait_var(e, slot[i]);
     vq_engine_free(e);
     finisher_stop();
     free(args);
+    free(ps);
     if (rc < 0)
         return rc;
 
@@ -424,64 +523,100 @@ static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, u
     return 0;
 }
 
-int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
-                   char *msg, size_t len)
+/* Step order by ticket; the steps of one pusher keep their order. */
+static const struct step *sort_steps;
+
+static int cmp_ticket(const void *a, const void *b)
 {
-    struct run plan, model, got;
-    if (generate(&plan, nops, seed, (flags & WORKLOAD_GPU) != 0) < 0)
+    const struct step *x = &sort_steps[*(const int *)a], *y = &sort_steps[*(const int *)b];
+    if (x->ticket != y->ticket)
+        return x->ticket < y->ticket ? -1 : 1;
+    return *(const int *)a - *(const int *)b;
+}
+
+/* Compares the engine's run (got) with the model's, which replays the
+ * steps in order. */
+static int compare(const struct run *plan, const struct run *model, const struct run *got,
+                   uint64_t seed, long *ran, char *msg, size_t len)
+{
+    *ran = 0;
+    for (int i = 0; i < plan->nsteps; i++) {
+        const struct step *s = &plan->steps[i];
+        if (s->kind == STEP_WAIT && s->got_err != s->expect_err)
+            return failf(msg, len, "seed %llu: step %d: vq_wait_var gave %d, serially %d",
+                         (unsigned long long)seed, i, s->got_err, s->expect_err);
+        if (s->kind != STEP_OP)
+            continue;
+        *ran += model->seen[i] != 0;
+        if ((got->seen[i] != 0) != (model->seen[i] != 0))
+            return failf(msg, len, "seed %llu: op %d %s on the engine but %s serially",
+                         (unsigned long long)seed, i, got->seen[i] ? "ran" : "was skipped",
+                         model->seen[i] ? "ran" : "was skipped");
+        if (got->seen[i] != model->seen[i])
+            return failf(msg, len, "seed %llu: op %d saw other inputs than serially",
+                         (unsigned long long)seed, i);
+    }
+    for (int c = 0; c < plan->ncells; c++)
+        if (got->val[c] != model->val[c])
+            return failf(msg, len, "seed %llu: var incarnation %d differs",
+                         (unsigned long long)seed, c);
+    /* The slots' final errors against the model's for their last cells. */
+    for (int i = 0; i < plan->nslots; i++)
+        if (got->err[i] != model->err[plan->last_cell[i]])
+            return failf(msg, len, "seed %llu: slot %d ends with error %d, serially %d",
+                         (unsigned long long)seed, i, got->err[i],
+                         model->err[plan->last_cell[i]]);
+    return 0;
+}
+
+static int check(int kind, int workers, unsigned flags, int npushers,
+                 unsigned long (*ticket)(void), uint64_t seed, int nops, long *ran, char *msg,
+                 size_t len)
+{
+    struct run plan, model = {.nsteps = 0}, got = {.nsteps = 0};
+    if (npushers < 1 || npushers > MAXPUSHERS || nops < npushers)
+        return failf(msg, len, "%d pushers for %d ops: not in 1..%d", npushers, nops,
+                     MAXPUSHERS);
+    if (generate(&plan, npushers, nops / npushers, seed, (flags & WORKLOAD_GPU) != 0) < 0)
         return failf(msg, len, "out of memory");
     int rc = -1;
-    if (run_alloc(&model, &plan) < 0 || run_alloc(&got, &plan) < 0) {
+    int *order = malloc((size_t)plan.nsteps * sizeof *order);
+    if (!order || run_alloc(&model, &plan) < 0 || run_alloc(&got, &plan) < 0) {
         rc = failf(msg, len, "out of memory");
         goto out;
     }
-    model_run(&model); /* also fills the steps' expect_err for the waits */
-    if ((rc = run_on_engine(&got, kind, workers, flags, seed, msg, len)) < 0)
+    if ((rc = run_on_engine(&got, kind, workers, flags, npushers, ticket, seed, msg, len)) < 0)
         goto out;
-
-    *ran = 0;
-    for (int i = 0; i < plan.nsteps; i++) {
-        if (plan.steps[i].kind != STEP_OP)
-            continue;
-        *ran += model.seen[i] != 0;
-        if ((got.seen[i] != 0) != (model.seen[i] != 0)) {
-            rc = failf(msg, len, "seed %llu: op %d %s on the engine but %s serially",
-                       (unsigned long long)seed, i, got.seen[i] ? "ran" : "was skipped",
-                       model.seen[i] ? "ran" : "was skipped");
-            goto out;
-        }
-        if (got.seen[i] != model.seen[i]) {
-            rc = failf(msg, len, "seed %llu: op %d saw other inputs than serially",
-                       (unsigned long long)seed, i);
-            goto out;
-        }
-    }
-    for (int c = 0; c < plan.ncells; c++)
-        if (got.val[c] != model.val[c]) {
-            rc = failf(msg, len, "seed %llu: var incarnation %d differs", (unsigned long long)seed,
-                       c);
-            goto out;
-        }
-    /* The slots' final errors against the model's for their last cells. */
-    int last_cell[NSLOTS];
-    for (int i = 0; i < NSLOTS; i++)
-        last_cell[i] = i;
-    int next = NSLOTS;
     for (int i = 0; i < plan.nsteps; i++)
-        if (plan.steps[i].kind == STEP_DELETE)
-            last_cell[plan.steps[i].slot] = next++;
-    for (int i = 0; i < NSLOTS; i++)
-        if (got.err[i] != model.err[last_cell[i]]) {
-            rc = failf(msg, len, "seed %llu: slot %d ends with error %d, serially %d",
-                       (unsigned long long)seed, i, got.err[i], model.err[last_cell[i]]);
-            goto out;
-        }
-    rc = 0;
+        order[i] = i;
+    if (npushers > 1) {
+        sort_steps = plan.steps;
+        qsort(order, (size_t)plan.nsteps, sizeof *order, cmp_ticket);
+    }
+    model_run(&model, order); /* also fills the steps' expect_err for the waits */
+    rc = compare(&plan, &model, &got, seed, ran, msg, len);
 out:
     run_free(&model);
     run_free(&got);
     free(plan.steps);
+    free(order);
     return rc;
+}
+
+int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
+                   char *msg, size_t len)
+{
+    return check(kind, workers, flags, 1, NULL, seed, nops, ran, msg, len);
+}
+
+int workload_check_pushers(int workers, int npushers, unsigned flags,
+                           unsigned long (*ticket)(void), uint64_t seed, int nops, long *ran,
+                           char *msg, size_t len)
+{
+    if (!ticket)
+        return failf(msg, len, "workload_check_pushers: no ticket function");
+    return check(VQ_ENGINE_THREADED, workers, flags, npushers, ticket, seed, nops, ran, msg,
+                 len);
 }
 
 uint64_t workload_seed(void)

@@ -27,6 +27,15 @@ extern int workload_gpus;
 int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
                    char *msg, size_t msglen);
 
+/* The same from npushers threads at once (2 .. 16) on a threaded engine:
+ * each pushes nops / npushers steps of its own on 48 shared vars and 8 of
+ * its own (only those are deleted), and the serial model replays every step
+ * in the engine's push order, which ticket() gives: called by a pusher
+ * right after each push (vq__push_ticket, internal to the library). */
+int workload_check_pushers(int workers, int npushers, unsigned flags,
+                           unsigned long (*ticket)(void), uint64_t seed, int nops, long *ran,
+                           char *msg, size_t msglen);
+
 /* VARQ_TEST_SEED if set, else the time; VARQ_TEST_OPS if set, else dflt. */
 uint64_t workload_seed(void);
 int workload_ops(int dflt);

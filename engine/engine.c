@@ -613,7 +613,6 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
     return rc;
 }
 
-/* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
 /* The throttle. A pusher that runs far ahead of the workers fills memory
  * with waiting ops whose blocks have gone cold by the time they run. So
  * every 64 pushes a pusher that is not a worker compares the ops in flight
@@ -621,7 +620,14 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
  * itself (or backs off when none is ready) until half of them are done.
  * While over 64 ops per worker are in flight, the workers have plenty to do:
  * a sync op with no vars, which nothing orders, then runs at once in the
- * pusher's thread, as libgomp runs an undeferred task past its throttle. */
+ * pusher's thread, as libgomp runs an undeferred task past its throttle.
+ *
+ * The throttle waits only for work the engine can do. When no worker runs
+ * or has queued an op, what is in flight is async ops that were started and
+ * wait for their vq_done_finish, and ops queued behind them: their
+ * completion is external, and may well be due from this very thread after
+ * its pushes (an event loop). The pusher then stops waiting and pushes on:
+ * vq_push never blocks on a completion only its caller could make. */
 static VQ__TLS unsigned push_tick;
 static VQ__TLS bool saturated;
 
@@ -643,6 +649,9 @@ static void throttle(vq_engine *e)
     for (unsigned idle = 0; in_flight(e) > e->max_pending / 2;) {
         if (vq__run_here(&e->cpu)) {
             idle = 0;
+        } else if (vq__pool_idle(&e->cpu) && (!e->has_prio || vq__pool_idle(&e->prio)) &&
+                   vq__gpu_idle(e)) {
+            return; /* only external completions are left */
         } else if (idle++ < 4) {
             sched_yield();
         } else {
@@ -678,6 +687,7 @@ static inline void pace(vq_engine *e)
         throttle(e);
 }
 
+/* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
 {
     if (__builtin_expect(!task_shape_ok(e, t), 0)) {

@@ -197,6 +197,21 @@ struct vq__wpool *vq__gpu_pool_of(vq_engine *e, const vq__op *op)
     return p & VQ_PROP_COPY_TO_DEV ? &d->h2d : p & VQ_PROP_COPY_FROM_DEV ? &d->d2h : &d->compute;
 }
 
+bool vq__gpu_idle(vq_engine *e)
+{
+    /* acquire: pairs with gpu_init's release of gpu_on (e->gpu is complete) */
+    if (!atomic_load_explicit(&e->gpu_on, memory_order_acquire))
+        return true;
+    for (int d = 0; d < e->gpu->ndev; d++) {
+        struct vq__gpu_dev *dev = &e->gpu->dev[d];
+        struct vq__wpool *pools[3] = {&dev->compute, &dev->h2d, &dev->d2h};
+        for (int i = 0; i < dev->npools; i++)
+            if (!vq__pool_idle(pools[i]))
+                return false;
+    }
+    return true;
+}
+
 void *vq__gpu_naive_stream(vq_engine *e, int id)
 {
     return e->gpu->dev[id].streams[0];

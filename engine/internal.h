@@ -352,6 +352,9 @@ void vq__pool_stop(struct vq__wpool *p);
  * pusher that is not a worker), a full ring makes the caller yield until
  * workers free a cell: back-pressure instead of an unbounded queue. */
 void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait);
+/* True when every worker of p sleeps and its queue is empty: nothing in p
+ * runs or waits to run. */
+bool vq__pool_idle(struct vq__wpool *p);
 /* The worker running on this thread, or NULL. */
 struct vq__worker *vq__self(void);
 vq__op *vq__pool_pop(struct vq__wpool *p);
@@ -418,6 +421,9 @@ void vq__gpu_var_release(vq_var *v);
  * vq__gpu_op_stream meanwhile. */
 int vq__gpu_call(const struct vq__desc *o, const vq_exec_ctx *x);
 
+/* True when no GPU pool of e runs or has queued an op (or e has no GPU
+ * state). */
+bool vq__gpu_idle(vq_engine *e);
 /* The stream of the naive engine's GPU ops on device id. */
 void *vq__gpu_naive_stream(vq_engine *e, int id);
 /* vq_wait_all's GPU part: synchronizes every stream; the first error. */

@@ -237,6 +237,17 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
     wake(p, n);
 }
 
+bool vq__pool_idle(struct vq__wpool *p)
+{
+    /* A worker counts itself a sleeper before its last look at the queue
+     * (worker_sleep), so all of them counted and an empty queue mean that
+     * none has an op in hand. The answer may be stale at once: the
+     * throttle uses it only to stop waiting. */
+    return atomic_load(&p->sleepers) == p->nworkers &&
+           atomic_load(&p->ring.enq) == atomic_load(&p->ring.deq) &&
+           atomic_load(&p->heap.count) == 0;
+}
+
 /* Runs one queued op of p on the calling thread (a pusher that helps).
  * Returns false when none was queued. */
 bool vq__run_here(struct vq__wpool *p)

@@ -8,6 +8,9 @@
  *     before B on x but B before A on y, and deadlock;
  *   - the imperative form: one thread runs add(a, b) -> a, another
  *     add(a, b) -> b, with vq_op_run, then both wait for their tensor;
+ *   - async ops, more than the throttle's bound, that the pushing thread
+ *     itself finishes after pushing them all (an event loop): vq_push must
+ *     not wait for them;
  *   - the random serial-equivalence workload from 2, 4 and 8 pushing
  *     threads, replayed serially in the engine's push order (the tickets of
  *     vq__push_ticket), on CPU ops and with GPU ops on the emulated backend.
@@ -21,6 +24,7 @@
 #include <varq/varq.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +192,67 @@ static int crossed_adds(long n)
     return ok ? 0 : -1;
 }
 
+/* ---- async ops that their own pusher finishes after pushing them ---- */
+
+struct held {
+    vq_done *_Atomic *done; /* set by each op's async_fn */
+    long n;
+};
+
+struct held_arg {
+    struct held *h;
+    long i;
+};
+
+static void hold_done(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    (void)x;
+    struct held_arg *a = arg;
+    atomic_store(&a->h->done[a->i], done);
+}
+
+/* Pushes n async ops (with no var, each on a var of its own, or all on one
+ * var: a chain where each starts only once the one before is finished),
+ * then finishes each from this thread, as an event loop would: more than
+ * the throttle's 4096 in flight must not block vq_push. */
+static int finished_by_pusher(long n, int vars, int workers)
+{
+    static const char *const how[] = {"no var", "a var each", "one var"};
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = workers};
+    vq_engine *e;
+    if (vq_engine_new(&e, &o) < 0)
+        return -1;
+    struct held h = {calloc((size_t)n, sizeof *h.done), n};
+    struct held_arg *args = calloc((size_t)n, sizeof *args);
+    vq_var *one = vq_var_new(e, "one");
+    int rc = h.done && args && one ? 0 : -1;
+    for (long i = 0; i < n && rc == 0; i++) {
+        args[i] = (struct held_arg){&h, i};
+        vq_var *v = vars == 2 ? one : vars == 1 ? vq_var_new(e, "own") : NULL;
+        vq_task t = {.async_fn = hold_done, .arg = &args[i], .writes = &v, .nwrites = v != NULL};
+        rc = vq_push(e, &t);
+    }
+    for (long i = 0; i < n && rc == 0; i++) {
+        vq_done *d;
+        while (!(d = atomic_load(&h.done[i])))
+            sched_yield(); /* a chain: op i starts once op i - 1 is finished */
+        vq_done_finish(d, 0);
+    }
+    if (rc == 0)
+        rc = vq_wait_all(e);
+    vq_engine_free(e);
+    free(h.done);
+    free(args);
+    if (rc != 0) {
+        fprintf(stderr, "push_stress: %ld async ops on %s finished by their pusher: %s\n", n,
+                how[vars], vq_errmsg());
+        return -1;
+    }
+    printf("%ld async ops on %s, %d workers, finished by their pusher afterwards: done\n", n,
+           how[vars], workers);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int scale = argc > 1 ? atoi(argv[1]) : 1;
@@ -208,6 +273,13 @@ int main(int argc, char **argv)
 
     part_begin("crossed vq_op_run adds", 300);
     failed |= crossed_adds(100000 / scale) < 0;
+    part_end();
+
+    part_begin("async ops finished by their pusher", 300);
+    for (int vars = 0; vars < 3; vars++)
+        for (int workers = 1; workers <= 2; workers++)
+            failed |= finished_by_pusher(vars == 2 ? 6000 / scale : 20000 / scale, vars,
+                                         workers) < 0;
     part_end();
 
     uint64_t seed = workload_seed();

@@ -165,7 +165,12 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  * not a worker helps the workers — it runs queued ready ops itself until half
  * of them are done — and while over 64 per worker are in flight, a sync op
  * with no vars runs at once in the pushing thread (as OpenMP runs undeferred
- * tasks).
+ * tasks). The throttle waits only while the workers have work: async ops
+ * waiting for their vq_done_finish (and the ops queued behind them) never
+ * hold a pusher back, so a thread may push any number of async ops and
+ * finish them itself afterwards. The naive engine is the exception by
+ * nature: it runs each op inside vq_push, so its vq_push of an async op
+ * returns once the op is finished — from its async_fn or another thread.
  * So an op may run on the thread of vq_push (vq_exec_ctx.worker is then -1):
  * do not push while holding a lock that an op takes. Returns 0, or VQ_EINVAL (NULL engine or task, negative
  * count, NULL array with a positive count, both or neither of fn and

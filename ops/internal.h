@@ -251,6 +251,7 @@ extern const vq__op_def vq__ops_shape[];
 extern const vq__op_def vq__ops_matmul[];
 extern const vq__op_def vq__ops_init[];
 extern const vq__op_def vq__ops_optim[];
+extern const vq__op_def vq__ops_compare[];
 
 /* The definition of type, or NULL. Thread-safe (the table is built once). */
 const vq__op_def *vq__op_find(const char *type);

@@ -33,6 +33,21 @@ typedef struct vq__scale_params {
     double scale, bias;
 } vq__scale_params;
 
+/* ---- predicates and selects (ops/cpu/compare.c) ---- */
+
+/* Comparisons, logic, maximum and minimum: vq__op_def.code; minmax_grad's
+ * op (params[0]). Equal to kernels.h's VQ__CUDA_LESS ... */
+enum {
+    VQ__CMP_LESS, VQ__CMP_LESS_EQUAL, VQ__CMP_GREATER, VQ__CMP_GREATER_EQUAL, VQ__CMP_EQUAL,
+    VQ__CMP_NOT_EQUAL, VQ__CMP_AND, VQ__CMP_OR, VQ__CMP_MAXIMUM, VQ__CMP_MINIMUM,
+};
+
+/* minmax_grad: op (VQ__CMP_MAXIMUM or _MINIMUM) and wrt (0: X, 1: Y);
+ * where_grad: wrt alone. */
+typedef struct vq__select_grad_params {
+    int op, wrt;
+} vq__select_grad_params;
+
 /* ---- activations (ops/cpu/activation.c) ---- */
 
 /* relu, sigmoid, tanh and their _grad ops: vq__op_def.code and

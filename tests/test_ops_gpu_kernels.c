@@ -234,6 +234,120 @@ static void case_scale(struct run *r)
     }
 }
 
+/* ---- predicates and selects ---- */
+
+/* Comparisons, logic, maximum and minimum over the shape pairs; values
+ * from a few integers so that ties and equal elements occur. */
+static void case_compare(struct run *r)
+{
+    bool logic = !strncmp(r->op, "logical_", 8);
+    bool eq = strstr(r->op, "equal") && strncmp(r->op, "less", 4) && strncmp(r->op, "greater", 7);
+    for (int d = 0; d < N_OF(all_dtypes); d++) {
+        vq_dtype dt = all_dtypes[d];
+        if ((logic && dt != VQ_BOOL) || (!logic && !eq && dt == VQ_BOOL))
+            continue;
+        for (int s = 0; s < N_OF(pairs); s++) {
+            const struct pair *p = &pairs[s];
+            describe(r, "%s, shape pair %d", vq_dtype_name(dt), s);
+            double hi = dt == VQ_BOOL ? 2 : 3, lo = dt == VQ_BOOL ? 0 : -3;
+            vq_tensor *in[2] = {rnd(r, dt, lo, hi, p->nx, p->x), rnd(r, dt, lo, hi, p->ny, p->y)};
+            for (int k = 0; k < 2 && (dt == VQ_F32 || dt == VQ_F64); k++)
+                for (int64_t i = 0; i < vq_tensor_numel(in[k]); i++)
+                    oc_set(in[k], i, floor(oc_get(in[k], i)));
+            check(r, in, 2, 1, NULL, 0, EXACT);
+        }
+    }
+}
+
+static void case_logical_not(struct run *r)
+{
+    describe(r, "bool");
+    vq_tensor *in[1] = {rnd(r, VQ_BOOL, 0, 2, DIMS(5, 7))};
+    check(r, in, 1, 1, NULL, 0, EXACT);
+}
+
+static void case_minmax_grad(struct run *r)
+{
+    static const char *const ops[] = {"maximum", "minimum"};
+    for (int o = 0; o < 2; o++)
+        for (int wrt = 0; wrt < 2; wrt++)
+            for (int d = 0; d < N_OF(floats); d++)
+                for (int s = 0; s < N_OF(pairs); s++) {
+                    const struct pair *p = &pairs[s];
+                    vq_dtype dt = floats[d];
+                    describe(r, "op %s, wrt %d, %s, shape pair %d", ops[o], wrt,
+                             vq_dtype_name(dt), s);
+                    vq_tensor *in[3] = {rnd(r, dt, -2, 2, p->nz, p->z),
+                                        rnd(r, dt, -2, 2, p->nx, p->x),
+                                        rnd(r, dt, -2, 2, p->ny, p->y)};
+                    vq_attr at[2] = {VQ_ATTR_S("op", ops[o]), VQ_ATTR_I("wrt", wrt)};
+                    check(r, in, 3, 1, at, 2, EXACT);
+                }
+}
+
+/* Cond, X and Y of where, each broadcast; where_grad's Z is X or Y. */
+static const struct triple {
+    int nc, nx, ny, no;
+    int64_t c[3], x[3], y[3], o[3];
+} triples[] = {
+    {2, 2, 2, 2, {3, 4}, {3, 4}, {3, 4}, {3, 4}},
+    {2, 1, 2, 2, {3, 1}, {4}, {1, 4}, {3, 4}},
+    {1, 3, 2, 3, {2}, {2, 1, 1}, {3, 1}, {2, 3, 2}},
+    {0, 2, 1, 2, {0}, {2, 3}, {1}, {2, 3}},
+    {2, 2, 2, 2, {0, 1}, {1, 3}, {1, 1}, {0, 3}},
+};
+
+static void case_where(struct run *r)
+{
+    for (int d = 0; d < N_OF(all_dtypes); d++)
+        for (int s = 0; s < N_OF(triples); s++) {
+            const struct triple *t = &triples[s];
+            vq_dtype dt = all_dtypes[d];
+            describe(r, "%s, shape triple %d", vq_dtype_name(dt), s);
+            vq_tensor *in[3] = {rnd(r, VQ_BOOL, 0, 2, t->nc, t->c), rnd(r, dt, 0, 50, t->nx, t->x),
+                                rnd(r, dt, 0, 50, t->ny, t->y)};
+            check(r, in, 3, 1, NULL, 0, EXACT);
+        }
+}
+
+static void case_where_grad(struct run *r)
+{
+    for (int wrt = 0; wrt < 2; wrt++)
+        for (int d = 0; d < N_OF(floats); d++)
+            for (int s = 0; s < N_OF(triples); s++) {
+                const struct triple *t = &triples[s];
+                vq_dtype dt = floats[d];
+                describe(r, "wrt %d, %s, shape triple %d", wrt, vq_dtype_name(dt), s);
+                vq_tensor *in[3] = {rnd(r, dt, -2, 2, t->no, t->o),
+                                    rnd(r, VQ_BOOL, 0, 2, t->nc, t->c),
+                                    wrt ? rnd(r, dt, -2, 2, t->ny, t->y)
+                                        : rnd(r, dt, -2, 2, t->nx, t->x)};
+                vq_attr at = VQ_ATTR_I("wrt", wrt);
+                check(r, in, 3, 1, &at, 1, EXACT);
+            }
+}
+
+static void case_abs(struct run *r)
+{
+    for (int d = 0; d < N_OF(numerics); d++) {
+        describe(r, "%s", vq_dtype_name(numerics[d]));
+        vq_tensor *in[1] = {rnd(r, numerics[d], -50, 50, DIMS(5, 7))};
+        oc_set(in[0], 0, 0);
+        check(r, in, 1, 1, NULL, 0, EXACT);
+    }
+}
+
+static void case_abs_grad(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[2] = {rnd(r, floats[d], -2, 2, DIMS(5, 7)),
+                            rnd(r, floats[d], -2, 2, DIMS(5, 7))};
+        oc_set(in[1], 3, 0);
+        check(r, in, 2, 1, NULL, 0, EXACT);
+    }
+}
+
 /* ---- activations ---- */
 
 static void case_unary(struct run *r)
@@ -698,6 +812,22 @@ static const struct op_case {
     {"sgd", case_sgd},
     {"momentum", case_momentum},
     {"adam", case_adam},
+    {"less", case_compare},
+    {"less_equal", case_compare},
+    {"greater", case_compare},
+    {"greater_equal", case_compare},
+    {"equal", case_compare},
+    {"not_equal", case_compare},
+    {"logical_and", case_compare},
+    {"logical_or", case_compare},
+    {"logical_not", case_logical_not},
+    {"maximum", case_compare},
+    {"minimum", case_compare},
+    {"minmax_grad", case_minmax_grad},
+    {"where", case_where},
+    {"where_grad", case_where_grad},
+    {"abs", case_abs},
+    {"abs_grad", case_abs_grad},
 };
 
 static const struct op_case *case_of(const char *type)

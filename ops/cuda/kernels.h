@@ -40,6 +40,7 @@
 #include <varq/error.h>
 #include <varq/tensor.h>
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -104,6 +105,50 @@ int vq__cuda_binary_grad(int op, int wrt, int dtype, const void *g, const void *
  * scale_kernel does). */
 int vq__cuda_scale(int dtype, const void *x, void *out, int64_t n, double scale, double bias,
                    void *stream);
+
+/* ---- predicates and selects (ops/cpu/compare.c; compare.cu) ---- */
+
+/* op for vq__cuda_compare and minmax_grad's vq__cuda_sum_grad: params.h's
+ * VQ__CMP_* (ops.c checks that they agree). */
+enum {
+    VQ__CUDA_LESS = 0, VQ__CUDA_LESS_EQUAL = 1, VQ__CUDA_GREATER = 2, VQ__CUDA_GREATER_EQUAL = 3,
+    VQ__CUDA_EQUAL = 4, VQ__CUDA_NOT_EQUAL = 5, VQ__CUDA_AND = 6, VQ__CUDA_OR = 7,
+    VQ__CUDA_MAXIMUM = 8, VQ__CUDA_MINIMUM = 9,
+};
+
+/* Up to three operands broadcast to an output of ndim dims: stride[k][d]
+ * is operand k's stride along output dim d in elements (0 where it is
+ * broadcast); the output is contiguous. ndim 0 is one element. */
+typedef struct vq__cuda_walk {
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];
+    int64_t stride[3][VQ_MAX_DIMS];
+} vq__cuda_walk;
+
+/* out = x op y over walk operands 0 (x) and 1 (y): comparisons (f32, f64,
+ * i32, i64, bool; out bool), logical_and / _or (bool), maximum / minimum
+ * (not bool; out x's dtype; a NaN wins). */
+int vq__cuda_compare(int op, int dtype, const void *x, const void *y, void *out,
+                     const vq__cuda_walk *w, void *stream);
+/* out = !x over n bools. */
+int vq__cuda_logical_not(const void *x, void *out, int64_t n, void *stream);
+/* out = |x| (f32, f64, i32, i64; -0 gives +0, integers wrap). */
+int vq__cuda_abs(int dtype, const void *x, void *out, int64_t n, void *stream);
+/* dx = g * sign(x), 0 at 0 (f32, f64). */
+int vq__cuda_abs_grad(int dtype, const void *g, const void *x, void *dx, int64_t n,
+                      void *stream);
+/* out = cond ? x : y over walk operands 0 (cond, bool), 1 (x), 2 (y), for
+ * elements of size bytes (1, 4 or 8). */
+int vq__cuda_where(size_t size, const void *cond, const void *x, const void *y, void *out,
+                   const vq__cuda_walk *w, void *stream);
+/* minmax_grad (op VQ__CUDA_MAXIMUM / _MINIMUM; p = x, q = y) and where_grad
+ * (op -1; p = cond, q unused), f32 and f64: dz (nz elements, contiguous in
+ * the shape of walk operand zsel, 1 or 2) = the sum over the dims along
+ * which that operand is broadcast of g (walk operand 0, contiguous) where
+ * the gradient flows to it, in the order of g's elements from 0, as the
+ * CPU kernels add. VQ_EINVAL if nz is not the operand's element count. */
+int vq__cuda_sum_grad(int op, int wrt, int dtype, const void *g, const void *p, const void *q,
+                      void *dz, int64_t nz, const vq__cuda_walk *w, int zsel, void *stream);
 
 /* ---- activations (ops/cpu/activation.c) ---- */
 

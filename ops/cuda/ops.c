@@ -45,6 +45,17 @@ _Static_assert((int)VQ__ACT_RELU == (int)VQ__CUDA_RELU &&
                    (int)VQ__ACT_TANH == (int)VQ__CUDA_TANH,
                "params.h's activations are kernels.h's");
 
+_Static_assert((int)VQ__CMP_LESS == (int)VQ__CUDA_LESS &&
+                   (int)VQ__CMP_LESS_EQUAL == (int)VQ__CUDA_LESS_EQUAL &&
+                   (int)VQ__CMP_GREATER == (int)VQ__CUDA_GREATER &&
+                   (int)VQ__CMP_GREATER_EQUAL == (int)VQ__CUDA_GREATER_EQUAL &&
+                   (int)VQ__CMP_EQUAL == (int)VQ__CUDA_EQUAL &&
+                   (int)VQ__CMP_NOT_EQUAL == (int)VQ__CUDA_NOT_EQUAL &&
+                   (int)VQ__CMP_AND == (int)VQ__CUDA_AND && (int)VQ__CMP_OR == (int)VQ__CUDA_OR &&
+                   (int)VQ__CMP_MAXIMUM == (int)VQ__CUDA_MAXIMUM &&
+                   (int)VQ__CMP_MINIMUM == (int)VQ__CUDA_MINIMUM,
+               "params.h's comparisons are kernels.h's");
+
 /* ---- one call's launches ---- */
 
 struct launch {
@@ -291,6 +302,101 @@ static int scale_gpu(const vq__kcall *k)
         return rc;
     return launched(k, vq__cuda_scale(x->dtype, x->data, o->data, x->numel, p->scale, p->bias,
                                       l.s));
+}
+
+/* ---- predicates and selects (ops/cpu/compare.c) ---- */
+
+/* Operands a, b, c (NULL: none) broadcast to out's shape, dim by dim. */
+static void walk_of(vq__cuda_walk *w, const vq_tensor *out, const vq_tensor *a,
+                    const vq_tensor *b, const vq_tensor *c)
+{
+    const vq_tensor *in[3] = {a, b, c};
+    w->ndim = out->ndim;
+    for (int i = 0; i < out->ndim; i++)
+        w->shape[i] = out->shape[i];
+    for (int k = 0; k < 3; k++) {
+        int64_t s = 1;
+        for (int i = out->ndim - 1; i >= 0; i--) {
+            int j = in[k] ? i - (out->ndim - in[k]->ndim) : -1;
+            int64_t d = j >= 0 ? in[k]->shape[j] : 1;
+            w->stride[k][i] = d == 1 ? 0 : s;
+            s *= d;
+        }
+    }
+}
+
+static int compare_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__cuda_walk w;
+    walk_of(&w, out, x, y, NULL);
+    return launched(k, vq__cuda_compare(k->def->code, x->dtype, x->data, y->data, out->data, &w,
+                                        l.s));
+}
+
+static int not_gpu(const vq__kcall *k)
+{
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_logical_not(k->in[0]->data, k->out[0]->data, k->in[0]->numel,
+                                            l.s));
+}
+
+static int abs_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_abs(x->dtype, x->data, k->out[0]->data, x->numel, l.s));
+}
+
+static int abs_grad_gpu(const vq__kcall *k)
+{
+    vq_tensor *g = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_abs_grad(g->dtype, g->data, k->in[1]->data, k->out[0]->data,
+                                         g->numel, l.s));
+}
+
+static int where_gpu(const vq__kcall *k)
+{
+    vq_tensor *c = k->in[0], *x = k->in[1], *y = k->in[2], *out = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__cuda_walk w;
+    walk_of(&w, out, c, x, y);
+    return launched(k, vq__cuda_where(vq_dtype_size(out->dtype), c->data, x->data, y->data,
+                                      out->data, &w, l.s));
+}
+
+/* minmax_grad(dOut, X, Y) and where_grad(dOut, Cond, Z). */
+static int select_grad_gpu(const vq__kcall *k)
+{
+    const vq__select_grad_params *p = k->params;
+    vq_tensor *g = k->in[0], *a = k->in[1], *b = k->in[2], *dz = k->out[0];
+    bool where = !strcmp(k->def->type, "where_grad");
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__cuda_walk w;
+    walk_of(&w, g, g, a, b);
+    return launched(k, vq__cuda_sum_grad(where ? -1 : p->op, p->wrt, g->dtype, g->data, a->data,
+                                         where ? NULL : b->data, dz->data, dz->numel, &w,
+                                         where ? 2 : 1 + p->wrt, l.s));
 }
 
 /* ---- activations (ops/cpu/activation.c) ---- */
@@ -933,6 +1039,22 @@ static struct entry table[] = {
     {"sgd", sgd_gpu},
     {"momentum", momentum_gpu},
     {"adam", adam_gpu},
+    {"less", compare_gpu},
+    {"less_equal", compare_gpu},
+    {"greater", compare_gpu},
+    {"greater_equal", compare_gpu},
+    {"equal", compare_gpu},
+    {"not_equal", compare_gpu},
+    {"logical_and", compare_gpu},
+    {"logical_or", compare_gpu},
+    {"logical_not", not_gpu},
+    {"maximum", compare_gpu},
+    {"minimum", compare_gpu},
+    {"minmax_grad", select_grad_gpu},
+    {"where", where_gpu},
+    {"where_grad", select_grad_gpu},
+    {"abs", abs_gpu},
+    {"abs_grad", abs_grad_gpu},
 };
 
 #define NENTRIES ((int)(sizeof table / sizeof table[0]))

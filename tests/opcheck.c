@@ -34,6 +34,22 @@ uint64_t oc_seed(const char *suite)
     return seed;
 }
 
+int64_t oc_bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
+                       const int64_t *shape)
+{
+    int64_t idx = 0, stride = 1;
+    for (int d = ondim - 1; d >= 0; d--) {
+        int64_t c = i % oshape[d];
+        i /= oshape[d];
+        int k = d - (ondim - ndim);
+        if (k >= 0) {
+            idx += (shape[k] == 1 ? 0 : c) * stride;
+            stride *= shape[k];
+        }
+    }
+    return idx;
+}
+
 double oc_get(vq_tensor *t, int64_t i)
 {
     void *d = vq_tensor_data(t);

@@ -21,6 +21,10 @@ vq_tensor *oc_rand(uint64_t *rng, vq_dtype dt, int ndim, const int64_t *shape, d
 /* A tensor from doubles (converted to dt). */
 vq_tensor *oc_from(vq_dtype dt, int ndim, const int64_t *shape, const double *values);
 double oc_get(vq_tensor *t, int64_t i);
+/* numpy's broadcasting rule, the slow way: the index in an input of shape
+ * (ndim, shape) of element i of the broadcast output (ondim, oshape). */
+int64_t oc_bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
+                       const int64_t *shape);
 void oc_set(vq_tensor *t, int64_t i, double v);
 
 /* Runs op type synchronously (engine NULL) on in, creating nout outputs in

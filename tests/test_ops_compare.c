@@ -19,23 +19,6 @@ static void setup(void)
 
 TestSuite(ops_compare, .init = setup, .fini = leak_check);
 
-/* numpy's rule, the slow way: index of output element i in an input. */
-static int64_t bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
-                           const int64_t *shape)
-{
-    int64_t idx = 0, stride = 1;
-    for (int d = ondim - 1; d >= 0; d--) {
-        int64_t c = i % oshape[d];
-        i /= oshape[d];
-        int k = d - (ondim - ndim);
-        if (k >= 0) {
-            idx += (shape[k] == 1 ? 0 : c) * stride;
-            stride *= shape[k];
-        }
-    }
-    return idx;
-}
-
 static int64_t numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;
@@ -101,8 +84,8 @@ static void check_binary(const char *op, vq_dtype dt, vq_dtype out_dt)
         int64_t n = numel(s->no, s->o);
         double want[96];
         for (int64_t i = 0; i < n; i++)
-            want[i] = reference(op, oc_get(x, bcast_index(i, s->no, s->o, s->nx, s->x)),
-                                oc_get(y, bcast_index(i, s->no, s->o, s->ny, s->y)));
+            want[i] = reference(op, oc_get(x, oc_bcast_index(i, s->no, s->o, s->nx, s->x)),
+                                oc_get(y, oc_bcast_index(i, s->no, s->o, s->ny, s->y)));
         oc_assert_close(o, s->no, s->o, want, 0, 0);
         vq_tensor_release(o);
         vq_tensor_release(x);
@@ -209,9 +192,9 @@ Test(ops_compare, where_picks_x_or_y_with_three_way_broadcasting)
             int64_t n = numel(w[k].no, w[k].o);
             double want[64];
             for (int64_t i = 0; i < n; i++) {
-                bool t = oc_get(c, bcast_index(i, w[k].no, w[k].o, w[k].nc, w[k].c)) != 0;
-                want[i] = t ? oc_get(x, bcast_index(i, w[k].no, w[k].o, w[k].nx, w[k].x))
-                            : oc_get(y, bcast_index(i, w[k].no, w[k].o, w[k].ny, w[k].y));
+                bool t = oc_get(c, oc_bcast_index(i, w[k].no, w[k].o, w[k].nc, w[k].c)) != 0;
+                want[i] = t ? oc_get(x, oc_bcast_index(i, w[k].no, w[k].o, w[k].nx, w[k].x))
+                            : oc_get(y, oc_bcast_index(i, w[k].no, w[k].o, w[k].ny, w[k].y));
             }
             oc_assert_close(o, w[k].no, w[k].o, want, 0, 0);
             vq_tensor_release(o);

@@ -16,23 +16,6 @@ static void setup(void)
 
 TestSuite(ops_elementwise, .init = setup, .fini = leak_check);
 
-/* numpy's rule, the slow way: index of output element i in an input. */
-static int64_t bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
-                           const int64_t *shape)
-{
-    int64_t idx = 0, stride = 1;
-    for (int d = ondim - 1; d >= 0; d--) {
-        int64_t c = i % oshape[d];
-        i /= oshape[d];
-        int k = d - (ondim - ndim);
-        if (k >= 0) {
-            idx += (shape[k] == 1 ? 0 : c) * stride;
-            stride *= shape[k];
-        }
-    }
-    return idx;
-}
-
 static double apply(const char *op, double a, double b, vq_dtype dt)
 {
     if (!strcmp(op, "add"))
@@ -77,8 +60,8 @@ static void check_op(const char *op, vq_dtype dt)
             n *= s->o[d];
         double want[64];
         for (int64_t i = 0; i < n; i++)
-            want[i] = apply(op, oc_get(x, bcast_index(i, s->no, s->o, s->nx, s->x)),
-                            oc_get(y, bcast_index(i, s->no, s->o, s->ny, s->y)), dt);
+            want[i] = apply(op, oc_get(x, oc_bcast_index(i, s->no, s->o, s->nx, s->x)),
+                            oc_get(y, oc_bcast_index(i, s->no, s->o, s->ny, s->y)), dt);
         oc_assert_close(o, s->no, s->o, want, dt == VQ_F32 ? 1e-6 : 1e-15, 0);
         vq_tensor_release(o);
         vq_tensor_release(x);

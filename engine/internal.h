@@ -311,11 +311,17 @@ struct vq__heap_item {
 
 struct vq__heap {
     vq__spinlock lock;
-    atomic_int count;
-    atomic_int top_priority; /* of items[0]; valid while count > 0 */
+    atomic_int count;        /* n + the spilled ops */
+    atomic_int top_priority; /* of items[0]; valid while n > 0 */
     struct vq__heap_item *items;
     size_t n, cap;
     uint64_t seq;
+    /* Ops that came while the array could not grow (out of memory), linked
+     * through op->next, FIFO: they run after every op of the array. A ready
+     * op always finds a place without allocating, so the dispatch path
+     * (where there is no caller to give an error to) never waits on
+     * memory. */
+    vq__op *spill_head, *spill_tail;
 };
 
 struct vq__worker;

@@ -120,16 +120,23 @@ static void heap_swap(struct vq__heap_item *a, struct vq__heap_item *b)
     *b = t;
 }
 
-/* Only fails when out of memory growing the array. */
-static bool heap_push(struct vq__heap *h, vq__op *op)
+/* Never fails: when the array cannot grow, the op is spilled. */
+static void heap_push(struct vq__heap *h, vq__op *op)
 {
     vq__spin_lock(&h->lock);
     if (h->n == h->cap) {
         size_t cap = h->cap ? 2 * h->cap : 256;
         struct vq__heap_item *items = realloc(h->items, cap * sizeof *items);
         if (!items) {
+            op->next = NULL;
+            if (h->spill_tail)
+                h->spill_tail->next = op;
+            else
+                h->spill_head = op;
+            h->spill_tail = op;
+            atomic_fetch_add_explicit(&h->count, 1, memory_order_release);
             vq__spin_unlock(&h->lock);
-            return false;
+            return;
         }
         h->items = items;
         h->cap = cap;
@@ -141,18 +148,26 @@ static bool heap_push(struct vq__heap *h, vq__op *op)
         i = (i - 1) / 2;
     }
     atomic_store_explicit(&h->top_priority, h->items[0].priority, memory_order_relaxed);
-    atomic_store_explicit(&h->count, (int)h->n, memory_order_release);
+    /* release: publishes the item to a worker that reads count */
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_release);
     vq__spin_unlock(&h->lock);
-    return true;
 }
 
-/* Pops the top if its priority is at least min_priority. */
+/* Pops the top if its priority is at least min_priority; spilled ops come
+ * last, only for min_priority INT_MIN. */
 static vq__op *heap_pop(struct vq__heap *h, int min_priority)
 {
     vq__spin_lock(&h->lock);
     if (h->n == 0 || h->items[0].priority < min_priority) {
+        vq__op *op = NULL;
+        if (h->n == 0 && min_priority == INT_MIN && (op = h->spill_head)) {
+            h->spill_head = op->next;
+            if (!h->spill_head)
+                h->spill_tail = NULL;
+            atomic_fetch_sub_explicit(&h->count, 1, memory_order_release);
+        }
         vq__spin_unlock(&h->lock);
-        return NULL;
+        return op;
     }
     vq__op *op = h->items[0].op;
     h->items[0] = h->items[--h->n];
@@ -167,9 +182,9 @@ static vq__op *heap_pop(struct vq__heap *h, int min_priority)
         heap_swap(&h->items[i], &h->items[m]);
         i = m;
     }
-    if (h->n)
-        atomic_store_explicit(&h->top_priority, h->items[0].priority, memory_order_relaxed);
-    atomic_store_explicit(&h->count, (int)h->n, memory_order_release);
+    atomic_store_explicit(&h->top_priority, h->n ? h->items[0].priority : INT_MIN,
+                          memory_order_relaxed);
+    atomic_fetch_sub_explicit(&h->count, 1, memory_order_release);
     vq__spin_unlock(&h->lock);
     return op;
 }
@@ -231,8 +246,7 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
                     sched_yield();
             continue;
         }
-        while (!heap_push(&p->heap, op))
-            sched_yield(); /* out of memory: wait for workers to drain */
+        heap_push(&p->heap, op);
     }
     wake(p, n);
 }

@@ -308,6 +308,10 @@ int vq__check_same_shape(const vq__infer *c, int a, int b);
 /* Input slot's shape must equal want's (unknown dims match anything):
  * otherwise "shape [..] is not <what> [..]". */
 int vq__check_shape_is(const vq__infer *c, int slot, const vq__meta *want, const char *what);
+/* Input slot's shape must be inputs a and b broadcast together (what names
+ * that in the message): a gradient op's check that dOut is the shape of
+ * the forward op's output. */
+int vq__check_broadcast_is(const vq__infer *c, int slot, int a, int b, const char *what);
 
 /* Dims are equal, or one is unknown (-1). */
 static inline bool vq__dim_match(int64_t a, int64_t b)
@@ -329,6 +333,11 @@ static inline int vq__emit(const vq__grad *g, const char *type, const char *cons
 {
     return g->emit(g->user, type, in, nin, out, nout, attrs, nattrs);
 }
+
+/* The gradient ops of a binary forward op (X, Y) -> Out whose gradient op
+ * is grad_type(dOut, X, Y) -> dZ with attributes op (the forward op's
+ * type) and wrt (0: X, 1: Y): one for each of X and Y that is wanted. */
+int vq__emit_xy_grads(const vq__grad *g, const char *grad_type);
 
 /* ---- running a kernel (registry.c) ---- */
 

@@ -391,6 +391,30 @@ int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out)
     return 0;
 }
 
+int vq__check_broadcast_is(const vq__infer *c, int slot, int a, int b, const char *what)
+{
+    vq__meta full;
+    int rc = vq__broadcast_shapes(c, a, b, &full);
+    if (rc < 0)
+        return rc;
+    full.dtype = c->in[slot].dtype;
+    return vq__check_shape_is(c, slot, &full, what);
+}
+
+int vq__emit_xy_grads(const vq__grad *g, const char *grad_type)
+{
+    for (int i = 0; i < 2; i++) {
+        if (!g->din[i])
+            continue;
+        const char *in[3] = {g->dout[0], g->in[0], g->in[1]};
+        vq_attr attrs[2] = {VQ_ATTR_S("op", g->def->type), VQ_ATTR_I("wrt", i)};
+        int rc = vq__emit(g, grad_type, in, 3, &g->din[i], 1, attrs, 2);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out)
 {
     if (axis < -ndim || axis >= (ndim ? ndim : 1))

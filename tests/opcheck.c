@@ -50,6 +50,19 @@ int64_t oc_bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
     return idx;
 }
 
+const struct oc_bcast_case oc_bcast_cases[] = {
+    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
+    {2, 1, 2, {3, 4}, {4}, {3, 4}},
+    {2, 2, 2, {3, 1}, {1, 4}, {3, 4}},
+    {0, 2, 2, {0}, {2, 3}, {2, 3}},
+    {3, 2, 3, {2, 1, 3}, {4, 1}, {2, 4, 3}},
+    {2, 2, 2, {0, 3}, {1, 3}, {0, 3}},
+    {1, 1, 1, {1}, {5}, {5}},
+    {4, 4, 4, {1, 2, 1, 3}, {2, 1, 2, 1}, {2, 2, 2, 3}},
+    {2, 2, 2, {1, 1}, {1, 1}, {1, 1}},
+};
+const int oc_nbcast_cases = (int)(sizeof oc_bcast_cases / sizeof oc_bcast_cases[0]);
+
 double oc_get(vq_tensor *t, int64_t i)
 {
     void *d = vq_tensor_data(t);

@@ -25,6 +25,16 @@ double oc_get(vq_tensor *t, int64_t i);
  * (ndim, shape) of element i of the broadcast output (ondim, oshape). */
 int64_t oc_bcast_index(int64_t i, int ondim, const int64_t *oshape, int ndim,
                        const int64_t *shape);
+
+/* Pairs of shapes (X, Y) with their broadcast shape (O), for the suites of
+ * broadcasting ops: same shapes, a trailing vector, 1s on both sides, size
+ * 0, a scalar, rank 4. */
+struct oc_bcast_case {
+    int nx, ny, no;
+    int64_t x[4], y[4], o[4];
+};
+extern const struct oc_bcast_case oc_bcast_cases[];
+extern const int oc_nbcast_cases;
 void oc_set(vq_tensor *t, int64_t i, double v);
 
 /* Runs op type synchronously (engine NULL) on in, creating nout outputs in

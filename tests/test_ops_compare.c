@@ -27,21 +27,6 @@ static int64_t numel(int ndim, const int64_t *shape)
     return n;
 }
 
-struct shapes {
-    int nx, ny, no;
-    int64_t x[4], y[4], o[4];
-};
-
-static const struct shapes cases[] = {
-    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
-    {2, 1, 2, {3, 4}, {4}, {3, 4}},
-    {2, 2, 2, {3, 1}, {1, 4}, {3, 4}},
-    {0, 2, 2, {0}, {2, 3}, {2, 3}},
-    {3, 2, 3, {2, 1, 3}, {4, 1}, {2, 4, 3}},
-    {2, 2, 2, {0, 3}, {1, 3}, {0, 3}},
-    {4, 4, 4, {1, 2, 1, 3}, {2, 1, 2, 1}, {2, 2, 2, 3}},
-};
-
 static double reference(const char *op, double a, double b)
 {
     if (!strcmp(op, "less"))
@@ -69,8 +54,8 @@ static double reference(const char *op, double a, double b)
  * drawn from a few integers so that equal elements occur often. */
 static void check_binary(const char *op, vq_dtype dt, vq_dtype out_dt)
 {
-    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        const struct shapes *s = &cases[c];
+    for (int c = 0; c < oc_nbcast_cases; c++) {
+        const struct oc_bcast_case *s = &oc_bcast_cases[c];
         bool b = dt == VQ_BOOL;
         vq_tensor *x = oc_rand(&rng, dt, s->nx, s->x, b ? 0 : -3, b ? 2 : 3);
         vq_tensor *y = oc_rand(&rng, dt, s->ny, s->y, b ? 0 : -3, b ? 2 : 3);

@@ -29,27 +29,10 @@ static double apply(const char *op, double a, double b, vq_dtype dt)
     return a / b;
 }
 
-struct case_shapes {
-    int nx, ny, no;
-    int64_t x[4], y[4], o[4];
-};
-
-static const struct case_shapes cases[] = {
-    {2, 2, 2, {3, 4}, {3, 4}, {3, 4}},
-    {2, 1, 2, {3, 4}, {4}, {3, 4}},
-    {2, 2, 2, {3, 1}, {1, 4}, {3, 4}},
-    {0, 2, 2, {0}, {2, 3}, {2, 3}},
-    {3, 2, 3, {2, 1, 3}, {4, 1}, {2, 4, 3}},
-    {2, 2, 2, {0, 3}, {1, 3}, {0, 3}},
-    {1, 1, 1, {1}, {5}, {5}},
-    {4, 4, 4, {1, 2, 1, 3}, {2, 1, 2, 1}, {2, 2, 2, 3}},
-    {2, 2, 2, {1, 1}, {1, 1}, {1, 1}},
-};
-
 static void check_op(const char *op, vq_dtype dt)
 {
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const struct case_shapes *s = &cases[c];
+    for (int c = 0; c < oc_nbcast_cases; c++) {
+        const struct oc_bcast_case *s = &oc_bcast_cases[c];
         bool ints = dt == VQ_I32 || dt == VQ_I64;
         vq_tensor *x = oc_rand(&rng, dt, s->nx, s->x, -10, 10);
         vq_tensor *y = oc_rand(&rng, dt, s->ny, s->y, ints ? 1 : 0.5, ints ? 9 : 4);
@@ -148,8 +131,8 @@ Test(ops_elementwise, gradients_match_finite_differences)
 {
     const char *ops[] = {"add", "sub", "mul", "div"};
     for (int i = 0; i < 4; i++)
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            const struct case_shapes *s = &cases[c];
+        for (int c = 0; c < oc_nbcast_cases; c++) {
+            const struct oc_bcast_case *s = &oc_bcast_cases[c];
             vq_tensor *x = oc_rand(&rng, VQ_F64, s->nx, s->x, -2, 2);
             vq_tensor *y = oc_rand(&rng, VQ_F64, s->ny, s->y, 0.5, 2);
             vq_tensor *in[2] = {x, y};

@@ -205,10 +205,11 @@ static void case_binary(struct run *r)
         }
 }
 
-static void case_elementwise_grad(struct run *r)
+/* A gradient op (dOut, X, Y) -> dZ with attributes op (each of ops) and
+ * wrt, over the shape pairs; Y from [ylo, 2). */
+static void case_xy_grad(struct run *r, const char *const *ops, int nops, double ylo)
 {
-    static const char *const ops[] = {"add", "sub", "mul", "div"};
-    for (int o = 0; o < 4; o++)
+    for (int o = 0; o < nops; o++)
         for (int wrt = 0; wrt < 2; wrt++)
             for (int d = 0; d < N_OF(floats); d++)
                 for (int s = 0; s < N_OF(pairs); s++) {
@@ -218,10 +219,16 @@ static void case_elementwise_grad(struct run *r)
                              vq_dtype_name(dt), s);
                     vq_tensor *in[3] = {rnd(r, dt, -2, 2, p->nz, p->z),
                                         rnd(r, dt, -2, 2, p->nx, p->x),
-                                        rnd(r, dt, 0.5, 2, p->ny, p->y)};
+                                        rnd(r, dt, ylo, 2, p->ny, p->y)};
                     vq_attr at[2] = {VQ_ATTR_S("op", ops[o]), VQ_ATTR_I("wrt", wrt)};
                     check(r, in, 3, 1, at, 2, EXACT);
                 }
+}
+
+static void case_elementwise_grad(struct run *r)
+{
+    static const char *const ops[] = {"add", "sub", "mul", "div"};
+    case_xy_grad(r, ops, 4, 0.5); /* div: Y away from 0 */
 }
 
 static void case_scale(struct run *r)
@@ -269,20 +276,7 @@ static void case_logical_not(struct run *r)
 static void case_minmax_grad(struct run *r)
 {
     static const char *const ops[] = {"maximum", "minimum"};
-    for (int o = 0; o < 2; o++)
-        for (int wrt = 0; wrt < 2; wrt++)
-            for (int d = 0; d < N_OF(floats); d++)
-                for (int s = 0; s < N_OF(pairs); s++) {
-                    const struct pair *p = &pairs[s];
-                    vq_dtype dt = floats[d];
-                    describe(r, "op %s, wrt %d, %s, shape pair %d", ops[o], wrt,
-                             vq_dtype_name(dt), s);
-                    vq_tensor *in[3] = {rnd(r, dt, -2, 2, p->nz, p->z),
-                                        rnd(r, dt, -2, 2, p->nx, p->x),
-                                        rnd(r, dt, -2, 2, p->ny, p->y)};
-                    vq_attr at[2] = {VQ_ATTR_S("op", ops[o]), VQ_ATTR_I("wrt", wrt)};
-                    check(r, in, 3, 1, at, 2, EXACT);
-                }
+    case_xy_grad(r, ops, 2, -2);
 }
 
 /* Cond, X and Y of where, each broadcast; where_grad's Z is X or Y. */

@@ -40,16 +40,20 @@ struct rows {
     int op;
 };
 
-/* ---- comparisons and logic: (X, Y) -> Out (bool) ---- */
+/* ---- comparisons, logic, maximum, minimum: (X, Y) -> Out ---- */
 
-static int compare_infer(vq__infer *c)
+/* Out is bool, except for maximum and minimum (X's dtype). */
+static int binary_infer(vq__infer *c)
 {
     int code = c->def->code, rc;
-    unsigned mask = code >= LOGIC_AND ? BOOL_ONLY : code >= CMP_EQUAL ? VQ__ANY : VQ__NUMERIC;
+    unsigned mask = code >= MINMAX_MAX  ? VQ__NUMERIC
+                    : code >= LOGIC_AND ? BOOL_ONLY
+                    : code >= CMP_EQUAL ? VQ__ANY
+                                        : VQ__NUMERIC;
     if ((rc = vq__check_dtype(c, 0, mask)) < 0 || (rc = vq__check_dtype(c, 1, mask)) < 0 ||
         (rc = vq__check_same_dtype(c, 0, 1)) < 0 || (rc = vq__broadcast_shapes(c, 0, 1, &c->out[0])) < 0)
         return rc;
-    c->out[0].dtype = VQ_BOOL;
+    c->out[0].dtype = code >= MINMAX_MAX ? c->in[0].dtype : VQ_BOOL;
     return 0;
 }
 
@@ -97,20 +101,11 @@ static row_fn compare_row_of(vq_dtype dt)
     }
 }
 
-static int compare_kernel(const vq__kcall *k)
+/* logical_not(X) and abs(X): Out is X's dtype and shape; the dtypes
+ * allowed are the op's code (a dtype mask). */
+static int unary_infer(vq__infer *c)
 {
-    vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    vq__bcast b;
-    vq__bcast_init(&b, out, x, y);
-    struct rows r = {x->data, y->data, out->data, k->def->code};
-    vq__bcast_rows(&b, &r, compare_row_of(x->dtype));
-    return 0;
-}
-
-/* logical_not(X) -> Out: bool to bool. */
-static int not_infer(vq__infer *c)
-{
-    int rc = vq__check_dtype(c, 0, BOOL_ONLY);
+    int rc = vq__check_dtype(c, 0, (unsigned)c->def->code);
     if (rc < 0)
         return rc;
     c->out[0] = c->in[0];
@@ -124,17 +119,6 @@ static int not_kernel(const vq__kcall *k)
     for (int64_t i = 0; i < k->in[0]->numel; i++)
         o[i] = !x[i];
     return 0;
-}
-
-/* ---- maximum, minimum: (X, Y) -> Out ---- */
-
-static int minmax_infer(vq__infer *c)
-{
-    int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
-        return rc;
-    c->out[0].dtype = c->in[0].dtype;
-    return vq__broadcast_shapes(c, 0, 1, &c->out[0]);
 }
 
 /* a != a: a is NaN, which wins (for integers it is never true). */
@@ -157,16 +141,19 @@ MINMAX_ROW(double)
 MINMAX_ROW(int32_t)
 MINMAX_ROW(int64_t)
 
-static int minmax_kernel(const vq__kcall *k)
+static int binary_kernel(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
+    int code = k->def->code;
     vq__bcast b;
     vq__bcast_init(&b, out, x, y);
-    struct rows r = {x->data, y->data, out->data, k->def->code};
-    row_fn row = x->dtype == VQ_F32   ? minmax_row_float
-                 : x->dtype == VQ_F64 ? minmax_row_double
-                 : x->dtype == VQ_I32 ? minmax_row_int32_t
-                                      : minmax_row_int64_t;
+    struct rows r = {x->data, y->data, out->data, code};
+    row_fn row = compare_row_of(x->dtype);
+    if (code >= MINMAX_MAX)
+        row = x->dtype == VQ_F32   ? minmax_row_float
+              : x->dtype == VQ_F64 ? minmax_row_double
+              : x->dtype == VQ_I32 ? minmax_row_int32_t
+                                   : minmax_row_int64_t;
     vq__bcast_rows(&b, &r, row);
     return 0;
 }
@@ -176,27 +163,7 @@ static const char *const minmax_grad_in[] = {"dOut", "X", "Y"};
 
 static int minmax_grad(const vq__grad *g)
 {
-    for (int i = 0; i < 2; i++) {
-        if (!g->din[i])
-            continue;
-        const char *in[3] = {g->dout[0], g->in[0], g->in[1]};
-        vq_attr attrs[2] = {VQ_ATTR_S("op", g->def->type), VQ_ATTR_I("wrt", i)};
-        int rc = vq__emit(g, "minmax_grad", in, 3, &g->din[i], 1, attrs, 2);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* The shape of dOut must be the broadcast of slots a and b. */
-static int check_grad_shape(vq__infer *c, int a, int b)
-{
-    vq__meta full;
-    int rc = vq__broadcast_shapes(c, a, b, &full);
-    if (rc < 0)
-        return rc;
-    full.dtype = c->in[0].dtype;
-    return vq__check_shape_is(c, 0, &full, "the broadcast shape of the forward op's inputs");
+    return vq__emit_xy_grads(g, "minmax_grad");
 }
 
 /* minmax_grad(dOut, X, Y) -> dZ, attrs op (maximum, minimum) and wrt. */
@@ -211,7 +178,8 @@ static int minmax_grad_infer(vq__infer *c)
         return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
-        (rc = vq__check_same_dtype(c, 0, 2)) < 0 || (rc = check_grad_shape(c, 1, 2)) < 0)
+        (rc = vq__check_same_dtype(c, 0, 2)) < 0 ||
+        (rc = vq__check_broadcast_is(c, 0, 1, 2, "the broadcast shape of X and Y")) < 0)
         return rc;
     vq__select_grad_params *p = c->params;
     p->op = code;
@@ -403,15 +371,6 @@ static int where_grad_kernel(const vq__kcall *k)
 
 /* ---- abs(X) -> Out, abs_grad(dOut, X) -> dX ---- */
 
-static int abs_infer(vq__infer *c)
-{
-    int rc = vq__check_dtype(c, 0, VQ__NUMERIC);
-    if (rc < 0)
-        return rc;
-    c->out[0] = c->in[0];
-    return 0;
-}
-
 static int abs_kernel(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
@@ -499,11 +458,11 @@ static const vq__attr_spec where_grad_attrs[] = {
 
 #define COMPARE(name, c)                                                                      \
     {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .code = c, .infer = compare_infer, .kernel = {compare_kernel}}
+     .code = c, .infer = binary_infer, .kernel = {binary_kernel}}
 
 #define MINMAX(name, c)                                                                       \
     {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .infer = minmax_infer, .kernel = {minmax_kernel},    \
+     .flags = VQ__INPLACE_OK, .code = c, .infer = binary_infer, .kernel = {binary_kernel},    \
      .grad = minmax_grad}
 
 const vq__op_def vq__ops_compare[] = {
@@ -516,7 +475,8 @@ const vq__op_def vq__ops_compare[] = {
     COMPARE("logical_and", LOGIC_AND),
     COMPARE("logical_or", LOGIC_OR),
     {.type = "logical_not", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .infer = not_infer, .kernel = {not_kernel}},
+     .nout_slots = 1, .flags = VQ__INPLACE_OK, .code = BOOL_ONLY, .infer = unary_infer,
+     .kernel = {not_kernel}},
     MINMAX("maximum", MINMAX_MAX),
     MINMAX("minimum", MINMAX_MIN),
     {.type = "minmax_grad", .in_slots = minmax_grad_in, .nin_slots = 3, .out_slots = grad3_out,
@@ -530,7 +490,8 @@ const vq__op_def vq__ops_compare[] = {
      .params_size = sizeof(vq__select_grad_params),
      .infer = where_grad_infer, .kernel = {where_grad_kernel}},
     {.type = "abs", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
-     .flags = VQ__INPLACE_OK, .infer = abs_infer, .kernel = {abs_kernel}, .grad = abs_grad},
+     .flags = VQ__INPLACE_OK, .code = VQ__NUMERIC, .infer = unary_infer,
+     .kernel = {abs_kernel}, .grad = abs_grad},
     {.type = "abs_grad", .in_slots = abs_grad_in, .nin_slots = 2, .out_slots = abs_grad_out,
      .nout_slots = 1, .infer = abs_grad_infer, .kernel = {abs_grad_kernel}},
     {0},

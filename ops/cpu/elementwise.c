@@ -133,14 +133,7 @@ static int grad_infer(vq__infer *c)
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
         (rc = vq__check_same_dtype(c, 0, 2)) < 0)
         return rc;
-    /* The forward output's shape must be dOut's. */
-    vq__infer fwd = *c;
-    fwd.in = c->in + 1;
-    vq__meta full;
-    if ((rc = vq__broadcast_shapes(&fwd, 0, 1, &full)) < 0)
-        return rc;
-    full.dtype = c->in[0].dtype;
-    if ((rc = vq__check_shape_is(c, 0, &full, "the broadcast shape of X and Y")) < 0)
+    if ((rc = vq__check_broadcast_is(c, 0, 1, 2, "the broadcast shape of X and Y")) < 0)
         return rc;
     c->out[0] = c->in[1 + p->wrt];
     return 0;
@@ -209,16 +202,7 @@ static int grad_kernel(const vq__kcall *k)
 
 static int binary_grad(const vq__grad *g)
 {
-    for (int i = 0; i < 2; i++) {
-        if (!g->din[i])
-            continue;
-        const char *in[3] = {g->dout[0], g->in[0], g->in[1]};
-        vq_attr attrs[2] = {VQ_ATTR_S("op", op_names[g->def->code]), VQ_ATTR_I("wrt", i)};
-        int rc = vq__emit(g, "elementwise_grad", in, 3, &g->din[i], 1, attrs, 2);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    return vq__emit_xy_grads(g, "elementwise_grad");
 }
 
 /* ---- scale: Out = scale * X + bias ---- */

@@ -553,10 +553,12 @@ static int op_enqueue(vq_engine *e, vq__op *op)
         spare = b;
     }
 
+    /* The lock order: kept by the op, or one var (already in order), or
+     * sorted here (n <= VQ__INLINE_VARS). */
     vq_var *sorted[VQ__INLINE_VARS];
-    vq_var *const *order = o->vars + n;
-    if (!(o->flags & VQ__OPR_SORTED)) {
-        memcpy(sorted, o->vars, (size_t)n * sizeof *sorted); /* n <= VQ__INLINE_VARS */
+    vq_var *const *order = o->flags & VQ__OPR_SORTED ? o->vars + n : o->vars;
+    if (n > 1 && !(o->flags & VQ__OPR_SORTED)) {
+        memcpy(sorted, o->vars, (size_t)n * sizeof *sorted);
         vq__var_sort(sorted, n);
         order = sorted;
     }

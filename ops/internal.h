@@ -218,6 +218,8 @@ enum {
     VQ__VARIADIC_IN = 1u << 0, /* the last input slot takes 1..N tensors */
     VQ__VARIADIC_OUT = 1u << 1, /* the last output slot takes 1..N tensors */
     VQ__INPLACE_OK = 1u << 2,  /* an output may be the same tensor as an input */
+    VQ__CONTROL = 1u << 3,     /* cond / while: no kernel; the graph executor runs its
+                                * blocks (graph/control.c) */
 };
 
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
@@ -252,6 +254,7 @@ extern const vq__op_def vq__ops_matmul[];
 extern const vq__op_def vq__ops_init[];
 extern const vq__op_def vq__ops_optim[];
 extern const vq__op_def vq__ops_compare[];
+extern const vq__op_def vq__ops_control[];
 
 /* The definition of type, or NULL. Thread-safe (the table is built once). */
 const vq__op_def *vq__op_find(const char *type);

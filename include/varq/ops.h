@@ -58,6 +58,8 @@ typedef struct vq_attr {
 #define VQ_ATTR_IS(nm, v, cnt) ((vq_attr){.name = (nm), .type = VQ_ATTR_INTS, .ints = (v), .n = (cnt)})
 #define VQ_ATTR_FS(nm, v, cnt) \
     ((vq_attr){.name = (nm), .type = VQ_ATTR_FLOATS, .floats = (v), .n = (cnt)})
+#define VQ_ATTR_SS(nm, v, cnt) \
+    ((vq_attr){.name = (nm), .type = VQ_ATTR_STRINGS, .strings = (v), .n = (cnt)})
 
 /* Runs op `type` on nin input tensors, producing nout outputs.
  *

@@ -985,6 +985,11 @@ static void naive_run_now(vq__op *op)
     pthread_mutex_unlock(&e->naive_lock);
 }
 
+bool vq__engine_runs_inline(const vq_engine *e)
+{
+    return e->kind == VQ_ENGINE_NAIVE;
+}
+
 VQ_API int vq_thread_in_op(void)
 {
     return in_op > 0;

@@ -49,6 +49,9 @@
 #ifndef VARQ_ENGINE_STREAM_H
 #define VARQ_ENGINE_STREAM_H
 
+#include <varq/engine.h>
+
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The kind argument of memcpy_async (the values of cudaMemcpyKind). The
@@ -130,6 +133,13 @@ const struct vq__stream_backend *vq__stream_emul(int ndevices);
  * vq_exec_ctx.stream), for the library's own backend calls on it (copies,
  * stream-ordered frees). NULL on any other thread or op. (engine/gpu.c) */
 void *vq__gpu_op_stream(void);
+
+/* True for the naive engine, which runs an op pushed from inside an op
+ * after it, in the same thread, and blocks that thread on an async op until
+ * it is finished: a layer that pushes an async op whose completion waits
+ * for ops it pushes from inside an op must push those first there (the
+ * graph executor's control ops, graph/control.c). (engine/engine.c) */
+bool vq__engine_runs_inline(const vq_engine *e);
 
 /* The CUDA backend, or NULL with a message (the error is VQ_ENOSYS) when
  * varq was built without CUDA, no GPU is present, or the driver is too old

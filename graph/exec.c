@@ -31,6 +31,7 @@
  * are serialized by the engine (the next writer waits for the readers), so
  * one counter per var suffices even with runs overlapping. */
 #include "internal.h"
+#include "plan.h"
 #include "scope.h"
 
 #include <sched.h>
@@ -39,100 +40,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#define RING 64 /* runs of one plan in flight at once */
+#define RING VQ__RUN_RING
 #define NOT_IN_SCOPE 1 /* bind_persistable: not bound and not written first */
-
-struct run;
-
-struct pvar {
-    vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
-    bool own_ev;
-    vq_tensor *value; /* current value, one reference; ordered by ev */
-    atomic_int readers_left;
-    vq__meta meta;    /* declared, refined by inference */
-    bool persistable;
-    bool used;        /* touched by some op, feed or fetch */
-    int init_readers; /* readers of the value before any op writes it (feeds) */
-};
-
-struct pop {
-    struct plan *plan;
-    int index; /* in block 0 */
-    const vq__pop *src;
-    const vq__op_def *def;
-    int *out_readers;    /* per output: readers of the version it writes (a fetch
-                          * counts as one that never finishes) */
-    bool *in_counts;     /* per input: decrements the var's counter */
-    uint64_t execs;      /* executions so far; ordered by the engine */
-    /* When every input's shape is known at preparation, the output metas
-     * and params inferred then hold for every run: nout metas, then the
-     * params. NULL otherwise (runs infer with the real shapes). */
-    vq__meta *fixed;
-    vq_opr *opr;
-};
-
-struct plan {
-    /* cache key and identity */
-    uint64_t key;
-    char *key_names; /* feeds and fetches, NUL separated, for exact compares */
-    size_t key_len;
-    uint64_t prog_hash;
-    vq_scope *scope;
-    uint64_t scope_id; /* scope identity: addresses are reused */
-    uint64_t scope_gen;
-    struct plan *lru_prev, *lru_next;
-    int refs; /* the cache's one plus one per run in flight; under exec lock */
-
-    vq_exec *exec;
-    vq_program *prog; /* the plan's own copy */
-    struct pvar *vars;
-    int nvars;
-    struct pop *ops;
-    int nops;
-    int *feeds, nfeeds;
-    int *fetches, nfetches;
-    vq_var *done_var;
-    /* Reads the outputs of the run's sink ops, so it runs after them all. */
-    vq_opr *final;
-    uint64_t final_execs;
-
-    /* runs: push_lock orders whole runs (recursive: with the naive engine a
-     * run's done callback runs inside the push and may start another run);
-     * ring_lock guards inflight, which final ops decrement. */
-    pthread_mutex_t push_lock;
-    pthread_mutex_t ring_lock;
-    pthread_cond_t ring_cond;
-    uint64_t next_seq;
-    int inflight;
-    struct run *ring[RING];
-    atomic_size_t live; /* tensor bytes the plan's slots hold */
-};
-
-struct run {
-    struct plan *plan;
-    atomic_int err;
-    char msg[256];
-    char *msg_out; /* a synchronous caller's buffer for msg, or NULL */
-    vq_fetch *fetches;
-    /* Host feeds of a GPU run, kept until the final op: the copies to the
-     * device read them in stream order. */
-    vq_tensor **held;
-    int nheld;
-    void (*done)(void *user, int err);
-    void *user;
-    atomic_size_t peak;
-};
-
-struct vq_exec {
-    vq_engine *engine;
-    vq_ctx device;
-    int cache_size;
-    pthread_mutex_t lock;
-    struct plan *lru_head, *lru_tail; /* most recently used first */
-    int nplans;
-    pthread_cond_t idle; /* signalled when a run ends */
-    vq_exec_stats stats;
-};
 
 static void meta_of_tensor(vq__meta *m, const vq_tensor *t);
 
@@ -151,7 +60,7 @@ static void note_live(struct run *r, struct plan *pl, size_t add)
 /* Drops the value of v held by the plan. Only for non-persistable vars.
  * stream: that of the GPU op dropping it (the storage is freed in stream
  * order after the op's work, which follows every other use), or NULL. */
-static void drop_value(struct plan *pl, struct pvar *v, void *stream)
+void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream)
 {
     if (!v->value)
         return;
@@ -160,75 +69,120 @@ static void drop_value(struct plan *pl, struct pvar *v, void *stream)
     v->value = NULL;
 }
 
-static void run_fail(struct run *r, const struct pop *op, int err, const char *msg)
+void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t)
+{
+    vq__slot_drop(pl, v, NULL);
+    v->value = t;
+    if (t)
+        note_live(r, pl, t->nbytes); /* every slot holding it counts it */
+}
+
+void vq__run_fail(struct run *r, const struct pop *t, int err, const char *msg)
 {
     int none = 0;
-    if (atomic_compare_exchange_strong(&r->err, &none, err))
-        snprintf(r->msg, sizeof r->msg, "op %d (%s): %s", op->index, op->src->type, msg);
+    if (!atomic_compare_exchange_strong(&r->err, &none, err))
+        return;
+    if (t->block)
+        snprintf(r->msg, sizeof r->msg, "block %d op %d (%s): %s", t->block, t->index,
+                 t->src->type, msg);
+    else
+        snprintf(r->msg, sizeof r->msg, "op %d (%s): %s", t->index, t->src->type, msg);
+}
+
+struct run *vq__fop_run(struct fop *f)
+{
+    if (f->fr->owner)
+        return f->fr->owner->run;
+    return f->t->plan->ring[f->execs++ % RING];
 }
 
 /* After the kernel (or instead of it, when the run has failed): the inputs
  * this op counted are read. */
-static void inputs_done(struct pop *op, void *stream)
+void vq__fop_inputs_done(struct fop *f, void *stream)
 {
-    struct plan *pl = op->plan;
-    for (int i = 0; i < op->src->nin; i++) {
-        if (!op->in_counts[i])
+    struct plan *pl = f->t->plan;
+    for (int i = 0; i < f->t->nin; i++) {
+        if (!f->t->in_counts[i])
             continue;
-        struct pvar *v = &pl->vars[op->src->in[i]];
+        struct pvar *v = f->in[i];
         /* acq_rel: the last reader sees the others' reads done. A fetched
          * version never gets here: its count includes the final op. */
         if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1)
-            drop_value(pl, v, stream);
+            vq__slot_drop(pl, v, stream);
     }
 }
 
 /* Sets output j's new version in place: value, counter, immediate release
  * of a value nobody reads. */
-static void output_done(struct pop *op, int j, vq_tensor *t, void *stream)
+static void output_done(struct fop *f, int j, vq_tensor *t, void *stream)
 {
-    struct plan *pl = op->plan;
-    struct pvar *v = &pl->vars[op->src->out[j]];
+    struct plan *pl = f->t->plan;
+    struct pvar *v = f->out[j];
     if (v->persistable)
         return; /* the scope tensor, written in place */
     if (v->value != t) {
-        drop_value(pl, v, stream);
+        vq__slot_drop(pl, v, stream);
         v->value = t; /* the reference op_exec took */
     }
-    atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
-    if (op->out_readers[j] == 0)
-        drop_value(pl, v, stream); /* nobody reads it and it is not fetched */
+    atomic_store_explicit(&v->readers_left, f->t->out_readers[j], memory_order_relaxed);
+    if (f->t->out_readers[j] == 0)
+        vq__slot_drop(pl, v, stream); /* nobody reads it and it is not fetched */
+}
+
+static bool is_in_place(const vq__pop *src, int j)
+{
+    for (int i = 0; i < src->nin; i++)
+        if (src->in[i] == src->out[j])
+            return true;
+    return false;
+}
+
+/* The run failed: an op's outputs hold no stale values, and their
+ * counters stay right for the readers that will skip too. */
+void vq__fop_skip_outputs(struct fop *f, void *stream)
+{
+    const vq__pop *src = f->t->src;
+    for (int j = 0; j < src->nout; j++) {
+        struct pvar *v = f->out[j];
+        if (!v->persistable) {
+            if (!is_in_place(src, j))
+                vq__slot_drop(f->t->plan, v, stream);
+            atomic_store_explicit(&v->readers_left, f->t->out_readers[j], memory_order_relaxed);
+        }
+    }
 }
 
 /* A GPU kernel's error found on the device (stream work of op's kernel,
  * which runs before the run's final op synchronizes the GPU work). */
 static void op_defer_fail(void *user, void *tag, int err, const char *msg)
 {
-    run_fail(user, tag, err, msg);
+    vq__run_fail(user, tag, err, msg);
 }
 
-/* The body of every prebuilt op: on a CPU worker, or on a GPU worker with
- * x->stream, where the kernel is enqueued and the bookkeeping is done at
- * launch (in the engine's op order, which the streams follow). */
+/* The body of every prebuilt kernel op: on a CPU worker, or on a GPU
+ * worker with x->stream, where the kernel is enqueued and the bookkeeping
+ * is done at launch (in the engine's op order, which the streams follow). */
 static int op_exec(void *arg, const vq_exec_ctx *x)
 {
-    struct pop *op = arg;
+    struct fop *f = arg;
+    const struct pop *op = f->t;
     struct plan *pl = op->plan;
     const vq__pop *src = op->src;
-    struct run *r = pl->ring[op->execs++ % RING];
+    struct run *r = vq__fop_run(f);
     void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
     vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
     int nout = 0;
     int werr = vq_op_wait_error();
     if (werr)
-        run_fail(r, op, werr, vq_errmsg());
+        vq__run_fail(r, op, werr, vq_errmsg());
     if (atomic_load_explicit(&r->err, memory_order_acquire))
         goto skip;
     for (int i = 0; i < src->nin; i++) {
-        in[i] = pl->vars[src->in[i]].value;
+        in[i] = f->in[i]->value;
         if (!in[i]) {
-            run_fail(r, op, VQ_EINVAL, "an input has no value (an earlier op of the run failed)");
+            vq__run_fail(r, op, VQ_EINVAL,
+                         "an input has no value (an earlier op of the run failed)");
             goto skip;
         }
     }
@@ -251,14 +205,11 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         err = op->def->infer(&c);
     }
     for (; err == 0 && nout < src->nout; nout++) {
-        struct pvar *v = &pl->vars[src->out[nout]];
+        struct pvar *v = f->out[nout];
         vq_tensor *cur = v->value;
         bool fits = cur && cur->dtype == om[nout].dtype && cur->ndim == om[nout].ndim &&
                     !memcmp(cur->shape, om[nout].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
-        bool in_place = false;
-        for (int i = 0; i < src->nin && !in_place; i++)
-            in_place = src->in[i] == src->out[nout];
-        if (v->persistable || in_place) {
+        if (v->persistable || is_in_place(src, nout)) {
             if (!fits) {
                 err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
                                vq__op_out_slot(op->def, nout), nout,
@@ -277,13 +228,13 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     if (err == 0) {
         vq__kcall k = {.def = op->def, .params = params, .in = in, .nin = src->nin, .out = out,
                        .nout = src->nout, .x = x, .defer = op_defer_fail, .defer_user = r,
-                       .defer_tag = op};
+                       .defer_tag = (void *)op};
         err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
     }
     if (err) {
-        run_fail(r, op, err, vq_errmsg());
+        vq__run_fail(r, op, err, vq_errmsg());
         for (int j = 0; j < nout; j++) {
-            struct pvar *v = &pl->vars[src->out[j]];
+            struct pvar *v = f->out[j];
             if (out[j] != v->value && !v->persistable)
                 atomic_fetch_sub_explicit(&pl->live, out[j]->nbytes, memory_order_relaxed);
             vq__tensor_release_on(out[j], stream);
@@ -291,35 +242,20 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         goto skip;
     }
     for (int j = 0; j < src->nout; j++) {
-        struct pvar *v = &pl->vars[src->out[j]];
+        struct pvar *v = f->out[j];
         if (v->persistable || v->value == out[j])
             vq_tensor_release(out[j]); /* the slot already holds it */
-        output_done(op, j, out[j], stream);
+        output_done(f, j, out[j], stream);
     }
-    inputs_done(op, stream);
+    vq__fop_inputs_done(f, stream);
     return 0;
 
 skip:
-    /* The run failed: its later ops keep the counters right and hold on to
-     * no stale values. */
-    for (int j = 0; j < src->nout; j++) {
-        struct pvar *v = &pl->vars[src->out[j]];
-        if (!v->persistable) {
-            bool in_place = false;
-            for (int i = 0; i < src->nin && !in_place; i++)
-                in_place = src->in[i] == src->out[j];
-            if (!in_place)
-                drop_value(pl, v, stream);
-            atomic_store_explicit(&v->readers_left, op->out_readers[j], memory_order_relaxed);
-        }
-    }
-    inputs_done(op, stream);
+    vq__fop_skip_outputs(f, stream);
+    vq__fop_inputs_done(f, stream);
     return 0;
 }
 
-/* Per feed and run: the feed tensor becomes the var's first version. A
- * host tensor fed to a GPU executor is copied to the device instead, by a
- * GPU op on the to-device copy stream (copy set). */
 struct bind {
     struct plan *plan;
     struct run *run;
@@ -349,9 +285,9 @@ static int bind_exec(void *arg, const vq_exec_ctx *x)
         if (atomic_compare_exchange_strong(&b->run->err, &none, err))
             snprintf(b->run->msg, sizeof b->run->msg, "feed %s: %s", pl->prog->vars[b->var].name,
                      vq_errmsg());
-        drop_value(pl, v, stream);
+        vq__slot_drop(pl, v, stream);
     } else if (v->value != t) {
-        drop_value(pl, v, stream);
+        vq__slot_drop(pl, v, stream);
         v->value = b->copy ? t : vq_tensor_retain(t);
         /* Counted whether the plan allocated it or not, so that
          * drop_value's subtraction balances. */
@@ -445,12 +381,15 @@ static int final_exec(void *arg, const vq_exec_ctx *x)
 static void plan_destroy(struct plan *pl)
 {
     vq_engine *e = pl->exec->engine;
-    for (int k = 0; k < pl->nops; k++) {
-        if (pl->ops[k].opr)
-            vq_opr_free(e, pl->ops[k].opr);
-        free(pl->ops[k].out_readers);
-        free(pl->ops[k].fixed);
-        free(pl->ops[k].in_counts);
+    vq__frame_destroy(&pl->root);
+    for (int k = 0; pl->ops && k < pl->nops; k++) {
+        struct pop *t = &pl->ops[k];
+        free(t->out_readers);
+        free(t->fixed);
+        free(t->in_counts);
+        if (t->src && t->in != t->src->in)
+            free(t->in);
+        vq__ctl_info_free(t->ctl);
     }
     if (pl->final)
         vq_opr_free(e, pl->final);
@@ -463,6 +402,8 @@ static void plan_destroy(struct plan *pl)
         vq_var_free(e, pl->done_var);
     free(pl->ops);
     free(pl->vars);
+    free(pl->local);
+    free(pl->block_nvars);
     free(pl->feeds);
     free(pl->fetches);
     free(pl->key_names);
@@ -482,7 +423,7 @@ static int refail(int rc, const char *prefix)
     return vq__fail(rc, "%s: %s", prefix, msg);
 }
 
-static bool meta_compatible(const vq__meta *a, const vq__meta *b)
+bool vq__meta_compatible(const vq__meta *a, const vq__meta *b)
 {
     if (a->dtype != b->dtype || a->ndim != b->ndim)
         return false;
@@ -492,7 +433,7 @@ static bool meta_compatible(const vq__meta *a, const vq__meta *b)
     return true;
 }
 
-static void meta_str(char *buf, size_t size, const vq__meta *m)
+void vq__meta_str(char *buf, size_t size, const vq__meta *m)
 {
     char shape[120];
     snprintf(buf, size, "%s%s", vq_dtype_name(m->dtype),
@@ -573,10 +514,10 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
     }
     vq__meta m;
     meta_of_tensor(&m, t);
-    if (!meta_compatible(&m, &pv->meta)) {
+    if (!vq__meta_compatible(&m, &pv->meta)) {
         char a[140], b[140];
-        meta_str(a, sizeof a, &m);
-        meta_str(b, sizeof b, &pv->meta);
+        vq__meta_str(a, sizeof a, &m);
+        vq__meta_str(b, sizeof b, &pv->meta);
         vq_tensor_release(t);
         return vq__fail(VQ_EINVAL, "persistable var %s: the scope holds %s, the program says %s",
                         name, a, b);
@@ -586,15 +527,19 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
     return 0;
 }
 
-/* Prefixes the message of a failed check of op k with its index. */
-static int op_error(int k, const vq__pop *src, int rc)
+/* Prefixes the message of a failed check of op t with where it is. */
+int vq__pop_error(const struct pop *t, int rc)
 {
-    char msg[256];
+    char msg[256], where[48];
     snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    if (t->block)
+        snprintf(where, sizeof where, "block %d op %d", t->block, t->index);
+    else
+        snprintf(where, sizeof where, "op %d", t->index);
     /* Registry messages start with the op type already. */
-    if (!strncmp(msg, src->type, strlen(src->type)))
-        return vq__fail(rc, "op %d: %s", k, msg);
-    return vq__fail(rc, "op %d (%s): %s", k, src->type, msg);
+    if (!strncmp(msg, t->src->type, strlen(t->src->type)))
+        return vq__fail(rc, "%s: %s", where, msg);
+    return vq__fail(rc, "%s (%s): %s", where, t->src->type, msg);
 }
 
 static int find_names(const vq_program *p, const char *what, const char *const *names, int n,
@@ -609,6 +554,10 @@ static int find_names(const vq_program *p, const char *what, const char *const *
         int v = vq__program_find_var(p, names[i]);
         if (v < 0)
             return vq__fail(VQ_EINVAL, "%s %s: the program has no such var", what, names[i]);
+        if (p->vars[v].block != 0)
+            return vq__fail(VQ_EINVAL, "%s %s: the var is declared in block %d; only vars of "
+                                       "block 0 are fed and fetched",
+                            what, names[i], p->vars[v].block);
         for (int j = 0; j < i; j++)
             if ((*out)[j] == v)
                 return vq__fail(VQ_EINVAL, "%s %s is given twice", what, names[i]);
@@ -618,178 +567,381 @@ static int find_names(const vq_program *p, const char *what, const char *const *
 }
 
 /* Walks block 0 once: checks, infers, counts readers per version. */
-static int plan_walk(struct plan *pl)
+
+int vq__varset_add(struct varset *s, int v)
 {
+    for (int i = 0; i < s->n; i++)
+        if (s->v[i] == v)
+            return 0;
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 8;
+        int *nv = realloc(s->v, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = v;
+    return 0;
+}
+
+/* An input of op t: has it a value here, is it counted as a reader. */
+static int walk_input(struct walk *w, struct pop *t, int i, int block, struct varset *ext)
+{
+    struct plan *pl = w->pl;
     vq_program *p = pl->prog;
-    const vq__block *b = &p->blocks[0];
-    for (int i = 1; i < p->nblocks; i++)
-        if (p->blocks[i].nops)
-            return vq__fail(VQ_ENOSYS, "block %d: control flow blocks are not supported yet", i);
-    bool *has = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *has);
-    int **owner = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *owner);
-    pl->ops = calloc((size_t)(b->nops ? b->nops : 1), sizeof *pl->ops);
-    if (!has || !owner || !pl->ops) {
-        free(has);
-        free(owner);
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-    }
-    for (int i = 0; i < pl->nfeeds; i++) {
-        has[pl->feeds[i]] = true;
-        owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
-        pl->vars[pl->feeds[i]].used = true;
-    }
+    int v = t->in[i];
+    struct pvar *pv = &pl->vars[v];
     int rc = 0;
-    for (int k = 0; k < b->nops && rc == 0; k++) {
+    pv->used = true;
+    if (!w->has[v] && pv->persistable) {
+        rc = bind_persistable(pl, v, false);
+        if (rc == NOT_IN_SCOPE)
+            rc = vq__pop_error(t, vq__fail(VQ_EINVAL,
+                                           "reads var %s, which is persistable but is not in "
+                                           "the scope and no earlier op writes it",
+                                           p->vars[v].name));
+        w->has[v] = rc == 0;
+    } else if (!w->has[v]) {
+        rc = vq__pop_error(t, vq__fail(VQ_EINVAL,
+                                       "reads var %s, which no earlier op writes and no feed "
+                                       "provides",
+                                       p->vars[v].name));
+    }
+    if (rc)
+        return rc;
+    /* Readers of the version read here. A var of an enclosing block is
+     * held by the control op whose block this is: not counted here. */
+    bool counts = !pv->persistable && p->vars[v].block == block;
+    for (int j = 0; j < t->src->nout && counts; j++)
+        counts = t->src->out[j] != v;
+    for (int ii = 0; ii < i && counts; ii++)
+        counts = t->in[ii] != v;
+    t->in_counts[i] = counts;
+    if (counts)
+        (*w->owner[v])++;
+    if (p->vars[v].block != block)
+        return vq__varset_add(ext, v);
+    return 0;
+}
+
+/* A kernel op's shapes: inference, the fixed metas, the outputs' checks. */
+static int walk_infer(struct walk *w, struct pop *t)
+{
+    struct plan *pl = w->pl;
+    vq_program *p = pl->prog;
+    const vq__pop *src = t->src;
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    for (int i = 0; i < src->nin; i++)
+        im[i] = pl->vars[src->in[i]].meta;
+    int rc = vq__op_infer(t->def, src->attrs, src->nattrs, src->nin, im, src->nout, om, params);
+    if (rc)
+        return vq__pop_error(t, rc);
+    bool known = true;
+    for (int i = 0; i < src->nin && known; i++)
+        for (int d = 0; d < im[i].ndim && known; d++)
+            known = im[i].shape[d] >= 0;
+    if (known) {
+        t->fixed = malloc((size_t)src->nout * sizeof *t->fixed + t->def->params_size);
+        if (!t->fixed)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        memcpy(t->fixed, om, (size_t)src->nout * sizeof *t->fixed);
+        memcpy(t->fixed + src->nout, params, t->def->params_size);
+    }
+    for (int j = 0; j < src->nout; j++) {
+        int v = src->out[j];
+        struct pvar *pv = &pl->vars[v];
+        for (int i = 0; i < src->nin; i++)
+            if (src->in[i] == v && !(t->def->flags & VQ__INPLACE_OK))
+                return vq__pop_error(t, vq__fail(VQ_EINVAL,
+                                                 "reads and writes var %s, and this op cannot "
+                                                 "work in place",
+                                                 p->vars[v].name));
+        if (!vq__meta_compatible(&om[j], &pv->meta)) {
+            char a[140], d[140];
+            vq__meta_str(a, sizeof a, &om[j]);
+            vq__meta_str(d, sizeof d, &pv->meta);
+            return vq__pop_error(t, vq__fail(VQ_EINVAL, "output %s (slot %d) var %s: inferred "
+                                                        "%s, declared %s",
+                                             vq__op_out_slot(t->def, j), j, p->vars[v].name, a,
+                                             d));
+        }
+        for (int d = 0; d < pv->meta.ndim; d++)
+            if (pv->meta.shape[d] < 0)
+                pv->meta.shape[d] = om[j].shape[d];
+    }
+    return 0;
+}
+
+/* Walks the ops of one block in order: checks, infers, counts readers per
+ * version; control ops walk their own blocks first (control.c). */
+int vq__walk_block(struct walk *w, int block, struct varset *ext)
+{
+    struct plan *pl = w->pl;
+    vq_program *p = pl->prog;
+    const vq__block *b = &p->blocks[block];
+    for (int k = 0; k < b->nops; k++) {
         const vq__pop *src = &p->ops[b->ops[k]];
-        struct pop *op = &pl->ops[k];
-        pl->nops = k + 1;
-        op->plan = pl;
-        op->index = k;
-        op->src = src;
-        op->def = src->def;
-        if (!op->def) {
-            rc = vq__fail(VQ_EINVAL, "op %d: unknown op type \"%s\"", k, src->type);
-            break;
+        struct pop *t = &pl->ops[b->ops[k]];
+        *t = (struct pop){.plan = pl, .block = block, .index = k, .src = src, .def = src->def,
+                          .nin = src->nin, .in = src->in};
+        if (!t->def)
+            return vq__pop_error(t, vq__fail(VQ_EINVAL, "unknown op type \"%s\"", src->type));
+        bool control = t->def->flags & VQ__CONTROL;
+        int rc = 0;
+        if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS)
+            return vq__pop_error(t, vq__op_check_arity(t->def, src->nin, src->nout));
+        if (!control && pl->exec->device.kind == VQ_DEV_GPU &&
+            (rc = vq__gpu_kernel_check(t->def)) < 0)
+            return vq__pop_error(t, rc);
+        for (int j = 0; j < src->nout; j++) {
+            int v = src->out[j];
+            for (int jj = 0; jj < j; jj++)
+                if (src->out[jj] == v)
+                    return vq__pop_error(t, vq__fail(VQ_EINVAL, "writes var %s twice",
+                                                     p->vars[v].name));
+            if (p->vars[v].block != block)
+                return vq__pop_error(t, vq__fail(VQ_EINVAL,
+                                                 "writes var %s of block %d: an op of a cond or "
+                                                 "while block writes only its own block's vars "
+                                                 "(results leave through the control op's "
+                                                 "outputs)",
+                                                 p->vars[v].name, p->vars[v].block));
         }
-        if (pl->exec->device.kind == VQ_DEV_GPU && (rc = vq__gpu_kernel_check(op->def)) < 0) {
-            rc = op_error(k, src, rc);
-            break;
-        }
-        op->out_readers = calloc((size_t)(src->nout ? src->nout : 1), sizeof *op->out_readers);
-        op->in_counts = calloc((size_t)(src->nin ? src->nin : 1), sizeof *op->in_counts);
-        if (!op->out_readers || !op->in_counts) {
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
-            break;
-        }
-        vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
-        _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
-        if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS) {
-            rc = op_error(k, src, vq__op_check_arity(op->def, src->nin, src->nout));
-            break;
-        }
-        for (int i = 0; i < src->nin && rc == 0; i++) {
-            int v = src->in[i];
-            struct pvar *pv = &pl->vars[v];
-            pv->used = true;
-            if (!has[v] && pv->persistable) {
-                rc = bind_persistable(pl, v, false);
-                if (rc == NOT_IN_SCOPE)
-                    rc = vq__fail(VQ_EINVAL,
-                                  "op %d (%s): reads var %s, which is persistable but is "
-                                  "not in the scope and no earlier op writes it",
-                                  k, src->type, p->vars[v].name);
-                has[v] = rc == 0;
-            } else if (!has[v]) {
-                rc = vq__fail(VQ_EINVAL,
-                              "op %d (%s): reads var %s, which no earlier op writes and no "
-                              "feed provides",
-                              k, src->type, p->vars[v].name);
-            }
-            im[i] = pv->meta;
+        /* Inputs are checked first: a control op's blocks read what its
+         * inputs name, and its own walk needs them bound. */
+        t->in_counts = calloc((size_t)(src->nin ? src->nin : 1), sizeof *t->in_counts);
+        if (!t->in_counts)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        for (int i = 0; i < src->nin && rc == 0; i++)
+            rc = walk_input(w, t, i, block, ext);
+        if (rc)
+            return rc;
+        if (control) {
+            int nin0 = t->nin;
+            if ((rc = vq__ctl_walk(w, t)) != 0)
+                return rc;
+            /* its blocks' reads of enclosing vars */
+            bool *counts = realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
+            if (!counts)
+                return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            t->in_counts = counts;
+            for (int i = nin0; i < t->nin && rc == 0; i++)
+                rc = walk_input(w, t, i, block, ext);
+        } else {
+            rc = walk_infer(w, t);
         }
         if (rc)
-            break;
-        rc = vq__op_infer(op->def, src->attrs, src->nattrs, src->nin, im, src->nout, om, params);
-        if (rc) {
-            rc = op_error(k, src, rc);
-            break;
-        }
-        bool known = true;
-        for (int i = 0; i < src->nin && known; i++)
-            for (int d = 0; d < im[i].ndim && known; d++)
-                known = im[i].shape[d] >= 0;
-        if (known) {
-            op->fixed = malloc((size_t)src->nout * sizeof *op->fixed + op->def->params_size);
-            if (!op->fixed) {
-                rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
-                break;
-            }
-            memcpy(op->fixed, om, (size_t)src->nout * sizeof *op->fixed);
-            memcpy(op->fixed + src->nout, params, op->def->params_size);
-        }
-        for (int j = 0; j < src->nout && rc == 0; j++) {
+            return rc;
+        t->out_readers = calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
+        if (!t->out_readers)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        for (int j = 0; j < src->nout; j++) {
             int v = src->out[j];
             struct pvar *pv = &pl->vars[v];
             pv->used = true;
-            for (int jj = 0; jj < j; jj++)
-                if (src->out[jj] == v)
-                    rc = vq__fail(VQ_EINVAL, "op %d (%s): writes var %s twice", k, src->type,
-                                  p->vars[v].name);
-            for (int i = 0; i < src->nin && rc == 0; i++)
-                if (src->in[i] == v && !(op->def->flags & VQ__INPLACE_OK))
-                    rc = vq__fail(VQ_EINVAL,
-                                  "op %d (%s): reads and writes var %s, and this op cannot work "
-                                  "in place",
-                                  k, src->type, p->vars[v].name);
-            if (rc)
-                break;
-            if (!meta_compatible(&om[j], &pv->meta)) {
-                char a[140], d[140];
-                meta_str(a, sizeof a, &om[j]);
-                meta_str(d, sizeof d, &pv->meta);
-                rc = vq__fail(VQ_EINVAL,
-                              "op %d (%s): output %s (slot %d) var %s: inferred %s, declared %s",
-                              k, src->type, vq__op_out_slot(op->def, j), j, p->vars[v].name, a, d);
-                break;
-            }
-            for (int d = 0; d < pv->meta.ndim; d++)
-                if (pv->meta.shape[d] < 0)
-                    pv->meta.shape[d] = om[j].shape[d];
-            if (pv->persistable && !has[v] && (rc = bind_persistable(pl, v, true)) != 0)
-                rc = op_error(k, src, rc);
-        }
-        if (rc)
-            break;
-        /* Readers of the versions read here, then the versions written. */
-        for (int i = 0; i < src->nin; i++) {
-            int v = src->in[i];
-            bool counts = !pl->vars[v].persistable;
-            for (int j = 0; j < src->nout && counts; j++)
-                counts = src->out[j] != v;
-            for (int ii = 0; ii < i && counts; ii++)
-                counts = src->in[ii] != v;
-            op->in_counts[i] = counts;
-            if (counts)
-                (*owner[v])++;
-        }
-        for (int j = 0; j < src->nout; j++) {
-            has[src->out[j]] = true;
-            owner[src->out[j]] = &op->out_readers[j];
+            if (pv->persistable && !w->has[v] && (rc = bind_persistable(pl, v, true)) != 0)
+                return vq__pop_error(t, rc);
+            w->has[v] = true;
+            w->owner[v] = &t->out_readers[j];
         }
     }
+    return 0;
+}
+
+/* Walks the program from block 0, then binds the fetches. */
+static int plan_walk(struct plan *pl)
+{
+    vq_program *p = pl->prog;
+    size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
+    struct walk w = {.pl = pl, .has = calloc(nv, sizeof *w.has),
+                     .owner = calloc(nv, sizeof *w.owner),
+                     .block_user = malloc((size_t)p->nblocks * sizeof *w.block_user)};
+    struct varset ext = {0};
+    pl->ops = calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
+    pl->nops = p->nops;
+    int rc = 0;
+    if (!w.has || !w.owner || !w.block_user || !pl->ops)
+        rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    for (int b = 0; rc == 0 && b < p->nblocks; b++)
+        w.block_user[b] = -1;
+    for (int i = 0; rc == 0 && i < pl->nfeeds; i++) {
+        w.has[pl->feeds[i]] = true;
+        w.owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
+        pl->vars[pl->feeds[i]].used = true;
+    }
+    if (rc == 0)
+        rc = vq__walk_block(&w, 0, &ext);
     /* A fetched version counts the final op as a reader that never
      * decrements: it stays until the next run's writer replaces it. */
     for (int i = 0; i < pl->nfetches && rc == 0; i++) {
         int v = pl->fetches[i];
         pl->vars[v].used = true;
-        if (!has[v] && pl->vars[v].persistable) {
+        if (!w.has[v] && pl->vars[v].persistable) {
             rc = bind_persistable(pl, v, false);
             if (rc == NOT_IN_SCOPE)
                 rc = vq__fail(VQ_EINVAL, "fetch %s: persistable, but not in the scope",
                               p->vars[v].name);
-        } else if (!has[v]) {
+        } else if (!w.has[v]) {
             rc = vq__fail(VQ_EINVAL, "fetch %s: no op writes it and no feed provides it",
                           p->vars[v].name);
         } else if (!pl->vars[v].persistable) {
-            (*owner[v])++;
+            (*w.owner[v])++;
         }
     }
-    free(has);
-    free(owner);
+    free(ext.v);
+    free(w.has);
+    free(w.owner);
+    free(w.block_user);
     return rc;
 }
 
-/* Engine vars and prebuilt ops. */
+struct pvar *vq__frame_slot(struct frame *fr, int v, bool *dep)
+{
+    struct plan *pl = fr->plan;
+    int b = pl->prog->vars[v].block;
+    for (struct frame *f = fr; f; f = f->up) {
+        if (f->block != b)
+            continue;
+        *dep = f == fr;
+        if (!f->owner)
+            return &pl->vars[v];
+        struct ctl *c = f->owner;
+        const struct ctl_info *ci = c->fop->t->ctl;
+        for (int k = 0; ci->is_while && k < ci->nouts; k++)
+            if (ci->body_in[k] == v) {
+                /* the value the previous iteration carries over */
+                struct frame *prev = &c->frames[(f->slot + c->nframes - 1) % c->nframes];
+                return &prev->vars[pl->local[ci->outs[0][k]]];
+            }
+        return &f->vars[pl->local[v]];
+    }
+    *dep = false;
+    return NULL; /* not reached: preparation checked that v is visible */
+}
+
+/* The slots of a frame that is not the root: one engine var each for the
+ * vars of its block that some op uses. */
+int vq__frame_vars(struct frame *fr)
+{
+    struct plan *pl = fr->plan;
+    int n = pl->block_nvars[fr->block];
+    fr->vars = calloc((size_t)(n ? n : 1), sizeof *fr->vars);
+    if (!fr->vars)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    for (int v = 0; v < pl->nvars; v++) {
+        if (pl->prog->vars[v].block != fr->block || !pl->vars[v].used)
+            continue;
+        struct pvar *s = &fr->vars[pl->local[v]];
+        atomic_init(&s->readers_left, 0);
+        if (!(s->ev = vq_var_new(pl->exec->engine, pl->prog->vars[v].name)))
+            return refail(VQ_ENOMEM, pl->prog->vars[v].name);
+        s->own_ev = true;
+    }
+    return 0;
+}
+
+/* One fop per op of the frame's block, its slots resolved, and its
+ * prebuilt engine op (control ops: their instance, control.c). */
+int vq__frame_ops(struct frame *fr)
+{
+    struct plan *pl = fr->plan;
+    const vq__block *b = &pl->prog->blocks[fr->block];
+    fr->ops = calloc((size_t)(b->nops ? b->nops : 1), sizeof *fr->ops);
+    if (!fr->ops)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    fr->nops = b->nops;
+    int rc = 0;
+    for (int k = 0; k < b->nops && rc == 0; k++) {
+        struct fop *f = &fr->ops[k];
+        f->t = &pl->ops[b->ops[k]];
+        f->fr = fr;
+        const vq__pop *src = f->t->src;
+        f->in = malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
+        f->out = malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
+        if (!f->in || !f->out)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        vq_var *vars[2 * VQ__MAX_SLOTS];
+        int nw = 0, nr = 0;
+        bool dep;
+        for (int j = 0; j < src->nout; j++) {
+            f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
+            vars[nw++] = f->out[j]->ev;
+        }
+        for (int i = 0; i < f->t->nin; i++)
+            f->in[i] = vq__frame_slot(fr, f->t->in[i], &dep);
+        if (f->t->ctl) {
+            rc = vq__ctl_build(f);
+            continue;
+        }
+        for (int i = 0; i < src->nin; i++) {
+            vq__frame_slot(fr, src->in[i], &dep);
+            bool written = false;
+            for (int j = 0; j < src->nout && !written; j++)
+                written = src->out[j] == src->in[i];
+            if (dep && !written)
+                vars[nw + nr++] = f->in[i]->ev;
+        }
+        vq_task t = {.fn = op_exec, .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
+                     .nreads = nr, .writes = vars, .nwrites = nw,
+                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type};
+        if (!(f->opr = vq_opr_new(pl->exec->engine, &t)))
+            rc = vq__pop_error(f->t, VQ_ENOMEM);
+    }
+    return rc;
+}
+
+void vq__frame_push_from(struct frame *fr, int k)
+{
+    vq_engine *e = fr->plan->exec->engine;
+    /* vq_push_opr allocates nothing and cannot fail for a valid opr. */
+    for (; k < fr->nops; k++) {
+        if (!fr->ops[k].ctl)
+            vq_push_opr(e, fr->ops[k].opr);
+        else if (!vq__ctl_push(&fr->ops[k]))
+            return; /* the rest follows the control op's blocks */
+    }
+    vq_push_opr(e, fr->tail);
+}
+
+void vq__frame_destroy(struct frame *fr)
+{
+    struct plan *pl = fr->plan;
+    if (!pl)
+        return; /* never built */
+    vq_engine *e = pl->exec->engine;
+    for (int k = 0; fr->ops && k < fr->nops; k++) {
+        struct fop *f = &fr->ops[k];
+        if (f->ctl)
+            vq__ctl_destroy(f->ctl);
+        if (f->opr)
+            vq_opr_free(e, f->opr);
+        free(f->in);
+        free(f->out);
+    }
+    free(fr->ops);
+    fr->ops = NULL;
+    if (fr->step)
+        vq_opr_free(e, fr->step);
+    if (fr->owner) {
+        for (int i = 0; fr->vars && i < pl->block_nvars[fr->block]; i++) {
+            vq_tensor_release(fr->vars[i].value);
+            if (fr->vars[i].own_ev)
+                vq_var_free(e, fr->vars[i].ev);
+        }
+        free(fr->vars);
+    }
+}
+
+/* Engine vars of the root frame, its ops, and the final op. */
 static int plan_build_ops(struct plan *pl)
 {
     vq_engine *e = pl->exec->engine;
-    vq_var **vars = malloc((size_t)(pl->nvars + 1) * sizeof *vars);
-    if (!vars)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     int rc = 0;
     for (int v = 0; v < pl->nvars && rc == 0; v++) {
         struct pvar *pv = &pl->vars[v];
-        if (!pv->used)
+        if (!pv->used || pl->prog->vars[v].block != 0)
             continue;
         if (pv->persistable) {
             pv->ev = vq_tensor_var(pv->value, e);
@@ -802,78 +954,64 @@ static int plan_build_ops(struct plan *pl)
     }
     if (rc == 0 && !(pl->done_var = vq_var_new(e, "run_done")))
         rc = VQ_ENOMEM;
-    for (int k = 0; k < pl->nops && rc == 0; k++) {
-        const vq__pop *src = pl->ops[k].src;
-        int nw = 0, nr = 0;
-        for (int j = 0; j < src->nout; j++)
-            vars[nw++] = pl->vars[src->out[j]].ev;
-        for (int i = 0; i < src->nin; i++) {
-            bool written = false;
-            for (int j = 0; j < src->nout && !written; j++)
-                written = src->out[j] == src->in[i];
-            if (!written)
-                vars[nw + nr++] = pl->vars[src->in[i]].ev;
-        }
-        vq_task t = {.fn = op_exec, .arg = &pl->ops[k], .ctx = pl->exec->device,
-                     .reads = vars + nw, .nreads = nr, .writes = vars, .nwrites = nw,
-                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type};
-        if (!(pl->ops[k].opr = vq_opr_new(e, &t)))
-            rc = op_error(k, src, VQ_ENOMEM);
+    pl->root = (struct frame){.plan = pl, .block = 0, .vars = pl->vars};
+    if (rc == 0)
+        rc = vq__frame_ops(&pl->root);
+    if (rc)
+        return rc;
+    /* The final op must follow every op of the run. An op that some later
+     * op must wait for (it writes a var accessed later, or reads a var
+     * written later) is followed by it; the others, the sinks, are what
+     * the final op reads: their outputs, the fetches, and feeds no op
+     * touches. (A control op writes its outputs when all it ran is done.) */
+    const struct frame *root = &pl->root;
+    vq_var **vars = malloc((size_t)(pl->nvars + 1) * sizeof *vars);
+    int *last_access = malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
+    int *last_write = malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
+    bool *pick = calloc((size_t)pl->nvars + 1, sizeof *pick);
+    if (!vars || !last_access || !last_write || !pick) {
+        rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        goto out;
     }
-    if (rc == 0) {
-        /* The final op must follow every op of the run. An op that some
-         * later op must wait for (it writes a var accessed later, or reads
-         * a var written later) is followed by it; the others, the sinks,
-         * are what the final op reads: their outputs, the fetches, and feeds
-         * no op touches. */
-        int *last_access = malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
-        int *last_write = malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
-        bool *pick = calloc((size_t)pl->nvars + 1, sizeof *pick);
-        if (!last_access || !last_write || !pick) {
-            free(last_access);
-            free(last_write);
-            free(pick);
-            free(vars);
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        }
-        for (int v = 0; v < pl->nvars; v++)
-            last_access[v] = last_write[v] = -1;
-        for (int k = 0; k < pl->nops; k++) {
-            const vq__pop *src = pl->ops[k].src;
-            for (int i = 0; i < src->nin; i++)
-                last_access[src->in[i]] = k;
-            for (int j = 0; j < src->nout; j++)
-                last_access[src->out[j]] = last_write[src->out[j]] = k;
-        }
-        for (int k = 0; k < pl->nops; k++) {
-            const vq__pop *src = pl->ops[k].src;
-            bool followed = false;
-            for (int j = 0; j < src->nout && !followed; j++)
-                followed = last_access[src->out[j]] > k;
-            for (int i = 0; i < src->nin && !followed; i++)
-                followed = last_write[src->in[i]] > k;
-            for (int j = 0; j < src->nout && !followed; j++)
-                pick[src->out[j]] = true;
-        }
-        for (int i = 0; i < pl->nfetches; i++)
-            pick[pl->fetches[i]] = true;
-        for (int i = 0; i < pl->nfeeds; i++)
-            if (last_access[pl->feeds[i]] < 0)
-                pick[pl->feeds[i]] = true;
-        int n = 0;
-        for (int v = 0; v < pl->nvars; v++)
-            if (pick[v])
-                vars[n++] = pl->vars[v].ev;
-        free(last_access);
-        free(last_write);
-        free(pick);
-        vq_task t = {.fn = final_exec, .arg = pl, .reads = vars, .nreads = n,
-                     .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
-                     .name = "run_done"};
-        if (!(pl->final = vq_opr_new(e, &t)))
-            rc = refail(VQ_ENOMEM, "prepare");
+    for (int v = 0; v < pl->nvars; v++)
+        last_access[v] = last_write[v] = -1;
+    for (int k = 0; k < root->nops; k++) {
+        const struct pop *t = root->ops[k].t;
+        for (int i = 0; i < t->nin; i++)
+            last_access[t->in[i]] = k;
+        for (int j = 0; j < t->src->nout; j++)
+            last_access[t->src->out[j]] = last_write[t->src->out[j]] = k;
     }
+    for (int k = 0; k < root->nops; k++) {
+        const struct pop *t = root->ops[k].t;
+        bool followed = false;
+        for (int j = 0; j < t->src->nout && !followed; j++)
+            followed = last_access[t->src->out[j]] > k;
+        for (int i = 0; i < t->nin && !followed; i++)
+            followed = last_write[t->in[i]] > k;
+        for (int j = 0; j < t->src->nout && !followed; j++)
+            pick[t->src->out[j]] = true;
+    }
+    for (int i = 0; i < pl->nfetches; i++)
+        pick[pl->fetches[i]] = true;
+    for (int i = 0; i < pl->nfeeds; i++)
+        if (last_access[pl->feeds[i]] < 0)
+            pick[pl->feeds[i]] = true;
+    int n = 0;
+    for (int v = 0; v < pl->nvars; v++)
+        if (pick[v])
+            vars[n++] = pl->vars[v].ev;
+    vq_task t = {.fn = final_exec, .arg = pl, .reads = vars, .nreads = n,
+                 .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
+                 .name = "run_done"};
+    if (!(pl->final = vq_opr_new(e, &t)))
+        rc = refail(VQ_ENOMEM, "prepare");
+    pl->root.tail = pl->final;
+out:
     free(vars);
+    free(last_access);
+    free(last_write);
+    free(pick);
     return rc;
 }
 
@@ -895,8 +1033,11 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     int rc = vq__program_copy(p, &pl->prog);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
-        pl->vars = calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *pl->vars);
-        if (!pl->vars)
+        size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
+        pl->vars = calloc(nv, sizeof *pl->vars);
+        pl->local = malloc(nv * sizeof *pl->local);
+        pl->block_nvars = calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
+        if (!pl->vars || !pl->local || !pl->block_nvars)
             rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
     }
     for (int v = 0; rc == 0 && v < pl->nvars; v++) {
@@ -906,6 +1047,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         memcpy(pl->vars[v].meta.shape, d->shape, sizeof d->shape);
         pl->vars[v].persistable = d->persistable;
         atomic_init(&pl->vars[v].readers_left, 0);
+        pl->local[v] = pl->block_nvars[d->block]++;
     }
     if (rc == 0 && (rc = find_names(pl->prog, "feed", feeds, nfeeds, &pl->feeds)) == 0)
         pl->nfeeds = nfeeds;
@@ -1208,10 +1350,10 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
             rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on %s "
                                      "(copy it with vq_tensor_copy_to)",
                           feeds[i].name, fd.id, where);
-        } else if (!meta_compatible(&m, &pv->meta)) {
+        } else if (!vq__meta_compatible(&m, &pv->meta)) {
             char a[140], b[140];
-            meta_str(a, sizeof a, &m);
-            meta_str(b, sizeof b, &pv->meta);
+            vq__meta_str(a, sizeof a, &m);
+            vq__meta_str(b, sizeof b, &pv->meta);
             rc = vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feeds[i].name, a, b);
         } else if (atomic_load_explicit(&feeds[i].tensor->var, memory_order_acquire) &&
                    (rc = vq_tensor_wait(feeds[i].tensor)) < 0) {
@@ -1283,10 +1425,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
             bind_free(binds[i]);
         }
     }
-    /* vq_push_opr allocates nothing and cannot fail for a valid opr. */
-    for (int k = 0; k < pl->nops; k++)
-        vq_push_opr(e, pl->ops[k].opr);
-    vq_push_opr(e, pl->final);
+    vq__frame_push_from(&pl->root, 0); /* ends with the final op */
     pthread_mutex_unlock(&pl->push_lock);
     rc = 0;
 out:

@@ -1,0 +1,701 @@
+/* cond and while in the executor: their checks at preparation, and their
+ * execution as engine ops (the plan's frames are described in plan.h).
+ *
+ * A control op is pushed as two halves. Its begin op (sync) reads the
+ * predicate and the inputs, reads the value of the predicate on the host,
+ * and pushes the ops of the block that runs: the taken branch, or the
+ * first iteration of the body, followed by the body's step op. Its end op
+ * (async) reads the same vars and writes the outputs; it stays in flight
+ * until the block's exit op says all that was pushed is done, so the ops
+ * after the control op that read its outputs, or write what its blocks
+ * read, wait for exactly that.
+ *
+ * A while body runs in a ring of frames: iteration i in frame i % N, its
+ * body inputs bound to the outputs iteration i - 1 left in the previous
+ * frame. The step op of iteration i reads only the body's predicate: once
+ * it is computed, the step pushes iteration i + 1 (or the exit), while the
+ * rest of iteration i may still run. Iteration i + 1 waits, through the
+ * engine vars, only for the values it reads: that is what lets iterations
+ * overlap, as TensorFlow's parallel_iterations does. The exit op writes
+ * every var of every frame, so it runs after all of them; it takes the
+ * last iteration's outputs and empties the frames.
+ *
+ * No op waits on a worker for a predicate: the begin and step ops are
+ * pushed behind the ops that compute it, and read it when they run. */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- preparation ---- */
+
+static const vq_attr *attr_get(const vq__pop *src, const char *name)
+{
+    for (int i = 0; i < src->nattrs; i++)
+        if (!strcmp(src->attrs[i].name, name))
+            return &src->attrs[i];
+    return NULL;
+}
+
+static int ctl_fail(const struct pop *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int ctl_fail(const struct pop *t, const char *fmt, ...)
+{
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vq__pop_error(t, vq__fail(VQ_EINVAL, "%s", msg));
+}
+
+/* Block b is nested in block outer (or is it). */
+static bool block_within(const vq_program *p, int b, int outer)
+{
+    for (; b >= 0; b = p->blocks[b].parent)
+        if (b == outer)
+            return true;
+    return false;
+}
+
+/* The block attribute name: a child of t's block that no other op uses. */
+static int take_block(struct walk *w, struct pop *t, const char *name, int *out)
+{
+    const vq_program *p = w->pl->prog;
+    int64_t b = attr_get(t->src, name)->i;
+    if (b <= 0 || b >= p->nblocks)
+        return ctl_fail(t, "%s %lld: no such block (the program has blocks 1..%d besides "
+                           "block 0)",
+                        name, (long long)b, p->nblocks - 1);
+    if (p->blocks[b].parent != t->block)
+        return ctl_fail(t, "%s %lld is not a child of block %d (its parent is block %d)", name,
+                        (long long)b, t->block, p->blocks[b].parent);
+    if (w->block_user[b] >= 0) {
+        const struct pop *o = &w->pl->ops[w->block_user[b]];
+        return ctl_fail(t, "%s %lld is already the block of op %d of block %d", name,
+                        (long long)b, o->index, o->block);
+    }
+    for (int v = 0; v < p->nvars; v++)
+        if (p->vars[v].block == b && p->vars[v].persistable)
+            return ctl_fail(t, "block %lld declares var %s persistable: persistable vars "
+                               "belong to block 0",
+                            (long long)b, p->vars[v].name);
+    w->block_user[b] = (int)(t->src - p->ops);
+    *out = (int)b;
+    return 0;
+}
+
+/* The vars named by strings attribute name, each visible from block b. */
+static int take_names(struct walk *w, struct pop *t, const char *name, int want, int b,
+                      int **out)
+{
+    const vq_program *p = w->pl->prog;
+    const vq_attr *a = attr_get(t->src, name);
+    if (a->n != want)
+        return ctl_fail(t, "%s names %d vars; the op has %d %s", name, a->n, want,
+                        strcmp(name, "body_inputs") ? "outputs" : "loop-carried inputs X");
+    *out = malloc((size_t)(want ? want : 1) * sizeof **out);
+    if (!*out)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    for (int k = 0; k < want; k++) {
+        int v = vq__program_find_var(p, a->strings[k]);
+        if (v < 0)
+            return ctl_fail(t, "%s[%d]: block %d has no var %s", name, k, b, a->strings[k]);
+        if (!block_within(p, b, p->vars[v].block))
+            return ctl_fail(t, "%s[%d]: var %s is declared in block %d, which block %d does "
+                               "not see",
+                            name, k, a->strings[k], p->vars[v].block, b);
+        (*out)[k] = v;
+    }
+    return 0;
+}
+
+static int check_predicate(const struct pop *t, const char *what, const char *name,
+                           const vq__meta *m)
+{
+    bool scalar = m->ndim == 0 || (m->ndim == 1 && (m->shape[0] == 1 || m->shape[0] < 0));
+    if (m->dtype == VQ_BOOL && scalar)
+        return 0;
+    char s[140];
+    vq__meta_str(s, sizeof s, m);
+    return ctl_fail(t, "%s %s is %s; a predicate is a bool scalar (shape [] or [1])", what,
+                    name, s);
+}
+
+/* Output k of block b: written there, or a var the block sees from
+ * outside (read by the exit, so held like the block's own reads). */
+static int block_output(struct walk *w, struct pop *t, const char *attr, int b, int k, int v,
+                        struct varset *ext)
+{
+    const vq_program *p = w->pl->prog;
+    if (!w->has[v])
+        return ctl_fail(t, "%s[%d]: var %s has no value at the end of block %d", attr, k,
+                        p->vars[v].name, b);
+    if (p->vars[v].block != b)
+        return vq__varset_add(ext, v);
+    (*w->owner[v])++; /* the exit takes it */
+    return 0;
+}
+
+static int walk_cond(struct walk *w, struct pop *t, struct ctl_info *ci, struct varset *ext)
+{
+    struct plan *pl = w->pl;
+    const vq_program *p = pl->prog;
+    static const char *const blk_attr[2] = {"then_block", "else_block"};
+    static const char *const out_attr[2] = {"then_outputs", "else_outputs"};
+    int rc;
+    ci->nblocks = 2;
+    for (int i = 0; i < 2; i++)
+        if ((rc = take_block(w, t, blk_attr[i], &ci->blocks[i])) != 0)
+            return rc;
+    for (int i = 0; i < 2; i++) {
+        if ((rc = take_names(w, t, out_attr[i], ci->nouts, ci->blocks[i], &ci->outs[i])) != 0 ||
+            (rc = vq__walk_block(w, ci->blocks[i], ext)) != 0)
+            return rc;
+        for (int k = 0; k < ci->nouts; k++)
+            if ((rc = block_output(w, t, out_attr[i], ci->blocks[i], k, ci->outs[i][k], ext)))
+                return rc;
+    }
+    for (int k = 0; k < ci->nouts; k++) {
+        const vq__meta *a = &pl->vars[ci->outs[0][k]].meta, *b = &pl->vars[ci->outs[1][k]].meta;
+        struct pvar *o = &pl->vars[t->src->out[k]];
+        char sa[140], sb[140];
+        if (!vq__meta_compatible(a, b)) {
+            vq__meta_str(sa, sizeof sa, a);
+            vq__meta_str(sb, sizeof sb, b);
+            return ctl_fail(t, "output %d: then_outputs[%d] %s is %s, else_outputs[%d] %s is %s",
+                            k, k, p->vars[ci->outs[0][k]].name, sa, k,
+                            p->vars[ci->outs[1][k]].name, sb);
+        }
+        if (!vq__meta_compatible(a, &o->meta)) {
+            vq__meta_str(sa, sizeof sa, a);
+            vq__meta_str(sb, sizeof sb, &o->meta);
+            return ctl_fail(t, "output Out (slot %d) var %s: the branches give %s, declared %s",
+                            k, p->vars[t->src->out[k]].name, sa, sb);
+        }
+        for (int d = 0; d < o->meta.ndim; d++)
+            if (o->meta.shape[d] < 0 && a->shape[d] == b->shape[d])
+                o->meta.shape[d] = a->shape[d];
+    }
+    return 0;
+}
+
+static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct varset *ext)
+{
+    struct plan *pl = w->pl;
+    const vq_program *p = pl->prog;
+    const vq__pop *src = t->src;
+    int rc, body;
+    ci->nblocks = 1;
+    if ((rc = take_block(w, t, "body_block", &body)) != 0)
+        return rc;
+    ci->blocks[0] = body;
+    const vq_attr *mi = attr_get(src, "max_iters");
+    ci->max_iters = mi ? mi->i : -1;
+    if (ci->max_iters < -1)
+        return ctl_fail(t, "max_iters is %lld; it is -1 (no limit) or a count >= 0",
+                        (long long)ci->max_iters);
+    if (src->nout != src->nin - 1)
+        return ctl_fail(t, "has %d outputs for %d loop-carried inputs X; they are the same "
+                           "count",
+                        src->nout, src->nin - 1);
+    ci->carry_readers = calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *ci->carry_readers);
+    if (!ci->carry_readers)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    if ((rc = take_names(w, t, "body_inputs", ci->nouts, body, &ci->body_in)) != 0 ||
+        (rc = take_names(w, t, "body_outputs", ci->nouts, body, &ci->outs[0])) != 0)
+        return rc;
+    char sa[140], sb[140];
+    for (int k = 0; k < ci->nouts; k++) {
+        int v = ci->body_in[k];
+        struct pvar *bv = &pl->vars[v];
+        const vq__meta *x = &pl->vars[src->in[1 + k]].meta;
+        if (p->vars[v].block != body)
+            return ctl_fail(t, "body_inputs[%d]: var %s is declared in block %d, not in the "
+                               "body (block %d)",
+                            k, p->vars[v].name, p->vars[v].block, body);
+        for (int j = 0; j < k; j++)
+            if (ci->body_in[j] == v)
+                return ctl_fail(t, "body_inputs names var %s twice", p->vars[v].name);
+        if (!vq__meta_compatible(x, &bv->meta)) {
+            vq__meta_str(sa, sizeof sa, x);
+            vq__meta_str(sb, sizeof sb, &bv->meta);
+            return ctl_fail(t, "input X (slot %d) %s is %s; body input %s is declared %s",
+                            1 + k, p->vars[src->in[1 + k]].name, sa, p->vars[v].name, sb);
+        }
+        for (int d = 0; d < bv->meta.ndim; d++)
+            if (bv->meta.shape[d] < 0)
+                bv->meta.shape[d] = x->shape[d];
+        bv->used = true;
+        w->has[v] = true;
+        w->owner[v] = &ci->carry_readers[k];
+    }
+    if ((rc = vq__walk_block(w, body, ext)) != 0)
+        return rc;
+    const vq_attr *bc = attr_get(src, "body_cond");
+    int c = vq__program_find_var(p, bc->s);
+    if (c < 0 || p->vars[c].block != body)
+        return ctl_fail(t, "body_cond %s is not a var of the body (block %d)", bc->s, body);
+    for (int k = 0; k < ci->nouts; k++) {
+        int v = ci->outs[0][k];
+        bool is_input = false;
+        for (int j = 0; j < ci->nouts; j++)
+            is_input |= ci->body_in[j] == v;
+        if (p->vars[v].block != body || is_input || !w->has[v])
+            return ctl_fail(t, "body_outputs[%d]: var %s is not written by the body (block "
+                               "%d); pass a value through with an op",
+                            k, p->vars[v].name, body);
+        const vq__meta *in = &pl->vars[ci->body_in[k]].meta, *o = &pl->vars[v].meta;
+        if (!vq__meta_compatible(in, o)) {
+            vq__meta_str(sa, sizeof sa, o);
+            vq__meta_str(sb, sizeof sb, in);
+            return ctl_fail(t, "body_outputs[%d] %s is %s but carries into body input %s, "
+                               "which is %s",
+                            k, p->vars[v].name, sa, p->vars[ci->body_in[k]].name, sb);
+        }
+    }
+    bool cond_is_input = false;
+    for (int j = 0; j < ci->nouts; j++)
+        cond_is_input |= ci->body_in[j] == c;
+    if (cond_is_input || !w->has[c])
+        return ctl_fail(t, "body_cond %s is not written by the body (block %d)", bc->s, body);
+    if ((rc = check_predicate(t, "body_cond", bc->s, &pl->vars[c].meta)) != 0)
+        return rc;
+    ci->body_cond = c;
+    /* The value an iteration leaves is read by the next one, and held for
+     * the exit; the predicate's is read by the step op. */
+    for (int k = 0; k < ci->nouts; k++)
+        *w->owner[ci->outs[0][k]] += ci->carry_readers[k] + 1;
+    (*w->owner[c])++;
+    for (int k = 0; k < ci->nouts; k++) {
+        struct pvar *o = &pl->vars[src->out[k]];
+        const vq__meta *x = &pl->vars[src->in[1 + k]].meta;
+        if (!vq__meta_compatible(x, &o->meta)) {
+            vq__meta_str(sa, sizeof sa, x);
+            vq__meta_str(sb, sizeof sb, &o->meta);
+            return ctl_fail(t, "output Out (slot %d) var %s: X gives %s, declared %s", k,
+                            p->vars[src->out[k]].name, sa, sb);
+        }
+        for (int d = 0; d < o->meta.ndim; d++)
+            if (o->meta.shape[d] < 0)
+                o->meta.shape[d] = x->shape[d];
+    }
+    return 0;
+}
+
+int vq__ctl_walk(struct walk *w, struct pop *t)
+{
+    struct plan *pl = w->pl;
+    const vq__pop *src = t->src;
+    struct ctl_info *ci = calloc(1, sizeof *ci);
+    if (!ci)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    t->ctl = ci;
+    ci->is_while = !strcmp(t->def->type, "while");
+    ci->nouts = src->nout;
+    for (int j = 0; j < src->nout; j++)
+        if (pl->vars[src->out[j]].persistable)
+            return ctl_fail(t, "output Out (slot %d) var %s is persistable; a %s's outputs are "
+                               "new values (write a parameter with an op after it)",
+                            j, pl->prog->vars[src->out[j]].name, src->type);
+    int rc = check_predicate(t, "input Cond", pl->prog->vars[src->in[0]].name,
+                             &pl->vars[src->in[0]].meta);
+    struct varset ext = {0};
+    if (rc == 0)
+        rc = ci->is_while ? walk_while(w, t, ci, &ext) : walk_cond(w, t, ci, &ext);
+    if (rc == 0) {
+        /* What the blocks read from outside becomes the op's input too,
+         * after the ones X lists. */
+        t->in = malloc((size_t)(src->nin + ext.n) * sizeof *t->in);
+        if (!t->in) {
+            t->in = src->in;
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        } else {
+            memcpy(t->in, src->in, (size_t)src->nin * sizeof *t->in);
+            t->nin = src->nin;
+            for (int i = 0; i < ext.n; i++) {
+                bool listed = false;
+                for (int j = 0; j < src->nin && !listed; j++)
+                    listed = src->in[j] == ext.v[i];
+                if (!listed)
+                    t->in[t->nin++] = ext.v[i];
+            }
+        }
+    }
+    free(ext.v);
+    return rc;
+}
+
+void vq__ctl_info_free(struct ctl_info *ci)
+{
+    if (!ci)
+        return;
+    free(ci->outs[0]);
+    free(ci->outs[1]);
+    free(ci->body_in);
+    free(ci->carry_readers);
+    free(ci);
+}
+
+/* ---- execution ---- */
+
+/* The value of a predicate (a bool scalar on the CPU or a GPU). */
+static int read_predicate(const vq_tensor *t, bool *out)
+{
+    if (!t)
+        return vq__fail(VQ_EINVAL, "the predicate has no value");
+    if (t->numel != 1)
+        return vq__fail(VQ_EINVAL, "the predicate has %lld elements, not 1",
+                        (long long)t->numel);
+    if (t->dev.kind == VQ_DEV_CPU) {
+        *out = *(const unsigned char *)t->data != 0;
+        return 0;
+    }
+    vq_tensor *h = NULL;
+    int rc = vq__tensor_empty(&h, t->dtype, t->ndim, t->shape);
+    if (rc == 0 && (rc = vq__tensor_copy_sync(h, t)) == 0)
+        *out = *(const unsigned char *)h->data != 0;
+    vq_tensor_release(h);
+    return rc;
+}
+
+static void ctl_finish(struct ctl *c)
+{
+    struct fop *f = c->fop;
+    const struct pop *t = f->t;
+    struct plan *pl = t->plan;
+    struct run *r = c->run;
+    bool failed = atomic_load_explicit(&r->err, memory_order_acquire) != 0;
+    for (int k = 0; k < t->ctl->nouts; k++) {
+        struct pvar *o = f->out[k];
+        vq_tensor *v = c->result[k];
+        c->result[k] = NULL;
+        if (failed || !v) {
+            vq_tensor_release(v);
+            vq__slot_drop(pl, o, NULL);
+        } else if (o->value == v) {
+            vq_tensor_release(v); /* an output that is its own input, unchanged */
+        } else {
+            vq__slot_set(r, pl, o, v);
+        }
+        atomic_store_explicit(&o->readers_left, t->out_readers[k], memory_order_relaxed);
+        if (t->out_readers[k] == 0)
+            vq__slot_drop(pl, o, NULL);
+    }
+    vq__fop_inputs_done(f, NULL);
+    vq_done *done = c->done;
+    c->done = NULL;
+    /* From here on the next execution may start. */
+    vq_done_finish(done, 0);
+}
+
+/* The end op and the blocks' exit (or the begin op, when no block runs)
+ * each call this once per execution; the second finishes it, while the
+ * end op holds the outputs. */
+static void ctl_part_done(struct ctl *c)
+{
+    if (atomic_fetch_sub_explicit(&c->pending, 1, memory_order_acq_rel) == 1)
+        ctl_finish(c);
+}
+
+/* The blocks of this execution are done, or none runs. */
+static void blocks_done(struct ctl *c)
+{
+    bool deferred = c->end_deferred;
+    c->end_deferred = false;
+    struct fop *f = c->fop;
+    ctl_part_done(c);
+    if (deferred) {
+        vq_push_opr(f->t->plan->exec->engine, c->end);
+        vq__frame_push_from(f->fr, (int)(f - f->fr->ops) + 1);
+    }
+}
+
+static void push_iteration(struct ctl *c)
+{
+    vq__frame_push_from(&c->frames[c->iter % c->nframes], 0); /* ends with the step */
+}
+
+static int ctl_begin(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct ctl *c = arg;
+    struct fop *f = c->fop;
+    const struct ctl_info *ci = f->t->ctl;
+    struct plan *pl = f->t->plan;
+    struct run *r = vq__fop_run(f);
+    c->run = r;
+    c->iter = 0;
+    atomic_store_explicit(&c->pending, 2, memory_order_relaxed);
+    int werr = vq_op_wait_error();
+    if (werr)
+        vq__run_fail(r, f->t, werr, vq_errmsg());
+    bool go = false;
+    if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
+        int rc = read_predicate(f->in[0]->value, &go);
+        if (rc)
+            vq__run_fail(r, f->t, rc, vq_errmsg());
+    }
+    if (atomic_load_explicit(&r->err, memory_order_acquire)) {
+        blocks_done(c);
+        return 0;
+    }
+    if (!ci->is_while) {
+        c->last = go ? 0 : 1;
+        vq__frame_push_from(&c->frames[c->last], 0); /* ends with its exit */
+        return 0;
+    }
+    if (!go || ci->max_iters == 0) {
+        for (int k = 0; k < ci->nouts; k++)
+            c->result[k] = f->in[1 + k]->value ? vq_tensor_retain(f->in[1 + k]->value) : NULL;
+        blocks_done(c);
+        return 0;
+    }
+    /* The inputs become what a previous iteration left in the frame
+     * before the first: the exit of the last execution emptied it. */
+    struct frame *pre = &c->frames[c->nframes - 1];
+    for (int k = 0; k < ci->nouts; k++) {
+        struct pvar *s = &pre->vars[pl->local[ci->outs[0][k]]];
+        vq_tensor *v = f->in[1 + k]->value;
+        vq__slot_set(r, pl, s, v ? vq_tensor_retain(v) : NULL);
+        atomic_store_explicit(&s->readers_left, ci->carry_readers[k] + 1, memory_order_relaxed);
+    }
+    push_iteration(c);
+    return 0;
+}
+
+/* After an iteration's predicate: the next iteration, or the exit. */
+static int ctl_step(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct frame *fr = arg;
+    struct ctl *c = fr->owner;
+    const struct pop *t = c->fop->t;
+    const struct ctl_info *ci = t->ctl;
+    struct plan *pl = fr->plan;
+    struct run *r = c->run;
+    struct pvar *cs = &fr->vars[pl->local[ci->body_cond]];
+    int werr = vq_op_wait_error();
+    if (werr)
+        vq__run_fail(r, t, werr, vq_errmsg());
+    bool go = false;
+    if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
+        int rc = read_predicate(cs->value, &go);
+        if (rc) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "body_cond %s: %s", pl->prog->vars[ci->body_cond].name,
+                     vq_errmsg());
+            vq__run_fail(r, t, rc, msg);
+        }
+    }
+    if (atomic_fetch_sub_explicit(&cs->readers_left, 1, memory_order_acq_rel) == 1)
+        vq__slot_drop(pl, cs, NULL);
+    c->iter++;
+    if (go && !atomic_load_explicit(&r->err, memory_order_acquire) &&
+        (ci->max_iters < 0 || c->iter < ci->max_iters)) {
+        push_iteration(c);
+    } else {
+        c->last = fr->slot;
+        vq_push_opr(pl->exec->engine, c->exit[0]);
+    }
+    return 0;
+}
+
+/* Runs after every op the execution pushed: takes the results, empties
+ * the frames it used. */
+static int ctl_exit(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct ctl *c = arg;
+    const struct pop *t = c->fop->t;
+    const struct ctl_info *ci = t->ctl;
+    struct plan *pl = t->plan;
+    struct run *r = c->run;
+    int werr = vq_op_wait_error();
+    if (werr)
+        vq__run_fail(r, t, werr, vq_errmsg());
+    struct frame *last = &c->frames[c->last];
+    for (int k = 0; k < ci->nouts; k++) {
+        bool dep;
+        int v = ci->outs[ci->is_while ? 0 : c->last][k];
+        struct pvar *s = ci->is_while ? &last->vars[pl->local[v]] : vq__frame_slot(last, v, &dep);
+        c->result[k] = s->value ? vq_tensor_retain(s->value) : NULL;
+    }
+    for (int i = ci->is_while ? 0 : c->last; i < (ci->is_while ? c->nframes : c->last + 1); i++)
+        for (int j = 0; j < pl->block_nvars[c->frames[i].block]; j++)
+            vq__slot_drop(pl, &c->frames[i].vars[j], NULL);
+    blocks_done(c);
+    return 0;
+}
+
+static void ctl_end(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    (void)x;
+    struct ctl *c = arg;
+    int werr = vq_op_wait_error();
+    if (werr)
+        vq__run_fail(c->run, c->fop->t, werr, vq_errmsg());
+    c->done = done;
+    ctl_part_done(c);
+}
+
+bool vq__ctl_push(struct fop *f)
+{
+    vq_engine *e = f->t->plan->exec->engine;
+    struct ctl *c = f->ctl;
+    /* The naive engine would run the end op, and block on it, before the
+     * ops the begin op pushes from inside itself. Set before the push:
+     * there the begin op may run inside it. */
+    c->end_deferred = vq__engine_runs_inline(e) && vq_thread_in_op();
+    bool deferred = c->end_deferred;
+    vq_push_opr(e, c->begin);
+    if (deferred)
+        return false;
+    vq_push_opr(e, c->end);
+    return true;
+}
+
+/* ---- building ---- */
+
+struct vars {
+    vq_var **v;
+    int n, cap;
+};
+
+static int vars_add(struct vars *s, vq_var *v)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        vq_var **nv = realloc(s->v, (size_t)cap * sizeof *nv);
+        if (!nv)
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        s->v = nv;
+        s->cap = cap;
+    }
+    s->v[s->n++] = v;
+    return 0;
+}
+
+/* Every engine var of frame fr: its slots' and its control ops'. */
+static int frame_evs(const struct frame *fr, struct vars *s)
+{
+    int rc = 0;
+    for (int j = 0; j < fr->plan->block_nvars[fr->block] && rc == 0; j++)
+        if (fr->vars[j].ev)
+            rc = vars_add(s, fr->vars[j].ev);
+    for (int k = 0; k < fr->nops && rc == 0; k++)
+        if (fr->ops[k].ctl)
+            rc = vars_add(s, fr->ops[k].ctl->inst);
+    return rc;
+}
+
+static vq_opr *opr_make(struct plan *pl, const vq_task *t)
+{
+    vq_opr *o = vq_opr_new(pl->exec->engine, t);
+    if (!o)
+        vq__fail(VQ_ENOMEM, "prepare: %s: %s", t->name, vq_errmsg());
+    return o;
+}
+
+int vq__ctl_build(struct fop *f)
+{
+    struct frame *fr = f->fr;
+    struct plan *pl = fr->plan;
+    const struct pop *t = f->t;
+    const struct ctl_info *ci = t->ctl;
+    struct ctl *c = calloc(1, sizeof *c);
+    if (!c)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    f->ctl = c;
+    c->fop = f;
+    c->nframes = ci->is_while ? VQ__WHILE_FRAMES : 2;
+    c->frames = calloc((size_t)c->nframes, sizeof *c->frames);
+    c->result = calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *c->result);
+    if (!c->frames || !c->result)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    atomic_init(&c->pending, 0);
+    if (!(c->inst = vq_var_new(pl->exec->engine, t->src->type)))
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    int rc = 0;
+    for (int i = 0; i < c->nframes && rc == 0; i++) {
+        c->frames[i] = (struct frame){.plan = pl, .block = ci->blocks[ci->is_while ? 0 : i],
+                                      .up = fr, .owner = c, .slot = i};
+        rc = vq__frame_vars(&c->frames[i]);
+    }
+    /* Every frame's slots exist before any op resolves its vars: a body
+     * input names the previous frame's. */
+    for (int i = 0; i < c->nframes && rc == 0; i++)
+        rc = vq__frame_ops(&c->frames[i]);
+    for (int i = 0; ci->is_while && i < c->nframes && rc == 0; i++) {
+        struct frame *b = &c->frames[i];
+        vq_var *cv = b->vars[pl->local[ci->body_cond]].ev;
+        vq_task st = {.fn = ctl_step, .arg = b, .reads = &cv, .nreads = 1,
+                      .props = VQ_PROP_RUN_ON_FAILED, .name = "while_step"};
+        if (!(b->step = opr_make(pl, &st)))
+            rc = VQ_ENOMEM;
+        b->tail = b->step;
+    }
+    for (int x = 0; x < (ci->is_while ? 1 : 2) && rc == 0; x++) {
+        struct vars all = {0};
+        for (int i = 0; i < c->nframes && rc == 0; i++)
+            if (ci->is_while || i == x)
+                rc = frame_evs(&c->frames[i], &all);
+        vq_task et = {.fn = ctl_exit, .arg = c, .writes = all.v, .nwrites = all.n,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = ci->is_while ? "while_exit" : "cond_exit"};
+        if (rc == 0 && !(c->exit[x] = opr_make(pl, &et)))
+            rc = VQ_ENOMEM;
+        if (rc == 0 && !ci->is_while)
+            c->frames[x].tail = c->exit[x];
+        free(all.v);
+    }
+    /* begin and end: the reads it has in this frame, the outputs */
+    struct vars reads = {0}, writes = {0};
+    for (int i = 0; i < t->nin && rc == 0; i++) {
+        bool dep;
+        vq__frame_slot(fr, t->in[i], &dep);
+        if (dep)
+            rc = vars_add(&reads, f->in[i]->ev);
+    }
+    for (int j = 0; j < t->src->nout && rc == 0; j++)
+        rc = vars_add(&writes, f->out[j]->ev);
+    if (rc == 0)
+        rc = vars_add(&writes, c->inst);
+    if (rc == 0)
+        rc = vars_add(&reads, c->inst); /* begin's: after the last execution's end */
+    if (rc == 0) {
+        vq_task bt = {.fn = ctl_begin, .arg = c, .reads = reads.v, .nreads = reads.n,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = ci->is_while ? "while_begin" : "cond_begin"};
+        vq_task nt = {.async_fn = ctl_end, .arg = c, .reads = reads.v, .nreads = reads.n - 1,
+                      .writes = writes.v, .nwrites = writes.n, .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = ci->is_while ? "while_end" : "cond_end"};
+        if (!(c->begin = opr_make(pl, &bt)) || !(c->end = opr_make(pl, &nt)))
+            rc = VQ_ENOMEM;
+    }
+    free(reads.v);
+    free(writes.v);
+    return rc;
+}
+
+void vq__ctl_destroy(struct ctl *c)
+{
+    vq_engine *e = c->fop->t->plan->exec->engine;
+    for (int i = 0; c->frames && i < c->nframes; i++)
+        vq__frame_destroy(&c->frames[i]);
+    for (int x = 0; x < 2; x++)
+        if (c->exit[x])
+            vq_opr_free(e, c->exit[x]);
+    if (c->begin)
+        vq_opr_free(e, c->begin);
+    if (c->end)
+        vq_opr_free(e, c->end);
+    if (c->inst)
+        vq_var_free(e, c->inst);
+    for (int k = 0; c->result && k < c->fop->t->ctl->nouts; k++)
+        vq_tensor_release(c->result[k]);
+    free(c->result);
+    free(c->frames);
+    free(c);
+}

@@ -1,0 +1,262 @@
+/* The executor's prepared plan, shared by exec.c (preparation of straight
+ * code, runs, the plan cache) and control.c (cond and while: their checks
+ * at preparation and their execution on the engine).
+ *
+ * A plan runs its program as frames. The root frame is block 0, pushed
+ * once per run by the caller's thread. Every cond or while op of a frame
+ * has an instance (struct ctl) with frames of its own: one per branch of a
+ * cond, a ring of VQ__WHILE_FRAMES for a while's body, so that iterations
+ * that follow each other use different engine vars and overlap when their
+ * data allows. An op appears once per frame (struct fop), with its vars
+ * resolved to slots (struct pvar) of that frame or of enclosing ones; what
+ * preparation found out about a program op (struct pop: reader counts,
+ * inferred shapes) is shared by its instances.
+ *
+ * Ownership of the engine order: an op declares engine accesses only on
+ * slots of its own frame (and, for a while body's inputs, on the previous
+ * iteration's frame). Reads of enclosing vars inside a block are held for
+ * the block's op by its control op, whose end half reads every enclosing
+ * var its blocks read and does not complete until they are done, so those
+ * values cannot change under them. */
+#ifndef VARQ_GRAPH_PLAN_H
+#define VARQ_GRAPH_PLAN_H
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define VQ__RUN_RING 64    /* runs of one plan in flight at once */
+#define VQ__WHILE_FRAMES 4 /* iterations of one while in flight at once */
+
+struct plan;
+struct frame;
+struct ctl;
+
+struct vq_exec {
+    vq_engine *engine;
+    vq_ctx device;
+    int cache_size;
+    pthread_mutex_t lock;
+    struct plan *lru_head, *lru_tail; /* most recently used first */
+    int nplans;
+    pthread_cond_t idle; /* signalled when a run ends */
+    vq_exec_stats stats;
+};
+
+/* The value of one var in one frame. Root slots also carry what
+ * preparation knows of the var (meta, persistable, used) for every var of
+ * the program; slots of other frames use only ev, value and readers_left. */
+struct pvar {
+    vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
+    bool own_ev;
+    vq_tensor *value; /* current value, one reference; ordered by ev */
+    atomic_int readers_left;
+    vq__meta meta;    /* declared, refined by inference */
+    bool persistable;
+    bool used;        /* touched by some op, feed or fetch */
+    int init_readers; /* readers of the value before any op writes it (feeds) */
+};
+
+/* What a cond or while op says, checked at preparation. */
+struct ctl_info {
+    bool is_while;
+    int nblocks;      /* cond: 2 (then, else); while: 1 (body) */
+    int blocks[2];
+    int nouts;        /* = the op's outputs */
+    int *outs[2];     /* per block: the var each output comes from */
+    int *body_in;     /* while: body_inputs, nouts of them */
+    int body_cond;    /* while: the body's predicate var */
+    int64_t max_iters;
+    /* while: readers, in one iteration, of each body input's value (the
+     * previous iteration's output) */
+    int *carry_readers;
+};
+
+/* One program op, as preparation found it. */
+struct pop {
+    struct plan *plan;
+    int block, index;  /* its block, and its place in it */
+    const vq__pop *src;
+    const vq__op_def *def;
+    int nin;           /* src->nin, plus a control op's reads of enclosing vars */
+    int *in;           /* var indices: src->in, then those reads */
+    int *out_readers;  /* per output: readers of the version it writes (a fetch
+                        * or a block's result counts as one that never finishes) */
+    bool *in_counts;   /* per input: decrements the var's counter */
+    /* When every input's shape is known at preparation, the output metas
+     * and params inferred then hold for every run: nout metas, then the
+     * params. NULL otherwise (runs infer with the real shapes). */
+    vq__meta *fixed;
+    struct ctl_info *ctl; /* cond / while; NULL for kernel ops */
+};
+
+/* One op in one frame. */
+struct fop {
+    struct pop *t;
+    struct frame *fr;
+    struct pvar **in, **out; /* t->nin and src->nout slots */
+    uint64_t execs;          /* root frame: executions so far, to find the run */
+    vq_opr *opr;             /* kernel ops */
+    struct ctl *ctl;         /* control ops: their instance */
+};
+
+struct frame {
+    struct plan *plan;
+    int block;
+    struct frame *up;   /* the frame of the control op; NULL for the root */
+    struct ctl *owner;  /* that control op's instance; NULL for the root */
+    int slot;           /* place in the owner's ring (while) or branch (cond) */
+    struct pvar *vars;  /* root: the plan's (by program var); else by local index */
+    struct fop *ops;
+    int nops;
+    vq_opr *step;       /* while body frames: decides on the next iteration */
+    vq_opr *tail;       /* pushed after the ops: the step, the branch's exit, or
+                         * the run's final op (borrowed) */
+};
+
+/* A cond or while op's instance in one frame. Executions of one instance
+ * never overlap: its begin op reads inst, its end op writes it, and the
+ * end completes only once everything its blocks pushed is done. */
+struct ctl {
+    struct fop *fop;
+    vq_var *inst;
+    vq_opr *begin, *end;
+    vq_opr *exit[2];        /* per block */
+    struct frame *frames;   /* cond: then, else; while: the ring */
+    int nframes;
+    /* the execution in progress */
+    struct run *run;
+    atomic_int pending;     /* the end op and the blocks' exit: the second finishes */
+    vq_done *done;          /* the end op's */
+    vq_tensor **result;     /* values for the outputs, one reference each */
+    int64_t iter;
+    int last;               /* frame of the last iteration */
+    /* The naive engine, pushed from inside an op: the end op and the rest
+     * of the frame are pushed once the blocks are done (see
+     * vq__engine_runs_inline). */
+    bool end_deferred;
+};
+
+struct run {
+    struct plan *plan;
+    atomic_int err;
+    char msg[256];
+    char *msg_out; /* a synchronous caller's buffer for msg, or NULL */
+    vq_fetch *fetches;
+    /* Host feeds of a GPU run, kept until the final op: the copies to the
+     * device read them in stream order. */
+    vq_tensor **held;
+    int nheld;
+    void (*done)(void *user, int err);
+    void *user;
+    atomic_size_t peak;
+};
+
+struct plan {
+    /* cache key and identity */
+    uint64_t key;
+    char *key_names; /* feeds and fetches, NUL separated, for exact compares */
+    size_t key_len;
+    uint64_t prog_hash;
+    vq_scope *scope;
+    uint64_t scope_id; /* scope identity: addresses are reused */
+    uint64_t scope_gen;
+    struct plan *lru_prev, *lru_next;
+    int refs; /* the cache's one plus one per run in flight; under exec lock */
+
+    vq_exec *exec;
+    vq_program *prog; /* the plan's own copy */
+    struct pvar *vars; /* by program var: the root frame's slots, and every var's meta */
+    int nvars;
+    int *local;        /* program var -> index among its block's vars */
+    int *block_nvars;  /* vars per block */
+    struct pop *ops;   /* by program op */
+    int nops;
+    struct frame root;
+    int *feeds, nfeeds;
+    int *fetches, nfetches;
+    vq_var *done_var;
+    /* Reads the outputs of the run's sink ops, so it runs after them all. */
+    vq_opr *final;
+    uint64_t final_execs;
+
+    /* runs: push_lock orders whole runs (recursive: with the naive engine a
+     * run's done callback runs inside the push and may start another run);
+     * ring_lock guards inflight, which final ops decrement. */
+    pthread_mutex_t push_lock;
+    pthread_mutex_t ring_lock;
+    pthread_cond_t ring_cond;
+    uint64_t next_seq;
+    int inflight;
+    struct run *ring[VQ__RUN_RING];
+    atomic_size_t live; /* tensor bytes the plan's slots hold */
+};
+
+/* Preparation's walk over the ops of one block (exec.c), which control.c
+ * calls for the blocks of a cond or while. has[v]: var v has a value at
+ * this point; owner[v]: the counter of readers of that value. ext collects
+ * the vars of enclosing blocks that the block's ops read. */
+struct walk {
+    struct plan *pl;
+    bool *has;
+    int **owner;
+    int *block_user; /* block -> the program op whose block it is, or -1 */
+};
+
+struct varset {
+    int *v;
+    int n, cap;
+};
+
+int vq__walk_block(struct walk *w, int block, struct varset *ext);
+int vq__varset_add(struct varset *s, int v);
+
+/* A cond or while op met by the walk: checks its attributes and blocks,
+ * walks them, and sets t->ctl, t->nin / t->in (its reads of enclosing
+ * vars appended) and the metas of its outputs (exec.c then counts its
+ * reads and writes like any op's). */
+int vq__ctl_walk(struct walk *w, struct pop *t);
+void vq__ctl_info_free(struct ctl_info *ci);
+
+/* Metas that agree where both are known; "f32[2,?]" for messages. */
+bool vq__meta_compatible(const vq__meta *a, const vq__meta *b);
+void vq__meta_str(char *buf, size_t size, const vq__meta *m);
+/* Prefixes the message of a failed check of op t with where it is
+ * ("op 3 (add): ...", "block 2 op 0 (mul): ..."). Returns rc. */
+int vq__pop_error(const struct pop *t, int rc);
+
+/* The slot that var v names for an op of frame fr; *dep: whether the op
+ * takes an engine access on it (a var of fr itself, or the previous
+ * iteration's output that a while body's input names). */
+struct pvar *vq__frame_slot(struct frame *fr, int v, bool *dep);
+
+/* Builds the frames of a control op's instance and its engine ops
+ * (control.c); builds the kernel ops of a frame (exec.c). Both recurse. */
+int vq__ctl_build(struct fop *f);
+int vq__frame_vars(struct frame *fr); /* slots and engine vars (not the root) */
+int vq__frame_ops(struct frame *fr);  /* fops and their engine ops */
+void vq__ctl_destroy(struct ctl *c);
+void vq__frame_destroy(struct frame *fr);
+
+/* Pushes a control op's two halves; false when the end op and what
+ * follows it in the frame are left for when its blocks are done. */
+bool vq__ctl_push(struct fop *f);
+/* Pushes a frame's ops from the k-th in program order, then its tail. */
+void vq__frame_push_from(struct frame *fr, int k);
+
+/* The run an op execution belongs to: the root frame's n-th execution of
+ * an op is the n-th run's; other frames belong to their instance's run. */
+struct run *vq__fop_run(struct fop *f);
+
+/* Run-time bookkeeping shared with control.c. */
+void vq__run_fail(struct run *r, const struct pop *t, int err, const char *msg);
+void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream);
+/* Puts t (a reference the caller gives) into slot v, dropping what it held. */
+void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t);
+void vq__fop_inputs_done(struct fop *f, void *stream);
+void vq__fop_skip_outputs(struct fop *f, void *stream);
+
+#endif

@@ -1,0 +1,338 @@
+/* cond and while in programs: results against the same computation done
+ * directly in C (every op used here is exact in f64, so the bits must
+ * agree), on the naive engine and the threaded engine with 1, 2 and 8
+ * workers, on the CPU and on the emulated GPU executor; zero iterations,
+ * max_iters, nesting both ways, flat memory over a long loop, many runs in
+ * flight, failures inside a body, and the preparation errors for bad
+ * control ops. */
+#include <varq/varq.h>
+
+#include "leakcheck.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TestSuite(control, .fini = leak_check);
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__})
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const int64_t S3[1] = {3};
+
+static void bvar(vq_program *p, int b, const char *name, vq_dtype dt, int ndim,
+                 const int64_t *shape)
+{
+    cr_assert_eq(vq_program_add_var(p, b, name, dt, ndim, shape, false), 0, "%s", vq_errmsg());
+}
+
+static void bop(vq_program *p, int b, const char *type, const char *const *in, int nin,
+                const char *const *out, int nout, const vq_attr *attrs, int nattrs)
+{
+    int rc = vq_program_add_op(p, b, type, in, nin, out, nout, attrs, nattrs);
+    cr_assert_geq(rc, 0, "%s", vq_errmsg());
+}
+
+static int add_block(vq_program *p, int parent)
+{
+    int b = vq_program_add_block(p, parent);
+    cr_assert_geq(b, 0, "%s", vq_errmsg());
+    return b;
+}
+
+static void while_attrs(vq_attr a[5], int body, const char *const *in, const char *const *out,
+                        int n, const char *cond, int64_t max_iters)
+{
+    a[0] = VQ_ATTR_I("body_block", body);
+    a[1] = VQ_ATTR_SS("body_inputs", in, n);
+    a[2] = VQ_ATTR_SS("body_outputs", out, n);
+    a[3] = VQ_ATTR_S("body_cond", cond);
+    a[4] = VQ_ATTR_I("max_iters", max_iters);
+}
+
+static void cond_attrs(vq_attr a[4], int then_b, int else_b, const char *const *then_out,
+                       const char *const *else_out, int n)
+{
+    a[0] = VQ_ATTR_I("then_block", then_b);
+    a[1] = VQ_ATTR_I("else_block", else_b);
+    a[2] = VQ_ATTR_SS("then_outputs", then_out, n);
+    a[3] = VQ_ATTR_SS("else_outputs", else_out, n);
+}
+
+/* i = i0; while i < n: i = i + one; x = x * half + i   (x f64[3])
+ * Fetches xo, io. max_iters as given. */
+static vq_program *counter_loop(int64_t max_iters)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bt", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, S3);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", max_iters);
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    return p;
+}
+
+static void counter_ref(double x[3], double *i, double n, int64_t max_iters)
+{
+    for (int64_t k = 0; *i < n && (max_iters < 0 || k < max_iters); k++) {
+        *i = *i + 1.0;
+        for (int j = 0; j < 3; j++)
+            x[j] = x[j] * 0.5 + *i;
+    }
+}
+
+static vq_tensor *scalar(double v)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_F64, 0, NULL), 0);
+    *(double *)vq_tensor_data(t) = v;
+    return t;
+}
+
+static vq_tensor *vec3(double a, double b, double c)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_F64, 1, S3), 0);
+    double *d = vq_tensor_data(t);
+    d[0] = a;
+    d[1] = b;
+    d[2] = c;
+    return t;
+}
+
+/* The data of a fetched tensor, on the host (a GPU fetch is copied). */
+static vq_tensor *host(vq_engine *e, vq_tensor *t)
+{
+    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return t;
+    vq_tensor *h;
+    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+    vq_tensor_release(t);
+    return h;
+}
+
+struct setup {
+    const char *name;
+    int kind, workers;
+    bool gpu;
+};
+
+static const struct setup setups[] = {
+    {"naive", VQ_ENGINE_NAIVE, 1, false},     {"threaded 1", VQ_ENGINE_THREADED, 1, false},
+    {"threaded 2", VQ_ENGINE_THREADED, 2, false}, {"threaded 8", VQ_ENGINE_THREADED, 8, false},
+    {"naive gpu", VQ_ENGINE_NAIVE, 1, true},  {"threaded 2 gpu", VQ_ENGINE_THREADED, 2, true},
+};
+
+struct fix {
+    vq_engine *e;
+    vq_exec *ex;
+    vq_scope *s;
+};
+
+static struct fix fix_new(const struct setup *st)
+{
+    struct fix f;
+    vq_engine_opts eo = {.kind = st->kind, .cpu_workers = st->workers};
+    cr_assert_eq(vq_engine_new(&f.e, &eo), 0, "%s", vq_errmsg());
+    vq_exec_opts o = {0};
+    if (st->gpu)
+        o.device = (vq_ctx){VQ_DEV_GPU, 0};
+    cr_assert_eq(vq_exec_new(&f.ex, f.e, &o), 0, "%s: %s", st->name, vq_errmsg());
+    cr_assert_eq(vq_scope_new(&f.s), 0);
+    return f;
+}
+
+static void fix_free(struct fix *f)
+{
+    vq_exec_free(f->ex);
+    vq_scope_free(f->s);
+    vq_engine_free(f->e);
+}
+
+static void run_counter(struct fix *f, vq_program *p, const char *what, double n, double i0,
+                        int64_t max_iters)
+{
+    vq_tensor *x = vec3(1.5, -2.25, 1e6), *tn = scalar(n), *one = scalar(1), *half = scalar(0.5),
+              *ti = scalar(i0);
+    vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+    vq_fetch fetches[] = {{"xo", NULL}, {"io", NULL}};
+    int rc = vq_exec_run(f->ex, p, f->s, feeds, 5, fetches, 2);
+    cr_assert_eq(rc, 0, "%s: %s", what, vq_errmsg());
+    double want[3] = {1.5, -2.25, 1e6}, wi = i0;
+    counter_ref(want, &wi, n, max_iters);
+    vq_tensor *xo = host(f->e, fetches[0].tensor), *io = host(f->e, fetches[1].tensor);
+    const double *got = vq_tensor_data(xo);
+    for (int j = 0; j < 3; j++)
+        cr_assert(memcmp(&got[j], &want[j], sizeof want[j]) == 0, "%s n=%g: x[%d] = %.17g, want %.17g",
+                  what, n, j, got[j], want[j]);
+    cr_assert_eq(*(const double *)vq_tensor_data(io), wi, "%s: i = %g, want %g", what,
+                 *(const double *)vq_tensor_data(io), wi);
+    vq_tensor_release(xo);
+    vq_tensor_release(io);
+    vq_tensor *all[] = {x, tn, one, half, ti};
+    for (int i = 0; i < N_OF(all); i++)
+        vq_tensor_release(all[i]);
+}
+
+Test(control, while_matches_the_loop_in_c_on_every_engine_and_device)
+{
+    vq_program *p = counter_loop(-1);
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        const double ns[] = {0, 1, 2, 7, 40};
+        for (int k = 0; k < N_OF(ns); k++)
+            run_counter(&f, p, setups[s].name, ns[k], 0, -1);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}
+
+Test(control, while_runs_zero_iterations_and_stops_at_max_iters)
+{
+    struct fix f = fix_new(&setups[2]);
+    vq_program *p = counter_loop(-1);
+    run_counter(&f, p, "cond false at entry", 3, 5, -1);
+    vq_program_free(p);
+    const int64_t limits[] = {0, 1, 3, 100};
+    for (int k = 0; k < N_OF(limits); k++) {
+        p = counter_loop(limits[k]);
+        run_counter(&f, p, "max_iters", 10, 0, limits[k]);
+        vq_program_free(p);
+    }
+    fix_free(&f);
+}
+
+/* y = cond(s > zero, x) with then: t = x * x, else: x itself. */
+static vq_program *square_if_positive(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "s", VQ_F64, 0, NULL);
+    bvar(p, 0, "zero", VQ_F64, 0, NULL);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    bvar(p, 0, "z", VQ_F64, 1, S3);
+    int tb = add_block(p, 0), eb = add_block(p, 0);
+    bvar(p, tb, "t", VQ_F64, 1, S3);
+    bop(p, tb, "mul", NAMES("x", "x"), 2, NAMES("t"), 1, NULL, 0);
+    bop(p, 0, "greater", NAMES("s", "zero"), 2, NAMES("c"), 1, NULL, 0);
+    vq_attr a[4];
+    cond_attrs(a, tb, eb, NAMES("t"), NAMES("x"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    bop(p, 0, "add", NAMES("y", "x"), 2, NAMES("z"), 1, NULL, 0);
+    return p;
+}
+
+Test(control, cond_runs_the_taken_branch_on_every_engine_and_device)
+{
+    vq_program *p = square_if_positive();
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        for (int k = 0; k < 4; k++) {
+            double sv = k % 2 ? -1.0 : 2.0;
+            vq_tensor *x = vec3(1.5, -3, 0.25), *ts = scalar(sv), *zero = scalar(0);
+            vq_feed feeds[] = {{"x", x}, {"s", ts}, {"zero", zero}};
+            vq_fetch fetch = {"z", NULL};
+            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 3, &fetch, 1), 0, "%s: %s",
+                         setups[s].name, vq_errmsg());
+            vq_tensor *z = host(f.e, fetch.tensor);
+            const double *got = vq_tensor_data(z), xs[3] = {1.5, -3, 0.25};
+            for (int j = 0; j < 3; j++) {
+                double want = (sv > 0 ? xs[j] * xs[j] : xs[j]) + xs[j];
+                cr_assert_eq(got[j], want, "%s s=%g: z[%d] = %g, want %g", setups[s].name, sv, j,
+                             got[j], want);
+            }
+            vq_tensor_release(z);
+            vq_tensor_release(x);
+            vq_tensor_release(ts);
+            vq_tensor_release(zero);
+        }
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}
+
+/* while x > one: x = cond(x > ten, then x * half, else x - one); i += one */
+static vq_program *halve_or_decrement(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"x", "one", "half", "ten", "i0", "xo", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    const char *bs[] = {"bx", "bi", "bx2", "bi2"};
+    for (int i = 0; i < N_OF(bs); i++)
+        bvar(p, b, bs[i], VQ_F64, 0, NULL);
+    bvar(p, b, "cc", VQ_BOOL, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    int tb = add_block(p, b), eb = add_block(p, b);
+    bvar(p, tb, "t", VQ_F64, 0, NULL);
+    bvar(p, eb, "e", VQ_F64, 0, NULL);
+    bop(p, tb, "mul", NAMES("bx", "half"), 2, NAMES("t"), 1, NULL, 0);
+    bop(p, eb, "sub", NAMES("bx", "one"), 2, NAMES("e"), 1, NULL, 0);
+    bop(p, b, "greater", NAMES("bx", "ten"), 2, NAMES("cc"), 1, NULL, 0);
+    vq_attr ca[4];
+    cond_attrs(ca, tb, eb, NAMES("t"), NAMES("e"), 1);
+    bop(p, b, "cond", NAMES("cc", "bx"), 2, NAMES("bx2"), 1, ca, 4);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "greater", NAMES("bx2", "one"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "greater", NAMES("x", "one"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr wa[5];
+    while_attrs(wa, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, wa, 5);
+    return p;
+}
+
+Test(control, cond_inside_while_matches_c)
+{
+    vq_program *p = halve_or_decrement();
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        const double xs[] = {0.5, 1, 9, 10, 1000, 12345.678};
+        for (int k = 0; k < N_OF(xs); k++) {
+            vq_tensor *t[] = {scalar(xs[k]), scalar(1), scalar(0.5), scalar(10), scalar(0)};
+            vq_feed feeds[] = {{"x", t[0]}, {"one", t[1]}, {"half", t[2]}, {"ten", t[3]},
+                               {"i0", t[4]}};
+            vq_fetch fetches[] = {{"xo", NULL}, {"io", NULL}};
+            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, fetches, 2), 0, "%s: %s",
+                         setups[s].name, vq_errmsg());
+            double x = xs[k], i = 0;
+            while (x > 1) {
+                x = x > 10 ? x * 0.5 : x - 1;
+                i += 1;
+            }
+            vq_tensor *xo = host(f.e, fetches[0].tensor), *io = host(f.e, fetches[1].tensor);
+            cr_assert_eq(*(double *)vq_tensor_data(xo), x, "%s x0=%g", setups[s].name, xs[k]);
+            cr_assert_eq(*(double *)vq_tensor_data(io), i, "%s x0=%g", setups[s].name, xs[k]);
+            vq_tensor_release(xo);
+            vq_tensor_release(io);
+            for (int j = 0; j < N_OF(t); j++)
+                vq_tensor_release(t[j]);
+        }
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}

@@ -181,6 +181,13 @@ static int walk_cond(struct walk *w, struct pop *t, struct ctl_info *ci, struct 
     return 0;
 }
 
+/* Readers of the value iteration i leaves for input k, counted when it is
+ * written: the next iteration's, or one for the exit when there are none. */
+static int carry_count(const struct ctl_info *ci, int k)
+{
+    return ci->carry_readers[k] ? ci->carry_readers[k] : 1;
+}
+
 static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct varset *ext)
 {
     struct plan *pl = w->pl;
@@ -263,10 +270,12 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
     if ((rc = check_predicate(t, "body_cond", bc->s, &pl->vars[c].meta)) != 0)
         return rc;
     ci->body_cond = c;
-    /* The value an iteration leaves is read by the next one, and held for
-     * the exit; the predicate's is read by the step op. */
+    /* The value an iteration leaves is read by the next one; the
+     * predicate's by the step op. The last iteration's next never runs, so
+     * its values stay for the exit; one that no iteration reads is held
+     * for it (and dropped when its frame is used again). */
     for (int k = 0; k < ci->nouts; k++)
-        *w->owner[ci->outs[0][k]] += ci->carry_readers[k] + 1;
+        *w->owner[ci->outs[0][k]] += carry_count(ci, k);
     (*w->owner[c])++;
     for (int k = 0; k < ci->nouts; k++) {
         struct pvar *o = &pl->vars[src->out[k]];
@@ -459,7 +468,7 @@ static int ctl_begin(void *arg, const vq_exec_ctx *x)
         struct pvar *s = &pre->vars[pl->local[ci->outs[0][k]]];
         vq_tensor *v = f->in[1 + k]->value;
         vq__slot_set(r, pl, s, v ? vq_tensor_retain(v) : NULL);
-        atomic_store_explicit(&s->readers_left, ci->carry_readers[k] + 1, memory_order_relaxed);
+        atomic_store_explicit(&s->readers_left, carry_count(ci, k), memory_order_relaxed);
     }
     push_iteration(c);
     return 0;

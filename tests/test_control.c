@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,4 +336,398 @@ Test(control, cond_inside_while_matches_c)
         fix_free(&f);
     }
     vq_program_free(p);
+}
+
+/* ---- memory, asynchronous runs, failures ---- */
+
+/* while i < n: x = x * half + one; i = i + one, over x f64[len]. */
+static vq_program *vector_loop(int64_t len)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, &len);
+    bvar(p, 0, "xo", VQ_F64, 1, &len);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, &len);
+    bvar(p, b, "bt", VQ_F64, 1, &len);
+    bvar(p, b, "bx2", VQ_F64, 1, &len);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bt", "one"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    return p;
+}
+
+static size_t vector_loop_peak(struct fix *f, vq_program *p, int64_t len, double n)
+{
+    vq_tensor *x, *t[] = {scalar(n), scalar(1), scalar(0.5), scalar(0)};
+    cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &len), 0);
+    memset(vq_tensor_data(x), 0, (size_t)len * sizeof(double));
+    vq_feed feeds[] = {{"x", x}, {"n", t[0]}, {"one", t[1]}, {"half", t[2]}, {"i0", t[3]}};
+    vq_fetch fetch = {"io", NULL};
+    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 5, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(*(double *)vq_tensor_data(fetch.tensor), n);
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(x);
+    for (int i = 0; i < N_OF(t); i++)
+        vq_tensor_release(t[i]);
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(f->ex, &st), 0);
+    return st.last_peak_bytes;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LONG_LOOP 10000
+#else
+#define LONG_LOOP 100000
+#endif
+
+Test(control, a_long_loop_keeps_memory_flat)
+{
+    const int64_t len = 4096; /* 32 KiB per value */
+    const size_t value = (size_t)len * sizeof(double);
+    vq_program *p = vector_loop(len);
+    for (int s = 0; s < 3; s++) {
+        struct fix f = fix_new(&setups[s]);
+        size_t one = vector_loop_peak(&f, p, len, 1);
+        size_t many = vector_loop_peak(&f, p, len, LONG_LOOP);
+        /* One iteration holds the feed x, bt and bx2 (and scalars); the
+         * ring may hold a few iterations' values at once, never more. */
+        cr_assert_leq(many, 2 * one, "%s: peak %zu bytes over %d iterations, %zu over one",
+                      setups[s].name, many, LONG_LOOP, one);
+        cr_assert_geq(one, 3 * value, "%s: one iteration's peak %zu", setups[s].name, one);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}
+
+struct async_result {
+    atomic_int done, failed;
+    vq_fetch fetches[2];
+    double n;
+};
+
+static void async_done(void *user, int err)
+{
+    struct async_result *r = user;
+    if (err)
+        atomic_fetch_add(&r->failed, 1);
+    atomic_fetch_add(&r->done, 1);
+}
+
+Test(control, many_async_runs_with_loops_in_flight)
+{
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        vq_program *p = counter_loop(-1);
+        enum { RUNS = 24 };
+        struct async_result res[RUNS];
+        vq_tensor *x = vec3(1.5, -2.25, 1e6), *one = scalar(1), *half = scalar(0.5),
+                  *i0 = scalar(0), *ns[RUNS];
+        for (int k = 0; k < RUNS; k++) {
+            atomic_init(&res[k].done, 0);
+            atomic_init(&res[k].failed, 0);
+            res[k].n = k % 7;
+            res[k].fetches[0] = (vq_fetch){"xo", NULL};
+            res[k].fetches[1] = (vq_fetch){"io", NULL};
+            ns[k] = scalar(res[k].n);
+            vq_feed feeds[] = {{"x", x}, {"n", ns[k]}, {"one", one}, {"half", half},
+                               {"i0", i0}};
+            cr_assert_eq(vq_exec_run_async(f.ex, p, f.s, feeds, 5, res[k].fetches, 2,
+                                           async_done, &res[k]),
+                         0, "%s: %s", setups[s].name, vq_errmsg());
+        }
+        cr_assert_eq(vq_wait_all(f.e), 0, "%s", vq_errmsg());
+        for (int k = 0; k < RUNS; k++) {
+            cr_assert_eq(atomic_load(&res[k].done), 1);
+            cr_assert_eq(atomic_load(&res[k].failed), 0);
+            double want[3] = {1.5, -2.25, 1e6}, wi = 0;
+            counter_ref(want, &wi, res[k].n, -1);
+            vq_tensor *xo = host(f.e, res[k].fetches[0].tensor);
+            cr_assert(memcmp(vq_tensor_data(xo), want, sizeof want) == 0, "%s run %d",
+                      setups[s].name, k);
+            vq_tensor_release(xo);
+            vq_tensor_release(res[k].fetches[1].tensor);
+            vq_tensor_release(ns[k]);
+        }
+        vq_tensor_release(x);
+        vq_tensor_release(one);
+        vq_tensor_release(half);
+        vq_tensor_release(i0);
+        vq_program_free(p);
+        fix_free(&f);
+    }
+}
+
+/* while i < n: q = d / (n - i - one) ... in i32: divides by zero on the
+ * iteration where i = n - 1. */
+static vq_program *failing_loop(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "i0", "io", "q0", "qo", "d"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_I32, 0, NULL);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    const char *bs[] = {"bi", "bi2", "bq", "bq2", "left", "den"};
+    for (int i = 0; i < N_OF(bs); i++)
+        bvar(p, b, bs[i], VQ_I32, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "sub", NAMES("n", "bi"), 2, NAMES("left"), 1, NULL, 0);
+    bop(p, b, "sub", NAMES("left", "one"), 2, NAMES("den"), 1, NULL, 0);
+    bop(p, b, "div", NAMES("d", "den"), 2, NAMES("bq2"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bi", "bq"), NAMES("bi2", "bq2"), 2, "bc", -1);
+    bop(p, 0, "while", NAMES("c0", "i0", "q0"), 3, NAMES("io", "qo"), 2, a, 5);
+    return p;
+}
+
+static vq_tensor *iscalar(int32_t v)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_I32, 0, NULL), 0);
+    *(int32_t *)vq_tensor_data(t) = v;
+    return t;
+}
+
+Test(control, a_failing_body_fails_the_run_and_the_plan_stays_usable)
+{
+    vq_program *p = failing_loop();
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        for (int round = 0; round < 3; round++) {
+            vq_tensor *t[] = {iscalar(5), iscalar(1), iscalar(0), iscalar(0), iscalar(60)};
+            vq_feed feeds[] = {{"n", t[0]}, {"one", t[1]}, {"i0", t[2]}, {"q0", t[3]},
+                               {"d", t[4]}};
+            vq_fetch fetch = {"qo", NULL};
+            int rc = vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1);
+            cr_assert_eq(rc, VQ_EINVAL, "%s: rc %d (%s)", setups[s].name, rc, vq_errmsg());
+            cr_assert(strstr(vq_errmsg(), "block 1 op 2 (div)"), "%s: %s", setups[s].name,
+                      vq_errmsg());
+            cr_assert_null(fetch.tensor);
+            /* n = 0: no iteration, no division */
+            vq_tensor_release(t[0]);
+            t[0] = iscalar(0);
+            feeds[0].tensor = t[0];
+            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1), 0, "%s: %s",
+                         setups[s].name, vq_errmsg());
+            vq_tensor *q = host(f.e, fetch.tensor);
+            cr_assert_eq(*(int32_t *)vq_tensor_data(q), 0);
+            vq_tensor_release(q);
+            for (int i = 0; i < N_OF(t); i++)
+                vq_tensor_release(t[i]);
+        }
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}
+
+/* ---- bad control ops: errors at preparation ---- */
+
+static void expect_error(vq_program *p, const char *const *feeds, int nfeeds, const char *fetch,
+                         const char *needle)
+{
+    struct fix f = fix_new(&setups[2]);
+    int rc = vq_exec_prepare(f.ex, p, f.s, feeds, nfeeds, &fetch, 1);
+    cr_assert_eq(rc, VQ_EINVAL, "prepared a bad program (expected \"%s\"): rc %d", needle, rc);
+    cr_assert(strstr(vq_errmsg(), needle), "message \"%s\" lacks \"%s\"", vq_errmsg(), needle);
+    fix_free(&f);
+    vq_program_free(p);
+}
+
+#define COUNTER_FEEDS NAMES("x", "n", "one", "half", "i0"), 5
+
+/* The counter loop with one attribute of the while replaced. */
+static vq_program *counter_with(const vq_attr *change)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0", "io", "nf"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, S3);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bvar(p, b, "bf", VQ_F64, 0, NULL);
+    int64_t s4 = 4;
+    bvar(p, b, "b4", VQ_F64, 1, &s4);
+    int nested = add_block(p, b);
+    (void)nested;
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
+    for (int i = 0; change && i < 5; i++)
+        if (!strcmp(a[i].name, change->name))
+            a[i] = *change;
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    return p;
+}
+
+Test(control, bad_while_ops_are_errors_naming_the_op_block_and_var)
+{
+    vq_attr a;
+    a = VQ_ATTR_I("body_block", 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "op 1 (while): body_block 2 is not a child of block 0 (its parent is block 1)");
+    a = VQ_ATTR_I("body_block", 7);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_block 7: no such block");
+    a = VQ_ATTR_I("body_block", 0);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_block 0: no such block");
+    a = VQ_ATTR_SS("body_inputs", NAMES("bx"), 1);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "body_inputs names 1 vars; the op has 2 loop-carried inputs X");
+    a = VQ_ATTR_SS("body_outputs", NAMES("bx2", "bf"), 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "body_outputs[1]: var bf is not written by the body (block 1)");
+    a = VQ_ATTR_SS("body_outputs", NAMES("bx2", "bi"), 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "body_outputs[1]: var bi is not written by the body");
+    a = VQ_ATTR_SS("body_outputs", NAMES("bx2", "b4"), 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_outputs[1]: var b4 is not written");
+    a = VQ_ATTR_SS("body_outputs", NAMES("bx2", "nope"), 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_outputs[1]: block 1 has no var nope");
+    a = VQ_ATTR_S("body_cond", "bi2");
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "body_cond bi2 is f64[]; a predicate is a bool scalar");
+    a = VQ_ATTR_S("body_cond", "c0");
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_cond c0 is not a var of the body");
+    a = VQ_ATTR_S("body_cond", "bf");
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "body_cond bf is not written by the body");
+    a = VQ_ATTR_I("max_iters", -5);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo", "max_iters is -5");
+    a = VQ_ATTR_SS("body_inputs", NAMES("bx", "x"), 2);
+    expect_error(counter_with(&a), COUNTER_FEEDS, "xo",
+                 "body_inputs[1]: var x is declared in block 0, not in the body (block 1)");
+}
+
+Test(control, a_carried_value_must_keep_its_shape)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s2 = 2;
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, &s2);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, &s2);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "add", NAMES("y", "y"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
+    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
+    expect_error(p, NAMES("x", "c", "y"), 3, "xo",
+                 "body_outputs[0] bx2 is f64[2] but carries into body input bx, which is f64[3]");
+}
+
+Test(control, bad_cond_ops_are_errors)
+{
+    /* branches that disagree on a shape */
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s2 = 2;
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "w", VQ_F64, 1, &s2);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "f", VQ_F64, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    int tb = add_block(p, 0), eb = add_block(p, 0);
+    bvar(p, tb, "t", VQ_F64, 1, S3);
+    bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("t"), 1, NULL, 0);
+    vq_attr a[4];
+    cond_attrs(a, tb, eb, NAMES("t"), NAMES("w"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    expect_error(p, NAMES("x", "w", "c"), 3, "y",
+                 "op 0 (cond): output 0: then_outputs[0] t is f64[3], else_outputs[0] w is "
+                 "f64[2]");
+
+    /* a predicate that is not a bool scalar; a branch that writes an
+     * enclosing var; one block used by two ops; then == else */
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "f", VQ_F64, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    tb = add_block(p, 0);
+    eb = add_block(p, 0);
+    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
+    bop(p, 0, "cond", NAMES("f", "x"), 2, NAMES("y"), 1, a, 4);
+    expect_error(p, NAMES("x", "f"), 2, "y",
+                 "op 0 (cond): input Cond f is f64[]; a predicate is a bool scalar");
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    bvar(p, 0, "z", VQ_F64, 1, S3);
+    tb = add_block(p, 0);
+    eb = add_block(p, 0);
+    bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("z"), 1, NULL, 0);
+    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    expect_error(p, NAMES("x", "c"), 2, "y",
+                 "block 1 op 0 (add): writes var z of block 0: an op of a cond or while block "
+                 "writes only its own block's vars");
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    bvar(p, 0, "z", VQ_F64, 1, S3);
+    tb = add_block(p, 0);
+    eb = add_block(p, 0);
+    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("z"), 1, a, 4);
+    expect_error(p, NAMES("x", "c"), 2, "z",
+                 "op 1 (cond): then_block 1 is already the block of op 0 of block 0");
+
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    tb = add_block(p, 0);
+    cond_attrs(a, tb, tb, NAMES("x"), NAMES("x"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    expect_error(p, NAMES("x", "c"), 2, "y", "else_block 1 is already the block of op 0");
+}
+
+Test(control, control_ops_are_refused_outside_programs)
+{
+    vq_tensor *c = NULL, *x = scalar(1), *out = NULL;
+    cr_assert_eq(vq_tensor_new(&c, VQ_BOOL, 0, NULL), 0);
+    vq_tensor *in[] = {c, x};
+    vq_attr a[4];
+    cond_attrs(a, 1, 2, NAMES("x"), NAMES("x"), 1);
+    cr_assert_eq(vq_op_run(NULL, "cond", in, 2, &out, 1, a, 4), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "cond: a control-flow op runs only inside a program"), "%s",
+              vq_errmsg());
+    cr_assert_null(out);
+    vq_tensor_release(c);
+    vq_tensor_release(x);
 }

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TestSuite(control, .fini = leak_check);
 
@@ -730,4 +731,99 @@ Test(control, control_ops_are_refused_outside_programs)
     cr_assert_null(out);
     vq_tensor_release(c);
     vq_tensor_release(x);
+}
+
+/* ---- iterations overlap ---- */
+
+/* while i < n: i = i + one; s = m @ m (s is read by nothing: each
+ * iteration's matmul depends only on m, not on the iteration before). */
+static vq_program *independent_work_loop(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t mm[2] = {192, 192};
+    const char *scalars[] = {"n", "one", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "m", VQ_F64, 2, mm);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bvar(p, b, "s", VQ_F64, 2, mm);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, b, "matmul", NAMES("m", "m"), 2, NAMES("s"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bi"), NAMES("bi2"), 1, "bc", -1);
+    bop(p, 0, "while", NAMES("c0", "i0"), 2, NAMES("io"), 1, a, 5);
+    return p;
+}
+
+/* Start and end (µs) of every op called name in a Chrome trace. */
+static int trace_spans(const char *path, const char *name, double *start, double *end, int max)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    static char buf[1 << 22];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    char key[64];
+    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    int n = 0;
+    for (char *at = strstr(buf, key); at && n < max; at = strstr(at + 1, key)) {
+        char *ts = strstr(at, "\"ts\":"), *dur = strstr(at, "\"dur\":");
+        cr_assert(ts && dur);
+        start[n] = strtod(ts + 5, NULL);
+        end[n] = start[n] + strtod(dur + 6, NULL);
+        n++;
+    }
+    return n;
+}
+
+Test(control, an_iteration_starts_its_independent_work_before_the_last_one_ends)
+{
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2,
+                         .flags = VQ_ENGINE_PROFILE};
+    struct fix f;
+    cr_assert_eq(vq_engine_new(&f.e, &eo), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_new(&f.ex, f.e, NULL), 0);
+    cr_assert_eq(vq_scope_new(&f.s), 0);
+    vq_program *p = independent_work_loop();
+    int64_t mm[2] = {192, 192};
+    vq_tensor *m;
+    cr_assert_eq(vq_tensor_new(&m, VQ_F64, 2, mm), 0);
+    double *md = vq_tensor_data(m);
+    for (int i = 0; i < 192 * 192; i++)
+        md[i] = (i % 7) * 0.25;
+    enum { ITERS = 16 };
+    vq_tensor *t[] = {scalar(ITERS), scalar(1), scalar(0)};
+    vq_feed feeds[] = {{"n", t[0]}, {"one", t[1]}, {"i0", t[2]}, {"m", m}};
+    vq_fetch fetch = {"io", NULL};
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 4, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(*(double *)vq_tensor_data(fetch.tensor), ITERS);
+    vq_tensor_release(fetch.tensor);
+    char path[] = "/tmp/varq_control_traceXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_profiler_dump(f.e, path), 0, "%s", vq_errmsg());
+    double start[64], end[64];
+    int n = trace_spans(path, "matmul", start, end, 64);
+    if (getenv("KEEP_TRACE")) printf("trace %s\n", path); else unlink(path);
+    cr_assert_eq(n, ITERS, "%d matmuls in the trace", n);
+    /* Two matmuls of different iterations ran at the same time. */
+    int overlapping = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            overlapping += i != j && start[j] >= start[i] && start[j] < end[i];
+    cr_assert_gt(overlapping, 0, "no iteration's matmul started before another's ended");
+    for (int i = 0; i < N_OF(t); i++)
+        vq_tensor_release(t[i]);
+    vq_tensor_release(m);
+    vq_program_free(p);
+    fix_free(&f);
 }

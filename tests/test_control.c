@@ -827,3 +827,260 @@ Test(control, an_iteration_starts_its_independent_work_before_the_last_one_ends)
     vq_program_free(p);
     fix_free(&f);
 }
+
+/* ---- random programs with nested cond and while, against C ---- */
+
+/* A random program over f64 scalars: statements out = a op b (add, sub,
+ * maximum, minimum, or times one half), out = cond(a > b, then-block
+ * result, else-block result) and (out, _) = while(zero < limit, v, zero)
+ * whose body updates v with random statements and counts to the limit;
+ * blocks nest up to depth 2. The same statements are interpreted in C. */
+enum { R_BIN, R_COND, R_WHILE };
+
+struct rstmt {
+    int kind, op, out, a, b;
+    int blocks[2];  /* cond: then, else; while: body */
+    int res[2];     /* cond: each branch's result; while: the body's new v */
+    int bv, bi, bi2, bc, limit, outi; /* while */
+};
+
+#define RMAX_VARS 512
+#define RMAX_STMTS 256
+
+struct rprog {
+    vq_program *p;
+    int nvars;
+    char names[RMAX_VARS][8];
+    double env[RMAX_VARS];
+    struct rstmt st[RMAX_STMTS];
+    int nst;
+    int block_n[128]; /* statements of each block, in order */
+    int order[128][16];
+    uint64_t rng;
+    int one, half, zero, limits[4];
+};
+
+static uint64_t rnext(struct rprog *g)
+{
+    uint64_t z = (g->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int rvar(struct rprog *g, int block, vq_dtype dt)
+{
+    cr_assert_lt(g->nvars, RMAX_VARS);
+    int v = g->nvars++;
+    snprintf(g->names[v], sizeof g->names[v], "v%d", v);
+    bvar(g->p, block, g->names[v], dt, 0, NULL);
+    return v;
+}
+
+struct avail {
+    int v[128];
+    int n;
+};
+
+static int rpick(struct rprog *g, const struct avail *a)
+{
+    return a->v[rnext(g) % (uint64_t)a->n];
+}
+
+static const char *const rbin_ops[] = {"add", "sub", "maximum", "minimum", "mul"};
+
+static void rgen_block(struct rprog *g, int block, int depth, struct avail *av);
+
+static void rgen_stmt(struct rprog *g, int block, int depth, struct avail *av)
+{
+    cr_assert_lt(g->nst, RMAX_STMTS);
+    int k = g->nst++;
+    struct rstmt *s = &g->st[k];
+    memset(s, 0, sizeof *s);
+    g->order[block][g->block_n[block]++] = k;
+    int r = (int)(rnext(g) % 10);
+    s->kind = depth >= 2 || r < 6 ? R_BIN : r < 8 ? R_COND : R_WHILE;
+    s->a = rpick(g, av);
+    s->b = rpick(g, av);
+    if (s->kind == R_BIN) {
+        s->op = (int)(rnext(g) % 5);
+        if (s->op == 4)
+            s->b = g->half; /* products stay small */
+        s->out = rvar(g, block, VQ_F64);
+        bop(g->p, block, rbin_ops[s->op], (const char *[]){g->names[s->a], g->names[s->b]}, 2,
+            (const char *[]){g->names[s->out]}, 1, NULL, 0);
+    } else if (s->kind == R_COND) {
+        int c = rvar(g, block, VQ_BOOL);
+        bop(g->p, block, "greater", (const char *[]){g->names[s->a], g->names[s->b]}, 2,
+            (const char *[]){g->names[c]}, 1, NULL, 0);
+        for (int i = 0; i < 2; i++) {
+            s->blocks[i] = add_block(g->p, block);
+            cr_assert_lt(s->blocks[i], 128);
+            struct avail sub = *av;
+            rgen_block(g, s->blocks[i], depth + 1, &sub);
+            s->res[i] = rpick(g, &sub); /* may be a var from outside */
+        }
+        s->out = rvar(g, block, VQ_F64);
+        vq_attr a[4];
+        cond_attrs(a, s->blocks[0], s->blocks[1], (const char *[]){g->names[s->res[0]]},
+                   (const char *[]){g->names[s->res[1]]}, 1);
+        bop(g->p, block, "cond", (const char *[]){g->names[c], g->names[s->a]}, 2,
+            (const char *[]){g->names[s->out]}, 1, a, 4);
+    } else {
+        s->limit = g->limits[rnext(g) % 4];
+        int c0 = rvar(g, block, VQ_BOOL);
+        bop(g->p, block, "less", (const char *[]){g->names[g->zero], g->names[s->limit]}, 2,
+            (const char *[]){g->names[c0]}, 1, NULL, 0);
+        int body = s->blocks[0] = add_block(g->p, block);
+        cr_assert_lt(body, 128);
+        s->bv = rvar(g, body, VQ_F64);
+        s->bi = rvar(g, body, VQ_F64);
+        struct avail sub = *av;
+        sub.v[sub.n++] = s->bv;
+        sub.v[sub.n++] = s->bi;
+        int first = g->nvars;
+        rgen_block(g, body, depth + 1, &sub);
+        /* the new v: a var the body wrote itself */
+        struct avail own = {.n = 0};
+        for (int i = 0; i < sub.n; i++)
+            if (sub.v[i] >= first && g->names[sub.v[i]][0] && own.n < 128)
+                own.v[own.n++] = sub.v[i];
+        s->res[0] = rpick(g, &own);
+        s->bi2 = rvar(g, body, VQ_F64);
+        s->bc = rvar(g, body, VQ_BOOL);
+        bop(g->p, body, "add", (const char *[]){g->names[s->bi], g->names[g->one]}, 2,
+            (const char *[]){g->names[s->bi2]}, 1, NULL, 0);
+        bop(g->p, body, "less", (const char *[]){g->names[s->bi2], g->names[s->limit]}, 2,
+            (const char *[]){g->names[s->bc]}, 1, NULL, 0);
+        s->out = rvar(g, block, VQ_F64);
+        s->outi = rvar(g, block, VQ_F64);
+        vq_attr a[5];
+        while_attrs(a, body, (const char *[]){g->names[s->bv], g->names[s->bi]},
+                    (const char *[]){g->names[s->res[0]], g->names[s->bi2]}, 2, g->names[s->bc],
+                    -1);
+        bop(g->p, block, "while",
+            (const char *[]){g->names[c0], g->names[s->a], g->names[g->zero]}, 3,
+            (const char *[]){g->names[s->out], g->names[s->outi]}, 2, a, 5);
+    }
+    av->v[av->n++] = s->out;
+}
+
+static void rgen_block(struct rprog *g, int block, int depth, struct avail *av)
+{
+    int n = 1 + (int)(rnext(g) % (depth ? 3 : 6));
+    for (int i = 0; i < n && av->n < 120; i++)
+        rgen_stmt(g, block, depth, av);
+}
+
+static void rrun_block(struct rprog *g, int block)
+{
+    for (int i = 0; i < g->block_n[block]; i++) {
+        struct rstmt *s = &g->st[g->order[block][i]];
+        double a = g->env[s->a], b = g->env[s->b];
+        if (s->kind == R_BIN) {
+            double r[] = {a + b, a - b, a > b ? a : b, a < b ? a : b, a * b};
+            g->env[s->out] = r[s->op];
+        } else if (s->kind == R_COND) {
+            int br = a > b ? 0 : 1;
+            rrun_block(g, s->blocks[br]);
+            g->env[s->out] = g->env[s->res[br]];
+        } else {
+            double v = a, i = 0, lim = g->env[s->limit];
+            if (0 < lim) {
+                bool go;
+                do {
+                    g->env[s->bv] = v;
+                    g->env[s->bi] = i;
+                    rrun_block(g, s->blocks[0]);
+                    v = g->env[s->res[0]];
+                    i = i + 1;
+                    go = i < lim;
+                } while (go);
+            }
+            g->env[s->out] = v;
+            g->env[s->outi] = i;
+        }
+    }
+}
+
+Test(control, random_nested_programs_match_their_c_interpretation)
+{
+    uint64_t seed = 20261124;
+    const char *env = getenv("VARQ_TEST_SEED");
+    if (env && *env)
+        seed = strtoull(env, NULL, 0);
+    static struct rprog g;
+    struct fix fx[N_OF(setups)];
+    for (int s = 0; s < N_OF(setups); s++)
+        fx[s] = fix_new(&setups[s]);
+    int loops = 0, conds = 0;
+    for (int prog = 0; prog < 40; prog++) {
+        memset(&g, 0, sizeof g);
+        g.rng = seed * 1000 + (uint64_t)prog;
+        cr_assert_eq(vq_program_new(&g.p), 0);
+        struct avail av = {.n = 0};
+        const double consts[] = {1, 0.5, 0, 1, 2, 3, 5};
+        int cv[7];
+        for (int i = 0; i < 7; i++) {
+            cv[i] = rvar(&g, 0, VQ_F64);
+            g.env[cv[i]] = consts[i];
+        }
+        g.one = cv[0];
+        g.half = cv[1];
+        g.zero = cv[2];
+        for (int i = 0; i < 4; i++)
+            g.limits[i] = cv[3 + i];
+        int ninputs = 3;
+        for (int i = 0; i < ninputs; i++) {
+            int v = rvar(&g, 0, VQ_F64);
+            g.env[v] = (double)(int64_t)(rnext(&g) % 17) - 8 + 0.25 * (double)(rnext(&g) % 4);
+            av.v[av.n++] = v;
+        }
+        int nfeeds = g.nvars;
+        av.v[av.n++] = g.one;
+        rgen_block(&g, 0, 0, &av);
+        for (int i = 0; i < g.nst; i++) {
+            loops += g.st[i].kind == R_WHILE;
+            conds += g.st[i].kind == R_COND;
+        }
+        double want[RMAX_VARS];
+        rrun_block(&g, 0);
+        memcpy(want, g.env, sizeof want);
+        /* feeds: every input var; fetches: every statement of block 0 */
+        vq_feed feeds[16];
+        for (int i = 0; i < nfeeds; i++)
+            feeds[i] = (vq_feed){g.names[i], scalar(g.env[i])};
+        int fetch_vars[16], nf = 0;
+        for (int i = 0; i < g.block_n[0]; i++)
+            fetch_vars[nf++] = g.st[g.order[0][i]].out;
+        for (int s = 0; s < N_OF(setups); s++) {
+            vq_fetch fetches[16];
+            for (int i = 0; i < nf; i++)
+                fetches[i] = (vq_fetch){g.names[fetch_vars[i]], NULL};
+            int rc = vq_exec_run(fx[s].ex, g.p, fx[s].s, feeds, nfeeds, fetches, nf);
+            if (rc) {
+                vq_program_dump(g.p, stderr);
+                cr_assert_fail("seed %llu program %d %s: %s", (unsigned long long)seed, prog,
+                               setups[s].name, vq_errmsg());
+            }
+            for (int i = 0; i < nf; i++) {
+                vq_tensor *t = host(fx[s].e, fetches[i].tensor);
+                double got = *(double *)vq_tensor_data(t);
+                if (memcmp(&got, &want[fetch_vars[i]], sizeof got)) {
+                    vq_program_dump(g.p, stderr);
+                    cr_assert_fail("seed %llu program %d %s: %s = %.17g, want %.17g",
+                                   (unsigned long long)seed, prog, setups[s].name,
+                                   g.names[fetch_vars[i]], got, want[fetch_vars[i]]);
+                }
+                vq_tensor_release(t);
+            }
+        }
+        for (int i = 0; i < nfeeds; i++)
+            vq_tensor_release(feeds[i].tensor);
+        vq_program_free(g.p);
+    }
+    cr_assert_gt(loops, 10, "only %d loops generated", loops);
+    cr_assert_gt(conds, 10, "only %d conds generated", conds);
+    for (int s = 0; s < N_OF(setups); s++)
+        fix_free(&fx[s]);
+}

@@ -556,8 +556,15 @@ bool vq__ctl_push(struct fop *f)
     /* The naive engine would run the end op, and block on it, before the
      * ops the begin op pushes from inside itself. Set before the push:
      * there the begin op may run inside it. */
-    c->end_deferred = vq__engine_runs_inline(e) && vq_thread_in_op();
-    bool deferred = c->end_deferred;
+    bool deferred = false;
+    if (vq__engine_runs_inline(e)) {
+        /* One op at a time there, and this push is the plan's (its
+         * push_lock, or the op that pushes): nothing reads the flag now.
+         * Other engines never write it, so their executions in flight
+         * never see it change. */
+        deferred = vq_thread_in_op();
+        c->end_deferred = deferred;
+    }
     vq_push_opr(e, c->begin);
     if (deferred)
         return false;

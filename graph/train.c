@@ -182,7 +182,11 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
                               "updated in place; autodiff needs each var written once",
                               p->vars[v].name, writer[v], k);
             writer[v] = k;
-            if (any && op->def && op->def->grad && is_float(p->vars[v].dtype) && !stop[v])
+            /* A cond or while may read parameters in its blocks without
+             * naming them: its outputs count as computed from them. */
+            bool control = op->def && (op->def->flags & VQ__CONTROL);
+            if ((any || control) && op->def && (op->def->grad || control) &&
+                is_float(p->vars[v].dtype) && !stop[v])
                 requires[v] = true;
         }
     }
@@ -204,6 +208,13 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
             flows |= needed[op->out[j]];
         if (!flows)
             continue;
+        if (op->def && (op->def->flags & VQ__CONTROL)) {
+            rc = vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (%s): the loss depends on its "
+                                     "outputs, and gradients through cond and while are not "
+                                     "available yet",
+                          k, op->type);
+            goto out;
+        }
         for (int i = 0; i < op->nin; i++)
             if (requires[op->in[i]]) {
                 needed[op->in[i]] = true;

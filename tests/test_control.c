@@ -1084,3 +1084,30 @@ Test(control, random_nested_programs_match_their_c_interpretation)
     for (int s = 0; s < N_OF(setups); s++)
         fix_free(&fx[s]);
 }
+
+Test(control, autodiff_through_a_loop_is_refused_naming_the_op)
+{
+    /* loss = sum(while(...) over x * w): the body reads the parameter w
+     * without naming it in X. */
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 1, S3, true), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "loss", VQ_F64, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, S3);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "mul", NAMES("bx", "w"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
+    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
+    bop(p, 0, "sum", NAMES("xo"), 1, NAMES("loss"), 1, NULL, 0);
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "op 0 (while): the loss depends on its outputs"), "%s",
+              vq_errmsg());
+    vq_program_free(p);
+}

@@ -1111,3 +1111,174 @@ Test(control, autodiff_through_a_loop_is_refused_naming_the_op)
               vq_errmsg());
     vq_program_free(p);
 }
+
+/* ---- fuzz: mutated encodings of programs with nested blocks ---- */
+
+static uint64_t fuzz_rng;
+
+static uint64_t fuzz_next(void)
+{
+    uint64_t z = (fuzz_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Decodes, dumps and prepares one mutated encoding: each step succeeds or
+ * fails with a message, never crashes (ASan checks the reads). */
+static int fuzz_prepare(struct fix *f, const uint8_t *buf, size_t len, uint64_t seed, int casenum)
+{
+    vq_program *q = NULL;
+    int rc = vq_program_decode(&q, buf, len);
+    if (rc < 0) {
+        cr_assert_eq(rc, VQ_EINVAL, "seed %llu case %d", (unsigned long long)seed, casenum);
+        return 0;
+    }
+    FILE *null = fopen("/dev/null", "w");
+    cr_assert_eq(vq_program_dump(q, null), 0);
+    fclose(null);
+    const char *feeds[] = {"x", "one", "half", "ten", "i0"}, *fetch = "xo";
+    rc = vq_exec_prepare(f->ex, q, f->s, feeds, 5, &fetch, 1);
+    if (rc < 0)
+        cr_assert(vq_errmsg()[0], "seed %llu case %d: rc %d without a message",
+                  (unsigned long long)seed, casenum, rc);
+    vq_program_free(q);
+    return rc == 0;
+}
+
+Test(control, fuzzed_programs_with_blocks_decode_and_prepare_or_fail_cleanly)
+{
+    uint64_t seed = 20261124;
+    const char *env = getenv("VARQ_TEST_SEED");
+    if (env && *env)
+        seed = strtoull(env, NULL, 0);
+    fuzz_rng = seed;
+    struct fix f = fix_new(&setups[2]);
+    /* a small plan cache: most cases are new programs */
+    vq_exec_free(f.ex);
+    vq_exec_opts o = {.cache_size = 2};
+    cr_assert_eq(vq_exec_new(&f.ex, f.e, &o), 0);
+    vq_program *p = halve_or_decrement();
+    void *good;
+    size_t len;
+    cr_assert_eq(vq_program_encode(p, &good, &len), 0);
+    int cases = 0, prepared = 0;
+    uint8_t *buf = malloc(len);
+    while (cases < 4000) {
+        memcpy(buf, good, len);
+        size_t n = len;
+        int kind = (int)(fuzz_next() % 4), edits = 1 + (int)(fuzz_next() % 3);
+        for (int e = 0; e < edits; e++) {
+            size_t at = (size_t)(fuzz_next() % len);
+            if (kind == 0 || kind == 2)
+                buf[at] ^= (uint8_t)(1u << (fuzz_next() % 8));
+            else
+                buf[at] = (uint8_t)fuzz_next();
+        }
+        if (kind >= 2)
+            n = (size_t)(fuzz_next() % (len + 1));
+        uint8_t *copy = malloc(n ? n : 1); /* exact size */
+        memcpy(copy, buf, n);
+        prepared += fuzz_prepare(&f, copy, n, seed, cases++);
+        free(copy);
+    }
+    /* The unmutated program prepares. */
+    prepared += fuzz_prepare(&f, good, len, seed, cases++);
+    cr_assert_geq(prepared, 1);
+    fprintf(stderr, "control fuzz: seed %llu, %d cases, %d prepared\n", (unsigned long long)seed,
+            cases, prepared);
+    free(buf);
+    free(good);
+    vq_program_free(p);
+    fix_free(&f);
+}
+
+/* The nested program with the control ops' attributes drawn at random from
+ * plausible values: every block index, every var name (of any block, or
+ * none), lists of 0-3 names. Preparation must refuse or accept each one
+ * without crashing; an accepted one must run (bounded by max_iters). */
+static vq_program *random_control_attrs(void)
+{
+    static const char *const names[] = {"x", "one", "half", "ten", "i0", "xo", "io", "c0",
+                                        "bx", "bi", "bx2", "bi2", "cc", "bc", "t", "e", "nope"};
+    const int nn = N_OF(names);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"x", "one", "half", "ten", "i0", "xo", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    const char *bs[] = {"bx", "bi", "bx2", "bi2"};
+    for (int i = 0; i < N_OF(bs); i++)
+        bvar(p, b, bs[i], VQ_F64, 0, NULL);
+    bvar(p, b, "cc", VQ_BOOL, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bool else_in_body = fuzz_next() % 2; /* else a child of block 0: misplaced */
+    int tb = add_block(p, b), eb = add_block(p, else_in_body ? b : 0);
+    bvar(p, tb, "t", VQ_F64, 0, NULL);
+    bvar(p, eb, "e", VQ_F64, 0, NULL);
+    bop(p, tb, "mul", NAMES("bx", "half"), 2, NAMES("t"), 1, NULL, 0);
+    bop(p, eb, "sub", NAMES(else_in_body && fuzz_next() % 2 ? "bx" : "x", "one"), 2,
+        NAMES("e"), 1, NULL, 0);
+    bop(p, b, "greater", NAMES("bx", "ten"), 2, NAMES("cc"), 1, NULL, 0);
+    /* the right attributes, then up to two of them drawn at random */
+    const char *l1[3] = {"t"}, *l2[3] = {"e"}, *l3[3] = {"bx", "bi"}, *l4[3] = {"bx2", "bi2"};
+    const char **lists[] = {l1, l2, l3, l4};
+    int counts[4] = {1, 1, 2, 2}, blocks[3] = {tb, eb, b};
+    const char *body_cond = "bc";
+    int edits = (int)(fuzz_next() % 3);
+    for (int e = 0; e < edits; e++) {
+        int what = (int)(fuzz_next() % 8);
+        if (what < 3) {
+            blocks[what] = (int)(fuzz_next() % 6) - 1;
+        } else if (what < 7) {
+            int i = what - 3;
+            counts[i] = (int)(fuzz_next() % 4);
+            for (int j = 0; j < counts[i]; j++)
+                lists[i][j] = names[fuzz_next() % (uint64_t)nn];
+        } else {
+            body_cond = names[fuzz_next() % (uint64_t)nn];
+        }
+    }
+    vq_attr ca[4];
+    cond_attrs(ca, blocks[0], blocks[1], l1, l2, 1);
+    ca[2].n = counts[0];
+    ca[3].n = counts[1];
+    bop(p, b, "cond", NAMES("cc", "bx"), 2, NAMES("bx2"), 1, ca, 4);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "greater", NAMES("bx2", "one"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "greater", NAMES("x", "one"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr wa[5];
+    while_attrs(wa, blocks[2], l3, l4, 2, body_cond, 20);
+    wa[1].n = counts[2];
+    wa[2].n = counts[3];
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, wa, 5);
+    return p;
+}
+
+Test(control, random_control_attributes_prepare_or_fail_cleanly)
+{
+    fuzz_rng = 777;
+    struct fix f = fix_new(&setups[2]);
+    int prepared = 0;
+    vq_tensor *t[] = {scalar(50), scalar(1), scalar(0.5), scalar(10), scalar(0)};
+    vq_feed feeds[] = {{"x", t[0]}, {"one", t[1]}, {"half", t[2]}, {"ten", t[3]}, {"i0", t[4]}};
+    for (int k = 0; k < 1500; k++) {
+        vq_program *p = random_control_attrs();
+        vq_fetch fetch = {"xo", NULL};
+        int rc = vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1);
+        if (rc == 0) {
+            prepared++;
+            vq_tensor_release(fetch.tensor);
+        } else {
+            cr_assert_eq(rc, VQ_EINVAL, "case %d: rc %d: %s", k, rc, vq_errmsg());
+        }
+        vq_program_free(p);
+    }
+    for (int i = 0; i < N_OF(t); i++)
+        vq_tensor_release(t[i]);
+    fprintf(stderr, "control attribute fuzz: 1500 cases, %d ran\n", prepared);
+    cr_assert_geq(prepared, 1);
+    fix_free(&f);
+}

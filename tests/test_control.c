@@ -741,7 +741,7 @@ static vq_program *independent_work_loop(void)
 {
     vq_program *p;
     cr_assert_eq(vq_program_new(&p), 0);
-    int64_t mm[2] = {192, 192};
+    int64_t mm[2] = {320, 320};
     const char *scalars[] = {"n", "one", "i0", "io"};
     for (int i = 0; i < N_OF(scalars); i++)
         bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
@@ -793,13 +793,13 @@ Test(control, an_iteration_starts_its_independent_work_before_the_last_one_ends)
     cr_assert_eq(vq_exec_new(&f.ex, f.e, NULL), 0);
     cr_assert_eq(vq_scope_new(&f.s), 0);
     vq_program *p = independent_work_loop();
-    int64_t mm[2] = {192, 192};
+    int64_t mm[2] = {320, 320};
     vq_tensor *m;
     cr_assert_eq(vq_tensor_new(&m, VQ_F64, 2, mm), 0);
     double *md = vq_tensor_data(m);
-    for (int i = 0; i < 192 * 192; i++)
+    for (int i = 0; i < 320 * 320; i++)
         md[i] = (i % 7) * 0.25;
-    enum { ITERS = 16 };
+    enum { ITERS = 24 };
     vq_tensor *t[] = {scalar(ITERS), scalar(1), scalar(0)};
     vq_feed feeds[] = {{"n", t[0]}, {"one", t[1]}, {"i0", t[2]}, {"m", m}};
     vq_fetch fetch = {"io", NULL};

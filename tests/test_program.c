@@ -152,6 +152,199 @@ Test(program, dump_matches_expected_text)
     vq_program_free(p);
 }
 
+/* The attributes of a cond (then_block, else_block, then_outputs,
+ * else_outputs; one output each). */
+static void cond_attrs(vq_attr a[4], int then_b, int else_b, const char **then_out,
+                       const char **else_out)
+{
+    a[0] = VQ_ATTR_I("then_block", then_b);
+    a[1] = VQ_ATTR_I("else_block", else_b);
+    a[2] = VQ_ATTR_SS("then_outputs", then_out, 1);
+    a[3] = VQ_ATTR_SS("else_outputs", else_out, 1);
+}
+
+/* while x > one: x = cond(x > ten, then x * half, else x - one); i += one.
+ * Block 1 is the body, blocks 2 and 3 the branches of the cond in it. */
+static vq_program *while_with_cond(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"x", "one", "half", "ten", "i0", "xo", "io"};
+    for (int i = 0; i < 7; i++)
+        add_var(p, 0, scalars[i], VQ_F64, 0, NULL, false);
+    add_var(p, 0, "c0", VQ_BOOL, 0, NULL, false);
+    cr_assert_eq(vq_program_add_block(p, 0), 1);
+    const char *body[] = {"bx", "bi", "bx2", "bi2"};
+    for (int i = 0; i < 4; i++)
+        add_var(p, 1, body[i], VQ_F64, 0, NULL, false);
+    add_var(p, 1, "cc", VQ_BOOL, 0, NULL, false);
+    add_var(p, 1, "bc", VQ_BOOL, 0, NULL, false);
+    cr_assert_eq(vq_program_add_block(p, 1), 2);
+    cr_assert_eq(vq_program_add_block(p, 1), 3);
+    add_var(p, 2, "t", VQ_F64, 0, NULL, false);
+    add_var(p, 3, "e", VQ_F64, 0, NULL, false);
+    add_op(p, 2, "mul", NAMES("bx", "half"), NAMES("t"), NULL, 0);
+    add_op(p, 3, "sub", NAMES("bx", "one"), NAMES("e"), NULL, 0);
+    add_op(p, 1, "greater", NAMES("bx", "ten"), NAMES("cc"), NULL, 0);
+    vq_attr ca[4];
+    cond_attrs(ca, 2, 3, (const char *[]){"t"}, (const char *[]){"e"});
+    add_op(p, 1, "cond", NAMES("cc", "bx"), NAMES("bx2"), ca, 4);
+    add_op(p, 1, "add", NAMES("bi", "one"), NAMES("bi2"), NULL, 0);
+    add_op(p, 1, "greater", NAMES("bx2", "one"), NAMES("bc"), NULL, 0);
+    add_op(p, 0, "greater", NAMES("x", "one"), NAMES("c0"), NULL, 0);
+    const char *in[] = {"bx", "bi"}, *out[] = {"bx2", "bi2"};
+    vq_attr wa[] = {VQ_ATTR_I("body_block", 1), VQ_ATTR_SS("body_inputs", in, 2),
+                    VQ_ATTR_SS("body_outputs", out, 2), VQ_ATTR_S("body_cond", "bc"),
+                    VQ_ATTR_I("max_iters", 50)};
+    add_op(p, 0, "while", NAMES("c0", "x", "i0"), NAMES("xo", "io"), wa, 5);
+    return p;
+}
+
+Test(program, dump_nests_the_blocks_of_while_and_cond_under_their_op)
+{
+    vq_program *p = while_with_cond();
+    static const char want[] =
+        "var x : f64[]\n"
+        "var one : f64[]\n"
+        "var half : f64[]\n"
+        "var ten : f64[]\n"
+        "var i0 : f64[]\n"
+        "var xo : f64[]\n"
+        "var io : f64[]\n"
+        "var c0 : bool[]\n"
+        "op 0 greater(X=x, Y=one) -> (Out=c0)\n"
+        "op 1 while(Cond=c0, X=[x, i0]) -> (Out=[xo, io]) {body_block=1, "
+        "body_inputs=[\"bx\", \"bi\"], body_outputs=[\"bx2\", \"bi2\"], body_cond=\"bc\", "
+        "max_iters=50}\n"
+        "  # reads also: ten, half, one\n"
+        "  block 1 (body):\n"
+        "    var bx : f64[]\n"
+        "    var bi : f64[]\n"
+        "    var bx2 : f64[]\n"
+        "    var bi2 : f64[]\n"
+        "    var cc : bool[]\n"
+        "    var bc : bool[]\n"
+        "    op 0 greater(X=bx, Y=ten) -> (Out=cc)\n"
+        "    op 1 cond(Cond=cc, X=[bx]) -> (Out=[bx2]) {then_block=2, else_block=3, "
+        "then_outputs=[\"t\"], else_outputs=[\"e\"]}\n"
+        "      # reads also: half, one\n"
+        "      block 2 (then):\n"
+        "        var t : f64[]\n"
+        "        op 0 mul(X=bx, Y=half) -> (Out=t)\n"
+        "      block 3 (else):\n"
+        "        var e : f64[]\n"
+        "        op 0 sub(X=bx, Y=one) -> (Out=e)\n"
+        "    op 2 add(X=bi, Y=one) -> (Out=bi2)\n"
+        "    op 3 greater(X=bx2, Y=one) -> (Out=bc)\n";
+    char *text = dump(p);
+    cr_assert_str_eq(text, want);
+    free(text);
+    /* A decoded copy dumps the same. */
+    void *buf;
+    size_t len;
+    encode(p, &buf, &len);
+    vq_program *q;
+    cr_assert_eq(vq_program_decode(&q, buf, len), 0, "%s", vq_errmsg());
+    text = dump(q);
+    cr_assert_str_eq(text, want);
+    free(text);
+    free(buf);
+    vq_program_free(q);
+    vq_program_free(p);
+}
+
+/* "# reads also:" lists, in first-read order, what a control op's blocks
+ * read from enclosing blocks (a cond's branch outputs included) that its
+ * inputs do not list; an op whose blocks read nothing more has no line. */
+Test(program, dump_lists_the_enclosing_vars_a_control_op_reads_beyond_its_inputs)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    add_var(p, 0, "s", VQ_BOOL, 0, NULL, false);
+    const char *outer[] = {"x", "w", "v", "y", "z"};
+    for (int i = 0; i < 5; i++)
+        add_var(p, 0, outer[i], VQ_F64, 0, NULL, false);
+    for (int b = 1; b <= 4; b++)
+        cr_assert_eq(vq_program_add_block(p, 0), b);
+    add_var(p, 1, "t", VQ_F64, 0, NULL, false);
+    add_var(p, 1, "t2", VQ_F64, 0, NULL, false);
+    add_op(p, 1, "mul", NAMES("x", "w"), NAMES("t"), NULL, 0);
+    add_op(p, 1, "add", NAMES("t", "w"), NAMES("t2"), NULL, 0);
+    vq_attr a[4];
+    cond_attrs(a, 1, 2, (const char *[]){"t2"}, (const char *[]){"v"});
+    add_op(p, 0, "cond", NAMES("s", "x"), NAMES("y"), a, 4);
+    cond_attrs(a, 3, 4, (const char *[]){"x"}, (const char *[]){"x"});
+    add_op(p, 0, "cond", NAMES("s", "x"), NAMES("z"), a, 4);
+    char *text = dump(p);
+    cr_assert_str_eq(text,
+                     "var s : bool[]\n"
+                     "var x : f64[]\n"
+                     "var w : f64[]\n"
+                     "var v : f64[]\n"
+                     "var y : f64[]\n"
+                     "var z : f64[]\n"
+                     "op 0 cond(Cond=s, X=[x]) -> (Out=[y]) {then_block=1, else_block=2, "
+                     "then_outputs=[\"t2\"], else_outputs=[\"v\"]}\n"
+                     "  # reads also: w, v\n"
+                     "  block 1 (then):\n"
+                     "    var t : f64[]\n"
+                     "    var t2 : f64[]\n"
+                     "    op 0 mul(X=x, Y=w) -> (Out=t)\n"
+                     "    op 1 add(X=t, Y=w) -> (Out=t2)\n"
+                     "  block 2 (else):\n"
+                     "op 1 cond(Cond=s, X=[x]) -> (Out=[z]) {then_block=3, else_block=4, "
+                     "then_outputs=[\"x\"], else_outputs=[\"x\"]}\n"
+                     "  block 3 (then):\n"
+                     "  block 4 (else):\n");
+    free(text);
+    vq_program_free(p);
+}
+
+/* A block that no control op of its parent names (none at all, a block
+ * number out of range, or a block of another parent) is shown after block
+ * 0's ops as "block N (parent P):", as a program without control ops is. */
+Test(program, dump_shows_blocks_no_control_op_nests_at_the_end)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    add_var(p, 0, "s", VQ_BOOL, 0, NULL, false);
+    add_var(p, 0, "x", VQ_F64, 0, NULL, false);
+    add_var(p, 0, "y", VQ_F64, 0, NULL, false);
+    cr_assert_eq(vq_program_add_block(p, 0), 1);
+    cr_assert_eq(vq_program_add_block(p, 0), 2);
+    cr_assert_eq(vq_program_add_block(p, 1), 3);
+    add_var(p, 1, "a", VQ_F64, 0, NULL, false);
+    add_var(p, 2, "bo", VQ_F64, 0, NULL, false);
+    add_var(p, 3, "c", VQ_F64, 0, NULL, false);
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    add_op(p, 1, "scale", NAMES("x"), NAMES("a"), &two, 1);
+    vq_attr ca[4];
+    cond_attrs(ca, 1, 3, (const char *[]){"a"}, (const char *[]){"c"}); /* 3: not a child of 0 */
+    add_op(p, 0, "cond", NAMES("s", "x"), NAMES("y"), ca, 4);
+    const char *xs[] = {"x"};
+    vq_attr wa[] = {VQ_ATTR_I("body_block", 99), VQ_ATTR_SS("body_inputs", xs, 1),
+                    VQ_ATTR_SS("body_outputs", xs, 1), VQ_ATTR_S("body_cond", "s")};
+    add_op(p, 2, "while", NAMES("s", "x"), NAMES("bo"), wa, 4);
+    char *text = dump(p);
+    cr_assert_str_eq(text,
+                     "var s : bool[]\n"
+                     "var x : f64[]\n"
+                     "var y : f64[]\n"
+                     "op 0 cond(Cond=s, X=[x]) -> (Out=[y]) {then_block=1, else_block=3, "
+                     "then_outputs=[\"a\"], else_outputs=[\"c\"]}\n"
+                     "  block 1 (then):\n"
+                     "    var a : f64[]\n"
+                     "    op 0 scale(X=x) -> (Out=a) {scale=2}\n"
+                     "block 2 (parent 0):\n"
+                     "  var bo : f64[]\n"
+                     "  op 0 while(Cond=s, X=[x]) -> (Out=[bo]) {body_block=99, "
+                     "body_inputs=[\"x\"], body_outputs=[\"x\"], body_cond=\"s\"}\n"
+                     "block 3 (parent 1):\n"
+                     "  var c : f64[]\n");
+    free(text);
+    vq_program_free(p);
+}
+
 Test(program, encode_decode_encode_gives_identical_bytes_and_hash)
 {
     vq_program *p = sample();

@@ -2,12 +2,41 @@
  * scopes (named persistent tensors), and the executor that prepares a
  * program once into a plan and runs it as pushes onto an engine.
  *
- * A program has blocks; block 0 is the main block (more blocks are for
- * control flow later). A block declares vars (name, dtype, shape with -1 for
- * unknown dims, persistable) and lists ops in order; each op has a type from
- * the op registry (ops.h), named input and output slots that list var names,
- * and typed attributes. Programs are saved as protobuf (proto/program.proto)
- * and can be dumped as text.
+ * A program has blocks; block 0 is the main block, and the others are the
+ * branches and loop bodies of control-flow ops. A block declares vars (name,
+ * dtype, shape with -1 for unknown dims, persistable) and lists ops in
+ * order; each op has a type from the op registry (ops.h), named input and
+ * output slots that list var names, and typed attributes. Programs are
+ * saved as protobuf (proto/program.proto) and can be dumped as text.
+ *
+ * Control flow (these op, slot and attribute names are a contract):
+ *
+ *   cond(Cond, X...) -> Out...  {then_block:int, else_block:int,
+ *                                then_outputs:strings, else_outputs:strings}
+ *     Cond is a bool scalar (shape [] or [1]). Only the taken branch's ops
+ *     run; Out[k] is its then_outputs[k] or else_outputs[k] (a var the
+ *     branch writes, or one it sees from outside). Both branches give the
+ *     same count, dtypes and shapes.
+ *   while(Cond, X...) -> Out...  {body_block:int, body_inputs:strings,
+ *                                 body_outputs:strings, body_cond:string,
+ *                                 max_iters:int = -1}
+ *     X are the initial values of the loop-carried vars. While Cond (then
+ *     body_cond, a bool scalar the body writes) is true and fewer than
+ *     max_iters iterations ran (-1: no limit), the body runs with
+ *     body_inputs[k] bound to the carried value k and leaves body_outputs[k]
+ *     (vars it writes, each of body_inputs[k]'s dtype and shape) as the
+ *     next one. Out = the last carried values; Cond false at entry gives
+ *     Out = X with no iteration.
+ *
+ * X and Out have at least one var each. The blocks are children of the
+ * control op's block, each used by one op. Their ops read vars of
+ * enclosing blocks by name (X lists some; the executor finds the others
+ * and holds them all until the op is done) and write only their own
+ * block's vars, which are not persistable. Only block 0's vars are fed and
+ * fetched. vq_exec_prepare checks all of this and reports a violation as
+ * VQ_EINVAL naming the op, the block and the var. Gradients through cond
+ * and while are not available yet: vq_append_backward fails with
+ * VQ_ENOSYS naming the op when the loss depends on one.
  *
  * Thread-safety: a vq_program is a plain value: build it from one thread;
  * once built, any number of threads may read, save or run it as long as
@@ -81,7 +110,17 @@ VQ_API int vq_program_load(vq_program **out, const char *path);
  *   var x : f32[16,16]
  *   var w : f32[16,1] persistable
  *   op 0 matmul(X=x, Y=w) -> (Out=y) {transpose_x=false}
- * Returns 0 or VQ_EIO. */
+ * A cond or while op is followed by its blocks, indented under it and
+ * named for their role ("block 2 (then):", "block 3 (else):",
+ * "block 1 (body):"), each with its vars and ops, nested ones nested again.
+ * Before them, when there are any, a line "# reads also: one, n" lists
+ * the vars of enclosing blocks that the op's blocks read (their nested
+ * blocks and a cond's branch outputs included) and that its inputs do not
+ * list, in first-read order: the executor makes them inputs of the op too.
+ * A block is nested under the first control op of its parent block that
+ * names it; a block no such op names is written after block 0 as
+ * "block N (parent P):" with its contents indented, so every block shows.
+ * Returns 0, VQ_EIO, or VQ_ENOMEM. */
 VQ_API int vq_program_dump(const vq_program *p, FILE *f);
 
 /* XXH3-64 of the protobuf encoding: equal programs hash equal. Cached in p
@@ -165,7 +204,13 @@ VQ_API int vq_exec_prepare(vq_exec *x, const vq_program *p, vq_scope *s,
                            int nfetches);
 
 /* Runs block 0 of p once: binds the feeds, pushes every op in program order,
- * and waits until the fetched vars are ready. On success fetches[i].tensor
+ * and waits until the fetched vars are ready. A cond or while op pushes the
+ * ops of its blocks when its predicate is known, from an engine op that
+ * reads it (no worker waits for one): only a predicate's value is read on
+ * the host. Iterations of a while overlap where their data allows (up to 4
+ * in flight, each with its own engine vars), and each iteration's
+ * temporaries are released by reference count, so memory stays flat over
+ * any number of iterations. On success fetches[i].tensor
  * holds a new reference. A failing op makes the run return its error, with
  * vq_errmsg() naming the op ("op 3 (div): integer division by zero"); the
  * plan stays usable. Feed tensors must not be written until the run is

@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -308,6 +309,68 @@ Test(cli, printing_a_large_fetch_shows_the_first_ten_values)
                            "--fetch", "b", "--workers", "1");
     cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
     cr_assert_str_eq(r.out, "b: i64[4,5] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...]\n");
+    result_free(&r);
+}
+
+/* dir/newton.pb, saved by the newton_sqrt example (NEWTON_SQRT_BIN, set by
+ * tests/meson.build): sqrt of an f64 vector a by Newton's method in a while
+ * op, fetching x and the iteration count iters. */
+static const char *newton_program(void)
+{
+    const char *bin = getenv("NEWTON_SQRT_BIN");
+    cr_assert(bin != NULL && bin[0] != '\0',
+              "NEWTON_SQRT_BIN is not set (tests/meson.build sets it)");
+    const char *path = in_dir("newton.pb");
+    struct result r = spawn((const char *const[]){bin, path, NULL});
+    cr_assert_eq(r.status, 0, "newton_sqrt exit %d, stdout: %s, stderr: %s", r.status, r.out,
+                 r.err);
+    result_free(&r);
+    return path;
+}
+
+Test(cli, run_loops_a_while_until_the_data_says_stop)
+{
+    const char *prog_newton = newton_program();
+    /* Another length than the example's, and values it does not use. */
+    enum { N = 6 };
+    const double a[N] = {2, 9, 1e-4, 12345, 0.25, 7e8};
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_from(&t, VQ_F64, 1, (const int64_t[]){N}, a), 0, "%s", vq_errmsg());
+    write_npy(in_dir("a.npy"), t);
+    vq_tensor_release(t);
+    struct result r = VARQ("run", prog_newton, "--feed", fmt("a=%s", in_dir("a.npy")), "--fetch",
+                           fmt("x=%s", in_dir("x.npy")), "--fetch", "iters", "--workers", "4");
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    long long iters = -1;
+    cr_assert_eq(sscanf(r.out, "iters: i64[] = [%lld]", &iters), 1, "stdout: %s", r.out);
+    /* 7e8 from x = 7e8 halves about 15 times before it converges: a loop
+     * that stopped after one pass, or ran to max_iters (100), is wrong. */
+    cr_assert(iters > 10 && iters < 100, "iters = %lld", iters);
+    result_free(&r);
+
+    vq_tensor *x;
+    cr_assert_eq(vq_npy_load(in_dir("x.npy"), &x), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_dtype(x), VQ_F64);
+    cr_assert_eq(vq_tensor_ndim(x), 1);
+    cr_assert_eq(vq_tensor_shape(x)[0], N);
+    const double *xv = vq_tensor_data(x);
+    for (int i = 0; i < N; i++)
+        cr_assert(fabs(xv[i] - sqrt(a[i])) <= 1e-6, "x[%d] = %.17g, sqrt(%g) = %.17g", i, xv[i],
+                  a[i], sqrt(a[i]));
+    vq_tensor_release(x);
+}
+
+Test(cli, dump_shows_a_while_body_under_its_op)
+{
+    struct result r = VARQ("dump", newton_program());
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    const char *want = "max_iters=100}\n"
+                       "  # reads also: one, eps, zero\n"
+                       "  block 1 (body):\n"
+                       "    var bx : f64[?]\n";
+    cr_assert_not_null(strstr(r.out, want), "no \"%s\" in:\n%s", want, r.out);
+    cr_assert_null(strstr(r.out, "(parent"), "%s", r.out);
+    cr_assert_str_empty(r.err);
     result_free(&r);
 }
 

@@ -1282,3 +1282,63 @@ Test(control, random_control_attributes_prepare_or_fail_cleanly)
     cr_assert_geq(prepared, 1);
     fix_free(&f);
 }
+
+/* ---- against the same loop unrolled into straight-line code ---- */
+
+/* counter_loop's n iterations written out in block 0. */
+static vq_program *counter_unrolled(int n)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    char x[16], xn[16], t[16], i[16], in[16];
+    snprintf(x, sizeof x, "x");
+    snprintf(i, sizeof i, "i0");
+    for (int k = 0; k < n; k++) {
+        snprintf(in, sizeof in, "i%d", k + 1);
+        snprintf(t, sizeof t, "t%d", k);
+        snprintf(xn, sizeof xn, "x%d", k + 1);
+        bvar(p, 0, in, VQ_F64, 0, NULL);
+        bvar(p, 0, t, VQ_F64, 1, S3);
+        bvar(p, 0, xn, VQ_F64, 1, S3);
+        bop(p, 0, "add", (const char *[]){i, "one"}, 2, (const char *[]){in}, 1, NULL, 0);
+        bop(p, 0, "mul", (const char *[]){x, "half"}, 2, (const char *[]){t}, 1, NULL, 0);
+        bop(p, 0, "add", (const char *[]){t, in}, 2, (const char *[]){xn}, 1, NULL, 0);
+        memcpy(x, xn, sizeof x);
+        memcpy(i, in, sizeof i);
+    }
+    return p;
+}
+
+Test(control, while_gives_the_bits_of_the_unrolled_program)
+{
+    vq_program *loop = counter_loop(-1);
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        for (int n = 1; n <= 9; n += 4) {
+            vq_program *flat = counter_unrolled(n);
+            vq_tensor *x = vec3(0.1, -7.3, 3e-5), *tn = scalar(n), *one = scalar(1),
+                      *half = scalar(0.5), *i0 = scalar(0);
+            vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", i0}};
+            char last[16];
+            snprintf(last, sizeof last, "x%d", n);
+            vq_fetch a = {"xo", NULL}, b = {last, NULL};
+            cr_assert_eq(vq_exec_run(f.ex, loop, f.s, feeds, 5, &a, 1), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_exec_run(f.ex, flat, f.s, feeds, 5, &b, 1), 0, "%s", vq_errmsg());
+            vq_tensor *ha = host(f.e, a.tensor), *hb = host(f.e, b.tensor);
+            cr_assert(memcmp(vq_tensor_data(ha), vq_tensor_data(hb), 3 * sizeof(double)) == 0,
+                      "%s n=%d: the loop and the unrolled program differ", setups[s].name, n);
+            vq_tensor_release(ha);
+            vq_tensor_release(hb);
+            vq_tensor *all[] = {x, tn, one, half, i0};
+            for (int k = 0; k < N_OF(all); k++)
+                vq_tensor_release(all[k]);
+            vq_program_free(flat);
+        }
+        fix_free(&f);
+    }
+    vq_program_free(loop);
+}

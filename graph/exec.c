@@ -1015,6 +1015,30 @@ out:
     return rc;
 }
 
+/* Plans are destroyed outside the executor's lock: destroying pushes var
+ * deletions, and on the naive engine a push runs ops, which take the lock
+ * (a run's final op) while the engine's own lock is held. So a plan dropped
+ * under the lock is buried, and reap() destroys it once the lock is let
+ * go. */
+static void bury(vq_exec *ex, struct plan *pl)
+{
+    pl->lru_next = ex->dead;
+    ex->dead = pl;
+}
+
+static void reap(vq_exec *ex)
+{
+    pthread_mutex_lock(&ex->lock);
+    struct plan *pl = ex->dead;
+    ex->dead = NULL;
+    pthread_mutex_unlock(&ex->lock);
+    while (pl) {
+        struct plan *next = pl->lru_next;
+        plan_destroy(pl);
+        pl = next;
+    }
+}
+
 static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
 {
@@ -1062,7 +1086,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     if (rc == 0)
         rc = plan_build_ops(pl);
     if (rc) {
-        plan_destroy(pl);
+        bury(ex, pl);
         return rc;
     }
     *out = pl;
@@ -1128,7 +1152,7 @@ static void lru_trim(vq_exec *ex)
         struct plan *prev = pl->lru_prev;
         if (pl->refs == 1) {
             lru_unlink(ex, pl);
-            plan_destroy(pl);
+            bury(ex, pl);
         }
         pl = prev;
     }
@@ -1166,7 +1190,7 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
             /* The scope's bindings changed: the plan's persistable vars may
              * point at old tensors. Prepare again. */
             lru_unlink(ex, pl);
-            plan_destroy(pl);
+            bury(ex, pl);
             break;
         }
         if (pl->scope_gen != gen)
@@ -1206,6 +1230,7 @@ static void plan_unpin(vq_exec *ex, struct plan *pl)
     pthread_cond_broadcast(&ex->idle);
     lru_trim(ex);
     pthread_mutex_unlock(&ex->lock);
+    reap(ex);
 }
 
 /* ---- public ---- */
@@ -1257,9 +1282,10 @@ VQ_API void vq_exec_free(vq_exec *ex)
     while (ex->lru_head) {
         struct plan *pl = ex->lru_head;
         lru_unlink(ex, pl);
-        plan_destroy(pl);
+        bury(ex, pl);
     }
     pthread_mutex_unlock(&ex->lock);
+    reap(ex);
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->idle);
     free(ex);
@@ -1291,6 +1317,7 @@ VQ_API int vq_exec_prepare(vq_exec *ex, const vq_program *p, vq_scope *s,
     struct plan *pl;
     int rc = plan_get(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
     pthread_mutex_unlock(&ex->lock);
+    reap(ex);
     if (rc == 0)
         plan_unpin(ex, pl);
     return rc;
@@ -1333,6 +1360,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
         pthread_mutex_lock(&ex->lock);
         rc = plan_get(ex, p, s, fnames, nfeeds, gnames, nfetches, &pl);
         pthread_mutex_unlock(&ex->lock);
+        reap(ex);
     }
     /* Feeds must fit their vars; one that imperative ops wrote is waited
      * for here, so those ops come first. */

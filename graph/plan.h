@@ -44,6 +44,7 @@ struct vq_exec {
     int nplans;
     pthread_cond_t idle; /* signalled when a run ends */
     vq_exec_stats stats;
+    struct plan *dead;   /* dropped plans waiting for reap() (exec.c) */
 };
 
 /* The value of one var in one frame. Root slots also carry what

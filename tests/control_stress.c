@@ -5,8 +5,9 @@
  * loop computed in C, and every callback must come exactly once. The
  * frames of a while, its step and exit ops and the control ops' two halves
  * all run concurrently here. With --gpu the executor runs on GPU 0
- * (VARQ_GPU_BACKEND: the emulated backend in the suite).
- * Usage: control_stress [runs per thread] [--gpu]. */
+ * (VARQ_GPU_BACKEND: the emulated backend in the suite); with --naive on
+ * the naive engine, whose runs execute inside the pushing threads.
+ * Usage: control_stress [runs per thread] [--gpu | --naive]. */
 #include <varq/varq.h>
 
 #include <pthread.h>
@@ -178,7 +179,8 @@ int main(int argc, char **argv)
 {
     runs_per_thread = argc > 1 ? atoi(argv[1]) : 2000;
     bool gpu = argc > 2 && !strcmp(argv[2], "--gpu");
-    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 4};
+    bool naive = argc > 2 && !strcmp(argv[2], "--naive");
+    vq_engine_opts eo = {.kind = naive ? VQ_ENGINE_NAIVE : VQ_ENGINE_THREADED, .cpu_workers = 4};
     if (vq_engine_new(&engine, &eo) < 0 || vq_scope_new(&scope) < 0) {
         fprintf(stderr, "control_stress: %s\n", vq_errmsg());
         return 1;
@@ -213,7 +215,8 @@ int main(int argc, char **argv)
     vq_scope_free(scope);
     vq_engine_free(engine);
     int f = atomic_load(&failures);
-    printf("control_stress: 2 threads x %d runs%s: %s\n", runs_per_thread, gpu ? " on GPU 0" : "",
+    printf("control_stress: 2 threads x %d runs%s: %s\n", runs_per_thread,
+           gpu ? " on GPU 0" : naive ? " on the naive engine" : "",
            f ? "FAILED" : "ok");
     return f ? 1 : 0;
 }

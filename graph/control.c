@@ -254,12 +254,18 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
                                "%d); pass a value through with an op",
                             k, p->vars[v].name, body);
         const vq__meta *in = &pl->vars[ci->body_in[k]].meta, *o = &pl->vars[v].meta;
-        if (!vq__meta_compatible(in, o)) {
+        bool unknown = false; /* the body's ops were prepared for the input's dims */
+        for (int d = 0; d < o->ndim && d < in->ndim; d++)
+            unknown |= o->shape[d] < 0 && in->shape[d] >= 0;
+        if (!vq__meta_compatible(in, o) || unknown) {
             vq__meta_str(sa, sizeof sa, o);
             vq__meta_str(sb, sizeof sb, in);
             return ctl_fail(t, "body_outputs[%d] %s is %s but carries into body input %s, "
-                               "which is %s",
-                            k, p->vars[v].name, sa, p->vars[ci->body_in[k]].name, sb);
+                               "which is %s%s",
+                            k, p->vars[v].name, sa, p->vars[ci->body_in[k]].name, sb,
+                            unknown ? " (a carried dim must be known wherever the input's "
+                                      "is; declare the input and X with -1 there)"
+                                    : "");
         }
     }
     bool cond_is_input = false;

@@ -1342,3 +1342,68 @@ Test(control, while_gives_the_bits_of_the_unrolled_program)
     }
     vq_program_free(loop);
 }
+
+Test(control, carried_dims_unknown_at_preparation)
+{
+    /* The body's output dim depends on y's unknown dim, the input's is
+     * known: refused. */
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t unk = -1;
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "y", VQ_F64, 1, &unk);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, &unk);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "abs", NAMES("y"), 1, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
+    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
+    expect_error(p, NAMES("x", "y", "c"), 3, "xo",
+                 "body_outputs[0] bx2 is f64[-1] but carries into body input bx, which is f64[3] "
+                 "(a carried dim must be known wherever the input's is");
+
+    /* Unknown everywhere: the body infers shapes as it runs. */
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, &unk);
+    bvar(p, 0, "xo", VQ_F64, 1, &unk);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, &unk);
+    bvar(p, b, "bx2", VQ_F64, 1, &unk);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    struct fix f = fix_new(&setups[2]);
+    for (int64_t len = 1; len <= 5; len += 2) {
+        vq_tensor *x, *t[] = {scalar(3), scalar(1), scalar(0.5), scalar(0)};
+        cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &len), 0);
+        for (int64_t j = 0; j < len; j++)
+            ((double *)vq_tensor_data(x))[j] = (double)j + 1;
+        vq_feed feeds[] = {{"x", x}, {"n", t[0]}, {"one", t[1]}, {"half", t[2]}, {"i0", t[3]}};
+        vq_fetch fetch = {"xo", NULL};
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_shape(fetch.tensor)[0], len);
+        for (int64_t j = 0; j < len; j++)
+            cr_assert_eq(((double *)vq_tensor_data(fetch.tensor))[j], ((double)j + 1) / 8);
+        vq_tensor_release(fetch.tensor);
+        vq_tensor_release(x);
+        for (int i = 0; i < N_OF(t); i++)
+            vq_tensor_release(t[i]);
+    }
+    fix_free(&f);
+    vq_program_free(p);
+}

@@ -174,9 +174,16 @@ static int walk_cond(struct walk *w, struct pop *t, struct ctl_info *ci, struct 
             return ctl_fail(t, "output Out (slot %d) var %s: the branches give %s, declared %s",
                             k, p->vars[t->src->out[k]].name, sa, sb);
         }
-        for (int d = 0; d < o->meta.ndim; d++)
+        for (int d = 0; d < o->meta.ndim; d++) {
+            if (o->meta.shape[d] >= 0 && (a->shape[d] < 0 || b->shape[d] < 0))
+                /* the ops after it are prepared for the declared dim */
+                return ctl_fail(t, "output Out (slot %d) var %s: dim %d is declared %lld but "
+                                   "a branch gives it unknown (declare it -1)",
+                                k, p->vars[t->src->out[k]].name, d,
+                                (long long)o->meta.shape[d]);
             if (o->meta.shape[d] < 0 && a->shape[d] == b->shape[d])
                 o->meta.shape[d] = a->shape[d];
+        }
     }
     return 0;
 }

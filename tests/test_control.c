@@ -1407,3 +1407,21 @@ Test(control, carried_dims_unknown_at_preparation)
     fix_free(&f);
     vq_program_free(p);
 }
+
+Test(control, a_cond_output_declared_known_needs_known_branches)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t unk = -1;
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "y", VQ_F64, 1, &unk);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "o", VQ_F64, 1, S3);
+    int tb = add_block(p, 0), eb = add_block(p, 0);
+    vq_attr a[4];
+    cond_attrs(a, tb, eb, NAMES("x"), NAMES("y"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("o"), 1, a, 4);
+    expect_error(p, NAMES("x", "y", "c"), 3, "o",
+                 "op 0 (cond): output Out (slot 0) var o: dim 0 is declared 3 but a branch "
+                 "gives it unknown");
+}

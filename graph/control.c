@@ -594,14 +594,10 @@ struct vars {
 
 static int vars_add(struct vars *s, vq_var *v)
 {
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 16;
-        vq_var **nv = realloc(s->v, (size_t)cap * sizeof *nv);
-        if (!nv)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        s->v = nv;
-        s->cap = cap;
-    }
+    vq_var **a = vq__grow(s->v, s->n, &s->cap, sizeof *s->v);
+    if (!a)
+        return VQ_ENOMEM;
+    s->v = a;
     s->v[s->n++] = v;
     return 0;
 }

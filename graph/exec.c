@@ -568,19 +568,29 @@ static int find_names(const vq_program *p, const char *what, const char *const *
 
 /* Walks block 0 once: checks, infers, counts readers per version. */
 
+void *vq__grow(void *arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap)
+        return arr;
+    int c = *cap ? 2 * *cap : 8;
+    void *a = realloc(arr, (size_t)c * elem);
+    if (!a) {
+        vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return NULL;
+    }
+    *cap = c;
+    return a;
+}
+
 int vq__varset_add(struct varset *s, int v)
 {
     for (int i = 0; i < s->n; i++)
         if (s->v[i] == v)
             return 0;
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 8;
-        int *nv = realloc(s->v, (size_t)cap * sizeof *nv);
-        if (!nv)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        s->v = nv;
-        s->cap = cap;
-    }
+    int *a = vq__grow(s->v, s->n, &s->cap, sizeof *s->v);
+    if (!a)
+        return VQ_ENOMEM;
+    s->v = a;
     s->v[s->n++] = v;
     return 0;
 }

@@ -213,6 +213,10 @@ struct varset {
 };
 
 int vq__walk_block(struct walk *w, int block, struct varset *ext);
+/* Room for one more element in arr (n used of *cap; doubles *cap when
+ * full): the array, moved or not, or NULL (VQ_ENOMEM set) leaving arr and
+ * *cap as they were. */
+void *vq__grow(void *arr, int n, int *cap, size_t elem);
 int vq__varset_add(struct varset *s, int v);
 
 /* A cond or while op met by the walk: checks its attributes and blocks,

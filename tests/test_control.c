@@ -647,18 +647,28 @@ Test(control, a_carried_value_must_keep_its_shape)
                  "body_outputs[0] bx2 is f64[2] but carries into body input bx, which is f64[3]");
 }
 
+/* x, y, z f64[3], c bool, f f64 scalar in block 0, and two empty blocks. */
+static vq_program *cond_skeleton(int *tb, int *eb)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    bvar(p, 0, "z", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "f", VQ_F64, 0, NULL);
+    *tb = add_block(p, 0);
+    *eb = add_block(p, 0);
+    return p;
+}
+
 Test(control, bad_cond_ops_are_errors)
 {
     /* branches that disagree on a shape */
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    int tb, eb;
+    vq_program *p = cond_skeleton(&tb, &eb);
     int64_t s2 = 2;
-    bvar(p, 0, "x", VQ_F64, 1, S3);
     bvar(p, 0, "w", VQ_F64, 1, &s2);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "f", VQ_F64, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    int tb = add_block(p, 0), eb = add_block(p, 0);
     bvar(p, tb, "t", VQ_F64, 1, S3);
     bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("t"), 1, NULL, 0);
     vq_attr a[4];
@@ -668,26 +678,15 @@ Test(control, bad_cond_ops_are_errors)
                  "op 0 (cond): output 0: then_outputs[0] t is f64[3], else_outputs[0] w is "
                  "f64[2]");
 
-    /* a predicate that is not a bool scalar; a branch that writes an
-     * enclosing var; one block used by two ops; then == else */
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "f", VQ_F64, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    tb = add_block(p, 0);
-    eb = add_block(p, 0);
+    /* a predicate that is not a bool scalar */
+    p = cond_skeleton(&tb, &eb);
     cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("f", "x"), 2, NAMES("y"), 1, a, 4);
     expect_error(p, NAMES("x", "f"), 2, "y",
                  "op 0 (cond): input Cond f is f64[]; a predicate is a bool scalar");
 
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    bvar(p, 0, "z", VQ_F64, 1, S3);
-    tb = add_block(p, 0);
-    eb = add_block(p, 0);
+    /* a branch that writes an enclosing var */
+    p = cond_skeleton(&tb, &eb);
     bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("z"), 1, NULL, 0);
     cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
@@ -695,24 +694,16 @@ Test(control, bad_cond_ops_are_errors)
                  "block 1 op 0 (add): writes var z of block 0: an op of a cond or while block "
                  "writes only its own block's vars");
 
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    bvar(p, 0, "z", VQ_F64, 1, S3);
-    tb = add_block(p, 0);
-    eb = add_block(p, 0);
+    /* one block used by two ops */
+    p = cond_skeleton(&tb, &eb);
     cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("z"), 1, a, 4);
     expect_error(p, NAMES("x", "c"), 2, "z",
                  "op 1 (cond): then_block 1 is already the block of op 0 of block 0");
 
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    tb = add_block(p, 0);
+    /* then == else */
+    p = cond_skeleton(&tb, &eb);
     cond_attrs(a, tb, tb, NAMES("x"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
     expect_error(p, NAMES("x", "c"), 2, "y", "else_block 1 is already the block of op 0");

@@ -681,6 +681,15 @@ static void case_matmul(struct run *r)
 
 /* ---- init ---- */
 
+static void case_zeros_like(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[1] = {rnd(r, floats[d], -4, 4, DIMS(5, 7))};
+        check(r, in, 1, 1, NULL, 0, EXACT);
+    }
+}
+
 static void case_fill(struct run *r)
 {
     for (int d = 0; d < N_OF(all_dtypes); d++) {
@@ -801,6 +810,7 @@ static const struct op_case {
     {"matmul", case_matmul},
     {"matmul_grad", case_matmul},
     {"fill_constant", case_fill},
+    {"zeros_like", case_zeros_like},
     {"uniform_random", case_random},
     {"gaussian_random", case_random},
     {"sgd", case_sgd},

@@ -312,3 +312,32 @@ Test(ops_init, init_ops_have_no_inputs_and_no_gradient)
         cr_assert_null(d->grad);
     }
 }
+
+Test(ops_init, zeros_like_gives_zeros_of_the_input_shape_whatever_its_values)
+{
+    const vq_dtype dts[] = {VQ_F32, VQ_F64, VQ_I32, VQ_I64, VQ_BOOL};
+    int64_t s[3] = {2, 0, 3}, s2[2] = {3, 4};
+    for (int d = 0; d < 5; d++) {
+        double vals[12];
+        for (int i = 0; i < 12; i++)
+            vals[i] = i % 3 == 0 ? 1 : i % 3 == 1 ? -5 : 2;
+        vq_tensor *x = oc_from(dts[d], 2, s2, vals);
+        if (dts[d] == VQ_F64) { /* inf and NaN give 0 too */
+            ((double *)vq_tensor_data(x))[0] = INFINITY;
+            ((double *)vq_tensor_data(x))[1] = NAN;
+        }
+        vq_tensor *o = oc_run1("zeros_like", &x, 1, NULL, 0);
+        cr_assert_eq(vq_tensor_dtype(o), dts[d]);
+        cr_assert_eq(vq_tensor_ndim(o), 2);
+        cr_assert_eq(vq_tensor_shape(o)[1], 4);
+        const unsigned char *b = vq_tensor_data(o);
+        for (size_t i = 0; i < vq_tensor_nbytes(o); i++)
+            cr_assert_eq(b[i], 0, "%s byte %zu", vq_dtype_name(dts[d]), i);
+        vq_tensor_release(o);
+        vq_tensor_release(x);
+    }
+    vq_tensor *e = oc_from(VQ_F32, 3, s, NULL), *o = oc_run1("zeros_like", &e, 1, NULL, 0);
+    cr_assert_eq(vq_tensor_numel(o), 0);
+    vq_tensor_release(o);
+    vq_tensor_release(e);
+}

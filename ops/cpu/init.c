@@ -12,6 +12,7 @@
 #include <math.h>
 
 static const char *const out_slot[] = {"Out"};
+static const char *const x_in[] = {"X"};
 
 /* Checks the shape attribute and fills out's shape from it. */
 static int shape_attr(vq__infer *c, vq__meta *out)
@@ -108,6 +109,19 @@ static int fill_kernel(const vq__kcall *k)
             ((uint8_t *)o->data)[i] = (uint8_t)p->ivalue;
         break;
     }
+    return 0;
+}
+
+/* zeros_like(X) -> Out: zeros of X's dtype and shape (X's values are not
+ * read, so an inf or a NaN there gives 0 too, unlike X * 0). Autodiff's
+ * gradient of a var that a branch does not use. Runs fill_constant's
+ * kernel. */
+static int zeros_like_infer(vq__infer *c)
+{
+    vq__fill_params *p = c->params;
+    c->out[0] = c->in[0];
+    p->value = 0;
+    p->ivalue = 0;
     return 0;
 }
 
@@ -261,6 +275,9 @@ const vq__op_def vq__ops_init[] = {
     {.type = "gaussian_random", .out_slots = out_slot, .nout_slots = 1, .attrs = gaussian_attrs,
      .nattrs = 5, .params_size = sizeof(vq__random_params), .infer = gaussian_infer,
      .kernel = {gaussian_kernel}},
+    {.type = "zeros_like", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
+     .nout_slots = 1, .params_size = sizeof(vq__fill_params), .infer = zeros_like_infer,
+     .kernel = {fill_kernel}},
     {.type = "uniform_random", .out_slots = out_slot, .nout_slots = 1, .attrs = uniform_attrs,
      .nattrs = 5, .params_size = sizeof(vq__random_params), .infer = uniform_infer,
      .kernel = {uniform_kernel}},

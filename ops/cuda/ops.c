@@ -1034,6 +1034,7 @@ static struct entry table[] = {
     {"matmul", matmul_gpu},
     {"matmul_grad", matmul_grad_gpu},
     {"fill_constant", fill_gpu},
+    {"zeros_like", fill_gpu},
     {"uniform_random", uniform_gpu},
     {"gaussian_random", gaussian_gpu},
     {"sgd", sgd_gpu},

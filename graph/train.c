@@ -25,31 +25,47 @@ static bool is_float(vq_dtype dt)
     return dt == VQ_F32 || dt == VQ_F64;
 }
 
-/* Declares name with var v's dtype and shape (non-persistable). */
-static int declare_like(vq_program *p, const char *name, int v, bool persistable)
+static bool is_control(const vq__pop *op)
+{
+    return op->def && (op->def->flags & VQ__CONTROL);
+}
+
+/* Declares name in block with var v's dtype and shape. */
+static int declare_like(vq_program *p, int block, const char *name, int v, bool persistable)
 {
     vq__pvar d = p->vars[v]; /* copy: adding a var may move the table */
-    return vq_program_add_var(p, 0, name, d.dtype, d.ndim, d.shape, persistable);
+    return vq_program_add_var(p, block, name, d.dtype, d.ndim, d.shape, persistable);
 }
 
 struct grad_names {
     char **part;  /* names of the partial gradients emitted so far */
     int nparts, expected;
-    bool final;   /* "x@GRAD" exists */
+    bool final;   /* the summed gradient exists */
 };
 
-struct emit_ctx {
+/* One reverse pass: the forward ops fwd (program op indices, in order) of
+ * one block, differentiated into block `block`. Block 0's pass is the
+ * program's; a cond's backward runs one pass per branch, into a block of
+ * its own, over a copy of the branch's ops. Gradient names end in suffix
+ * ("" for block 0, "@B<n>" in block n) so that passes never clash. */
+struct bw {
     vq_program *p;
-    int err;
+    int block;
+    const char *suffix;
+    int *fwd, nfwd;
+    int nvars;        /* the arrays below cover vars 0..nvars-1 */
+    bool *requires, *needed;
+    struct grad_names *g;
+    int err;          /* emit_op's first failure */
 };
 
 static int emit_op(void *user, const char *type, const char *const *in, int nin,
                    const char *const *out, int nout, const vq_attr *attrs, int nattrs)
 {
-    struct emit_ctx *c = user;
-    int rc = vq_program_add_op(c->p, 0, type, in, nin, out, nout, attrs, nattrs);
-    if (rc < 0 && !c->err)
-        c->err = rc;
+    struct bw *b = user;
+    int rc = vq_program_add_op(b->p, b->block, type, in, nin, out, nout, attrs, nattrs);
+    if (rc < 0 && !b->err)
+        b->err = rc;
     return rc < 0 ? rc : 0;
 }
 
@@ -61,32 +77,40 @@ static const char *no_temp(void *user)
     return NULL;
 }
 
-static char *grad_name(const char *var, int part)
+static char *grad_name(const struct bw *b, const char *var, int part)
 {
-    size_t n = strlen(var) + 32;
+    size_t n = strlen(var) + strlen(b->suffix) + 32;
     char *s = malloc(n);
     if (s) {
         if (part < 0)
-            snprintf(s, n, "%s@GRAD", var);
+            snprintf(s, n, "%s@GRAD%s", var, b->suffix);
         else
-            snprintf(s, n, "%s@GRAD@RENAME@%d", var, part);
+            snprintf(s, n, "%s@GRAD@RENAME@%d%s", var, part, b->suffix);
     }
     return s;
 }
 
-/* Sums the partial gradients of v into v@GRAD (declared here). */
-static int finalize(vq_program *p, int v, struct grad_names *g)
+/* Sums the partial gradients of v into its gradient (declared here), or
+ * copies a single part that has another name. */
+static int finalize(struct bw *b, int v)
 {
+    vq_program *p = b->p;
+    struct grad_names *g = &b->g[v];
     if (g->final || g->nparts == 0)
         return 0;
-    char *name = grad_name(p->vars[v].name, -1);
+    char *name = grad_name(b, p->vars[v].name, -1);
     if (!name)
         return vq__fail(VQ_ENOMEM, "autodiff: out of memory");
     int rc = 0;
-    if (g->nparts == 1 && g->expected == 1) {
+    if (g->nparts == 1 && !strcmp(g->part[0], name)) {
         /* A single gradient was emitted under the final name already. */
+    } else if (g->nparts == 1) {
+        rc = declare_like(p, b->block, name, v, false);
+        if (rc >= 0) /* one part, but named otherwise: copy it */
+            rc = vq_program_add_op(p, b->block, "scale", (const char *[]){g->part[0]}, 1,
+                                   (const char *const *)&name, 1, NULL, 0);
     } else {
-        rc = declare_like(p, name, v, false);
+        rc = declare_like(p, b->block, name, v, false);
         const char *acc = g->part[0];
         char *tmp = NULL;
         for (int i = 1; i < g->nparts && rc >= 0; i++) {
@@ -101,10 +125,10 @@ static int finalize(vq_program *p, int v, struct grad_names *g)
                     break;
                 }
                 snprintf(next, n, "%s@SUM@%d", name, i);
-                rc = declare_like(p, next, v, false);
+                rc = declare_like(p, b->block, next, v, false);
             }
             if (rc >= 0)
-                rc = vq_program_add_op(p, 0, "add", (const char *[]){acc, g->part[i]}, 2,
+                rc = vq_program_add_op(p, b->block, "add", (const char *[]){acc, g->part[i]}, 2,
                                        (const char *const *)&next, 1, NULL, 0);
             if (tmp)
                 free(tmp);
@@ -112,13 +136,427 @@ static int finalize(vq_program *p, int v, struct grad_names *g)
             acc = next;
         }
         free(tmp);
-        if (rc >= 0 && g->nparts == 1) /* one part, but renamed: copy it */
-            rc = vq_program_add_op(p, 0, "scale", (const char *[]){g->part[0]}, 1,
-                                   (const char *const *)&name, 1, NULL, 0);
     }
     free(name);
     g->final = rc >= 0;
     return rc < 0 ? rc : 0;
+}
+
+/* Adds name (copied) as a partial gradient of v. */
+static int add_part(struct bw *b, int v, const char *name)
+{
+    struct grad_names *gv = &b->g[v];
+    char **parts = realloc(gv->part, ((size_t)gv->nparts + 1) * sizeof *parts);
+    if (!parts)
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    gv->part = parts;
+    if (!(gv->part[gv->nparts] = strdup(name)))
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    gv->nparts++;
+    return 0;
+}
+
+static void bw_free(struct bw *b)
+{
+    for (int v = 0; b->g && v < b->nvars; v++) {
+        for (int i = 0; i < b->g[v].nparts; i++)
+            free(b->g[v].part[i]);
+        free(b->g[v].part);
+    }
+    free(b->g);
+    free(b->requires);
+    free(b->needed);
+    free(b->fwd);
+}
+
+static int bw_alloc(struct bw *b, vq_program *p, int block, const char *suffix, int nfwd)
+{
+    *b = (struct bw){.p = p, .block = block, .suffix = suffix, .nvars = p->nvars};
+    b->requires = calloc((size_t)b->nvars + 1, sizeof *b->requires);
+    b->needed = calloc((size_t)b->nvars + 1, sizeof *b->needed);
+    b->g = calloc((size_t)b->nvars + 1, sizeof *b->g);
+    b->fwd = malloc(((size_t)nfwd + 1) * sizeof *b->fwd);
+    if (!b->requires || !b->needed || !b->g || !b->fwd) {
+        bw_free(b);
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    }
+    b->nfwd = nfwd;
+    return 0;
+}
+
+/* The vars an op reads: its inputs, and for a cond or while the vars of
+ * enclosing blocks its blocks read (a cond's outputs that name such vars
+ * included), as the executor finds them. *out is malloc'd. */
+static int op_reads(const vq_program *p, const vq__pop *op, int **out, int *n)
+{
+    int cap = op->nin + 8;
+    int *v = malloc((size_t)cap * sizeof *v);
+    if (!v)
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    memcpy(v, op->in, (size_t)op->nin * sizeof *v);
+    *n = op->nin;
+    int rc = 0;
+    for (int a = 0; is_control(op) && a < op->nattrs && rc == 0; a++) {
+        const vq_attr *at = &op->attrs[a];
+        int blk = -1;
+        if (at->type == VQ_ATTR_INT && strstr(at->name, "_block"))
+            blk = (int)at->i;
+        if (blk <= 0 || blk >= p->nblocks)
+            continue;
+        int inner_n = 0, *inner = NULL;
+        const vq__block *bb = &p->blocks[blk];
+        for (int k = 0; k < bb->nops && rc == 0; k++) {
+            if ((rc = op_reads(p, &p->ops[bb->ops[k]], &inner, &inner_n)) < 0)
+                break;
+            for (int i = 0; i < inner_n; i++) {
+                int x = inner[i];
+                bool seen = p->vars[x].block == blk;
+                for (int j = 0; j < *n && !seen; j++)
+                    seen = v[j] == x;
+                if (seen)
+                    continue;
+                if (*n == cap) {
+                    int *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+                    if (!nv) {
+                        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                        break;
+                    }
+                    v = nv;
+                }
+                v[(*n)++] = x;
+            }
+            free(inner);
+            inner = NULL;
+        }
+    }
+    /* a cond's outputs that name vars from outside its blocks */
+    for (int a = 0; is_control(op) && a < op->nattrs && rc == 0; a++) {
+        const vq_attr *at = &op->attrs[a];
+        if (at->type != VQ_ATTR_STRINGS ||
+            (strcmp(at->name, "then_outputs") && strcmp(at->name, "else_outputs")))
+            continue;
+        for (int i = 0; i < at->n && rc == 0; i++) {
+            int x = vq__program_find_var(p, at->strings[i]);
+            bool skip = x < 0;
+            for (int a2 = 0; a2 < op->nattrs && !skip; a2++)
+                skip = op->attrs[a2].type == VQ_ATTR_INT && strstr(op->attrs[a2].name, "_block") &&
+                       op->attrs[a2].i == p->vars[x].block; /* the branch's own */
+            for (int j = 0; j < *n && !skip; j++)
+                skip = v[j] == x;
+            if (skip)
+                continue;
+            if (*n == cap) {
+                int *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+                if (!nv) {
+                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                    break;
+                }
+                v = nv;
+            }
+            v[(*n)++] = x;
+        }
+    }
+    if (rc < 0) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+static int bw_ops(struct bw *b);
+
+/* The backward of cond op (fwd index k of b) as a cond in b's block over
+ * two new blocks: each recomputes its branch (the forward values are gone
+ * once the forward cond is done) and differentiates it, from the output
+ * gradients dout, into the gradients of the vars in reads[] that have a
+ * din name; a var the branch does not use gets zeros. */
+static int cond_backward(struct bw *b, int k, const int *reads, int nreads, const char **din,
+                         const char *const *dout)
+{
+    vq_program *p = b->p;
+    const vq__pop *op0 = &p->ops[b->fwd[k]];
+    int nout = op0->nout, cond_var = op0->in[0];
+    int blocks[2] = {-1, -1};
+    const vq_attr *outs[2] = {NULL, NULL};
+    for (int a = 0; a < op0->nattrs; a++) {
+        const vq_attr *at = &op0->attrs[a];
+        if (!strcmp(at->name, "then_block"))
+            blocks[0] = (int)at->i;
+        else if (!strcmp(at->name, "else_block"))
+            blocks[1] = (int)at->i;
+        else if (!strcmp(at->name, "then_outputs"))
+            outs[0] = at;
+        else if (!strcmp(at->name, "else_outputs"))
+            outs[1] = at;
+    }
+    for (int i = 0; i < 2; i++)
+        if (blocks[i] <= 0 || blocks[i] >= p->nblocks || !outs[i] || outs[i]->n != nout)
+            return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (cond) is malformed (prepare "
+                                       "the program to see why)",
+                            k);
+    char **results[2] = {calloc((size_t)nreads + 1, sizeof(char *)),
+                         calloc((size_t)nreads + 1, sizeof(char *))};
+    int nb[2] = {-1, -1}, rc = 0;
+    if (!results[0] || !results[1])
+        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int br = 0; br < 2 && rc == 0; br++) {
+        int fb = blocks[br];
+        const vq__block *fblk = &p->blocks[fb];
+        for (int i = 0; i < fblk->nops; i++)
+            if (is_control(&p->ops[fblk->ops[i]]))
+                return vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (cond): block %d holds a "
+                                           "%s; gradients through nested control flow are not "
+                                           "available yet",
+                                k, fb, p->ops[fblk->ops[i]].type);
+        if ((rc = nb[br] = vq_program_add_block(p, 0)) < 0)
+            break;
+        rc = 0;
+        char suffix[32], re[32];
+        snprintf(suffix, sizeof suffix, "@B%d", nb[br]);
+        snprintf(re, sizeof re, "@RE%d", nb[br]);
+        /* 1. the branch again, its vars renamed into the new block */
+        int nfops = p->blocks[fb].nops;
+        int first_op = p->nops;
+        for (int i = 0; i < nfops && rc == 0; i++) {
+            const vq__pop *src = &p->ops[p->blocks[fb].ops[i]];
+            int nin = src->nin, no = src->nout;
+            char *names[2 * VQ__MAX_SLOTS] = {0};
+            for (int s = 0; s < nin + no && rc == 0; s++) {
+                int v = s < nin ? src->in[s] : src->out[s - nin];
+                const char *nm = p->vars[v].name;
+                size_t len = strlen(nm) + strlen(re) + 1;
+                if (!(names[s] = malloc(len)))
+                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                else if (p->vars[v].block == fb)
+                    snprintf(names[s], len, "%s%s", nm, re);
+                else
+                    snprintf(names[s], len, "%s", nm);
+                if (rc == 0 && s >= nin && vq__program_find_var(p, names[s]) < 0)
+                    rc = declare_like(p, nb[br], names[s], v, false);
+                if (rc == 0 && s < nin && p->vars[v].block == fb &&
+                    vq__program_find_var(p, names[s]) < 0)
+                    rc = declare_like(p, nb[br], names[s], v, false);
+            }
+            if (rc >= 0) {
+                src = &p->ops[p->blocks[fb].ops[i]]; /* declaring may not move ops, but */
+                vq_attr *attrs = src->attrs;
+                rc = vq_program_add_op(p, nb[br], src->type, (const char *const *)names, nin,
+                                       (const char *const *)names + nin, no, attrs,
+                                       src->nattrs);
+            }
+            for (int s = 0; s < nin + no; s++)
+                free(names[s]);
+            rc = rc < 0 ? rc : 0;
+        }
+        if (rc)
+            break;
+        /* 2. differentiate the copy */
+        struct bw sub;
+        if ((rc = bw_alloc(&sub, p, nb[br], suffix, nfops)) < 0)
+            break;
+        for (int i = 0; i < nfops; i++)
+            sub.fwd[i] = first_op + i;
+        for (int i = 0; i < nreads; i++)
+            if (din[i])
+                sub.requires[reads[i]] = true;
+        for (int i = 0; i < nfops; i++) {
+            const vq__pop *c = &p->ops[sub.fwd[i]];
+            bool any = false;
+            for (int j = 0; j < c->nin; j++)
+                any |= sub.requires[c->in[j]];
+            for (int j = 0; j < c->nout; j++)
+                if (any && c->def && c->def->grad && is_float(p->vars[c->out[j]].dtype))
+                    sub.requires[c->out[j]] = true;
+        }
+        /* the seeds: each output's gradient flows into the var the branch
+         * gives for it */
+        for (int j = 0; j < nout && rc == 0; j++) {
+            if (!dout[j])
+                continue;
+            int v = vq__program_find_var(p, outs[br]->strings[j]);
+            if (v >= 0 && p->vars[v].block == fb) {
+                char nm[256];
+                snprintf(nm, sizeof nm, "%s%s", p->vars[v].name, re);
+                v = vq__program_find_var(p, nm);
+            }
+            if (v < 0 || !sub.requires[v])
+                continue;
+            sub.needed[v] = true;
+            sub.g[v].expected++;
+            rc = add_part(&sub, v, dout[j]);
+        }
+        for (int i = nfops - 1; i >= 0 && rc == 0; i--) {
+            const vq__pop *c = &p->ops[sub.fwd[i]];
+            bool flows = false;
+            for (int j = 0; j < c->nout; j++)
+                flows |= sub.needed[c->out[j]];
+            if (!flows)
+                continue;
+            for (int j = 0; j < c->nin; j++)
+                if (sub.requires[c->in[j]]) {
+                    sub.needed[c->in[j]] = true;
+                    sub.g[c->in[j]].expected++;
+                }
+        }
+        if (rc == 0)
+            rc = bw_ops(&sub);
+        /* 3. the branch's result per wanted var: its gradient, or zeros */
+        for (int i = 0; i < nreads && rc == 0; i++) {
+            if (!din[i])
+                continue;
+            int v = reads[i];
+            if ((rc = finalize(&sub, v)) < 0)
+                break;
+            results[br][i] = grad_name(&sub, p->vars[v].name, -1);
+            if (!results[br][i]) {
+                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                break;
+            }
+            if (!sub.g[v].final) {
+                rc = declare_like(p, nb[br], results[br][i], v, false);
+                if (rc >= 0)
+                    rc = vq_program_add_op(p, nb[br], "zeros_like",
+                                           (const char *[]){p->vars[v].name}, 1,
+                                           (const char *const *)&results[br][i], 1, NULL, 0);
+                rc = rc < 0 ? rc : 0;
+            }
+        }
+        bw_free(&sub);
+    }
+    /* 4. the backward cond: Out = the gradients of the wanted vars */
+    if (rc == 0) {
+        const char *xin[VQ__MAX_SLOTS + 1], *outn[VQ__MAX_SLOTS], *t[VQ__MAX_SLOTS],
+            *e[VQ__MAX_SLOTS];
+        int nx = 0, no = 0;
+        xin[nx++] = p->vars[cond_var].name;
+        for (int j = 0; j < nout && nx < VQ__MAX_SLOTS; j++)
+            if (dout[j])
+                xin[nx++] = dout[j];
+        for (int i = 0; i < nreads && no < VQ__MAX_SLOTS; i++)
+            if (din[i]) {
+                outn[no] = din[i];
+                t[no] = results[0][i];
+                e[no] = results[1][i];
+                no++;
+            }
+        vq_attr at[4] = {VQ_ATTR_I("then_block", nb[0]), VQ_ATTR_I("else_block", nb[1]),
+                         VQ_ATTR_SS("then_outputs", t, no), VQ_ATTR_SS("else_outputs", e, no)};
+        if (nx < 2) /* X takes one var at least: no gradient flows, give zeros */
+            xin[nx++] = p->vars[cond_var].name;
+        rc = vq_program_add_op(p, b->block, "cond", xin, nx, outn, no, at, 4);
+        rc = rc < 0 ? rc : 0;
+    }
+    for (int br = 0; br < 2; br++) {
+        for (int i = 0; results[br] && i < nreads; i++)
+            free(results[br][i]);
+        free(results[br]);
+    }
+    return rc;
+}
+
+/* The reverse loop of pass b: its fwd ops in reverse, each with a gradient
+ * flowing into an output gets its gradient ops (b->requires, b->needed and
+ * the expected part counts are set). */
+static int bw_ops(struct bw *b)
+{
+    vq_program *p = b->p;
+    int rc = 0;
+    for (int k = b->nfwd - 1; k >= 0 && rc == 0; k--) {
+        /* Copy what we need: emitting ops moves p->ops. */
+        const vq__pop *op0 = &p->ops[b->fwd[k]];
+        int nin = 0, nout = op0->nout, *in = NULL, out[VQ__MAX_SLOTS];
+        if ((rc = op_reads(p, op0, &in, &nin)) < 0)
+            break;
+        op0 = &p->ops[b->fwd[k]];
+        memcpy(out, op0->out, (size_t)nout * sizeof *out);
+        bool flows = false, wants = false;
+        for (int j = 0; j < nout; j++)
+            flows |= b->needed[out[j]];
+        for (int i = 0; i < nin; i++)
+            wants |= b->requires[in[i]];
+        if (!flows || !wants) {
+            free(in);
+            continue;
+        }
+        bool control = is_control(op0);
+        if (control && strcmp(op0->type, "cond")) {
+            rc = vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (%s): the loss depends on its "
+                                     "outputs, and gradients through while are not available "
+                                     "yet",
+                          k, op0->type);
+            free(in);
+            break;
+        }
+        if (!control && (!op0->def || !op0->def->grad)) {
+            rc = vq__fail(VQ_EINVAL, "vq_append_backward: op %d (%s) has no gradient, but the "
+                                     "loss depends on its inputs",
+                          k, op0->type);
+            free(in);
+            break;
+        }
+        const char **dout = calloc((size_t)nout + 1, sizeof *dout);
+        const char **din = calloc((size_t)nin + 1, sizeof *din);
+        const char **in_n = calloc((size_t)nin + 1, sizeof *in_n);
+        const char *out_n[VQ__MAX_SLOTS];
+        char **owned = calloc((size_t)nin + 1, sizeof *owned);
+        char *dout_owned[VQ__MAX_SLOTS] = {0};
+        if (!dout || !din || !in_n || !owned)
+            rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        for (int j = 0; j < nout && rc == 0; j++) {
+            int v = out[j];
+            out_n[j] = p->vars[v].name;
+            dout[j] = NULL;
+            if (b->needed[v] && (rc = finalize(b, v)) == 0 && b->g[v].final)
+                dout[j] = dout_owned[j] = grad_name(b, p->vars[v].name, -1);
+        }
+        for (int i = 0; i < nin && rc == 0; i++) {
+            int v = in[i];
+            in_n[i] = p->vars[v].name;
+            din[i] = NULL;
+            if (!b->requires[v])
+                continue;
+            struct grad_names *gv = &b->g[v];
+            owned[i] = grad_name(b, p->vars[v].name, gv->expected == 1 ? -1 : gv->nparts);
+            if (!owned[i] || (rc = add_part(b, v, owned[i])) < 0) {
+                rc = rc < 0 ? rc : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                break;
+            }
+            rc = declare_like(p, b->block, owned[i], v, false);
+            din[i] = owned[i];
+            if (gv->expected == 1)
+                gv->final = true;
+        }
+        if (rc >= 0 && control) {
+            rc = cond_backward(b, k, in, nin, din, dout);
+        } else if (rc >= 0) {
+            op0 = &p->ops[b->fwd[k]];
+            vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
+                           .din = din, .dout = dout, .attrs = op0->attrs,
+                           .nattrs = op0->nattrs, .emit = emit_op, .temp = no_temp, .user = b};
+            rc = op0->def->grad(&gr);
+            if (rc >= 0 && b->err)
+                rc = b->err;
+        }
+        if (rc < 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "%s", vq_errmsg());
+            const char *type = p->ops[b->fwd[k]].type;
+            if (strncmp(msg, "vq_append_backward", 18))
+                rc = vq__fail(rc, "vq_append_backward: op %d (%s): %s", k, type, msg);
+        }
+        for (int i = 0; owned && i < nin; i++)
+            free(owned[i]);
+        for (int j = 0; j < nout; j++)
+            free(dout_owned[j]);
+        free(owned);
+        free(dout);
+        free(din);
+        free(in_n);
+        free(in);
+        rc = rc < 0 ? rc : 0;
+    }
+    return rc;
 }
 
 VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,
@@ -135,20 +573,20 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
                         "(a known shape)",
                         loss);
     const int nvars = p->nvars, nops = p->blocks[0].nops;
-    bool *requires = calloc((size_t)nvars + 1, sizeof *requires);
-    bool *needed = calloc((size_t)nvars + 1, sizeof *needed);
+    struct bw b;
+    int rc = bw_alloc(&b, p, 0, "", nops), nparams = 0;
+    if (rc < 0)
+        return rc;
     int *writer = malloc(((size_t)nvars + 1) * sizeof *writer);
-    struct grad_names *g = calloc((size_t)nvars + 1, sizeof *g);
-    int *fwd = malloc(((size_t)nops + 1) * sizeof *fwd);
-    int rc = 0, nparams = 0;
-    if (!requires || !needed || !writer || !g || !fwd) {
+    bool *stop = calloc((size_t)nvars + 1, sizeof *stop);
+    if (!writer || !stop) {
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         goto out;
     }
-    memcpy(fwd, p->blocks[0].ops, (size_t)nops * sizeof *fwd);
+    memcpy(b.fwd, p->blocks[0].ops, (size_t)nops * sizeof *b.fwd);
     for (int v = 0; v < nvars; v++) {
         writer[v] = -1;
-        requires[v] = p->vars[v].persistable && is_float(p->vars[v].dtype);
+        b.requires[v] = p->vars[v].persistable && is_float(p->vars[v].dtype);
     }
     for (int i = 0; i < nno_grad; i++) {
         int v = no_grad[i] ? vq__program_find_var(p, no_grad[i]) : -1;
@@ -157,23 +595,24 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
                           no_grad[i] ? no_grad[i] : "(NULL)");
             goto out;
         }
-        requires[v] = false;
-    }
-    bool *stop = calloc((size_t)nvars + 1, sizeof *stop);
-    if (!stop) {
-        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-        goto out;
+        b.requires[v] = false;
+        stop[v] = true;
     }
     for (int v = 0; v < nvars; v++)
-        stop[v] = !requires[v] && p->vars[v].persistable;
-    for (int i = 0; i < nno_grad; i++)
-        stop[vq__program_find_var(p, no_grad[i])] = true;
-    /* Forward: who writes what, and what is computed from parameters. */
+        stop[v] |= !b.requires[v] && p->vars[v].persistable;
+    /* Forward: who writes what, and what is computed from parameters (a
+     * cond or while reads what its blocks read). */
     for (int k = 0; k < nops && rc == 0; k++) {
-        const vq__pop *op = &p->ops[fwd[k]];
+        const vq__pop *op = &p->ops[b.fwd[k]];
+        int *in = NULL, nin = 0;
+        if ((rc = op_reads(p, op, &in, &nin)) < 0)
+            break;
+        op = &p->ops[b.fwd[k]];
         bool any = false;
-        for (int i = 0; i < op->nin; i++)
-            any |= requires[op->in[i]];
+        for (int i = 0; i < nin; i++)
+            any |= b.requires[in[i]];
+        free(in);
+        bool has_grad = op->def && (op->def->grad || is_control(op));
         for (int j = 0; j < op->nout && rc == 0; j++) {
             int v = op->out[j];
             if (writer[v] >= 0 || (p->vars[v].persistable && any))
@@ -182,52 +621,46 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
                               "updated in place; autodiff needs each var written once",
                               p->vars[v].name, writer[v], k);
             writer[v] = k;
-            /* A cond or while may read parameters in its blocks without
-             * naming them: its outputs count as computed from them. */
-            bool control = op->def && (op->def->flags & VQ__CONTROL);
-            if ((any || control) && op->def && (op->def->grad || control) &&
-                is_float(p->vars[v].dtype) && !stop[v])
-                requires[v] = true;
+            if (any && has_grad && is_float(p->vars[v].dtype) && !stop[v])
+                b.requires[v] = true;
         }
     }
-    free(stop);
     if (rc)
         goto out;
-    if (!requires[L]) {
+    if (!b.requires[L]) {
         rc = vq__fail(VQ_EINVAL, "vq_append_backward: loss %s does not depend on any parameter",
                       loss);
         goto out;
     }
     /* Backward reachability from the loss, and how many partial gradients
      * each var will get. */
-    needed[L] = true;
-    for (int k = nops - 1; k >= 0; k--) {
-        const vq__pop *op = &p->ops[fwd[k]];
+    b.needed[L] = true;
+    for (int k = nops - 1; k >= 0 && rc == 0; k--) {
+        const vq__pop *op = &p->ops[b.fwd[k]];
         bool flows = false;
         for (int j = 0; j < op->nout; j++)
-            flows |= needed[op->out[j]];
+            flows |= b.needed[op->out[j]];
         if (!flows)
             continue;
-        if (op->def && (op->def->flags & VQ__CONTROL)) {
-            rc = vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (%s): the loss depends on its "
-                                     "outputs, and gradients through cond and while are not "
-                                     "available yet",
-                          k, op->type);
-            goto out;
-        }
-        for (int i = 0; i < op->nin; i++)
-            if (requires[op->in[i]]) {
-                needed[op->in[i]] = true;
-                g[op->in[i]].expected++;
+        int *in = NULL, nin = 0;
+        if ((rc = op_reads(p, op, &in, &nin)) < 0)
+            break;
+        for (int i = 0; i < nin; i++)
+            if (b.requires[in[i]]) {
+                b.needed[in[i]] = true;
+                b.g[in[i]].expected++;
             }
+        free(in);
     }
+    if (rc)
+        goto out;
     /* The seed: d loss / d loss = 1. */
     {
-        char *lg = grad_name(loss, -1);
+        char *lg = grad_name(&b, loss, -1);
         vq__pvar d = p->vars[L];
         vq_attr a[3] = {VQ_ATTR_IS("shape", d.shape, d.ndim),
                         VQ_ATTR_S("dtype", vq_dtype_name(d.dtype)), VQ_ATTR_F("value", 1.0)};
-        rc = lg ? declare_like(p, lg, L, false) : VQ_ENOMEM;
+        rc = lg ? declare_like(p, 0, lg, L, false) : VQ_ENOMEM;
         if (rc >= 0)
             rc = vq_program_add_op(p, 0, "fill_constant", NULL, 0, (const char *const *)&lg, 1,
                                    a, 3);
@@ -235,97 +668,19 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
         if (rc < 0)
             goto out;
         rc = 0;
-        g[L].final = true;
+        b.g[L].final = true;
     }
-    struct emit_ctx ec = {.p = p};
-    for (int k = nops - 1; k >= 0 && rc == 0; k--) {
-        /* Copy what we need: emitting ops moves p->ops. */
-        const vq__pop *op0 = &p->ops[fwd[k]];
-        int nin = op0->nin, nout = op0->nout, in[VQ__MAX_SLOTS], out[VQ__MAX_SLOTS];
-        memcpy(in, op0->in, (size_t)nin * sizeof *in);
-        memcpy(out, op0->out, (size_t)nout * sizeof *out);
-        bool flows = false;
-        for (int j = 0; j < nout; j++)
-            flows |= needed[out[j]];
-        bool wants = false;
-        for (int i = 0; i < nin; i++)
-            wants |= requires[in[i]];
-        if (!flows || !wants)
-            continue;
-        if (!op0->def || !op0->def->grad) {
-            rc = vq__fail(VQ_EINVAL, "vq_append_backward: op %d (%s) has no gradient, but the "
-                                     "loss depends on its inputs",
-                          k, op0->type);
-            break;
-        }
-        const char *dout[VQ__MAX_SLOTS], *din[VQ__MAX_SLOTS], *in_n[VQ__MAX_SLOTS],
-            *out_n[VQ__MAX_SLOTS];
-        char *owned[VQ__MAX_SLOTS] = {0};
-        char *dout_owned[VQ__MAX_SLOTS] = {0};
-        for (int j = 0; j < nout && rc == 0; j++) {
-            int v = out[j];
-            out_n[j] = p->vars[v].name;
-            dout[j] = NULL;
-            if (needed[v] && (rc = finalize(p, v, &g[v])) == 0 && g[v].final)
-                dout[j] = dout_owned[j] = grad_name(p->vars[v].name, -1);
-        }
-        for (int i = 0; i < nin && rc == 0; i++) {
-            int v = in[i];
-            in_n[i] = p->vars[v].name;
-            din[i] = NULL;
-            if (!requires[v])
-                continue;
-            struct grad_names *gv = &g[v];
-            owned[i] = grad_name(p->vars[v].name, gv->expected == 1 ? -1 : gv->nparts);
-            char **parts = realloc(gv->part, ((size_t)gv->nparts + 1) * sizeof *parts);
-            if (!owned[i] || !parts) {
-                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-                break;
-            }
-            gv->part = parts;
-            gv->part[gv->nparts++] = strdup(owned[i]);
-            rc = declare_like(p, owned[i], v, false);
-            din[i] = owned[i];
-            if (gv->expected == 1)
-                gv->final = true;
-        }
-        if (rc >= 0) {
-            op0 = &p->ops[fwd[k]];
-            vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
-                           .din = din, .dout = dout, .attrs = op0->attrs,
-                           .nattrs = op0->nattrs, .emit = emit_op, .temp = no_temp, .user = &ec};
-            rc = op0->def->grad(&gr);
-            if (rc >= 0 && ec.err)
-                rc = ec.err;
-            if (rc < 0) {
-                char msg[200];
-                snprintf(msg, sizeof msg, "%s", vq_errmsg());
-                rc = vq__fail(rc, "vq_append_backward: op %d (%s): %s", k, op0->type, msg);
-            }
-        }
-        for (int i = 0; i < nin; i++)
-            free(owned[i]);
-        for (int j = 0; j < nout; j++)
-            free(dout_owned[j]);
-        rc = rc < 0 ? rc : 0;
-    }
+    rc = bw_ops(&b);
     /* Leaves (parameters): sum their parts too. */
     for (int v = 0; v < nvars && rc == 0; v++)
-        if (needed[v] && requires[v] && writer[v] < 0) {
-            rc = finalize(p, v, &g[v]);
-            nparams += p->vars[v].persistable && g[v].final;
+        if (b.needed[v] && b.requires[v] && writer[v] < 0) {
+            rc = finalize(&b, v);
+            nparams += p->vars[v].persistable && b.g[v].final;
         }
 out:
-    for (int v = 0; g && v < nvars; v++) {
-        for (int i = 0; i < g[v].nparts; i++)
-            free(g[v].part[i]);
-        free(g[v].part);
-    }
-    free(g);
-    free(requires);
-    free(needed);
+    bw_free(&b);
     free(writer);
-    free(fwd);
+    free(stop);
     return rc < 0 ? rc : nparams;
 }
 

@@ -1416,3 +1416,104 @@ Test(control, a_cond_output_declared_known_needs_known_branches)
                  "op 0 (cond): output Out (slot 0) var o: dim 0 is declared 3 but a branch "
                  "gives it unknown");
 }
+
+/* ---- gradients through cond ---- */
+
+/* loss = sum(y * y), y = cond(c, x): then t2 = (x * w) * w + v,
+ * else e = x - w (v unused there: its gradient is zero on that side). */
+static vq_program *cond_loss_program(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 1, S3, true), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "v", VQ_F64, 1, S3, true), 0);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    bvar(p, 0, "yy", VQ_F64, 1, S3);
+    bvar(p, 0, "loss", VQ_F64, 0, NULL);
+    int tb = add_block(p, 0), eb = add_block(p, 0);
+    bvar(p, tb, "t1", VQ_F64, 1, S3);
+    bvar(p, tb, "t2", VQ_F64, 1, S3);
+    bvar(p, tb, "t3", VQ_F64, 1, S3);
+    bvar(p, eb, "e", VQ_F64, 1, S3);
+    bop(p, tb, "mul", NAMES("x", "w"), 2, NAMES("t1"), 1, NULL, 0);
+    bop(p, tb, "mul", NAMES("t1", "w"), 2, NAMES("t2"), 1, NULL, 0);
+    bop(p, tb, "add", NAMES("t2", "v"), 2, NAMES("t3"), 1, NULL, 0);
+    bop(p, eb, "sub", NAMES("x", "w"), 2, NAMES("e"), 1, NULL, 0);
+    vq_attr a[4];
+    cond_attrs(a, tb, eb, NAMES("t3"), NAMES("e"), 1);
+    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    bop(p, 0, "mul", NAMES("y", "y"), 2, NAMES("yy"), 1, NULL, 0);
+    bop(p, 0, "sum", NAMES("yy"), 1, NAMES("loss"), 1, NULL, 0);
+    return p;
+}
+
+static double run_loss(struct fix *f, vq_program *p, vq_feed *feeds)
+{
+    vq_fetch fetch = {"loss", NULL};
+    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    vq_tensor *h = host(f->e, fetch.tensor);
+    double l = *(double *)vq_tensor_data(h);
+    vq_tensor_release(h);
+    return l;
+}
+
+Test(control, gradients_through_cond_match_finite_differences)
+{
+    vq_program *fwd = cond_loss_program(), *p = cond_loss_program();
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 2, "%s", vq_errmsg());
+    const int setup_ids[] = {0, 2, 3, 5};
+    for (int si = 0; si < N_OF(setup_ids); si++) {
+        const struct setup *st = &setups[setup_ids[si]];
+        struct fix f = fix_new(st);
+        vq_tensor *w = vec3(0.5, -1.25, 2), *v = vec3(0.3, 0.2, -0.7);
+        cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
+        cr_assert_eq(vq_scope_set(f.s, "v", v), 0);
+        for (int branch = 0; branch < 2; branch++) {
+            vq_tensor *x = vec3(1.5, -0.5, 0.75), *c;
+            cr_assert_eq(vq_tensor_new(&c, VQ_BOOL, 0, NULL), 0);
+            *(unsigned char *)vq_tensor_data(c) = branch == 0;
+            vq_feed feeds[] = {{"x", x}, {"c", c}};
+            vq_fetch g[] = {{"w@GRAD", NULL}, {"v@GRAD", NULL}};
+            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, g, 2), 0, "%s: %s", st->name,
+                         vq_errmsg());
+            vq_tensor *gw = host(f.e, g[0].tensor), *gv = host(f.e, g[1].tensor);
+            /* finite differences on the forward program, through the scope */
+            vq_tensor *params[] = {vq_scope_get(f.s, "w"), vq_scope_get(f.s, "v")};
+            vq_tensor *grads[] = {gw, gv};
+            for (int q = 0; q < 2; q++)
+                for (int i = 0; i < 3; i++) {
+                    vq_tensor *hp = host(f.e, vq_tensor_retain(params[q]));
+                    double base = ((double *)vq_tensor_data(hp))[i], h = 1e-6;
+                    /* set again before each run: on a GPU the plan copies the
+                     * scope's host tensor to the device when it prepares */
+                    ((double *)vq_tensor_data(hp))[i] = base + h;
+                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
+                    double up = run_loss(&f, fwd, feeds);
+                    ((double *)vq_tensor_data(hp))[i] = base - h;
+                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
+                    double down = run_loss(&f, fwd, feeds);
+                    ((double *)vq_tensor_data(hp))[i] = base;
+                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
+                    params[q] = vq_scope_get(f.s, q ? "v" : "w");
+                    vq_tensor_release(hp);
+                    double num = (up - down) / (2 * h), ana = ((double *)vq_tensor_data(grads[q]))[i];
+                    double err = fabs(ana - num) / fmax(fmax(fabs(ana), fabs(num)), 1e-3);
+                    cr_assert_leq(err, 1e-6, "%s branch %d d%s[%d]: %.9g vs %.9g", st->name,
+                                  branch, q ? "v" : "w", i, ana, num);
+                    if (q == 1 && branch == 1)
+                        cr_assert_eq(ana, 0.0, "v is not used by the else branch");
+                }
+            vq_tensor_release(gw);
+            vq_tensor_release(gv);
+            vq_tensor_release(x);
+            vq_tensor_release(c);
+        }
+        vq_tensor_release(w);
+        vq_tensor_release(v);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+    vq_program_free(fwd);
+}

@@ -34,9 +34,10 @@
  * and holds them all until the op is done) and write only their own
  * block's vars, which are not persistable. Only block 0's vars are fed and
  * fetched. vq_exec_prepare checks all of this and reports a violation as
- * VQ_EINVAL naming the op, the block and the var. Gradients through cond
- * and while are not available yet: vq_append_backward fails with
- * VQ_ENOSYS naming the op when the loss depends on one.
+ * VQ_EINVAL naming the op, the block and the var. vq_append_backward
+ * differentiates through a cond (train.h); through a while, and through a
+ * cond whose branches hold control ops, it fails with VQ_ENOSYS naming the
+ * op when the loss depends on one.
  *
  * Thread-safety: a vq_program is a plain value: build it from one thread;
  * once built, any number of threads may read, save or run it as long as

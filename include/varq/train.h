@@ -26,6 +26,16 @@ extern "C" {
  * several ops are summed. Each gradient var "v@GRAD" is declared with v's
  * dtype and shape. loss must be a floating-point var with exactly one
  * element. The forward part must write each var once (VQ_ENOSYS otherwise).
+ *
+ * Through a cond, the gradient is a cond on the same predicate whose two
+ * new blocks each recompute their branch (the forward values are gone once
+ * the forward cond is done) and differentiate it; a var that the untaken
+ * branch does not use gets zeros from it (zeros_like). The vars a branch
+ * reads from outside count as the cond's inputs, so a parameter used only
+ * inside a branch gets its gradient. Not yet: gradients through a while,
+ * or through a cond whose branches hold cond or while ops (VQ_ENOSYS
+ * naming the op when the loss depends on one).
+ *
  * Returns the number of parameters that received a gradient, or a negative
  * error naming the op whose gradient is missing. */
 VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,

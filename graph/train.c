@@ -184,6 +184,32 @@ static int bw_alloc(struct bw *b, vq_program *p, int block, const char *suffix, 
     return 0;
 }
 
+/* Appends x to the list v (n used of *cap) unless it is there. */
+static int reads_add(int **v, int *n, int *cap, int x)
+{
+    for (int j = 0; j < *n; j++)
+        if ((*v)[j] == x)
+            return 0;
+    if (*n == *cap) {
+        int *nv = realloc(*v, (size_t)(*cap *= 2) * sizeof *nv);
+        if (!nv)
+            return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        *v = nv;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+/* Block blk is one of control op op's blocks. */
+static bool op_block(const vq__pop *op, int blk)
+{
+    for (int a = 0; a < op->nattrs; a++)
+        if (op->attrs[a].type == VQ_ATTR_INT && strstr(op->attrs[a].name, "_block") &&
+            op->attrs[a].i == blk)
+            return true;
+    return false;
+}
+
 /* The vars an op reads: its inputs, and for a cond or while the vars of
  * enclosing blocks its blocks read (a cond's outputs that name such vars
  * included), as the executor finds them. *out is malloc'd. */
@@ -198,62 +224,25 @@ static int op_reads(const vq_program *p, const vq__pop *op, int **out, int *n)
     int rc = 0;
     for (int a = 0; is_control(op) && a < op->nattrs && rc == 0; a++) {
         const vq_attr *at = &op->attrs[a];
-        int blk = -1;
-        if (at->type == VQ_ATTR_INT && strstr(at->name, "_block"))
-            blk = (int)at->i;
-        if (blk <= 0 || blk >= p->nblocks)
-            continue;
-        int inner_n = 0, *inner = NULL;
-        const vq__block *bb = &p->blocks[blk];
-        for (int k = 0; k < bb->nops && rc == 0; k++) {
-            if ((rc = op_reads(p, &p->ops[bb->ops[k]], &inner, &inner_n)) < 0)
-                break;
-            for (int i = 0; i < inner_n; i++) {
-                int x = inner[i];
-                bool seen = p->vars[x].block == blk;
-                for (int j = 0; j < *n && !seen; j++)
-                    seen = v[j] == x;
-                if (seen)
-                    continue;
-                if (*n == cap) {
-                    int *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-                    if (!nv) {
-                        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-                        break;
-                    }
-                    v = nv;
-                }
-                v[(*n)++] = x;
-            }
-            free(inner);
-            inner = NULL;
-        }
-    }
-    /* a cond's outputs that name vars from outside its blocks */
-    for (int a = 0; is_control(op) && a < op->nattrs && rc == 0; a++) {
-        const vq_attr *at = &op->attrs[a];
-        if (at->type != VQ_ATTR_STRINGS ||
-            (strcmp(at->name, "then_outputs") && strcmp(at->name, "else_outputs")))
-            continue;
-        for (int i = 0; i < at->n && rc == 0; i++) {
-            int x = vq__program_find_var(p, at->strings[i]);
-            bool skip = x < 0;
-            for (int a2 = 0; a2 < op->nattrs && !skip; a2++)
-                skip = op->attrs[a2].type == VQ_ATTR_INT && strstr(op->attrs[a2].name, "_block") &&
-                       op->attrs[a2].i == p->vars[x].block; /* the branch's own */
-            for (int j = 0; j < *n && !skip; j++)
-                skip = v[j] == x;
-            if (skip)
-                continue;
-            if (*n == cap) {
-                int *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
-                if (!nv) {
-                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        if (at->type == VQ_ATTR_INT && strstr(at->name, "_block") && at->i > 0 &&
+            at->i < p->nblocks) {
+            const vq__block *bb = &p->blocks[at->i];
+            for (int k = 0; k < bb->nops && rc == 0; k++) {
+                int inner_n = 0, *inner = NULL;
+                if ((rc = op_reads(p, &p->ops[bb->ops[k]], &inner, &inner_n)) < 0)
                     break;
-                }
-                v = nv;
+                for (int i = 0; i < inner_n && rc == 0; i++)
+                    if (p->vars[inner[i]].block != at->i)
+                        rc = reads_add(&v, n, &cap, inner[i]);
+                free(inner);
             }
-            v[(*n)++] = x;
+        } else if (at->type == VQ_ATTR_STRINGS &&
+                   (!strcmp(at->name, "then_outputs") || !strcmp(at->name, "else_outputs"))) {
+            for (int i = 0; i < at->n && rc == 0; i++) {
+                int x = vq__program_find_var(p, at->strings[i]);
+                if (x >= 0 && !op_block(op, p->vars[x].block)) /* from outside */
+                    rc = reads_add(&v, n, &cap, x);
+            }
         }
     }
     if (rc < 0) {

@@ -6,13 +6,18 @@
  * A run pushes one bind op per feed, then every op of block 0 in program
  * order, then one final op that reads the fetched vars and reports. The
  * engine's var queues do all the ordering: no dependency graph is built,
- * and preparation is linear in ops plus edges.
+ * and preparation is linear in ops plus edges. A cond or while op is
+ * pushed as two halves that push the ops of its blocks when its predicate
+ * is known (control.c); the frames that hold each block's values, and the
+ * structures this file shares with control.c, are described in plan.h.
  *
- * Which run an op execution belongs to: every run pushes every op once, in
- * run order (runs push under the plan's lock), and an op's executions are
- * ordered by the engine (each op writes a var), so the n-th execution of an
- * op belongs to the n-th run of the plan. Runs sit in a ring indexed by
- * their sequence number; an op counts its own executions.
+ * Which run an op execution of block 0 belongs to: every run pushes every
+ * op once, in run order (runs push under the plan's lock), and an op's
+ * executions are ordered by the engine (each op writes a var), so the n-th
+ * execution of an op belongs to the n-th run of the plan. Runs sit in a
+ * ring indexed by their sequence number; an op counts its own executions.
+ * (The ops of other blocks belong to the run of their control op's
+ * instance, which runs one execution at a time.)
  *
  * Errors inside a run never reach the engine: a failing kernel records the
  * run's first error (with the op's index and type) and returns 0; later ops

@@ -1517,3 +1517,27 @@ Test(control, gradients_through_cond_match_finite_differences)
     vq_program_free(p);
     vq_program_free(fwd);
 }
+
+Test(control, loops_are_cached_plans_and_survive_save_and_load)
+{
+    struct fix f = fix_new(&setups[2]);
+    vq_program *p = counter_loop(-1);
+    char path[] = "/tmp/varq_control_saveXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_program_save(p, path), 0, "%s", vq_errmsg());
+    vq_program *q;
+    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
+    unlink(path);
+    cr_assert_eq(vq_program_hash(p), vq_program_hash(q));
+    for (int k = 0; k < 5; k++)
+        run_counter(&f, k % 2 ? q : p, "loaded", 3 + k, 0, -1);
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(f.ex, &st), 0);
+    cr_assert_eq(st.prepares, 1, "one plan for the program and its loaded copy");
+    cr_assert_eq(st.cache_hits, 4);
+    vq_program_free(q);
+    vq_program_free(p);
+    fix_free(&f);
+}

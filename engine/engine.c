@@ -20,11 +20,13 @@
  * (one relaxed load of gpu_on, beside the profile flag it reads anyway). */
 #include "internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Depth of op functions running on this thread (waiting inside one would
@@ -71,6 +73,35 @@ static void list_del(vq_engine *e, struct vq__link **head, struct vq__link *l)
 #define CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- options and environment ---- */
+
+/* VARQ_PROFILE must name a place the trace can be written when the engine
+ * is freed: an existing file or device that is writable, or a new file in
+ * a writable directory. Checked without creating anything. */
+static int profile_path_check(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE=%s is a directory", path);
+        if (access(path, W_OK) != 0)
+            return vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: %s", path,
+                            strerror(errno));
+        return 0;
+    }
+    if (errno != ENOENT)
+        return vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: %s", path, strerror(errno));
+    char *dir = strdup(path);
+    if (!dir)
+        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+    char *slash = strrchr(dir, '/');
+    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+    int rc = 0;
+    if (access(d, W_OK | X_OK) != 0)
+        rc = vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: cannot create it in %s: %s", path,
+                      d, strerror(errno));
+    free(dir);
+    return rc;
+}
 
 static int env_int(const char *name, int lo, int hi, int *out)
 {
@@ -129,6 +160,8 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     if (ep) {
         if (*ep == '\0')
             return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE is set but empty");
+        if ((rc = profile_path_check(ep)) < 0)
+            return rc;
         e->profile_path = strdup(ep);
         if (!e->profile_path)
             return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
@@ -238,8 +271,10 @@ VQ_API void vq_engine_free(vq_engine *e)
     if (!e)
         return;
     wait_pending(e);
-    if (e->profile_path)
-        vq_profiler_dump(e, e->profile_path);
+    if (e->profile_path && vq_profiler_dump(e, e->profile_path) < 0)
+        /* vq_engine_free returns nothing: the one place the library
+         * prints, so that a lost trace is never silent (engine.h). */
+        fprintf(stderr, "varq: the VARQ_PROFILE trace was not written: %s\n", vq_errmsg());
     if (e->kind == VQ_ENGINE_THREADED) {
         vq__pool_stop(&e->cpu);
         if (e->has_prio)

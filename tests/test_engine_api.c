@@ -672,3 +672,37 @@ Test(varq_engine, varq_profile_writes_the_trace_when_the_engine_is_freed)
     cr_assert_eq(count(slurp(path), "\"name\":\"ten\""), 10);
     unlink(path);
 }
+
+Test(varq_engine, a_varq_profile_that_cannot_be_written_is_an_error_or_a_line_on_stderr)
+{
+    vq_engine *e;
+    setenv("VARQ_PROFILE", "/nonexistent-varq-dir/trace.json", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "cannot create it in /nonexistent-varq-dir"), "%s",
+              vq_errmsg());
+    setenv("VARQ_PROFILE", "/tmp", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "VARQ_PROFILE=/tmp is a directory"), "%s", vq_errmsg());
+    /* Writable when the engine is made, failing when it is freed: the
+     * lost trace is said on stderr. */
+    setenv("VARQ_PROFILE", "/dev/full", 1);
+    cr_assert_eq(vq_engine_new(&e, NULL), 0, "%s", vq_errmsg());
+    vq_task t = {.fn = nop, .name = "one"};
+    cr_assert_eq(vq_push(e, &t), 0);
+    char errpath[] = "/tmp/varq_stderr_XXXXXX";
+    int efd = mkstemp(errpath);
+    cr_assert_geq(efd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(efd, 2);
+    vq_engine_free(e);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(efd);
+    unsetenv("VARQ_PROFILE");
+    const char *text = slurp(errpath); /* a static buffer */
+    unlink(errpath);
+    cr_assert(strstr(text, "varq: the VARQ_PROFILE trace was not written: "), "stderr: %s", text);
+    cr_assert(strstr(text, "/dev/full"), "stderr: %s", text);
+}

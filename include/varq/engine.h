@@ -135,16 +135,22 @@ typedef struct vq_engine_opts {
 /* Creates an engine. opts may be NULL (defaults and environment). The
  * environment: VARQ_ENGINE=threaded|naive, VARQ_CPU_WORKERS=N (1..1024),
  * VARQ_PROFILE=path.json (record ops; write a Chrome trace there when the
- * engine is freed). A value that is not understood is VQ_EINVAL, never a
- * silent default. On success *out owns a new engine that the caller frees
- * with vq_engine_free. */
+ * engine is freed; a directory is VQ_EINVAL, and a path that cannot be
+ * written — an existing file without write permission, a missing or
+ * unwritable directory — is VQ_EIO, checked here without creating
+ * anything). A value that is not understood is VQ_EINVAL, never a silent
+ * default. On success *out owns a new engine that the caller frees with
+ * vq_engine_free. */
 VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
 
 /* Waits for every pushed op to complete (async ops included: one that never
  * calls vq_done_finish makes this hang), writes the VARQ_PROFILE trace if
  * one was asked for, stops the workers and frees the engine with every var
- * and prebuilt op still alive in it. Must not be called from inside an op,
- * nor concurrently with other calls on the same engine. NULL is a no-op. */
+ * and prebuilt op still alive in it. If that trace cannot be written (the
+ * disk is full, the file was removed meanwhile) one line saying why goes
+ * to stderr: the only output the library ever prints, since this function
+ * returns nothing. Must not be called from inside an op, nor concurrently
+ * with other calls on the same engine. NULL is a no-op. */
 VQ_API void vq_engine_free(vq_engine *e);
 
 /* Creates a var owned by the engine. name (may be NULL) is copied, cut to

@@ -1,8 +1,12 @@
 /* Writing files safely, shared by .npy saves and program saves: a regular
- * file is written beside its path under a fresh name and renamed over it,
- * so readers see the old file or the whole new one and a failure leaves
- * nothing behind; through a symlink, the target is what is replaced; a
- * device or a FIFO (/dev/stdout) is written in place and never removed. */
+ * file is written beside its path under a fresh name, synced to the disk,
+ * and renamed over it (the directory synced after), so readers see the old
+ * file or the whole new one, after a process crash or a power loss alike,
+ * and a failure leaves nothing behind. A replaced file keeps its mode (and
+ * owner, where the caller may set it); one the caller may not write, or
+ * with no write permission at all, is refused. Through a symlink, the
+ * target is what is replaced; a device or a FIFO (/dev/stdout) is written
+ * in place and never removed. */
 #include "internal.h"
 
 #include <errno.h>
@@ -33,8 +37,10 @@ static int write_full(int fd, const void *buf, size_t n)
     return 0;
 }
 
-/* Writes the parts to fd and closes it; errno is kept on failure. */
-static int write_and_close(int fd, const vq__file_part *parts, int nparts)
+/* Writes the parts to fd, makes them durable when sync (fsync: the bytes
+ * reach the disk before the rename that publishes them), and closes it;
+ * errno is kept on failure. */
+static int write_and_close(int fd, const vq__file_part *parts, int nparts, bool sync)
 {
     for (int i = 0; i < nparts; i++)
         if (write_full(fd, parts[i].buf, parts[i].n) < 0) {
@@ -43,7 +49,29 @@ static int write_and_close(int fd, const vq__file_part *parts, int nparts)
             errno = err;
             return -1;
         }
+    if (sync && fsync(fd) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
     return close(fd);
+}
+
+/* After a rename into dir: the directory entry itself reaches the disk. */
+static void sync_dir_of(const char *target)
+{
+    char *dir = strdup(target);
+    if (!dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd); /* best effort: some file systems refuse it on a directory */
+        close(fd);
+    }
+    free(dir);
 }
 
 int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
@@ -57,8 +85,16 @@ int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
     bool exists = stat(target, &st) == 0;
     if (exists && !S_ISREG(st.st_mode)) {
         fd = open(target, O_WRONLY | O_TRUNC | O_CLOEXEC);
-        if (fd < 0 || write_and_close(fd, parts, nparts) < 0)
+        if (fd < 0 || write_and_close(fd, parts, nparts, false) < 0)
             rc = vq__io_fail(path, "", errno);
+        free(resolved);
+        return rc;
+    }
+    /* A file the caller may not write is not replaced (the rename would
+     * not ask): as numpy.save refuses it. A file with no write permission
+     * for anyone is read-only for root too. */
+    if (exists && (access(target, W_OK) != 0 || !(st.st_mode & 0222))) {
+        rc = vq__io_fail(path, "the file is read-only", EACCES);
         free(resolved);
         return rc;
     }
@@ -78,13 +114,20 @@ int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
         if (fd < 0 && errno != EEXIST)
             break;
     }
-    if (fd >= 0 && exists)
-        (void)fchmod(fd, st.st_mode & 07777); /* best effort, like cp */
+    if (fd >= 0 && exists) {
+        /* the replaced file's mode, and its owner when we may set it */
+        (void)fchmod(fd, st.st_mode & 07777);
+        if (fchown(fd, st.st_uid, st.st_gid) < 0) {
+            /* not the owner and not root: the new file is the caller's */
+        }
+    }
     if (fd < 0) {
         rc = vq__io_fail(path, "cannot create a file there", errno);
-    } else if (write_and_close(fd, parts, nparts) < 0 || rename(tmp, target) < 0) {
+    } else if (write_and_close(fd, parts, nparts, true) < 0 || rename(tmp, target) < 0) {
         rc = vq__io_fail(path, "", errno);
         unlink(tmp);
+    } else {
+        sync_dir_of(target);
     }
     free(tmp);
     free(resolved);

@@ -1111,3 +1111,35 @@ Test(npy, load_agrees_with_parse_on_truncated_and_mutated_files, .timeout = 120)
     for (int i = 0; i < nsamples; i++)
         free(samples[i].bytes);
 }
+
+Test(npy, save_refuses_a_read_only_file_and_keeps_the_mode_it_replaces)
+{
+    char path[] = "/tmp/varq_npy_modeXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "old", 3), 3);
+    close(fd);
+    int64_t s[1] = {4};
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_F32, 1, s), 0);
+    /* read-only: refused, the file untouched (root included) */
+    cr_assert_eq(chmod(path, 0444), 0);
+    cr_assert_eq(vq_npy_save(path, t), VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "the file is read-only: Permission denied"), "%s", vq_errmsg());
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_size, 3);
+    cr_assert_eq(st.st_mode & 07777, 0444);
+    /* writable with an unusual mode: replaced, the mode kept */
+    cr_assert_eq(chmod(path, 0640), 0);
+    cr_assert_eq(vq_npy_save(path, t), 0, "%s", vq_errmsg());
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 07777, 0640);
+    cr_assert_gt(st.st_size, 3);
+    vq_tensor *back;
+    cr_assert_eq(vq_npy_load(path, &back), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(back), 4);
+    vq_tensor_release(back);
+    vq_tensor_release(t);
+    unlink(path);
+}

@@ -181,8 +181,12 @@ VQ_API int vq_npy_parse(const void *buf, size_t len, vq_tensor **out);
 
 /* Writes t as a .npy file (version 1.0, or 2.0 when the header needs it),
  * after waiting for the ops pushed on t; a GPU tensor is copied to the host
- * first (synchronously). VQ_EIO if the file cannot be written (a partly
- * written file is removed). */
+ * first (synchronously). The file is written beside path, synced to the
+ * disk and renamed over it, so path holds the old file or the whole new one
+ * even after a power loss; a replaced file keeps its mode. VQ_EIO if the
+ * file cannot be written (nothing partial is left behind), and for an
+ * existing file the caller may not write or that has no write permission
+ * at all ("the file is read-only", as numpy.save refuses it). */
 VQ_API int vq_npy_save(const char *path, vq_tensor *t);
 
 #ifdef __cplusplus

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <fcntl.h>
 
 struct binding {
     char *name;
@@ -190,12 +192,101 @@ static bool name_ok_for_file(const char *name)
     return *name && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
 }
 
+/* Removes dir and the files in it (one level: what a save writes). */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *ent;
+        while ((ent = readdir(d))) {
+            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
+                continue;
+            char *path = malloc(strlen(dir) + strlen(ent->d_name) + 2);
+            if (path) {
+                sprintf(path, "%s/%s", dir, ent->d_name);
+                unlink(path);
+                free(path);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* An existing checkpoint directory may be replaced as a whole only when it
+ * holds nothing but .npy files that the caller may replace: anything else
+ * would be deleted with it. */
+static int check_replaceable(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
+    int rc = 0;
+    struct dirent *ent;
+    while (rc == 0 && (ent = readdir(d))) {
+        const char *nm = ent->d_name;
+        size_t len = strlen(nm);
+        if (!strcmp(nm, ".") || !strcmp(nm, ".."))
+            continue;
+        char *path = malloc(strlen(dir) + len + 2);
+        if (!path) {
+            rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+            break;
+        }
+        sprintf(path, "%s/%s", dir, nm);
+        struct stat st;
+        if (len <= 4 || strcmp(nm + len - 4, ".npy") || lstat(path, &st) < 0 ||
+            !S_ISREG(st.st_mode))
+            rc = vq__fail(VQ_EINVAL, "vq_scope_save: %s holds %s, which is not a .npy file: a "
+                                     "save replaces the whole directory, so it saves only over "
+                                     "a directory of .npy files",
+                          dir, nm);
+        else if (access(path, W_OK) != 0 || !(st.st_mode & 0222))
+            rc = vq__fail(VQ_EIO, "vq_scope_save: %s: the file is read-only: %s", path,
+                          strerror(EACCES));
+        free(path);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Where the file system cannot exchange two directories in one step: dir
+ * moves aside, tmp takes its place, and the old one ends in tmp's name (a
+ * reader in between finds no dir at all, never a mix). */
+static int swap_by_renames(const char *tmp, const char *dir)
+{
+    size_t len = strlen(tmp) + 8;
+    char *aside = malloc(len);
+    if (!aside) {
+        errno = ENOMEM;
+        return -1;
+    }
+    snprintf(aside, len, "%s.old", tmp);
+    int rc = rename(dir, aside);
+    if (rc == 0 && (rc = rename(tmp, dir)) < 0) {
+        int err = errno;
+        (void)rename(aside, dir); /* put the old one back */
+        errno = err;
+    } else if (rc == 0) {
+        rc = rename(aside, tmp);
+    }
+    free(aside);
+    return rc;
+}
+
 VQ_API int vq_scope_save(vq_scope *s, const char *dir)
 {
-    if (!s || !dir)
+    if (!s || !dir || !*dir)
         return vq__fail(VQ_EINVAL, "vq_scope_save: NULL argument");
-    if (mkdir(dir, 0777) < 0 && errno != EEXIST)
+    struct stat dst;
+    bool exists = stat(dir, &dst) == 0;
+    if (exists && !S_ISDIR(dst.st_mode))
+        return vq__fail(VQ_EINVAL, "vq_scope_save: %s exists and is not a directory", dir);
+    if (!exists && errno != ENOENT)
         return vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
+    int rc = exists ? check_replaceable(dir) : 0;
+    if (rc < 0)
+        return rc;
     /* A snapshot of the bindings, so that saving does not hold the lock. */
     pthread_mutex_lock(&s->lock);
     int n = s->n;
@@ -207,7 +298,20 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
     pthread_mutex_unlock(&s->lock);
     if (!snap)
         return vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
-    int rc = 0;
+    /* The whole checkpoint goes to a new directory beside dir, which then
+     * takes dir's place in one step: a reader sees the old checkpoint or
+     * the new one, never a mix. */
+    static atomic_uint counter;
+    size_t tlen = strlen(dir) + 64;
+    char *tmp = malloc(tlen), *path = NULL;
+    if (!tmp)
+        rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+    else
+        snprintf(tmp, tlen, "%s.%ld.%u.saving", dir, (long)getpid(), atomic_fetch_add(&counter, 1));
+    if (rc == 0 && mkdir(tmp, exists ? (dst.st_mode & 07777) : 0777) < 0)
+        rc = vq__fail(VQ_EIO, "vq_scope_save: %s: cannot create a directory beside it: %s", dir,
+                      strerror(errno));
+    bool made = rc == 0;
     for (int i = 0; i < n; i++) {
         if (rc == 0 && !snap[i].name)
             rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
@@ -215,13 +319,17 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
             rc = vq__fail(VQ_EINVAL, "vq_scope_save: \"%s\" cannot be a file name",
                           snap[i].name);
         if (rc == 0) {
-            size_t len = strlen(dir) + strlen(snap[i].name) + 6;
-            char *path = malloc(len);
-            if (!path) {
+            size_t len = strlen(tmp) + strlen(snap[i].name) + 6;
+            if (!(path = malloc(len))) {
                 rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
             } else {
-                snprintf(path, len, "%s/%s.npy", dir, snap[i].name);
-                rc = vq_npy_save(path, snap[i].t);
+                snprintf(path, len, "%s/%s.npy", tmp, snap[i].name);
+                if ((rc = vq_npy_save(path, snap[i].t)) < 0) {
+                    char msg[256];
+                    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+                    rc = vq__fail(rc, "vq_scope_save: %s: %s (the checkpoint there is unchanged)",
+                                  dir, msg);
+                }
                 free(path);
             }
         }
@@ -229,6 +337,23 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
         vq_tensor_release(snap[i].t);
     }
     free(snap);
+    if (rc == 0) {
+        vq__file_sync_dir_of(tmp); /* tmp's own entries */
+        if (exists) {
+            /* Swap the two directories in one step, then drop the old. */
+            if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) < 0 &&
+                (errno != EINVAL && errno != ENOSYS ? -1 : swap_by_renames(tmp, dir)) < 0)
+                rc = vq__fail(VQ_EIO, "vq_scope_save: %s: cannot replace it: %s", dir,
+                              strerror(errno));
+        } else if (rename(tmp, dir) < 0) {
+            rc = vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
+        }
+        if (rc == 0)
+            vq__file_sync_dir_of(dir);
+    }
+    if (made)
+        remove_dir(tmp); /* the old checkpoint, or what a failed save wrote */
+    free(tmp);
     return rc;
 }
 

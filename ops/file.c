@@ -37,11 +37,32 @@ static int write_full(int fd, const void *buf, size_t n)
     return 0;
 }
 
+static atomic_int inject_after = -1;
+
+void vq__file_inject_enospc(int after)
+{
+    atomic_store(&inject_after, after);
+}
+
+/* True when an injected full disk fails this write (tests). */
+static bool injected_failure(void)
+{
+    int left = atomic_load(&inject_after);
+    while (left > 0 && !atomic_compare_exchange_weak(&inject_after, &left, left - 1))
+        ;
+    return left == 0;
+}
+
 /* Writes the parts to fd, makes them durable when sync (fsync: the bytes
  * reach the disk before the rename that publishes them), and closes it;
  * errno is kept on failure. */
 static int write_and_close(int fd, const vq__file_part *parts, int nparts, bool sync)
 {
+    if (injected_failure()) {
+        close(fd);
+        errno = ENOSPC;
+        return -1;
+    }
     for (int i = 0; i < nparts; i++)
         if (write_full(fd, parts[i].buf, parts[i].n) < 0) {
             int err = errno;
@@ -59,7 +80,7 @@ static int write_and_close(int fd, const vq__file_part *parts, int nparts, bool 
 }
 
 /* After a rename into dir: the directory entry itself reaches the disk. */
-static void sync_dir_of(const char *target)
+void vq__file_sync_dir_of(const char *target)
 {
     char *dir = strdup(target);
     if (!dir)
@@ -127,7 +148,7 @@ int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
         rc = vq__io_fail(path, "", errno);
         unlink(tmp);
     } else {
-        sync_dir_of(target);
+        vq__file_sync_dir_of(target);
     }
     free(tmp);
     free(resolved);

@@ -398,6 +398,14 @@ int vq__file_replace(const char *path, const vq__file_part *parts, int nparts);
 /* VQ_EIO with "path: what: strerror(err)". */
 int vq__io_fail(const char *path, const char *what, int err);
 
+/* Tests only: after `after` more files written by vq__file_replace, each
+ * further write fails with ENOSPC, as on a full disk; -1 turns it off.
+ * Process-wide (atomic). */
+void vq__file_inject_enospc(int after);
+
+/* Syncs the directory holding path (best effort). */
+void vq__file_sync_dir_of(const char *path);
+
 /* ---- random numbers (rng.c) ---- */
 
 /* Philox4x32-10: four 32-bit random words for (counter, key). The same

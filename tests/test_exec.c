@@ -2,6 +2,7 @@
  * what the same ops give when run directly, with identical bits on every
  * engine; the plan cache; release by reference count (peak memory); async
  * runs in flight; errors naming the op; scopes. */
+#include "../ops/internal.h" /* vq__file_inject_enospc */
 #include "leakcheck.h"
 #include "opcheck.h"
 #include "programs.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 TestSuite(exec, .fini = leak_check);
@@ -585,4 +587,84 @@ Test(exec, a_failed_imperative_op_on_a_scope_tensor_does_not_stop_runs)
     vq_tensor_release(y);
     vq_program_free(p);
     fixture_free(&f);
+}
+
+/* Entries of dir's parent whose name starts with dir's base name and
+ * contains ".saving": what a save leaves behind if it does not clean up. */
+static int leftovers(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls -d %s.*saving* 2>/dev/null | wc -l", dir);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    int n = -1;
+    cr_assert_eq(fscanf(f, "%d", &n), 1);
+    pclose(f);
+    return n;
+}
+
+static double first_value(vq_scope *s, const char *name)
+{
+    return ((const float *)vq_tensor_data(vq_scope_get(s, name)))[0];
+}
+
+Test(exec, a_scope_save_replaces_the_whole_checkpoint_or_nothing)
+{
+    vq_scope *s, *t;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    char dir[] = "/tmp/varq_ckpt_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    const char *names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        vq_tensor *x = vec4(1, 1, 1, 1); /* step 1 */
+        cr_assert_eq(vq_scope_set(s, names[i], x), 0);
+        vq_tensor_release(x);
+    }
+    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 3; i++)
+        ((float *)vq_tensor_data(vq_scope_get(s, names[i])))[0] = 2; /* step 2 */
+    /* the disk fills after one file of step 2: step 1 stays, whole */
+    vq__file_inject_enospc(1);
+    int rc = vq_scope_save(s, dir);
+    vq__file_inject_enospc(-1);
+    cr_assert_eq(rc, VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "No space left on device (the checkpoint there is unchanged)"),
+              "%s", vq_errmsg());
+    cr_assert(strstr(vq_errmsg(), dir), "%s", vq_errmsg());
+    cr_assert_eq(leftovers(dir), 0, "a failed save left files behind");
+    cr_assert_eq(vq_scope_new(&t), 0);
+    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(first_value(t, names[i]), 1, "%s is from step 2", names[i]);
+    vq_scope_free(t);
+    /* then it succeeds, whole */
+    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_new(&t), 0);
+    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(first_value(t, names[i]), 2);
+    vq_scope_free(t);
+    cr_assert_eq(leftovers(dir), 0);
+    /* a directory holding something else is not replaced */
+    char other[96];
+    snprintf(other, sizeof other, "%s/notes.txt", dir);
+    FILE *f = fopen(other, "w");
+    cr_assert_not_null(f);
+    fputs("mine", f);
+    fclose(f);
+    cr_assert_eq(vq_scope_save(s, dir), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "holds notes.txt, which is not a .npy file"), "%s",
+              vq_errmsg());
+    cr_assert_eq(access(other, F_OK), 0);
+    unlink(other);
+    /* nor one with a read-only checkpoint file */
+    char ro[96];
+    snprintf(ro, sizeof ro, "%s/a.npy", dir);
+    cr_assert_eq(chmod(ro, 0444), 0);
+    cr_assert_eq(vq_scope_save(s, dir), VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "the file is read-only"), "%s", vq_errmsg());
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    vq_scope_free(s);
 }

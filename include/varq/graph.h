@@ -146,9 +146,18 @@ VQ_API vq_tensor *vq_scope_get(vq_scope *s, const char *name);
 VQ_API int vq_scope_count(vq_scope *s);
 VQ_API const char *vq_scope_name(vq_scope *s, int i);
 
-/* Saves every tensor as dir/<name>.npy (dir is created if missing; names
- * with '/' are refused) after waiting for the ops writing them; loads every
- * *.npy file of dir, binding it under its name without ".npy". */
+/* Saves every tensor as dir/<name>.npy (names with '/' are refused) after
+ * waiting for the ops writing them, as one checkpoint: the files go to a
+ * new directory beside dir, synced to the disk, which then replaces dir in
+ * one step (renameat2 RENAME_EXCHANGE; where the file system cannot, dir
+ * is moved aside first and a reader may briefly find no dir). A reader sees
+ * the old checkpoint or the new one, never a mix of two; a failed save (a
+ * full disk) leaves dir as it was, names dir and the cause, and removes
+ * what it wrote. dir holds exactly the saved tensors afterwards, so an
+ * existing dir must hold nothing but .npy files (VQ_EINVAL otherwise,
+ * naming one) and none of them read-only (VQ_EIO). Not concurrently with
+ * another save to the same dir. vq_scope_load binds every *.npy file of dir
+ * under its name without ".npy". */
 VQ_API int vq_scope_save(vq_scope *s, const char *dir);
 VQ_API int vq_scope_load(vq_scope *s, const char *dir);
 

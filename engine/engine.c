@@ -108,9 +108,11 @@ static int env_int(const char *name, int lo, int hi, int *out)
     const char *s = getenv(name);
     if (!s)
         return 0;
+    /* digits only: strtol alone would take " 2" and "+3" */
+    bool digits = *s != '\0' && strspn(s, "0123456789") == strlen(s);
     char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+    long v = digits ? strtol(s, &end, 10) : 0;
+    if (!digits || v < lo || v > hi)
         return vq__fail(VQ_EINVAL, "vq_engine_new: %s=\"%s\" is not an integer in %d..%d", name, s,
                         lo, hi);
     *out = (int)v;

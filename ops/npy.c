@@ -194,8 +194,19 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
                                 s + 1);
             break; /* '|f4': numpy never writes a multi-byte dtype as byte-order-free */
         }
-    return vq__fail(VQ_EINVAL, "%s: dtype '%.*s' is not supported (<f4, <f8, <i4, <i8, |b1)",
-                    c->src, n > 32 ? 32 : (int)n, s);
+    /* the descr as it is, a NUL or another control byte shown escaped */
+    char shown[32 * 4 + 1];
+    size_t at = 0;
+    for (size_t i = 0; i < n && i < 32; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\')
+            shown[at++] = (char)ch;
+        else
+            at += (size_t)snprintf(shown + at, sizeof shown - at, "\\x%02x", ch);
+    }
+    shown[at] = '\0';
+    return vq__fail(VQ_EINVAL, "%s: dtype '%s%s' is not supported (<f4, <f8, <i4, <i8, |b1)",
+                    c->src, shown, n > 32 ? "..." : "");
 }
 
 /* A tuple of non-negative ints: "()", "(5,)", "(2, 3)". Python's "(5)" is

@@ -199,6 +199,10 @@ static int attrs_check(const vq__op_def *d, const vq_attr *attrs, int nattrs)
             return vq__fail(VQ_EINVAL, "%s: unknown attribute '%s' (known: %s)", d->type, a->name,
                             d->nattrs ? known : "none");
         }
+        if ((unsigned)a->type > VQ_ATTR_BOOLS)
+            return vq__fail(VQ_EINVAL, "%s: attribute %s: expected %s, got type %d, which is "
+                                       "no vq_attr_type",
+                            d->type, a->name, attr_type_name(s->type), (int)a->type);
         if (!attr_type_fits(s->type, a))
             return vq__fail(VQ_EINVAL, "%s: attribute %s: expected %s, got %s", d->type, a->name,
                             attr_type_name(s->type), attr_type_name(a->type));

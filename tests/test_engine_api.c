@@ -554,7 +554,8 @@ Test(varq_engine, bad_environment_is_an_error_not_a_default)
     cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "VARQ_ENGINE"), "message: %s", vq_errmsg());
     unsetenv("VARQ_ENGINE");
-    const char *bad[] = {"0", "-3", "two", "4x", "", "100000"};
+    const char *bad[] = {"0", "-3", "two", "4x", "", "100000", " 2", "+3", "2 ", "0x4",
+                         "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv("VARQ_CPU_WORKERS", bad[i], 1);
         cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL, "VARQ_CPU_WORKERS=\"%s\" accepted",

@@ -1143,3 +1143,17 @@ Test(npy, save_refuses_a_read_only_file_and_keeps_the_mode_it_replaces)
     vq_tensor_release(t);
     unlink(path);
 }
+
+Test(npy, a_dtype_with_a_nul_or_control_byte_is_shown_escaped)
+{
+    size_t len;
+    unsigned char *b = encode(1, "{'descr': '<f4#\x01', 'fortran_order': False, 'shape': (2,), }",
+                              "\0\0\0\0\0\0\0\0", 8, &len);
+    unsigned char *hash = memchr(b, '#', len);
+    cr_assert_not_null(hash);
+    *hash = 0; /* a NUL inside the descr string */
+    vq_tensor *t = NULL;
+    cr_assert_eq(parse_exact(b, len, &t), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "dtype '<f4\\x00\\x01' is not supported"), "%s", vq_errmsg());
+    free(b);
+}

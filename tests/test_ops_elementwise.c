@@ -106,6 +106,12 @@ Test(ops_elementwise, mismatched_shapes_and_dtypes_name_the_slot)
     cr_assert_eq(oc_try("scale", in, 1, 1, &typed, 1), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "scale: attribute scale: expected float, got string"), "%s",
               vq_errmsg());
+    vq_attr untyped = VQ_ATTR_F("scale", 2);
+    untyped.type = (vq_attr_type)99;
+    cr_assert_eq(oc_try("scale", in, 1, 1, &untyped, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "scale: attribute scale: expected float, got type 99, which is "
+                                  "no vq_attr_type"),
+              "%s", vq_errmsg());
     cr_assert_eq(oc_try("no_such_op", in, 1, 1, NULL, 0), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "no_such_op"), "%s", vq_errmsg());
     vq_tensor_release(x);

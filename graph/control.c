@@ -192,7 +192,48 @@ static int walk_cond(struct walk *w, struct pop *t, struct ctl_info *ci, struct 
  * written: the next iteration's, or one for the exit when there are none. */
 static int carry_count(const struct ctl_info *ci, int k)
 {
-    return ci->carry_readers[k] ? ci->carry_readers[k] : 1;
+    /* a saving loop's record op reads each iteration's inputs too */
+    return (ci->carry_readers[k] ? ci->carry_readers[k] : 1) + ci->save;
+}
+
+/* A while's autodiff extensions: save_carries, or replay_of with
+ * replay_inputs (vars of the body bound to the saved values). */
+static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int body)
+{
+    struct plan *pl = w->pl;
+    const vq_program *p = pl->prog;
+    const vq_attr *sv = attr_get(t->src, "save_carries"), *ro = attr_get(t->src, "replay_of");
+    ci->save = sv && sv->i;
+    ci->replay_of = ro ? (int)ro->i : -1;
+    if ((ci->save || ci->replay_of >= 0) && t->block != 0)
+        return ctl_fail(t, "save_carries and replay_of are for whiles of block 0");
+    if (ci->replay_of < 0)
+        return 0;
+    if (ci->replay_of >= t->index)
+        return ctl_fail(t, "replay_of %d is not an earlier op of block 0", ci->replay_of);
+    const struct pop *f = &pl->ops[p->blocks[0].ops[ci->replay_of]];
+    if (!f->ctl || !f->ctl->is_while || !f->ctl->save)
+        return ctl_fail(t, "replay_of %d is not a while with save_carries", ci->replay_of);
+    ci->nreplay = f->ctl->nouts;
+    ci->replay_readers = calloc((size_t)ci->nreplay + 1, sizeof *ci->replay_readers);
+    if (!ci->replay_readers)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    const vq_attr *ri = attr_get(t->src, "replay_inputs");
+    if (!ri)
+        return ctl_fail(t, "replay_of needs replay_inputs");
+    int rc = take_names(w, t, "replay_inputs", ci->nreplay, body, &ci->replay_in);
+    for (int k = 0; k < ci->nreplay && rc == 0; k++) {
+        int v = ci->replay_in[k];
+        const vq__meta *want = &pl->vars[f->ctl->body_in[k]].meta;
+        if (p->vars[v].block != body || w->has[v] || !vq__meta_compatible(want, &pl->vars[v].meta))
+            return ctl_fail(t, "replay_inputs[%d]: var %s must be a var of the body, neither a "
+                               "body input nor written, shaped like the saved input",
+                            k, p->vars[v].name);
+        w->has[v] = true;
+        w->owner[v] = &ci->replay_readers[k];
+        pl->vars[v].used = true;
+    }
+    return rc;
 }
 
 static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct varset *ext)
@@ -245,7 +286,7 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
         w->has[v] = true;
         w->owner[v] = &ci->carry_readers[k];
     }
-    if ((rc = vq__walk_block(w, body, ext)) != 0)
+    if ((rc = walk_replay(w, t, ci, body)) != 0 || (rc = vq__walk_block(w, body, ext)) != 0)
         return rc;
     const vq_attr *bc = attr_get(src, "body_cond");
     int c = vq__program_find_var(p, bc->s);
@@ -314,6 +355,7 @@ int vq__ctl_walk(struct walk *w, struct pop *t)
     if (!ci)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     t->ctl = ci;
+    ci->replay_of = -1;
     ci->is_while = !strcmp(t->def->type, "while");
     ci->nouts = src->nout;
     for (int j = 0; j < src->nout; j++)
@@ -357,6 +399,8 @@ void vq__ctl_info_free(struct ctl_info *ci)
     free(ci->outs[1]);
     free(ci->body_in);
     free(ci->carry_readers);
+    free(ci->replay_in);
+    free(ci->replay_readers);
     free(ci);
 }
 
@@ -421,6 +465,77 @@ static void ctl_part_done(struct ctl *c)
         ctl_finish(c);
 }
 
+/* Drops what a saving loop kept of its last execution. */
+static void tape_clear(struct tape *tp)
+{
+    for (int64_t i = 0; i < tp->n * tp->width; i++)
+        vq_tensor_release(tp->v[i]);
+    tp->n = tp->replayed = 0;
+}
+
+/* A saving loop's head op: keeps the inputs of the iteration it starts
+ * (what the previous frame's outputs hold), in iteration order (every
+ * record writes the tape var). */
+static int ctl_record(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct frame *fr = arg;
+    struct ctl *c = fr->owner;
+    const struct ctl_info *ci = c->fop->t->ctl;
+    struct plan *pl = fr->plan;
+    struct tape *tp = &c->tape;
+    struct frame *prev = &c->frames[(fr->slot + c->nframes - 1) % c->nframes];
+    bool room = tp->n < tp->cap;
+    if (!room) {
+        int64_t cap = tp->cap ? 2 * tp->cap : 16;
+        vq_tensor **v = realloc(tp->v, (size_t)(cap * tp->width) * sizeof *v);
+        if (v) {
+            tp->v = v;
+            tp->cap = cap;
+            room = true;
+        } else {
+            vq__run_fail(c->run, c->fop->t, VQ_ENOMEM, "saving a loop iteration: out of memory");
+        }
+    }
+    for (int k = 0; k < ci->nouts; k++) {
+        struct pvar *s = &prev->vars[pl->local[ci->outs[0][k]]];
+        if (room)
+            tp->v[tp->n * tp->width + k] = s->value ? vq_tensor_retain(s->value) : NULL;
+        if (atomic_fetch_sub_explicit(&s->readers_left, 1, memory_order_acq_rel) == 1)
+            vq__slot_drop(pl, s, NULL);
+    }
+    tp->n += room;
+    return 0;
+}
+
+/* A replaying loop's head op: binds the iteration's replay inputs to the
+ * saved inputs of forward iteration T - 1 - j, handing over the tape's
+ * references (each saved value is freed once this iteration is done with
+ * it). Binds run in iteration order (they write the tape var). */
+static int ctl_bind(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct frame *fr = arg;
+    struct ctl *c = fr->owner;
+    const struct ctl_info *ci = c->fop->t->ctl;
+    struct plan *pl = fr->plan;
+    struct tape *tp = &c->replay->tape;
+    int64_t idx = tp->n - 1 - tp->replayed++;
+    for (int k = 0; k < ci->nreplay; k++) {
+        struct pvar *s = &fr->vars[pl->local[ci->replay_in[k]]];
+        vq_tensor *v = NULL;
+        if (idx >= 0) {
+            v = tp->v[idx * tp->width + k];
+            tp->v[idx * tp->width + k] = NULL;
+        }
+        vq__slot_set(c->run, pl, s, v);
+        atomic_store_explicit(&s->readers_left, ci->replay_readers[k], memory_order_relaxed);
+        if (ci->replay_readers[k] == 0)
+            vq__slot_drop(pl, s, NULL);
+    }
+    return 0;
+}
+
 /* The blocks of this execution are done, or none runs. */
 static void blocks_done(struct ctl *c)
 {
@@ -454,7 +569,14 @@ static int ctl_begin(void *arg, const vq_exec_ctx *x)
     if (werr)
         vq__run_fail(r, f->t, werr, vq_errmsg());
     bool go = false;
-    if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
+    if (ci->save)
+        tape_clear(&c->tape);
+    if (ci->replay_of >= 0) {
+        /* as many iterations as the forward loop ran; the predicates are
+         * not read */
+        go = c->replay->tape.n > 0;
+        c->replay->tape.replayed = 0;
+    } else if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
         int rc = read_predicate(f->in[0]->value, &go);
         if (rc)
             vq__run_fail(r, f->t, rc, vq_errmsg());
@@ -502,7 +624,9 @@ static int ctl_step(void *arg, const vq_exec_ctx *x)
     if (werr)
         vq__run_fail(r, t, werr, vq_errmsg());
     bool go = false;
-    if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
+    if (ci->replay_of >= 0) {
+        go = c->iter + 1 < c->replay->tape.n;
+    } else if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
         int rc = read_predicate(cs->value, &go);
         if (rc) {
             char msg[256];
@@ -661,6 +785,39 @@ int vq__ctl_build(struct fop *f)
             rc = VQ_ENOMEM;
         b->tail = b->step;
     }
+    if (rc == 0 && ci->save) {
+        c->tape.width = ci->nouts;
+        if (!(c->tape_var = vq_var_new(pl->exec->engine, "tape")))
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        for (int i = 0; i < c->nframes && rc == 0; i++) {
+            struct frame *prev = &c->frames[(i + c->nframes - 1) % c->nframes];
+            struct vars in = {0};
+            for (int k = 0; k < ci->nouts && rc == 0; k++)
+                rc = vars_add(&in, prev->vars[pl->local[ci->outs[0][k]]].ev);
+            vq_task rt = {.fn = ctl_record, .arg = &c->frames[i], .reads = in.v,
+                          .nreads = in.n, .writes = &c->tape_var, .nwrites = 1,
+                          .props = VQ_PROP_RUN_ON_FAILED, .name = "while_record"};
+            if (rc == 0 && !(c->frames[i].head = opr_make(pl, &rt)))
+                rc = VQ_ENOMEM;
+            free(in.v);
+        }
+    }
+    if (rc == 0 && ci->replay_of >= 0) {
+        c->replay = pl->root.ops[ci->replay_of].ctl; /* built: an earlier op of block 0 */
+        for (int i = 0; i < c->nframes && rc == 0; i++) {
+            struct vars out = {0};
+            for (int k = 0; k < ci->nreplay && rc == 0; k++)
+                rc = vars_add(&out, c->frames[i].vars[pl->local[ci->replay_in[k]]].ev);
+            if (rc == 0)
+                rc = vars_add(&out, c->replay->tape_var);
+            vq_task bt = {.fn = ctl_bind, .arg = &c->frames[i], .writes = out.v,
+                          .nwrites = out.n, .props = VQ_PROP_RUN_ON_FAILED,
+                          .name = "while_replay"};
+            if (rc == 0 && !(c->frames[i].head = opr_make(pl, &bt)))
+                rc = VQ_ENOMEM;
+            free(out.v);
+        }
+    }
     for (int x = 0; x < (ci->is_while ? 1 : 2) && rc == 0; x++) {
         struct vars all = {0};
         for (int i = 0; i < c->nframes && rc == 0; i++)
@@ -687,13 +844,20 @@ int vq__ctl_build(struct fop *f)
         rc = vars_add(&writes, f->out[j]->ev);
     if (rc == 0)
         rc = vars_add(&writes, c->inst);
+    /* A replaying loop runs after the saving one's end, and the saving
+     * one's next execution after the replaying one's end: its inst var. */
+    if (rc == 0 && c->replay)
+        rc = vars_add(&writes, c->replay->inst);
+    int nend_reads = reads.n;
     if (rc == 0)
         rc = vars_add(&reads, c->inst); /* begin's: after the last execution's end */
+    if (rc == 0 && c->replay)
+        rc = vars_add(&reads, c->replay->inst);
     if (rc == 0) {
         vq_task bt = {.fn = ctl_begin, .arg = c, .reads = reads.v, .nreads = reads.n,
                       .props = VQ_PROP_RUN_ON_FAILED,
                       .name = ci->is_while ? "while_begin" : "cond_begin"};
-        vq_task nt = {.async_fn = ctl_end, .arg = c, .reads = reads.v, .nreads = reads.n - 1,
+        vq_task nt = {.async_fn = ctl_end, .arg = c, .reads = reads.v, .nreads = nend_reads,
                       .writes = writes.v, .nwrites = writes.n, .props = VQ_PROP_RUN_ON_FAILED,
                       .name = ci->is_while ? "while_end" : "cond_end"};
         if (!(c->begin = opr_make(pl, &bt)) || !(c->end = opr_make(pl, &nt)))
@@ -718,6 +882,10 @@ void vq__ctl_destroy(struct ctl *c)
         vq_opr_free(e, c->end);
     if (c->inst)
         vq_var_free(e, c->inst);
+    tape_clear(&c->tape);
+    free(c->tape.v);
+    if (c->tape_var)
+        vq_var_free(e, c->tape_var);
     for (int k = 0; c->result && k < c->fop->t->ctl->nouts; k++)
         vq_tensor_release(c->result[k]);
     free(c->result);

@@ -911,6 +911,8 @@ void vq__frame_push_from(struct frame *fr, int k)
 {
     vq_engine *e = fr->plan->exec->engine;
     /* vq_push_opr allocates nothing and cannot fail for a valid opr. */
+    if (k == 0 && fr->head)
+        vq_push_opr(e, fr->head);
     for (; k < fr->nops; k++) {
         if (!fr->ops[k].ctl)
             vq_push_opr(e, fr->ops[k].opr);
@@ -939,6 +941,8 @@ void vq__frame_destroy(struct frame *fr)
     fr->ops = NULL;
     if (fr->step)
         vq_opr_free(e, fr->step);
+    if (fr->head)
+        vq_opr_free(e, fr->head);
     if (fr->owner) {
         for (int i = 0; fr->vars && i < pl->block_nvars[fr->block]; i++) {
             vq_tensor_release(fr->vars[i].value);

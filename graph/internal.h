@@ -68,6 +68,11 @@ int vq__program_find_var(const vq_program *p, const char *name);
  * this (malloc'd; NULL when memory runs out). */
 char *vq__pop_type_dup(const vq__pop *op);
 
+/* Sets attribute a (copied, as the op's schema types it) on op (an index
+ * into p->ops), replacing one of that name. For autodiff, which marks a
+ * while to keep its iterations. */
+int vq__pop_attr_set(vq_program *p, int op, const vq_attr *a);
+
 /* A deep copy of p (malloc'd; vq_program_free frees it). */
 int vq__program_copy(const vq_program *p, vq_program **out);
 

@@ -74,6 +74,25 @@ struct ctl_info {
     /* while: readers, in one iteration, of each body input's value (the
      * previous iteration's output) */
     int *carry_readers;
+    /* while, for autodiff: save_carries keeps each iteration's carried
+     * inputs (a record op per iteration reads them); replay_of >= 0 names
+     * the op index, in the same block, of the saving while whose
+     * iterations this one replays in reverse, binding the body vars
+     * replay_in[] (nouts of that op's) to their saved values */
+    bool save;
+    int replay_of;
+    int nreplay;
+    int *replay_in;
+    int *replay_readers;
+};
+
+/* What a saving while kept of its last execution: per iteration, its
+ * carried inputs (one reference each). */
+struct tape {
+    vq_tensor **v;   /* iteration i's input k at [i * width + k] */
+    int width;
+    int64_t n, cap;
+    int64_t replayed; /* iterations handed to the replaying loop so far */
 };
 
 /* One program op, as preparation found it. */
@@ -114,6 +133,8 @@ struct frame {
     struct fop *ops;
     int nops;
     vq_opr *step;       /* while body frames: decides on the next iteration */
+    vq_opr *head;       /* pushed before the ops: a saving loop's record op, a
+                         * replaying loop's bind op (NULL otherwise) */
     vq_opr *tail;       /* pushed after the ops: the step, the branch's exit, or
                          * the run's final op (borrowed) */
 };
@@ -135,6 +156,11 @@ struct ctl {
     vq_tensor **result;     /* values for the outputs, one reference each */
     int64_t iter;
     int last;               /* frame of the last iteration */
+    /* a saving while's tape and the var ordering its records and the
+     * replaying loop's binds; a replaying while's saving instance */
+    struct tape tape;
+    vq_var *tape_var;
+    struct ctl *replay;
     /* The naive engine, pushed from inside an op: the end op and the rest
      * of the frame are pushed once the blocks are done (see
      * vq__engine_runs_inline). */

@@ -250,6 +250,36 @@ static int attrs_copy(vq_attr **out, const vq__op_def *def, const vq_attr *attrs
     return 0;
 }
 
+int vq__pop_attr_set(vq_program *p, int op, const vq_attr *a)
+{
+    vq__pop *o = &p->ops[op];
+    const vq__attr_spec *spec = o->def ? attr_spec(o->def, a->name) : NULL;
+    if (o->def && !spec)
+        return vq__fail(VQ_EINVAL, "%s: unknown attribute '%s'", o->type, a->name);
+    vq_attr copy;
+    int rc = attr_copy(&copy, a, spec ? spec->type : a->type);
+    if (rc < 0) {
+        attr_free(&copy);
+        return vq__fail(rc, "%s: attribute %s: cannot copy it", o->type, a->name);
+    }
+    for (int i = 0; i < o->nattrs; i++)
+        if (!strcmp(o->attrs[i].name, a->name)) {
+            attr_free(&o->attrs[i]);
+            o->attrs[i] = copy;
+            p->hash_valid = false;
+            return 0;
+        }
+    vq_attr *grown = realloc(o->attrs, ((size_t)o->nattrs + 1) * sizeof *grown);
+    if (!grown) {
+        attr_free(&copy);
+        return vq__fail(VQ_ENOMEM, "%s: out of memory for attributes", o->type);
+    }
+    grown[o->nattrs++] = copy;
+    o->attrs = grown;
+    p->hash_valid = false;
+    return 0;
+}
+
 /* ---- programs ---- */
 
 static void pop_free(vq__pop *op)

@@ -255,11 +255,148 @@ static int op_reads(const vq_program *p, const vq__pop *op, int **out, int *n)
 
 static int bw_ops(struct bw *b);
 
+/* Copies the ops of block fb to the end of block nb (the forward values of
+ * a control op's blocks are gone by the time its gradient runs, so the
+ * gradient's blocks compute them again). A var of fb is renamed
+ * "<name><re>" and declared in nb, except from[i], which becomes the var
+ * to[i] of nb; other vars keep their names. *first is the index in p->ops
+ * of the first copy. */
+static int copy_block(vq_program *p, int fb, int nb, const char *re, const int *from,
+                      const char *const *to, int nmap, int *first)
+{
+    *first = p->nops;
+    int rc = 0;
+    for (int i = 0; i < p->blocks[fb].nops && rc == 0; i++) {
+        const vq__pop *src = &p->ops[p->blocks[fb].ops[i]];
+        if (is_control(src))
+            return vq__fail(VQ_ENOSYS, "vq_append_backward: block %d holds a %s; gradients "
+                                       "through nested control flow are not available yet",
+                            fb, src->type);
+        int nin = src->nin, no = src->nout;
+        char *names[2 * VQ__MAX_SLOTS] = {0};
+        for (int s = 0; s < nin + no && rc == 0; s++) {
+            int v = s < nin ? src->in[s] : src->out[s - nin];
+            const char *nm = p->vars[v].name, *mapped = NULL;
+            for (int m = 0; m < nmap && !mapped; m++)
+                if (from[m] == v)
+                    mapped = to[m];
+            size_t len = strlen(nm) + strlen(re) + 1 + (mapped ? strlen(mapped) : 0);
+            if (!(names[s] = malloc(len)))
+                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            else if (mapped)
+                snprintf(names[s], len, "%s", mapped);
+            else if (p->vars[v].block == fb)
+                snprintf(names[s], len, "%s%s", nm, re);
+            else
+                snprintf(names[s], len, "%s", nm);
+            if (rc == 0 && !mapped && p->vars[v].block == fb &&
+                vq__program_find_var(p, names[s]) < 0)
+                rc = declare_like(p, nb, names[s], v, false);
+        }
+        if (rc >= 0) {
+            src = &p->ops[p->blocks[fb].ops[i]];
+            rc = vq_program_add_op(p, nb, src->type, (const char *const *)names, nin,
+                                   (const char *const *)names + nin, no, src->attrs,
+                                   src->nattrs);
+        }
+        for (int s = 0; s < nin + no; s++)
+            free(names[s]);
+        rc = rc < 0 ? rc : 0;
+    }
+    return rc;
+}
+
+/* Differentiates the n ops of block nb from p->ops[first] on: the gradient
+ * of seed[i] is the var named seed_name[i]; for each wanted[i], result[i]
+ * becomes a var of nb holding its gradient (malloc'd name), zeros when no
+ * gradient reaches it. Gradient names end in "@B<nb>". */
+static int block_backward(vq_program *p, int nb, int first, int n, const int *seed,
+                          const char *const *seed_name, int nseed, const int *wanted,
+                          int nwanted, char **result)
+{
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "@B%d", nb);
+    struct bw sub;
+    int rc = bw_alloc(&sub, p, nb, suffix, n);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n; i++)
+        sub.fwd[i] = first + i;
+    for (int i = 0; i < nwanted; i++)
+        sub.requires[wanted[i]] = is_float(p->vars[wanted[i]].dtype);
+    for (int i = 0; i < n; i++) {
+        const vq__pop *c = &p->ops[sub.fwd[i]];
+        bool any = false;
+        for (int j = 0; j < c->nin; j++)
+            any |= sub.requires[c->in[j]];
+        for (int j = 0; j < c->nout; j++)
+            if (any && c->def && c->def->grad && is_float(p->vars[c->out[j]].dtype))
+                sub.requires[c->out[j]] = true;
+    }
+    for (int i = 0; i < nseed && rc == 0; i++) {
+        int v = seed[i];
+        if (v < 0 || !sub.requires[v])
+            continue;
+        sub.needed[v] = true;
+        sub.g[v].expected++;
+        rc = add_part(&sub, v, seed_name[i]);
+    }
+    for (int i = n - 1; i >= 0 && rc == 0; i--) {
+        const vq__pop *c = &p->ops[sub.fwd[i]];
+        bool flows = false;
+        for (int j = 0; j < c->nout; j++)
+            flows |= sub.needed[c->out[j]];
+        if (!flows)
+            continue;
+        for (int j = 0; j < c->nin; j++)
+            if (sub.requires[c->in[j]]) {
+                sub.needed[c->in[j]] = true;
+                sub.g[c->in[j]].expected++;
+            }
+    }
+    if (rc == 0)
+        rc = bw_ops(&sub);
+    for (int i = 0; i < nwanted && rc == 0; i++) {
+        int v = wanted[i];
+        if ((rc = finalize(&sub, v)) < 0)
+            break;
+        if (!(result[i] = grad_name(&sub, p->vars[v].name, -1))) {
+            rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            break;
+        }
+        if (!sub.g[v].final) {
+            rc = declare_like(p, nb, result[i], v, false);
+            if (rc >= 0)
+                rc = vq_program_add_op(p, nb, "zeros_like", (const char *[]){p->vars[v].name},
+                                       1, (const char *const *)&result[i], 1, NULL, 0);
+            rc = rc < 0 ? rc : 0;
+        }
+    }
+    bw_free(&sub);
+    return rc;
+}
+
+/* The var a name of block fb became in its copy (copy_block's renaming). */
+static int copied_var(const vq_program *p, int v, int fb, const char *re)
+{
+    if (v < 0 || p->vars[v].block != fb)
+        return v;
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s%s", p->vars[v].name, re);
+    return vq__program_find_var(p, nm);
+}
+
+static void names_free(char **names, int n)
+{
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 /* The backward of cond op (fwd index k of b) as a cond in b's block over
- * two new blocks: each recomputes its branch (the forward values are gone
- * once the forward cond is done) and differentiates it, from the output
- * gradients dout, into the gradients of the vars in reads[] that have a
- * din name; a var the branch does not use gets zeros. */
+ * two new blocks: each recomputes its branch and differentiates it, from
+ * the output gradients dout, into the gradients of the vars in reads[]
+ * that have a din name; a var the branch does not use gets zeros. */
 static int cond_backward(struct bw *b, int k, const int *reads, int nreads, const char **din,
                          const char *const *dout)
 {
@@ -284,164 +421,283 @@ static int cond_backward(struct bw *b, int k, const int *reads, int nreads, cons
             return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (cond) is malformed (prepare "
                                        "the program to see why)",
                             k);
+    int *wanted = malloc(((size_t)nreads + 1) * sizeof *wanted), nw = 0;
+    int *seed = malloc(((size_t)nout + 1) * sizeof *seed), ns = 0;
+    const char **seed_name = malloc(((size_t)nout + 1) * sizeof *seed_name);
     char **results[2] = {calloc((size_t)nreads + 1, sizeof(char *)),
                          calloc((size_t)nreads + 1, sizeof(char *))};
     int nb[2] = {-1, -1}, rc = 0;
-    if (!results[0] || !results[1])
+    if (!wanted || !seed || !seed_name || !results[0] || !results[1])
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int i = 0; i < nreads && rc == 0; i++)
+        if (din[i])
+            wanted[nw++] = reads[i];
     for (int br = 0; br < 2 && rc == 0; br++) {
-        int fb = blocks[br];
-        const vq__block *fblk = &p->blocks[fb];
-        for (int i = 0; i < fblk->nops; i++)
-            if (is_control(&p->ops[fblk->ops[i]]))
-                return vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (cond): block %d holds a "
-                                           "%s; gradients through nested control flow are not "
-                                           "available yet",
-                                k, fb, p->ops[fblk->ops[i]].type);
         if ((rc = nb[br] = vq_program_add_block(p, 0)) < 0)
             break;
-        rc = 0;
-        char suffix[32], re[32];
-        snprintf(suffix, sizeof suffix, "@B%d", nb[br]);
+        char re[32];
         snprintf(re, sizeof re, "@RE%d", nb[br]);
-        /* 1. the branch again, its vars renamed into the new block */
-        int nfops = p->blocks[fb].nops;
-        int first_op = p->nops;
-        for (int i = 0; i < nfops && rc == 0; i++) {
-            const vq__pop *src = &p->ops[p->blocks[fb].ops[i]];
-            int nin = src->nin, no = src->nout;
-            char *names[2 * VQ__MAX_SLOTS] = {0};
-            for (int s = 0; s < nin + no && rc == 0; s++) {
-                int v = s < nin ? src->in[s] : src->out[s - nin];
-                const char *nm = p->vars[v].name;
-                size_t len = strlen(nm) + strlen(re) + 1;
-                if (!(names[s] = malloc(len)))
-                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-                else if (p->vars[v].block == fb)
-                    snprintf(names[s], len, "%s%s", nm, re);
-                else
-                    snprintf(names[s], len, "%s", nm);
-                if (rc == 0 && s >= nin && vq__program_find_var(p, names[s]) < 0)
-                    rc = declare_like(p, nb[br], names[s], v, false);
-                if (rc == 0 && s < nin && p->vars[v].block == fb &&
-                    vq__program_find_var(p, names[s]) < 0)
-                    rc = declare_like(p, nb[br], names[s], v, false);
-            }
-            if (rc >= 0) {
-                src = &p->ops[p->blocks[fb].ops[i]]; /* declaring may not move ops, but */
-                vq_attr *attrs = src->attrs;
-                rc = vq_program_add_op(p, nb[br], src->type, (const char *const *)names, nin,
-                                       (const char *const *)names + nin, no, attrs,
-                                       src->nattrs);
-            }
-            for (int s = 0; s < nin + no; s++)
-                free(names[s]);
-            rc = rc < 0 ? rc : 0;
-        }
-        if (rc)
+        int first;
+        if ((rc = copy_block(p, blocks[br], nb[br], re, NULL, NULL, 0, &first)) < 0)
             break;
-        /* 2. differentiate the copy */
-        struct bw sub;
-        if ((rc = bw_alloc(&sub, p, nb[br], suffix, nfops)) < 0)
-            break;
-        for (int i = 0; i < nfops; i++)
-            sub.fwd[i] = first_op + i;
-        for (int i = 0; i < nreads; i++)
-            if (din[i])
-                sub.requires[reads[i]] = true;
-        for (int i = 0; i < nfops; i++) {
-            const vq__pop *c = &p->ops[sub.fwd[i]];
-            bool any = false;
-            for (int j = 0; j < c->nin; j++)
-                any |= sub.requires[c->in[j]];
-            for (int j = 0; j < c->nout; j++)
-                if (any && c->def && c->def->grad && is_float(p->vars[c->out[j]].dtype))
-                    sub.requires[c->out[j]] = true;
-        }
-        /* the seeds: each output's gradient flows into the var the branch
-         * gives for it */
-        for (int j = 0; j < nout && rc == 0; j++) {
-            if (!dout[j])
-                continue;
-            int v = vq__program_find_var(p, outs[br]->strings[j]);
-            if (v >= 0 && p->vars[v].block == fb) {
-                char nm[256];
-                snprintf(nm, sizeof nm, "%s%s", p->vars[v].name, re);
-                v = vq__program_find_var(p, nm);
+        /* each output's gradient flows into the var the branch gives for it */
+        ns = 0;
+        for (int j = 0; j < nout; j++)
+            if (dout[j]) {
+                int v = vq__program_find_var(p, outs[br]->strings[j]);
+                seed[ns] = copied_var(p, v, blocks[br], re);
+                seed_name[ns++] = dout[j];
             }
-            if (v < 0 || !sub.requires[v])
-                continue;
-            sub.needed[v] = true;
-            sub.g[v].expected++;
-            rc = add_part(&sub, v, dout[j]);
-        }
-        for (int i = nfops - 1; i >= 0 && rc == 0; i--) {
-            const vq__pop *c = &p->ops[sub.fwd[i]];
-            bool flows = false;
-            for (int j = 0; j < c->nout; j++)
-                flows |= sub.needed[c->out[j]];
-            if (!flows)
-                continue;
-            for (int j = 0; j < c->nin; j++)
-                if (sub.requires[c->in[j]]) {
-                    sub.needed[c->in[j]] = true;
-                    sub.g[c->in[j]].expected++;
-                }
-        }
-        if (rc == 0)
-            rc = bw_ops(&sub);
-        /* 3. the branch's result per wanted var: its gradient, or zeros */
-        for (int i = 0; i < nreads && rc == 0; i++) {
-            if (!din[i])
-                continue;
-            int v = reads[i];
-            if ((rc = finalize(&sub, v)) < 0)
-                break;
-            results[br][i] = grad_name(&sub, p->vars[v].name, -1);
-            if (!results[br][i]) {
-                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-                break;
-            }
-            if (!sub.g[v].final) {
-                rc = declare_like(p, nb[br], results[br][i], v, false);
-                if (rc >= 0)
-                    rc = vq_program_add_op(p, nb[br], "zeros_like",
-                                           (const char *[]){p->vars[v].name}, 1,
-                                           (const char *const *)&results[br][i], 1, NULL, 0);
-                rc = rc < 0 ? rc : 0;
-            }
-        }
-        bw_free(&sub);
+        rc = block_backward(p, nb[br], first, p->nops - first, seed, seed_name, ns, wanted, nw,
+                            results[br]);
     }
-    /* 4. the backward cond: Out = the gradients of the wanted vars */
+    /* the backward cond: Out = the gradients of the wanted vars */
     if (rc == 0) {
-        const char *xin[VQ__MAX_SLOTS + 1], *outn[VQ__MAX_SLOTS], *t[VQ__MAX_SLOTS],
-            *e[VQ__MAX_SLOTS];
+        const char *xin[VQ__MAX_SLOTS + 1], *outn[VQ__MAX_SLOTS];
         int nx = 0, no = 0;
         xin[nx++] = p->vars[cond_var].name;
         for (int j = 0; j < nout && nx < VQ__MAX_SLOTS; j++)
             if (dout[j])
                 xin[nx++] = dout[j];
         for (int i = 0; i < nreads && no < VQ__MAX_SLOTS; i++)
-            if (din[i]) {
-                outn[no] = din[i];
-                t[no] = results[0][i];
-                e[no] = results[1][i];
-                no++;
-            }
+            if (din[i])
+                outn[no++] = din[i];
         vq_attr at[4] = {VQ_ATTR_I("then_block", nb[0]), VQ_ATTR_I("else_block", nb[1]),
-                         VQ_ATTR_SS("then_outputs", t, no), VQ_ATTR_SS("else_outputs", e, no)};
-        if (nx < 2) /* X takes one var at least: no gradient flows, give zeros */
+                         VQ_ATTR_SS("then_outputs", (const char *const *)results[0], nw),
+                         VQ_ATTR_SS("else_outputs", (const char *const *)results[1], nw)};
+        if (nx < 2) /* X takes one var at least */
             xin[nx++] = p->vars[cond_var].name;
         rc = vq_program_add_op(p, b->block, "cond", xin, nx, outn, no, at, 4);
         rc = rc < 0 ? rc : 0;
     }
-    for (int br = 0; br < 2; br++) {
-        for (int i = 0; results[br] && i < nreads; i++)
-            free(results[br][i]);
-        free(results[br]);
-    }
+    names_free(results[0], nreads);
+    names_free(results[1], nreads);
+    free(wanted);
+    free(seed);
+    free(seed_name);
     return rc;
+}
+
+/* Declares name in block 0 like var v and fills it with zeros of v's
+ * shape. */
+static int zeros_var(vq_program *p, const char *name, int v)
+{
+    int rc = declare_like(p, 0, name, v, false);
+    if (rc >= 0)
+        rc = vq_program_add_op(p, 0, "zeros_like", (const char *[]){p->vars[v].name}, 1,
+                               (const char *[]){name}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
+/* The backward of while op k of block 0: the forward loop is marked to
+ * keep every iteration's carried inputs (save_carries), and a while that
+ * replays it (replay_of) runs once per forward iteration, last first. Its
+ * body binds the saved inputs (replay_inputs), recomputes that iteration,
+ * and differentiates it: it carries the gradient of each float carried
+ * value (starting from the gradient of the loop's output, or zeros) and a
+ * sum per enclosing var the body reads (starting from zeros); its outputs
+ * are the gradients of X and of those vars. */
+static int while_backward(struct bw *b, int k, const int *reads, int nreads, const char **din,
+                          const char *const *dout)
+{
+    vq_program *p = b->p;
+    int opi = b->fwd[k];
+    if (b->block != 0)
+        return vq__fail(VQ_ENOSYS, "vq_append_backward: a while inside a cond or while block: "
+                                   "gradients through nested control flow are not available "
+                                   "yet");
+    const vq__pop *op0 = &p->ops[opi];
+    int nc = op0->nout, body = -1, cond_var = op0->in[0];
+    const vq_attr *bin = NULL, *bout = NULL;
+    for (int a = 0; a < op0->nattrs; a++) {
+        const vq_attr *at = &op0->attrs[a];
+        if (!strcmp(at->name, "body_block"))
+            body = (int)at->i;
+        else if (!strcmp(at->name, "body_inputs"))
+            bin = at;
+        else if (!strcmp(at->name, "body_outputs"))
+            bout = at;
+    }
+    if (body <= 0 || body >= p->nblocks || !bin || !bout || bin->n != nc || bout->n != nc ||
+        nreads < 1 + nc)
+        return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (while) is malformed (prepare "
+                                   "the program to see why)",
+                        k);
+    vq_attr save = VQ_ATTR_B("save_carries", true);
+    int rc = vq__pop_attr_set(p, opi, &save);
+    if (rc < 0)
+        return rc;
+    /* setting it may have moved the op's attributes */
+    op0 = &p->ops[opi];
+    for (int a = 0; a < op0->nattrs; a++) {
+        if (!strcmp(op0->attrs[a].name, "body_inputs"))
+            bin = &op0->attrs[a];
+        else if (!strcmp(op0->attrs[a].name, "body_outputs"))
+            bout = &op0->attrs[a];
+    }
+    int nb = vq_program_add_block(p, 0);
+    if (nb < 0)
+        return nb;
+    char re[32];
+    snprintf(re, sizeof re, "@RE%d", nb);
+    /* carried gradients: one per float carried value; sums: one per other
+     * read (reads[1 + nc ...], the vars the body reads from outside) */
+    int nsum = nreads - 1 - nc, ncarry = 0;
+    int n = nc + nsum;
+    char **nm = calloc((size_t)(6 * n + 8), sizeof *nm); /* replay, in, out, init, din, junk */
+    int *from = malloc(((size_t)nc + 1) * sizeof *from);
+    int *wanted = malloc(((size_t)n + 1) * sizeof *wanted), *seed = malloc(((size_t)nc + 1) * sizeof *seed);
+    const char **seed_name = malloc(((size_t)nc + 1) * sizeof *seed_name);
+    char **result = calloc((size_t)n + 1, sizeof *result);
+    bool *carried = calloc((size_t)nc + 1, sizeof *carried);
+    if (!nm || !from || !wanted || !seed || !seed_name || !result || !carried) {
+        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        goto out;
+    }
+    char **replay = nm, **gin = nm + n, **gout = nm + 2 * n, **ginit = nm + 3 * n;
+    /* the replayed inputs */
+    for (int c = 0; c < nc && rc == 0; c++) {
+        int v = vq__program_find_var(p, bin->strings[c]);
+        size_t len = strlen(bin->strings[c]) + 40;
+        if (v < 0 || !(replay[c] = malloc(len))) {
+            rc = vq__fail(v < 0 ? VQ_EINVAL : VQ_ENOMEM, "vq_append_backward: op %d (while): "
+                                                         "body input %s",
+                          k, bin->strings[c]);
+            break;
+        }
+        snprintf(replay[c], len, "%s@REPLAY%d", bin->strings[c], nb);
+        from[c] = v;
+        rc = declare_like(p, nb, replay[c], v, false);
+        carried[c] = is_float(p->vars[v].dtype);
+        ncarry += carried[c];
+    }
+    int first = 0;
+    if (rc >= 0)
+        rc = copy_block(p, body, nb, re, from, (const char *const *)replay, nc, &first);
+    int nfirst = p->nops - first;
+    /* the loop's own carried gradients and sums, and their initial values */
+    int nl = 0; /* loop-carried entries: carried float values, then sums */
+    for (int i = 0; i < n && rc >= 0; i++) {
+        bool isc = i < nc;
+        if (isc && !carried[i])
+            continue;
+        int v = isc ? vq__program_find_var(p, bin->strings[i]) : reads[1 + i];
+        if (!isc && !din[1 + i])
+            continue; /* no gradient wanted for that read */
+        const char *base = p->vars[v].name;
+        size_t len = strlen(base) + 48;
+        gin[nl] = malloc(len);
+        gout[nl] = malloc(len);
+        ginit[nl] = malloc(len);
+        if (!gin[nl] || !gout[nl] || !ginit[nl]) {
+            rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            break;
+        }
+        snprintf(gin[nl], len, "%s@GIN%d", base, nb);
+        snprintf(gout[nl], len, "%s@GOUT%d", base, nb);
+        snprintf(ginit[nl], len, "%s@GINIT%d", base, nb);
+        if ((rc = declare_like(p, nb, gin[nl], v, false)) < 0)
+            break;
+        if (isc) {
+            /* seed: the gradient reaching the body's output c this iteration */
+            int o = vq__program_find_var(p, bout->strings[i]);
+            seed[nl] = copied_var(p, o, body, re);
+            seed_name[nl] = gin[nl];
+            wanted[nl] = vq__program_find_var(p, replay[i]);
+            /* initial: the gradient of the loop's output, or zeros */
+            int out_v = p->ops[opi].out[i];
+            if (dout[i]) {
+                free(ginit[nl]);
+                ginit[nl] = strdup(dout[i]);
+                rc = ginit[nl] ? 0 : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            } else {
+                rc = zeros_var(p, ginit[nl], out_v);
+            }
+        } else {
+            wanted[nl] = v;
+            rc = zeros_var(p, ginit[nl], v);
+        }
+        nl++;
+        rc = rc < 0 ? rc : 0;
+    }
+    if (rc >= 0)
+        rc = block_backward(p, nb, first, nfirst, seed, seed_name, ncarry, wanted, nl, result);
+    /* the body's outputs: the input gradients, and the sums grown by this
+     * iteration's part */
+    for (int i = 0; i < nl && rc >= 0; i++) {
+        int v = vq__program_find_var(p, gin[i]);
+        if ((rc = declare_like(p, nb, gout[i], v, false)) < 0)
+            break;
+        if (i < ncarry)
+            rc = vq_program_add_op(p, nb, "scale", (const char *[]){result[i]}, 1,
+                                   (const char *[]){gout[i]}, 1, NULL, 0);
+        else
+            rc = vq_program_add_op(p, nb, "add", (const char *[]){gin[i], result[i]}, 2,
+                                   (const char *[]){gout[i]}, 1, NULL, 0);
+    }
+    /* the body's predicate, which a replaying loop does not read */
+    char bc[48];
+    snprintf(bc, sizeof bc, "while@PRED%d", nb);
+    if (rc >= 0 && (rc = vq_program_add_var(p, nb, bc, VQ_BOOL, 0, NULL, false)) >= 0)
+        rc = vq_program_add_op(p, nb, "logical_not", (const char *[]){p->vars[cond_var].name}, 1,
+                               (const char *[]){bc}, 1, NULL, 0);
+    /* the replaying while: Out = gradients of the carried X (those wanted,
+     * others into vars nobody reads) and of the enclosing reads */
+    if (rc >= 0) {
+        const char **xin = malloc(((size_t)nl + 2) * sizeof *xin);
+        const char **outn = malloc(((size_t)nl + 1) * sizeof *outn);
+        char **junk = nm + 4 * n;
+        if (!xin || !outn) {
+            rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        } else {
+            xin[0] = p->vars[cond_var].name;
+            int j = 0;
+            for (int i = 0; i < n && rc >= 0; i++) {
+                bool isc = i < nc;
+                if ((isc && !carried[i]) || (!isc && !din[1 + i]))
+                    continue;
+                xin[1 + j] = ginit[j];
+                if (din[1 + i]) {
+                    outn[j] = din[1 + i];
+                } else {
+                    /* a carried value whose gradient nobody wants */
+                    size_t len = strlen(ginit[j]) + 16;
+                    if (!(junk[j] = malloc(len))) {
+                        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+                        break;
+                    }
+                    snprintf(junk[j], len, "%s@UNUSED", ginit[j]);
+                    int v = vq__program_find_var(p, gin[j]);
+                    rc = declare_like(p, 0, junk[j], v, false);
+                    outn[j] = junk[j];
+                }
+                j++;
+            }
+            if (rc >= 0 && nl > 0) {
+                vq_attr at[7] = {VQ_ATTR_I("body_block", nb),
+                                 VQ_ATTR_SS("body_inputs", (const char *const *)gin, nl),
+                                 VQ_ATTR_SS("body_outputs", (const char *const *)gout, nl),
+                                 VQ_ATTR_S("body_cond", bc),
+                                 VQ_ATTR_I("replay_of", k),
+                                 VQ_ATTR_SS("replay_inputs", (const char *const *)replay, nc)};
+                rc = vq_program_add_op(p, 0, "while", xin, 1 + nl, outn, nl, at, 6);
+            }
+        }
+        free(xin);
+        free(outn);
+    }
+out:
+    if (nm)
+        for (int i = 0; i < 6 * n + 8; i++)
+            free(nm[i]);
+    free(nm);
+    free(from);
+    free(wanted);
+    free(seed);
+    free(seed_name);
+    names_free(result, n);
+    free(carried);
+    return rc < 0 ? rc : 0;
 }
 
 /* The reverse loop of pass b: its fwd ops in reverse, each with a gradient
@@ -469,14 +725,6 @@ static int bw_ops(struct bw *b)
             continue;
         }
         bool control = is_control(op0);
-        if (control && strcmp(op0->type, "cond")) {
-            rc = vq__fail(VQ_ENOSYS, "vq_append_backward: op %d (%s): the loss depends on its "
-                                     "outputs, and gradients through while are not available "
-                                     "yet",
-                          k, op0->type);
-            free(in);
-            break;
-        }
         if (!control && (!op0->def || !op0->def->grad)) {
             rc = vq__fail(VQ_EINVAL, "vq_append_backward: op %d (%s) has no gradient, but the "
                                      "loss depends on its inputs",
@@ -516,8 +764,10 @@ static int bw_ops(struct bw *b)
             if (gv->expected == 1)
                 gv->final = true;
         }
-        if (rc >= 0 && control) {
+        if (rc >= 0 && control && !strcmp(p->ops[b->fwd[k]].type, "cond")) {
             rc = cond_backward(b, k, in, nin, din, dout);
+        } else if (rc >= 0 && control) {
+            rc = while_backward(b, k, in, nin, din, dout);
         } else if (rc >= 0) {
             op0 = &p->ops[b->fwd[k]];
             vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
@@ -530,9 +780,11 @@ static int bw_ops(struct bw *b)
         if (rc < 0) {
             char msg[200];
             snprintf(msg, sizeof msg, "%s", vq_errmsg());
-            const char *type = p->ops[b->fwd[k]].type;
-            if (strncmp(msg, "vq_append_backward", 18))
-                rc = vq__fail(rc, "vq_append_backward: op %d (%s): %s", k, type, msg);
+            const char *type = p->ops[b->fwd[k]].type, *m = msg;
+            if (!strncmp(m, "vq_append_backward: ", 20))
+                m += 20;
+            if (strncmp(m, "op ", 3)) /* not named by a nested pass already */
+                rc = vq__fail(rc, "vq_append_backward: op %d (%s): %s", k, type, m);
         }
         for (int i = 0; owned && i < nin; i++)
             free(owned[i]);

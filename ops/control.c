@@ -29,6 +29,13 @@ static const vq__attr_spec while_attrs[] = {
     {"body_outputs", VQ_ATTR_STRINGS, true, NULL},
     {"body_cond", VQ_ATTR_STRING, true, NULL},
     {"max_iters", VQ_ATTR_INT, false, "-1"},
+    /* autodiff's (varq extensions, not part of the contract): the forward
+     * loop keeps every iteration's carried inputs; its backward loop runs
+     * once per forward iteration, in reverse, with replay_inputs bound to
+     * them (graph/control.c) */
+    {"save_carries", VQ_ATTR_BOOL, false, "0"},
+    {"replay_of", VQ_ATTR_INT, false, "-1"},
+    {"replay_inputs", VQ_ATTR_STRINGS, false, NULL},
 };
 
 static int control_infer(vq__infer *c)
@@ -43,6 +50,6 @@ const vq__op_def vq__ops_control[] = {
      .attrs = cond_attrs, .nattrs = 4, .infer = control_infer},
     {.type = "while", .in_slots = ctl_in, .nin_slots = 2, .out_slots = ctl_out,
      .nout_slots = 1, .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT | VQ__CONTROL,
-     .attrs = while_attrs, .nattrs = 5, .infer = control_infer},
+     .attrs = while_attrs, .nattrs = 8, .infer = control_infer},
     {0},
 };

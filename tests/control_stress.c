@@ -6,9 +6,13 @@
  * frames of a while, its step and exit ops and the control ops' two halves
  * all run concurrently here. With --gpu the executor runs on GPU 0
  * (VARQ_GPU_BACKEND: the emulated backend in the suite); with --naive on
- * the naive engine, whose runs execute inside the pushing threads.
- * Usage: control_stress [runs per thread] [--gpu | --naive]. */
+ * the naive engine, whose runs execute inside the pushing threads; with
+ * --grad the program is the gradient of a loss through a while (the loop
+ * saves its iterations, a second loop replays them in reverse), and every
+ * run's gradient must equal the first run's, bit for bit.
+ * Usage: control_stress [runs per thread] [--gpu | --naive | --grad]. */
 #include <varq/varq.h>
+#include <varq/train.h>
 
 #include <pthread.h>
 #include <sched.h>
@@ -87,6 +91,47 @@ static void build(void)
     op(0, "while", NAMES("c0", "x", "zero"), 3, NAMES("xo", "io"), 2, wa, 4);
 }
 
+/* h = x; i = 0; while i < n: h = tanh(h * w + one); i += one;
+ * loss = sum(h * h), with w a parameter: its gradient goes through the
+ * loop. */
+static void build_grad(void)
+{
+    check(vq_program_new(&prog) == 0, "program");
+    int64_t len = LEN;
+    check(vq_program_add_var(prog, 0, "w", VQ_F64, 1, &len, true) == 0, "w");
+    const char *scalars[] = {"n", "one", "half", "three", "zero", "io", "loss"};
+    for (int i = 0; i < 7; i++)
+        var(0, scalars[i], VQ_F64, 0);
+    var(0, "x", VQ_F64, 1);
+    var(0, "xo", VQ_F64, 1);
+    var(0, "hh", VQ_F64, 1);
+    var(0, "c0", VQ_BOOL, 0);
+    int b = vq_program_add_block(prog, 0);
+    var(b, "bx", VQ_F64, 1);
+    var(b, "z1", VQ_F64, 1);
+    var(b, "z2", VQ_F64, 1);
+    var(b, "bx2", VQ_F64, 1);
+    var(b, "bi", VQ_F64, 0);
+    var(b, "bi2", VQ_F64, 0);
+    var(b, "bc", VQ_BOOL, 0);
+    op(b, "mul", NAMES("bx", "w"), 2, NAMES("z1"), 1, NULL, 0);
+    op(b, "add", NAMES("z1", "one"), 2, NAMES("z2"), 1, NULL, 0);
+    op(b, "tanh", NAMES("z2"), 1, NAMES("bx2"), 1, NULL, 0);
+    op(b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    op(b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    op(0, "less", NAMES("zero", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr wa[] = {VQ_ATTR_I("body_block", b), VQ_ATTR_SS("body_inputs", NAMES("bx", "bi"), 2),
+                    VQ_ATTR_SS("body_outputs", NAMES("bx2", "bi2"), 2),
+                    VQ_ATTR_S("body_cond", "bc")};
+    op(0, "while", NAMES("c0", "x", "zero"), 3, NAMES("xo", "io"), 2, wa, 4);
+    op(0, "mul", NAMES("xo", "xo"), 2, NAMES("hh"), 1, NULL, 0);
+    op(0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
+    check(vq_append_backward(prog, "loss", NULL, 0) == 1, "append_backward");
+}
+
+static bool grad_mode;
+static double grad_want[9][LEN]; /* w@GRAD per trip count, from a first run */
+
 static void expected(int n, double *x)
 {
     for (int j = 0; j < LEN; j++)
@@ -137,8 +182,12 @@ static void finish(struct run *r)
             xo = h;
         }
         double want[LEN];
-        expected(r->n, want);
-        check(memcmp(vq_tensor_data(xo), want, sizeof want) == 0, "x differs from C");
+        if (grad_mode)
+            memcpy(want, grad_want[r->n], sizeof want);
+        else
+            expected(r->n, want);
+        check(memcmp(vq_tensor_data(xo), want, sizeof want) == 0,
+              grad_mode ? "w@GRAD differs from the first run's" : "x differs from C");
         vq_tensor_release(xo);
         vq_tensor_release(r->fetch[1].tensor);
     }
@@ -159,7 +208,7 @@ static void *pusher(void *arg)
         atomic_init(&r->done, 0);
         r->n = (k * 7 + id * 3) % 9;
         r->tn = scalar(r->n);
-        r->fetch[0] = (vq_fetch){"xo", NULL};
+        r->fetch[0] = (vq_fetch){grad_mode ? "w@GRAD" : "xo", NULL};
         r->fetch[1] = (vq_fetch){"io", NULL};
         vq_feed feeds[] = {{"x", x0}, {"n", r->tn}, {"one", one}, {"half", half},
                            {"three", three}, {"zero", zero}};
@@ -180,6 +229,7 @@ int main(int argc, char **argv)
     runs_per_thread = argc > 1 ? atoi(argv[1]) : 2000;
     bool gpu = argc > 2 && !strcmp(argv[2], "--gpu");
     bool naive = argc > 2 && !strcmp(argv[2], "--naive");
+    grad_mode = argc > 2 && !strcmp(argv[2], "--grad");
     vq_engine_opts eo = {.kind = naive ? VQ_ENGINE_NAIVE : VQ_ENGINE_THREADED, .cpu_workers = 4};
     if (vq_engine_new(&engine, &eo) < 0 || vq_scope_new(&scope) < 0) {
         fprintf(stderr, "control_stress: %s\n", vq_errmsg());
@@ -192,7 +242,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "control_stress: %s\n", vq_errmsg());
         return 1;
     }
-    build();
+    if (grad_mode)
+        build_grad();
+    else
+        build();
     int64_t len = LEN;
     check(vq_tensor_new(&x0, VQ_F64, 1, &len) == 0, "x");
     for (int j = 0; j < LEN; j++)
@@ -201,6 +254,33 @@ int main(int argc, char **argv)
     half = scalar(0.5);
     three = scalar(3);
     zero = scalar(0);
+    if (grad_mode) {
+        vq_tensor *w;
+        check(vq_tensor_new(&w, VQ_F64, 1, &len) == 0, "w");
+        for (int j = 0; j < LEN; j++)
+            ((double *)vq_tensor_data(w))[j] = 0.05 * j - 0.4;
+        check(vq_scope_set(scope, "w", w) == 0, "scope");
+        vq_tensor_release(w);
+        for (int n = 0; n < 9; n++) { /* the reference gradients, one run at a time */
+            vq_tensor *tn = scalar(n);
+            vq_feed feeds[] = {{"x", x0}, {"n", tn}, {"one", one}, {"half", half},
+                               {"three", three}, {"zero", zero}};
+            vq_fetch g = {"w@GRAD", NULL};
+            check(vq_exec_run(exec, prog, scope, feeds, 6, &g, 1) == 0, "reference run");
+            if (g.tensor) {
+                vq_tensor *h = g.tensor;
+                if (vq_tensor_device(h).kind != VQ_DEV_CPU) {
+                    check(vq_tensor_copy_to(engine, g.tensor, (vq_ctx){VQ_DEV_CPU, 0}, &h) == 0,
+                          "copy");
+                    check(vq_tensor_wait(h) == 0, "copy wait");
+                    vq_tensor_release(g.tensor);
+                }
+                memcpy(grad_want[n], vq_tensor_data(h), sizeof grad_want[n]);
+                vq_tensor_release(h);
+            }
+            vq_tensor_release(tn);
+        }
+    }
     pthread_t t[2];
     for (int i = 0; i < 2; i++)
         pthread_create(&t[i], NULL, pusher, (void *)(intptr_t)i);
@@ -216,7 +296,7 @@ int main(int argc, char **argv)
     vq_engine_free(engine);
     int f = atomic_load(&failures);
     printf("control_stress: 2 threads x %d runs%s: %s\n", runs_per_thread,
-           gpu ? " on GPU 0" : naive ? " on the naive engine" : "",
+           gpu ? " on GPU 0" : naive ? " on the naive engine" : grad_mode ? " of a gradient" : "",
            f ? "FAILED" : "ok");
     return f ? 1 : 0;
 }

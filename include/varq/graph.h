@@ -34,10 +34,17 @@
  * and holds them all until the op is done) and write only their own
  * block's vars, which are not persistable. Only block 0's vars are fed and
  * fetched. vq_exec_prepare checks all of this and reports a violation as
- * VQ_EINVAL naming the op, the block and the var. vq_append_backward
- * differentiates through a cond (train.h); through a while, and through a
- * cond whose branches hold control ops, it fails with VQ_ENOSYS naming the
- * op when the loss depends on one.
+ * VQ_EINVAL naming the op, the block and the var.
+ *
+ * Autodiff's extensions of while (varq's, not part of the contract): with
+ * save_carries:bool=false set, the loop keeps every iteration's carried
+ * inputs; a while with replay_of:int=-1 set to that loop's op index (both
+ * in block 0) runs once per iteration the saving loop ran, last first
+ * (its Cond, body_cond and max_iters are not read), with its body vars
+ * replay_inputs:strings bound to the saved inputs of that iteration, each
+ * freed once the iteration using it is done. vq_append_backward
+ * (train.h) writes these; it differentiates through cond and while, and
+ * refuses (VQ_ENOSYS, naming the op) control ops nested in their blocks.
  *
  * Thread-safety: a vq_program is a plain value: build it from one thread;
  * once built, any number of threads may read, save or run it as long as

@@ -32,9 +32,18 @@ extern "C" {
  * the forward cond is done) and differentiate it; a var that the untaken
  * branch does not use gets zeros from it (zeros_like). The vars a branch
  * reads from outside count as the cond's inputs, so a parameter used only
- * inside a branch gets its gradient. Not yet: gradients through a while,
- * or through a cond whose branches hold cond or while ops (VQ_ENOSYS
- * naming the op when the loss depends on one).
+ * inside a branch gets its gradient.
+ *
+ * Through a while, the forward loop is marked to keep each iteration's
+ * carried inputs (save_carries, graph.h), and the gradient is a loop that
+ * replays the iterations in reverse (replay_of): each recomputes its
+ * iteration from the saved inputs and differentiates it, carrying the
+ * gradients of the carried values (from the gradient of the loop's
+ * outputs) and a sum for each enclosing var the body reads (parameters
+ * used in the body get the sum over iterations). Memory: one iteration's
+ * inputs per forward iteration, freed as the backward loop passes it.
+ * Not yet: cond or while ops nested in a cond's or while's blocks
+ * (VQ_ENOSYS naming the op when the loss depends on one).
  *
  * Returns the number of parameters that received a gradient, or a negative
  * error naming the op whose gradient is missing. */

@@ -1455,14 +1455,57 @@ static vq_program *cond_loss_program(void)
     return p;
 }
 
-static double run_loss(struct fix *f, vq_program *p, vq_feed *feeds)
+static double loss_of(struct fix *f, vq_program *p, vq_feed *feeds, int nfeeds)
 {
     vq_fetch fetch = {"loss", NULL};
-    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, nfeeds, &fetch, 1), 0, "%s", vq_errmsg());
     vq_tensor *h = host(f->e, fetch.tensor);
     double l = *(double *)vq_tensor_data(h);
     vq_tensor_release(h);
     return l;
+}
+
+/* Runs p (with its gradient ops) once, fetching "<param>@GRAD" for each
+ * parameter of f's scope named in params[], and compares every element
+ * with central differences of fwd's loss (h = 1e-6, relative to the
+ * larger of the two and 1e-3; limit 1e-6). Parameters are set again
+ * before each run: on a GPU the plan copies the scope's host tensors when
+ * it prepares. Returns the largest difference. */
+static double fd_check(struct fix *f, vq_program *fwd, vq_program *p, vq_feed *feeds,
+                       int nfeeds, const char *const *params, int np, const char *what)
+{
+    vq_fetch g[8];
+    char names[8][32];
+    for (int q = 0; q < np; q++) {
+        snprintf(names[q], sizeof names[q], "%s@GRAD", params[q]);
+        g[q] = (vq_fetch){names[q], NULL};
+    }
+    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, nfeeds, g, np), 0, "%s: %s", what,
+                 vq_errmsg());
+    double worst = 0;
+    for (int q = 0; q < np; q++) {
+        vq_tensor *gq = host(f->e, g[q].tensor);
+        for (int64_t i = 0; i < vq_tensor_numel(gq); i++) {
+            vq_tensor *hp = host(f->e, vq_tensor_retain(vq_scope_get(f->s, params[q])));
+            double *d = vq_tensor_data(hp), base = d[i], h = 1e-6;
+            d[i] = base + h;
+            cr_assert_eq(vq_scope_set(f->s, params[q], hp), 0);
+            double up = loss_of(f, fwd, feeds, nfeeds);
+            d[i] = base - h;
+            cr_assert_eq(vq_scope_set(f->s, params[q], hp), 0);
+            double down = loss_of(f, fwd, feeds, nfeeds);
+            d[i] = base;
+            cr_assert_eq(vq_scope_set(f->s, params[q], hp), 0);
+            vq_tensor_release(hp);
+            double num = (up - down) / (2 * h), ana = ((double *)vq_tensor_data(gq))[i];
+            double err = fabs(ana - num) / fmax(fmax(fabs(ana), fabs(num)), 1e-3);
+            worst = fmax(worst, err);
+            cr_assert_leq(err, 1e-6, "%s: d%s[%lld]: %.9g vs %.9g", what, params[q],
+                          (long long)i, ana, num);
+        }
+        vq_tensor_release(gq);
+    }
+    return worst;
 }
 
 Test(control, gradients_through_cond_match_finite_differences)
@@ -1470,82 +1513,38 @@ Test(control, gradients_through_cond_match_finite_differences)
     vq_program *fwd = cond_loss_program(), *p = cond_loss_program();
     cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 2, "%s", vq_errmsg());
     const int setup_ids[] = {0, 2, 3, 5};
+    const char *params[] = {"w", "v"};
     for (int si = 0; si < N_OF(setup_ids); si++) {
         const struct setup *st = &setups[setup_ids[si]];
         struct fix f = fix_new(st);
         vq_tensor *w = vec3(0.5, -1.25, 2), *v = vec3(0.3, 0.2, -0.7);
         cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
         cr_assert_eq(vq_scope_set(f.s, "v", v), 0);
+        vq_tensor_release(w);
+        vq_tensor_release(v);
         for (int branch = 0; branch < 2; branch++) {
             vq_tensor *x = vec3(1.5, -0.5, 0.75), *c;
             cr_assert_eq(vq_tensor_new(&c, VQ_BOOL, 0, NULL), 0);
             *(unsigned char *)vq_tensor_data(c) = branch == 0;
             vq_feed feeds[] = {{"x", x}, {"c", c}};
-            vq_fetch g[] = {{"w@GRAD", NULL}, {"v@GRAD", NULL}};
-            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, g, 2), 0, "%s: %s", st->name,
-                         vq_errmsg());
-            vq_tensor *gw = host(f.e, g[0].tensor), *gv = host(f.e, g[1].tensor);
-            /* finite differences on the forward program, through the scope */
-            vq_tensor *params[] = {vq_scope_get(f.s, "w"), vq_scope_get(f.s, "v")};
-            vq_tensor *grads[] = {gw, gv};
-            for (int q = 0; q < 2; q++)
-                for (int i = 0; i < 3; i++) {
-                    vq_tensor *hp = host(f.e, vq_tensor_retain(params[q]));
-                    double base = ((double *)vq_tensor_data(hp))[i], h = 1e-6;
-                    /* set again before each run: on a GPU the plan copies the
-                     * scope's host tensor to the device when it prepares */
-                    ((double *)vq_tensor_data(hp))[i] = base + h;
-                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
-                    double up = run_loss(&f, fwd, feeds);
-                    ((double *)vq_tensor_data(hp))[i] = base - h;
-                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
-                    double down = run_loss(&f, fwd, feeds);
-                    ((double *)vq_tensor_data(hp))[i] = base;
-                    cr_assert_eq(vq_scope_set(f.s, q ? "v" : "w", hp), 0);
-                    params[q] = vq_scope_get(f.s, q ? "v" : "w");
-                    vq_tensor_release(hp);
-                    double num = (up - down) / (2 * h), ana = ((double *)vq_tensor_data(grads[q]))[i];
-                    double err = fabs(ana - num) / fmax(fmax(fabs(ana), fabs(num)), 1e-3);
-                    cr_assert_leq(err, 1e-6, "%s branch %d d%s[%d]: %.9g vs %.9g", st->name,
-                                  branch, q ? "v" : "w", i, ana, num);
-                    if (q == 1 && branch == 1)
-                        cr_assert_eq(ana, 0.0, "v is not used by the else branch");
-                }
-            vq_tensor_release(gw);
-            vq_tensor_release(gv);
+            char what[64];
+            snprintf(what, sizeof what, "%s, %s branch", st->name, branch ? "else" : "then");
+            fd_check(&f, fwd, p, feeds, 2, params, 2, what);
+            if (branch == 1) { /* v is not used by the else branch: exactly zero */
+                vq_fetch gv = {"v@GRAD", NULL};
+                cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, &gv, 1), 0, "%s", vq_errmsg());
+                vq_tensor *h = host(f.e, gv.tensor);
+                for (int i = 0; i < 3; i++)
+                    cr_assert_eq(((double *)vq_tensor_data(h))[i], 0.0);
+                vq_tensor_release(h);
+            }
             vq_tensor_release(x);
             vq_tensor_release(c);
         }
-        vq_tensor_release(w);
-        vq_tensor_release(v);
         fix_free(&f);
     }
     vq_program_free(p);
     vq_program_free(fwd);
-}
-
-Test(control, loops_are_cached_plans_and_survive_save_and_load)
-{
-    struct fix f = fix_new(&setups[2]);
-    vq_program *p = counter_loop(-1);
-    char path[] = "/tmp/varq_control_saveXXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    cr_assert_eq(vq_program_save(p, path), 0, "%s", vq_errmsg());
-    vq_program *q;
-    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
-    unlink(path);
-    cr_assert_eq(vq_program_hash(p), vq_program_hash(q));
-    for (int k = 0; k < 5; k++)
-        run_counter(&f, k % 2 ? q : p, "loaded", 3 + k, 0, -1);
-    vq_exec_stats st;
-    cr_assert_eq(vq_exec_get_stats(f.ex, &st), 0);
-    cr_assert_eq(st.prepares, 1, "one plan for the program and its loaded copy");
-    cr_assert_eq(st.cache_hits, 4);
-    vq_program_free(q);
-    vq_program_free(p);
-    fix_free(&f);
 }
 
 /* ---- gradients through while ---- */
@@ -1587,16 +1586,6 @@ static vq_program *while_loss_program(void)
     return p;
 }
 
-static double while_loss(struct fix *f, vq_program *p, vq_feed *feeds)
-{
-    vq_fetch fetch = {"loss", NULL};
-    cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 3, &fetch, 1), 0, "%s", vq_errmsg());
-    vq_tensor *h = host(f->e, fetch.tensor);
-    double l = *(double *)vq_tensor_data(h);
-    vq_tensor_release(h);
-    return l;
-}
-
 Test(control, gradients_through_while_match_finite_differences)
 {
     vq_program *fwd = while_loss_program(), *p = while_loss_program();
@@ -1617,31 +1606,9 @@ Test(control, gradients_through_while_match_finite_differences)
         for (int ni = 0; ni < N_OF(ns); ni++) {
             vq_tensor *tn = scalar(ns[ni]), *one = scalar(1), *i0 = scalar(0);
             vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}};
-            vq_fetch g[] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}, {"h0@GRAD", NULL}};
-            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 3, g, 3), 0, "%s n=%g: %s", st->name,
-                         ns[ni], vq_errmsg());
-            for (int q = 0; q < 3; q++) {
-                vq_tensor *gq = host(f.e, g[q].tensor);
-                for (int i = 0; i < 3; i++) {
-                    vq_tensor *hp = host(f.e, vq_tensor_retain(vq_scope_get(f.s, params[q])));
-                    double base = ((double *)vq_tensor_data(hp))[i], h = 1e-6;
-                    ((double *)vq_tensor_data(hp))[i] = base + h;
-                    cr_assert_eq(vq_scope_set(f.s, params[q], hp), 0);
-                    double up = while_loss(&f, fwd, feeds);
-                    ((double *)vq_tensor_data(hp))[i] = base - h;
-                    cr_assert_eq(vq_scope_set(f.s, params[q], hp), 0);
-                    double down = while_loss(&f, fwd, feeds);
-                    ((double *)vq_tensor_data(hp))[i] = base;
-                    cr_assert_eq(vq_scope_set(f.s, params[q], hp), 0);
-                    vq_tensor_release(hp);
-                    double num = (up - down) / (2 * h), ana = ((double *)vq_tensor_data(gq))[i];
-                    double err = fabs(ana - num) / fmax(fmax(fabs(ana), fabs(num)), 1e-3);
-                    worst = fmax(worst, err);
-                    cr_assert_leq(err, 1e-6, "%s n=%g d%s[%d]: %.9g vs %.9g", st->name, ns[ni],
-                                  params[q], i, ana, num);
-                }
-                vq_tensor_release(gq);
-            }
+            char what[64];
+            snprintf(what, sizeof what, "%s, %g iterations", st->name, ns[ni]);
+            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 3, params, 3, what));
             vq_tensor_release(tn);
             vq_tensor_release(one);
             vq_tensor_release(i0);
@@ -1651,4 +1618,28 @@ Test(control, gradients_through_while_match_finite_differences)
     fprintf(stderr, "gradients through while: largest relative difference %.3g\n", worst);
     vq_program_free(p);
     vq_program_free(fwd);
+}
+
+Test(control, loops_are_cached_plans_and_survive_save_and_load)
+{
+    struct fix f = fix_new(&setups[2]);
+    vq_program *p = counter_loop(-1);
+    char path[] = "/tmp/varq_control_saveXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_program_save(p, path), 0, "%s", vq_errmsg());
+    vq_program *q;
+    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
+    unlink(path);
+    cr_assert_eq(vq_program_hash(p), vq_program_hash(q));
+    for (int k = 0; k < 5; k++)
+        run_counter(&f, k % 2 ? q : p, "loaded", 3 + k, 0, -1);
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(f.ex, &st), 0);
+    cr_assert_eq(st.prepares, 1, "one plan for the program and its loaded copy");
+    cr_assert_eq(st.cache_hits, 4);
+    vq_program_free(q);
+    vq_program_free(p);
+    fix_free(&f);
 }

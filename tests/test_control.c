@@ -1643,3 +1643,71 @@ Test(control, loops_are_cached_plans_and_survive_save_and_load)
     vq_program_free(p);
     fix_free(&f);
 }
+
+/* while_loss_program's recurrence unrolled n times into block 0. */
+static vq_program *while_loss_unrolled(int n)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *params[] = {"w", "b", "h0"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, S3, true), 0);
+    const char *scalars[] = {"n", "one", "i0", "loss"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    char h[16] = "h0", z1[16], z2[16], hn[16];
+    for (int k = 0; k < n; k++) {
+        snprintf(z1, sizeof z1, "z1_%d", k);
+        snprintf(z2, sizeof z2, "z2_%d", k);
+        snprintf(hn, sizeof hn, "h_%d", k + 1);
+        bvar(p, 0, z1, VQ_F64, 1, S3);
+        bvar(p, 0, z2, VQ_F64, 1, S3);
+        bvar(p, 0, hn, VQ_F64, 1, S3);
+        bop(p, 0, "mul", (const char *[]){h, "w"}, 2, (const char *[]){z1}, 1, NULL, 0);
+        bop(p, 0, "add", (const char *[]){z1, "b"}, 2, (const char *[]){z2}, 1, NULL, 0);
+        bop(p, 0, "tanh", (const char *[]){z2}, 1, (const char *[]){hn}, 1, NULL, 0);
+        memcpy(h, hn, sizeof h);
+    }
+    bvar(p, 0, "hh", VQ_F64, 1, S3);
+    bop(p, 0, "mul", (const char *[]){h, h}, 2, NAMES("hh"), 1, NULL, 0);
+    bop(p, 0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
+    return p;
+}
+
+Test(control, gradients_through_while_equal_the_unrolled_programs)
+{
+    vq_program *loop = while_loss_program();
+    cr_assert_eq(vq_append_backward(loop, "loss", NULL, 0), 3, "%s", vq_errmsg());
+    struct fix f = fix_new(&setups[2]);
+    vq_tensor *init[] = {vec3(0.5, -1.25, 0.8), vec3(0.3, 0.2, -0.7), vec3(0.9, -0.4, 0.1)};
+    const char *params[] = {"w", "b", "h0"};
+    for (int q = 0; q < 3; q++) {
+        cr_assert_eq(vq_scope_set(f.s, params[q], init[q]), 0);
+        vq_tensor_release(init[q]);
+    }
+    for (int n = 1; n <= 7; n += 3) {
+        vq_program *flat = while_loss_unrolled(n);
+        cr_assert_eq(vq_append_backward(flat, "loss", NULL, 0), 3, "%s", vq_errmsg());
+        vq_tensor *tn = scalar(n), *one = scalar(1), *i0 = scalar(0);
+        vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}};
+        vq_fetch a[] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}, {"h0@GRAD", NULL}};
+        vq_fetch b[] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}, {"h0@GRAD", NULL}};
+        cr_assert_eq(vq_exec_run(f.ex, loop, f.s, feeds, 3, a, 3), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(f.ex, flat, f.s, feeds, 3, b, 3), 0, "%s", vq_errmsg());
+        for (int q = 0; q < 3; q++) {
+            const double *x = vq_tensor_data(a[q].tensor), *y = vq_tensor_data(b[q].tensor);
+            for (int i = 0; i < 3; i++)
+                cr_assert_leq(fabs(x[i] - y[i]), 1e-14 * fmax(1, fabs(y[i])),
+                              "n=%d d%s[%d]: loop %.17g, unrolled %.17g", n, params[q], i, x[i],
+                              y[i]);
+            vq_tensor_release(a[q].tensor);
+            vq_tensor_release(b[q].tensor);
+        }
+        vq_tensor_release(tn);
+        vq_tensor_release(one);
+        vq_tensor_release(i0);
+        vq_program_free(flat);
+    }
+    fix_free(&f);
+    vq_program_free(loop);
+}

@@ -67,14 +67,6 @@ static void build(vq_dtype dt, vq_program **startup, vq_program **main)
 
 /* ---- batches ---- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 struct batch {
     vq_tensor *seq, *label, *n;
 };
@@ -90,25 +82,9 @@ static vq_tensor *scalar(vq_dtype dt, double v)
 static struct batch make_batch(vq_dtype dt, uint64_t *rng)
 {
     struct batch bt;
-    int len = MIN_LEN + (int)(splitmix64(rng) % (MAX_LEN - MIN_LEN + 1));
-    CHECK(vq_tensor_new(&bt.seq, dt, 3, (int64_t[]){len, BATCH, FEATURES}));
-    CHECK(vq_tensor_new(&bt.label, VQ_I64, 1, (int64_t[]){BATCH}));
+    int len = MIN_LEN + (int)(rnn_splitmix64(rng) % (MAX_LEN - MIN_LEN + 1));
+    rnn_task_batch(dt, rng, len, BATCH, &bt.seq, &bt.label);
     bt.n = scalar(dt, len);
-    memset(vq_tensor_data(bt.seq), 0, vq_tensor_nbytes(bt.seq));
-    int64_t *y = vq_tensor_data(bt.label);
-    for (int r = 0; r < BATCH; r++) {
-        int sum = 0;
-        for (int t = 0; t < len; t++) {
-            int d = (int)(splitmix64(rng) % 10);
-            size_t at = ((size_t)t * BATCH + r) * FEATURES + (size_t)d;
-            sum += d;
-            if (dt == VQ_F32)
-                ((float *)vq_tensor_data(bt.seq))[at] = 1;
-            else
-                ((double *)vq_tensor_data(bt.seq))[at] = 1;
-        }
-        y[r] = 2 * sum > 9 * len;
-    }
     return bt;
 }
 

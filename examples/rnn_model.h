@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define RNN_HIDDEN 16
 #define RNN_FEATURES 10
@@ -121,6 +122,41 @@ static void rnn_model_build(vq_dtype dt, vq_program **startup, vq_program **main
 
     RNN_CHECK(vq_layer_linear(p, *startup, "h", "logits", RNN_CLASSES, 14));
     RNN_CHECK(vq_layer_softmax_cross_entropy(p, "logits", "label", "probs", "loss"));
+}
+
+/* ---- the task ---- */
+
+static uint64_t rnn_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* b sequences of len digits 0..9 drawn from *rng: *seq [len, b, 10]
+ * one-hot in dtype dt, *label i64[b], 1 when the digit sum exceeds 4.5
+ * len. New tensors; the caller releases them. */
+static void rnn_task_batch(vq_dtype dt, uint64_t *rng, int len, int b, vq_tensor **seq,
+                           vq_tensor **label)
+{
+    RNN_CHECK(vq_tensor_new(seq, dt, 3, (int64_t[]){len, b, RNN_FEATURES}));
+    RNN_CHECK(vq_tensor_new(label, VQ_I64, 1, (int64_t[]){b}));
+    memset(vq_tensor_data(*seq), 0, vq_tensor_nbytes(*seq));
+    int64_t *y = vq_tensor_data(*label);
+    for (int r = 0; r < b; r++) {
+        int sum = 0;
+        for (int t = 0; t < len; t++) {
+            int d = (int)(rnn_splitmix64(rng) % 10);
+            size_t at = ((size_t)t * (size_t)b + (size_t)r) * RNN_FEATURES + (size_t)d;
+            sum += d;
+            if (dt == VQ_F32)
+                ((float *)vq_tensor_data(*seq))[at] = 1;
+            else
+                ((double *)vq_tensor_data(*seq))[at] = 1;
+        }
+        y[r] = 2 * sum > 9 * len; /* sum > 4.5 len */
+    }
 }
 
 #endif

@@ -60,14 +60,6 @@ static void build(vq_program **startup, vq_program **main)
 
 /* ---- data ---- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* A batch of b sequences of length len drawn from *rng: seq [len, b, 10]
  * one-hot, label [b]. */
 struct batch {
@@ -77,24 +69,11 @@ struct batch {
 static struct batch make_batch(uint64_t *rng, int len, int b)
 {
     struct batch bt;
-    CHECK(vq_tensor_new(&bt.seq, VQ_F32, 3, (int64_t[]){len, b, FEATURES}));
-    CHECK(vq_tensor_new(&bt.label, VQ_I64, 1, (int64_t[]){b}));
+    rnn_task_batch(VQ_F32, rng, len, b, &bt.seq, &bt.label);
     CHECK(vq_tensor_new(&bt.h0, VQ_F32, 2, (int64_t[]){b, HIDDEN}));
+    memset(vq_tensor_data(bt.h0), 0, vq_tensor_nbytes(bt.h0));
     float n = (float)len;
     CHECK(vq_tensor_from(&bt.n, VQ_F32, 0, NULL, &n));
-    float *x = vq_tensor_data(bt.seq);
-    int64_t *y = vq_tensor_data(bt.label);
-    memset(x, 0, vq_tensor_nbytes(bt.seq));
-    memset(vq_tensor_data(bt.h0), 0, vq_tensor_nbytes(bt.h0));
-    for (int r = 0; r < b; r++) {
-        int sum = 0;
-        for (int t = 0; t < len; t++) {
-            int d = (int)(splitmix64(rng) % 10);
-            sum += d;
-            x[((size_t)t * b + r) * FEATURES + d] = 1;
-        }
-        y[r] = 2 * sum > 9 * len; /* sum > 4.5 len */
-    }
     return bt;
 }
 
@@ -187,7 +166,7 @@ int main(int argc, char **argv)
     double sum = 0, t0 = now();
     int report = steps >= 10 ? steps / 10 : 1;
     for (int step = 1; step <= steps; step++) {
-        int len = MIN_LEN + (int)(splitmix64(&rng) % (MAX_LEN - MIN_LEN + 1));
+        int len = MIN_LEN + (int)(rnn_splitmix64(&rng) % (MAX_LEN - MIN_LEN + 1));
         struct batch bt = make_batch(&rng, len, BATCH);
         vq_tensor *loss = run_batch(&t, main_p, &bt, "loss");
         sum += *(const float *)vq_tensor_data(loss);

@@ -145,7 +145,6 @@ static int walk_cond(struct walk *w, struct pop *t, struct ctl_info *ci, struct 
     static const char *const blk_attr[2] = {"then_block", "else_block"};
     static const char *const out_attr[2] = {"then_outputs", "else_outputs"};
     int rc;
-    ci->nblocks = 2;
     for (int i = 0; i < 2; i++)
         if ((rc = take_block(w, t, blk_attr[i], &ci->blocks[i])) != 0)
             return rc;
@@ -242,7 +241,6 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
     const vq_program *p = pl->prog;
     const vq__pop *src = t->src;
     int rc, body;
-    ci->nblocks = 1;
     if ((rc = take_block(w, t, "body_block", &body)) != 0)
         return rc;
     ci->blocks[0] = body;
@@ -668,7 +666,8 @@ static int ctl_exit(void *arg, const vq_exec_ctx *x)
         struct pvar *s = ci->is_while ? &last->vars[pl->local[v]] : vq__frame_slot(last, v, &dep);
         c->result[k] = s->value ? vq_tensor_retain(s->value) : NULL;
     }
-    for (int i = ci->is_while ? 0 : c->last; i < (ci->is_while ? c->nframes : c->last + 1); i++)
+    int lo = ci->is_while ? 0 : c->last, hi = ci->is_while ? c->nframes : c->last + 1;
+    for (int i = lo; i < hi; i++) /* a while's whole ring, the branch that ran */
         for (int j = 0; j < pl->block_nvars[c->frames[i].block]; j++)
             vq__slot_drop(pl, &c->frames[i].vars[j], NULL);
     blocks_done(c);

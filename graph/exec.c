@@ -144,7 +144,7 @@ static bool is_in_place(const vq__pop *src, int j)
 
 /* The run failed: an op's outputs hold no stale values, and their
  * counters stay right for the readers that will skip too. */
-void vq__fop_skip_outputs(struct fop *f, void *stream)
+static void skip_outputs(struct fop *f, void *stream)
 {
     const vq__pop *src = f->t->src;
     for (int j = 0; j < src->nout; j++) {
@@ -256,7 +256,7 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     return 0;
 
 skip:
-    vq__fop_skip_outputs(f, stream);
+    skip_outputs(f, stream);
     vq__fop_inputs_done(f, stream);
     return 0;
 }
@@ -884,19 +884,17 @@ int vq__frame_ops(struct frame *fr)
             f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
             vars[nw++] = f->out[j]->ev;
         }
-        for (int i = 0; i < f->t->nin; i++)
+        for (int i = 0; i < f->t->nin; i++) {
             f->in[i] = vq__frame_slot(fr, f->t->in[i], &dep);
+            bool written = false;
+            for (int j = 0; j < src->nout && !written; j++)
+                written = src->out[j] == f->t->in[i];
+            if (!f->t->ctl && dep && !written) /* a control op builds its own */
+                vars[nw + nr++] = f->in[i]->ev;
+        }
         if (f->t->ctl) {
             rc = vq__ctl_build(f);
             continue;
-        }
-        for (int i = 0; i < src->nin; i++) {
-            vq__frame_slot(fr, src->in[i], &dep);
-            bool written = false;
-            for (int j = 0; j < src->nout && !written; j++)
-                written = src->out[j] == src->in[i];
-            if (dep && !written)
-                vars[nw + nr++] = f->in[i]->ev;
         }
         vq_task t = {.fn = op_exec, .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
                      .nreads = nr, .writes = vars, .nwrites = nw,

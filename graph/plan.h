@@ -64,8 +64,7 @@ struct pvar {
 /* What a cond or while op says, checked at preparation. */
 struct ctl_info {
     bool is_while;
-    int nblocks;      /* cond: 2 (then, else); while: 1 (body) */
-    int blocks[2];
+    int blocks[2];    /* cond: then, else; while: body */
     int nouts;        /* = the op's outputs */
     int *outs[2];     /* per block: the var each output comes from */
     int *body_in;     /* while: body_inputs, nouts of them */
@@ -288,6 +287,5 @@ void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream);
 /* Puts t (a reference the caller gives) into slot v, dropping what it held. */
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t);
 void vq__fop_inputs_done(struct fop *f, void *stream);
-void vq__fop_skip_outputs(struct fop *f, void *stream);
 
 #endif

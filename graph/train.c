@@ -544,7 +544,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
      * read (reads[1 + nc ...], the vars the body reads from outside) */
     int nsum = nreads - 1 - nc, ncarry = 0;
     int n = nc + nsum;
-    char **nm = calloc((size_t)(6 * n + 8), sizeof *nm); /* replay, in, out, init, din, junk */
+    char **nm = calloc((size_t)(5 * n + 1), sizeof *nm); /* replay, in, out, init, unused */
     int *from = malloc(((size_t)nc + 1) * sizeof *from);
     int *wanted = malloc(((size_t)n + 1) * sizeof *wanted), *seed = malloc(((size_t)nc + 1) * sizeof *seed);
     const char **seed_name = malloc(((size_t)nc + 1) * sizeof *seed_name);
@@ -688,7 +688,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
     }
 out:
     if (nm)
-        for (int i = 0; i < 6 * n + 8; i++)
+        for (int i = 0; i < 5 * n + 1; i++)
             free(nm[i]);
     free(nm);
     free(from);

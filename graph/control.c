@@ -204,13 +204,12 @@ static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int b
     const vq_attr *sv = attr_get(t->src, "save_carries"), *ro = attr_get(t->src, "replay_of");
     ci->save = sv && sv->i;
     ci->replay_of = ro ? (int)ro->i : -1;
-    if ((ci->save || ci->replay_of >= 0) && t->block != 0)
-        return ctl_fail(t, "save_carries and replay_of are for whiles of block 0");
     if (ci->replay_of < 0)
         return 0;
     if (ci->replay_of >= t->index)
-        return ctl_fail(t, "replay_of %d is not an earlier op of block 0", ci->replay_of);
-    const struct pop *f = &pl->ops[p->blocks[0].ops[ci->replay_of]];
+        return ctl_fail(t, "replay_of %d is not an earlier op of block %d", ci->replay_of,
+                        t->block);
+    const struct pop *f = &pl->ops[p->blocks[t->block].ops[ci->replay_of]];
     if (!f->ctl || !f->ctl->is_while || !f->ctl->save)
         return ctl_fail(t, "replay_of %d is not a while with save_carries", ci->replay_of);
     ci->nreplay = f->ctl->nouts;
@@ -802,7 +801,7 @@ int vq__ctl_build(struct fop *f)
         }
     }
     if (rc == 0 && ci->replay_of >= 0) {
-        c->replay = pl->root.ops[ci->replay_of].ctl; /* built: an earlier op of block 0 */
+        c->replay = fr->ops[ci->replay_of].ctl; /* built: an earlier op of the frame */
         for (int i = 0; i < c->nframes && rc == 0; i++) {
             struct vars out = {0};
             for (int k = 0; k < ci->nreplay && rc == 0; k++)

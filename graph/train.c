@@ -255,50 +255,138 @@ static int op_reads(const vq_program *p, const vq__pop *op, int **out, int *n)
 
 static int bw_ops(struct bw *b);
 
-/* Copies the ops of block fb to the end of block nb (the forward values of
- * a control op's blocks are gone by the time its gradient runs, so the
- * gradient's blocks compute them again). A var of fb is renamed
- * "<name><re>" and declared in nb, except from[i], which becomes the var
- * to[i] of nb; other vars keep their names. *first is the index in p->ops
- * of the first copy. */
-static int copy_block(vq_program *p, int fb, int nb, const char *re, const int *from,
-                      const char *const *to, int nmap, int *first)
+/* What copy_block renames: vars of the copied blocks (map[old] >= 0)
+ * become "<name><re>", from[i] becomes to[i]. */
+struct copy {
+    vq_program *p;
+    const char *re;
+    const int *from;
+    const char *const *to;
+    int nmap;
+    int *map; /* old block -> its copy, or -1 */
+};
+
+/* The name var v has in the copy (malloc'd), declared there when it is a
+ * var of a copied block met for the first time. */
+static char *copy_name(struct copy *cp, int v, int *rc)
 {
-    *first = p->nops;
+    vq_program *p = cp->p;
+    const char *nm = p->vars[v].name, *mapped = NULL;
+    for (int m = 0; m < cp->nmap && !mapped; m++)
+        if (cp->from[m] == v)
+            mapped = cp->to[m];
+    int nb = mapped ? -1 : cp->map[p->vars[v].block];
+    size_t len = strlen(nm) + strlen(cp->re) + 1 + (mapped ? strlen(mapped) : 0);
+    char *s = malloc(len);
+    if (!s) {
+        *rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        return NULL;
+    }
+    snprintf(s, len, "%s%s", mapped ? mapped : nm, nb >= 0 ? cp->re : "");
+    if (nb >= 0 && vq__program_find_var(p, s) < 0 && (*rc = declare_like(p, nb, s, v, false)) < 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int copy_block_rec(struct copy *cp, int fb, int nb);
+
+/* The attributes of control op opi for its copy in nb: its blocks copied
+ * (as children of nb), the var names of its string attributes renamed.
+ * out[] gets the attributes; *owned, the name arrays to free after use. */
+static int copy_ctl_attrs(struct copy *cp, int opi, int nb, vq_attr *out, char ***owned,
+                          int *nowned)
+{
+    vq_program *p = cp->p;
+    int rc = 0, na = p->ops[opi].nattrs, cap = 0;
+    for (int a = 0; a < na; a++)
+        cap += p->ops[opi].attrs[a].type == VQ_ATTR_STRINGS ? p->ops[opi].attrs[a].n + 1 : 1;
+    char **own = calloc((size_t)cap + 1, sizeof *own);
+    if (!own)
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    *owned = own;
+    *nowned = 0;
+    for (int a = 0; a < na && rc == 0; a++) {
+        vq_attr at = p->ops[opi].attrs[a]; /* copy: the program grows below */
+        if (at.type == VQ_ATTR_INT && strstr(at.name, "_block") && at.i > 0 &&
+            at.i < p->nblocks) {
+            int old = (int)at.i, copy = vq_program_add_block(p, nb);
+            if (copy < 0)
+                return copy;
+            cp->map[old] = copy;
+            if ((rc = copy_block_rec(cp, old, copy)) < 0)
+                return rc;
+            at.i = copy;
+        } else if (at.type == VQ_ATTR_STRINGS && strcmp(at.name, "replay_inputs") &&
+                   strcmp(at.name, "body_inputs") && strcmp(at.name, "body_outputs") &&
+                   strcmp(at.name, "then_outputs") && strcmp(at.name, "else_outputs")) {
+            /* not var names */
+        } else if (at.type == VQ_ATTR_STRINGS || (at.type == VQ_ATTR_STRING &&
+                                                  !strcmp(at.name, "body_cond"))) {
+            bool one = at.type == VQ_ATTR_STRING;
+            int n = one ? 1 : at.n;
+            char **names = calloc((size_t)n + 1, sizeof *names);
+            if (!names)
+                return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            own[(*nowned)++] = (char *)names;
+            for (int i = 0; i < n && rc == 0; i++) {
+                const char *nm = one ? at.s : at.strings[i];
+                int v = vq__program_find_var(p, nm);
+                names[i] = v < 0 ? strdup(nm) : copy_name(cp, v, &rc);
+                if (!names[i] && rc == 0)
+                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            }
+            if (one)
+                at.s = names[0];
+            else
+                at.strings = (const char *const *)names;
+        }
+        out[a] = at;
+    }
+    return rc;
+}
+
+static void copy_attrs_free(char **owned, int nowned)
+{
+    for (int i = 0; owned && i < nowned; i++) {
+        char **names = (char **)owned[i];
+        for (int k = 0; names[k]; k++)
+            free(names[k]);
+        free(names);
+    }
+    free(owned);
+}
+
+static int copy_block_rec(struct copy *cp, int fb, int nb)
+{
+    vq_program *p = cp->p;
     int rc = 0;
     for (int i = 0; i < p->blocks[fb].nops && rc == 0; i++) {
-        const vq__pop *src = &p->ops[p->blocks[fb].ops[i]];
-        if (is_control(src))
-            return vq__fail(VQ_ENOSYS, "vq_append_backward: block %d holds a %s; gradients "
-                                       "through nested control flow are not available yet",
-                            fb, src->type);
-        int nin = src->nin, no = src->nout;
+        int opi = p->blocks[fb].ops[i];
+        int nin = p->ops[opi].nin, no = p->ops[opi].nout;
         char *names[2 * VQ__MAX_SLOTS] = {0};
         for (int s = 0; s < nin + no && rc == 0; s++) {
-            int v = s < nin ? src->in[s] : src->out[s - nin];
-            const char *nm = p->vars[v].name, *mapped = NULL;
-            for (int m = 0; m < nmap && !mapped; m++)
-                if (from[m] == v)
-                    mapped = to[m];
-            size_t len = strlen(nm) + strlen(re) + 1 + (mapped ? strlen(mapped) : 0);
-            if (!(names[s] = malloc(len)))
+            const vq__pop *src = &p->ops[opi];
+            names[s] = copy_name(cp, s < nin ? src->in[s] : src->out[s - nin], &rc);
+        }
+        vq_attr *attrs = NULL;
+        char **owned = NULL;
+        int nowned = 0, na = p->ops[opi].nattrs;
+        if (rc >= 0 && is_control(&p->ops[opi])) {
+            if (!(attrs = calloc((size_t)na + 1, sizeof *attrs)))
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
-            else if (mapped)
-                snprintf(names[s], len, "%s", mapped);
-            else if (p->vars[v].block == fb)
-                snprintf(names[s], len, "%s%s", nm, re);
             else
-                snprintf(names[s], len, "%s", nm);
-            if (rc == 0 && !mapped && p->vars[v].block == fb &&
-                vq__program_find_var(p, names[s]) < 0)
-                rc = declare_like(p, nb, names[s], v, false);
+                rc = copy_ctl_attrs(cp, opi, nb, attrs, &owned, &nowned);
         }
         if (rc >= 0) {
-            src = &p->ops[p->blocks[fb].ops[i]];
+            const vq__pop *src = &p->ops[opi];
             rc = vq_program_add_op(p, nb, src->type, (const char *const *)names, nin,
-                                   (const char *const *)names + nin, no, src->attrs,
-                                   src->nattrs);
+                                   (const char *const *)names + nin, no,
+                                   attrs ? attrs : src->attrs, na);
         }
+        copy_attrs_free(owned, nowned);
+        free(attrs);
         for (int s = 0; s < nin + no; s++)
             free(names[s]);
         rc = rc < 0 ? rc : 0;
@@ -306,31 +394,61 @@ static int copy_block(vq_program *p, int fb, int nb, const char *re, const int *
     return rc;
 }
 
-/* Differentiates the n ops of block nb from p->ops[first] on: the gradient
+/* Copies the ops of block fb to the end of block nb (the forward values of
+ * a control op's blocks are gone by the time its gradient runs, so the
+ * gradient's blocks compute them again), with the blocks of its control
+ * ops copied too, as children of nb. A var of fb or of those blocks is
+ * renamed "<name><re>" and declared in the copy of its block, except
+ * from[i], which becomes the var to[i]; other vars keep their names.
+ * *first is the place in nb of the first copy. */
+static int copy_block(vq_program *p, int fb, int nb, const char *re, const int *from,
+                      const char *const *to, int nmap, int *first)
+{
+    *first = p->blocks[nb].nops;
+    struct copy cp = {.p = p, .re = re, .from = from, .to = to, .nmap = nmap,
+                      .map = malloc(((size_t)p->nblocks + 1) * sizeof(int))};
+    if (!cp.map)
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int i = 0; i < p->nblocks; i++)
+        cp.map[i] = -1;
+    cp.map[fb] = nb;
+    int rc = copy_block_rec(&cp, fb, nb);
+    free(cp.map);
+    return rc;
+}
+
+/* Differentiates the ops of block nb from its first-th on: the gradient
  * of seed[i] is the var named seed_name[i]; for each wanted[i], result[i]
  * becomes a var of nb holding its gradient (malloc'd name), zeros when no
  * gradient reaches it. Gradient names end in "@B<nb>". */
-static int block_backward(vq_program *p, int nb, int first, int n, const int *seed,
+static int block_backward(vq_program *p, int nb, int first, const int *seed,
                           const char *const *seed_name, int nseed, const int *wanted,
                           int nwanted, char **result)
 {
     char suffix[32];
     snprintf(suffix, sizeof suffix, "@B%d", nb);
     struct bw sub;
+    int n = p->blocks[nb].nops - first;
     int rc = bw_alloc(&sub, p, nb, suffix, n);
     if (rc < 0)
         return rc;
-    for (int i = 0; i < n; i++)
-        sub.fwd[i] = first + i;
+    memcpy(sub.fwd, p->blocks[nb].ops + first, (size_t)n * sizeof *sub.fwd);
     for (int i = 0; i < nwanted; i++)
         sub.requires[wanted[i]] = is_float(p->vars[wanted[i]].dtype);
-    for (int i = 0; i < n; i++) {
+    /* a cond or while reads what its blocks read */
+    int **reads = calloc((size_t)n + 1, sizeof *reads), *nreads = calloc((size_t)n + 1, sizeof *nreads);
+    if (!reads || !nreads)
+        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = op_reads(p, &p->ops[sub.fwd[i]], &reads[i], &nreads[i]);
+    for (int i = 0; i < n && rc == 0; i++) {
         const vq__pop *c = &p->ops[sub.fwd[i]];
         bool any = false;
-        for (int j = 0; j < c->nin; j++)
-            any |= sub.requires[c->in[j]];
+        for (int j = 0; j < nreads[i]; j++)
+            any |= sub.requires[reads[i][j]];
+        bool has_grad = c->def && (c->def->grad || is_control(c));
         for (int j = 0; j < c->nout; j++)
-            if (any && c->def && c->def->grad && is_float(p->vars[c->out[j]].dtype))
+            if (any && has_grad && is_float(p->vars[c->out[j]].dtype))
                 sub.requires[c->out[j]] = true;
     }
     for (int i = 0; i < nseed && rc == 0; i++) {
@@ -348,12 +466,16 @@ static int block_backward(vq_program *p, int nb, int first, int n, const int *se
             flows |= sub.needed[c->out[j]];
         if (!flows)
             continue;
-        for (int j = 0; j < c->nin; j++)
-            if (sub.requires[c->in[j]]) {
-                sub.needed[c->in[j]] = true;
-                sub.g[c->in[j]].expected++;
+        for (int j = 0; j < nreads[i]; j++)
+            if (sub.requires[reads[i][j]]) {
+                sub.needed[reads[i][j]] = true;
+                sub.g[reads[i][j]].expected++;
             }
     }
+    for (int i = 0; reads && i < n; i++)
+        free(reads[i]);
+    free(reads);
+    free(nreads);
     if (rc == 0)
         rc = bw_ops(&sub);
     for (int i = 0; i < nwanted && rc == 0; i++) {
@@ -433,7 +555,7 @@ static int cond_backward(struct bw *b, int k, const int *reads, int nreads, cons
         if (din[i])
             wanted[nw++] = reads[i];
     for (int br = 0; br < 2 && rc == 0; br++) {
-        if ((rc = nb[br] = vq_program_add_block(p, 0)) < 0)
+        if ((rc = nb[br] = vq_program_add_block(p, b->block)) < 0)
             break;
         char re[32];
         snprintf(re, sizeof re, "@RE%d", nb[br]);
@@ -448,7 +570,7 @@ static int cond_backward(struct bw *b, int k, const int *reads, int nreads, cons
                 seed[ns] = copied_var(p, v, blocks[br], re);
                 seed_name[ns++] = dout[j];
             }
-        rc = block_backward(p, nb[br], first, p->nops - first, seed, seed_name, ns, wanted, nw,
+        rc = block_backward(p, nb[br], first, seed, seed_name, ns, wanted, nw,
                             results[br]);
     }
     /* the backward cond: Out = the gradients of the wanted vars */
@@ -478,18 +600,18 @@ static int cond_backward(struct bw *b, int k, const int *reads, int nreads, cons
     return rc;
 }
 
-/* Declares name in block 0 like var v and fills it with zeros of v's
+/* Declares name in block like var v and fills it with zeros of v's
  * shape. */
-static int zeros_var(vq_program *p, const char *name, int v)
+static int zeros_var(vq_program *p, int block, const char *name, int v)
 {
-    int rc = declare_like(p, 0, name, v, false);
+    int rc = declare_like(p, block, name, v, false);
     if (rc >= 0)
-        rc = vq_program_add_op(p, 0, "zeros_like", (const char *[]){p->vars[v].name}, 1,
+        rc = vq_program_add_op(p, block, "zeros_like", (const char *[]){p->vars[v].name}, 1,
                                (const char *[]){name}, 1, NULL, 0);
     return rc < 0 ? rc : 0;
 }
 
-/* The backward of while op k of block 0: the forward loop is marked to
+/* The backward of while op k of b's block: the forward loop is marked to
  * keep every iteration's carried inputs (save_carries), and a while that
  * replays it (replay_of) runs once per forward iteration, last first. Its
  * body binds the saved inputs (replay_inputs), recomputes that iteration,
@@ -501,11 +623,9 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
                           const char *const *dout)
 {
     vq_program *p = b->p;
-    int opi = b->fwd[k];
-    if (b->block != 0)
-        return vq__fail(VQ_ENOSYS, "vq_append_backward: a while inside a cond or while block: "
-                                   "gradients through nested control flow are not available "
-                                   "yet");
+    int opi = b->fwd[k], pos = 0; /* pos: its place in its block, for replay_of */
+    while (pos < p->blocks[b->block].nops && p->blocks[b->block].ops[pos] != opi)
+        pos++;
     const vq__pop *op0 = &p->ops[opi];
     int nc = op0->nout, body = -1, cond_var = op0->in[0];
     const vq_attr *bin = NULL, *bout = NULL;
@@ -535,7 +655,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
         else if (!strcmp(op0->attrs[a].name, "body_outputs"))
             bout = &op0->attrs[a];
     }
-    int nb = vq_program_add_block(p, 0);
+    int nb = vq_program_add_block(p, b->block);
     if (nb < 0)
         return nb;
     char re[32];
@@ -574,7 +694,6 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
     int first = 0;
     if (rc >= 0)
         rc = copy_block(p, body, nb, re, from, (const char *const *)replay, nc, &first);
-    int nfirst = p->nops - first;
     /* the loop's own carried gradients and sums, and their initial values */
     int nl = 0; /* loop-carried entries: carried float values, then sums */
     for (int i = 0; i < n && rc >= 0; i++) {
@@ -611,17 +730,17 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
                 ginit[nl] = strdup(dout[i]);
                 rc = ginit[nl] ? 0 : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             } else {
-                rc = zeros_var(p, ginit[nl], out_v);
+                rc = zeros_var(p, b->block, ginit[nl], out_v);
             }
         } else {
             wanted[nl] = v;
-            rc = zeros_var(p, ginit[nl], v);
+            rc = zeros_var(p, b->block, ginit[nl], v);
         }
         nl++;
         rc = rc < 0 ? rc : 0;
     }
     if (rc >= 0)
-        rc = block_backward(p, nb, first, nfirst, seed, seed_name, ncarry, wanted, nl, result);
+        rc = block_backward(p, nb, first, seed, seed_name, ncarry, wanted, nl, result);
     /* the body's outputs: the input gradients, and the sums grown by this
      * iteration's part */
     for (int i = 0; i < nl && rc >= 0; i++) {
@@ -668,7 +787,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
                     }
                     snprintf(junk[j], len, "%s@UNUSED", ginit[j]);
                     int v = vq__program_find_var(p, gin[j]);
-                    rc = declare_like(p, 0, junk[j], v, false);
+                    rc = declare_like(p, b->block, junk[j], v, false);
                     outn[j] = junk[j];
                 }
                 j++;
@@ -678,9 +797,9 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
                                  VQ_ATTR_SS("body_inputs", (const char *const *)gin, nl),
                                  VQ_ATTR_SS("body_outputs", (const char *const *)gout, nl),
                                  VQ_ATTR_S("body_cond", bc),
-                                 VQ_ATTR_I("replay_of", k),
+                                 VQ_ATTR_I("replay_of", pos),
                                  VQ_ATTR_SS("replay_inputs", (const char *const *)replay, nc)};
-                rc = vq_program_add_op(p, 0, "while", xin, 1 + nl, outn, nl, at, 6);
+                rc = vq_program_add_op(p, b->block, "while", xin, 1 + nl, outn, nl, at, 6);
             }
         }
         free(xin);

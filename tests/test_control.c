@@ -1076,39 +1076,6 @@ Test(control, random_nested_programs_match_their_c_interpretation)
         fix_free(&fx[s]);
 }
 
-Test(control, autodiff_through_nested_control_flow_is_refused_naming_it)
-{
-    vq_program *p;
-    int b;
-    /* a while whose body holds a cond, over a parameter */
-    cr_assert_eq(vq_program_new(&p), 0);
-    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 0, NULL, true), 0);
-    const char *scalars[] = {"x", "xo", "loss"};
-    for (int i = 0; i < 3; i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 0, NULL);
-    bvar(p, b, "bx2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    int tb = add_block(p, b), eb = add_block(p, b);
-    bvar(p, tb, "t", VQ_F64, 0, NULL);
-    bop(p, tb, "mul", NAMES("bx", "w"), 2, NAMES("t"), 1, NULL, 0);
-    vq_attr ca[4];
-    cond_attrs(ca, tb, eb, NAMES("t"), NAMES("bx"), 1);
-    bop(p, b, "cond", NAMES("c", "bx"), 2, NAMES("bx2"), 1, ca, 4);
-    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
-    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
-    bop(p, 0, "sum", NAMES("xo"), 1, NAMES("loss"), 1, NULL, 0);
-    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "vq_append_backward: op 0 (while): block 1 holds a cond; "
-                                  "gradients through nested control flow are not available yet"),
-              "%s", vq_errmsg());
-    vq_program_free(p);
-}
-
 /* ---- fuzz: mutated encodings of programs with nested blocks ---- */
 
 static uint64_t fuzz_rng;
@@ -1710,4 +1677,273 @@ Test(control, gradients_through_while_equal_the_unrolled_programs)
     }
     fix_free(&f);
     vq_program_free(loop);
+}
+
+/* ---- gradients through control flow nested in control flow ---- */
+
+/* Parameters w, b, v, h0 (f64[3]) and the scalar feeds named in
+ * scalars[], in a new program; loss = sum(y * y) is added by nest_loss. */
+static vq_program *nest_program(const char *const *scalars, int nscalars)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *params[] = {"w", "b", "v", "h0"};
+    for (int i = 0; i < N_OF(params); i++)
+        cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, S3, true), 0);
+    for (int i = 0; i < nscalars; i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    return p;
+}
+
+static void nest_loss(vq_program *p, const char *y)
+{
+    bvar(p, 0, "yy", VQ_F64, 1, S3);
+    bvar(p, 0, "loss", VQ_F64, 0, NULL);
+    bop(p, 0, "mul", (const char *[]){y, y}, 2, NAMES("yy"), 1, NULL, 0);
+    bop(p, 0, "sum", NAMES("yy"), 1, NAMES("loss"), 1, NULL, 0);
+}
+
+/* In block blk: out = tanh(in * w + b), through vars named <out>.z1/z2. */
+static void nest_tanh_step(vq_program *p, int blk, const char *in, const char *out)
+{
+    char z1[48], z2[48];
+    snprintf(z1, sizeof z1, "%s.z1", out);
+    snprintf(z2, sizeof z2, "%s.z2", out);
+    bvar(p, blk, z1, VQ_F64, 1, S3);
+    bvar(p, blk, z2, VQ_F64, 1, S3);
+    bvar(p, blk, out, VQ_F64, 1, S3);
+    bop(p, blk, "mul", (const char *[]){in, "w"}, 2, (const char *[]){z1}, 1, NULL, 0);
+    bop(p, blk, "add", (const char *[]){z1, "b"}, 2, (const char *[]){z2}, 1, NULL, 0);
+    bop(p, blk, "tanh", (const char *[]){z2}, 1, (const char *[]){out}, 1, NULL, 0);
+}
+
+/* In block blk: a while over (x, i0) running while i < lim, its body
+ * inner(body block, x var, out name) computing the next x; outputs xo, io
+ * (declared here). Prefix names the body's vars. */
+static void nest_while(vq_program *p, int blk, const char *pre, const char *x, const char *lim,
+                       const char *xo, const char *io,
+                       void (*inner)(vq_program *p, int body, const char *pre, const char *x,
+                                     const char *out))
+{
+    char c0[64], bx[64], bi[64], bx2[64], bi2[64], bc[64];
+    snprintf(c0, sizeof c0, "%s.c0", pre);
+    snprintf(bx, sizeof bx, "%s.x", pre);
+    snprintf(bi, sizeof bi, "%s.i", pre);
+    snprintf(bx2, sizeof bx2, "%s.x2", pre);
+    snprintf(bi2, sizeof bi2, "%s.i2", pre);
+    snprintf(bc, sizeof bc, "%s.c", pre);
+    bvar(p, blk, c0, VQ_BOOL, 0, NULL);
+    bvar(p, blk, xo, VQ_F64, 1, S3);
+    bvar(p, blk, io, VQ_F64, 0, NULL);
+    bop(p, blk, "less", (const char *[]){"i0", lim}, 2, (const char *[]){c0}, 1, NULL, 0);
+    int body = add_block(p, blk);
+    bvar(p, body, bx, VQ_F64, 1, S3);
+    bvar(p, body, bi, VQ_F64, 0, NULL);
+    bvar(p, body, bi2, VQ_F64, 0, NULL);
+    bvar(p, body, bc, VQ_BOOL, 0, NULL);
+    bop(p, body, "add", (const char *[]){bi, "one"}, 2, (const char *[]){bi2}, 1, NULL, 0);
+    inner(p, body, pre, bx, bx2);
+    bop(p, body, "less", (const char *[]){bi2, lim}, 2, (const char *[]){bc}, 1, NULL, 0);
+    vq_attr a[5];
+    while_attrs(a, body, (const char *[]){bx, bi}, (const char *[]){bx2, bi2}, 2, bc, -1);
+    bop(p, blk, "while", (const char *[]){c0, x, "i0"}, 3, (const char *[]){xo, io}, 2, a, 5);
+}
+
+static void body_tanh(vq_program *p, int body, const char *pre, const char *x, const char *out)
+{
+    (void)pre;
+    nest_tanh_step(p, body, x, out);
+}
+
+/* A while body whose next x is cond(i < half, tanh(x w + b), x * v). */
+static void body_cond(vq_program *p, int body, const char *pre, const char *x, const char *out)
+{
+    char cb[48], bi2[48], t[48], e[48];
+    snprintf(cb, sizeof cb, "%s.cb", pre);
+    snprintf(bi2, sizeof bi2, "%s.i2", pre);
+    snprintf(t, sizeof t, "%s.t", pre);
+    snprintf(e, sizeof e, "%s.e", pre);
+    bvar(p, body, cb, VQ_BOOL, 0, NULL);
+    bvar(p, body, out, VQ_F64, 1, S3);
+    bop(p, body, "less", (const char *[]){bi2, "half"}, 2, (const char *[]){cb}, 1, NULL, 0);
+    int tb = add_block(p, body), eb = add_block(p, body);
+    nest_tanh_step(p, tb, x, t);
+    bvar(p, eb, e, VQ_F64, 1, S3);
+    bop(p, eb, "mul", (const char *[]){x, "v"}, 2, (const char *[]){e}, 1, NULL, 0);
+    vq_attr a[4];
+    cond_attrs(a, tb, eb, (const char *[]){t}, (const char *[]){e}, 1);
+    bop(p, body, "cond", (const char *[]){cb, x}, 2, (const char *[]){out}, 1, a, 4);
+}
+
+/* A while body whose next x is v * (m tanh steps from x, a while). */
+static void body_while(vq_program *p, int body, const char *pre, const char *x,
+                       const char *out)
+{
+    char g[48], gi[48], ipre[24];
+    snprintf(g, sizeof g, "%s.g", pre);
+    snprintf(gi, sizeof gi, "%s.gi", pre);
+    snprintf(ipre, sizeof ipre, "%s.in", pre);
+    nest_while(p, body, ipre, x, "m", g, gi, body_tanh);
+    bvar(p, body, out, VQ_F64, 1, S3);
+    bop(p, body, "mul", (const char *[]){g, "v"}, 2, (const char *[]){out}, 1, NULL, 0);
+}
+
+/* cond inside while: n iterations, the first ones (i < half) tanh steps,
+ * the others x * v. */
+static vq_program *nest_cond_in_while(void)
+{
+    vq_program *p = nest_program(NAMES("n", "one", "i0", "half"), 4);
+    nest_while(p, 0, "o", "h0", "n", "h", "io", body_cond);
+    nest_loss(p, "h");
+    return p;
+}
+
+/* while inside while: n outer iterations, each m tanh steps, times v. */
+static vq_program *nest_while_in_while(void)
+{
+    vq_program *p = nest_program(NAMES("n", "m", "one", "i0"), 4);
+    nest_while(p, 0, "o", "h0", "n", "h", "io", body_while);
+    nest_loss(p, "h");
+    return p;
+}
+
+/* while inside cond, and cond inside cond:
+ * y = c1 ? (c2 ? <n tanh steps from h0> : h0 - v) : h0 * v */
+static vq_program *nest_in_cond(void)
+{
+    vq_program *p = nest_program(NAMES("n", "one", "i0"), 3);
+    bvar(p, 0, "c1", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "c2", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "y", VQ_F64, 1, S3);
+    int tb = add_block(p, 0), eb = add_block(p, 0);
+    bvar(p, tb, "t", VQ_F64, 1, S3);
+    int ttb = add_block(p, tb), teb = add_block(p, tb);
+    nest_while(p, ttb, "w1", "h0", "n", "tw", "twi", body_tanh);
+    bvar(p, teb, "ts", VQ_F64, 1, S3);
+    bop(p, teb, "sub", NAMES("h0", "v"), 2, NAMES("ts"), 1, NULL, 0);
+    vq_attr a2[4];
+    cond_attrs(a2, ttb, teb, NAMES("tw"), NAMES("ts"), 1);
+    bop(p, tb, "cond", NAMES("c2", "h0"), 2, NAMES("t"), 1, a2, 4);
+    bvar(p, eb, "e", VQ_F64, 1, S3);
+    bop(p, eb, "mul", NAMES("h0", "v"), 2, NAMES("e"), 1, NULL, 0);
+    vq_attr a1[4];
+    cond_attrs(a1, tb, eb, NAMES("t"), NAMES("e"), 1);
+    bop(p, 0, "cond", NAMES("c1", "h0"), 2, NAMES("y"), 1, a1, 4);
+    nest_loss(p, "y");
+    return p;
+}
+
+static void nest_params(struct fix *f)
+{
+    const char *params[] = {"w", "b", "v", "h0"};
+    vq_tensor *init[] = {vec3(0.5, -1.25, 0.8), vec3(0.3, 0.2, -0.7), vec3(1.1, 0.9, -0.95),
+                         vec3(0.9, -0.4, 0.1)};
+    for (int q = 0; q < 4; q++) {
+        cr_assert_eq(vq_scope_set(f->s, params[q], init[q]), 0);
+        vq_tensor_release(init[q]);
+    }
+}
+
+static vq_tensor *boolean(bool b)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_BOOL, 0, NULL), 0);
+    *(unsigned char *)vq_tensor_data(t) = b;
+    return t;
+}
+
+static const char *const nest_params_names[] = {"w", "b", "v", "h0"};
+static const int nest_setups[] = {0, 2, 3, 5};
+
+Test(control, gradients_through_a_cond_inside_a_while_match_finite_differences)
+{
+    vq_program *fwd = nest_cond_in_while(), *p = nest_cond_in_while();
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
+    double worst = 0;
+    for (int si = 0; si < N_OF(nest_setups); si++) {
+        const struct setup *st = &setups[nest_setups[si]];
+        struct fix f = fix_new(st);
+        nest_params(&f);
+        /* 0 to 6 iterations (past the ring of frames), the first 2 through
+         * the then branch */
+        for (int n = 0; n <= 6; n += 2) {
+            vq_tensor *tn = scalar(n), *one = scalar(1), *i0 = scalar(0), *half = scalar(2.5);
+            vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}, {"half", half}};
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d iterations", st->name, n);
+            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 4, nest_params_names, 4, what));
+            vq_tensor_release(tn);
+            vq_tensor_release(one);
+            vq_tensor_release(i0);
+            vq_tensor_release(half);
+        }
+        fix_free(&f);
+    }
+    fprintf(stderr, "gradients through a cond in a while: largest relative difference %.3g\n",
+            worst);
+    vq_program_free(p);
+    vq_program_free(fwd);
+}
+
+Test(control, gradients_through_a_while_inside_a_while_match_finite_differences)
+{
+    vq_program *fwd = nest_while_in_while(), *p = nest_while_in_while();
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
+    double worst = 0;
+    for (int si = 0; si < N_OF(nest_setups); si++) {
+        const struct setup *st = &setups[nest_setups[si]];
+        struct fix f = fix_new(st);
+        nest_params(&f);
+        const int nm[][2] = {{0, 2}, {1, 0}, {2, 3}, {5, 2}};
+        for (int k = 0; k < N_OF(nm); k++) {
+            vq_tensor *tn = scalar(nm[k][0]), *tm = scalar(nm[k][1]), *one = scalar(1),
+                      *i0 = scalar(0);
+            vq_feed feeds[] = {{"n", tn}, {"m", tm}, {"one", one}, {"i0", i0}};
+            char what[64];
+            snprintf(what, sizeof what, "%s, %d x %d iterations", st->name, nm[k][0], nm[k][1]);
+            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 4, nest_params_names, 4, what));
+            vq_tensor_release(tn);
+            vq_tensor_release(tm);
+            vq_tensor_release(one);
+            vq_tensor_release(i0);
+        }
+        fix_free(&f);
+    }
+    fprintf(stderr, "gradients through a while in a while: largest relative difference %.3g\n",
+            worst);
+    vq_program_free(p);
+    vq_program_free(fwd);
+}
+
+Test(control, gradients_through_a_while_and_a_cond_inside_a_cond_match_finite_differences)
+{
+    vq_program *fwd = nest_in_cond(), *p = nest_in_cond();
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
+    double worst = 0;
+    for (int si = 0; si < N_OF(nest_setups); si++) {
+        const struct setup *st = &setups[nest_setups[si]];
+        struct fix f = fix_new(st);
+        nest_params(&f);
+        for (int k = 0; k < 4; k++) {
+            vq_tensor *tn = scalar(3), *one = scalar(1), *i0 = scalar(0);
+            vq_tensor *c1 = boolean(k < 3), *c2 = boolean(k < 2);
+            if (k == 1) { /* zero iterations of the loop */
+                vq_tensor_release(tn);
+                tn = scalar(0);
+            }
+            vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}, {"c1", c1}, {"c2", c2}};
+            char what[64];
+            snprintf(what, sizeof what, "%s, case %d", st->name, k);
+            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 5, nest_params_names, 4, what));
+            vq_tensor *t[] = {tn, one, i0, c1, c2};
+            for (int i = 0; i < 5; i++)
+                vq_tensor_release(t[i]);
+        }
+        fix_free(&f);
+    }
+    fprintf(stderr, "gradients through a cond's nested blocks: largest relative difference "
+                    "%.3g\n",
+            worst);
+    vq_program_free(p);
+    vq_program_free(fwd);
 }

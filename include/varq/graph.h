@@ -38,13 +38,13 @@
  *
  * Autodiff's extensions of while (varq's, not part of the contract): with
  * save_carries:bool=false set, the loop keeps every iteration's carried
- * inputs; a while with replay_of:int=-1 set to that loop's op index (both
- * in block 0) runs once per iteration the saving loop ran, last first
+ * inputs; a while with replay_of:int=-1 set to that loop's index in their
+ * (common) block runs once per iteration the saving loop ran, last first
  * (its Cond, body_cond and max_iters are not read), with its body vars
  * replay_inputs:strings bound to the saved inputs of that iteration, each
  * freed once the iteration using it is done. vq_append_backward
- * (train.h) writes these; it differentiates through cond and while, and
- * refuses (VQ_ENOSYS, naming the op) control ops nested in their blocks.
+ * (train.h) writes these; it differentiates through cond and while,
+ * nested in each other to any depth.
  *
  * Thread-safety: a vq_program is a plain value: build it from one thread;
  * once built, any number of threads may read, save or run it as long as

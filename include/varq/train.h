@@ -42,8 +42,10 @@ extern "C" {
  * outputs) and a sum for each enclosing var the body reads (parameters
  * used in the body get the sum over iterations). Memory: one iteration's
  * inputs per forward iteration, freed as the backward loop passes it.
- * Not yet: cond or while ops nested in a cond's or while's blocks
- * (VQ_ENOSYS naming the op when the loss depends on one).
+ * Control ops nested in a cond's or while's blocks are recomputed with
+ * their block and differentiated the same way inside the gradient's
+ * block (a while nested in a while keeps and replays its iterations once
+ * per outer iteration).
  *
  * Returns the number of parameters that received a gradient, or a negative
  * error naming the op whose gradient is missing. */

@@ -9,8 +9,10 @@
  * the naive engine, whose runs execute inside the pushing threads; with
  * --grad the program is the gradient of a loss through a while (the loop
  * saves its iterations, a second loop replays them in reverse), and every
- * run's gradient must equal the first run's, bit for bit.
- * Usage: control_stress [runs per thread] [--gpu | --naive | --grad]. */
+ * run's gradient must equal the first run's, bit for bit; --grad-nested
+ * does the same through a while nested in the loop's body.
+ * Usage: control_stress [runs per thread] [--gpu | --naive | --grad |
+ *                       --grad-nested]. */
 #include <varq/varq.h>
 #include <varq/train.h>
 
@@ -91,10 +93,26 @@ static void build(void)
     op(0, "while", NAMES("c0", "x", "zero"), 3, NAMES("xo", "io"), 2, wa, 4);
 }
 
+/* In block blk: out = tanh(in * w + one), through vars <out>.z1, <out>.z2. */
+static void tanh_step(int blk, const char *in, const char *out)
+{
+    char z1[32], z2[32];
+    snprintf(z1, sizeof z1, "%s.z1", out);
+    snprintf(z2, sizeof z2, "%s.z2", out);
+    var(blk, z1, VQ_F64, 1);
+    var(blk, z2, VQ_F64, 1);
+    var(blk, out, VQ_F64, 1);
+    op(blk, "mul", (const char *[]){in, "w"}, 2, (const char *[]){z1}, 1, NULL, 0);
+    op(blk, "add", (const char *[]){z1, "one"}, 2, (const char *[]){z2}, 1, NULL, 0);
+    op(blk, "tanh", (const char *[]){z2}, 1, (const char *[]){out}, 1, NULL, 0);
+}
+
 /* h = x; i = 0; while i < n: h = tanh(h * w + one); i += one;
  * loss = sum(h * h), with w a parameter: its gradient goes through the
- * loop. */
-static void build_grad(void)
+ * loop. nested: each outer iteration is instead an inner while of three
+ * such steps (the inner loop saves and replays its iterations once per
+ * outer iteration, in the outer gradient loop's frames). */
+static void build_grad(bool nested)
 {
     check(vq_program_new(&prog) == 0, "program");
     int64_t len = LEN;
@@ -108,15 +126,29 @@ static void build_grad(void)
     var(0, "c0", VQ_BOOL, 0);
     int b = vq_program_add_block(prog, 0);
     var(b, "bx", VQ_F64, 1);
-    var(b, "z1", VQ_F64, 1);
-    var(b, "z2", VQ_F64, 1);
-    var(b, "bx2", VQ_F64, 1);
     var(b, "bi", VQ_F64, 0);
     var(b, "bi2", VQ_F64, 0);
     var(b, "bc", VQ_BOOL, 0);
-    op(b, "mul", NAMES("bx", "w"), 2, NAMES("z1"), 1, NULL, 0);
-    op(b, "add", NAMES("z1", "one"), 2, NAMES("z2"), 1, NULL, 0);
-    op(b, "tanh", NAMES("z2"), 1, NAMES("bx2"), 1, NULL, 0);
+    if (!nested) {
+        tanh_step(b, "bx", "bx2");
+    } else {
+        var(b, "bx2", VQ_F64, 1);
+        var(b, "ji", VQ_F64, 0);
+        var(b, "jc0", VQ_BOOL, 0);
+        int ib = vq_program_add_block(prog, b);
+        var(ib, "g", VQ_F64, 1);
+        var(ib, "j", VQ_F64, 0);
+        var(ib, "j2", VQ_F64, 0);
+        var(ib, "jc", VQ_BOOL, 0);
+        tanh_step(ib, "g", "g2");
+        op(ib, "add", NAMES("j", "one"), 2, NAMES("j2"), 1, NULL, 0);
+        op(ib, "less", NAMES("j2", "three"), 2, NAMES("jc"), 1, NULL, 0);
+        op(b, "less", NAMES("zero", "three"), 2, NAMES("jc0"), 1, NULL, 0);
+        vq_attr ia[] = {VQ_ATTR_I("body_block", ib), VQ_ATTR_SS("body_inputs", NAMES("g", "j"), 2),
+                        VQ_ATTR_SS("body_outputs", NAMES("g2", "j2"), 2),
+                        VQ_ATTR_S("body_cond", "jc")};
+        op(b, "while", NAMES("jc0", "bx", "zero"), 3, NAMES("bx2", "ji"), 2, ia, 4);
+    }
     op(b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
     op(b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
     op(0, "less", NAMES("zero", "n"), 2, NAMES("c0"), 1, NULL, 0);
@@ -229,7 +261,8 @@ int main(int argc, char **argv)
     runs_per_thread = argc > 1 ? atoi(argv[1]) : 2000;
     bool gpu = argc > 2 && !strcmp(argv[2], "--gpu");
     bool naive = argc > 2 && !strcmp(argv[2], "--naive");
-    grad_mode = argc > 2 && !strcmp(argv[2], "--grad");
+    bool nested = argc > 2 && !strcmp(argv[2], "--grad-nested");
+    grad_mode = nested || (argc > 2 && !strcmp(argv[2], "--grad"));
     vq_engine_opts eo = {.kind = naive ? VQ_ENGINE_NAIVE : VQ_ENGINE_THREADED, .cpu_workers = 4};
     if (vq_engine_new(&engine, &eo) < 0 || vq_scope_new(&scope) < 0) {
         fprintf(stderr, "control_stress: %s\n", vq_errmsg());
@@ -243,7 +276,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (grad_mode)
-        build_grad();
+        build_grad(nested);
     else
         build();
     int64_t len = LEN;
@@ -296,7 +329,7 @@ int main(int argc, char **argv)
     vq_engine_free(engine);
     int f = atomic_load(&failures);
     printf("control_stress: 2 threads x %d runs%s: %s\n", runs_per_thread,
-           gpu ? " on GPU 0" : naive ? " on the naive engine" : grad_mode ? " of a gradient" : "",
+           gpu ? " on GPU 0" : naive ? " on the naive engine" : nested ? " of a gradient through nested loops" : grad_mode ? " of a gradient" : "",
            f ? "FAILED" : "ok");
     return f ? 1 : 0;
 }

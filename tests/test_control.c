@@ -1947,3 +1947,61 @@ Test(control, gradients_through_a_while_and_a_cond_inside_a_cond_match_finite_di
     vq_program_free(p);
     vq_program_free(fwd);
 }
+
+/* nest_while_in_while unrolled into block 0: n times (m tanh steps, then
+ * times v). */
+static vq_program *nest_while_in_while_unrolled(int n, int m)
+{
+    vq_program *p = nest_program(NAMES("n", "m", "one", "i0"), 4);
+    char h[32] = "h0", next[32];
+    for (int k = 0; k < n; k++) {
+        for (int j = 0; j < m; j++) {
+            snprintf(next, sizeof next, "h_%d_%d", k, j);
+            nest_tanh_step(p, 0, h, next);
+            memcpy(h, next, sizeof h);
+        }
+        snprintf(next, sizeof next, "h_%d", k);
+        bvar(p, 0, next, VQ_F64, 1, S3);
+        bop(p, 0, "mul", (const char *[]){h, "v"}, 2, (const char *[]){next}, 1, NULL, 0);
+        memcpy(h, next, sizeof h);
+    }
+    nest_loss(p, h);
+    return p;
+}
+
+Test(control, gradients_through_nested_whiles_equal_the_unrolled_programs)
+{
+    vq_program *loop = nest_while_in_while();
+    cr_assert_eq(vq_append_backward(loop, "loss", NULL, 0), 4, "%s", vq_errmsg());
+    struct fix f = fix_new(&setups[2]);
+    nest_params(&f);
+    const int nm[][2] = {{1, 1}, {2, 3}, {5, 2}};
+    for (int k = 0; k < N_OF(nm); k++) {
+        vq_program *flat = nest_while_in_while_unrolled(nm[k][0], nm[k][1]);
+        cr_assert_eq(vq_append_backward(flat, "loss", NULL, 0), 4, "%s", vq_errmsg());
+        vq_tensor *in[] = {scalar(nm[k][0]), scalar(nm[k][1]), scalar(1), scalar(0)};
+        vq_feed feeds[] = {{"n", in[0]}, {"m", in[1]}, {"one", in[2]}, {"i0", in[3]}};
+        vq_fetch a[4], b[4];
+        char names[4][16];
+        for (int q = 0; q < 4; q++) {
+            snprintf(names[q], sizeof names[q], "%s@GRAD", nest_params_names[q]);
+            a[q] = b[q] = (vq_fetch){names[q], NULL};
+        }
+        cr_assert_eq(vq_exec_run(f.ex, loop, f.s, feeds, 4, a, 4), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(f.ex, flat, f.s, feeds, 4, b, 4), 0, "%s", vq_errmsg());
+        for (int q = 0; q < 4; q++) {
+            const double *x = vq_tensor_data(a[q].tensor), *y = vq_tensor_data(b[q].tensor);
+            for (int i = 0; i < 3; i++)
+                cr_assert_leq(fabs(x[i] - y[i]), 1e-14 * fmax(1, fabs(y[i])),
+                              "%d x %d: d%s[%d]: loop %.17g, unrolled %.17g", nm[k][0],
+                              nm[k][1], nest_params_names[q], i, x[i], y[i]);
+            vq_tensor_release(a[q].tensor);
+            vq_tensor_release(b[q].tensor);
+        }
+        for (int i = 0; i < 4; i++)
+            vq_tensor_release(in[i]);
+        vq_program_free(flat);
+    }
+    fix_free(&f);
+    vq_program_free(loop);
+}

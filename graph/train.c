@@ -611,6 +611,58 @@ static int zeros_var(vq_program *p, int block, const char *name, int v)
     return rc < 0 ? rc : 0;
 }
 
+/* Which carried values of while op opi (body block body, body_inputs
+ * bin, body_outputs bout, nc of each) depend on what pass b
+ * differentiates: those whose initial value does, and those the body
+ * computes from such a value or an enclosing var that does, to a fixed
+ * point. Gradients are carried only for these: a counter or a sequence
+ * fed in gets none. */
+static int carried_requires(const struct bw *b, int opi, int body, const vq_attr *bin,
+                            const vq_attr *bout, int nc, bool *out)
+{
+    vq_program *p = b->p;
+    bool *rq = calloc((size_t)p->nvars + 1, sizeof *rq);
+    int *bi = malloc(((size_t)nc + 1) * sizeof *bi), *bo = malloc(((size_t)nc + 1) * sizeof *bo);
+    int rc = 0;
+    if (!rq || !bi || !bo)
+        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int v = 0; rc == 0 && v < b->nvars; v++)
+        rq[v] = b->requires[v];
+    for (int c = 0; rc == 0 && c < nc; c++) {
+        bi[c] = vq__program_find_var(p, bin->strings[c]);
+        bo[c] = vq__program_find_var(p, bout->strings[c]);
+        if (bi[c] >= 0)
+            rq[bi[c]] = b->requires[p->ops[opi].in[1 + c]];
+    }
+    for (bool changed = true; rc == 0 && changed;) {
+        changed = false;
+        for (int k = 0; k < p->blocks[body].nops && rc == 0; k++) {
+            const vq__pop *op = &p->ops[p->blocks[body].ops[k]];
+            int *in = NULL, nin = 0;
+            if ((rc = op_reads(p, op, &in, &nin)) < 0)
+                break;
+            bool any = false;
+            for (int i = 0; i < nin; i++)
+                any |= rq[in[i]];
+            free(in);
+            if (!any || !op->def || !(op->def->grad || is_control(op)))
+                continue;
+            for (int j = 0; j < op->nout; j++)
+                if (!rq[op->out[j]] && is_float(p->vars[op->out[j]].dtype))
+                    changed = rq[op->out[j]] = true;
+        }
+        for (int c = 0; c < nc; c++)
+            if (bi[c] >= 0 && bo[c] >= 0 && rq[bo[c]] && !rq[bi[c]])
+                changed = rq[bi[c]] = true;
+    }
+    for (int c = 0; rc == 0 && c < nc; c++)
+        out[c] = bi[c] >= 0 && rq[bi[c]] && is_float(p->vars[bi[c]].dtype);
+    free(rq);
+    free(bi);
+    free(bo);
+    return rc < 0 ? rc : 0;
+}
+
 /* The backward of while op k of b's block: the forward loop is marked to
  * keep every iteration's carried inputs (save_carries), and a while that
  * replays it (replay_of) runs once per forward iteration, last first. Its
@@ -660,8 +712,9 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
         return nb;
     char re[32];
     snprintf(re, sizeof re, "@RE%d", nb);
-    /* carried gradients: one per float carried value; sums: one per other
-     * read (reads[1 + nc ...], the vars the body reads from outside) */
+    /* carried gradients: one per carried value that depends on what b
+     * differentiates; sums: one per other read (reads[1 + nc ...], the
+     * vars the body reads from outside) */
     int nsum = nreads - 1 - nc, ncarry = 0;
     int n = nc + nsum;
     char **nm = calloc((size_t)(5 * n + 1), sizeof *nm); /* replay, in, out, init, unused */
@@ -675,6 +728,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
         goto out;
     }
     char **replay = nm, **gin = nm + n, **gout = nm + 2 * n, **ginit = nm + 3 * n;
+    rc = carried_requires(b, opi, body, bin, bout, nc, carried);
     /* the replayed inputs */
     for (int c = 0; c < nc && rc == 0; c++) {
         int v = vq__program_find_var(p, bin->strings[c]);
@@ -688,7 +742,6 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
         snprintf(replay[c], len, "%s@REPLAY%d", bin->strings[c], nb);
         from[c] = v;
         rc = declare_like(p, nb, replay[c], v, false);
-        carried[c] = is_float(p->vars[v].dtype);
         ncarry += carried[c];
     }
     int first = 0;

@@ -41,6 +41,7 @@ struct grad_names {
     char **part;  /* names of the partial gradients emitted so far */
     int nparts, expected;
     bool final;   /* the summed gradient exists */
+    bool alias;   /* ... under the name of its single part (part[0]) */
 };
 
 /* One reverse pass: the forward ops fwd (program op indices, in order) of
@@ -77,6 +78,14 @@ static const char *no_temp(void *user)
     return NULL;
 }
 
+static char *grad_name(const struct bw *b, const char *var, int part);
+
+/* The name of var v's (finalized) gradient, malloc'd. */
+static char *final_name(const struct bw *b, int v)
+{
+    return b->g[v].alias ? strdup(b->g[v].part[0]) : grad_name(b, b->p->vars[v].name, -1);
+}
+
 static char *grad_name(const struct bw *b, const char *var, int part)
 {
     size_t n = strlen(var) + strlen(b->suffix) + 32;
@@ -104,6 +113,10 @@ static int finalize(struct bw *b, int v)
     int rc = 0;
     if (g->nparts == 1 && !strcmp(g->part[0], name)) {
         /* A single gradient was emitted under the final name already. */
+    } else if (g->nparts == 1 && b->block != 0) {
+        /* Inside a control op's gradient nobody sees the names: the single
+         * part is the gradient, no copy. Block 0's keep "v@GRAD". */
+        g->alias = true;
     } else if (g->nparts == 1) {
         rc = declare_like(p, b->block, name, v, false);
         if (rc >= 0) /* one part, but named otherwise: copy it */
@@ -482,7 +495,7 @@ static int block_backward(vq_program *p, int nb, int first, const int *seed,
         int v = wanted[i];
         if ((rc = finalize(&sub, v)) < 0)
             break;
-        if (!(result[i] = grad_name(&sub, p->vars[v].name, -1))) {
+        if (!(result[i] = final_name(&sub, v))) {
             rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             break;
         }
@@ -797,7 +810,16 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
     /* the body's outputs: the input gradients, and the sums grown by this
      * iteration's part */
     for (int i = 0; i < nl && rc >= 0; i++) {
-        int v = vq__program_find_var(p, gin[i]);
+        int v = vq__program_find_var(p, gin[i]), r = vq__program_find_var(p, result[i]);
+        bool own = r >= 0 && p->vars[r].block == nb; /* a var of the body... */
+        for (int j = 0; j < nl && own; j++)
+            own = strcmp(result[i], gin[j]) != 0; /* ...that no iteration binds */
+        if (i < ncarry && own) { /* it carries on as it is */
+            free(gout[i]);
+            if (!(gout[i] = strdup(result[i])))
+                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            continue;
+        }
         if ((rc = declare_like(p, nb, gout[i], v, false)) < 0)
             break;
         if (i < ncarry)
@@ -917,7 +939,7 @@ static int bw_ops(struct bw *b)
             out_n[j] = p->vars[v].name;
             dout[j] = NULL;
             if (b->needed[v] && (rc = finalize(b, v)) == 0 && b->g[v].final)
-                dout[j] = dout_owned[j] = grad_name(b, p->vars[v].name, -1);
+                dout[j] = dout_owned[j] = final_name(b, v);
         }
         for (int i = 0; i < nin && rc == 0; i++) {
             int v = in[i];

@@ -421,3 +421,65 @@ Test(ops_activation, gradient_makers_read_the_forward_output_not_the_input)
         cr_assert_eq(r.n, 0);
     }
 }
+
+/* The distance in ulps between two finite floats of the same sign. */
+static int64_t ulps(float a, float b)
+{
+    int32_t ia, ib;
+    memcpy(&ia, &a, sizeof a);
+    memcpy(&ib, &b, sizeof b);
+    return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+Test(ops_activation, f32_tanh_is_within_one_ulp_of_the_double_tanh)
+{
+    /* every 61st float of [0, 10] with both signs (36 million values), in
+     * chunks, then the edges: zeros, tiny, subnormal, large, infinities,
+     * NaN */
+    const int64_t chunk = 1 << 20;
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 1, &chunk), 0);
+    float *xv = vq_tensor_data(x);
+    int64_t worst = 0, n = 0;
+    uint32_t bits = 0; /* walks 0 .. bits(10.0f), each value used with both signs */
+    for (bool last = false; !last;) {
+        int64_t k = 0;
+        for (; k < chunk && bits <= 0x41200000u; k += 2, bits += 61) {
+            memcpy(&xv[k], &bits, sizeof bits);
+            xv[k + 1] = -xv[k];
+        }
+        last = bits > 0x41200000u;
+        for (int64_t i = k; i < chunk; i++)
+            xv[i] = 0;
+        vq_tensor *y = oc_run1("tanh", &x, 1, NULL, 0);
+        const float *yv = vq_tensor_data(y);
+        for (int64_t i = 0; i < k; i++, n++) {
+            float want = (float)tanh((double)xv[i]);
+            int64_t u = ulps(yv[i], want);
+            worst = u > worst ? u : worst;
+            cr_assert_leq(u, 1, "tanh(%a) = %a, want %a", xv[i], yv[i], want);
+        }
+        vq_tensor_release(y);
+    }
+    vq_tensor_release(x);
+    const float edge[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-40f, -1e-40f, 9.1f, 1e30f, -1e30f,
+                          INFINITY, -INFINITY, NAN, -NAN};
+    const int64_t ne = (int64_t)(sizeof edge / sizeof edge[0]);
+    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 1, &ne), 0);
+    memcpy(vq_tensor_data(x), edge, sizeof edge);
+    vq_tensor *y = oc_run1("tanh", &x, 1, NULL, 0);
+    const float *yv = vq_tensor_data(y);
+    for (int64_t i = 0; i < ne; i++) {
+        float want = tanhf(edge[i]);
+        if (isnan(edge[i])) {
+            cr_assert(isnan(yv[i]));
+            continue;
+        }
+        cr_assert_eq(signbit(yv[i]), signbit(want), "tanh(%a) = %a", edge[i], yv[i]);
+        cr_assert_leq(ulps(yv[i], want), 1, "tanh(%a) = %a, want %a", edge[i], yv[i], want);
+    }
+    vq_tensor_release(y);
+    vq_tensor_release(x);
+    fprintf(stderr, "f32 tanh: %lld values, largest difference %lld ulp\n", (long long)n,
+            (long long)worst);
+}

@@ -1125,11 +1125,16 @@ static char *key_names(const char *const *feeds, int nfeeds, const char *const *
     char *buf = malloc(n);
     if (!buf)
         return NULL;
-    size_t at = (size_t)snprintf(buf, n, "%d %d", nfeeds, nfetches) + 1;
-    for (int i = 0; i < nfeeds; i++)
-        at += (size_t)sprintf(buf + at, "%s", feeds[i]) + 1;
-    for (int i = 0; i < nfetches; i++)
-        at += (size_t)sprintf(buf + at, "%s", fetches[i]) + 1;
+    /* no printf: this runs once per run */
+    memcpy(buf, &nfeeds, sizeof nfeeds);
+    memcpy(buf + sizeof nfeeds, &nfetches, sizeof nfetches);
+    size_t at = sizeof nfeeds + sizeof nfetches;
+    for (int i = 0; i < nfeeds + nfetches; i++) {
+        const char *nm = i < nfeeds ? feeds[i] : fetches[i - nfeeds];
+        size_t l = strlen(nm) + 1;
+        memcpy(buf + at, nm, l);
+        at += l;
+    }
     *len = at;
     return buf;
 }

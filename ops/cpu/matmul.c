@@ -33,11 +33,13 @@ static int product_meta(const vq__infer *c, bool tx, bool ty, vq__meta *out)
     for (int s = 0; s < 2; s++)
         if (c->in[s].ndim < 2)
             return vq__in_fail(c, s, "has %d dims; matmul needs at least 2", c->in[s].ndim);
+    /* the shapes, for a message: formatted only on a failure (infer runs
+     * every time an op of a plan with unknown dims executes) */
     char sx[100], sy[100];
-    vq__shape_str(sx, sizeof sx, x->ndim, x->shape);
-    vq__shape_str(sy, sizeof sy, y->ndim, y->shape);
+#define SHAPES() (vq__shape_str(sx, sizeof sx, x->ndim, x->shape), \
+                  vq__shape_str(sy, sizeof sy, y->ndim, y->shape))
     int nb = x->ndim - 2;
-    if (y->ndim != 2 && y->ndim != x->ndim)
+    if (y->ndim != 2 && y->ndim != x->ndim && (SHAPES(), true))
         return vq__in_fail(c, 1, "has %d dims; expected X's %d (one matrix per batch) or 2 "
                                  "(shared): X is %s, Y is %s",
                            y->ndim, x->ndim, sx, sy);
@@ -45,14 +47,14 @@ static int product_meta(const vq__infer *c, bool tx, bool ty, vq__meta *out)
     out->ndim = x->ndim;
     for (int i = 0; i < nb; i++) {
         int64_t dx = x->shape[i], dy = y->ndim == 2 ? dx : y->shape[i];
-        if (!vq__dim_match(dx, dy))
+        if (!vq__dim_match(dx, dy) && (SHAPES(), true))
             return vq__in_fail(c, 1, "batch dim %d differs: X is %s, Y is %s", i, sx, sy);
         out->shape[i] = dx >= 0 ? dx : dy;
     }
     const int64_t *xm = x->shape + nb, *ym = y->shape + y->ndim - 2;
     int64_t m = tx ? xm[1] : xm[0], kx = tx ? xm[0] : xm[1];
     int64_t ky = ty ? ym[1] : ym[0], n = ty ? ym[0] : ym[1];
-    if (!vq__dim_match(kx, ky))
+    if (!vq__dim_match(kx, ky) && (SHAPES(), true))
         return vq__in_fail(c, 1, "inner dims differ: X is %s%s, Y is %s%s", sx,
                            tx ? " (transposed)" : "", sy, ty ? " (transposed)" : "");
     /* CBLAS takes int sizes; the batch count is ours and may be larger. */
@@ -64,6 +66,7 @@ static int product_meta(const vq__infer *c, bool tx, bool ty, vq__meta *out)
     out->shape[nb] = m;
     out->shape[nb + 1] = n;
     return 0;
+#undef SHAPES
 }
 
 static void read_flags(const vq__infer *c, vq__matmul_params *p)

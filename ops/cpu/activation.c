@@ -76,8 +76,8 @@ UNARY(float, expf, tanhf)
 UNARY(double, exp, tanh)
 
 /* tanh of n floats without a libm call, so that the loop vectorizes
- * (gcc and clang, SSE2): libm's tanhf costs about 9 ns an element here (a
- * call to expm1f each), this about 1. Each element is computed in double
+ * (gcc and clang, SSE2): libm's tanhf costs about 8 ns an element here (a
+ * call to expm1f each), this 1.4 to 3. Each element is computed in double
  * and rounded once, so the result is within 1 ulp of tanh
  * (tests/test_ops_activation.c compares every float of [-10, 10] at a
  * stride, and the edge cases, with the double tanh). With y = 2|x|,
@@ -88,7 +88,19 @@ UNARY(double, exp, tanh)
  * (tanh is 1.0f from 9.1 on), the sign is copied back and NaN kept. The
  * selects are on integer bits: gcc does not if-convert float compares
  * under its default -ftrapping-math, and the loop would stay scalar. */
-static void tanh_f32(const float *x, float *o, int64_t n)
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+/* AVX2 where the CPU has it, picked at load time: 1.4 ns an element
+ * instead of 3.1 with SSE2 (the divisions). The same operations in the
+ * same order (ISO C mode contracts nothing into FMAs): the same bits. */
+#define VQ__TANH_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef VQ__TANH_CLONES
+#define VQ__TANH_CLONES
+#endif
+
+VQ__TANH_CLONES static void tanh_f32(const float *x, float *o, int64_t n)
 {
     const double shifter = 0x1.8p52, ln2_hi = 0x1.62e42fee00000p-1,
                  ln2_lo = 0x1.a39ef35793c76p-33;

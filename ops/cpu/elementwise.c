@@ -33,6 +33,17 @@ struct rows {
     int64_t bad; /* output offset of the first integer division by zero */
 };
 
+/* The loops of one row, with the strides as constants where the common
+ * cases allow (1: contiguous, 0: a broadcast scalar) so that they
+ * vectorize, and as variables otherwise. */
+#define FLOAT_ROW_LOOP(T, XS, YS)                                                          \
+    switch (r->op) {                                                                      \
+    case VQ__BINARY_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] + y[i * YS]; break; \
+    case VQ__BINARY_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] - y[i * YS]; break; \
+    case VQ__BINARY_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] * y[i * YS]; break; \
+    default: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] / y[i * YS]; break;         \
+    }
+
 #define FLOAT_ROW(T)                                                                       \
     static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,        \
                         int64_t xs, int64_t ys)                                           \
@@ -40,11 +51,14 @@ struct rows {
         struct rows *r = user;                                                            \
         const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                     \
         T *o = (T *)r->out + oo;                                                          \
-        switch (r->op) {                                                                  \
-        case VQ__BINARY_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] + y[i * ys]; break; \
-        case VQ__BINARY_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] - y[i * ys]; break; \
-        case VQ__BINARY_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] * y[i * ys]; break; \
-        default: for (int64_t i = 0; i < n; i++) o[i] = x[i * xs] / y[i * ys]; break;     \
+        if (xs == 1 && ys == 1) {                                                         \
+            FLOAT_ROW_LOOP(T, 1, 1)                                                       \
+        } else if (xs == 1 && ys == 0) {                                                  \
+            FLOAT_ROW_LOOP(T, 1, 0)                                                       \
+        } else if (xs == 0 && ys == 1) {                                                  \
+            FLOAT_ROW_LOOP(T, 0, 1)                                                       \
+        } else {                                                                          \
+            FLOAT_ROW_LOOP(T, xs, ys)                                                     \
         }                                                                                 \
     }
 
@@ -90,8 +104,6 @@ static int binary_kernel(const vq__kcall *k)
 {
     const vq__binary_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    vq__bcast b;
-    vq__bcast_init(&b, out, x, y);
     struct rows r = {.x = x->data, .y = y->data, .out = out->data, .op = p->op};
     void (*row)(void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
     switch (out->dtype) {
@@ -100,7 +112,14 @@ static int binary_kernel(const vq__kcall *k)
     case VQ_I32: row = row_int32_t; break;
     default: row = row_int64_t; break;
     }
-    vq__bcast_rows(&b, &r, row);
+    if (x->numel == out->numel && y->numel == out->numel) {
+        /* nothing broadcast (only leading 1s may differ): one row */
+        row(&r, 0, 0, 0, out->numel, 1, 1);
+    } else {
+        vq__bcast b;
+        vq__bcast_init(&b, out, x, y);
+        vq__bcast_rows(&b, &r, row);
+    }
     if (r.err)
         return vq__op_fail(k->def, "integer division by zero (or overflow) at output element %lld",
                            (long long)r.bad);
@@ -145,7 +164,9 @@ struct grad_rows {
     int op, wrt;
 };
 
-/* One row: dz[i * (wrt ? ys : xs)] += g[i] * d op / d operand. */
+/* One row: dz[i * (wrt ? ys : xs)] += g[i] * d op / d operand. The sum
+ * and difference (the common case: a bias) get loops of their own that
+ * vectorize. */
 #define GRAD_ROW(T)                                                                         \
     static void grad_row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,    \
                              int64_t xs, int64_t ys)                                       \
@@ -154,11 +175,20 @@ struct grad_rows {
         const T *g = (const T *)r->g + oo, *x = (const T *)r->x + xo, *y = (const T *)r->y + yo; \
         T *dz = (T *)r->dz + (r->wrt ? yo : xo);                                           \
         int64_t zs = r->wrt ? ys : xs;                                                     \
+        if (r->op == VQ__BINARY_ADD || r->op == VQ__BINARY_SUB) {                          \
+            T sign = r->op == VQ__BINARY_SUB && r->wrt ? (T)-1 : (T)1;                     \
+            if (zs == 1) {                                                                 \
+                for (int64_t i = 0; i < n; i++)                                            \
+                    dz[i] += sign * g[i];                                                  \
+            } else {                                                                       \
+                for (int64_t i = 0; i < n; i++)                                            \
+                    dz[i * zs] += sign * g[i];                                             \
+            }                                                                              \
+            return;                                                                        \
+        }                                                                                  \
         for (int64_t i = 0; i < n; i++) {                                                  \
             T a = x[i * xs], b = y[i * ys], d;                                             \
             switch (r->op) {                                                               \
-            case VQ__BINARY_ADD: d = g[i]; break;                                          \
-            case VQ__BINARY_SUB: d = r->wrt ? -g[i] : g[i]; break;                         \
             case VQ__BINARY_MUL: d = g[i] * (r->wrt ? a : b); break;                       \
             default: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;                   \
             }                                                                              \

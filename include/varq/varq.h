@@ -9,5 +9,6 @@
 #include <varq/ops.h>
 #include <varq/graph.h>
 #include <varq/train.h>
+#include <varq/onnx.h>
 
 #endif

@@ -1,0 +1,95 @@
+/* ONNX import: a model exported by PyTorch (torch.onnx.export) or any other
+ * ONNX producer becomes a varq program that the executor runs, autodiff
+ * differentiates and optimizers train.
+ *
+ * The model's graph inputs that are not initializers become feed vars (a
+ * dim given as a name, like "batch", is -1: resolved when the program is
+ * prepared with a real feed), its outputs become vars of the same names to
+ * fetch, and its initializers become persistable vars whose tensors are set
+ * in the scope given as params. Each node becomes one or more varq ops; a
+ * node whose inputs are all known when the model is read (initializers,
+ * Constant nodes, Shape of a known shape, and what is computed from them)
+ * is computed then, not at run time. Which ONNX ops and opsets are
+ * supported, and how each maps, is listed in the README ("ONNX import"),
+ * generated from the conformance run of ONNX's own backend tests.
+ *
+ * Supported tensor types are varq's dtypes (float, double, int32, int64,
+ * bool); a model using another (float16, uint8, strings) is refused with
+ * VQ_ENOSYS naming the tensor and its type.
+ *
+ * Errors never crash and never leave anything behind: a file that is not
+ * an ONNX model, a truncated or corrupted one, a node of an unknown op (the
+ * message names the op, its domain and opset, and the node), an attribute
+ * value that is not supported, an input no node produces, a cycle, a shape
+ * whose size overflows, an external-data file that is missing or too short:
+ * VQ_EINVAL, VQ_ENOSYS or VQ_EIO with a message naming the node or tensor;
+ * *out is then NULL and params is left as it was.
+ *
+ * Built when meson finds the onnx.proto that Debian's libonnx-dev installs
+ * (option onnx=auto); without it every function here returns VQ_ENOSYS
+ * saying the importer was not built.
+ *
+ * Thread-safety: the functions share nothing; a scope may be used by other
+ * threads meanwhile (its functions lock). */
+#ifndef VARQ_ONNX_H
+#define VARQ_ONNX_H
+
+#include <varq/graph.h>
+#include <varq/tensor.h>
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Imports the serialized ModelProto buf[0..len) into a new program *out,
+ * which the caller frees with vq_program_free. The initializers' tensors
+ * are set in params (may be NULL only when the model has none; a var of
+ * the same name there is replaced). Tensors stored as external data are
+ * refused here (VQ_EINVAL): use the _file variant, which finds their files
+ * next to the model. buf is only read during the call. */
+VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *buf, size_t len);
+
+/* The same for the model in the file at path; external-data tensors are
+ * read from files relative to the model's directory (and only from there:
+ * a location with ".." or an absolute path is VQ_EINVAL). VQ_EIO when a
+ * file cannot be read. */
+VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path);
+
+/* What a caller needs to run an imported model: the names to feed and to
+ * fetch, in the model's order. */
+typedef struct vq_onnx_info {
+    int opset;      /* version of the default ("ai.onnx") operator set */
+    int ninputs;    /* graph inputs that are not initializers: the feeds */
+    char **inputs;
+    int noutputs;   /* graph outputs: the fetches */
+    char **outputs;
+} vq_onnx_info;
+
+/* Reads the feeds and fetches of the model buf[0..len) into *out (its
+ * arrays owned by *out: free them with vq_onnx_info_free). Checks only
+ * that the model decodes and has a graph. */
+VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len);
+
+/* Frees what vq_onnx_info_read put in info (not info itself) and zeroes
+ * it. NULL is ignored. */
+VQ_API void vq_onnx_info_free(vq_onnx_info *info);
+
+/* The ONNX op types the importer translates, in alphabetical order: the
+ * i-th (from 0), or NULL past the end (or when not built). Static
+ * strings. Which cases of each pass ONNX's backend tests is in the README. */
+VQ_API const char *vq_onnx_op_name(int i);
+
+/* Decodes a serialized ONNX TensorProto (the input_0.pb / output_0.pb
+ * files of ONNX's test cases) into a new CPU tensor *out that the caller
+ * releases. If name is not NULL, *name gets the tensor's name (malloc'd,
+ * "" when it has none; the caller frees it). Raw and typed data are both
+ * read; external data is VQ_EINVAL. */
+VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

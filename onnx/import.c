@@ -1,0 +1,729 @@
+/* ONNX ModelProto -> varq program.
+ *
+ * The import walks the graph once, in the node order ONNX requires
+ * (topological). Every ONNX value gets a struct ox_val: what it is (dtype
+ * and shape as far as known) and, once an op reads it at run time, the
+ * program var holding it. Initializers become persistable vars whose
+ * tensors go to the caller's scope; the integer ones (shapes, axes,
+ * indices) are also known values, so that translations can read them as
+ * attributes. A translation (ops.c) emits varq ops through ox_emit, which
+ * infers each output's dtype and shape with the op's own inference; when
+ * every input of an op is known at import (a Constant, an integer
+ * initializer, a Shape of a known shape, and what is computed from those)
+ * the op runs right away on the CPU and its outputs are known too, so
+ * shape arithmetic never reaches the program. Float initializers are never
+ * folded: they are parameters that training must reach.
+ *
+ * Nothing reaches the caller's scope until the whole model imported: the
+ * tensors to bind are collected and set at the end. */
+#include "onnx_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OX_MIN_OPSET 7
+#define OX_MAX_OPSET 18
+
+/* ---- values by name ---- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+struct ox_val *ox_find(struct ox *x, const char *name)
+{
+    if (!name || !x->index_cap)
+        return NULL;
+    size_t mask = (size_t)x->index_cap - 1;
+    for (size_t i = (size_t)name_hash(name) & mask;; i = (i + 1) & mask) {
+        int k = x->index[i];
+        if (k < 0)
+            return NULL;
+        if (!strcmp(x->vals[k]->name, name))
+            return x->vals[k];
+    }
+}
+
+static int index_put(struct ox *x, int k)
+{
+    size_t mask = (size_t)x->index_cap - 1;
+    size_t i = (size_t)name_hash(x->vals[k]->name) & mask;
+    while (x->index[i] >= 0)
+        i = (i + 1) & mask;
+    x->index[i] = k;
+    return 0;
+}
+
+/* A new value named name (copied), not yet in any var. */
+static int val_new(struct ox *x, const char *name, struct ox_val **out)
+{
+    if (ox_find(x, name))
+        return ox_fail(x, VQ_EINVAL, "value \"%s\" is produced twice", name);
+    if (x->nvals == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 64;
+        struct ox_val **v = realloc(x->vals, (size_t)cap * sizeof *v);
+        if (!v)
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        x->vals = v;
+        x->cap = cap;
+    }
+    if (2 * (x->nvals + 1) > x->index_cap) {
+        int cap = x->index_cap ? 2 * x->index_cap : 128;
+        int *idx = malloc((size_t)cap * sizeof *idx);
+        if (!idx)
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        free(x->index);
+        x->index = idx;
+        x->index_cap = cap;
+        for (int i = 0; i < cap; i++)
+            idx[i] = -1;
+        for (int k = 0; k < x->nvals; k++)
+            index_put(x, k);
+    }
+    struct ox_val *v = calloc(1, sizeof *v);
+    if (!v || !(v->name = strdup(name))) {
+        free(v);
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
+    x->vals[x->nvals] = v;
+    index_put(x, x->nvals++);
+    *out = v;
+    return 0;
+}
+
+static void val_free(struct ox_val *v)
+{
+    free(v->name);
+    free(v->var);
+    vq_tensor_release(v->konst);
+    free(v);
+}
+
+static void meta_of(vq__meta *m, const vq_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+}
+
+/* ---- messages ---- */
+
+int ox_fail(struct ox *x, int rc, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const Onnx__NodeProto *n = x->node;
+    if (!n)
+        return vq__fail(rc, "onnx: %s", msg);
+    return vq__fail(rc, "onnx: node %d (%s \"%s\"): %s", x->node_index,
+                    n->op_type ? n->op_type : "?", n->name ? n->name : "", msg);
+}
+
+/* ---- what translations use ---- */
+
+int ox_in(struct ox *x, int i, struct ox_val **out)
+{
+    *out = NULL;
+    const Onnx__NodeProto *n = x->node;
+    if (i < 0 || (size_t)i >= n->n_input || !n->input[i] || !*n->input[i])
+        return 0;
+    if (!(*out = ox_find(x, n->input[i])))
+        return ox_fail(x, VQ_EINVAL, "input %d \"%s\" is not a graph input, an initializer or "
+                                     "the output of an earlier node (a cycle, or nodes out of "
+                                     "order)",
+                       i, n->input[i]);
+    return 0;
+}
+
+const char *ox_out(struct ox *x, int j)
+{
+    const Onnx__NodeProto *n = x->node;
+    if (j < 0 || (size_t)j >= n->n_output || !n->output[j] || !*n->output[j])
+        return NULL;
+    return n->output[j];
+}
+
+const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name)
+{
+    const Onnx__NodeProto *n = x->node;
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
+            return n->attribute[i];
+    return NULL;
+}
+
+static int attr_type(struct ox *x, const Onnx__AttributeProto *a, int type, const char *want)
+{
+    if (a->has_type && (int)a->type != type)
+        return ox_fail(x, VQ_EINVAL, "attribute %s is not %s", a->name, want);
+    if (a->ref_attr_name)
+        return ox_fail(x, VQ_ENOSYS, "attribute %s refers to a function attribute", a->name);
+    return 0;
+}
+
+int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *out = def;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an int");
+    if (rc == 0)
+        *out = a->i;
+    return rc;
+}
+
+int ox_attr_float(struct ox *x, const char *name, double def, double *out)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *out = def;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float");
+    if (rc == 0)
+        *out = a->f;
+    return rc;
+}
+
+int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *n = -1;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of ints");
+    if (rc)
+        return rc;
+    if (a->n_ints > (size_t)max)
+        return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", name,
+                       a->n_ints, max);
+    memcpy(out, a->ints, a->n_ints * sizeof *out);
+    *n = (int)a->n_ints;
+    return 0;
+}
+
+int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    snprintf(buf, size, "%s", def);
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string");
+    if (rc)
+        return rc;
+    if (a->s.len >= size)
+        return ox_fail(x, VQ_EINVAL, "attribute %s is too long", name);
+    memcpy(buf, a->s.data, a->s.len);
+    buf[a->s.len] = '\0';
+    return 0;
+}
+
+int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
+{
+    struct ox_val *v;
+    int rc = ox_in(x, i, &v);
+    *n = -1;
+    if (rc || !v)
+        return rc;
+    if (!v->konst)
+        return ox_fail(x, VQ_ENOSYS, "input %d (%s) \"%s\" must be known when the model is "
+                                     "imported (an initializer, a Constant, or computed from "
+                                     "known shapes)",
+                       i, what, v->name);
+    const vq_tensor *t = v->konst;
+    if (t->dtype != VQ_I64 && t->dtype != VQ_I32)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not an integer tensor", i, what,
+                       vq_dtype_name(t->dtype));
+    if (t->ndim > 1)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
+    if (t->numel > max)
+        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
+                       (long long)t->numel, max);
+    for (int64_t k = 0; k < t->numel; k++)
+        out[k] = t->dtype == VQ_I64 ? ((const int64_t *)t->data)[k]
+                                    : ((const int32_t *)t->data)[k];
+    *n = (int)t->numel;
+    return 0;
+}
+
+/* Queues name = t (a new reference) for the caller's scope. */
+static int bind_later(struct ox *x, const char *name, vq_tensor *t)
+{
+    struct ox_bind *b = realloc(x->binds, ((size_t)x->nbinds + 1) * sizeof *b);
+    if (!b)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    x->binds = b;
+    if (!(b[x->nbinds].name = strdup(name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    b[x->nbinds++].t = vq_tensor_retain(t);
+    return 0;
+}
+
+/* A persistable var named name like t, whose tensor is bound in the
+ * scope at the end of the import. */
+static int param_var(struct ox *x, const char *name, vq_tensor *t)
+{
+    int rc = vq_program_add_var(x->p, 0, name, t->dtype, t->ndim, t->shape, true);
+    if (rc < 0)
+        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
+    return bind_later(x, name, t);
+}
+
+/* A program var for v: a known value becomes a persistable var. */
+static int val_var(struct ox *x, struct ox_val *v)
+{
+    if (v->var)
+        return 0;
+    if (!v->konst)
+        return ox_fail(x, VQ_EINVAL, "value \"%s\" has neither a var nor a value", v->name);
+    if (!(v->var = strdup(v->name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return param_var(x, v->var, v->konst);
+}
+
+int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out)
+{
+    char tmp[300];
+    if (!name) {
+        const char *base = ox_out(x, 0);
+        snprintf(tmp, sizeof tmp, "%s@onnx%d", base ? base : "const", x->ntemps++);
+        name = tmp;
+    }
+    struct ox_val *v;
+    int rc = val_new(x, name, &v);
+    if (rc < 0) {
+        vq_tensor_release(t);
+        return rc;
+    }
+    v->konst = t;
+    meta_of(&v->meta, t);
+    if (out)
+        *out = v;
+    return 0;
+}
+
+int ox_alias(struct ox *x, const char *name, struct ox_val *src)
+{
+    struct ox_val *v;
+    int rc = val_new(x, name, &v);
+    if (rc < 0)
+        return rc;
+    v->meta = src->meta;
+    if (src->konst)
+        v->konst = vq_tensor_retain(src->konst);
+    if (src->var && !(v->var = strdup(src->var)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return 0;
+}
+
+int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
+            const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
+            struct ox_val **out_vals)
+{
+    const vq__op_def *def = vq__op_find(type);
+    if (!def)
+        return ox_fail(x, VQ_ENOSYS, "varq has no op %s", type);
+    if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
+        return ox_fail(x, VQ_ENOSYS, "more than %d inputs or outputs", VQ__MAX_SLOTS);
+    bool known = true;
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    for (int i = 0; i < nin; i++) {
+        im[i] = in[i]->meta;
+        known &= in[i]->konst != NULL;
+    }
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
+    if (rc < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    char tmp[VQ__MAX_SLOTS][300];
+    struct ox_val *outs[VQ__MAX_SLOTS];
+    const char *names[VQ__MAX_SLOTS];
+    for (int j = 0; j < nout; j++) {
+        names[j] = out_names ? out_names[j] : NULL;
+        if (!names[j]) {
+            const char *base = ox_out(x, 0);
+            snprintf(tmp[j], sizeof tmp[j], "%s@onnx%d", base ? base : "tmp", x->ntemps++);
+            names[j] = tmp[j];
+        }
+    }
+    if (known) {
+        /* every input is known: compute now */
+        vq_tensor *ti[VQ__MAX_SLOTS], *to[VQ__MAX_SLOTS] = {0};
+        for (int i = 0; i < nin; i++)
+            ti[i] = in[i]->konst;
+        if ((rc = vq_op_run(NULL, type, ti, nin, to, nout, attrs, nattrs)) < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+        for (int j = 0; j < nout; j++) {
+            if (rc == 0)
+                rc = ox_const(x, names[j], to[j], &outs[j]);
+            else
+                vq_tensor_release(to[j]);
+        }
+        if (rc < 0)
+            return rc;
+    } else {
+        const char *iv[VQ__MAX_SLOTS];
+        for (int i = 0; i < nin && rc == 0; i++) {
+            rc = val_var(x, in[i]);
+            iv[i] = in[i]->var;
+        }
+        for (int j = 0; j < nout && rc == 0; j++) {
+            if ((rc = val_new(x, names[j], &outs[j])) < 0)
+                break;
+            outs[j]->meta = om[j];
+            if (!(outs[j]->var = strdup(names[j])))
+                return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+            rc = vq_program_add_var(x->p, 0, names[j], om[j].dtype, om[j].ndim, om[j].shape,
+                                    false);
+            if (rc < 0)
+                return ox_fail(x, rc, "declaring \"%s\": %s", names[j], vq_errmsg());
+        }
+        if (rc < 0)
+            return rc;
+        const char *ov[VQ__MAX_SLOTS];
+        for (int j = 0; j < nout; j++)
+            ov[j] = outs[j]->var;
+        rc = vq_program_add_op(x->p, 0, type, iv, nin, ov, nout, attrs, nattrs);
+        if (rc < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+    }
+    for (int j = 0; out_vals && j < nout; j++)
+        out_vals[j] = outs[j];
+    return 0;
+}
+
+/* ---- the model ---- */
+
+static int model_opset(const Onnx__ModelProto *m, int64_t *out)
+{
+    *out = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version)
+            *out = o->version;
+    }
+    if (*out < 0 && m->n_opset_import > 0 && m->opset_import[0]->domain)
+        return vq__fail(VQ_ENOSYS, "onnx: the model uses only other operator sets than ai.onnx "
+                                   "(%s first); varq reads ai.onnx",
+                        m->opset_import[0]->domain);
+    if (*out < 0)
+        return vq__fail(VQ_EINVAL, "onnx: the model imports no version of the default operator "
+                                   "set (ai.onnx)");
+    if (*out < OX_MIN_OPSET || *out > OX_MAX_OPSET)
+        return vq__fail(VQ_ENOSYS, "onnx: the model uses opset %lld of ai.onnx; varq reads %d "
+                                   "to %d",
+                        (long long)*out, OX_MIN_OPSET, OX_MAX_OPSET);
+    return 0;
+}
+
+static bool is_initializer(const Onnx__GraphProto *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_initializer; i++)
+        if (g->initializer[i]->name && !strcmp(g->initializer[i]->name, name))
+            return true;
+    return false;
+}
+
+/* A graph input's declared type: a tensor of a varq dtype with a shape
+ * (dims given by name are -1). */
+static int input_meta(const Onnx__ValueInfoProto *vi, vq__meta *m)
+{
+    const char *name = vi->name;
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" is not a tensor (sequences, maps "
+                                   "and optionals are not supported)",
+                        name);
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    int32_t et = tt->has_elem_type ? tt->elem_type : 0;
+    if (!vq__onnx_dtype(et, &m->dtype))
+        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has element type %s; varq has "
+                                   "float, double, int32, int64 and bool",
+                        name, vq__onnx_type_name(et));
+    if (!tt->shape)
+        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has no shape (its rank must be "
+                                   "known)",
+                        name);
+    if (tt->shape->n_dim > VQ_MAX_DIMS)
+        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has %zu dims; varq has at most %d",
+                        name, tt->shape->n_dim, VQ_MAX_DIMS);
+    m->ndim = (int)tt->shape->n_dim;
+    for (int i = 0; i < m->ndim; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (d->dim_value < 0)
+                return vq__fail(VQ_EINVAL, "onnx: graph input \"%s\": dim %d is %lld", name, i,
+                                (long long)d->dim_value);
+            m->shape[i] = d->dim_value;
+        } else {
+            m->shape[i] = -1; /* by name, or not given: known at run */
+        }
+    }
+    if (vq__numel(m->ndim, m->shape) == INT64_MAX)
+        return vq__fail(VQ_EINVAL, "onnx: graph input \"%s\": shape overflows", name);
+    return 0;
+}
+
+static int import_graph(struct ox *x, const Onnx__GraphProto *g)
+{
+    int rc = 0;
+    for (size_t i = 0; i < g->n_initializer && rc == 0; i++) {
+        const Onnx__TensorProto *t = g->initializer[i];
+        if (!t->name || !*t->name)
+            return vq__fail(VQ_EINVAL, "onnx: initializer %zu has no name", i);
+        char what[300];
+        snprintf(what, sizeof what, "initializer \"%s\"", t->name);
+        vq_tensor *v;
+        if ((rc = vq__onnx_tensor(t, x->dir, what, &v)) < 0)
+            return rc;
+        struct ox_val *val;
+        if (v->dtype == VQ_F32 || v->dtype == VQ_F64) {
+            /* a parameter: a var only, so that nothing folds it away */
+            rc = val_new(x, t->name, &val);
+            if (rc == 0) {
+                meta_of(&val->meta, v);
+                if (!(val->var = strdup(t->name)))
+                    rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+            }
+            if (rc == 0)
+                rc = param_var(x, t->name, v);
+            vq_tensor_release(v);
+        } else if ((rc = ox_const(x, t->name, v, &val)) == 0) {
+            rc = val_var(x, val);
+        }
+    }
+    for (size_t i = 0; i < g->n_input && rc == 0; i++) {
+        const Onnx__ValueInfoProto *vi = g->input[i];
+        if (!vi->name || !*vi->name)
+            return vq__fail(VQ_EINVAL, "onnx: graph input %zu has no name", i);
+        if (is_initializer(g, vi->name))
+            continue;
+        struct ox_val *v;
+        if ((rc = val_new(x, vi->name, &v)) < 0 || (rc = input_meta(vi, &v->meta)) < 0)
+            return rc;
+        if (!(v->var = strdup(vi->name)))
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        rc = vq_program_add_var(x->p, 0, v->var, v->meta.dtype, v->meta.ndim, v->meta.shape,
+                                false);
+        if (rc < 0)
+            return vq__fail(rc, "onnx: graph input \"%s\": %s", vi->name, vq_errmsg());
+        rc = 0;
+    }
+    for (size_t i = 0; i < g->n_node && rc == 0; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        x->node = n;
+        x->node_index = (int)i;
+        if (!n->op_type || !*n->op_type)
+            return ox_fail(x, VQ_EINVAL, "the node has no op type");
+        if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+            return ox_fail(x, VQ_ENOSYS, "op %s of domain %s is not supported (varq reads the "
+                                         "default domain ai.onnx, opset %lld)",
+                           n->op_type, n->domain, (long long)x->opset);
+        rc = vq__onnx_translate(x);
+    }
+    x->node = NULL;
+    /* outputs: vars under their own names */
+    for (size_t i = 0; i < g->n_output && rc == 0; i++) {
+        const char *name = g->output[i]->name;
+        struct ox_val *v = name ? ox_find(x, name) : NULL;
+        if (!v)
+            return vq__fail(VQ_EINVAL, "onnx: graph output \"%s\" is produced by no node",
+                            name ? name : "");
+        if (v->var && !strcmp(v->var, name))
+            continue;
+        if (!v->var && v->konst) {
+            rc = val_var(x, v);
+            continue;
+        }
+        /* an alias: copy into a var of its name (a reshape that keeps
+         * every dim) */
+        int64_t keep[VQ_MAX_DIMS] = {0};
+        vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
+        const char *in = v->var;
+        if ((rc = vq_program_add_var(x->p, 0, name, v->meta.dtype, v->meta.ndim, v->meta.shape,
+                                     false)) < 0 ||
+            (rc = vq_program_add_op(x->p, 0, "reshape", &in, 1, &name, 1, &a, 1)) < 0)
+            return vq__fail(rc, "onnx: graph output \"%s\": %s", name, vq_errmsg());
+        rc = 0;
+    }
+    return rc;
+}
+
+static void ox_free(struct ox *x)
+{
+    for (int i = 0; i < x->nvals; i++)
+        val_free(x->vals[i]);
+    free(x->vals);
+    free(x->index);
+    for (int i = 0; i < x->nbinds; i++) {
+        free(x->binds[i].name);
+        vq_tensor_release(x->binds[i].t);
+    }
+    free(x->binds);
+}
+
+static int import_model(vq_program **out, vq_scope *params, const void *buf, size_t len,
+                        const char *dir)
+{
+    if (!out || (!buf && len))
+        return vq__fail(VQ_EINVAL, "vq_program_from_onnx: NULL argument");
+    *out = NULL;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    if (!m)
+        return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
+                                   "a ModelProto: truncated or corrupted?)",
+                        len);
+    struct ox x = {.dir = dir};
+    int rc = 0;
+    if (!m->graph)
+        rc = vq__fail(VQ_EINVAL, "onnx: the model has no graph");
+    if (rc == 0)
+        rc = model_opset(m, &x.opset);
+    if (rc == 0)
+        rc = vq_program_new(&x.p);
+    if (rc == 0)
+        rc = import_graph(&x, m->graph);
+    if (rc == 0 && x.nbinds && !params)
+        rc = vq__fail(VQ_EINVAL, "onnx: the model has initializers or constants: params must "
+                                 "be a scope to hold them");
+    for (int i = 0; rc == 0 && i < x.nbinds; i++)
+        rc = vq_scope_set(params, x.binds[i].name, x.binds[i].t);
+    onnx__model_proto__free_unpacked(m, NULL);
+    if (rc < 0) {
+        vq_program_free(x.p);
+        ox_free(&x);
+        return rc;
+    }
+    *out = x.p;
+    ox_free(&x);
+    return 0;
+}
+
+VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *buf, size_t len)
+{
+    return import_model(out, params, buf, len, NULL);
+}
+
+/* The whole file at path (malloc'd into *buf). */
+static int read_file(const char *path, void **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return vq__fail(VQ_EIO, "onnx: %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    int rc = 0;
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap)
+            break;
+        char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(b, cap * 2);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (!b)
+        rc = vq__fail(VQ_ENOMEM, "onnx: %s: out of memory", path);
+    else if (ferror(f))
+        rc = vq__fail(VQ_EIO, "onnx: %s: read error", path);
+    fclose(f);
+    if (rc < 0) {
+        free(b);
+        return rc;
+    }
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path)
+{
+    if (!out || !path)
+        return vq__fail(VQ_EINVAL, "vq_program_from_onnx_file: NULL argument");
+    *out = NULL;
+    void *buf = NULL;
+    size_t len = 0;
+    int rc = read_file(path, &buf, &len);
+    if (rc < 0)
+        return rc;
+    char *dir = strdup(path);
+    if (!dir) {
+        free(buf);
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    rc = import_model(out, params, buf, len, *dir ? dir : "/");
+    free(dir);
+    free(buf);
+    return rc;
+}
+
+VQ_API void vq_onnx_info_free(vq_onnx_info *info)
+{
+    if (!info)
+        return;
+    for (int i = 0; info->inputs && i < info->ninputs; i++)
+        free(info->inputs[i]);
+    for (int i = 0; info->outputs && i < info->noutputs; i++)
+        free(info->outputs[i]);
+    free(info->inputs);
+    free(info->outputs);
+    memset(info, 0, sizeof *info);
+}
+
+VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
+{
+    if (!out || (!buf && len))
+        return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    if (!m)
+        return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
+                                   "a ModelProto: truncated or corrupted?)",
+                        len);
+    int64_t opset = -1;
+    int rc = m->graph ? model_opset(m, &opset) : vq__fail(VQ_EINVAL, "onnx: the model has no "
+                                                                     "graph");
+    const Onnx__GraphProto *g = m->graph;
+    if (rc == 0) {
+        out->opset = (int)opset;
+        out->inputs = calloc(g->n_input + 1, sizeof *out->inputs);
+        out->outputs = calloc(g->n_output + 1, sizeof *out->outputs);
+        if (!out->inputs || !out->outputs)
+            rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
+    for (size_t i = 0; rc == 0 && i < g->n_input; i++) {
+        const char *nm = g->input[i]->name ? g->input[i]->name : "";
+        if (is_initializer(g, nm))
+            continue;
+        if (!(out->inputs[out->ninputs++] = strdup(nm)))
+            rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
+    for (size_t i = 0; rc == 0 && i < g->n_output; i++)
+        if (!(out->outputs[out->noutputs++] = strdup(g->output[i]->name ? g->output[i]->name
+                                                                        : "")))
+            rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    onnx__model_proto__free_unpacked(m, NULL);
+    if (rc < 0)
+        vq_onnx_info_free(out);
+    return rc;
+}

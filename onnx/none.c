@@ -1,0 +1,58 @@
+/* The ONNX importer's functions in a build without it (meson found no
+ * onnx.proto, or onnx=disabled): each says so with VQ_ENOSYS. */
+#include "../ops/internal.h"
+
+#include <varq/onnx.h>
+
+#include <string.h>
+
+#define NOT_BUILT(fn)                                                                      \
+    vq__fail(VQ_ENOSYS, "%s: varq was built without the ONNX importer (install "           \
+                        "libonnx-dev and reconfigure with meson -Donnx=auto)",             \
+             fn)
+
+VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *buf, size_t len)
+{
+    (void)params, (void)buf, (void)len;
+    if (out)
+        *out = NULL;
+    return NOT_BUILT("vq_program_from_onnx");
+}
+
+VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path)
+{
+    (void)params, (void)path;
+    if (out)
+        *out = NULL;
+    return NOT_BUILT("vq_program_from_onnx_file");
+}
+
+VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
+{
+    (void)buf, (void)len;
+    if (out)
+        memset(out, 0, sizeof *out);
+    return NOT_BUILT("vq_onnx_info_read");
+}
+
+VQ_API void vq_onnx_info_free(vq_onnx_info *info)
+{
+    if (info)
+        memset(info, 0, sizeof *info);
+}
+
+VQ_API const char *vq_onnx_op_name(int i)
+{
+    (void)i;
+    return NULL;
+}
+
+VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, size_t len)
+{
+    (void)buf, (void)len;
+    if (out)
+        *out = NULL;
+    if (name)
+        *name = NULL;
+    return NOT_BUILT("vq_tensor_from_onnx");
+}

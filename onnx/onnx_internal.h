@@ -1,0 +1,96 @@
+/* What the ONNX importer's files share: the import's state (every ONNX
+ * value by name, what it is known to be), the helpers the per-op
+ * translations use (import.c), the tensor codec (tensor.c) and the table
+ * of translations (ops.c). */
+#ifndef VARQ_ONNX_INTERNAL_H
+#define VARQ_ONNX_INTERNAL_H
+
+#include "../graph/internal.h"
+#include "onnx.pb-c.h"
+
+#include <varq/onnx.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One ONNX value (a graph input, an initializer, a node output, or a
+ * temporary a translation made). */
+struct ox_val {
+    char *name;        /* ONNX name; temporaries get "<node output>@onnx<k>" */
+    char *var;         /* the program var holding it, NULL until needed */
+    vq__meta meta;     /* dtype and shape (-1 for dims known only at run) */
+    vq_tensor *konst;  /* its value, when known at import (one reference) */
+};
+
+struct ox {
+    vq_program *p;
+    vq_scope *scope;
+    int64_t opset;       /* of the default domain */
+    const char *dir;     /* the model's directory (external data), or NULL */
+    struct ox_val **vals;
+    int nvals, cap;
+    int *index;          /* open addressing by name hash: val index, -1 empty */
+    int index_cap;
+    const Onnx__NodeProto *node; /* the node being translated */
+    int node_index;
+    int ntemps;
+    /* what goes into the caller's scope once the import succeeded */
+    struct ox_bind {
+        char *name;
+        vq_tensor *t;
+    } *binds;
+    int nbinds;
+};
+
+/* ---- tensor.c ---- */
+
+/* An ONNX element type as a varq dtype; false when varq has none. */
+bool vq__onnx_dtype(int32_t onnx_type, vq_dtype *out);
+const char *vq__onnx_type_name(int32_t onnx_type);
+/* Decodes t into a new CPU tensor. dir: where external data lives (NULL:
+ * refused). what: the tensor's role, for messages. */
+int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *what,
+                    vq_tensor **out);
+
+/* ---- import.c: helpers for the translations ---- */
+
+/* Fails the node being translated: "onnx: node 3 (Conv \"conv1\"): ...". */
+int ox_fail(struct ox *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+struct ox_val *ox_find(struct ox *x, const char *name);
+/* Input i of the node: NULL when it is absent (past the end, or ""), else
+ * its value (an input no one produced fails the import). */
+int ox_in(struct ox *x, int i, struct ox_val **out);
+/* The node's attribute name, or NULL. */
+const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name);
+int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out);
+int ox_attr_float(struct ox *x, const char *name, double def, double *out);
+/* The ints of attribute name (*n = -1 when absent; max entries). */
+int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n);
+/* The string attribute name into buf ("" default when absent). */
+int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size);
+/* The values of input i, which must be a known integer tensor of at most
+ * max elements (*n = -1 when the input is absent). what: for messages. */
+int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n);
+/* Emits varq op type over values in[] (NULL entries are not allowed) into
+ * outputs: out_names[j] names the ONNX value that output j becomes, or is
+ * NULL for a temporary; *out_vals[j] (when out_vals is not NULL) gets the
+ * new values. When every input is known at import the op runs now and its
+ * outputs are known too; otherwise it is added to the program. */
+int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
+            const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
+            struct ox_val **out_vals);
+/* Makes the ONNX value name another name for v (Identity and friends). */
+int ox_alias(struct ox *x, const char *name, struct ox_val *v);
+/* A new known value (takes the reference t) under name, or a temporary
+ * when name is NULL. */
+int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out);
+/* The node's output j's name, or NULL when absent ("" or past the end). */
+const char *ox_out(struct ox *x, int j);
+
+/* ---- ops.c ---- */
+
+/* Translates x->node; VQ_ENOSYS naming the op when there is no
+ * translation. */
+int vq__onnx_translate(struct ox *x);
+
+#endif

@@ -1,0 +1,934 @@
+/* ONNX ops as varq ops: one translation per ONNX op type, each reading the
+ * node's inputs and attributes (with the ONNX spec's defaults, by opset
+ * where the spec changed them) and emitting varq ops through ox_emit. A
+ * value that must be known at import (a shape, axes, pads) is read with
+ * ox_const_ints; anything varq cannot express is VQ_ENOSYS naming the
+ * attribute or input and its value. */
+#include "onnx_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAXI (VQ_MAX_DIMS * 2)
+
+/* ---- small helpers ---- */
+
+/* Input i, which the op requires. */
+static int need_in(struct ox *x, int i, struct ox_val **v)
+{
+    int rc = ox_in(x, i, v);
+    if (rc == 0 && !*v)
+        rc = ox_fail(x, VQ_EINVAL, "input %d is missing", i);
+    return rc;
+}
+
+/* Output 0, which the op requires. */
+static const char *out0(struct ox *x)
+{
+    return ox_out(x, 0);
+}
+
+static int need_out0(struct ox *x)
+{
+    return out0(x) ? 0 : ox_fail(x, VQ_EINVAL, "output 0 has no name");
+}
+
+/* A scalar constant of dtype dt. */
+static int scalar(struct ox *x, vq_dtype dt, double value, struct ox_val **out)
+{
+    vq_tensor *t;
+    int rc = vq_tensor_new(&t, dt, 0, NULL);
+    if (rc < 0)
+        return rc;
+    switch (dt) {
+    case VQ_F32: *(float *)vq_tensor_data(t) = (float)value; break;
+    case VQ_F64: *(double *)vq_tensor_data(t) = value; break;
+    case VQ_I32: *(int32_t *)vq_tensor_data(t) = (int32_t)value; break;
+    case VQ_I64: *(int64_t *)vq_tensor_data(t) = (int64_t)value; break;
+    case VQ_BOOL: *(unsigned char *)vq_tensor_data(t) = value != 0; break;
+    }
+    return ox_const(x, NULL, t, out);
+}
+
+static bool is_float(vq_dtype dt)
+{
+    return dt == VQ_F32 || dt == VQ_F64;
+}
+
+/* An axis in [-rank, rank) as an index. */
+static int axis_of(struct ox *x, const char *what, int64_t a, int rank, int *out)
+{
+    if (a < -rank || a >= rank)
+        return ox_fail(x, VQ_EINVAL, "%s %lld is out of range for rank %d", what, (long long)a,
+                       rank);
+    *out = (int)(a < 0 ? a + rank : a);
+    return 0;
+}
+
+/* out0 = type(in0) */
+static int unary(struct ox *x, const char *type)
+{
+    struct ox_val *a;
+    int rc = need_in(x, 0, &a);
+    if (rc == 0)
+        rc = need_out0(x);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, type, &a, 1, &o, 1, NULL, 0, NULL);
+}
+
+/* out0 = type(in0, in1) */
+static int binary(struct ox *x, const char *type)
+{
+    struct ox_val *in[2];
+    int rc = need_in(x, 0, &in[0]);
+    if (rc == 0)
+        rc = need_in(x, 1, &in[1]);
+    if (rc == 0)
+        rc = need_out0(x);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, type, in, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* A reshape of v to shape (entries: a dim, 0 = v's dim there, -1 = the
+ * rest), into name (NULL: a temporary). */
+static int reshape_to(struct ox *x, struct ox_val *v, const int64_t *shape, int n,
+                      const char *name, struct ox_val **out)
+{
+    vq_attr a = VQ_ATTR_IS("shape", shape, n);
+    return ox_emit(x, "reshape", &v, 1, &name, 1, &a, 1, out);
+}
+
+/* A reshape of v to rank n with the known dims of want[] (-1: unknown):
+ * each unknown dim is copied from v when v has it at the same place (0),
+ * one other may be left to the count (-1); more is VQ_ENOSYS. */
+static int reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const int *from,
+                         int n, const char *name, struct ox_val **out)
+{
+    int64_t shape[VQ_MAX_DIMS];
+    int free_at = -1;
+    for (int i = 0; i < n; i++) {
+        if (want[i] >= 0)
+            shape[i] = want[i];
+        else if (from[i] == i)
+            shape[i] = 0;
+        else if (free_at < 0)
+            shape[i] = -1, free_at = i;
+        else
+            return ox_fail(x, VQ_ENOSYS, "the result's dims %d and %d are known only at run "
+                                         "time; varq can reshape to one such dim",
+                           free_at, i);
+    }
+    return reshape_to(x, v, shape, n, name, out);
+}
+
+/* ---- elementwise and activations ---- */
+
+static int t_add(struct ox *x) { return binary(x, "add"); }
+static int t_sub(struct ox *x) { return binary(x, "sub"); }
+static int t_mul(struct ox *x) { return binary(x, "mul"); }
+static int t_div(struct ox *x) { return binary(x, "div"); }
+static int t_equal(struct ox *x) { return binary(x, "equal"); }
+static int t_less(struct ox *x) { return binary(x, "less"); }
+static int t_less_equal(struct ox *x) { return binary(x, "less_equal"); }
+static int t_greater(struct ox *x) { return binary(x, "greater"); }
+static int t_greater_equal(struct ox *x) { return binary(x, "greater_equal"); }
+static int t_and(struct ox *x) { return binary(x, "logical_and"); }
+static int t_or(struct ox *x) { return binary(x, "logical_or"); }
+static int t_not(struct ox *x) { return unary(x, "logical_not"); }
+static int t_relu(struct ox *x) { return unary(x, "relu"); }
+static int t_sigmoid(struct ox *x) { return unary(x, "sigmoid"); }
+static int t_tanh(struct ox *x) { return unary(x, "tanh"); }
+static int t_abs(struct ox *x) { return unary(x, "abs"); }
+
+static int t_where(struct ox *x)
+{
+    struct ox_val *in[3];
+    int rc = 0;
+    for (int i = 0; i < 3 && rc == 0; i++)
+        rc = need_in(x, i, &in[i]);
+    if (rc == 0)
+        rc = need_out0(x);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "where", in, 3, &o, 1, NULL, 0, NULL);
+}
+
+/* Neg: 0 - X (every dtype). */
+static int t_neg(struct ox *x)
+{
+    struct ox_val *in[2];
+    int rc = need_in(x, 0, &in[1]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = scalar(x, in[1]->meta.dtype, 0, &in[0]);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "sub", in, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* Max, Min, Sum, Mean: a chain over the inputs (one input: a copy). */
+static int variadic(struct ox *x, const char *type, bool mean)
+{
+    const Onnx__NodeProto *n = x->node;
+    int rc = need_out0(x);
+    if (rc == 0 && n->n_input == 0)
+        rc = ox_fail(x, VQ_EINVAL, "no inputs");
+    struct ox_val *acc;
+    if (rc == 0)
+        rc = need_in(x, 0, &acc);
+    int count = (int)n->n_input;
+    for (int i = 1; i < count && rc == 0; i++) {
+        struct ox_val *in[2] = {acc, NULL};
+        if ((rc = need_in(x, i, &in[1])) < 0)
+            break;
+        const char *name = i == count - 1 && !mean ? out0(x) : NULL;
+        rc = ox_emit(x, type, in, 2, &name, 1, NULL, 0, &acc);
+    }
+    if (rc)
+        return rc;
+    if (mean) {
+        if (!is_float(acc->meta.dtype))
+            return ox_fail(x, VQ_ENOSYS, "Mean of %s", vq_dtype_name(acc->meta.dtype));
+        vq_attr a = VQ_ATTR_F("scale", 1.0 / count);
+        const char *o = out0(x);
+        return ox_emit(x, "scale", &acc, 1, &o, 1, &a, 1, NULL);
+    }
+    return count == 1 ? ox_alias(x, out0(x), acc) : 0;
+}
+
+static int t_max(struct ox *x) { return variadic(x, "maximum", false); }
+static int t_min(struct ox *x) { return variadic(x, "minimum", false); }
+static int t_sum(struct ox *x) { return variadic(x, "add", false); }
+static int t_mean(struct ox *x) { return variadic(x, "add", true); }
+
+/* Clip(X, min, max): attributes before opset 11, optional inputs since. */
+static int t_clip(struct ox *x)
+{
+    struct ox_val *v, *lo = NULL, *hi = NULL;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && x->opset < 11) {
+        double a, b;
+        if ((rc = ox_attr_float(x, "min", -INFINITY, &a)) == 0 &&
+            (rc = ox_attr_float(x, "max", INFINITY, &b)) == 0) {
+            if (isfinite(a))
+                rc = scalar(x, v->meta.dtype, a, &lo);
+            if (rc == 0 && isfinite(b))
+                rc = scalar(x, v->meta.dtype, b, &hi);
+        }
+    } else if (rc == 0 && (rc = ox_in(x, 1, &lo)) == 0) {
+        rc = ox_in(x, 2, &hi);
+    }
+    struct ox_val *cur = v;
+    if (rc == 0 && lo) {
+        struct ox_val *in[2] = {cur, lo};
+        const char *name = hi ? NULL : out0(x);
+        rc = ox_emit(x, "maximum", in, 2, &name, 1, NULL, 0, &cur);
+    }
+    if (rc == 0 && hi) {
+        struct ox_val *in[2] = {cur, hi};
+        const char *name = out0(x);
+        rc = ox_emit(x, "minimum", in, 2, &name, 1, NULL, 0, &cur);
+    }
+    if (rc == 0 && !lo && !hi)
+        rc = ox_alias(x, out0(x), v);
+    return rc;
+}
+
+/* LeakyRelu: where(X < 0, alpha X, X). */
+static int t_leaky_relu(struct ox *x)
+{
+    struct ox_val *v, *zero, *neg, *scaled;
+    double alpha;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "alpha", 0.01, &alpha);
+    if (rc == 0)
+        rc = scalar(x, v->meta.dtype, 0, &zero);
+    if (rc == 0)
+        rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg);
+    vq_attr a = VQ_ATTR_F("scale", alpha);
+    if (rc == 0)
+        rc = ox_emit(x, "scale", &v, 1, NULL, 1, &a, 1, &scaled);
+    const char *o = out0(x);
+    return rc ? rc
+              : ox_emit(x, "where", (struct ox_val *[]){neg, scaled, v}, 3, &o, 1, NULL, 0, NULL);
+}
+
+/* clamp(alpha X + beta, 0, 1) into name. */
+static int hard_sigmoid(struct ox *x, struct ox_val *v, double alpha, double beta,
+                        const char *name, struct ox_val **out)
+{
+    struct ox_val *lin, *zero, *one, *top;
+    vq_attr a[2] = {VQ_ATTR_F("scale", alpha), VQ_ATTR_F("bias", beta)};
+    int rc = ox_emit(x, "scale", &v, 1, NULL, 1, a, 2, &lin);
+    if (rc == 0)
+        rc = scalar(x, v->meta.dtype, 0, &zero);
+    if (rc == 0)
+        rc = scalar(x, v->meta.dtype, 1, &one);
+    if (rc == 0)
+        rc = ox_emit(x, "minimum", (struct ox_val *[]){lin, one}, 2, NULL, 1, NULL, 0, &top);
+    return rc ? rc
+              : ox_emit(x, "maximum", (struct ox_val *[]){top, zero}, 2, &name, 1, NULL, 0, out);
+}
+
+static int t_hard_sigmoid(struct ox *x)
+{
+    struct ox_val *v;
+    double alpha, beta;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "alpha", 0.2, &alpha);
+    if (rc == 0)
+        rc = ox_attr_float(x, "beta", 0.5, &beta);
+    return rc ? rc : hard_sigmoid(x, v, alpha, beta, out0(x), NULL);
+}
+
+/* HardSwish: X * hard_sigmoid(X; 1/6, 1/2). */
+static int t_hard_swish(struct ox *x)
+{
+    struct ox_val *v, *hs;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = hard_sigmoid(x, v, 1.0 / 6, 0.5, NULL, &hs);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "mul", (struct ox_val *[]){v, hs}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* ---- products ---- */
+
+/* MatMul, numpy's: a 1-D operand is a row (A) or a column (B) whose dim is
+ * dropped from the result. */
+static int t_matmul(struct ox *x)
+{
+    struct ox_val *a, *b, *prod;
+    int rc = need_in(x, 0, &a);
+    if (rc == 0)
+        rc = need_in(x, 1, &b);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc)
+        return rc;
+    bool a1 = a->meta.ndim == 1, b1 = b->meta.ndim == 1;
+    if (a1 && (rc = reshape_to(x, a, (int64_t[]){1, -1}, 2, NULL, &a)) < 0)
+        return rc;
+    if (b1 && (rc = reshape_to(x, b, (int64_t[]){-1, 1}, 2, NULL, &b)) < 0)
+        return rc;
+    if (a->meta.ndim == 2 && b->meta.ndim > 2)
+        return ox_fail(x, VQ_ENOSYS, "a 2-D A with a batched B (rank %d) is not supported",
+                       b->meta.ndim);
+    const char *name = a1 || b1 ? NULL : out0(x);
+    if ((rc = ox_emit(x, "matmul", (struct ox_val *[]){a, b}, 2, &name, 1, NULL, 0, &prod)) < 0)
+        return rc;
+    if (!a1 && !b1)
+        return 0;
+    /* drop the dims that were added: the result's rank minus one or two */
+    int r = prod->meta.ndim, n = 0;
+    int64_t want[VQ_MAX_DIMS];
+    int from[VQ_MAX_DIMS];
+    for (int i = 0; i < r; i++) {
+        if ((a1 && i == r - 2) || (b1 && i == r - 1))
+            continue;
+        want[n] = prod->meta.shape[i];
+        from[n++] = i;
+    }
+    return reshape_known(x, prod, want, from, n, out0(x), NULL);
+}
+
+/* Gemm: alpha op(A) op(B) + beta C. */
+static int t_gemm(struct ox *x)
+{
+    struct ox_val *a, *b, *c, *prod;
+    int64_t ta, tb;
+    double alpha, beta;
+    int rc = need_in(x, 0, &a);
+    if (rc == 0)
+        rc = need_in(x, 1, &b);
+    if (rc == 0)
+        rc = ox_in(x, 2, &c);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "transA", 0, &ta);
+    if (rc == 0)
+        rc = ox_attr_int(x, "transB", 0, &tb);
+    if (rc == 0)
+        rc = ox_attr_float(x, "alpha", 1, &alpha);
+    if (rc == 0)
+        rc = ox_attr_float(x, "beta", 1, &beta);
+    if (rc)
+        return rc;
+    if (a->meta.ndim != 2 || b->meta.ndim != 2)
+        return ox_fail(x, VQ_EINVAL, "A and B must be matrices (ranks %d and %d)", a->meta.ndim,
+                       b->meta.ndim);
+    vq_attr at[3] = {VQ_ATTR_B("transpose_x", ta != 0), VQ_ATTR_B("transpose_y", tb != 0),
+                     VQ_ATTR_F("alpha", alpha)};
+    const char *name = c && beta != 0 ? NULL : out0(x);
+    if ((rc = ox_emit(x, "matmul", (struct ox_val *[]){a, b}, 2, &name, 1, at, 3, &prod)) < 0)
+        return rc;
+    if (!c || beta == 0)
+        return 0;
+    if (beta != 1) {
+        vq_attr s = VQ_ATTR_F("scale", beta);
+        if ((rc = ox_emit(x, "scale", &c, 1, NULL, 1, &s, 1, &c)) < 0)
+            return rc;
+    }
+    const char *o = out0(x);
+    return ox_emit(x, "add", (struct ox_val *[]){prod, c}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* ---- softmax ---- */
+
+/* Softmax: since opset 13 along one axis (default -1); before, over the
+ * dims from axis on (default 1), which is the same when that is the last
+ * axis and otherwise goes through a 2-D reshape. */
+static int t_softmax(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    int64_t axis;
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", x->opset >= 13 ? -1 : 1, &axis);
+    int r = v ? v->meta.ndim : 0, ax = 0;
+    if (rc == 0)
+        rc = axis_of(x, "axis", axis, r ? r : 1, &ax);
+    if (rc)
+        return rc;
+    const char *o = out0(x);
+    if (x->opset >= 13 || ax == r - 1 || r == 0) {
+        vq_attr a = VQ_ATTR_I("axis", x->opset >= 13 ? ax : -1);
+        return ox_emit(x, "softmax", &v, 1, &o, 1, &a, 1, NULL);
+    }
+    int64_t lead = 1;
+    for (int i = 0; i < ax; i++)
+        lead = v->meta.shape[i] < 0 || lead < 0 ? -1 : lead * v->meta.shape[i];
+    int64_t shape[2] = {lead, -1};
+    if (lead < 0) {
+        int64_t rest = 1;
+        for (int i = ax; i < r; i++)
+            rest = v->meta.shape[i] < 0 || rest < 0 ? -1 : rest * v->meta.shape[i];
+        if (rest < 0)
+            return ox_fail(x, VQ_ENOSYS, "opset-%lld Softmax over axis %d needs the dims "
+                                         "before or from the axis known at import",
+                           (long long)x->opset, ax);
+        shape[0] = -1;
+        shape[1] = rest;
+    }
+    struct ox_val *flat, *soft;
+    vq_attr a = VQ_ATTR_I("axis", 1);
+    if ((rc = reshape_to(x, v, shape, 2, NULL, &flat)) < 0 ||
+        (rc = ox_emit(x, "softmax", &flat, 1, NULL, 1, &a, 1, &soft)) < 0)
+        return rc;
+    /* back to X's shape */
+    return ox_emit(x, "reshape_grad", (struct ox_val *[]){v, soft}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* ---- shapes ---- */
+
+static int t_identity(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    return rc ? rc : ox_alias(x, out0(x), v);
+}
+
+/* Dropout at inference: the identity; no mask. */
+static int t_dropout(struct ox *x)
+{
+    struct ox_val *training = NULL;
+    int rc = x->opset >= 12 ? ox_in(x, 2, &training) : 0;
+    if (rc == 0 && training) {
+        if (!training->konst || training->konst->dtype != VQ_BOOL)
+            return ox_fail(x, VQ_ENOSYS, "training_mode must be a known bool");
+        if (*(unsigned char *)training->konst->data)
+            return ox_fail(x, VQ_ENOSYS, "training_mode is true: varq imports Dropout for "
+                                         "inference only");
+    }
+    if (rc == 0 && ox_out(x, 1))
+        return ox_fail(x, VQ_ENOSYS, "its mask output is not supported");
+    return rc ? rc : t_identity(x);
+}
+
+static int t_reshape(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t shape[MAXI], allowzero;
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && x->opset < 5)
+        rc = ox_attr_ints(x, "shape", shape, MAXI, &n);
+    else if (rc == 0)
+        rc = ox_const_ints(x, 1, "shape", shape, MAXI, &n);
+    if (rc == 0)
+        rc = ox_attr_int(x, "allowzero", 0, &allowzero);
+    if (rc)
+        return rc;
+    if (n < 0)
+        return ox_fail(x, VQ_EINVAL, "no shape");
+    if (n > VQ_MAX_DIMS)
+        return ox_fail(x, VQ_ENOSYS, "rank %d is more than varq's %d", n, VQ_MAX_DIMS);
+    for (int i = 0; allowzero && i < n; i++)
+        if (shape[i] == 0)
+            return ox_fail(x, VQ_ENOSYS, "allowzero with a 0 in the shape (an empty dim)");
+    return reshape_to(x, v, shape, n, out0(x), NULL);
+}
+
+static int t_flatten(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t axis;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 1, &axis);
+    int r = v ? v->meta.ndim : 0, ax = 0;
+    if (rc == 0 && (axis < -r || axis > r))
+        rc = ox_fail(x, VQ_EINVAL, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (rc)
+        return rc;
+    ax = (int)(axis < 0 ? axis + r : axis);
+    int64_t lead = 1, rest = 1;
+    for (int i = 0; i < r; i++) {
+        int64_t *p = i < ax ? &lead : &rest;
+        *p = v->meta.shape[i] < 0 || *p < 0 ? -1 : *p * v->meta.shape[i];
+    }
+    int64_t shape[2] = {lead, -1};
+    if (lead < 0 && rest >= 0) {
+        shape[0] = -1;
+        shape[1] = rest;
+    } else if (lead < 0 && ax == 1) {
+        shape[0] = 0; /* the batch dim, copied */
+    } else if (lead < 0) {
+        return ox_fail(x, VQ_ENOSYS, "dims known only at run time on both sides of axis %d",
+                       ax);
+    }
+    return reshape_to(x, v, shape, 2, out0(x), NULL);
+}
+
+static int t_transpose(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t perm[MAXI];
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_ints(x, "perm", perm, MAXI, &n);
+    if (rc)
+        return rc;
+    if (n < 0) {
+        n = v->meta.ndim;
+        for (int i = 0; i < n; i++)
+            perm[i] = n - 1 - i;
+    }
+    vq_attr a = VQ_ATTR_IS("perm", perm, n);
+    const char *o = out0(x);
+    return ox_emit(x, "transpose", &v, 1, &o, 1, &a, 1, NULL);
+}
+
+static int t_concat(struct ox *x)
+{
+    const Onnx__NodeProto *n = x->node;
+    struct ox_val *in[VQ__MAX_SLOTS];
+    int64_t axis;
+    int rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc == 0 && (n->n_input == 0 || n->n_input > VQ__MAX_SLOTS))
+        rc = ox_fail(x, VQ_ENOSYS, "%zu inputs (varq takes 1 to %d)", n->n_input,
+                     VQ__MAX_SLOTS);
+    for (size_t i = 0; i < n->n_input && rc == 0; i++)
+        rc = need_in(x, (int)i, &in[i]);
+    int ax = 0;
+    if (rc == 0)
+        rc = axis_of(x, "axis", axis, in[0]->meta.ndim, &ax);
+    if (rc)
+        return rc;
+    vq_attr a = VQ_ATTR_I("axis", ax);
+    const char *o = out0(x);
+    return ox_emit(x, "concat", in, (int)n->n_input, &o, 1, &a, 1, NULL);
+}
+
+/* The axes of Squeeze / Unsqueeze / reductions: an attribute before
+ * opset 13 (or 18 for the reductions but ReduceSum), an input since. */
+static int axes_of(struct ox *x, int since, int input, int64_t *axes, int *n)
+{
+    if (x->opset < since)
+        return ox_attr_ints(x, "axes", axes, MAXI, n);
+    return ox_const_ints(x, input, "axes", axes, MAXI, n);
+}
+
+static int t_squeeze(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t axes[MAXI];
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = axes_of(x, 13, 1, axes, &n);
+    if (rc)
+        return rc;
+    int r = v->meta.ndim;
+    bool drop[VQ_MAX_DIMS] = {0};
+    if (n < 0) {
+        for (int i = 0; i < r; i++) {
+            if (v->meta.shape[i] < 0)
+                return ox_fail(x, VQ_ENOSYS, "no axes, and dim %d is known only at run time", i);
+            drop[i] = v->meta.shape[i] == 1;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int a = 0;
+        if ((rc = axis_of(x, "axis", axes[k], r, &a)) < 0)
+            return rc;
+        if (v->meta.shape[a] > 1)
+            return ox_fail(x, VQ_EINVAL, "axis %d has size %lld, not 1", a,
+                           (long long)v->meta.shape[a]);
+        drop[a] = true;
+    }
+    int64_t want[VQ_MAX_DIMS];
+    int from[VQ_MAX_DIMS], m = 0;
+    for (int i = 0; i < r; i++)
+        if (!drop[i]) {
+            want[m] = v->meta.shape[i];
+            from[m++] = i;
+        }
+    return reshape_known(x, v, want, from, m, out0(x), NULL);
+}
+
+static int t_unsqueeze(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t axes[MAXI];
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = axes_of(x, 13, 1, axes, &n);
+    if (rc)
+        return rc;
+    if (n < 0)
+        return ox_fail(x, VQ_EINVAL, "no axes");
+    int r = v->meta.ndim + n;
+    if (r > VQ_MAX_DIMS)
+        return ox_fail(x, VQ_ENOSYS, "rank %d is more than varq's %d", r, VQ_MAX_DIMS);
+    bool add[VQ_MAX_DIMS] = {0};
+    for (int k = 0; k < n; k++) {
+        int a = 0;
+        if ((rc = axis_of(x, "axis", axes[k], r, &a)) < 0)
+            return rc;
+        if (add[a])
+            return ox_fail(x, VQ_EINVAL, "axis %d is given twice", a);
+        add[a] = true;
+    }
+    int64_t want[VQ_MAX_DIMS];
+    int from[VQ_MAX_DIMS];
+    for (int i = 0, j = 0; i < r; i++) {
+        if (add[i]) {
+            want[i] = 1;
+            from[i] = -1;
+        } else {
+            want[i] = v->meta.shape[j];
+            from[i] = j++;
+        }
+    }
+    return reshape_known(x, v, want, from, r, out0(x), NULL);
+}
+
+static int t_slice(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t starts[MAXI], ends[MAXI], axes[MAXI], steps[MAXI];
+    int ns, ne, na, nst = -1;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && x->opset < 10) {
+        if ((rc = ox_attr_ints(x, "starts", starts, MAXI, &ns)) == 0 &&
+            (rc = ox_attr_ints(x, "ends", ends, MAXI, &ne)) == 0)
+            rc = ox_attr_ints(x, "axes", axes, MAXI, &na);
+    } else if (rc == 0) {
+        if ((rc = ox_const_ints(x, 1, "starts", starts, MAXI, &ns)) == 0 &&
+            (rc = ox_const_ints(x, 2, "ends", ends, MAXI, &ne)) == 0 &&
+            (rc = ox_const_ints(x, 3, "axes", axes, MAXI, &na)) == 0)
+            rc = ox_const_ints(x, 4, "steps", steps, MAXI, &nst);
+    }
+    if (rc)
+        return rc;
+    if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
+        return ox_fail(x, VQ_EINVAL, "starts, ends, axes and steps differ in length");
+    for (int i = 0; i < nst; i++)
+        if (steps[i] != 1)
+            return ox_fail(x, VQ_ENOSYS, "step %lld on axis %d (varq slices with step 1)",
+                           (long long)steps[i], i);
+    if (na < 0)
+        for (int i = 0; i < ns; i++)
+            axes[i] = i;
+    vq_attr a[3] = {VQ_ATTR_IS("axes", axes, ns), VQ_ATTR_IS("starts", starts, ns),
+                    VQ_ATTR_IS("ends", ends, ns)};
+    const char *o = out0(x);
+    return ox_emit(x, "slice", &v, 1, &o, 1, a, 3, NULL);
+}
+
+static int t_cast(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t to;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "to", -1, &to);
+    if (rc)
+        return rc;
+    vq_dtype dt;
+    if (!vq__onnx_dtype((int32_t)to, &dt))
+        return ox_fail(x, VQ_ENOSYS, "cast to %s", vq__onnx_type_name((int32_t)to));
+    vq_attr a = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+    const char *o = out0(x);
+    return ox_emit(x, "cast", &v, 1, &o, 1, &a, 1, NULL);
+}
+
+/* ---- constants and shapes known at import ---- */
+
+static int t_constant(struct ox *x)
+{
+    int rc = need_out0(x);
+    if (rc)
+        return rc;
+    const Onnx__NodeProto *n = x->node;
+    if (n->n_attribute != 1)
+        return ox_fail(x, VQ_EINVAL, "Constant takes exactly one attribute, not %zu",
+                       n->n_attribute);
+    const Onnx__AttributeProto *a = n->attribute[0];
+    const char *an = a->name ? a->name : "";
+    vq_tensor *t = NULL;
+    if (!strcmp(an, "value") && a->t) {
+        char what[300];
+        snprintf(what, sizeof what, "the value of Constant \"%s\"", out0(x));
+        rc = vq__onnx_tensor(a->t, x->dir, what, &t);
+    } else if (!strcmp(an, "value_float")) {
+        rc = vq_tensor_from(&t, VQ_F32, 0, NULL, &a->f);
+    } else if (!strcmp(an, "value_int")) {
+        rc = vq_tensor_from(&t, VQ_I64, 0, NULL, &a->i);
+    } else if (!strcmp(an, "value_floats")) {
+        int64_t len = (int64_t)a->n_floats;
+        rc = vq_tensor_from(&t, VQ_F32, 1, &len, a->floats);
+    } else if (!strcmp(an, "value_ints")) {
+        int64_t len = (int64_t)a->n_ints;
+        rc = vq_tensor_from(&t, VQ_I64, 1, &len, a->ints);
+    } else {
+        return ox_fail(x, VQ_ENOSYS, "a constant given as %s is not supported", an);
+    }
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : ox_const(x, out0(x), t, NULL);
+}
+
+static int t_shape(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t start, end;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    int r = v ? v->meta.ndim : 0;
+    if (rc == 0)
+        rc = ox_attr_int(x, "start", 0, &start);
+    if (rc == 0)
+        rc = ox_attr_int(x, "end", r, &end);
+    if (rc)
+        return rc;
+    start = start < 0 ? (start + r < 0 ? 0 : start + r) : (start > r ? r : start);
+    end = end < 0 ? (end + r < 0 ? 0 : end + r) : (end > r ? r : end);
+    int64_t len = end > start ? end - start : 0;
+    for (int64_t i = start; i < start + len; i++)
+        if (v->meta.shape[i] < 0)
+            return ox_fail(x, VQ_ENOSYS, "dim %lld of \"%s\" is known only at run time; varq "
+                                         "computes Shape when the model is imported",
+                           (long long)i, v->name);
+    vq_tensor *t;
+    if ((rc = vq_tensor_from(&t, VQ_I64, 1, &len, v->meta.shape + start)) < 0)
+        return rc;
+    return ox_const(x, out0(x), t, NULL);
+}
+
+static int t_size(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc)
+        return rc;
+    int64_t n = vq__numel(v->meta.ndim, v->meta.shape);
+    if (n < 0)
+        return ox_fail(x, VQ_ENOSYS, "the size of \"%s\" is known only at run time", v->name);
+    vq_tensor *t;
+    if ((rc = vq_tensor_from(&t, VQ_I64, 0, NULL, &n)) < 0)
+        return rc;
+    return ox_const(x, out0(x), t, NULL);
+}
+
+static int t_constant_of_shape(struct ox *x)
+{
+    int64_t shape[MAXI];
+    int n;
+    int rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_const_ints(x, 0, "shape", shape, MAXI, &n);
+    if (rc)
+        return rc;
+    if (n < 0)
+        return ox_fail(x, VQ_EINVAL, "no shape");
+    if (n > VQ_MAX_DIMS)
+        return ox_fail(x, VQ_ENOSYS, "rank %d is more than varq's %d", n, VQ_MAX_DIMS);
+    vq_dtype dt = VQ_F32;
+    double value = 0;
+    const Onnx__AttributeProto *a = ox_attr(x, "value");
+    if (a && a->t) {
+        vq_tensor *t;
+        if ((rc = vq__onnx_tensor(a->t, x->dir, "the value of ConstantOfShape", &t)) < 0)
+            return rc;
+        dt = t->dtype;
+        if (t->numel != 1)
+            rc = ox_fail(x, VQ_EINVAL, "value has %lld elements, not 1", (long long)t->numel);
+        else
+            value = dt == VQ_F32 ? *(float *)t->data
+                  : dt == VQ_F64 ? *(double *)t->data
+                  : dt == VQ_I32 ? *(int32_t *)t->data
+                  : dt == VQ_I64 ? (double)*(int64_t *)t->data
+                                 : *(unsigned char *)t->data;
+        vq_tensor_release(t);
+        if (rc)
+            return rc;
+    }
+    vq_attr at[3] = {VQ_ATTR_IS("shape", shape, n), VQ_ATTR_S("dtype", vq_dtype_name(dt)),
+                     VQ_ATTR_F("value", value)};
+    const char *o = out0(x);
+    return ox_emit(x, "fill_constant", NULL, 0, &o, 1, at, 3, NULL);
+}
+
+/* ---- reductions ---- */
+
+/* ReduceSum (axes an input since opset 13) and ReduceMean (since 18). */
+static int reduce(struct ox *x, const char *type, int axes_input_since)
+{
+    struct ox_val *v;
+    int64_t axes[MAXI], keep, noop;
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = axes_of(x, axes_input_since, 1, axes, &n);
+    if (rc == 0)
+        rc = ox_attr_int(x, "keepdims", 1, &keep);
+    if (rc == 0)
+        rc = ox_attr_int(x, "noop_with_empty_axes", 0, &noop);
+    if (rc)
+        return rc;
+    if (n <= 0 && noop)
+        return ox_alias(x, out0(x), v);
+    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n), VQ_ATTR_B("keepdim", keep != 0)};
+    const char *o = out0(x);
+    return ox_emit(x, type, &v, 1, &o, 1, a, 2, NULL);
+}
+
+static int t_reduce_sum(struct ox *x) { return reduce(x, "sum", 13); }
+static int t_reduce_mean(struct ox *x) { return reduce(x, "mean", 18); }
+
+/* ---- the table ---- */
+
+struct translation {
+    const char *op;
+    int (*fn)(struct ox *x);
+};
+
+static const struct translation table[] = {
+    {"Abs", t_abs},
+    {"Add", t_add},
+    {"And", t_and},
+    {"Cast", t_cast},
+    {"Clip", t_clip},
+    {"Concat", t_concat},
+    {"Constant", t_constant},
+    {"ConstantOfShape", t_constant_of_shape},
+    {"Div", t_div},
+    {"Dropout", t_dropout},
+    {"Equal", t_equal},
+    {"Flatten", t_flatten},
+    {"Gemm", t_gemm},
+    {"Greater", t_greater},
+    {"GreaterOrEqual", t_greater_equal},
+    {"HardSigmoid", t_hard_sigmoid},
+    {"HardSwish", t_hard_swish},
+    {"Identity", t_identity},
+    {"LeakyRelu", t_leaky_relu},
+    {"Less", t_less},
+    {"LessOrEqual", t_less_equal},
+    {"MatMul", t_matmul},
+    {"Max", t_max},
+    {"Mean", t_mean},
+    {"Min", t_min},
+    {"Mul", t_mul},
+    {"Neg", t_neg},
+    {"Not", t_not},
+    {"Or", t_or},
+    {"ReduceMean", t_reduce_mean},
+    {"ReduceSum", t_reduce_sum},
+    {"Relu", t_relu},
+    {"Reshape", t_reshape},
+    {"Shape", t_shape},
+    {"Sigmoid", t_sigmoid},
+    {"Size", t_size},
+    {"Slice", t_slice},
+    {"Softmax", t_softmax},
+    {"Squeeze", t_squeeze},
+    {"Sub", t_sub},
+    {"Sum", t_sum},
+    {"Tanh", t_tanh},
+    {"Transpose", t_transpose},
+    {"Unsqueeze", t_unsqueeze},
+    {"Where", t_where},
+};
+
+#define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+VQ_API const char *vq_onnx_op_name(int i)
+{
+    return i >= 0 && i < NTABLE ? table[i].op : NULL;
+}
+
+int vq__onnx_translate(struct ox *x)
+{
+    const char *op = x->node->op_type;
+    int lo = 0, hi = NTABLE - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(op, table[mid].op);
+        if (c == 0)
+            return table[mid].fn(x);
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return ox_fail(x, VQ_ENOSYS, "op %s (domain ai.onnx, opset %lld) is not supported", op,
+                   (long long)x->opset);
+}

@@ -1,0 +1,203 @@
+/* ONNX TensorProto -> varq tensor: element types, shapes checked against
+ * the data, raw bytes (little-endian, as ONNX stores them) or the typed
+ * repeated fields, and external data read from a file beside the model. */
+#include "onnx_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool vq__onnx_dtype(int32_t onnx_type, vq_dtype *out)
+{
+    switch (onnx_type) {
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT: *out = VQ_F32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE: *out = VQ_F64; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = VQ_I32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = VQ_I64; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = VQ_BOOL; return true;
+    default: return false;
+    }
+}
+
+const char *vq__onnx_type_name(int32_t onnx_type)
+{
+    static const char *const names[] = {"UNDEFINED", "FLOAT",  "UINT8",     "INT8",
+                                        "UINT16",    "INT16",  "INT32",     "INT64",
+                                        "STRING",    "BOOL",   "FLOAT16",   "DOUBLE",
+                                        "UINT32",    "UINT64", "COMPLEX64", "COMPLEX128",
+                                        "BFLOAT16"};
+    if (onnx_type >= 0 && onnx_type < (int32_t)(sizeof names / sizeof names[0]))
+        return names[onnx_type];
+    return "an unknown type";
+}
+
+/* The external data of t: its file (relative to dir, no "..", not
+ * absolute), offset and length (-1: to the end). */
+static int external_read(const Onnx__TensorProto *t, const char *dir, const char *what,
+                         size_t want, void *dst)
+{
+    const char *location = NULL;
+    long long offset = 0, length = -1;
+    for (size_t i = 0; i < t->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *e = t->external_data[i];
+        if (!e->key || !e->value)
+            continue;
+        char *end;
+        if (!strcmp(e->key, "location")) {
+            location = e->value;
+        } else if (!strcmp(e->key, "offset") || !strcmp(e->key, "length")) {
+            errno = 0;
+            long long v = strtoll(e->value, &end, 10);
+            if (errno || *end || v < 0)
+                return vq__fail(VQ_EINVAL, "onnx: %s: external data %s \"%s\" is not a size",
+                                what, e->key, e->value);
+            if (!strcmp(e->key, "offset"))
+                offset = v;
+            else
+                length = v;
+        }
+    }
+    if (!dir)
+        return vq__fail(VQ_EINVAL, "onnx: %s is stored as external data; import the model "
+                                   "from its file (vq_program_from_onnx_file) to read it",
+                        what);
+    if (!location || !*location || location[0] == '/' || strstr(location, ".."))
+        return vq__fail(VQ_EINVAL, "onnx: %s: external data location \"%s\" is not a file "
+                                   "name inside the model's directory",
+                        what, location ? location : "");
+    if (length >= 0 && (size_t)length != want)
+        return vq__fail(VQ_EINVAL, "onnx: %s: external data length %lld, but the shape needs "
+                                   "%zu bytes",
+                        what, length, want);
+    size_t n = strlen(dir) + strlen(location) + 2;
+    char *path = malloc(n);
+    if (!path)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    snprintf(path, n, "%s/%s", dir, location);
+    FILE *f = fopen(path, "rb");
+    int rc = 0;
+    if (!f) {
+        rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s: %s", what, path, strerror(errno));
+    } else if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, want, f) != want) {
+        rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s holds less than %zu bytes at "
+                              "offset %lld",
+                      what, path, want, offset);
+    }
+    if (f)
+        fclose(f);
+    free(path);
+    return rc;
+}
+
+int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *what,
+                    vq_tensor **out)
+{
+    *out = NULL;
+    int32_t type = t->has_data_type ? t->data_type : 0;
+    vq_dtype dt;
+    if (!vq__onnx_dtype(type, &dt))
+        return vq__fail(VQ_ENOSYS, "onnx: %s has element type %s (%d); varq has float, "
+                                   "double, int32, int64 and bool",
+                        what, vq__onnx_type_name(type), (int)type);
+    if (t->n_dims > VQ_MAX_DIMS)
+        return vq__fail(VQ_ENOSYS, "onnx: %s has %zu dims; varq has at most %d", what,
+                        t->n_dims, VQ_MAX_DIMS);
+    int64_t shape[VQ_MAX_DIMS];
+    for (size_t i = 0; i < t->n_dims; i++) {
+        if (t->dims[i] < 0)
+            return vq__fail(VQ_EINVAL, "onnx: %s: dim %zu is %lld", what, i,
+                            (long long)t->dims[i]);
+        shape[i] = t->dims[i];
+    }
+    int64_t numel = vq__numel((int)t->n_dims, shape);
+    size_t esize = vq_dtype_size(dt);
+    if (numel == INT64_MAX || (uint64_t)numel > SIZE_MAX / 16 / esize)
+        return vq__fail(VQ_EINVAL, "onnx: %s: shape overflows", what);
+    size_t nbytes = (size_t)numel * esize;
+    if (t->segment)
+        return vq__fail(VQ_ENOSYS, "onnx: %s is a segment of a tensor", what);
+    vq_tensor *v;
+    int rc = vq__tensor_empty(&v, dt, (int)t->n_dims, shape);
+    if (rc < 0)
+        return rc;
+    bool external = t->has_data_location &&
+                    t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    size_t have = 0;
+    if (external) {
+        rc = external_read(t, dir, what, nbytes, v->data);
+        have = (size_t)numel;
+    } else if (t->has_raw_data) {
+        if (t->raw_data.len != nbytes)
+            rc = vq__fail(VQ_EINVAL, "onnx: %s: %zu bytes of raw data, the shape needs %zu",
+                          what, t->raw_data.len, nbytes);
+        else if (nbytes)
+            memcpy(v->data, t->raw_data.data, nbytes);
+        have = (size_t)numel;
+    } else {
+        switch (dt) {
+        case VQ_F32:
+            have = t->n_float_data;
+            if (have == (size_t)numel && nbytes)
+                memcpy(v->data, t->float_data, nbytes);
+            break;
+        case VQ_F64:
+            have = t->n_double_data;
+            if (have == (size_t)numel && nbytes)
+                memcpy(v->data, t->double_data, nbytes);
+            break;
+        case VQ_I64:
+            have = t->n_int64_data;
+            if (have == (size_t)numel && nbytes)
+                memcpy(v->data, t->int64_data, nbytes);
+            break;
+        case VQ_I32:
+            have = t->n_int32_data;
+            if (have == (size_t)numel && nbytes)
+                memcpy(v->data, t->int32_data, nbytes);
+            break;
+        case VQ_BOOL:
+            have = t->n_int32_data;
+            for (size_t i = 0; have == (size_t)numel && i < have; i++)
+                ((unsigned char *)v->data)[i] = t->int32_data[i] != 0;
+            break;
+        }
+        if (rc == 0 && have != (size_t)numel)
+            rc = vq__fail(VQ_EINVAL, "onnx: %s: %zu values for a shape of %lld elements", what,
+                          have, (long long)numel);
+    }
+    if (rc == 0 && dt == VQ_BOOL)
+        for (int64_t i = 0; i < numel; i++)
+            ((unsigned char *)v->data)[i] = ((unsigned char *)v->data)[i] != 0;
+    if (rc < 0) {
+        vq_tensor_release(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, size_t len)
+{
+    if (!out || (!buf && len))
+        return vq__fail(VQ_EINVAL, "vq_tensor_from_onnx: NULL argument");
+    *out = NULL;
+    if (name)
+        *name = NULL;
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
+    if (!t)
+        return vq__fail(VQ_EINVAL, "vq_tensor_from_onnx: not an ONNX TensorProto (%zu bytes "
+                                   "that do not decode)",
+                        len);
+    char what[160];
+    snprintf(what, sizeof what, "tensor \"%s\"", t->name ? t->name : "");
+    int rc = vq__onnx_tensor(t, NULL, what, out);
+    if (rc == 0 && name && !(*name = strdup(t->name ? t->name : ""))) {
+        vq_tensor_release(*out);
+        *out = NULL;
+        rc = vq__fail(VQ_ENOMEM, "vq_tensor_from_onnx: out of memory");
+    }
+    onnx__tensor_proto__free_unpacked(t, NULL);
+    return rc;
+}

@@ -1,0 +1,257 @@
+/* onnx_check: runs ONNX backend test cases (a directory holding model.onnx
+ * and test_data_set_N/ with input_K.pb and output_K.pb TensorProtos, as
+ * ONNX's `backend-test-tools generate-data` writes them) through varq and
+ * compares every output with the expected one, with the backend tests'
+ * tolerance (|got - want| <= atol + rtol |want|, rtol 1e-3, atol 1e-7;
+ * integers and bools exactly; NaN matches NaN).
+ *
+ * usage: onnx_check [--workers N] CASE_DIR...
+ * One line per case on stdout: "<status>\t<case>\t<message>", status being
+ *   pass         every output of every data set matched
+ *   fail         an output differs, or a run failed for another reason
+ *   unsupported  the import or the preparation said VQ_ENOSYS (an op, an
+ *                attribute value or a type varq does not have)
+ * then "total: P pass, F fail, U unsupported" on stderr. Exit status 0
+ * (the counts are the result); 2 for bad usage. scripts/onnx_conformance.sh
+ * runs it over the whole generated suite. */
+#include <varq/varq.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { PASS, FAIL, UNSUPPORTED };
+
+/* snprintf whose cut-off (a path or message too long) is acceptable here. */
+static void fmt(char *buf, size_t size, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static void fmt(char *buf, size_t size, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, size, f, ap);
+    va_end(ap);
+}
+
+static int read_all(const char *path, void **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
+        fclose(f);
+        return -1;
+    }
+    *len = (size_t)st.st_size;
+    *buf = malloc(*len ? *len : 1);
+    size_t got = *buf ? fread(*buf, 1, *len, f) : 0;
+    fclose(f);
+    if (!*buf || got != *len) {
+        free(*buf);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_tensor(const char *path, vq_tensor **t)
+{
+    void *buf;
+    size_t len;
+    if (read_all(path, &buf, &len) < 0)
+        return VQ_EIO;
+    int rc = vq_tensor_from_onnx(t, NULL, buf, len);
+    free(buf);
+    return rc;
+}
+
+static double value_at(vq_tensor *t, int64_t i)
+{
+    const void *d = vq_tensor_data(t);
+    switch (vq_tensor_dtype(t)) {
+    case VQ_F32: return ((const float *)d)[i];
+    case VQ_F64: return ((const double *)d)[i];
+    case VQ_I32: return ((const int32_t *)d)[i];
+    case VQ_I64: return (double)((const int64_t *)d)[i];
+    default: return ((const unsigned char *)d)[i];
+    }
+}
+
+/* 0 when got matches want; else a message in msg. */
+static int compare(vq_tensor *got, vq_tensor *want, const char *name, char *msg, size_t size)
+{
+    if (vq_tensor_dtype(got) != vq_tensor_dtype(want)) {
+        fmt(msg, size, "%s: dtype %s, expected %s", name,
+                 vq_dtype_name(vq_tensor_dtype(got)), vq_dtype_name(vq_tensor_dtype(want)));
+        return -1;
+    }
+    int nd = vq_tensor_ndim(got);
+    bool same = nd == vq_tensor_ndim(want);
+    for (int i = 0; same && i < nd; i++)
+        same = vq_tensor_shape(got)[i] == vq_tensor_shape(want)[i];
+    if (!same) {
+        fmt(msg, size, "%s: shape differs (rank %d, expected rank %d)", name, nd,
+                 vq_tensor_ndim(want));
+        return -1;
+    }
+    bool exact = vq_tensor_dtype(got) != VQ_F32 && vq_tensor_dtype(got) != VQ_F64;
+    for (int64_t i = 0; i < vq_tensor_numel(got); i++) {
+        double a = value_at(got, i), b = value_at(want, i);
+        if (isnan(a) && isnan(b))
+            continue;
+        bool ok = exact ? a == b : (a == b || fabs(a - b) <= 1e-7 + 1e-3 * fabs(b));
+        if (!ok) {
+            fmt(msg, size, "%s[%lld]: %.9g, expected %.9g", name, (long long)i, a, b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Runs one data set directory of a case. */
+static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *info,
+                   const char *set_dir, char *msg, size_t size)
+{
+    vq_feed *feeds = calloc((size_t)info->ninputs + 1, sizeof *feeds);
+    vq_fetch *fetches = calloc((size_t)info->noutputs + 1, sizeof *fetches);
+    int status = PASS, nfeeds = 0;
+    char path[8192];
+    for (int i = 0; i < info->ninputs && status == PASS; i++) {
+        fmt(path, sizeof path, "%s/input_%d.pb", set_dir, i);
+        vq_tensor *t;
+        int rc = load_tensor(path, &t);
+        if (rc == VQ_EIO)
+            continue; /* optional inputs may be left out */
+        if (rc < 0) {
+            fmt(msg, size, "%s: %s", path, vq_errmsg());
+            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+            break;
+        }
+        feeds[nfeeds++] = (vq_feed){info->inputs[i], t};
+    }
+    for (int j = 0; j < info->noutputs; j++)
+        fetches[j] = (vq_fetch){info->outputs[j], NULL};
+    if (status == PASS) {
+        int rc = vq_exec_run(ex, p, s, feeds, nfeeds, fetches, info->noutputs);
+        if (rc < 0) {
+            fmt(msg, size, "run: %s", vq_errmsg());
+            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+        }
+    }
+    for (int j = 0; j < info->noutputs && status == PASS; j++) {
+        fmt(path, sizeof path, "%s/output_%d.pb", set_dir, j);
+        vq_tensor *want;
+        int rc = load_tensor(path, &want);
+        if (rc < 0) {
+            fmt(msg, size, "%s: %s", path, rc == VQ_EIO ? "cannot read" : vq_errmsg());
+            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+            break;
+        }
+        vq_tensor *got = fetches[j].tensor;
+        if (vq_tensor_device(got).kind != VQ_DEV_CPU) {
+            fmt(msg, size, "output on a GPU");
+            status = FAIL;
+        } else if (compare(got, want, info->outputs[j], msg, size) < 0) {
+            status = FAIL;
+        }
+        vq_tensor_release(want);
+    }
+    for (int i = 0; i < nfeeds; i++)
+        vq_tensor_release(feeds[i].tensor);
+    for (int j = 0; j < info->noutputs; j++)
+        vq_tensor_release(fetches[j].tensor);
+    free(feeds);
+    free(fetches);
+    return status;
+}
+
+static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
+{
+    char path[8192];
+    fmt(path, sizeof path, "%s/model.onnx", dir);
+    void *buf;
+    size_t len;
+    if (read_all(path, &buf, &len) < 0) {
+        fmt(msg, size, "%s: %s", path, strerror(errno));
+        return FAIL;
+    }
+    vq_onnx_info info;
+    vq_scope *s = NULL;
+    vq_program *p = NULL;
+    int status = PASS;
+    int rc = vq_onnx_info_read(&info, buf, len);
+    free(buf);
+    if (rc < 0) {
+        fmt(msg, size, "%s", vq_errmsg());
+        return rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+    }
+    if ((rc = vq_scope_new(&s)) < 0 || (rc = vq_program_from_onnx_file(&p, s, path)) < 0) {
+        fmt(msg, size, "%s", vq_errmsg());
+        status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+    }
+    DIR *d = status == PASS ? opendir(dir) : NULL;
+    int nsets = 0;
+    for (struct dirent *e; d && status == PASS && (e = readdir(d));) {
+        if (strncmp(e->d_name, "test_data_set_", 14))
+            continue;
+        fmt(path, sizeof path, "%s/%s", dir, e->d_name);
+        status = run_set(ex, p, s, &info, path, msg, size);
+        nsets++;
+    }
+    if (d)
+        closedir(d);
+    if (status == PASS && nsets == 0) {
+        fmt(msg, size, "no test_data_set_N directory");
+        status = FAIL;
+    }
+    vq_program_free(p);
+    vq_scope_free(s);
+    vq_onnx_info_free(&info);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    int workers = 2, first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--workers")) {
+        workers = atoi(argv[2]);
+        first = 3;
+    }
+    if (first >= argc || workers < 1) {
+        fprintf(stderr, "usage: onnx_check [--workers N] CASE_DIR...\n");
+        return 2;
+    }
+    vq_engine *e;
+    vq_exec *ex;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = workers};
+    if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, NULL) < 0) {
+        fprintf(stderr, "onnx_check: %s\n", vq_errmsg());
+        return 1;
+    }
+    int count[3] = {0};
+    static const char *const names[] = {"pass", "fail", "unsupported"};
+    for (int i = first; i < argc; i++) {
+        char msg[1024] = "";
+        int st = run_case(ex, argv[i], msg, sizeof msg);
+        count[st]++;
+        size_t n = strlen(argv[i]);
+        while (n > 1 && argv[i][n - 1] == '/')
+            argv[i][--n] = '\0';
+        const char *base = strrchr(argv[i], '/');
+        base = base ? base + 1 : argv[i];
+        for (char *c = msg; *c; c++)
+            if (*c == '\n' || *c == '\t')
+                *c = ' ';
+        printf("%s\t%s\t%s\n", names[st], base, msg);
+        fflush(stdout);
+    }
+    vq_exec_free(ex);
+    vq_engine_free(e);
+    fprintf(stderr, "total: %d pass, %d fail, %d unsupported\n", count[PASS], count[FAIL],
+            count[UNSUPPORTED]);
+    return 0;
+}

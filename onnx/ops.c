@@ -443,21 +443,33 @@ static int t_identity(struct ox *x)
     return rc ? rc : ox_alias(x, out0(x), v);
 }
 
-/* Dropout at inference: the identity; no mask. */
+/* Dropout at inference: the identity, and a mask of all true. */
 static int t_dropout(struct ox *x)
 {
-    struct ox_val *training = NULL;
-    int rc = x->opset >= 12 ? ox_in(x, 2, &training) : 0;
+    struct ox_val *v, *training = NULL;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0 && x->opset >= 12)
+        rc = ox_in(x, 2, &training);
     if (rc == 0 && training) {
         if (!training->konst || training->konst->dtype != VQ_BOOL)
-            return ox_fail(x, VQ_ENOSYS, "training_mode must be a known bool");
+            return ox_fail(x, VQ_ENOSYS, "training_mode must be known when the model is "
+                                         "imported (a bool constant)");
         if (*(unsigned char *)training->konst->data)
             return ox_fail(x, VQ_ENOSYS, "training_mode is true: varq imports Dropout for "
                                          "inference only");
     }
-    if (rc == 0 && ox_out(x, 1))
-        return ox_fail(x, VQ_ENOSYS, "its mask output is not supported");
-    return rc ? rc : t_identity(x);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && ox_out(x, 1)) {
+        /* not(bool(zeros_like(X))) */
+        struct ox_val *z, *b;
+        vq_attr a = VQ_ATTR_S("dtype", "bool");
+        const char *mask = ox_out(x, 1);
+        if ((rc = ox_emit(x, "zeros_like", &v, 1, NULL, 1, NULL, 0, &z)) == 0 &&
+            (rc = ox_emit(x, "cast", &z, 1, NULL, 1, &a, 1, &b)) == 0)
+            rc = ox_emit(x, "logical_not", &b, 1, &mask, 1, NULL, 0, NULL);
+    }
+    return rc ? rc : ox_alias(x, out0(x), v);
 }
 
 static int t_reshape(struct ox *x)

@@ -6,6 +6,13 @@
  * integers and bools exactly; NaN matches NaN).
  *
  * usage: onnx_check [--workers N] CASE_DIR...
+ *        onnx_check --fuzz N CASE_DIR...
+ * With --fuzz, N mutated copies of the cases' models (bytes flipped,
+ * replaced, cut or repeated; spread over the cases) are imported, and
+ * those that import are prepared with the case's first inputs: each must
+ * succeed or fail with VQ_EINVAL, VQ_ENOSYS or VQ_EIO, never crash (the
+ * ASan build runs this); prints how many imported and exits 1 on another
+ * error code.
  * One line per case on stdout: "<status>\t<case>\t<message>", status being
  *   pass         every output of every data set matched
  *   fail         an output differs, or a run failed for another reason
@@ -214,15 +221,85 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
     return status;
 }
 
+static uint64_t rng_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+
+/* Imports n mutations of dir's model; 0, or -1 on an unexpected code. */
+static int fuzz_case(vq_exec *ex, const char *dir, int n, uint64_t *rng, int *imported)
+{
+    char path[8192];
+    fmt(path, sizeof path, "%s/model.onnx", dir);
+    void *base;
+    size_t len;
+    if (read_all(path, &base, &len) < 0 || len == 0)
+        return 0;
+    vq_onnx_info info;
+    int have_info = vq_onnx_info_read(&info, base, len) == 0;
+    char set[8200];
+    fmt(set, sizeof set, "%s/test_data_set_0", dir);
+    int bad = 0;
+    for (int c = 0; c < n && !bad; c++) {
+        uint8_t *buf = malloc(len * 2 + 16);
+        if (!buf)
+            break;
+        memcpy(buf, base, len);
+        size_t m = len;
+        int edits = 1 + (int)(rng_next(rng) % 3);
+        for (int k = 0; k < edits && m > 0; k++) {
+            uint64_t r = rng_next(rng);
+            size_t at = (size_t)(r % m);
+            switch ((r >> 32) % 4) {
+            case 0: buf[at] ^= (uint8_t)(1u << ((r >> 40) % 8)); break;
+            case 1: buf[at] = (uint8_t)(r >> 44); break;
+            case 2: m = at + 1; break;
+            default:
+                if (m + 8 <= len * 2) {
+                    memmove(buf + at + 8, buf + at, m - at);
+                    m += 8;
+                }
+            }
+        }
+        vq_scope *s = NULL;
+        vq_program *p = NULL;
+        int rc = vq_scope_new(&s);
+        if (rc == 0)
+            rc = vq_program_from_onnx(&p, s, buf, m);
+        if (rc != 0 && rc != VQ_EINVAL && rc != VQ_ENOSYS && rc != VQ_EIO) {
+            fprintf(stderr, "onnx_check: fuzz %s case %d: unexpected %d: %s\n", dir, c, rc,
+                    vq_errmsg());
+            bad = 1;
+        }
+        if (rc == 0 && have_info) {
+            char msg[256];
+            ++*imported;
+            run_set(ex, p, s, &info, set, msg, sizeof msg); /* any result but a crash */
+        }
+        vq_program_free(p);
+        vq_scope_free(s);
+        free(buf);
+    }
+    if (have_info)
+        vq_onnx_info_free(&info);
+    free(base);
+    return bad ? -1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-    int workers = 2, first = 1;
+    int workers = 2, first = 1, fuzz = 0;
+    if (argc > 2 && !strcmp(argv[1], "--fuzz")) {
+        fuzz = atoi(argv[2]);
+        first = 3;
+    }
     if (argc > 2 && !strcmp(argv[1], "--workers")) {
         workers = atoi(argv[2]);
         first = 3;
     }
-    if (first >= argc || workers < 1) {
-        fprintf(stderr, "usage: onnx_check [--workers N] CASE_DIR...\n");
+    if (first >= argc || workers < 1 || fuzz < 0) {
+        fprintf(stderr, "usage: onnx_check [--workers N | --fuzz N] CASE_DIR...\n");
         return 2;
     }
     vq_engine *e;
@@ -231,6 +308,19 @@ int main(int argc, char **argv)
     if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, NULL) < 0) {
         fprintf(stderr, "onnx_check: %s\n", vq_errmsg());
         return 1;
+    }
+    if (fuzz > 0) {
+        int ncases = argc - first, imported = 0, status = 0;
+        uint64_t rng = 0x0111e5eedull;
+        for (int i = first; i < argc && status == 0; i++) {
+            int share = fuzz / ncases + (i - first < fuzz % ncases);
+            status = fuzz_case(ex, argv[i], share, &rng, &imported);
+        }
+        vq_exec_free(ex);
+        vq_engine_free(e);
+        printf("onnx_check: %d mutated models from %d cases, %d imported: %s\n", fuzz, ncases,
+               imported, status ? "FAILED" : "ok");
+        return status ? 1 : 0;
     }
     int count[3] = {0};
     static const char *const names[] = {"pass", "fail", "unsupported"};

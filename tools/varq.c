@@ -1,13 +1,16 @@
 /* varq: the command-line tool.
  *
  * It shows a saved program (`varq dump prog.pb`), lists the registered ops
- * (`varq ops`), and runs a program's main block on a threaded engine
+ * (`varq ops`) and the ONNX ops the importer translates (`varq onnx-ops`),
+ * turns an ONNX model into a saved program and its parameters (`varq
+ * import model.onnx -o model.pb --save-scope params/`), and runs a
+ * program's main block, or an ONNX model, on a threaded engine
  * (`varq run prog.pb --feed x=x.npy --fetch y=y.npy --scope params/`):
  * feeds come from .npy files, persistable vars from a scope directory of
  * .npy files (vq_scope_load), fetches go back to .npy files or to stdout,
  * and a one-line summary (runs, mean time per run, plans prepared, peak
  * bytes of the last run) goes to stderr. It uses only the public API
- * (graph.h, tensor.h, engine.h, ops.h): whatever it does, a program linked
+ * (graph.h, tensor.h, engine.h, ops.h, onnx.h): whatever it does, a program linked
  * against libvarq can do the same way.
  *
  * Exit status: 0 on success; 2 on bad usage (an unknown command or option, a
@@ -18,6 +21,7 @@
 #include <varq/engine.h>
 #include <varq/error.h>
 #include <varq/graph.h>
+#include <varq/onnx.h>
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
@@ -42,8 +46,14 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  run PROGRAM.pb [options]  run block 0 of a saved program\n"
+    "  run MODEL.onnx [options]  run an ONNX model (its initializers are the scope;\n"
+    "                            without --fetch, every graph output is printed)\n"
+    "  import MODEL.onnx -o PROGRAM.pb [--save-scope DIR]\n"
+    "                            save an ONNX model as a program, its initializers\n"
+    "                            as DIR/*.npy\n"
     "  dump PROGRAM.pb           print a program as text, one line per var and op\n"
     "  ops                       list the registered ops with their slots and attributes\n"
+    "  onnx-ops                  list the ONNX ops the importer translates\n"
     "  help, --help, -h          show this text\n"
     "\n"
     "run options:\n"
@@ -51,6 +61,7 @@ static const char usage_text[] =
     "  --fetch NAME=FILE.npy   write var NAME at the end of the last run to FILE.npy\n"
     "  --fetch NAME            print NAME's dtype, shape and first values instead\n"
     "  --scope DIR             load persistable vars from DIR/*.npy before running\n"
+    "                          (over an ONNX model's initializers)\n"
     "  --save-scope DIR        save the scope to DIR/*.npy after running (may be the\n"
     "                          same DIR as --scope, to update parameters in place)\n"
     "  --repeat N              run N times (default 1); fetches come from the last run\n"
@@ -124,7 +135,54 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- varq ops, varq dump ---- */
+/* ---- varq ops, varq onnx-ops, varq dump, varq import ---- */
+
+static int cmd_onnx_ops(int argc, char **argv)
+{
+    if (argc > 0)
+        return usage_error("onnx-ops: unexpected argument '%s'", argv[0]);
+    for (int i = 0; vq_onnx_op_name(i); i++)
+        puts(vq_onnx_op_name(i));
+    return finish_stdout(EXIT_OK);
+}
+
+static int cmd_import(int argc, char **argv)
+{
+    const char *model = NULL, *out = NULL, *scope_dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--save-scope")) {
+            if (i + 1 >= argc)
+                return usage_error("import: %s needs a value", argv[i]);
+            *(!strcmp(argv[i], "-o") ? &out : &scope_dir) = argv[i + 1];
+            i++;
+        } else if (argv[i][0] == '-') {
+            return usage_error("import: unknown option '%s'", argv[i]);
+        } else if (model) {
+            return usage_error("import: unexpected argument '%s'", argv[i]);
+        } else {
+            model = argv[i];
+        }
+    }
+    if (!model || !out)
+        return usage_error("import: needs MODEL.onnx and -o PROGRAM.pb");
+    vq_scope *s = NULL;
+    vq_program *p = NULL;
+    int rc = vq_scope_new(&s), status = EXIT_OK;
+    if (rc != 0)
+        status = failed(rc, "creating the scope");
+    else if ((rc = vq_program_from_onnx_file(&p, s, model)) != 0)
+        status = failed(rc, "importing %s", model);
+    else if ((rc = vq_program_save(p, out)) != 0)
+        status = failed(rc, "writing %s", out);
+    else if (scope_dir && (rc = vq_scope_save(s, scope_dir)) != 0)
+        status = failed(rc, "saving the initializers to %s", scope_dir);
+    else if (!scope_dir && vq_scope_count(s) > 0)
+        fprintf(stderr, "varq: note: %d initializer%s not saved (--save-scope DIR)\n",
+                vq_scope_count(s), vq_scope_count(s) == 1 ? "" : "s");
+    vq_program_free(p);
+    vq_scope_free(s);
+    return status;
+}
 
 static int cmd_ops(int argc, char **argv)
 {
@@ -284,7 +342,7 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
         }
     }
     if (a->program == NULL)
-        return usage_error("run: missing PROGRAM.pb");
+        return usage_error("run: missing PROGRAM.pb or MODEL.onnx");
     return EXIT_OK;
 }
 
@@ -338,7 +396,49 @@ struct run_state {
     vq_fetch *fetches;
     const char **fetch_names;
     int nfeeds, nfetches;
+    /* an ONNX model run without --fetch: its graph outputs, printed */
+    vq_onnx_info info;
+    struct binding *outputs;
 };
+
+static bool is_onnx(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
+/* The graph outputs of the ONNX model at path into s->info. */
+static int onnx_outputs(const char *path, struct run_state *s)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return failed(VQ_EIO, "reading %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL && (n += fread(buf + n, 1, cap - n, f)) == cap) {
+        char *nb = realloc(buf, cap *= 2);
+        if (nb == NULL)
+            free(buf);
+        buf = nb;
+    }
+    fclose(f);
+    if (buf == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    int rc = vq_onnx_info_read(&s->info, buf, n);
+    free(buf);
+    if (rc != 0)
+        return failed(rc, "reading %s", path);
+    s->outputs = calloc((size_t)s->info.noutputs + 1, sizeof *s->outputs);
+    if (s->outputs == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    for (int i = 0; i < s->info.noutputs; i++)
+        s->outputs[i] = (struct binding){s->info.outputs[i], NULL};
+    return EXIT_OK;
+}
 
 static void release_fetches(struct run_state *s)
 {
@@ -361,19 +461,36 @@ static void run_cleanup(struct run_state *s)
     free(s->feeds);
     free(s->fetches);
     free(s->fetch_names);
+    free(s->outputs);
+    vq_onnx_info_free(&s->info);
 }
 
 /* Loads, runs a->repeat times, writes the fetches, saves the scope and the
  * trace, prints the summary. */
 static int run_program(const struct run_args *a, struct run_state *s)
 {
-    int rc = vq_program_load(&s->program, a->program);
+    int rc = vq_scope_new(&s->scope);
     if (rc != 0)
-        return failed(rc, "loading the program");
+        return failed(rc, "creating the scope");
+    bool onnx = is_onnx(a->program);
+    if (onnx)
+        rc = vq_program_from_onnx_file(&s->program, s->scope, a->program);
+    else
+        rc = vq_program_load(&s->program, a->program);
+    if (rc != 0)
+        return failed(rc, onnx ? "importing the model" : "loading the program");
+    const struct binding *fetch = a->fetches;
+    int nfetch = a->nfetches;
+    if (onnx && nfetch == 0) {
+        if ((rc = onnx_outputs(a->program, s)) != EXIT_OK)
+            return rc;
+        fetch = s->outputs;
+        nfetch = s->info.noutputs;
+    }
 
     s->feeds = calloc((size_t)a->nfeeds + 1, sizeof *s->feeds);
-    s->fetches = calloc((size_t)a->nfetches + 1, sizeof *s->fetches);
-    s->fetch_names = calloc((size_t)a->nfetches + 1, sizeof *s->fetch_names);
+    s->fetches = calloc((size_t)nfetch + 1, sizeof *s->fetches);
+    s->fetch_names = calloc((size_t)nfetch + 1, sizeof *s->fetch_names);
     if (s->feeds == NULL || s->fetches == NULL || s->fetch_names == NULL) {
         fputs("varq: out of memory\n", stderr);
         return EXIT_FAILED;
@@ -385,15 +502,12 @@ static int run_program(const struct run_args *a, struct run_state *s)
             return failed(rc, "loading feed %s", a->feeds[i].name);
         s->nfeeds++;
     }
-    s->nfetches = a->nfetches;
-    for (int i = 0; i < a->nfetches; i++) {
-        s->fetches[i].name = a->fetches[i].name;
-        s->fetch_names[i] = a->fetches[i].name;
+    s->nfetches = nfetch;
+    for (int i = 0; i < nfetch; i++) {
+        s->fetches[i].name = fetch[i].name;
+        s->fetch_names[i] = fetch[i].name;
     }
 
-    rc = vq_scope_new(&s->scope);
-    if (rc != 0)
-        return failed(rc, "creating the scope");
     if (a->scope_dir != NULL && (rc = vq_scope_load(s->scope, a->scope_dir)) != 0)
         return failed(rc, "loading the scope");
 
@@ -423,7 +537,7 @@ static int run_program(const struct run_args *a, struct run_state *s)
     }
 
     for (int i = 0; i < s->nfetches; i++) {
-        const struct binding *b = &a->fetches[i];
+        const struct binding *b = &fetch[i];
         if (b->file == NULL) {
             /* A GPU run's fetches are on the device. */
             vq_tensor *t = s->fetches[i].tensor, *h = NULL;
@@ -505,6 +619,10 @@ int main(int argc, char **argv)
         return cmd_dump(argc - 2, argv + 2);
     if (strcmp(cmd, "ops") == 0)
         return cmd_ops(argc - 2, argv + 2);
+    if (strcmp(cmd, "onnx-ops") == 0)
+        return cmd_onnx_ops(argc - 2, argv + 2);
+    if (strcmp(cmd, "import") == 0)
+        return cmd_import(argc - 2, argv + 2);
     if (cmd[0] == '-')
         return usage_error("unknown option '%s'", cmd);
     return usage_error("unknown command '%s'", cmd);

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""Summarizes a tools/onnx_check run by ONNX op: for every op type that the
+node test cases use, how many cases containing it pass, fail, or are
+unsupported because of that op (the import or preparation named it) or
+because of another op of the case. Two limits of varq are counted apart,
+since they are not about the op: a shape, axes or similar input that the
+case feeds at run time where varq needs it known when the model is
+imported ("known at import"), and an element type varq does not have
+("type"). Prints the table and the totals; with --markdown FILE also
+writes the README's table of supported ops (those varq translates: `varq
+onnx-ops`), and with --check exits 1 when a case fails or a case of a
+supported op is unsupported because of that op for another reason.
+
+usage: onnx_summary.py RESULTS CASES_DIR SUPPORTED_OPS_FILE [--markdown FILE] [--check]
+"""
+import collections
+import os
+import re
+import sys
+
+try:
+    import onnx
+except ImportError as exc:
+    print(f"onnx_summary.py: skipped: {exc}")
+    sys.exit(77)
+
+
+def main():
+    args = sys.argv[1:]
+    check = "--check" in args
+    md = None
+    if "--markdown" in args:
+        md = args[args.index("--markdown") + 1]
+    results, cases, supported_file = args[:3]
+    supported = set(open(supported_file).read().split())
+    rows = collections.defaultdict(lambda: collections.Counter())
+    totals = collections.Counter()
+    bad = []
+    for line in open(results):
+        status, case, msg = (line.rstrip("\n").split("\t") + [""])[:3]
+        totals[status] += 1
+        model = onnx.load(os.path.join(cases, case, "model.onnx"), load_external_data=False)
+        ops = {n.op_type for n in model.graph.node}
+        named = re.search(r'node \d+ \((\w+) "', msg)
+        culprit = named.group(1) if named else None
+        m = re.search(r"op (\w+) \(domain", msg)
+        if m:
+            culprit = m.group(1)
+        limit = None
+        if status == "unsupported":
+            if "must be known when the model is imported" in msg:
+                limit = "known at import"
+            elif "element type" in msg or "cast to" in msg:
+                limit = "type"
+        for op in ops:
+            if limit and op == culprit:
+                rows[op][limit] += 1
+            elif status == "unsupported":
+                rows[op]["unsupported (itself)" if op == culprit else "unsupported (other)"] += 1
+            else:
+                rows[op][status] += 1
+            if op in supported and (status == "fail" or (status == "unsupported" and op == culprit
+                                                          and not limit)):
+                bad.append(f"{case}: {status}: {msg}")
+    cols = ["pass", "fail", "known at import", "type", "unsupported (itself)",
+            "unsupported (other)"]
+    print(f"{'op':24s} {'varq':5s} " + " ".join(f"{c:>20s}" for c in cols))
+    for op in sorted(rows):
+        print(f"{op:24s} {'yes' if op in supported else '':5s} "
+              + " ".join(f"{rows[op][c]:20d}" for c in cols))
+    n = sum(totals.values())
+    print(f"total: {totals['pass']} pass, {totals['fail']} fail, "
+          f"{totals['unsupported']} unsupported of {n} cases; "
+          f"{len([o for o in supported])} ops translated")
+    if md:
+        with open(md, "w") as f:
+            f.write("| ONNX op | cases that pass | feed a shape at run time | other type "
+                    "| unsupported | cases with it |\n|---|---|---|---|---|---|\n")
+            for op in sorted(supported):
+                r = rows.get(op, collections.Counter())
+                f.write(f"| {op} | {r['pass']} | {r['known at import']} | {r['type']} | "
+                        f"{r['unsupported (itself)'] + r['fail']} | {sum(r.values())} |\n")
+            f.write(f"\nTotal: {totals['pass']} of {n} node test cases pass, "
+                    f"{totals['fail']} fail, {totals['unsupported']} use an op, attribute "
+                    f"value or type varq does not have.\n")
+    if check and bad:
+        print("cases of supported ops that do not pass:")
+        for b in bad:
+            print("  " + b)
+        sys.exit(1)
+
+
+main()

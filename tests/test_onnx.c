@@ -1,0 +1,636 @@
+/* The ONNX importer: models built here with protobuf-c (the same generated
+ * code the importer reads with), imported, run and trained; every kind of
+ * bad input is an error naming what is wrong, never a crash, and leaves
+ * the caller's scope as it was; mutated models (10^4 of them) import or
+ * fail cleanly (the ASan build runs this too). ONNX's own backend tests
+ * run through scripts/onnx_conformance.sh (the onnx_conformance test). */
+#include <varq/varq.h>
+
+#include "onnx.pb-c.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "leakcheck.h"
+
+TestSuite(onnx, .fini = leak_check);
+
+/* ---- building models ---- */
+
+#define GROW(arr, n) ((arr) = realloc((arr), ((n) + 1) * sizeof *(arr)))
+
+static Onnx__ModelProto *model_new(int64_t opset)
+{
+    Onnx__ModelProto *m = calloc(1, sizeof *m);
+    onnx__model_proto__init(m);
+    m->has_ir_version = 1;
+    m->ir_version = 8;
+    Onnx__OperatorSetIdProto *o = calloc(1, sizeof *o);
+    onnx__operator_set_id_proto__init(o);
+    o->domain = strdup("");
+    o->has_version = 1;
+    o->version = opset;
+    GROW(m->opset_import, m->n_opset_import);
+    m->opset_import[m->n_opset_import++] = o;
+    m->graph = calloc(1, sizeof *m->graph);
+    onnx__graph_proto__init(m->graph);
+    m->graph->name = strdup("g");
+    return m;
+}
+
+/* A value info of a float tensor; dims < 0 are named "N". */
+static Onnx__ValueInfoProto *value_info(const char *name, int32_t elem, int ndim,
+                                        const int64_t *dims)
+{
+    Onnx__ValueInfoProto *vi = calloc(1, sizeof *vi);
+    onnx__value_info_proto__init(vi);
+    vi->name = strdup(name);
+    Onnx__TypeProto *tp = calloc(1, sizeof *tp);
+    onnx__type_proto__init(tp);
+    Onnx__TypeProto__Tensor *tt = calloc(1, sizeof *tt);
+    onnx__type_proto__tensor__init(tt);
+    tt->has_elem_type = 1;
+    tt->elem_type = elem;
+    tt->shape = calloc(1, sizeof *tt->shape);
+    onnx__tensor_shape_proto__init(tt->shape);
+    for (int i = 0; i < ndim; i++) {
+        Onnx__TensorShapeProto__Dimension *d = calloc(1, sizeof *d);
+        onnx__tensor_shape_proto__dimension__init(d);
+        if (dims[i] >= 0) {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            d->dim_value = dims[i];
+        } else {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            d->dim_param = strdup("N");
+        }
+        GROW(tt->shape->dim, tt->shape->n_dim);
+        tt->shape->dim[tt->shape->n_dim++] = d;
+    }
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    vi->type = tp;
+    return vi;
+}
+
+static void add_input(Onnx__ModelProto *m, const char *name, int ndim, const int64_t *dims)
+{
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->input, g->n_input);
+    g->input[g->n_input++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims);
+}
+
+static void add_output(Onnx__ModelProto *m, const char *name)
+{
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->output, g->n_output);
+    g->output[g->n_output++] = value_info(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
+}
+
+static Onnx__TensorProto *tensor(const char *name, int32_t type, int ndim, const int64_t *dims,
+                                 const void *data, size_t nbytes)
+{
+    Onnx__TensorProto *t = calloc(1, sizeof *t);
+    onnx__tensor_proto__init(t);
+    t->name = strdup(name);
+    t->has_data_type = 1;
+    t->data_type = type;
+    t->n_dims = (size_t)ndim;
+    t->dims = malloc(((size_t)ndim + 1) * sizeof *t->dims);
+    memcpy(t->dims, dims, (size_t)ndim * sizeof *dims);
+    t->has_raw_data = 1;
+    t->raw_data.len = nbytes;
+    t->raw_data.data = malloc(nbytes + 1);
+    memcpy(t->raw_data.data, data, nbytes);
+    return t;
+}
+
+static Onnx__TensorProto *add_init(Onnx__ModelProto *m, const char *name, int ndim,
+                                   const int64_t *dims, const float *data)
+{
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->initializer, g->n_initializer);
+    Onnx__TensorProto *t = tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, ndim, dims, data,
+                                  (size_t)n * sizeof(float));
+    g->initializer[g->n_initializer++] = t;
+    return t;
+}
+
+static void add_init_ints(Onnx__ModelProto *m, const char *name, int n, const int64_t *v)
+{
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->initializer, g->n_initializer);
+    int64_t dims[1] = {n};
+    g->initializer[g->n_initializer++] =
+        tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, dims, v, (size_t)n * sizeof *v);
+}
+
+/* A node; ins and outs are NULL-terminated. */
+static Onnx__NodeProto *add_node(Onnx__ModelProto *m, const char *op, const char *name,
+                                 const char *const *ins, const char *const *outs)
+{
+    Onnx__NodeProto *n = calloc(1, sizeof *n);
+    onnx__node_proto__init(n);
+    n->op_type = strdup(op);
+    n->name = strdup(name);
+    for (; ins && *ins; ins++) {
+        GROW(n->input, n->n_input);
+        n->input[n->n_input++] = strdup(*ins);
+    }
+    for (; outs && *outs; outs++) {
+        GROW(n->output, n->n_output);
+        n->output[n->n_output++] = strdup(*outs);
+    }
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->node, g->n_node);
+    g->node[g->n_node++] = n;
+    return n;
+}
+
+static Onnx__AttributeProto *attr(Onnx__NodeProto *n, const char *name, int type)
+{
+    Onnx__AttributeProto *a = calloc(1, sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = strdup(name);
+    a->has_type = 1;
+    a->type = type;
+    GROW(n->attribute, n->n_attribute);
+    n->attribute[n->n_attribute++] = a;
+    return a;
+}
+
+static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v)
+{
+    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    a->has_i = 1;
+    a->i = v;
+}
+
+static void attr_ints(Onnx__NodeProto *n, const char *name, int k, const int64_t *v)
+{
+    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    a->n_ints = (size_t)k;
+    a->ints = malloc(((size_t)k + 1) * sizeof *v);
+    memcpy(a->ints, v, (size_t)k * sizeof *v);
+}
+
+static uint8_t *pack(const Onnx__ModelProto *m, size_t *len)
+{
+    *len = onnx__model_proto__get_packed_size(m);
+    uint8_t *buf = malloc(*len + 1);
+    onnx__model_proto__pack(m, buf);
+    return buf;
+}
+
+#define NAMES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* The MLP: y = softmax(relu(x W1^T + b1) W2 + b2), x [N, 4], hidden 3,
+ * classes 2 (Gemm with transB on the first layer, MatMul + Add on the
+ * second), with the weights below. */
+static const float W1[3][4] = {{0.5f, -0.25f, 0.1f, 0.7f},
+                               {-0.3f, 0.8f, 0.2f, -0.6f},
+                               {0.05f, 0.4f, -0.9f, 0.3f}};
+static const float B1[3] = {0.1f, -0.2f, 0.05f};
+static const float W2[3][2] = {{0.6f, -0.4f}, {-0.2f, 0.9f}, {0.3f, 0.25f}};
+static const float B2[2] = {-0.1f, 0.2f};
+
+static Onnx__ModelProto *mlp(void)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 2, (int64_t[]){-1, 4});
+    add_init(m, "w1", 2, (int64_t[]){3, 4}, &W1[0][0]);
+    add_init(m, "b1", 1, (int64_t[]){3}, B1);
+    add_init(m, "w2", 2, (int64_t[]){3, 2}, &W2[0][0]);
+    add_init(m, "b2", 1, (int64_t[]){2}, B2);
+    Onnx__NodeProto *gemm = add_node(m, "Gemm", "fc1", NAMES("x", "w1", "b1"), NAMES("h"));
+    attr_int(gemm, "transB", 1);
+    add_node(m, "Relu", "relu", NAMES("h"), NAMES("hr"));
+    add_node(m, "MatMul", "fc2", NAMES("hr", "w2"), NAMES("z0"));
+    add_node(m, "Add", "bias2", NAMES("z0", "b2"), NAMES("z"));
+    Onnx__NodeProto *sm = add_node(m, "Softmax", "softmax", NAMES("z"), NAMES("y"));
+    attr_int(sm, "axis", -1);
+    add_output(m, "y");
+    return m;
+}
+
+static void mlp_ref(const float *x, int n, double *y)
+{
+    for (int r = 0; r < n; r++) {
+        double h[3], z[2], mx = -INFINITY, s = 0;
+        for (int j = 0; j < 3; j++) {
+            double a = B1[j];
+            for (int k = 0; k < 4; k++)
+                a += (double)x[r * 4 + k] * W1[j][k];
+            h[j] = a > 0 ? a : 0;
+        }
+        for (int c = 0; c < 2; c++) {
+            z[c] = B2[c];
+            for (int j = 0; j < 3; j++)
+                z[c] += h[j] * W2[j][c];
+            mx = fmax(mx, z[c]);
+        }
+        for (int c = 0; c < 2; c++)
+            s += exp(z[c] - mx);
+        for (int c = 0; c < 2; c++)
+            y[r * 2 + c] = exp(z[c] - mx) / s;
+    }
+}
+
+struct run {
+    vq_engine *e;
+    vq_exec *ex;
+};
+
+static struct run run_new(void)
+{
+    struct run r;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    cr_assert_eq(vq_engine_new(&r.e, &eo), 0);
+    cr_assert_eq(vq_exec_new(&r.ex, r.e, NULL), 0);
+    return r;
+}
+
+static void run_free(struct run *r)
+{
+    vq_exec_free(r->ex);
+    vq_engine_free(r->e);
+}
+
+/* ---- tests ---- */
+
+Test(onnx, an_imported_mlp_runs_with_any_batch_and_matches_c)
+{
+    Onnx__ModelProto *m = mlp();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_count(s), 4, "the initializers are in the scope");
+    vq_onnx_info info;
+    cr_assert_eq(vq_onnx_info_read(&info, buf, len), 0);
+    cr_assert_eq(info.opset, 13);
+    cr_assert_eq(info.ninputs, 1, "initializers are not feeds");
+    cr_assert_str_eq(info.inputs[0], "x");
+    cr_assert_eq(info.noutputs, 1);
+    cr_assert_str_eq(info.outputs[0], "y");
+    struct run r = run_new();
+    for (int n = 1; n <= 5; n += 4) {
+        float x[20];
+        for (int i = 0; i < 4 * n; i++)
+            x[i] = (float)sin(0.7 * i + n);
+        vq_tensor *tx;
+        cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){n, 4}, x), 0);
+        vq_feed feed = {"x", tx};
+        vq_fetch fetch = {"y", NULL};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        double want[10];
+        mlp_ref(x, n, want);
+        const float *got = vq_tensor_data(fetch.tensor);
+        cr_assert_eq(vq_tensor_shape(fetch.tensor)[0], n);
+        for (int i = 0; i < 2 * n; i++)
+            cr_assert_float_eq(got[i], want[i], 1e-6, "batch %d, [%d]: %g vs %g", n, i, got[i],
+                               want[i]);
+        vq_tensor_release(tx);
+        vq_tensor_release(fetch.tensor);
+    }
+    run_free(&r);
+    vq_onnx_info_free(&info);
+    vq_program_free(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
+{
+    Onnx__ModelProto *m = mlp();
+    /* loss = mean of the second class's probability, to push down */
+    int64_t one[1] = {1};
+    add_init_ints(m, "cls", 1, one);
+    add_init_ints(m, "cls_end", 1, (int64_t[]){2});
+    add_init_ints(m, "axis1", 1, (int64_t[]){1});
+    add_node(m, "Slice", "pick", NAMES("y", "cls", "cls_end", "axis1"), NAMES("p1"));
+    Onnx__NodeProto *rm = add_node(m, "ReduceMean", "mean", NAMES("p1"), NAMES("loss"));
+    attr_int(rm, "keepdims", 0);
+    add_output(m, "loss");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.5};
+    vq_program *startup;
+    cr_assert_eq(vq_program_new(&startup), 0);
+    cr_assert_eq(vq_optimizer_minimize(p, startup, "loss", &sgd), 4, "%s", vq_errmsg());
+    struct run r = run_new();
+    float x[8 * 4];
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)cos(1.3 * i);
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){8, 4}, x), 0);
+    vq_feed feed = {"x", tx};
+    double first = 0, last = 0;
+    for (int step = 0; step < 30; step++) {
+        vq_fetch fetch = {"loss", NULL};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        last = *(float *)vq_tensor_data(fetch.tensor);
+        if (step == 0)
+            first = last;
+        vq_tensor_release(fetch.tensor);
+    }
+    cr_assert_lt(last, 0.5 * first, "30 SGD steps on the imported weights: %g -> %g", first,
+                 last);
+    const float *w1 = vq_tensor_data(vq_scope_get(s, "w1"));
+    cr_assert_neq(w1[0], W1[0][0], "the initializer in the scope was trained");
+    vq_tensor_release(tx);
+    run_free(&r);
+    vq_program_free(startup);
+    vq_program_free(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* Imports m and expects error rc with every fragment of msg (NULL ends). */
+static void expect_error(Onnx__ModelProto *m, int rc, const char *const *frags)
+{
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = (vq_program *)buf; /* must become NULL */
+    cr_assert_eq(vq_scope_new(&s), 0);
+    vq_tensor *old;
+    cr_assert_eq(vq_tensor_new(&old, VQ_F32, 0, NULL), 0);
+    cr_assert_eq(vq_scope_set(s, "w1", old), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), rc, "%s", vq_errmsg());
+    cr_assert_null(p);
+    for (; *frags; frags++)
+        cr_assert(strstr(vq_errmsg(), *frags), "\"%s\" not in: %s", *frags, vq_errmsg());
+    cr_assert_eq(vq_scope_count(s), 1, "the scope is left as it was");
+    cr_assert_eq(vq_scope_get(s, "w1"), old);
+    vq_tensor_release(old);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+Test(onnx, an_unknown_op_names_itself_its_domain_opset_and_node)
+{
+    Onnx__ModelProto *m = mlp();
+    add_node(m, "FrobNicate", "the_node", NAMES("y"), NAMES("y2"));
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("node 5 (FrobNicate \"the_node\")", "op FrobNicate (domain ai.onnx, "
+                                                          "opset 13) is not supported"));
+    m = mlp();
+    Onnx__NodeProto *n = add_node(m, "Foo", "custom", NAMES("y"), NAMES("y2"));
+    n->domain = strdup("com.example");
+    expect_error(m, VQ_ENOSYS, NAMES("op Foo of domain com.example is not supported"));
+}
+
+Test(onnx, undefined_inputs_and_nodes_out_of_order_are_errors)
+{
+    Onnx__ModelProto *m = mlp();
+    add_node(m, "Relu", "late", NAMES("nowhere"), NAMES("r"));
+    expect_error(m, VQ_EINVAL, NAMES("node 5 (Relu \"late\")", "input 0 \"nowhere\" is not"));
+    /* a cycle: a node reads what a later node writes */
+    m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    add_node(m, "Relu", "a", NAMES("b_out"), NAMES("a_out"));
+    add_node(m, "Relu", "b", NAMES("a_out"), NAMES("b_out"));
+    add_output(m, "b_out");
+    expect_error(m, VQ_EINVAL, NAMES("node 0 (Relu \"a\")", "b_out"));
+    /* an output produced twice */
+    m = mlp();
+    add_node(m, "Relu", "again", NAMES("x"), NAMES("h"));
+    expect_error(m, VQ_EINVAL, NAMES("value \"h\" is produced twice"));
+    /* a graph output nobody produces */
+    m = mlp();
+    add_output(m, "ghost");
+    expect_error(m, VQ_EINVAL, NAMES("graph output \"ghost\" is produced by no node"));
+}
+
+Test(onnx, bad_tensors_and_unsupported_values_are_errors)
+{
+    /* raw data of the wrong size */
+    Onnx__ModelProto *m = mlp();
+    m->graph->initializer[1]->raw_data.len = 5;
+    expect_error(m, VQ_EINVAL, NAMES("initializer \"b1\"", "5 bytes of raw data"));
+    /* a shape whose size overflows */
+    m = mlp();
+    Onnx__TensorProto *t = m->graph->initializer[0];
+    t->dims[0] = INT64_C(1) << 40;
+    t->dims[1] = INT64_C(1) << 40;
+    expect_error(m, VQ_EINVAL, NAMES("initializer \"w1\"", "overflows"));
+    /* a type varq does not have */
+    m = mlp();
+    m->graph->initializer[1]->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
+    expect_error(m, VQ_ENOSYS, NAMES("initializer \"b1\" has element type FLOAT16"));
+    /* an attribute value varq does not have: a Slice with step 2 */
+    m = mlp();
+    add_init_ints(m, "st", 1, (int64_t[]){0});
+    add_init_ints(m, "en", 1, (int64_t[]){2});
+    add_init_ints(m, "ax", 1, (int64_t[]){1});
+    add_init_ints(m, "sp", 1, (int64_t[]){2});
+    add_node(m, "Slice", "strided", NAMES("y", "st", "en", "ax", "sp"), NAMES("ys"));
+    expect_error(m, VQ_ENOSYS, NAMES("node 5 (Slice \"strided\")", "step 2"));
+    /* a shape input known only at run time */
+    m = mlp();
+    add_input(m, "shape", 1, (int64_t[]){2});
+    m->graph->input[1]->type->tensor_type->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    add_node(m, "Reshape", "dyn", NAMES("y", "shape"), NAMES("yr"));
+    expect_error(m, VQ_ENOSYS, NAMES("node 5 (Reshape \"dyn\")", "must be known"));
+    /* an opset out of range */
+    m = mlp();
+    m->opset_import[0]->version = 3;
+    expect_error(m, VQ_ENOSYS, NAMES("opset 3"));
+    /* attributes of the wrong type */
+    m = mlp();
+    Onnx__AttributeProto *a = m->graph->node[4]->attribute[0];
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    expect_error(m, VQ_EINVAL, NAMES("node 4 (Softmax \"softmax\")", "axis is not an int"));
+}
+
+Test(onnx, external_data_is_read_beside_the_model_and_missing_files_are_errors)
+{
+    char dir[] = "/tmp/varq_onnx_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    Onnx__ModelProto *m = mlp();
+    /* b1 moves to b1.bin at offset 8 */
+    Onnx__TensorProto *t = m->graph->initializer[1];
+    char path[256], model[256];
+    snprintf(path, sizeof path, "%s/b1.bin", dir);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite("padding!", 1, 8, f);
+    fwrite(t->raw_data.data, 1, t->raw_data.len, f);
+    fclose(f);
+    free(t->raw_data.data);
+    t->raw_data.data = NULL;
+    t->raw_data.len = 0;
+    t->has_raw_data = 0;
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    const char *kv[3][2] = {{"location", "b1.bin"}, {"offset", "8"}, {"length", "12"}};
+    for (int i = 0; i < 3; i++) {
+        Onnx__StringStringEntryProto *e = calloc(1, sizeof *e);
+        onnx__string_string_entry_proto__init(e);
+        e->key = strdup(kv[i][0]);
+        e->value = strdup(kv[i][1]);
+        GROW(t->external_data, t->n_external_data);
+        t->external_data[t->n_external_data++] = e;
+    }
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    snprintf(model, sizeof model, "%s/model.onnx", dir);
+    f = fopen(model, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), 0, "%s", vq_errmsg());
+    const float *b1 = vq_tensor_data(vq_scope_get(s, "b1"));
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(b1[i], B1[i]);
+    vq_program_free(p);
+    /* from a buffer there is no directory to read it from */
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "external data"), "%s", vq_errmsg());
+    /* the file gone */
+    unlink(path);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "b1.bin"), "%s", vq_errmsg());
+    cr_assert_null(p);
+    /* a model file that does not exist */
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, "/nonexistent/model.onnx"), VQ_EIO);
+    unlink(model);
+    rmdir(dir);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+Test(onnx, bytes_that_are_not_a_model_are_errors)
+{
+    vq_program *p;
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    const char garbage[] = "\xff\xff\xff\xff\x0f this is not protobuf";
+    cr_assert_eq(vq_program_from_onnx(&p, s, garbage, sizeof garbage), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "not an ONNX model"), "%s", vq_errmsg());
+    cr_assert_eq(vq_program_from_onnx(&p, s, "", 0), VQ_EINVAL); /* no graph */
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_from_onnx(&t, NULL, garbage, sizeof garbage), VQ_EINVAL);
+    cr_assert_eq(vq_program_from_onnx(NULL, s, "", 0), VQ_EINVAL);
+    vq_scope_free(s);
+}
+
+/* Mutated encodings of the MLP (and of the training model): bytes flipped,
+ * cut, duplicated. Each imports or fails with a message; what imports
+ * also prepares or fails cleanly. */
+Test(onnx, ten_thousand_mutated_models_import_or_fail_cleanly)
+{
+    Onnx__ModelProto *m = mlp();
+    size_t len;
+    uint8_t *base = pack(m, &len);
+    uint64_t rng = 0x5eed0ffbeefull;
+    int imported = 0;
+    struct run r = run_new();
+    for (int c = 0; c < 10000; c++) {
+        uint8_t *buf = malloc(len * 2 + 16);
+        memcpy(buf, base, len);
+        size_t n = len;
+        int edits = 1 + (int)(rng % 4);
+        for (int k = 0; k < edits; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(rng >> 33) % n;
+            switch ((rng >> 20) % 4) {
+            case 0: buf[at] ^= (uint8_t)(1u << ((rng >> 8) % 8)); break;
+            case 1: buf[at] = (uint8_t)(rng >> 40); break;
+            case 2: n = at + 1; break; /* cut */
+            default: /* duplicate a run of bytes */
+                if (n + 8 <= len * 2) {
+                    memmove(buf + at + 8, buf + at, n - at);
+                    n += 8;
+                }
+            }
+        }
+        vq_scope *s;
+        vq_program *p = NULL;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        int rc = vq_program_from_onnx(&p, s, buf, n);
+        cr_assert(rc == 0 || rc == VQ_EINVAL || rc == VQ_ENOSYS || rc == VQ_EIO, "case %d: %d",
+                  c, rc);
+        cr_assert(rc == 0 ? p != NULL : p == NULL);
+        if (rc == 0) {
+            imported++;
+            vq_fetch fetch = {"y", NULL};
+            vq_tensor *tx;
+            cr_assert_eq(vq_tensor_new(&tx, VQ_F32, 2, (int64_t[]){2, 4}), 0);
+            vq_feed feed = {"x", tx};
+            if (vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1) == 0)
+                vq_tensor_release(fetch.tensor);
+            vq_tensor_release(tx);
+        }
+        vq_program_free(p);
+        vq_scope_free(s);
+        free(buf);
+    }
+    fprintf(stderr, "onnx fuzz: 10000 mutated models, %d imported\n", imported);
+    run_free(&r);
+    free(base);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* Transpose, Flatten and Unsqueeze with the batch dim unknown at import,
+ * and a Shape of the known dims folded into a Reshape's shape. */
+Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 3, (int64_t[]){-1, 2, 3});
+    Onnx__NodeProto *tr = add_node(m, "Transpose", "t", NAMES("x"), NAMES("xt"));
+    attr_ints(tr, "perm", 3, (int64_t[]){0, 2, 1});
+    add_node(m, "Flatten", "f", NAMES("xt"), NAMES("flat"));
+    add_init_ints(m, "ax", 1, (int64_t[]){1});
+    add_node(m, "Unsqueeze", "u", NAMES("flat", "ax"), NAMES("y"));
+    add_output(m, "y");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    float x[2 * 2 * 3];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i;
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){2, 2, 3}, x), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch fetch = {"y", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_ndim(fetch.tensor), 3);
+    const int64_t *sh = vq_tensor_shape(fetch.tensor);
+    cr_assert(sh[0] == 2 && sh[1] == 1 && sh[2] == 6);
+    const float *y = vq_tensor_data(fetch.tensor);
+    for (int b = 0; b < 2; b++)
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 2; i++)
+                cr_assert_eq(y[b * 6 + j * 2 + i], x[b * 6 + i * 3 + j]);
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(tx);
+    run_free(&r);
+    vq_program_free(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}

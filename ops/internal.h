@@ -247,6 +247,7 @@ typedef struct vq__op_def {
 /* Each kernel file defines one table, ended by an entry with type NULL. */
 extern const vq__op_def vq__ops_elementwise[];
 extern const vq__op_def vq__ops_activation[];
+extern const vq__op_def vq__ops_math[];
 extern const vq__op_def vq__ops_loss[];
 extern const vq__op_def vq__ops_reduce[];
 extern const vq__op_def vq__ops_shape[];

@@ -63,6 +63,21 @@ typedef struct vq__softmax_params {
     int axis;
 } vq__softmax_params;
 
+/* ---- math (ops/cpu/math.c) ---- */
+
+/* exp, log, sqrt, reciprocal, erf, power: vq__op_def.code and
+ * vq__math_params.op (also math_grad's); exponent is power's. Equal to
+ * kernels.h's VQ__CUDA_EXP ... */
+enum { VQ__MATH_EXP, VQ__MATH_LOG, VQ__MATH_SQRT, VQ__MATH_RECIPROCAL, VQ__MATH_ERF,
+       VQ__MATH_POWER };
+
+typedef struct vq__math_params {
+    int op;
+    double exponent;
+} vq__math_params;
+
+/* log_softmax and log_softmax_grad take vq__softmax_params. */
+
 /* ---- losses (ops/cpu/loss.c) ---- */
 
 /* square_error_grad, mse_grad: the gradient of input wrt (0: X, 1: Y). */

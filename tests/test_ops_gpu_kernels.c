@@ -378,6 +378,43 @@ static void case_softmax(struct run *r)
         }
 }
 
+/* ---- math ---- */
+
+/* exp, log, sqrt, reciprocal, erf, power (x^2.5) on positive inputs, and
+ * math_grad for each: the device's libm, so close, not exact. */
+static void case_math(struct run *r)
+{
+    static const char *const names[] = {"exp", "log", "sqrt", "reciprocal", "erf", "power"};
+    bool grad = !strcmp(r->op, "math_grad");
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int k = 0; k < (grad ? N_OF(names) : 1); k++) {
+            const char *op = grad ? names[k] : r->op;
+            describe(r, "%s %s", vq_dtype_name(floats[d]), op);
+            vq_attr at[2] = {VQ_ATTR_S("op", op), VQ_ATTR_F("exponent", 2.5)};
+            vq_tensor *in[3] = {rnd(r, floats[d], 0.2, 3, DIMS(5, 7)),
+                                grad ? rnd(r, floats[d], 0.2, 3, DIMS(5, 7)) : NULL,
+                                grad ? rnd(r, floats[d], -1, 1, DIMS(5, 7)) : NULL};
+            if (grad)
+                check(r, in, 3, 1, at, 2, CLOSE);
+            else
+                check(r, in, 1, 1, at + 1, !strcmp(op, "power"), CLOSE);
+        }
+}
+
+static void case_log_softmax(struct run *r)
+{
+    bool grad = !strcmp(r->op, "log_softmax_grad");
+    static const int64_t axes[] = {-1, 0, 1};
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int a = 0; a < N_OF(axes); a++) {
+            describe(r, "%s, axis %lld", vq_dtype_name(floats[d]), (long long)axes[a]);
+            vq_attr at = VQ_ATTR_I("axis", axes[a]);
+            vq_tensor *in[2] = {rnd(r, floats[d], grad ? -3 : -5, grad ? 0 : 5, DIMS(3, 4, 5)),
+                                grad ? rnd(r, floats[d], -1, 1, DIMS(3, 4, 5)) : NULL};
+            check(r, in, grad ? 2 : 1, 1, &at, 1, CLOSE);
+        }
+}
+
 /* ---- losses ---- */
 
 /* X [.., classes] and its labels, one per row, i32 or i64, shaped like X
@@ -786,6 +823,15 @@ static const struct op_case {
     {"tanh_grad", case_unary_grad},
     {"softmax", case_softmax},
     {"softmax_grad", case_softmax},
+    {"exp", case_math},
+    {"log", case_math},
+    {"sqrt", case_math},
+    {"reciprocal", case_math},
+    {"erf", case_math},
+    {"power", case_math},
+    {"math_grad", case_math},
+    {"log_softmax", case_log_softmax},
+    {"log_softmax_grad", case_log_softmax},
     {"cross_entropy", case_class_loss},
     {"cross_entropy_grad", case_class_loss},
     {"softmax_cross_entropy", case_class_loss},

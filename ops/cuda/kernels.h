@@ -163,6 +163,27 @@ int vq__cuda_unary(int op, int dtype, const void *x, void *out, int64_t n, void 
 int vq__cuda_unary_grad(int op, int dtype, const void *y, const void *g, void *dx, int64_t n,
                         void *stream);
 
+/* ---- math (ops/cpu/math.c; math.cu) ---- */
+
+/* op for vq__cuda_math / vq__cuda_math_grad: params.h's VQ__MATH_*. */
+enum {
+    VQ__CUDA_EXP = 0, VQ__CUDA_LOG = 1, VQ__CUDA_SQRT = 2, VQ__CUDA_RECIPROCAL = 3,
+    VQ__CUDA_ERF = 4, VQ__CUDA_POWER = 5,
+};
+
+/* out = op(x) (power: x^exponent). */
+int vq__cuda_math(int op, int dtype, double exponent, const void *x, void *out, int64_t n,
+                  void *stream);
+/* dx from x, the output y and its gradient g, as math_grad on the CPU. */
+int vq__cuda_math_grad(int op, int dtype, double exponent, const void *x, const void *y,
+                       const void *g, void *dx, int64_t n, void *stream);
+/* log_softmax along the middle of [outer, len, inner], and its gradient
+ * from the output y: dx = g - exp(y) sum(g). */
+int vq__cuda_log_softmax(int dtype, const void *x, void *out, int64_t outer, int64_t len,
+                         int64_t inner, void *stream);
+int vq__cuda_log_softmax_grad(int dtype, const void *y, const void *g, void *dx, int64_t outer,
+                              int64_t len, int64_t inner, void *stream);
+
 /* The tensor seen as [outer, len, inner] around the softmax axis (inner = 1
  * for the last axis, the fast case: one block per row, coalesced). One block
  * per line; max-subtracted, exp and sum in double for both dtypes. */

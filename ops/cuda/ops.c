@@ -435,6 +435,57 @@ static void lines_of(const vq_tensor *t, int axis, int64_t *outer, int64_t *len,
         *inner *= t->shape[i];
 }
 
+static int math_gpu(const vq__kcall *k)
+{
+    const vq__math_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_math(p->op, x->dtype, p->exponent, x->data, o->data, x->numel,
+                                     l.s));
+}
+
+static int math_grad_gpu(const vq__kcall *k)
+{
+    const vq__math_params *p = k->params;
+    vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_math_grad(p->op, x->dtype, p->exponent, x->data, y->data,
+                                          g->data, d->data, x->numel, l.s));
+}
+
+static int log_softmax_gpu(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, len, inner;
+    lines_of(x, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_log_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
+}
+
+static int log_softmax_grad_gpu(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, len, inner;
+    lines_of(y, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_log_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
+                                                 inner, l.s));
+}
+
 static int softmax_gpu(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
@@ -1009,6 +1060,15 @@ static struct entry table[] = {
     {"sigmoid_grad", unary_grad_gpu},
     {"tanh_grad", unary_grad_gpu},
     {"softmax", softmax_gpu},
+    {"exp", math_gpu},
+    {"log", math_gpu},
+    {"sqrt", math_gpu},
+    {"reciprocal", math_gpu},
+    {"erf", math_gpu},
+    {"power", math_gpu},
+    {"math_grad", math_grad_gpu},
+    {"log_softmax", log_softmax_gpu},
+    {"log_softmax_grad", log_softmax_grad_gpu},
     {"softmax_grad", softmax_grad_gpu},
     {"cross_entropy", ce_gpu},
     {"cross_entropy_grad", ce_grad_gpu},

@@ -302,6 +302,200 @@ static int t_hard_swish(struct ox *x)
     return rc ? rc : ox_emit(x, "mul", (struct ox_val *[]){v, hs}, 2, &o, 1, NULL, 0, NULL);
 }
 
+/* ---- math ---- */
+
+static int t_exp(struct ox *x) { return unary(x, "exp"); }
+static int t_log(struct ox *x) { return unary(x, "log"); }
+static int t_sqrt(struct ox *x) { return unary(x, "sqrt"); }
+static int t_reciprocal(struct ox *x) { return unary(x, "reciprocal"); }
+static int t_erf(struct ox *x) { return unary(x, "erf"); }
+
+/* Pow(X, Y) with Y a known scalar: power; Y = 1 is a copy. */
+static int t_pow(struct ox *x)
+{
+    struct ox_val *v, *e;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_in(x, 1, &e);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc)
+        return rc;
+    if (!e->konst || e->konst->numel != 1)
+        return ox_fail(x, VQ_ENOSYS, "the exponent must be known when the model is imported "
+                                     "(one value)");
+    if (!is_float(v->meta.dtype))
+        return ox_fail(x, VQ_ENOSYS, "Pow of %s", vq_dtype_name(v->meta.dtype));
+    const vq_tensor *t = e->konst;
+    double ex = t->dtype == VQ_F32 ? *(const float *)t->data
+              : t->dtype == VQ_F64 ? *(const double *)t->data
+              : t->dtype == VQ_I32 ? *(const int32_t *)t->data
+              : t->dtype == VQ_I64 ? (double)*(const int64_t *)t->data
+                                   : *(const unsigned char *)t->data;
+    vq_attr a = VQ_ATTR_F("exponent", ex);
+    const char *o = out0(x);
+    return ox_emit(x, "power", &v, 1, &o, 1, &a, 1, NULL);
+}
+
+/* y = where(c, a, b) into name. */
+static int select3(struct ox *x, struct ox_val *c, struct ox_val *a, struct ox_val *b,
+                   const char *name, struct ox_val **out)
+{
+    return ox_emit(x, "where", (struct ox_val *[]){c, a, b}, 3, &name, 1, NULL, 0, out);
+}
+
+/* scale * X + bias into a temporary. */
+static int affine(struct ox *x, struct ox_val *v, double scale, double bias, struct ox_val **out)
+{
+    vq_attr a[2] = {VQ_ATTR_F("scale", scale), VQ_ATTR_F("bias", bias)};
+    return ox_emit(x, "scale", &v, 1, NULL, 1, a, 2, out);
+}
+
+/* X > 0 (or X > threshold) as a bool temporary. */
+static int positive(struct ox *x, struct ox_val *v, double threshold, struct ox_val **out)
+{
+    struct ox_val *t;
+    int rc = scalar(x, v->meta.dtype, threshold, &t);
+    return rc ? rc : ox_emit(x, "greater", (struct ox_val *[]){v, t}, 2, NULL, 1, NULL, 0, out);
+}
+
+/* Elu: X > 0 ? X : alpha (exp(X) - 1); Selu: gamma times that with its
+ * alpha. */
+static int elu_like(struct ox *x, double alpha, double gamma)
+{
+    struct ox_val *v, *pos, *e, *neg, *yes;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = positive(x, v, 0, &pos);
+    if (rc == 0)
+        rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e);
+    if (rc == 0)
+        rc = affine(x, e, alpha * gamma, -alpha * gamma, &neg);
+    yes = v;
+    if (rc == 0 && gamma != 1)
+        rc = affine(x, v, gamma, 0, &yes);
+    return rc ? rc : select3(x, pos, yes, neg, out0(x), NULL);
+}
+
+static int t_elu(struct ox *x)
+{
+    double alpha;
+    int rc = ox_attr_float(x, "alpha", 1, &alpha);
+    return rc ? rc : elu_like(x, alpha, 1);
+}
+
+static int t_selu(struct ox *x)
+{
+    double alpha, gamma;
+    int rc = ox_attr_float(x, "alpha", 1.67326319217681884765625, &alpha);
+    if (rc == 0)
+        rc = ox_attr_float(x, "gamma", 1.05070102214813232421875, &gamma);
+    return rc ? rc : elu_like(x, alpha, gamma);
+}
+
+/* Celu: max(0, X) + min(0, alpha (exp(X / alpha) - 1)). */
+static int t_celu(struct ox *x)
+{
+    struct ox_val *v, *zero, *lo, *hi, *e, *s, *en;
+    double alpha;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "alpha", 1, &alpha);
+    if (rc == 0)
+        rc = scalar(x, v->meta.dtype, 0, &zero);
+    if (rc == 0)
+        rc = ox_emit(x, "maximum", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &hi);
+    if (rc == 0)
+        rc = affine(x, v, 1 / alpha, 0, &s);
+    if (rc == 0)
+        rc = ox_emit(x, "exp", &s, 1, NULL, 1, NULL, 0, &e);
+    if (rc == 0)
+        rc = affine(x, e, alpha, -alpha, &en);
+    if (rc == 0)
+        rc = ox_emit(x, "minimum", (struct ox_val *[]){en, zero}, 2, NULL, 1, NULL, 0, &lo);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "add", (struct ox_val *[]){hi, lo}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* PRelu: X > 0 ? X : slope X (slope broadcast). */
+static int t_prelu(struct ox *x)
+{
+    struct ox_val *v, *slope, *pos, *m;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_in(x, 1, &slope);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = positive(x, v, 0, &pos);
+    if (rc == 0)
+        rc = ox_emit(x, "mul", (struct ox_val *[]){v, slope}, 2, NULL, 1, NULL, 0, &m);
+    return rc ? rc : select3(x, pos, v, m, out0(x), NULL);
+}
+
+/* ThresholdedRelu: X > alpha ? X : 0. */
+static int t_thresholded_relu(struct ox *x)
+{
+    struct ox_val *v, *pos, *zero;
+    double alpha;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "alpha", 1, &alpha);
+    if (rc == 0)
+        rc = positive(x, v, alpha, &pos);
+    if (rc == 0)
+        rc = scalar(x, v->meta.dtype, 0, &zero);
+    return rc ? rc : select3(x, pos, v, zero, out0(x), NULL);
+}
+
+/* Softplus: log(exp(X) + 1); Softsign: X / (1 + |X|). */
+static int t_softplus(struct ox *x)
+{
+    struct ox_val *v, *e, *e1;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e);
+    if (rc == 0)
+        rc = affine(x, e, 1, 1, &e1);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "log", &e1, 1, &o, 1, NULL, 0, NULL);
+}
+
+static int t_softsign(struct ox *x)
+{
+    struct ox_val *v, *a, *a1;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_emit(x, "abs", &v, 1, NULL, 1, NULL, 0, &a);
+    if (rc == 0)
+        rc = affine(x, a, 1, 1, &a1);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "div", (struct ox_val *[]){v, a1}, 2, &o, 1, NULL, 0, NULL);
+}
+
+static int t_xor(struct ox *x) { return binary(x, "not_equal"); }
+
+/* IsNaN: X != X. */
+static int t_isnan(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "not_equal", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
+}
+
 /* ---- products ---- */
 
 /* MatMul, numpy's: a 1-D operand is a row (A) or a column (B) whose dim is
@@ -389,7 +583,7 @@ static int t_gemm(struct ox *x)
 /* Softmax: since opset 13 along one axis (default -1); before, over the
  * dims from axis on (default 1), which is the same when that is the last
  * axis and otherwise goes through a 2-D reshape. */
-static int t_softmax(struct ox *x)
+static int softmax_like(struct ox *x, const char *type)
 {
     struct ox_val *v;
     int rc = need_in(x, 0, &v);
@@ -406,7 +600,7 @@ static int t_softmax(struct ox *x)
     const char *o = out0(x);
     if (x->opset >= 13 || ax == r - 1 || r == 0) {
         vq_attr a = VQ_ATTR_I("axis", x->opset >= 13 ? ax : -1);
-        return ox_emit(x, "softmax", &v, 1, &o, 1, &a, 1, NULL);
+        return ox_emit(x, type, &v, 1, &o, 1, &a, 1, NULL);
     }
     int64_t lead = 1;
     for (int i = 0; i < ax; i++)
@@ -426,11 +620,14 @@ static int t_softmax(struct ox *x)
     struct ox_val *flat, *soft;
     vq_attr a = VQ_ATTR_I("axis", 1);
     if ((rc = reshape_to(x, v, shape, 2, NULL, &flat)) < 0 ||
-        (rc = ox_emit(x, "softmax", &flat, 1, NULL, 1, &a, 1, &soft)) < 0)
+        (rc = ox_emit(x, type, &flat, 1, NULL, 1, &a, 1, &soft)) < 0)
         return rc;
     /* back to X's shape */
     return ox_emit(x, "reshape_grad", (struct ox_val *[]){v, soft}, 2, &o, 1, NULL, 0, NULL);
 }
+
+static int t_softmax(struct ox *x) { return softmax_like(x, "softmax"); }
+static int t_log_softmax(struct ox *x) { return softmax_like(x, "log_softmax"); }
 
 /* ---- shapes ---- */
 
@@ -864,6 +1061,41 @@ static int reduce(struct ox *x, const char *type, int axes_input_since)
 }
 
 static int t_reduce_sum(struct ox *x) { return reduce(x, "sum", 13); }
+
+/* ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp: an
+ * elementwise op (pre), a sum over the axes (attributes before opset 18),
+ * an elementwise op after (post); NULL for none. */
+static int reduce_wrapped(struct ox *x, const char *pre, const char *post)
+{
+    struct ox_val *v, *p, *s;
+    int64_t axes[MAXI], keep;
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = axes_of(x, 18, 1, axes, &n);
+    if (rc == 0)
+        rc = ox_attr_int(x, "keepdims", 1, &keep);
+    if (rc)
+        return rc;
+    p = v;
+    if (pre && !strcmp(pre, "square"))
+        rc = ox_emit(x, "mul", (struct ox_val *[]){v, v}, 2, NULL, 1, NULL, 0, &p);
+    else if (pre)
+        rc = ox_emit(x, pre, &v, 1, NULL, 1, NULL, 0, &p);
+    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n), VQ_ATTR_B("keepdim", keep != 0)};
+    const char *o = out0(x), *name = post ? NULL : o;
+    if (rc == 0)
+        rc = ox_emit(x, "sum", &p, 1, &name, 1, a, 2, &s);
+    return rc || !post ? rc : ox_emit(x, post, &s, 1, &o, 1, NULL, 0, NULL);
+}
+
+static int t_reduce_sum_square(struct ox *x) { return reduce_wrapped(x, "square", NULL); }
+static int t_reduce_l1(struct ox *x) { return reduce_wrapped(x, "abs", NULL); }
+static int t_reduce_l2(struct ox *x) { return reduce_wrapped(x, "square", "sqrt"); }
+static int t_reduce_log_sum(struct ox *x) { return reduce_wrapped(x, NULL, "log"); }
+static int t_reduce_log_sum_exp(struct ox *x) { return reduce_wrapped(x, "exp", "log"); }
 static int t_reduce_mean(struct ox *x) { return reduce(x, "mean", 18); }
 
 /* ---- the table ---- */
@@ -878,13 +1110,17 @@ static const struct translation table[] = {
     {"Add", t_add},
     {"And", t_and},
     {"Cast", t_cast},
+    {"Celu", t_celu},
     {"Clip", t_clip},
     {"Concat", t_concat},
     {"Constant", t_constant},
     {"ConstantOfShape", t_constant_of_shape},
     {"Div", t_div},
     {"Dropout", t_dropout},
+    {"Elu", t_elu},
     {"Equal", t_equal},
+    {"Erf", t_erf},
+    {"Exp", t_exp},
     {"Flatten", t_flatten},
     {"Gemm", t_gemm},
     {"Greater", t_greater},
@@ -892,9 +1128,12 @@ static const struct translation table[] = {
     {"HardSigmoid", t_hard_sigmoid},
     {"HardSwish", t_hard_swish},
     {"Identity", t_identity},
+    {"IsNaN", t_isnan},
     {"LeakyRelu", t_leaky_relu},
     {"Less", t_less},
     {"LessOrEqual", t_less_equal},
+    {"Log", t_log},
+    {"LogSoftmax", t_log_softmax},
     {"MatMul", t_matmul},
     {"Max", t_max},
     {"Mean", t_mean},
@@ -903,22 +1142,36 @@ static const struct translation table[] = {
     {"Neg", t_neg},
     {"Not", t_not},
     {"Or", t_or},
+    {"PRelu", t_prelu},
+    {"Pow", t_pow},
+    {"Reciprocal", t_reciprocal},
+    {"ReduceL1", t_reduce_l1},
+    {"ReduceL2", t_reduce_l2},
+    {"ReduceLogSum", t_reduce_log_sum},
+    {"ReduceLogSumExp", t_reduce_log_sum_exp},
     {"ReduceMean", t_reduce_mean},
     {"ReduceSum", t_reduce_sum},
+    {"ReduceSumSquare", t_reduce_sum_square},
     {"Relu", t_relu},
     {"Reshape", t_reshape},
+    {"Selu", t_selu},
     {"Shape", t_shape},
     {"Sigmoid", t_sigmoid},
     {"Size", t_size},
     {"Slice", t_slice},
     {"Softmax", t_softmax},
+    {"Softplus", t_softplus},
+    {"Softsign", t_softsign},
+    {"Sqrt", t_sqrt},
     {"Squeeze", t_squeeze},
     {"Sub", t_sub},
     {"Sum", t_sum},
     {"Tanh", t_tanh},
+    {"ThresholdedRelu", t_thresholded_relu},
     {"Transpose", t_transpose},
     {"Unsqueeze", t_unsqueeze},
     {"Where", t_where},
+    {"Xor", t_xor},
 };
 
 #define NTABLE ((int)(sizeof table / sizeof table[0]))

@@ -384,8 +384,8 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
             outs[j]->meta = om[j];
             if (!(outs[j]->var = strdup(names[j])))
                 return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-            rc = vq_program_add_var(x->p, 0, names[j], om[j].dtype, om[j].ndim, om[j].shape,
-                                    false);
+            rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim,
+                                    om[j].shape, false);
             if (rc < 0)
                 return ox_fail(x, rc, "declaring \"%s\": %s", names[j], vq_errmsg());
         }
@@ -394,7 +394,7 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         const char *ov[VQ__MAX_SLOTS];
         for (int j = 0; j < nout; j++)
             ov[j] = outs[j]->var;
-        rc = vq_program_add_op(x->p, 0, type, iv, nin, ov, nout, attrs, nattrs);
+        rc = vq_program_add_op(x->p, x->block, type, iv, nin, ov, nout, attrs, nattrs);
         if (rc < 0)
             return ox_fail(x, rc, "%s", vq_errmsg());
     }
@@ -475,6 +475,50 @@ static int input_meta(const Onnx__ValueInfoProto *vi, vq__meta *m)
     return 0;
 }
 
+int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
+{
+    const Onnx__NodeProto *outer = x->node;
+    int outer_index = x->node_index, outer_block = x->block, rc = 0;
+    x->block = block;
+    for (size_t i = 0; i < g->n_node && rc == 0; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        x->node = n;
+        x->node_index = (int)i;
+        if (!n->op_type || !*n->op_type)
+            return ox_fail(x, VQ_EINVAL, "the node has no op type");
+        if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+            return ox_fail(x, VQ_ENOSYS, "op %s of domain %s is not supported (varq reads the "
+                                         "default domain ai.onnx, opset %lld)",
+                           n->op_type, n->domain, (long long)x->opset);
+        rc = vq__onnx_translate(x);
+    }
+    x->node = outer;
+    x->node_index = outer_index;
+    x->block = outer_block;
+    return rc;
+}
+
+int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_val **out)
+{
+    struct ox_val *v;
+    int rc = val_new(x, name, &v);
+    if (rc < 0)
+        return rc;
+    v->meta = *m;
+    if (!(v->var = strdup(name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    rc = vq_program_add_var(x->p, x->block, name, m->dtype, m->ndim, m->shape, false);
+    if (rc < 0)
+        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
+    *out = v;
+    return 0;
+}
+
+int ox_var_of(struct ox *x, struct ox_val *v)
+{
+    return val_var(x, v);
+}
+
 static int import_graph(struct ox *x, const Onnx__GraphProto *g)
 {
     int rc = 0;
@@ -520,18 +564,8 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
             return vq__fail(rc, "onnx: graph input \"%s\": %s", vi->name, vq_errmsg());
         rc = 0;
     }
-    for (size_t i = 0; i < g->n_node && rc == 0; i++) {
-        const Onnx__NodeProto *n = g->node[i];
-        x->node = n;
-        x->node_index = (int)i;
-        if (!n->op_type || !*n->op_type)
-            return ox_fail(x, VQ_EINVAL, "the node has no op type");
-        if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
-            return ox_fail(x, VQ_ENOSYS, "op %s of domain %s is not supported (varq reads the "
-                                         "default domain ai.onnx, opset %lld)",
-                           n->op_type, n->domain, (long long)x->opset);
-        rc = vq__onnx_translate(x);
-    }
+    if (rc == 0)
+        rc = ox_nodes(x, g, 0);
     x->node = NULL;
     /* outputs: vars under their own names */
     for (size_t i = 0; i < g->n_output && rc == 0; i++) {

@@ -33,6 +33,7 @@ struct ox {
     int index_cap;
     const Onnx__NodeProto *node; /* the node being translated */
     int node_index;
+    int block;           /* where ops go: 0, or a block of an If or Loop */
     int ntemps;
     /* what goes into the caller's scope once the import succeeded */
     struct ox_bind {
@@ -86,6 +87,15 @@ int ox_alias(struct ox *x, const char *name, struct ox_val *v);
 int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out);
 /* The node's output j's name, or NULL when absent ("" or past the end). */
 const char *ox_out(struct ox *x, int j);
+
+/* Translates the nodes of g (the model's graph, or an If's or Loop's
+ * subgraph) into program block block. */
+int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block);
+/* A new value name held by a new var of the current block, of meta m. */
+int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_val **out);
+/* Makes sure v has a program var (a known value becomes a persistable var
+ * of block 0). */
+int ox_var_of(struct ox *x, struct ox_val *v);
 
 /* ---- ops.c ---- */
 

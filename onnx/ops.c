@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAXI (VQ_MAX_DIMS * 2)
@@ -494,6 +495,326 @@ static int t_isnan(struct ox *x)
         rc = need_out0(x);
     const char *o = out0(x);
     return rc ? rc : ox_emit(x, "not_equal", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* ---- control flow: If onto cond, Loop onto while ---- */
+
+/* The block of program var name, or -1. */
+static int var_block(struct ox *x, const char *name)
+{
+    int v = vq__program_find_var(x->p, name);
+    return v < 0 ? -1 : x->p->vars[v].block;
+}
+
+/* A var of the current block holding v under a new name: v's own var when
+ * it is one of this block's and not one of avoid[] (navoid names), else a
+ * copy (a reshape keeping every dim). */
+static int own_var(struct ox *x, struct ox_val *v, const char *const *avoid, int navoid,
+                   struct ox_val **out)
+{
+    int rc = ox_var_of(x, v);
+    if (rc)
+        return rc;
+    bool ok = var_block(x, v->var) == x->block;
+    for (int i = 0; ok && i < navoid; i++)
+        ok = strcmp(v->var, avoid[i]) != 0;
+    if (ok) {
+        *out = v;
+        return 0;
+    }
+    int64_t keep[VQ_MAX_DIMS] = {0};
+    vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
+    const char *name = NULL;
+    struct ox_val *saved = v; /* ox_emit folds known values: force a var */
+    if (v->konst) {
+        const char *in = v->var;
+        char tmp[300];
+        snprintf(tmp, sizeof tmp, "%s@onnx%d", v->name, x->ntemps++);
+        struct ox_val *c;
+        if ((rc = ox_block_var(x, tmp, &v->meta, &c)) < 0)
+            return rc;
+        const char *o = c->var;
+        rc = vq_program_add_op(x->p, x->block, "reshape", &in, 1, &o, 1, &a, 1);
+        if (rc < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+        *out = c;
+        return 0;
+    }
+    return ox_emit(x, "reshape", &saved, 1, &name, 1, &a, 1, out);
+}
+
+static const Onnx__GraphProto *graph_attr(struct ox *x, const char *name)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    return a && a->g ? a->g : NULL;
+}
+
+/* A meta that holds both a and b (dims that differ become -1). */
+static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__meta *out, int j)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim)
+        return ox_fail(x, VQ_EINVAL, "output %d: the branches give %s of rank %d and %s of rank "
+                                     "%d",
+                       j, vq_dtype_name(a->dtype), a->ndim, vq_dtype_name(b->dtype), b->ndim);
+    *out = *a;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            out->shape[i] = -1;
+    return 0;
+}
+
+static int t_if(struct ox *x)
+{
+    struct ox_val *c;
+    const Onnx__NodeProto *n = x->node;
+    const Onnx__GraphProto *g[2] = {graph_attr(x, "then_branch"), graph_attr(x, "else_branch")};
+    int rc = need_in(x, 0, &c);
+    if (rc)
+        return rc;
+    if (!g[0] || !g[1])
+        return ox_fail(x, VQ_EINVAL, "then_branch and else_branch must be graphs");
+    int nout = (int)n->n_output;
+    if (nout < 1 || nout > VQ__MAX_SLOTS || g[0]->n_output != n->n_output ||
+        g[1]->n_output != n->n_output)
+        return ox_fail(x, VQ_EINVAL, "%d outputs, branches with %zu and %zu (varq takes 1 to %d, "
+                                     "the same in both)",
+                       nout, g[0]->n_output, g[1]->n_output, VQ__MAX_SLOTS);
+    if (c->meta.dtype != VQ_BOOL || vq__numel(c->meta.ndim, c->meta.shape) > 1)
+        return ox_fail(x, VQ_EINVAL, "cond must be one bool");
+    if (c->konst) {
+        /* known now: the taken branch's nodes, in this block */
+        int taken = *(unsigned char *)c->konst->data ? 0 : 1;
+        if ((rc = ox_nodes(x, g[taken], x->block)) < 0)
+            return rc;
+        for (int j = 0; j < nout && rc == 0; j++) {
+            struct ox_val *v = ox_find(x, g[taken]->output[j]->name);
+            rc = v ? (ox_out(x, j) ? ox_alias(x, ox_out(x, j), v) : 0)
+                   : ox_fail(x, VQ_EINVAL, "branch output \"%s\" is produced by no node",
+                             g[taken]->output[j]->name);
+        }
+        return rc;
+    }
+    if ((rc = ox_var_of(x, c)) < 0)
+        return rc;
+    int outer = x->block, blk[2];
+    char **names[2] = {calloc((size_t)nout, sizeof(char *)),
+                       calloc((size_t)nout, sizeof(char *))};
+    vq__meta metas[2][VQ__MAX_SLOTS];
+    if (!names[0] || !names[1])
+        rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    for (int b = 0; b < 2 && rc == 0; b++) {
+        if ((rc = blk[b] = vq_program_add_block(x->p, outer)) < 0)
+            break;
+        rc = ox_nodes(x, g[b], blk[b]);
+        x->block = blk[b];
+        for (int j = 0; j < nout && rc == 0; j++) {
+            struct ox_val *v = ox_find(x, g[b]->output[j]->name), *own;
+            if (!v) {
+                rc = ox_fail(x, VQ_EINVAL, "branch output \"%s\" is produced by no node",
+                             g[b]->output[j]->name);
+                break;
+            }
+            if ((rc = own_var(x, v, NULL, 0, &own)) < 0)
+                break;
+            metas[b][j] = own->meta;
+            if (!(names[b][j] = strdup(own->var)))
+                rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        }
+        x->block = outer;
+    }
+    const char *outs[VQ__MAX_SLOTS];
+    char tmp[VQ__MAX_SLOTS][300];
+    for (int j = 0; j < nout && rc == 0; j++) {
+        vq__meta m;
+        struct ox_val *o;
+        if ((rc = meta_join(x, &metas[0][j], &metas[1][j], &m, j)) < 0)
+            break;
+        const char *name = ox_out(x, j);
+        if (!name) {
+            snprintf(tmp[j], sizeof tmp[j], "%s@onnx%d", n->name ? n->name : "if", x->ntemps++);
+            name = tmp[j];
+        }
+        if ((rc = ox_block_var(x, name, &m, &o)) == 0)
+            outs[j] = o->var;
+    }
+    if (rc == 0) {
+        vq_attr a[4] = {VQ_ATTR_I("then_block", blk[0]), VQ_ATTR_I("else_block", blk[1]),
+                        VQ_ATTR_SS("then_outputs", (const char *const *)names[0], nout),
+                        VQ_ATTR_SS("else_outputs", (const char *const *)names[1], nout)};
+        const char *in[2] = {c->var, c->var};
+        rc = vq_program_add_op(x->p, outer, "cond", in, 2, outs, nout, a, 4);
+        rc = rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+    }
+    for (int b = 0; b < 2; b++) {
+        for (int j = 0; names[b] && j < nout; j++)
+            free(names[b][j]);
+        free(names[b]);
+    }
+    return rc;
+}
+
+/* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
+ * v_out...): a while carrying (iter, cond, v...), whose predicate is the
+ * body's cond_out (and iter < M when M is known only at run time; a known
+ * M is max_iters). Scan outputs are not supported. */
+static int t_loop(struct ox *x)
+{
+    const Onnx__NodeProto *n = x->node;
+    const Onnx__GraphProto *g = graph_attr(x, "body");
+    struct ox_val *m, *cond;
+    int rc = ox_in(x, 0, &m);
+    if (rc == 0)
+        rc = ox_in(x, 1, &cond);
+    if (rc)
+        return rc;
+    if (!g)
+        return ox_fail(x, VQ_EINVAL, "body must be a graph");
+    int nv = n->n_input >= 2 ? (int)n->n_input - 2 : 0;
+    if (g->n_input != (size_t)nv + 2 || g->n_output < (size_t)nv + 1)
+        return ox_fail(x, VQ_EINVAL, "the body has %zu inputs and %zu outputs for %d carried "
+                                     "values",
+                       g->n_input, g->n_output, nv);
+    if (g->n_output > (size_t)nv + 1 || n->n_output > (size_t)nv)
+        return ox_fail(x, VQ_ENOSYS, "scan outputs are not supported");
+    if (nv + 2 > VQ__MAX_SLOTS - 1)
+        return ox_fail(x, VQ_ENOSYS, "%d carried values, more than %d", nv, VQ__MAX_SLOTS - 3);
+    if (!m && !cond)
+        return ox_fail(x, VQ_EINVAL, "neither M nor cond: the loop would never end");
+    int64_t max_iters = -1;
+    if (m && m->konst) {
+        if (m->konst->numel != 1 || m->konst->dtype != VQ_I64)
+            return ox_fail(x, VQ_EINVAL, "M must be one int64");
+        max_iters = *(int64_t *)m->konst->data;
+        if (max_iters < 0)
+            max_iters = 0;
+    }
+    /* carried: iter (int64, as the body declares it), cond, v... */
+    struct ox_val *init[VQ__MAX_SLOTS];
+    vq__meta im = {.dtype = VQ_I64, .ndim = 0}, cm = {.dtype = VQ_BOOL, .ndim = 0};
+    const Onnx__TypeProto *it = g->input[0]->type;
+    if (it && it->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && it->tensor_type->shape &&
+        it->tensor_type->shape->n_dim == 1) {
+        im.ndim = cm.ndim = 1;
+        im.shape[0] = cm.shape[0] = 1;
+    }
+    vq_tensor *t0, *t1;
+    int64_t zero = 0, one = 1;
+    unsigned char yes = 1;
+    if ((rc = vq_tensor_from(&t0, VQ_I64, im.ndim, im.shape, &zero)) < 0 ||
+        (rc = ox_const(x, NULL, t0, &init[0])) < 0)
+        return rc;
+    if (cond) {
+        init[1] = cond;
+    } else if ((rc = vq_tensor_from(&t1, VQ_BOOL, cm.ndim, cm.shape, &yes)) < 0 ||
+               (rc = ox_const(x, NULL, t1, &init[1])) < 0) {
+        return rc;
+    }
+    if (init[1]->meta.dtype != VQ_BOOL)
+        return ox_fail(x, VQ_EINVAL, "cond must be a bool");
+    for (int k = 0; k < nv; k++)
+        if ((rc = need_in(x, 2 + k, &init[2 + k])) < 0)
+            return rc;
+    /* the entry predicate: cond, and 0 < M when M is known only at run */
+    struct ox_val *entry = init[1];
+    if (m && !m->konst) {
+        struct ox_val *lt;
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){init[0], m}, 2, NULL, 1, NULL, 0,
+                          &lt)) < 0 ||
+            (rc = ox_emit(x, "logical_and", (struct ox_val *[]){entry, lt}, 2, NULL, 1, NULL, 0,
+                          &entry)) < 0)
+            return rc;
+    }
+    for (int k = 0; k < nv + 2; k++)
+        if ((rc = ox_var_of(x, init[k])) < 0)
+            return rc;
+    if ((rc = ox_var_of(x, entry)) < 0)
+        return rc;
+    int outer = x->block, body = vq_program_add_block(x->p, outer);
+    if (body < 0)
+        return body;
+    /* the body's inputs, then its nodes */
+    const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS];
+    x->block = body;
+    for (int k = 0; k < nv + 2 && rc == 0; k++) {
+        struct ox_val *v;
+        const char *nm = g->input[k]->name;
+        vq__meta meta = k == 0 ? im : k == 1 ? init[1]->meta : init[k]->meta;
+        if (!nm || !*nm)
+            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
+        else if ((rc = ox_block_var(x, nm, &meta, &v)) == 0)
+            bin[k] = v->var;
+    }
+    x->block = outer;
+    if (rc == 0)
+        rc = ox_nodes(x, g, body);
+    if (rc)
+        return rc;
+    x->block = body;
+    struct ox_val *iter_in = ox_find(x, bin[0]), *iter_out, *onev, *next, *own;
+    vq_tensor *t;
+    rc = vq_tensor_from(&t, VQ_I64, im.ndim, im.shape, &one);
+    if (rc == 0)
+        rc = ox_const(x, NULL, t, &onev);
+    if (rc == 0)
+        rc = ox_emit(x, "add", (struct ox_val *[]){iter_in, onev}, 2, NULL, 1, NULL, 0,
+                     &iter_out);
+    if (rc == 0)
+        bout[0] = iter_out->var;
+    struct ox_val *cond_out = rc == 0 ? ox_find(x, g->output[0]->name) : NULL;
+    if (rc == 0 && !cond_out)
+        rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                     g->output[0]->name);
+    next = cond_out;
+    if (rc == 0 && m && !m->konst) {
+        struct ox_val *lt;
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){iter_out, m}, 2, NULL, 1, NULL, 0,
+                          &lt)) == 0)
+            rc = ox_emit(x, "logical_and", (struct ox_val *[]){cond_out, lt}, 2, NULL, 1, NULL, 0,
+                         &next);
+    }
+    if (rc == 0 && (rc = own_var(x, cond_out, bin, nv + 2, &own)) == 0)
+        bout[1] = own->var;
+    for (int k = 0; k < nv && rc == 0; k++) {
+        struct ox_val *v = ox_find(x, g->output[1 + k]->name);
+        if (!v)
+            rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                         g->output[1 + k]->name);
+        else if ((rc = own_var(x, v, bin, nv + 2, &own)) == 0)
+            bout[2 + k] = own->var;
+    }
+    struct ox_val *pred = NULL;
+    if (rc == 0)
+        rc = own_var(x, next, bin, nv + 2, &pred);
+    x->block = outer;
+    if (rc)
+        return rc;
+    /* the while, its outputs: the final iter and cond (temporaries), v... */
+    const char *xin[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
+    xin[0] = entry->var;
+    for (int k = 0; k < nv + 2; k++)
+        xin[1 + k] = init[k]->var;
+    char tmp[VQ__MAX_SLOTS][300];
+    for (int k = 0; k < nv + 2 && rc == 0; k++) {
+        const char *name = k >= 2 ? ox_out(x, k - 2) : NULL;
+        if (!name) {
+            snprintf(tmp[k], sizeof tmp[k], "%s@onnx%d", n->name ? n->name : "loop",
+                     x->ntemps++);
+            name = tmp[k];
+        }
+        struct ox_val *o;
+        vq__meta meta = k == 0 ? im : init[k]->meta;
+        if ((rc = ox_block_var(x, name, &meta, &o)) == 0)
+            outs[k] = o->var;
+    }
+    if (rc)
+        return rc;
+    vq_attr a[5] = {VQ_ATTR_I("body_block", body),
+                    VQ_ATTR_SS("body_inputs", bin, nv + 2),
+                    VQ_ATTR_SS("body_outputs", bout, nv + 2),
+                    VQ_ATTR_S("body_cond", pred->var),
+                    VQ_ATTR_I("max_iters", max_iters)};
+    rc = vq_program_add_op(x->p, outer, "while", xin, nv + 3, outs, nv + 2, a, 5);
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
 }
 
 /* ---- products ---- */
@@ -1128,12 +1449,14 @@ static const struct translation table[] = {
     {"HardSigmoid", t_hard_sigmoid},
     {"HardSwish", t_hard_swish},
     {"Identity", t_identity},
+    {"If", t_if},
     {"IsNaN", t_isnan},
     {"LeakyRelu", t_leaky_relu},
     {"Less", t_less},
     {"LessOrEqual", t_less_equal},
     {"Log", t_log},
     {"LogSoftmax", t_log_softmax},
+    {"Loop", t_loop},
     {"MatMul", t_matmul},
     {"Max", t_max},
     {"Mean", t_mean},

@@ -100,7 +100,8 @@ static Onnx__TensorProto *tensor(const char *name, int32_t type, int ndim, const
     t->data_type = type;
     t->n_dims = (size_t)ndim;
     t->dims = malloc(((size_t)ndim + 1) * sizeof *t->dims);
-    memcpy(t->dims, dims, (size_t)ndim * sizeof *dims);
+    if (ndim > 0)
+        memcpy(t->dims, dims, (size_t)ndim * sizeof *dims);
     t->has_raw_data = 1;
     t->raw_data.len = nbytes;
     t->raw_data.data = malloc(nbytes + 1);
@@ -633,4 +634,156 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
     vq_scope_free(s);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* ---- If and Loop ---- */
+
+/* A bare graph (for an If branch or a Loop body). */
+static Onnx__GraphProto *subgraph(const char *name)
+{
+    Onnx__GraphProto *g = calloc(1, sizeof *g);
+    onnx__graph_proto__init(g);
+    g->name = strdup(name);
+    return g;
+}
+
+static void attr_graph(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *g)
+{
+    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    a->g = g;
+}
+
+/* Adds a node to a graph (add_node works on a model). */
+static Onnx__NodeProto *graph_node(Onnx__GraphProto *g, const char *op, const char *const *ins,
+                                   const char *const *outs)
+{
+    Onnx__ModelProto shell;
+    onnx__model_proto__init(&shell);
+    shell.graph = g;
+    return add_node(&shell, op, op, ins, outs);
+}
+
+static void graph_io(Onnx__ValueInfoProto ***arr, size_t *n, const char *name, int32_t elem,
+                     int ndim, const int64_t *dims)
+{
+    GROW(*arr, *n);
+    (*arr)[(*n)++] = value_info(name, elem, ndim, dims);
+}
+
+static float run1(struct run *r, vq_program *p, vq_scope *s, vq_feed *feeds, int nfeeds,
+                  const char *fetch, int i)
+{
+    vq_fetch f = {fetch, NULL};
+    cr_assert_eq(vq_exec_run(r->ex, p, s, feeds, nfeeds, &f, 1), 0, "%s", vq_errmsg());
+    float v = ((const float *)vq_tensor_data(f.tensor))[i];
+    vq_tensor_release(f.tensor);
+    return v;
+}
+
+/* y = c ? x * x : x - 1, c fed at run time: a cond; and with c a
+ * Constant: the taken branch only. */
+Test(onnx, if_becomes_a_cond_and_a_known_condition_keeps_one_branch)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    graph_io(&m->graph->input, &m->graph->n_input, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0,
+             NULL);
+    Onnx__GraphProto *tb = subgraph("then"), *eb = subgraph("else");
+    graph_node(tb, "Mul", NAMES("x", "x"), NAMES("sq"));
+    add_output(&(Onnx__ModelProto){.graph = tb}, "sq");
+    Onnx__ModelProto em = {.graph = eb};
+    add_init(m, "onef", 0, NULL, (const float[]){1});
+    graph_node(eb, "Sub", NAMES("x", "onef"), NAMES("dec"));
+    add_output(&em, "dec");
+    Onnx__NodeProto *n = add_node(m, "If", "branch", NAMES("c"), NAMES("y"));
+    attr_graph(n, "then_branch", tb);
+    attr_graph(n, "else_branch", eb);
+    add_output(m, "y");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *tx, *tc;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}), 0);
+    for (int c = 0; c < 2; c++) {
+        unsigned char b = (unsigned char)c;
+        cr_assert_eq(vq_tensor_from(&tc, VQ_BOOL, 0, NULL, &b), 0);
+        vq_feed feeds[2] = {{"x", tx}, {"c", tc}};
+        cr_assert_float_eq(run1(&r, p, s, feeds, 2, "y", 2), c ? 9.0f : 2.0f, 1e-6);
+        vq_tensor_release(tc);
+    }
+    vq_tensor_release(tx);
+    run_free(&r);
+    vq_program_free(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* acc = x; repeat while (sum(acc) < limit) and at most M times: acc *= 2.
+ * M fed at run time, or known (an initializer): max_iters. */
+static Onnx__ModelProto *doubling_loop(bool known_m)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    if (known_m)
+        add_init_ints(m, "M", 1, (int64_t[]){4});
+    else
+        graph_io(&m->graph->input, &m->graph->n_input, "M",
+                 ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    add_init(m, "limit", 0, NULL, (const float[]){100});
+    Onnx__GraphProto *b = subgraph("body");
+    graph_io(&b->input, &b->n_input, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    graph_io(&b->input, &b->n_input, "c_in", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+    graph_io(&b->input, &b->n_input, "acc_in", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1,
+             (int64_t[]){3});
+    graph_node(b, "Add", NAMES("acc_in", "acc_in"), NAMES("acc_out"));
+    Onnx__NodeProto *rs = graph_node(b, "ReduceSum", NAMES("acc_out"), NAMES("total"));
+    attr_int(rs, "keepdims", 0);
+    graph_node(b, "Less", NAMES("total", "limit"), NAMES("c_out"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_output(&bm, "c_out");
+    add_output(&bm, "acc_out");
+    Onnx__NodeProto *n = add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y"));
+    attr_graph(n, "body", b);
+    add_output(m, "y");
+    return m;
+}
+
+Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
+{
+    for (int known = 0; known < 2; known++) {
+        Onnx__ModelProto *m = doubling_loop(known);
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_scope *s;
+        vq_program *p;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        struct run r = run_new();
+        vq_tensor *tx;
+        cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}),
+                     0);
+        /* sum 6: 12, 24, 48, 96, 192 (stops: not < 100 after the 5th) */
+        const int64_t ms[] = {0, 1, 3, 4, 10};
+        for (int k = 0; k < (known ? 1 : 5); k++) {
+            int64_t mv = known ? 4 : ms[k];
+            vq_tensor *tm;
+            cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
+            vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
+            int iters = (int)(mv < 5 ? mv : 5);
+            cr_assert_float_eq(run1(&r, p, s, feeds, known ? 1 : 2, "y", 0),
+                               (float)(1 << iters), 1e-6, "M = %lld", (long long)mv);
+            vq_tensor_release(tm);
+        }
+        vq_tensor_release(tx);
+        run_free(&r);
+        vq_program_free(p);
+        vq_scope_free(s);
+        free(buf);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
 }

@@ -2,11 +2,11 @@
 """Summarizes a tools/onnx_check run by ONNX op: for every op type that the
 node test cases use, how many cases containing it pass, fail, or are
 unsupported because of that op (the import or preparation named it) or
-because of another op of the case. Two limits of varq are counted apart,
-since they are not about the op: a shape, axes or similar input that the
-case feeds at run time where varq needs it known when the model is
-imported ("known at import"), and an element type varq does not have
-("type"). Prints the table and the totals; with --markdown FILE also
+because of another op of the case. Limits of varq that are not about one
+op's translation are counted apart (LIMITS below): a shape, axes or
+similar input that the case feeds at run time where varq needs it known
+when the model is imported ("known at import"), an element type varq does
+not have ("type"), and a Loop's scan outputs ("scan outputs"). Prints the table and the totals; with --markdown FILE also
 writes the README's table of supported ops (those varq translates: `varq
 onnx-ops`), and with --check exits 1 when a case fails or a case of a
 supported op is unsupported because of that op for another reason.
@@ -23,6 +23,17 @@ try:
 except ImportError as exc:
     print(f"onnx_summary.py: skipped: {exc}")
     sys.exit(77)
+
+
+# Limits of varq that are not about one op's translation, each counted in
+# a column of its own (and not failing --check): the message's words, the
+# column.
+LIMITS = [
+    ("must be known when the model is imported", "known at import"),
+    ("element type", "type"),
+    ("cast to", "type"),
+    ("scan outputs are not supported", "scan outputs"),
+]
 
 
 def main():
@@ -48,10 +59,10 @@ def main():
             culprit = m.group(1)
         limit = None
         if status == "unsupported":
-            if "must be known when the model is imported" in msg:
-                limit = "known at import"
-            elif "element type" in msg or "cast to" in msg:
-                limit = "type"
+            for text, label in LIMITS:
+                if text in msg:
+                    limit = label
+                    break
         for op in ops:
             if limit and op == culprit:
                 rows[op][limit] += 1
@@ -62,8 +73,8 @@ def main():
             if op in supported and (status == "fail" or (status == "unsupported" and op == culprit
                                                           and not limit)):
                 bad.append(f"{case}: {status}: {msg}")
-    cols = ["pass", "fail", "known at import", "type", "unsupported (itself)",
-            "unsupported (other)"]
+    cols = ["pass", "fail", "known at import", "type", "scan outputs",
+            "unsupported (itself)", "unsupported (other)"]
     print(f"{'op':24s} {'varq':5s} " + " ".join(f"{c:>20s}" for c in cols))
     for op in sorted(rows):
         print(f"{op:24s} {'yes' if op in supported else '':5s} "
@@ -75,11 +86,13 @@ def main():
     if md:
         with open(md, "w") as f:
             f.write("| ONNX op | cases that pass | feed a shape at run time | other type "
-                    "| unsupported | cases with it |\n|---|---|---|---|---|---|\n")
+                    "| scan outputs | unsupported | cases with it |\n"
+                    "|---|---|---|---|---|---|---|\n")
             for op in sorted(supported):
                 r = rows.get(op, collections.Counter())
                 f.write(f"| {op} | {r['pass']} | {r['known at import']} | {r['type']} | "
-                        f"{r['unsupported (itself)'] + r['fail']} | {sum(r.values())} |\n")
+                        f"{r['scan outputs']} | {r['unsupported (itself)'] + r['fail']} | "
+                        f"{sum(r.values())} |\n")
             f.write(f"\nTotal: {totals['pass']} of {n} node test cases pass, "
                     f"{totals['fail']} fail, {totals['unsupported']} use an op, attribute "
                     f"value or type varq does not have.\n")

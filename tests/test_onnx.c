@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "leakcheck.h"
 
@@ -786,4 +787,79 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
         free(buf);
         onnx__model_proto__free_unpacked(m, NULL);
     }
+}
+
+/* ---- the varq tool (VARQ_BIN) ---- */
+
+static int sh(const char *fmt, const char *a, const char *b, char *out, size_t size)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, fmt, getenv("VARQ_BIN"), a, b);
+    FILE *f = popen(cmd, "r");
+    cr_assert(f, "%s", cmd);
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    return pclose(f);
+}
+
+Test(onnx, the_tool_runs_imports_and_lists_onnx_models)
+{
+    if (!getenv("VARQ_BIN"))
+        cr_skip_test("VARQ_BIN is not set");
+    char dir[] = "/tmp/varq_onnx_cli_XXXXXX";
+    cr_assert(mkdtemp(dir));
+    char model[256], x[256], prog[256], params[256], out[8192];
+    snprintf(model, sizeof model, "%s/mlp.onnx", dir);
+    snprintf(x, sizeof x, "%s/x.npy", dir);
+    snprintf(prog, sizeof prog, "%s/mlp.pb", dir);
+    snprintf(params, sizeof params, "%s/params", dir);
+    Onnx__ModelProto *m = mlp();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    FILE *f = fopen(model, "wb");
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    vq_tensor *tx;
+    const float xv[8] = {0.5f, -1, 2, 0.25f, 1, 1, -0.5f, 0};
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){2, 4}, xv), 0);
+    cr_assert_eq(vq_npy_save(x, tx), 0);
+    vq_tensor_release(tx);
+    /* run: every graph output printed */
+    cr_assert_eq(sh("%s run %s --feed x=%s 2>&1", model, x, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "y: f32[2,2]"), "%s", out);
+    double want[4];
+    mlp_ref(xv, 2, want);
+    char first[64];
+    snprintf(first, sizeof first, "%.4f", want[0]);
+    cr_assert(strstr(out, first), "%s not in: %s", first, out);
+    /* import: a program and its parameters, which run like the model */
+    cr_assert_eq(sh("%s import %s -o %s 2>&1", model, prog, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "4 initializers not saved"), "%s", out);
+    char cmd_args[1024];
+    snprintf(cmd_args, sizeof cmd_args, "%s -o %s --save-scope %s", model, prog, params);
+    cr_assert_eq(sh("%s import %s %s 2>&1", cmd_args, "", out, sizeof out), 0, "%s", out);
+    struct stat st;
+    char w1[320];
+    snprintf(w1, sizeof w1, "%s/w1.npy", params);
+    cr_assert_eq(stat(w1, &st), 0, "%s", w1);
+    snprintf(cmd_args, sizeof cmd_args, "%s --scope %s", prog, params);
+    char feed[320];
+    snprintf(feed, sizeof feed, "--feed x=%s --fetch y", x);
+    cr_assert_eq(sh("%s run %s %s 2>&1", cmd_args, feed, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, first), "%s not in: %s", first, out);
+    /* the list */
+    cr_assert_eq(sh("%s onnx-ops%s%s", "", "", out, sizeof out), 0);
+    cr_assert(strstr(out, "Gemm\n") && strstr(out, "Softmax\n"), "%s", out);
+    /* a bad model is one line naming the problem, exit 1 */
+    f = fopen(model, "wb");
+    fwrite("garbage", 1, 7, f);
+    fclose(f);
+    int rc = sh("%s run %s --feed x=%s 2>&1", model, x, out, sizeof out);
+    cr_assert(WIFEXITED(rc) && WEXITSTATUS(rc) == 1, "%s", out);
+    cr_assert(strstr(out, "not an ONNX model"), "%s", out);
+    char rm[320];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    cr_assert_eq(system(rm), 0);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
 }

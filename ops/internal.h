@@ -256,6 +256,9 @@ extern const vq__op_def vq__ops_init[];
 extern const vq__op_def vq__ops_optim[];
 extern const vq__op_def vq__ops_compare[];
 extern const vq__op_def vq__ops_control[];
+extern const vq__op_def vq__ops_conv[];
+extern const vq__op_def vq__ops_pool[];
+extern const vq__op_def vq__ops_norm[];
 
 /* The definition of type, or NULL. Thread-safe (the table is built once). */
 const vq__op_def *vq__op_find(const char *type);
@@ -329,6 +332,32 @@ int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out);
 
 /* Normalizes axis (negative counts from the end) for rank ndim. */
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out);
+
+/* ---- sliding windows: conv2d and the pools (cpu/conv.c) ---- */
+
+struct vq__window_params;
+
+/* Reads into p those of the attributes kernel (2 values, each in
+ * [1, 2^31)), strides (2, in [1, 2^31)), pads (4: top, left, bottom,
+ * right, in [0, 2^31)) and dilations (2, in [1, 2^31)) that the op's
+ * schema has, with their defaults (dilations 1, 1 when it has none).
+ * VQ_EINVAL naming the op, the attribute and its values. */
+int vq__window_attrs(const vq__infer *c, struct vq__window_params *p);
+
+/* Out's height and width (out[0], out[1]) for an input of h x w and a
+ * window of kh x kw (p's strides, pads and dilations; ceil_mode as given):
+ * -1 where they depend on an unknown (-1) dim. VQ_EINVAL naming the op,
+ * the dim and the sizes when a dilated window is larger than the padded
+ * input (an output dim would be <= 0). */
+int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int64_t h, int64_t w,
+                      int64_t kh, int64_t kw, bool ceil_mode, int64_t out[2]);
+
+/* (cpu/matmul.c) Row-major C[m,n] = alpha * op(A) op(B) + beta * C on
+ * OpenBLAS's gemm with one BLAS thread, beta 0 or 1, sizes up to INT_MAX
+ * (the caller checks); empty products write beta * C (zeros for beta 0)
+ * and never reach OpenBLAS. */
+void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c);
 
 /* ---- grad maker helpers (registry.c) ---- */
 

@@ -148,4 +148,26 @@ typedef struct vq__optim_params {
     bool nesterov;
 } vq__optim_params;
 
+/* ---- sliding windows (ops/cpu/conv.c, ops/cpu/pool.c) ---- */
+
+/* conv2d, conv2d_grad, max_pool2d, avg_pool2d and their _grad ops: the
+ * attributes, checked (ops/window_shared.h turns them and the tensors'
+ * shapes into a call's geometry). */
+typedef struct vq__window_params {
+    int64_t kernel[2];   /* the pools' kernel (conv2d's is W's last two dims) */
+    int64_t stride[2];   /* height, width */
+    int64_t pad[4];      /* top, left, bottom, right */
+    int64_t dilation[2]; /* 1, 1 for avg_pool2d */
+    int64_t groups;      /* conv2d */
+    int wrt;             /* conv2d_grad: 0 dX, 1 dW, 2 dB */
+    bool ceil_mode, count_include_pad; /* the pools; count_include_pad: avg_pool2d */
+} vq__window_params;
+
+/* ---- batch normalization (ops/cpu/norm.c) ---- */
+
+typedef struct vq__batch_norm_params {
+    double epsilon;
+    int wrt; /* batch_norm_grad: the forward input: 0 X, 1 Scale, 2 Bias, 3 Mean, 4 Var */
+} vq__batch_norm_params;
+
 #endif

@@ -120,10 +120,12 @@ static void blas_single_threaded(void)
 
 /* Row-major C[m,n] = alpha * op(A) op(B) + beta * C, beta 0 or 1, for any
  * sizes: OpenBLAS rejects leading dims of 0, so empty products never reach
- * it, and k == 0 leaves beta * C (zeros for beta 0). */
-static void gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-                 const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c)
+ * it, and k == 0 leaves beta * C (zeros for beta 0). Also the convolutions'
+ * product (cpu/conv.c; internal.h). */
+void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c)
 {
+    pthread_once(&blas_once, blas_single_threaded);
     if (m == 0 || n == 0)
         return;
     if (k == 0) {
@@ -177,10 +179,9 @@ static int matmul_kernel(const vq__kcall *k)
     size_t es = vq_dtype_size(x->dtype);
     int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
     int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, os = d.m * d.n;
-    pthread_once(&blas_once, blas_single_threaded);
     for (int64_t b = 0; b < d.batch; b++)
-        gemm(x->dtype, p->tx, p->ty, d.m, d.n, d.k, p->alpha, at(x->data, b * xs, es), ldx,
-             at(y->data, b * ys, es), ldy, 0, (char *)at(o->data, b * os, es));
+        vq__gemm(x->dtype, p->tx, p->ty, d.m, d.n, d.k, p->alpha, at(x->data, b * xs, es),
+                 ldx, at(y->data, b * ys, es), ldy, 0, (char *)at(o->data, b * os, es));
     return 0;
 }
 
@@ -204,22 +205,25 @@ static int grad_kernel(const vq__kcall *k)
         memset(dz->data, 0, dz->nbytes);
         beta = 1;
     }
-    pthread_once(&blas_once, blas_single_threaded);
     for (int64_t b = 0; b < d.batch; b++) {
         const void *xb = at(x->data, b * xs, es), *yb = at(y->data, b * ys, es);
         const void *gb = at(g->data, b * gs, es);
         if (p->wrt == 0) {
             char *dx = (char *)at(dz->data, b * xs, es);
             if (!p->tx)
-                gemm(x->dtype, false, !p->ty, d.m, d.k, d.n, p->alpha, gb, d.n, yb, ldy, 0, dx);
+                vq__gemm(x->dtype, false, !p->ty, d.m, d.k, d.n, p->alpha, gb, d.n, yb, ldy, 0,
+                         dx);
             else
-                gemm(x->dtype, p->ty, true, d.k, d.m, d.n, p->alpha, yb, ldy, gb, d.n, 0, dx);
+                vq__gemm(x->dtype, p->ty, true, d.k, d.m, d.n, p->alpha, yb, ldy, gb, d.n, 0,
+                         dx);
         } else {
             char *dy = (char *)at(dz->data, b * ys, es);
             if (!p->ty)
-                gemm(x->dtype, !p->tx, false, d.k, d.n, d.m, p->alpha, xb, ldx, gb, d.n, beta, dy);
+                vq__gemm(x->dtype, !p->tx, false, d.k, d.n, d.m, p->alpha, xb, ldx, gb, d.n,
+                         beta, dy);
             else
-                gemm(x->dtype, true, p->tx, d.n, d.k, d.m, p->alpha, gb, d.n, xb, ldx, beta, dy);
+                vq__gemm(x->dtype, true, p->tx, d.n, d.k, d.m, p->alpha, gb, d.n, xb, ldx,
+                         beta, dy);
         }
     }
     return 0;

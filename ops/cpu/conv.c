@@ -1,0 +1,556 @@
+/* 2-D convolution: conv2d (NCHW, strides, asymmetric pads, dilations,
+ * groups, an optional bias) and its gradient op conv2d_grad, on the CPU
+ * through im2col and OpenBLAS's gemm (vq__gemm, cpu/matmul.c). Also the
+ * attribute checks and the output-size rule that the pools (cpu/pool.c)
+ * share: vq__window_attrs and vq__window_out_hw (internal.h).
+ *
+ * conv2d(X, W[, B]) -> Out: X [N, C, H, W], W [M, C/groups, kH, kW], B
+ * [M]. The bias is optional, and the registry has no optional slots: W is
+ * a variadic slot that takes W and then, if given, B (so a program's op
+ * lists W=[w, b]); infer allows 2 or 3 inputs and names the third "B" in
+ * its messages.
+ *
+ * For each image and group, im2col copies the group's input channels into
+ * a [C/groups * kH * kW, Ho * Wo] matrix, one row per (channel, tap) with
+ * zeros where the tap lies in the padding, and Out's group is one gemm:
+ * W_g [M/groups, C/groups * kH * kW] times that matrix. A 1x1 kernel with
+ * stride 1 and no padding needs no copy: X's plane is the matrix. The
+ * column buffer is one group's, reused for every image and group, and
+ * comes from the CPU allocator's cache (ops/alloc.c), so a loop that runs
+ * the same layer every step stops allocating.
+ *
+ * conv2d_grad(X, W, dOut) -> dZ with wrt (and the forward op's
+ * attributes): wrt 0 is dX = col2im(W_g^T dOut_g) per image and group,
+ * col2im adding each column entry back into the input element its tap
+ * read; wrt 1 is dW_g = sum over images of dOut_g im2col(X)^T, one gemm per
+ * image adding into dW (beta 1 after the first); wrt 2 is dB, the sum of
+ * dOut over N, Ho and Wo (in double), which needs only dOut: X and W are
+ * read for their shapes. The gradient maker emits one conv2d_grad per
+ * wanted input. */
+#include "../internal.h"
+#include "../params.h"
+#include "../window_shared.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const conv_in[] = {"X", "W"};
+static const char *const conv_out[] = {"Out"};
+static const char *const grad_in[] = {"X", "W", "dOut"};
+static const char *const grad_out[] = {"dZ"};
+
+/* ---- attributes and output sizes (shared with the pools) ---- */
+
+static bool schema_has(const vq__op_def *def, const char *name)
+{
+    for (int i = 0; i < def->nattrs; i++)
+        if (!strcmp(def->attrs[i].name, name))
+            return true;
+    return false;
+}
+
+/* A list attribute of n ints, each in [lo, 2^31), into out; dflt when it
+ * is absent. what names the values, for the message. */
+static int ints_attr(const vq__infer *c, const char *name, int n, int64_t lo,
+                     const int64_t *dflt, const char *what, int64_t *out)
+{
+    const vq_attr *a = vq__attr_find(c, name);
+    if (!a) {
+        memcpy(out, dflt, (size_t)n * sizeof *out);
+        return 0;
+    }
+    char list[100];
+    if (a->n != n)
+        return vq__attr_fail(c, name, "has %d values %s; expected %d (%s)", a->n,
+                             vq__shape_str(list, sizeof list, a->n, a->ints), n, what);
+    for (int i = 0; i < n; i++) {
+        if (a->ints[i] < lo || a->ints[i] > INT32_MAX)
+            return vq__attr_fail(c, name, "is %s: value %d (%s) is %lld, outside [%lld, 2^31)",
+                                 vq__shape_str(list, sizeof list, a->n, a->ints), i, what,
+                                 (long long)a->ints[i], (long long)lo);
+        out[i] = a->ints[i];
+    }
+    return 0;
+}
+
+int vq__window_attrs(const vq__infer *c, vq__window_params *p)
+{
+    static const int64_t ones[2] = {1, 1}, zeros[4] = {0, 0, 0, 0};
+    int rc = 0;
+    if (schema_has(c->def, "kernel"))
+        rc = ints_attr(c, "kernel", 2, 1, ones, "height, width", p->kernel);
+    if (rc == 0)
+        rc = ints_attr(c, "strides", 2, 1, ones, "height, width", p->stride);
+    if (rc == 0)
+        rc = ints_attr(c, "pads", 4, 0, zeros, "top, left, bottom, right", p->pad);
+    p->dilation[0] = p->dilation[1] = 1;
+    if (rc == 0 && schema_has(c->def, "dilations"))
+        rc = ints_attr(c, "dilations", 2, 1, ones, "height, width", p->dilation);
+    return rc;
+}
+
+int vq__window_out_hw(const vq__infer *c, const vq__window_params *p, int64_t h, int64_t w,
+                      int64_t kh, int64_t kw, bool ceil_mode, int64_t out[2])
+{
+    static const char *const dim[2] = {"height", "width"};
+    const int64_t in[2] = {h, w}, k[2] = {kh, kw};
+    for (int d = 0; d < 2; d++) {
+        int64_t p0 = p->pad[d], p1 = p->pad[d + 2];
+        out[d] = vq__window_out(in[d], p0, p1, k[d], p->stride[d], p->dilation[d], ceil_mode);
+        if (out[d] == 0)
+            return vq__op_fail(c->def,
+                               "output %s would be <= 0: input %s %lld with pads %lld and %lld "
+                               "is smaller than the dilated kernel %s %lld (kernel %lld, "
+                               "dilation %lld)",
+                               dim[d], dim[d], (long long)in[d], (long long)p0, (long long)p1,
+                               dim[d], (long long)(p->dilation[d] * (k[d] - 1) + 1),
+                               (long long)k[d], (long long)p->dilation[d]);
+    }
+    return 0;
+}
+
+/* ---- shapes ---- */
+
+/* "conv2d: input B (slot 2): ...": the variadic slot's third tensor is the
+ * bias, which vq__in_fail would call W. */
+static int bias_fail(const vq__infer *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int bias_fail(const vq__infer *c, const char *fmt, ...)
+{
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vq__op_fail(c->def, "input B (slot 2): %s", msg);
+}
+
+/* Checks X (slot 0), W (slot 1) and, when bias_slot > 0, the bias there
+ * against the attributes: fills p (but wrt) and Out's meta; -1 for Out's
+ * dims that depend on unknown ones. */
+static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq__meta *out)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_rank(c, 0, 4)) < 0 || (rc = vq__check_rank(c, 1, 4)) < 0 ||
+        (rc = vq__window_attrs(c, p)) < 0)
+        return rc;
+    int64_t groups = vq__attr_int(c, "groups", 1);
+    if (groups < 1 || groups > INT32_MAX)
+        return vq__attr_fail(c, "groups", "is %lld, outside [1, 2^31)", (long long)groups);
+    p->groups = groups;
+    const vq__meta *x = &c->in[0], *w = &c->in[1];
+    char sx[100], sw[100];
+#define SHAPES() (vq__shape_str(sx, sizeof sx, x->ndim, x->shape), \
+                  vq__shape_str(sw, sizeof sw, w->ndim, w->shape))
+    int64_t C = x->shape[1], M = w->shape[0], cg = w->shape[1], kh = w->shape[2],
+            kw = w->shape[3];
+    if (C >= 0 && C % groups != 0 && (SHAPES(), true))
+        return vq__in_fail(c, 0, "has %lld channels (dim 1), which groups %lld does not divide: "
+                                 "X is %s",
+                           (long long)C, (long long)groups, sx);
+    if (M >= 0 && M % groups != 0 && (SHAPES(), true))
+        return vq__in_fail(c, 1, "has %lld output channels (dim 0), which groups %lld does not "
+                                 "divide: W is %s",
+                           (long long)M, (long long)groups, sw);
+    if (C >= 0 && cg >= 0 && cg * groups != C && (SHAPES(), true))
+        return vq__in_fail(c, 1, "has %lld input channels per group (dim 1), but X's %lld "
+                                 "channels in %lld group(s) make %lld: X is %s, W is %s",
+                           (long long)cg, (long long)C, (long long)groups,
+                           (long long)(C / groups), sx, sw);
+    if (((kh >= 0 && kh < 1) || (kw >= 0 && kw < 1) || kh > INT32_MAX || kw > INT32_MAX) &&
+        (SHAPES(), true))
+        return vq__in_fail(c, 1, "kernel %lldx%lld (dims 2 and 3): each must be in [1, 2^31): "
+                                 "W is %s",
+                           (long long)kh, (long long)kw, sw);
+    int64_t hw[2];
+    if ((rc = vq__window_out_hw(c, p, x->shape[2], x->shape[3], kh, kw, false, hw)) < 0)
+        return rc;
+    /* gemm's sizes are ints: a group's rows, its columns, the plane */
+    int64_t rows = cg >= 0 && kh >= 0 && kw >= 0 ? cg * kh * kw : -1;
+    int64_t plane = hw[0] >= 0 && hw[1] >= 0 ? hw[0] * hw[1] : -1;
+    if ((rows > INT_MAX || plane > INT_MAX || (M >= 0 && M / groups > INT_MAX)) &&
+        (SHAPES(), true))
+        return vq__op_fail(c->def, "X %s and W %s make a product past BLAS's int sizes", sx, sw);
+#undef SHAPES
+    out->dtype = x->dtype;
+    out->ndim = 4;
+    out->shape[0] = x->shape[0];
+    out->shape[1] = M;
+    out->shape[2] = hw[0];
+    out->shape[3] = hw[1];
+    if (bias_slot > 0) {
+        const vq__meta *b = &c->in[bias_slot];
+        if (b->dtype != x->dtype)
+            return bias_fail(c, "dtype %s differs from X's %s", vq_dtype_name(b->dtype),
+                             vq_dtype_name(x->dtype));
+        if (b->ndim != 1 || !vq__dim_match(b->shape[0], M)) {
+            char sb[100];
+            return bias_fail(c, "shape %s is not [M] for W's M = %lld output channels",
+                             vq__shape_str(sb, sizeof sb, b->ndim, b->shape), (long long)M);
+        }
+        if (out->shape[1] < 0)
+            out->shape[1] = b->shape[0];
+    }
+    return 0;
+}
+
+static int conv2d_infer(vq__infer *c)
+{
+    if (c->nin > 3)
+        return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
+    return conv_meta(c, c->params, c->nin == 3 ? 2 : 0, &c->out[0]);
+}
+
+static int conv2d_grad_infer(vq__infer *c)
+{
+    vq__window_params *p = c->params;
+    int64_t wrt = vq__attr_int(c, "wrt", 0);
+    if (wrt < 0 || wrt > 2)
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X), 1 (W) or 2 (the bias)",
+                             (long long)wrt);
+    p->wrt = (int)wrt;
+    vq__meta full;
+    int rc = conv_meta(c, p, 0, &full);
+    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0 ||
+        (rc = vq__check_shape_is(c, 2, &full, "conv2d's output shape")) < 0)
+        return rc;
+    if (p->wrt < 2) {
+        c->out[0] = c->in[p->wrt];
+    } else {
+        c->out[0].dtype = c->in[0].dtype;
+        c->out[0].ndim = 1;
+        c->out[0].shape[0] = c->in[1].shape[0] >= 0 ? c->in[1].shape[0] : c->in[2].shape[1];
+    }
+    return 0;
+}
+
+/* ---- im2col and col2im ---- */
+
+/* One call's shapes: the window over all of X's channels, and the
+ * matrices of one group's product. */
+struct conv {
+    vq__window w;
+    int64_t groups, m; /* m: output channels */
+    int64_t cg, mg;    /* input and output channels per group */
+    int64_t rows;      /* cg * kh * kw: the rows of a group's columns */
+    int64_t plane;     /* oh * ow: their columns */
+    bool direct;       /* 1x1, stride 1, no pads: X's plane is the matrix */
+};
+
+/* out: Out's shape (conv2d) or dOut's (conv2d_grad). */
+static struct conv conv_of(const vq__window_params *p, const vq_tensor *x, const vq_tensor *w,
+                           const int64_t *out)
+{
+    struct conv cv;
+    cv.w = vq__window_make(x->shape, w->shape[2], w->shape[3], out, p->stride, p->pad,
+                           p->dilation);
+    cv.groups = p->groups;
+    cv.m = w->shape[0];
+    cv.cg = w->shape[1];
+    cv.mg = cv.m / cv.groups;
+    cv.rows = cv.cg * cv.w.kh * cv.w.kw;
+    cv.plane = cv.w.oh * cv.w.ow;
+    cv.direct = cv.w.kh == 1 && cv.w.kw == 1 && cv.w.sh == 1 && cv.w.sw == 1 && cv.w.pt == 0 &&
+                cv.w.pl == 0 && cv.w.pb == 0 && cv.w.pr == 0;
+    return cv;
+}
+
+/* col [channels * kh * kw, oh * ow] from the planes x [channels, h, w]:
+ * row (c, i, j) holds tap (i, j) of every window, 0 in the padding. Rows
+ * with stride 1 along the width are copies of input rows. */
+#define IM2COL(T)                                                                            \
+    static void im2col_##T(const T *x, T *col, const vq__window *w, int64_t channels)       \
+    {                                                                                        \
+        int64_t plane = w->oh * w->ow;                                                       \
+        for (int64_t c = 0; c < channels; c++)                                               \
+            for (int64_t i = 0; i < w->kh; i++)                                              \
+                for (int64_t j = 0; j < w->kw; j++) {                                        \
+                    T *row = col + ((c * w->kh + i) * w->kw + j) * plane;                    \
+                    int64_t off = j * w->dw - w->pl, lo, hi;                                 \
+                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                      \
+                    for (int64_t oh = 0; oh < w->oh; oh++) {                                 \
+                        T *r = row + oh * w->ow;                                             \
+                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                         \
+                        if (ih < 0 || ih >= w->h) {                                          \
+                            memset(r, 0, (size_t)w->ow * sizeof(T));                         \
+                            continue;                                                        \
+                        }                                                                    \
+                        const T *xr = x + (c * w->h + ih) * w->w;                            \
+                        for (int64_t o = 0; o < lo; o++)                                     \
+                            r[o] = 0;                                                        \
+                        if (w->sw == 1 && hi > lo)                                           \
+                            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(T));    \
+                        else                                                                 \
+                            for (int64_t o = lo; o < hi; o++)                                \
+                                r[o] = xr[o * w->sw + off];                                  \
+                        for (int64_t o = hi; o < w->ow; o++)                                 \
+                            r[o] = 0;                                                        \
+                    }                                                                        \
+                }                                                                            \
+    }
+
+/* The reverse: adds each entry of col back into the element of x its tap
+ * read (entries in the padding are dropped). An element of x gets its
+ * terms in the order of the taps (i, j), as conv.cu's col2im adds them. */
+#define COL2IM(T)                                                                            \
+    static void col2im_##T(const T *col, T *x, const vq__window *w, int64_t channels)       \
+    {                                                                                        \
+        int64_t plane = w->oh * w->ow;                                                       \
+        for (int64_t c = 0; c < channels; c++)                                               \
+            for (int64_t i = 0; i < w->kh; i++)                                              \
+                for (int64_t j = 0; j < w->kw; j++) {                                        \
+                    const T *row = col + ((c * w->kh + i) * w->kw + j) * plane;              \
+                    int64_t off = j * w->dw - w->pl, lo, hi;                                 \
+                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                      \
+                    for (int64_t oh = 0; oh < w->oh; oh++) {                                 \
+                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                         \
+                        if (ih < 0 || ih >= w->h)                                            \
+                            continue;                                                        \
+                        const T *r = row + oh * w->ow;                                       \
+                        T *xr = x + (c * w->h + ih) * w->w;                                  \
+                        for (int64_t o = lo; o < hi; o++)                                    \
+                            xr[o * w->sw + off] += r[o];                                     \
+                    }                                                                        \
+                }                                                                            \
+    }
+
+IM2COL(float)
+IM2COL(double)
+COL2IM(float)
+COL2IM(double)
+
+static void im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, int64_t channels)
+{
+    if (dt == VQ_F32)
+        im2col_float(x, col, w, channels);
+    else
+        im2col_double(x, col, w, channels);
+}
+
+static void col2im(vq_dtype dt, const void *col, void *x, const vq__window *w, int64_t channels)
+{
+    if (dt == VQ_F32)
+        col2im_float(col, x, w, channels);
+    else
+        col2im_double(col, x, w, channels);
+}
+
+/* ---- kernels ---- */
+
+static char *at(const void *base, int64_t elems, size_t es)
+{
+    return (char *)base + (size_t)elems * es;
+}
+
+/* A CPU buffer of n elements for one group's columns (*out stays NULL for
+ * n == 0); released with vq_tensor_release. */
+static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    int rc = vq__tensor_empty(out, dt, 1, &n);
+    if (rc < 0) {
+        char why[200];
+        snprintf(why, sizeof why, "%s", vq_errmsg());
+        return vq__fail(rc, "%s: the im2col buffer of %lld elements: %s", k->def->type,
+                        (long long)n, why);
+    }
+    return 0;
+}
+
+#define ADD_BIAS(T)                                                                          \
+    static void add_bias_##T(T *o, const T *b, int64_t n, int64_t m, int64_t plane)         \
+    {                                                                                        \
+        for (int64_t i = 0; i < n * m; i++) {                                                \
+            T v = b[i % m], *r = o + i * plane;                                              \
+            for (int64_t j = 0; j < plane; j++)                                              \
+                r[j] += v;                                                                   \
+        }                                                                                    \
+    }
+
+ADD_BIAS(float)
+ADD_BIAS(double)
+
+static int conv2d_kernel(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    if (o->numel == 0)
+        return 0;
+    struct conv cv = conv_of(p, x, w, o->shape);
+    vq_dtype dt = x->dtype;
+    size_t es = vq_dtype_size(dt);
+    vq_tensor *col = NULL;
+    int rc = cv.direct ? 0 : scratch(k, dt, cv.rows * cv.plane, &col);
+    if (rc < 0)
+        return rc;
+    for (int64_t n = 0; n < cv.w.n; n++)
+        for (int64_t g = 0; g < cv.groups; g++) {
+            const char *xg = at(x->data, (n * cv.w.c + g * cv.cg) * cv.w.h * cv.w.w, es);
+            const void *src = xg;
+            if (col) {
+                im2col(dt, xg, col->data, &cv.w, cv.cg);
+                src = col->data;
+            }
+            vq__gemm(dt, false, false, cv.mg, cv.plane, cv.rows, 1,
+                     at(w->data, g * cv.mg * cv.rows, es), cv.rows, src, cv.plane, 0,
+                     at(o->data, (n * cv.m + g * cv.mg) * cv.plane, es));
+        }
+    vq_tensor_release(col);
+    if (b && dt == VQ_F32)
+        add_bias_float(o->data, b->data, cv.w.n, cv.m, cv.plane);
+    else if (b)
+        add_bias_double(o->data, b->data, cv.w.n, cv.m, cv.plane);
+    return 0;
+}
+
+/* dX: per image and group, W_g^T dOut_g is the gradient of the group's
+ * columns, which col2im adds back into dX's planes (zeroed first); a
+ * direct product's columns are dX's planes themselves. */
+static int conv_dx(const vq__kcall *k, const struct conv *cv)
+{
+    vq_tensor *w = k->in[1], *gr = k->in[2], *dx = k->out[0];
+    vq_dtype dt = dx->dtype;
+    size_t es = vq_dtype_size(dt);
+    vq_tensor *col = NULL;
+    int rc = cv->direct ? 0 : scratch(k, dt, cv->rows * cv->plane, &col);
+    if (rc < 0)
+        return rc;
+    if (col)
+        memset(dx->data, 0, dx->nbytes);
+    for (int64_t n = 0; n < cv->w.n; n++)
+        for (int64_t g = 0; g < cv->groups; g++) {
+            char *dxg = at(dx->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
+            vq__gemm(dt, true, false, cv->rows, cv->plane, cv->mg, 1,
+                     at(w->data, g * cv->mg * cv->rows, es), cv->rows,
+                     at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, 0,
+                     col ? col->data : dxg);
+            if (col)
+                col2im(dt, col->data, dxg, &cv->w, cv->cg);
+        }
+    vq_tensor_release(col);
+    return 0;
+}
+
+/* dW_g = sum over images of dOut_g [mg, plane] times the group's columns
+ * transposed [plane, rows]: the first image's product is written, the
+ * others add (beta 1). No images: zeros. */
+static int conv_dw(const vq__kcall *k, const struct conv *cv)
+{
+    vq_tensor *x = k->in[0], *gr = k->in[2], *dw = k->out[0];
+    vq_dtype dt = dw->dtype;
+    size_t es = vq_dtype_size(dt);
+    if (cv->w.n == 0) {
+        memset(dw->data, 0, dw->nbytes);
+        return 0;
+    }
+    vq_tensor *col = NULL;
+    int rc = cv->direct ? 0 : scratch(k, dt, cv->rows * cv->plane, &col);
+    if (rc < 0)
+        return rc;
+    for (int64_t n = 0; n < cv->w.n; n++)
+        for (int64_t g = 0; g < cv->groups; g++) {
+            const char *xg = at(x->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
+            const void *src = xg;
+            if (col) {
+                im2col(dt, xg, col->data, &cv->w, cv->cg);
+                src = col->data;
+            }
+            vq__gemm(dt, false, true, cv->mg, cv->rows, cv->plane, 1,
+                     at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, src,
+                     cv->plane, n ? 1 : 0, at(dw->data, g * cv->mg * cv->rows, es));
+        }
+    vq_tensor_release(col);
+    return 0;
+}
+
+/* dB[m] = the sum of dOut[:, m, :, :], in double, images in order. */
+#define CONV_DB(T)                                                                           \
+    static void conv_db_##T(const T *g, T *db, int64_t n, int64_t m, int64_t plane)         \
+    {                                                                                        \
+        for (int64_t c = 0; c < m; c++) {                                                    \
+            double s = 0;                                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                \
+                const T *r = g + (i * m + c) * plane;                                        \
+                for (int64_t j = 0; j < plane; j++)                                          \
+                    s += r[j];                                                               \
+            }                                                                                \
+            db[c] = (T)s;                                                                    \
+        }                                                                                    \
+    }
+
+CONV_DB(float)
+CONV_DB(double)
+
+static int conv2d_grad_kernel(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *gr = k->in[2], *dz = k->out[0];
+    if (dz->numel == 0)
+        return 0;
+    struct conv cv = conv_of(p, x, w, gr->shape);
+    switch (p->wrt) {
+    case 0: return conv_dx(k, &cv);
+    case 1: return conv_dw(k, &cv);
+    default:
+        if (dz->dtype == VQ_F32)
+            conv_db_float(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
+        else
+            conv_db_double(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
+        return 0;
+    }
+}
+
+/* One conv2d_grad per wanted input (X, W, the bias), each reading X, W and
+ * dOut, with the forward op's attributes and wrt. */
+static int conv2d_grad(const vq__grad *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->nin; i++)
+        any |= g->din[i] != NULL;
+    if (!any)
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    /* conv2d's schema has four attributes, each given at most once. */
+    if (g->nattrs < 0 || g->nattrs > 4)
+        return vq__op_fail(g->def, "%d attributes; conv2d has 4", g->nattrs);
+    vq_attr attrs[5];
+    int n = 0;
+    for (int i = 0; i < g->nattrs; i++)
+        attrs[n++] = g->attrs[i];
+    for (int i = 0; i < g->nin && i < 3; i++) {
+        if (!g->din[i])
+            continue;
+        attrs[n] = VQ_ATTR_I("wrt", i);
+        const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
+        int rc = vq__emit(g, "conv2d_grad", in, 3, &g->din[i], 1, attrs, n + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const vq__attr_spec conv_attrs[] = {
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
+    {"groups", VQ_ATTR_INT, false, "1"},
+    {"wrt", VQ_ATTR_INT, true, NULL}, /* conv2d_grad only */
+};
+
+const vq__op_def vq__ops_conv[] = {
+    {.type = "conv2d", .in_slots = conv_in, .nin_slots = 2, .out_slots = conv_out,
+     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = conv_attrs, .nattrs = 4,
+     .params_size = sizeof(vq__window_params), .infer = conv2d_infer,
+     .kernel = {conv2d_kernel}, .grad = conv2d_grad},
+    {.type = "conv2d_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
+     .nout_slots = 1, .attrs = conv_attrs, .nattrs = 5, .params_size = sizeof(vq__window_params),
+     .infer = conv2d_grad_infer, .kernel = {conv2d_grad_kernel}},
+    {0},
+};

@@ -1,0 +1,240 @@
+/* Batch normalization in its inference form: batch_norm(X, Scale, Bias,
+ * Mean, Var) -> Out, per channel (X's dim 1, for X of rank >= 2):
+ *   Out = (X - Mean) / sqrt(Var + epsilon) * Scale + Bias,
+ * with Mean and Var given (running statistics), not computed from the
+ * batch. Its gradient op batch_norm_grad(X, Scale, Mean, Var, dOut) -> dZ
+ * gives, with wrt the forward input (inv = 1 / sqrt(Var + epsilon),
+ * a = Scale * inv, sums over every dim but the channel's):
+ *   0 X:     dX = dOut * a
+ *   1 Scale: sum(dOut * (X - Mean)) * inv
+ *   2 Bias:  sum(dOut)
+ *   3 Mean:  -a * sum(dOut)
+ *   4 Var:   -1/2 * Scale * inv^3 * sum(dOut * (X - Mean)).
+ * Mean and Var get their gradients too, so that autodiff over a program
+ * whose statistics are parameters works; training usually lists them as
+ * no_grad.
+ *
+ * Per-channel constants and sums are in double for both dtypes, in the
+ * order of the expressions above, which the CUDA kernels (ops/cuda/conv.cu)
+ * repeat: the elementwise results match bit for bit, the sums to
+ * rounding. X is seen as [outer, C, inner]. */
+#include "../internal.h"
+#include "../params.h"
+
+#include <math.h>
+
+static const char *const bn_in[] = {"X", "Scale", "Bias", "Mean", "Var"};
+static const char *const bn_out[] = {"Out"};
+static const char *const grad_in[] = {"X", "Scale", "Mean", "Var", "dOut"};
+static const char *const grad_out[] = {"dZ"};
+
+/* ---- shapes ---- */
+
+/* X (slot 0) and the per-channel inputs in slots first..last, each [C]. */
+static int bn_check(vq__infer *c, int first, int last)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0)
+        return rc;
+    const vq__meta *x = &c->in[0];
+    if (x->ndim < 2)
+        return vq__in_fail(c, 0, "has %d dims; batch_norm needs at least 2 ([N, C, ...])",
+                           x->ndim);
+    for (int s = first; s <= last; s++) {
+        if ((rc = vq__check_same_dtype(c, 0, s)) < 0)
+            return rc;
+        const vq__meta *v = &c->in[s];
+        if (v->ndim != 1 || !vq__dim_match(v->shape[0], x->shape[1])) {
+            char sv[100], sx[100];
+            return vq__in_fail(c, s, "shape %s is not [C] for X's %lld channels (X is %s)",
+                               vq__shape_str(sv, sizeof sv, v->ndim, v->shape),
+                               (long long)x->shape[1],
+                               vq__shape_str(sx, sizeof sx, x->ndim, x->shape));
+        }
+    }
+    vq__batch_norm_params *p = c->params;
+    p->epsilon = vq__attr_float(c, "epsilon", 1e-5);
+    if (!(p->epsilon >= 0))
+        return vq__attr_fail(c, "epsilon", "is %g; it must be >= 0", p->epsilon);
+    return 0;
+}
+
+/* X's channel count, from whichever input knows it. */
+static int64_t channels(const vq__infer *c, int first, int last)
+{
+    int64_t ch = c->in[0].shape[1];
+    for (int s = first; s <= last && ch < 0; s++)
+        ch = c->in[s].shape[0];
+    return ch;
+}
+
+static int bn_infer(vq__infer *c)
+{
+    int rc = bn_check(c, 1, 4);
+    if (rc < 0)
+        return rc;
+    c->out[0] = c->in[0];
+    c->out[0].shape[1] = channels(c, 1, 4);
+    return 0;
+}
+
+static int bn_grad_infer(vq__infer *c)
+{
+    vq__batch_norm_params *p = c->params;
+    int rc = bn_check(c, 1, 3);
+    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 4)) < 0 ||
+        (rc = vq__check_same_shape(c, 0, 4)) < 0)
+        return rc;
+    int64_t wrt = vq__attr_int(c, "wrt", 0);
+    if (wrt < 0 || wrt > 4)
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X), 1 (Scale), 2 (Bias), 3 (Mean) or "
+                                       "4 (Var)",
+                             (long long)wrt);
+    p->wrt = (int)wrt;
+    c->out[0] = c->in[0];
+    int64_t ch = channels(c, 1, 3);
+    for (int d = 0; d < c->out[0].ndim; d++)
+        if (c->out[0].shape[d] < 0)
+            c->out[0].shape[d] = c->in[4].shape[d];
+    if (p->wrt > 0) {
+        c->out[0].ndim = 1;
+        c->out[0].shape[0] = ch;
+    } else {
+        c->out[0].shape[1] = ch;
+    }
+    return 0;
+}
+
+/* ---- kernels ---- */
+
+/* X as [outer, C, inner]. */
+struct layout {
+    int64_t outer, c, inner;
+};
+
+static struct layout layout_of(const vq_tensor *x)
+{
+    struct layout l = {x->shape[0], x->shape[1], 1};
+    for (int d = 2; d < x->ndim; d++)
+        l.inner *= x->shape[d];
+    return l;
+}
+
+#define BATCH_NORM(T)                                                                        \
+    static void bn_##T(const T *x, const T *scale, const T *bias, const T *mean,             \
+                       const T *var, T *o, struct layout l, double eps)                      \
+    {                                                                                        \
+        for (int64_t ch = 0; ch < l.c; ch++) {                                               \
+            double a = (double)scale[ch] * (1.0 / sqrt((double)var[ch] + eps));              \
+            double m = mean[ch], b = bias[ch];                                               \
+            for (int64_t n = 0; n < l.outer; n++) {                                          \
+                int64_t at = (n * l.c + ch) * l.inner;                                       \
+                for (int64_t i = 0; i < l.inner; i++)                                        \
+                    o[at + i] = (T)(((double)x[at + i] - m) * a + b);                        \
+            }                                                                                \
+        }                                                                                    \
+    }                                                                                        \
+                                                                                             \
+    static void bn_grad_##T(int wrt, const T *x, const T *scale, const T *mean, const T *var, \
+                            const T *g, T *dz, struct layout l, double eps)                  \
+    {                                                                                        \
+        for (int64_t ch = 0; ch < l.c; ch++) {                                               \
+            double inv = 1.0 / sqrt((double)var[ch] + eps), a = (double)scale[ch] * inv;     \
+            double m = mean[ch], sg = 0, sgx = 0;                                            \
+            for (int64_t n = 0; n < l.outer; n++) {                                          \
+                int64_t at = (n * l.c + ch) * l.inner;                                       \
+                if (wrt == 0) {                                                              \
+                    for (int64_t i = 0; i < l.inner; i++)                                    \
+                        dz[at + i] = (T)((double)g[at + i] * a);                             \
+                    continue;                                                                \
+                }                                                                            \
+                for (int64_t i = 0; i < l.inner; i++) {                                      \
+                    sg += g[at + i];                                                         \
+                    sgx += (double)g[at + i] * ((double)x[at + i] - m);                      \
+                }                                                                            \
+            }                                                                                \
+            switch (wrt) {                                                                   \
+            case 0: break;                                                                   \
+            case 1: dz[ch] = (T)(sgx * inv); break;                                          \
+            case 2: dz[ch] = (T)sg; break;                                                   \
+            case 3: dz[ch] = (T)(-a * sg); break;                                            \
+            default: dz[ch] = (T)(-0.5 * (double)scale[ch] * (inv * inv * inv) * sgx); break; \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+BATCH_NORM(float)
+BATCH_NORM(double)
+
+static int bn_kernel(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in;
+    struct layout l = layout_of(in[0]);
+    if (in[0]->dtype == VQ_F32)
+        bn_float(in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                 k->out[0]->data, l, p->epsilon);
+    else
+        bn_double(in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                  k->out[0]->data, l, p->epsilon);
+    return 0;
+}
+
+static int bn_grad_kernel(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in;
+    struct layout l = layout_of(in[0]);
+    if (in[0]->dtype == VQ_F32)
+        bn_grad_float(p->wrt, in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                      k->out[0]->data, l, p->epsilon);
+    else
+        bn_grad_double(p->wrt, in[0]->data, in[1]->data, in[2]->data, in[3]->data,
+                       in[4]->data, k->out[0]->data, l, p->epsilon);
+    return 0;
+}
+
+/* One batch_norm_grad per wanted input, wrt the input's slot. */
+static int bn_grad(const vq__grad *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->nin; i++)
+        any |= g->din[i] != NULL;
+    if (!any)
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    if (g->nattrs < 0 || g->nattrs > 1)
+        return vq__op_fail(g->def, "%d attributes; batch_norm has 1", g->nattrs);
+    vq_attr attrs[2];
+    int n = 0;
+    for (int i = 0; i < g->nattrs; i++)
+        attrs[n++] = g->attrs[i];
+    const char *in[5] = {g->in[0], g->in[1], g->in[3], g->in[4], g->dout[0]};
+    for (int i = 0; i < g->nin && i < 5; i++) {
+        if (!g->din[i])
+            continue;
+        attrs[n] = VQ_ATTR_I("wrt", i);
+        int rc = vq__emit(g, "batch_norm_grad", in, 5, &g->din[i], 1, attrs, n + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const vq__attr_spec bn_attrs[] = {
+    {"epsilon", VQ_ATTR_FLOAT, false, "1e-05"},
+    {"wrt", VQ_ATTR_INT, true, NULL}, /* batch_norm_grad only */
+};
+
+const vq__op_def vq__ops_norm[] = {
+    {.type = "batch_norm", .in_slots = bn_in, .nin_slots = 5, .out_slots = bn_out,
+     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = bn_attrs, .nattrs = 1,
+     .params_size = sizeof(vq__batch_norm_params), .infer = bn_infer, .kernel = {bn_kernel},
+     .grad = bn_grad},
+    {.type = "batch_norm_grad", .in_slots = grad_in, .nin_slots = 5, .out_slots = grad_out,
+     .nout_slots = 1, .attrs = bn_attrs, .nattrs = 2,
+     .params_size = sizeof(vq__batch_norm_params), .infer = bn_grad_infer,
+     .kernel = {bn_grad_kernel}},
+    {0},
+};

@@ -1,0 +1,384 @@
+/* Pooling over NCHW planes: max_pool2d (padding acts as -inf; dilations),
+ * avg_pool2d (count_include_pad) and global_avg_pool (the mean over every
+ * dim after the first two, for any rank >= 3), and their gradient ops.
+ *
+ * The window geometry, the output size (ceil_mode included), the
+ * average's divisor and the max's position are ops/window_shared.h's,
+ * which the CUDA kernels (ops/cuda/conv.cu) use as well. Each pad must be
+ * smaller than the dilated kernel along its dim, so that no window of the
+ * padded input lies wholly in its leading or trailing pad (the rule
+ * PyTorch enforces more strictly, pad <= kernel / 2).
+ *
+ * The gradients scatter dOut back onto dX in the order of the outputs:
+ * max_pool2d_grad(X, dOut) adds each output's gradient at the first
+ * position of its window's maximum (recomputed from X), avg_pool2d_grad
+ * adds dOut / divisor at each of the window's taps on the input. An
+ * element of dX thus gets its terms in the order of the outputs, which the
+ * CUDA kernels (one thread per element of dX, gathering) keep.
+ * global_avg_pool sums in double; its gradient is dOut * (1 / count)
+ * spread over the plane, as reduce.c's mean_grad computes it. */
+#include "../internal.h"
+#include "../params.h"
+#include "../window_shared.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const x_in[] = {"X"};
+static const char *const out_slot[] = {"Out"};
+static const char *const grad_in[] = {"X", "dOut"};
+static const char *const grad_out[] = {"dX"};
+
+/* ---- shapes ---- */
+
+/* X (slot 0) against the attributes: fills p and Out's meta. */
+static int pool_meta(const vq__infer *c, vq__window_params *p, vq__meta *out)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_rank(c, 0, 4)) < 0 ||
+        (rc = vq__window_attrs(c, p)) < 0)
+        return rc;
+    p->ceil_mode = vq__attr_bool(c, "ceil_mode", false);
+    p->count_include_pad = vq__attr_bool(c, "count_include_pad", false);
+    static const char *const side[4] = {"top", "left", "bottom", "right"};
+    for (int i = 0; i < 4; i++) {
+        int64_t extent = p->dilation[i % 2] * (p->kernel[i % 2] - 1) + 1;
+        if (p->pad[i] >= extent)
+            return vq__attr_fail(c, "pads", "pad %lld (%s) is not smaller than the dilated "
+                                            "kernel %s %lld: a window could lie wholly in it",
+                                 (long long)p->pad[i], side[i], i % 2 ? "width" : "height",
+                                 (long long)extent);
+    }
+    const vq__meta *x = &c->in[0];
+    int64_t hw[2];
+    if ((rc = vq__window_out_hw(c, p, x->shape[2], x->shape[3], p->kernel[0], p->kernel[1],
+                                p->ceil_mode, hw)) < 0)
+        return rc;
+    *out = *x;
+    out->shape[2] = hw[0];
+    out->shape[3] = hw[1];
+    return 0;
+}
+
+static int pool_infer(vq__infer *c)
+{
+    return pool_meta(c, c->params, &c->out[0]);
+}
+
+/* max_pool2d_grad / avg_pool2d_grad (X, dOut) -> dX. */
+static int pool_grad_infer(vq__infer *c)
+{
+    vq__meta full;
+    int rc = pool_meta(c, c->params, &full);
+    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_shape_is(c, 1, &full, "the pool's output shape")) < 0)
+        return rc;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static vq__window window_of(const vq__window_params *p, const vq_tensor *x, const int64_t *out)
+{
+    return vq__window_make(x->shape, p->kernel[0], p->kernel[1], out, p->stride, p->pad,
+                           p->dilation);
+}
+
+/* ---- max_pool2d ---- */
+
+#define MAX_POOL(T, ARGMAX)                                                                  \
+    static void max_pool_##T(const T *x, T *o, const vq__window *w)                         \
+    {                                                                                        \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
+            const T *xp = x + p * plane;                                                     \
+            T *op = o + p * oplane;                                                          \
+            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
+                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
+                    int64_t a = ARGMAX(xp, w, oh, ow);                                       \
+                    op[oh * w->ow + ow] = a < 0 ? (T)-INFINITY : xp[a];                      \
+                }                                                                            \
+        }                                                                                    \
+    }                                                                                        \
+                                                                                             \
+    static void max_pool_grad_##T(const T *x, const T *g, T *dx, const vq__window *w)       \
+    {                                                                                        \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
+        memset(dx, 0, (size_t)(w->n * w->c * plane) * sizeof(T));                            \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
+            const T *xp = x + p * plane, *gp = g + p * oplane;                               \
+            T *dp = dx + p * plane;                                                          \
+            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
+                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
+                    int64_t a = ARGMAX(xp, w, oh, ow);                                       \
+                    if (a >= 0)                                                              \
+                        dp[a] += gp[oh * w->ow + ow];                                        \
+                }                                                                            \
+        }                                                                                    \
+    }
+
+MAX_POOL(float, vq__window_argmax_f32)
+MAX_POOL(double, vq__window_argmax_f64)
+
+static int max_pool_kernel(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (o->numel == 0)
+        return 0;
+    vq__window w = window_of(k->params, x, o->shape);
+    if (x->dtype == VQ_F32)
+        max_pool_float(x->data, o->data, &w);
+    else
+        max_pool_double(x->data, o->data, &w);
+    return 0;
+}
+
+static int max_pool_grad_kernel(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
+    if (dx->numel == 0)
+        return 0;
+    vq__window w = window_of(k->params, x, g->shape);
+    if (x->dtype == VQ_F32)
+        max_pool_grad_float(x->data, g->data, dx->data, &w);
+    else
+        max_pool_grad_double(x->data, g->data, dx->data, &w);
+    return 0;
+}
+
+/* ---- avg_pool2d ---- */
+
+/* The taps of output (oh, ow)'s window that lie on the input: rows
+ * [h0, h1), columns [w0, w1) (avg_pool2d has no dilation). */
+struct taps {
+    int64_t h0, h1, w0, w1;
+};
+
+static struct taps taps_of(const vq__window *w, int64_t oh, int64_t ow)
+{
+    struct taps t = {oh * w->sh - w->pt, 0, ow * w->sw - w->pl, 0};
+    t.h1 = t.h0 + w->kh < w->h ? t.h0 + w->kh : w->h;
+    t.w1 = t.w0 + w->kw < w->w ? t.w0 + w->kw : w->w;
+    t.h0 = t.h0 < 0 ? 0 : t.h0;
+    t.w0 = t.w0 < 0 ? 0 : t.w0;
+    return t;
+}
+
+#define AVG_POOL(T)                                                                          \
+    static void avg_pool_##T(const T *x, T *o, const vq__window *w, bool include_pad)       \
+    {                                                                                        \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
+            const T *xp = x + p * plane;                                                     \
+            T *op = o + p * oplane;                                                          \
+            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
+                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
+                    struct taps t = taps_of(w, oh, ow);                                      \
+                    double s = 0;                                                            \
+                    for (int64_t ih = t.h0; ih < t.h1; ih++)                                 \
+                        for (int64_t iw = t.w0; iw < t.w1; iw++)                             \
+                            s += xp[ih * w->w + iw];                                         \
+                    int64_t n = vq__window_avg_count(w, oh, ow, include_pad);                \
+                    op[oh * w->ow + ow] = (T)(s / (double)n);                                \
+                }                                                                            \
+        }                                                                                    \
+    }                                                                                        \
+                                                                                             \
+    static void avg_pool_grad_##T(const T *g, T *dx, const vq__window *w, bool include_pad) \
+    {                                                                                        \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
+        memset(dx, 0, (size_t)(w->n * w->c * plane) * sizeof(T));                            \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
+            const T *gp = g + p * oplane;                                                    \
+            T *dp = dx + p * plane;                                                          \
+            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
+                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
+                    struct taps t = taps_of(w, oh, ow);                                      \
+                    int64_t n = vq__window_avg_count(w, oh, ow, include_pad);                \
+                    T v = (T)((double)gp[oh * w->ow + ow] / (double)n);                      \
+                    for (int64_t ih = t.h0; ih < t.h1; ih++)                                 \
+                        for (int64_t iw = t.w0; iw < t.w1; iw++)                             \
+                            dp[ih * w->w + iw] += v;                                         \
+                }                                                                            \
+        }                                                                                    \
+    }
+
+AVG_POOL(float)
+AVG_POOL(double)
+
+static int avg_pool_kernel(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (o->numel == 0)
+        return 0;
+    vq__window w = window_of(p, x, o->shape);
+    if (x->dtype == VQ_F32)
+        avg_pool_float(x->data, o->data, &w, p->count_include_pad);
+    else
+        avg_pool_double(x->data, o->data, &w, p->count_include_pad);
+    return 0;
+}
+
+static int avg_pool_grad_kernel(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
+    if (dx->numel == 0)
+        return 0;
+    vq__window w = window_of(p, x, g->shape);
+    if (x->dtype == VQ_F32)
+        avg_pool_grad_float(g->data, dx->data, &w, p->count_include_pad);
+    else
+        avg_pool_grad_double(g->data, dx->data, &w, p->count_include_pad);
+    return 0;
+}
+
+/* max_pool2d and avg_pool2d: one gradient op (X, dOut) with the forward
+ * op's attributes, which its gradient op shares. */
+static int pool_grad(const vq__grad *g)
+{
+    if (!g->din[0])
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    char type[32];
+    snprintf(type, sizeof type, "%s_grad", g->def->type);
+    const char *in[2] = {g->in[0], g->dout[0]};
+    return vq__emit(g, type, in, 2, &g->din[0], 1, g->attrs, g->nattrs);
+}
+
+/* ---- global_avg_pool ---- */
+
+static int global_meta(const vq__infer *c, vq__meta *out)
+{
+    int rc = vq__check_dtype(c, 0, VQ__FLOATS);
+    if (rc < 0)
+        return rc;
+    if (c->in[0].ndim < 3)
+        return vq__in_fail(c, 0, "has %d dims; global_avg_pool needs at least 3 ([N, C, ...])",
+                           c->in[0].ndim);
+    *out = c->in[0];
+    for (int d = 2; d < out->ndim; d++)
+        out->shape[d] = 1;
+    return 0;
+}
+
+static int global_infer(vq__infer *c)
+{
+    return global_meta(c, &c->out[0]);
+}
+
+static int global_grad_infer(vq__infer *c)
+{
+    vq__meta full;
+    int rc = global_meta(c, &full);
+    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_shape_is(c, 1, &full, "X's pooled shape")) < 0)
+        return rc;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+/* X as [planes, len]: len is the product of the dims after the first two. */
+static int64_t plane_len(const vq_tensor *x)
+{
+    int64_t len = 1;
+    for (int d = 2; d < x->ndim; d++)
+        len *= x->shape[d];
+    return len;
+}
+
+/* The mean of zero elements is NaN, as reduce.c's. */
+#define GLOBAL_POOL(T)                                                                       \
+    static void global_pool_##T(const T *x, T *o, int64_t planes, int64_t len)              \
+    {                                                                                        \
+        for (int64_t p = 0; p < planes; p++) {                                               \
+            double s = 0;                                                                    \
+            for (int64_t i = 0; i < len; i++)                                                \
+                s += x[p * len + i];                                                         \
+            o[p] = (T)(len ? s / (double)len : NAN);                                         \
+        }                                                                                    \
+    }                                                                                        \
+                                                                                             \
+    static void global_pool_grad_##T(const T *g, T *dx, int64_t planes, int64_t len)        \
+    {                                                                                        \
+        double scale = 1.0 / (double)len;                                                    \
+        for (int64_t p = 0; p < planes; p++)                                                 \
+            for (int64_t i = 0; i < len; i++)                                                \
+                dx[p * len + i] = (T)(g[p] * scale);                                         \
+    }
+
+GLOBAL_POOL(float)
+GLOBAL_POOL(double)
+
+static int global_kernel(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (x->dtype == VQ_F32)
+        global_pool_float(x->data, o->data, o->numel, plane_len(x));
+    else
+        global_pool_double(x->data, o->data, o->numel, plane_len(x));
+    return 0;
+}
+
+static int global_grad_kernel(const vq__kcall *k)
+{
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    if (dx->numel == 0)
+        return 0;
+    if (dx->dtype == VQ_F32)
+        global_pool_grad_float(g->data, dx->data, g->numel, plane_len(dx));
+    else
+        global_pool_grad_double(g->data, dx->data, g->numel, plane_len(dx));
+    return 0;
+}
+
+static int global_grad(const vq__grad *g)
+{
+    if (!g->din[0])
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    const char *in[2] = {g->in[0], g->dout[0]};
+    return vq__emit(g, "global_avg_pool_grad", in, 2, &g->din[0], 1, NULL, 0);
+}
+
+static const vq__attr_spec max_pool_attrs[] = {
+    {"kernel", VQ_ATTR_INTS, true, NULL},
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
+    {"ceil_mode", VQ_ATTR_BOOL, false, "0"},
+};
+
+static const vq__attr_spec avg_pool_attrs[] = {
+    {"kernel", VQ_ATTR_INTS, true, NULL},
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"ceil_mode", VQ_ATTR_BOOL, false, "0"},
+    {"count_include_pad", VQ_ATTR_BOOL, false, "0"},
+};
+
+#define POOL(name, attrs_, kern, grad_)                                                      \
+    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+     .attrs = attrs_, .nattrs = 5, .params_size = sizeof(vq__window_params),                 \
+     .infer = pool_infer, .kernel = {kern}, .grad = grad_}
+
+#define POOL_GRAD(name, attrs_, kern)                                                        \
+    {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,               \
+     .nout_slots = 1, .attrs = attrs_, .nattrs = 5, .params_size = sizeof(vq__window_params), \
+     .infer = pool_grad_infer, .kernel = {kern}}
+
+const vq__op_def vq__ops_pool[] = {
+    POOL("max_pool2d", max_pool_attrs, max_pool_kernel, pool_grad),
+    POOL_GRAD("max_pool2d_grad", max_pool_attrs, max_pool_grad_kernel),
+    POOL("avg_pool2d", avg_pool_attrs, avg_pool_kernel, pool_grad),
+    POOL_GRAD("avg_pool2d_grad", avg_pool_attrs, avg_pool_grad_kernel),
+    {.type = "global_avg_pool", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
+     .nout_slots = 1, .infer = global_infer, .kernel = {global_kernel}, .grad = global_grad},
+    {.type = "global_avg_pool_grad", .in_slots = grad_in, .nin_slots = 2,
+     .out_slots = grad_out, .nout_slots = 1, .infer = global_grad_infer,
+     .kernel = {global_grad_kernel}},
+    {0},
+};

@@ -1,0 +1,957 @@
+/* conv2d, max_pool2d, avg_pool2d, global_avg_pool and batch_norm, and
+ * their gradient ops: each kernel against a plain loop over the formula
+ * (strides 1 and 2, asymmetric pads, dilation 2, groups 1, 2 and
+ * depthwise, with and without bias, ceil_mode, count_include_pad, f32 and
+ * f64, batches of more than one image); every gradient against finite
+ * differences in f64, and in f32 against the f64 result; bad attributes
+ * and shapes named in the errors; unknown dims at preparation; a program
+ * with a biased conv that is encoded, decoded, run and differentiated. */
+#include "opcheck.h"
+
+#include "../ops/internal.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "leakcheck.h"
+
+static uint64_t rng;
+
+static void setup(void)
+{
+    rng = oc_seed("ops_conv");
+}
+
+TestSuite(ops_conv, .init = setup, .fini = leak_check);
+
+static const vq_dtype floats[] = {VQ_F32, VQ_F64};
+
+static double tol(vq_dtype dt)
+{
+    return dt == VQ_F32 ? 2e-5 : 1e-12;
+}
+
+/* The output size along one dim, the plain way: floor or ceil of the
+ * span over the stride, plus 1; with ceil, a window starting past the
+ * input and the leading pad is dropped. */
+static int64_t out_size(int64_t n, int64_t p0, int64_t p1, int64_t k, int64_t s, int64_t d,
+                        bool ceil_mode)
+{
+    double span = (double)(n + p0 + p1 - d * (k - 1) - 1) / (double)s;
+    int64_t o = (int64_t)(ceil_mode ? ceil(span) : floor(span)) + 1;
+    if (ceil_mode && (o - 1) * s >= n + p0)
+        o--;
+    return o;
+}
+
+static void release_all(vq_tensor **t, int n)
+{
+    for (int i = 0; i < n; i++)
+        vq_tensor_release(t[i]);
+}
+
+/* ---- conv2d ---- */
+
+struct conv_case {
+    int64_t n, c, h, w, m, kh, kw, groups;
+    int64_t stride[2], pad[4], dil[2];
+    bool bias;
+};
+
+static const struct conv_case conv_cases[] = {
+    {1, 3, 5, 5, 4, 3, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false},
+    {2, 4, 7, 6, 6, 3, 3, 2, {2, 2}, {1, 1, 1, 1}, {1, 1}, true},    /* groups 2, stride 2 */
+    {2, 3, 8, 7, 5, 3, 2, 1, {1, 2}, {0, 2, 1, 0}, {1, 1}, true},    /* asymmetric pads */
+    {1, 2, 9, 9, 3, 3, 3, 1, {1, 1}, {2, 2, 2, 2}, {2, 2}, false},   /* dilation 2 */
+    {2, 6, 6, 5, 6, 3, 3, 6, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},    /* depthwise */
+    {2, 6, 6, 5, 12, 3, 3, 6, {2, 1}, {1, 0, 1, 0}, {1, 1}, false},  /* depthwise, x2 */
+    {3, 4, 5, 5, 4, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},    /* 1x1: no im2col */
+    {2, 4, 6, 6, 8, 1, 1, 2, {2, 2}, {0, 0, 0, 0}, {1, 1}, false},   /* 1x1, stride 2 */
+    {1, 1, 4, 4, 1, 5, 5, 1, {3, 3}, {2, 1, 2, 3}, {1, 1}, true},    /* kernel > input */
+    {2, 4, 7, 7, 4, 3, 3, 4, {2, 2}, {0, 1, 2, 1}, {2, 1}, true},    /* all at once */
+    {1, 3, 11, 10, 2, 7, 7, 1, {2, 2}, {3, 3, 3, 3}, {1, 1}, false}, /* ResNet's stem, small */
+};
+#define NCONV (sizeof conv_cases / sizeof conv_cases[0])
+
+static int conv_attrs(const struct conv_case *cc, vq_attr *at)
+{
+    at[0] = VQ_ATTR_IS("strides", cc->stride, 2);
+    at[1] = VQ_ATTR_IS("pads", cc->pad, 4);
+    at[2] = VQ_ATTR_IS("dilations", cc->dil, 2);
+    at[3] = VQ_ATTR_I("groups", cc->groups);
+    return 4;
+}
+
+static void conv_out_shape(const struct conv_case *cc, int64_t *os)
+{
+    os[0] = cc->n;
+    os[1] = cc->m;
+    os[2] = out_size(cc->h, cc->pad[0], cc->pad[2], cc->kh, cc->stride[0], cc->dil[0], false);
+    os[3] = out_size(cc->w, cc->pad[1], cc->pad[3], cc->kw, cc->stride[1], cc->dil[1], false);
+}
+
+/* Out[n, m, oh, ow] = B[m] + sum over the group's channels and the taps on
+ * the input of X * W, in double. */
+static double *ref_conv(const struct conv_case *cc, vq_tensor *x, vq_tensor *w, vq_tensor *b)
+{
+    int64_t os[4];
+    conv_out_shape(cc, os);
+    int64_t cg = cc->c / cc->groups, mg = cc->m / cc->groups;
+    double *out = calloc((size_t)(os[0] * os[1] * os[2] * os[3]), sizeof *out);
+    cr_assert(out);
+    for (int64_t n = 0; n < os[0]; n++)
+        for (int64_t m = 0; m < os[1]; m++)
+            for (int64_t oh = 0; oh < os[2]; oh++)
+                for (int64_t ow = 0; ow < os[3]; ow++) {
+                    int64_t g = m / mg;
+                    double s = b ? oc_get(b, m) : 0;
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t i = 0; i < cc->kh; i++)
+                            for (int64_t j = 0; j < cc->kw; j++) {
+                                int64_t ih = oh * cc->stride[0] - cc->pad[0] + i * cc->dil[0];
+                                int64_t iw = ow * cc->stride[1] - cc->pad[1] + j * cc->dil[1];
+                                if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w)
+                                    continue;
+                                int64_t xi = ((n * cc->c + g * cg + c) * cc->h + ih) * cc->w + iw;
+                                int64_t wi = ((m * cg + c) * cc->kh + i) * cc->kw + j;
+                                s += oc_get(x, xi) * oc_get(w, wi);
+                            }
+                    out[((n * os[1] + m) * os[2] + oh) * os[3] + ow] = s;
+                }
+    return out;
+}
+
+/* X, W and (if the case has one) B; returns the input count. */
+static int conv_inputs(const struct conv_case *cc, vq_dtype dt, vq_tensor **in)
+{
+    in[0] = oc_rand(&rng, dt, 4, (int64_t[]){cc->n, cc->c, cc->h, cc->w}, -1, 1);
+    in[1] = oc_rand(&rng, dt, 4, (int64_t[]){cc->m, cc->c / cc->groups, cc->kh, cc->kw}, -1, 1);
+    if (!cc->bias)
+        return 2;
+    in[2] = oc_rand(&rng, dt, 1, &cc->m, -1, 1);
+    return 3;
+}
+
+Test(ops_conv, conv2d_matches_the_plain_loop)
+{
+    for (size_t k = 0; k < NCONV; k++)
+        for (int d = 0; d < 2; d++) {
+            const struct conv_case *cc = &conv_cases[k];
+            vq_tensor *in[3];
+            int nin = conv_inputs(cc, floats[d], in);
+            vq_attr at[4];
+            vq_tensor *o = oc_run1("conv2d", in, nin, at, conv_attrs(cc, at));
+            int64_t os[4];
+            conv_out_shape(cc, os);
+            double *want = ref_conv(cc, in[0], in[1], cc->bias ? in[2] : NULL);
+            cr_assert_eq(vq_tensor_dtype(o), floats[d]);
+            oc_assert_close(o, 4, os, want, tol(floats[d]), tol(floats[d]));
+            free(want);
+            vq_tensor_release(o);
+            release_all(in, nin);
+        }
+}
+
+Test(ops_conv, conv2d_defaults_are_stride_1_no_pad_no_dilation_one_group)
+{
+    struct conv_case cc = {2, 2, 4, 5, 3, 2, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false};
+    vq_tensor *in[3];
+    int nin = conv_inputs(&cc, VQ_F64, in);
+    vq_tensor *o = oc_run1("conv2d", in, nin, NULL, 0);
+    int64_t os[4];
+    conv_out_shape(&cc, os);
+    double *want = ref_conv(&cc, in[0], in[1], NULL);
+    oc_assert_close(o, 4, os, want, 1e-12, 1e-12);
+    free(want);
+    vq_tensor_release(o);
+    release_all(in, nin);
+}
+
+Test(ops_conv, conv2d_gradients_match_finite_differences)
+{
+    /* small versions of the cases: every path of both gradient kernels */
+    static const struct conv_case cases[] = {
+        {2, 2, 4, 4, 3, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+        {2, 4, 5, 4, 4, 3, 2, 2, {2, 1}, {0, 1, 2, 0}, {1, 1}, true},
+        {1, 2, 6, 6, 2, 3, 3, 1, {1, 2}, {2, 1, 1, 2}, {2, 2}, false},
+        {2, 3, 4, 5, 6, 3, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise, x2 */
+        {2, 3, 3, 4, 2, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true}, /* 1x1 */
+        {1, 2, 5, 5, 2, 1, 1, 2, {2, 2}, {1, 0, 0, 1}, {1, 1}, false},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        vq_tensor *in[3];
+        int nin = conv_inputs(&cases[k], VQ_F64, in);
+        vq_attr at[4];
+        double err = oc_grad_check("conv2d", in, nin, 1, at, conv_attrs(&cases[k], at),
+                                   (1u << nin) - 1, &rng);
+        cr_assert_leq(err, 1e-6, "case %zu", k);
+        release_all(in, nin);
+    }
+}
+
+/* conv2d_grad in f32 against the same op in f64 on the same values. */
+Test(ops_conv, conv2d_grad_in_f32_matches_f64)
+{
+    for (size_t k = 0; k < NCONV; k++) {
+        const struct conv_case *cc = &conv_cases[k];
+        vq_tensor *in64[3], *in32[3];
+        int nin = conv_inputs(cc, VQ_F64, in64);
+        (void)nin;
+        int64_t os[4];
+        conv_out_shape(cc, os);
+        vq_tensor *g64 = oc_rand(&rng, VQ_F64, 4, os, -1, 1);
+        vq_tensor *a64[3] = {in64[0], in64[1], g64};
+        vq_attr c32[1] = {VQ_ATTR_S("dtype", "f32")};
+        for (int i = 0; i < 3; i++)
+            in32[i] = oc_run1("cast", &a64[i], 1, c32, 1);
+        for (int wrt = 0; wrt < 3; wrt++) {
+            vq_attr at[5];
+            int nat = conv_attrs(cc, at);
+            at[nat++] = VQ_ATTR_I("wrt", wrt);
+            vq_tensor *want = oc_run1("conv2d_grad", a64, 3, at, nat);
+            vq_tensor *got = oc_run1("conv2d_grad", in32, 3, at, nat);
+            int64_t n = vq_tensor_numel(want);
+            double *w = malloc((size_t)n * sizeof *w);
+            for (int64_t i = 0; i < n; i++)
+                w[i] = oc_get(want, i);
+            oc_assert_close(got, vq_tensor_ndim(want), vq_tensor_shape(want), w, 1e-4, 1e-4);
+            free(w);
+            vq_tensor_release(want);
+            vq_tensor_release(got);
+        }
+        release_all(in32, 3);
+        release_all(in64, cc->bias ? 3 : 2);
+        vq_tensor_release(g64);
+    }
+}
+
+Test(ops_conv, conv2d_bias_gradient_is_the_sum_of_dout_over_images_and_plane)
+{
+    struct conv_case cc = {3, 2, 4, 4, 3, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true};
+    vq_tensor *in[3];
+    int nin = conv_inputs(&cc, VQ_F64, in);
+    int64_t os[4];
+    conv_out_shape(&cc, os);
+    vq_tensor *g = oc_rand(&rng, VQ_F64, 4, os, -1, 1);
+    vq_attr at[5];
+    int nat = conv_attrs(&cc, at);
+    at[nat++] = VQ_ATTR_I("wrt", 2);
+    vq_tensor *gin[3] = {in[0], in[1], g};
+    vq_tensor *db = oc_run1("conv2d_grad", gin, 3, at, nat);
+    double want[3] = {0};
+    int64_t plane = os[2] * os[3];
+    for (int64_t i = 0; i < vq_tensor_numel(g); i++)
+        want[(i / plane) % 3] += oc_get(g, i);
+    oc_assert_close(db, 1, (int64_t[]){3}, want, 1e-12, 1e-12);
+    vq_tensor_release(db);
+    vq_tensor_release(g);
+    release_all(in, nin);
+}
+
+/* ---- pools ---- */
+
+struct pool_case {
+    int64_t n, c, h, w, kh, kw;
+    int64_t stride[2], pad[4], dil[2];
+    bool ceil_mode, include_pad;
+};
+
+static const struct pool_case pool_cases[] = {
+    {1, 2, 6, 6, 2, 2, {2, 2}, {0, 0, 0, 0}, {1, 1}, false, false},
+    {2, 3, 7, 7, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, false}, /* ResNet's max pool */
+    {2, 2, 7, 6, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, false, true},
+    {1, 2, 6, 7, 3, 2, {2, 2}, {0, 1, 2, 0}, {1, 1}, true, false},  /* asymmetric, ceil */
+    {2, 1, 8, 8, 3, 3, {3, 3}, {1, 1, 0, 0}, {1, 1}, true, true},   /* ceil: last clipped */
+    {1, 3, 5, 5, 3, 3, {1, 1}, {2, 2, 2, 2}, {1, 1}, false, true},  /* stride 1 */
+    {2, 2, 9, 8, 2, 3, {2, 1}, {1, 0, 0, 2}, {1, 1}, true, true},
+    {1, 1, 3, 3, 3, 3, {1, 1}, {1, 1, 1, 1}, {1, 1}, false, false},
+};
+#define NPOOL (sizeof pool_cases / sizeof pool_cases[0])
+
+/* Dilated cases for max_pool2d (avg_pool2d has no dilation). */
+static const struct pool_case dilated_cases[] = {
+    {2, 2, 9, 9, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, false, false},
+    {1, 2, 8, 9, 2, 3, {2, 2}, {1, 0, 1, 3}, {3, 2}, true, false},
+};
+
+static int pool_attrs(const struct pool_case *pc, bool max, vq_attr *at)
+{
+    static int64_t kernel[2];
+    kernel[0] = pc->kh;
+    kernel[1] = pc->kw;
+    at[0] = VQ_ATTR_IS("kernel", kernel, 2);
+    at[1] = VQ_ATTR_IS("strides", pc->stride, 2);
+    at[2] = VQ_ATTR_IS("pads", pc->pad, 4);
+    at[3] = VQ_ATTR_B("ceil_mode", pc->ceil_mode);
+    at[4] = max ? VQ_ATTR_IS("dilations", pc->dil, 2)
+                : VQ_ATTR_B("count_include_pad", pc->include_pad);
+    return 5;
+}
+
+static void pool_out_shape(const struct pool_case *pc, int64_t *os)
+{
+    os[0] = pc->n;
+    os[1] = pc->c;
+    os[2] = out_size(pc->h, pc->pad[0], pc->pad[2], pc->kh, pc->stride[0], pc->dil[0],
+                     pc->ceil_mode);
+    os[3] = out_size(pc->w, pc->pad[1], pc->pad[3], pc->kw, pc->stride[1], pc->dil[1],
+                     pc->ceil_mode);
+}
+
+/* Max (first maximum; -inf for a window wholly in the padding) or average
+ * of each window, in double; the divisor counts the taps on the input, or
+ * with include_pad those inside the padded input. */
+static double *ref_pool(const struct pool_case *pc, bool max, vq_tensor *x)
+{
+    int64_t os[4];
+    pool_out_shape(pc, os);
+    double *out = calloc((size_t)(os[0] * os[1] * os[2] * os[3]), sizeof *out);
+    cr_assert(out);
+    int64_t dh = max ? pc->dil[0] : 1, dw = max ? pc->dil[1] : 1;
+    for (int64_t p = 0; p < os[0] * os[1]; p++)
+        for (int64_t oh = 0; oh < os[2]; oh++)
+            for (int64_t ow = 0; ow < os[3]; ow++) {
+                double best = -INFINITY, sum = 0;
+                int64_t count = 0;
+                for (int64_t i = 0; i < pc->kh; i++)
+                    for (int64_t j = 0; j < pc->kw; j++) {
+                        int64_t ih = oh * pc->stride[0] - pc->pad[0] + i * dh;
+                        int64_t iw = ow * pc->stride[1] - pc->pad[1] + j * dw;
+                        bool on_input = ih >= 0 && ih < pc->h && iw >= 0 && iw < pc->w;
+                        bool in_pads = ih >= -pc->pad[0] && ih < pc->h + pc->pad[2] &&
+                                       iw >= -pc->pad[1] && iw < pc->w + pc->pad[3];
+                        if (on_input) {
+                            double v = oc_get(x, (p * pc->h + ih) * pc->w + iw);
+                            best = fmax(best, v);
+                            sum += v;
+                        }
+                        count += pc->include_pad ? in_pads : on_input;
+                    }
+                out[(p * os[2] + oh) * os[3] + ow] = max ? best : sum / (double)count;
+            }
+    return out;
+}
+
+static void check_pool(const struct pool_case *pc, bool max)
+{
+    for (int d = 0; d < 2; d++) {
+        vq_tensor *x = oc_rand(&rng, floats[d], 4, (int64_t[]){pc->n, pc->c, pc->h, pc->w},
+                               -1, 1);
+        vq_attr at[5];
+        vq_tensor *o = oc_run1(max ? "max_pool2d" : "avg_pool2d", &x, 1, at,
+                               pool_attrs(pc, max, at));
+        int64_t os[4];
+        pool_out_shape(pc, os);
+        double *want = ref_pool(pc, max, x);
+        oc_assert_close(o, 4, os, want, tol(floats[d]), tol(floats[d]));
+        free(want);
+        vq_tensor_release(o);
+        vq_tensor_release(x);
+    }
+}
+
+Test(ops_conv, max_pool2d_matches_the_plain_loop)
+{
+    for (size_t k = 0; k < NPOOL; k++)
+        check_pool(&pool_cases[k], true);
+    for (size_t k = 0; k < sizeof dilated_cases / sizeof dilated_cases[0]; k++)
+        check_pool(&dilated_cases[k], true);
+}
+
+Test(ops_conv, avg_pool2d_matches_the_plain_loop)
+{
+    for (size_t k = 0; k < NPOOL; k++)
+        check_pool(&pool_cases[k], false);
+}
+
+Test(ops_conv, ceil_mode_adds_a_clipped_window_but_none_that_starts_in_the_trailing_pad)
+{
+    /* 5 wide, kernel 2, stride 2: floor gives 2 windows, ceil 3 (the last
+     * holds one input column). With pads 1 and 1, ceil's formula gives 4,
+     * but the 4th would start in the trailing pad: 3. */
+    vq_tensor *x = oc_from(VQ_F64, 4, (int64_t[]){1, 1, 1, 5}, (double[]){1, 2, 3, 4, 5});
+    int64_t k[2] = {1, 2}, s[2] = {1, 2}, p0[4] = {0, 0, 0, 0}, p1[4] = {0, 1, 0, 1};
+    vq_attr at[4] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_IS("strides", s, 2),
+                     VQ_ATTR_IS("pads", p0, 4), VQ_ATTR_B("ceil_mode", false)};
+    vq_tensor *o = oc_run1("avg_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 1, 2}, (double[]){1.5, 3.5}, 0, 0);
+    vq_tensor_release(o);
+    at[3] = VQ_ATTR_B("ceil_mode", true);
+    o = oc_run1("avg_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 1, 3}, (double[]){1.5, 3.5, 5}, 0, 0);
+    vq_tensor_release(o);
+    o = oc_run1("max_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 1, 3}, (double[]){2, 4, 5}, 0, 0);
+    vq_tensor_release(o);
+    at[2] = VQ_ATTR_IS("pads", p1, 4);
+    o = oc_run1("max_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 1, 3}, (double[]){1, 3, 5}, 0, 0);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+}
+
+Test(ops_conv, count_include_pad_divides_by_the_whole_padded_window)
+{
+    vq_tensor *x = oc_from(VQ_F32, 4, (int64_t[]){1, 1, 2, 2}, (double[]){1, 2, 3, 4});
+    int64_t k[2] = {2, 2}, s[2] = {1, 1}, p[4] = {1, 1, 0, 0};
+    vq_attr at[4] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_IS("strides", s, 2),
+                     VQ_ATTR_IS("pads", p, 4), VQ_ATTR_B("count_include_pad", false)};
+    vq_tensor *o = oc_run1("avg_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 2, 2}, (double[]){1, 1.5, 2, 2.5}, 1e-7, 0);
+    vq_tensor_release(o);
+    at[3] = VQ_ATTR_B("count_include_pad", true);
+    o = oc_run1("avg_pool2d", &x, 1, at, 4);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 2, 2}, (double[]){0.25, 0.75, 1, 2.5}, 1e-7, 0);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+}
+
+Test(ops_conv, max_pool2d_keeps_nan_and_routes_ties_to_the_first_maximum)
+{
+    vq_tensor *x = oc_from(VQ_F64, 4, (int64_t[]){1, 1, 2, 4},
+                           (double[]){3, 1, NAN, 2, 3, 0, 5, 5});
+    int64_t k[2] = {2, 2}, s[2] = {2, 2};
+    vq_attr at[2] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_IS("strides", s, 2)};
+    vq_tensor *o = oc_run1("max_pool2d", &x, 1, at, 2);
+    oc_assert_close(o, 4, (int64_t[]){1, 1, 1, 2}, (double[]){3, NAN}, 0, 0);
+    vq_tensor *g = oc_from(VQ_F64, 4, (int64_t[]){1, 1, 1, 2}, (double[]){10, 20});
+    vq_tensor *gin[2] = {x, g};
+    vq_tensor *dx = oc_run1("max_pool2d_grad", gin, 2, at, 2);
+    oc_assert_close(dx, 4, (int64_t[]){1, 1, 2, 4}, (double[]){10, 0, 20, 0, 0, 0, 0, 0}, 0, 0);
+    vq_tensor_release(dx);
+    vq_tensor_release(g);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+}
+
+Test(ops_conv, pool_gradients_match_finite_differences)
+{
+    for (int max = 0; max < 2; max++)
+        for (size_t k = 0; k < NPOOL + 2; k++) {
+            const struct pool_case *pc = k < NPOOL ? &pool_cases[k] : &dilated_cases[k - NPOOL];
+            if (k >= NPOOL && !max)
+                continue;
+            vq_tensor *x = oc_rand(&rng, VQ_F64, 4, (int64_t[]){pc->n, pc->c, pc->h, pc->w},
+                                   -1, 1);
+            vq_attr at[5];
+            double err = oc_grad_check(max ? "max_pool2d" : "avg_pool2d", &x, 1, 1, at,
+                                       pool_attrs(pc, max, at), 1, &rng);
+            cr_assert_leq(err, 1e-6, "case %zu", k);
+            vq_tensor_release(x);
+        }
+}
+
+Test(ops_conv, pool_gradients_in_f32_match_f64)
+{
+    vq_attr c32 = VQ_ATTR_S("dtype", "f32");
+    for (int max = 0; max < 2; max++)
+        for (size_t k = 0; k < NPOOL; k++) {
+            const struct pool_case *pc = &pool_cases[k];
+            int64_t os[4];
+            pool_out_shape(pc, os);
+            vq_tensor *in64[2] = {oc_rand(&rng, VQ_F64, 4,
+                                          (int64_t[]){pc->n, pc->c, pc->h, pc->w}, -1, 1),
+                                  oc_rand(&rng, VQ_F64, 4, os, -1, 1)};
+            vq_tensor *in32[2] = {oc_run1("cast", &in64[0], 1, &c32, 1),
+                                  oc_run1("cast", &in64[1], 1, &c32, 1)};
+            /* f32 rounding must not change which element is the maximum */
+            for (int64_t i = 0; i < vq_tensor_numel(in64[0]); i++)
+                oc_set(in64[0], i, oc_get(in32[0], i));
+            vq_attr at[5];
+            int nat = pool_attrs(pc, max, at);
+            const char *type = max ? "max_pool2d_grad" : "avg_pool2d_grad";
+            vq_tensor *want = oc_run1(type, in64, 2, at, nat);
+            vq_tensor *got = oc_run1(type, in32, 2, at, nat);
+            double *w = malloc((size_t)vq_tensor_numel(want) * sizeof *w);
+            for (int64_t i = 0; i < vq_tensor_numel(want); i++)
+                w[i] = oc_get(want, i);
+            oc_assert_close(got, 4, vq_tensor_shape(want), w, 1e-5, 1e-6);
+            free(w);
+            vq_tensor *all[] = {want, got, in64[0], in64[1], in32[0], in32[1]};
+            release_all(all, 6);
+        }
+}
+
+/* ---- global_avg_pool ---- */
+
+Test(ops_conv, global_avg_pool_is_the_mean_over_every_dim_after_the_channels)
+{
+    static const struct {
+        int ndim;
+        int64_t d[5];
+    } shapes[] = {{3, {2, 3, 5}}, {4, {2, 3, 4, 5}}, {5, {1, 2, 3, 2, 2}}, {4, {1, 2, 1, 1}}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *x = oc_rand(&rng, floats[d], shapes[s].ndim, shapes[s].d, -1, 1);
+            vq_tensor *o = oc_run1("global_avg_pool", &x, 1, NULL, 0);
+            int64_t os[5], planes = shapes[s].d[0] * shapes[s].d[1];
+            int64_t len = vq_tensor_numel(x) / planes;
+            for (int i = 0; i < shapes[s].ndim; i++)
+                os[i] = i < 2 ? shapes[s].d[i] : 1;
+            double want[8];
+            for (int64_t p = 0; p < planes; p++) {
+                want[p] = 0;
+                for (int64_t i = 0; i < len; i++)
+                    want[p] += oc_get(x, p * len + i);
+                want[p] /= (double)len;
+            }
+            oc_assert_close(o, shapes[s].ndim, os, want, tol(floats[d]), tol(floats[d]));
+            if (floats[d] == VQ_F64) {
+                double err = oc_grad_check("global_avg_pool", &x, 1, 1, NULL, 0, 1, &rng);
+                cr_assert_leq(err, 1e-6);
+            }
+            vq_tensor_release(o);
+            vq_tensor_release(x);
+        }
+}
+
+Test(ops_conv, global_avg_pool_of_an_empty_plane_is_nan)
+{
+    vq_tensor *x = oc_rand(&rng, VQ_F32, 4, (int64_t[]){1, 2, 0, 3}, -1, 1);
+    vq_tensor *o = oc_run1("global_avg_pool", &x, 1, NULL, 0);
+    oc_assert_close(o, 4, (int64_t[]){1, 2, 1, 1}, (double[]){NAN, NAN}, 0, 0);
+    vq_tensor_release(o);
+    vq_tensor_release(x);
+}
+
+/* ---- batch_norm ---- */
+
+/* X, Scale, Bias, Mean and Var (positive) for X of the given shape. */
+static void bn_inputs(vq_dtype dt, int ndim, const int64_t *shape, vq_tensor **in)
+{
+    in[0] = oc_rand(&rng, dt, ndim, shape, -2, 2);
+    in[1] = oc_rand(&rng, dt, 1, &shape[1], 0.5, 1.5);
+    in[2] = oc_rand(&rng, dt, 1, &shape[1], -1, 1);
+    in[3] = oc_rand(&rng, dt, 1, &shape[1], -0.5, 0.5);
+    in[4] = oc_rand(&rng, dt, 1, &shape[1], 0.5, 2);
+}
+
+static const struct {
+    int ndim;
+    int64_t d[4];
+} bn_shapes[] = {{2, {5, 3}}, {3, {2, 4, 3}}, {4, {2, 3, 4, 5}}, {4, {1, 2, 1, 1}}};
+#define NBN (sizeof bn_shapes / sizeof bn_shapes[0])
+
+Test(ops_conv, batch_norm_matches_the_formula_per_channel)
+{
+    for (size_t s = 0; s < NBN; s++)
+        for (int d = 0; d < 2; d++)
+            for (int e = 0; e < 2; e++) {
+                vq_tensor *in[5];
+                bn_inputs(floats[d], bn_shapes[s].ndim, bn_shapes[s].d, in);
+                double eps = e ? 1e-3 : 1e-5;
+                vq_attr at = VQ_ATTR_F("epsilon", eps);
+                vq_tensor *o = oc_run1("batch_norm", in, 5, &at, e);
+                int64_t n = vq_tensor_numel(in[0]), c = bn_shapes[s].d[1];
+                int64_t inner = n / bn_shapes[s].d[0] / c;
+                double *want = malloc((size_t)n * sizeof *want);
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t ch = (i / inner) % c;
+                    want[i] = (oc_get(in[0], i) - oc_get(in[3], ch)) /
+                                  sqrt(oc_get(in[4], ch) + eps) * oc_get(in[1], ch) +
+                              oc_get(in[2], ch);
+                }
+                oc_assert_close(o, bn_shapes[s].ndim, bn_shapes[s].d, want, tol(floats[d]),
+                                tol(floats[d]));
+                free(want);
+                vq_tensor_release(o);
+                release_all(in, 5);
+            }
+}
+
+Test(ops_conv, batch_norm_runs_in_place)
+{
+    vq_tensor *in[5];
+    bn_inputs(VQ_F32, 4, bn_shapes[2].d, in);
+    vq_tensor *want = oc_run1("batch_norm", in, 5, NULL, 0);
+    vq_tensor *out = in[0];
+    cr_assert_eq(vq_op_run(NULL, "batch_norm", in, 5, &out, 1, NULL, 0), 0, "%s", vq_errmsg());
+    cr_assert_eq(memcmp(vq_tensor_data(in[0]), vq_tensor_data(want), vq_tensor_nbytes(want)), 0);
+    vq_tensor_release(want);
+    release_all(in, 5);
+}
+
+Test(ops_conv, batch_norm_gradients_match_finite_differences)
+{
+    for (size_t s = 0; s < NBN; s++) {
+        vq_tensor *in[5];
+        bn_inputs(VQ_F64, bn_shapes[s].ndim, bn_shapes[s].d, in);
+        vq_attr at = VQ_ATTR_F("epsilon", 1e-3);
+        double err = oc_grad_check("batch_norm", in, 5, 1, &at, 1, 0x1f, &rng);
+        cr_assert_leq(err, 1e-6, "shape %zu", s);
+        release_all(in, 5);
+    }
+}
+
+Test(ops_conv, batch_norm_grad_in_f32_matches_f64)
+{
+    vq_attr c32 = VQ_ATTR_S("dtype", "f32");
+    vq_tensor *in[5], *g, *a64[5], *a32[5];
+    bn_inputs(VQ_F64, 4, bn_shapes[2].d, in);
+    g = oc_rand(&rng, VQ_F64, 4, bn_shapes[2].d, -1, 1);
+    vq_tensor *order[5] = {in[0], in[1], in[3], in[4], g}; /* X, Scale, Mean, Var, dOut */
+    for (int i = 0; i < 5; i++) {
+        a32[i] = oc_run1("cast", &order[i], 1, &c32, 1);
+        a64[i] = order[i];
+    }
+    for (int wrt = 0; wrt < 5; wrt++) {
+        vq_attr at = VQ_ATTR_I("wrt", wrt);
+        vq_tensor *want = oc_run1("batch_norm_grad", a64, 5, &at, 1);
+        vq_tensor *got = oc_run1("batch_norm_grad", a32, 5, &at, 1);
+        double w[128];
+        cr_assert_leq(vq_tensor_numel(want), 128);
+        for (int64_t i = 0; i < vq_tensor_numel(want); i++)
+            w[i] = oc_get(want, i);
+        oc_assert_close(got, vq_tensor_ndim(want), vq_tensor_shape(want), w, 1e-5, 1e-5);
+        vq_tensor_release(want);
+        vq_tensor_release(got);
+    }
+    release_all(a32, 5);
+    release_all(in, 5);
+    vq_tensor_release(g);
+}
+
+/* ---- errors ---- */
+
+static void expect_error(const char *type, vq_tensor **in, int nin, const vq_attr *at, int nat,
+                         const char *msg)
+{
+    cr_assert_eq(oc_try(type, in, nin, 1, at, nat), VQ_EINVAL, "%s: expected \"%s\"", type, msg);
+    cr_assert(strstr(vq_errmsg(), msg), "got \"%s\", expected \"%s\"", vq_errmsg(), msg);
+}
+
+static vq_tensor *zeros(vq_dtype dt, int ndim, const int64_t *shape)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, dt, ndim, shape), 0, "%s", vq_errmsg());
+    return t;
+}
+
+Test(ops_conv, bad_conv_attributes_and_shapes_name_the_op_and_values)
+{
+    vq_tensor *x = zeros(VQ_F32, 4, (int64_t[]){1, 4, 5, 5});
+    vq_tensor *w = zeros(VQ_F32, 4, (int64_t[]){6, 2, 3, 3});
+    vq_tensor *in[4] = {x, w, NULL, NULL};
+    int64_t s0[2] = {0, 1}, p3[3] = {1, 1, 1}, pn[4] = {0, -1, 0, 0}, d0[2] = {1, 0};
+    vq_attr a = VQ_ATTR_IS("strides", s0, 2);
+    expect_error("conv2d", in, 2, &a, 1,
+                 "conv2d: attribute strides: is [0,1]: value 0 (height, width) is 0, outside [1, "
+                 "2^31)");
+    a = VQ_ATTR_IS("pads", p3, 3);
+    expect_error("conv2d", in, 2, &a, 1,
+                 "conv2d: attribute pads: has 3 values [1,1,1]; expected 4 (top, left, bottom, "
+                 "right)");
+    a = VQ_ATTR_IS("pads", pn, 4);
+    expect_error("conv2d", in, 2, &a, 1, "conv2d: attribute pads: is [0,-1,0,0]: value 1");
+    a = VQ_ATTR_IS("dilations", d0, 2);
+    expect_error("conv2d", in, 2, &a, 1, "conv2d: attribute dilations: is [1,0]");
+    a = VQ_ATTR_I("groups", 0);
+    expect_error("conv2d", in, 2, &a, 1, "conv2d: attribute groups: is 0");
+    /* groups 2: 4 channels in 2 groups need W's dim 1 to be 2: fine. 3: no. */
+    a = VQ_ATTR_I("groups", 3);
+    expect_error("conv2d", in, 2, &a, 1,
+                 "conv2d: input X (slot 0): has 4 channels (dim 1), which groups 3 does not "
+                 "divide");
+    vq_tensor *w8 = zeros(VQ_F32, 4, (int64_t[]){8, 2, 3, 3});
+    in[1] = w8;
+    a = VQ_ATTR_I("groups", 4);
+    expect_error("conv2d", in, 2, &a, 1,
+                 "conv2d: input W (slot 1): has 2 input channels per group (dim 1), but X's 4 "
+                 "channels in 4 group(s) make 1");
+    vq_tensor *w5 = zeros(VQ_F32, 4, (int64_t[]){5, 2, 3, 3});
+    in[1] = w5;
+    a = VQ_ATTR_I("groups", 2);
+    expect_error("conv2d", in, 2, &a, 1,
+                 "conv2d: input W (slot 1): has 5 output channels (dim 0), which groups 2 does "
+                 "not divide");
+    in[1] = w;
+    expect_error("conv2d", in, 2, NULL, 0,
+                 "conv2d: input W (slot 1): has 2 input channels per group (dim 1), but X's 4 "
+                 "channels in 1 group(s) make 4");
+    vq_tensor *wbig = zeros(VQ_F32, 4, (int64_t[]){6, 4, 6, 3});
+    in[1] = wbig;
+    expect_error("conv2d", in, 2, NULL, 0,
+                 "conv2d: output height would be <= 0: input height 5 with pads 0 and 0 is "
+                 "smaller than the dilated kernel height 6");
+    vq_tensor *w0 = zeros(VQ_F32, 4, (int64_t[]){6, 4, 0, 3});
+    in[1] = w0;
+    expect_error("conv2d", in, 2, NULL, 0, "conv2d: input W (slot 1): kernel 0x3");
+    vq_tensor *w4 = zeros(VQ_F32, 4, (int64_t[]){6, 4, 3, 3});
+    vq_tensor *b5 = zeros(VQ_F32, 1, (int64_t[]){5}), *b64 = zeros(VQ_F64, 1, (int64_t[]){6});
+    in[1] = w4;
+    in[2] = b5;
+    expect_error("conv2d", in, 3, NULL, 0,
+                 "conv2d: input B (slot 2): shape [5] is not [M] for W's M = 6 output channels");
+    in[2] = b64;
+    expect_error("conv2d", in, 3, NULL, 0, "conv2d: input B (slot 2): dtype f64 differs");
+    in[3] = b64;
+    expect_error("conv2d", in, 4, NULL, 0, "conv2d: takes X, W and an optional bias B, got 4");
+    vq_tensor *x3 = zeros(VQ_F32, 3, (int64_t[]){4, 5, 5});
+    in[0] = x3;
+    expect_error("conv2d", in, 2, NULL, 0, "conv2d: input X (slot 0): has 3 dims, expected 4");
+    vq_tensor *xi = zeros(VQ_I32, 4, (int64_t[]){1, 4, 5, 5});
+    in[0] = xi;
+    expect_error("conv2d", in, 2, NULL, 0, "conv2d: input X (slot 0): dtype i32 not supported");
+
+    /* conv2d_grad: wrt, and dOut against conv2d's output shape */
+    vq_tensor *g = zeros(VQ_F32, 4, (int64_t[]){1, 6, 3, 4});
+    vq_tensor *gin[3] = {x, w4, g};
+    vq_attr wrt = VQ_ATTR_I("wrt", 3);
+    expect_error("conv2d_grad", gin, 3, &wrt, 1, "conv2d_grad: attribute wrt: is 3");
+    wrt = VQ_ATTR_I("wrt", 0);
+    expect_error("conv2d_grad", gin, 3, &wrt, 1,
+                 "conv2d_grad: input dOut (slot 2): shape [1,6,3,4] is not conv2d's output shape "
+                 "[1,6,3,3]");
+    expect_error("conv2d_grad", gin, 3, NULL, 0, "conv2d_grad: attribute wrt (int) is required");
+    vq_tensor *all[] = {x, w, w8, w5, wbig, w0, w4, b5, b64, x3, xi, g};
+    release_all(all, sizeof all / sizeof all[0]);
+}
+
+Test(ops_conv, bad_pool_and_batch_norm_attributes_name_the_op_and_values)
+{
+    vq_tensor *x = zeros(VQ_F32, 4, (int64_t[]){1, 2, 5, 5});
+    int64_t k0[2] = {0, 2}, k3[2] = {3, 3}, k1[1] = {3}, s[2] = {1, 1};
+    int64_t pbig[4] = {0, 0, 3, 0}, d2[2] = {2, 2};
+    expect_error("max_pool2d", &x, 1, NULL, 0, "max_pool2d: attribute kernel (ints) is required");
+    vq_attr a[3] = {VQ_ATTR_IS("kernel", k0, 2), VQ_ATTR_IS("strides", s, 2)};
+    expect_error("max_pool2d", &x, 1, a, 1, "max_pool2d: attribute kernel: is [0,2]: value 0");
+    a[0] = VQ_ATTR_IS("kernel", k1, 1);
+    expect_error("avg_pool2d", &x, 1, a, 1,
+                 "avg_pool2d: attribute kernel: has 1 values [3]; expected 2 (height, width)");
+    a[0] = VQ_ATTR_IS("kernel", k3, 2);
+    a[1] = VQ_ATTR_IS("pads", pbig, 4);
+    expect_error("avg_pool2d", &x, 1, a, 2,
+                 "avg_pool2d: attribute pads: pad 3 (bottom) is not smaller than the dilated "
+                 "kernel height 3");
+    a[2] = VQ_ATTR_IS("dilations", d2, 2);
+    /* dilation 2 makes the window 5 tall: pad 3 is fine, and so is the size */
+    vq_tensor *o = NULL;
+    cr_assert_eq(vq_op_run(NULL, "max_pool2d", &x, 1, &o, 1, a, 3), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_shape(o)[2], 4);
+    vq_tensor_release(o);
+    expect_error("avg_pool2d", &x, 1, a, 3, "avg_pool2d: unknown attribute 'dilations'");
+    vq_tensor *small = zeros(VQ_F32, 4, (int64_t[]){1, 2, 2, 5});
+    expect_error("max_pool2d", &small, 1, a, 1,
+                 "max_pool2d: output height would be <= 0: input height 2 with pads 0 and 0 is "
+                 "smaller than the dilated kernel height 3");
+    vq_tensor *g = zeros(VQ_F32, 4, (int64_t[]){1, 2, 3, 4});
+    vq_tensor *gin[2] = {x, g};
+    expect_error("max_pool2d_grad", gin, 2, a, 1,
+                 "max_pool2d_grad: input dOut (slot 1): shape [1,2,3,4] is not the pool's output "
+                 "shape [1,2,3,3]");
+    vq_tensor *x2 = zeros(VQ_F32, 2, (int64_t[]){3, 4});
+    expect_error("global_avg_pool", &x2, 1, NULL, 0,
+                 "global_avg_pool: input X (slot 0): has 2 dims; global_avg_pool needs at least 3");
+
+    vq_tensor *c2 = zeros(VQ_F32, 1, (int64_t[]){2}), *c3 = zeros(VQ_F32, 1, (int64_t[]){3});
+    vq_tensor *bn[5] = {x, c2, c2, c3, c2};
+    expect_error("batch_norm", bn, 5, NULL, 0,
+                 "batch_norm: input Mean (slot 3): shape [3] is not [C] for X's 2 channels (X is "
+                 "[1,2,5,5])");
+    bn[3] = c2;
+    vq_attr eps = VQ_ATTR_F("epsilon", -1);
+    expect_error("batch_norm", bn, 5, &eps, 1, "batch_norm: attribute epsilon: is -1");
+    vq_tensor *c64 = zeros(VQ_F64, 1, (int64_t[]){2});
+    bn[1] = c64;
+    expect_error("batch_norm", bn, 5, NULL, 0, "batch_norm: input Scale (slot 1): dtype f64");
+    vq_tensor *bg[5] = {x, c2, c2, c2, g};
+    vq_attr wrt = VQ_ATTR_I("wrt", 0);
+    expect_error("batch_norm_grad", bg, 5, &wrt, 1,
+                 "batch_norm_grad: input dOut (slot 4): shape [1,2,3,4] differs from X's");
+    bg[4] = x;
+    wrt = VQ_ATTR_I("wrt", 5);
+    expect_error("batch_norm_grad", bg, 5, &wrt, 1, "batch_norm_grad: attribute wrt: is 5");
+    vq_tensor *all[] = {x, small, g, x2, c2, c3, c64};
+    release_all(all, sizeof all / sizeof all[0]);
+}
+
+/* ---- preparation with unknown dims ---- */
+
+static int infer(const char *type, int nin, vq__meta *in, const vq_attr *at, int nat,
+                 vq__meta *out)
+{
+    const vq__op_def *def = vq__op_find(type);
+    cr_assert(def, "no op %s", type);
+    unsigned char params[VQ__MAX_PARAMS];
+    return vq__op_infer(def, at, nat, nin, in, 1, out, params);
+}
+
+Test(ops_conv, unknown_dims_give_unknown_output_dims_where_they_matter)
+{
+    int64_t s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1}, k3[2] = {3, 3};
+    vq_attr at[3] = {VQ_ATTR_IS("strides", s2, 2), VQ_ATTR_IS("pads", p1, 4),
+                     VQ_ATTR_IS("kernel", k3, 2)};
+    vq__meta in[3] = {{.dtype = VQ_F32, .ndim = 4, .shape = {-1, 8, -1, 9}},
+                      {.dtype = VQ_F32, .ndim = 4, .shape = {16, -1, 3, 3}},
+                      {.dtype = VQ_F32, .ndim = 1, .shape = {-1}}};
+    vq__meta out;
+    cr_assert_eq(infer("conv2d", 3, in, at, 2, &out), 0, "%s", vq_errmsg());
+    cr_assert_eq(out.ndim, 4);
+    cr_assert_eq(out.shape[0], -1);
+    cr_assert_eq(out.shape[1], 16);
+    cr_assert_eq(out.shape[2], -1);
+    cr_assert_eq(out.shape[3], 5);
+    /* an unknown kernel dim leaves that output dim unknown; M from the bias */
+    in[1] = (vq__meta){.dtype = VQ_F32, .ndim = 4, .shape = {-1, 8, 3, -1}};
+    in[2].shape[0] = 12;
+    cr_assert_eq(infer("conv2d", 3, in, at, 2, &out), 0, "%s", vq_errmsg());
+    cr_assert_eq(out.shape[1], 12);
+    cr_assert_eq(out.shape[3], -1);
+    /* a known misfit is still found */
+    in[1].shape[1] = 3;
+    cr_assert_eq(infer("conv2d", 3, in, at, 2, &out), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "input channels per group"), "%s", vq_errmsg());
+
+    vq__meta px = {.dtype = VQ_F64, .ndim = 4, .shape = {2, -1, 7, -1}};
+    cr_assert_eq(infer("max_pool2d", 1, &px, at, 3, &out), 0, "%s", vq_errmsg());
+    cr_assert_eq(out.shape[1], -1);
+    cr_assert_eq(out.shape[2], 4);
+    cr_assert_eq(out.shape[3], -1);
+    vq__meta gx = {.dtype = VQ_F32, .ndim = 4, .shape = {-1, 3, -1, -1}};
+    cr_assert_eq(infer("global_avg_pool", 1, &gx, NULL, 0, &out), 0, "%s", vq_errmsg());
+    cr_assert_eq(out.shape[0], -1);
+    cr_assert_eq(out.shape[1], 3);
+    cr_assert_eq(out.shape[2], 1);
+    cr_assert_eq(out.shape[3], 1);
+    vq__meta bn[5] = {{.dtype = VQ_F32, .ndim = 4, .shape = {-1, -1, 5, 5}},
+                      {.dtype = VQ_F32, .ndim = 1, .shape = {-1}},
+                      {.dtype = VQ_F32, .ndim = 1, .shape = {4}},
+                      {.dtype = VQ_F32, .ndim = 1, .shape = {-1}},
+                      {.dtype = VQ_F32, .ndim = 1, .shape = {-1}}};
+    cr_assert_eq(infer("batch_norm", 5, bn, NULL, 0, &out), 0, "%s", vq_errmsg());
+    cr_assert_eq(out.shape[0], -1);
+    cr_assert_eq(out.shape[1], 4);
+}
+
+Test(ops_conv, signatures_list_slots_and_attributes)
+{
+    cr_assert_str_eq(vq_op_signature("conv2d"),
+                     "conv2d(X, W...) -> Out; strides:ints=[1,1] pads:ints=[0,0,0,0] "
+                     "dilations:ints=[1,1] groups:int=1");
+    cr_assert_str_eq(vq_op_signature("max_pool2d"),
+                     "max_pool2d(X) -> Out; kernel:ints strides:ints=[1,1] pads:ints=[0,0,0,0] "
+                     "dilations:ints=[1,1] ceil_mode:bool=false");
+    cr_assert_str_eq(vq_op_signature("avg_pool2d_grad"),
+                     "avg_pool2d_grad(X, dOut) -> dX; kernel:ints strides:ints=[1,1] "
+                     "pads:ints=[0,0,0,0] ceil_mode:bool=false count_include_pad:bool=false");
+    cr_assert_str_eq(vq_op_signature("batch_norm_grad"),
+                     "batch_norm_grad(X, Scale, Mean, Var, dOut) -> dZ; epsilon:float=1e-05 "
+                     "wrt:int");
+    cr_assert_str_eq(vq_op_signature("global_avg_pool"), "global_avg_pool(X) -> Out");
+}
+
+/* ---- in a program ---- */
+
+static const int64_t net_pads[4] = {1, 1, 1, 1}, net_two[2] = {2, 2};
+
+/* The net, op by op: mean(global_avg_pool(max_pool2d(relu(batch_norm(
+ * conv2d(x, w, b), scale, shift, mean, var))))); p: w, b, scale, shift,
+ * mean, var. */
+static double net_forward(vq_tensor *x, vq_tensor *const *p)
+{
+    vq_attr cat = VQ_ATTR_IS("pads", net_pads, 4);
+    vq_attr pat[2] = {VQ_ATTR_IS("kernel", net_two, 2), VQ_ATTR_IS("strides", net_two, 2)};
+    vq_tensor *t[6];
+    t[0] = oc_run1("conv2d", (vq_tensor *[]){x, p[0], p[1]}, 3, &cat, 1);
+    t[1] = oc_run1("batch_norm", (vq_tensor *[]){t[0], p[2], p[3], p[4], p[5]}, 5, NULL, 0);
+    t[2] = oc_run1("relu", &t[1], 1, NULL, 0);
+    t[3] = oc_run1("max_pool2d", &t[2], 1, pat, 2);
+    t[4] = oc_run1("global_avg_pool", &t[3], 1, NULL, 0);
+    t[5] = oc_run1("mean", &t[4], 1, NULL, 0);
+    double y = oc_get(t[5], 0);
+    release_all(t, 6);
+    return y;
+}
+
+/* The same net as a program: run by the executor after an encode and a
+ * decode (W's variadic slot carries w and b), differentiated by autodiff
+ * with the statistics frozen, the gradients of w and b checked against
+ * finite differences of the op-by-op net. */
+Test(ops_conv, a_conv_net_runs_in_a_program_and_differentiates)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t ws[4] = {4, 3, 3, 3}, cs[1] = {4};
+    cr_assert_eq(vq_program_add_var(p, 0, "x", VQ_F64, 4, (int64_t[]){-1, 3, 8, 8}, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 4, ws, true), 0);
+    const char *names[6] = {"w", "b", "scale", "shift", "mean", "var"};
+    for (int i = 1; i < 6; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, names[i], VQ_F64, 1, cs, true), 0);
+    const char *tmp[5] = {"c", "n", "r", "m", "g"};
+    const int64_t tshape[5][4] = {{-1, 4, 8, 8}, {-1, 4, 8, 8}, {-1, 4, 8, 8}, {-1, 4, 4, 4},
+                                  {-1, 4, 1, 1}};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, tmp[i], VQ_F64, 4, tshape[i], false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "y", VQ_F64, 0, NULL, false), 0);
+    vq_attr cat = VQ_ATTR_IS("pads", net_pads, 4);
+    vq_attr pat[2] = {VQ_ATTR_IS("kernel", net_two, 2), VQ_ATTR_IS("strides", net_two, 2)};
+    const char *conv_in[3] = {"x", "w", "b"}, *bn_in[5] = {"c", "scale", "shift", "mean", "var"};
+    cr_assert_geq(vq_program_add_op(p, 0, "conv2d", conv_in, 3, &tmp[0], 1, &cat, 1), 0, "%s",
+                  vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, "batch_norm", bn_in, 5, &tmp[1], 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "relu", &tmp[1], 1, &tmp[2], 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "max_pool2d", &tmp[2], 1, &tmp[3], 1, pat, 2), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "global_avg_pool", &tmp[3], 1, &tmp[4], 1, NULL, 0),
+                  0);
+    const char *y = "y";
+    cr_assert_geq(vq_program_add_op(p, 0, "mean", &tmp[4], 1, &y, 1, NULL, 0), 0);
+
+    void *buf;
+    size_t len;
+    cr_assert_eq(vq_program_encode(p, &buf, &len), 0, "%s", vq_errmsg());
+    vq_program *q;
+    cr_assert_eq(vq_program_decode(&q, buf, len), 0, "%s", vq_errmsg());
+    free(buf);
+    vq_program_free(p);
+    cr_assert_eq(vq_program_nops(q, 0), 6);
+    const char *frozen[2] = {"mean", "var"};
+    cr_assert_eq(vq_append_backward(q, "y", frozen, 2), 4, "%s", vq_errmsg());
+
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 4, (int64_t[]){2, 3, 8, 8}, -1, 1);
+    vq_tensor *par[6] = {oc_rand(&rng, VQ_F64, 4, ws, -0.5, 0.5),
+                         oc_rand(&rng, VQ_F64, 1, cs, -0.5, 0.5),
+                         oc_rand(&rng, VQ_F64, 1, cs, 0.5, 1.5),
+                         oc_rand(&rng, VQ_F64, 1, cs, -0.5, 0.5),
+                         oc_rand(&rng, VQ_F64, 1, cs, -0.2, 0.2),
+                         oc_rand(&rng, VQ_F64, 1, cs, 0.5, 2)};
+    vq_engine *e;
+    vq_exec *ex;
+    vq_scope *sc;
+    cr_assert_eq(vq_engine_new(&e, NULL), 0);
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+    cr_assert_eq(vq_scope_new(&sc), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(vq_scope_set(sc, names[i], par[i]), 0);
+    vq_feed feed = {"x", x};
+    vq_fetch f[3] = {{"y", NULL}, {"w@GRAD", NULL}, {"b@GRAD", NULL}};
+    cr_assert_eq(vq_exec_run(ex, q, sc, &feed, 1, f, 3), 0, "%s", vq_errmsg());
+    double want = net_forward(x, par);
+    cr_assert(fabs(oc_get(f[0].tensor, 0) - want) <= 1e-12 * fmax(1, fabs(want)),
+              "program %.17g, ops %.17g", oc_get(f[0].tensor, 0), want);
+    const double h = 1e-6;
+    for (int k = 1; k <= 2; k++) {
+        vq_tensor *v = par[k - 1];
+        for (int64_t i = 0; i < vq_tensor_numel(v); i += k == 1 ? 13 : 1) {
+            double v0 = oc_get(v, i);
+            oc_set(v, i, v0 + h);
+            double up = net_forward(x, par);
+            oc_set(v, i, v0 - h);
+            double down = net_forward(x, par);
+            oc_set(v, i, v0);
+            double num = (up - down) / (2 * h), ana = oc_get(f[k].tensor, i);
+            cr_assert(fabs(ana - num) <= 1e-6 * fmax(fmax(fabs(ana), fabs(num)), 1e-3),
+                      "d y / d %s[%lld]: autodiff %.12g, finite differences %.12g", names[k - 1],
+                      (long long)i, ana, num);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        vq_tensor_release(f[i].tensor);
+    release_all(par, 6);
+    vq_tensor_release(x);
+    vq_exec_free(ex);
+    vq_scope_free(sc);
+    vq_engine_free(e);
+    vq_program_free(q);
+}

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OX_MIN_OPSET 7
+#define OX_MIN_OPSET 1
 #define OX_MAX_OPSET 18
 
 /* ---- values by name ---- */

@@ -82,7 +82,14 @@ static int unary(struct ox *x, const char *type)
 static int binary(struct ox *x, const char *type)
 {
     struct ox_val *in[2];
-    int rc = need_in(x, 0, &in[0]);
+    int64_t legacy;
+    int rc = ox_attr_int(x, "axis", -1, &legacy);
+    if (rc == 0 && legacy >= 0)
+        rc = ox_fail(x, VQ_ENOSYS, "broadcasting along axis %lld (opsets before 7) is not "
+                                   "supported",
+                     (long long)legacy);
+    if (rc == 0)
+        rc = need_in(x, 0, &in[0]);
     if (rc == 0)
         rc = need_in(x, 1, &in[1]);
     if (rc == 0)
@@ -495,6 +502,237 @@ static int t_isnan(struct ox *x)
         rc = need_out0(x);
     const char *o = out0(x);
     return rc ? rc : ox_emit(x, "not_equal", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* ---- convolution nets (NCHW) ---- */
+
+/* Window ops work on 2-D images; a 1-D one ([N, C, L]) runs as a 2-D one
+ * of height 1 ([N, C, 1, L]), its attributes lifted (stride, dilation and
+ * kernel 1 along the added dim, no padding). sd: the input's spatial
+ * rank, 1 or 2. */
+static int spatial_rank(struct ox *x, const struct ox_val *v, int *sd)
+{
+    *sd = v->meta.ndim - 2;
+    if (*sd == 1 || *sd == 2)
+        return 0;
+    return ox_fail(x, VQ_ENOSYS, "input of rank %d: varq has 1-D and 2-D windows (NCL, NCHW)",
+                   v->meta.ndim);
+}
+
+/* An ints attribute of sd entries lifted to 2 (absent: d, d). */
+static int lifted(struct ox *x, const char *name, int sd, int64_t d, int64_t *out)
+{
+    int64_t v[2];
+    int n, rc = ox_attr_ints(x, name, v, 2, &n);
+    if (rc)
+        return rc;
+    if (n >= 0 && n != sd)
+        return ox_fail(x, VQ_EINVAL, "%s has %d entries for %d spatial dims", name, n, sd);
+    out[0] = sd == 1 ? 1 : n < 0 ? d : v[0];
+    out[1] = n < 0 ? d : v[sd - 1];
+    return 0;
+}
+
+/* v as [N, C, 1, L] when it is [N, C, L]; *out = v otherwise. */
+static int lift(struct ox *x, struct ox_val *v, int sd, struct ox_val **out)
+{
+    *out = v;
+    if (sd == 2)
+        return 0;
+    return reshape_to(x, v, (int64_t[]){0, 0, 1, -1}, 4, NULL, out);
+}
+
+/* Emits a window op on the lifted input into out0, dropping the added
+ * dim of a 1-D result. */
+static int window_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
+                       int sd, const vq_attr *attrs, int nattrs)
+{
+    const char *o = out0(x), *name = sd == 2 ? o : NULL;
+    struct ox_val *r;
+    int rc = ox_emit(x, type, in, nin, &name, 1, attrs, nattrs, &r);
+    if (rc || sd == 2)
+        return rc;
+    return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, o, NULL);
+}
+
+/* The pads of a window op on the lifted input v (top, left, bottom,
+ * right: ONNX's begins then ends): the pads attribute, or auto_pad
+ * (SAME_UPPER / SAME_LOWER need the spatial dims known at import). */
+static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64_t *kernel,
+                       const int64_t *strides, const int64_t *dil, int64_t *pads)
+{
+    char mode[32];
+    int64_t p[4];
+    int n, rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
+    if (rc == 0)
+        rc = ox_attr_ints(x, "pads", p, 4, &n);
+    if (rc)
+        return rc;
+    pads[0] = pads[1] = pads[2] = pads[3] = 0;
+    if (n >= 0 && n != 2 * sd)
+        return ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
+    if (n > 0 && sd == 2)
+        memcpy(pads, p, sizeof p);
+    else if (n > 0) {
+        pads[1] = p[0];
+        pads[3] = p[1];
+    }
+    if (!strcmp(mode, "NOTSET") || !strcmp(mode, "VALID")) {
+        if (!strcmp(mode, "VALID"))
+            pads[0] = pads[1] = pads[2] = pads[3] = 0;
+        return 0;
+    }
+    bool upper = !strcmp(mode, "SAME_UPPER");
+    if (!upper && strcmp(mode, "SAME_LOWER"))
+        return ox_fail(x, VQ_EINVAL, "auto_pad \"%s\" is not NOTSET, VALID, SAME_UPPER or "
+                                     "SAME_LOWER",
+                       mode);
+    for (int i = 0; i < 2; i++) {
+        int64_t in = v->meta.shape[2 + i];
+        if (in < 0)
+            return ox_fail(x, VQ_ENOSYS, "auto_pad %s needs the spatial dims known when the "
+                                         "model is imported",
+                           mode);
+        int64_t out = (in + strides[i] - 1) / strides[i];
+        int64_t total = (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in;
+        if (total < 0)
+            total = 0;
+        pads[upper ? i : 2 + i] = total / 2;
+        pads[upper ? 2 + i : i] = total - total / 2;
+    }
+    return 0;
+}
+
+static int t_conv(struct ox *x)
+{
+    struct ox_val *in[3];
+    int64_t strides[2], dil[2], kernel[2], pads[4], group;
+    int sd = 0;
+    int rc = need_in(x, 0, &in[0]);
+    if (rc == 0)
+        rc = need_in(x, 1, &in[1]);
+    if (rc == 0)
+        rc = ox_in(x, 2, &in[2]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = spatial_rank(x, in[0], &sd);
+    if (rc == 0 && in[1]->meta.ndim != sd + 2)
+        rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
+    if (rc == 0)
+        rc = lifted(x, "strides", sd, 1, strides);
+    if (rc == 0)
+        rc = lifted(x, "dilations", sd, 1, dil);
+    if (rc == 0)
+        rc = ox_attr_int(x, "group", 1, &group);
+    if (rc == 0)
+        rc = lift(x, in[0], sd, &in[0]);
+    if (rc == 0)
+        rc = lift(x, in[1], sd, &in[1]);
+    if (rc)
+        return rc;
+    kernel[0] = in[1]->meta.shape[2];
+    kernel[1] = in[1]->meta.shape[3];
+    if ((rc = window_pads(x, in[0], sd, kernel, strides, dil, pads)) < 0)
+        return rc;
+    vq_attr a[4] = {VQ_ATTR_IS("strides", strides, 2), VQ_ATTR_IS("pads", pads, 4),
+                    VQ_ATTR_IS("dilations", dil, 2), VQ_ATTR_I("groups", group)};
+    return window_emit(x, "conv2d", in, in[2] ? 3 : 2, sd, a, 4);
+}
+
+/* MaxPool and AveragePool. */
+static int pool(struct ox *x, bool max)
+{
+    struct ox_val *v;
+    int64_t kernel[2], strides[2], dil[2] = {1, 1}, pads[4], ceil, cip, order;
+    int sd = 0;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = spatial_rank(x, v, &sd);
+    if (rc == 0) {
+        if (!ox_attr(x, "kernel_shape"))
+            rc = ox_fail(x, VQ_EINVAL, "no kernel_shape");
+        else
+            rc = lifted(x, "kernel_shape", sd, 1, kernel);
+    }
+    if (rc == 0)
+        rc = lifted(x, "strides", sd, 1, strides);
+    if (rc == 0 && max)
+        rc = lifted(x, "dilations", sd, 1, dil);
+    if (rc == 0)
+        rc = ox_attr_int(x, "ceil_mode", 0, &ceil);
+    if (rc == 0)
+        rc = ox_attr_int(x, "count_include_pad", 0, &cip);
+    if (rc == 0)
+        rc = ox_attr_int(x, "storage_order", 0, &order);
+    if (rc == 0 && order != 0)
+        rc = ox_fail(x, VQ_ENOSYS, "storage_order %lld (column-major indices)", (long long)order);
+    if (rc == 0 && ox_out(x, 1))
+        rc = ox_fail(x, VQ_ENOSYS, "its Indices output is not supported");
+    if (rc == 0)
+        rc = lift(x, v, sd, &v);
+    if (rc == 0)
+        rc = window_pads(x, v, sd, kernel, strides, dil, pads);
+    if (rc)
+        return rc;
+    if (max) {
+        vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
+                        VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_IS("dilations", dil, 2),
+                        VQ_ATTR_B("ceil_mode", ceil != 0)};
+        return window_emit(x, "max_pool2d", &v, 1, sd, a, 5);
+    }
+    vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
+                    VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),
+                    VQ_ATTR_B("count_include_pad", cip != 0)};
+    return window_emit(x, "avg_pool2d", &v, 1, sd, a, 5);
+}
+
+static int t_max_pool(struct ox *x) { return pool(x, true); }
+static int t_average_pool(struct ox *x) { return pool(x, false); }
+
+static int t_global_average_pool(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && v->meta.ndim < 3)
+        rc = ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)",
+                     v->meta.ndim);
+    const char *o = out0(x);
+    return rc ? rc : ox_emit(x, "global_avg_pool", &v, 1, &o, 1, NULL, 0, NULL);
+}
+
+/* BatchNormalization at inference (the running statistics). */
+static int t_batch_norm(struct ox *x)
+{
+    struct ox_val *in[5];
+    double eps;
+    int64_t training, spatial;
+    int rc = 0;
+    for (int i = 0; i < 5 && rc == 0; i++)
+        rc = need_in(x, i, &in[i]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
+    if (rc == 0)
+        rc = ox_attr_int(x, "training_mode", 0, &training);
+    if (rc == 0)
+        rc = ox_attr_int(x, "spatial", 1, &spatial);
+    if (rc == 0 && training)
+        rc = ox_fail(x, VQ_ENOSYS, "training_mode 1 (batch statistics) is not supported");
+    if (rc == 0 && !spatial)
+        rc = ox_fail(x, VQ_ENOSYS, "spatial 0 is not supported");
+    if (rc == 0 && (ox_out(x, 1) || ox_out(x, 2) || ox_out(x, 3) || ox_out(x, 4)))
+        rc = ox_fail(x, VQ_ENOSYS, "only its output Y is supported (inference)");
+    if (rc)
+        return rc;
+    vq_attr a = VQ_ATTR_F("epsilon", eps);
+    const char *o = out0(x);
+    return ox_emit(x, "batch_norm", in, 5, &o, 1, &a, 1, NULL);
 }
 
 /* ---- control flow: If onto cond, Loop onto while ---- */
@@ -1077,8 +1315,8 @@ static int t_concat(struct ox *x)
     struct ox_val *in[VQ__MAX_SLOTS];
     int64_t axis;
     int rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc == 0) /* required since opset 4; 1 before */
+        rc = ox_attr_int(x, "axis", x->opset < 4 ? 1 : 0, &axis);
     if (rc == 0 && (n->n_input == 0 || n->n_input > VQ__MAX_SLOTS))
         rc = ox_fail(x, VQ_ENOSYS, "%zu inputs (varq takes 1 to %d)", n->n_input,
                      VQ__MAX_SLOTS);
@@ -1430,12 +1668,15 @@ static const struct translation table[] = {
     {"Abs", t_abs},
     {"Add", t_add},
     {"And", t_and},
+    {"AveragePool", t_average_pool},
+    {"BatchNormalization", t_batch_norm},
     {"Cast", t_cast},
     {"Celu", t_celu},
     {"Clip", t_clip},
     {"Concat", t_concat},
     {"Constant", t_constant},
     {"ConstantOfShape", t_constant_of_shape},
+    {"Conv", t_conv},
     {"Div", t_div},
     {"Dropout", t_dropout},
     {"Elu", t_elu},
@@ -1444,6 +1685,7 @@ static const struct translation table[] = {
     {"Exp", t_exp},
     {"Flatten", t_flatten},
     {"Gemm", t_gemm},
+    {"GlobalAveragePool", t_global_average_pool},
     {"Greater", t_greater},
     {"GreaterOrEqual", t_greater_equal},
     {"HardSigmoid", t_hard_sigmoid},
@@ -1459,6 +1701,7 @@ static const struct translation table[] = {
     {"Loop", t_loop},
     {"MatMul", t_matmul},
     {"Max", t_max},
+    {"MaxPool", t_max_pool},
     {"Mean", t_mean},
     {"Min", t_min},
     {"Mul", t_mul},

@@ -6,7 +6,9 @@ because of another op of the case. Limits of varq that are not about one
 op's translation are counted apart (LIMITS below): a shape, axes or
 similar input that the case feeds at run time where varq needs it known
 when the model is imported ("known at import"), an element type varq does
-not have ("type"), and a Loop's scan outputs ("scan outputs"). Prints the table and the totals; with --markdown FILE also
+not have ("type"), and outputs varq does not produce: a Loop's scan
+outputs, a MaxPool's Indices ("extra outputs"); and 3-D windows and
+batch normalization in training mode. Prints the table and the totals; with --markdown FILE also
 writes the README's table of supported ops (those varq translates: `varq
 onnx-ops`), and with --check exits 1 when a case fails or a case of a
 supported op is unsupported because of that op for another reason.
@@ -32,7 +34,11 @@ LIMITS = [
     ("must be known when the model is imported", "known at import"),
     ("element type", "type"),
     ("cast to", "type"),
-    ("scan outputs are not supported", "scan outputs"),
+    ("scan outputs are not supported", "extra outputs"),
+    ("its Indices output is not supported", "extra outputs"),
+    ("storage_order", "extra outputs"),
+    ("varq has 1-D and 2-D windows", "3-D, training mode"),
+    ("training_mode 1", "3-D, training mode"),
 ]
 
 
@@ -73,7 +79,7 @@ def main():
             if op in supported and (status == "fail" or (status == "unsupported" and op == culprit
                                                           and not limit)):
                 bad.append(f"{case}: {status}: {msg}")
-    cols = ["pass", "fail", "known at import", "type", "scan outputs",
+    cols = ["pass", "fail", "known at import", "type", "extra outputs", "3-D, training mode",
             "unsupported (itself)", "unsupported (other)"]
     print(f"{'op':24s} {'varq':5s} " + " ".join(f"{c:>20s}" for c in cols))
     for op in sorted(rows):
@@ -86,12 +92,13 @@ def main():
     if md:
         with open(md, "w") as f:
             f.write("| ONNX op | cases that pass | feed a shape at run time | other type "
-                    "| scan outputs | unsupported | cases with it |\n"
-                    "|---|---|---|---|---|---|---|\n")
+                    "| Loop scans, pool indices | 3-D windows, BN training | unsupported "
+                    "| cases with it |\n|---|---|---|---|---|---|---|---|\n")
             for op in sorted(supported):
                 r = rows.get(op, collections.Counter())
                 f.write(f"| {op} | {r['pass']} | {r['known at import']} | {r['type']} | "
-                        f"{r['scan outputs']} | {r['unsupported (itself)'] + r['fail']} | "
+                        f"{r['extra outputs']} | {r['3-D, training mode']} | "
+                        f"{r['unsupported (itself)'] + r['fail']} | "
                         f"{sum(r.values())} |\n")
             f.write(f"\nTotal: {totals['pass']} of {n} node test cases pass, "
                     f"{totals['fail']} fail, {totals['unsupported']} use an op, attribute "

@@ -9,7 +9,7 @@ pkgs=(
   libck-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
   python3-numpy python3-torch python3-sklearn
-  libonnx-dev python3-onnx
+  libonnx-dev python3-onnx python3-torchvision
 )
 
 missing=()

@@ -1,0 +1,123 @@
+#!/usr/bin/python3
+"""Exports torchvision models with random weights (weights=None, a fixed
+seed) through torch.onnx.export, runs each through varq (`varq run
+MODEL.onnx --feed input=x.npy --fetch output=y.npy`) and compares varq's
+output with PyTorch's on the same input: the largest |varq - torch| must be
+within 1e-4 of the largest |torch| (f32), and the top class must agree.
+
+usage: torchvision_check.py --varq BUILD/tools/varq [--models resnet18,...]
+                            [--batch N] [--dir DIR] [--opset 13] [--bench R]
+--bench R also times R inferences of each model in varq (`varq run
+--repeat R --workers 2`, mean per run) and in PyTorch eager (2 threads,
+after a warm-up), prints the ratio PyTorch time / varq time (above 1: varq
+is faster), and the share of varq's op time spent in conv2d (from a
+profile of one run).
+Models: resnet18, mobilenet_v2, squeezenet1_1 (default: all three). DIR
+keeps the .onnx files and the arrays (default: a temporary directory).
+Exit 0 when every model matches, 1 otherwise, 77 (skipped) without torch
+or torchvision.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+try:
+    import numpy as np
+    import torch
+    import torchvision
+except ImportError as exc:
+    print(f"torchvision_check.py: skipped: {exc}")
+    sys.exit(77)
+
+
+def export(name, path, batch, opset):
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        y = model(x)
+        torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"],
+                          output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    return x.numpy(), y.numpy()
+
+
+def bench(args, name, model, xp, xin):
+    r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
+                        "--repeat", str(args.bench), "--workers", "2"],
+                       capture_output=True, text=True, check=True)
+    ms = float(r.stderr.split("mean ")[1].split(" ms")[0])
+    trace = xp + ".trace.json"
+    subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
+                    "--workers", "2", "--profile", trace], capture_output=True, check=True)
+    import json
+    events = json.load(open(trace))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    total = sum(e.get("dur", 0) for e in events if e.get("ph") == "X")
+    conv = sum(e.get("dur", 0) for e in events if e.get("ph") == "X" and e.get("name") == "conv2d")
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.from_numpy(xin)
+    with torch.no_grad():
+        for _ in range(3):
+            m(x)
+        t0 = time.perf_counter()
+        for _ in range(args.bench):
+            m(x)
+        tms = (time.perf_counter() - t0) * 1e3 / args.bench
+    print(f"  {name} batch {args.batch}: varq {ms:.2f} ms, PyTorch {tms:.2f} ms per inference: "
+          f"PyTorch / varq = {tms / ms:.2f}; conv2d {100 * conv / total if total else 0:.0f}% "
+          f"of varq's op time")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--varq", required=True)
+    ap.add_argument("--models", default="resnet18,mobilenet_v2,squeezenet1_1")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--opset", type=int, default=13)
+    ap.add_argument("--dir")
+    ap.add_argument("--bench", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    tmp = tempfile.TemporaryDirectory() if not args.dir else None
+    d = args.dir or tmp.name
+    os.makedirs(d, exist_ok=True)
+    ok = True
+    for name in args.models.split(","):
+        model = os.path.join(d, f"{name}.onnx")
+        xin, want = export(name, model, args.batch, args.opset)
+        xp, yp = os.path.join(d, f"{name}_x.npy"), os.path.join(d, f"{name}_y.npy")
+        np.save(xp, xin)
+        t0 = time.perf_counter()
+        r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}",
+                            "--fetch", f"output={yp}"], capture_output=True, text=True)
+        secs = time.perf_counter() - t0
+        if r.returncode != 0:
+            print(f"{name}: varq failed: {r.stderr.strip()}")
+            ok = False
+            continue
+        got = np.load(yp)
+        if got.shape != want.shape:
+            print(f"{name}: shape {got.shape}, PyTorch's is {want.shape}")
+            ok = False
+            continue
+        diff = float(np.max(np.abs(got - want)))
+        scale = float(np.max(np.abs(want)))
+        rel = diff / scale if scale else diff
+        same_top = bool(np.all(got.argmax(axis=1) == want.argmax(axis=1)))
+        good = rel <= 1e-4 and same_top
+        ok &= good
+        print(f"{name}: batch {args.batch}, max |varq - torch| = {diff:.3g} "
+              f"({rel:.3g} of max |torch| {scale:.3g}), top class "
+              f"{'agrees' if same_top else 'DIFFERS'}, varq run {secs:.2f} s: "
+              f"{'ok' if good else 'FAILED'}")
+        if args.bench and good:
+            bench(args, name, model, xp, xin)
+    sys.exit(0 if ok else 1)
+
+
+main()

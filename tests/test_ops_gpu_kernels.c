@@ -803,6 +803,109 @@ static void case_adam(struct run *r)
     }
 }
 
+/* ---- convolutions, pools, batch_norm ---- */
+
+/* X [n, c, h, w], W [m, c / groups, kh, kw] and the attributes; Out's
+ * height and width (oh, ow) for the gradient's dOut. */
+static const struct conv_gpu_case {
+    int64_t x[4], w[4], groups, stride[2], pad[4], dil[2], oh, ow;
+    bool bias;
+} conv_gpu_cases[] = {
+    {{2, 4, 7, 6}, {6, 2, 3, 3}, 2, {2, 2}, {1, 1, 1, 1}, {1, 1}, 4, 3, true},
+    {{1, 3, 8, 7}, {5, 3, 3, 2}, 1, {1, 2}, {0, 2, 1, 0}, {1, 1}, 7, 4, false},
+    {{1, 2, 9, 9}, {3, 2, 3, 3}, 1, {1, 1}, {2, 2, 2, 2}, {2, 2}, 9, 9, true},
+    {{2, 6, 6, 5}, {6, 1, 3, 3}, 6, {1, 1}, {1, 1, 1, 1}, {1, 1}, 6, 5, true}, /* depthwise */
+    {{3, 4, 5, 5}, {4, 4, 1, 1}, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, 5, 5, true}, /* 1x1 */
+};
+
+static void case_conv2d(struct run *r)
+{
+    bool grad = !strcmp(r->op, "conv2d_grad");
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < N_OF(conv_gpu_cases); c++)
+            for (int wrt = 0; wrt < (grad ? 3 : 1); wrt++) {
+                const struct conv_gpu_case *k = &conv_gpu_cases[c];
+                vq_dtype dt = floats[d];
+                describe(r, "%s, case %d, wrt %d", vq_dtype_name(dt), c, wrt);
+                vq_attr at[5] = {VQ_ATTR_IS("strides", k->stride, 2),
+                                 VQ_ATTR_IS("pads", k->pad, 4),
+                                 VQ_ATTR_IS("dilations", k->dil, 2),
+                                 VQ_ATTR_I("groups", k->groups), VQ_ATTR_I("wrt", wrt)};
+                vq_tensor *in[3] = {rnd(r, dt, -1, 1, 4, k->x), rnd(r, dt, -1, 1, 4, k->w), NULL};
+                int nin = 2;
+                if (grad)
+                    in[nin++] = rnd(r, dt, -1, 1, DIMS(k->x[0], k->w[0], k->oh, k->ow));
+                else if (k->bias)
+                    in[nin++] = rnd(r, dt, -1, 1, 1, &k->w[0]);
+                /* cuBLAS sums in its own order */
+                check(r, in, nin, 1, at, grad ? 5 : 4, CLOSE);
+            }
+}
+
+/* X [n, c, h, w], the attributes, and Out's height and width. */
+static const struct pool_gpu_case {
+    int64_t x[4], kernel[2], stride[2], pad[4], dil[2], oh, ow;
+    bool ceil_mode, include_pad;
+} pool_gpu_cases[] = {
+    {{2, 3, 7, 7}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 4, 4, false, false},
+    {{1, 2, 6, 7}, {3, 2}, {2, 2}, {0, 1, 2, 0}, {1, 1}, 3, 4, true, true},
+    {{2, 1, 8, 8}, {3, 3}, {3, 3}, {1, 1, 0, 0}, {1, 1}, 3, 3, true, false},
+    {{1, 2, 9, 9}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 9, 9, false, true}, /* max: dilated */
+};
+
+static void case_pool(struct run *r)
+{
+    bool max = !strncmp(r->op, "max", 3), grad = strstr(r->op, "_grad") != NULL;
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < N_OF(pool_gpu_cases); c++) {
+            const struct pool_gpu_case *k = &pool_gpu_cases[c];
+            vq_dtype dt = floats[d];
+            bool dilated = k->dil[0] != 1 || k->dil[1] != 1;
+            if (dilated && !max)
+                continue;
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_attr at[5] = {VQ_ATTR_IS("kernel", k->kernel, 2),
+                             VQ_ATTR_IS("strides", k->stride, 2), VQ_ATTR_IS("pads", k->pad, 4),
+                             VQ_ATTR_B("ceil_mode", k->ceil_mode),
+                             max ? VQ_ATTR_IS("dilations", k->dil, 2)
+                                 : VQ_ATTR_B("count_include_pad", k->include_pad)};
+            vq_tensor *in[2] = {rnd(r, dt, -1, 1, 4, k->x),
+                                grad ? rnd(r, dt, -1, 1, DIMS(k->x[0], k->x[1], k->oh, k->ow))
+                                     : NULL};
+            /* the same comparisons and the same sums in the same order */
+            check(r, in, grad ? 2 : 1, 1, at, 5, max ? EXACT : CLOSE);
+        }
+}
+
+static void case_global_avg_pool(struct run *r)
+{
+    bool grad = !strcmp(r->op, "global_avg_pool_grad");
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[2] = {rnd(r, floats[d], -1, 1, DIMS(2, 3, 5, 4)),
+                            grad ? rnd(r, floats[d], -1, 1, DIMS(2, 3, 1, 1)) : NULL};
+        check(r, in, grad ? 2 : 1, 1, NULL, 0, CLOSE); /* a tree of sums on the device */
+    }
+}
+
+static void case_batch_norm(struct run *r)
+{
+    bool grad = !strcmp(r->op, "batch_norm_grad");
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int wrt = 0; wrt < (grad ? 5 : 1); wrt++) {
+            vq_dtype dt = floats[d];
+            describe(r, "%s, wrt %d", vq_dtype_name(dt), wrt);
+            vq_attr at[2] = {VQ_ATTR_F("epsilon", 1e-3), VQ_ATTR_I("wrt", wrt)};
+            /* forward: X, Scale, Bias, Mean, Var; grad: X, Scale, Mean, Var, dOut */
+            vq_tensor *in[5] = {rnd(r, dt, -2, 2, DIMS(2, 3, 4, 5)), rnd(r, dt, 0.5, 1.5, DIMS(3)),
+                                rnd(r, dt, -1, 1, DIMS(3)),
+                                grad ? rnd(r, dt, 0.5, 2, DIMS(3)) : rnd(r, dt, -1, 1, DIMS(3)),
+                                grad ? rnd(r, dt, -1, 1, DIMS(2, 3, 4, 5))
+                                     : rnd(r, dt, 0.5, 2, DIMS(3))};
+            check(r, in, 5, 1, at, grad ? 2 : 1, CLOSE);
+        }
+}
+
 /* ---- every op ---- */
 
 static const struct op_case {
@@ -878,6 +981,16 @@ static const struct op_case {
     {"where_grad", case_where_grad},
     {"abs", case_abs},
     {"abs_grad", case_abs_grad},
+    {"conv2d", case_conv2d},
+    {"conv2d_grad", case_conv2d},
+    {"max_pool2d", case_pool},
+    {"max_pool2d_grad", case_pool},
+    {"avg_pool2d", case_pool},
+    {"avg_pool2d_grad", case_pool},
+    {"global_avg_pool", case_global_avg_pool},
+    {"global_avg_pool_grad", case_global_avg_pool},
+    {"batch_norm", case_batch_norm},
+    {"batch_norm_grad", case_batch_norm},
 };
 
 /* Control-flow ops have no kernel: the executor runs their blocks

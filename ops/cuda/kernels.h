@@ -43,6 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../window_shared.h" /* vq__window */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -374,6 +376,70 @@ int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t
 /* Destroys every cached cuBLAS handle (at shutdown, when no stream uses
  * them). */
 void vq__cuda_blas_release(void);
+
+/* ---- convolutions and pools (ops/cpu/conv.c, ops/cpu/pool.c; conv.cu) ---- */
+
+/* The geometry w is ops/window_shared.h's vq__window, whose rules the CPU
+ * kernels share; a window with a negative size, a kernel, stride or
+ * dilation below 1 or a negative pad is VQ_EINVAL. conv2d is im2col, then
+ * vq__cuda_matmul per image (a batch of one product per group), then the
+ * bias; its gradients are products and col2im. */
+
+/* col [c * kh * kw, oh * ow] from one image x [c, h, w] (c = w->c, every
+ * channel; w->n is not read): row (ch, i, j) holds tap (i, j) of every
+ * window, 0 in the padding. One thread per entry of col. */
+int vq__cuda_im2col(int dtype, const void *x, void *col, const vq__window *w, void *stream);
+
+/* x [c, h, w] = for each element, the sum of the entries of col whose tap
+ * read it, in the order of the taps, from 0: conv.c's col2im into a
+ * zeroed image, bit for bit. Writes every element of x; one thread per
+ * element of x. */
+int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__window *w, void *stream);
+
+/* out [n, m, plane] += b[m] (conv2d's bias). */
+int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n, int64_t m, int64_t plane,
+                      void *stream);
+
+/* max_pool2d: out [n, c, oh, ow] = the element vq__window_argmax finds in
+ * each window of x [n, c, h, w], -inf for a window wholly in the padding.
+ * One thread per output. The CPU's bits. */
+int vq__cuda_max_pool(int dtype, const void *x, void *out, const vq__window *w, void *stream);
+
+/* max_pool2d_grad: dx [n, c, h, w] = for each element, the sum of g over
+ * the windows whose maximum it is, in the order of the outputs, as
+ * pool.c adds them: the CPU's bits. One thread per element of dx. */
+int vq__cuda_max_pool_grad(int dtype, const void *x, const void *g, void *dx,
+                           const vq__window *w, void *stream);
+
+/* avg_pool2d (no dilation: w->dh = w->dw = 1): out = the sum of each
+ * window's taps on the input, in double, over vq__window_avg_count. One
+ * thread per output: the CPU's sums in the CPU's order. */
+int vq__cuda_avg_pool(int dtype, const void *x, void *out, const vq__window *w,
+                      int count_include_pad, void *stream);
+
+/* avg_pool2d_grad: dx = for each element, the sum over the windows that
+ * hold it of (T)(g / divisor), in the order of the outputs, as pool.c
+ * adds them. One thread per element of dx. */
+int vq__cuda_avg_pool_grad(int dtype, const void *g, void *dx, const vq__window *w,
+                           int count_include_pad, void *stream);
+
+/* ---- batch_norm (ops/cpu/norm.c; conv.cu) ---- */
+
+/* X [outer, c, inner]: out = (x - mean) * a + bias per channel, with a =
+ * scale * (1 / sqrt(var + eps)), in double as norm.c computes it: the
+ * CPU's bits. May run in place (out == x). */
+int vq__cuda_batch_norm(int dtype, const void *x, const void *scale, const void *bias,
+                        const void *mean, const void *var, void *out, int64_t outer, int64_t c,
+                        int64_t inner, double eps, void *stream);
+
+/* batch_norm_grad with wrt (0 X, 1 Scale, 2 Bias, 3 Mean, 4 Var; norm.c's
+ * formulas): wrt 0 writes dz [outer, c, inner] = g * a elementwise (the
+ * CPU's bits); the others write dz [c] from the channel's sums of g and of
+ * g (x - mean), one block per channel, a tree of double sums (the CPU's
+ * to rounding). */
+int vq__cuda_batch_norm_grad(int wrt, int dtype, const void *x, const void *scale,
+                             const void *mean, const void *var, const void *g, void *dz,
+                             int64_t outer, int64_t c, int64_t inner, double eps, void *stream);
 
 #ifdef __cplusplus
 }

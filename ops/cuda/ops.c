@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1037,6 +1038,250 @@ static int adam_gpu(const vq__kcall *k)
     return check_finish(&l, c, rc);
 }
 
+/* ---- convolutions, pools, batch_norm (ops/cpu/conv.c, pool.c, norm.c) ---- */
+
+/* conv.c's conv_of: the window over all of X's channels and one group's
+ * product: Out_g [mg, plane] = W_g [mg, rows] times the group's columns
+ * [rows, plane]; direct (1x1, stride 1, no pads): X's plane is the
+ * columns. out: Out's shape (conv2d) or dOut's (conv2d_grad). */
+struct conv_dims {
+    vq__window w;
+    int64_t groups, m, cg, mg, rows, plane;
+    bool direct;
+};
+
+static struct conv_dims conv_dims_of(const vq__window_params *p, const vq_tensor *x,
+                                     const vq_tensor *w, const int64_t *out)
+{
+    struct conv_dims d;
+    d.w = vq__window_make(x->shape, w->shape[2], w->shape[3], out, p->stride, p->pad,
+                          p->dilation);
+    d.groups = p->groups;
+    d.m = w->shape[0];
+    d.cg = w->shape[1];
+    d.mg = d.m / d.groups;
+    d.rows = d.cg * d.w.kh * d.w.kw;
+    d.plane = d.w.oh * d.w.ow;
+    d.direct = d.w.kh == 1 && d.w.kw == 1 && d.w.sh == 1 && d.w.sw == 1 && d.w.pt == 0 &&
+               d.w.pl == 0 && d.w.pb == 0 && d.w.pr == 0;
+    return d;
+}
+
+/* One image's columns for every group ([c * kh * kw, plane]) on the op's
+ * device, allocated in the op's stream order; the caller frees it with
+ * vq__tensor_release_on on the same stream, after its last use is
+ * enqueued. NULL for a direct product. */
+static int columns(const vq__kcall *k, const struct launch *l, const struct conv_dims *d,
+                   vq_dtype dt, vq_tensor **out)
+{
+    *out = NULL;
+    int64_t n = d->w.c * d->w.kh * d->w.kw * d->plane;
+    if (d->direct || n == 0)
+        return 0;
+    int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->s);
+    if (rc < 0) {
+        char why[200];
+        snprintf(why, sizeof why, "%s", vq_errmsg());
+        return vq__fail(rc, "%s: the im2col buffer of %lld elements: %s", k->def->type,
+                        (long long)n, why);
+    }
+    return 0;
+}
+
+static const char *image(const vq_tensor *t, int64_t n, int64_t per_image)
+{
+    return (const char *)t->data + (size_t)(n * per_image) * vq_dtype_size(t->dtype);
+}
+
+/* Per image: im2col, then one strided-batched product over the groups;
+ * then the bias. */
+static int conv2d_gpu(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || o->numel == 0)
+        return rc;
+    struct conv_dims d = conv_dims_of(p, x, w, o->shape);
+    vq_tensor *col;
+    if ((rc = columns(k, &l, &d, x->dtype, &col)) < 0)
+        return rc;
+    int64_t xsize = d.w.c * d.w.h * d.w.w, osize = d.m * d.plane;
+    for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
+        const void *src = image(x, n, xsize);
+        if (col) {
+            rc = launched(k, vq__cuda_im2col(x->dtype, src, col->data, &d.w, l.s));
+            src = col->data;
+        }
+        if (rc == 0)
+            rc = launched(k, vq__cuda_matmul(x->dtype, 0, 0, d.groups, d.mg, d.plane, d.rows, 1,
+                                             w->data, 0, src, 0, 0,
+                                             (void *)image(o, n, osize), l.s));
+    }
+    if (rc == 0 && b)
+        rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, d.w.n, d.m, d.plane,
+                                           l.s));
+    vq__tensor_release_on(col, l.s);
+    return rc;
+}
+
+/* conv.c's gradients: wrt 0, per image, W_g^T dOut_g into the columns,
+ * then col2im into dX (direct: into dX itself); wrt 1, per image, im2col
+ * and dOut_g times the columns transposed, added into dW after the first
+ * image; wrt 2, the sum of dOut over every dim but the channels. */
+static int conv2d_grad_gpu(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *g = k->in[2], *dz = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dz->numel == 0)
+        return rc;
+    vq_dtype dt = dz->dtype;
+    if (p->wrt == 2)
+        return launched(k, vq__cuda_reduce_axes(0, dt, g->data, dz->data, 4, g->shape,
+                                                1u | 4u | 8u, l.s));
+    struct conv_dims d = conv_dims_of(p, x, w, g->shape);
+    if (p->wrt == 1 && d.w.n == 0) /* the sum of no products */
+        return called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s), "cudaMemsetAsync");
+    vq_tensor *col;
+    if ((rc = columns(k, &l, &d, dt, &col)) < 0)
+        return rc;
+    int64_t xsize = d.w.c * d.w.h * d.w.w, gsize = d.m * d.plane;
+    for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
+        const void *gn = image(g, n, gsize);
+        if (p->wrt == 0) {
+            void *dxn = (void *)image(dz, n, xsize);
+            rc = launched(k, vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1,
+                                             w->data, 0, gn, 0, 0, col ? col->data : dxn, l.s));
+            if (rc == 0 && col)
+                rc = launched(k, vq__cuda_col2im(dt, col->data, dxn, &d.w, l.s));
+            continue;
+        }
+        const void *src = image(x, n, xsize);
+        if (col) {
+            rc = launched(k, vq__cuda_im2col(dt, src, col->data, &d.w, l.s));
+            src = col->data;
+        }
+        if (rc == 0)
+            rc = launched(k, vq__cuda_matmul(dt, 0, 1, d.groups, d.mg, d.rows, d.plane, 1, gn, 0,
+                                             src, 0, n ? 1 : 0, dz->data, l.s));
+    }
+    vq__tensor_release_on(col, l.s);
+    return rc;
+}
+
+static vq__window pool_window(const vq__window_params *p, const vq_tensor *x,
+                              const int64_t *out)
+{
+    return vq__window_make(x->shape, p->kernel[0], p->kernel[1], out, p->stride, p->pad,
+                           p->dilation);
+}
+
+/* max_pool2d and avg_pool2d. */
+static int pool_gpu(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || o->numel == 0)
+        return rc;
+    vq__window w = pool_window(p, x, o->shape);
+    if (k->def->type[0] == 'm')
+        return launched(k, vq__cuda_max_pool(x->dtype, x->data, o->data, &w, l.s));
+    return launched(k, vq__cuda_avg_pool(x->dtype, x->data, o->data, &w, p->count_include_pad,
+                                         l.s));
+}
+
+static int pool_grad_gpu(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dx->numel == 0)
+        return rc;
+    vq__window w = pool_window(p, x, g->shape);
+    if (k->def->type[0] == 'm')
+        return launched(k, vq__cuda_max_pool_grad(x->dtype, x->data, g->data, dx->data, &w,
+                                                  l.s));
+    return launched(k, vq__cuda_avg_pool_grad(x->dtype, g->data, dx->data, &w,
+                                              p->count_include_pad, l.s));
+}
+
+/* global_avg_pool: reduce.c's mean over X seen as [N * C, the rest]. */
+static int global_pool_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || o->numel == 0)
+        return rc;
+    int64_t len = 1;
+    for (int d = 2; d < x->ndim; d++)
+        len *= x->shape[d];
+    return launched(k, vq__cuda_reduce(1, x->dtype, x->data, o->data, o->numel, len, 1, l.s));
+}
+
+/* dOut * (1 / count) spread over the dims after the channels: mean_grad. */
+static int global_pool_grad_gpu(const vq__kcall *k)
+{
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dx->numel == 0)
+        return rc;
+    unsigned mask = 0;
+    for (int d = 2; d < dx->ndim; d++)
+        mask |= 1u << d;
+    return launched(k, vq__cuda_reduce_axes_grad(1, dx->dtype, g->data, dx->data, dx->ndim,
+                                                 dx->shape, mask, l.s));
+}
+
+/* X as [outer, C, inner]. */
+static void channel_layout(const vq_tensor *x, int64_t *outer, int64_t *c, int64_t *inner)
+{
+    *outer = x->shape[0];
+    *c = x->shape[1];
+    *inner = 1;
+    for (int d = 2; d < x->ndim; d++)
+        *inner *= x->shape[d];
+}
+
+static int batch_norm_gpu(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in;
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, c, inner;
+    channel_layout(in[0], &outer, &c, &inner);
+    return launched(k, vq__cuda_batch_norm(in[0]->dtype, in[0]->data, in[1]->data, in[2]->data,
+                                           in[3]->data, in[4]->data, k->out[0]->data, outer, c,
+                                           inner, p->epsilon, l.s));
+}
+
+/* (X, Scale, Mean, Var, dOut) -> dZ. */
+static int batch_norm_grad_gpu(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in;
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, c, inner;
+    channel_layout(in[0], &outer, &c, &inner);
+    return launched(k, vq__cuda_batch_norm_grad(p->wrt, in[0]->dtype, in[0]->data, in[1]->data,
+                                                in[2]->data, in[3]->data, in[4]->data,
+                                                k->out[0]->data, outer, c, inner, p->epsilon,
+                                                l.s));
+}
+
 /* ---- the table ---- */
 
 struct entry {
@@ -1116,6 +1361,16 @@ static struct entry table[] = {
     {"where_grad", select_grad_gpu},
     {"abs", abs_gpu},
     {"abs_grad", abs_grad_gpu},
+    {"conv2d", conv2d_gpu},
+    {"conv2d_grad", conv2d_grad_gpu},
+    {"max_pool2d", pool_gpu},
+    {"max_pool2d_grad", pool_grad_gpu},
+    {"avg_pool2d", pool_gpu},
+    {"avg_pool2d_grad", pool_grad_gpu},
+    {"global_avg_pool", global_pool_gpu},
+    {"global_avg_pool_grad", global_pool_grad_gpu},
+    {"batch_norm", batch_norm_gpu},
+    {"batch_norm_grad", batch_norm_grad_gpu},
 };
 
 #define NENTRIES ((int)(sizeof table / sizeof table[0]))

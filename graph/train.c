@@ -58,13 +58,29 @@ struct bw {
     bool *requires, *needed;
     struct grad_names *g;
     int err;          /* emit_op's first failure */
+    /* the gradient names the maker being called must write (din), and
+     * whether it wrote each: an input it leaves alone gets no gradient */
+    const char *const *want;
+    const int *want_var; /* the input each want[] is the gradient of */
+    bool *wrote;
+    int nwant;
 };
 
 static int emit_op(void *user, const char *type, const char *const *in, int nin,
                    const char *const *out, int nout, const vq_attr *attrs, int nattrs)
 {
     struct bw *b = user;
-    int rc = vq_program_add_op(b->p, b->block, type, in, nin, out, nout, attrs, nattrs);
+    int rc = 0;
+    /* the gradient vars it writes, declared now (like their inputs) */
+    for (int j = 0; j < nout && rc >= 0; j++)
+        for (int i = 0; i < b->nwant && rc >= 0; i++)
+            if (b->want[i] && !strcmp(b->want[i], out[j])) {
+                if (!b->wrote[i] && vq__program_find_var(b->p, out[j]) < 0)
+                    rc = declare_like(b->p, b->block, out[j], b->want_var[i], false);
+                b->wrote[i] = true;
+            }
+    if (rc >= 0)
+        rc = vq_program_add_op(b->p, b->block, type, in, nin, out, nout, attrs, nattrs);
     if (rc < 0 && !b->err)
         b->err = rc;
     return rc < 0 ? rc : 0;
@@ -953,7 +969,10 @@ static int bw_ops(struct bw *b)
                 rc = rc < 0 ? rc : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
                 break;
             }
-            rc = declare_like(p, b->block, owned[i], v, false);
+            /* a control op's gradient writes it below; a gradient maker's
+             * op declares it when it writes it (emit_op) */
+            if (control)
+                rc = declare_like(p, b->block, owned[i], v, false);
             din[i] = owned[i];
             if (gv->expected == 1)
                 gv->final = true;
@@ -967,9 +986,39 @@ static int bw_ops(struct bw *b)
             vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
                            .din = din, .dout = dout, .attrs = op0->attrs,
                            .nattrs = op0->nattrs, .emit = emit_op, .temp = no_temp, .user = b};
-            rc = op0->def->grad(&gr);
+            bool *wrote = calloc((size_t)nin + 1, sizeof *wrote);
+            if (!wrote) {
+                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            } else {
+                b->want = din;
+                b->want_var = in;
+                b->wrote = wrote;
+                b->nwant = nin;
+                rc = op0->def->grad(&gr);
+                b->want = NULL;
+                b->nwant = 0;
+            }
             if (rc >= 0 && b->err)
                 rc = b->err;
+            /* An input the maker left without a gradient (one the op treats
+             * as a constant, like batch_norm's running statistics) gets
+             * none from this op: its part is dropped. */
+            for (int i = 0; rc >= 0 && i < nin; i++) {
+                if (!din[i] || wrote[i])
+                    continue;
+                struct grad_names *gv = &b->g[in[i]];
+                for (int q = gv->nparts - 1; q >= 0; q--)
+                    if (!strcmp(gv->part[q], din[i])) {
+                        free(gv->part[q]);
+                        memmove(gv->part + q, gv->part + q + 1,
+                                (size_t)(gv->nparts - q - 1) * sizeof *gv->part);
+                        gv->nparts--;
+                        break;
+                    }
+                gv->expected--;
+                gv->final = false;
+            }
+            free(wrote);
         }
         if (rc < 0) {
             char msg[200];

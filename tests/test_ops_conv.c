@@ -579,7 +579,8 @@ Test(ops_conv, batch_norm_gradients_match_finite_differences)
         vq_tensor *in[5];
         bn_inputs(VQ_F64, bn_shapes[s].ndim, bn_shapes[s].d, in);
         vq_attr at = VQ_ATTR_F("epsilon", 1e-3);
-        double err = oc_grad_check("batch_norm", in, 5, 1, &at, 1, 0x1f, &rng);
+        /* X, Scale, Bias: the running statistics get no gradient */
+        double err = oc_grad_check("batch_norm", in, 5, 1, &at, 1, 0x07, &rng);
         cr_assert_leq(err, 1e-6, "shape %zu", s);
         release_all(in, 5);
     }

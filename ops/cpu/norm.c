@@ -211,7 +211,11 @@ static int bn_grad(const vq__grad *g)
     for (int i = 0; i < g->nattrs; i++)
         attrs[n++] = g->attrs[i];
     const char *in[5] = {g->in[0], g->in[1], g->in[3], g->in[4], g->dout[0]};
-    for (int i = 0; i < g->nin && i < 5; i++) {
+    /* X, Scale and Bias: Mean and Var are the running statistics, constants
+     * for autodiff as PyTorch's buffers are (fine-tuning must not move
+     * them); batch_norm_grad still computes their gradients (wrt 3, 4) when
+     * called directly. */
+    for (int i = 0; i < g->nin && i < 3; i++) {
         if (!g->din[i])
             continue;
         attrs[n] = VQ_ATTR_I("wrt", i);

@@ -10,9 +10,9 @@
  *   2 Bias:  sum(dOut)
  *   3 Mean:  -a * sum(dOut)
  *   4 Var:   -1/2 * Scale * inv^3 * sum(dOut * (X - Mean)).
- * Mean and Var get their gradients too, so that autodiff over a program
- * whose statistics are parameters works; training usually lists them as
- * no_grad.
+ * The gradient maker emits wrt 0 .. 2 only: the running statistics are
+ * constants for autodiff, as PyTorch's buffers are (fine-tuning must not
+ * move them); wrt 3 and 4 are there for callers that want them.
  *
  * Per-channel constants and sums are in double for both dtypes, in the
  * order of the expressions above, which the CUDA kernels (ops/cuda/conv.cu)

@@ -88,7 +88,18 @@ UNARY(double, exp, tanh)
  * (tanh is 1.0f from 9.1 on), the sign is copied back and NaN kept. The
  * selects are on integer bits: gcc does not if-convert float compares
  * under its default -ftrapping-math, and the loop would stay scalar. */
-#if defined(__x86_64__) && defined(__has_attribute)
+/* Not under the sanitizers: an ifunc resolver runs while the dynamic
+ * loader relocates the library, before ThreadSanitizer's runtime is up,
+ * and its instrumented code crashes there. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define VQ__NO_CLONES
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define VQ__NO_CLONES
+#endif
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(VQ__NO_CLONES)
 #if __has_attribute(target_clones)
 /* AVX2 where the CPU has it, picked at load time: 1.4 ns an element
  * instead of 3.1 with SSE2 (the divisions). The same operations in the

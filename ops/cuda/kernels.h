@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../layout_shared.h" /* vq__pad_geom */
 #include "../window_shared.h" /* vq__window */
 
 #ifdef __cplusplus
@@ -440,6 +441,90 @@ int vq__cuda_batch_norm(int dtype, const void *x, const void *scale, const void 
 int vq__cuda_batch_norm_grad(int wrt, int dtype, const void *x, const void *scale,
                              const void *mean, const void *var, const void *g, void *dz,
                              int64_t outer, int64_t c, int64_t inner, double eps, void *stream);
+
+/* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c;
+ * index.cu) ---- */
+
+/* op for the extrema launchers: params.h's VQ__EXTREMUM_* (ops.c checks
+ * that they agree). */
+enum { VQ__CUDA_EXTREMUM_MAX = 0, VQ__CUDA_EXTREMUM_MIN = 1 };
+
+/* Records in *bad_at, with atomicMin, the smallest j < n whose index
+ * idx[j] (index_dtype VQ_I32 or VQ_I64) is outside [-dim, dim). The caller
+ * sets *bad_at to UINT64_MAX before (as for the class losses' bad_row) and
+ * fetches the index there with vq__cuda_label_fetch, for the CPU op's
+ * message. One thread per index. */
+int vq__cuda_index_check(int index_dtype, const void *idx, int64_t n, int64_t dim,
+                         unsigned long long *bad_at, void *stream);
+
+/* gather: x [outer, dim, inner] of elements of esize bytes (1, 4 or 8),
+ * out [outer, n, inner]: row (o, j) of out is row (o, idx[j]) of x, a
+ * negative index counting from the end; a row of a bad index is written
+ * as zero bytes (vq__cuda_index_check reports it). One thread per element
+ * of out. The CPU's bits. */
+int vq__cuda_gather(int esize, int index_dtype, const void *x, const void *idx, void *out,
+                    int64_t outer, int64_t dim, int64_t inner, int64_t n, void *stream);
+
+/* gather_grad, f32 and f64: dx [outer, dim, inner] = zeros, then row (o, j)
+ * of g [outer, n, inner] added at row (o, idx[j]) with atomicAdd (rows of
+ * bad indices skipped). The adds happen in no fixed order: equal to the
+ * CPU's sums to rounding, and bit for bit where no row is picked twice. */
+int vq__cuda_gather_grad(int dtype, int index_dtype, const void *idx, const void *g, void *dx,
+                         int64_t outer, int64_t dim, int64_t inner, int64_t n, void *stream);
+
+/* argmax / argmin (op) along the middle of x [outer, len, inner] (f32,
+ * f64, i32, i64; len >= 1): out (i64) [outer, inner] = the position
+ * extremum.c's rules pick (NaN wins; ties to the first, or the last when
+ * last is set). One thread per output, scanning in order: the CPU's
+ * result. */
+int vq__cuda_arg_extremum(int op, int last, int dtype, const void *x, int64_t *out,
+                          int64_t outer, int64_t len, int64_t inner, void *stream);
+
+/* reduce_max / reduce_min (op) of x (ndim dims, shape; f32, f64, i32, i64)
+ * over the axes whose bit is set in mask, out holding the kept dims in X's
+ * order. One block per output element, a tree of extremum.c's comparisons
+ * (NaN propagates; max prefers +0 to -0, min -0 to +0), whose result the
+ * order of the comparisons does not change: the CPU's (NaN payloads
+ * aside). An empty set gives -inf / +inf, or the integer dtype's lowest /
+ * highest value. */
+int vq__cuda_reduce_extremum(int op, int dtype, const void *x, void *out, int ndim,
+                             const int64_t *shape, unsigned mask, void *stream);
+
+/* reduce_minmax_grad, f32 and f64: dx (X's shape) = g / k at the elements
+ * equal to their extremum m (NaN equal to a NaN m), k the number of such
+ * elements in the set, and 0 elsewhere, in T as extremum.c computes it:
+ * the CPU's bits. One block per output element: the count, then dx. */
+int vq__cuda_reduce_extremum_grad(int dtype, const void *x, const void *m, const void *g,
+                                  void *dx, int ndim, const int64_t *shape, unsigned mask,
+                                  void *stream);
+
+/* tile: out (ndim dims, oshape) of elements of esize bytes; out's
+ * coordinate c along dim d reads x's (xshape) c mod xshape[d]. One thread
+ * per element of out. The CPU's bits. (expand is vq__cuda_strided_copy
+ * with source strides 0 along the broadcast dims.) */
+int vq__cuda_tile(int esize, const void *x, void *out, int ndim, const int64_t *xshape,
+                  const int64_t *oshape, void *stream);
+
+/* tile_grad, f32 and f64: dx (xshape) = for each element, the sum of g
+ * (gshape) over the tiles, added in T from 0 in the order of g's elements,
+ * as layout.c adds them: the CPU's bits. One thread per element of dx. */
+int vq__cuda_tile_grad(int dtype, const void *g, void *dx, int ndim, const int64_t *xshape,
+                       const int64_t *gshape, void *stream);
+
+/* pad (all five dtypes): out = x cropped and padded as geo says
+ * (ops/layout_shared.h: geo->xshape is x's shape, geo->oshape out's), the
+ * constant where constant mode reads no element: value for f32 (rounded
+ * to float) and f64, ivalue for i32, i64 and bool (ivalue != 0). One
+ * thread per element of out. The CPU's bits. */
+int vq__cuda_pad(int dtype, const void *x, void *out, const vq__pad_geom *geo, double value,
+                 int64_t ivalue, void *stream);
+
+/* pad_grad, f32 and f64: dx (geo->xshape) = for each element, the sum of g
+ * (geo->oshape) over the outputs that read it (vq__pad_readers), added in
+ * T from 0 in the order of g's elements, as layout.c adds them: the CPU's
+ * bits; 0 for cropped elements. One thread per element of dx. */
+int vq__cuda_pad_grad(int dtype, const void *g, void *dx, const vq__pad_geom *geo,
+                      void *stream);
 
 #ifdef __cplusplus
 }

@@ -259,6 +259,9 @@ extern const vq__op_def vq__ops_control[];
 extern const vq__op_def vq__ops_conv[];
 extern const vq__op_def vq__ops_pool[];
 extern const vq__op_def vq__ops_norm[];
+extern const vq__op_def vq__ops_index[];
+extern const vq__op_def vq__ops_extremum[];
+extern const vq__op_def vq__ops_layout[];
 
 /* The definition of type, or NULL. Thread-safe (the table is built once). */
 const vq__op_def *vq__op_find(const char *type);

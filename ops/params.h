@@ -170,4 +170,52 @@ typedef struct vq__batch_norm_params {
     int wrt; /* batch_norm_grad: the forward input: 0 X, 1 Scale, 2 Bias, 3 Mean, 4 Var */
 } vq__batch_norm_params;
 
+/* ---- indexing (ops/cpu/index.c) ---- */
+
+/* gather, gather_grad: the axis, normalized to [0, ndim). */
+typedef struct vq__gather_params {
+    int axis;
+} vq__gather_params;
+
+/* split, split_grad: the axis, normalized. split_grad: bit j of absent set
+ * means no gradient flows into output j: dOut j is then the forward output
+ * j, read for its shape only (zeros). */
+typedef struct vq__split_params {
+    int axis;
+    uint64_t absent;
+} vq__split_params;
+
+/* ---- extrema (ops/cpu/extremum.c) ---- */
+
+/* argmax / argmin, reduce_max / reduce_min: vq__op_def.code and the op of
+ * the params below (reduce_minmax_grad's from its op attribute). Equal to
+ * kernels.h's VQ__CUDA_EXTREMUM_MAX ... */
+enum { VQ__EXTREMUM_MAX, VQ__EXTREMUM_MIN };
+
+/* argmax, argmin: last is select_last_index. */
+typedef struct vq__arg_params {
+    int op, axis;
+    bool keepdim, last;
+} vq__arg_params;
+
+/* reduce_max, reduce_min, reduce_minmax_grad. */
+typedef struct vq__extremum_params {
+    unsigned mask; /* bit d set: X's dim d is reduced */
+    int op;
+} vq__extremum_params;
+
+/* ---- layout (ops/cpu/layout.c) ---- */
+
+/* pad, pad_grad: begin[d] is pads[d] (negative: a crop); the end pads are
+ * Out's dims minus X's minus begin. mode is a VQ__PADMODE_* of
+ * ops/layout_shared.h (which the CPU and CUDA kernels share). value is the
+ * constant for f32 and f64, ivalue for i32, i64 and bool. expand and tile
+ * take no params: the tensors' shapes say everything their kernels need. */
+typedef struct vq__pad_params {
+    int64_t begin[VQ_MAX_DIMS];
+    int mode;
+    double value;
+    int64_t ivalue;
+} vq__pad_params;
+
 #endif

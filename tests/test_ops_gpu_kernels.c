@@ -906,6 +906,211 @@ static void case_batch_norm(struct run *r)
         }
 }
 
+/* ---- indexing, extrema, layout ---- */
+
+/* X's shape, Indices' shape and the axis. */
+static const struct gather_gpu_case {
+    int nx, ni;
+    int64_t x[3], idx[2], axis;
+} gather_gpu_cases[] = {
+    {2, 1, {5, 3}, {7}, 0},   {2, 2, {4, 6}, {2, 3}, -1}, {3, 0, {2, 5, 3}, {0}, 1},
+    {3, 1, {2, 3, 0}, {4}, 1}, {1, 1, {3}, {0}, 0},
+};
+
+/* gather over every dtype and both index dtypes; gather_grad (floats) with
+ * indices from a short range, so that rows repeat. */
+static void case_gather(struct run *r)
+{
+    bool grad = !strcmp(r->op, "gather_grad");
+    for (int c = 0; c < N_OF(gather_gpu_cases); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++)
+            for (int t = 0; t < 2; t++) {
+                const struct gather_gpu_case *k = &gather_gpu_cases[c];
+                vq_dtype dt = grad ? floats[d] : all_dtypes[d], it = t ? VQ_I64 : VQ_I32;
+                int axis = (int)(k->axis < 0 ? k->axis + k->nx : k->axis), no = 0;
+                int64_t dim = k->x[axis], os[4];
+                for (int i = 0; i < axis; i++)
+                    os[no++] = k->x[i];
+                for (int i = 0; i < k->ni; i++)
+                    os[no++] = k->idx[i];
+                for (int i = axis + 1; i < k->nx; i++)
+                    os[no++] = k->x[i];
+                describe(r, "%s, indices %s, case %d", vq_dtype_name(dt), vq_dtype_name(it), c);
+                vq_attr at = VQ_ATTR_I("axis", k->axis);
+                vq_tensor *in[3] = {rnd(r, dt, -5, 5, k->nx, k->x),
+                                    rnd(r, it, (double)-dim, (double)dim, k->ni, k->idx),
+                                    grad ? rnd(r, dt, -1, 1, no, os) : NULL};
+                /* gather_grad adds with atomics on the device */
+                check(r, in, grad ? 3 : 2, 1, &at, 1, grad ? CLOSE : EXACT);
+            }
+}
+
+/* X's shape, the axis and the sizes of the pieces. */
+static const struct split_gpu_case {
+    int nx, n;
+    int64_t x[3], axis, sizes[4];
+} split_gpu_cases[] = {
+    {2, 3, {4, 6}, 1, {1, 2, 3}},
+    {3, 4, {2, 5, 3}, 1, {2, 0, 1, 2}},
+    {2, 2, {5, 3}, -2, {4, 1}},
+    {2, 2, {0, 3}, 1, {3, 0}},
+};
+
+static void case_split(struct run *r)
+{
+    bool grad = !strcmp(r->op, "split_grad");
+    for (int c = 0; c < N_OF(split_gpu_cases); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++)
+            for (int absent = 0; absent < (grad ? 2 : 1); absent++) {
+                const struct split_gpu_case *k = &split_gpu_cases[c];
+                vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+                int axis = (int)(k->axis < 0 ? k->axis + k->nx : k->axis);
+                describe(r, "%s, case %d, absent %d", vq_dtype_name(dt), c, absent);
+                vq_tensor *in[5] = {rnd(r, dt, -5, 5, k->nx, k->x)};
+                for (int j = 0; grad && j < k->n; j++) {
+                    int64_t ps[3];
+                    memcpy(ps, k->x, sizeof ps);
+                    ps[axis] = k->sizes[j];
+                    in[1 + j] = rnd(r, dt, -1, 1, k->nx, ps);
+                }
+                int64_t gone[1] = {k->n - 1}; /* the last output got no gradient */
+                vq_attr at[2] = {VQ_ATTR_I("axis", k->axis),
+                                 grad ? VQ_ATTR_IS("absent", gone, absent)
+                                      : VQ_ATTR_IS("sizes", k->sizes, k->n)};
+                check(r, in, grad ? 1 + k->n : 1, grad ? 1 : k->n, at, 2, EXACT);
+            }
+}
+
+/* argmax and argmin: values from a few integers (ties), NaN in floats. */
+static void case_arg(struct run *r)
+{
+    static const struct {
+        int nx;
+        int64_t x[3], axis;
+    } shapes[] = {{2, {4, 5}, 1}, {3, {3, 4, 2}, 1}, {3, {2, 3, 4}, 0}, {1, {6}, -1},
+                  {2, {0, 3}, 1}};
+    for (int c = 0; c < N_OF(shapes); c++)
+        for (int d = 0; d < N_OF(numerics); d++)
+            for (int flags = 0; flags < 4; flags++) {
+                vq_dtype dt = numerics[d];
+                describe(r, "%s, shape %d, flags %d", vq_dtype_name(dt), c, flags);
+                vq_tensor *in[1] = {rnd(r, dt, -2, 3, shapes[c].nx, shapes[c].x)};
+                for (int64_t e = 0; (dt == VQ_F32 || dt == VQ_F64) && e < vq_tensor_numel(in[0]);
+                     e++)
+                    if (oc_next(&r->rng) % 9 == 0)
+                        oc_set(in[0], e, NAN);
+                vq_attr at[3] = {VQ_ATTR_I("axis", shapes[c].axis), VQ_ATTR_B("keepdim", flags & 1),
+                                 VQ_ATTR_B("select_last_index", flags & 2)};
+                check(r, in, 1, 1, at, 3, EXACT);
+            }
+}
+
+/* reduce_max, reduce_min over reduce's axis cases (reduce_axes below);
+ * their gradient with ties (values from a few integers) and NaN. */
+static void case_extremum(struct run *r)
+{
+    static const struct {
+        int nx, naxes;
+        int64_t x[4], axes[3];
+    } red[] = {{2, 0, {3, 4}, {0}},          {2, 1, {3, 4}, {1}},       {3, 2, {2, 3, 4}, {0, 2}},
+               {3, 1, {2, 0, 3}, {1}},       {4, 2, {2, 1, 3, 5}, {1, 3}}, {1, 1, {300}, {0}},
+               {3, 1, {2, 300, 2}, {-2}}};
+    bool grad = !strcmp(r->op, "reduce_minmax_grad");
+    for (int c = 0; c < N_OF(red); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(numerics)); d++)
+            for (int flags = 0; flags < (grad ? 4 : 2); flags++) {
+                vq_dtype dt = grad ? floats[d] : numerics[d];
+                bool keep = flags & 1;
+                const char *op = flags & 2 ? "reduce_min" : "reduce_max";
+                describe(r, "%s, case %d, keepdim %d, %s", vq_dtype_name(dt), c, keep, op);
+                vq_attr at[3] = {VQ_ATTR_IS("axes", red[c].axes, red[c].naxes),
+                                 VQ_ATTR_B("keepdim", keep), VQ_ATTR_S("op", op)};
+                vq_tensor *x = grad ? rnd(r, dt, -3, 3, red[c].nx, red[c].x)
+                                    : rnd(r, dt, -100, 100, red[c].nx, red[c].x);
+                if (grad)
+                    for (int64_t e = 0; e < vq_tensor_numel(x); e++)
+                        oc_set(x, e, oc_next(&r->rng) % 17 == 0 ? NAN : floor(oc_get(x, e)));
+                if (!grad) {
+                    vq_tensor *in[1] = {x};
+                    check(r, in, 1, 1, at, 2, EXACT);
+                    continue;
+                }
+                vq_tensor *m = NULL;
+                cr_assert_eq(vq_op_run(NULL, op, &x, 1, &m, 1, at, 2), 0, "%s", vq_errmsg());
+                vq_tensor *in[3] = {x, m,
+                                    rnd(r, dt, -1, 1, vq_tensor_ndim(m), vq_tensor_shape(m))};
+                check(r, in, 3, 1, at, 3, EXACT);
+            }
+}
+
+static void case_expand(struct run *r)
+{
+    static const struct {
+        int nx, ns;
+        int64_t x[3], shape[3];
+    } ex[] = {{2, 2, {3, 1}, {3, 4}}, {1, 3, {4}, {2, 3, 4}}, {3, 2, {2, 1, 3}, {5, 1}},
+              {0, 2, {0}, {2, 3}},    {2, 2, {0, 1}, {1, 4}}, {2, 1, {2, 3}, {1}}};
+    for (int c = 0; c < N_OF(ex); c++)
+        for (int d = 0; d < N_OF(all_dtypes); d++) {
+            describe(r, "%s, case %d", vq_dtype_name(all_dtypes[d]), c);
+            vq_attr at = VQ_ATTR_IS("shape", ex[c].shape, ex[c].ns);
+            vq_tensor *in[1] = {rnd(r, all_dtypes[d], -5, 5, ex[c].nx, ex[c].x)};
+            check(r, in, 1, 1, &at, 1, EXACT);
+        }
+}
+
+static void case_tile(struct run *r)
+{
+    static const struct {
+        int nx;
+        int64_t x[3], reps[3];
+    } tl[] = {{2, {2, 3}, {2, 2}}, {3, {2, 1, 3}, {1, 4, 2}}, {1, {5}, {3}}, {2, {2, 3}, {0, 2}},
+              {0, {0}, {0}}};
+    bool grad = !strcmp(r->op, "tile_grad");
+    for (int c = 0; c < N_OF(tl); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++) {
+            vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+            int64_t os[3];
+            for (int i = 0; i < tl[c].nx; i++)
+                os[i] = tl[c].x[i] * tl[c].reps[i];
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_attr at = VQ_ATTR_IS("repeats", tl[c].reps, tl[c].nx);
+            vq_tensor *in[2] = {rnd(r, dt, -5, 5, tl[c].nx, tl[c].x),
+                                grad ? rnd(r, dt, -1, 1, tl[c].nx, os) : NULL};
+            check(r, in, grad ? 2 : 1, 1, &at, 1, EXACT);
+        }
+}
+
+static void case_pad(struct run *r)
+{
+    static const struct {
+        int nx;
+        int64_t x[3], pads[6];
+        unsigned modes; /* bit m: constant, reflect, edge */
+    } pd[] = {{2, {3, 4}, {1, 2, 2, 3}, 7},          {3, {2, 3, 4}, {0, -1, 2, 1, 1, -1}, 7},
+              {1, {5}, {4, 4}, 7},                   {2, {0, 3}, {1, 1, 1, 1}, 1},
+              {2, {4, 3}, {-2, 0, -2, 0}, 7},        {2, {1, 4}, {2, 3, 0, 2}, 5}};
+    static const char *const modes[3] = {"constant", "reflect", "edge"};
+    bool grad = !strcmp(r->op, "pad_grad");
+    for (int c = 0; c < N_OF(pd); c++)
+        for (int m = 0; m < 3; m++)
+            for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++) {
+                if (!(pd[c].modes & (1u << m)))
+                    continue;
+                vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+                int64_t os[3];
+                for (int i = 0; i < pd[c].nx; i++)
+                    os[i] = pd[c].x[i] + pd[c].pads[i] + pd[c].pads[pd[c].nx + i];
+                describe(r, "%s, case %d, %s", vq_dtype_name(dt), c, modes[m]);
+                vq_attr at[3] = {VQ_ATTR_IS("pads", pd[c].pads, 2 * pd[c].nx),
+                                 VQ_ATTR_S("mode", modes[m]),
+                                 VQ_ATTR_F("value", dt == VQ_F32 || dt == VQ_F64 ? -0.75 : 1)};
+                vq_tensor *in[2] = {rnd(r, dt, -5, 5, pd[c].nx, pd[c].x),
+                                    grad ? rnd(r, dt, -1, 1, pd[c].nx, os) : NULL};
+                check(r, in, grad ? 2 : 1, 1, at, 3, EXACT);
+            }
+}
+
 /* ---- every op ---- */
 
 static const struct op_case {
@@ -991,6 +1196,20 @@ static const struct op_case {
     {"global_avg_pool_grad", case_global_avg_pool},
     {"batch_norm", case_batch_norm},
     {"batch_norm_grad", case_batch_norm},
+    {"gather", case_gather},
+    {"gather_grad", case_gather},
+    {"split", case_split},
+    {"split_grad", case_split},
+    {"argmax", case_arg},
+    {"argmin", case_arg},
+    {"reduce_max", case_extremum},
+    {"reduce_min", case_extremum},
+    {"reduce_minmax_grad", case_extremum},
+    {"expand", case_expand},
+    {"tile", case_tile},
+    {"tile_grad", case_tile},
+    {"pad", case_pad},
+    {"pad_grad", case_pad},
 };
 
 /* Control-flow ops have no kernel: the executor runs their blocks
@@ -1142,4 +1361,20 @@ Test(ops_gpu_kernels, a_bad_adam_step_fails_with_the_cpu_message)
                             oc_rand(&rng, floats[d], DIMS(4), 0, 1), step_tensor(-1)};
         same_failure("adam", in, 5, 4, &at, 1);
     }
+}
+
+Test(ops_gpu_kernels, gather_indices_out_of_range_fail_with_the_cpu_message)
+{
+    need_gpu();
+    uint64_t rng = 13;
+    for (int grad = 0; grad < 2; grad++)
+        for (int t = 0; t < 2; t++) {
+            /* elements 2 and 4 are bad: the message names element 2 and its index */
+            double idx[5] = {0, 3, -6, 1, 9};
+            vq_tensor *in[3] = {oc_rand(&rng, VQ_F32, DIMS(2, 4, 3), -1, 1),
+                                oc_from(t ? VQ_I64 : VQ_I32, DIMS(5), idx),
+                                grad ? oc_rand(&rng, VQ_F32, DIMS(2, 5, 3), -1, 1) : NULL};
+            vq_attr at = VQ_ATTR_I("axis", 1);
+            same_failure(grad ? "gather_grad" : "gather", in, grad ? 3 : 2, 1, &at, 1);
+        }
 }

@@ -7,13 +7,14 @@
  * GPU backend; on the emulated backend every op runs its CPU kernel as
  * stream work instead. Compiled only when CUDA is found (have_cuda).
  *
- * Errors found only on the device. An integer division by zero and a label
- * out of range are seen by the kernels, and the adam step counter lives in
- * device memory, yet the op must fail with the CPU op's message. Each such
- * call takes a check from a per-device pool: a small struct found in device
- * memory, which the kernels write (the smallest bad element or row, by
- * atomicMin; the label there, by vq__cuda_label_fetch), and its twin in
- * pinned host memory. After the kernels, a copy on the op's stream brings
+ * Errors found only on the device. An integer division by zero, a label
+ * out of range and a gather index out of range are seen by the kernels,
+ * and the adam step counter lives in device memory, yet the op must fail
+ * with the CPU op's message. Each such call takes a check from a
+ * per-device pool: a small struct found in device memory, which the
+ * kernels write (the smallest bad element or row, by atomicMin; the label
+ * or index there, by vq__cuda_label_fetch), and its twin in pinned host
+ * memory. After the kernels, a copy on the op's stream brings
  * it to the host, and a host function (vq_gpu_launch_host) reads it in
  * stream order, words the CPU's message and fails the stream work: through
  * the call's defer hook when it has one (the graph executor), else as the
@@ -56,6 +57,9 @@ _Static_assert((int)VQ__CMP_LESS == (int)VQ__CUDA_LESS &&
                    (int)VQ__CMP_MAXIMUM == (int)VQ__CUDA_MAXIMUM &&
                    (int)VQ__CMP_MINIMUM == (int)VQ__CUDA_MINIMUM,
                "params.h's comparisons are kernels.h's");
+_Static_assert((int)VQ__EXTREMUM_MAX == (int)VQ__CUDA_EXTREMUM_MAX &&
+                   (int)VQ__EXTREMUM_MIN == (int)VQ__CUDA_EXTREMUM_MIN,
+               "params.h's extrema are kernels.h's");
 
 /* ---- one call's launches ---- */
 
@@ -116,13 +120,13 @@ static int called(const vq__kcall *k, cudaError_t e, const char *what)
  * memory (the copy the host functions read, and adam's constants). */
 struct found {
     unsigned long long bad; /* smallest bad element or row; ULLONG_MAX: none */
-    long long label;        /* the label at row bad */
+    long long label;        /* the label at row bad; gather: the index at element bad */
     long long step;         /* adam: the Step input, brought to the host */
     long long step_out;     /* adam: StepOut, from the host */
     vq__cuda_adam_consts consts; /* adam: from the host */
 };
 
-enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM };
+enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM, CHECK_INDEX };
 
 struct check {
     struct check *next; /* in its device's free list */
@@ -133,6 +137,8 @@ struct check {
     const vq__op_def *def;
     int kind;
     long long classes;
+    long long dim; /* gather: X's dim along the axis */
+    int axis;      /* gather: the axis */
     double lr, beta1, beta2;
     void (*defer)(void *user, void *tag, int err, const char *msg);
     void *defer_user, *defer_tag;
@@ -201,7 +207,7 @@ static int check_begin(const struct launch *l, int kind, struct check **out)
     c->defer = k->defer;
     c->defer_user = k->defer_user;
     c->defer_tag = k->defer_tag;
-    if (kind == CHECK_DIV || kind == CHECK_LABEL) {
+    if (kind == CHECK_DIV || kind == CHECK_LABEL || kind == CHECK_INDEX) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
                     "cudaMemsetAsync");
@@ -228,6 +234,12 @@ static int check_run(void *arg)
     else if (c->kind == CHECK_LABEL && f->bad != ULLONG_MAX)
         rc = vq__op_fail(c->def, "label %lld at row %lld is outside [0, %lld)", f->label,
                          (long long)f->bad, c->classes);
+    else if (c->kind == CHECK_INDEX && f->bad != ULLONG_MAX)
+        /* index.c's indices_check, word for word */
+        rc = vq__op_fail(c->def,
+                         "index %lld at Indices element %lld is outside [-%lld, %lld) (X's dim "
+                         "%d)",
+                         f->label, (long long)f->bad, c->dim, c->dim, c->axis);
     if (rc < 0)
         rc = vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
     check_put(c);
@@ -1282,6 +1294,199 @@ static int batch_norm_grad_gpu(const vq__kcall *k)
                                                 l.s));
 }
 
+/* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c) ---- */
+
+/* gather and gather_grad: the indices are checked on the device (the
+ * check's bad element and the index there, for index.c's message); the
+ * kernels skip a bad index's rows. */
+static int gather_gpu(const vq__kcall *k)
+{
+    const vq__gather_params *p = k->params;
+    bool grad = k->nin == 3;
+    vq_tensor *idx = k->in[1], *o = k->out[0];
+    vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
+    struct launch l;
+    struct check *c;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || (rc = check_begin(&l, CHECK_INDEX, &c)) < 0)
+        return rc;
+    int64_t outer, dim, inner;
+    lines_of(x, p->axis, &outer, &dim, &inner);
+    c->dim = dim;
+    c->axis = p->axis;
+    rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &c->d->bad,
+                                          l.s));
+    if (rc == 0)
+        rc = launched(k, vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label,
+                                              l.s));
+    if (rc == 0 && grad)
+        rc = launched(k, vq__cuda_gather_grad(o->dtype, idx->dtype, idx->data, k->in[2]->data,
+                                              o->data, outer, dim, inner, idx->numel, l.s));
+    else if (rc == 0)
+        rc = launched(k, vq__cuda_gather((int)vq_dtype_size(x->dtype), idx->dtype, x->data,
+                                         idx->data, o->data, outer, dim, inner, idx->numel,
+                                         l.s));
+    return check_finish(&l, c, rc);
+}
+
+/* Each output is the box of X at its offset along the axis. */
+static int split_gpu(const vq__kcall *k)
+{
+    const vq__split_params *p = k->params;
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t xstride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
+    contiguous_strides(x, xstride);
+    for (int j = 0; j < k->nout && rc == 0; j++) {
+        vq_tensor *o = k->out[j];
+        contiguous_strides(o, pstride);
+        rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data,
+                                               element(x, at * xstride[p->axis]), o->ndim,
+                                               o->shape, pstride, xstride, l.s));
+        at += o->shape[p->axis];
+    }
+    return rc;
+}
+
+/* Zeros where an output got no gradient, each dOut's box elsewhere. */
+static int split_grad_gpu(const vq__kcall *k)
+{
+    const vq__split_params *p = k->params;
+    vq_tensor *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || dx->numel == 0)
+        return rc;
+    if (p->absent)
+        rc = called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+    int64_t dstride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
+    contiguous_strides(dx, dstride);
+    for (int j = 1; j < k->nin && rc == 0; j++) {
+        vq_tensor *g = k->in[j];
+        if (!(p->absent & (1ull << (j - 1)))) {
+            contiguous_strides(g, pstride);
+            rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype),
+                                                   element(dx, at * dstride[p->axis]), g->data,
+                                                   g->ndim, g->shape, dstride, pstride, l.s));
+        }
+        at += g->shape[p->axis];
+    }
+    return rc;
+}
+
+static int arg_gpu(const vq__kcall *k)
+{
+    const vq__arg_params *p = k->params;
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t outer, len, inner;
+    lines_of(x, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_arg_extremum(p->op, p->last, x->dtype, x->data, k->out[0]->data,
+                                             outer, len, inner, l.s));
+}
+
+static int extremum_gpu(const vq__kcall *k)
+{
+    const vq__extremum_params *p = k->params;
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_reduce_extremum(p->op, x->dtype, x->data, k->out[0]->data,
+                                                x->ndim, x->shape, p->mask, l.s));
+}
+
+/* (X, Out, dOut) -> dX. */
+static int extremum_grad_gpu(const vq__kcall *k)
+{
+    const vq__extremum_params *p = k->params;
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_reduce_extremum_grad(x->dtype, x->data, k->in[1]->data,
+                                                     k->in[2]->data, k->out[0]->data, x->ndim,
+                                                     x->shape, p->mask, l.s));
+}
+
+/* A box of Out read from X with stride 0 along the dims X is broadcast
+ * along (a missing leading dim or a 1). */
+static int expand_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    int64_t xs[VQ_MAX_DIMS], src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS];
+    contiguous_strides(x, xs);
+    contiguous_strides(o, dst);
+    for (int i = 0; i < o->ndim; i++) {
+        int ix = i - (o->ndim - x->ndim);
+        src[i] = ix < 0 || x->shape[ix] == 1 ? 0 : xs[ix];
+    }
+    return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data, x->data,
+                                             o->ndim, o->shape, dst, src, l.s));
+}
+
+static int tile_gpu(const vq__kcall *k)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_tile((int)vq_dtype_size(x->dtype), x->data, o->data, o->ndim,
+                                     x->shape, o->shape, l.s));
+}
+
+/* (X, dOut) -> dX. */
+static int tile_grad_gpu(const vq__kcall *k)
+{
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return launched(k, vq__cuda_tile_grad(dx->dtype, g->data, dx->data, dx->ndim, dx->shape,
+                                          g->shape, l.s));
+}
+
+static int pad_gpu(const vq__kcall *k)
+{
+    const vq__pad_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__pad_geom geo;
+    vq__pad_geom_make(&geo, x->ndim, x->shape, o->shape, p->begin, p->mode);
+    return launched(k, vq__cuda_pad(x->dtype, x->data, o->data, &geo, p->value, p->ivalue, l.s));
+}
+
+/* (X, dOut) -> dX. */
+static int pad_grad_gpu(const vq__kcall *k)
+{
+    const vq__pad_params *p = k->params;
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    vq__pad_geom geo;
+    vq__pad_geom_make(&geo, dx->ndim, dx->shape, g->shape, p->begin, p->mode);
+    return launched(k, vq__cuda_pad_grad(dx->dtype, g->data, dx->data, &geo, l.s));
+}
+
 /* ---- the table ---- */
 
 struct entry {
@@ -1371,6 +1576,20 @@ static struct entry table[] = {
     {"global_avg_pool_grad", global_pool_grad_gpu},
     {"batch_norm", batch_norm_gpu},
     {"batch_norm_grad", batch_norm_grad_gpu},
+    {"gather", gather_gpu},
+    {"gather_grad", gather_gpu},
+    {"split", split_gpu},
+    {"split_grad", split_grad_gpu},
+    {"argmax", arg_gpu},
+    {"argmin", arg_gpu},
+    {"reduce_max", extremum_gpu},
+    {"reduce_min", extremum_gpu},
+    {"reduce_minmax_grad", extremum_grad_gpu},
+    {"expand", expand_gpu},
+    {"tile", tile_gpu},
+    {"tile_grad", tile_grad_gpu},
+    {"pad", pad_gpu},
+    {"pad_grad", pad_grad_gpu},
 };
 
 #define NENTRIES ((int)(sizeof table / sizeof table[0]))

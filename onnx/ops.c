@@ -1475,6 +1475,170 @@ static int t_cast(struct ox *x)
     return ox_emit(x, "cast", &v, 1, &o, 1, &a, 1, NULL);
 }
 
+/* ---- indexing and layout ---- */
+
+static int t_gather(struct ox *x)
+{
+    struct ox_val *in[2];
+    int64_t axis;
+    int rc = need_in(x, 0, &in[0]);
+    if (rc == 0)
+        rc = need_in(x, 1, &in[1]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc)
+        return rc;
+    vq_attr a = VQ_ATTR_I("axis", axis);
+    const char *o = out0(x);
+    return ox_emit(x, "gather", in, 2, &o, 1, &a, 1, NULL);
+}
+
+/* Expand(X, shape) and Tile(X, repeats): the second input known. */
+static int shaped(struct ox *x, const char *type, const char *attr, const char *what)
+{
+    struct ox_val *v;
+    int64_t vals[MAXI];
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_const_ints(x, 1, what, vals, MAXI, &n);
+    if (rc == 0 && n < 0)
+        rc = ox_fail(x, VQ_EINVAL, "no %s", what);
+    if (rc)
+        return rc;
+    vq_attr a = VQ_ATTR_IS(attr, vals, n);
+    const char *o = out0(x);
+    return ox_emit(x, type, &v, 1, &o, 1, &a, 1, NULL);
+}
+
+static int t_expand(struct ox *x) { return shaped(x, "expand", "shape", "shape"); }
+static int t_tile(struct ox *x) { return shaped(x, "tile", "repeats", "repeats"); }
+
+/* Pad: attributes before opset 11; pads, constant_value and (18) axes as
+ * inputs since. */
+static int t_pad(struct ox *x)
+{
+    struct ox_val *v, *cv = NULL;
+    int64_t pads[MAXI], axes[MAXI];
+    int n, na = -1;
+    char mode[16];
+    double value = 0;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_str(x, "mode", "constant", mode, sizeof mode);
+    if (rc == 0 && x->opset < 11) {
+        if ((rc = ox_attr_ints(x, x->opset < 2 ? "paddings" : "pads", pads, MAXI, &n)) == 0)
+            rc = ox_attr_float(x, "value", 0, &value);
+    } else if (rc == 0) {
+        if ((rc = ox_const_ints(x, 1, "pads", pads, MAXI, &n)) == 0 &&
+            (rc = ox_in(x, 2, &cv)) == 0)
+            rc = ox_const_ints(x, 3, "axes", axes, MAXI, &na);
+        if (rc == 0 && cv) {
+            if (!cv->konst || cv->konst->numel != 1)
+                rc = ox_fail(x, VQ_ENOSYS, "constant_value must be known when the model is "
+                                           "imported (one value)");
+            else
+                value = cv->konst->dtype == VQ_F32 ? *(float *)cv->konst->data
+                      : cv->konst->dtype == VQ_F64 ? *(double *)cv->konst->data
+                      : cv->konst->dtype == VQ_I32 ? *(int32_t *)cv->konst->data
+                      : cv->konst->dtype == VQ_I64 ? (double)*(int64_t *)cv->konst->data
+                                                   : *(unsigned char *)cv->konst->data;
+        }
+    }
+    if (rc)
+        return rc;
+    int r = v->meta.ndim;
+    if (na >= 0) { /* pads for the listed axes only: spread to every dim */
+        int64_t full[MAXI] = {0};
+        if (n != 2 * na)
+            return ox_fail(x, VQ_EINVAL, "pads has %d entries for %d axes", n, na);
+        for (int k = 0; k < na; k++) {
+            int a = 0;
+            if ((rc = axis_of(x, "axis", axes[k], r, &a)) < 0)
+                return rc;
+            full[a] = pads[k];
+            full[r + a] = pads[na + k];
+        }
+        memcpy(pads, full, (size_t)(2 * r) * sizeof *pads);
+        n = 2 * r;
+    }
+    vq_attr a[3] = {VQ_ATTR_IS("pads", pads, n < 0 ? 0 : n), VQ_ATTR_S("mode", mode),
+                    VQ_ATTR_F("value", value)};
+    const char *o = out0(x);
+    return ox_emit(x, "pad", &v, 1, &o, 1, a, 3, NULL);
+}
+
+/* Split: sizes as the split attribute (before 13), an input (since), or
+ * equal parts (num_outputs in 18, else the number of outputs). */
+static int t_split(struct ox *x)
+{
+    const Onnx__NodeProto *n = x->node;
+    struct ox_val *v;
+    int64_t axis, sizes[MAXI];
+    int ns = -1;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc == 0 && x->opset < 13)
+        rc = ox_attr_ints(x, "split", sizes, MAXI, &ns);
+    else if (rc == 0)
+        rc = ox_const_ints(x, 1, "split", sizes, MAXI, &ns);
+    if (rc)
+        return rc;
+    int nout = (int)n->n_output, ax = 0;
+    if (nout < 1 || nout > VQ__MAX_SLOTS)
+        return ox_fail(x, VQ_ENOSYS, "%d outputs (varq takes 1 to %d)", nout, VQ__MAX_SLOTS);
+    if ((rc = axis_of(x, "axis", axis, v->meta.ndim, &ax)) < 0)
+        return rc;
+    if (ns < 0) {
+        int64_t dim = v->meta.shape[ax];
+        if (dim < 0)
+            return ox_fail(x, VQ_ENOSYS, "equal parts of a dim known only at run time");
+        for (int j = 0; j < nout; j++) /* the last part takes the rest (opset 18) */
+            sizes[j] = j < nout - 1 ? (dim + nout - 1) / nout
+                                    : dim - (int64_t)(nout - 1) * ((dim + nout - 1) / nout);
+        ns = nout;
+    }
+    if (ns != nout)
+        return ox_fail(x, VQ_EINVAL, "%d sizes for %d outputs", ns, nout);
+    const char *names[VQ__MAX_SLOTS];
+    for (int j = 0; j < nout; j++)
+        names[j] = ox_out(x, j);
+    vq_attr a[2] = {VQ_ATTR_I("axis", ax), VQ_ATTR_IS("sizes", sizes, ns)};
+    return ox_emit(x, "split", &v, 1, names, nout, a, 2, NULL);
+}
+
+/* ArgMax, ArgMin. */
+static int arg_extreme(struct ox *x, const char *type)
+{
+    struct ox_val *v;
+    int64_t axis, keep, last;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc == 0)
+        rc = ox_attr_int(x, "keepdims", 1, &keep);
+    if (rc == 0)
+        rc = ox_attr_int(x, "select_last_index", 0, &last);
+    if (rc)
+        return rc;
+    vq_attr a[3] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("keepdim", keep != 0),
+                    VQ_ATTR_B("select_last_index", last != 0)};
+    const char *o = out0(x);
+    return ox_emit(x, type, &v, 1, &o, 1, a, 3, NULL);
+}
+
+static int t_argmax(struct ox *x) { return arg_extreme(x, "argmax"); }
+static int t_argmin(struct ox *x) { return arg_extreme(x, "argmin"); }
+
 /* ---- constants and shapes known at import ---- */
 
 static int t_constant(struct ox *x)
@@ -1620,6 +1784,8 @@ static int reduce(struct ox *x, const char *type, int axes_input_since)
 }
 
 static int t_reduce_sum(struct ox *x) { return reduce(x, "sum", 13); }
+static int t_reduce_max(struct ox *x) { return reduce(x, "reduce_max", 18); }
+static int t_reduce_min(struct ox *x) { return reduce(x, "reduce_min", 18); }
 
 /* ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp: an
  * elementwise op (pre), a sum over the axes (attributes before opset 18),
@@ -1668,6 +1834,8 @@ static const struct translation table[] = {
     {"Abs", t_abs},
     {"Add", t_add},
     {"And", t_and},
+    {"ArgMax", t_argmax},
+    {"ArgMin", t_argmin},
     {"AveragePool", t_average_pool},
     {"BatchNormalization", t_batch_norm},
     {"Cast", t_cast},
@@ -1683,7 +1851,9 @@ static const struct translation table[] = {
     {"Equal", t_equal},
     {"Erf", t_erf},
     {"Exp", t_exp},
+    {"Expand", t_expand},
     {"Flatten", t_flatten},
+    {"Gather", t_gather},
     {"Gemm", t_gemm},
     {"GlobalAveragePool", t_global_average_pool},
     {"Greater", t_greater},
@@ -1709,13 +1879,16 @@ static const struct translation table[] = {
     {"Not", t_not},
     {"Or", t_or},
     {"PRelu", t_prelu},
+    {"Pad", t_pad},
     {"Pow", t_pow},
     {"Reciprocal", t_reciprocal},
     {"ReduceL1", t_reduce_l1},
     {"ReduceL2", t_reduce_l2},
     {"ReduceLogSum", t_reduce_log_sum},
     {"ReduceLogSumExp", t_reduce_log_sum_exp},
+    {"ReduceMax", t_reduce_max},
     {"ReduceMean", t_reduce_mean},
+    {"ReduceMin", t_reduce_min},
     {"ReduceSum", t_reduce_sum},
     {"ReduceSumSquare", t_reduce_sum_square},
     {"Relu", t_relu},
@@ -1728,12 +1901,14 @@ static const struct translation table[] = {
     {"Softmax", t_softmax},
     {"Softplus", t_softplus},
     {"Softsign", t_softsign},
+    {"Split", t_split},
     {"Sqrt", t_sqrt},
     {"Squeeze", t_squeeze},
     {"Sub", t_sub},
     {"Sum", t_sum},
     {"Tanh", t_tanh},
     {"ThresholdedRelu", t_thresholded_relu},
+    {"Tile", t_tile},
     {"Transpose", t_transpose},
     {"Unsqueeze", t_unsqueeze},
     {"Where", t_where},

@@ -333,6 +333,11 @@ static inline bool vq__dim_match(int64_t a, int64_t b)
  * for dims that depend on unknown ones). VQ_EINVAL naming the dim. */
 int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out);
 
+/* The reductions' attributes axes (empty: every axis) and keepdim against
+ * X (input 0): *mask gets bit d for each reduced dim, out the reduced shape
+ * (dtype X's). VQ_EINVAL naming a bad or repeated axis. (reduce.c) */
+int vq__reduce_plan(const vq__infer *c, unsigned *mask, vq__meta *out);
+
 /* Normalizes axis (negative counts from the end) for rank ndim. */
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out);
 

@@ -172,39 +172,6 @@ static const vq__attr_spec reduce_attrs[] = {
     {"keepdim", VQ_ATTR_BOOL, false, "false"},
 };
 
-/* reduce.c's reduce_plan: axes and keepdim against X (input 0) give p's
- * mask and the reduced shape (dtype X's). */
-static int extremum_plan(const vq__infer *c, vq__extremum_params *p, vq__meta *out)
-{
-    const vq__meta *x = &c->in[0];
-    const vq_attr *axes = vq__attr_find(c, "axes");
-    int n = axes ? axes->n : 0;
-    if (n > 0 && x->ndim == 0)
-        return vq__attr_fail(c, "axes", "X is a scalar (rank 0): it has no axis to reduce");
-    p->mask = 0;
-    for (int i = 0; i < n; i++) {
-        int a, rc = vq__axis(c, "axes", axes->ints[i], x->ndim, &a);
-        if (rc < 0)
-            return rc;
-        if (p->mask & (1u << a))
-            return vq__attr_fail(c, "axes", "axis %lld repeats axis %d", (long long)axes->ints[i],
-                                 a);
-        p->mask |= 1u << a;
-    }
-    if (n == 0)
-        p->mask = (1u << x->ndim) - 1;
-    bool keepdim = vq__attr_bool(c, "keepdim", false);
-    out->dtype = x->dtype;
-    out->ndim = 0;
-    for (int d = 0; d < x->ndim; d++) {
-        if (!(p->mask & (1u << d)))
-            out->shape[out->ndim++] = x->shape[d];
-        else if (keepdim)
-            out->shape[out->ndim++] = 1;
-    }
-    return 0;
-}
-
 static int extremum_infer(vq__infer *c)
 {
     vq__extremum_params *p = c->params;
@@ -212,7 +179,7 @@ static int extremum_infer(vq__infer *c)
     if (rc < 0)
         return rc;
     p->op = c->def->code;
-    return extremum_plan(c, p, &c->out[0]);
+    return vq__reduce_plan(c, &p->mask, &c->out[0]);
 }
 
 /* ---- walking X against the reduced output (reduce.c's walk) ---- */
@@ -386,7 +353,7 @@ static int extremum_grad_infer(vq__infer *c)
         (rc = vq__check_same_dtype(c, 0, 2)) < 0)
         return rc;
     vq__meta want;
-    if ((rc = extremum_plan(c, p, &want)) < 0 ||
+    if ((rc = vq__reduce_plan(c, &p->mask, &want)) < 0 ||
         (rc = vq__check_shape_is(c, 1, &want, "X's reduced shape")) < 0 ||
         (rc = vq__check_shape_is(c, 2, &want, "X's reduced shape")) < 0)
         return rc;

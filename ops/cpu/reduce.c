@@ -26,32 +26,30 @@ static const char *const out_slot[] = {"Out"};
 static const char *const grad_in[] = {"X", "dOut"};
 static const char *const grad_out[] = {"dX"};
 
-/* Reads axes and keepdim against X (input 0): fills p and the shape of the
- * reduced output (dtype X's). An empty axes list reduces every axis. */
-static int reduce_plan(const vq__infer *c, vq__reduce_params *p, vq__meta *out)
+int vq__reduce_plan(const vq__infer *c, unsigned *mask, vq__meta *out)
 {
     const vq__meta *x = &c->in[0];
     const vq_attr *axes = vq__attr_find(c, "axes");
     int n = axes ? axes->n : 0;
     if (n > 0 && x->ndim == 0)
         return vq__attr_fail(c, "axes", "X is a scalar (rank 0): it has no axis to reduce");
-    p->mask = 0;
+    *mask = 0;
     for (int i = 0; i < n; i++) {
         int a, rc = vq__axis(c, "axes", axes->ints[i], x->ndim, &a);
         if (rc < 0)
             return rc;
-        if (p->mask & (1u << a))
+        if (*mask & (1u << a))
             return vq__attr_fail(c, "axes", "axis %lld repeats axis %d", (long long)axes->ints[i],
                                  a);
-        p->mask |= 1u << a;
+        *mask |= 1u << a;
     }
     if (n == 0)
-        p->mask = (1u << x->ndim) - 1;
+        *mask = (1u << x->ndim) - 1;
     bool keepdim = vq__attr_bool(c, "keepdim", false);
     out->dtype = x->dtype;
     out->ndim = 0;
     for (int d = 0; d < x->ndim; d++) {
-        if (!(p->mask & (1u << d)))
+        if (!(*mask & (1u << d)))
             out->shape[out->ndim++] = x->shape[d];
         else if (keepdim)
             out->shape[out->ndim++] = 1;
@@ -64,7 +62,7 @@ static int reduce_infer(vq__infer *c)
     int rc = vq__check_dtype(c, 0, c->def->code == VQ__REDUCE_MEAN ? VQ__FLOATS : VQ__NUMERIC);
     if (rc < 0)
         return rc;
-    return reduce_plan(c, c->params, &c->out[0]);
+    return vq__reduce_plan(c, &((vq__reduce_params *)c->params)->mask, &c->out[0]);
 }
 
 /* ---- walking X against the reduced output ---- */
@@ -223,7 +221,7 @@ static int reduce_grad_infer(vq__infer *c)
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
     vq__meta want;
-    if ((rc = reduce_plan(c, c->params, &want)) < 0)
+    if ((rc = vq__reduce_plan(c, &((vq__reduce_params *)c->params)->mask, &want)) < 0)
         return rc;
     if ((rc = vq__check_shape_is(c, 1, &want, "X's reduced shape")) < 0)
         return rc;

@@ -526,6 +526,7 @@ static int ctl_bind(void *arg, const vq_exec_ctx *x)
             tp->v[idx * tp->width + k] = NULL;
         }
         vq__slot_set(c->run, pl, s, v);
+        s->borrowed = v != NULL; /* the tape's: may be another slot's value too */
         atomic_store_explicit(&s->readers_left, ci->replay_readers[k], memory_order_relaxed);
         if (ci->replay_readers[k] == 0)
             vq__slot_drop(pl, s, NULL);
@@ -600,6 +601,7 @@ static int ctl_begin(void *arg, const vq_exec_ctx *x)
         struct pvar *s = &pre->vars[pl->local[ci->outs[0][k]]];
         vq_tensor *v = f->in[1 + k]->value;
         vq__slot_set(r, pl, s, v ? vq_tensor_retain(v) : NULL);
+        s->borrowed = v != NULL; /* X's tensor: a feed, a scope tensor, a value read on */
         atomic_store_explicit(&s->readers_left, carry_count(ci, k), memory_order_relaxed);
     }
     push_iteration(c);

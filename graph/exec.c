@@ -72,6 +72,7 @@ void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream)
     atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
     vq__tensor_release_on(v->value, stream);
     v->value = NULL;
+    v->borrowed = false;
 }
 
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t)
@@ -138,6 +139,16 @@ static bool is_in_place(const vq__pop *src, int j)
 {
     for (int i = 0; i < src->nin; i++)
         if (src->in[i] == src->out[j])
+            return true;
+    return false;
+}
+
+/* Output j of an in-place op is the very tensor its input of the same var
+ * held (not a new one: the input was not borrowed). */
+static bool kept_live(const vq__pop *src, int j, vq_tensor *const *out, vq_tensor *const *in)
+{
+    for (int i = 0; i < src->nin; i++)
+        if (src->in[i] == src->out[j] && in[i] == out[j])
             return true;
     return false;
 }
@@ -214,7 +225,9 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         vq_tensor *cur = v->value;
         bool fits = cur && cur->dtype == om[nout].dtype && cur->ndim == om[nout].ndim &&
                     !memcmp(cur->shape, om[nout].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
-        if (v->persistable || is_in_place(src, nout)) {
+        /* in place: the var's own tensor, unless it is borrowed (a feed
+         * stays the caller's: the op writes a new one) */
+        if (v->persistable || (is_in_place(src, nout) && !v->borrowed)) {
             if (!fits) {
                 err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
                                vq__op_out_slot(op->def, nout), nout,
@@ -246,18 +259,25 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
         }
         goto skip;
     }
+    /* The versions read first: an in-place op read the version its output
+     * replaces (when that was the last read, the slot lets go of the
+     * tensor, which the op's own reference keeps for the output). */
+    vq__fop_inputs_done(f, stream);
     for (int j = 0; j < src->nout; j++) {
         struct pvar *v = f->out[j];
-        if (v->persistable || v->value == out[j])
+        if (v->persistable || v->value == out[j]) {
             vq_tensor_release(out[j]); /* the slot already holds it */
+        } else if (!v->value && kept_live(src, j, out, in)) {
+            /* written in place into the tensor just let go: counted again */
+            note_live(r, pl, out[j]->nbytes);
+        }
         output_done(f, j, out[j], stream);
     }
-    vq__fop_inputs_done(f, stream);
     return 0;
 
 skip:
-    skip_outputs(f, stream);
     vq__fop_inputs_done(f, stream);
+    skip_outputs(f, stream);
     return 0;
 }
 
@@ -298,6 +318,8 @@ static int bind_exec(void *arg, const vq_exec_ctx *x)
          * drop_value's subtraction balances. */
         atomic_fetch_add_explicit(&pl->live, t->nbytes, memory_order_relaxed);
     }
+    if (!err)
+        v->borrowed = !b->copy; /* the caller's tensor, unless copied to the device */
     atomic_store_explicit(&v->readers_left, v->init_readers, memory_order_relaxed);
     return 0;
 }
@@ -626,10 +648,10 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
     if (rc)
         return rc;
     /* Readers of the version read here. A var of an enclosing block is
-     * held by the control op whose block this is: not counted here. */
+     * held by the control op whose block this is: not counted here. An op
+     * that writes the var it reads (in place) counts too: op_exec
+     * releases the version it read before it sets the one it wrote. */
     bool counts = !pv->persistable && p->vars[v].block == block;
-    for (int j = 0; j < t->src->nout && counts; j++)
-        counts = t->src->out[j] != v;
     for (int ii = 0; ii < i && counts; ii++)
         counts = t->in[ii] != v;
     t->in_counts[i] = counts;

@@ -54,6 +54,10 @@ struct pvar {
     vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
     bool own_ev;
     vq_tensor *value; /* current value, one reference; ordered by ev */
+    /* value is somebody else's tensor (a caller's feed, a scope tensor
+     * carried into a loop, a saved iteration): an op writing the var in
+     * place writes a new tensor instead (copy on write) */
+    bool borrowed;
     atomic_int readers_left;
     vq__meta meta;    /* declared, refined by inference */
     bool persistable;

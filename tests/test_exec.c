@@ -668,3 +668,74 @@ Test(exec, a_scope_save_replaces_the_whole_checkpoint_or_nothing)
     cr_assert_eq(system(cmd), 0);
     vq_scope_free(s);
 }
+
+/* relu(x) -> x, scale(x) -> x with x fed; and a while whose body writes
+ * its carried value in place, started from a fed tensor: the caller's
+ * tensor never changes (copy on write), the fetches are the results. On
+ * the naive engine and threaded, and on the emulated GPU (a device feed is
+ * used as it is, so it must not be written either). */
+Test(exec, fed_tensors_are_never_written_by_in_place_ops)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    op(p, "relu", NAMES("x"), 1, NAMES("x"), 1, NULL, 0);
+    vq_attr a[2] = {VQ_ATTR_F("scale", 2), VQ_ATTR_F("bias", 1)};
+    op(p, "scale", NAMES("x"), 1, NAMES("x"), 1, a, 2);
+    const struct {
+        int kind;
+        bool gpu;
+    } setups[] = {{VQ_ENGINE_NAIVE, false}, {VQ_ENGINE_THREADED, false},
+                  {VQ_ENGINE_THREADED, true}};
+    for (int k = 0; k < 3; k++) {
+        if (setups[k].gpu)
+            setenv("VARQ_GPU_BACKEND", "emulated", 0);
+        vq_engine *e = engine(setups[k].kind, 2);
+        vq_exec *ex;
+        vq_exec_opts o = {.device = {setups[k].gpu ? VQ_DEV_GPU : VQ_DEV_CPU, 0}};
+        cr_assert_eq(vq_exec_new(&ex, e, &o), 0, "%s", vq_errmsg());
+        vq_scope *sc;
+        cr_assert_eq(vq_scope_new(&sc), 0);
+        vq_tensor *x = vec4(1, -2, 3, -4), *fed = x;
+        if (setups[k].gpu) { /* fed as a tensor on the device */
+            cr_assert_eq(vq_tensor_copy_to(e, x, (vq_ctx){VQ_DEV_GPU, 0}, &fed), 0, "%s",
+                         vq_errmsg());
+            cr_assert_eq(vq_tensor_wait(fed), 0);
+        }
+        for (int run = 0; run < 3; run++) {
+            vq_feed feed = {"x", fed};
+            vq_fetch fetch = {"x", NULL};
+            cr_assert_eq(vq_exec_run(ex, p, sc, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+            vq_tensor *got = fetch.tensor, *host = got;
+            if (setups[k].gpu) {
+                cr_assert_eq(vq_tensor_copy_to(e, got, (vq_ctx){VQ_DEV_CPU, 0}, &host), 0);
+                cr_assert_eq(vq_tensor_wait(host), 0);
+            }
+            const float *g = vq_tensor_data(host);
+            const float want[4] = {3, 1, 7, 1};
+            for (int i = 0; i < 4; i++)
+                cr_assert_eq(g[i], want[i], "setup %d run %d [%d]: %g", k, run, i, g[i]);
+            if (host != got)
+                vq_tensor_release(host);
+            vq_tensor_release(got);
+        }
+        vq_tensor *check = fed;
+        if (setups[k].gpu) {
+            cr_assert_eq(vq_tensor_copy_to(e, fed, (vq_ctx){VQ_DEV_CPU, 0}, &check), 0);
+            cr_assert_eq(vq_tensor_wait(check), 0);
+        }
+        const float *c = vq_tensor_data(check);
+        cr_assert(c[0] == 1 && c[1] == -2 && c[2] == 3 && c[3] == -4,
+                  "setup %d: the fed tensor became [%g, %g, %g, %g]", k, c[0], c[1], c[2], c[3]);
+        if (check != fed)
+            vq_tensor_release(check);
+        if (fed != x)
+            vq_tensor_release(fed);
+        vq_tensor_release(x);
+        vq_exec_free(ex);
+        vq_scope_free(sc);
+        vq_engine_free(e);
+    }
+    vq_program_free(p);
+}

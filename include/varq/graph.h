@@ -231,7 +231,10 @@ VQ_API int vq_exec_prepare(vq_exec *x, const vq_program *p, vq_scope *s,
  * holds a new reference. A failing op makes the run return its error, with
  * vq_errmsg() naming the op ("op 3 (div): integer division by zero"); the
  * plan stays usable. Feed tensors must not be written until the run is
- * done. A feed that imperative ops (vq_op_run) wrote is waited for before
+ * done; the run never writes them: an op of the program that writes a fed
+ * var in place (relu(x) -> x) writes a new tensor for it, copy on write,
+ * and so does one writing a loop's carried value that came from a feed or
+ * the scope. A feed that imperative ops (vq_op_run) wrote is waited for before
  * the run is pushed, and their failure fails the call. A scope tensor whose
  * last imperative op failed keeps that failure for vq_tensor_wait; the
  * run's ops still run, on whatever the failed op left. Not from inside an

@@ -40,6 +40,7 @@
 #include "scope.h"
 
 #include <sched.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,26 @@ static bool is_in_place(const vq__pop *src, int j)
         if (src->in[i] == src->out[j])
             return true;
     return false;
+}
+
+/* VQ_EXEC_CHECK_NAN: the first NaN or infinity in op's float outputs. */
+static int check_finite(const struct pop *op, vq_tensor *const *out)
+{
+    const vq__pop *src = op->src;
+    for (int j = 0; j < src->nout; j++) {
+        const vq_tensor *t = out[j];
+        for (int64_t i = 0; (t->dtype == VQ_F32 || t->dtype == VQ_F64) && i < t->numel; i++) {
+            double v = t->dtype == VQ_F32 ? ((const float *)t->data)[i]
+                                          : ((const double *)t->data)[i];
+            if (!isfinite(v))
+                return vq__fail(VQ_EIO, "output %s var %s holds %s at element %lld "
+                                        "(VQ_EXEC_CHECK_NAN)",
+                                vq__op_out_slot(op->def, j),
+                                op->plan->prog->vars[src->out[j]].name,
+                                isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)i);
+        }
+    }
+    return 0;
 }
 
 /* Output j of an in-place op is the very tensor its input of the same var
@@ -249,6 +270,8 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
                        .defer_tag = (void *)op};
         err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
     }
+    if (err == 0 && pl->exec->check_nan)
+        err = check_finite(op, out);
     if (err) {
         vq__run_fail(r, op, err, vq_errmsg());
         for (int j = 0; j < nout; j++) {
@@ -1286,6 +1309,15 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
+    if (o.flags & ~VQ_EXEC_CHECK_NAN)
+        return vq__fail(VQ_EINVAL, "vq_exec_new: unknown flags 0x%x", o.flags);
+    const char *env = getenv("VARQ_CHECK_NAN");
+    if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
+        return vq__fail(VQ_EINVAL, "vq_exec_new: VARQ_CHECK_NAN is \"%s\", not 0 or 1", env);
+    bool check_nan = (o.flags & VQ_EXEC_CHECK_NAN) || (env && !strcmp(env, "1"));
+    if (check_nan && o.device.kind == VQ_DEV_GPU)
+        return vq__fail(VQ_ENOSYS, "vq_exec_new: the NaN check (VQ_EXEC_CHECK_NAN or "
+                                   "VARQ_CHECK_NAN) works with CPU executors only");
     vq__allocator *a;
     int rc;
     if (o.device.kind == VQ_DEV_GPU && (rc = vq__gpu_allocator(o.device.id, &a)) < 0) {
@@ -1304,6 +1336,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->engine = e;
     ex->device = o.device;
     ex->cache_size = o.cache_size ? o.cache_size : 16;
+    ex->check_nan = check_nan;
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->idle, NULL);
     *out = ex;

@@ -45,6 +45,7 @@ struct vq_exec {
     pthread_cond_t idle; /* signalled when a run ends */
     vq_exec_stats stats;
     struct plan *dead;   /* dropped plans waiting for reap() (exec.c) */
+    bool check_nan;      /* VQ_EXEC_CHECK_NAN */
 };
 
 /* The value of one var in one frame. Root slots also carry what

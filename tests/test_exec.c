@@ -8,6 +8,7 @@
 #include "programs.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -737,5 +738,64 @@ Test(exec, fed_tensors_are_never_written_by_in_place_ops)
         vq_scope_free(sc);
         vq_engine_free(e);
     }
+    vq_program_free(p);
+}
+
+/* VQ_EXEC_CHECK_NAN / VARQ_CHECK_NAN: the first NaN or infinity an op
+ * writes fails the run naming the op, output, var and element. */
+Test(exec, the_nan_check_names_the_op_and_var_that_made_a_nan)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "y", VQ_F32, 1, s, false);
+    var(p, "z", VQ_F32, 1, s, false);
+    op(p, "relu", NAMES("x"), 1, NAMES("y"), 1, NULL, 0);
+    op(p, "log", NAMES("x"), 1, NAMES("z"), 1, NULL, 0);
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
+    vq_scope *sc;
+    cr_assert_eq(vq_scope_new(&sc), 0);
+    vq_tensor *bad = vec4(1, -1, 2, 0), *good = vec4(1, 3, 2, 5);
+    for (int mode = 0; mode < 4; mode++) {
+        vq_exec_opts o = {.flags = mode == 1 ? VQ_EXEC_CHECK_NAN : 0};
+        if (mode == 2)
+            setenv("VARQ_CHECK_NAN", "1", 1);
+        if (mode == 3)
+            setenv("VARQ_CHECK_NAN", "yes", 1);
+        vq_exec *ex = NULL;
+        int rc = vq_exec_new(&ex, e, &o);
+        unsetenv("VARQ_CHECK_NAN");
+        if (mode == 3) {
+            cr_assert_eq(rc, VQ_EINVAL);
+            cr_assert(strstr(vq_errmsg(), "VARQ_CHECK_NAN is \"yes\""), "%s", vq_errmsg());
+            continue;
+        }
+        cr_assert_eq(rc, 0, "%s", vq_errmsg());
+        vq_feed feed = {"x", bad};
+        vq_fetch f = {"z", NULL};
+        rc = vq_exec_run(ex, p, sc, &feed, 1, &f, 1);
+        if (mode == 0) {
+            cr_assert_eq(rc, 0, "off: NaN is a value like any other");
+            cr_assert(isnan(((float *)vq_tensor_data(f.tensor))[1]));
+            vq_tensor_release(f.tensor);
+        } else {
+            cr_assert_eq(rc, VQ_EIO);
+            cr_assert(strstr(vq_errmsg(), "op 1 (log): output Out var z holds NaN at element 1"),
+                      "%s", vq_errmsg());
+            feed.tensor = good; /* the plan stays usable */
+            cr_assert_eq(vq_exec_run(ex, p, sc, &feed, 1, &f, 1), 0, "%s", vq_errmsg());
+            vq_tensor_release(f.tensor);
+        }
+        vq_exec_free(ex);
+    }
+    setenv("VARQ_GPU_BACKEND", "emulated", 0);
+    vq_exec_opts g = {.device = {VQ_DEV_GPU, 0}, .flags = VQ_EXEC_CHECK_NAN};
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, &g), VQ_ENOSYS);
+    vq_tensor_release(bad);
+    vq_tensor_release(good);
+    vq_scope_free(sc);
+    vq_engine_free(e);
     vq_program_free(p);
 }

@@ -175,7 +175,18 @@ typedef struct vq_exec vq_exec;
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
     vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
+    unsigned flags; /* VQ_EXEC_CHECK_NAN */
 } vq_exec_opts;
+
+/* Every op's float outputs are checked for NaN and infinities after it
+ * runs; the first one found fails the run (VQ_EIO) naming the op, the
+ * output and its var, and the element ("op 4 (log): output Out var y
+ * holds NaN at element 2"), like Paddle's check_nan_inf. Also set by the
+ * environment: VARQ_CHECK_NAN=1 (0 or unset: off; anything else is
+ * VQ_EINVAL from vq_exec_new). A scan of every output: for finding where
+ * a NaN starts, not for production runs. CPU executors only (a GPU
+ * executor with it is VQ_ENOSYS). */
+#define VQ_EXEC_CHECK_NAN 1u
 
 /* An executor running programs on engine e (which must outlive it). opts
  * may be NULL. Thread-safe to use from several threads once made.

@@ -297,3 +297,74 @@ Test(train, adam_state_is_declared_and_zeroed_by_the_startup_program)
     vq_program_free(startup);
     vq_program_free(main_p);
 }
+
+/* A parameter list trains those and freezes the rest; bad controls are
+ * errors (their values against PyTorch: tests/reference). */
+Test(train, a_parameter_list_trains_a_subset_and_bad_controls_are_errors)
+{
+    int64_t xs[2] = {4, 3}, ys[2] = {4, 1};
+    for (int mode = 0; mode < 5; mode++) {
+        vq_program *startup, *main_p;
+        cr_assert_eq(vq_program_new(&startup), 0);
+        cr_assert_eq(vq_program_new(&main_p), 0);
+        cr_assert_eq(vq_program_add_var(main_p, 0, "x", VQ_F32, 2, xs, false), 0);
+        cr_assert_eq(vq_program_add_var(main_p, 0, "y", VQ_F32, 2, ys, false), 0);
+        cr_assert_eq(vq_layer_linear(main_p, startup, "x", "out", 1, 5), 0);
+        cr_assert_eq(vq_layer_mse_loss(main_p, "out", "y", "loss"), 0);
+        const char *only[] = {"out.w"}, *bogus[] = {"x"};
+        vq_optimizer o = {.kind = VQ_OPT_SGD, .learning_rate = 0.1, .parameters = only,
+                          .nparameters = 1, .clip_norm = 1, .weight_decay = 0.01};
+        if (mode == 1) {
+            o.parameters = bogus;
+            cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &o), VQ_EINVAL);
+            cr_assert(strstr(vq_errmsg(), "parameter x is not a float persistable var"), "%s",
+                      vq_errmsg());
+        } else if (mode == 2) {
+            o.decoupled = true;
+            cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &o), VQ_EINVAL);
+            cr_assert(strstr(vq_errmsg(), "AdamW"), "%s", vq_errmsg());
+        } else if (mode == 3) {
+            o.clip_value = -1;
+            cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &o), VQ_EINVAL);
+        } else if (mode == 4) {
+            o.nparameters = 2;
+            o.parameters = NULL;
+            cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &o), VQ_EINVAL);
+        } else {
+            cr_assert_eq(vq_optimizer_minimize(main_p, startup, "loss", &o), 1, "%s",
+                         vq_errmsg());
+            vq_engine *e;
+            vq_exec *ex;
+            vq_scope *s;
+            cr_assert_eq(vq_engine_new(&e, NULL), 0);
+            cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+            cr_assert_eq(vq_scope_new(&s), 0);
+            cr_assert_eq(vq_exec_run(ex, startup, s, NULL, 0, NULL, 0), 0, "%s", vq_errmsg());
+            vq_tensor *w0, *b0;
+            cr_assert_eq(vq_tensor_from(&w0, VQ_F32, 2, (int64_t[]){3, 1},
+                                        vq_tensor_data(vq_scope_get(s, "out.w"))), 0);
+            cr_assert_eq(vq_tensor_from(&b0, VQ_F32, 1, (int64_t[]){1},
+                                        vq_tensor_data(vq_scope_get(s, "out.b"))), 0);
+            uint64_t rng = 9;
+            vq_tensor *x = oc_rand(&rng, VQ_F32, 2, xs, -1, 1),
+                      *y = oc_rand(&rng, VQ_F32, 2, ys, 2, 3);
+            vq_feed feeds[2] = {{"x", x}, {"y", y}};
+            for (int i = 0; i < 5; i++)
+                cr_assert_eq(vq_exec_run(ex, main_p, s, feeds, 2, NULL, 0), 0, "%s",
+                             vq_errmsg());
+            vq_tensor *w = vq_scope_get(s, "out.w"), *b = vq_scope_get(s, "out.b");
+            cr_assert_eq(vq_tensor_wait(w), 0);
+            cr_assert_neq(oc_get(w, 0), oc_get(w0, 0), "out.w trains");
+            cr_assert_eq(oc_get(b, 0), oc_get(b0, 0), "out.b is frozen");
+            cr_assert_null(vq_scope_get(s, "out.b@GRAD"));
+            vq_tensor *all[] = {w0, b0, x, y};
+            for (int i = 0; i < 4; i++)
+                vq_tensor_release(all[i]);
+            vq_exec_free(ex);
+            vq_scope_free(s);
+            vq_engine_free(e);
+        }
+        vq_program_free(startup);
+        vq_program_free(main_p);
+    }
+}

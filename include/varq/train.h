@@ -66,13 +66,29 @@ typedef struct vq_optimizer {
     double beta1;    /* Adam; 0 = 0.9 */
     double beta2;    /* Adam; 0 = 0.999 */
     double epsilon;  /* Adam; 0 = 1e-8 */
+    /* Training controls, PyTorch's (all off when zero): */
+    double weight_decay; /* L2: wd * param added to its gradient (SGD, momentum,
+                          * Adam: torch.optim's weight_decay) */
+    bool decoupled;      /* Adam only: AdamW's decay instead, param *= 1 - lr * wd
+                          * before the update (torch.optim.AdamW) */
+    double clip_value;   /* > 0: every gradient element clamped to [-v, v]
+                          * (torch.nn.utils.clip_grad_value_) */
+    double clip_norm;    /* > 0: every gradient scaled by min(1, clip_norm /
+                          * (global 2-norm + 1e-6)) (clip_grad_norm_) */
+    const char *const *parameters; /* NULL: every float persistable var the loss
+                                    * depends on; else only these (the rest frozen) */
+    int nparameters;
 } vq_optimizer;
 
 /* vq_append_backward(main, loss), then one update op per parameter that
  * received a gradient, appended to main; optimizer state (moments, step
  * count, velocity) is declared persistable in both programs and set to zero
- * by ops appended to startup. Returns the number of parameters updated, or a
- * negative error. */
+ * by ops appended to startup. Clipping comes first (by value, then by the
+ * global norm over every updated gradient), then weight decay, then the
+ * update, as with torch's clip_grad_*_ before optimizer.step(). A name in
+ * parameters that is not a float persistable var of main is VQ_EINVAL;
+ * decoupled with another kind than Adam, or a negative control, too.
+ * Returns the number of parameters updated, or a negative error. */
 VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
                                  const vq_optimizer *opt);
 

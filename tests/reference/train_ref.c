@@ -5,7 +5,10 @@
  *          mlp   x [-1,64], y int64 [-1], Linear(64 -> 128) "h1", relu "a1",
  *                Linear(128 -> 10) "logits", softmax cross-entropy "probs", "loss"
  *   OPT    sgd (lr 0.05) | momentum (lr 0.05, mu 0.9) | adam (lr 0.01, PyTorch's
- *          defaults otherwise); compare_torch.py uses the same numbers
+ *          defaults otherwise) | sgd_wd (sgd, weight decay 0.01) | adamw (adam,
+ *          decoupled decay 0.05) | adam_clipnorm (adam, global norm clipped to
+ *          0.5) | momentum_clipvalue (momentum, gradients clamped to 0.05);
+ *          compare_torch.py uses the same numbers
  *   DTYPE  f32 | f64 (the floating-point vars and parameters; the mlp's label
  *          stays int64)
  *   DIR    holds batches/x_<i>.npy and batches/y_<i>.npy for i in 0..99, in the
@@ -36,7 +39,8 @@ static const char *prog = "train_ref";
 
 static _Noreturn void usage(void)
 {
-    fprintf(stderr, "usage: train_ref seed|mlp sgd|momentum|adam f32|f64 DIR\n");
+    fprintf(stderr, "usage: train_ref seed|mlp sgd|momentum|adam|sgd_wd|adamw|adam_clipnorm|"
+                    "momentum_clipvalue f32|f64 DIR\n");
     exit(1);
 }
 
@@ -102,6 +106,16 @@ int main(int argc, char **argv)
     else if (!strcmp(optname, "adam"))
         opt = (vq_optimizer){.kind = VQ_OPT_ADAM, .learning_rate = 0.01, .beta1 = 0.9,
                              .beta2 = 0.999, .epsilon = 1e-8};
+    else if (!strcmp(optname, "sgd_wd"))
+        opt = (vq_optimizer){.kind = VQ_OPT_SGD, .learning_rate = 0.05, .weight_decay = 0.01};
+    else if (!strcmp(optname, "adamw"))
+        opt = (vq_optimizer){.kind = VQ_OPT_ADAM, .learning_rate = 0.01, .weight_decay = 0.05,
+                             .decoupled = true};
+    else if (!strcmp(optname, "adam_clipnorm"))
+        opt = (vq_optimizer){.kind = VQ_OPT_ADAM, .learning_rate = 0.01, .clip_norm = 0.5};
+    else if (!strcmp(optname, "momentum_clipvalue"))
+        opt = (vq_optimizer){.kind = VQ_OPT_MOMENTUM, .learning_rate = 0.05, .mu = 0.9,
+                             .clip_value = 0.05};
     else
         usage();
 

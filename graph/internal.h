@@ -24,6 +24,7 @@ typedef struct vq__pvar {
     int ndim;
     int64_t shape[VQ_MAX_DIMS]; /* -1: unknown */
     bool persistable;
+    bool stop_gradient; /* autodiff gives it no gradient and stops there */
 } vq__pvar;
 
 typedef struct vq__pop {

@@ -481,6 +481,17 @@ VQ_API int vq_program_add_var(vq_program *p, int block, const char *name, vq_dty
     return rc < 0 ? rc : 0;
 }
 
+VQ_API int vq_program_set_stop_gradient(vq_program *p, const char *name, bool stop)
+{
+    if (!p || !name)
+        return vq__fail(VQ_EINVAL, "vq_program_set_stop_gradient: NULL argument");
+    int v = vq__program_find_var(p, name);
+    if (v < 0)
+        return vq__fail(VQ_EINVAL, "vq_program_set_stop_gradient: no var %s", name);
+    p->vars[v].stop_gradient = stop;
+    return 0;
+}
+
 /* Appends op (checked, its parts owned) to block; on failure frees them.
  * Returns its index in the block. */
 static int op_append(vq_program *p, int block, vq__pop *op)
@@ -842,6 +853,7 @@ static Varq__Program *program_msg(struct chunk **arena, const vq_program *p)
         mv->n_shape = (size_t)v->ndim;
         mv->shape = (int64_t *)v->shape;
         mv->persistable = v->persistable;
+        mv->stop_gradient = v->stop_gradient;
         Varq__Block *mb = blocks[v->block];
         mb->vars[mb->n_vars++] = mv;
     }
@@ -1146,6 +1158,7 @@ static int program_decode(vq_program *p, const Varq__Program *m)
                                  v->persistable, who);
             if (rc < 0)
                 return rc;
+            p->vars[p->nvars - 1].stop_gradient = v->stop_gradient;
         }
     }
     for (size_t b = 0; b < m->n_blocks; b++) {
@@ -1513,7 +1526,8 @@ static int dump_block(const struct dump_ctx *d, FILE *f, int b, int indent)
             else
                 fprintf(f, "%lld", (long long)v->shape[k]);
         }
-        fprintf(f, "]%s\n", v->persistable ? " persistable" : "");
+        fprintf(f, "]%s%s\n", v->persistable ? " persistable" : "",
+                v->stop_gradient ? " stop_gradient" : "");
     }
     const vq__block *pb = &p->blocks[b];
     for (int k = 0; k < pb->nops; k++) {

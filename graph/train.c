@@ -1082,8 +1082,13 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
         b.requires[v] = false;
         stop[v] = true;
     }
-    for (int v = 0; v < nvars; v++)
+    for (int v = 0; v < nvars; v++) {
+        if (p->vars[v].stop_gradient) {
+            b.requires[v] = false;
+            stop[v] = true;
+        }
         stop[v] |= !b.requires[v] && p->vars[v].persistable;
+    }
     /* Forward: who writes what, and what is computed from parameters (a
      * cond or while reads what its blocks read). */
     for (int k = 0; k < nops && rc == 0; k++) {

@@ -8,7 +8,9 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TestSuite(train, .fini = leak_check);
 
@@ -367,4 +369,61 @@ Test(train, a_parameter_list_trains_a_subset_and_bad_controls_are_errors)
         vq_program_free(startup);
         vq_program_free(main_p);
     }
+}
+
+/* stop_gradient: a computed var is a constant for autodiff (no gradient
+ * reaches what it was computed from), a parameter is frozen; the flag is
+ * saved and dumped. */
+Test(train, stop_gradient_vars_get_no_gradient_and_pass_none_on)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {3};
+    const char *params[] = {"w1", "w2", "w3"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, s, true), 0);
+    const char *vars[] = {"x", "h", "g", "hg"};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, vars[i], VQ_F64, 1, s, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "loss", VQ_F64, 0, NULL, false), 0);
+    /* h = x * w1 (detached), g = h * w2 + w3 ... loss = sum(g) */
+    cr_assert_geq(vq_program_add_op(p, 0, "mul", (const char *[]){"x", "w1"}, 2,
+                                    (const char *[]){"h"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "mul", (const char *[]){"h", "w2"}, 2,
+                                    (const char *[]){"g"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "add", (const char *[]){"g", "w3"}, 2,
+                                    (const char *[]){"hg"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "sum", (const char *[]){"hg"}, 1,
+                                    (const char *[]){"loss"}, 1, NULL, 0), 0);
+    cr_assert_eq(vq_program_set_stop_gradient(p, "h", true), 0);
+    cr_assert_eq(vq_program_set_stop_gradient(p, "w3", true), 0);
+    cr_assert_eq(vq_program_set_stop_gradient(p, "nope", true), VQ_EINVAL);
+    /* saved and loaded with the flags */
+    char path[] = "/tmp/varq_stopgrad_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_program_save(p, path), 0);
+    vq_program *q;
+    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
+    unlink(path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_eq(vq_program_dump(q, f), 0);
+    fclose(f);
+    cr_assert(strstr(text, "var h : f64[3] stop_gradient"), "%s", text);
+    cr_assert(strstr(text, "var w3 : f64[3] persistable stop_gradient"), "%s", text);
+    free(text);
+    cr_assert_eq(vq_append_backward(q, "loss", NULL, 0), 1, "only w2: %s", vq_errmsg());
+    f = open_memstream(&text, &len);
+    cr_assert_eq(vq_program_dump(q, f), 0);
+    fclose(f);
+    cr_assert(strstr(text, "var w2@GRAD "), "%s", text);
+    cr_assert(!strstr(text, "var w1@GRAD ") && !strstr(text, "var w3@GRAD ") &&
+                  !strstr(text, "var x@GRAD "),
+              "%s", text);
+    free(text);
+    vq_program_free(q);
+    vq_program_free(p);
 }

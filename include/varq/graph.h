@@ -87,6 +87,13 @@ VQ_API int vq_program_add_block(vq_program *p, int parent);
 VQ_API int vq_program_add_var(vq_program *p, int block, const char *name, vq_dtype dt,
                               int ndim, const int64_t *shape, bool persistable);
 
+/* Marks var name (any block) as stop_gradient (or clears it): autodiff
+ * (train.h) gives it no gradient and lets none flow through it, as if it
+ * were listed in vq_append_backward's no_grad: a frozen parameter, or a
+ * computed value used as a constant (PyTorch's detach). Saved with the
+ * program and shown by the text dump. VQ_EINVAL for an unknown name. */
+VQ_API int vq_program_set_stop_gradient(vq_program *p, const char *name, bool stop);
+
 /* Appends op `type` to block, with its inputs and outputs given by var name
  * in the order of the op's slots (vq_op_signature(type): a variadic last
  * slot takes the remaining names) and its attributes (copied). Checks only

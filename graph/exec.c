@@ -384,10 +384,12 @@ static int final_exec(void *arg, const vq_exec_ctx *x)
         if (!t) {
             err = VQ_EINVAL;
             snprintf(r->msg, sizeof r->msg, "fetch %s has no value", name);
-        } else if (v->persistable) {
-            /* A snapshot: the scope tensor changes with later runs. */
+        } else if (v->persistable || (pl->exec->fetch_host && t->dev.kind == VQ_DEV_GPU)) {
+            /* A snapshot (the scope tensor changes with later runs), or the
+             * host copy asked for */
+            vq_ctx where = pl->exec->fetch_host ? (vq_ctx){VQ_DEV_CPU, 0} : t->dev;
             vq_tensor *copy;
-            err = vq__tensor_empty_on(&copy, t->dev, t->dtype, t->ndim, t->shape, "fetch");
+            err = vq__tensor_empty_on(&copy, where, t->dtype, t->ndim, t->shape, "fetch");
             if (err == 0 && (err = vq__tensor_copy_sync(copy, t)) < 0)
                 vq_tensor_release(copy);
             if (err == 0)
@@ -1309,7 +1311,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
-    if (o.flags & ~VQ_EXEC_CHECK_NAN)
+    if (o.flags & ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST))
         return vq__fail(VQ_EINVAL, "vq_exec_new: unknown flags 0x%x", o.flags);
     const char *env = getenv("VARQ_CHECK_NAN");
     if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
@@ -1337,6 +1339,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->device = o.device;
     ex->cache_size = o.cache_size ? o.cache_size : 16;
     ex->check_nan = check_nan;
+    ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->idle, NULL);
     *out = ex;

@@ -46,6 +46,7 @@ struct vq_exec {
     vq_exec_stats stats;
     struct plan *dead;   /* dropped plans waiting for reap() (exec.c) */
     bool check_nan;      /* VQ_EXEC_CHECK_NAN */
+    bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
 };
 
 /* The value of one var in one frame. Root slots also carry what

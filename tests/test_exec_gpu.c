@@ -580,3 +580,43 @@ Test(exec_gpu, scope_tensors_trained_on_the_gpu_save_and_move_back_to_the_cpu)
     vq_program_free(main_p);
     vq_engine_free(e);
 }
+
+/* VQ_EXEC_FETCH_HOST: a GPU executor's fetches come back as CPU tensors,
+ * the same values; the scope stays on the device. */
+Test(exec_gpu, fetches_come_back_on_the_host_when_asked)
+{
+    uint64_t rng = oc_seed("exec_gpu");
+    vq_program *p = mlp_program();
+    int64_t ws[2] = {5, 3}, bs[1] = {3}, xs[2] = {7, 5};
+    vq_tensor *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1), *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1);
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -2, 2);
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2, 2);
+    vq_tensor *want = run_mlp(e, gpu0, p, w, b, x, false);
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_scope_set(s, "w", w), 0);
+    cr_assert_eq(vq_scope_set(s, "b", b), 0);
+    vq_exec *ex;
+    vq_exec_opts o = {.device = gpu0, .flags = VQ_EXEC_FETCH_HOST};
+    cr_assert_eq(vq_exec_new(&ex, e, &o), 0, "%s", vq_errmsg());
+    for (int run = 0; run < 3; run++) {
+        vq_feed feed = {"x", x};
+        vq_fetch fetch[2] = {{"y", NULL}, {"w", NULL}};
+        cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, fetch, 2), 0, "%s", vq_errmsg());
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(vq_tensor_device(fetch[i].tensor).kind, VQ_DEV_CPU, "fetch %d", i);
+        assert_close(fetch[0].tensor, want, 1e-12, "fetched on the host");
+        assert_close(fetch[1].tensor, w, 0, "a scope tensor fetched on the host");
+        cr_assert_eq(vq_tensor_device(vq_scope_get(s, "w")).kind, VQ_DEV_GPU);
+        vq_tensor_release(fetch[0].tensor);
+        vq_tensor_release(fetch[1].tensor);
+    }
+    vq_exec_free(ex);
+    vq_scope_free(s);
+    vq_engine_free(e);
+    vq_tensor_release(want);
+    vq_tensor_release(w);
+    vq_tensor_release(b);
+    vq_tensor_release(x);
+    vq_program_free(p);
+}

@@ -182,7 +182,7 @@ typedef struct vq_exec vq_exec;
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
     vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
-    unsigned flags; /* VQ_EXEC_CHECK_NAN */
+    unsigned flags; /* VQ_EXEC_CHECK_NAN, VQ_EXEC_FETCH_HOST */
 } vq_exec_opts;
 
 /* Every op's float outputs are checked for NaN and infinities after it
@@ -194,6 +194,9 @@ typedef struct vq_exec_opts {
  * a NaN starts, not for production runs. CPU executors only (a GPU
  * executor with it is VQ_ENOSYS). */
 #define VQ_EXEC_CHECK_NAN 1u
+/* A GPU executor returns its fetches on the host (CPU tensors copied at the
+ * end of the run) instead of on the device; no effect on a CPU executor. */
+#define VQ_EXEC_FETCH_HOST 2u
 
 /* An executor running programs on engine e (which must outlive it). opts
  * may be NULL. Thread-safe to use from several threads once made.

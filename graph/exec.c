@@ -945,7 +945,8 @@ int vq__frame_ops(struct frame *fr)
         }
         vq_task t = {.fn = op_exec, .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
                      .nreads = nr, .writes = vars, .nwrites = nw,
-                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type};
+                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type,
+                     .priority = src->priority};
         if (!(f->opr = vq_opr_new(pl->exec->engine, &t)))
             rc = vq__pop_error(f->t, VQ_ENOMEM);
     }

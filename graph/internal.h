@@ -36,6 +36,7 @@ typedef struct vq__pop {
     int *out;
     vq_attr *attrs; /* deep copies: names, strings and lists owned here */
     int nattrs;
+    int priority;   /* the engine priority of its executions (0: default) */
 } vq__pop;
 
 typedef struct vq__block {

@@ -362,6 +362,7 @@ int vq__program_copy(const vq_program *p, vq_program **out)
         const vq__pop *o = &p->ops[i];
         vq__pop *d = &c->ops[i];
         d->def = o->def;
+        d->priority = o->priority;
         d->nin = o->nin;
         d->nout = o->nout;
         d->type = vq__pop_type_dup(o);
@@ -489,6 +490,15 @@ VQ_API int vq_program_set_stop_gradient(vq_program *p, const char *name, bool st
     if (v < 0)
         return vq__fail(VQ_EINVAL, "vq_program_set_stop_gradient: no var %s", name);
     p->vars[v].stop_gradient = stop;
+    return 0;
+}
+
+VQ_API int vq_program_set_op_priority(vq_program *p, int block, int index, int priority)
+{
+    if (!p || block < 0 || block >= p->nblocks || index < 0 || index >= p->blocks[block].nops)
+        return vq__fail(VQ_EINVAL, "vq_program_set_op_priority: no op %d in block %d", index,
+                        block);
+    p->ops[p->blocks[block].ops[index]].priority = priority;
     return 0;
 }
 
@@ -810,6 +820,7 @@ static Varq__Op *op_msg(struct chunk **arena, const vq_program *p, const vq__pop
             return NULL;
     m->n_attrs = (size_t)op->nattrs;
     m->attrs = attrs;
+    m->priority = op->priority;
     return m;
 }
 
@@ -1103,7 +1114,7 @@ static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
         return vq__fail(VQ_EINVAL, "vq_program_decode: block %d op %zu has no type", block, k);
     snprintf(where, sizeof where, "vq_program_decode: block %d op %zu (%.60s)", block, k, m->type);
     const vq__op_def *d = vq__op_find(m->type);
-    vq__pop op = {.def = d};
+    vq__pop op = {.def = d, .priority = m->priority};
     const char **in_names = NULL, **out_names = NULL;
     int rc = slots_decode(p, block, d, m->inputs, m->n_inputs, true, where, &op.in, &op.nin,
                           d ? NULL : &in_names);
@@ -1542,7 +1553,10 @@ static int dump_block(const struct dump_ctx *d, FILE *f, int b, int indent)
             fputs(i ? ", " : " {", f);
             put_attr(f, &op->attrs[i]);
         }
-        fputs(op->nattrs ? "}\n" : "\n", f);
+        fputs(op->nattrs ? "}" : "", f);
+        if (op->priority)
+            fprintf(f, " priority %d", op->priority);
+        fputc('\n', f);
 
         struct ctl_block cb[2];
         int n = ctl_blocks_used(d, b, pb->ops[k], cb);

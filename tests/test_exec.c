@@ -799,3 +799,86 @@ Test(exec, the_nan_check_names_the_op_and_var_that_made_a_nan)
     vq_engine_free(e);
     vq_program_free(p);
 }
+
+/* The start time of the first event named name in a Chrome trace. */
+static double trace_start(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    char line[512], key[64];
+    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    double ts = -1;
+    while (ts < 0 && fgets(line, sizeof line, f)) {
+        const char *t = strstr(line, "\"ts\":");
+        if (strncmp(line, key, strlen(key)) == 0 && t)
+            ts = atof(t + 5);
+    }
+    fclose(f);
+    return ts;
+}
+
+/* Op priorities: two independent ops queued behind a long one on one
+ * worker start in push order, or the higher-priority one first; the
+ * priority is saved and dumped. */
+Test(exec, op_priorities_order_ready_ops)
+{
+    int64_t big[2] = {400, 400}, s4[1] = {4};
+    for (int prio = 0; prio < 2; prio++) {
+        vq_program *p;
+        cr_assert_eq(vq_program_new(&p), 0);
+        var(p, "m", VQ_F32, 2, big, false);
+        var(p, "mm", VQ_F32, 2, big, false);
+        var(p, "x", VQ_F32, 1, s4, false);
+        var(p, "a", VQ_F32, 1, s4, false);
+        var(p, "b", VQ_F32, 1, s4, false);
+        op(p, "matmul", NAMES("m", "m"), 2, NAMES("mm"), 1, NULL, 0);
+        op(p, "relu", NAMES("x"), 1, NAMES("a"), 1, NULL, 0);
+        op(p, "sigmoid", NAMES("x"), 1, NAMES("b"), 1, NULL, 0);
+        if (prio) {
+            cr_assert_eq(vq_program_set_op_priority(p, 0, 2, 5), 0);
+            cr_assert_eq(vq_program_set_op_priority(p, 0, 3, 5), VQ_EINVAL);
+            char *text = NULL;
+            size_t len = 0;
+            FILE *mf = open_memstream(&text, &len);
+            cr_assert_eq(vq_program_dump(p, mf), 0);
+            fclose(mf);
+            cr_assert(strstr(text, "op 2 sigmoid(X=x) -> (Out=b) priority 5"), "%s", text);
+            free(text);
+        }
+        vq_engine *e;
+        vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1,
+                             .flags = VQ_ENGINE_PROFILE};
+        cr_assert_eq(vq_engine_new(&e, &eo), 0);
+        vq_exec *ex;
+        cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+        vq_scope *sc;
+        cr_assert_eq(vq_scope_new(&sc), 0);
+        vq_tensor *m, *x = vec4(1, -2, 3, -4);
+        cr_assert_eq(vq_tensor_new(&m, VQ_F32, 2, big), 0);
+        vq_feed feeds[2] = {{"m", m}, {"x", x}};
+        vq_fetch f[2] = {{"a", NULL}, {"b", NULL}};
+        cr_assert_eq(vq_exec_prepare(ex, p, sc, (const char *[]){"m", "x"}, 2,
+                                     (const char *[]){"a", "b"}, 2), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(ex, p, sc, feeds, 2, f, 2), 0, "%s", vq_errmsg());
+        char path[] = "/tmp/varq_prio_XXXXXX";
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        double relu = trace_start(path, "relu"), sig = trace_start(path, "sigmoid");
+        unlink(path);
+        cr_assert(relu >= 0 && sig >= 0);
+        if (prio)
+            cr_assert_lt(sig, relu, "priority 5 starts first: sigmoid %g, relu %g", sig, relu);
+        else
+            cr_assert_lt(relu, sig, "push order: relu %g, sigmoid %g", relu, sig);
+        vq_tensor_release(f[0].tensor);
+        vq_tensor_release(f[1].tensor);
+        vq_tensor_release(m);
+        vq_tensor_release(x);
+        vq_exec_free(ex);
+        vq_scope_free(sc);
+        vq_engine_free(e);
+        vq_program_free(p);
+    }
+}

@@ -94,6 +94,14 @@ VQ_API int vq_program_add_var(vq_program *p, int block, const char *name, vq_dty
  * program and shown by the text dump. VQ_EINVAL for an unknown name. */
 VQ_API int vq_program_set_stop_gradient(vq_program *p, const char *name, bool stop);
 
+/* Sets the engine priority of op index of block (0 by default): the
+ * executor pushes its executions with it, so among ops whose inputs are
+ * ready the higher-priority one starts first (engine.h's convention:
+ * higher runs first; say, the communication or the loss an optimizer is
+ * waiting for). Saved with the program and shown by the text dump.
+ * VQ_EINVAL for an op that does not exist. */
+VQ_API int vq_program_set_op_priority(vq_program *p, int block, int index, int priority);
+
 /* Appends op `type` to block, with its inputs and outputs given by var name
  * in the order of the op's slots (vq_op_signature(type): a variadic last
  * slot takes the remaining names) and its attributes (copied). Checks only

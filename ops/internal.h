@@ -338,6 +338,19 @@ int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out);
  * (dtype X's). VQ_EINVAL naming a bad or repeated axis. (reduce.c) */
 int vq__reduce_plan(const vq__infer *c, unsigned *mask, vq__meta *out);
 
+/* X walked against its reduction over the dims in mask (reduce.c): dims of
+ * size 1 dropped, neighbours both reduced or both kept merged; then row()
+ * for each innermost row of a non-empty X, in X's order: X's elements xo
+ * .. xo + n - 1 and Out's oo, oo + os, ... (os 0 or 1). */
+typedef struct vq__reduce_walk {
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];   /* X's dims after dropping 1s and merging */
+    int64_t ostride[VQ_MAX_DIMS]; /* Out's stride along each, 0 where reduced */
+} vq__reduce_walk;
+void vq__reduce_walk_init(vq__reduce_walk *w, const vq_tensor *x, unsigned mask);
+void vq__reduce_walk_rows(const vq__reduce_walk *w, void *user,
+                          void (*row)(void *user, int64_t xo, int64_t oo, int64_t n, int64_t os));
+
 /* Normalizes axis (negative counts from the end) for rank ndim. */
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out);
 

@@ -43,9 +43,9 @@ static const char *const op_names[] = {"reduce_max", "reduce_min"};
 
 /* Whether v replaces the running extremum a (reduce_max / reduce_min).
  * Integers never hold NaN or signed zeros: the extra tests are false. */
-#define TAKES_MAX(v, a)                                                                     \
+#define TAKES_MAX(v, a)                                                                    \
     (!nan_of(a) && (nan_of(v) || (v) > (a) || ((v) == (a) && signbit_of(a) && !signbit_of(v))))
-#define TAKES_MIN(v, a)                                                                     \
+#define TAKES_MIN(v, a)                                                                    \
     (!nan_of(a) && (nan_of(v) || (v) < (a) || ((v) == (a) && !signbit_of(a) && signbit_of(v))))
 
 static inline bool nan_of(double v)
@@ -112,20 +112,20 @@ static int arg_infer(vq__infer *c)
 
 /* Each lane (o, i) keeps its best position in Out and compares the next
  * element along the axis with X at that position. */
-#define ARG_LOOP(T)                                                                           \
-    do {                                                                                      \
-        const T *xs = x->data;                                                                \
-        for (int64_t o = 0; o < outer; o++) {                                                 \
-            const T *xo = xs + o * len * inner;                                               \
-            int64_t *best = out + o * inner;                                                  \
-            for (int64_t i = 0; i < inner; i++)                                               \
-                best[i] = 0;                                                                  \
-            for (int64_t l = 1; l < len; l++)                                                 \
-                for (int64_t i = 0; i < inner; i++)                                           \
+#define ARG_LOOP(T)                                                                        \
+    do {                                                                                   \
+        const T *xs = x->data;                                                             \
+        for (int64_t o = 0; o < outer; o++) {                                              \
+            const T *xo = xs + o * len * inner;                                            \
+            int64_t *best = out + o * inner;                                               \
+            for (int64_t i = 0; i < inner; i++)                                            \
+                best[i] = 0;                                                               \
+            for (int64_t l = 1; l < len; l++)                                              \
+                for (int64_t i = 0; i < inner; i++)                                        \
                     if (arg_better((double)xo[l * inner + i], (double)xo[best[i] * inner + i], \
-                                   p->op, p->last))                                           \
-                        best[i] = l;                                                          \
-        }                                                                                     \
+                                   p->op, p->last))                                        \
+                        best[i] = l;                                                       \
+        }                                                                                  \
     } while (0)
 
 static int arg_kernel(const vq__kcall *k)
@@ -182,68 +182,11 @@ static int extremum_infer(vq__infer *c)
     return vq__reduce_plan(c, &p->mask, &c->out[0]);
 }
 
-/* ---- walking X against the reduced output (reduce.c's walk) ---- */
-
-struct walk {
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];   /* X's dims after dropping 1s and merging */
-    int64_t ostride[VQ_MAX_DIMS]; /* Out's stride along each, 0 where reduced */
-};
-
-/* Dims of size 1 dropped, neighbours both reduced or both kept merged. */
-static void walk_init(struct walk *w, const vq_tensor *x, unsigned mask)
-{
-    bool reduced[VQ_MAX_DIMS];
-    w->ndim = 0;
-    for (int d = 0; d < x->ndim; d++) {
-        if (x->shape[d] == 1)
-            continue;
-        bool r = mask & (1u << d);
-        if (w->ndim > 0 && reduced[w->ndim - 1] == r) {
-            w->shape[w->ndim - 1] *= x->shape[d];
-            continue;
-        }
-        reduced[w->ndim] = r;
-        w->shape[w->ndim++] = x->shape[d];
-    }
-    int64_t s = 1;
-    for (int k = w->ndim - 1; k >= 0; k--) {
-        w->ostride[k] = reduced[k] ? 0 : s;
-        if (!reduced[k])
-            s *= w->shape[k];
-    }
-}
-
-/* One innermost row: X's elements xo .. xo + n - 1 (consecutive), Out's
- * oo, oo + os, ... (os 0 or 1). */
+/* One innermost row of vq__reduce_walk_rows: X's elements xo .. xo + n - 1
+ * (consecutive), Out's oo, oo + os, ... (os 0 or 1). */
 struct row {
     int64_t xo, oo, n, os;
 };
-
-/* Calls fn for each row of a non-empty X, in X's order. */
-static void walk_rows(const struct walk *w, void *user, void (*fn)(void *user, struct row r))
-{
-    if (w->ndim == 0) {
-        fn(user, (struct row){0, 0, 1, 0});
-        return;
-    }
-    int last = w->ndim - 1;
-    int64_t n = w->shape[last], idx[VQ_MAX_DIMS] = {0}, xo = 0, oo = 0;
-    for (;;) {
-        fn(user, (struct row){xo, oo, n, w->ostride[last]});
-        xo += n;
-        int d = last - 1;
-        for (; d >= 0; d--) {
-            oo += w->ostride[d];
-            if (++idx[d] < w->shape[d])
-                break;
-            oo -= w->ostride[d] * w->shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0)
-            return;
-    }
-}
 
 /* ---- reduce_max, reduce_min: the kernel ---- */
 
@@ -254,8 +197,9 @@ struct fold {
 };
 
 #define FOLD_ROW(T)                                                                        \
-    static void fold_row_##T(void *user, struct row r)                                     \
+    static void fold_row_##T(void *user, int64_t xo_, int64_t oo_, int64_t n_, int64_t os_) \
     {                                                                                      \
+        struct row r = {xo_, oo_, n_, os_};                                                \
         struct fold *f = user;                                                             \
         const T *x = (const T *)f->x + r.xo;                                               \
         T *o = (T *)f->out + r.oo;                                                         \
@@ -287,7 +231,7 @@ static int extremum_kernel(const vq__kcall *k)
     const vq__extremum_params *p = k->params;
     vq_tensor *x = k->in[0], *out = k->out[0];
     bool max = p->op == VQ__EXTREMUM_MAX;
-    void (*row)(void *, struct row);
+    void (*row)(void *, int64_t, int64_t, int64_t, int64_t);
     switch (x->dtype) {
     case VQ_F32:
         FILL(float, max ? -INFINITY : INFINITY);
@@ -308,10 +252,10 @@ static int extremum_kernel(const vq__kcall *k)
     }
     if (x->numel == 0)
         return 0;
-    struct walk w;
-    walk_init(&w, x, p->mask);
+    vq__reduce_walk w;
+    vq__reduce_walk_init(&w, x, p->mask);
     struct fold f = {.x = x->data, .out = out->data, .op = p->op};
-    walk_rows(&w, &f, row);
+    vq__reduce_walk_rows(&w, &f, row);
     return 0;
 }
 
@@ -370,16 +314,18 @@ struct spread {
 #define IS_TIE(v, m) ((v) == (m) || (nan_of(v) && nan_of(m)))
 
 #define SPREAD_ROWS(T)                                                                     \
-    static void count_row_##T(void *user, struct row r)                                    \
+    static void count_row_##T(void *user, int64_t xo_, int64_t oo_, int64_t n_, int64_t os_) \
     {                                                                                      \
+        struct row r = {xo_, oo_, n_, os_};                                                \
         struct spread *s = user;                                                           \
         const T *x = (const T *)s->x + r.xo, *m = (const T *)s->out + r.oo;                \
         int64_t *c = s->count + r.oo;                                                      \
         for (int64_t i = 0; i < r.n; i++)                                                  \
             c[i * r.os] += IS_TIE(x[i], m[i * r.os]);                                      \
     }                                                                                      \
-    static void spread_row_##T(void *user, struct row r)                                   \
+    static void spread_row_##T(void *user, int64_t xo_, int64_t oo_, int64_t n_, int64_t os_) \
     {                                                                                      \
+        struct row r = {xo_, oo_, n_, os_};                                                \
         struct spread *s = user;                                                           \
         const T *x = (const T *)s->x + r.xo, *m = (const T *)s->out + r.oo;                \
         const T *g = (const T *)s->g + r.oo;                                               \
@@ -403,24 +349,24 @@ static int extremum_grad_kernel(const vq__kcall *k)
     if (!s.count)
         return vq__fail(VQ_ENOMEM, "%s: out of memory for %lld counts", k->def->type,
                         (long long)m->numel);
-    struct walk w;
-    walk_init(&w, x, p->mask);
+    vq__reduce_walk w;
+    vq__reduce_walk_init(&w, x, p->mask);
     bool f32 = x->dtype == VQ_F32;
-    walk_rows(&w, &s, f32 ? count_row_float : count_row_double);
-    walk_rows(&w, &s, f32 ? spread_row_float : spread_row_double);
+    vq__reduce_walk_rows(&w, &s, f32 ? count_row_float : count_row_double);
+    vq__reduce_walk_rows(&w, &s, f32 ? spread_row_float : spread_row_double);
     free(s.count);
     return 0;
 }
 
-#define ARG(name, c)                                                                          \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
-     .attrs = arg_attrs, .nattrs = 3, .code = c, .params_size = sizeof(vq__arg_params),       \
+#define ARG(name, c)                                                                       \
+    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+     .attrs = arg_attrs, .nattrs = 3, .code = c, .params_size = sizeof(vq__arg_params),    \
      .infer = arg_infer, .kernel = {arg_kernel}}
 
-#define EXTREMUM(name, c)                                                                     \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
-     .attrs = reduce_attrs, .nattrs = 2, .code = c,                                           \
-     .params_size = sizeof(vq__extremum_params), .infer = extremum_infer,                     \
+#define EXTREMUM(name, c)                                                                  \
+    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+     .attrs = reduce_attrs, .nattrs = 2, .code = c,                                        \
+     .params_size = sizeof(vq__extremum_params), .infer = extremum_infer,                  \
      .kernel = {extremum_kernel}, .grad = extremum_grad}
 
 const vq__op_def vq__ops_extremum[] = {

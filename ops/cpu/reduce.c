@@ -67,13 +67,7 @@ static int reduce_infer(vq__infer *c)
 
 /* ---- walking X against the reduced output ---- */
 
-struct walk {
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];   /* X's dims after dropping 1s and merging */
-    int64_t ostride[VQ_MAX_DIMS]; /* Out's stride along each, 0 where reduced */
-};
-
-static void walk_init(struct walk *w, const vq_tensor *x, unsigned mask)
+void vq__reduce_walk_init(vq__reduce_walk *w, const vq_tensor *x, unsigned mask)
 {
     bool reduced[VQ_MAX_DIMS];
     w->ndim = 0;
@@ -98,8 +92,8 @@ static void walk_init(struct walk *w, const vq_tensor *x, unsigned mask)
 
 /* Calls row(user, X offset, Out offset, length, Out's stride 0 or 1) for
  * each innermost row of a non-empty X. X's offsets are consecutive. */
-static void walk_rows(const struct walk *w, void *user,
-                      void (*row)(void *user, int64_t xo, int64_t oo, int64_t n, int64_t os))
+void vq__reduce_walk_rows(const vq__reduce_walk *w, void *user,
+                          void (*row)(void *user, int64_t xo, int64_t oo, int64_t n, int64_t os))
 {
     if (w->ndim == 0) {
         row(user, 0, 0, 1, 0);
@@ -182,9 +176,9 @@ static int reduce_kernel(const vq__kcall *k)
     if (!tmp)
         memset(out->data, 0, out->nbytes);
     if (x->numel > 0) {
-        struct walk w;
-        walk_init(&w, x, p->mask);
-        walk_rows(&w, &r, row);
+        vq__reduce_walk w;
+        vq__reduce_walk_init(&w, x, p->mask);
+        vq__reduce_walk_rows(&w, &r, row);
     }
     if (k->def->code == VQ__REDUCE_MEAN) {
         /* count == 0 only when a reduced dim is 0: the mean is then NaN. */
@@ -258,9 +252,9 @@ static int reduce_grad_kernel(const vq__kcall *k)
     struct spread_rows r = {.g = g->data, .dx = dx->data, .scale = 1.0};
     if (k->def->code == VQ__REDUCE_MEAN)
         r.scale = 1.0 / (double)(dx->numel / g->numel);
-    struct walk w;
-    walk_init(&w, dx, p->mask);
-    walk_rows(&w, &r, dx->dtype == VQ_F32 ? spread_row_f32 : spread_row_f64);
+    vq__reduce_walk w;
+    vq__reduce_walk_init(&w, dx, p->mask);
+    vq__reduce_walk_rows(&w, &r, dx->dtype == VQ_F32 ? spread_row_f32 : spread_row_f64);
     return 0;
 }
 

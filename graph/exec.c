@@ -50,6 +50,7 @@
 #define NOT_IN_SCOPE 1 /* bind_persistable: not bound and not written first */
 
 static void meta_of_tensor(vq__meta *m, const vq_tensor *t);
+static bool metas_equal(const vq__meta *a, const vq__meta *b);
 
 /* ---- run-time bookkeeping (inside engine ops) ---- */
 
@@ -235,11 +236,29 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     } else {
         for (int i = 0; i < src->nin; i++)
             meta_of_tensor(&im[i], in[i]);
-        memset(pbuf, 0, op->def->params_size);
-        memset(om, 0, (size_t)src->nout * sizeof om[0]);
-        vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
-                       .nin = src->nin, .in = im, .nout = src->nout, .out = om, .params = pbuf};
-        err = op->def->infer(&c);
+        vq__meta *cache = f->infer_cache;
+        bool hit = cache != NULL;
+        for (int i = 0; hit && i < src->nin; i++)
+            hit = metas_equal(&cache[i], &im[i]);
+        if (hit) { /* the shapes of the last execution: its inference holds */
+            memcpy(om, cache + src->nin, (size_t)src->nout * sizeof om[0]);
+            params = cache + src->nin + src->nout;
+        } else {
+            memset(pbuf, 0, op->def->params_size);
+            memset(om, 0, (size_t)src->nout * sizeof om[0]);
+            vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
+                           .nin = src->nin, .in = im, .nout = src->nout, .out = om,
+                           .params = pbuf};
+            err = op->def->infer(&c);
+            size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
+            if (err == 0 && !cache)
+                cache = f->infer_cache = malloc(metas + op->def->params_size);
+            if (err == 0 && cache) { /* no room: infer again next time */
+                memcpy(cache, im, (size_t)src->nin * sizeof *cache);
+                memcpy(cache + src->nin, om, (size_t)src->nout * sizeof *cache);
+                memcpy(cache + src->nin + src->nout, pbuf, op->def->params_size);
+            }
+        }
     }
     for (; err == 0 && nout < src->nout; nout++) {
         struct pvar *v = f->out[nout];
@@ -497,6 +516,12 @@ static void meta_of_tensor(vq__meta *m, const vq_tensor *t)
     m->dtype = t->dtype;
     m->ndim = t->ndim;
     memcpy(m->shape, t->shape, sizeof m->shape);
+}
+
+static bool metas_equal(const vq__meta *a, const vq__meta *b)
+{
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]);
 }
 
 /* A scope tensor must be on the executor's device: one elsewhere (loaded
@@ -982,6 +1007,7 @@ void vq__frame_destroy(struct frame *fr)
             vq_opr_free(e, f->opr);
         free(f->in);
         free(f->out);
+        free(f->infer_cache);
     }
     free(fr->ops);
     fr->ops = NULL;

@@ -126,6 +126,12 @@ struct fop {
     uint64_t execs;          /* root frame: executions so far, to find the run */
     vq_opr *opr;             /* kernel ops */
     struct ctl *ctl;         /* control ops: their instance */
+    /* When preparation could not fix the shapes (t->fixed NULL): the last
+     * execution's input metas, then its output metas and params, reused
+     * while the inputs keep their shapes (a fop's executions never overlap:
+     * each writes its outputs' vars, and the next waits for it). NULL
+     * until the first. */
+    vq__meta *infer_cache;
 };
 
 struct frame {

@@ -7,7 +7,8 @@
 # executor's benchmark (exec_bench: prepare time against program size, run
 # cost per op against raw engine ops) runs, its results go to
 # build/bench/exec_bench.json and its table into the README between the
-# exec-bench markers.
+# exec-bench markers. Then training against PyTorch (train_bench.sh), and
+# imported models and loops against PyTorch (printed only).
 #   scripts/bench.sh [engine_bench options, e.g. --reps 3 --workers 1,2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,3 +69,19 @@ if not pat.search(readme):
 open("README.md", "w").write(pat.sub(lambda _: m.group(0), readme))
 print("README.md: training benchmark updated")
 PY
+
+# Imported models and loops against PyTorch (2 threads each; printed, and
+# kept in build/bench/models_bench.txt): torchvision's ResNet-18,
+# MobileNetV2 and SqueezeNet 1.1 inference at batch 1 and ResNet-18 and
+# MobileNetV2 at batch 32 (PyTorch time / varq time, and conv2d's share of
+# varq's op time), the digits CNN fine-tuned from ONNX (steps/s), and the
+# RNN written with a while loop (steps/s).
+mout=build/bench/models_bench.txt
+{
+  /usr/bin/python3 scripts/torchvision_check.py --varq build/tools/varq --bench 10
+  /usr/bin/python3 scripts/torchvision_check.py --varq build/tools/varq --batch 32 --bench 3 \
+    --models resnet18,mobilenet_v2
+  /usr/bin/python3 scripts/cnn_torch.py --bin build/examples/onnx_cnn_digits
+  /usr/bin/python3 bench/rnn_torch.py --bin build/bench/rnn_bench --steps 500 --reps 5 \
+    --warmup 100
+} 2>&1 | grep -v Warning | tee "$mout"

@@ -702,6 +702,8 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
      * that writes the var it reads (in place) counts too: op_exec
      * releases the version it read before it sets the one it wrote. */
     bool counts = !pv->persistable && p->vars[v].block == block;
+    for (int j = 0; j < t->src->nout && counts && (t->def->flags & VQ__CONTROL); j++)
+        counts = t->src->out[j] != v; /* a control op releases its reads at its end */
     for (int ii = 0; ii < i && counts; ii++)
         counts = t->in[ii] != v;
     t->in_counts[i] = counts;

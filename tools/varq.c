@@ -141,6 +141,12 @@ static int cmd_onnx_ops(int argc, char **argv)
 {
     if (argc > 0)
         return usage_error("onnx-ops: unexpected argument '%s'", argv[0]);
+    if (!vq_onnx_op_name(0)) {
+        fputs("varq: this build has no ONNX importer (install libonnx-dev and reconfigure "
+              "with meson -Donnx=auto)\n",
+              stderr);
+        return EXIT_FAILED;
+    }
     for (int i = 0; vq_onnx_op_name(i); i++)
         puts(vq_onnx_op_name(i));
     return finish_stdout(EXIT_OK);

@@ -1227,6 +1227,17 @@ static int opt_op(vq_program *main, const char *type, const char *const *in, int
     return rc < 0 ? rc : 0;
 }
 
+/* *grad (malloc'd) becomes a copy of name. */
+static int grad_becomes(char **grad, const char *name)
+{
+    char *c = strdup(name);
+    if (!c)
+        return vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
+    free(*grad);
+    *grad = c;
+    return 0;
+}
+
 /* The gradient of each updated parameter after clipping and weight decay
  * (opt's controls): grad[i] (malloc'd names, in place of "<w>@GRAD"). */
 static int opt_controls(vq_program *main, const vq_optimizer *opt, const int *params, int n,
@@ -1249,9 +1260,7 @@ static int opt_controls(vq_program *main, const vq_optimizer *opt, const int *pa
             (rc = opt_op(main, "minimum", (const char *[]){lo, b}, 2, hi, params[i], dt, false,
                          NULL, 0)) < 0)
             break;
-        free(grad[i]);
-        if (!(grad[i] = strdup(hi)))
-            rc = vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
+        rc = grad_becomes(&grad[i], hi);
     }
     if (rc == 0 && opt->clip_norm > 0 && n > 0) {
         /* total = sqrt(sum of every gradient's squares), in f64 */
@@ -1310,9 +1319,7 @@ static int opt_controls(vq_program *main, const vq_optimizer *opt, const int *pa
             if ((rc = opt_op(main, "mul", (const char *[]){grad[i], coef}, 2, out, params[i], dt,
                              false, NULL, 0)) < 0)
                 break;
-            free(grad[i]);
-            if (!(grad[i] = strdup(out)))
-                rc = vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
+            rc = grad_becomes(&grad[i], out);
         }
     }
     for (int i = 0; i < n && rc == 0 && opt->weight_decay > 0 && !opt->decoupled; i++) {
@@ -1327,9 +1334,7 @@ static int opt_controls(vq_program *main, const vq_optimizer *opt, const int *pa
             (rc = opt_op(main, "add", (const char *[]){grad[i], d}, 2, out, params[i], dt, false,
                          NULL, 0)) < 0)
             break;
-        free(grad[i]);
-        if (!(grad[i] = strdup(out)))
-            rc = vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
+        rc = grad_becomes(&grad[i], out);
     }
     return rc;
 }

@@ -57,6 +57,18 @@ static bool is_float(vq_dtype dt)
     return dt == VQ_F32 || dt == VQ_F64;
 }
 
+/* The first element of a known tensor, as a double. */
+static double first_value(const vq_tensor *t)
+{
+    switch (t->dtype) {
+    case VQ_F32: return *(const float *)t->data;
+    case VQ_F64: return *(const double *)t->data;
+    case VQ_I32: return *(const int32_t *)t->data;
+    case VQ_I64: return (double)*(const int64_t *)t->data;
+    default: return *(const unsigned char *)t->data;
+    }
+}
+
 /* An axis in [-rank, rank) as an index. */
 static int axis_of(struct ox *x, const char *what, int64_t a, int rank, int *out)
 {
@@ -334,13 +346,7 @@ static int t_pow(struct ox *x)
                                      "(one value)");
     if (!is_float(v->meta.dtype))
         return ox_fail(x, VQ_ENOSYS, "Pow of %s", vq_dtype_name(v->meta.dtype));
-    const vq_tensor *t = e->konst;
-    double ex = t->dtype == VQ_F32 ? *(const float *)t->data
-              : t->dtype == VQ_F64 ? *(const double *)t->data
-              : t->dtype == VQ_I32 ? *(const int32_t *)t->data
-              : t->dtype == VQ_I64 ? (double)*(const int64_t *)t->data
-                                   : *(const unsigned char *)t->data;
-    vq_attr a = VQ_ATTR_F("exponent", ex);
+    vq_attr a = VQ_ATTR_F("exponent", first_value(e->konst));
     const char *o = out0(x);
     return ox_emit(x, "power", &v, 1, &o, 1, &a, 1, NULL);
 }
@@ -760,25 +766,22 @@ static int own_var(struct ox *x, struct ox_val *v, const char *const *avoid, int
         *out = v;
         return 0;
     }
+    /* a copy into a new var of this block (added directly: ox_emit would
+     * fold a known value instead of giving it a var) */
     int64_t keep[VQ_MAX_DIMS] = {0};
     vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
-    const char *name = NULL;
-    struct ox_val *saved = v; /* ox_emit folds known values: force a var */
-    if (v->konst) {
-        const char *in = v->var;
-        char tmp[300];
-        snprintf(tmp, sizeof tmp, "%s@onnx%d", v->name, x->ntemps++);
-        struct ox_val *c;
-        if ((rc = ox_block_var(x, tmp, &v->meta, &c)) < 0)
-            return rc;
-        const char *o = c->var;
-        rc = vq_program_add_op(x->p, x->block, "reshape", &in, 1, &o, 1, &a, 1);
-        if (rc < 0)
-            return ox_fail(x, rc, "%s", vq_errmsg());
-        *out = c;
-        return 0;
-    }
-    return ox_emit(x, "reshape", &saved, 1, &name, 1, &a, 1, out);
+    const char *in = v->var;
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s@onnx%d", v->name, x->ntemps++);
+    struct ox_val *c;
+    if ((rc = ox_block_var(x, tmp, &v->meta, &c)) < 0)
+        return rc;
+    const char *o = c->var;
+    rc = vq_program_add_op(x->p, x->block, "reshape", &in, 1, &o, 1, &a, 1);
+    if (rc < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    *out = c;
+    return 0;
 }
 
 static const Onnx__GraphProto *graph_attr(struct ox *x, const char *name)
@@ -1544,11 +1547,7 @@ static int t_pad(struct ox *x)
                 rc = ox_fail(x, VQ_ENOSYS, "constant_value must be known when the model is "
                                            "imported (one value)");
             else
-                value = cv->konst->dtype == VQ_F32 ? *(float *)cv->konst->data
-                      : cv->konst->dtype == VQ_F64 ? *(double *)cv->konst->data
-                      : cv->konst->dtype == VQ_I32 ? *(int32_t *)cv->konst->data
-                      : cv->konst->dtype == VQ_I64 ? (double)*(int64_t *)cv->konst->data
-                                                   : *(unsigned char *)cv->konst->data;
+                value = first_value(cv->konst);
         }
     }
     if (rc)
@@ -1742,11 +1741,7 @@ static int t_constant_of_shape(struct ox *x)
         if (t->numel != 1)
             rc = ox_fail(x, VQ_EINVAL, "value has %lld elements, not 1", (long long)t->numel);
         else
-            value = dt == VQ_F32 ? *(float *)t->data
-                  : dt == VQ_F64 ? *(double *)t->data
-                  : dt == VQ_I32 ? *(int32_t *)t->data
-                  : dt == VQ_I64 ? (double)*(int64_t *)t->data
-                                 : *(unsigned char *)t->data;
+            value = first_value(t);
         vq_tensor_release(t);
         if (rc)
             return rc;

@@ -1,5 +1,5 @@
-/* Activations: relu, sigmoid and tanh elementwise, softmax along one axis,
- * and their gradient ops.
+/* Activations: relu, sigmoid and tanh elementwise, softmax and log_softmax
+ * along one axis, and their gradient ops.
  *
  * The gradient ops take the forward op's output, not its input (relu_grad,
  * sigmoid_grad, tanh_grad, softmax_grad all have a closed form in Out), so
@@ -226,7 +226,7 @@ static const vq__attr_spec axis_attrs[] = {
 static int softmax_axis(vq__infer *c)
 {
     if (c->in[0].ndim < 1)
-        return vq__in_fail(c, 0, "has 0 dims, softmax needs at least 1");
+        return vq__in_fail(c, 0, "has 0 dims, %s needs at least 1", c->def->type);
     vq__softmax_params *p = c->params;
     return vq__axis(c, "axis", vq__attr_int(c, "axis", -1), c->in[0].ndim, &p->axis);
 }
@@ -345,6 +345,81 @@ static int softmax_grad(const vq__grad *g)
     return vq__emit(g, "softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
 }
 
+/* ---- log_softmax ---- */
+
+/* Like softmax, in double per line: Out = X - max - log(sum exp(X - max));
+ * its gradient from Out: dX = dOut - exp(Out) * sum(dOut). Same checks
+ * and lines as softmax (softmax_infer, softmax_grad_infer, lines_of). */
+#define LOG_SOFTMAX(T)                                                                     \
+    static void log_softmax_##T(const T *x, T *o, struct lines l)                          \
+    {                                                                                      \
+        for (int64_t a = 0; a < l.outer; a++)                                              \
+            for (int64_t b = 0; b < l.inner; b++) {                                        \
+                const T *xl = x + a * l.len * l.inner + b;                                 \
+                T *ol = o + a * l.len * l.inner + b;                                       \
+                double max = -INFINITY, sum = 0;                                           \
+                for (int64_t j = 0; j < l.len; j++)                                        \
+                    if (xl[j * l.inner] > max)                                             \
+                        max = xl[j * l.inner];                                             \
+                for (int64_t j = 0; j < l.len; j++)                                        \
+                    sum += exp((double)xl[j * l.inner] - max);                             \
+                double shift = max + log(sum);                                             \
+                for (int64_t j = 0; j < l.len; j++)                                        \
+                    ol[j * l.inner] = (T)((double)xl[j * l.inner] - shift);                \
+            }                                                                              \
+    }                                                                                      \
+    static void log_softmax_grad_##T(const T *y, const T *g, T *d, struct lines l)         \
+    {                                                                                      \
+        for (int64_t a = 0; a < l.outer; a++)                                              \
+            for (int64_t b = 0; b < l.inner; b++) {                                        \
+                int64_t at = a * l.len * l.inner + b;                                      \
+                double sum = 0;                                                            \
+                for (int64_t j = 0; j < l.len; j++)                                        \
+                    sum += (double)g[at + j * l.inner];                                    \
+                for (int64_t j = 0; j < l.len; j++) {                                      \
+                    int64_t i = at + j * l.inner;                                          \
+                    d[i] = (T)((double)g[i] - exp((double)y[i]) * sum);                    \
+                }                                                                          \
+            }                                                                              \
+    }
+
+LOG_SOFTMAX(float)
+LOG_SOFTMAX(double)
+
+static int log_softmax_kernel(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    struct lines l = lines_of(x, p->axis);
+    if (x->dtype == VQ_F32)
+        log_softmax_float(x->data, o->data, l);
+    else
+        log_softmax_double(x->data, o->data, l);
+    return 0;
+}
+
+static int log_softmax_grad_kernel(const vq__kcall *k)
+{
+    const vq__softmax_params *p = k->params;
+    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
+    struct lines l = lines_of(y, p->axis);
+    if (y->dtype == VQ_F32)
+        log_softmax_grad_float(y->data, g->data, d->data, l);
+    else
+        log_softmax_grad_double(y->data, g->data, d->data, l);
+    return 0;
+}
+
+static int log_softmax_grad(const vq__grad *g)
+{
+    if (!g->din[0])
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    const char *in[2] = {g->out[0], g->dout[0]};
+    return vq__emit(g, "log_softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
+}
+
 #define UNARY_OP(name, c)                                                                   \
     {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
      .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),           \
@@ -371,5 +446,13 @@ const vq__op_def vq__ops_activation[] = {
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
      .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,
      .kernel = {softmax_grad_kernel}},
+    {.type = "log_softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
+     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params), .infer = softmax_infer,
+     .kernel = {log_softmax_kernel}, .grad = log_softmax_grad},
+    {.type = "log_softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
+     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,
+     .kernel = {log_softmax_grad_kernel}},
     {0},
 };

@@ -1,12 +1,10 @@
 /* Elementwise math (exp, log, sqrt, reciprocal, erf, power) with one
- * gradient op for all of them, and log_softmax along an axis.
+ * gradient op for all of them.
  *
  * math_grad(X, Out, dOut; op, exponent) -> dX takes both the input and
  * the output, so that each derivative is computed from whichever is
  * exact: exp's from Out, log's from X, sqrt's and reciprocal's from Out,
- * erf's and power's from X. log_softmax works like softmax (activation.c)
- * in double per line: Out = X - max - log(sum exp(X - max)); its gradient
- * is dX = dOut - exp(Out) * sum(dOut). */
+ * erf's and power's from X. (log_softmax is with softmax, activation.c.) */
 #include "../internal.h"
 #include "../params.h"
 
@@ -17,7 +15,6 @@ static const char *const x_in[] = {"X"};
 static const char *const out_slot[] = {"Out"};
 static const char *const grad_in[] = {"X", "Out", "dOut"};
 static const char *const dx_out[] = {"dX"};
-static const char *const lsm_grad_in[] = {"Out", "dOut"};
 
 static const char *const math_names[] = {"exp", "log", "sqrt", "reciprocal", "erf", "power"};
 
@@ -159,127 +156,6 @@ static int grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-/* ---- log_softmax ---- */
-
-static const vq__attr_spec axis_attrs[] = {
-    {"axis", VQ_ATTR_INT, false, "-1"},
-};
-
-static int lsm_axis(vq__infer *c)
-{
-    if (c->in[0].ndim < 1)
-        return vq__in_fail(c, 0, "has 0 dims, log_softmax needs at least 1");
-    vq__softmax_params *p = c->params;
-    return vq__axis(c, "axis", vq__attr_int(c, "axis", -1), c->in[0].ndim, &p->axis);
-}
-
-static int lsm_infer(vq__infer *c)
-{
-    int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = lsm_axis(c)) < 0)
-        return rc;
-    c->out[0] = c->in[0];
-    return 0;
-}
-
-static int lsm_grad_infer(vq__infer *c)
-{
-    int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
-        (rc = vq__check_same_shape(c, 0, 1)) < 0 || (rc = lsm_axis(c)) < 0)
-        return rc;
-    c->out[0] = c->in[0];
-    for (int i = 0; i < c->out[0].ndim; i++)
-        if (c->out[0].shape[i] < 0)
-            c->out[0].shape[i] = c->in[1].shape[i];
-    return 0;
-}
-
-/* The tensor as [outer, len, inner] around axis. */
-static void lines_of(const vq_tensor *t, int axis, int64_t *outer, int64_t *len, int64_t *inner)
-{
-    *outer = 1;
-    *len = t->shape[axis];
-    *inner = 1;
-    for (int i = 0; i < axis; i++)
-        *outer *= t->shape[i];
-    for (int i = axis + 1; i < t->ndim; i++)
-        *inner *= t->shape[i];
-}
-
-#define LOG_SOFTMAX(T)                                                                     \
-    static void lsm_##T(const T *x, T *o, int64_t outer, int64_t len, int64_t inner)       \
-    {                                                                                      \
-        for (int64_t a = 0; a < outer; a++)                                                \
-            for (int64_t b = 0; b < inner; b++) {                                          \
-                const T *xl = x + a * len * inner + b;                                     \
-                T *ol = o + a * len * inner + b;                                           \
-                double max = -INFINITY, sum = 0;                                           \
-                for (int64_t j = 0; j < len; j++)                                          \
-                    if (xl[j * inner] > max)                                               \
-                        max = xl[j * inner];                                               \
-                for (int64_t j = 0; j < len; j++)                                          \
-                    sum += exp((double)xl[j * inner] - max);                               \
-                double shift = max + log(sum);                                             \
-                for (int64_t j = 0; j < len; j++)                                          \
-                    ol[j * inner] = (T)((double)xl[j * inner] - shift);                    \
-            }                                                                              \
-    }                                                                                      \
-    static void lsm_grad_##T(const T *y, const T *g, T *d, int64_t outer, int64_t len,     \
-                             int64_t inner)                                                \
-    {                                                                                      \
-        for (int64_t a = 0; a < outer; a++)                                                \
-            for (int64_t b = 0; b < inner; b++) {                                          \
-                int64_t at = a * len * inner + b;                                          \
-                double sum = 0;                                                            \
-                for (int64_t j = 0; j < len; j++)                                          \
-                    sum += (double)g[at + j * inner];                                      \
-                for (int64_t j = 0; j < len; j++) {                                        \
-                    int64_t i = at + j * inner;                                            \
-                    d[i] = (T)((double)g[i] - exp((double)y[i]) * sum);                    \
-                }                                                                          \
-            }                                                                              \
-    }
-
-LOG_SOFTMAX(float)
-LOG_SOFTMAX(double)
-
-static int lsm_kernel(const vq__kcall *k)
-{
-    const vq__softmax_params *p = k->params;
-    vq_tensor *x = k->in[0], *o = k->out[0];
-    int64_t outer, len, inner;
-    lines_of(x, p->axis, &outer, &len, &inner);
-    if (x->dtype == VQ_F32)
-        lsm_float(x->data, o->data, outer, len, inner);
-    else
-        lsm_double(x->data, o->data, outer, len, inner);
-    return 0;
-}
-
-static int lsm_grad_kernel(const vq__kcall *k)
-{
-    const vq__softmax_params *p = k->params;
-    vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    int64_t outer, len, inner;
-    lines_of(y, p->axis, &outer, &len, &inner);
-    if (y->dtype == VQ_F32)
-        lsm_grad_float(y->data, g->data, d->data, outer, len, inner);
-    else
-        lsm_grad_double(y->data, g->data, d->data, outer, len, inner);
-    return 0;
-}
-
-static int lsm_grad(const vq__grad *g)
-{
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
-    const char *in[2] = {g->out[0], g->dout[0]};
-    return vq__emit(g, "log_softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
-}
-
 /* ---- the table ---- */
 
 #define MATH_OP(name, c, at, nat)                                                           \
@@ -298,13 +174,5 @@ const vq__op_def vq__ops_math[] = {
     {.type = "math_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = dx_out,
      .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = grad_attrs, .nattrs = 2,
      .params_size = sizeof(vq__math_params), .infer = grad_infer, .kernel = {grad_kernel}},
-    {.type = "log_softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = lsm_infer, .kernel = {lsm_kernel},
-     .grad = lsm_grad},
-    {.type = "log_softmax_grad", .in_slots = lsm_grad_in, .nin_slots = 2, .out_slots = dx_out,
-     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = lsm_grad_infer,
-     .kernel = {lsm_grad_kernel}},
     {0},
 };

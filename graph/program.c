@@ -696,6 +696,8 @@ static int slots_msg(struct chunk **arena, const vq_program *p, const vq__pop *o
         if (!(slots = ARENA_NEW(arena, Varq__Slot *, nslots)))
             return VQ_ENOMEM;
         bool variadic = d->flags & (inputs ? VQ__VARIADIC_IN : VQ__VARIADIC_OUT);
+        if (n < nslots) /* an optional last slot that is absent is not written */
+            nslots = n;
         for (int s = 0; s < nslots; s++) {
             int count = variadic && s == nslots - 1 ? n - s : 1;
             const char *name = inputs ? d->in_slots[s] : d->out_slots[s];
@@ -939,6 +941,14 @@ static int slots_decode(vq_program *p, int block, const vq__op_def *d, Varq__Slo
         int ndef = inputs ? d->nin_slots : d->nout_slots;
         const char *const *def_slots = inputs ? d->in_slots : d->out_slots;
         bool variadic = d->flags & (inputs ? VQ__VARIADIC_IN : VQ__VARIADIC_OUT);
+        bool optional = d->flags & (inputs ? VQ__OPTIONAL_IN : VQ__OPTIONAL_OUT);
+        if (optional && ndef > 0) { /* the last slot may be left out */
+            bool present = false;
+            for (size_t i = 0; i < nslots && !present; i++)
+                present = !strcmp(slots[i]->name, def_slots[ndef - 1]);
+            if (!present)
+                ndef--;
+        }
         for (size_t i = 0; i < nslots; i++) {
             bool known = false;
             for (int k = 0; k < ndef && !known; k++)

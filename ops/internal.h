@@ -220,6 +220,8 @@ enum {
     VQ__INPLACE_OK = 1u << 2,  /* an output may be the same tensor as an input */
     VQ__CONTROL = 1u << 3,     /* cond / while: no kernel; the graph executor runs its
                                 * blocks (graph/control.c) */
+    VQ__OPTIONAL_IN = 1u << 4,  /* the last input slot may be absent (0 or 1 tensors) */
+    VQ__OPTIONAL_OUT = 1u << 5, /* the last output slot may be absent (0 or 1 tensors) */
 };
 
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */

@@ -53,20 +53,25 @@ static const char *attr_type_name(vq_attr_type t)
 }
 
 static void put_slots(char *buf, size_t size, size_t *at, const char *const *slots, int n,
-                      bool variadic)
+                      bool variadic, bool optional)
 {
     for (int i = 0; i < n && *at < size; i++)
         *at += (size_t)snprintf(buf + *at, size - *at, "%s%s%s", i ? ", " : "", slots[i],
-                                variadic && i == n - 1 ? "..." : "");
+                                i < n - 1 ? ""
+                                : variadic ? "..."
+                                : optional ? "?"
+                                           : "");
 }
 
 static void make_signature(const vq__op_def *d, char *buf, size_t size)
 {
     size_t at = (size_t)snprintf(buf, size, "%s(", d->type);
-    put_slots(buf, size, &at, d->in_slots, d->nin_slots, d->flags & VQ__VARIADIC_IN);
+    put_slots(buf, size, &at, d->in_slots, d->nin_slots, d->flags & VQ__VARIADIC_IN,
+              d->flags & VQ__OPTIONAL_IN);
     if (at < size)
         at += (size_t)snprintf(buf + at, size - at, ") -> ");
-    put_slots(buf, size, &at, d->out_slots, d->nout_slots, d->flags & VQ__VARIADIC_OUT);
+    put_slots(buf, size, &at, d->out_slots, d->nout_slots, d->flags & VQ__VARIADIC_OUT,
+              d->flags & VQ__OPTIONAL_OUT);
     for (int i = 0; i < d->nattrs && at < size; i++) {
         const vq__attr_spec *a = &d->attrs[i];
         const char *dflt = a->dflt ? a->dflt : "none";
@@ -147,19 +152,28 @@ const char *vq__op_out_slot(const vq__op_def *d, int i)
                                                           : "?";
 }
 
-static int arity_fail(const vq__op_def *d, const char *what, int got, int want, bool variadic)
+/* A slot list of n slots takes exactly n tensors; a variadic one at least
+ * n; an optional one n - 1 or n. */
+static int arity_check(const vq__op_def *d, const char *what, int got, int n, bool variadic,
+                       bool optional)
 {
+    if (variadic ? got >= n : optional ? got == n || got == n - 1 : got == n)
+        return 0;
+    if (optional)
+        return vq__fail(VQ_EINVAL, "%s: takes %d or %d %s, got %d", d->type, n - 1, n, what, got);
     return vq__fail(VQ_EINVAL, "%s: takes %s%d %s, got %d", d->type, variadic ? "at least " : "",
-                    want, what, got);
+                    n, what, got);
 }
 
 int vq__op_check_arity(const vq__op_def *d, int nin, int nout)
 {
-    bool vi = d->flags & VQ__VARIADIC_IN, vo = d->flags & VQ__VARIADIC_OUT;
-    if (vi ? nin < d->nin_slots : nin != d->nin_slots)
-        return arity_fail(d, "inputs", nin, d->nin_slots, vi);
-    if (vo ? nout < d->nout_slots : nout != d->nout_slots)
-        return arity_fail(d, "outputs", nout, d->nout_slots, vo);
+    int rc = arity_check(d, "inputs", nin, d->nin_slots, d->flags & VQ__VARIADIC_IN,
+                         d->flags & VQ__OPTIONAL_IN);
+    if (rc == 0)
+        rc = arity_check(d, "outputs", nout, d->nout_slots, d->flags & VQ__VARIADIC_OUT,
+                         d->flags & VQ__OPTIONAL_OUT);
+    if (rc < 0)
+        return rc;
     if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
         return vq__fail(VQ_EINVAL, "%s: more than %d inputs or outputs", d->type, VQ__MAX_SLOTS);
     return 0;

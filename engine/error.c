@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 static _Thread_local char errmsg[256];
+static _Thread_local unsigned errgen; /* messages set in this thread so far */
 
 VQ_API const char *vq_strerror(int err)
 {
@@ -33,5 +34,21 @@ int vq__fail(int err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     va_end(ap);
+    errgen++;
+    return err;
+}
+
+unsigned vq__errmsg_gen(void)
+{
+    return errgen;
+}
+
+VQ_API int vq_error_set(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, sizeof errmsg, fmt ? fmt : "", ap);
+    va_end(ap);
+    errgen++;
     return err;
 }

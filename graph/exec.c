@@ -197,58 +197,71 @@ static void op_defer_fail(void *user, void *tag, int err, const char *msg)
     vq__run_fail(user, tag, err, msg);
 }
 
-/* The body of every prebuilt kernel op: on a CPU worker, or on a GPU
- * worker with x->stream, where the kernel is enqueued and the bookkeeping
- * is done at launch (in the engine's op order, which the streams follow). */
-static int op_exec(void *arg, const vq_exec_ctx *x)
+/* One execution of a kernel op: its tensors and params, from the start of
+ * op_exec to the end of its kernel. On op_exec's stack for sync kernels;
+ * on the heap while an async kernel is out (it may finish on any thread,
+ * after op_exec_async returned). */
+struct op_state {
+    vq_op_done done;       /* async kernels: finishing it ends the op */
+    vq_done *engine_done;  /* ... and then this engine op */
+    struct fop *f;
+    struct run *run;       /* f's run: vq__fop_run(f), taken once per execution */
+    int nout;              /* outputs made so far */
+    const void *params;
+    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char pbuf[VQ__MAX_PARAMS];
+};
+
+enum { OP_SKIP = 1 }; /* op_begin: the run failed before this op: nothing to do */
+
+/* Everything before the kernel: the inputs, inference with the real
+ * shapes (unless preparation knew them all), the outputs. Returns 0 when
+ * the kernel may run, OP_SKIP, or an error for op_end. */
+static int op_begin(struct op_state *s, void *stream)
 {
-    struct fop *f = arg;
+    struct fop *f = s->f;
     const struct pop *op = f->t;
     struct plan *pl = op->plan;
     const vq__pop *src = op->src;
-    struct run *r = vq__fop_run(f);
-    void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
-    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    struct run *r = s->run;
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
-    int nout = 0;
     int werr = vq_op_wait_error();
     if (werr)
         vq__run_fail(r, op, werr, vq_errmsg());
     if (atomic_load_explicit(&r->err, memory_order_acquire))
-        goto skip;
+        return OP_SKIP;
     for (int i = 0; i < src->nin; i++) {
-        in[i] = f->in[i]->value;
-        if (!in[i]) {
+        s->in[i] = f->in[i]->value;
+        if (!s->in[i]) {
             vq__run_fail(r, op, VQ_EINVAL,
                          "an input has no value (an earlier op of the run failed)");
-            goto skip;
+            return OP_SKIP;
         }
     }
     /* Shapes may differ from run to run (feeds with other batch sizes):
      * unless preparation knew them all, infer with the real ones.
      * Attributes were checked at preparation. */
-    _Alignas(16) unsigned char pbuf[VQ__MAX_PARAMS];
-    const void *params = pbuf;
+    s->params = s->pbuf;
     int err = 0;
     if (op->fixed) {
         memcpy(om, op->fixed, (size_t)src->nout * sizeof om[0]);
-        params = op->fixed + src->nout;
+        s->params = op->fixed + src->nout;
     } else {
         for (int i = 0; i < src->nin; i++)
-            meta_of_tensor(&im[i], in[i]);
+            meta_of_tensor(&im[i], s->in[i]);
         vq__meta *cache = f->infer_cache;
         bool hit = cache != NULL;
         for (int i = 0; hit && i < src->nin; i++)
             hit = metas_equal(&cache[i], &im[i]);
         if (hit) { /* the shapes of the last execution: its inference holds */
             memcpy(om, cache + src->nin, (size_t)src->nout * sizeof om[0]);
-            params = cache + src->nin + src->nout;
+            s->params = cache + src->nin + src->nout;
         } else {
-            memset(pbuf, 0, op->def->params_size);
+            memset(s->pbuf, 0, op->def->params_size);
             memset(om, 0, (size_t)src->nout * sizeof om[0]);
             vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
                            .nin = src->nin, .in = im, .nout = src->nout, .out = om,
-                           .params = pbuf};
+                           .params = s->pbuf};
             err = op->def->infer(&c);
             size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
             if (err == 0 && !cache)
@@ -256,48 +269,67 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
             if (err == 0 && cache) { /* no room: infer again next time */
                 memcpy(cache, im, (size_t)src->nin * sizeof *cache);
                 memcpy(cache + src->nin, om, (size_t)src->nout * sizeof *cache);
-                memcpy(cache + src->nin + src->nout, pbuf, op->def->params_size);
+                memcpy(cache + src->nin + src->nout, s->pbuf, op->def->params_size);
             }
         }
     }
-    for (; err == 0 && nout < src->nout; nout++) {
-        struct pvar *v = f->out[nout];
+    for (; err == 0 && s->nout < src->nout; s->nout++) {
+        int j = s->nout;
+        struct pvar *v = f->out[j];
         vq_tensor *cur = v->value;
-        bool fits = cur && cur->dtype == om[nout].dtype && cur->ndim == om[nout].ndim &&
-                    !memcmp(cur->shape, om[nout].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
+        bool fits = cur && cur->dtype == om[j].dtype && cur->ndim == om[j].ndim &&
+                    !memcmp(cur->shape, om[j].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
         /* in place: the var's own tensor, unless it is borrowed (a feed
          * stays the caller's: the op writes a new one) */
-        if (v->persistable || (is_in_place(src, nout) && !v->borrowed)) {
+        if (v->persistable || (is_in_place(src, j) && !v->borrowed)) {
             if (!fits) {
                 err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
-                               vq__op_out_slot(op->def, nout), nout,
-                               pl->prog->vars[src->out[nout]].name);
+                               vq__op_out_slot(op->def, j), j,
+                               pl->prog->vars[src->out[j]].name);
                 break;
             }
-            out[nout] = vq_tensor_retain(cur);
+            s->out[j] = vq_tensor_retain(cur);
         } else {
-            err = vq__tensor_empty_at(&out[nout], pl->exec->device, om[nout].dtype,
-                                      om[nout].ndim, om[nout].shape, stream);
+            err = vq__tensor_empty_at(&s->out[j], pl->exec->device, om[j].dtype, om[j].ndim,
+                                      om[j].shape, stream);
             if (err)
                 break;
-            note_live(r, pl, out[nout]->nbytes);
+            note_live(r, pl, s->out[j]->nbytes);
         }
     }
-    if (err == 0) {
-        vq__kcall k = {.def = op->def, .params = params, .in = in, .nin = src->nin, .out = out,
-                       .nout = src->nout, .x = x, .defer = op_defer_fail, .defer_user = r,
-                       .defer_tag = (void *)op};
-        err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
-    }
+    return err;
+}
+
+/* A kernel call for s, on x's device. */
+static vq__kcall op_kcall(struct op_state *s, const vq_exec_ctx *x)
+{
+    const struct pop *op = s->f->t;
+    return (vq__kcall){.def = op->def, .params = s->params, .in = s->in, .nin = op->src->nin,
+                       .out = s->out, .nout = op->src->nout, .x = x, .defer = op_defer_fail,
+                       .defer_user = s->run, .defer_tag = (void *)op};
+}
+
+/* Everything after the kernel (or after op_begin, when err or OP_SKIP
+ * says the kernel did not run): the NaN check, the outputs handed to the
+ * vars and the inputs' counters, or on failure the run failed and the
+ * outputs dropped. */
+static void op_end(struct op_state *s, int err, void *stream)
+{
+    struct fop *f = s->f;
+    const struct pop *op = f->t;
+    struct plan *pl = op->plan;
+    const vq__pop *src = op->src;
+    if (err == OP_SKIP)
+        goto skip;
     if (err == 0 && pl->exec->check_nan)
-        err = check_finite(op, out);
+        err = check_finite(op, s->out);
     if (err) {
-        vq__run_fail(r, op, err, vq_errmsg());
-        for (int j = 0; j < nout; j++) {
+        vq__run_fail(s->run, op, err, vq_errmsg());
+        for (int j = 0; j < s->nout; j++) {
             struct pvar *v = f->out[j];
-            if (out[j] != v->value && !v->persistable)
-                atomic_fetch_sub_explicit(&pl->live, out[j]->nbytes, memory_order_relaxed);
-            vq__tensor_release_on(out[j], stream);
+            if (s->out[j] != v->value && !v->persistable)
+                atomic_fetch_sub_explicit(&pl->live, s->out[j]->nbytes, memory_order_relaxed);
+            vq__tensor_release_on(s->out[j], stream);
         }
         goto skip;
     }
@@ -307,20 +339,72 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     vq__fop_inputs_done(f, stream);
     for (int j = 0; j < src->nout; j++) {
         struct pvar *v = f->out[j];
-        if (v->persistable || v->value == out[j]) {
-            vq_tensor_release(out[j]); /* the slot already holds it */
-        } else if (!v->value && kept_live(src, j, out, in)) {
+        if (v->persistable || v->value == s->out[j]) {
+            vq_tensor_release(s->out[j]); /* the slot already holds it */
+        } else if (!v->value && kept_live(src, j, s->out, s->in)) {
             /* written in place into the tensor just let go: counted again */
-            note_live(r, pl, out[j]->nbytes);
+            note_live(s->run, pl, s->out[j]->nbytes);
         }
-        output_done(f, j, out[j], stream);
+        output_done(f, j, s->out[j], stream);
     }
-    return 0;
+    return;
 
 skip:
     vq__fop_inputs_done(f, stream);
     skip_outputs(f, stream);
+}
+
+/* The body of every prebuilt kernel op with a sync kernel: on a CPU
+ * worker, or on a GPU worker with x->stream, where the kernel is enqueued
+ * and the bookkeeping is done at launch (in the engine's op order, which
+ * the streams follow). */
+static int op_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct op_state s;
+    s.f = arg;
+    s.run = vq__fop_run(s.f);
+    s.nout = 0;
+    void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
+    int err = op_begin(&s, stream);
+    if (err == 0) {
+        vq__kcall k = op_kcall(&s, x);
+        err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
+    }
+    op_end(&s, err, stream);
     return 0;
+}
+
+/* A registered op's async kernel finished (any thread). */
+static void op_async_finish(vq_op_done *d, int err)
+{
+    struct op_state *s = (struct op_state *)d;
+    vq_done *engine_done = s->engine_done;
+    op_end(s, err, NULL);
+    free(s);
+    vq_done_finish(engine_done, 0); /* the run's failure is in the run */
+}
+
+/* The same for an op with an async kernel (CPU only): no worker waits
+ * while the kernel is out. */
+static void op_exec_async(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    struct fop *f = arg;
+    struct op_state *s = malloc(sizeof *s);
+    if (!s) {
+        struct op_state fail = {.f = f, .run = vq__fop_run(f)};
+        op_end(&fail, vq__fail(VQ_ENOMEM, "out of memory"), NULL);
+        vq_done_finish(done, 0);
+        return;
+    }
+    *s = (struct op_state){.done = {.finish = op_async_finish}, .engine_done = done, .f = f,
+                           .run = vq__fop_run(f)};
+    int err = op_begin(s, NULL);
+    if (err) {
+        op_async_finish(&s->done, err);
+        return;
+    }
+    vq__kcall k = op_kcall(s, x);
+    f->t->def->kernel_async(&k, &s->done);
 }
 
 struct bind {
@@ -781,8 +865,9 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         int rc = 0;
         if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS)
             return vq__pop_error(t, vq__op_check_arity(t->def, src->nin, src->nout));
-        if (!control && pl->exec->device.kind == VQ_DEV_GPU &&
-            (rc = vq__gpu_kernel_check(t->def)) < 0)
+        if (!control && (rc = pl->exec->device.kind == VQ_DEV_GPU
+                                  ? vq__gpu_kernel_check(t->def)
+                                  : vq__cpu_kernel_check(t->def)) < 0)
             return vq__pop_error(t, rc);
         for (int j = 0; j < src->nout; j++) {
             int v = src->out[j];
@@ -970,7 +1055,9 @@ int vq__frame_ops(struct frame *fr)
             rc = vq__ctl_build(f);
             continue;
         }
-        vq_task t = {.fn = op_exec, .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
+        bool async = f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
+        vq_task t = {.fn = async ? NULL : op_exec, .async_fn = async ? op_exec_async : NULL,
+                     .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
                      .nreads = nr, .writes = vars, .nwrites = nw,
                      .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type,
                      .priority = src->priority};

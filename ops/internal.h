@@ -13,6 +13,7 @@
 #ifndef VARQ_OPS_INTERNAL_H
 #define VARQ_OPS_INTERNAL_H
 
+#include <varq/op_register.h>
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
@@ -24,6 +25,9 @@
 #include <stdint.h>
 
 int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* How many messages this thread has set so far (vq__fail, vq_error_set):
+ * whether a callback set one shows as a change. */
+unsigned vq__errmsg_gen(void);
 
 /* ---- allocator (alloc.c) ---- */
 
@@ -148,12 +152,9 @@ char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 
 #define VQ__MAX_SLOTS 64 /* tensors per op call, variadic slots included */
 
-/* dtype and shape of a slot; -1 dims are unknown (graph preparation). */
-typedef struct vq__meta {
-    vq_dtype dtype;
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];
-} vq__meta;
+/* dtype and shape of a slot; -1 dims are unknown (graph preparation).
+ * Registered ops' callbacks see the same struct under its public name. */
+typedef vq_op_meta vq__meta;
 
 typedef struct vq__attr_spec {
     const char *name;
@@ -242,7 +243,19 @@ typedef struct vq__op_def {
     /* NULL: the op has no gradient (asking for one is an error naming it);
      * ops without inputs and the gradient ops themselves. */
     int (*grad)(const vq__grad *g);
+    /* Registered ops only (ops/user.c): an async CPU kernel, which engines
+     * prefer to kernel[VQ_DEV_CPU]. It starts the op and returns; the op
+     * ends with vq_op_done_finish(done, err) from any thread. k's arrays
+     * and params stay valid until then, k itself only during the call. */
+    void (*kernel_async)(const vq__kcall *k, vq_op_done *done);
+    const struct vq__user_op *user; /* registered ops: their copied definition */
 } vq__op_def;
+
+/* The completion handle an async kernel gets: each caller embeds one in
+ * its state and says what finishing does (vq_op_done_finish calls it). */
+struct vq_op_done {
+    void (*finish)(vq_op_done *d, int err);
+};
 
 #define VQ__MAX_PARAMS 256
 
@@ -265,8 +278,23 @@ extern const vq__op_def vq__ops_index[];
 extern const vq__op_def vq__ops_extremum[];
 extern const vq__op_def vq__ops_layout[];
 
-/* The definition of type, or NULL. Thread-safe (the table is built once). */
+/* The definition of type, or NULL. Thread-safe (lock-free; see
+ * registry.c's table). */
 const vq__op_def *vq__op_find(const char *type);
+
+/* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
+ * when its type is taken. d must live for the rest of the process.
+ * Thread-safe. */
+int vq__op_table_add(const vq__op_def *d);
+
+/* (user.c) Runs k's async kernel and waits for its vq_op_done_finish: for
+ * calls outside any engine (vq_op_run with e == NULL). Returns its error,
+ * with the finishing thread's message. */
+int vq__kernel_run_waiting(const vq__kcall *k);
+
+/* The op can run on the CPU: it has a CPU or an async kernel. Else
+ * VQ_ENOSYS naming it. */
+int vq__cpu_kernel_check(const vq__op_def *def);
 
 /* Checks attrs against def's schema and calls def->infer: the whole static
  * check of one call. Errors name the op and the slot or attribute. */

@@ -1,5 +1,6 @@
 /* The op registry: every kernel file's table of op definitions, merged once
- * into one sorted array; attribute checking against each op's schema; the
+ * into one sorted array, which ops registered at run time (user.c) extend;
+ * attribute checking against each op's schema; the
  * helpers infer functions use to check inputs and report errors that name
  * the op and slot; and vq_op_run, which checks a call, creates its outputs
  * and pushes its kernel onto the engine.
@@ -24,13 +25,28 @@ static const vq__op_def *const family[] = {
     vq__ops_layout,
 };
 
-#define MAX_OPS 256
+#define MAX_OPS 256 /* built-in ones */
 #define SIG_BYTES 320
 
-static const vq__op_def *ops[MAX_OPS];
-static char signatures[MAX_OPS][SIG_BYTES];
-static int nops;
+/* The sorted table of every op, with each op's signature. Readers take the
+ * current table with one acquire load and never lock: a registration
+ * builds a new table under register_lock and publishes it with a release
+ * store. Replaced tables are never freed (a reader may still be walking
+ * one, and vq_op_signature's strings point into them); each keeps a link
+ * to the one it replaced. Built-in ops live in a static first table. */
+struct table {
+    int n;
+    const vq__op_def **ops;
+    char (*sigs)[SIG_BYTES];
+    struct table *older;
+};
+
+static const vq__op_def *builtin_ops[MAX_OPS];
+static char builtin_sigs[MAX_OPS][SIG_BYTES];
+static struct table builtin = {.ops = builtin_ops, .sigs = builtin_sigs};
+static _Atomic(struct table *) current;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t register_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int cmp_def(const void *a, const void *b)
 {
@@ -88,19 +104,29 @@ static void make_signature(const vq__op_def *d, char *buf, size_t size)
 static void table_build(void)
 {
     for (size_t f = 0; f < sizeof family / sizeof family[0]; f++)
-        for (const vq__op_def *d = family[f]; d->type && nops < MAX_OPS; d++)
-            ops[nops++] = d;
-    qsort(ops, (size_t)nops, sizeof ops[0], cmp_def);
-    for (int i = 0; i < nops; i++)
-        make_signature(ops[i], signatures[i], SIG_BYTES);
+        for (const vq__op_def *d = family[f]; d->type && builtin.n < MAX_OPS; d++)
+            builtin_ops[builtin.n++] = d;
+    qsort(builtin_ops, (size_t)builtin.n, sizeof builtin_ops[0], cmp_def);
+    for (int i = 0; i < builtin.n; i++)
+        make_signature(builtin_ops[i], builtin_sigs[i], SIG_BYTES);
+    atomic_store_explicit(&current, &builtin, memory_order_release);
 }
 
-static int find_index(const char *type)
+/* hot path: no malloc, no global lock */
+static const struct table *table_get(void)
 {
     pthread_once(&table_once, table_build);
-    int lo = 0, hi = nops - 1;
+    /* acquire: pairs with the release that published the table, so its
+     * entries (and the definitions they point to) are seen whole */
+    return atomic_load_explicit(&current, memory_order_acquire);
+}
+
+/* Index of type in t, or -(insertion point) - 1. */
+static int table_find(const struct table *t, const char *type)
+{
+    int lo = 0, hi = t->n - 1;
     while (lo <= hi) {
-        int mid = (lo + hi) / 2, c = strcmp(type, ops[mid]->type);
+        int mid = (lo + hi) / 2, c = strcmp(type, t->ops[mid]->type);
         if (c == 0)
             return mid;
         if (c < 0)
@@ -108,31 +134,68 @@ static int find_index(const char *type)
         else
             lo = mid + 1;
     }
-    return -1;
+    return -lo - 1;
 }
 
 const vq__op_def *vq__op_find(const char *type)
 {
-    int i = type ? find_index(type) : -1;
-    return i < 0 ? NULL : ops[i];
+    if (!type)
+        return NULL;
+    const struct table *t = table_get();
+    int i = table_find(t, type);
+    return i < 0 ? NULL : t->ops[i];
+}
+
+int vq__op_table_add(const vq__op_def *d)
+{
+    table_get();
+    pthread_mutex_lock(&register_lock);
+    struct table *t = atomic_load_explicit(&current, memory_order_relaxed);
+    int at = table_find(t, d->type);
+    struct table *n = at < 0 ? malloc(sizeof *n) : NULL;
+    const vq__op_def **ops = n ? malloc((size_t)(t->n + 1) * sizeof *ops) : NULL;
+    char(*sigs)[SIG_BYTES] = ops ? malloc((size_t)(t->n + 1) * SIG_BYTES) : NULL;
+    if (!sigs) {
+        pthread_mutex_unlock(&register_lock);
+        free(n);
+        free(ops);
+        if (at >= 0)
+            return vq__fail(VQ_EINVAL, "vq_op_register: op \"%s\" is already registered",
+                            d->type);
+        return vq__fail(VQ_ENOMEM, "vq_op_register: out of memory");
+    }
+    at = -at - 1;
+    memcpy(ops, t->ops, (size_t)at * sizeof *ops);
+    memcpy(sigs, t->sigs, (size_t)at * SIG_BYTES);
+    ops[at] = d;
+    make_signature(d, sigs[at], SIG_BYTES);
+    memcpy(ops + at + 1, t->ops + at, (size_t)(t->n - at) * sizeof *ops);
+    memcpy(sigs + at + 1, t->sigs + at, (size_t)(t->n - at) * SIG_BYTES);
+    *n = (struct table){.n = t->n + 1, .ops = ops, .sigs = sigs, .older = t};
+    /* release: the new table's contents before the pointer to it */
+    atomic_store_explicit(&current, n, memory_order_release);
+    pthread_mutex_unlock(&register_lock);
+    return 0;
 }
 
 VQ_API int vq_op_count(void)
 {
-    pthread_once(&table_once, table_build);
-    return nops;
+    return table_get()->n;
 }
 
 VQ_API const char *vq_op_name(int index)
 {
-    pthread_once(&table_once, table_build);
-    return index >= 0 && index < nops ? ops[index]->type : NULL;
+    const struct table *t = table_get();
+    return index >= 0 && index < t->n ? t->ops[index]->type : NULL;
 }
 
 VQ_API const char *vq_op_signature(const char *type)
 {
-    int i = type ? find_index(type) : -1;
-    return i < 0 ? NULL : signatures[i];
+    if (!type)
+        return NULL;
+    const struct table *t = table_get();
+    int i = table_find(t, type);
+    return i < 0 ? NULL : t->sigs[i];
 }
 
 /* ---- slots and arity ---- */
@@ -484,15 +547,25 @@ int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
     return fn(k);
 }
 
+int vq__cpu_kernel_check(const vq__op_def *def)
+{
+    if (def->kernel[VQ_DEV_CPU] || def->kernel_async || (def->flags & VQ__CONTROL))
+        return 0;
+    return vq__fail(VQ_ENOSYS, "%s: has no CPU kernel (only a GPU one)", def->type);
+}
+
 /* ---- imperative calls ---- */
 
 /* What one pushed call owns until it is done: references to its tensors and
- * a copy of its params. */
+ * a copy of its params; for an async kernel, the handle it finishes and the
+ * engine op that then completes. */
 struct call {
     const vq__op_def *def;
     int nin, nout;
     vq_tensor *t[2 * VQ__MAX_SLOTS];
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    vq_op_done done;
+    vq_done *engine_done;
 };
 
 static void call_free(void *arg)
@@ -521,6 +594,25 @@ static int call_run(void *arg, const vq_exec_ctx *x)
     if (err)
         note_failure(k.out, k.nout);
     return err;
+}
+
+/* An async kernel's vq_op_done_finish: the engine op completes. */
+static void call_async_finish(vq_op_done *d, int err)
+{
+    struct call *c = (struct call *)((char *)d - offsetof(struct call, done));
+    if (err)
+        note_failure(c->t + c->nin, c->nout);
+    vq_done_finish(c->engine_done, err);
+}
+
+static void call_async(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    struct call *c = arg;
+    c->done.finish = call_async_finish;
+    c->engine_done = done;
+    vq__kcall k = {.def = c->def, .params = c->params, .in = c->t, .nin = c->nin,
+                   .out = c->t + c->nin, .nout = c->nout, .x = x};
+    c->def->kernel_async(&k, &c->done);
 }
 
 static void meta_of(const vq_tensor *t, vq__meta *m)
@@ -644,6 +736,8 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
                             dev.id);
         if ((rc = vq__gpu_kernel_check(d)) < 0)
             return rc;
+    } else if ((rc = vq__cpu_kernel_check(d)) < 0) {
+        return rc;
     }
     struct call *c = malloc(sizeof *c);
     if (!c)
@@ -677,13 +771,16 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
     if (rc == 0 && !e) {
         vq__kcall k = {.def = d, .params = c->params, .in = c->t, .nin = nin,
                        .out = c->t + nin, .nout = nout, .x = NULL};
-        rc = vq__kernel_run(&k, (vq_ctx){VQ_DEV_CPU, 0});
+        rc = d->kernel[VQ_DEV_CPU] ? vq__kernel_run(&k, (vq_ctx){VQ_DEV_CPU, 0})
+                                   : vq__kernel_run_waiting(&k);
     } else if (rc == 0) {
         /* The caller's references first: once pushed, c may be gone. */
         for (int i = 0; i < nout; i++)
             if (created[i])
                 out[i] = vq_tensor_retain(c->t[nin + i]);
-        vq_task t = {.fn = call_run, .arg = c, .arg_free = call_free, .ctx = dev,
+        bool async = dev.kind == VQ_DEV_CPU && d->kernel_async;
+        vq_task t = {.fn = async ? NULL : call_run, .async_fn = async ? call_async : NULL,
+                     .arg = c, .arg_free = call_free, .ctx = dev,
                      .reads = vars, .nreads = nin, .writes = vars + nin, .nwrites = nout,
                      .name = d->type};
         rc = vq_push(e, &t);

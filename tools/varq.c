@@ -9,9 +9,12 @@
  * feeds come from .npy files, persistable vars from a scope directory of
  * .npy files (vq_scope_load), fetches go back to .npy files or to stdout,
  * and a one-line summary (runs, mean time per run, plans prepared, peak
- * bytes of the last run) goes to stderr. It uses only the public API
- * (graph.h, tensor.h, engine.h, ops.h, onnx.h): whatever it does, a program linked
- * against libvarq can do the same way.
+ * bytes of the last run) goes to stderr. Ops of the user's own come from
+ * plugins (`varq --plugin lib.so ...`, or VARQ_PLUGINS=a.so:b.so): shared
+ * libraries whose `int vq_plugin_init(void)` registers them with
+ * vq_op_register, loaded before the command runs. It uses only the public
+ * API (graph.h, tensor.h, engine.h, ops.h, onnx.h) and dlopen: whatever it
+ * does, a program linked against libvarq can do the same way.
  *
  * Exit status: 0 on success; 2 on bad usage (an unknown command or option, a
  * missing or malformed value), with one line "varq: ..." and a pointer to
@@ -25,6 +28,7 @@
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -42,7 +46,7 @@ enum { EXIT_HELP = -1 };
 #define PRINT_MAX_VALUES 10
 
 static const char usage_text[] =
-    "usage: varq <command> [arguments]\n"
+    "usage: varq [--plugin LIB.so]... <command> [arguments]\n"
     "\n"
     "commands:\n"
     "  run PROGRAM.pb [options]  run block 0 of a saved program\n"
@@ -55,6 +59,10 @@ static const char usage_text[] =
     "  ops                       list the registered ops with their slots and attributes\n"
     "  onnx-ops                  list the ONNX ops the importer translates\n"
     "  help, --help, -h          show this text\n"
+    "\n"
+    "  --plugin LIB.so           load LIB.so first and call its vq_plugin_init(), which\n"
+    "                            registers its ops (vq_op_register); repeatable, after\n"
+    "                            those listed in VARQ_PLUGINS (colon-separated)\n"
     "\n"
     "run options:\n"
     "  --feed NAME=FILE.npy    feed var NAME from FILE.npy (repeatable)\n"
@@ -608,8 +616,69 @@ static int cmd_run(int argc, char **argv)
     return status;
 }
 
+/* Loads one plugin and lets it register its ops. Plugins stay loaded: the
+ * ops they register cannot be unregistered. */
+static int load_plugin(const char *path)
+{
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "varq: plugin %s: %s\n", path, dlerror());
+        return EXIT_FAILED;
+    }
+    int (*init)(void);
+    *(void **)&init = dlsym(lib, "vq_plugin_init");
+    if (!init) {
+        fprintf(stderr, "varq: plugin %s: has no vq_plugin_init function\n", path);
+        return EXIT_FAILED;
+    }
+    int rc = init();
+    if (rc < 0) {
+        fprintf(stderr, "varq: plugin %s: vq_plugin_init: %s\n", path,
+                *vq_errmsg() ? vq_errmsg() : vq_strerror(rc));
+        return EXIT_FAILED;
+    }
+    return EXIT_OK;
+}
+
+/* The plugins VARQ_PLUGINS names (colon-separated; empty entries skipped). */
+static int load_env_plugins(void)
+{
+    const char *env = getenv("VARQ_PLUGINS");
+    while (env && *env) {
+        const char *end = strchr(env, ':');
+        size_t n = end ? (size_t)(end - env) : strlen(env);
+        if (n > 0) {
+            char *path = strndup(env, n);
+            if (!path) {
+                fprintf(stderr, "varq: out of memory\n");
+                return EXIT_FAILED;
+            }
+            int status = load_plugin(path);
+            free(path);
+            if (status != EXIT_OK)
+                return status;
+        }
+        env = end ? end + 1 : NULL;
+    }
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
+    int status = load_env_plugins();
+    if (status != EXIT_OK)
+        return status;
+    while (argc > 1 && !strncmp(argv[1], "--plugin", 8) &&
+           (argv[1][8] == '\0' || argv[1][8] == '=')) {
+        const char *path = argv[1][8] == '=' ? argv[1] + 9 : argc > 2 ? argv[2] : NULL;
+        if (!path || !*path)
+            return usage_error("--plugin needs a shared library");
+        if ((status = load_plugin(path)) != EXIT_OK)
+            return status;
+        int used = argv[1][8] == '=' ? 1 : 2;
+        argc -= used;
+        argv += used;
+    }
     if (argc < 2) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;

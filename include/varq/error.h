@@ -40,6 +40,15 @@ VQ_API const char *vq_strerror(int err);
  * none. Successful calls do not clear it. */
 VQ_API const char *vq_errmsg(void);
 
+/* Sets this thread's vq_errmsg() to the formatted sentence and returns err:
+ * how the callbacks of a registered op (op_register.h) say why they failed.
+ * Thread-safe (the message is thread-local). */
+VQ_API int vq_error_set(int err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 #ifdef __cplusplus
 }
 #endif

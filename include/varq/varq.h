@@ -7,6 +7,7 @@
 #include <varq/engine.h>
 #include <varq/tensor.h>
 #include <varq/ops.h>
+#include <varq/op_register.h>
 #include <varq/graph.h>
 #include <varq/train.h>
 #include <varq/onnx.h>

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,34 +24,55 @@ int vq__io_fail(const char *path, const char *what, int err)
     return vq__fail(VQ_EIO, "%s: %s%s%s", path, what, *what ? ": " : "", strerror(err));
 }
 
-static int write_full(int fd, const void *buf, size_t n)
-{
-    size_t done = 0;
-    while (done < n) {
-        ssize_t w = write(fd, (const char *)buf + done, n - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
+/* Injected faults (tests): after `inject_after` more files, the next one
+ * written gets inject_kind. */
 static atomic_int inject_after = -1;
+static atomic_int inject_kind;
 
-void vq__file_inject_enospc(int after)
+void vq__file_inject_fault(int after, int kind)
 {
+    atomic_store(&inject_kind, kind);
     atomic_store(&inject_after, after);
 }
 
-/* True when an injected full disk fails this write (tests). */
-static bool injected_failure(void)
+void vq__file_inject_enospc(int after)
+{
+    vq__file_inject_fault(after, VQ__FAULT_FULL);
+}
+
+/* The fault this file write gets: -1 for none (tests only inject). */
+static int injected_fault(void)
 {
     int left = atomic_load(&inject_after);
     while (left > 0 && !atomic_compare_exchange_weak(&inject_after, &left, left - 1))
         ;
-    return left == 0;
+    return left == 0 ? atomic_load(&inject_kind) : -1;
+}
+
+/* Writes n bytes, however many each write() takes (at most `chunk`, to
+ * test short writes). A write that takes nothing is an error, as is
+ * *budget running out (an injected failure midway: EIO). */
+static int write_full(int fd, const void *buf, size_t n, size_t chunk, size_t *budget)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done < chunk ? n - done : chunk;
+        if (want > *budget) {
+            errno = EIO;
+            return -1;
+        }
+        ssize_t w = write(fd, (const char *)buf + done, want);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0)
+                errno = EIO; /* no progress: never loop on it */
+            return -1;
+        }
+        done += (size_t)w;
+        *budget -= (size_t)w;
+    }
+    return 0;
 }
 
 /* Writes the parts to fd, makes them durable when sync (fsync: the bytes
@@ -58,13 +80,21 @@ static bool injected_failure(void)
  * errno is kept on failure. */
 static int write_and_close(int fd, const vq__file_part *parts, int nparts, bool sync)
 {
-    if (injected_failure()) {
+    size_t total = 0;
+    for (int i = 0; i < nparts; i++)
+        total += parts[i].n;
+    size_t chunk = SIZE_MAX, budget = SIZE_MAX;
+    switch (injected_fault()) {
+    case VQ__FAULT_FULL:
         close(fd);
         errno = ENOSPC;
         return -1;
+    case VQ__FAULT_MIDWAY: budget = total / 2; break;
+    case VQ__FAULT_SHORT: chunk = 7; break;
+    default: break;
     }
     for (int i = 0; i < nparts; i++)
-        if (write_full(fd, parts[i].buf, parts[i].n) < 0) {
+        if (write_full(fd, parts[i].buf, parts[i].n, chunk, &budget) < 0) {
             int err = errno;
             close(fd);
             errno = err;

@@ -484,6 +484,13 @@ int vq__io_fail(const char *path, const char *what, int err);
  * Process-wide (atomic). */
 void vq__file_inject_enospc(int after);
 
+/* Tests only: the same for other faults of the (after+1)-th file written:
+ * VQ__FAULT_FULL (ENOSPC before any byte), VQ__FAULT_MIDWAY (half the
+ * bytes written, then EIO: a write interrupted midway), VQ__FAULT_SHORT
+ * (every write() takes at most 7 bytes: must still succeed). */
+enum { VQ__FAULT_FULL, VQ__FAULT_MIDWAY, VQ__FAULT_SHORT };
+void vq__file_inject_fault(int after, int kind);
+
 /* Syncs the directory holding path (best effort). */
 void vq__file_sync_dir_of(const char *path);
 

@@ -638,6 +638,18 @@ Test(exec, a_scope_save_replaces_the_whole_checkpoint_or_nothing)
     for (int i = 0; i < 3; i++)
         cr_assert_eq(first_value(t, names[i]), 1, "%s is from step 2", names[i]);
     vq_scope_free(t);
+    /* a write interrupted midway in the second file: the same */
+    vq__file_inject_fault(1, VQ__FAULT_MIDWAY);
+    rc = vq_scope_save(s, dir);
+    vq__file_inject_fault(-1, VQ__FAULT_FULL);
+    cr_assert_eq(rc, VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "(the checkpoint there is unchanged)"), "%s", vq_errmsg());
+    cr_assert_eq(leftovers(dir), 0, "a failed save left files behind");
+    cr_assert_eq(vq_scope_new(&t), 0);
+    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(first_value(t, names[i]), 1, "%s is from step 2", names[i]);
+    vq_scope_free(t);
     /* then it succeeds, whole */
     cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_scope_new(&t), 0);

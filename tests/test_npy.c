@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ops/internal.h" /* vq__file_inject_fault */
 #include "leakcheck.h"
 
 #define PYTHON "/usr/bin/python3"
@@ -433,6 +434,40 @@ Test(npy, save_to_a_full_device_is_eio)
     cr_assert_eq(stat("/dev/full", &st), 0);
     cr_assert(S_ISCHR(st.st_mode), "/dev/full is no longer a device");
     vq_tensor_release(t);
+}
+
+/* A write interrupted midway (half the bytes, then EIO): the save fails
+ * naming the path, the old file is whole, and no temporary file is left;
+ * short writes (7 bytes per write()) still save everything. */
+Test(npy, a_save_interrupted_midway_leaves_the_old_file_and_short_writes_are_finished)
+{
+    char path[256];
+    in_dir(path, sizeof path, "x.npy");
+    vq_tensor *old = make(VQ_F64, 3), *young = make(VQ_F32, 6);
+    cr_assert_eq(vq_npy_save(path, old), 0, "%s", vq_errmsg());
+    size_t old_len;
+    unsigned char *old_bytes = read_file(path, &old_len);
+    vq__file_inject_fault(0, VQ__FAULT_MIDWAY);
+    cr_assert_eq(vq_npy_save(path, young), VQ_EIO);
+    vq__file_inject_fault(-1, VQ__FAULT_FULL);
+    cr_assert(strstr(vq_errmsg(), path) && strstr(vq_errmsg(), strerror(EIO)), "message: %s",
+              vq_errmsg());
+    size_t len;
+    unsigned char *b = read_file(path, &len);
+    cr_assert(len == old_len && memcmp(b, old_bytes, len) == 0, "the old file changed");
+    free(b);
+    cr_assert_eq(dir_entries(), 1, "a temporary file was left behind");
+    vq__file_inject_fault(0, VQ__FAULT_SHORT);
+    cr_assert_eq(vq_npy_save(path, young), 0, "%s", vq_errmsg());
+    vq__file_inject_fault(-1, VQ__FAULT_FULL);
+    vq_tensor *back = NULL;
+    cr_assert_eq(vq_npy_load(path, &back), 0, "%s", vq_errmsg());
+    check_tensor("after short writes", back, VQ_F32, 6);
+    cr_assert_eq(dir_entries(), 1);
+    free(old_bytes);
+    vq_tensor_release(back);
+    vq_tensor_release(old);
+    vq_tensor_release(young);
 }
 
 Test(npy, null_arguments_are_einval)

@@ -5,6 +5,7 @@
 #include <varq/varq.h>
 
 #include "../graph/internal.h"
+#include "../ops/internal.h" /* vq__file_inject_fault */
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -455,6 +456,22 @@ Test(program, save_and_load_through_a_file)
     cr_assert(strstr(vq_errmsg(), missing), "%s", vq_errmsg());
     cr_assert_eq(vq_program_save(p, missing), VQ_EIO);
     cr_assert(strstr(vq_errmsg(), missing), "%s", vq_errmsg());
+
+    /* A save interrupted midway fails naming the path and leaves the old
+     * program whole; one made of short writes saves it all. */
+    vq__file_inject_fault(0, VQ__FAULT_MIDWAY);
+    cr_assert_eq(vq_program_save(p, path), VQ_EIO);
+    vq__file_inject_fault(-1, VQ__FAULT_FULL);
+    cr_assert(strstr(vq_errmsg(), path), "%s", vq_errmsg());
+    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_program_hash(q), vq_program_hash(p));
+    vq_program_free(q);
+    vq__file_inject_fault(0, VQ__FAULT_SHORT);
+    cr_assert_eq(vq_program_save(p, path), 0, "%s", vq_errmsg());
+    vq__file_inject_fault(-1, VQ__FAULT_FULL);
+    cr_assert_eq(vq_program_load(&q, path), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_program_hash(q), vq_program_hash(p));
+    vq_program_free(q);
 
     /* A file that is not a program: VQ_EINVAL naming the path. */
     FILE *f = fopen(path, "wb");

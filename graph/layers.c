@@ -1,6 +1,8 @@
 /* Layers: thin helpers over the builder that declare a layer's vars, its
  * parameters (in the main and the startup program, with their
- * initializers) and its ops. A model zoo of one file. */
+ * initializers) and its ops; and the generator state that random ops in a
+ * program share (a persistable (seed, counter) var set by startup). A
+ * model zoo of one file. */
 #include "internal.h"
 
 #include <varq/train.h>
@@ -129,5 +131,65 @@ VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, "mean", (const char *const[]){rows}, 1,
                                (const char *const[]){loss}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
+/* The state starts as (seed, 0) from two one-element fill_constants and a
+ * concat: existing ops with CPU and CUDA kernels, where a new "value list"
+ * op would have needed both for three lines of startup. The halves are
+ * startup-only vars "<name>.seed" and "<name>.counter". fill_constant's
+ * INT value keeps all 64 bits of the seed (as the i64 two's complement:
+ * the generator uses State[0] as the uint64_t it was). */
+VQ_API int vq_layer_rng_state(vq_program *main, vq_program *startup, const char *name,
+                              uint64_t seed)
+{
+    if (!main || !startup || !name)
+        return vq__fail(VQ_EINVAL, "vq_layer_rng_state: NULL argument");
+    char half[2][256];
+    snprintf(half[0], sizeof half[0], "%s.seed", name);
+    snprintf(half[1], sizeof half[1], "%s.counter", name);
+    int64_t two = 2, one = 1;
+    int rc = vq_program_add_var(main, 0, name, VQ_I64, 1, &two, true);
+    if (rc >= 0)
+        rc = vq_program_add_var(startup, 0, name, VQ_I64, 1, &two, true);
+    for (int i = 0; i < 2 && rc >= 0; i++) {
+        vq_attr a[3] = {VQ_ATTR_IS("shape", &one, 1), VQ_ATTR_S("dtype", "i64"),
+                        VQ_ATTR_I("value", i ? 0 : (int64_t)seed)};
+        rc = vq_program_add_var(startup, 0, half[i], VQ_I64, 1, &one, false);
+        if (rc >= 0)
+            rc = vq_program_add_op(startup, 0, "fill_constant", NULL, 0,
+                                   (const char *const[]){half[i]}, 1, a, 3);
+    }
+    vq_attr axis = VQ_ATTR_I("axis", 0);
+    if (rc >= 0)
+        rc = vq_program_add_op(startup, 0, "concat", (const char *const[]){half[0], half[1]}, 2,
+                               (const char *const[]){name}, 1, &axis, 1);
+    return rc < 0 ? rc : 0;
+}
+
+VQ_API int vq_layer_dropout(vq_program *main, const char *x, const char *y, double p,
+                            const char *state)
+{
+    if (!main || !y)
+        return vq__fail(VQ_EINVAL, "vq_layer_dropout: NULL argument");
+    if (!(p >= 0 && p < 1))
+        return vq__fail(VQ_EINVAL, "vq_layer_dropout: p is %g, not in [0, 1)", p);
+    int xv = find(main, x, "vq_layer_dropout");
+    if (xv < 0)
+        return xv;
+    if (state && find(main, state, "vq_layer_dropout") < 0)
+        return VQ_EINVAL;
+    vq__pvar d = main->vars[xv];
+    char mask[256];
+    snprintf(mask, sizeof mask, "%s.mask", y);
+    int rc = vq_program_add_var(main, 0, y, d.dtype, d.ndim, d.shape, false);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, mask, d.dtype, d.ndim, d.shape, false);
+    vq_attr a = VQ_ATTR_F("p", p);
+    /* With a state, the op reads it and writes it back (StateOut = State):
+     * the engine orders every op on it, and the next run draws on. */
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "dropout", (const char *const[]){x, state}, state ? 2 : 1,
+                               (const char *const[]){y, mask, state}, state ? 3 : 2, &a, 1);
     return rc < 0 ? rc : 0;
 }

@@ -1,4 +1,6 @@
-/* Reverse-mode autodiff over a program and optimizers as program ops.
+/* Reverse-mode autodiff over a program, optimizers as program ops, and
+ * learning-rate schedules (an lr_schedule op and its step counter) whose
+ * rate var the optimizers' update ops read.
  *
  * vq_append_backward walks block 0 once forward (which vars need a
  * gradient: parameters and what is computed from them) and once backward
@@ -16,6 +18,7 @@
 #include <varq/train.h>
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1104,7 +1107,11 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
         bool has_grad = op->def && (op->def->grad || is_control(op));
         for (int j = 0; j < op->nout && rc == 0; j++) {
             int v = op->out[j];
-            if (writer[v] >= 0 || (p->vars[v].persistable && any))
+            /* A persistable var updated from a parameter's descendants is
+             * a second write (its old value is gone); one that is not a
+             * float (an RNG state, a counter) carries no gradient, so its
+             * update does not matter here. */
+            if (writer[v] >= 0 || (p->vars[v].persistable && any && is_float(p->vars[v].dtype)))
                 rc = vq__fail(VQ_ENOSYS,
                               "vq_append_backward: var %s is written twice (op %d and %d) or "
                               "updated in place; autodiff needs each var written once",
@@ -1339,6 +1346,51 @@ static int opt_controls(vq_program *main, const vq_optimizer *opt, const int *pa
     return rc;
 }
 
+/* The name of var src of main (a float scalar) in dtype dt, into out:
+ * src itself when it has that dtype, else "<src>@<dt>" (src's shape, []
+ * or [1]), cast from it by an op appended to main the first time it is
+ * asked for. */
+static int scalar_in(vq_program *main, const char *src, vq_dtype dt, char *out, size_t size)
+{
+    int v = vq__program_find_var(main, src);
+    if (main->vars[v].dtype == dt) {
+        snprintf(out, size, "%s", src);
+        return 0;
+    }
+    snprintf(out, size, "%s@%s", src, vq_dtype_name(dt));
+    if (vq__program_find_var(main, out) >= 0)
+        return 0;
+    vq_attr to = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+    return opt_op(main, "cast", (const char *[]){src}, 1, out, v, dt, false, &to, 1);
+}
+
+/* AdamW's decay of parameter w when the learning rate is the var lr:
+ * w *= 1 - lr * wd, the factor computed in double from lr (as PyTorch
+ * computes it from its float lr) once per run and dtype, then rounded to
+ * w's dtype, as PyTorch's mul_ rounds its scalar. */
+static int adamw_decay_by_var(vq_program *main, const char *lr, double wd, int w)
+{
+    char lr64[320], dec[320], factor[320], wds[32];
+    int rc = scalar_in(main, lr, VQ_F64, lr64, sizeof lr64);
+    /* named for wd too: another vq_optimizer_minimize on the same rate may
+     * decay by another amount */
+    snprintf(wds, sizeof wds, "%g", wd);
+    if (strtod(wds, NULL) != wd)
+        snprintf(wds, sizeof wds, "%.17g", wd);
+    snprintf(dec, sizeof dec, "%s@ADAMW_DECAY@%s", lr, wds);
+    vq_attr sc[2] = {VQ_ATTR_F("scale", -wd), VQ_ATTR_F("bias", 1)};
+    if (rc == 0 && vq__program_find_var(main, dec) < 0)
+        rc = opt_op(main, "scale", (const char *[]){lr64}, 1, dec,
+                    vq__program_find_var(main, lr64), VQ_F64, false, sc, 2);
+    if (rc == 0)
+        rc = scalar_in(main, dec, main->vars[w].dtype, factor, sizeof factor);
+    const char *name = main->vars[w].name;
+    if (rc == 0)
+        rc = vq_program_add_op(main, 0, "mul", (const char *const[]){name, factor}, 2,
+                               (const char *const[]){name}, 1, NULL, 0);
+    return rc < 0 ? rc : 0;
+}
+
 /* The vars not in opt->parameters, as vq_append_backward's no_grad
  * (*out malloc'd, *n of them). */
 static int frozen_vars(vq_program *main, const vq_optimizer *opt, const char ***out, int *n)
@@ -1375,8 +1427,20 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
 {
     if (!main || !startup || !loss || !opt)
         return vq__fail(VQ_EINVAL, "vq_optimizer_minimize: NULL argument");
-    if (!(opt->learning_rate >= 0) || (unsigned)opt->kind > VQ_OPT_ADAM)
+    if ((!opt->learning_rate_var && !(opt->learning_rate >= 0)) ||
+        (unsigned)opt->kind > VQ_OPT_ADAM)
         return vq__fail(VQ_EINVAL, "vq_optimizer_minimize: bad kind or learning rate");
+    const char *lr_var = opt->learning_rate_var;
+    if (lr_var) {
+        int v = vq__program_find_var(main, lr_var);
+        const vq__pvar *d = v >= 0 ? &main->vars[v] : NULL;
+        if (!d || d->block != 0 || !is_float(d->dtype) ||
+            !(d->ndim == 0 || (d->ndim == 1 && d->shape[0] == 1)))
+            return vq__fail(VQ_EINVAL, "vq_optimizer_minimize: learning_rate_var %s is not a "
+                                       "float var of block 0 of main with one element ([] or "
+                                       "[1])",
+                            lr_var);
+    }
     if (!(opt->weight_decay >= 0) || !(opt->clip_value >= 0) || !(opt->clip_norm >= 0) ||
         opt->nparameters < 0 || (opt->nparameters > 0 && !opt->parameters))
         return vq__fail(VQ_EINVAL, "vq_optimizer_minimize: a negative weight_decay, "
@@ -1422,24 +1486,34 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
         char s1[300], s2[300], s3[300];
         vq__pvar d = main->vars[v];
         const char *w = d.name, *g = grad[i];
+        /* The rate: the attribute learning_rate (first of the attributes
+         * below), or the var as the ops' last input LearningRate, in the
+         * parameter's dtype (nattr and nlr drop the one not used). */
+        char lr_in[320] = "";
+        int nattr = lr_var ? 1 : 0, nlr = lr_var ? 1 : 0;
+        if (lr_var)
+            rc = scalar_in(main, lr_var, d.dtype, lr_in, sizeof lr_in);
         vq_attr lr = VQ_ATTR_F("learning_rate", opt->learning_rate);
-        switch (opt->kind) {
+        switch (rc < 0 ? -1 : (int)opt->kind) {
         case VQ_OPT_SGD:
-            rc = vq_program_add_op(main, 0, "sgd", (const char *const[]){w, g}, 2,
-                                   (const char *const[]){w}, 1, &lr, 1);
+            rc = vq_program_add_op(main, 0, "sgd", (const char *const[]){w, g, lr_in}, 2 + nlr,
+                                   (const char *const[]){w}, 1, &lr, 1 - nattr);
             break;
         case VQ_OPT_MOMENTUM: {
             rc = add_state(main, startup, v, "@VELOCITY", d.dtype, d.ndim, d.shape, s1, sizeof s1);
             vq_attr a[3] = {lr, VQ_ATTR_F("mu", opt->mu ? opt->mu : 0.9),
                             VQ_ATTR_B("use_nesterov", opt->nesterov)};
             if (rc >= 0)
-                rc = vq_program_add_op(main, 0, "momentum", (const char *const[]){w, g, s1}, 3,
-                                       (const char *const[]){w, s1}, 2, a, 3);
+                rc = vq_program_add_op(main, 0, "momentum",
+                                       (const char *const[]){w, g, s1, lr_in}, 3 + nlr,
+                                       (const char *const[]){w, s1}, 2, a + nattr, 3 - nattr);
             break;
         }
         case VQ_OPT_ADAM: {
             int64_t one[1] = {1};
-            if (opt->decoupled && opt->weight_decay > 0) {
+            if (opt->decoupled && opt->weight_decay > 0 && lr_var) {
+                rc = adamw_decay_by_var(main, lr_var, opt->weight_decay, v);
+            } else if (opt->decoupled && opt->weight_decay > 0) {
                 /* AdamW: param *= 1 - lr * wd, then Adam */
                 vq_attr sc = VQ_ATTR_F("scale", 1 - opt->learning_rate * opt->weight_decay);
                 rc = vq_program_add_op(main, 0, "scale", (const char *const[]){w}, 1,
@@ -1458,10 +1532,12 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
                             VQ_ATTR_F("epsilon", opt->epsilon ? opt->epsilon : 1e-8)};
             if (rc >= 0)
                 rc = vq_program_add_op(main, 0, "adam",
-                                       (const char *const[]){w, g, s1, s2, s3}, 5,
-                                       (const char *const[]){w, s1, s2, s3}, 4, a, 4);
+                                       (const char *const[]){w, g, s1, s2, s3, lr_in}, 5 + nlr,
+                                       (const char *const[]){w, s1, s2, s3}, 4, a + nattr,
+                                       4 - nattr);
             break;
         }
+        default: break; /* scalar_in failed */
         }
         updated += rc >= 0;
     }
@@ -1470,4 +1546,72 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
     free(grad);
     free(params);
     return rc < 0 ? rc : updated;
+}
+
+/* ---- learning-rate schedules ---- */
+
+VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
+                                const vq_lr_schedule *s)
+{
+    if (!main || !startup || !lr_var || !s)
+        return vq__fail(VQ_EINVAL, "vq_lr_schedule_build: NULL argument");
+    static const char *const kinds[] = {"step", "cosine", "linear", "warmup_cosine"};
+    if ((unsigned)s->kind > VQ_LR_WARMUP_COSINE)
+        return vq__fail(VQ_EINVAL, "vq_lr_schedule_build: kind %d is not a vq_lr_schedule_kind",
+                        (int)s->kind);
+    if (s->dtype != VQ_F32 && s->dtype != VQ_F64)
+        return vq__fail(VQ_EINVAL, "vq_lr_schedule_build: dtype %d: the learning rate is f32 "
+                                   "or f64",
+                        (int)s->dtype);
+    char step[320];
+    snprintf(step, sizeof step, "%s@STEP", lr_var);
+    if (vq__program_find_var(main, lr_var) >= 0 || vq__program_find_var(main, step) >= 0)
+        return vq__fail(VQ_EINVAL, "vq_lr_schedule_build: main declares %s already",
+                        vq__program_find_var(main, lr_var) >= 0 ? lr_var : step);
+    /* The kind's numbers only: the op refuses another kind's. */
+    vq_attr a[8] = {VQ_ATTR_S("kind", kinds[s->kind]), VQ_ATTR_F("base_lr", s->base_lr),
+                    VQ_ATTR_S("dtype", vq_dtype_name(s->dtype))};
+    int na = 3;
+    if (s->kind == VQ_LR_STEP) {
+        a[na++] = VQ_ATTR_I("step_size", s->step_size);
+        a[na++] = VQ_ATTR_F("gamma", s->gamma);
+    }
+    if (s->kind == VQ_LR_LINEAR || s->kind == VQ_LR_WARMUP_COSINE) {
+        a[na++] = VQ_ATTR_F("start_factor", s->start_factor);
+        a[na++] = VQ_ATTR_F("end_factor", s->end_factor);
+        a[na++] = VQ_ATTR_I("total_iters", s->total_iters);
+    }
+    if (s->kind == VQ_LR_COSINE || s->kind == VQ_LR_WARMUP_COSINE) {
+        a[na++] = VQ_ATTR_I("t_max", s->t_max);
+        a[na++] = VQ_ATTR_F("eta_min", s->eta_min);
+    }
+    /* The op's own checks of the numbers, now rather than when main is
+     * prepared, before anything is declared: a refused schedule leaves
+     * both programs as they were. */
+    const vq__op_def *def = vq__op_find("lr_schedule");
+    if (!def)
+        return vq__fail(VQ_ENOSYS, "vq_lr_schedule_build: no lr_schedule op");
+    vq__meta in = {.dtype = VQ_I64, .ndim = 1, .shape = {1}}, out[2];
+    union {
+        max_align_t align;
+        unsigned char bytes[VQ__MAX_PARAMS];
+    } params;
+    int rc = vq__op_infer(def, a, na, 1, &in, 2, out, &params);
+    if (rc < 0)
+        return rc;
+    int64_t one[1] = {1};
+    vq_attr zero[3] = {VQ_ATTR_IS("shape", one, 1), VQ_ATTR_S("dtype", "i64"),
+                       VQ_ATTR_F("value", 0)};
+    rc = vq_program_add_var(main, 0, lr_var, s->dtype, 0, NULL, false);
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, step, VQ_I64, 1, one, true);
+    if (rc >= 0 && vq__program_find_var(startup, step) < 0)
+        rc = vq_program_add_var(startup, 0, step, VQ_I64, 1, one, true);
+    if (rc >= 0)
+        rc = vq_program_add_op(startup, 0, "fill_constant", NULL, 0, (const char *const[]){step},
+                               1, zero, 3);
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, "lr_schedule", (const char *const[]){step}, 1,
+                               (const char *const[]){lr_var, step}, 2, a, na);
+    return rc < 0 ? rc : 0;
 }

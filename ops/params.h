@@ -138,15 +138,43 @@ typedef struct vq__random_params {
     uint64_t seed;
 } vq__random_params;
 
+/* dropout: p, scale = 1 / (1 - p) (Mask's value for a kept element, in
+ * double), is_test, and the seed attribute (used without State). */
+typedef struct vq__dropout_params {
+    double p, scale;
+    bool is_test;
+    uint64_t seed;
+} vq__dropout_params;
+
 /* ---- optimizers (ops/cpu/optim.c) ---- */
 
 /* sgd, momentum, adam: vq__op_def.code. */
 enum { VQ__OPTIM_SGD, VQ__OPTIM_MOMENTUM, VQ__OPTIM_ADAM };
 
+/* lr_in: the input slot of LearningRate when the call gives it (then lr
+ * is unused and the rate is read from that tensor when the kernel runs),
+ * or -1: the attribute learning_rate, in lr. */
 typedef struct vq__optim_params {
     double lr, mu, beta1, beta2, eps;
     bool nesterov;
+    int lr_in;
 } vq__optim_params;
+
+/* lr_schedule: kind (PyTorch's scheduler it follows) and its numbers,
+ * checked; dtype is LearningRate's. */
+enum { VQ__LR_STEP, VQ__LR_COSINE, VQ__LR_LINEAR, VQ__LR_WARMUP_COSINE };
+
+typedef struct vq__lr_schedule_params {
+    int kind;
+    vq_dtype dtype;
+    double base_lr, gamma, eta_min, start_factor, end_factor;
+    int64_t step_size, t_max, total_iters;
+} vq__lr_schedule_params;
+
+/* The rate of schedule p at step t >= 0, in double (ops/cpu/optim.c): the
+ * CPU kernel and the CUDA one (a host function, ops/cuda/ops.c) call this
+ * same code, so they agree bit for bit. */
+double vq__lr_schedule_value(const vq__lr_schedule_params *p, int64_t t);
 
 /* ---- sliding windows (ops/cpu/conv.c, ops/cpu/pool.c) ---- */
 

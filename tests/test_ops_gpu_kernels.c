@@ -2,13 +2,14 @@
  * inputs (f32 and f64 wherever the op takes floats, the other dtypes where
  * it takes them), run with vq_op_run on CPU tensors without an engine and
  * on their copies on GPU 0 of a threaded engine, outputs copied back and
- * compared. Elementwise, optimizer, shape, fill and uniform ops must match
+ * compared. Elementwise, optimizer, shape, fill, uniform and dropout ops
+ * (and the generator state the random ops advance) must match
  * bit for bit (NaN payloads aside); those that sum, or use exp, log, tanh
  * or cos, within 1e-5 (f32) or 1e-12 (f64) of the larger magnitude, or
  * absolutely below 1. Every op type needs a case here: a new op fails
  * every_registered_op_has_a_case until it gets one. Errors found only on
  * the device (an integer division by zero, a label out of range, a bad
- * adam step) must fail the GPU op with the CPU op's message.
+ * adam or lr_schedule step) must fail the GPU op with the CPU op's message.
  *
  * The GPU backend is the engine's: meson runs this suite with
  * VARQ_GPU_BACKEND=emulated, where GPU ops run their CPU kernels as stream
@@ -742,6 +743,15 @@ static void case_fill(struct run *r)
     }
 }
 
+static vq_tensor *state_tensor(int64_t seed, int64_t counter)
+{
+    vq_tensor *t = NULL;
+    cr_assert_eq(vq_tensor_from(&t, VQ_I64, 1, (const int64_t[]){2},
+                                (const int64_t[]){seed, counter}),
+                 0, "%s", vq_errmsg());
+    return t;
+}
+
 static void case_random(struct run *r)
 {
     bool uniform = !strcmp(r->op, "uniform_random");
@@ -753,34 +763,71 @@ static void case_random(struct run *r)
                          uniform ? VQ_ATTR_F("max", 3) : VQ_ATTR_F("std", 2), VQ_ATTR_I("seed", 7)};
         /* uniform is exact arithmetic; gaussian uses log and cos */
         check(r, NULL, 0, 1, at, 5, uniform ? EXACT : CLOSE);
+        /* From a generator state in device memory (seed, counter): the
+         * kernel reads it there; StateOut is it advanced by 1000. */
+        describe(r, "%s, State (7, 2^40 + 3)", vq_dtype_name(floats[d]));
+        vq_tensor *st[1] = {state_tensor(7, (1ll << 40) + 3)};
+        check(r, st, 1, 2, at, 4, uniform ? EXACT : CLOSE);
     }
+}
+
+/* dropout with its seed or a state, training and inference, p 0 and
+ * not; Out and Mask exact (one comparison and one product each). */
+static void case_dropout(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < 6; c++) {
+            bool with_state = c & 1, is_test = c == 4 || c == 5;
+            double p = c < 2 ? 0 : 0.35;
+            describe(r, "%s, p %g, is_test %d, state %d", vq_dtype_name(floats[d]), p, is_test,
+                     with_state);
+            vq_attr at[3] = {VQ_ATTR_F("p", p), VQ_ATTR_B("is_test", is_test),
+                             VQ_ATTR_I("seed", 21)};
+            vq_tensor *in[2] = {rnd(r, floats[d], -3, 3, DIMS(9, 70)),
+                                with_state ? state_tensor(21, 5000) : NULL};
+            check(r, in, with_state ? 2 : 1, with_state ? 3 : 2, at, with_state ? 2 : 3, EXACT);
+        }
 }
 
 /* ---- optimizers ---- */
 
+/* The optimizers take their rate from the attribute learning_rate (li 0)
+ * or from the input LearningRate (li 1: a random rate, shape [] or [1]),
+ * which the kernels read from device memory. */
+static vq_tensor *lr_input(struct run *r, vq_dtype dt, int ndim)
+{
+    return rnd(r, dt, 0.01, 0.2, ndim, (const int64_t[]){1});
+}
+
 static void case_sgd(struct run *r)
 {
-    for (int d = 0; d < N_OF(floats); d++) {
-        describe(r, "%s", vq_dtype_name(floats[d]));
-        vq_attr at = VQ_ATTR_F("learning_rate", 0.1);
-        vq_tensor *in[2] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
-                            rnd(r, floats[d], -1, 1, DIMS(5, 6))};
-        check(r, in, 2, 1, &at, 1, EXACT);
-    }
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int li = 0; li < 3; li++) {
+            describe(r, "%s, %s", vq_dtype_name(floats[d]),
+                     li ? "LearningRate input" : "learning_rate attribute");
+            vq_attr at = VQ_ATTR_F("learning_rate", 0.1);
+            vq_tensor *in[3] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                li ? lr_input(r, floats[d], li - 1) : NULL};
+            check(r, in, li ? 3 : 2, 1, &at, li ? 0 : 1, EXACT);
+        }
 }
 
 static void case_momentum(struct run *r)
 {
     for (int d = 0; d < N_OF(floats); d++)
-        for (int nesterov = 0; nesterov < 2; nesterov++) {
-            describe(r, "%s, nesterov %d", vq_dtype_name(floats[d]), nesterov);
-            vq_attr at[3] = {VQ_ATTR_F("learning_rate", 0.1), VQ_ATTR_F("mu", 0.8),
-                             VQ_ATTR_B("use_nesterov", nesterov)};
-            vq_tensor *in[3] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
-                                rnd(r, floats[d], -1, 1, DIMS(5, 6)),
-                                rnd(r, floats[d], -1, 1, DIMS(5, 6))};
-            check(r, in, 3, 2, at, 3, EXACT);
-        }
+        for (int nesterov = 0; nesterov < 2; nesterov++)
+            for (int li = 0; li < 2; li++) {
+                describe(r, "%s, nesterov %d, %s", vq_dtype_name(floats[d]), nesterov,
+                         li ? "LearningRate input" : "learning_rate attribute");
+                vq_attr at[3] = {VQ_ATTR_F("learning_rate", 0.1), VQ_ATTR_F("mu", 0.8),
+                                 VQ_ATTR_B("use_nesterov", nesterov)};
+                vq_tensor *in[4] = {rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                    rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                    rnd(r, floats[d], -1, 1, DIMS(5, 6)),
+                                    li ? lr_input(r, floats[d], nesterov) : NULL};
+                check(r, in, 3 + li, 2, at + li, 3 - li, EXACT);
+            }
 }
 
 static vq_tensor *step_tensor(int64_t step)
@@ -792,15 +839,49 @@ static vq_tensor *step_tensor(int64_t step)
 
 static void case_adam(struct run *r)
 {
-    for (int d = 0; d < N_OF(floats); d++) {
-        vq_dtype dt = floats[d];
-        describe(r, "%s", vq_dtype_name(dt));
-        vq_attr at[2] = {VQ_ATTR_F("learning_rate", 0.01), VQ_ATTR_F("beta1", 0.8)};
-        vq_tensor *in[5] = {rnd(r, dt, -1, 1, DIMS(5, 6)), rnd(r, dt, -1, 1, DIMS(5, 6)),
-                            rnd(r, dt, -0.1, 0.1, DIMS(5, 6)), rnd(r, dt, 0, 0.1, DIMS(5, 6)),
-                            step_tensor(3)};
-        check(r, in, 5, 4, at, 2, EXACT);
-    }
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int li = 0; li < 2; li++) {
+            vq_dtype dt = floats[d];
+            describe(r, "%s, %s", vq_dtype_name(dt),
+                     li ? "LearningRate input" : "learning_rate attribute");
+            vq_attr at[2] = {VQ_ATTR_F("learning_rate", 0.01), VQ_ATTR_F("beta1", 0.8)};
+            vq_tensor *in[6] = {rnd(r, dt, -1, 1, DIMS(5, 6)), rnd(r, dt, -1, 1, DIMS(5, 6)),
+                                rnd(r, dt, -0.1, 0.1, DIMS(5, 6)), rnd(r, dt, 0, 0.1, DIMS(5, 6)),
+                                step_tensor(3), li ? lr_input(r, dt, d) : NULL};
+            check(r, in, 5 + li, 4, at + li, 2 - li, EXACT);
+        }
+}
+
+/* Each kind at a few steps (inside the warmup, at and past its end and
+ * t_max), f32 and f64: the CUDA kernel computes the rate with the CPU's
+ * own code, so bit for bit. */
+static void case_lr_schedule(struct run *r)
+{
+    static const char *const kinds[] = {"step", "cosine", "linear", "warmup_cosine"};
+    static const int64_t steps[] = {0, 3, 5, 11, 40};
+    for (int k = 0; k < N_OF(kinds); k++)
+        for (int d = 0; d < N_OF(floats); d++)
+            for (int s = 0; s < N_OF(steps); s++) {
+                describe(r, "%s, %s, step %lld", kinds[k], vq_dtype_name(floats[d]),
+                         (long long)steps[s]);
+                vq_attr at[10] = {VQ_ATTR_S("kind", kinds[k]), VQ_ATTR_F("base_lr", 0.3),
+                                  VQ_ATTR_S("dtype", vq_dtype_name(floats[d]))};
+                int n = 3;
+                if (k == 0) {
+                    at[n++] = VQ_ATTR_I("step_size", 4);
+                    at[n++] = VQ_ATTR_F("gamma", 0.7);
+                }
+                if (k == 1 || k == 3) {
+                    at[n++] = VQ_ATTR_I("t_max", 9);
+                    at[n++] = VQ_ATTR_F("eta_min", 0.02);
+                }
+                if (k >= 2) {
+                    at[n++] = VQ_ATTR_F("start_factor", 0.1);
+                    at[n++] = VQ_ATTR_I("total_iters", 5);
+                }
+                vq_tensor *in[1] = {step_tensor(steps[s])};
+                check(r, in, 1, 2, at, n, EXACT);
+            }
 }
 
 /* ---- convolutions, pools, batch_norm ---- */
@@ -1167,9 +1248,11 @@ static const struct op_case {
     {"zeros_like", case_zeros_like},
     {"uniform_random", case_random},
     {"gaussian_random", case_random},
+    {"dropout", case_dropout},
     {"sgd", case_sgd},
     {"momentum", case_momentum},
     {"adam", case_adam},
+    {"lr_schedule", case_lr_schedule},
     {"less", case_compare},
     {"less_equal", case_compare},
     {"greater", case_compare},
@@ -1361,6 +1444,15 @@ Test(ops_gpu_kernels, a_bad_adam_step_fails_with_the_cpu_message)
                             oc_rand(&rng, floats[d], DIMS(4), 0, 1), step_tensor(-1)};
         same_failure("adam", in, 5, 4, &at, 1);
     }
+}
+
+Test(ops_gpu_kernels, a_bad_schedule_step_fails_with_the_cpu_message)
+{
+    need_gpu();
+    vq_attr at[4] = {VQ_ATTR_S("kind", "cosine"), VQ_ATTR_F("base_lr", 0.1),
+                     VQ_ATTR_I("t_max", 10), VQ_ATTR_S("dtype", "f64")};
+    vq_tensor *in[1] = {step_tensor(-4)};
+    same_failure("lr_schedule", in, 1, 2, at, 4);
 }
 
 Test(ops_gpu_kernels, gather_indices_out_of_range_fail_with_the_cpu_message)

@@ -1,7 +1,10 @@
 /* fill_constant, uniform_random and gaussian_random: values, the counter-
  * based contract (element i depends on (seed, i) alone, so on no engine or
  * worker count), moments of the distributions, Philox's known answer, and
- * attribute errors. */
+ * attribute errors. The generator state (State / StateOut: (seed,
+ * counter) advanced by each op, ordered by the engine, the same on an
+ * emulated GPU) and dropout (keep rule, scaling, inference mode, gradient,
+ * errors). */
 #include "opcheck.h"
 
 #include "../ops/internal.h"
@@ -302,15 +305,26 @@ Test(ops_init, bad_random_attributes_name_the_op_and_attribute)
     expect_error("gaussian_random", NULL, 0, "gaussian_random: attribute shape (ints) is required");
 }
 
-Test(ops_init, init_ops_have_no_inputs_and_no_gradient)
+Test(ops_init, init_ops_have_no_inputs_but_the_state_and_no_gradient)
 {
     const char *ops[3] = {"fill_constant", "uniform_random", "gaussian_random"};
     for (int i = 0; i < 3; i++) {
         const vq__op_def *d = vq__op_find(ops[i]);
         cr_assert(d, "%s", ops[i]);
-        cr_assert_eq(d->nin_slots, 0);
         cr_assert_null(d->grad);
+        if (i == 0) {
+            cr_assert_eq(d->nin_slots, 0);
+            continue;
+        }
+        /* The random fills' only input is the optional generator state. */
+        cr_assert_eq(d->nin_slots, 1, "%s", ops[i]);
+        cr_assert_str_eq(d->in_slots[0], "State");
+        cr_assert_str_eq(d->out_slots[1], "StateOut");
+        cr_assert(d->flags & VQ__OPTIONAL_IN && d->flags & VQ__OPTIONAL_OUT, "%s", ops[i]);
     }
+    cr_assert_str_eq(vq_op_signature("dropout"),
+                     "dropout(X, State?) -> Out, Mask, StateOut?; p:float=0.5 "
+                     "is_test:bool=false seed:int=0");
 }
 
 Test(ops_init, zeros_like_gives_zeros_of_the_input_shape_whatever_its_values)
@@ -340,4 +354,443 @@ Test(ops_init, zeros_like_gives_zeros_of_the_input_shape_whatever_its_values)
     cr_assert_eq(vq_tensor_numel(o), 0);
     vq_tensor_release(o);
     vq_tensor_release(e);
+}
+
+/* ---- the generator state ---- */
+
+static vq_tensor *state_new(int64_t seed, int64_t counter)
+{
+    vq_tensor *t = NULL;
+    int64_t two = 2, v[2] = {seed, counter};
+    cr_assert_eq(vq_tensor_from(&t, VQ_I64, 1, &two, v), 0, "%s", vq_errmsg());
+    return t;
+}
+
+static void assert_state(vq_tensor *st, int64_t seed, int64_t counter)
+{
+    cr_assert_eq(vq_tensor_wait(st), 0, "%s", vq_errmsg());
+    const int64_t *v = vq_tensor_data(st);
+    cr_assert(v[0] == seed && v[1] == counter, "state (%lld, %lld), expected (%lld, %lld)",
+              (long long)v[0], (long long)v[1], (long long)seed, (long long)counter);
+}
+
+/* type with n elements of dtype from State st, written back in place
+ * (StateOut = st); on engine e when not NULL. */
+static vq_tensor *random_from(vq_engine *e, const char *type, const char *dtype, int64_t n,
+                              vq_tensor *st)
+{
+    vq_attr at[2] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", dtype)};
+    vq_tensor *out[2] = {NULL, st};
+    cr_assert_eq(vq_op_run(e, type, &st, 1, out, 2, at, 2), 0, "%s", vq_errmsg());
+    return out[0];
+}
+
+Test(ops_init, state_seed_s_counter_0_gives_the_numbers_of_seed_s)
+{
+    for (int t = 0; t < 2; t++)
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *st = state_new(42, 0);
+            vq_tensor *a = random_from(NULL, types[t], dtypes[d], 1000, st);
+            vq_tensor *b = random_fill(NULL, types[t], dtypes[d], 1000, 42);
+            cr_assert(same_bits(a, b), "%s %s", types[t], dtypes[d]);
+            assert_state(st, 42, 1000);
+            vq_tensor_release(a);
+            vq_tensor_release(b);
+            vq_tensor_release(st);
+        }
+}
+
+/* Two calls on one state: the second continues where the first stopped,
+ * so together they are one longer draw, and they differ. */
+Test(ops_init, consecutive_calls_on_a_state_draw_fresh_numbers)
+{
+    for (int t = 0; t < 2; t++)
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *st = state_new(5, 0);
+            vq_tensor *a = random_from(NULL, types[t], dtypes[d], 100, st);
+            assert_state(st, 5, 100);
+            vq_tensor *b = random_from(NULL, types[t], dtypes[d], 50, st);
+            assert_state(st, 5, 150);
+            vq_tensor *st0 = state_new(5, 0);
+            vq_tensor *whole = random_from(NULL, types[t], dtypes[d], 150, st0);
+            vq_tensor_release(st0);
+            size_t es = vq_dtype_size(vq_tensor_dtype(a));
+            const char *w = vq_tensor_data(whole);
+            cr_assert_eq(memcmp(w, vq_tensor_data(a), 100 * es), 0, "%s %s", types[t], dtypes[d]);
+            cr_assert_eq(memcmp(w + 100 * es, vq_tensor_data(b), 50 * es), 0, "%s %s", types[t],
+                         dtypes[d]);
+            int equal = 0;
+            for (int64_t i = 0; i < 50; i++)
+                equal += oc_get(a, i) == oc_get(b, i);
+            cr_assert_lt(equal, 3, "%s %s: %d of 50 equal", types[t], dtypes[d], equal);
+            vq_tensor_release(a);
+            vq_tensor_release(b);
+            vq_tensor_release(whole);
+            vq_tensor_release(st);
+        }
+}
+
+/* StateOut may be another tensor; State then stays as it was. The counter
+ * is 64 bits that wrap. */
+Test(ops_init, state_out_is_state_advanced_by_the_count_modulo_2_64)
+{
+    vq_tensor *st = state_new(-3, -10), *so = NULL;
+    int64_t n = 7;
+    vq_attr at[1] = {VQ_ATTR_IS("shape", &n, 1)};
+    vq_tensor *out[2] = {NULL, NULL};
+    cr_assert_eq(vq_op_run(NULL, "uniform_random", &st, 1, out, 2, at, 1), 0, "%s", vq_errmsg());
+    so = out[1];
+    assert_state(st, -3, -10);
+    assert_state(so, -3, -3);
+    /* key = the seed's 64 bits, counter (uint64_t)-10 + i */
+    uint32_t w[4];
+    vq__philox((uint64_t)-10 + 2, (uint64_t)-3, w);
+    cr_assert_eq(((float *)vq_tensor_data(out[0]))[2],
+                 (float)(-1.0 + 2.0 * ((double)(w[0] >> 8) * 0x1p-24)));
+    vq_tensor_release(out[0]);
+    vq_tensor_release(so);
+    vq_tensor_release(st);
+    /* An empty draw leaves the counter. */
+    st = state_new(1, 9);
+    n = 0;
+    vq_tensor *e = random_from(NULL, "gaussian_random", "f64", 0, st);
+    assert_state(st, 1, 9);
+    vq_tensor_release(e);
+    vq_tensor_release(st);
+}
+
+/* Random ops that share a state var are ordered by the engine (each reads
+ * and writes it): whatever the worker count, each gets the numbers it
+ * gets run one at a time in push order. */
+Test(ops_init, ops_on_one_state_get_the_same_numbers_on_any_engine, .timeout = 120)
+{
+    enum { NOPS = 12, N = 4096 };
+    vq_tensor *want[NOPS], *wst = state_new(77, 0);
+    for (int i = 0; i < NOPS; i++)
+        want[i] = random_from(NULL, types[i & 1], dtypes[(i >> 1) & 1], N + i, wst);
+    struct {
+        int kind, workers;
+    } engines[] = {
+        {VQ_ENGINE_THREADED, 1},
+        {VQ_ENGINE_THREADED, 2},
+        {VQ_ENGINE_THREADED, 8},
+        {VQ_ENGINE_NAIVE, 1},
+    };
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) {
+        vq_engine *e;
+        vq_engine_opts opts = {.kind = engines[k].kind, .cpu_workers = engines[k].workers};
+        cr_assert_eq(vq_engine_new(&e, &opts), 0, "%s", vq_errmsg());
+        vq_tensor *st = state_new(77, 0), *got[NOPS];
+        for (int i = 0; i < NOPS; i++)
+            got[i] = random_from(e, types[i & 1], dtypes[(i >> 1) & 1], N + i, st);
+        for (int i = 0; i < NOPS; i++) {
+            cr_assert_eq(vq_tensor_wait(got[i]), 0, "%s", vq_errmsg());
+            cr_assert(same_bits(got[i], want[i]), "engine %zu, op %d differs", k, i);
+            vq_tensor_release(got[i]);
+        }
+        assert_state(st, 77, NOPS * N + NOPS * (NOPS - 1) / 2);
+        vq_tensor_release(st);
+        vq_engine_free(e);
+    }
+    for (int i = 0; i < NOPS; i++)
+        vq_tensor_release(want[i]);
+    vq_tensor_release(wst);
+}
+
+static vq_tensor *copy_to(vq_engine *e, vq_tensor *t, vq_ctx dev)
+{
+    vq_tensor *o = NULL;
+    cr_assert_eq(vq_tensor_copy_to(e, t, dev, &o), 0, "%s", vq_errmsg());
+    return o;
+}
+
+/* The state lives on the GPU with the op: the kernel reads it there and
+ * advances it there. On the emulated backend (the CUDA kernels run in
+ * test_ops_gpu_kernels with VARQ_GPU_BACKEND=cuda). */
+Test(ops_init, state_ops_on_an_emulated_gpu_match_the_cpu)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    const vq_ctx cpu = {VQ_DEV_CPU, 0}, gpu = {VQ_DEV_GPU, 0};
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .gpu_streams = 2};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    vq_tensor *cst = state_new(1234, 99), *hst = state_new(1234, 99);
+    vq_tensor *gst = copy_to(e, hst, gpu);
+    int64_t n = 3000;
+    vq_tensor *x = NULL;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 1, &n), 0, "%s", vq_errmsg());
+    for (int64_t i = 0; i < n; i++)
+        oc_set(x, i, (double)i - 1500);
+    vq_tensor *gx = copy_to(e, x, gpu);
+    for (int round = 0; round < 2; round++) {
+        for (int t = 0; t < 2; t++)
+            for (int d = 0; d < 2; d++) {
+                vq_tensor *c = random_from(NULL, types[t], dtypes[d], n, cst);
+                vq_tensor *g = random_from(e, types[t], dtypes[d], n, gst);
+                vq_tensor *h = copy_to(e, g, cpu);
+                cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+                cr_assert(same_bits(h, c), "round %d, %s %s differs", round, types[t], dtypes[d]);
+                vq_tensor_release(c);
+                vq_tensor_release(g);
+                vq_tensor_release(h);
+            }
+        vq_attr p = VQ_ATTR_F("p", 0.25);
+        vq_tensor *cout[3] = {NULL, NULL, cst}, *gout[3] = {NULL, NULL, gst};
+        cr_assert_eq(vq_op_run(NULL, "dropout", (vq_tensor *[]){x, cst}, 2, cout, 3, &p, 1), 0,
+                     "%s", vq_errmsg());
+        cr_assert_eq(vq_op_run(e, "dropout", (vq_tensor *[]){gx, gst}, 2, gout, 3, &p, 1), 0,
+                     "%s", vq_errmsg());
+        for (int j = 0; j < 2; j++) {
+            vq_tensor *h = copy_to(e, gout[j], cpu);
+            cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+            cr_assert(same_bits(h, cout[j]), "round %d, dropout output %d differs", round, j);
+            vq_tensor_release(h);
+            vq_tensor_release(cout[j]);
+            vq_tensor_release(gout[j]);
+        }
+    }
+    vq_tensor *h = copy_to(e, gst, cpu);
+    assert_state(h, 1234, 99 + 2 * 5 * n);
+    assert_state(cst, 1234, 99 + 2 * 5 * n);
+    vq_tensor_release(h);
+    vq_tensor_release(gst);
+    vq_tensor_release(gx);
+    vq_tensor_release(x);
+    vq_tensor_release(hst);
+    vq_tensor_release(cst);
+    cr_assert_eq(vq_wait_all(e), 0, "%s", vq_errmsg());
+    vq_engine_free(e);
+}
+
+static void expect_state_error(const char *type, vq_tensor *const *in, int nin, int nout,
+                               const vq_attr *at, int nat, const char *msg)
+{
+    cr_assert_eq(oc_try(type, in, nin, nout, at, nat), VQ_EINVAL, "%s: expected \"%s\"", type,
+                 msg);
+    cr_assert(strstr(vq_errmsg(), msg), "got \"%s\", expected \"%s\"", vq_errmsg(), msg);
+}
+
+Test(ops_init, bad_states_are_refused_naming_the_op_and_slot)
+{
+    int64_t n = 4, two = 2, three = 3;
+    vq_attr at[2] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_I("seed", 3)};
+    vq_tensor *good = state_new(1, 0), *f64 = NULL, *long3 = NULL, *scalar = NULL;
+    cr_assert_eq(vq_tensor_new(&f64, VQ_F64, 1, &two), 0);
+    cr_assert_eq(vq_tensor_new(&long3, VQ_I64, 1, &three), 0);
+    cr_assert_eq(vq_tensor_new(&scalar, VQ_I64, 0, NULL), 0);
+    for (int t = 0; t < 2; t++) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "%s: input State (slot 0): dtype f64 not supported", types[t]);
+        expect_state_error(types[t], &f64, 1, 2, at, 1, msg);
+        snprintf(msg, sizeof msg, "%s: input State (slot 0): shape [3] is not [2] (seed, counter)",
+                 types[t]);
+        expect_state_error(types[t], &long3, 1, 2, at, 1, msg);
+        snprintf(msg, sizeof msg, "%s: input State (slot 0): shape [] is not [2]", types[t]);
+        expect_state_error(types[t], &scalar, 1, 2, at, 1, msg);
+        snprintf(msg, sizeof msg, "%s: input State (slot 0): is given but output StateOut "
+                                  "(slot 1) is not; give both or neither",
+                 types[t]);
+        expect_state_error(types[t], &good, 1, 1, at, 1, msg);
+        snprintf(msg, sizeof msg, "%s: output StateOut (slot 1) is given but input State (slot "
+                                  "0) is not",
+                 types[t]);
+        expect_state_error(types[t], NULL, 0, 2, at, 1, msg);
+        snprintf(msg, sizeof msg, "%s: attribute seed: is given, but input State (slot 0) "
+                                  "supplies the seed",
+                 types[t]);
+        expect_state_error(types[t], &good, 1, 2, at, 2, msg);
+        snprintf(msg, sizeof msg, "%s: takes 0 or 1 inputs, got 2", types[t]);
+        expect_state_error(types[t], (vq_tensor *[]){good, good}, 2, 2, at, 1, msg);
+    }
+    int64_t xs[1] = {4};
+    vq_tensor *x = oc_from(VQ_F32, 1, xs, (double[]){1, 2, 3, 4});
+    expect_state_error("dropout", (vq_tensor *[]){x, f64}, 2, 3, NULL, 0,
+                       "dropout: input State (slot 1): dtype f64 not supported");
+    expect_state_error("dropout", (vq_tensor *[]){x, good}, 2, 2, NULL, 0,
+                       "dropout: input State (slot 1): is given but output StateOut (slot 2) is "
+                       "not");
+    expect_state_error("dropout", &x, 1, 3, NULL, 0,
+                       "dropout: output StateOut (slot 2) is given but input State (slot 1) is "
+                       "not");
+    vq_tensor_release(x);
+    vq_tensor_release(good);
+    vq_tensor_release(f64);
+    vq_tensor_release(long3);
+    vq_tensor_release(scalar);
+}
+
+/* ---- dropout ---- */
+
+static void dropout_run(vq_tensor *x, vq_tensor *st, vq_tensor **out, const vq_attr *at, int nat)
+{
+    vq_tensor *in[2] = {x, st};
+    out[0] = out[1] = NULL;
+    out[2] = st;
+    cr_assert_eq(vq_op_run(NULL, "dropout", in, st ? 2 : 1, out, st ? 3 : 2, at, nat), 0, "%s",
+                 vq_errmsg());
+}
+
+/* Over 2^16 elements: the kept fraction is 1 - p (sd of the estimate
+ * 0.0018), Mask is 0 or 1 / (1 - p) in X's dtype, Out is mul(X, Mask) bit
+ * for bit. */
+Test(ops_init, dropout_keeps_about_1_minus_p_and_scales_what_it_keeps)
+{
+    uint64_t rng = oc_seed("ops_init");
+    int64_t s[2] = {256, 256};
+    const vq_dtype dts[2] = {VQ_F32, VQ_F64};
+    const double ps[3] = {0.1, 0.3, 0.75};
+    for (int d = 0; d < 2; d++)
+        for (int k = 0; k < 3; k++) {
+            vq_tensor *x = oc_rand(&rng, dts[d], 2, s, -2, 2), *out[3];
+            vq_attr at[2] = {VQ_ATTR_F("p", ps[k]), VQ_ATTR_I("seed", 100 + k)};
+            dropout_run(x, NULL, out, at, 2);
+            vq_tensor *prod = oc_run1("mul", (vq_tensor *[]){x, out[1]}, 2, NULL, 0);
+            cr_assert(same_bits(prod, out[0]), "%s p %g: Out is not X * Mask",
+                      vq_dtype_name(dts[d]), ps[k]);
+            double scale = dts[d] == VQ_F32 ? (double)(float)(1 / (1 - ps[k])) : 1 / (1 - ps[k]);
+            int64_t kept = 0;
+            for (int64_t i = 0; i < 65536; i++) {
+                double m = oc_get(out[1], i);
+                cr_assert(m == 0 || m == scale, "%s p %g: mask %.17g", vq_dtype_name(dts[d]),
+                          ps[k], m);
+                kept += m != 0;
+            }
+            double frac = (double)kept / 65536;
+            cr_assert(fabs(frac - (1 - ps[k])) < 0.01, "%s p %g: kept %g", vq_dtype_name(dts[d]),
+                      ps[k], frac);
+            vq_tensor_release(prod);
+            vq_tensor_release(out[0]);
+            vq_tensor_release(out[1]);
+            vq_tensor_release(x);
+        }
+}
+
+/* The contract: element i is kept iff uniform_random (f64, min 0, max 1)
+ * from the same state gives element i >= p; the state advances by X's
+ * element count. */
+Test(ops_init, dropout_keeps_where_the_uniform_draw_is_at_least_p)
+{
+    int64_t n = 5000;
+    vq_tensor *x = NULL;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &n), 0);
+    for (int64_t i = 0; i < n; i++)
+        oc_set(x, i, 1);
+    vq_tensor *st = state_new(9, 77), *out[3];
+    vq_attr at = VQ_ATTR_F("p", 0.4);
+    dropout_run(x, st, out, &at, 1);
+    assert_state(st, 9, 77 + n);
+    vq_attr bounds[4] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", "f64"),
+                         VQ_ATTR_F("min", 0), VQ_ATTR_F("max", 1)};
+    vq_tensor *st2 = state_new(9, 77), *uo[2] = {NULL, st2};
+    cr_assert_eq(vq_op_run(NULL, "uniform_random", &st2, 1, uo, 2, bounds, 4), 0, "%s",
+                 vq_errmsg());
+    for (int64_t i = 0; i < n; i++) {
+        bool keep = oc_get(uo[0], i) >= 0.4;
+        cr_assert_eq(oc_get(out[1], i), keep ? 1 / 0.6 : 0, "element %lld", (long long)i);
+        cr_assert_eq(oc_get(out[0], i), keep ? 1 / 0.6 : 0, "element %lld", (long long)i);
+    }
+    vq_tensor_release(uo[0]);
+    vq_tensor_release(st2);
+    vq_tensor_release(out[0]);
+    vq_tensor_release(out[1]);
+    vq_tensor_release(st);
+    vq_tensor_release(x);
+}
+
+Test(ops_init, dropout_in_inference_and_with_p_0_passes_x_through)
+{
+    uint64_t rng = oc_seed("ops_init");
+    int64_t s[2] = {30, 40};
+    const vq_dtype dts[2] = {VQ_F32, VQ_F64};
+    for (int d = 0; d < 2; d++) {
+        vq_tensor *x = oc_rand(&rng, dts[d], 2, s, -3, 3), *out[3];
+        /* is_test: Out = X, Mask = 1, the state is not advanced */
+        vq_tensor *st = state_new(4, 10);
+        vq_attr test[2] = {VQ_ATTR_F("p", 0.9), VQ_ATTR_B("is_test", true)};
+        dropout_run(x, st, out, test, 2);
+        cr_assert(same_bits(out[0], x), "%s: is_test changed X", vq_dtype_name(dts[d]));
+        for (int64_t i = 0; i < 1200; i++)
+            cr_assert_eq(oc_get(out[1], i), 1);
+        assert_state(st, 4, 10);
+        vq_tensor_release(out[0]);
+        vq_tensor_release(out[1]);
+        /* p = 0 keeps every element, unscaled; the state advances */
+        vq_attr p0 = VQ_ATTR_F("p", 0);
+        dropout_run(x, st, out, &p0, 1);
+        cr_assert(same_bits(out[0], x), "%s: p 0 changed X", vq_dtype_name(dts[d]));
+        for (int64_t i = 0; i < 1200; i++)
+            cr_assert_eq(oc_get(out[1], i), 1);
+        assert_state(st, 4, 1210);
+        vq_tensor_release(out[0]);
+        vq_tensor_release(out[1]);
+        vq_tensor_release(st);
+        vq_tensor_release(x);
+    }
+}
+
+/* Out and Mask may be X itself: each element is read before it is
+ * written. */
+Test(ops_init, dropout_works_in_place)
+{
+    uint64_t rng = oc_seed("ops_init");
+    int64_t s[1] = {1000};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 1, s, -1, 1), *want[3];
+    vq_attr at[2] = {VQ_ATTR_F("p", 0.5), VQ_ATTR_I("seed", 8)};
+    dropout_run(x, NULL, want, at, 2);
+    vq_tensor *y = oc_rand(&rng, VQ_F64, 1, s, -1, 1);
+    memcpy(vq_tensor_data(y), vq_tensor_data(x), vq_tensor_nbytes(x));
+    vq_tensor *out[2] = {x, NULL};
+    cr_assert_eq(vq_op_run(NULL, "dropout", &x, 1, out, 2, at, 2), 0, "%s", vq_errmsg());
+    cr_assert(same_bits(x, want[0]));
+    vq_tensor_release(out[1]);
+    vq_tensor *out2[2] = {NULL, y};
+    cr_assert_eq(vq_op_run(NULL, "dropout", &y, 1, out2, 2, at, 2), 0, "%s", vq_errmsg());
+    cr_assert(same_bits(out2[0], want[0]));
+    cr_assert(same_bits(y, want[1]));
+    vq_tensor_release(out2[0]);
+    vq_tensor_release(want[0]);
+    vq_tensor_release(want[1]);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+}
+
+Test(ops_init, bad_dropout_arguments_name_the_op_and_attribute)
+{
+    int64_t s[1] = {4};
+    vq_tensor *x = oc_from(VQ_F32, 1, s, (double[]){1, 2, 3, 4});
+    vq_tensor *xi = oc_from(VQ_I32, 1, s, (double[]){1, 2, 3, 4});
+    vq_attr at = VQ_ATTR_F("p", 1);
+    expect_state_error("dropout", &x, 1, 2, &at, 1, "dropout: attribute p: is 1, not in [0, 1)");
+    at = VQ_ATTR_F("p", -0.25);
+    expect_state_error("dropout", &x, 1, 2, &at, 1, "dropout: attribute p: is -0.25, not in");
+    at = VQ_ATTR_F("p", NAN);
+    expect_state_error("dropout", &x, 1, 2, &at, 1, "dropout: attribute p: is nan, not in");
+    at = VQ_ATTR_I("seed", -2);
+    expect_state_error("dropout", &x, 1, 2, &at, 1, "dropout: attribute seed: is -2");
+    expect_state_error("dropout", &xi, 1, 2, NULL, 0, "dropout: input X (slot 0): dtype i32");
+    vq_tensor *st = state_new(1, 0);
+    at = VQ_ATTR_I("seed", 2);
+    expect_state_error("dropout", (vq_tensor *[]){x, st}, 2, 3, &at, 1,
+                       "dropout: attribute seed: is given, but input State (slot 1) supplies");
+    vq_tensor_release(st);
+    vq_tensor_release(x);
+    vq_tensor_release(xi);
+}
+
+/* dX = dOut * Mask against finite differences: a fixed state (or seed)
+ * draws the same mask at every evaluation. */
+Test(ops_init, dropout_gradient_matches_finite_differences)
+{
+    uint64_t rng = oc_seed("ops_init");
+    int64_t s[2] = {6, 7};
+    vq_attr at[2] = {VQ_ATTR_F("p", 0.3), VQ_ATTR_I("seed", 5)};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, s, -2, 2);
+    oc_grad_check("dropout", &x, 1, 2, at, 2, 1, &rng);
+    vq_tensor *st = state_new(11, 1000);
+    oc_grad_check("dropout", (vq_tensor *[]){x, st}, 2, 3, at, 1, 1, &rng);
+    at[1] = VQ_ATTR_B("is_test", true);
+    oc_grad_check("dropout", (vq_tensor *[]){x, st}, 2, 3, at, 2, 1, &rng);
+    assert_state(st, 11, 1000); /* oc_grad_check's outputs are new tensors */
+    vq_tensor_release(st);
+    vq_tensor_release(x);
 }

@@ -7,7 +7,8 @@
  * the program, before it runs. Names they create are predictable: the
  * gradient of var x is "x@GRAD"; a linear layer whose output is "h" owns the
  * parameters "h.w" and "h.b"; optimizer state of parameter w is "w@MOMENT1",
- * "w@MOMENT2", "w@STEP" (Adam) or "w@VELOCITY" (momentum). */
+ * "w@MOMENT2", "w@STEP" (Adam) or "w@VELOCITY" (momentum); a schedule's
+ * rate "lr" counts its steps in "lr@STEP". */
 #ifndef VARQ_TRAIN_H
 #define VARQ_TRAIN_H
 
@@ -61,6 +62,14 @@ typedef enum vq_optimizer_kind {
 typedef struct vq_optimizer {
     vq_optimizer_kind kind;
     double learning_rate;
+    /* NULL, or the name of a float var of block 0 of main with one element
+     * ([] or [1]): the learning rate, read by every update when it runs
+     * (AdamW's decay included), so it may change from run to run: fed
+     * each run, or computed by ops of main that come before the updates
+     * (vq_lr_schedule_build's). learning_rate is then ignored. The var may
+     * be f32 or f64; a parameter of the other dtype gets it cast
+     * ("<var>@f64" or "<var>@f32"). */
+    const char *learning_rate_var;
     double mu;       /* momentum; 0 = 0.9 */
     bool nesterov;   /* momentum */
     double beta1;    /* Adam; 0 = 0.9 */
@@ -87,10 +96,69 @@ typedef struct vq_optimizer {
  * global norm over every updated gradient), then weight decay, then the
  * update, as with torch's clip_grad_*_ before optimizer.step(). A name in
  * parameters that is not a float persistable var of main is VQ_EINVAL;
- * decoupled with another kind than Adam, or a negative control, too.
+ * decoupled with another kind than Adam, or a negative control, too, and
+ * a learning_rate_var that is not a float var of one element in main.
  * Returns the number of parameters updated, or a negative error. */
 VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
                                  const vq_optimizer *opt);
+
+/* ---- learning-rate schedules ---- */
+
+/* PyTorch's schedulers (torch.optim.lr_scheduler), as the rate at step t,
+ * where t is how many times main ran before (scheduler.step() once after
+ * each optimizer step), from t = 0:
+ *
+ *   VQ_LR_STEP    StepLR(step_size, gamma):
+ *                 base_lr * gamma^floor(t / step_size)
+ *   VQ_LR_COSINE  CosineAnnealingLR(t_max, eta_min):
+ *                 eta_min + (base_lr - eta_min) * (1 + cos(pi t / t_max)) / 2
+ *                 (past t_max it rises again, as PyTorch's does)
+ *   VQ_LR_LINEAR  LinearLR(start_factor, end_factor, total_iters):
+ *                 base_lr * (start_factor + (end_factor - start_factor)
+ *                 * min(t, total_iters) / total_iters)
+ *   VQ_LR_WARMUP_COSINE
+ *                 SequentialLR([LinearLR(start_factor, end_factor, total_iters),
+ *                 CosineAnnealingLR(t_max, eta_min)], milestones=[total_iters]):
+ *                 LINEAR's rate while t < total_iters, then COSINE's at
+ *                 t - total_iters (the cosine starts again from base_lr)
+ *
+ * PyTorch steps its recursive forms of these; they agree to rounding
+ * (tests/reference checks whole training runs against PyTorch). */
+typedef enum vq_lr_schedule_kind {
+    VQ_LR_STEP = 0,
+    VQ_LR_COSINE,
+    VQ_LR_LINEAR,
+    VQ_LR_WARMUP_COSINE,
+} vq_lr_schedule_kind;
+
+/* The numbers are taken as given (no zero-means-default: 0 is a real
+ * gamma, eta_min or end_factor); those of other kinds are ignored. */
+typedef struct vq_lr_schedule {
+    vq_lr_schedule_kind kind;
+    double base_lr;      /* the optimizer's lr (PyTorch's initial_lr): finite, >= 0 */
+    vq_dtype dtype;      /* the rate's: VQ_F32 (0) or VQ_F64; use the parameters' */
+    int64_t step_size;   /* STEP: >= 1 */
+    double gamma;        /* STEP: finite, >= 0 */
+    int64_t t_max;       /* COSINE, WARMUP_COSINE: >= 1 */
+    double eta_min;      /* COSINE, WARMUP_COSINE: finite, >= 0 */
+    double start_factor; /* LINEAR, WARMUP_COSINE: in (0, 1] */
+    double end_factor;   /* LINEAR, WARMUP_COSINE: in [0, 1] */
+    int64_t total_iters; /* LINEAR, WARMUP_COSINE: >= 1 (the warmup's length) */
+} vq_lr_schedule;
+
+/* Declares lr_var in main (a scalar of s->dtype, not persistable) and the
+ * step counter "<lr_var>@STEP" (i64 [1], persistable) in both programs,
+ * set to 0 by an op appended to startup; appends to main one lr_schedule
+ * op that writes lr_var from the counter and adds 1 to the counter. Each
+ * run of main thus uses the rate of the next step; pass lr_var as the
+ * optimizer's learning_rate_var. Call it before vq_optimizer_minimize (the
+ * updates must come after the op in main). The counter is saved with the
+ * scope, so a checkpoint resumes the schedule where it was. VQ_EINVAL,
+ * naming the op and the number, for numbers out of range (nothing is
+ * declared then), a kind or dtype not listed, or a name main already
+ * declares. */
+VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
+                                const vq_lr_schedule *s);
 
 /* A copy of p (for example the forward program, kept for evaluation before
  * vq_optimizer_minimize adds training ops). */
@@ -120,6 +188,30 @@ VQ_API int vq_layer_mse_loss(vq_program *main, const char *pred, const char *lab
 VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
                                           const char *label, const char *probs,
                                           const char *loss);
+
+/* A generator state for the random ops of main: var `name`, i64 [2] =
+ * (seed, counter), declared persistable in both programs, set to (seed, 0)
+ * by ops appended to startup (with startup-only vars "<name>.seed" and
+ * "<name>.counter"). Random ops given it as their State input (dropout,
+ * uniform_random, gaussian_random; ops/cpu/init.c) draw counters from it
+ * and write it back advanced, so each run of main draws new numbers, the
+ * engine runs the ops that share it in program order (the numbers do not
+ * depend on the worker count or device), and running startup again (or
+ * setting the var in the scope back to (seed, 0)) replays the same
+ * numbers. VQ_EINVAL if name is already declared in either program. */
+VQ_API int vq_layer_rng_state(vq_program *main, vq_program *startup, const char *name,
+                              uint64_t seed);
+
+/* y = dropout(x) with probability p in [0, 1) (PyTorch's nn.Dropout,
+ * training mode): each element is kept with probability 1 - p and scaled
+ * by 1 / (1 - p), else 0. y and its mask "<y>.mask" (the factor of each
+ * element, 0 or 1 / (1 - p); the gradient is dy * mask) are declared like
+ * x. state names a var from vq_layer_rng_state: the op reads and advances
+ * it, so every run drops other elements. state NULL: the op's seed
+ * attribute 0 alone, the same elements every run. For evaluation, leave
+ * the layer out, or use p = 0 with no state (y = x, nothing drawn). */
+VQ_API int vq_layer_dropout(vq_program *main, const char *x, const char *y, double p,
+                            const char *state);
 
 #ifdef __cplusplus
 }

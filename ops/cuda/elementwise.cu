@@ -3,8 +3,9 @@
  * element of the gradient, summing over the broadcast dims) and scale
  * (ops/cpu/elementwise.c), relu/sigmoid/tanh and their gradients
  * (ops/cpu/activation.c), square_error and the elementwise gradients of the
- * regression losses (ops/cpu/loss.c), fill_constant and the Philox random
- * fills (ops/cpu/init.c, ops/rng.c). Also the launchers' error string
+ * regression losses (ops/cpu/loss.c), fill_constant, the Philox random
+ * fills, dropout and the advance of their generator state (ops/cpu/init.c,
+ * ops/rng.c). Also the launchers' error string
  * (vq__cuda_fail). Launchers: kernels.h. */
 #include "kernels.h"
 
@@ -532,15 +533,34 @@ __device__ inline uint64_t bits53(uint32_t hi, uint32_t lo)
     return (((uint64_t)hi << 32) | lo) >> 11;
 }
 
+/* The Philox key and first counter: (state[0], state[1]) from device
+ * memory when state is given (each thread reads the two words; the
+ * advance that overwrites them is a later kernel on the same stream),
+ * else (seed, 0). */
+__device__ inline void rng_start(const int64_t *state, uint64_t seed, uint64_t *key,
+                                 uint64_t *base)
+{
+    if (state) {
+        *key = (uint64_t)state[0];
+        *base = (uint64_t)state[1];
+    } else {
+        *key = seed;
+        *base = 0;
+    }
+}
+
 /* u = (w0 >> 8) 2^-24 (f32) or bits53(w0, w1) 2^-53 (f64), both exact;
  * value = a + (b * u), each rounded to double, then to float for f32. */
 template <typename T>
-__global__ void uniform_kernel(T *o, int64_t n, double a, double b, uint64_t seed)
+__global__ void uniform_kernel(T *o, int64_t n, double a, double b, uint64_t seed,
+                               const int64_t *state)
 {
+    uint64_t key, base;
+    rng_start(state, seed, &key, &base);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint32_t w[4];
-        philox((uint64_t)i, seed, w);
+        philox(base + (uint64_t)i, key, w);
         if (sizeof(T) == 4) {
             double u = __dmul_rn((double)(w[0] >> 8), 0x1p-24);
             o[i] = (T)__double2float_rn(__dadd_rn(a, __dmul_rn(b, u)));
@@ -555,12 +575,15 @@ __global__ void uniform_kernel(T *o, int64_t n, double a, double b, uint64_t see
 
 /* Box-Muller in double, init.c's gaussian_kernel. */
 template <typename T>
-__global__ void gaussian_kernel(T *o, int64_t n, double a, double b, uint64_t seed)
+__global__ void gaussian_kernel(T *o, int64_t n, double a, double b, uint64_t seed,
+                                const int64_t *state)
 {
+    uint64_t key, base;
+    rng_start(state, seed, &key, &base);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint32_t w[4];
-        philox((uint64_t)i, seed, w);
+        philox(base + (uint64_t)i, key, w);
         double u1 = __dmul_rn(__ull2double_rn(bits53(w[0], w[1]) + 1), 0x1p-53);
         double u2 = __dmul_rn(__ull2double_rn(bits53(w[2], w[3])), 0x1p-53);
         double r2 = __dmul_rn(-2.0, log(u1));
@@ -575,7 +598,7 @@ __global__ void gaussian_kernel(T *o, int64_t n, double a, double b, uint64_t se
 }
 
 extern "C" int vq__cuda_uniform(int dtype, void *out, int64_t n, double a, double b,
-                                uint64_t seed, void *stream)
+                                uint64_t seed, const void *state, void *stream)
 {
     if (n < 0)
         return VQ_EINVAL;
@@ -583,17 +606,18 @@ extern "C" int vq__cuda_uniform(int dtype, void *out, int64_t n, double a, doubl
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
+    const int64_t *st = (const int64_t *)state;
     if (dtype == VQ_F32)
-        uniform_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((float *)out, n, a, b, seed);
+        uniform_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((float *)out, n, a, b, seed, st);
     else if (dtype == VQ_F64)
-        uniform_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>((double *)out, n, a, b, seed);
+        uniform_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>((double *)out, n, a, b, seed, st);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();
 }
 
 extern "C" int vq__cuda_gaussian(int dtype, void *out, int64_t n, double a, double b,
-                                 uint64_t seed, void *stream)
+                                 uint64_t seed, const void *state, void *stream)
 {
     if (n < 0)
         return VQ_EINVAL;
@@ -601,11 +625,87 @@ extern "C" int vq__cuda_gaussian(int dtype, void *out, int64_t n, double a, doub
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
+    const int64_t *st = (const int64_t *)state;
     if (dtype == VQ_F32)
-        gaussian_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((float *)out, n, a, b, seed);
+        gaussian_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((float *)out, n, a, b, seed, st);
     else if (dtype == VQ_F64)
-        gaussian_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>((double *)out, n, a, b, seed);
+        gaussian_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>((double *)out, n, a, b, seed, st);
     else
         return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+/* ---- dropout: init.c's dropout_kernel. The product is one _rn multiply
+ * in T, as the CPU's T * T. ---- */
+
+__device__ inline float mul_rn(float a, float b)
+{
+    return __fmul_rn(a, b);
+}
+
+__device__ inline double mul_rn(double a, double b)
+{
+    return __dmul_rn(a, b);
+}
+
+template <typename T>
+__global__ void dropout_kernel(const T *x, T *out, T *mask, int64_t n, double p, T scale,
+                               int is_test, uint64_t seed, const int64_t *state)
+{
+    uint64_t key, base;
+    rng_start(state, seed, &key, &base);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        T v = x[i], m = 1;
+        if (!is_test) {
+            uint32_t w[4];
+            philox(base + (uint64_t)i, key, w);
+            double u = __dmul_rn(__ull2double_rn(bits53(w[0], w[1])), 0x1p-53);
+            m = u >= p ? scale : (T)0;
+            v = mul_rn(v, m);
+        }
+        out[i] = v;
+        mask[i] = m;
+    }
+}
+
+extern "C" int vq__cuda_dropout(int dtype, const void *x, void *out, void *mask, int64_t n,
+                                double p, double scale, int is_test, uint64_t seed,
+                                const void *state, void *stream)
+{
+    if (n < 0)
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    const int64_t *st = (const int64_t *)state;
+    if (dtype == VQ_F32)
+        dropout_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const float *)x, (float *)out, (float *)mask, n, p, (float)scale,
+            is_test, seed, st);
+    else if (dtype == VQ_F64)
+        dropout_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const double *)x, (double *)out, (double *)mask, n, p, scale, is_test, seed, st);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+/* One thread: the state's two words are read before either is written,
+ * so state_out may be state. */
+__global__ void rng_advance_kernel(const int64_t *state, int64_t *state_out, uint64_t n)
+{
+    uint64_t key = (uint64_t)state[0], base = (uint64_t)state[1];
+    state_out[0] = (int64_t)key;
+    state_out[1] = (int64_t)(base + n);
+}
+
+extern "C" int vq__cuda_rng_advance(const void *state, void *state_out, uint64_t n, void *stream)
+{
+    if (!state || !state_out)
+        return VQ_EINVAL;
+    rng_advance_kernel<<<1, 1, 0, VQ__CUDA_STREAM(stream)>>>((const int64_t *)state,
+                                                            (int64_t *)state_out, n);
     return vq__cuda_launched();
 }

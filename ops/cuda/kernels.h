@@ -291,14 +291,17 @@ int vq__cuda_reduce_axes_grad(int mean, int dtype, const void *g, void *dx, int 
 
 /* ---- optimizers (ops/cpu/optim.c) ---- */
 
-/* param_out = param - lr * grad, in double. */
+/* param_out = param - lr * grad, in double. lr_dev: NULL, or the device
+ * address of the learning rate (one element of dtype), read when the
+ * kernel runs in place of lr. */
 int vq__cuda_sgd(int dtype, const void *param, const void *grad, void *param_out, int64_t n,
-                 double lr, void *stream);
+                 double lr, const void *lr_dev, void *stream);
 
-/* v = mu v + g; p -= lr (nesterov ? g + mu v : v), in double. */
+/* v = mu v + g; p -= lr (nesterov ? g + mu v : v), in double; lr_dev as
+ * vq__cuda_sgd's. */
 int vq__cuda_momentum(int dtype, const void *param, const void *grad, const void *velocity,
-                      void *param_out, void *velocity_out, int64_t n, double lr, double mu,
-                      int nesterov, void *stream);
+                      void *param_out, void *velocity_out, int64_t n, double lr,
+                      const void *lr_dev, double mu, int nesterov, void *stream);
 
 /* The constants of one Adam step that depend on the step count t = step +
  * 1, in device memory: step_size = lr / c1 and inv_sqrt_c2 = 1 / sqrt(c2)
@@ -326,16 +329,31 @@ int vq__cuda_adam(int dtype, const void *param, const void *grad, const void *m1
 int vq__cuda_fill(int dtype, void *out, int64_t n, double value, int64_t ivalue, void *stream);
 
 /* uniform_random with a = min, b = max - min; gaussian_random with a =
- * mean, b = std: element i from Philox4x32-10(counter i, key seed), the
- * formulas documented in ops/cpu/init.c. Uniform is bit for bit the CPU's;
- * gaussian's products and sums round as the CPU's, and its log and cos are
- * CUDA's (log within 1 ulp, cos within 2 of the exact value, as glibc's
- * are within 1): equal to the CPU's except where the two libraries round
- * differently (compare, do not assume, as init.c says). */
+ * mean, b = std: element i from Philox4x32-10(counter base + i, key), the
+ * formulas documented in ops/cpu/init.c, where (key, base) is (state[0],
+ * state[1]) read on the device when the kernel runs if state (an i64 [2]
+ * in device memory) is not NULL, else (seed, 0). Uniform is bit for bit
+ * the CPU's; gaussian's products and sums round as the CPU's, and its log
+ * and cos are CUDA's (log within 1 ulp, cos within 2 of the exact value,
+ * as glibc's are within 1): equal to the CPU's except where the two
+ * libraries round differently (compare, do not assume, as init.c says).
+ * The state is only read: vq__cuda_rng_advance writes StateOut after. */
 int vq__cuda_uniform(int dtype, void *out, int64_t n, double a, double b, uint64_t seed,
-                     void *stream);
+                     const void *state, void *stream);
 int vq__cuda_gaussian(int dtype, void *out, int64_t n, double a, double b, uint64_t seed,
-                      void *stream);
+                      const void *state, void *stream);
+
+/* dropout, init.c's formula: out[i] = x[i] * mask[i], mask[i] = scale
+ * (rounded to dtype) where the uniform draw of element i (state or seed
+ * as above) is >= p, else 0; is_test: out = x, mask = 1. out or mask may
+ * be x. */
+int vq__cuda_dropout(int dtype, const void *x, void *out, void *mask, int64_t n, double p,
+                     double scale, int is_test, uint64_t seed, const void *state, void *stream);
+
+/* state_out = (state[0], state[1] + n) (i64 [2], device memory, modulo
+ * 2^64), by one thread, read and written when it runs: enqueued after the
+ * kernels that read state, it may overwrite it in place. */
+int vq__cuda_rng_advance(const void *state, void *state_out, uint64_t n, void *stream);
 
 /* ---- shape ops (ops/cpu/shape.c) ---- */
 

@@ -121,12 +121,18 @@ static int called(const vq__kcall *k, cudaError_t e, const char *what)
 struct found {
     unsigned long long bad; /* smallest bad element or row; ULLONG_MAX: none */
     long long label;        /* the label at row bad; gather: the index at element bad */
-    long long step;         /* adam: the Step input, brought to the host */
-    long long step_out;     /* adam: StepOut, from the host */
+    long long step;         /* adam, lr_schedule: the Step input, brought to the host */
+    long long step_out;     /* adam, lr_schedule: StepOut, from the host */
     vq__cuda_adam_consts consts; /* adam: from the host */
+    /* adam: its LearningRate input, to the host; lr_schedule: LearningRate,
+     * to the host (its old bytes) and back (the new rate) */
+    union {
+        float f;
+        double d;
+    } lr;
 };
 
-enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM, CHECK_INDEX };
+enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM, CHECK_INDEX, CHECK_LR_SCHEDULE };
 
 struct check {
     struct check *next; /* in its device's free list */
@@ -140,6 +146,8 @@ struct check {
     long long dim; /* gather: X's dim along the axis */
     int axis;      /* gather: the axis */
     double lr, beta1, beta2;
+    int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */
+    vq__lr_schedule_params sched; /* lr_schedule */
     void (*defer)(void *user, void *tag, int err, const char *msg);
     void *defer_user, *defer_tag;
 };
@@ -251,7 +259,7 @@ static int check_run(void *arg)
  * (reading nothing after a failed launch) and puts the check back. */
 static int check_finish(const struct launch *l, struct check *c, int rc)
 {
-    if (rc == 0 && c->kind != CHECK_ADAM)
+    if (rc == 0 && c->kind != CHECK_ADAM && c->kind != CHECK_LR_SCHEDULE)
         rc = called(l->k, cudaMemcpyAsync(c->h, c->d, sizeof *c->h, cudaMemcpyDeviceToHost, l->s),
                     "cudaMemcpyAsync");
     if (rc < 0)
@@ -934,6 +942,24 @@ static int fill_gpu(const vq__kcall *k)
     return launched(k, vq__cuda_fill(o->dtype, o->data, o->numel, p->value, p->ivalue, l.s));
 }
 
+/* The generator state of a random op (init.c's file head) stays in device
+ * memory: the kernels read State there when they run, and StateOut is
+ * written after them on the same stream by a one-thread kernel (never by
+ * the host, which would need the kernels' reads done first). `in` is the
+ * op's State slot, `out` its StateOut slot; a call without them has none. */
+static const void *state_of(const vq__kcall *k, int in)
+{
+    return k->nin > in ? k->in[in]->data : NULL;
+}
+
+/* After the op's kernels on l's stream: StateOut = State advanced by n. */
+static int state_advance(const vq__kcall *k, const struct launch *l, int in, int out, uint64_t n)
+{
+    if (k->nin <= in)
+        return 0;
+    return vq__cuda_rng_advance(k->in[in]->data, k->out[out]->data, n, l->s);
+}
+
 static int uniform_gpu(const vq__kcall *k)
 {
     const vq__random_params *p = k->params;
@@ -942,7 +968,10 @@ static int uniform_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    return launched(k, vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, l.s));
+    rc = vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l.s);
+    if (rc == 0)
+        rc = state_advance(k, &l, 0, 1, (uint64_t)o->numel);
+    return launched(k, rc);
 }
 
 static int gaussian_gpu(const vq__kcall *k)
@@ -953,7 +982,26 @@ static int gaussian_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    return launched(k, vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, l.s));
+    rc = vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0),
+                           l.s);
+    if (rc == 0)
+        rc = state_advance(k, &l, 0, 1, (uint64_t)o->numel);
+    return launched(k, rc);
+}
+
+static int dropout_gpu(const vq__kcall *k)
+{
+    const vq__dropout_params *p = k->params;
+    vq_tensor *x = k->in[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    rc = vq__cuda_dropout(x->dtype, x->data, k->out[0]->data, k->out[1]->data, x->numel, p->p,
+                          p->scale, p->is_test, p->seed, state_of(k, 1), l.s);
+    if (rc == 0)
+        rc = state_advance(k, &l, 1, 2, p->is_test ? 0 : (uint64_t)x->numel);
+    return launched(k, rc);
 }
 
 /* ---- optimizers (ops/cpu/optim.c) ---- */
@@ -966,7 +1014,8 @@ static int sgd_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    return launched(k, vq__cuda_sgd(pa->dtype, pa->data, g->data, po->data, pa->numel, p->lr,
+    const void *lr = p->lr_in >= 0 ? k->in[p->lr_in]->data : NULL; /* read by the kernel */
+    return launched(k, vq__cuda_sgd(pa->dtype, pa->data, g->data, po->data, pa->numel, p->lr, lr,
                                     l.s));
 }
 
@@ -978,8 +1027,10 @@ static int momentum_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
+    const void *lr = p->lr_in >= 0 ? k->in[p->lr_in]->data : NULL; /* read by the kernel */
     return launched(k, vq__cuda_momentum(pa->dtype, pa->data, g->data, v->data, po->data,
-                                         vo->data, pa->numel, p->lr, p->mu, p->nesterov, l.s));
+                                         vo->data, pa->numel, p->lr, lr, p->mu, p->nesterov,
+                                         l.s));
 }
 
 /* Host function between the copy of Step to the host and the copies of
@@ -998,7 +1049,8 @@ static int adam_step_run(void *arg)
     }
     long long t = step + 1;
     double c1 = 1 - pow(c->beta1, (double)t), c2 = 1 - pow(c->beta2, (double)t);
-    f->consts.step_size = c->lr / c1;
+    double lr = c->lr_input < 0 ? c->lr : c->lr_input == VQ_F32 ? (double)f->lr.f : f->lr.d;
+    f->consts.step_size = lr / c1;
     f->consts.inv_sqrt_c2 = 1 / sqrt(c2);
     f->consts.ok = 1;
     f->step_out = t;
@@ -1016,7 +1068,8 @@ static int adam_step_run(void *arg)
  * back synchronously would stall the worker once per parameter per step,
  * and a host mirror of the step could not see a step written by another
  * op. A bad step fails the stream work with the CPU's message and makes
- * the kernel write nothing, as the CPU op writes nothing. */
+ * the kernel write nothing, as the CPU op writes nothing. A LearningRate
+ * input comes to the host with the step, as it enters only step_size. */
 static int adam_gpu(const vq__kcall *k)
 {
     const vq__optim_params *p = k->params;
@@ -1028,11 +1081,16 @@ static int adam_gpu(const vq__kcall *k)
     if (rc < 0 || (rc = check_begin(&l, CHECK_ADAM, &c)) < 0)
         return rc;
     c->lr = p->lr;
+    c->lr_input = p->lr_in >= 0 ? (int)k->in[p->lr_in]->dtype : -1;
     c->beta1 = p->beta1;
     c->beta2 = p->beta2;
     rc = called(k, cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
                                    cudaMemcpyDeviceToHost, l.s),
                 "cudaMemcpyAsync");
+    if (rc == 0 && p->lr_in >= 0)
+        rc = called(k, cudaMemcpyAsync(&c->h->lr, k->in[p->lr_in]->data,
+                                       k->in[p->lr_in]->nbytes, cudaMemcpyDeviceToHost, l.s),
+                    "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq_gpu_launch_host(k->x, adam_step_run, c);
     if (rc == 0)
@@ -1047,6 +1105,63 @@ static int adam_gpu(const vq__kcall *k)
         rc = launched(k, vq__cuda_adam(pa->dtype, pa->data, g->data, m1->data, m2->data,
                                        po->data, m1o->data, m2o->data, pa->numel, p->beta1,
                                        p->beta2, p->eps, &c->d->consts, l.s));
+    return check_finish(&l, c, rc);
+}
+
+/* Host function between the copies of Step and of LearningRate's old
+ * bytes to the host and the copies of LearningRate and StepOut back:
+ * optim.c's step check and rate, computed by the CPU op's own code
+ * (vq__lr_schedule_value, glibc's cos and pow: the same bits). A bad step
+ * fails the stream work with the CPU's message and copies the old bytes
+ * back, so the op writes nothing, as the CPU op. */
+static int lr_schedule_run(void *arg)
+{
+    struct check *c = arg;
+    struct found *f = c->h;
+    long long step = f->step;
+    f->step_out = step;
+    if (step < 0 || step == LLONG_MAX) {
+        int rc = vq__op_fail(c->def, "input Step (slot 0) is %lld, not a count of steps", step);
+        return vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
+    }
+    double lr = vq__lr_schedule_value(&c->sched, step);
+    if (c->sched.dtype == VQ_F32)
+        f->lr.f = (float)lr;
+    else
+        f->lr.d = lr;
+    f->step_out = step + 1;
+    return 0;
+}
+
+/* One element computed from one counter: on the host in stream order, as
+ * adam's constants (see adam_gpu), so nothing blocks the host and the rate
+ * is the CPU's to the bit; a device kernel would use CUDA's cos and pow. */
+static int lr_schedule_gpu(const vq__kcall *k)
+{
+    vq_tensor *step = k->in[0], *lr = k->out[0], *so = k->out[1];
+    struct launch l;
+    struct check *c;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || (rc = check_begin(&l, CHECK_LR_SCHEDULE, &c)) < 0)
+        return rc;
+    c->sched = *(const vq__lr_schedule_params *)k->params;
+    rc = called(k, cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
+                                   cudaMemcpyDeviceToHost, l.s),
+                "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = called(k, cudaMemcpyAsync(&c->h->lr, lr->data, lr->nbytes, cudaMemcpyDeviceToHost,
+                                       l.s),
+                    "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = vq_gpu_launch_host(k->x, lr_schedule_run, c);
+    if (rc == 0)
+        rc = called(k, cudaMemcpyAsync(lr->data, &c->h->lr, lr->nbytes, cudaMemcpyHostToDevice,
+                                       l.s),
+                    "cudaMemcpyAsync");
+    if (rc == 0)
+        rc = called(k, cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
+                                       cudaMemcpyHostToDevice, l.s),
+                    "cudaMemcpyAsync");
     return check_finish(&l, c, rc);
 }
 
@@ -1547,9 +1662,11 @@ static struct entry table[] = {
     {"zeros_like", fill_gpu},
     {"uniform_random", uniform_gpu},
     {"gaussian_random", gaussian_gpu},
+    {"dropout", dropout_gpu},
     {"sgd", sgd_gpu},
     {"momentum", momentum_gpu},
     {"adam", adam_gpu},
+    {"lr_schedule", lr_schedule_gpu},
     {"less", compare_gpu},
     {"less_equal", compare_gpu},
     {"greater", compare_gpu},

@@ -3,15 +3,24 @@
  * double for both dtypes, adam in the parameter's own precision with the
  * bias corrections folded into constants. One thread per element reads
  * every input of its element before writing any output, so the outputs may
- * be the state inputs themselves (in place). Launchers: kernels.h. */
+ * be the state inputs themselves (in place). A LearningRate input is read
+ * from device memory by sgd's and momentum's kernels; adam's enters only
+ * its step size, computed on the host in stream order (ops.c's adam_gpu).
+ * lr_schedule has no kernel here: ops.c computes it the same way. Launchers:
+ * kernels.h. */
 #include "kernels.h"
 
 #include <math.h>
 #include <stdint.h>
 
+/* lr_dev (the LearningRate input), when set, is read by every thread
+ * before it writes: with the CPU's (double) of the same element, the
+ * CPU's bits. */
 template <typename T>
-__global__ void sgd_kernel(const T *pa, const T *g, T *po, int64_t n, double lr)
+__global__ void sgd_kernel(const T *pa, const T *g, T *po, int64_t n, double lr, const T *lr_dev)
 {
+    if (lr_dev)
+        lr = (double)*lr_dev;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         po[i] = (T)((double)pa[i] - lr * (double)g[i]);
@@ -19,8 +28,10 @@ __global__ void sgd_kernel(const T *pa, const T *g, T *po, int64_t n, double lr)
 
 template <typename T>
 __global__ void momentum_kernel(const T *pa, const T *g, const T *v, T *po, T *vo, int64_t n,
-                                double lr, double mu, int nesterov)
+                                double lr, const T *lr_dev, double mu, int nesterov)
 {
+    if (lr_dev)
+        lr = (double)*lr_dev;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         double pi = pa[i], gi = g[i], vi = mu * (double)v[i] + gi;
@@ -57,7 +68,7 @@ __global__ void adam_kernel(const T *pa, const T *g, const T *m, const T *v, T *
 }
 
 extern "C" int vq__cuda_sgd(int dtype, const void *param, const void *grad, void *param_out,
-                            int64_t n, double lr, void *stream)
+                            int64_t n, double lr, const void *lr_dev, void *stream)
 {
     if (n < 0)
         return VQ_EINVAL;
@@ -67,10 +78,12 @@ extern "C" int vq__cuda_sgd(int dtype, const void *param, const void *grad, void
     unsigned g = vq__cuda_blocks(n);
     if (dtype == VQ_F32)
         sgd_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((const float *)param, (const float *)grad,
-                                                        (float *)param_out, n, lr);
+                                                        (float *)param_out, n, lr,
+                                                        (const float *)lr_dev);
     else if (dtype == VQ_F64)
         sgd_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
-            (const double *)param, (const double *)grad, (double *)param_out, n, lr);
+            (const double *)param, (const double *)grad, (double *)param_out, n, lr,
+            (const double *)lr_dev);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();
@@ -78,7 +91,8 @@ extern "C" int vq__cuda_sgd(int dtype, const void *param, const void *grad, void
 
 extern "C" int vq__cuda_momentum(int dtype, const void *param, const void *grad,
                                  const void *velocity, void *param_out, void *velocity_out,
-                                 int64_t n, double lr, double mu, int nesterov, void *stream)
+                                 int64_t n, double lr, const void *lr_dev, double mu,
+                                 int nesterov, void *stream)
 {
     if (n < 0)
         return VQ_EINVAL;
@@ -89,11 +103,12 @@ extern "C" int vq__cuda_momentum(int dtype, const void *param, const void *grad,
     if (dtype == VQ_F32)
         momentum_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
             (const float *)param, (const float *)grad, (const float *)velocity,
-            (float *)param_out, (float *)velocity_out, n, lr, mu, nesterov);
+            (float *)param_out, (float *)velocity_out, n, lr, (const float *)lr_dev, mu, nesterov);
     else if (dtype == VQ_F64)
         momentum_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
             (const double *)param, (const double *)grad, (const double *)velocity,
-            (double *)param_out, (double *)velocity_out, n, lr, mu, nesterov);
+            (double *)param_out, (double *)velocity_out, n, lr, (const double *)lr_dev, mu,
+            nesterov);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();

@@ -25,6 +25,23 @@ Optimizers (the same numbers are in train_ref.c):
   adamw     torch.optim.AdamW(lr=0.01, weight_decay=0.05)
   adam_clipnorm       adam, torch.nn.utils.clip_grad_norm_(params, 0.5) before step
   momentum_clipvalue  momentum, torch.nn.utils.clip_grad_value_(params, 0.05) before step
+The learning rate as a var (vq_optimizer.learning_rate_var), fed or computed
+by a schedule (vq_lr_schedule_build); torch.optim.lr_scheduler's step() after
+every optimizer step:
+  sgd_lrfeed          sgd, a new lr each step (lrs.npy: 0.05 * U(0.2, 1.5); f32 runs
+                      give torch the f32-rounded value that varq is fed)
+  adam_lrfeed         adam, a new lr each step (0.01 * U(0.5, 1.0)); some other
+                      draws (0.01 * U(0.2, 1.5) from the same seed) make torch's own
+                      f32 mlp run leave its f64 trajectory from step ~12 on (5e-3 in
+                      the loss, 7e-2 in h1.w: Adam turning rounding noise in near-zero
+                      gradients into full steps) while varq's f32 run stays within
+                      1e-6 of torch's f64 one: the check would measure torch's noise
+  sgd_steplr          sgd, StepLR(step_size=30, gamma=0.5)
+  momentum_cosine     momentum, CosineAnnealingLR(T_max=60, eta_min=0.005) (past
+                      T_max the rate rises again)
+  adam_linear         adam, LinearLR(start_factor=0.1, end_factor=1.0, total_iters=25)
+  adamw_warmcos       adamw, SequentialLR([LinearLR(0.05, 1.0, total_iters=10),
+                      CosineAnnealingLR(T_max=90, eta_min=1e-4)], milestones=[10])
 Dtypes: f32 (torch.float32) and f64 (torch.float64); tol = 1e-4 for f32 and
 1e-10 for f64.
 
@@ -59,16 +76,21 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 STEPS = 100
 TOL = {"f32": 1e-4, "f64": 1e-10}
 LOSS_FLOOR = 1e-2
+LR_VARS = ("sgd_lrfeed", "adam_lrfeed", "sgd_steplr", "momentum_cosine", "adam_linear",
+           "adamw_warmcos")
+LR_FED = ("sgd_lrfeed", "adam_lrfeed")
 OPTIMIZERS = ("sgd", "momentum", "adam", "sgd_wd", "adamw", "adam_clipnorm",
-              "momentum_clipvalue")
-# The training controls run on seed and mlp, not on seed-ones: its loss
-# falls towards an exact fit where f32 runs lose every digit (see the pass
-# criteria), and clipping at that scale decides on such digits.
-CONTROLS = ("sgd_wd", "adamw", "adam_clipnorm", "momentum_clipvalue")
+              "momentum_clipvalue") + LR_VARS
+# The training controls and learning-rate vars run on seed and mlp, not on
+# seed-ones: its loss falls towards an exact fit where f32 runs lose every
+# digit (see the pass criteria), and clipping at that scale decides on such
+# digits.
+CONTROLS = ("sgd_wd", "adamw", "adam_clipnorm", "momentum_clipvalue") + LR_VARS
 
 
 def combos():
@@ -161,8 +183,12 @@ def torch_model(model, init, tdt):
 
 
 def torch_optimizer(opt, params):
-    if opt == "sgd":
+    if opt in ("sgd", "sgd_lrfeed", "sgd_steplr"):
         return torch.optim.SGD(params, lr=0.05)
+    if opt == "momentum_cosine":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    if opt == "adamw_warmcos":
+        return torch.optim.AdamW(params, lr=0.01, weight_decay=0.05)
     if opt == "sgd_wd":
         return torch.optim.SGD(params, lr=0.05, weight_decay=0.01)
     if opt in ("momentum", "momentum_clipvalue"):
@@ -170,6 +196,33 @@ def torch_optimizer(opt, params):
     if opt == "adamw":
         return torch.optim.AdamW(params, lr=0.01, weight_decay=0.05)
     return torch.optim.Adam(params, lr=0.01, betas=(0.9, 0.999), eps=1e-8)
+
+
+def torch_scheduler(opt, optim):
+    """The lr scheduler of the run, or None; step() after each optim.step()."""
+    # SequentialLR restarts the cosine with step(0), which warns that the
+    # epoch argument is deprecated (its own doing, not ours)
+    warnings.filterwarnings("ignore", message="The epoch parameter")
+    sched = torch.optim.lr_scheduler
+    if opt == "sgd_steplr":
+        return sched.StepLR(optim, step_size=30, gamma=0.5)
+    if opt == "momentum_cosine":
+        return sched.CosineAnnealingLR(optim, T_max=60, eta_min=0.005)
+    if opt == "adam_linear":
+        return sched.LinearLR(optim, start_factor=0.1, end_factor=1.0, total_iters=25)
+    if opt == "adamw_warmcos":
+        warm = sched.LinearLR(optim, start_factor=0.05, end_factor=1.0, total_iters=10)
+        cos = sched.CosineAnnealingLR(optim, T_max=90, eta_min=1e-4)
+        return sched.SequentialLR(optim, [warm, cos], milestones=[10])
+    return None
+
+
+def fed_rates(opt):
+    """The lr fed at each step of the LR_FED runs (float64 [STEPS])."""
+    rng = np.random.default_rng(11)
+    if opt.startswith("sgd"):
+        return 0.05 * rng.uniform(0.2, 1.5, STEPS)
+    return 0.01 * rng.uniform(0.5, 1.0, STEPS)
 
 
 def clip(opt, params):
@@ -187,6 +240,11 @@ def load_dir(d):
 def run_one(binary, work, model, opt, dtype, batches):
     d = os.path.join(work, f"{model}-{opt}-{dtype}")
     write_batches(d, batches, dtype, model)
+    rates = fed_rates(opt) if opt in LR_FED else None
+    if rates is not None:
+        np.save(os.path.join(d, "lrs.npy"), rates)
+        if dtype == "f32":  # the value varq is fed
+            rates = rates.astype(np.float32).astype(np.float64)
     proc = subprocess.run([binary, "seed" if model.startswith("seed") else "mlp", opt, dtype, d],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -198,17 +256,23 @@ def run_one(binary, work, model, opt, dtype, batches):
     tdt = torch.float32 if dtype == "f32" else torch.float64
     net, loss_fn, params = torch_model(model, init, tdt)
     optim = torch_optimizer(opt, net.parameters())
+    scheduler = torch_scheduler(opt, optim)
     ref = np.empty(STEPS)
     for i, (x, y) in enumerate(batches):
         npdt = np.float32 if dtype == "f32" else np.float64
         xt = torch.from_numpy(np.ascontiguousarray(x, dtype=npdt))
         yt = torch.from_numpy(np.ascontiguousarray(y.astype(np.int64) if model == "mlp"
                                                    else y.astype(npdt)))
+        if rates is not None:
+            for group in optim.param_groups:
+                group["lr"] = float(rates[i])
         optim.zero_grad()
         loss = loss_fn(net(xt), yt)
         loss.backward()
         clip(opt, list(net.parameters()))
         optim.step()
+        if scheduler is not None:
+            scheduler.step()
         ref[i] = loss.item()
 
     tol = TOL[dtype]

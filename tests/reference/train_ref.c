@@ -8,7 +8,14 @@
  *          defaults otherwise) | sgd_wd (sgd, weight decay 0.01) | adamw (adam,
  *          decoupled decay 0.05) | adam_clipnorm (adam, global norm clipped to
  *          0.5) | momentum_clipvalue (momentum, gradients clamped to 0.05);
- *          compare_torch.py uses the same numbers
+ *          the learning rate as a var "lr" (vq_optimizer.learning_rate_var):
+ *          sgd_lrfeed, adam_lrfeed (sgd, adam, "lr" fed each step from
+ *          DIR/lrs.npy, float64 [100]) | sgd_steplr (sgd, StepLR step_size 30,
+ *          gamma 0.5) | momentum_cosine (momentum, CosineAnnealingLR t_max 60,
+ *          eta_min 0.005) | adam_linear (adam, LinearLR 0.1 -> 1 over 25
+ *          steps) | adamw_warmcos (adamw, LinearLR 0.05 -> 1 over 10 steps,
+ *          then CosineAnnealingLR t_max 90, eta_min 1e-4), the schedules made
+ *          by vq_lr_schedule_build; compare_torch.py uses the same numbers
  *   DTYPE  f32 | f64 (the floating-point vars and parameters; the mlp's label
  *          stays int64)
  *   DIR    holds batches/x_<i>.npy and batches/y_<i>.npy for i in 0..99, in the
@@ -40,11 +47,19 @@ static const char *prog = "train_ref";
 static _Noreturn void usage(void)
 {
     fprintf(stderr, "usage: train_ref seed|mlp sgd|momentum|adam|sgd_wd|adamw|adam_clipnorm|"
-                    "momentum_clipvalue f32|f64 DIR\n");
+                    "momentum_clipvalue|sgd_lrfeed|adam_lrfeed|sgd_steplr|momentum_cosine|"
+                    "adam_linear|adamw_warmcos f32|f64 DIR\n");
     exit(1);
 }
 
-static void build(const char *model, vq_dtype dt, const vq_optimizer *opt,
+/* The rate var "lr" of main, for an optimizer that reads one: fed
+ * (sched NULL) or computed by the schedule sched. */
+struct lr_source {
+    bool var;
+    const vq_lr_schedule *sched;
+};
+
+static void build(const char *model, vq_dtype dt, const vq_optimizer *opt, struct lr_source lr,
                   vq_program **startup, vq_program **main)
 {
     CHECK(vq_program_new(startup));
@@ -63,6 +78,13 @@ static void build(const char *model, vq_dtype dt, const vq_optimizer *opt,
         CHECK(vq_layer_activation(*main, "relu", "h1", "a1"));
         CHECK(vq_layer_linear(*main, *startup, "a1", "logits", 10, 3));
         CHECK(vq_layer_softmax_cross_entropy(*main, "logits", "y", "probs", "loss"));
+    }
+    if (lr.var && lr.sched) {
+        vq_lr_schedule s = *lr.sched;
+        s.dtype = dt;
+        CHECK(vq_lr_schedule_build(*main, *startup, "lr", &s));
+    } else if (lr.var) {
+        CHECK(vq_program_add_var(*main, 0, "lr", dt, 0, NULL, false));
     }
     CHECK(vq_optimizer_minimize(*main, *startup, "loss", opt));
 }
@@ -116,11 +138,51 @@ int main(int argc, char **argv)
     else if (!strcmp(optname, "momentum_clipvalue"))
         opt = (vq_optimizer){.kind = VQ_OPT_MOMENTUM, .learning_rate = 0.05, .mu = 0.9,
                              .clip_value = 0.05};
+    else if (!strcmp(optname, "sgd_lrfeed") || !strcmp(optname, "sgd_steplr"))
+        opt = (vq_optimizer){.kind = VQ_OPT_SGD, .learning_rate_var = "lr"};
+    else if (!strcmp(optname, "adam_lrfeed") || !strcmp(optname, "adam_linear"))
+        opt = (vq_optimizer){.kind = VQ_OPT_ADAM, .learning_rate_var = "lr"};
+    else if (!strcmp(optname, "momentum_cosine"))
+        opt = (vq_optimizer){.kind = VQ_OPT_MOMENTUM, .mu = 0.9, .learning_rate_var = "lr"};
+    else if (!strcmp(optname, "adamw_warmcos"))
+        opt = (vq_optimizer){.kind = VQ_OPT_ADAM, .weight_decay = 0.05, .decoupled = true,
+                             .learning_rate_var = "lr"};
     else
         usage();
+    static const struct {
+        const char *opt;
+        vq_lr_schedule s;
+    } schedules[] = {
+        {"sgd_steplr", {.kind = VQ_LR_STEP, .base_lr = 0.05, .step_size = 30, .gamma = 0.5}},
+        {"momentum_cosine", {.kind = VQ_LR_COSINE, .base_lr = 0.05, .t_max = 60,
+                             .eta_min = 0.005}},
+        {"adam_linear", {.kind = VQ_LR_LINEAR, .base_lr = 0.01, .start_factor = 0.1,
+                         .end_factor = 1.0, .total_iters = 25}},
+        {"adamw_warmcos", {.kind = VQ_LR_WARMUP_COSINE, .base_lr = 0.01, .start_factor = 0.05,
+                           .end_factor = 1.0, .total_iters = 10, .t_max = 90,
+                           .eta_min = 1e-4}},
+    };
+    struct lr_source lr = {.var = opt.learning_rate_var != NULL};
+    for (size_t i = 0; i < sizeof schedules / sizeof schedules[0]; i++)
+        if (!strcmp(optname, schedules[i].opt))
+            lr.sched = &schedules[i].s;
+    /* a fed rate: one per step */
+    double fed[STEPS];
+    if (lr.var && !lr.sched) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/lrs.npy", dir);
+        vq_tensor *t;
+        CHECK(vq_npy_load(path, &t));
+        if (vq_tensor_dtype(t) != VQ_F64 || vq_tensor_numel(t) != STEPS) {
+            fprintf(stderr, "%s: %s is not float64 [%d]\n", prog, path, STEPS);
+            return 1;
+        }
+        memcpy(fed, vq_tensor_data(t), sizeof fed);
+        vq_tensor_release(t);
+    }
 
     vq_program *startup, *main_p;
-    build(model, dt, &opt, &startup, &main_p);
+    build(model, dt, &opt, lr, &startup, &main_p);
 
     vq_engine *e;
     vq_exec *ex;
@@ -140,9 +202,15 @@ int main(int argc, char **argv)
     double losses[STEPS];
     for (int i = 0; i < STEPS; i++) {
         vq_tensor *x = load_npy(dir, "x", i, dt), *y = load_npy(dir, "y", i, label_dt);
-        vq_feed feeds[2] = {{"x", x}, {label, y}};
+        vq_tensor *rate = NULL;
+        if (lr.var && !lr.sched) {
+            float f32 = (float)fed[i];
+            CHECK(vq_tensor_from(&rate, dt, 0, NULL, dt == VQ_F32 ? (void *)&f32 : &fed[i]));
+        }
+        vq_feed feeds[3] = {{"x", x}, {label, y}, {"lr", rate}};
         vq_fetch fetch = {"loss", NULL};
-        CHECK(vq_exec_run(ex, main_p, s, feeds, 2, &fetch, 1));
+        CHECK(vq_exec_run(ex, main_p, s, feeds, rate ? 3 : 2, &fetch, 1));
+        vq_tensor_release(rate);
         if (vq_tensor_numel(fetch.tensor) != 1 || vq_tensor_dtype(fetch.tensor) != dt) {
             fprintf(stderr, "%s: step %d: loss is not one %s element\n", prog, i, dtname);
             return 1;

@@ -90,7 +90,7 @@ static int profile_path_check(const char *path)
     }
     if (errno != ENOENT)
         return vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: %s", path, strerror(errno));
-    char *dir = strdup(path);
+    char *dir = vq__strdup(path);
     if (!dir)
         return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
     char *slash = strrchr(dir, '/');
@@ -164,7 +164,7 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
             return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE is set but empty");
         if ((rc = profile_path_check(ep)) < 0)
             return rc;
-        e->profile_path = strdup(ep);
+        e->profile_path = vq__strdup(ep);
         if (!e->profile_path)
             return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
     }
@@ -183,7 +183,7 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
     if (!out)
         return vq__fail(VQ_EINVAL, "vq_engine_new: out is NULL");
     *out = NULL;
-    vq_engine *e = aligned_alloc(VQ__CACHELINE, (sizeof *e + VQ__CACHELINE - 1) &
+    vq_engine *e = vq__aligned_alloc(VQ__CACHELINE, (sizeof *e + VQ__CACHELINE - 1) &
                                                     ~(size_t)(VQ__CACHELINE - 1));
     if (!e)
         return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
@@ -459,8 +459,8 @@ static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, in
     /* Large sets: sort (var, position) pairs; the first occurrence of each
      * var in writes-then-reads order is kept, which also makes a var that is
      * both read and written a write. */
-    struct tagged *tg = malloc((size_t)n * sizeof *tg);
-    bool *keep = calloc((size_t)n, sizeof *keep);
+    struct tagged *tg = vq__malloc((size_t)n * sizeof *tg);
+    bool *keep = vq__calloc((size_t)n, sizeof *keep);
     if (!tg || !keep) {
         free(tg);
         free(keep);
@@ -627,7 +627,7 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
     flags |= VQ__OPR_EMBEDDED;
     if (n > VQ__INLINE_VARS) {
         /* room for the lock order after the vars, sorted once here */
-        vars = malloc(2 * (size_t)n * sizeof *vars);
+        vars = vq__malloc(2 * (size_t)n * sizeof *vars);
         if (!vars) {
             vq__pool_free(VQ__POOL_OP, op);
             return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
@@ -751,9 +751,9 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
 {
     if (validate_task(e, t, "vq_opr_new") < 0)
         return NULL;
-    vq_opr *o = aligned_alloc(VQ__CACHELINE, sizeof *o);
+    vq_opr *o = vq__aligned_alloc(VQ__CACHELINE, sizeof *o);
     /* the vars, then the same in lock order: sorted once for every push */
-    vq_var **vars = malloc((2 * ((size_t)t->nreads + (size_t)t->nwrites) + 1) * sizeof *vars);
+    vq_var **vars = vq__malloc((2 * ((size_t)t->nreads + (size_t)t->nwrites) + 1) * sizeof *vars);
     if (!o || !vars || opr_fill(&o->desc, e, t, vars, VQ__OPR_SORTED) < 0) {
         free(o);
         free(vars);

@@ -102,11 +102,11 @@ static int gpu_init(vq_engine *e)
     int ndev = be->device_count();
     if (ndev < 1)
         return vq__fail(VQ_ENOSYS, "the %s GPU backend has no device", be->name);
-    struct vq__gpu *g = calloc(1, sizeof *g);
+    struct vq__gpu *g = vq__calloc(1, sizeof *g);
     /* The pools hold cache-aligned members: the array must be aligned. */
     size_t devsize = ((size_t)ndev * sizeof *g->dev + VQ__CACHELINE - 1) &
                      ~(size_t)(VQ__CACHELINE - 1);
-    struct vq__gpu_dev *dev = aligned_alloc(VQ__CACHELINE, devsize);
+    struct vq__gpu_dev *dev = vq__aligned_alloc(VQ__CACHELINE, devsize);
     if (!g || !dev) {
         free(g);
         free(dev);
@@ -122,7 +122,7 @@ static int gpu_init(vq_engine *e)
     for (int d = 0; d < ndev; d++)
         pthread_mutex_init(&dev[d].ev_lock, NULL);
     for (int d = 0; d < ndev && rc == 0; d++) {
-        dev[d].streams = calloc((size_t)per, sizeof *dev[d].streams);
+        dev[d].streams = vq__calloc((size_t)per, sizeof *dev[d].streams);
         if (!dev[d].streams)
             rc = vq__fail(VQ_ENOMEM, "out of memory setting up GPU %d", d);
         for (int k = 0; k < per && rc == 0; k++)
@@ -229,7 +229,7 @@ static struct vq__gpu_event *event_get(struct vq__gpu *g, int device)
     pthread_mutex_unlock(&d->ev_lock);
     if (ev)
         return ev;
-    ev = malloc(sizeof *ev);
+    ev = vq__malloc(sizeof *ev);
     if (!ev) {
         vq__fail(VQ_ENOMEM, "GPU %d: out of memory for an event", device);
         return NULL;

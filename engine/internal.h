@@ -17,6 +17,8 @@
 
 #include <varq/engine.h>
 
+#include "fault.h" /* every allocation goes through vq__malloc & co. */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -122,7 +122,7 @@ static bool refill(int kind)
 
     size_t sz = obj_size[kind];
     size_t hdr = VQ__CACHELINE;
-    char *mem = aligned_alloc(VQ__CACHELINE, hdr + sz * VQ__MAG);
+    char *mem = vq__aligned_alloc(VQ__CACHELINE, hdr + sz * VQ__MAG);
     if (!mem)
         return false;
     struct slab *s = (struct slab *)mem;

@@ -44,7 +44,7 @@ void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns)
     pthread_mutex_lock(&b->lock);
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 1024;
-        struct vq__prof_event *ev = realloc(b->ev, cap * sizeof *ev);
+        struct vq__prof_event *ev = vq__realloc(b->ev, cap * sizeof *ev);
         if (!ev) {
             pthread_mutex_unlock(&b->lock); /* out of memory: drop the record */
             return;

@@ -114,7 +114,7 @@ static int cu_stream_new(int device, void **out)
     int err = set_device(device, "stream_new: cudaSetDevice");
     if (err)
         return err;
-    struct cu_stream *s = calloc(1, sizeof *s);
+    struct cu_stream *s = vq__calloc(1, sizeof *s);
     if (!s)
         return vq__fail(VQ_ENOMEM, "stream_new: out of memory");
     if (pthread_mutex_init(&s->mu, NULL)) {
@@ -188,7 +188,7 @@ static int cu_launch_host(void *sp, int (*fn)(void *), void *arg)
     if (h)
         s->free_hosts = h->next;
     pthread_mutex_unlock(&s->mu);
-    if (!h && !(h = malloc(sizeof *h)))
+    if (!h && !(h = vq__malloc(sizeof *h)))
         return vq__fail(VQ_ENOMEM, "launch_host: out of memory");
     h->fn = fn;
     h->arg = arg;
@@ -212,7 +212,7 @@ static int cu_event_new(int device, void **out)
     int err = set_device(device, "event_new: cudaSetDevice");
     if (err)
         return err;
-    struct cu_event *ev = calloc(1, sizeof *ev);
+    struct cu_event *ev = vq__calloc(1, sizeof *ev);
     if (!ev)
         return vq__fail(VQ_ENOMEM, "event_new: out of memory");
     cudaError_t e = cudaEventCreateWithFlags(&ev->event, cudaEventDisableTiming);

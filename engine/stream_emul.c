@@ -150,7 +150,7 @@ static int emul_event_new(int ndev, int device, void **out)
     *out = NULL;
     if (device < 0 || device >= ndev)
         return vq__fail(VQ_EINVAL, "event_new: no emulated device %d (%d devices)", device, ndev);
-    struct emul_event *ev = calloc(1, sizeof *ev);
+    struct emul_event *ev = vq__calloc(1, sizeof *ev);
     if (!ev)
         return vq__fail(VQ_ENOMEM, "event_new: out of memory");
     if (pthread_mutex_init(&ev->mu, NULL)) {
@@ -277,7 +277,7 @@ static int enqueue(struct emul_stream *s, const struct emul_task *t, const char 
     pthread_mutex_lock(&s->mu);
     if (s->count == s->cap) {
         size_t cap = s->cap * 2;
-        struct emul_task *ring = malloc(cap * sizeof *ring);
+        struct emul_task *ring = vq__malloc(cap * sizeof *ring);
         if (!ring) {
             pthread_mutex_unlock(&s->mu);
             return vq__fail(VQ_ENOMEM, "%s: out of memory growing the emulated stream's queue", what);
@@ -302,10 +302,10 @@ static int emul_stream_new(int ndev, int device, void **out)
     *out = NULL;
     if (device < 0 || device >= ndev)
         return vq__fail(VQ_EINVAL, "stream_new: no emulated device %d (%d devices)", device, ndev);
-    struct emul_stream *s = calloc(1, sizeof *s);
+    struct emul_stream *s = vq__calloc(1, sizeof *s);
     if (!s)
         return vq__fail(VQ_ENOMEM, "stream_new: out of memory");
-    s->ring = malloc(RING_INIT * sizeof *s->ring);
+    s->ring = vq__malloc(RING_INIT * sizeof *s->ring);
     s->cap = RING_INIT;
     s->device = device;
     int stage = 0;
@@ -434,7 +434,7 @@ static void *alloc64(size_t n, const char *what)
         vq__fail(VQ_ENOMEM, "%s: %zu bytes is too large", what, n);
         return NULL;
     }
-    void *p = aligned_alloc(ALIGN, size);
+    void *p = vq__aligned_alloc(ALIGN, size);
     if (!p)
         vq__fail(VQ_ENOMEM, "%s: out of memory (%zu bytes)", what, n);
     return p;

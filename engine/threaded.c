@@ -43,7 +43,7 @@ struct vq__worker *vq__self(void)
 
 static int ring_init(struct vq__ring *q, size_t ncells)
 {
-    q->cells = aligned_alloc(VQ__CACHELINE, ncells * sizeof *q->cells);
+    q->cells = vq__aligned_alloc(VQ__CACHELINE, ncells * sizeof *q->cells);
     if (!q->cells)
         return VQ_ENOMEM;
     for (size_t i = 0; i < ncells; i++) {
@@ -126,7 +126,7 @@ static void heap_push(struct vq__heap *h, vq__op *op)
     vq__spin_lock(&h->lock);
     if (h->n == h->cap) {
         size_t cap = h->cap ? 2 * h->cap : 256;
-        struct vq__heap_item *items = realloc(h->items, cap * sizeof *items);
+        struct vq__heap_item *items = vq__realloc(h->items, cap * sizeof *items);
         if (!items) {
             op->next = NULL;
             if (h->spill_tail)
@@ -346,7 +346,7 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
     memset(p, 0, sizeof *p);
     if (ring_init(&p->ring, RING_CELLS) < 0)
         return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
-    p->workers = aligned_alloc(VQ__CACHELINE, (size_t)nworkers * sizeof *p->workers);
+    p->workers = vq__aligned_alloc(VQ__CACHELINE, (size_t)nworkers * sizeof *p->workers);
     if (!p->workers) {
         free(p->ring.cells);
         return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");

@@ -213,7 +213,7 @@ static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int b
     if (!f->ctl || !f->ctl->is_while || !f->ctl->save)
         return ctl_fail(t, "replay_of %d is not a while with save_carries", ci->replay_of);
     ci->nreplay = f->ctl->nouts;
-    ci->replay_readers = calloc((size_t)ci->nreplay + 1, sizeof *ci->replay_readers);
+    ci->replay_readers = vq__calloc((size_t)ci->nreplay + 1, sizeof *ci->replay_readers);
     if (!ci->replay_readers)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     const vq_attr *ri = attr_get(t->src, "replay_inputs");
@@ -252,7 +252,7 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
         return ctl_fail(t, "has %d outputs for %d loop-carried inputs X; they are the same "
                            "count",
                         src->nout, src->nin - 1);
-    ci->carry_readers = calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *ci->carry_readers);
+    ci->carry_readers = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *ci->carry_readers);
     if (!ci->carry_readers)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     if ((rc = take_names(w, t, "body_inputs", ci->nouts, body, &ci->body_in)) != 0 ||
@@ -348,7 +348,7 @@ int vq__ctl_walk(struct walk *w, struct pop *t)
 {
     struct plan *pl = w->pl;
     const vq__pop *src = t->src;
-    struct ctl_info *ci = calloc(1, sizeof *ci);
+    struct ctl_info *ci = vq__calloc(1, sizeof *ci);
     if (!ci)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     t->ctl = ci;
@@ -368,7 +368,7 @@ int vq__ctl_walk(struct walk *w, struct pop *t)
     if (rc == 0) {
         /* What the blocks read from outside becomes the op's input too,
          * after the ones X lists. */
-        t->in = malloc((size_t)(src->nin + ext.n) * sizeof *t->in);
+        t->in = vq__malloc((size_t)(src->nin + ext.n) * sizeof *t->in);
         if (!t->in) {
             t->in = src->in;
             rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
@@ -485,7 +485,7 @@ static int ctl_record(void *arg, const vq_exec_ctx *x)
     bool room = tp->n < tp->cap;
     if (!room) {
         int64_t cap = tp->cap ? 2 * tp->cap : 16;
-        vq_tensor **v = realloc(tp->v, (size_t)(cap * tp->width) * sizeof *v);
+        vq_tensor **v = vq__realloc(tp->v, (size_t)(cap * tp->width) * sizeof *v);
         if (v) {
             tp->v = v;
             tp->cap = cap;
@@ -753,14 +753,14 @@ int vq__ctl_build(struct fop *f)
     struct plan *pl = fr->plan;
     const struct pop *t = f->t;
     const struct ctl_info *ci = t->ctl;
-    struct ctl *c = calloc(1, sizeof *c);
+    struct ctl *c = vq__calloc(1, sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     f->ctl = c;
     c->fop = f;
     c->nframes = ci->is_while ? VQ__WHILE_FRAMES : 2;
-    c->frames = calloc((size_t)c->nframes, sizeof *c->frames);
-    c->result = calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *c->result);
+    c->frames = vq__calloc((size_t)c->nframes, sizeof *c->frames);
+    c->result = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *c->result);
     if (!c->frames || !c->result)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     atomic_init(&c->pending, 0);

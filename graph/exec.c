@@ -265,7 +265,7 @@ static int op_begin(struct op_state *s, void *stream)
             err = op->def->infer(&c);
             size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
             if (err == 0 && !cache)
-                cache = f->infer_cache = malloc(metas + op->def->params_size);
+                cache = f->infer_cache = vq__malloc(metas + op->def->params_size);
             if (err == 0 && cache) { /* no room: infer again next time */
                 memcpy(cache, im, (size_t)src->nin * sizeof *cache);
                 memcpy(cache + src->nin, om, (size_t)src->nout * sizeof *cache);
@@ -389,7 +389,7 @@ static void op_async_finish(vq_op_done *d, int err)
 static void op_exec_async(void *arg, const vq_exec_ctx *x, vq_done *done)
 {
     struct fop *f = arg;
-    struct op_state *s = malloc(sizeof *s);
+    struct op_state *s = vq__malloc(sizeof *s);
     if (!s) {
         struct op_state fail = {.f = f, .run = vq__fop_run(f)};
         op_end(&fail, vq__fail(VQ_ENOMEM, "out of memory"), NULL);
@@ -734,7 +734,7 @@ void *vq__grow(void *arr, int n, int *cap, size_t elem)
     if (n < *cap)
         return arr;
     int c = *cap ? 2 * *cap : 8;
-    void *a = realloc(arr, (size_t)c * elem);
+    void *a = vq__realloc(arr, (size_t)c * elem);
     if (!a) {
         vq__fail(VQ_ENOMEM, "prepare: out of memory");
         return NULL;
@@ -816,7 +816,7 @@ static int walk_infer(struct walk *w, struct pop *t)
         for (int d = 0; d < im[i].ndim && known; d++)
             known = im[i].shape[d] >= 0;
     if (known) {
-        t->fixed = malloc((size_t)src->nout * sizeof *t->fixed + t->def->params_size);
+        t->fixed = vq__malloc((size_t)src->nout * sizeof *t->fixed + t->def->params_size);
         if (!t->fixed)
             return vq__fail(VQ_ENOMEM, "prepare: out of memory");
         memcpy(t->fixed, om, (size_t)src->nout * sizeof *t->fixed);
@@ -885,7 +885,7 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         }
         /* Inputs are checked first: a control op's blocks read what its
          * inputs name, and its own walk needs them bound. */
-        t->in_counts = calloc((size_t)(src->nin ? src->nin : 1), sizeof *t->in_counts);
+        t->in_counts = vq__calloc((size_t)(src->nin ? src->nin : 1), sizeof *t->in_counts);
         if (!t->in_counts)
             return vq__fail(VQ_ENOMEM, "prepare: out of memory");
         for (int i = 0; i < src->nin && rc == 0; i++)
@@ -897,7 +897,7 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
             if ((rc = vq__ctl_walk(w, t)) != 0)
                 return rc;
             /* its blocks' reads of enclosing vars */
-            bool *counts = realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
+            bool *counts = vq__realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
             if (!counts)
                 return vq__fail(VQ_ENOMEM, "prepare: out of memory");
             t->in_counts = counts;
@@ -908,7 +908,7 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         }
         if (rc)
             return rc;
-        t->out_readers = calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
+        t->out_readers = vq__calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
         if (!t->out_readers)
             return vq__fail(VQ_ENOMEM, "prepare: out of memory");
         for (int j = 0; j < src->nout; j++) {
@@ -929,11 +929,11 @@ static int plan_walk(struct plan *pl)
 {
     vq_program *p = pl->prog;
     size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-    struct walk w = {.pl = pl, .has = calloc(nv, sizeof *w.has),
-                     .owner = calloc(nv, sizeof *w.owner),
-                     .block_user = malloc((size_t)p->nblocks * sizeof *w.block_user)};
+    struct walk w = {.pl = pl, .has = vq__calloc(nv, sizeof *w.has),
+                     .owner = vq__calloc(nv, sizeof *w.owner),
+                     .block_user = vq__malloc((size_t)p->nblocks * sizeof *w.block_user)};
     struct varset ext = {0};
-    pl->ops = calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
+    pl->ops = vq__calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
     pl->nops = p->nops;
     int rc = 0;
     if (!w.has || !w.owner || !w.block_user || !pl->ops)
@@ -1001,7 +1001,7 @@ int vq__frame_vars(struct frame *fr)
 {
     struct plan *pl = fr->plan;
     int n = pl->block_nvars[fr->block];
-    fr->vars = calloc((size_t)(n ? n : 1), sizeof *fr->vars);
+    fr->vars = vq__calloc((size_t)(n ? n : 1), sizeof *fr->vars);
     if (!fr->vars)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     for (int v = 0; v < pl->nvars; v++) {
@@ -1022,7 +1022,7 @@ int vq__frame_ops(struct frame *fr)
 {
     struct plan *pl = fr->plan;
     const vq__block *b = &pl->prog->blocks[fr->block];
-    fr->ops = calloc((size_t)(b->nops ? b->nops : 1), sizeof *fr->ops);
+    fr->ops = vq__calloc((size_t)(b->nops ? b->nops : 1), sizeof *fr->ops);
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     fr->nops = b->nops;
@@ -1032,8 +1032,8 @@ int vq__frame_ops(struct frame *fr)
         f->t = &pl->ops[b->ops[k]];
         f->fr = fr;
         const vq__pop *src = f->t->src;
-        f->in = malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
-        f->out = malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
+        f->in = vq__malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
+        f->out = vq__malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
         if (!f->in || !f->out)
             return vq__fail(VQ_ENOMEM, "prepare: out of memory");
         vq_var *vars[2 * VQ__MAX_SLOTS];
@@ -1145,10 +1145,10 @@ static int plan_build_ops(struct plan *pl)
      * the final op reads: their outputs, the fetches, and feeds no op
      * touches. (A control op writes its outputs when all it ran is done.) */
     const struct frame *root = &pl->root;
-    vq_var **vars = malloc((size_t)(pl->nvars + 1) * sizeof *vars);
-    int *last_access = malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
-    int *last_write = malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
-    bool *pick = calloc((size_t)pl->nvars + 1, sizeof *pick);
+    vq_var **vars = vq__malloc((size_t)(pl->nvars + 1) * sizeof *vars);
+    int *last_access = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
+    int *last_write = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
+    bool *pick = vq__calloc((size_t)pl->nvars + 1, sizeof *pick);
     if (!vars || !last_access || !last_write || !pick) {
         rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
         goto out;
@@ -1222,7 +1222,7 @@ static void reap(vq_exec *ex)
 static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
 {
-    struct plan *pl = calloc(1, sizeof *pl);
+    struct plan *pl = vq__calloc(1, sizeof *pl);
     if (!pl)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     pl->exec = ex;
@@ -1238,9 +1238,9 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-        pl->vars = calloc(nv, sizeof *pl->vars);
-        pl->local = malloc(nv * sizeof *pl->local);
-        pl->block_nvars = calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
+        pl->vars = vq__calloc(nv, sizeof *pl->vars);
+        pl->local = vq__malloc(nv * sizeof *pl->local);
+        pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
         if (!pl->vars || !pl->local || !pl->block_nvars)
             rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
     }
@@ -1285,7 +1285,7 @@ static char *key_names(const char *const *feeds, int nfeeds, const char *const *
         n += strlen(feeds[i]) + 1;
     for (int i = 0; i < nfetches; i++)
         n += strlen(fetches[i]) + 1;
-    char *buf = malloc(n);
+    char *buf = vq__malloc(n);
     if (!buf)
         return NULL;
     /* no printf: this runs once per run */
@@ -1448,7 +1448,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
         return vq__fail(VQ_EINVAL, "vq_exec_new: device {%d, %d} is not CPU 0 or a GPU",
                         o.device.kind, o.device.id);
     }
-    vq_exec *ex = calloc(1, sizeof *ex);
+    vq_exec *ex = vq__calloc(1, sizeof *ex);
     if (!ex)
         return vq__fail(VQ_ENOMEM, "vq_exec_new: out of memory");
     ex->engine = e;
@@ -1528,15 +1528,15 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
         return vq__fail(VQ_EINVAL, "vq_exec_run: bad argument");
     const char *fstack[NAMES_ON_STACK], *gstack[NAMES_ON_STACK];
-    const char **fnames = nfeeds <= NAMES_ON_STACK ? fstack : malloc((size_t)nfeeds * sizeof *fnames);
+    const char **fnames = nfeeds <= NAMES_ON_STACK ? fstack : vq__malloc((size_t)nfeeds * sizeof *fnames);
     const char **gnames = nfetches <= NAMES_ON_STACK ? gstack
-                                                     : malloc((size_t)nfetches * sizeof *gnames);
-    struct run *r = calloc(1, sizeof *r);
-    struct bind **binds = calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
+                                                     : vq__malloc((size_t)nfetches * sizeof *gnames);
+    struct run *r = vq__calloc(1, sizeof *r);
+    struct bind **binds = vq__calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
     int rc = 0;
     bool hold = ex->device.kind == VQ_DEV_GPU && nfeeds > 0; /* host feeds, see struct run */
     if (r && hold)
-        r->held = malloc((size_t)nfeeds * sizeof *r->held);
+        r->held = vq__malloc((size_t)nfeeds * sizeof *r->held);
     if (!fnames || !gnames || !r || !binds || (hold && !r->held))
         rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
     for (int i = 0; rc == 0 && i < nfeeds; i++) {
@@ -1587,7 +1587,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
             char what[160];
             snprintf(what, sizeof what, "feed %s", feeds[i].name);
             rc = refail(rc, what);
-        } else if (!(binds[i] = malloc(sizeof *binds[i]))) {
+        } else if (!(binds[i] = vq__malloc(sizeof *binds[i]))) {
             rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
         } else {
             bool copy = xd.kind == VQ_DEV_GPU && fd.kind != VQ_DEV_GPU;

@@ -72,7 +72,7 @@ static void *reserve_one(void *arr, int n, int *cap, size_t elem)
     if (*cap > INT_MAX / 2)
         return NULL;
     int ncap = *cap ? *cap * 2 : 8;
-    void *grown = realloc(arr, (size_t)ncap * elem);
+    void *grown = vq__realloc(arr, (size_t)ncap * elem);
     if (grown)
         *cap = ncap;
     return grown;
@@ -103,7 +103,7 @@ static int index_insert(vq_program *p, int v)
         if (p->index_cap > INT_MAX / 4)
             return VQ_ENOMEM;
         int cap = p->index_cap ? p->index_cap * 2 : 16;
-        int *index = malloc((size_t)cap * sizeof *index);
+        int *index = vq__malloc((size_t)cap * sizeof *index);
         if (!index)
             return VQ_ENOMEM;
         for (int i = 0; i < cap; i++)
@@ -166,13 +166,13 @@ static int attr_copy(vq_attr *dst, const vq_attr *src, vq_attr_type want)
 {
     memset(dst, 0, sizeof *dst);
     dst->type = want;
-    if (!(dst->name = strdup(src->name)))
+    if (!(dst->name = vq__strdup(src->name)))
         return VQ_ENOMEM;
     switch (want) {
     case VQ_ATTR_INT: dst->i = src->i; return 0;
     case VQ_ATTR_BOOL: dst->i = src->i != 0; return 0;
     case VQ_ATTR_FLOAT: dst->f = src->type == VQ_ATTR_INT ? (double)src->i : src->f; return 0;
-    case VQ_ATTR_STRING: return (dst->s = strdup(src->s)) ? 0 : VQ_ENOMEM;
+    case VQ_ATTR_STRING: return (dst->s = vq__strdup(src->s)) ? 0 : VQ_ENOMEM;
     default: break;
     }
     if (src->n < 0)
@@ -184,7 +184,7 @@ static int attr_copy(vq_attr *dst, const vq_attr *src, vq_attr_type want)
     switch (want) {
     case VQ_ATTR_INTS:
     case VQ_ATTR_BOOLS: {
-        int64_t *v = malloc((size_t)n * sizeof *v);
+        int64_t *v = vq__malloc((size_t)n * sizeof *v);
         if (!v)
             return VQ_ENOMEM;
         for (int i = 0; i < n; i++)
@@ -193,7 +193,7 @@ static int attr_copy(vq_attr *dst, const vq_attr *src, vq_attr_type want)
         return 0;
     }
     case VQ_ATTR_FLOATS: {
-        double *v = malloc((size_t)n * sizeof *v);
+        double *v = vq__malloc((size_t)n * sizeof *v);
         if (!v)
             return VQ_ENOMEM;
         for (int i = 0; i < n; i++)
@@ -202,12 +202,12 @@ static int attr_copy(vq_attr *dst, const vq_attr *src, vq_attr_type want)
         return 0;
     }
     case VQ_ATTR_STRINGS: {
-        char **v = calloc((size_t)n, sizeof *v);
+        char **v = vq__calloc((size_t)n, sizeof *v);
         if (!v)
             return VQ_ENOMEM;
         dst->strings = (const char *const *)v;
         for (int i = 0; i < n; i++)
-            if (!src->strings[i] || !(v[i] = strdup(src->strings[i])))
+            if (!src->strings[i] || !(v[i] = vq__strdup(src->strings[i])))
                 return src->strings[i] ? VQ_ENOMEM : VQ_EINVAL;
         return 0;
     }
@@ -232,7 +232,7 @@ static int attrs_copy(vq_attr **out, const vq__op_def *def, const vq_attr *attrs
     *out = NULL;
     if (n == 0)
         return 0;
-    vq_attr *copy = calloc((size_t)n, sizeof *copy);
+    vq_attr *copy = vq__calloc((size_t)n, sizeof *copy);
     if (!copy)
         return vq__fail(VQ_ENOMEM, "%s: out of memory for attributes", type);
     for (int i = 0; i < n; i++) {
@@ -269,7 +269,7 @@ int vq__pop_attr_set(vq_program *p, int op, const vq_attr *a)
             p->hash_valid = false;
             return 0;
         }
-    vq_attr *grown = realloc(o->attrs, ((size_t)o->nattrs + 1) * sizeof *grown);
+    vq_attr *grown = vq__realloc(o->attrs, ((size_t)o->nattrs + 1) * sizeof *grown);
     if (!grown) {
         attr_free(&copy);
         return vq__fail(VQ_ENOMEM, "%s: out of memory for attributes", o->type);
@@ -304,7 +304,7 @@ char *vq__pop_type_dup(const vq__pop *op)
         for (int i = 0; i < op->nin + op->nout; i++)
             end = next_packed(end);
     size_t n = (size_t)(end - op->type);
-    char *copy = malloc(n);
+    char *copy = vq__malloc(n);
     if (copy)
         memcpy(copy, op->type, n);
     return copy;
@@ -329,7 +329,7 @@ VQ_API void vq_program_free(vq_program *p)
 
 static void *memdup_n(const void *src, size_t n)
 {
-    void *d = malloc(n ? n : 1);
+    void *d = vq__malloc(n ? n : 1);
     if (d && n)
         memcpy(d, src, n);
     return d;
@@ -339,13 +339,13 @@ static void *memdup_n(const void *src, size_t n)
  * construction). The executor's plans own one; vq_program_clone is this. */
 int vq__program_copy(const vq_program *p, vq_program **out)
 {
-    vq_program *c = calloc(1, sizeof *c);
+    vq_program *c = vq__calloc(1, sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "program copy: out of memory");
     int rc = 0;
-    c->vars = calloc((size_t)(p->nvars ? p->nvars : 1), sizeof *c->vars);
-    c->ops = calloc((size_t)(p->nops ? p->nops : 1), sizeof *c->ops);
-    c->blocks = calloc((size_t)(p->nblocks ? p->nblocks : 1), sizeof *c->blocks);
+    c->vars = vq__calloc((size_t)(p->nvars ? p->nvars : 1), sizeof *c->vars);
+    c->ops = vq__calloc((size_t)(p->nops ? p->nops : 1), sizeof *c->ops);
+    c->blocks = vq__calloc((size_t)(p->nblocks ? p->nblocks : 1), sizeof *c->blocks);
     c->index = memdup_n(p->index, (size_t)p->index_cap * sizeof *p->index);
     if (!c->vars || !c->ops || !c->blocks || !c->index)
         rc = VQ_ENOMEM;
@@ -355,7 +355,7 @@ int vq__program_copy(const vq_program *p, vq_program **out)
     c->index_cap = p->index_cap;
     for (int i = 0; rc == 0 && i < p->nvars; i++, c->nvars++) {
         c->vars[i] = p->vars[i];
-        if (!(c->vars[i].name = strdup(p->vars[i].name)))
+        if (!(c->vars[i].name = vq__strdup(p->vars[i].name)))
             rc = VQ_ENOMEM;
     }
     for (int i = 0; rc == 0 && i < p->nops; i++, c->nops++) {
@@ -373,7 +373,7 @@ int vq__program_copy(const vq_program *p, vq_program **out)
             break;
         }
         if (o->nattrs) {
-            if (!(d->attrs = calloc((size_t)o->nattrs, sizeof *d->attrs))) {
+            if (!(d->attrs = vq__calloc((size_t)o->nattrs, sizeof *d->attrs))) {
                 rc = VQ_ENOMEM;
                 break;
             }
@@ -413,7 +413,7 @@ VQ_API int vq_program_new(vq_program **out)
     if (!out)
         return vq__fail(VQ_EINVAL, "vq_program_new: out is NULL");
     *out = NULL;
-    vq_program *p = calloc(1, sizeof *p);
+    vq_program *p = vq__calloc(1, sizeof *p);
     if (!p || block_append(p, -1) < 0) {
         vq_program_free(p);
         return vq__fail(VQ_ENOMEM, "vq_program_new: out of memory");
@@ -462,7 +462,7 @@ static int var_declare(vq_program *p, int block, const char *name, int dtype, in
                     .persistable = persistable};
     for (int i = 0; i < ndim; i++)
         v->shape[i] = shape[i];
-    if (!(v->name = strdup(name)) || index_insert(p, p->nvars) < 0) {
+    if (!(v->name = vq__strdup(name)) || index_insert(p, p->nvars) < 0) {
         free(v->name);
         return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
     }
@@ -574,9 +574,9 @@ VQ_API int vq_program_add_op(vq_program *p, int block, const char *type,
             return out[i];
 
     vq__pop op = {.def = def, .nin = nin, .nout = nout, .nattrs = nattrs};
-    op.type = strdup(def->type);
-    op.in = malloc((size_t)(nin ? nin : 1) * sizeof *op.in);
-    op.out = malloc((size_t)(nout ? nout : 1) * sizeof *op.out);
+    op.type = vq__strdup(def->type);
+    op.in = vq__malloc((size_t)(nin ? nin : 1) * sizeof *op.in);
+    op.out = vq__malloc((size_t)(nout ? nout : 1) * sizeof *op.out);
     if (!op.type || !op.in || !op.out) {
         op.nattrs = 0;
         pop_free(&op);
@@ -640,7 +640,7 @@ static void *arena_alloc(struct chunk **arena, size_t n)
     struct chunk *c = *arena;
     if (!c || c->size - c->used < n) {
         size_t size = n > 65536 ? n : 65536;
-        if (!(c = malloc(sizeof *c + size)))
+        if (!(c = vq__malloc(sizeof *c + size)))
             return NULL;
         c->next = *arena;
         c->used = 0;
@@ -883,7 +883,7 @@ VQ_API int vq_program_encode(const vq_program *p, void **buf, size_t *len)
     struct chunk *arena = NULL;
     Varq__Program *m = program_msg(&arena, p);
     size_t n = m ? varq__program__get_packed_size(m) : 0;
-    uint8_t *bytes = m ? malloc(n ? n : 1) : NULL;
+    uint8_t *bytes = m ? vq__malloc(n ? n : 1) : NULL;
     if (!bytes) {
         arena_free(arena);
         return vq__fail(VQ_ENOMEM, "vq_program_encode: out of memory");
@@ -956,7 +956,7 @@ static int slots_decode(vq_program *p, int block, const vq__op_def *d, Varq__Slo
             if (!known)
                 return vq__fail(VQ_EINVAL, "%s: unknown %s slot %s", where, dir, slots[i]->name);
         }
-        order = malloc((size_t)(ndef ? ndef : 1) * sizeof *order);
+        order = vq__malloc((size_t)(ndef ? ndef : 1) * sizeof *order);
         if (!order)
             return vq__fail(VQ_ENOMEM, "%s: out of memory", where);
         for (int k = 0; k < ndef; k++) {
@@ -976,8 +976,8 @@ static int slots_decode(vq_program *p, int block, const vq__op_def *d, Varq__Slo
         }
         nslots = (size_t)ndef;
     }
-    int *vars = malloc((total ? total : 1) * sizeof *vars);
-    const char **slot_names = d ? NULL : malloc((total ? total : 1) * sizeof *slot_names);
+    int *vars = vq__malloc((total ? total : 1) * sizeof *vars);
+    const char **slot_names = d ? NULL : vq__malloc((total ? total : 1) * sizeof *slot_names);
     if (!vars || (!d && !slot_names)) {
         free(order);
         free(vars);
@@ -1051,7 +1051,7 @@ static int attr_view(const Varq__Attr *m, vq_attr *a, int64_t **tmp, const char 
         n = m->bools->n_values;
         if (n > INT_MAX)
             break;
-        if (n && !(*tmp = malloc(n * sizeof **tmp)))
+        if (n && !(*tmp = vq__malloc(n * sizeof **tmp)))
             return vq__fail(VQ_ENOMEM, "%s: out of memory", where);
         for (size_t i = 0; i < n; i++)
             (*tmp)[i] = m->bools->values[i] != 0;
@@ -1106,7 +1106,7 @@ static char *packed_type(const char *type, const char **in_names, int nin,
         n += strlen(in_names[i]) + 1;
     for (int i = 0; i < nout; i++)
         n += strlen(out_names[i]) + 1;
-    char *s = malloc(n), *at = s;
+    char *s = vq__malloc(n), *at = s;
     if (!s)
         return NULL;
     at = stpcpy(at, type) + 1;
@@ -1136,7 +1136,7 @@ static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
     if (rc >= 0 && (rc = attrs_decode(d, m->attrs, m->n_attrs, m->type, where, &op.attrs)) >= 0)
         op.nattrs = (int)m->n_attrs;
     if (rc >= 0) {
-        op.type = d ? strdup(m->type) : packed_type(m->type, in_names, op.nin, out_names, op.nout);
+        op.type = d ? vq__strdup(m->type) : packed_type(m->type, in_names, op.nin, out_names, op.nout);
         if (!op.type)
             rc = vq__fail(VQ_ENOMEM, "%s: out of memory", where);
     }
@@ -1202,13 +1202,13 @@ VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len)
     if (!buf && len)
         return vq__fail(VQ_EINVAL, "vq_program_decode: buf is NULL");
     static const uint8_t empty[1];
-    Varq__Program *m = varq__program__unpack(NULL, len, buf ? buf : empty);
+    Varq__Program *m = varq__program__unpack(&vq__protobuf_allocator, len, buf ? buf : empty);
     if (!m)
         return vq__fail(VQ_EINVAL, "vq_program_decode: %zu bytes are not a valid program "
                         "(protobuf parse failed)", len);
-    vq_program *p = calloc(1, sizeof *p);
+    vq_program *p = vq__calloc(1, sizeof *p);
     int rc = p ? program_decode(p, m) : vq__fail(VQ_ENOMEM, "vq_program_decode: out of memory");
-    varq__program__free_unpacked(m, NULL);
+    varq__program__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0) {
         vq_program_free(p);
         return rc;
@@ -1251,7 +1251,7 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
     for (;;) {
         if (len == cap) {
             size_t ncap = cap ? cap * 2 : 65536;
-            char *grown = ncap > cap ? realloc(buf, ncap) : NULL;
+            char *grown = ncap > cap ? vq__realloc(buf, ncap) : NULL;
             if (!grown) {
                 rc = vq__fail(VQ_ENOMEM, "%s: out of memory after %zu bytes", path, len);
                 break;
@@ -1596,7 +1596,7 @@ VQ_API int vq_program_dump(const vq_program *p, FILE *f)
 {
     if (!p || !f)
         return vq__fail(VQ_EINVAL, "vq_program_dump: %s is NULL", p ? "file" : "program");
-    struct dump_ctx d = {.p = p, .user = malloc((size_t)p->nblocks * sizeof *d.user)};
+    struct dump_ctx d = {.p = p, .user = vq__malloc((size_t)p->nblocks * sizeof *d.user)};
     if (!d.user)
         return vq__fail(VQ_ENOMEM, "vq_program_dump: out of memory");
     for (int b = 0; b < p->nblocks; b++)

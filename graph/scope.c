@@ -34,7 +34,7 @@ VQ_API int vq_scope_new(vq_scope **out)
     if (!out)
         return vq__fail(VQ_EINVAL, "vq_scope_new: out is NULL");
     static atomic_uint_fast64_t next_id = 1;
-    vq_scope *s = calloc(1, sizeof *s);
+    vq_scope *s = vq__calloc(1, sizeof *s);
     if (!s)
         return vq__fail(VQ_ENOMEM, "vq_scope_new: out of memory");
     s->id = atomic_fetch_add(&next_id, 1);
@@ -80,13 +80,13 @@ static int insert_at(vq_scope *s, int i, const char *name, vq_tensor *t)
 {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 16;
-        struct binding *b = realloc(s->b, (size_t)cap * sizeof *b);
+        struct binding *b = vq__realloc(s->b, (size_t)cap * sizeof *b);
         if (!b)
             return VQ_ENOMEM;
         s->b = b;
         s->cap = cap;
     }
-    char *copy = strdup(name);
+    char *copy = vq__strdup(name);
     if (!copy)
         return VQ_ENOMEM;
     memmove(&s->b[i + 1], &s->b[i], (size_t)(s->n - i) * sizeof *s->b);
@@ -201,7 +201,7 @@ static void remove_dir(const char *dir)
         while ((ent = readdir(d))) {
             if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
                 continue;
-            char *path = malloc(strlen(dir) + strlen(ent->d_name) + 2);
+            char *path = vq__malloc(strlen(dir) + strlen(ent->d_name) + 2);
             if (path) {
                 sprintf(path, "%s/%s", dir, ent->d_name);
                 unlink(path);
@@ -228,7 +228,7 @@ static int check_replaceable(const char *dir)
         size_t len = strlen(nm);
         if (!strcmp(nm, ".") || !strcmp(nm, ".."))
             continue;
-        char *path = malloc(strlen(dir) + len + 2);
+        char *path = vq__malloc(strlen(dir) + len + 2);
         if (!path) {
             rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
             break;
@@ -256,7 +256,7 @@ static int check_replaceable(const char *dir)
 static int swap_by_renames(const char *tmp, const char *dir)
 {
     size_t len = strlen(tmp) + 8;
-    char *aside = malloc(len);
+    char *aside = vq__malloc(len);
     if (!aside) {
         errno = ENOMEM;
         return -1;
@@ -290,9 +290,9 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
     /* A snapshot of the bindings, so that saving does not hold the lock. */
     pthread_mutex_lock(&s->lock);
     int n = s->n;
-    struct binding *snap = malloc((size_t)(n ? n : 1) * sizeof *snap);
+    struct binding *snap = vq__malloc((size_t)(n ? n : 1) * sizeof *snap);
     for (int i = 0; snap && i < n; i++) {
-        snap[i].name = strdup(s->b[i].name);
+        snap[i].name = vq__strdup(s->b[i].name);
         snap[i].t = vq_tensor_retain(s->b[i].t);
     }
     pthread_mutex_unlock(&s->lock);
@@ -303,7 +303,7 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
      * the new one, never a mix. */
     static atomic_uint counter;
     size_t tlen = strlen(dir) + 64;
-    char *tmp = malloc(tlen), *path = NULL;
+    char *tmp = vq__malloc(tlen), *path = NULL;
     if (!tmp)
         rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
     else
@@ -320,7 +320,7 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
                           snap[i].name);
         if (rc == 0) {
             size_t len = strlen(tmp) + strlen(snap[i].name) + 6;
-            if (!(path = malloc(len))) {
+            if (!(path = vq__malloc(len))) {
                 rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
             } else {
                 snprintf(path, len, "%s/%s.npy", tmp, snap[i].name);
@@ -371,7 +371,7 @@ VQ_API int vq_scope_load(vq_scope *s, const char *dir)
         if (len <= 4 || strcmp(ent->d_name + len - 4, ".npy"))
             continue;
         size_t plen = strlen(dir) + len + 2;
-        char *path = malloc(plen), *name = strndup(ent->d_name, len - 4);
+        char *path = vq__malloc(plen), *name = vq__strndup(ent->d_name, len - 4);
         if (!path || !name) {
             rc = vq__fail(VQ_ENOMEM, "vq_scope_load: out of memory");
         } else {

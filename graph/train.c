@@ -102,13 +102,13 @@ static char *grad_name(const struct bw *b, const char *var, int part);
 /* The name of var v's (finalized) gradient, malloc'd. */
 static char *final_name(const struct bw *b, int v)
 {
-    return b->g[v].alias ? strdup(b->g[v].part[0]) : grad_name(b, b->p->vars[v].name, -1);
+    return b->g[v].alias ? vq__strdup(b->g[v].part[0]) : grad_name(b, b->p->vars[v].name, -1);
 }
 
 static char *grad_name(const struct bw *b, const char *var, int part)
 {
     size_t n = strlen(var) + strlen(b->suffix) + 32;
-    char *s = malloc(n);
+    char *s = vq__malloc(n);
     if (s) {
         if (part < 0)
             snprintf(s, n, "%s@GRAD%s", var, b->suffix);
@@ -151,7 +151,7 @@ static int finalize(struct bw *b, int v)
                 next = name;
             } else {
                 size_t n = strlen(name) + 24;
-                next = malloc(n);
+                next = vq__malloc(n);
                 if (!next) {
                     rc = vq__fail(VQ_ENOMEM, "autodiff: out of memory");
                     break;
@@ -178,11 +178,11 @@ static int finalize(struct bw *b, int v)
 static int add_part(struct bw *b, int v, const char *name)
 {
     struct grad_names *gv = &b->g[v];
-    char **parts = realloc(gv->part, ((size_t)gv->nparts + 1) * sizeof *parts);
+    char **parts = vq__realloc(gv->part, ((size_t)gv->nparts + 1) * sizeof *parts);
     if (!parts)
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     gv->part = parts;
-    if (!(gv->part[gv->nparts] = strdup(name)))
+    if (!(gv->part[gv->nparts] = vq__strdup(name)))
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     gv->nparts++;
     return 0;
@@ -204,10 +204,10 @@ static void bw_free(struct bw *b)
 static int bw_alloc(struct bw *b, vq_program *p, int block, const char *suffix, int nfwd)
 {
     *b = (struct bw){.p = p, .block = block, .suffix = suffix, .nvars = p->nvars};
-    b->requires = calloc((size_t)b->nvars + 1, sizeof *b->requires);
-    b->needed = calloc((size_t)b->nvars + 1, sizeof *b->needed);
-    b->g = calloc((size_t)b->nvars + 1, sizeof *b->g);
-    b->fwd = malloc(((size_t)nfwd + 1) * sizeof *b->fwd);
+    b->requires = vq__calloc((size_t)b->nvars + 1, sizeof *b->requires);
+    b->needed = vq__calloc((size_t)b->nvars + 1, sizeof *b->needed);
+    b->g = vq__calloc((size_t)b->nvars + 1, sizeof *b->g);
+    b->fwd = vq__malloc(((size_t)nfwd + 1) * sizeof *b->fwd);
     if (!b->requires || !b->needed || !b->g || !b->fwd) {
         bw_free(b);
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -223,7 +223,7 @@ static int reads_add(int **v, int *n, int *cap, int x)
         if ((*v)[j] == x)
             return 0;
     if (*n == *cap) {
-        int *nv = realloc(*v, (size_t)(*cap *= 2) * sizeof *nv);
+        int *nv = vq__realloc(*v, (size_t)(*cap *= 2) * sizeof *nv);
         if (!nv)
             return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         *v = nv;
@@ -248,7 +248,7 @@ static bool op_block(const vq__pop *op, int blk)
 static int op_reads(const vq_program *p, const vq__pop *op, int **out, int *n)
 {
     int cap = op->nin + 8;
-    int *v = malloc((size_t)cap * sizeof *v);
+    int *v = vq__malloc((size_t)cap * sizeof *v);
     if (!v)
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     memcpy(v, op->in, (size_t)op->nin * sizeof *v);
@@ -309,7 +309,7 @@ static char *copy_name(struct copy *cp, int v, int *rc)
             mapped = cp->to[m];
     int nb = mapped ? -1 : cp->map[p->vars[v].block];
     size_t len = strlen(nm) + strlen(cp->re) + 1 + (mapped ? strlen(mapped) : 0);
-    char *s = malloc(len);
+    char *s = vq__malloc(len);
     if (!s) {
         *rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         return NULL;
@@ -334,7 +334,7 @@ static int copy_ctl_attrs(struct copy *cp, int opi, int nb, vq_attr *out, char *
     int rc = 0, na = p->ops[opi].nattrs, cap = 0;
     for (int a = 0; a < na; a++)
         cap += p->ops[opi].attrs[a].type == VQ_ATTR_STRINGS ? p->ops[opi].attrs[a].n + 1 : 1;
-    char **own = calloc((size_t)cap + 1, sizeof *own);
+    char **own = vq__calloc((size_t)cap + 1, sizeof *own);
     if (!own)
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     *owned = own;
@@ -358,14 +358,14 @@ static int copy_ctl_attrs(struct copy *cp, int opi, int nb, vq_attr *out, char *
                                                   !strcmp(at.name, "body_cond"))) {
             bool one = at.type == VQ_ATTR_STRING;
             int n = one ? 1 : at.n;
-            char **names = calloc((size_t)n + 1, sizeof *names);
+            char **names = vq__calloc((size_t)n + 1, sizeof *names);
             if (!names)
                 return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             own[(*nowned)++] = (char *)names;
             for (int i = 0; i < n && rc == 0; i++) {
                 const char *nm = one ? at.s : at.strings[i];
                 int v = vq__program_find_var(p, nm);
-                names[i] = v < 0 ? strdup(nm) : copy_name(cp, v, &rc);
+                names[i] = v < 0 ? vq__strdup(nm) : copy_name(cp, v, &rc);
                 if (!names[i] && rc == 0)
                     rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             }
@@ -406,7 +406,7 @@ static int copy_block_rec(struct copy *cp, int fb, int nb)
         char **owned = NULL;
         int nowned = 0, na = p->ops[opi].nattrs;
         if (rc >= 0 && is_control(&p->ops[opi])) {
-            if (!(attrs = calloc((size_t)na + 1, sizeof *attrs)))
+            if (!(attrs = vq__calloc((size_t)na + 1, sizeof *attrs)))
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             else
                 rc = copy_ctl_attrs(cp, opi, nb, attrs, &owned, &nowned);
@@ -438,7 +438,7 @@ static int copy_block(vq_program *p, int fb, int nb, const char *re, const int *
 {
     *first = p->blocks[nb].nops;
     struct copy cp = {.p = p, .re = re, .from = from, .to = to, .nmap = nmap,
-                      .map = malloc(((size_t)p->nblocks + 1) * sizeof(int))};
+                      .map = vq__malloc(((size_t)p->nblocks + 1) * sizeof(int))};
     if (!cp.map)
         return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     for (int i = 0; i < p->nblocks; i++)
@@ -468,7 +468,7 @@ static int block_backward(vq_program *p, int nb, int first, const int *seed,
     for (int i = 0; i < nwanted; i++)
         sub.requires[wanted[i]] = is_float(p->vars[wanted[i]].dtype);
     /* a cond or while reads what its blocks read */
-    int **reads = calloc((size_t)n + 1, sizeof *reads), *nreads = calloc((size_t)n + 1, sizeof *nreads);
+    int **reads = vq__calloc((size_t)n + 1, sizeof *reads), *nreads = vq__calloc((size_t)n + 1, sizeof *nreads);
     if (!reads || !nreads)
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     for (int i = 0; i < n && rc == 0; i++)
@@ -575,11 +575,11 @@ static int cond_backward(struct bw *b, int k, const int *reads, int nreads, cons
             return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (cond) is malformed (prepare "
                                        "the program to see why)",
                             k);
-    int *wanted = malloc(((size_t)nreads + 1) * sizeof *wanted), nw = 0;
-    int *seed = malloc(((size_t)nout + 1) * sizeof *seed), ns = 0;
-    const char **seed_name = malloc(((size_t)nout + 1) * sizeof *seed_name);
-    char **results[2] = {calloc((size_t)nreads + 1, sizeof(char *)),
-                         calloc((size_t)nreads + 1, sizeof(char *))};
+    int *wanted = vq__malloc(((size_t)nreads + 1) * sizeof *wanted), nw = 0;
+    int *seed = vq__malloc(((size_t)nout + 1) * sizeof *seed), ns = 0;
+    const char **seed_name = vq__malloc(((size_t)nout + 1) * sizeof *seed_name);
+    char **results[2] = {vq__calloc((size_t)nreads + 1, sizeof(char *)),
+                         vq__calloc((size_t)nreads + 1, sizeof(char *))};
     int nb[2] = {-1, -1}, rc = 0;
     if (!wanted || !seed || !seed_name || !results[0] || !results[1])
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -653,8 +653,8 @@ static int carried_requires(const struct bw *b, int opi, int body, const vq_attr
                             const vq_attr *bout, int nc, bool *out)
 {
     vq_program *p = b->p;
-    bool *rq = calloc((size_t)p->nvars + 1, sizeof *rq);
-    int *bi = malloc(((size_t)nc + 1) * sizeof *bi), *bo = malloc(((size_t)nc + 1) * sizeof *bo);
+    bool *rq = vq__calloc((size_t)p->nvars + 1, sizeof *rq);
+    int *bi = vq__malloc(((size_t)nc + 1) * sizeof *bi), *bo = vq__malloc(((size_t)nc + 1) * sizeof *bo);
     int rc = 0;
     if (!rq || !bi || !bo)
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -749,12 +749,12 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
      * vars the body reads from outside) */
     int nsum = nreads - 1 - nc, ncarry = 0;
     int n = nc + nsum;
-    char **nm = calloc((size_t)(5 * n + 1), sizeof *nm); /* replay, in, out, init, unused */
-    int *from = malloc(((size_t)nc + 1) * sizeof *from);
-    int *wanted = malloc(((size_t)n + 1) * sizeof *wanted), *seed = malloc(((size_t)nc + 1) * sizeof *seed);
-    const char **seed_name = malloc(((size_t)nc + 1) * sizeof *seed_name);
-    char **result = calloc((size_t)n + 1, sizeof *result);
-    bool *carried = calloc((size_t)nc + 1, sizeof *carried);
+    char **nm = vq__calloc((size_t)(5 * n + 1), sizeof *nm); /* replay, in, out, init, unused */
+    int *from = vq__malloc(((size_t)nc + 1) * sizeof *from);
+    int *wanted = vq__malloc(((size_t)n + 1) * sizeof *wanted), *seed = vq__malloc(((size_t)nc + 1) * sizeof *seed);
+    const char **seed_name = vq__malloc(((size_t)nc + 1) * sizeof *seed_name);
+    char **result = vq__calloc((size_t)n + 1, sizeof *result);
+    bool *carried = vq__calloc((size_t)nc + 1, sizeof *carried);
     if (!nm || !from || !wanted || !seed || !seed_name || !result || !carried) {
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         goto out;
@@ -765,7 +765,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
     for (int c = 0; c < nc && rc == 0; c++) {
         int v = vq__program_find_var(p, bin->strings[c]);
         size_t len = strlen(bin->strings[c]) + 40;
-        if (v < 0 || !(replay[c] = malloc(len))) {
+        if (v < 0 || !(replay[c] = vq__malloc(len))) {
             rc = vq__fail(v < 0 ? VQ_EINVAL : VQ_ENOMEM, "vq_append_backward: op %d (while): "
                                                          "body input %s",
                           k, bin->strings[c]);
@@ -790,9 +790,9 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
             continue; /* no gradient wanted for that read */
         const char *base = p->vars[v].name;
         size_t len = strlen(base) + 48;
-        gin[nl] = malloc(len);
-        gout[nl] = malloc(len);
-        ginit[nl] = malloc(len);
+        gin[nl] = vq__malloc(len);
+        gout[nl] = vq__malloc(len);
+        ginit[nl] = vq__malloc(len);
         if (!gin[nl] || !gout[nl] || !ginit[nl]) {
             rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             break;
@@ -812,7 +812,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
             int out_v = p->ops[opi].out[i];
             if (dout[i]) {
                 free(ginit[nl]);
-                ginit[nl] = strdup(dout[i]);
+                ginit[nl] = vq__strdup(dout[i]);
                 rc = ginit[nl] ? 0 : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             } else {
                 rc = zeros_var(p, b->block, ginit[nl], out_v);
@@ -835,7 +835,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
             own = strcmp(result[i], gin[j]) != 0; /* ...that no iteration binds */
         if (i < ncarry && own) { /* it carries on as it is */
             free(gout[i]);
-            if (!(gout[i] = strdup(result[i])))
+            if (!(gout[i] = vq__strdup(result[i])))
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             continue;
         }
@@ -857,8 +857,8 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
     /* the replaying while: Out = gradients of the carried X (those wanted,
      * others into vars nobody reads) and of the enclosing reads */
     if (rc >= 0) {
-        const char **xin = malloc(((size_t)nl + 2) * sizeof *xin);
-        const char **outn = malloc(((size_t)nl + 1) * sizeof *outn);
+        const char **xin = vq__malloc(((size_t)nl + 2) * sizeof *xin);
+        const char **outn = vq__malloc(((size_t)nl + 1) * sizeof *outn);
         char **junk = nm + 4 * n;
         if (!xin || !outn) {
             rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -875,7 +875,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
                 } else {
                     /* a carried value whose gradient nobody wants */
                     size_t len = strlen(ginit[j]) + 16;
-                    if (!(junk[j] = malloc(len))) {
+                    if (!(junk[j] = vq__malloc(len))) {
                         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
                         break;
                     }
@@ -945,11 +945,11 @@ static int bw_ops(struct bw *b)
             free(in);
             break;
         }
-        const char **dout = calloc((size_t)nout + 1, sizeof *dout);
-        const char **din = calloc((size_t)nin + 1, sizeof *din);
-        const char **in_n = calloc((size_t)nin + 1, sizeof *in_n);
+        const char **dout = vq__calloc((size_t)nout + 1, sizeof *dout);
+        const char **din = vq__calloc((size_t)nin + 1, sizeof *din);
+        const char **in_n = vq__calloc((size_t)nin + 1, sizeof *in_n);
         const char *out_n[VQ__MAX_SLOTS];
-        char **owned = calloc((size_t)nin + 1, sizeof *owned);
+        char **owned = vq__calloc((size_t)nin + 1, sizeof *owned);
         char *dout_owned[VQ__MAX_SLOTS] = {0};
         if (!dout || !din || !in_n || !owned)
             rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -989,7 +989,7 @@ static int bw_ops(struct bw *b)
             vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
                            .din = din, .dout = dout, .attrs = op0->attrs,
                            .nattrs = op0->nattrs, .emit = emit_op, .temp = no_temp, .user = b};
-            bool *wrote = calloc((size_t)nin + 1, sizeof *wrote);
+            bool *wrote = vq__calloc((size_t)nin + 1, sizeof *wrote);
             if (!wrote) {
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             } else {
@@ -1064,8 +1064,8 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
     int rc = bw_alloc(&b, p, 0, "", nops), nparams = 0;
     if (rc < 0)
         return rc;
-    int *writer = malloc(((size_t)nvars + 1) * sizeof *writer);
-    bool *stop = calloc((size_t)nvars + 1, sizeof *stop);
+    int *writer = vq__malloc(((size_t)nvars + 1) * sizeof *writer);
+    bool *stop = vq__calloc((size_t)nvars + 1, sizeof *stop);
     if (!writer || !stop) {
         rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         goto out;
@@ -1237,7 +1237,7 @@ static int opt_op(vq_program *main, const char *type, const char *const *in, int
 /* *grad (malloc'd) becomes a copy of name. */
 static int grad_becomes(char **grad, const char *name)
 {
-    char *c = strdup(name);
+    char *c = vq__strdup(name);
     if (!c)
         return vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
     free(*grad);
@@ -1406,7 +1406,7 @@ static int frozen_vars(vq_program *main, const vq_optimizer *opt, const char ***
                                        "persistable var of the program",
                             opt->parameters[i] ? opt->parameters[i] : "(NULL)");
     }
-    const char **list = malloc(((size_t)main->nvars + 1) * sizeof *list);
+    const char **list = vq__malloc(((size_t)main->nvars + 1) * sizeof *list);
     if (!list)
         return vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
     for (int v = 0; v < main->nvars; v++) {
@@ -1459,8 +1459,8 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
     if (rc < 0)
         return rc;
     /* the parameters with a gradient, and their gradients' names */
-    int *params = malloc(((size_t)nvars + 1) * sizeof *params), n = 0;
-    char **grad = calloc((size_t)nvars + 1, sizeof *grad);
+    int *params = vq__malloc(((size_t)nvars + 1) * sizeof *params), n = 0;
+    char **grad = vq__calloc((size_t)nvars + 1, sizeof *grad);
     if (!params || !grad)
         rc = vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
     for (int v = 0; v < nvars && rc >= 0; v++) {
@@ -1475,7 +1475,7 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
                 rc = vq__fail(VQ_EINVAL, "vq_optimizer_minimize: parameter %s has unknown dims",
                               main->vars[v].name);
         params[n] = v;
-        if (rc >= 0 && !(grad[n++] = strdup(gname)))
+        if (rc >= 0 && !(grad[n++] = vq__strdup(gname)))
             rc = vq__fail(VQ_ENOMEM, "vq_optimizer_minimize: out of memory");
     }
     if (rc >= 0)

@@ -69,7 +69,7 @@ static int val_new(struct ox *x, const char *name, struct ox_val **out)
         return ox_fail(x, VQ_EINVAL, "value \"%s\" is produced twice", name);
     if (x->nvals == x->cap) {
         int cap = x->cap ? 2 * x->cap : 64;
-        struct ox_val **v = realloc(x->vals, (size_t)cap * sizeof *v);
+        struct ox_val **v = vq__realloc(x->vals, (size_t)cap * sizeof *v);
         if (!v)
             return vq__fail(VQ_ENOMEM, "onnx: out of memory");
         x->vals = v;
@@ -77,7 +77,7 @@ static int val_new(struct ox *x, const char *name, struct ox_val **out)
     }
     if (2 * (x->nvals + 1) > x->index_cap) {
         int cap = x->index_cap ? 2 * x->index_cap : 128;
-        int *idx = malloc((size_t)cap * sizeof *idx);
+        int *idx = vq__malloc((size_t)cap * sizeof *idx);
         if (!idx)
             return vq__fail(VQ_ENOMEM, "onnx: out of memory");
         free(x->index);
@@ -88,8 +88,8 @@ static int val_new(struct ox *x, const char *name, struct ox_val **out)
         for (int k = 0; k < x->nvals; k++)
             index_put(x, k);
     }
-    struct ox_val *v = calloc(1, sizeof *v);
-    if (!v || !(v->name = strdup(name))) {
+    struct ox_val *v = vq__calloc(1, sizeof *v);
+    if (!v || !(v->name = vq__strdup(name))) {
         free(v);
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     }
@@ -260,11 +260,11 @@ int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, 
 /* Queues name = t (a new reference) for the caller's scope. */
 static int bind_later(struct ox *x, const char *name, vq_tensor *t)
 {
-    struct ox_bind *b = realloc(x->binds, ((size_t)x->nbinds + 1) * sizeof *b);
+    struct ox_bind *b = vq__realloc(x->binds, ((size_t)x->nbinds + 1) * sizeof *b);
     if (!b)
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     x->binds = b;
-    if (!(b[x->nbinds].name = strdup(name)))
+    if (!(b[x->nbinds].name = vq__strdup(name)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     b[x->nbinds++].t = vq_tensor_retain(t);
     return 0;
@@ -287,7 +287,7 @@ static int val_var(struct ox *x, struct ox_val *v)
         return 0;
     if (!v->konst)
         return ox_fail(x, VQ_EINVAL, "value \"%s\" has neither a var nor a value", v->name);
-    if (!(v->var = strdup(v->name)))
+    if (!(v->var = vq__strdup(v->name)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     return param_var(x, v->var, v->konst);
 }
@@ -322,7 +322,7 @@ int ox_alias(struct ox *x, const char *name, struct ox_val *src)
     v->meta = src->meta;
     if (src->konst)
         v->konst = vq_tensor_retain(src->konst);
-    if (src->var && !(v->var = strdup(src->var)))
+    if (src->var && !(v->var = vq__strdup(src->var)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     return 0;
 }
@@ -382,7 +382,7 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
             if ((rc = val_new(x, names[j], &outs[j])) < 0)
                 break;
             outs[j]->meta = om[j];
-            if (!(outs[j]->var = strdup(names[j])))
+            if (!(outs[j]->var = vq__strdup(names[j])))
                 return vq__fail(VQ_ENOMEM, "onnx: out of memory");
             rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim,
                                     om[j].shape, false);
@@ -505,7 +505,7 @@ int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_va
     if (rc < 0)
         return rc;
     v->meta = *m;
-    if (!(v->var = strdup(name)))
+    if (!(v->var = vq__strdup(name)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     rc = vq_program_add_var(x->p, x->block, name, m->dtype, m->ndim, m->shape, false);
     if (rc < 0)
@@ -537,7 +537,7 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
             rc = val_new(x, t->name, &val);
             if (rc == 0) {
                 meta_of(&val->meta, v);
-                if (!(val->var = strdup(t->name)))
+                if (!(val->var = vq__strdup(t->name)))
                     rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
             }
             if (rc == 0)
@@ -556,7 +556,7 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         struct ox_val *v;
         if ((rc = val_new(x, vi->name, &v)) < 0 || (rc = input_meta(vi, &v->meta)) < 0)
             return rc;
-        if (!(v->var = strdup(vi->name)))
+        if (!(v->var = vq__strdup(vi->name)))
             return vq__fail(VQ_ENOMEM, "onnx: out of memory");
         rc = vq_program_add_var(x->p, 0, v->var, v->meta.dtype, v->meta.ndim, v->meta.shape,
                                 false);
@@ -613,7 +613,7 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_program_from_onnx: NULL argument");
     *out = NULL;
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!m)
         return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
                                    "a ModelProto: truncated or corrupted?)",
@@ -633,7 +633,7 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
                                  "be a scope to hold them");
     for (int i = 0; rc == 0 && i < x.nbinds; i++)
         rc = vq_scope_set(params, x.binds[i].name, x.binds[i].t);
-    onnx__model_proto__free_unpacked(m, NULL);
+    onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0) {
         vq_program_free(x.p);
         ox_free(&x);
@@ -656,13 +656,13 @@ static int read_file(const char *path, void **buf, size_t *len)
     if (!f)
         return vq__fail(VQ_EIO, "onnx: %s: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
+    char *b = vq__malloc(cap);
     int rc = 0;
     while (b) {
         n += fread(b + n, 1, cap - n, f);
         if (n < cap)
             break;
-        char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(b, cap * 2);
+        char *nb = cap > SIZE_MAX / 2 ? NULL : vq__realloc(b, cap * 2);
         if (!nb) {
             free(b);
             b = NULL;
@@ -695,7 +695,7 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
     int rc = read_file(path, &buf, &len);
     if (rc < 0)
         return rc;
-    char *dir = strdup(path);
+    char *dir = vq__strdup(path);
     if (!dir) {
         free(buf);
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
@@ -729,7 +729,7 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
     memset(out, 0, sizeof *out);
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!m)
         return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
                                    "a ModelProto: truncated or corrupted?)",
@@ -740,8 +740,8 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     const Onnx__GraphProto *g = m->graph;
     if (rc == 0) {
         out->opset = (int)opset;
-        out->inputs = calloc(g->n_input + 1, sizeof *out->inputs);
-        out->outputs = calloc(g->n_output + 1, sizeof *out->outputs);
+        out->inputs = vq__calloc(g->n_input + 1, sizeof *out->inputs);
+        out->outputs = vq__calloc(g->n_output + 1, sizeof *out->outputs);
         if (!out->inputs || !out->outputs)
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
     }
@@ -749,14 +749,14 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
         const char *nm = g->input[i]->name ? g->input[i]->name : "";
         if (is_initializer(g, nm))
             continue;
-        if (!(out->inputs[out->ninputs++] = strdup(nm)))
+        if (!(out->inputs[out->ninputs++] = vq__strdup(nm)))
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
     }
     for (size_t i = 0; rc == 0 && i < g->n_output; i++)
-        if (!(out->outputs[out->noutputs++] = strdup(g->output[i]->name ? g->output[i]->name
+        if (!(out->outputs[out->noutputs++] = vq__strdup(g->output[i]->name ? g->output[i]->name
                                                                         : "")))
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    onnx__model_proto__free_unpacked(m, NULL);
+    onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0)
         vq_onnx_info_free(out);
     return rc;

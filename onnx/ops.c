@@ -838,8 +838,8 @@ static int t_if(struct ox *x)
     if ((rc = ox_var_of(x, c)) < 0)
         return rc;
     int outer = x->block, blk[2];
-    char **names[2] = {calloc((size_t)nout, sizeof(char *)),
-                       calloc((size_t)nout, sizeof(char *))};
+    char **names[2] = {vq__calloc((size_t)nout, sizeof(char *)),
+                       vq__calloc((size_t)nout, sizeof(char *))};
     vq__meta metas[2][VQ__MAX_SLOTS];
     if (!names[0] || !names[1])
         rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
@@ -858,7 +858,7 @@ static int t_if(struct ox *x)
             if ((rc = own_var(x, v, NULL, 0, &own)) < 0)
                 break;
             metas[b][j] = own->meta;
-            if (!(names[b][j] = strdup(own->var)))
+            if (!(names[b][j] = vq__strdup(own->var)))
                 rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
         }
         x->block = outer;

@@ -72,7 +72,7 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
                                    "%zu bytes",
                         what, length, want);
     size_t n = strlen(dir) + strlen(location) + 2;
-    char *path = malloc(n);
+    char *path = vq__malloc(n);
     if (!path)
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     snprintf(path, n, "%s/%s", dir, location);
@@ -185,7 +185,7 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
     *out = NULL;
     if (name)
         *name = NULL;
-    Onnx__TensorProto *t = onnx__tensor_proto__unpack(NULL, len, buf);
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!t)
         return vq__fail(VQ_EINVAL, "vq_tensor_from_onnx: not an ONNX TensorProto (%zu bytes "
                                    "that do not decode)",
@@ -193,11 +193,11 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
     char what[160];
     snprintf(what, sizeof what, "tensor \"%s\"", t->name ? t->name : "");
     int rc = vq__onnx_tensor(t, NULL, what, out);
-    if (rc == 0 && name && !(*name = strdup(t->name ? t->name : ""))) {
+    if (rc == 0 && name && !(*name = vq__strdup(t->name ? t->name : ""))) {
         vq_tensor_release(*out);
         *out = NULL;
         rc = vq__fail(VQ_ENOMEM, "vq_tensor_from_onnx: out of memory");
     }
-    onnx__tensor_proto__free_unpacked(t, NULL);
+    onnx__tensor_proto__free_unpacked(t, &vq__protobuf_allocator);
     return rc;
 }

@@ -81,7 +81,7 @@ static void *cpu_alloc_block(vq__allocator *base, size_t bytes, void *stream)
         atomic_fetch_sub_explicit(&a->cached, size, memory_order_relaxed);
         atomic_fetch_add_explicit(&a->reuses, 1, memory_order_relaxed);
     } else {
-        if (posix_memalign(&p, 64, size) != 0)
+        if (vq__posix_memalign(&p, 64, size) != 0)
             return NULL;
         atomic_fetch_add_explicit(&a->system, size, memory_order_relaxed);
     }

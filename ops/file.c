@@ -112,7 +112,7 @@ static int write_and_close(int fd, const vq__file_part *parts, int nparts, bool 
 /* After a rename into dir: the directory entry itself reaches the disk. */
 void vq__file_sync_dir_of(const char *target)
 {
-    char *dir = strdup(target);
+    char *dir = vq__strdup(target);
     if (!dir)
         return;
     char *slash = strrchr(dir, '/');
@@ -151,7 +151,7 @@ int vq__file_replace(const char *path, const vq__file_part *parts, int nparts)
     }
     /* A new file gets 0666 less the umask; a replaced one keeps its mode. */
     size_t plen = strlen(target);
-    char *tmp = malloc(plen + 32);
+    char *tmp = vq__malloc(plen + 32);
     if (!tmp) {
         free(resolved);
         return vq__fail(VQ_ENOMEM, "%s: out of memory", path);

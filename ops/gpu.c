@@ -144,7 +144,7 @@ int vq__gpu_allocator(int id, vq__allocator **out)
     pthread_mutex_lock(&gpu_lock);
     struct gpu_alloc *a = atomic_load_explicit(&gpus[id], memory_order_relaxed);
     if (!a) {
-        a = calloc(1, sizeof *a);
+        a = vq__calloc(1, sizeof *a);
         if (!a) {
             rc = vq__fail(VQ_ENOMEM, "GPU %d: out of memory for its allocator", id);
         } else if ((rc = be->stream_new(id, &a->stream)) < 0) {
@@ -332,7 +332,7 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     if (!k->x)
         return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
     int n = k->nin + k->nout;
-    struct host_kernel *h = malloc(sizeof *h + (size_t)n * sizeof h->hdr[0]);
+    struct host_kernel *h = vq__malloc(sizeof *h + (size_t)n * sizeof h->hdr[0]);
     if (!h)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", k->def->type);
     h->def = k->def;
@@ -447,7 +447,7 @@ static struct stage *stage_get(const struct vq__stream_backend *be, size_t n)
         free(t);
     }
     if (!st) {
-        if (!(st = malloc(sizeof *st)))
+        if (!(st = vq__malloc(sizeof *st)))
             return NULL;
         if (!(st->p = be->host_alloc_pinned(size))) {
             free(st);
@@ -572,7 +572,7 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
         *out = dst;
         return 0;
     }
-    struct copy *c = malloc(sizeof *c);
+    struct copy *c = vq__malloc(sizeof *c);
     if (!c) {
         vq_tensor_release(dst);
         return vq__fail(VQ_ENOMEM, "vq_tensor_copy_to: out of memory");

@@ -17,6 +17,7 @@
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
+#include "../engine/fault.h"  /* every allocation goes through vq__malloc & co. */
 #include "../engine/stream.h" /* backend streams: vq__gpu_op_stream */
 
 #include <stdatomic.h>

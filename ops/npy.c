@@ -440,7 +440,7 @@ static int load_fd(const char *path, int fd, vq_tensor **out)
     if (sized && (uint64_t)st.st_size < (uint64_t)h.prefix_len + h.header_len)
         return vq__fail(VQ_EINVAL, "%s: truncated: header of %zu bytes, %llu there", path,
                         h.header_len, (unsigned long long)st.st_size - h.prefix_len);
-    char *text = malloc(h.header_len ? h.header_len : 1);
+    char *text = vq__malloc(h.header_len ? h.header_len : 1);
     if (!text)
         return vq__fail(VQ_ENOMEM, "%s: out of memory for a header of %zu bytes", path,
                         h.header_len);
@@ -562,7 +562,7 @@ VQ_API int vq_npy_save(const char *path, vq_tensor *t)
     /* A GPU tensor goes through a host copy (its work is done: waited). */
     void *host = NULL;
     if (t->dev.kind == VQ_DEV_GPU && t->nbytes) {
-        if (!(host = malloc(t->nbytes)))
+        if (!(host = vq__malloc(t->nbytes)))
             return vq__fail(VQ_ENOMEM, "%s: out of memory for a host copy", path);
         if ((rc = vq__gpu_copy_sync(t->dev.id, host, t->data, t->nbytes, VQ__MEMCPY_D2H)) < 0) {
             free(host);

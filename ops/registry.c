@@ -152,9 +152,9 @@ int vq__op_table_add(const vq__op_def *d)
     pthread_mutex_lock(&register_lock);
     struct table *t = atomic_load_explicit(&current, memory_order_relaxed);
     int at = table_find(t, d->type);
-    struct table *n = at < 0 ? malloc(sizeof *n) : NULL;
-    const vq__op_def **ops = n ? malloc((size_t)(t->n + 1) * sizeof *ops) : NULL;
-    char(*sigs)[SIG_BYTES] = ops ? malloc((size_t)(t->n + 1) * SIG_BYTES) : NULL;
+    struct table *n = at < 0 ? vq__malloc(sizeof *n) : NULL;
+    const vq__op_def **ops = n ? vq__malloc((size_t)(t->n + 1) * sizeof *ops) : NULL;
+    char(*sigs)[SIG_BYTES] = ops ? vq__malloc((size_t)(t->n + 1) * SIG_BYTES) : NULL;
     if (!sigs) {
         pthread_mutex_unlock(&register_lock);
         free(n);
@@ -580,7 +580,7 @@ static void call_free(void *arg)
 static void note_failure(vq_tensor *const *out, int nout)
 {
     for (int i = 0; i < nout; i++) {
-        char *msg = strdup(vq_errmsg());
+        char *msg = vq__strdup(vq_errmsg());
         free(atomic_exchange(&out[i]->fail_msg, msg));
     }
 }
@@ -739,7 +739,7 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
     } else if ((rc = vq__cpu_kernel_check(d)) < 0) {
         return rc;
     }
-    struct call *c = malloc(sizeof *c);
+    struct call *c = vq__malloc(sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", d->type);
     rc = vq__op_infer(d, attrs, nattrs, nin, im, nout, om, c->params);

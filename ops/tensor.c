@@ -146,7 +146,7 @@ static vq_tensor *header_get(void)
         memset(t, 0, sizeof *t);
         return t;
     }
-    return calloc(1, sizeof *t);
+    return vq__calloc(1, sizeof *t);
 }
 
 static void header_put(vq_tensor *t)

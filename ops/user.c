@@ -129,7 +129,7 @@ static void async_finish(vq_op_done *d, int err)
 
 static void user_async(const vq__kcall *k, vq_op_done *done)
 {
-    struct async_call *a = malloc(sizeof *a);
+    struct async_call *a = vq__malloc(sizeof *a);
     if (!a) {
         done->finish(done, vq__fail(VQ_ENOMEM, "%s: out of memory", k->def->type));
         return;
@@ -316,7 +316,7 @@ _Static_assert(VQ_OP_MAX_PARAMS == VQ__MAX_PARAMS && VQ_OP_MAX_SLOTS == VQ__MAX_
 
 static char *dup_str(const char *s)
 {
-    return s ? strdup(s) : NULL;
+    return s ? vq__strdup(s) : NULL;
 }
 
 static void user_op_free(struct vq__user_op *o)
@@ -341,14 +341,14 @@ static void user_op_free(struct vq__user_op *o)
 /* A copy of u's strings: names, slots, the attribute schema. */
 static struct vq__user_op *user_op_copy(const vq_op_def *u)
 {
-    struct vq__user_op *o = calloc(1, sizeof *o);
+    struct vq__user_op *o = vq__calloc(1, sizeof *o);
     if (!o)
         return NULL;
     o->def = *u;
     o->def.name = NULL;
-    o->in_slots = calloc((size_t)u->ninputs + 1, sizeof *o->in_slots);
-    o->out_slots = calloc((size_t)u->noutputs + 1, sizeof *o->out_slots);
-    o->attrs = calloc((size_t)u->nattrs + 1, sizeof *o->attrs);
+    o->in_slots = vq__calloc((size_t)u->ninputs + 1, sizeof *o->in_slots);
+    o->out_slots = vq__calloc((size_t)u->noutputs + 1, sizeof *o->out_slots);
+    o->attrs = vq__calloc((size_t)u->nattrs + 1, sizeof *o->attrs);
     bool ok = o->in_slots && o->out_slots && o->attrs && (o->def.name = dup_str(u->name));
     for (int i = 0; ok && i < u->ninputs; i++)
         ok = (o->in_slots[i] = dup_str(u->inputs[i])) != NULL;

@@ -345,7 +345,7 @@ static int extremum_grad_kernel(const vq__kcall *k)
     if (dx->numel == 0)
         return 0;
     struct spread s = {.x = x->data, .out = m->data, .g = g->data, .dx = dx->data};
-    s.count = calloc((size_t)m->numel, sizeof *s.count);
+    s.count = vq__calloc((size_t)m->numel, sizeof *s.count);
     if (!s.count)
         return vq__fail(VQ_ENOMEM, "%s: out of memory for %lld counts", k->def->type,
                         (long long)m->numel);

@@ -162,7 +162,7 @@ static int reduce_kernel(const vq__kcall *k)
     void (*row)(void *, int64_t, int64_t, int64_t, int64_t);
     switch (x->dtype) {
     case VQ_F32:
-        tmp = calloc((size_t)n, sizeof *tmp);
+        tmp = vq__calloc((size_t)n, sizeof *tmp);
         if (!tmp)
             return vq__fail(VQ_ENOMEM, "%s: out of memory for %lld accumulators", k->def->type,
                             (long long)n);

@@ -163,7 +163,7 @@ static struct check *free_checks[MAX_DEVICES];
  * Never freed: see the file comment. */
 static int checks_grow(const vq__kcall *k, int dev)
 {
-    struct check *c = calloc(CHECKS_PER_CHUNK, sizeof *c);
+    struct check *c = vq__calloc(CHECKS_PER_CHUNK, sizeof *c);
     void *d = NULL, *h = NULL;
     cudaError_t e = cudaSuccess;
     if (c && (e = cudaMalloc(&d, CHECKS_PER_CHUNK * sizeof(struct found))) == cudaSuccess)

@@ -1,0 +1,35 @@
+/* Every heap allocation of the library goes through these wrappers, so that
+ * tests can make the N-th one fail (SQLite's method: tests/alloc_fault.c
+ * runs workloads once per allocation, N = 1, 2, 3, ...). Disarmed, each
+ * wrapper costs one relaxed atomic load before the C library's call.
+ *
+ * The rule for callers: a NULL from any of them is an out-of-memory that
+ * the caller reports (VQ_ENOMEM with a message) or survives by design
+ * (e.g. a cache that simply does not grow), never a crash or a hang. */
+#ifndef VARQ_ENGINE_FAULT_H
+#define VARQ_ENGINE_FAULT_H
+
+#include <stddef.h>
+
+void *vq__malloc(size_t n);
+void *vq__calloc(size_t n, size_t size);
+void *vq__realloc(void *p, size_t n);
+char *vq__strdup(const char *s);
+char *vq__strndup(const char *s, size_t n);
+void *vq__aligned_alloc(size_t align, size_t n);
+int vq__posix_memalign(void **p, size_t align, size_t n); /* 0 or ENOMEM */
+
+/* Tests only. vq__fault_arm(n): the n-th allocation from now (n >= 1)
+ * fails, and only that one; 0 disarms. vq__fault_fired() says whether it
+ * has happened since the last arm, and vq__fault_site() where (the
+ * caller's return address), for counting distinct sites. Process-wide
+ * (atomic: allocations on any thread count). */
+void vq__fault_arm(long n);
+int vq__fault_fired(void);
+void *vq__fault_site(void);
+
+/* The allocator protobuf-c's unpack uses (through the wrappers above). */
+struct ProtobufCAllocator;
+extern struct ProtobufCAllocator vq__protobuf_allocator;
+
+#endif

@@ -264,6 +264,9 @@ static void opr_destroy(vq_opr *o)
 {
     if (o->desc.arg_free)
         o->desc.arg_free(o->desc.arg);
+    vq__op *spare = atomic_load_explicit(&o->spare, memory_order_relaxed);
+    if (spare)
+        vq__pool_free(VQ__POOL_OP, spare);
     free(o->desc.vars);
     free(o);
 }
@@ -613,6 +616,8 @@ static vq__op *op_alloc(void)
     vq__op *op = vq__pool_alloc(VQ__POOL_OP);
     if (!op)
         vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+    else
+        op->spare_of = NULL;
     return op;
 }
 
@@ -754,12 +759,17 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
     vq_opr *o = vq__aligned_alloc(VQ__CACHELINE, sizeof *o);
     /* the vars, then the same in lock order: sorted once for every push */
     vq_var **vars = vq__malloc((2 * ((size_t)t->nreads + (size_t)t->nwrites) + 1) * sizeof *vars);
-    if (!o || !vars || opr_fill(&o->desc, e, t, vars, VQ__OPR_SORTED) < 0) {
+    vq__op *spare = o && vars ? vq__pool_alloc(VQ__POOL_OP) : NULL;
+    if (!spare || opr_fill(&o->desc, e, t, vars, VQ__OPR_SORTED) < 0) {
+        if (spare)
+            vq__pool_free(VQ__POOL_OP, spare);
         free(o);
         free(vars);
         vq__fail(VQ_ENOMEM, "vq_opr_new: out of memory"); /* vars were validated */
         return NULL;
     }
+    spare->spare_of = o;
+    atomic_init(&o->spare, spare);
     atomic_init(&o->pushes, 0);
     atomic_init(&o->remaining, 0);
     list_add(e, &e->oprs, &o->link);
@@ -801,15 +811,25 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
     pace(e);
     if (run_undeferred(e, d->fn, d->arg, d->nreads + d->nwrites, d->flags))
         return 0;
-    vq__op *op = op_alloc();
-    if (!op)
-        return VQ_ENOMEM;
+    vq__op *op = vq__pool_alloc(VQ__POOL_OP);
+    if (__builtin_expect(op != NULL, 1)) {
+        op->spare_of = NULL;
+    } else {
+        /* acquire: the spare's last push finished with it (release below) */
+        op = atomic_exchange_explicit(&o->spare, NULL, memory_order_acquire);
+        if (!op)
+            return vq__fail(VQ_ENOMEM, "vq_push_opr: out of memory (and the op's spare is in "
+                                       "use by another push of it)");
+    }
     /* relaxed: the op's queue hand-off orders it before the completion */
     atomic_fetch_add_explicit(&o->pushes, 1, memory_order_relaxed);
     op->desc = d;
     int rc = op_enqueue(e, op);
     if (rc < 0) {
-        vq__pool_free(VQ__POOL_OP, op);
+        if (op->spare_of)
+            atomic_store_explicit(&o->spare, op, memory_order_release);
+        else
+            vq__pool_free(VQ__POOL_OP, op);
         atomic_fetch_sub_explicit(&o->pushes, 1, memory_order_relaxed);
     }
     return rc;
@@ -901,6 +921,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
 {
     const struct vq__desc *o = op->desc;
     vq_engine *e = o->engine;
+    vq_opr *home = op->spare_of;
     if (err && !(o->flags & VQ__OPR_NOSKIP)) {
         for (int i = 0; i < o->nwrites; i++)
             if (!o->vars[i]->err)
@@ -924,9 +945,14 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
         if (o->flags & VQ__OPR_HEAPVARS)
             free(o->vars);
     } else {
+        /* A spare goes home before the completion that may free its home
+         * (release: our use of it before the next push's acquire). */
+        if (home)
+            atomic_store_explicit(&home->spare, op, memory_order_release);
         opr_complete((vq_opr *)o); /* desc is a vq_opr's first member */
     }
-    vq__pool_free(VQ__POOL_OP, op);
+    if (!home)
+        vq__pool_free(VQ__POOL_OP, op);
     if (e->kind == VQ_ENGINE_THREADED)
         op_completed(e);
 }

@@ -2,8 +2,10 @@
  * one atomic: armed at n, each allocation takes one from it, and the one
  * that takes it from 1 to 0 fails. */
 #include "fault.h"
+#include "internal.h" /* vq__fail */
 
 #include <errno.h>
+#include <execinfo.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,12 +14,29 @@
 static atomic_long countdown;  /* > 0: armed */
 static atomic_int fired;
 static _Atomic(void *) fired_site;
+static void *fired_stack[24]; /* written once per arm, by the failing allocation */
+static int fired_depth;
 
 void vq__fault_arm(long n)
 {
+    if (n <= 0) { /* disarmed: what fired stays readable */
+        atomic_store(&countdown, 0);
+        return;
+    }
+    void *warm[1];
+    backtrace(warm, 1); /* its first call allocates: not while armed */
     atomic_store(&fired, 0);
     atomic_store(&fired_site, NULL);
-    atomic_store(&countdown, n > 0 ? n : 0);
+    atomic_store(&countdown, n);
+}
+
+int vq__fault_stack(void **frames, int max)
+{
+    if (!atomic_load(&fired))
+        return 0;
+    int n = fired_depth < max ? fired_depth : max;
+    memcpy(frames, fired_stack, (size_t)n * sizeof *frames);
+    return n;
 }
 
 int vq__fault_fired(void)
@@ -39,53 +58,77 @@ static inline int hit(void *site)
     if (atomic_fetch_sub(&countdown, 1) != 1)
         return 0;
     atomic_store(&fired_site, site);
+    fired_depth = backtrace(fired_stack, 24);
     atomic_store(&fired, 1);
     return 1;
 }
 
 #define SITE __builtin_return_address(0)
 
+/* A failed allocation, injected or real, leaves a message, so that every
+ * VQ_ENOMEM has one even where the caller adds none (a caller that knows
+ * more says more); p is passed through. */
+static void *checked(void *p, size_t n)
+{
+    if (__builtin_expect(!p, 0))
+        vq__fail(VQ_ENOMEM, "out of memory (an allocation of %zu bytes failed)", n);
+    return p;
+}
+
 void *vq__malloc(size_t n)
 {
-    return hit(SITE) ? NULL : malloc(n);
+    return checked(hit(SITE) ? NULL : malloc(n), n);
 }
 
 void *vq__calloc(size_t n, size_t size)
 {
-    return hit(SITE) ? NULL : calloc(n, size);
+    return checked(hit(SITE) ? NULL : calloc(n, size), n * size);
 }
 
 void *vq__realloc(void *p, size_t n)
 {
-    return hit(SITE) ? NULL : realloc(p, n);
+    return checked(hit(SITE) ? NULL : realloc(p, n), n);
 }
 
 char *vq__strdup(const char *s)
 {
-    return hit(SITE) ? NULL : strdup(s);
+    return checked(hit(SITE) ? NULL : strdup(s), strlen(s) + 1);
 }
 
 char *vq__strndup(const char *s, size_t n)
 {
-    return hit(SITE) ? NULL : strndup(s, n);
+    return checked(hit(SITE) ? NULL : strndup(s, n), n + 1);
 }
 
 void *vq__aligned_alloc(size_t align, size_t n)
 {
-    return hit(SITE) ? NULL : aligned_alloc(align, n);
+    return checked(hit(SITE) ? NULL : aligned_alloc(align, n), n);
 }
 
 int vq__posix_memalign(void **p, size_t align, size_t n)
 {
-    if (hit(SITE))
-        return ENOMEM;
-    return posix_memalign(p, align, n);
+    int rc = hit(SITE) ? ENOMEM : posix_memalign(p, align, n);
+    if (rc)
+        checked(NULL, n);
+    return rc;
+}
+
+/* protobuf-c cannot tell a failed allocation from bad bytes: its unpack
+ * returns NULL for both. Counting failures per thread lets the decoders
+ * tell (vq__protobuf_failed_allocs). */
+static _Thread_local unsigned pb_failures;
+
+unsigned vq__protobuf_failed_allocs(void)
+{
+    return pb_failures;
 }
 
 static void *pb_alloc(void *data, size_t n)
 {
     (void)data;
-    return hit(SITE) ? NULL : malloc(n);
+    void *p = checked(hit(SITE) ? NULL : malloc(n), n);
+    pb_failures += !p;
+    return p;
 }
 
 static void pb_free(void *data, void *p)

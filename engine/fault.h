@@ -20,16 +20,22 @@ void *vq__aligned_alloc(size_t align, size_t n);
 int vq__posix_memalign(void **p, size_t align, size_t n); /* 0 or ENOMEM */
 
 /* Tests only. vq__fault_arm(n): the n-th allocation from now (n >= 1)
- * fails, and only that one; 0 disarms. vq__fault_fired() says whether it
- * has happened since the last arm, and vq__fault_site() where (the
+ * fails, and only that one; 0 disarms (what fired stays readable).
+ * vq__fault_fired() says whether it has happened since the last arm, and vq__fault_site() where (the
  * caller's return address), for counting distinct sites. Process-wide
  * (atomic: allocations on any thread count). */
 void vq__fault_arm(long n);
 int vq__fault_fired(void);
 void *vq__fault_site(void);
+/* The call stack of the failed allocation (up to max frames), 0 if none. */
+int vq__fault_stack(void **frames, int max);
 
-/* The allocator protobuf-c's unpack uses (through the wrappers above). */
+/* The allocator protobuf-c's unpack uses (through the wrappers above), and
+ * how many of its allocations failed in this thread so far: an unpack that
+ * returns NULL while this count grew ran out of memory (protobuf-c says
+ * NULL for bad bytes too). */
 struct ProtobufCAllocator;
 extern struct ProtobufCAllocator vq__protobuf_allocator;
+unsigned vq__protobuf_failed_allocs(void);
 
 #endif

@@ -182,6 +182,10 @@ struct vq_opr {
     struct vq__link link;       /* in the engine's list of live oprs */
     VQ__ALIGNED atomic_long pushes;
     VQ__ALIGNED atomic_long remaining;
+    /* An op kept for a push that finds the op pool empty and no memory to
+     * refill it: one push of a prebuilt op in flight at a time (the graph
+     * executor's case) then never fails. NULL while that push is out. */
+    _Atomic(struct vq__op *) spare;
 };
 
 /* One push of an op. Also the vq_done handle of an async op. */
@@ -198,6 +202,7 @@ struct vq__op {
     uint64_t start_ns;          /* profiler only */
     int worker;                 /* profiler only: who started it */
     int wait_err;               /* RUN_ON_FAILED: its failed wait for GPU work */
+    struct vq_opr *spare_of;    /* the prebuilt op whose spare this is, or NULL */
 };
 
 typedef struct vq__op vq__op;

@@ -542,7 +542,7 @@ static void blocks_done(struct ctl *c)
     struct fop *f = c->fop;
     ctl_part_done(c);
     if (deferred) {
-        vq_push_opr(f->t->plan->exec->engine, c->end);
+        vq__push_prebuilt(f->t->plan->exec->engine, c->end);
         vq__frame_push_from(f->fr, (int)(f - f->fr->ops) + 1);
     }
 }
@@ -642,7 +642,7 @@ static int ctl_step(void *arg, const vq_exec_ctx *x)
         push_iteration(c);
     } else {
         c->last = fr->slot;
-        vq_push_opr(pl->exec->engine, c->exit[0]);
+        vq__push_prebuilt(pl->exec->engine, c->exit[0]);
     }
     return 0;
 }
@@ -702,10 +702,10 @@ bool vq__ctl_push(struct fop *f)
         deferred = vq_thread_in_op();
         c->end_deferred = deferred;
     }
-    vq_push_opr(e, c->begin);
+    vq__push_prebuilt(e, c->begin);
     if (deferred)
         return false;
-    vq_push_opr(e, c->end);
+    vq__push_prebuilt(e, c->end);
     return true;
 }
 

@@ -1067,19 +1067,24 @@ int vq__frame_ops(struct frame *fr)
     return rc;
 }
 
+void vq__push_prebuilt(vq_engine *e, vq_opr *o)
+{
+    while (vq_push_opr(e, o) == VQ_ENOMEM)
+        sched_yield();
+}
+
 void vq__frame_push_from(struct frame *fr, int k)
 {
     vq_engine *e = fr->plan->exec->engine;
-    /* vq_push_opr allocates nothing and cannot fail for a valid opr. */
     if (k == 0 && fr->head)
-        vq_push_opr(e, fr->head);
+        vq__push_prebuilt(e, fr->head);
     for (; k < fr->nops; k++) {
         if (!fr->ops[k].ctl)
-            vq_push_opr(e, fr->ops[k].opr);
+            vq__push_prebuilt(e, fr->ops[k].opr);
         else if (!vq__ctl_push(&fr->ops[k]))
             return; /* the rest follows the control op's blocks */
     }
-    vq_push_opr(e, fr->tail);
+    vq__push_prebuilt(e, fr->tail);
 }
 
 void vq__frame_destroy(struct frame *fr)

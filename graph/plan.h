@@ -289,6 +289,13 @@ bool vq__ctl_push(struct fop *f);
 /* Pushes a frame's ops from the k-th in program order, then its tail. */
 void vq__frame_push_from(struct frame *fr, int k);
 
+/* Pushes a prebuilt op of a plan. vq_push_opr fails only when the engine's
+ * op pool cannot grow (out of memory) and the opr's spare op is out with
+ * an earlier push of the same opr (another run or iteration in flight),
+ * whose completion needs no memory: this waits for it rather than drop
+ * the push, which would leave the run without its op. */
+void vq__push_prebuilt(vq_engine *e, vq_opr *o);
+
 /* The run an op execution belongs to: the root frame's n-th execution of
  * an op is the n-th run's; other frames belong to their instance's run. */
 struct run *vq__fop_run(struct fop *f);

@@ -358,9 +358,10 @@ int vq__program_copy(const vq_program *p, vq_program **out)
         if (!(c->vars[i].name = vq__strdup(p->vars[i].name)))
             rc = VQ_ENOMEM;
     }
-    for (int i = 0; rc == 0 && i < p->nops; i++, c->nops++) {
+    for (int i = 0; rc == 0 && i < p->nops; i++) {
         const vq__pop *o = &p->ops[i];
         vq__pop *d = &c->ops[i];
+        c->nops++; /* counted first: vq_program_free frees what a failure leaves */
         d->def = o->def;
         d->priority = o->priority;
         d->nin = o->nin;
@@ -1202,7 +1203,11 @@ VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len)
     if (!buf && len)
         return vq__fail(VQ_EINVAL, "vq_program_decode: buf is NULL");
     static const uint8_t empty[1];
+    unsigned failed = vq__protobuf_failed_allocs();
     Varq__Program *m = varq__program__unpack(&vq__protobuf_allocator, len, buf ? buf : empty);
+    if (!m && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "vq_program_decode: out of memory while parsing %zu bytes",
+                        len);
     if (!m)
         return vq__fail(VQ_EINVAL, "vq_program_decode: %zu bytes are not a valid program "
                         "(protobuf parse failed)", len);

@@ -613,7 +613,10 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_program_from_onnx: NULL argument");
     *out = NULL;
+    unsigned failed = vq__protobuf_failed_allocs();
     Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
+    if (!m && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory while parsing %zu bytes", len);
     if (!m)
         return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
                                    "a ModelProto: truncated or corrupted?)",
@@ -729,7 +732,10 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
     memset(out, 0, sizeof *out);
+    unsigned failed = vq__protobuf_failed_allocs();
     Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
+    if (!m && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory while parsing %zu bytes", len);
     if (!m)
         return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
                                    "a ModelProto: truncated or corrupted?)",

@@ -185,7 +185,10 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
     *out = NULL;
     if (name)
         *name = NULL;
+    unsigned failed = vq__protobuf_failed_allocs();
     Onnx__TensorProto *t = onnx__tensor_proto__unpack(&vq__protobuf_allocator, len, buf);
+    if (!t && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "vq_tensor_from_onnx: out of memory while parsing %zu bytes", len);
     if (!t)
         return vq__fail(VQ_EINVAL, "vq_tensor_from_onnx: not an ONNX TensorProto (%zu bytes "
                                    "that do not decode)",

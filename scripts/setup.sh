@@ -10,6 +10,7 @@ pkgs=(
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
   python3-numpy python3-torch python3-sklearn
   libonnx-dev python3-onnx python3-torchvision
+  spin
 )
 
 missing=()

@@ -181,7 +181,8 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  * do not push while holding a lock that an op takes. Returns 0, or VQ_EINVAL (NULL engine or task, negative
  * count, NULL array with a positive count, both or neither of fn and
  * async_fn, a NULL, foreign or freed var, an unknown prop or ctx), or
- * VQ_ENOSYS for a GPU ctx in a build or engine without GPUs. A rejected op
+ * VQ_ENOSYS for a GPU ctx in a build or engine without GPUs, or VQ_ENOMEM
+ * when the op cannot be allocated (with a message). A rejected op
  * is not run and its arg_free is not called. An op whose vars are failed is
  * not run either: it is skipped, its arg_free is called, and the error of
  * the first failed var among its writes, then its reads, is passed on to the
@@ -202,7 +203,11 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t);
 VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t);
 
 /* Pushes a prebuilt op; the same as vq_push of its task. Several pushes of
- * one opr may be in flight at once: each is one op in push order. */
+ * one opr may be in flight at once: each is one op in push order. Each opr
+ * keeps one spare op of its own (allocated by vq_opr_new), so that a push
+ * made while no earlier push of the same opr is in flight never fails for
+ * memory; VQ_ENOMEM only when the engine's op pool cannot grow and the
+ * spare is out with such an earlier push. */
 VQ_API int vq_push_opr(vq_engine *e, vq_opr *op);
 
 /* Releases a prebuilt op. Pushes already made still run; its memory and

@@ -1046,6 +1046,93 @@ static int bw_ops(struct bw *b)
     return rc;
 }
 
+/* Paddle's renaming, for vars that block 0's kernel ops write more than
+ * once (`y = relu(y)`, `h = h + x`): each version but the last gets a name
+ * of its own, "<var>@V<k>" for the k-th write, declared like the var, and
+ * the ops that read a version read that name; the last write keeps the
+ * var's name, so fetches and the final value are unchanged. Autodiff then
+ * sees each var written once. A version stops gradients when the var does
+ * (stop_gradient or no_grad). Persistable vars are left alone (an update of
+ * a parameter is not part of a differentiable forward: the check after
+ * says so), and so are vars a cond or while reads or writes (their blocks
+ * name them): VQ_ENOSYS naming the var and the op. */
+static int rename_versions(vq_program *p, const char *const *no_grad, int nno_grad)
+{
+    const int nvars = p->nvars, nops = p->blocks[0].nops;
+    int *writes = vq__calloc((size_t)nvars + 1, sizeof *writes);
+    int *cur = vq__malloc(((size_t)nvars + 1) * sizeof *cur);
+    int rc = writes && cur ? 0 : vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    bool any = false;
+    for (int k = 0; k < nops && rc == 0; k++) {
+        const vq__pop *op = &p->ops[p->blocks[0].ops[k]];
+        for (int j = 0; j < op->nout; j++) {
+            int v = op->out[j];
+            if (!p->vars[v].persistable && p->vars[v].block == 0)
+                any |= ++writes[v] > 1;
+        }
+    }
+    for (int k = 0; k < nops && rc == 0 && any; k++) {
+        const vq__pop *op = &p->ops[p->blocks[0].ops[k]];
+        if (!is_control(op))
+            continue;
+        int *in = NULL, nin = 0;
+        if ((rc = op_reads(p, op, &in, &nin)) < 0)
+            break;
+        for (int i = 0; i < nin + op->nout && rc == 0; i++) {
+            int v = i < nin ? in[i] : op->out[i - nin];
+            if (writes[v] > 1)
+                rc = vq__fail(VQ_ENOSYS,
+                              "vq_append_backward: var %s is written %d times and op %d (%s) "
+                              "reads or writes it; autodiff renames the versions of vars that "
+                              "kernel ops write, not those a cond's or while's blocks see: give "
+                              "each version its own name",
+                              p->vars[v].name, writes[v], k, op->type);
+        }
+        free(in);
+    }
+    int *multi = rc == 0 ? vq__calloc((size_t)nvars + 1, sizeof *multi) : NULL;
+    if (rc == 0 && !multi)
+        rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+    for (int v = 0; v < nvars && rc == 0; v++) {
+        cur[v] = v;
+        multi[v] = writes[v] > 1; /* writes[v] counts down: writes still to come */
+    }
+    for (int k = 0; k < nops && rc == 0 && any; k++) {
+        vq__pop *op = &p->ops[p->blocks[0].ops[k]];
+        for (int i = 0; i < op->nin; i++)
+            op->in[i] = cur[op->in[i]]; /* the version written last so far */
+        for (int j = 0; j < op->nout && rc == 0; j++) {
+            int v = op->out[j];
+            if (!multi[v])
+                continue;
+            if (--writes[v] == 0) { /* the last write: the var's own name */
+                cur[v] = v;
+                continue;
+            }
+            bool stop = p->vars[v].stop_gradient;
+            for (int i = 0; i < nno_grad; i++)
+                stop |= no_grad[i] && !strcmp(no_grad[i], p->vars[v].name);
+            char name[300];
+            int nv;
+            /* k-th write: count the versions made so far by name */
+            for (int ver = 1;; ver++) {
+                snprintf(name, sizeof name, "%s@V%d", p->vars[v].name, ver);
+                if (vq__program_find_var(p, name) < 0)
+                    break;
+            }
+            if ((rc = declare_like(p, 0, name, v, false)) < 0)
+                break;
+            nv = vq__program_find_var(p, name);
+            p->vars[nv].stop_gradient = stop;
+            op->out[j] = cur[v] = nv;
+        }
+    }
+    free(multi);
+    free(writes);
+    free(cur);
+    return rc;
+}
+
 VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,
                               int nno_grad)
 {
@@ -1059,9 +1146,17 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
                         "vq_append_backward: loss %s must be a float var with one element "
                         "(a known shape)",
                         loss);
+    for (int i = 0; i < nno_grad; i++)
+        if (no_grad[i] && vq__program_find_var(p, no_grad[i]) < 0)
+            return vq__fail(VQ_EINVAL, "vq_append_backward: no_grad var %s does not exist",
+                            no_grad[i]);
+    int rc = rename_versions(p, no_grad, nno_grad);
+    if (rc < 0)
+        return rc;
     const int nvars = p->nvars, nops = p->blocks[0].nops;
     struct bw b;
-    int rc = bw_alloc(&b, p, 0, "", nops), nparams = 0;
+    int nparams = 0;
+    rc = bw_alloc(&b, p, 0, "", nops);
     if (rc < 0)
         return rc;
     int *writer = vq__malloc(((size_t)nvars + 1) * sizeof *writer);
@@ -1111,11 +1206,19 @@ VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const
              * a second write (its old value is gone); one that is not a
              * float (an RNG state, a counter) carries no gradient, so its
              * update does not matter here. */
-            if (writer[v] >= 0 || (p->vars[v].persistable && any && is_float(p->vars[v].dtype)))
+            if (writer[v] >= 0)
                 rc = vq__fail(VQ_ENOSYS,
-                              "vq_append_backward: var %s is written twice (op %d and %d) or "
-                              "updated in place; autodiff needs each var written once",
+                              "vq_append_backward: var %s is written by op %d and op %d (a "
+                              "persistable var, or one a sub-block declares): autodiff renames "
+                              "only block 0's temporaries; give each version its own var",
                               p->vars[v].name, writer[v], k);
+            else if (p->vars[v].persistable && any && is_float(p->vars[v].dtype))
+                rc = vq__fail(VQ_ENOSYS,
+                              "vq_append_backward: persistable var %s is updated (op %d) from "
+                              "values computed from parameters; autodiff differentiates the "
+                              "forward computation, not updates of parameters: give the result "
+                              "its own var",
+                              p->vars[v].name, k);
             writer[v] = k;
             if (any && has_grad && is_float(p->vars[v].dtype) && !stop[v])
                 b.requires[v] = true;

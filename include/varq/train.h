@@ -26,7 +26,13 @@ extern "C" {
  * integer vars and the vars in no_grad get none. Gradients of a var read by
  * several ops are summed. Each gradient var "v@GRAD" is declared with v's
  * dtype and shape. loss must be a floating-point var with exactly one
- * element. The forward part must write each var once (VQ_ENOSYS otherwise).
+ * element. A var of block 0 that kernel ops write more than once (`h =
+ * tanh(h)`) gets a name per version, as Paddle renames them: the k-th write
+ * but the last writes "h@V<k>" (declared like h; its gradient is
+ * "h@V<k>@GRAD"), the readers of that version read it, and the last write
+ * keeps the name h, so fetches see what they saw before. Still VQ_ENOSYS:
+ * such a var that a cond or while reads or writes, a persistable var
+ * written twice, or one updated from values computed from parameters.
  *
  * Through a cond, the gradient is a cond on the same predicate whose two
  * new blocks each recompute their branch (the forward values are gone once

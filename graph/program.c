@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL /* the streaming state on the stack */
 #include <xxhash.h>
 
 /* An op decoded with more attributes than this is refused: the registry's
@@ -1629,6 +1630,127 @@ VQ_API int vq_program_dump(const vq_program *p, FILE *f)
 
 /* ---- hash ---- */
 
+/* The hash walks the program's structure into XXH3's streaming state,
+ * through a small buffer (one update per few KiB, not per field): every
+ * var (name, block, dtype, shape, persistable, stop_gradient), every block
+ * (parent, its ops in order), every op (its type with an unknown op's slot
+ * names, priority, the names of the vars in its slots, its attributes with
+ * their values' bits). Names rather than table indices, so the hash does
+ * not depend on how the var and op tables were built. Everything
+ * vq_program_encode writes is in it, and it allocates nothing (a hash of
+ * the encoding cost more than preparing the program, and could fail). */
+struct hasher {
+    XXH3_state_t st;
+    size_t n;
+    unsigned char buf[4096];
+};
+
+static void h_bytes(struct hasher *h, const void *p, size_t n)
+{
+    if (h->n + n > sizeof h->buf) {
+        XXH3_64bits_update(&h->st, h->buf, h->n);
+        h->n = 0;
+        if (n > sizeof h->buf) {
+            XXH3_64bits_update(&h->st, p, n);
+            return;
+        }
+    }
+    memcpy(h->buf + h->n, p, n);
+    h->n += n;
+}
+
+static void h_i64(struct hasher *h, int64_t v)
+{
+    h_bytes(h, &v, sizeof v);
+}
+
+/* A string with its terminator: "ab","c" and "a","bc" differ. NULL as an
+ * empty string's impossible twin (a lone 0xff). */
+static void h_str(struct hasher *h, const char *s)
+{
+    if (s)
+        h_bytes(h, s, strlen(s) + 1);
+    else
+        h_bytes(h, "\xff", 1);
+}
+
+static void h_attr(struct hasher *h, const vq_attr *a)
+{
+    h_str(h, a->name);
+    h_i64(h, a->type);
+    switch (a->type) {
+    case VQ_ATTR_INT:
+    case VQ_ATTR_BOOL: h_i64(h, a->i); break;
+    case VQ_ATTR_FLOAT: h_bytes(h, &a->f, sizeof a->f); break;
+    case VQ_ATTR_STRING: h_str(h, a->s); break;
+    case VQ_ATTR_INTS:
+    case VQ_ATTR_BOOLS:
+        h_i64(h, a->n);
+        h_bytes(h, a->ints, (size_t)a->n * sizeof *a->ints);
+        break;
+    case VQ_ATTR_FLOATS:
+        h_i64(h, a->n);
+        h_bytes(h, a->floats, (size_t)a->n * sizeof *a->floats);
+        break;
+    case VQ_ATTR_STRINGS:
+        h_i64(h, a->n);
+        for (int i = 0; i < a->n; i++)
+            h_str(h, a->strings[i]);
+        break;
+    }
+}
+
+/* One var's record, hashed alone: the vars enter the program's hash as a
+ * sum, so the order of the var table (which decoding may change across
+ * blocks) does not matter, as it does not for running the program. */
+static uint64_t var_hash(const vq__pvar *d)
+{
+    struct {
+        int64_t meta[5];
+        int64_t shape[VQ_MAX_DIMS];
+    } r = {{d->block, d->dtype, d->ndim, d->persistable, d->stop_gradient}, {0}};
+    memcpy(r.shape, d->shape, (size_t)d->ndim * sizeof d->shape[0]);
+    return XXH3_64bits_withSeed(&r, sizeof r, XXH3_64bits(d->name, strlen(d->name)));
+}
+
+static void h_op(struct hasher *h, const vq_program *p, const vq__pop *op)
+{
+    const char *t = op->type;
+    h_str(h, t);
+    for (int i = 0; !op->def && i < op->nin + op->nout; i++)
+        h_str(h, t = next_packed(t)); /* an unknown op's slot names */
+    int64_t meta[4] = {op->nin, op->nout, op->nattrs, op->priority};
+    h_bytes(h, meta, sizeof meta);
+    for (int i = 0; i < op->nin; i++)
+        h_str(h, p->vars[op->in[i]].name);
+    for (int i = 0; i < op->nout; i++)
+        h_str(h, p->vars[op->out[i]].name);
+    for (int a = 0; a < op->nattrs; a++)
+        h_attr(h, &op->attrs[a]);
+}
+
+static uint64_t hash_structure(const vq_program *p)
+{
+    struct hasher h;
+    XXH3_64bits_reset(&h.st);
+    h.n = 0;
+    uint64_t vars = 0;
+    for (int v = 0; v < p->nvars; v++)
+        vars += var_hash(&p->vars[v]);
+    int64_t counts[3] = {p->nvars, p->nblocks, (int64_t)vars};
+    h_bytes(&h, counts, sizeof counts);
+    /* ops block by block, in each block's order: their place in the op
+     * table is as free as a var's */
+    for (int b = 0; b < p->nblocks; b++) {
+        int64_t meta[2] = {p->blocks[b].parent, p->blocks[b].nops};
+        h_bytes(&h, meta, sizeof meta);
+        for (int k = 0; k < p->blocks[b].nops; k++)
+            h_op(&h, p, &p->ops[p->blocks[b].ops[k]]);
+    }
+    XXH3_64bits_update(&h.st, h.buf, h.n);
+    return XXH3_64bits_digest(&h.st);
+}
+
 /* The cache is written through atomics: readers of a finished program may
  * call this from several threads at once, and each computes the same
  * value. Builder changes clear hash_valid with plain stores, since nothing
@@ -1640,12 +1762,7 @@ VQ_API uint64_t vq_program_hash(const vq_program *p)
     vq_program *cache = (vq_program *)p;
     if (__atomic_load_n(&cache->hash_valid, __ATOMIC_ACQUIRE))
         return __atomic_load_n(&cache->hash, __ATOMIC_RELAXED);
-    void *buf;
-    size_t len;
-    if (vq_program_encode(p, &buf, &len) < 0)
-        return 0;
-    uint64_t h = XXH3_64bits(buf, len);
-    free(buf);
+    uint64_t h = hash_structure(p);
     __atomic_store_n(&cache->hash, h, __ATOMIC_RELAXED);
     __atomic_store_n(&cache->hash_valid, true, __ATOMIC_RELEASE); /* publishes hash */
     return h;

@@ -957,8 +957,9 @@ static int bw_ops(struct bw *b)
             int v = out[j];
             out_n[j] = p->vars[v].name;
             dout[j] = NULL;
-            if (b->needed[v] && (rc = finalize(b, v)) == 0 && b->g[v].final)
-                dout[j] = dout_owned[j] = final_name(b, v);
+            if (b->needed[v] && (rc = finalize(b, v)) == 0 && b->g[v].final &&
+                !(dout[j] = dout_owned[j] = final_name(b, v)))
+                rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
         }
         for (int i = 0; i < nin && rc == 0; i++) {
             int v = in[i];

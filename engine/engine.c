@@ -135,6 +135,9 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     if (o->gpu_streams < 0 || o->gpu_streams > 64)
         return vq__fail(VQ_EINVAL, "vq_engine_new: gpu_streams is %d, not in 0..64",
                         o->gpu_streams);
+    if (o->cpu_bind < 0 || o->cpu_bind > VQ_CPU_BIND_CLOSE)
+        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_bind is %d, not a VQ_CPU_BIND_* value",
+                        o->cpu_bind);
     if (o->flags & ~(unsigned)VQ_ENGINE_PROFILE)
         return vq__fail(VQ_EINVAL, "vq_engine_new: unknown flags 0x%x",
                         o->flags & ~(unsigned)VQ_ENGINE_PROFILE);
@@ -158,6 +161,21 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     int rc = env_int("VARQ_CPU_WORKERS", 1, 1024, &env_workers);
     if (rc < 0)
         return rc;
+    int env_bind = VQ_CPU_BIND_SPREAD;
+    const char *eb = getenv("VARQ_CPU_BIND");
+    if (eb) {
+        if (!strcmp(eb, "none"))
+            env_bind = VQ_CPU_BIND_NONE;
+        else if (!strcmp(eb, "spread"))
+            env_bind = VQ_CPU_BIND_SPREAD;
+        else if (!strcmp(eb, "close"))
+            env_bind = VQ_CPU_BIND_CLOSE;
+        else
+            return vq__fail(VQ_EINVAL,
+                            "vq_engine_new: VARQ_CPU_BIND=\"%s\" is none of \"none\", "
+                            "\"spread\", \"close\"",
+                            eb);
+    }
     const char *ep = getenv("VARQ_PROFILE");
     if (ep) {
         if (*ep == '\0')
@@ -172,6 +190,7 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     e->kind = o->kind ? o->kind : env_kind;
     e->cpu_workers = o->cpu_workers ? o->cpu_workers : env_workers;
     e->cpu_prio_workers = o->cpu_prio_workers;
+    e->cpu_bind = o->cpu_bind ? o->cpu_bind : env_bind;
     e->max_pending = 4096;
     e->gpu_streams = o->gpu_streams ? o->gpu_streams : 2;
     e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;

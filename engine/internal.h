@@ -454,6 +454,7 @@ struct vq_engine {
      * sees gpu_on set through that ordering. */
     atomic_bool gpu_on;
     int cpu_workers, cpu_prio_workers;
+    int cpu_bind;                /* VQ_CPU_BIND_NONE, _SPREAD or _CLOSE */
     unsigned long max_pending;  /* ops in flight before a pusher helps (throttle) */
     struct vq__wpool cpu, prio;
     /* Ops pushed and ops completed, on lines of their own: the pusher and

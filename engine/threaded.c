@@ -340,6 +340,28 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Binds CPU worker i of n (engine-wide numbering) to one CPU of the
+ * process's mask, as e->cpu_bind says (engine.h). Best effort: a failure
+ * leaves the worker where the scheduler puts it. */
+static void worker_bind(const vq_engine *e, pthread_t t, int i, int n)
+{
+    cpu_set_t allowed, one;
+    if (e->cpu_bind == VQ_CPU_BIND_NONE || sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return;
+    int m = CPU_COUNT(&allowed);
+    if (m < 1 || n < 1)
+        return;
+    int pos = e->cpu_bind == VQ_CPU_BIND_SPREAD && n <= m ? (int)((long)i * m / n) : i % m;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || pos-- > 0)
+            continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        (void)pthread_setaffinity_np(t, sizeof one, &one);
+        return;
+    }
+}
+
 int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id, vq_ctx ctx,
                    void *const *streams)
 {
@@ -370,6 +392,8 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
             vq__pool_stop(p);
             return vq__fail(VQ_ENOMEM, "vq_engine_new: cannot start worker %d", first_id + i);
         }
+        if (!streams) /* CPU workers (GPU workers wait on their streams) */
+            worker_bind(e, w->thread, first_id + i, e->cpu_workers + e->cpu_prio_workers);
     }
     p->nworkers = nworkers;
     return 0;

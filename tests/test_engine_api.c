@@ -4,6 +4,7 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -563,9 +564,68 @@ Test(varq_engine, bad_environment_is_an_error_not_a_default)
         cr_assert(strstr(vq_errmsg(), "VARQ_CPU_WORKERS"));
     }
     unsetenv("VARQ_CPU_WORKERS");
+    const char *bad_bind[] = {"", "Spread", "compact", "1", "none "};
+    for (size_t i = 0; i < sizeof bad_bind / sizeof *bad_bind; i++) {
+        setenv("VARQ_CPU_BIND", bad_bind[i], 1);
+        cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL, "VARQ_CPU_BIND=\"%s\" accepted",
+                     bad_bind[i]);
+        cr_assert(strstr(vq_errmsg(), "VARQ_CPU_BIND"), "message: %s", vq_errmsg());
+    }
+    unsetenv("VARQ_CPU_BIND");
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.cpu_bind = 4}), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "cpu_bind"), "message: %s", vq_errmsg());
     setenv("VARQ_PROFILE", "", 1);
     cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
     unsetenv("VARQ_PROFILE");
+}
+
+static int record_cpu(void *arg, const vq_exec_ctx *x)
+{
+    ((int *)arg)[x->worker] = sched_getcpu();
+    return 0;
+}
+
+/* Bound workers run on the CPUs of the process's mask, one each (spread
+ * and close), and a mask of one CPU puts every worker there. */
+Test(varq_engine, bound_workers_run_on_the_cpus_of_the_process_mask)
+{
+    cpu_set_t mask, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+        if (CPU_ISSET(c, &mask))
+            first = c;
+    const int binds[] = {VQ_CPU_BIND_SPREAD, VQ_CPU_BIND_CLOSE};
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) { /* as taskset -c <first> would */
+            CPU_ZERO(&one);
+            CPU_SET(first, &one);
+            cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+        }
+        vq_engine *e;
+        vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2,
+                            .cpu_bind = binds[round % 2]};
+        cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+        int cpu[2] = {-1, -1};
+        vq_var *v[2] = {vq_var_new(e, "a"), vq_var_new(e, "b")};
+        /* each worker records its CPU: push until both have run one */
+        for (int k = 0; k < 2000 && (cpu[0] < 0 || cpu[1] < 0); k++) {
+            vq_task t = {.fn = record_cpu, .arg = cpu, .writes = &v[k % 2], .nwrites = 1};
+            cr_assert_eq(vq_push(e, &t), 0);
+            if (k % 64 == 63)
+                vq_wait_all(e);
+        }
+        vq_wait_all(e);
+        for (int w = 0; w < 2; w++)
+            if (cpu[w] >= 0)
+                cr_assert(round == 2 ? cpu[w] == first : CPU_ISSET(cpu[w], &mask),
+                          "round %d: worker %d ran on CPU %d", round, w, cpu[w]);
+        if (CPU_COUNT(&mask) >= 2 && round < 2 && cpu[0] >= 0 && cpu[1] >= 0)
+            cr_assert_neq(cpu[0], cpu[1], "round %d: two bound workers share CPU %d", round,
+                          cpu[0]);
+        vq_engine_free(e);
+    }
+    cr_assert_eq(sched_setaffinity(0, sizeof mask, &mask), 0);
 }
 
 Test(varq_engine, environment_selects_engine_and_workers)

@@ -130,10 +130,27 @@ typedef struct vq_engine_opts {
     int gpu_streams;      /* compute streams per GPU (0 = 2; 1..64), each with a worker;
                              plus one copy stream to and one from each device */
     unsigned flags;       /* VQ_ENGINE_PROFILE */
+    int cpu_bind;         /* VQ_CPU_BIND_*: where CPU workers run (0 = VARQ_CPU_BIND or the
+                             default, spread) */
 } vq_engine_opts;
+
+/* vq_engine_opts.cpu_bind. Workers are bound to CPUs of the process's own
+ * CPU mask (sched_getaffinity: taskset and cgroup limits hold), one CPU
+ * each, worker i of n on the CPU at position i * m / n of the m allowed
+ * (spread) or at position i mod m (close); with more workers than CPUs
+ * both wrap around. Binding is best effort: a CPU that refuses leaves its
+ * worker free. Without binding the kernel's scheduler may keep two busy
+ * workers on one CPU for a whole run (the README's measurements). */
+enum {
+    VQ_CPU_BIND_DEFAULT = 0, /* VARQ_CPU_BIND=none|spread|close, or spread */
+    VQ_CPU_BIND_NONE = 1,    /* let the scheduler place the workers */
+    VQ_CPU_BIND_SPREAD = 2,
+    VQ_CPU_BIND_CLOSE = 3,
+};
 
 /* Creates an engine. opts may be NULL (defaults and environment). The
  * environment: VARQ_ENGINE=threaded|naive, VARQ_CPU_WORKERS=N (1..1024),
+ * VARQ_CPU_BIND=none|spread|close,
  * VARQ_PROFILE=path.json (record ops; write a Chrome trace there when the
  * engine is freed; a directory is VQ_EINVAL, and a path that cannot be
  * written — an existing file without write permission, a missing or

@@ -646,6 +646,96 @@ static int t_conv(struct ox *x)
     return window_emit(x, "conv2d", in, in[2] ? 3 : 2, sd, a, 4);
 }
 
+/* ConvTranspose: X [N, C, spatial], W [C, M / group, kernel]. Its pads
+ * come from pads, or from output_shape or auto_pad SAME_* (which need the
+ * spatial dims known at import): the total padding that gives the wanted
+ * size, split as the ONNX spec says (SAME_UPPER puts the odd one at the
+ * end). */
+static int t_conv_transpose(struct ox *x)
+{
+    struct ox_val *in[3];
+    int64_t strides[2], dil[2], outpad[2], pads[4] = {0, 0, 0, 0}, group, want[2], p[4];
+    int sd = 0, n = -1, nshape = -1;
+    char mode[32];
+    int rc = need_in(x, 0, &in[0]);
+    if (rc == 0)
+        rc = need_in(x, 1, &in[1]);
+    if (rc == 0)
+        rc = ox_in(x, 2, &in[2]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = spatial_rank(x, in[0], &sd);
+    if (rc == 0 && in[1]->meta.ndim != sd + 2)
+        rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
+    if (rc == 0)
+        rc = lifted(x, "strides", sd, 1, strides);
+    if (rc == 0)
+        rc = lifted(x, "dilations", sd, 1, dil);
+    if (rc == 0)
+        rc = lifted(x, "output_padding", sd, 0, outpad);
+    if (sd == 1)
+        outpad[0] = 0; /* the added dim of a 1-D window gets no padding */
+    if (rc == 0)
+        rc = ox_attr_int(x, "group", 1, &group);
+    if (rc == 0)
+        rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
+    if (rc == 0)
+        rc = ox_attr_ints(x, "pads", p, 4, &n);
+    int64_t shape[4];
+    if (rc == 0)
+        rc = ox_attr_ints(x, "output_shape", shape, 4, &nshape);
+    if (rc == 0 && n >= 0 && n != 2 * sd)
+        rc = ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
+    if (rc == 0 && nshape >= 0 && nshape != sd && nshape != sd + 2)
+        rc = ox_fail(x, VQ_EINVAL, "output_shape has %d entries for %d spatial dims", nshape,
+                     sd);
+    if (rc == 0)
+        rc = lift(x, in[0], sd, &in[0]);
+    if (rc == 0)
+        rc = lift(x, in[1], sd, &in[1]);
+    if (rc)
+        return rc;
+    bool same = !strcmp(mode, "SAME_UPPER") || !strcmp(mode, "SAME_LOWER");
+    if (!same && strcmp(mode, "NOTSET") && strcmp(mode, "VALID"))
+        return ox_fail(x, VQ_EINVAL, "auto_pad \"%s\" is not NOTSET, VALID, SAME_UPPER or "
+                                     "SAME_LOWER",
+                       mode);
+    if (n > 0 && sd == 2)
+        memcpy(pads, p, sizeof p);
+    else if (n > 0) {
+        pads[1] = p[0];
+        pads[3] = p[1];
+    }
+    if (nshape > 0 || same) {
+        for (int i = 2 - sd; i < 2; i++) {
+            int64_t len = in[0]->meta.shape[2 + i], k = in[1]->meta.shape[2 + i];
+            if (len < 0 || k < 0)
+                return ox_fail(x, VQ_ENOSYS, "%s needs the spatial dims known when the model is "
+                                             "imported",
+                               nshape > 0 ? "output_shape" : "auto_pad SAME");
+            want[i] = nshape > 0 ? shape[nshape - 2 + i] : len * strides[i];
+            int64_t total = strides[i] * (len - 1) + outpad[i] + (k - 1) * dil[i] + 1 - want[i];
+            if (total < 0 && outpad[i] - total < strides[i]) {
+                /* rows past the last window: what output_padding adds */
+                outpad[i] -= total;
+                total = 0;
+            }
+            if (total < 0)
+                return ox_fail(x, VQ_ENOSYS, "output size %lld is past what the strides and "
+                                             "output_padding give (%lld)",
+                               (long long)want[i], (long long)(want[i] + total));
+            bool upper = !strcmp(mode, "SAME_UPPER");
+            pads[i] = upper ? total / 2 : total - total / 2;
+            pads[2 + i] = total - pads[i];
+        }
+    }
+    vq_attr a[5] = {VQ_ATTR_IS("strides", strides, 2), VQ_ATTR_IS("pads", pads, 4),
+                    VQ_ATTR_IS("dilations", dil, 2), VQ_ATTR_I("groups", group),
+                    VQ_ATTR_IS("output_padding", outpad, 2)};
+    return window_emit(x, "conv_transpose2d", in, in[2] ? 3 : 2, sd, a, 5);
+}
+
 /* MaxPool and AveragePool. */
 static int pool(struct ox *x, bool max)
 {
@@ -1840,6 +1930,7 @@ static const struct translation table[] = {
     {"Constant", t_constant},
     {"ConstantOfShape", t_constant_of_shape},
     {"Conv", t_conv},
+    {"ConvTranspose", t_conv_transpose},
     {"Div", t_div},
     {"Dropout", t_dropout},
     {"Elu", t_elu},

@@ -191,6 +191,147 @@ Test(ops_conv, conv2d_gradients_match_finite_differences)
     }
 }
 
+/* ---- conv_transpose2d ---- */
+
+struct convt_case {
+    int64_t n, c, h, w, mg, kh, kw, groups; /* X [n, c, h, w], W [c, mg, kh, kw] */
+    int64_t stride[2], pad[4], dil[2], outpad[2];
+    bool bias;
+};
+
+static const struct convt_case convt_cases[] = {
+    {1, 2, 3, 3, 3, 3, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, {0, 0}, false},
+    {2, 4, 4, 3, 2, 3, 3, 2, {2, 2}, {1, 1, 1, 1}, {1, 1}, {1, 0}, true},  /* groups, stride */
+    {1, 3, 5, 4, 2, 2, 3, 1, {2, 3}, {0, 1, 1, 0}, {1, 1}, {1, 2}, true},  /* output_padding */
+    {2, 2, 4, 4, 1, 3, 3, 1, {1, 1}, {2, 2, 2, 2}, {2, 2}, {0, 0}, false}, /* dilation */
+    {2, 6, 3, 3, 1, 3, 3, 6, {2, 2}, {1, 1, 1, 1}, {1, 1}, {1, 1}, true},  /* depthwise */
+    {3, 4, 5, 5, 2, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, {0, 0}, true},  /* 1x1: direct */
+    {1, 1, 2, 2, 1, 4, 4, 1, {2, 2}, {1, 1, 1, 1}, {1, 1}, {0, 0}, false}, /* DCGAN's 2x up */
+};
+#define NCONVT (sizeof convt_cases / sizeof convt_cases[0])
+
+static int convt_attrs(const struct convt_case *cc, vq_attr *at)
+{
+    at[0] = VQ_ATTR_IS("strides", cc->stride, 2);
+    at[1] = VQ_ATTR_IS("pads", cc->pad, 4);
+    at[2] = VQ_ATTR_IS("dilations", cc->dil, 2);
+    at[3] = VQ_ATTR_I("groups", cc->groups);
+    at[4] = VQ_ATTR_IS("output_padding", cc->outpad, 2);
+    return 5;
+}
+
+static void convt_out_shape(const struct convt_case *cc, int64_t *os)
+{
+    os[0] = cc->n;
+    os[1] = cc->mg * cc->groups;
+    os[2] = cc->stride[0] * (cc->h - 1) + cc->outpad[0] + cc->dil[0] * (cc->kh - 1) + 1 -
+            cc->pad[0] - cc->pad[2];
+    os[3] = cc->stride[1] * (cc->w - 1) + cc->outpad[1] + cc->dil[1] * (cc->kw - 1) + 1 -
+            cc->pad[1] - cc->pad[3];
+}
+
+/* ONNX's definition, the scatter way: each X element times each tap of its
+ * channel's filters lands on Out at ih * stride - pad + i * dilation. */
+static double *ref_convt(const struct convt_case *cc, vq_tensor *x, vq_tensor *w, vq_tensor *b)
+{
+    int64_t os[4];
+    convt_out_shape(cc, os);
+    int64_t cg = cc->c / cc->groups, plane = os[2] * os[3];
+    double *out = calloc((size_t)(os[0] * os[1] * plane), sizeof *out);
+    cr_assert(out);
+    for (int64_t n = 0; n < cc->n; n++)
+        for (int64_t c = 0; c < cc->c; c++)
+            for (int64_t ih = 0; ih < cc->h; ih++)
+                for (int64_t iw = 0; iw < cc->w; iw++) {
+                    double xv = oc_get(x, ((n * cc->c + c) * cc->h + ih) * cc->w + iw);
+                    for (int64_t m = 0; m < cc->mg; m++)
+                        for (int64_t i = 0; i < cc->kh; i++)
+                            for (int64_t j = 0; j < cc->kw; j++) {
+                                int64_t oh = ih * cc->stride[0] - cc->pad[0] + i * cc->dil[0];
+                                int64_t ow = iw * cc->stride[1] - cc->pad[1] + j * cc->dil[1];
+                                if (oh < 0 || oh >= os[2] || ow < 0 || ow >= os[3])
+                                    continue;
+                                int64_t oc = c / cg * cc->mg + m;
+                                out[(n * os[1] + oc) * plane + oh * os[3] + ow] +=
+                                    xv * oc_get(w, ((c * cc->mg + m) * cc->kh + i) * cc->kw + j);
+                            }
+                }
+    for (int64_t i = 0; b && i < os[0] * os[1] * plane; i++)
+        out[i] += oc_get(b, i / plane % os[1]);
+    return out;
+}
+
+static int convt_inputs(const struct convt_case *cc, vq_dtype dt, vq_tensor **in)
+{
+    in[0] = oc_rand(&rng, dt, 4, (int64_t[]){cc->n, cc->c, cc->h, cc->w}, -1, 1);
+    in[1] = oc_rand(&rng, dt, 4, (int64_t[]){cc->c, cc->mg, cc->kh, cc->kw}, -1, 1);
+    if (!cc->bias)
+        return 2;
+    int64_t m = cc->mg * cc->groups;
+    in[2] = oc_rand(&rng, dt, 1, &m, -1, 1);
+    return 3;
+}
+
+Test(ops_conv, conv_transpose2d_matches_onnxs_scatter_definition)
+{
+    for (size_t k = 0; k < NCONVT; k++)
+        for (int d = 0; d < 2; d++) {
+            const struct convt_case *cc = &convt_cases[k];
+            vq_tensor *in[3];
+            int nin = convt_inputs(cc, floats[d], in);
+            vq_attr at[5];
+            vq_tensor *o = oc_run1("conv_transpose2d", in, nin, at, convt_attrs(cc, at));
+            int64_t os[4];
+            convt_out_shape(cc, os);
+            double *want = ref_convt(cc, in[0], in[1], cc->bias ? in[2] : NULL);
+            oc_assert_close(o, 4, os, want, tol(floats[d]), tol(floats[d]));
+            free(want);
+            vq_tensor_release(o);
+            release_all(in, nin);
+        }
+}
+
+Test(ops_conv, conv_transpose2d_gradients_match_finite_differences)
+{
+    for (size_t k = 0; k < NCONVT; k++) {
+        vq_tensor *in[3];
+        int nin = convt_inputs(&convt_cases[k], VQ_F64, in);
+        vq_attr at[5];
+        double err = oc_grad_check("conv_transpose2d", in, nin, 1, at,
+                                   convt_attrs(&convt_cases[k], at), (1u << nin) - 1, &rng);
+        cr_assert_leq(err, 1e-6, "case %zu: %g", k, err);
+        release_all(in, nin);
+    }
+}
+
+Test(ops_conv, conv_transpose2d_refuses_what_does_not_fit)
+{
+    vq_tensor *x = oc_rand(&rng, VQ_F32, 4, (int64_t[]){1, 4, 3, 3}, -1, 1);
+    vq_tensor *w = oc_rand(&rng, VQ_F32, 4, (int64_t[]){4, 2, 3, 3}, -1, 1);
+    vq_tensor *w3 = oc_rand(&rng, VQ_F32, 4, (int64_t[]){3, 2, 3, 3}, -1, 1);
+    vq_tensor *b = oc_rand(&rng, VQ_F32, 1, (int64_t[]){5}, -1, 1);
+    vq_tensor *in[3] = {x, w, b};
+    int64_t s2[2] = {2, 2}, op2[2] = {2, 0}, op1[2] = {1, 0}, bigpad[4] = {4, 4, 4, 4};
+    vq_attr bad_op[2] = {VQ_ATTR_IS("strides", s2, 2), VQ_ATTR_IS("output_padding", op2, 2)};
+    cr_assert_eq(oc_try("conv_transpose2d", in, 2, 1, bad_op, 2), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "output_padding"), "%s", vq_errmsg());
+    vq_attr op_no_stride = VQ_ATTR_IS("output_padding", op1, 2);
+    cr_assert_eq(oc_try("conv_transpose2d", in, 2, 1, &op_no_stride, 1), VQ_EINVAL);
+    vq_attr g3 = VQ_ATTR_I("groups", 3);
+    cr_assert_eq(oc_try("conv_transpose2d", in, 2, 1, &g3, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "groups"), "%s", vq_errmsg());
+    vq_tensor *mism[2] = {x, w3};
+    cr_assert_eq(oc_try("conv_transpose2d", mism, 2, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "input W"), "%s", vq_errmsg());
+    cr_assert_eq(oc_try("conv_transpose2d", in, 3, 1, NULL, 0), VQ_EINVAL); /* B is [5], M 2 */
+    cr_assert(strstr(vq_errmsg(), "B"), "%s", vq_errmsg());
+    vq_attr pads = VQ_ATTR_IS("pads", bigpad, 4);
+    cr_assert_eq(oc_try("conv_transpose2d", in, 2, 1, &pads, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "output height"), "%s", vq_errmsg());
+    vq_tensor *all[] = {x, w, w3, b};
+    release_all(all, 4);
+}
+
 /* conv2d_grad in f32 against the same op in f64 on the same values. */
 Test(ops_conv, conv2d_grad_in_f32_matches_f64)
 {

@@ -923,6 +923,30 @@ static void case_conv2d(struct run *r)
             }
 }
 
+/* conv_transpose2d: X [n, c, h, w] and W [c, m / groups, kh, kw] (the
+ * cases above read the other way: their dOut shapes are these X), with an
+ * output_padding where the stride allows one. */
+static void case_conv_transpose2d(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < N_OF(conv_gpu_cases); c++) {
+            const struct conv_gpu_case *k = &conv_gpu_cases[c];
+            vq_dtype dt = floats[d];
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            int64_t op[2] = {k->stride[0] > 1, 0};
+            vq_attr at[5] = {VQ_ATTR_IS("strides", k->stride, 2), VQ_ATTR_IS("pads", k->pad, 4),
+                             VQ_ATTR_IS("dilations", k->dil, 2), VQ_ATTR_I("groups", k->groups),
+                             VQ_ATTR_IS("output_padding", op, 2)};
+            int64_t m = k->w[1] * k->groups;
+            vq_tensor *in[3] = {rnd(r, dt, -1, 1, DIMS(k->x[0], k->w[0], k->oh, k->ow)),
+                                rnd(r, dt, -1, 1, 4, k->w), NULL};
+            int nin = 2;
+            if (k->bias)
+                in[nin++] = rnd(r, dt, -1, 1, 1, &m);
+            check(r, in, nin, 1, at, 5, CLOSE);
+        }
+}
+
 /* X [n, c, h, w], the attributes, and Out's height and width. */
 static const struct pool_gpu_case {
     int64_t x[4], kernel[2], stride[2], pad[4], dil[2], oh, ow;
@@ -1271,6 +1295,7 @@ static const struct op_case {
     {"abs_grad", case_abs_grad},
     {"conv2d", case_conv2d},
     {"conv2d_grad", case_conv2d},
+    {"conv_transpose2d", case_conv_transpose2d},
     {"max_pool2d", case_pool},
     {"max_pool2d_grad", case_pool},
     {"avg_pool2d", case_pool},

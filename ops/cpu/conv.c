@@ -412,9 +412,9 @@ static int conv2d_kernel(const vq__kcall *k)
 /* dX: per image and group, W_g^T dOut_g is the gradient of the group's
  * columns, which col2im adds back into dX's planes (zeroed first); a
  * direct product's columns are dX's planes themselves. */
-static int conv_dx(const vq__kcall *k, const struct conv *cv)
+static int conv_dx(const vq__kcall *k, const struct conv *cv, const vq_tensor *w,
+                   const vq_tensor *gr, vq_tensor *dx)
 {
-    vq_tensor *w = k->in[1], *gr = k->in[2], *dx = k->out[0];
     vq_dtype dt = dx->dtype;
     size_t es = vq_dtype_size(dt);
     vq_tensor *col = NULL;
@@ -495,7 +495,7 @@ static int conv2d_grad_kernel(const vq__kcall *k)
         return 0;
     struct conv cv = conv_of(p, x, w, gr->shape);
     switch (p->wrt) {
-    case 0: return conv_dx(k, &cv);
+    case 0: return conv_dx(k, &cv, w, gr, dz);
     case 1: return conv_dw(k, &cv);
     default:
         if (dz->dtype == VQ_F32)
@@ -536,6 +536,159 @@ static int conv2d_grad(const vq__grad *g)
     return 0;
 }
 
+/* ---- conv_transpose2d: conv2d's gradient with respect to X, as an op ----
+ *
+ * ONNX's ConvTranspose: X [N, C, H, W], W [C, M/groups, kh, kw] (a
+ * conv2d's weights from M to C channels, read the other way), an optional
+ * bias B [M]; Out [N, M, OH, OW] with OH = stride (H - 1) + output_padding
+ * + dilation (kh - 1) + 1 - pad_top - pad_bottom (the same for the width).
+ * Out is exactly what conv2d_grad's dX would be for a conv2d over Out's
+ * shape whose dOut is X: the same columns (W_g^T X_g) and col2im. Rows
+ * that output_padding adds past the last window stay zero (plus the
+ * bias). Its gradients are conv2d ops: dX = conv2d(dOut, W), dW =
+ * conv2d_grad(dOut, W, X) with respect to W, dB = the sum of dOut over
+ * all dims but the channels. */
+
+static int conv_transpose2d_infer(vq__infer *c)
+{
+    vq__window_params *p = c->params;
+    int rc;
+    if (c->nin > 3)
+        return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
+        (rc = vq__check_rank(c, 0, 4)) < 0 || (rc = vq__check_rank(c, 1, 4)) < 0 ||
+        (rc = vq__window_attrs(c, p)) < 0)
+        return rc;
+    int64_t groups = vq__attr_int(c, "groups", 1);
+    if (groups < 1 || groups > INT32_MAX)
+        return vq__attr_fail(c, "groups", "is %lld, outside [1, 2^31)", (long long)groups);
+    p->groups = groups;
+    int64_t op[2] = {0, 0};
+    const vq_attr *a = vq__attr_find(c, "output_padding");
+    if (a && a->n != 2)
+        return vq__attr_fail(c, "output_padding", "has %d values, not 2", a->n);
+    for (int i = 0; a && i < 2; i++) {
+        op[i] = a->ints[i];
+        if (op[i] < 0 || op[i] >= p->stride[i])
+            return vq__attr_fail(c, "output_padding", "%lld is outside [0, stride %lld)",
+                                 (long long)op[i], (long long)p->stride[i]);
+    }
+    const vq__meta *x = &c->in[0], *w = &c->in[1];
+    char sx[100], sw[100];
+    vq__shape_str(sx, sizeof sx, x->ndim, x->shape);
+    vq__shape_str(sw, sizeof sw, w->ndim, w->shape);
+    int64_t C = x->shape[1], mg = w->shape[1], k[2] = {w->shape[2], w->shape[3]};
+    if (C >= 0 && C % groups != 0)
+        return vq__in_fail(c, 0, "has %lld channels (dim 1), which groups %lld does not divide: "
+                                 "X is %s",
+                           (long long)C, (long long)groups, sx);
+    if (!vq__dim_match(w->shape[0], C))
+        return vq__in_fail(c, 1, "has %lld input channels (dim 0), X has %lld: X is %s, W is %s",
+                           (long long)w->shape[0], (long long)C, sx, sw);
+    for (int i = 0; i < 2; i++)
+        if ((k[i] >= 0 && k[i] < 1) || k[i] > INT32_MAX)
+            return vq__in_fail(c, 1, "kernel %lldx%lld (dims 2 and 3): each must be in [1, "
+                                     "2^31): W is %s",
+                               (long long)k[0], (long long)k[1], sw);
+    c->out[0].dtype = x->dtype;
+    c->out[0].ndim = 4;
+    c->out[0].shape[0] = x->shape[0];
+    c->out[0].shape[1] = mg >= 0 ? mg * groups : -1;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->shape[2 + i];
+        if (in < 0 || k[i] < 0) {
+            c->out[0].shape[2 + i] = -1;
+            continue;
+        }
+        /* bounded: dims, strides, dilations and pads are all below 2^31 */
+        int64_t o = p->stride[i] * (in - 1) + op[i] + p->dilation[i] * (k[i] - 1) + 1 -
+                    p->pad[i] - p->pad[2 + i];
+        if (in < 1 || o < 1)
+            return vq__op_fail(c->def, "X %s and W %s with these strides, pads and dilations "
+                                       "make an output %s of %lld",
+                               sx, sw, i ? "width" : "height", (long long)o);
+        c->out[0].shape[2 + i] = o;
+    }
+    int64_t rows = mg >= 0 && k[0] >= 0 && k[1] >= 0 ? mg * k[0] * k[1] : -1;
+    int64_t plane = x->shape[2] >= 0 && x->shape[3] >= 0 ? x->shape[2] * x->shape[3] : -1;
+    if (rows > INT_MAX || plane > INT_MAX || (C >= 0 && C / groups > INT_MAX))
+        return vq__op_fail(c->def, "X %s and W %s make a product past BLAS's int sizes", sx, sw);
+    if (c->nin == 3) {
+        const vq__meta *b = &c->in[2];
+        int64_t M = c->out[0].shape[1];
+        if (b->dtype != x->dtype)
+            return bias_fail(c, "dtype %s differs from X's %s", vq_dtype_name(b->dtype),
+                             vq_dtype_name(x->dtype));
+        if (b->ndim != 1 || !vq__dim_match(b->shape[0], M)) {
+            char sb[100];
+            return bias_fail(c, "shape %s is not [M] for the M = %lld output channels",
+                             vq__shape_str(sb, sizeof sb, b->ndim, b->shape), (long long)M);
+        }
+        if (M < 0)
+            c->out[0].shape[1] = b->shape[0];
+    }
+    return 0;
+}
+
+static int conv_transpose2d_kernel(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    if (o->numel == 0)
+        return 0;
+    /* the conv2d whose dX this is: over Out's shape, with X as its dOut */
+    struct conv cv = conv_of(p, o, w, x->shape);
+    int rc = 0;
+    if (x->numel == 0)
+        memset(o->data, 0, o->nbytes);
+    else
+        rc = conv_dx(k, &cv, w, x, o);
+    if (rc == 0 && b && o->dtype == VQ_F32)
+        add_bias_float(o->data, b->data, cv.w.n, o->shape[1], o->shape[2] * o->shape[3]);
+    else if (rc == 0 && b)
+        add_bias_double(o->data, b->data, cv.w.n, o->shape[1], o->shape[2] * o->shape[3]);
+    return rc;
+}
+
+static int conv_transpose2d_grad(const vq__grad *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->nin; i++)
+        any |= g->din[i] != NULL;
+    if (!any)
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    vq_attr attrs[5];
+    int n = 0;
+    for (int i = 0; i < g->nattrs && n < 4; i++)
+        if (strcmp(g->attrs[i].name, "output_padding")) /* conv2d has none */
+            attrs[n++] = g->attrs[i];
+    int rc = 0;
+    if (g->din[0])
+        rc = vq__emit(g, "conv2d", (const char *const[]){g->dout[0], g->in[1]}, 2, &g->din[0],
+                      1, attrs, n);
+    if (rc == 0 && g->din[1]) {
+        attrs[n] = VQ_ATTR_I("wrt", 1);
+        rc = vq__emit(g, "conv2d_grad", (const char *const[]){g->dout[0], g->in[1], g->in[0]},
+                      3, &g->din[1], 1, attrs, n + 1);
+    }
+    if (rc == 0 && g->nin > 2 && g->din[2]) {
+        static const int64_t axes[] = {0, 2, 3};
+        vq_attr sum = VQ_ATTR_IS("axes", axes, 3);
+        rc = vq__emit(g, "sum", &g->dout[0], 1, &g->din[2], 1, &sum, 1);
+    }
+    return rc;
+}
+
+static const vq__attr_spec conv_transpose_attrs[] = {
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
+    {"groups", VQ_ATTR_INT, false, "1"},
+    {"output_padding", VQ_ATTR_INTS, false, "[0,0]"},
+};
+
 static const vq__attr_spec conv_attrs[] = {
     {"strides", VQ_ATTR_INTS, false, "[1,1]"},
     {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
@@ -552,5 +705,9 @@ const vq__op_def vq__ops_conv[] = {
     {.type = "conv2d_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
      .nout_slots = 1, .attrs = conv_attrs, .nattrs = 5, .params_size = sizeof(vq__window_params),
      .infer = conv2d_grad_infer, .kernel = {conv2d_grad_kernel}},
+    {.type = "conv_transpose2d", .in_slots = conv_in, .nin_slots = 2, .out_slots = conv_out,
+     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = conv_transpose_attrs, .nattrs = 5,
+     .params_size = sizeof(vq__window_params), .infer = conv_transpose2d_infer,
+     .kernel = {conv_transpose2d_kernel}, .grad = conv_transpose2d_grad},
     {0},
 };

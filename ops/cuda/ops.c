@@ -1299,6 +1299,41 @@ static int conv2d_grad_gpu(const vq__kcall *k)
     return rc;
 }
 
+/* conv.c's conv_transpose2d: conv2d_grad's dX for a conv2d over Out's
+ * shape whose dOut is X, then the bias. */
+static int conv_transpose2d_gpu(const vq__kcall *k)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    struct launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || o->numel == 0)
+        return rc;
+    vq_dtype dt = o->dtype;
+    struct conv_dims d = conv_dims_of(p, o, w, x->shape);
+    if (x->numel == 0) {
+        rc = called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l.s), "cudaMemsetAsync");
+    } else {
+        vq_tensor *col;
+        if ((rc = columns(k, &l, &d, dt, &col)) < 0)
+            return rc;
+        int64_t osize = d.w.c * d.w.h * d.w.w, xsize = d.m * d.plane;
+        for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
+            void *on = (void *)image(o, n, osize);
+            rc = launched(k, vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1,
+                                             w->data, 0, image(x, n, xsize), 0, 0,
+                                             col ? col->data : on, l.s));
+            if (rc == 0 && col)
+                rc = launched(k, vq__cuda_col2im(dt, col->data, on, &d.w, l.s));
+        }
+        vq__tensor_release_on(col, l.s);
+    }
+    if (rc == 0 && b)
+        rc = launched(k, vq__cuda_bias_add(dt, o->data, b->data, o->shape[0], o->shape[1],
+                                           o->shape[2] * o->shape[3], l.s));
+    return rc;
+}
+
 static vq__window pool_window(const vq__window_params *p, const vq_tensor *x,
                               const int64_t *out)
 {
@@ -1685,6 +1720,7 @@ static struct entry table[] = {
     {"abs_grad", abs_grad_gpu},
     {"conv2d", conv2d_gpu},
     {"conv2d_grad", conv2d_grad_gpu},
+    {"conv_transpose2d", conv_transpose2d_gpu},
     {"max_pool2d", pool_gpu},
     {"max_pool2d_grad", pool_grad_gpu},
     {"avg_pool2d", pool_gpu},

@@ -1134,8 +1134,11 @@ static int plan_build_ops(struct plan *pl)
             pv->ev = vq_var_new(e, pl->prog->vars[v].name);
             pv->own_ev = pv->ev != NULL;
         }
+        /* a scope tensor of another engine, or no memory for the var */
         if (!pv->ev)
-            rc = refail(VQ_EINVAL, pl->prog->vars[v].name);
+            rc = refail(pv->persistable && atomic_load(&pv->value->engine) != e ? VQ_EINVAL
+                                                                                  : VQ_ENOMEM,
+                        pl->prog->vars[v].name);
     }
     if (rc == 0 && !(pl->done_var = vq_var_new(e, "run_done")))
         rc = VQ_ENOMEM;

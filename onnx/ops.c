@@ -609,11 +609,12 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
     return 0;
 }
 
-static int t_conv(struct ox *x)
+/* What Conv and ConvTranspose share: X, W and an optional B (in), the
+ * output, the spatial rank, strides, dilations and group, with X and W
+ * lifted to 2-D windows. */
+static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strides,
+                       int64_t *dil, int64_t *group)
 {
-    struct ox_val *in[3];
-    int64_t strides[2], dil[2], kernel[2], pads[4], group;
-    int sd = 0;
     int rc = need_in(x, 0, &in[0]);
     if (rc == 0)
         rc = need_in(x, 1, &in[1]);
@@ -622,19 +623,28 @@ static int t_conv(struct ox *x)
     if (rc == 0)
         rc = need_out0(x);
     if (rc == 0)
-        rc = spatial_rank(x, in[0], &sd);
-    if (rc == 0 && in[1]->meta.ndim != sd + 2)
+        rc = spatial_rank(x, in[0], sd);
+    if (rc == 0 && in[1]->meta.ndim != *sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
     if (rc == 0)
-        rc = lifted(x, "strides", sd, 1, strides);
+        rc = lifted(x, "strides", *sd, 1, strides);
     if (rc == 0)
-        rc = lifted(x, "dilations", sd, 1, dil);
+        rc = lifted(x, "dilations", *sd, 1, dil);
     if (rc == 0)
-        rc = ox_attr_int(x, "group", 1, &group);
+        rc = ox_attr_int(x, "group", 1, group);
     if (rc == 0)
-        rc = lift(x, in[0], sd, &in[0]);
+        rc = lift(x, in[0], *sd, &in[0]);
     if (rc == 0)
-        rc = lift(x, in[1], sd, &in[1]);
+        rc = lift(x, in[1], *sd, &in[1]);
+    return rc;
+}
+
+static int t_conv(struct ox *x)
+{
+    struct ox_val *in[3];
+    int64_t strides[2], dil[2], kernel[2], pads[4], group;
+    int sd = 0;
+    int rc = conv_common(x, in, &sd, strides, dil, &group);
     if (rc)
         return rc;
     kernel[0] = in[1]->meta.shape[2];
@@ -657,27 +667,11 @@ static int t_conv_transpose(struct ox *x)
     int64_t strides[2], dil[2], outpad[2], pads[4] = {0, 0, 0, 0}, group, want[2], p[4];
     int sd = 0, n = -1, nshape = -1;
     char mode[32];
-    int rc = need_in(x, 0, &in[0]);
-    if (rc == 0)
-        rc = need_in(x, 1, &in[1]);
-    if (rc == 0)
-        rc = ox_in(x, 2, &in[2]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = spatial_rank(x, in[0], &sd);
-    if (rc == 0 && in[1]->meta.ndim != sd + 2)
-        rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
-    if (rc == 0)
-        rc = lifted(x, "strides", sd, 1, strides);
-    if (rc == 0)
-        rc = lifted(x, "dilations", sd, 1, dil);
+    int rc = conv_common(x, in, &sd, strides, dil, &group);
     if (rc == 0)
         rc = lifted(x, "output_padding", sd, 0, outpad);
     if (sd == 1)
         outpad[0] = 0; /* the added dim of a 1-D window gets no padding */
-    if (rc == 0)
-        rc = ox_attr_int(x, "group", 1, &group);
     if (rc == 0)
         rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
     if (rc == 0)
@@ -690,10 +684,6 @@ static int t_conv_transpose(struct ox *x)
     if (rc == 0 && nshape >= 0 && nshape != sd && nshape != sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "output_shape has %d entries for %d spatial dims", nshape,
                      sd);
-    if (rc == 0)
-        rc = lift(x, in[0], sd, &in[0]);
-    if (rc == 0)
-        rc = lift(x, in[1], sd, &in[1]);
     if (rc)
         return rc;
     bool same = !strcmp(mode, "SAME_UPPER") || !strcmp(mode, "SAME_LOWER");

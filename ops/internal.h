@@ -419,6 +419,11 @@ static inline int vq__emit(const vq__grad *g, const char *type, const char *cons
     return g->emit(g->user, type, in, nin, out, nout, attrs, nattrs);
 }
 
+/* The start of a gradient maker of a one-output op: 0 when no input wants
+ * a gradient (nothing to emit), 1 when some does and one flows into Out,
+ * VQ_EINVAL naming the op when some does but none flows. */
+int vq__grad_wanted(const vq__grad *g);
+
 /* The gradient ops of a binary forward op (X, Y) -> Out whose gradient op
  * is grad_type(dOut, X, Y) -> dZ with attributes op (the forward op's
  * type) and wrt (0: X, 1: Y): one for each of X and Y that is wanted. */

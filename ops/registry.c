@@ -484,6 +484,18 @@ int vq__check_broadcast_is(const vq__infer *c, int slot, int a, int b, const cha
     return vq__check_shape_is(c, slot, &full, what);
 }
 
+int vq__grad_wanted(const vq__grad *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->nin; i++)
+        any |= g->din[i] != NULL;
+    if (!any)
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output %s", vq__op_out_slot(g->def, 0));
+    return 1;
+}
+
 int vq__emit_xy_grads(const vq__grad *g, const char *grad_type)
 {
     for (int i = 0; i < 2; i++) {

@@ -510,13 +510,9 @@ static int conv2d_grad_kernel(const vq__kcall *k)
  * dOut, with the forward op's attributes and wrt. */
 static int conv2d_grad(const vq__grad *g)
 {
-    bool any = false;
-    for (int i = 0; i < g->nin; i++)
-        any |= g->din[i] != NULL;
-    if (!any)
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     /* conv2d's schema has four attributes, each given at most once. */
     if (g->nattrs < 0 || g->nattrs > 4)
         return vq__op_fail(g->def, "%d attributes; conv2d has 4", g->nattrs);
@@ -652,13 +648,9 @@ static int conv_transpose2d_kernel(const vq__kcall *k)
 
 static int conv_transpose2d_grad(const vq__grad *g)
 {
-    bool any = false;
-    for (int i = 0; i < g->nin; i++)
-        any |= g->din[i] != NULL;
-    if (!any)
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     vq_attr attrs[5];
     int n = 0;
     for (int i = 0; i < g->nattrs && n < 4; i++)

@@ -197,13 +197,9 @@ static int bn_grad_kernel(const vq__kcall *k)
 /* One batch_norm_grad per wanted input, wrt the input's slot. */
 static int bn_grad(const vq__grad *g)
 {
-    bool any = false;
-    for (int i = 0; i < g->nin; i++)
-        any |= g->din[i] != NULL;
-    if (!any)
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     if (g->nattrs < 0 || g->nattrs > 1)
         return vq__op_fail(g->def, "%d attributes; batch_norm has 1", g->nattrs);
     vq_attr attrs[2];

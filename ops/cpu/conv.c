@@ -131,7 +131,9 @@ static int bias_fail(const vq__infer *c, const char *fmt, ...)
 /* Checks X (slot 0), W (slot 1) and, when bias_slot > 0, the bias there
  * against the attributes: fills p (but wrt) and Out's meta; -1 for Out's
  * dims that depend on unknown ones. */
-static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq__meta *out)
+/* What conv2d and conv_transpose2d check alike: X and W float 4-D tensors
+ * of one dtype, the window attributes and groups (into p). */
+static int conv_common(const vq__infer *c, vq__window_params *p)
 {
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
@@ -142,6 +144,15 @@ static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq
     if (groups < 1 || groups > INT32_MAX)
         return vq__attr_fail(c, "groups", "is %lld, outside [1, 2^31)", (long long)groups);
     p->groups = groups;
+    return 0;
+}
+
+static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq__meta *out)
+{
+    int rc = conv_common(c, p);
+    if (rc < 0)
+        return rc;
+    int64_t groups = p->groups;
     const vq__meta *x = &c->in[0], *w = &c->in[1];
     char sx[100], sw[100];
 #define SHAPES() (vq__shape_str(sx, sizeof sx, x->ndim, x->shape), \
@@ -548,17 +559,12 @@ static int conv2d_grad(const vq__grad *g)
 static int conv_transpose2d_infer(vq__infer *c)
 {
     vq__window_params *p = c->params;
-    int rc;
     if (c->nin > 3)
         return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
-    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
-        (rc = vq__check_rank(c, 0, 4)) < 0 || (rc = vq__check_rank(c, 1, 4)) < 0 ||
-        (rc = vq__window_attrs(c, p)) < 0)
+    int rc = conv_common(c, p);
+    if (rc < 0)
         return rc;
-    int64_t groups = vq__attr_int(c, "groups", 1);
-    if (groups < 1 || groups > INT32_MAX)
-        return vq__attr_fail(c, "groups", "is %lld, outside [1, 2^31)", (long long)groups);
-    p->groups = groups;
+    int64_t groups = p->groups;
     int64_t op[2] = {0, 0};
     const vq_attr *a = vq__attr_find(c, "output_padding");
     if (a && a->n != 2)

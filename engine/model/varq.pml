@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (internal.h vq__op_dep_granted) ----
- * @C engine/internal.h:518 vq__op_dep_granted `if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1) vq__ready_add(r, op);`
+ * @C engine/internal.h:519 vq__op_dep_granted `if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */
@@ -424,9 +424,9 @@ inline complete_write(v, slot)
 }
 
 /* ---- pushing (engine.c op_enqueue, var.c vq__var_append_op) ----
- * @C engine/engine.c:605 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
- * @C engine/engine.c:606 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket); vblocks_free(spare);`
- * @C engine/engine.c:609 op_enqueue `if (atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel) == granted + 1) dispatch(e, op);`
+ * @C engine/engine.c:624 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
+ * @C engine/engine.c:625 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket); vblocks_free(spare);`
+ * @C engine/engine.c:628 op_enqueue `if (atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel) == granted + 1) dispatch(e, op);`
  * @C engine/var.c:121 vq__var_append_op `for (int i = 0; i < n; i++) vq__spin_lock(&order[i]->lock);`
  * @C engine/var.c:126 vq__var_append_op `*ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);`
  * @C engine/var.c:127 vq__var_append_op `for (int i = 0; i < o->nexcl; i++) {`
@@ -575,7 +575,7 @@ inline push(o)
         op[o].wait = old - (granted + 1);
         if
         :: old == granted + 1 ->
-            /* @C engine/engine.c:528 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
+            /* @C engine/engine.c:547 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
             assert(!dispatched[o]);
             dispatched[o] = 1;
             inq[o] = 1;
@@ -587,9 +587,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1076 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1080 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE);`
- * @C engine/engine.c:1079 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1095 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1099 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE);`
+ * @C engine/engine.c:1098 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -706,10 +706,10 @@ inline op_end(o)
  * @C engine/threaded.c:328 worker_main `vq__op *op = w->next; w->next = NULL; if (!op && !(op = vq__pool_pop(p)) && !(op = worker_sleep(p))) break;`
  * @C engine/threaded.c:333 worker_main `vq__op_run(op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:315 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:935 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:940 vq__op_finish `if (o->flags & VQ__OPR_DELETE) var_destroy(e, o->vars[0]);`
- * @C engine/engine.c:911 op_completed `unsigned long done = atomic_fetch_add(&e->completed, 1) + 1;`
- * @C engine/engine.c:257 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
+ * @C engine/engine.c:954 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:959 vq__op_finish `if (o->flags & VQ__OPR_DELETE) var_destroy(e, o->vars[0]);`
+ * @C engine/engine.c:930 op_completed `unsigned long done = atomic_fetch_add(&e->completed, 1) + 1;`
+ * @C engine/engine.c:276 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's
  * function observes its vars as it starts and stores its writes as it
  * ends; the op then completes its reads, then its writes, destroys its var

@@ -1647,6 +1647,8 @@ struct hasher {
 
 static void h_bytes(struct hasher *h, const void *p, size_t n)
 {
+    if (n == 0) /* an empty list's pointer may be NULL */
+        return;
     if (h->n + n > sizeof h->buf) {
         XXH3_64bits_update(&h->st, h->buf, h->n);
         h->n = 0;

@@ -297,7 +297,9 @@ void vq__frame_push_from(struct frame *fr, int k);
 void vq__push_prebuilt(vq_engine *e, vq_opr *o);
 
 /* The run an op execution belongs to: the root frame's n-th execution of
- * an op is the n-th run's; other frames belong to their instance's run. */
+ * an op is the n-th run's; other frames belong to their instance's run.
+ * In the root frame each call counts one execution (f->execs): call it
+ * once per execution and keep the answer. */
 struct run *vq__fop_run(struct fop *f);
 
 /* Run-time bookkeeping shared with control.c. */

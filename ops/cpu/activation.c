@@ -14,6 +14,7 @@
 #include "../params.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -208,10 +209,9 @@ static const char *const unary_grad_names[] = {"relu_grad", "sigmoid_grad", "tan
 
 static int unary_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     const char *in[2] = {g->out[0], g->dout[0]};
     return vq__emit(g, unary_grad_names[g->def->code], in, 2, &g->din[0], 1, NULL, 0);
 }
@@ -334,15 +334,18 @@ static int softmax_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
+/* softmax's and log_softmax's: "<op>_grad"(Out, dOut), both computed from
+ * the output. The forward op's only attribute is axis, which its gradient
+ * op shares. */
 static int softmax_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     const char *in[2] = {g->out[0], g->dout[0]};
-    /* The forward op's only attribute is axis, which softmax_grad shares. */
-    return vq__emit(g, "softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
+    char type[32];
+    snprintf(type, sizeof type, "%s_grad", g->def->type);
+    return vq__emit(g, type, in, 2, &g->din[0], 1, g->attrs, g->nattrs);
 }
 
 /* ---- log_softmax ---- */
@@ -410,15 +413,6 @@ static int log_softmax_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-static int log_softmax_grad(const vq__grad *g)
-{
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
-    const char *in[2] = {g->out[0], g->dout[0]};
-    return vq__emit(g, "log_softmax_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
-}
 
 #define UNARY_OP(name, c)                                                                   \
     {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
@@ -449,7 +443,7 @@ const vq__op_def vq__ops_activation[] = {
     {.type = "log_softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
      .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
      .params_size = sizeof(vq__softmax_params), .infer = softmax_infer,
-     .kernel = {log_softmax_kernel}, .grad = log_softmax_grad},
+     .kernel = {log_softmax_kernel}, .grad = softmax_grad},
     {.type = "log_softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
      .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
      .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,

@@ -261,10 +261,9 @@ static int extremum_kernel(const vq__kcall *k)
 
 static int extremum_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     vq_attr at[3];
     int n = 0;
     for (int i = 0; i < g->nattrs && n < 2; i++)

@@ -154,10 +154,9 @@ static int expand_kernel(const vq__kcall *k)
 
 static int expand_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     const char *in[3] = {g->dout[0], g->in[0], g->out[0]};
     vq_attr at[2] = {VQ_ATTR_S("op", "add"), VQ_ATTR_I("wrt", 0)};
     return vq__emit(g, "elementwise_grad", in, 3, &g->din[0], 1, at, 2);
@@ -253,10 +252,9 @@ static int tile_kernel(const vq__kcall *k)
 
 static int tile_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     const char *in[2] = {g->in[0], g->dout[0]};
     /* tile_grad has exactly tile's attributes. */
     return vq__emit(g, "tile_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
@@ -479,10 +477,9 @@ static int pad_kernel(const vq__kcall *k)
 
 static int pad_grad(const vq__grad *g)
 {
-    if (!g->din[0])
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
+    int wanted = vq__grad_wanted(g);
+    if (wanted <= 0)
+        return wanted;
     const char *in[2] = {g->in[0], g->dout[0]};
     /* pad_grad has exactly pad's attributes. */
     return vq__emit(g, "pad_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);

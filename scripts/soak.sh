@@ -5,10 +5,10 @@
 # emulated backend; both modes of one build run at once), then a table of
 # the figures. Each run fails on a wrong value, a lost or doubled callback,
 # a sanitizer report, a hang (its watchdog: no round done in 60 s), live
-# tensor bytes that pile up, or (normal build; reported only under the
-# sanitizers, whose runtimes grow with every thread created: see
-# RSS_ADVISORY in tests/soak.c) a resident set that grew more than 10%
-# after warm-up. The suite runs the same program for 20 s (normal) or 60 s
+# tensor bytes that pile up, or a resident set that grew more than 10%
+# after warm-up (a quarter of the time; under a sanitizer only in runs of
+# 10 minutes or more, whose allocators take minutes to level off: see
+# SANITIZER_RSS_S in tests/soak.c). The suite runs the same program for 20 s (normal) or 60 s
 # (sanitizers) per mode (tests/meson.build: soak, soak_gpu).
 #
 # usage: scripts/soak.sh [DURATION]

@@ -266,19 +266,22 @@ static struct {
     pthread_cond_t cond;
     struct job *jobs;
     int head, tail, cap;
-    bool stop;
     pthread_t thread;
 } fin;
+
+static void finisher_init(void)
+{
+    pthread_mutex_init(&fin.lock, NULL);
+    pthread_cond_init(&fin.cond, NULL);
+}
 
 static void *finisher_main(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&fin.lock);
     for (;;) {
-        while (fin.head == fin.tail && !fin.stop)
+        while (fin.head == fin.tail)
             pthread_cond_wait(&fin.cond, &fin.lock);
-        if (fin.head == fin.tail)
-            break;
         struct job j = fin.jobs[fin.head++ % fin.cap];
         pthread_mutex_unlock(&fin.lock);
         for (volatile int spin = 0; spin < (j.i % 7) * 50; spin++)
@@ -286,35 +289,33 @@ static void *finisher_main(void *arg)
         vq_done_finish(j.done, body(j.r, j.i));
         pthread_mutex_lock(&fin.lock);
     }
-    pthread_mutex_unlock(&fin.lock);
-    return NULL;
+    return NULL; /* not reached: the thread lives as long as the process */
 }
 
+/* The finisher thread lives as long as the process: started by the first
+ * workload, given a job array of the run's size by each (the previous run's
+ * jobs are all taken by then: its vq_wait_all returned), never joined. A
+ * caller that runs workloads for hours (tests/soak.c) so creates no thread
+ * per run. */
 static int finisher_start(int cap)
 {
-    pthread_mutex_init(&fin.lock, NULL);
-    pthread_cond_init(&fin.cond, NULL);
-    fin.jobs = malloc((size_t)cap * sizeof *fin.jobs);
-    fin.cap = cap;
-    fin.head = fin.tail = 0;
-    fin.stop = false;
-    if (!fin.jobs || pthread_create(&fin.thread, NULL, finisher_main, NULL) != 0) {
-        free(fin.jobs);
-        return -1;
-    }
-    return 0;
-}
-
-static void finisher_stop(void)
-{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    static bool running;
+    pthread_once(&once, finisher_init);
     pthread_mutex_lock(&fin.lock);
-    fin.stop = true;
-    pthread_cond_signal(&fin.cond);
+    struct job *jobs = fin.cap >= cap ? fin.jobs : realloc(fin.jobs, (size_t)cap * sizeof *jobs);
+    if (jobs) {
+        fin.jobs = jobs;
+        fin.cap = cap > fin.cap ? cap : fin.cap;
+        fin.head = fin.tail = 0;
+    }
     pthread_mutex_unlock(&fin.lock);
-    pthread_join(fin.thread, NULL);
-    free(fin.jobs);
-    pthread_mutex_destroy(&fin.lock);
-    pthread_cond_destroy(&fin.cond);
+    if (!jobs)
+        return -1;
+    if (!running && pthread_create(&fin.thread, NULL, finisher_main, NULL) != 0)
+        return -1;
+    running = true;
+    return 0;
 }
 
 /* ---- running a workload on an engine ---- */
@@ -459,21 +460,24 @@ static void *pusher_main(void *arg)
     return NULL;
 }
 
-/* Runs the steps on an engine from npushers threads (the calling thread
- * when 1); r->err gets each slot's final error. */
-static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, int npushers,
-                         unsigned long (*ticket)(void), uint64_t seed, char *msg, size_t len)
+/* Runs the steps from npushers threads (the calling thread when 1) on the
+ * given engine, or on a new one of the kind when given is NULL; r->err gets
+ * each slot's final error. */
+static int run_on_engine(struct run *r, vq_engine *given, int kind, int workers, unsigned flags,
+                         int npushers, unsigned long (*ticket)(void), uint64_t seed, char *msg,
+                         size_t len)
 {
     vq_engine_opts o = {.kind = kind, .cpu_workers = workers, .flags = flags & ~WORKLOAD_GPU};
-    vq_engine *e;
-    if (vq_engine_new(&e, &o) < 0)
+    vq_engine *e = given;
+    if (!e && vq_engine_new(&e, &o) < 0)
         return failf(msg, len, "vq_engine_new: %s", vq_errmsg());
     struct op_arg *args = malloc((size_t)r->nsteps * sizeof *args);
     struct pusher *ps = calloc((size_t)npushers, sizeof *ps);
     if (!args || !ps || finisher_start(r->nsteps + 1) < 0) {
         free(args);
         free(ps);
-        vq_engine_free(e);
+        if (!given)
+            vq_engine_free(e);
         return failf(msg, len, "out of memory");
     }
     vq_var *slot[MAXSLOTS];
@@ -504,8 +508,14 @@ static int run_on_engine(struct run *r, int kind, int workers, unsigned flags, i
     int first = vq_wait_all(e);
     for (int i = 0; i < r->nslots; i++)
         r->err[i] = vq_wait_var(e, slot[i]);
-    vq_engine_free(e);
-    finisher_stop();
+    if (given) /* the vars go, the engine stays: empty, idle, no error on record */
+        for (int i = 0; i < r->nslots; i++)
+            if (vq_var_free(e, slot[i]) < 0 && rc == 0)
+                rc = failf(msg, len, "vq_var_free: %s", vq_errmsg());
+    if (given && vq_wait_all(e) != 0 && rc == 0)
+        rc = failf(msg, len, "the engine is not idle and clean after the frees");
+    if (!given)
+        vq_engine_free(e);
     free(args);
     free(ps);
     if (rc < 0)
@@ -569,7 +579,7 @@ static int compare(const struct run *plan, const struct run *model, const struct
     return 0;
 }
 
-static int check(int kind, int workers, unsigned flags, int npushers,
+static int check(vq_engine *given, int kind, int workers, unsigned flags, int npushers,
                  unsigned long (*ticket)(void), uint64_t seed, int nops, long *ran, char *msg,
                  size_t len)
 {
@@ -585,7 +595,8 @@ static int check(int kind, int workers, unsigned flags, int npushers,
         rc = failf(msg, len, "out of memory");
         goto out;
     }
-    if ((rc = run_on_engine(&got, kind, workers, flags, npushers, ticket, seed, msg, len)) < 0)
+    if ((rc = run_on_engine(&got, given, kind, workers, flags, npushers, ticket, seed, msg,
+                            len)) < 0)
         goto out;
     for (int i = 0; i < plan.nsteps; i++)
         order[i] = i;
@@ -606,7 +617,15 @@ out:
 int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
                    char *msg, size_t len)
 {
-    return check(kind, workers, flags, 1, NULL, seed, nops, ran, msg, len);
+    return check(NULL, kind, workers, flags, 1, NULL, seed, nops, ran, msg, len);
+}
+
+int workload_check_on(vq_engine *e, unsigned flags, uint64_t seed, int nops, long *ran,
+                      char *msg, size_t len)
+{
+    if (!e)
+        return failf(msg, len, "workload_check_on: no engine");
+    return check(e, 0, 0, flags, 1, NULL, seed, nops, ran, msg, len);
 }
 
 int workload_check_pushers(int workers, int npushers, unsigned flags,
@@ -615,8 +634,8 @@ int workload_check_pushers(int workers, int npushers, unsigned flags,
 {
     if (!ticket)
         return failf(msg, len, "workload_check_pushers: no ticket function");
-    return check(VQ_ENGINE_THREADED, workers, flags, npushers, ticket, seed, nops, ran, msg,
-                 len);
+    return check(NULL, VQ_ENGINE_THREADED, workers, flags, npushers, ticket, seed, nops, ran,
+                 msg, len);
 }
 
 uint64_t workload_seed(void)

@@ -5,6 +5,8 @@
 #ifndef VARQ_TESTS_WORKLOAD_H
 #define VARQ_TESTS_WORKLOAD_H
 
+#include <varq/engine.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +28,13 @@ extern int workload_gpus;
  * the number of ops that ran (not skipped). */
 int workload_check(int kind, int workers, unsigned flags, uint64_t seed, int nops, long *ran,
                    char *msg, size_t msglen);
+
+/* The same on the caller's engine, which stays: the workload's vars are
+ * freed at the end and vq_wait_all has cleared its error record. The
+ * engine's own flags apply (flags here: only WORKLOAD_GPU). A caller that
+ * runs workloads for hours so starts no engine, and no thread, per run. */
+int workload_check_on(vq_engine *e, unsigned flags, uint64_t seed, int nops, long *ran,
+                      char *msg, size_t msglen);
 
 /* The same from npushers threads at once (2 .. 16) on a threaded engine:
  * each pushes nops / npushers steps of its own on 48 shared vars and 8 of

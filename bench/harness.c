@@ -3,8 +3,13 @@
  * the stencil, and the tab-separated result lines that engine_bench reads.
  *
  * usage: bench_<runtime> [--workers 1,2] [--reps N] [--only abcde] [--tiny]
+ *                        [--tasks N] [--rt NAME]
  *   --tiny   small sizes and one repetition: checks every result in seconds
  *            (what scripts/test.sh runs)
+ *   --tasks  N tasks in each of (a)-(d) (fan-out: N / (readers + 1) rounds),
+ *            one repetition: for instruction counts (scripts/bench.sh
+ *            --callgrind runs two sizes and takes the difference)
+ *   --rt     only the runtime of that name (bench_varq has three)
  * Output lines (tab-separated):
  *   describe <runtime> <workers> <text>
  *   result   <runtime> <workload> <workers> <tasks> <median ns/task> <min ns/task>
@@ -287,13 +292,18 @@ int bench_main(int argc, char **argv, const struct bench_rt *const *rts, int nrt
 {
     const struct sizes *z = &full;
     struct sizes custom;
-    const char *only = "abcde";
+    const char *only = "abcde", *rt_name = NULL;
+    long tasks = 0;
     int workers[8] = {1, 2}, nworkers = 2, reps = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tiny") == 0) {
             z = &tiny;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--tasks") == 0 && i + 1 < argc) {
+            tasks = atol(argv[++i]);
+        } else if (strcmp(argv[i], "--rt") == 0 && i + 1 < argc) {
+            rt_name = argv[++i];
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
@@ -305,9 +315,17 @@ int bench_main(int argc, char **argv, const struct bench_rt *const *rts, int nrt
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--workers 1,2] [--reps N] [--only abcde] [--tiny]\n", argv[0]);
+                    "usage: %s [--workers 1,2] [--reps N] [--only abcde] [--tiny] [--tasks N] "
+                    "[--rt NAME]\n", argv[0]);
             return 2;
         }
+    }
+    if (tasks > 0) {
+        custom = *z;
+        custom.independent = custom.chain = custom.random = tasks;
+        custom.fan_rounds = tasks / (custom.fan_readers + 1);
+        custom.reps = 1;
+        z = &custom;
     }
     if (reps > 0) {
         custom = *z;
@@ -321,6 +339,8 @@ int bench_main(int argc, char **argv, const struct bench_rt *const *rts, int nrt
         }
         for (int k = 0; k < nrts; k++) {
             const struct bench_rt *rt = rts[k];
+            if (rt_name && strcmp(rt->name, rt_name) != 0)
+                continue;
             if (rt->init(workers[w]) < 0)
                 return 1;
             printf("describe\t%s\t%d\t%s\n", rt->name, workers[w], rt->describe());

@@ -10,10 +10,15 @@
 # exec-bench markers. Then training against PyTorch (train_bench.sh), and
 # imported models and loops against PyTorch (printed only).
 #   scripts/bench.sh [engine_bench options, e.g. --reps 3 --workers 1,2]
+#   scripts/bench.sh --callgrind   instructions per task instead, counted by
+#                                  callgrind (scripts/callgrind_tasks.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
+if [ "${1:-}" = --callgrind ]; then
+  exec scripts/callgrind_tasks.sh build
+fi
 out=build/bench/engine_bench.txt
 json=build/bench/engine_bench.json
 STARPU_HOME="$PWD/build/bench" build/bench/engine_bench --json "$json" "$@" | tee "$out"

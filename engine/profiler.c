@@ -37,7 +37,13 @@ void vq__prof_buf_destroy(struct vq__prof_buf *b)
     b->n = b->cap = 0;
 }
 
-void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns)
+bool vq__engine_profiling(const vq_engine *e)
+{
+    return e->profile;
+}
+
+void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
+                   int worker)
 {
     struct vq__worker *w = vq__self();
     struct vq__prof_buf *b = w && w->engine == e ? &w->prof : &e->ext_prof;
@@ -52,10 +58,14 @@ void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns)
         b->ev = ev;
         b->cap = cap;
     }
-    /* An op skipped before it started (or an internal op) has no start. */
-    uint64_t start = op->start_ns ? op->start_ns : end_ns;
-    b->ev[b->n++] = (struct vq__prof_event){op->desc->name, start, end_ns, op->worker};
+    b->ev[b->n++] = (struct vq__prof_event){name, start_ns, end_ns, worker};
     pthread_mutex_unlock(&b->lock);
+}
+
+void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns)
+{
+    /* An op skipped before it started (or an internal op) has no start. */
+    vq__prof_span(e, op->desc->name, op->start_ns ? op->start_ns : end_ns, end_ns, op->worker);
 }
 
 static void write_json_string(FILE *f, const char *s)

@@ -1016,8 +1016,142 @@ int vq__frame_vars(struct frame *fr)
     return 0;
 }
 
-/* One fop per op of the frame's block, its slots resolved, and its
- * prebuilt engine op (control ops: their instance, control.c). */
+/* ---- segments ----
+ *
+ * MXNet's bulk execution: consecutive kernel ops of a frame that form a
+ * chain (each reads an output of the one before it) run as one engine op,
+ * their kernels back to back, so that a chain of tiny ops pays the
+ * engine's push, dependency tracking and hand-off once per segment instead
+ * of once per op. The segment's engine op reads and writes the union of
+ * its ops' vars. Its place in push order is its first op's, so running its
+ * ops together is one of the serial orders the engine allows; what it can
+ * cost is parallelism: an op that joins brings its own dependencies, which
+ * then hold back the segment's first ops. So an op joins only when every
+ * op of the frame it depends on (the last writer of each var it reads,
+ * the last writer and the readers since of each var it writes) is in the
+ * segment or in the chain that leads to it (those already run before the
+ * segment's first op can start); dependencies on what was there before the
+ * frame's ops (feeds, parameters, an earlier run's writes) are allowed.
+ * Same priority, sync kernels, no control ops, at most SEG_MAX ops. Inside,
+ * each op keeps its error message (op_end), its release of its inputs and
+ * its profiler record (vq__prof_span, beside the segment's own). */
+enum { SEG_MAX = 16 };
+
+/* Per engine var of the frame: the last op that wrote it and the first op
+ * that read it since (open addressing on the var's address). */
+struct seg_map {
+    struct seg_ent { vq_var *v; int writer, first_reader; } *ent;
+    size_t mask;
+};
+
+static struct seg_ent *seg_find(struct seg_map *m, vq_var *v)
+{
+    size_t h = ((uintptr_t)v >> 4) * 0x9e3779b97f4a7c15ull;
+    for (size_t i = h & m->mask;; i = (i + 1) & m->mask)
+        if (!m->ent[i].v || m->ent[i].v == v) {
+            if (!m->ent[i].v)
+                m->ent[i] = (struct seg_ent){v, -1, -1};
+            return &m->ent[i];
+        }
+}
+
+/* The segment being built: its first op, and its vars (duplicates are
+ * merged by vq_opr_new). */
+struct seg {
+    int start, len;
+    int bound;    /* ops from here on are in the segment or lead to it */
+    vq_var **w, **r;
+    int nw, nr, wcap, rcap;
+};
+
+static int seg_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct fop *f = arg;
+    vq_engine *e = f->t->plan->exec->engine;
+    bool prof = vq__engine_profiling(e);
+    for (int i = 0; i < f->seg_len; i++) {
+        uint64_t t0 = prof ? vq__now_ns() : 0;
+        op_exec(&f[i], x);
+        if (prof)
+            vq__prof_span(e, f[i].t->src->def->type, t0, vq__now_ns(), x ? x->worker : -1);
+    }
+    return 0;
+}
+
+/* The engine op of the segment sg, on its first fop. */
+static int seg_close(struct frame *fr, struct seg *sg)
+{
+    if (sg->len == 0)
+        return 0;
+    struct plan *pl = fr->plan;
+    struct fop *f = &fr->ops[sg->start];
+    const vq__pop *src = f->t->src;
+    bool async = sg->len == 1 && f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
+    vq_task t = {.fn = async ? NULL : sg->len > 1 ? seg_exec : op_exec,
+                 .async_fn = async ? op_exec_async : NULL, .arg = f, .ctx = pl->exec->device,
+                 .reads = sg->r, .nreads = sg->nr, .writes = sg->w, .nwrites = sg->nw,
+                 .props = VQ_PROP_RUN_ON_FAILED,
+                 .name = sg->len > 1 ? "segment" : src->def->type, .priority = src->priority};
+    f->seg_len = sg->len;
+    sg->len = sg->nw = sg->nr = 0;
+    if (!(f->opr = vq_opr_new(pl->exec->engine, &t)))
+        return vq__pop_error(f->t, VQ_ENOMEM);
+    return 0;
+}
+
+/* Whether op k (a sync kernel op) may join the open segment; k's engine
+ * vars are vars[0 .. nw) written, then nr read. */
+static bool seg_joins(const struct frame *fr, const struct seg *sg, struct seg_map *m, int k,
+                      vq_var *const *vars, int nw, int nr)
+{
+    if (sg->len == 0 || sg->len >= SEG_MAX || sg->start + sg->len != k)
+        return false;
+    const struct fop *prev = &fr->ops[k - 1], *f = &fr->ops[k];
+    if (prev->t->src->priority != f->t->src->priority || f->t->def->kernel_async)
+        return false;
+    for (int i = 0; i < nw + nr; i++) {
+        struct seg_ent *e = seg_find(m, vars[i]);
+        if (e->writer >= 0 && e->writer < sg->bound)
+            return false;
+        if (i < nw && e->first_reader >= 0 && e->first_reader < sg->bound)
+            return false;
+    }
+    return true;
+}
+
+/* Room for n more in *arr (capacity *cap); false when out of memory (*arr
+ * stays). */
+static bool seg_room(vq_var ***arr, int used, int n, int *cap)
+{
+    if (used + n <= *cap)
+        return true;
+    int c = *cap ? *cap : 16;
+    while (c < used + n)
+        c *= 2;
+    vq_var **a = vq__realloc(*arr, (size_t)c * sizeof *a);
+    if (!a)
+        return false;
+    *arr = a;
+    *cap = c;
+    return true;
+}
+
+static int seg_add(struct seg *sg, vq_var *const *vars, int nw, int nr)
+{
+    if (!seg_room(&sg->w, sg->nw, nw, &sg->wcap) || !seg_room(&sg->r, sg->nr, nr, &sg->rcap))
+        return VQ_ENOMEM;
+    if (nw) /* sg->w may still be NULL when nw is 0 (UBSan) */
+        memcpy(sg->w + sg->nw, vars, (size_t)nw * sizeof *vars);
+    if (nr)
+        memcpy(sg->r + sg->nr, vars + nw, (size_t)nr * sizeof *vars);
+    sg->nw += nw;
+    sg->nr += nr;
+    return 0;
+}
+
+/* One fop per op of the frame's block, its slots resolved, and the
+ * prebuilt engine ops: one per segment (above), one per control op (its
+ * instance, control.c). */
 int vq__frame_ops(struct frame *fr)
 {
     struct plan *pl = fr->plan;
@@ -1026,6 +1160,20 @@ int vq__frame_ops(struct frame *fr)
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     fr->nops = b->nops;
+    bool segments = !pl->exec->no_segments;
+    size_t accesses = 0;
+    for (int k = 0; k < b->nops; k++)
+        accesses += (size_t)pl->ops[b->ops[k]].nin + (size_t)pl->ops[b->ops[k]].src->nout;
+    struct seg_map m = {NULL, 0};
+    if (segments) {
+        size_t cap = 16;
+        while (cap < 2 * accesses)
+            cap *= 2;
+        m.mask = cap - 1;
+        if (!(m.ent = vq__calloc(cap, sizeof *m.ent)))
+            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    }
+    struct seg sg = {0};
     int rc = 0;
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
@@ -1034,11 +1182,13 @@ int vq__frame_ops(struct frame *fr)
         const vq__pop *src = f->t->src;
         f->in = vq__malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
         f->out = vq__malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
-        if (!f->in || !f->out)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        if (!f->in || !f->out) {
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            break;
+        }
         vq_var *vars[2 * VQ__MAX_SLOTS];
         int nw = 0, nr = 0;
-        bool dep;
+        bool dep, linked = false; /* linked: reads an output of op k - 1 */
         for (int j = 0; j < src->nout; j++) {
             f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
             vars[nw++] = f->out[j]->ev;
@@ -1050,20 +1200,53 @@ int vq__frame_ops(struct frame *fr)
                 written = src->out[j] == f->t->in[i];
             if (!f->t->ctl && dep && !written) /* a control op builds its own */
                 vars[nw + nr++] = f->in[i]->ev;
+            for (int j = 0; k > 0 && dep && !linked && j < fr->ops[k - 1].t->src->nout; j++)
+                linked = fr->ops[k - 1].out[j] == f->in[i];
         }
         if (f->t->ctl) {
-            rc = vq__ctl_build(f);
+            if ((rc = seg_close(fr, &sg)) == 0)
+                rc = vq__ctl_build(f);
             continue;
         }
-        bool async = f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
-        vq_task t = {.fn = async ? NULL : op_exec, .async_fn = async ? op_exec_async : NULL,
-                     .arg = f, .ctx = pl->exec->device, .reads = vars + nw,
-                     .nreads = nr, .writes = vars, .nwrites = nw,
-                     .props = VQ_PROP_RUN_ON_FAILED, .name = src->def->type,
-                     .priority = src->priority};
-        if (!(f->opr = vq_opr_new(pl->exec->engine, &t)))
-            rc = vq__pop_error(f->t, VQ_ENOMEM);
+        if (!segments) {
+            sg.start = k;
+            sg.len = 1;
+            sg.w = vars, sg.nw = nw;
+            sg.r = vars + nw, sg.nr = nr;
+            rc = seg_close(fr, &sg);
+            sg.w = sg.r = NULL;
+            continue;
+        }
+        if (!(linked && seg_joins(fr, &sg, &m, k, vars, nw, nr))) {
+            int from = sg.len ? sg.bound : k;
+            if ((rc = seg_close(fr, &sg)) < 0)
+                break;
+            sg.start = k;
+            /* a linked op's chain leads to it from where the last one's did */
+            sg.bound = linked ? from : k;
+        }
+        if (seg_add(&sg, vars, nw, nr) < 0) {
+            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            break;
+        }
+        sg.len++;
+        for (int i = nw; i < nw + nr; i++) {
+            struct seg_ent *e = seg_find(&m, vars[i]);
+            if (e->first_reader < 0)
+                e->first_reader = k;
+        }
+        for (int i = 0; i < nw; i++)
+            *seg_find(&m, vars[i]) = (struct seg_ent){vars[i], k, -1};
+        if (f->t->def->kernel_async) /* alone: it has an engine op of its own */
+            rc = seg_close(fr, &sg);
     }
+    if (rc == 0)
+        rc = seg_close(fr, &sg);
+    if (segments) {
+        free(sg.w);
+        free(sg.r);
+    }
+    free(m.ent);
     return rc;
 }
 
@@ -1079,8 +1262,10 @@ void vq__frame_push_from(struct frame *fr, int k)
     if (k == 0 && fr->head)
         vq__push_prebuilt(e, fr->head);
     for (; k < fr->nops; k++) {
-        if (!fr->ops[k].ctl)
-            vq__push_prebuilt(e, fr->ops[k].opr);
+        if (!fr->ops[k].ctl) {
+            if (fr->ops[k].opr) /* NULL: inside an earlier op's segment */
+                vq__push_prebuilt(e, fr->ops[k].opr);
+        }
         else if (!vq__ctl_push(&fr->ops[k]))
             return; /* the rest follows the control op's blocks */
     }
@@ -1435,7 +1620,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
-    if (o.flags & ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST))
+    if (o.flags & ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST | VQ_EXEC_NO_SEGMENTS))
         return vq__fail(VQ_EINVAL, "vq_exec_new: unknown flags 0x%x", o.flags);
     const char *env = getenv("VARQ_CHECK_NAN");
     if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
@@ -1464,6 +1649,8 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->cache_size = o.cache_size ? o.cache_size : 16;
     ex->check_nan = check_nan;
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
+    const char *seg = getenv("VARQ_EXEC_SEGMENTS");
+    ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->idle, NULL);
     *out = ex;

@@ -47,6 +47,7 @@ struct vq_exec {
     struct plan *dead;   /* dropped plans waiting for reap() (exec.c) */
     bool check_nan;      /* VQ_EXEC_CHECK_NAN */
     bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
+    bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
 };
 
 /* The value of one var in one frame. Root slots also carry what
@@ -124,7 +125,9 @@ struct fop {
     struct frame *fr;
     struct pvar **in, **out; /* t->nin and src->nout slots */
     uint64_t execs;          /* root frame: executions so far, to find the run */
-    vq_opr *opr;             /* kernel ops */
+    vq_opr *opr;             /* kernel ops: the first of a segment (exec.c) */
+    int seg_len;             /* with opr: the segment's ops, this one and the
+                              * next seg_len - 1 of the frame */
     struct ctl *ctl;         /* control ops: their instance */
     /* When preparation could not fix the shapes (t->fixed NULL): the last
      * execution's input metas, then its output metas and params, reused

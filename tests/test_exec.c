@@ -894,3 +894,87 @@ Test(exec, op_priorities_order_ready_ops)
         vq_program_free(p);
     }
 }
+
+/* Spans named name in a profiler trace: their count, and the first one's
+ * start and end (microseconds). */
+static int trace_count(const char *path, const char *name, double *start, double *end)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    char line[512], key[64];
+    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *t = strstr(line, "\"ts\":"), *d = strstr(line, "\"dur\":");
+        if (strncmp(line, key, strlen(key)) || !t || !d)
+            continue;
+        if (n++ == 0) {
+            *start = atof(t + 5);
+            *end = *start + atof(d + 6);
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* A chain of ops (matmul, add, relu, scale, softmax) runs as one engine op,
+ * a segment, unless VQ_EXEC_NO_SEGMENTS: the same bits either way, and the
+ * profiler still has one record per op, inside the segment's. */
+Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
+{
+    uint64_t rng = oc_seed("segments");
+    vq_program *p = mlp_program();
+    int64_t ws[2] = {5, 3}, bs[1] = {3}, xs[2] = {4, 5};
+    vq_tensor *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1), *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1);
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -2, 2);
+    vq_tensor *want = direct_mlp(x, w, b);
+    static const char *const types[] = {"matmul", "add", "relu", "scale", "softmax"};
+    for (int noseg = 0; noseg < 2; noseg++) {
+        vq_engine *e;
+        vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1,
+                             .flags = VQ_ENGINE_PROFILE};
+        cr_assert_eq(vq_engine_new(&e, &eo), 0);
+        vq_exec *ex;
+        vq_exec_opts xo = {.flags = noseg ? VQ_EXEC_NO_SEGMENTS : 0};
+        cr_assert_eq(vq_exec_new(&ex, e, &xo), 0);
+        vq_scope *s;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        vq_tensor *wk, *bk, *xk;
+        cr_assert_eq(vq_tensor_from(&wk, VQ_F64, 2, ws, vq_tensor_data(w)), 0);
+        cr_assert_eq(vq_tensor_from(&bk, VQ_F64, 1, bs, vq_tensor_data(b)), 0);
+        cr_assert_eq(vq_tensor_from(&xk, VQ_F64, 2, xs, vq_tensor_data(x)), 0);
+        cr_assert_eq(vq_scope_set(s, "w", wk), 0);
+        cr_assert_eq(vq_scope_set(s, "b", bk), 0);
+        vq_feed feed = {"x", xk};
+        vq_fetch fetch = {"y", NULL};
+        cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        assert_same_bits(fetch.tensor, want);
+        char path[] = "/tmp/varq_seg_XXXXXX";
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        double s0 = 0, s1 = 0;
+        cr_assert_eq(trace_count(path, "segment", &s0, &s1), noseg ? 0 : 1);
+        for (int i = 0; i < 5; i++) {
+            double t0 = 0, t1 = 0;
+            cr_assert_eq(trace_count(path, types[i], &t0, &t1), 1, "%s", types[i]);
+            if (!noseg) /* 1 ns of slack for the rounding of the microseconds */
+                cr_assert(t0 >= s0 - 1e-3 && t1 <= s1 + 1e-3,
+                          "%s [%g, %g] outside the segment [%g, %g]", types[i], t0, t1, s0, s1);
+        }
+        unlink(path);
+        vq_tensor_release(fetch.tensor);
+        vq_tensor_release(wk);
+        vq_tensor_release(bk);
+        vq_tensor_release(xk);
+        vq_exec_free(ex);
+        vq_scope_free(s);
+        vq_engine_free(e);
+    }
+    vq_tensor_release(want);
+    vq_tensor_release(x);
+    vq_tensor_release(w);
+    vq_tensor_release(b);
+    vq_program_free(p);
+}

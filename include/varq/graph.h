@@ -205,6 +205,14 @@ typedef struct vq_exec_opts {
 /* A GPU executor returns its fetches on the host (CPU tensors copied at the
  * end of the run) instead of on the device; no effect on a CPU executor. */
 #define VQ_EXEC_FETCH_HOST 2u
+/* Every op is its own engine op. By default consecutive kernel ops that
+ * form a chain (each reading an output of the one before, same priority,
+ * no new dependency that would hold the chain back) run as one engine op,
+ * up to 16, their kernels back to back: MXNet's bulk execution. Results,
+ * errors and the profiler's per-op records are the same either way (a
+ * segment also has a record of its own, named "segment"); this flag, or
+ * VARQ_EXEC_SEGMENTS=0 in the environment, is for comparing. */
+#define VQ_EXEC_NO_SEGMENTS 4u
 
 /* An executor running programs on engine e (which must outlive it). opts
  * may be NULL. Thread-safe to use from several threads once made.

@@ -5,10 +5,11 @@
 # emulated backend; both modes of one build run at once), then a table of
 # the figures. Each run fails on a wrong value, a lost or doubled callback,
 # a sanitizer report, a hang (its watchdog: no round done in 60 s), live
-# tensor bytes that pile up, or a resident set that grew more than 10%
-# after warm-up (a quarter of the time; under a sanitizer only in runs of
-# 10 minutes or more, whose allocators take minutes to level off: see
-# SANITIZER_RSS_S in tests/soak.c). The suite runs the same program for 20 s (normal) or 60 s
+# tensor bytes that pile up, or memory that grew more than 10% after
+# warm-up (a quarter of the time): the resident set in the normal build,
+# the sanitizer allocator's live bytes under ASan and TSan (their
+# allocators map more than the program holds; RSS reported; see
+# SANITIZER_LONG_S in tests/soak.c). The suite runs the same program for 20 s (normal) or 60 s
 # (sanitizers) per mode (tests/meson.build: soak, soak_gpu).
 #
 # usage: scripts/soak.sh [DURATION]

@@ -7,6 +7,9 @@
 # counts is the cost of one task, without start-up and teardown. Every
 # thread's instructions count: the pusher's, the worker's, and what either
 # spends waiting (a spinning thread shows up here, a sleeping one does not).
+# Set-up outside the timing in engine_bench counts here: varq-opr's
+# independent tasks are n distinct prebuilt ops, so its figure includes
+# vq_opr_new and vq_opr_free of each.
 #
 # usage: scripts/callgrind_tasks.sh [BUILD_DIR]   (scripts/bench.sh --callgrind)
 #   CALLGRIND_TASKS="20000 40000" sets the two sizes.
@@ -53,3 +56,4 @@ for entry in "${runtimes[@]}"; do
   done
   echo "$line"
 done
+echo "(varq-opr independent: includes vq_opr_new and vq_opr_free of each of its n ops)"

@@ -117,7 +117,17 @@ struct vq_tensor {
      * NULL). Stored by that op, taken by vq_tensor_wait after the var says
      * the op is done. */
     _Atomic(char *) fail_msg;
+    /* The capture (capture/capture.c) whose recorded calls, not yet pushed,
+     * use this tensor, and the tensor's slot in that capture's segment;
+     * NULL when none. Set and cleared by the capturing code under its
+     * lock; read by anyone (the cut hooks below). */
+    _Atomic(void *) capture;
+    int capture_slot;
 };
+
+/* vq_tensor_var without the capture cut: for capture itself, which pushes
+ * the recorded work on t with it. */
+vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e);
 
 /* A new CPU tensor whose bytes are not initialized. */
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);
@@ -148,6 +158,40 @@ int64_t vq__numel(int ndim, const int64_t *shape);
 
 /* Writes "[2,3,4]" into buf (always terminated). Returns buf. */
 char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+
+/* ---- capture hooks ----
+ *
+ * Capture (capture/, a layer above this one) records vq_op_run calls
+ * instead of pushing them and pushes them later, together. This layer
+ * cannot include it, so capture installs these hooks the first time it is
+ * used; until then the pointer is NULL and the hooks cost one load.
+ *
+ * op_run: called by vq_op_run before anything else, for calls with an
+ * engine. Returns VQ__CAPTURE_EAGER when the call is to run eagerly (this
+ * thread does not capture on e, or the call cannot be recorded; either way
+ * capture first pushed whatever recorded work touches the call's tensors,
+ * so the eager push comes after it), else the call's result: 0 when it
+ * was recorded, or the error eager execution would have returned.
+ * cut: t->capture was set: push the recorded work that uses t (cause: a
+ * VQ__CUT_* value, for statistics) before t's var or bytes are used. */
+enum { VQ__CAPTURE_EAGER = 1 };
+enum { VQ__CUT_HOST_READ = 0, VQ__CUT_VAR = 1 };
+typedef struct vq__capture_hooks {
+    int (*op_run)(vq_engine *e, const char *type, vq_tensor *const *in, int nin, vq_tensor **out,
+                  int nout, const vq_attr *attrs, int nattrs);
+    void (*cut)(vq_tensor *t, int cause);
+} vq__capture_hooks;
+extern _Atomic(const vq__capture_hooks *) vq__capture;
+
+/* Before t's var or bytes are used: pushes recorded work on t, if any. */
+static inline void vq__capture_cut(vq_tensor *t, int cause)
+{
+    if (__builtin_expect(atomic_load_explicit(&t->capture, memory_order_relaxed) != NULL, 0)) {
+        const vq__capture_hooks *h = atomic_load_explicit(&vq__capture, memory_order_acquire);
+        if (h)
+            h->cut(t, cause);
+    }
+}
 
 /* ---- op definitions (registry.c) ---- */
 
@@ -306,6 +350,15 @@ int vq__op_infer(const vq__op_def *def, const vq_attr *attrs, int nattrs, int ni
  * required ones present, lists and strings well formed): VQ_EINVAL naming
  * the op and attribute. The graph layer's check of a program's ops. */
 int vq__attrs_check(const vq__op_def *def, const vq_attr *attrs, int nattrs);
+
+/* The whole check of one vq_op_run call, as vq_op_run makes it before
+ * pushing: the op type, the counts, NULL arrays and inputs, the devices
+ * (and that the op has a kernel there), the attributes, inference and the
+ * given outputs. On success *def, the output metas om (nout), the params
+ * and *dev are filled. The same errors and messages as vq_op_run. */
+int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                      vq_tensor **out, int nout, const vq_attr *attrs, int nattrs,
+                      const struct vq__op_def **def, vq_op_meta *om, void *params, vq_ctx *dev);
 
 /* Expected input / output counts for a call: VQ_EINVAL (message naming the
  * op) if nin or nout is not allowed. */

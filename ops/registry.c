@@ -719,8 +719,12 @@ static int call_device(const vq__op_def *d, vq_tensor *const *in, int nin, vq_te
     return 0;
 }
 
-VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
-                     vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
+/* Set by capture/ the first time it is used (see internal.h). */
+_Atomic(const vq__capture_hooks *) vq__capture = NULL;
+
+int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                      vq_tensor **out, int nout, const vq_attr *attrs, int nattrs,
+                      const vq__op_def **def, vq__meta *om, void *params, vq_ctx *dev)
 {
     if (!type)
         return vq__fail(VQ_EINVAL, "vq_op_run: type is NULL");
@@ -732,35 +736,54 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
         return rc;
     if ((nin && !in) || (nout && !out))
         return vq__fail(VQ_EINVAL, "%s: inputs or outputs array is NULL", d->type);
-    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    vq__meta im[VQ__MAX_SLOTS];
     for (int i = 0; i < nin; i++) {
         if (!in[i])
             return vq__fail(VQ_EINVAL, "%s: input %s (slot %d) is NULL", d->type,
                             vq__op_in_slot(d, i), i);
         meta_of(in[i], &im[i]);
     }
-    vq_ctx dev;
-    if ((rc = call_device(d, in, nin, out, nout, &dev)) < 0)
+    if ((rc = call_device(d, in, nin, out, nout, dev)) < 0)
         return rc;
-    if (dev.kind == VQ_DEV_GPU) {
+    if (dev->kind == VQ_DEV_GPU) {
         if (!e)
             return vq__fail(VQ_EINVAL, "%s: tensors on GPU %d need an engine (e is NULL)", d->type,
-                            dev.id);
+                            dev->id);
         if ((rc = vq__gpu_kernel_check(d)) < 0)
             return rc;
     } else if ((rc = vq__cpu_kernel_check(d)) < 0) {
         return rc;
     }
+    rc = vq__op_infer(d, attrs, nattrs, nin, im, nout, om, params);
+    if (rc == 0)
+        rc = outputs_check(d, in, nin, out, nout, om);
+    if (rc == 0)
+        *def = d;
+    return rc;
+}
+
+VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                     vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
+{
+    /* Capture, when it is in use: records the call, or first pushes the
+     * recorded work on its tensors (a layer above; see internal.h). */
+    const vq__capture_hooks *hooks = atomic_load_explicit(&vq__capture, memory_order_acquire);
+    if (hooks && e) {
+        int hrc = hooks->op_run(e, type, in, nin, out, nout, attrs, nattrs);
+        if (hrc != VQ__CAPTURE_EAGER)
+            return hrc;
+    }
+    vq__meta om[VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    const vq__op_def *d = NULL;
+    vq_ctx dev;
+    int rc = vq__op_call_check(e, type, in, nin, out, nout, attrs, nattrs, &d, om, params, &dev);
+    if (rc < 0)
+        return rc;
     struct call *c = vq__malloc(sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", d->type);
-    rc = vq__op_infer(d, attrs, nattrs, nin, im, nout, om, c->params);
-    if (rc == 0)
-        rc = outputs_check(d, in, nin, out, nout, om);
-    if (rc < 0) {
-        free(c);
-        return rc;
-    }
+    memcpy(c->params, params, d->params_size);
     c->def = d;
     c->nin = nin;
     c->nout = 0;

@@ -206,6 +206,7 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     atomic_init(&t->var, NULL);
     atomic_init(&t->engine, NULL);
     atomic_init(&t->fail_msg, NULL);
+    atomic_init(&t->capture, NULL);
     *out = t;
     return 0;
 }
@@ -397,6 +398,7 @@ VQ_API size_t vq_tensor_nbytes(const vq_tensor *t)
 
 VQ_API void *vq_tensor_data(vq_tensor *t)
 {
+    vq__capture_cut(t, VQ__CUT_HOST_READ); /* recorded calls writing t are pushed */
     return t->data;
 }
 
@@ -406,6 +408,13 @@ VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e)
         vq__fail(VQ_EINVAL, "vq_tensor_var: NULL argument");
         return NULL;
     }
+    /* The caller will push on the var: recorded calls on t go first. */
+    vq__capture_cut(t, VQ__CUT_VAR);
+    return vq__tensor_var(t, e);
+}
+
+vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e)
+{
     vq_engine *owner = NULL;
     if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e) {
         vq__fail(VQ_EINVAL, "vq_tensor_var: the tensor is already used with another engine");
@@ -428,6 +437,7 @@ VQ_API int vq_tensor_wait(vq_tensor *t)
 {
     if (!t)
         return vq__fail(VQ_EINVAL, "vq_tensor_wait: tensor is NULL");
+    vq__capture_cut(t, VQ__CUT_HOST_READ); /* recorded calls on t are pushed first */
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
     if (!v)
         return 0;

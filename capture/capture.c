@@ -1,0 +1,1299 @@
+/* Capture of imperative calls (include/varq/capture.h): vq_op_run calls
+ * recorded into segments, guarded by their structure, and pushed as one
+ * engine op each that replays the calls' kernels from a cached plan.
+ *
+ * How it fits: ops/ (below) calls the two hooks it exports (ops/internal.h:
+ * vq__capture) from vq_op_run and from the tensor functions that read
+ * bytes or take a var; this file installs them on the first
+ * vq_capture_begin. It sits beside graph/, which it uses for imperative
+ * autodiff (a program of the segment's calls, vq_append_backward).
+ *
+ * The pieces:
+ *   state  - one per thread and engine: the segment being recorded (its
+ *            tensors, "slots", in order of first use, each with one
+ *            reference held by the segment) and the cache.
+ *   node   - one recorded call's structure after the calls of its parent:
+ *            op, attributes (deep copies), input and output metas, wiring
+ *            (slot numbers), and the checked result (output metas,
+ *            params). The path from the root to the current node is the
+ *            segment's guard; node->hash is its hash.
+ *   plan   - at a path's end, per set of slot kinds (which new tensors the
+ *            caller still holds): the ops in order and which slots the
+ *            segment's engine op reads and writes. Kept in an LRU.
+ *   run    - one push of a plan: the slots' tensors, their vars, and the
+ *            per-slot errors while the kernels run.
+ *
+ * Locking: a state's lock is held by its thread while it records a call or
+ * cuts, and by any thread that cuts it because it touches one of its
+ * tensors (t->capture). Lock order: a thread never holds two states'
+ * locks (it lets go of its own before cutting another's); states_lock is
+ * innermost and only guards t->capture -> state lookups against a state's
+ * free at thread exit. */
+#include <varq/capture.h>
+
+#include "../engine/internal.h" /* vq_var.err, vq_engine.first_err: see var_fail */
+#include "../graph/internal.h"
+
+#include <varq/train.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define MAX_PLANS 64    /* plans kept per state (LRU) */
+#define MAX_NODES 65536 /* nodes per cache before it is dropped and rebuilt */
+
+enum { FOREIGN = -1000 }; /* record: a tensor is another segment's (S->foreign) */
+enum { K_EXT_READ = 1, K_EXT_WRITE = 2, K_NEW_KEEP = 3, K_NEW_TEMP = 4, K_NEW = 5 };
+
+struct plan;
+struct recipe;
+
+struct node {
+    struct node *parent, *child, *sibling;
+    struct node *all_next; /* every node of the cache, for freeing */
+    uint64_t hash;
+    const vq__op_def *def;
+    vq_ctx dev;            /* the call's device (the check depends on it) */
+    int depth;             /* calls on the path, this one included */
+    int nin, nout;
+    int *wire;             /* nin + nout slot numbers */
+    unsigned char *fresh;  /* per output: created by the call (not given) */
+    vq__meta *meta;        /* inputs' metas, then the outputs' (inferred) */
+    vq_attr *attrs;
+    int nattrs;
+    void *params;
+    struct plan *plans;    /* plans ending here */
+    struct recipe *recipes; /* vq_capture_backward recipes from here */
+};
+
+struct plan {
+    struct node *end;
+    struct plan *next_at_end;
+    struct plan *lru_prev, *lru_next;
+    atomic_int refs;       /* the cache's one (until evicted) + runs in flight */
+    int nslots;
+    unsigned char *kinds;  /* per slot, K_EXT_* or K_NEW_KEEP / K_NEW_TEMP */
+    int nops;
+    struct node **ops;
+    int *rw;               /* slots read (nreads), then written (nwrites) */
+    int nreads, nwrites;
+};
+
+struct cache {
+    atomic_int refs;       /* its state's + one per run in flight */
+    struct node root;
+    struct node *all;
+    int nnodes;
+    struct plan *lru_head, *lru_tail;
+    int nplans;
+};
+
+struct state {
+    pthread_mutex_t lock;
+    vq_engine *e;
+    struct state *next;    /* the thread's states */
+    int refs;              /* under states_lock: the thread's + cutters' */
+    bool active;
+    struct cache *cache;
+    struct node *at;       /* the segment's last call (cache->root: empty) */
+    int nops;
+    vq_tensor **slot;
+    unsigned char *kind;
+    int nslots, cap;
+    vq_ctx dev;
+    int first_err;         /* of pushes since vq_capture_begin */
+    vq_tensor *foreign;    /* record: the tensor another segment claimed */
+    vq_capture_stats stats;
+};
+
+struct run {
+    struct plan *plan;
+    struct cache *cache;
+    vq_engine *e;
+    int nslots;
+    bool ran;
+    vq_tensor **t;
+    int *err;
+    vq_var **vars;         /* plan->rw's */
+};
+
+static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local struct state *my_states;
+static pthread_key_t states_key;
+static pthread_once_t states_once = PTHREAD_ONCE_INIT;
+
+/* ---- the engine's error record ----
+ *
+ * A segment is one engine op, but eager calls fail tensor by tensor. The
+ * run records errors per slot and, before its op completes, sets them on
+ * the vars it writes, which is what vq__op_finish does for a failed op's
+ * writes: the op holds write access to them, so the queue orders this
+ * store with every other access, as it orders the engine's own. (No
+ * engine entry point does this for one var of an op; this is the only
+ * place outside engine/ that touches these fields.) */
+static int var_err(vq_var *v)
+{
+    return v->err;
+}
+
+static void var_fail(vq_var *v, int err)
+{
+    if (!v->err)
+        v->err = err;
+}
+
+static void engine_note_fail(vq_engine *e, int err)
+{
+    int none = 0;
+    atomic_compare_exchange_strong(&e->first_err, &none, err);
+}
+
+/* ---- nodes ---- */
+
+static bool attr_equal(const vq_attr *a, const vq_attr *b)
+{
+    if (a->type != b->type || strcmp(a->name ? a->name : "", b->name ? b->name : ""))
+        return false;
+    switch (a->type) {
+    case VQ_ATTR_INT:
+    case VQ_ATTR_BOOL:
+        return a->i == b->i;
+    case VQ_ATTR_FLOAT:
+        return !memcmp(&a->f, &b->f, sizeof a->f);
+    case VQ_ATTR_STRING:
+        return (!a->s && !b->s) || (a->s && b->s && !strcmp(a->s, b->s));
+    case VQ_ATTR_INTS:
+    case VQ_ATTR_BOOLS:
+        return a->n == b->n && (a->n <= 0 || !memcmp(a->ints, b->ints, (size_t)a->n * 8));
+    case VQ_ATTR_FLOATS:
+        return a->n == b->n && (a->n <= 0 || !memcmp(a->floats, b->floats, (size_t)a->n * 8));
+    case VQ_ATTR_STRINGS:
+        if (a->n != b->n)
+            return false;
+        for (int i = 0; i < a->n; i++)
+            if (strcmp(a->strings[i] ? a->strings[i] : "", b->strings[i] ? b->strings[i] : ""))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+static void attrs_free(vq_attr *a, int n)
+{
+    for (int i = 0; a && i < n; i++) {
+        free((char *)a[i].name);
+        free((char *)a[i].s);
+        free((void *)a[i].ints);
+        free((void *)a[i].floats);
+        if (a[i].strings)
+            for (int k = 0; k < a[i].n; k++)
+                free((char *)a[i].strings[k]);
+        free((void *)a[i].strings);
+    }
+    free(a);
+}
+
+static char *dup_str(const char *s)
+{
+    return s ? vq__strdup(s) : NULL;
+}
+
+/* Deep copies of attrs (checked already: well formed). NULL on ENOMEM. */
+static vq_attr *attrs_copy(const vq_attr *src, int n, bool *ok)
+{
+    *ok = true;
+    if (n == 0)
+        return NULL;
+    vq_attr *a = vq__calloc((size_t)n, sizeof *a);
+    if (!a) {
+        *ok = false;
+        return NULL;
+    }
+    for (int i = 0; i < n && *ok; i++) {
+        a[i] = (vq_attr){.name = dup_str(src[i].name), .type = src[i].type, .i = src[i].i,
+                         .f = src[i].f, .n = src[i].n};
+        *ok = a[i].name != NULL;
+        if (src[i].s && !(a[i].s = dup_str(src[i].s)))
+            *ok = false;
+        size_t bytes = src[i].n > 0 ? (size_t)src[i].n * 8 : 0;
+        if ((src[i].type == VQ_ATTR_INTS || src[i].type == VQ_ATTR_BOOLS) && bytes) {
+            int64_t *v = vq__malloc(bytes);
+            if (v)
+                memcpy(v, src[i].ints, bytes);
+            a[i].ints = v;
+            *ok = *ok && v;
+        } else if (src[i].type == VQ_ATTR_FLOATS && bytes) {
+            double *v = vq__malloc(bytes);
+            if (v)
+                memcpy(v, src[i].floats, bytes);
+            a[i].floats = v;
+            *ok = *ok && v;
+        } else if (src[i].type == VQ_ATTR_STRINGS && src[i].n > 0) {
+            char **v = vq__calloc((size_t)src[i].n, sizeof *v);
+            a[i].strings = (const char *const *)v;
+            *ok = *ok && v;
+            for (int k = 0; v && k < src[i].n; k++)
+                if (!(v[k] = dup_str(src[i].strings[k] ? src[i].strings[k] : "")))
+                    *ok = false;
+        }
+    }
+    if (!*ok) {
+        attrs_free(a, n);
+        return NULL;
+    }
+    return a;
+}
+
+static void hash_meta(XXH3_state_t *st, const vq__meta *m)
+{
+    XXH3_64bits_update(st, &m->dtype, sizeof m->dtype);
+    XXH3_64bits_update(st, &m->ndim, sizeof m->ndim);
+    if (m->ndim > 0)
+        XXH3_64bits_update(st, m->shape, (size_t)m->ndim * sizeof m->shape[0]);
+}
+
+/* The guard after n: its parent's, then n's op, wiring, metas and attrs. */
+static uint64_t node_hash(const struct node *n)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return n->parent->hash * 31 + (uint64_t)n->depth; /* still exact: nodes compare fully */
+    XXH3_64bits_reset_withSeed(st, n->parent->hash);
+    XXH3_64bits_update(st, n->def->type, strlen(n->def->type) + 1);
+    int counts[4] = {n->nin, n->nout, n->dev.kind, n->dev.id};
+    XXH3_64bits_update(st, counts, sizeof counts);
+    XXH3_64bits_update(st, n->wire, (size_t)(n->nin + n->nout) * sizeof *n->wire);
+    if (n->nout)
+        XXH3_64bits_update(st, n->fresh, (size_t)n->nout);
+    for (int i = 0; i < n->nin + n->nout; i++)
+        hash_meta(st, &n->meta[i]);
+    for (int i = 0; i < n->nattrs; i++) {
+        const vq_attr *a = &n->attrs[i];
+        XXH3_64bits_update(st, a->name, strlen(a->name) + 1);
+        XXH3_64bits_update(st, &a->type, sizeof a->type);
+        XXH3_64bits_update(st, &a->i, sizeof a->i);
+        XXH3_64bits_update(st, &a->f, sizeof a->f);
+        if (a->s)
+            XXH3_64bits_update(st, a->s, strlen(a->s) + 1);
+        if (a->ints && a->n > 0)
+            XXH3_64bits_update(st, a->ints, (size_t)a->n * 8);
+        if (a->floats && a->n > 0)
+            XXH3_64bits_update(st, a->floats, (size_t)a->n * 8);
+        for (int k = 0; a->strings && k < a->n; k++)
+            XXH3_64bits_update(st, a->strings[k], strlen(a->strings[k]) + 1);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+static struct node *node_new(struct cache *c, struct node *parent, const vq__op_def *d,
+                             vq_ctx dev, int nin, int nout, const int *wire,
+                             const unsigned char *fresh, const vq__meta *metas,
+                             const vq_attr *attrs, int nattrs, const void *params)
+{
+    size_t nw = (size_t)(nin + nout);
+    size_t off_wire = (sizeof(struct node) + 15) & ~(size_t)15;
+    size_t off_meta = (off_wire + nw * sizeof(int) + 15) & ~(size_t)15;
+    size_t off_fresh = off_meta + nw * sizeof(vq__meta);
+    size_t off_params = (off_fresh + (size_t)nout + 15) & ~(size_t)15;
+    char *mem = vq__calloc(1, off_params + d->params_size + 16);
+    if (!mem)
+        return NULL;
+    struct node *n = (struct node *)mem;
+    n->wire = (int *)(mem + off_wire);
+    n->meta = (vq__meta *)(mem + off_meta);
+    n->fresh = (unsigned char *)(mem + off_fresh);
+    n->params = mem + off_params;
+    bool ok;
+    n->attrs = attrs_copy(attrs, nattrs, &ok);
+    if (!ok) {
+        free(mem);
+        return NULL;
+    }
+    n->nattrs = nattrs;
+    n->parent = parent;
+    n->def = d;
+    n->dev = dev;
+    n->depth = parent->depth + 1;
+    n->nin = nin;
+    n->nout = nout;
+    memcpy(n->wire, wire, nw * sizeof(int));
+    memcpy(n->meta, metas, nw * sizeof(vq__meta));
+    if (nout)
+        memcpy(n->fresh, fresh, (size_t)nout);
+    if (d->params_size)
+        memcpy(n->params, params, d->params_size);
+    n->hash = node_hash(n);
+    n->sibling = parent->child;
+    parent->child = n;
+    n->all_next = c->all;
+    c->all = n;
+    c->nnodes++;
+    return n;
+}
+
+/* ---- plans and the cache ---- */
+
+static void plan_unref(struct plan *p)
+{
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
+        free(p); /* kinds, ops and rw live in the same block */
+}
+
+static void recipes_free(struct recipe *r);
+
+static void cache_unref(struct cache *c)
+{
+    if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    for (struct plan *p = c->lru_head, *next; p; p = next) {
+        next = p->lru_next;
+        plan_unref(p);
+    }
+    recipes_free(c->root.recipes);
+    for (struct node *n = c->all, *next; n; n = next) {
+        next = n->all_next;
+        attrs_free(n->attrs, n->nattrs);
+        recipes_free(n->recipes);
+        free(n);
+    }
+    free(c);
+}
+
+static struct cache *cache_new(void)
+{
+    struct cache *c = vq__calloc(1, sizeof *c);
+    if (c) {
+        atomic_init(&c->refs, 1);
+        c->root.hash = 0x5eed5eed5eed5eedull;
+    }
+    return c;
+}
+
+static void lru_unlink(struct cache *c, struct plan *p)
+{
+    if (p->lru_prev)
+        p->lru_prev->lru_next = p->lru_next;
+    else
+        c->lru_head = p->lru_next;
+    if (p->lru_next)
+        p->lru_next->lru_prev = p->lru_prev;
+    else
+        c->lru_tail = p->lru_prev;
+    p->lru_prev = p->lru_next = NULL;
+}
+
+static void lru_front(struct cache *c, struct plan *p)
+{
+    p->lru_next = c->lru_head;
+    if (c->lru_head)
+        c->lru_head->lru_prev = p;
+    c->lru_head = p;
+    if (!c->lru_tail)
+        c->lru_tail = p;
+}
+
+static void lru_evict(struct cache *c)
+{
+    while (c->nplans > MAX_PLANS) {
+        struct plan *p = c->lru_tail;
+        lru_unlink(c, p);
+        struct plan **at = &p->end->plans;
+        while (*at != p)
+            at = &(*at)->next_at_end;
+        *at = p->next_at_end;
+        c->nplans--;
+        plan_unref(p); /* runs in flight keep it */
+    }
+}
+
+/* The plan of the path ending at end with these slot kinds. */
+static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
+                               const unsigned char *kinds)
+{
+    int nops = end->depth, nrw = 0;
+    for (int s = 0; s < nslots; s++)
+        nrw += kinds[s] != K_NEW_TEMP;
+    size_t off_ops = (sizeof(struct plan) + 15) & ~(size_t)15;
+    size_t off_rw = off_ops + (size_t)nops * sizeof(struct node *);
+    size_t off_kinds = off_rw + (size_t)nrw * sizeof(int);
+    char *mem = vq__calloc(1, off_kinds + (size_t)nslots + 1);
+    if (!mem)
+        return NULL;
+    struct plan *p = (struct plan *)mem;
+    p->ops = (struct node **)(mem + off_ops);
+    p->rw = (int *)(mem + off_rw);
+    p->kinds = (unsigned char *)(mem + off_kinds);
+    memcpy(p->kinds, kinds, (size_t)nslots);
+    p->nslots = nslots;
+    p->nops = nops;
+    p->end = end;
+    int k = nops;
+    for (struct node *n = end; n->parent; n = n->parent)
+        p->ops[--k] = n;
+    for (int s = 0; s < nslots; s++)
+        if (kinds[s] == K_EXT_READ)
+            p->rw[p->nreads++] = s;
+    for (int s = 0; s < nslots; s++)
+        if (kinds[s] == K_EXT_WRITE || kinds[s] == K_NEW_KEEP)
+            p->rw[p->nreads + p->nwrites++] = s;
+    atomic_init(&p->refs, 1);
+    p->next_at_end = end->plans;
+    end->plans = p;
+    lru_front(c, p);
+    c->nplans++;
+    lru_evict(c);
+    return p;
+}
+
+/* ---- running a segment (inside its engine op) ---- */
+
+/* The failed kernel's message goes to each output, for vq_tensor_wait (as
+ * vq_op_run's note_failure). */
+static void note_failure(vq_tensor *const *out, int nout)
+{
+    for (int i = 0; i < nout; i++) {
+        char *msg = vq__strdup(vq_errmsg());
+        free(atomic_exchange(&out[i]->fail_msg, msg));
+    }
+}
+
+/* hot path: the segment's kernels in order, no allocation of its own */
+static int run_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct run *r = arg;
+    const struct plan *p = r->plan;
+    void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
+    int nrw = p->nreads + p->nwrites;
+    r->ran = true;
+    /* The errors the vars carry now (the op runs even so: RUN_ON_FAILED). */
+    for (int i = 0; i < nrw; i++)
+        r->err[p->rw[i]] = var_err(r->vars[i]);
+    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    for (int k = 0; k < p->nops; k++) {
+        const struct node *n = p->ops[k];
+        const int *w = n->wire;
+        /* skipped as the engine skips an op: the first failed var among its
+         * writes, then its reads */
+        int skip = 0;
+        for (int j = 0; j < n->nout; j++) {
+            out[j] = r->t[w[n->nin + j]];
+            if (!skip)
+                skip = r->err[w[n->nin + j]];
+        }
+        for (int i = 0; i < n->nin; i++) {
+            in[i] = r->t[w[i]];
+            if (!skip)
+                skip = r->err[w[i]];
+        }
+        int err = skip;
+        if (!skip) {
+            vq__kcall kc = {.def = n->def, .params = n->params, .in = in, .nin = n->nin,
+                            .out = out, .nout = n->nout, .x = x};
+            err = vq__kernel_run(&kc, x->ctx);
+            if (err)
+                note_failure(out, n->nout);
+        }
+        if (err) {
+            for (int j = 0; j < n->nout; j++)
+                if (!r->err[w[n->nin + j]])
+                    r->err[w[n->nin + j]] = err;
+            engine_note_fail(r->e, err);
+        }
+    }
+    for (int i = p->nreads; i < nrw; i++)
+        if (r->err[p->rw[i]])
+            var_fail(r->vars[i], r->err[p->rw[i]]);
+    /* Temporaries (no var, no other reference) are freed here, in stream
+     * order on a GPU. The other tensors need no reference from the run: a
+     * tensor's storage is freed by an op on its var, which comes after
+     * this one. */
+    for (int s = 0; s < r->nslots; s++)
+        if (p->kinds[s] == K_NEW_TEMP) {
+            vq__tensor_release_on(r->t[s], stream);
+            r->t[s] = NULL;
+        }
+    return 0;
+}
+
+static void run_free(void *arg)
+{
+    struct run *r = arg;
+    for (int s = 0; !r->ran && s < r->nslots; s++)
+        if (r->plan->kinds[s] == K_NEW_TEMP)
+            vq_tensor_release(r->t[s]);
+    plan_unref(r->plan);
+    cache_unref(r->cache);
+    free(r);
+}
+
+/* ---- states ---- */
+
+static void state_reset_segment(struct state *S)
+{
+    S->at = &S->cache->root;
+    S->nops = 0;
+    S->nslots = 0;
+}
+
+/* Pushes the segment of S as one engine op and starts an empty one.
+ * Called with S locked. Returns 0 or the push's error. */
+static int seg_cut(struct state *S, int cause)
+{
+    if (S->nops == 0)
+        return 0;
+    struct cache *c = S->cache;
+    int ns = S->nslots;
+    /* A new tensor the caller still holds is written for the caller; one
+     * it let go of is a temporary, which nobody else can reach. */
+    for (int s = 0; s < ns; s++) {
+        if (S->kind[s] == K_NEW)
+            S->kind[s] = atomic_load_explicit(&S->slot[s]->refs, memory_order_relaxed) > 1
+                             ? K_NEW_KEEP
+                             : K_NEW_TEMP;
+        if (S->kind[s] == K_NEW_TEMP) /* the run frees it: unmarked before */
+            atomic_store_explicit(&S->slot[s]->capture, NULL, memory_order_relaxed);
+    }
+    struct node *end = S->at;
+    struct plan *p = end->plans;
+    while (p && (p->nslots != ns || memcmp(p->kinds, S->kind, (size_t)ns)))
+        p = p->next_at_end;
+    int rc = 0;
+    if (p) {
+        S->stats.cache_hits++;
+        lru_unlink(c, p);
+        lru_front(c, p);
+    } else if ((p = plan_build(c, end, ns, S->kind))) {
+        S->stats.plans_built++;
+    } else {
+        rc = vq__fail(VQ_ENOMEM, "capture: out of memory for a plan");
+    }
+    int nrw = p ? p->nreads + p->nwrites : 0;
+    struct run *r = NULL;
+    if (rc == 0) {
+        size_t off_t = (sizeof *r + 15) & ~(size_t)15;
+        size_t off_v = off_t + (size_t)ns * sizeof(vq_tensor *);
+        size_t off_e = off_v + (size_t)nrw * sizeof(vq_var *);
+        char *mem = vq__malloc(off_e + (size_t)ns * sizeof(int));
+        if (!mem) {
+            rc = vq__fail(VQ_ENOMEM, "capture: out of memory for a segment run");
+        } else {
+            r = (struct run *)mem;
+            *r = (struct run){.plan = p, .cache = c, .e = S->e, .nslots = ns,
+                              .t = (vq_tensor **)(mem + off_t), .vars = (vq_var **)(mem + off_v),
+                              .err = (int *)(mem + off_e)};
+            memset(r->err, 0, (size_t)ns * sizeof(int));
+            memcpy(r->t, S->slot, (size_t)ns * sizeof(vq_tensor *));
+            /* (not vq_tensor_var: its cut would come back here) */
+            for (int i = 0; i < nrw && rc == 0; i++)
+                if (!(r->vars[i] = vq__tensor_var(r->t[p->rw[i]], S->e)))
+                    rc = VQ_ENOMEM; /* the engine was checked at the call */
+        }
+    }
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+        vq_task t = {.fn = run_exec, .arg = r, .arg_free = run_free, .ctx = S->dev,
+                     .reads = r->vars, .nreads = p->nreads, .writes = r->vars + p->nreads,
+                     .nwrites = p->nwrites, .props = VQ_PROP_RUN_ON_FAILED,
+                     .name = "capture_segment"};
+        rc = vq_push(S->e, &t);
+        if (rc < 0) { /* not run, arg_free not called */
+            plan_unref(p);
+            cache_unref(c);
+        }
+    }
+    /* Only now may other threads find the tensors free (t->capture NULL):
+     * a thread that found S there waited for our lock, and its work on
+     * them comes after the push. The segment's references go (a storage
+     * freed now is freed by an op ordered after the run's). */
+    for (int s = 0; s < ns; s++) {
+        if (S->kind[s] != K_NEW_TEMP)
+            atomic_store_explicit(&S->slot[s]->capture, NULL, memory_order_release);
+        if (rc < 0 || S->kind[s] != K_NEW_TEMP)
+            vq_tensor_release(S->slot[s]);
+    }
+    if (rc < 0) {
+        /* Only out of memory: the recorded calls are lost; their outputs
+         * stay as they were (their bytes uninitialized, as a failed push
+         * leaves them). */
+        free(r);
+        if (!S->first_err)
+            S->first_err = rc;
+    } else {
+        S->stats.segments_run++;
+        S->stats.cuts[cause]++;
+        S->stats.guard = end->hash;
+    }
+    state_reset_segment(S);
+    if (c->nnodes > MAX_NODES) { /* drop the tree; runs in flight keep theirs */
+        struct cache *fresh = cache_new();
+        if (fresh) {
+            S->cache = fresh;
+            cache_unref(c);
+            state_reset_segment(S);
+        }
+    }
+    return rc;
+}
+
+static void state_unref(struct state *S)
+{
+    pthread_mutex_lock(&states_lock);
+    bool last = --S->refs == 0;
+    pthread_mutex_unlock(&states_lock);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&S->lock);
+    cache_unref(S->cache);
+    free(S->slot);
+    free(S->kind);
+    free(S);
+}
+
+/* Thread exit: what is still recorded is pushed, then the states go. */
+static void states_free(void *arg)
+{
+    struct state *S = arg;
+    while (S) {
+        struct state *next = S->next;
+        pthread_mutex_lock(&S->lock);
+        seg_cut(S, VQ_CAPTURE_CUT_END);
+        S->active = false;
+        pthread_mutex_unlock(&S->lock);
+        state_unref(S);
+        S = next;
+    }
+}
+
+static void states_key_make(void)
+{
+    pthread_key_create(&states_key, states_free);
+}
+
+static struct state *state_find(vq_engine *e)
+{
+    for (struct state *S = my_states; S; S = S->next)
+        if (S->e == e)
+            return S;
+    return NULL;
+}
+
+/* Cuts the segment that uses t, whoever's it is (a cut from outside it). */
+static void cut_tensor(vq_tensor *t, int cause)
+{
+    pthread_mutex_lock(&states_lock);
+    struct state *S = atomic_load_explicit(&t->capture, memory_order_relaxed);
+    if (S)
+        S->refs++;
+    pthread_mutex_unlock(&states_lock);
+    if (!S)
+        return;
+    if (state_find(S->e) != S)
+        cause = VQ_CAPTURE_CUT_THREAD;
+    pthread_mutex_lock(&S->lock);
+    if (atomic_load_explicit(&t->capture, memory_order_relaxed) == S)
+        seg_cut(S, cause);
+    pthread_mutex_unlock(&S->lock);
+    state_unref(S);
+}
+
+static void hook_cut(vq_tensor *t, int cause)
+{
+    /* Not from inside an op: it may be running inside a push made under a
+     * state's lock (the throttle runs ready ops in the pusher). */
+    if (vq_thread_in_op())
+        return;
+    cut_tensor(t, cause == VQ__CUT_VAR ? VQ_CAPTURE_CUT_VAR : VQ_CAPTURE_CUT_HOST_READ);
+}
+
+/* ---- recording ---- */
+
+static bool meta_is(const vq__meta *m, const vq_tensor *t)
+{
+    return m->dtype == t->dtype && m->ndim == t->ndim &&
+           !memcmp(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+}
+
+static void meta_of(vq__meta *m, const vq_tensor *t)
+{
+    memset(m, 0, sizeof *m);
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+}
+
+/* Adds t (whose reference the segment takes: retained unless take) as
+ * slot S->nslots. */
+static int slot_add(struct state *S, vq_tensor *t, unsigned char kind, bool take)
+{
+    if (S->nslots == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 64;
+        vq_tensor **slot = vq__realloc(S->slot, (size_t)cap * sizeof *slot);
+        if (!slot)
+            return vq__fail(VQ_ENOMEM, "capture: out of memory");
+        S->slot = slot;
+        unsigned char *kind_arr = vq__realloc(S->kind, (size_t)cap);
+        if (!kind_arr)
+            return vq__fail(VQ_ENOMEM, "capture: out of memory");
+        S->kind = kind_arr;
+        S->cap = cap;
+    }
+    /* Claimed once: a tensor is in one segment at a time. */
+    void *none = NULL;
+    if (!atomic_compare_exchange_strong(&t->capture, &none, S)) {
+        S->foreign = t;
+        return FOREIGN;
+    }
+    int s = S->nslots++;
+    S->slot[s] = take ? t : vq_tensor_retain(t);
+    S->kind[s] = kind;
+    t->capture_slot = s;
+    return s;
+}
+
+static void slots_rollback(struct state *S, int to)
+{
+    while (S->nslots > to) {
+        vq_tensor *t = S->slot[--S->nslots];
+        atomic_store_explicit(&t->capture, NULL, memory_order_relaxed);
+        vq_tensor_release(t);
+    }
+}
+
+static bool same_dev(vq_ctx a, vq_ctx b)
+{
+    return a.kind == b.kind && a.id == b.id;
+}
+
+/* Records one call into S's segment (S locked, every tensor of the call
+ * either S's or no capture's). Returns 0, the call's error, or
+ * VQ__CAPTURE_EAGER after cutting the segment (the call runs eagerly). */
+static int record(struct state *S, const char *type, vq_tensor *const *in, int nin,
+                  vq_tensor **out, int nout, const vq_attr *attrs, int nattrs,
+                  const vq_ctx *dev_hint)
+{
+    vq_engine *e = S->e;
+    bool simple = type && nin >= 0 && nout >= 0 && nin <= VQ__MAX_SLOTS &&
+                  nout <= VQ__MAX_SLOTS && (!nin || in) && (!nout || out) &&
+                  (nattrs == 0 || (nattrs > 0 && attrs));
+    vq_ctx dev = {VQ_DEV_CPU, 0};
+    bool have_dev = false;
+    for (int i = 0; simple && i < nin + nout; i++) {
+        vq_tensor *t = i < nin ? in[i] : out[i - nin];
+        if (!t) {
+            simple = i >= nin; /* a NULL input: the check says so */
+            continue;
+        }
+        if (!have_dev) {
+            dev = t->dev;
+            have_dev = true;
+        } else if (!same_dev(dev, t->dev)) {
+            simple = false; /* the check names the slot */
+        }
+    }
+    if (!have_dev && dev_hint)
+        dev = *dev_hint; /* a gradient op without tensors: the segment's device */
+    vq__meta om_buf[VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    if (!simple) {
+        /* Only a call the check refuses gets here (it fails as eagerly). */
+        const vq__op_def *d;
+        vq_ctx dv;
+        int rc = vq__op_call_check(e, type, in, nin, out, nout, attrs, nattrs, &d, om_buf, params,
+                                   &dv);
+        if (rc < 0)
+            return rc;
+        seg_cut(S, VQ_CAPTURE_CUT_FALLBACK);
+        return VQ__CAPTURE_EAGER;
+    }
+    if (S->nops > 0 && !same_dev(dev, S->dev))
+        seg_cut(S, VQ_CAPTURE_CUT_DEVICE);
+    /* The wiring: slot numbers, new tensors of the call added tentatively. */
+    int n0 = S->nslots, rc = 0;
+    int wire[2 * VQ__MAX_SLOTS];
+    unsigned char fresh[VQ__MAX_SLOTS];
+    for (int i = 0; i < nin + nout && rc >= 0; i++) {
+        vq_tensor *t = i < nin ? in[i] : out[i - nin];
+        if (i >= nin)
+            fresh[i - nin] = t == NULL;
+        if (!t)
+            continue;
+        if (atomic_load_explicit(&t->capture, memory_order_relaxed) == S)
+            wire[i] = t->capture_slot;
+        else
+            rc = wire[i] = slot_add(S, t, i < nin ? K_EXT_READ : K_EXT_WRITE, false);
+    }
+    if (rc < 0) {
+        slots_rollback(S, n0);
+        return rc;
+    }
+    rc = 0;
+    for (int j = 0, next = S->nslots; j < nout; j++)
+        if (fresh[j])
+            wire[nin + j] = next++;
+    /* The guard: a node that matches this call exactly. */
+    struct node *hit = NULL;
+    size_t wbytes = (size_t)(nin + nout) * sizeof(int);
+    for (struct node *c = S->at->child; c && !hit; c = c->sibling) {
+        if (c->nin != nin || c->nout != nout || c->nattrs != nattrs || !same_dev(c->dev, dev) ||
+            strcmp(c->def->type, type) ||
+            memcmp(c->wire, wire, wbytes) || (nout && memcmp(c->fresh, fresh, (size_t)nout)))
+            continue;
+        bool same = true;
+        for (int i = 0; i < nin && same; i++)
+            same = meta_is(&c->meta[i], in[i]);
+        for (int j = 0; j < nout && same; j++)
+            same = fresh[j] || meta_is(&c->meta[nin + j], out[j]);
+        for (int a = 0; a < nattrs && same; a++)
+            same = attr_equal(&c->attrs[a], &attrs[a]);
+        if (same)
+            hit = c;
+    }
+    const vq__meta *om;
+    if (hit) {
+        om = hit->meta + nin;
+        S->stats.op_hits++;
+    } else {
+        const vq__op_def *d;
+        vq_ctx dv;
+        rc = vq__op_call_check(e, type, in, nin, out, nout, attrs, nattrs, &d, om_buf, params,
+                               &dv);
+        if (rc == 0 && ((d->kernel_async && dev.kind == VQ_DEV_CPU) || (d->flags & VQ__CONTROL)))
+            rc = VQ__CAPTURE_EAGER; /* no synchronous kernel to replay */
+        if (rc) {
+            slots_rollback(S, n0);
+            if (rc == VQ__CAPTURE_EAGER)
+                seg_cut(S, VQ_CAPTURE_CUT_FALLBACK);
+            return rc;
+        }
+        vq__meta metas[2 * VQ__MAX_SLOTS];
+        for (int i = 0; i < nin; i++)
+            meta_of(&metas[i], in[i]);
+        memcpy(metas + nin, om_buf, (size_t)nout * sizeof *metas);
+        hit = node_new(S->cache, S->at, d, dev, nin, nout, wire, fresh, metas, attrs, nattrs,
+                       params);
+        if (!hit) {
+            slots_rollback(S, n0);
+            return vq__fail(VQ_ENOMEM, "%s: out of memory (capture)", d->type);
+        }
+        om = hit->meta + nin;
+    }
+    /* A tensor of another engine fails as vq_op_run's does, after the check. */
+    for (int s = n0; s < S->nslots; s++) {
+        vq_engine *owner = atomic_load(&S->slot[s]->engine);
+        if (owner && owner != e) {
+            slots_rollback(S, n0);
+            return vq__fail(VQ_EINVAL,
+                            "vq_tensor_var: the tensor is already used with another engine");
+        }
+    }
+    for (int j = 0; j < nout && rc == 0; j++) {
+        if (!fresh[j])
+            continue;
+        vq_tensor *t;
+        rc = vq__tensor_empty_on(&t, dev, om[j].dtype, om[j].ndim, om[j].shape, "vq_tensor_new");
+        int s = rc == 0 ? slot_add(S, t, K_NEW, true) : rc;
+        if (rc == 0 && s < 0) {
+            vq_tensor_release(t);
+            rc = s;
+        }
+    }
+    if (rc < 0) {
+        slots_rollback(S, n0);
+        return rc;
+    }
+    for (int j = 0; j < nout; j++) {
+        if (fresh[j])
+            out[j] = vq_tensor_retain(S->slot[wire[nin + j]]);
+        else if (S->kind[wire[nin + j]] == K_EXT_READ)
+            S->kind[wire[nin + j]] = K_EXT_WRITE;
+    }
+    S->dev = dev;
+    S->at = hit;
+    S->nops++;
+    S->stats.ops_recorded++;
+    if (S->nops >= VQ_CAPTURE_MAX_OPS)
+        seg_cut(S, VQ_CAPTURE_CUT_SIZE);
+    return 0;
+}
+
+static int hook_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                       vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
+{
+    /* Calls from inside ops run eagerly and cut nothing (see hook_cut). */
+    if (vq_thread_in_op())
+        return VQ__CAPTURE_EAGER;
+    struct state *S = state_find(e);
+    bool capturing = S && S->active;
+    for (;;) {
+        /* Recorded work of others on these tensors is pushed first (their
+         * calls came earlier); ours is recorded after, or is ours. */
+        vq_tensor *foreign = NULL;
+        if (capturing)
+            pthread_mutex_lock(&S->lock);
+        for (int i = 0; i < nin + nout && !foreign; i++) {
+            vq_tensor *t = i < nin ? (in ? in[i] : NULL) : (out ? out[i - nin] : NULL);
+            void *owner = t ? atomic_load_explicit(&t->capture, memory_order_relaxed) : NULL;
+            if (owner && (!capturing || owner != S))
+                foreign = t;
+        }
+        if (!foreign && !capturing)
+            return VQ__CAPTURE_EAGER;
+        if (!foreign) {
+            int rc = record(S, type, in, nin, out, nout, attrs, nattrs, NULL);
+            foreign = S->foreign;
+            S->foreign = NULL;
+            pthread_mutex_unlock(&S->lock);
+            if (rc != FOREIGN)
+                return rc;
+            cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD); /* claimed meanwhile */
+            continue;
+        }
+        if (capturing)
+            pthread_mutex_unlock(&S->lock);
+        cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD);
+    }
+}
+
+static const vq__capture_hooks hooks = {.op_run = hook_op_run, .cut = hook_cut};
+
+/* ---- public ---- */
+
+VQ_API int vq_capture_begin(vq_engine *e)
+{
+    if (!e)
+        return vq__fail(VQ_EINVAL, "vq_capture_begin: engine is NULL");
+    struct state *S = state_find(e);
+    if (S && S->active)
+        return vq__fail(VQ_EINVAL, "vq_capture_begin: this thread already captures on the engine");
+    if (!S) {
+        pthread_once(&states_once, states_key_make);
+        S = vq__calloc(1, sizeof *S);
+        if (!S || !(S->cache = cache_new())) {
+            free(S);
+            return vq__fail(VQ_ENOMEM, "vq_capture_begin: out of memory");
+        }
+        pthread_mutex_init(&S->lock, NULL);
+        S->e = e;
+        S->refs = 1;
+        state_reset_segment(S);
+        S->next = my_states;
+        my_states = S;
+        pthread_setspecific(states_key, my_states);
+        atomic_store_explicit(&vq__capture, &hooks, memory_order_release);
+    }
+    pthread_mutex_lock(&S->lock);
+    S->active = true;
+    S->first_err = 0;
+    pthread_mutex_unlock(&S->lock);
+    return 0;
+}
+
+VQ_API int vq_capture_end(vq_engine *e)
+{
+    struct state *S = e ? state_find(e) : NULL;
+    if (!S || !S->active)
+        return vq__fail(VQ_EINVAL, "vq_capture_end: this thread does not capture on the engine");
+    pthread_mutex_lock(&S->lock);
+    seg_cut(S, VQ_CAPTURE_CUT_END);
+    S->active = false;
+    int rc = S->first_err;
+    pthread_mutex_unlock(&S->lock);
+    return rc;
+}
+
+VQ_API int vq_capture_get_stats(vq_engine *e, vq_capture_stats *out)
+{
+    if (!e || !out)
+        return vq__fail(VQ_EINVAL, "vq_capture_get_stats: NULL argument");
+    struct state *S = state_find(e);
+    if (!S) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    pthread_mutex_lock(&S->lock);
+    *out = S->stats;
+    pthread_mutex_unlock(&S->lock);
+    return 0;
+}
+
+/* ---- imperative autodiff ---- */
+
+/* What vq_capture_backward appends after a node for one (loss, params):
+ * the gradient ops with their tensors named by number: below base, a slot
+ * of the segment; from base on, the k-th new tensor the recipe makes. */
+struct recipe {
+    struct recipe *next;
+    int loss;
+    int nparams;
+    int *params;       /* slots */
+    int *grads;        /* per param: a tensor number, or -1 (no gradient) */
+    int base;          /* slots of the segment when recorded */
+    int nops;
+    struct rop {
+        char *type;
+        int nin, nout;
+        int *in, *out; /* tensor numbers; an output number first written here is made by it */
+        vq_attr *attrs;
+        int nattrs;
+    } *ops;
+    int nnew;
+};
+
+static void recipes_free(struct recipe *r)
+{
+    while (r) {
+        struct recipe *next = r->next;
+        for (int k = 0; r->ops && k < r->nops; k++) {
+            free(r->ops[k].type);
+            free(r->ops[k].in);
+            attrs_free(r->ops[k].attrs, r->ops[k].nattrs);
+        }
+        free(r->ops);
+        free(r->params);
+        free(r->grads);
+        free(r);
+        r = next;
+    }
+}
+
+/* The segment as a program: var "t<s>" per slot (params persistable), one
+ * op per recorded call; then vq_append_backward; the ops it appended,
+ * turned into a recipe. */
+static int recipe_make(struct state *S, int loss, const int *params, int nparams,
+                       struct recipe **out)
+{
+    vq_program *p = NULL;
+    struct recipe *rc_r = NULL;
+    char name[32];
+    int ns = S->nslots, rc = vq_program_new(&p);
+    bool *is_param = vq__calloc((size_t)ns + 1, sizeof *is_param);
+    struct node **ops = vq__calloc((size_t)S->nops + 1, sizeof *ops);
+    if (rc == 0 && (!is_param || !ops))
+        rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    for (int i = 0; i < nparams; i++)
+        if (is_param)
+            is_param[params[i]] = true;
+    for (int s = 0; rc == 0 && s < ns; s++) {
+        snprintf(name, sizeof name, "t%d", s);
+        vq_tensor *t = S->slot[s];
+        rc = vq_program_add_var(p, 0, name, t->dtype, t->ndim, t->shape, is_param[s]);
+    }
+    int k = S->nops;
+    for (struct node *n = S->at; n->parent; n = n->parent)
+        ops[--k] = n;
+    for (k = 0; rc == 0 && k < S->nops; k++) {
+        const struct node *n = ops[k];
+        char names[2 * VQ__MAX_SLOTS][16];
+        const char *ptr[2 * VQ__MAX_SLOTS];
+        for (int i = 0; i < n->nin + n->nout; i++) {
+            snprintf(names[i], sizeof names[i], "t%d", n->wire[i]);
+            ptr[i] = names[i];
+        }
+        rc = vq_program_add_op(p, 0, n->def->type, ptr, n->nin, ptr + n->nin, n->nout, n->attrs,
+                               n->nattrs);
+        if (rc > 0)
+            rc = 0;
+    }
+    int nfwd = rc == 0 ? p->blocks[0].nops : 0;
+    /* A loss that depends on no param gets no gradient ops (and every
+     * param NULL), where vq_append_backward would refuse it. */
+    bool *dep = is_param;
+    for (k = 0; rc == 0 && k < S->nops; k++) {
+        const struct node *n = ops[k];
+        bool any = false;
+        for (int i = 0; i < n->nin; i++)
+            any |= dep[n->wire[i]];
+        for (int j = 0; any && j < n->nout; j++)
+            dep[n->wire[n->nin + j]] = true;
+    }
+    bool none = rc == 0 && !dep[loss];
+    snprintf(name, sizeof name, "t%d", loss);
+    if (rc == 0 && !none)
+        rc = vq_append_backward(p, name, NULL, 0);
+    if (rc >= 0) {
+        rc = 0;
+        rc_r = vq__calloc(1, sizeof *rc_r);
+        if (!rc_r)
+            rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    }
+    /* Tensor numbers: slots keep theirs; vars the backward declared get
+     * ns, ns + 1, ... in the order the recipe first writes them. */
+    int *num = NULL;
+    if (rc == 0 && !(num = vq__malloc(((size_t)p->nvars + 1) * sizeof *num)))
+        rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    for (int v = 0; rc == 0 && v < p->nvars; v++) {
+        num[v] = -1;
+        if (p->vars[v].name[0] == 't' && !strchr(p->vars[v].name, '@'))
+            num[v] = atoi(p->vars[v].name + 1);
+    }
+    if (rc == 0) {
+        rc_r->base = ns;
+        rc_r->loss = loss;
+        rc_r->nparams = nparams;
+        rc_r->nops = p->blocks[0].nops - nfwd;
+        rc_r->ops = vq__calloc((size_t)rc_r->nops + 1, sizeof *rc_r->ops);
+        rc_r->params = vq__malloc(((size_t)nparams + 1) * sizeof(int));
+        rc_r->grads = vq__malloc(((size_t)nparams + 1) * sizeof(int));
+        if (!rc_r->ops || !rc_r->params || !rc_r->grads)
+            rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+        else
+            memcpy(rc_r->params, params, (size_t)nparams * sizeof(int));
+    }
+    int next = ns;
+    for (k = 0; rc == 0 && k < rc_r->nops; k++) {
+        const vq__pop *op = &p->ops[p->blocks[0].ops[nfwd + k]];
+        struct rop *ro = &rc_r->ops[k];
+        bool ok;
+        ro->type = vq__strdup(op->type);
+        ro->nin = op->nin;
+        ro->nout = op->nout;
+        ro->in = vq__malloc(((size_t)op->nin + op->nout + 1) * sizeof(int));
+        ro->attrs = attrs_copy(op->attrs, op->nattrs, &ok);
+        ro->nattrs = op->nattrs;
+        if (!ro->type || !ro->in || !ok) {
+            rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+            break;
+        }
+        ro->out = ro->in + op->nin;
+        for (int i = 0; i < op->nin && rc == 0; i++) {
+            ro->in[i] = num[op->in[i]];
+            if (ro->in[i] < 0)
+                rc = vq__fail(VQ_EINVAL, "vq_capture_backward: gradient op %s reads %s before "
+                                         "anything writes it",
+                              op->type, p->vars[op->in[i]].name);
+        }
+        for (int j = 0; j < op->nout && rc == 0; j++) {
+            int v = op->out[j];
+            if (num[v] < 0)
+                num[v] = next++;
+            else if (num[v] < ns)
+                rc = vq__fail(VQ_ENOSYS, "vq_capture_backward: gradient op %s writes %s, a "
+                                         "tensor of the segment",
+                              op->type, p->vars[v].name);
+            ro->out[j] = num[v];
+        }
+    }
+    for (int i = 0; rc == 0 && i < nparams; i++) {
+        snprintf(name, sizeof name, "t%d@GRAD", params[i]);
+        int v = vq__program_find_var(p, name);
+        rc_r->grads[i] = v >= 0 ? num[v] : -1;
+    }
+    if (rc == 0)
+        rc_r->nnew = next - ns;
+    free(num);
+    free(is_param);
+    free(ops);
+    vq_program_free(p);
+    if (rc < 0) {
+        recipes_free(rc_r);
+        return rc;
+    }
+    *out = rc_r;
+    return 0;
+}
+
+VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *params,
+                               int nparams, vq_tensor **grads)
+{
+    if (!e || !loss || nparams < 0 || (nparams && (!params || !grads)))
+        return vq__fail(VQ_EINVAL, "vq_capture_backward: bad argument");
+    for (int i = 0; i < nparams; i++) {
+        grads[i] = NULL;
+        if (!params[i])
+            return vq__fail(VQ_EINVAL, "vq_capture_backward: param %d is NULL", i);
+    }
+    struct state *S = state_find(e);
+    if (!S || !S->active)
+        return vq__fail(VQ_EINVAL,
+                        "vq_capture_backward: this thread does not capture on the engine");
+    pthread_mutex_lock(&S->lock);
+    int rc = 0;
+    int ploss = atomic_load(&loss->capture) == S ? loss->capture_slot : -1;
+    if (ploss < 0 || S->kind[ploss] == K_EXT_READ)
+        rc = vq__fail(VQ_EINVAL, "vq_capture_backward: the loss is not written by the calls "
+                                 "recorded since the last cut");
+    int pslot[VQ__MAX_SLOTS];
+    int *ps = nparams <= VQ__MAX_SLOTS ? pslot : vq__malloc((size_t)nparams * sizeof(int));
+    if (!ps && rc == 0)
+        rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    for (int i = 0; i < nparams && rc == 0; i++) {
+        ps[i] = atomic_load(&params[i]->capture) == S ? params[i]->capture_slot : -1;
+        if (ps[i] >= 0 && S->kind[ps[i]] != K_EXT_READ)
+            rc = vq__fail(VQ_EINVAL, "vq_capture_backward: param %d is written by the segment",
+                          i);
+    }
+    /* The recipe for this node, loss and params, or a new one. */
+    struct recipe *r = NULL;
+    for (r = rc == 0 ? S->at->recipes : NULL; r; r = r->next)
+        if (r->loss == ploss && r->nparams == nparams && r->base == S->nslots &&
+            !memcmp(r->params, ps, (size_t)nparams * sizeof(int)))
+            break;
+    if (rc == 0 && !r) {
+        /* Params the segment never read get no gradient: mark them out. */
+        int live[VQ__MAX_SLOTS], nlive = 0;
+        int *lp = nparams <= VQ__MAX_SLOTS ? live : vq__malloc((size_t)nparams * sizeof(int));
+        if (!lp)
+            rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+        for (int i = 0; rc == 0 && i < nparams; i++)
+            if (ps[i] >= 0)
+                lp[nlive++] = ps[i];
+        if (rc == 0 && (rc = recipe_make(S, ploss, lp, nlive, &r)) == 0) {
+            /* recipe_make's params are the live ones: map back to all */
+            int *grads_all = vq__malloc(((size_t)nparams + 1) * sizeof(int));
+            int *params_all = vq__malloc(((size_t)nparams + 1) * sizeof(int));
+            if (!grads_all || !params_all) {
+                free(grads_all);
+                free(params_all);
+                recipes_free(r);
+                r = NULL;
+                rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+            } else {
+                for (int i = 0, l = 0; i < nparams; i++) {
+                    params_all[i] = ps[i];
+                    grads_all[i] = ps[i] >= 0 ? r->grads[l++] : -1;
+                }
+                free(r->grads);
+                free(r->params);
+                r->grads = grads_all;
+                r->params = params_all;
+                r->nparams = nparams;
+                r->next = S->at->recipes;
+                S->at->recipes = r;
+            }
+        }
+        if (lp != live)
+            free(lp);
+    }
+    /* Replay: every gradient op recorded like a caller's call. */
+    vq_tensor **made = NULL;
+    if (rc == 0 && r->nnew && !(made = vq__calloc((size_t)r->nnew, sizeof *made)))
+        rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    for (int k = 0; rc == 0 && k < r->nops; k++) {
+        const struct rop *ro = &r->ops[k];
+        vq_tensor *in[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
+        for (int i = 0; i < ro->nin; i++)
+            in[i] = ro->in[i] < r->base ? S->slot[ro->in[i]] : made[ro->in[i] - r->base];
+        for (int j = 0; j < ro->nout; j++)
+            outs[j] = made[ro->out[j] - r->base];
+        rc = record(S, ro->type, in, ro->nin, outs, ro->nout, ro->attrs, ro->nattrs, &S->dev);
+        if (rc == VQ__CAPTURE_EAGER) /* not reached: the gradient ops replay */
+            rc = vq__fail(VQ_ENOSYS, "vq_capture_backward: %s cannot be recorded", ro->type);
+        for (int j = 0; rc == 0 && j < ro->nout; j++)
+            made[ro->out[j] - r->base] = outs[j];
+    }
+    for (int i = 0; rc == 0 && i < nparams; i++)
+        grads[i] = r->grads[i] >= 0 ? vq_tensor_retain(made[r->grads[i] - r->base]) : NULL;
+    for (int i = 0; made && i < r->nnew; i++)
+        vq_tensor_release(made[i]);
+    free(made);
+    if (ps != pslot)
+        free(ps);
+    pthread_mutex_unlock(&S->lock);
+    return rc;
+}

@@ -1,0 +1,845 @@
+/* Capture of imperative calls (include/varq/capture.h): random call
+ * sequences run eagerly and captured must log the same results, errors
+ * and bits; guards must miss on any change of shape, dtype, attribute or
+ * wiring; cuts at host reads; another thread's calls on the same tensors;
+ * lifetimes; imperative autodiff against vq_append_backward and finite
+ * differences. */
+#include <varq/varq.h>
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "leakcheck.h"
+#include "opcheck.h"
+
+TestSuite(capture, .fini = leak_check);
+
+static vq_engine *engine(int workers)
+{
+    vq_engine *e;
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = workers};
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    return e;
+}
+
+static vq_capture_stats cstats(vq_engine *e)
+{
+    vq_capture_stats s;
+    cr_assert_eq(vq_capture_get_stats(e, &s), 0);
+    return s;
+}
+
+/* ---- a log of what a sequence observed ---- */
+
+struct log {
+    unsigned char *buf;
+    size_t n, cap;
+};
+
+static void log_put(struct log *l, const void *p, size_t n)
+{
+    if (l->n + n > l->cap) {
+        l->cap = (l->n + n) * 2 + 256;
+        l->buf = realloc(l->buf, l->cap);
+        cr_assert_not_null(l->buf);
+    }
+    memcpy(l->buf + l->n, p, n);
+    l->n += n;
+}
+
+static void log_text(struct log *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_text(struct log *l, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    log_put(l, line, (size_t)(k < (int)sizeof line ? k : (int)sizeof line - 1));
+    log_put(l, "\n", 1);
+}
+
+/* The call's result: its code and, on failure, its message. */
+static void log_rc(struct log *l, const char *what, int rc)
+{
+    if (rc)
+        log_text(l, "%s -> %d %s", what, rc, vq_errmsg());
+    else
+        log_text(l, "%s -> 0", what);
+}
+
+/* Waits for t and logs the result, the message and the bits. */
+static int log_tensor(struct log *l, const char *what, vq_tensor *t)
+{
+    int rc = vq_tensor_wait(t);
+    log_rc(l, what, rc);
+    char head[64];
+    snprintf(head, sizeof head, "%s %d %d:", vq_dtype_name(vq_tensor_dtype(t)),
+             vq_tensor_ndim(t), (int)vq_tensor_numel(t));
+    log_put(l, head, strlen(head));
+    for (int64_t i = 0; rc == 0 && i < vq_tensor_numel(t); i++) {
+        char v[40]; /* %a: every bit */
+        snprintf(v, sizeof v, " %a", oc_get(t, i));
+        log_put(l, v, strlen(v));
+    }
+    log_put(l, "\n", 1);
+    return rc;
+}
+
+static void logs_equal(const struct log *a, const struct log *b, const char *what)
+{
+    size_t n = a->n < b->n ? a->n : b->n, i = 0;
+    while (i < n && a->buf[i] == b->buf[i])
+        i++;
+    if (i == n && a->n == b->n)
+        return;
+    size_t from = i > 120 ? i - 120 : 0;
+    cr_assert_fail("%s: logs differ at byte %zu of %zu / %zu\neager: ...%.*s\ncaptured: ...%.*s",
+                   what, i, a->n, b->n, (int)(a->n - from < 240 ? a->n - from : 240),
+                   (const char *)a->buf + from, (int)(b->n - from < 240 ? b->n - from : 240),
+                   (const char *)b->buf + from);
+}
+
+/* ---- random call sequences ---- */
+
+enum { POOL = 16 };
+
+struct seq {
+    vq_engine *e;
+    bool capture;
+    uint64_t rng;
+    int64_t n;
+    vq_tensor *pool[POOL];
+    int npool;
+    struct log log;
+    /* another thread's eager calls, handed over at chosen points */
+    bool helper;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    vq_tensor *job; /* scale in place by helper */
+    bool quit;
+};
+
+static uint64_t pick(struct seq *s, uint64_t n)
+{
+    return oc_next(&s->rng) % n;
+}
+
+static vq_tensor *seeded(struct seq *s, vq_dtype dt, int ndim)
+{
+    int64_t shape[2] = {s->n, s->n};
+    if (dt == VQ_I32) {
+        int64_t cnt = ndim == 2 ? s->n * s->n : s->n;
+        int32_t v[64];
+        for (int64_t i = 0; i < cnt; i++)
+            v[i] = (int32_t)pick(s, 5) - 2; /* zeros: div fails in the kernel */
+        vq_tensor *t;
+        cr_assert_eq(vq_tensor_from(&t, VQ_I32, ndim, shape, v), 0);
+        return t;
+    }
+    return oc_rand(&s->rng, dt, ndim, shape, -1.5, 1.5);
+}
+
+static void pool_add(struct seq *s, vq_tensor *t)
+{
+    if (s->npool == POOL) {
+        int k = (int)pick(s, POOL);
+        vq_tensor_release(s->pool[k]);
+        s->pool[k] = s->pool[--s->npool];
+    }
+    s->pool[s->npool++] = t;
+}
+
+/* A pool tensor of dtype dt (and ndim, unless -1), or NULL. */
+static vq_tensor *find(struct seq *s, vq_dtype dt, int ndim)
+{
+    int start = (int)pick(s, (uint64_t)s->npool);
+    for (int k = 0; k < s->npool; k++) {
+        vq_tensor *t = s->pool[(start + k) % s->npool];
+        if (vq_tensor_dtype(t) == dt && (ndim < 0 || vq_tensor_ndim(t) == ndim))
+            return t;
+    }
+    return NULL;
+}
+
+static void *helper_main(void *arg)
+{
+    struct seq *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->job && !s->quit)
+            pthread_cond_wait(&s->cond, &s->lock);
+        if (s->quit)
+            break;
+        vq_attr a = VQ_ATTR_F("scale", 0.5);
+        int rc = vq_op_run(s->e, "scale", &s->job, 1, &s->job, 1, &a, 1);
+        cr_assert_eq(rc, 0, "%s", vq_errmsg());
+        s->job = NULL;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* The other thread scales t in place now, in the middle of the sequence. */
+static void helper_call(struct seq *s, vq_tensor *t)
+{
+    pthread_mutex_lock(&s->lock);
+    s->job = t;
+    pthread_cond_broadcast(&s->cond);
+    while (s->job)
+        pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void call(struct seq *s, const char *type, vq_tensor **in, int nin, vq_tensor **out,
+                 int nout, const vq_attr *attrs, int nattrs)
+{
+    vq_tensor *o[4] = {NULL, NULL, NULL, NULL};
+    bool given = out != NULL;
+    for (int j = 0; given && j < nout; j++)
+        o[j] = out[j];
+    int rc = vq_op_run(s->e, type, in, nin, o, nout, attrs, nattrs);
+    log_rc(&s->log, type, rc);
+    for (int j = 0; !given && rc == 0 && j < nout; j++)
+        pool_add(s, o[j]);
+}
+
+/* One step of the sequence; the choices depend only on the rng. */
+static void step(struct seq *s)
+{
+    uint64_t kind = pick(s, 100);
+    vq_tensor *a = find(s, VQ_F64, -1), *b = find(s, VQ_F64, -1);
+    vq_tensor *m = find(s, VQ_F64, 2), *m2 = find(s, VQ_F64, 2);
+    vq_tensor *ia = find(s, VQ_I32, 1), *ib = find(s, VQ_I32, 1);
+    if (kind < 20 && a) {
+        static const char *unary[] = {"relu", "tanh", "exp", "scale"};
+        int u = (int)pick(s, 4);
+        vq_attr at[2] = {VQ_ATTR_F("scale", 0.25 * (double)(1 + pick(s, 4))),
+                         VQ_ATTR_F("bias", (double)pick(s, 3) - 1)};
+        call(s, unary[u], &a, 1, NULL, 1, at, u == 3 ? 2 : 0);
+    } else if (kind < 40 && a && b) {
+        static const char *binary[] = {"add", "sub", "mul"};
+        call(s, binary[pick(s, 3)], (vq_tensor *[]){a, b}, 2, NULL, 1, NULL, 0);
+    } else if (kind < 48 && m && m2) {
+        vq_attr at = VQ_ATTR_B("transpose_y", pick(s, 2));
+        call(s, "matmul", (vq_tensor *[]){m, m2}, 2, NULL, 1, &at, 1);
+    } else if (kind < 53 && m) {
+        vq_attr at = VQ_ATTR_IS("axes", (int64_t[]){1}, 1);
+        call(s, "sum", &m, 1, NULL, 1, &at, 1);
+    } else if (kind < 60 && a && b) {
+        /* in place: a += b when that keeps a's shape */
+        vq_tensor *out[1] = {a};
+        call(s, "add", (vq_tensor *[]){a, b}, 2, out, 1, NULL, 0);
+    } else if (kind < 67 && ia && ib) {
+        call(s, pick(s, 2) ? "div" : "add", (vq_tensor *[]){ia, ib}, 2, NULL, 1, NULL, 0);
+    } else if (kind < 71 && ia) {
+        vq_attr at = VQ_ATTR_S("dtype", "f64");
+        call(s, "cast", &ia, 1, NULL, 1, &at, 1);
+    } else if (kind < 74 && a && ia) {
+        /* a bad call: refused at the call in both modes */
+        call(s, "add", (vq_tensor *[]){a, ia}, 2, NULL, 1, NULL, 0);
+    } else if (kind < 80 && s->npool > 4) {
+        int k = (int)pick(s, (uint64_t)s->npool);
+        vq_tensor_release(s->pool[k]);
+        s->pool[k] = s->pool[--s->npool];
+    } else if (kind < 86 && s->npool) {
+        /* A failed tensor's bytes are whatever its storage held: once its
+         * error is taken, it leaves the pool (later calls would read them). */
+        int k = (int)pick(s, (uint64_t)s->npool);
+        if (log_tensor(&s->log, "read", s->pool[k])) {
+            vq_tensor_release(s->pool[k]);
+            s->pool[k] = s->pool[--s->npool];
+        }
+    } else if (kind < 90) {
+        pool_add(s, seeded(s, pick(s, 3) ? VQ_F64 : VQ_I32, 1 + (int)pick(s, 2)));
+    } else if (kind < 94) {
+        if (s->capture) { /* a segment boundary; nothing for the eager run */
+            cr_assert_eq(vq_capture_end(s->e), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_capture_begin(s->e), 0);
+        }
+    } else if (kind < 100 && s->helper && a) {
+        helper_call(s, a);
+    }
+}
+
+static void seq_run(struct seq *s, uint64_t seed, int64_t n, bool capture, bool helper, int steps)
+{
+    memset(&s->log, 0, sizeof s->log);
+    s->capture = capture;
+    s->rng = seed;
+    s->n = n;
+    s->npool = 0;
+    s->helper = helper;
+    s->job = NULL;
+    s->quit = false;
+    if (helper) {
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        cr_assert_eq(pthread_create(&s->thread, NULL, helper_main, s), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pool_add(s, seeded(s, VQ_F64, 2));
+    pool_add(s, seeded(s, VQ_F64, 1));
+    pool_add(s, seeded(s, VQ_I32, 1));
+    pool_add(s, seeded(s, VQ_I32, 1));
+    if (capture)
+        cr_assert_eq(vq_capture_begin(s->e), 0);
+    for (int i = 0; i < steps; i++)
+        step(s);
+    if (capture)
+        cr_assert_eq(vq_capture_end(s->e), 0, "%s", vq_errmsg());
+    for (int k = 0; k < s->npool; k++) {
+        log_tensor(&s->log, "final", s->pool[k]);
+        vq_tensor_release(s->pool[k]);
+    }
+    if (helper) {
+        pthread_mutex_lock(&s->lock);
+        s->quit = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->thread, NULL);
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+    }
+}
+
+static void compare_sequences(bool helper, int rounds)
+{
+    uint64_t rng = oc_seed("capture");
+    vq_engine *e = engine(2);
+    vq_capture_stats before = cstats(e);
+    for (int r = 0; r < rounds; r++) {
+        uint64_t seed = oc_next(&rng);
+        int64_t n = 2 + (int64_t)(r % 3); /* shapes change: guards miss and rebuild */
+        struct seq eager = {.e = e}, captured = {.e = e};
+        seq_run(&eager, seed, n, false, helper, 60);
+        seq_run(&captured, seed, n, true, helper, 60);
+        char what[64];
+        snprintf(what, sizeof what, "round %d (n %lld)", r, (long long)n);
+        logs_equal(&eager.log, &captured.log, what);
+        free(eager.log.buf);
+        free(captured.log.buf);
+    }
+    vq_capture_stats after = cstats(e);
+    cr_assert_gt(after.ops_recorded - before.ops_recorded, 0);
+    cr_assert_gt(after.segments_run - before.segments_run, 0);
+    cr_assert_gt(after.cuts[VQ_CAPTURE_CUT_HOST_READ] - before.cuts[VQ_CAPTURE_CUT_HOST_READ], 0,
+                 "host reads cut");
+    if (helper)
+        cr_assert_gt(after.cuts[VQ_CAPTURE_CUT_THREAD] - before.cuts[VQ_CAPTURE_CUT_THREAD], 0,
+                     "the other thread's calls cut");
+    vq_engine_free(e);
+}
+
+Test(capture, random_sequences_give_the_eager_results_errors_and_bits)
+{
+    compare_sequences(false, 40);
+}
+
+Test(capture, random_sequences_with_another_thread_on_the_same_tensors)
+{
+    compare_sequences(true, 20);
+}
+
+/* The same sequence again: its segments replay from the cache. */
+Test(capture, a_repeated_sequence_hits_every_guard)
+{
+    vq_engine *e = engine(2);
+    struct seq first = {.e = e}, again = {.e = e};
+    seq_run(&first, 42, 3, true, false, 80);
+    vq_capture_stats mid = cstats(e);
+    seq_run(&again, 42, 3, true, false, 80);
+    vq_capture_stats end = cstats(e);
+    logs_equal(&first.log, &again.log, "the same sequence twice");
+    cr_assert_eq(end.plans_built, mid.plans_built, "no plan built the second time");
+    cr_assert_eq(end.cache_hits - mid.cache_hits, end.segments_run - mid.segments_run);
+    cr_assert_eq(end.op_hits - mid.op_hits, end.ops_recorded - mid.ops_recorded);
+    free(first.log.buf);
+    free(again.log.buf);
+    vq_engine_free(e);
+}
+
+/* ---- guards ---- */
+
+static vq_tensor *filled(vq_dtype dt, int n, double v0)
+{
+    double v[8];
+    for (int i = 0; i < n; i++)
+        v[i] = v0 + i;
+    return oc_from(dt, 1, (int64_t[]){n}, v);
+}
+
+/* out = scale(x) captured, then checked against the eager value. */
+static void guard_case(vq_engine *e, vq_dtype dt, int n, double scale, bool expect_hit)
+{
+    vq_tensor *x = filled(dt, n, 1), *y = NULL;
+    vq_attr a = VQ_ATTR_F("scale", scale);
+    vq_capture_stats before = cstats(e);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "scale", &x, 1, &y, 1, &a, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_capture_end(e), 0);
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(vq_tensor_wait(y), 0);
+    cr_assert_eq(vq_tensor_dtype(y), dt);
+    cr_assert_eq(vq_tensor_numel(y), n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(oc_get(y, i), scale * (1 + i));
+    cr_assert_eq(after.op_hits - before.op_hits, expect_hit ? 1 : 0);
+    cr_assert_eq(after.plans_built - before.plans_built, expect_hit ? 0 : 1);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+}
+
+Test(capture, guards_miss_on_a_changed_shape_dtype_or_attribute)
+{
+    vq_engine *e = engine(2);
+    guard_case(e, VQ_F32, 4, 2, false);
+    guard_case(e, VQ_F32, 4, 2, true);
+    guard_case(e, VQ_F32, 5, 2, false);  /* shape */
+    guard_case(e, VQ_F64, 4, 2, false);  /* dtype */
+    guard_case(e, VQ_F32, 4, 3, false);  /* attribute */
+    guard_case(e, VQ_F32, 4, 2, true);
+    vq_engine_free(e);
+}
+
+/* c = a + b; d = c - (a or b): the same ops, metas and attributes, wired
+ * differently. */
+static void wiring_case(vq_engine *e, bool minus_b, uint64_t hits)
+{
+    vq_tensor *a = filled(VQ_F64, 3, 1), *b = filled(VQ_F64, 3, 10), *c = NULL, *d = NULL;
+    vq_capture_stats before = cstats(e);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){a, b}, 2, &c, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "sub", (vq_tensor *[]){c, minus_b ? b : a}, 2, &d, 1, NULL, 0), 0);
+    cr_assert_eq(vq_capture_end(e), 0);
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(vq_tensor_wait(d), 0);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(oc_get(d, i), minus_b ? 1.0 + i : 10.0 + i);
+    cr_assert_eq(after.op_hits - before.op_hits, hits);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_tensor_release(c);
+    vq_tensor_release(d);
+}
+
+Test(capture, guards_miss_on_changed_wiring)
+{
+    vq_engine *e = engine(2);
+    wiring_case(e, false, 0);
+    wiring_case(e, false, 2);
+    wiring_case(e, true, 1); /* add hits, sub reads b instead of a: a miss */
+    wiring_case(e, true, 2);
+    wiring_case(e, false, 2);
+    vq_engine_free(e);
+}
+
+Test(capture, the_guard_hash_differs_between_structures)
+{
+    vq_engine *e = engine(1);
+    guard_case(e, VQ_F32, 4, 2, false);
+    uint64_t g1 = cstats(e).guard;
+    guard_case(e, VQ_F32, 4, 3, false);
+    uint64_t g2 = cstats(e).guard;
+    guard_case(e, VQ_F32, 4, 2, true);
+    cr_assert_neq(g1, g2);
+    cr_assert_eq(cstats(e).guard, g1);
+    vq_engine_free(e);
+}
+
+/* ---- calls, errors, cuts ---- */
+
+Test(capture, bad_calls_fail_at_the_call_with_the_eager_message)
+{
+    vq_engine *e = engine(2);
+    vq_tensor *x = filled(VQ_F32, 3, 1), *y = filled(VQ_F32, 4, 1), *z = NULL;
+    int rc = vq_op_run(e, "add", (vq_tensor *[]){x, y}, 2, &z, 1, NULL, 0);
+    char eager[256];
+    snprintf(eager, sizeof eager, "%s", vq_errmsg());
+    cr_assert_eq(rc, VQ_EINVAL);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){x, y}, 2, &z, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), eager);
+    cr_assert_null(z);
+    cr_assert_eq(vq_op_run(e, "no_such_op", &x, 1, &z, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_eq(vq_op_run(e, "relu", (vq_tensor *[]){NULL}, 1, &z, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(cstats(e).ops_recorded, 0);
+    cr_assert_eq(vq_capture_end(e), VQ_EINVAL, "not capturing");
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_engine_free(e);
+}
+
+Test(capture, kernel_errors_reach_the_same_tensors_as_eagerly)
+{
+    vq_engine *e = engine(2);
+    int64_t s[1] = {3};
+    int32_t av[3] = {4, 5, 6}, bv[3] = {2, 0, 3};
+    vq_tensor *a, *b, *q = NULL, *r = NULL, *ok = NULL;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
+    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, bv), 0);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "div", (vq_tensor *[]){a, b}, 2, &q, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){q, a}, 2, &r, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){a, b}, 2, &ok, 1, NULL, 0), 0);
+    cr_assert_eq(vq_capture_end(e), 0, "kernel errors are not the push's");
+    cr_assert_eq(vq_tensor_wait(q), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "division by zero"), "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(r), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "depends on failed"), "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(ok), 0, "an independent call of the segment");
+    cr_assert_eq(oc_get(ok, 1), 5);
+    cr_assert_eq(vq_tensor_wait(a), 0);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_tensor_release(q);
+    vq_tensor_release(r);
+    vq_tensor_release(ok);
+    vq_engine_free(e);
+}
+
+Test(capture, a_host_read_cuts_and_recording_goes_on)
+{
+    vq_engine *e = engine(2);
+    vq_tensor *x = filled(VQ_F64, 4, 1), *y = NULL, *z = NULL;
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    vq_capture_stats before = cstats(e);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "scale", &x, 1, &y, 1, &two, 1), 0);
+    cr_assert_eq(vq_tensor_wait(y), 0);
+    cr_assert_eq(((double *)vq_tensor_data(y))[3], 8.0);
+    cr_assert_eq(vq_op_run(e, "scale", &y, 1, &z, 1, &two, 1), 0);
+    vq_var *v = vq_tensor_var(z, e); /* the fallback cuts too */
+    cr_assert_not_null(v);
+    cr_assert_eq(vq_capture_end(e), 0);
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_HOST_READ] - before.cuts[VQ_CAPTURE_CUT_HOST_READ], 1);
+    cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_VAR] - before.cuts[VQ_CAPTURE_CUT_VAR], 1);
+    cr_assert_eq(after.segments_run - before.segments_run, 2);
+    cr_assert_eq(vq_tensor_wait(z), 0);
+    cr_assert_eq(oc_get(z, 0), 4.0);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_tensor_release(z);
+    vq_engine_free(e);
+}
+
+Test(capture, released_tensors_and_tensors_kept_across_segments)
+{
+    vq_engine *e = engine(2);
+    vq_tensor *x = filled(VQ_F64, 4, 1), *keep = NULL;
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    for (int step = 0; step < 20; step++) {
+        cr_assert_eq(vq_capture_begin(e), 0);
+        vq_tensor *t = NULL, *u = NULL;
+        cr_assert_eq(vq_op_run(e, "scale", &x, 1, &t, 1, &two, 1), 0);
+        cr_assert_eq(vq_op_run(e, "relu", &t, 1, &u, 1, NULL, 0), 0);
+        vq_tensor_release(t); /* mid-segment: a temporary now */
+        vq_tensor *in[2] = {u, keep ? keep : u}, *sum = NULL;
+        cr_assert_eq(vq_op_run(e, "add", in, 2, &sum, 1, NULL, 0), 0);
+        vq_tensor_release(u);
+        vq_tensor_release(keep);
+        keep = sum; /* read by the next step's segment */
+        cr_assert_eq(vq_capture_end(e), 0);
+    }
+    cr_assert_eq(vq_tensor_wait(keep), 0);
+    /* keep = 2x + keep each step, from 2x + 2x: (step + 2) * 2x */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(oc_get(keep, i), 21 * 2.0 * (1 + i));
+    vq_tensor_release(keep);
+    vq_tensor_release(x);
+    vq_engine_free(e);
+}
+
+Test(capture, in_place_optimizer_updates_across_steps)
+{
+    vq_engine *e0 = engine(2), *e1 = engine(2);
+    vq_tensor *w[2], *g[2];
+    for (int k = 0; k < 2; k++) {
+        w[k] = filled(VQ_F32, 4, 1);
+        g[k] = filled(VQ_F32, 4, -2);
+    }
+    vq_attr lr = VQ_ATTR_F("learning_rate", 0.125);
+    for (int step = 0; step < 10; step++)
+        for (int k = 0; k < 2; k++) {
+            if (k == 1)
+                cr_assert_eq(vq_capture_begin(e1), 0);
+            vq_engine *e = k ? e1 : e0;
+            vq_tensor *sq = NULL;
+            cr_assert_eq(vq_op_run(e, "mul", (vq_tensor *[]){w[k], g[k]}, 2, &sq, 1, NULL, 0), 0);
+            cr_assert_eq(vq_op_run(e, "sgd", (vq_tensor *[]){w[k], sq}, 2, &w[k], 1, &lr, 1), 0);
+            vq_tensor_release(sq);
+            if (k == 1)
+                cr_assert_eq(vq_capture_end(e1), 0);
+        }
+    cr_assert_eq(vq_tensor_wait(w[0]), 0);
+    cr_assert_eq(vq_tensor_wait(w[1]), 0);
+    cr_assert_eq(memcmp(vq_tensor_data(w[0]), vq_tensor_data(w[1]), 16), 0);
+    for (int k = 0; k < 2; k++) {
+        vq_tensor_release(w[k]);
+        vq_tensor_release(g[k]);
+    }
+    vq_engine_free(e0);
+    vq_engine_free(e1);
+}
+
+Test(capture, begin_twice_and_stats_arguments)
+{
+    vq_engine *e = engine(1);
+    cr_assert_eq(vq_capture_begin(NULL), VQ_EINVAL);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_capture_begin(e), VQ_EINVAL);
+    cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(vq_capture_get_stats(e, NULL), VQ_EINVAL);
+    vq_engine_free(e);
+}
+
+/* ---- imperative autodiff ---- */
+
+/* loss = mean(tanh(x w + b)^2), recorded; the gradients of w and b. */
+static vq_tensor *model_loss(vq_engine *e, vq_tensor *x, vq_tensor *w, vq_tensor *b)
+{
+    vq_tensor *h = NULL, *z = NULL, *y = NULL, *sq = NULL, *loss = NULL;
+    cr_assert_eq(vq_op_run(e, "matmul", (vq_tensor *[]){x, w}, 2, &h, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){h, b}, 2, &z, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "tanh", &z, 1, &y, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "mul", (vq_tensor *[]){y, y}, 2, &sq, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "mean", &sq, 1, &loss, 1, NULL, 0), 0, "%s", vq_errmsg());
+    vq_tensor_release(h);
+    vq_tensor_release(z);
+    vq_tensor_release(y);
+    vq_tensor_release(sq);
+    return loss;
+}
+
+static void captured_grads(vq_engine *e, vq_tensor *x, vq_tensor *w, vq_tensor *b,
+                           vq_tensor **gw, vq_tensor **gb, double *loss_out)
+{
+    cr_assert_eq(vq_capture_begin(e), 0);
+    vq_tensor *loss = model_loss(e, x, w, b);
+    vq_tensor *grads[2];
+    cr_assert_eq(vq_capture_backward(e, loss, (vq_tensor *[]){w, b}, 2, grads), 0, "%s",
+                 vq_errmsg());
+    cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(vq_tensor_wait(grads[0]), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(grads[1]), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(loss), 0);
+    if (loss_out)
+        *loss_out = oc_get(loss, 0);
+    vq_tensor_release(loss);
+    *gw = grads[0];
+    *gb = grads[1];
+}
+
+Test(capture, backward_equals_append_backward_bit_for_bit_and_finite_differences)
+{
+    uint64_t rng = oc_seed("capture");
+    vq_engine *e = engine(2);
+    int64_t xs[2] = {5, 3}, ws[2] = {3, 2}, bs[1] = {2};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -1, 1), *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1);
+    vq_tensor *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1);
+    vq_tensor *gw, *gb;
+    captured_grads(e, x, w, b, &gw, &gb, NULL);
+
+    /* The same model as a program, differentiated by vq_append_backward. */
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t hs[2] = {5, 2}, one[0];
+    (void)one;
+    cr_assert_eq(vq_program_add_var(p, 0, "x", VQ_F64, 2, xs, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 2, ws, true), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "b", VQ_F64, 1, bs, true), 0);
+    const char *t[] = {"h", "z", "y", "sq"};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, t[i], VQ_F64, 2, hs, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "loss", VQ_F64, 0, NULL, false), 0);
+    const char *const mm[] = {"x", "w"}, *const ad[] = {"h", "b"}, *const ml[] = {"y", "y"};
+    cr_assert_geq(vq_program_add_op(p, 0, "matmul", mm, 2, (const char *[]){"h"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "add", ad, 2, (const char *[]){"z"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "tanh", (const char *[]){"z"}, 1,
+                                    (const char *[]){"y"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "mul", ml, 2, (const char *[]){"sq"}, 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, 0, "mean", (const char *[]){"sq"}, 1,
+                                    (const char *[]){"loss"}, 1, NULL, 0), 0);
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 2, "%s", vq_errmsg());
+    vq_exec *ex;
+    vq_scope *s;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_scope_set(s, "w", w), 0);
+    cr_assert_eq(vq_scope_set(s, "b", b), 0);
+    vq_feed feed = {"x", x};
+    vq_fetch f[2] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}};
+    cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(memcmp(vq_tensor_data(f[0].tensor), vq_tensor_data(gw), 6 * 8), 0,
+                 "w's gradient: the bits of vq_append_backward's");
+    cr_assert_eq(memcmp(vq_tensor_data(f[1].tensor), vq_tensor_data(gb), 2 * 8), 0);
+
+    /* Finite differences on every element of w and b. */
+    vq_tensor *params[2] = {w, b}, *grads[2] = {gw, gb};
+    for (int k = 0; k < 2; k++)
+        for (int64_t i = 0; i < vq_tensor_numel(params[k]); i++) {
+            double v = oc_get(params[k], i), lp, lm, eps = 1e-6;
+            vq_tensor *a1, *a2;
+            oc_set(params[k], i, v + eps);
+            captured_grads(e, x, w, b, &a1, &a2, &lp);
+            vq_tensor_release(a1);
+            vq_tensor_release(a2);
+            oc_set(params[k], i, v - eps);
+            captured_grads(e, x, w, b, &a1, &a2, &lm);
+            vq_tensor_release(a1);
+            vq_tensor_release(a2);
+            oc_set(params[k], i, v);
+            double fd = (lp - lm) / (2 * eps), g = oc_get(grads[k], i);
+            cr_assert(fabs(fd - g) <= 1e-7 * (1 + fabs(g)), "param %d element %lld: %g vs %g", k,
+                      (long long)i, g, fd);
+        }
+    vq_capture_stats st = cstats(e);
+    cr_assert_gt(st.op_hits, 0, "later steps replay the recipe from the cache");
+    vq_tensor_release(f[0].tensor);
+    vq_tensor_release(f[1].tensor);
+    vq_exec_free(ex);
+    vq_scope_free(s);
+    vq_program_free(p);
+    vq_tensor_release(gw);
+    vq_tensor_release(gb);
+    vq_tensor_release(x);
+    vq_tensor_release(w);
+    vq_tensor_release(b);
+    vq_engine_free(e);
+}
+
+Test(capture, backward_refuses_a_loss_from_outside_the_segment)
+{
+    vq_engine *e = engine(1);
+    vq_tensor *x = filled(VQ_F64, 1, 1), *w = filled(VQ_F64, 1, 2), *g[1];
+    cr_assert_eq(vq_capture_backward(e, x, &w, 1, g), VQ_EINVAL, "not capturing");
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_capture_backward(e, x, &w, 1, g), VQ_EINVAL);
+    cr_assert_null(g[0]);
+    vq_tensor *y = NULL;
+    cr_assert_eq(vq_op_run(e, "mul", (vq_tensor *[]){x, x}, 2, &y, 1, NULL, 0), 0);
+    cr_assert_eq(vq_capture_backward(e, y, &w, 1, g), 0, "%s", vq_errmsg());
+    cr_assert_null(g[0], "w is not read: no gradient");
+    cr_assert_eq(vq_capture_end(e), 0);
+    vq_tensor_release(x);
+    vq_tensor_release(w);
+    vq_tensor_release(y);
+    vq_engine_free(e);
+}
+
+/* ---- on a GPU (the emulated backend) ---- */
+
+static vq_tensor *to_host(vq_engine *e, vq_tensor *t)
+{
+    vq_tensor *h;
+    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+    return h;
+}
+
+/* y = tanh(x w) * 0.5, and the gradients of mean(y * y) on GPU 0. */
+static void gpu_step(vq_engine *e, bool capture, vq_tensor *x, vq_tensor *w, vq_tensor **y_host,
+                     vq_tensor **g_host)
+{
+    vq_ctx gpu = {VQ_DEV_GPU, 0};
+    vq_tensor *xg, *wg, *h = NULL, *t = NULL, *y = NULL, *sq = NULL, *loss = NULL, *g = NULL;
+    cr_assert_eq(vq_tensor_copy_to(e, x, gpu, &xg), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_copy_to(e, w, gpu, &wg), 0);
+    if (capture)
+        cr_assert_eq(vq_capture_begin(e), 0);
+    vq_attr half = VQ_ATTR_F("scale", 0.5);
+    cr_assert_eq(vq_op_run(e, "matmul", (vq_tensor *[]){xg, wg}, 2, &h, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "tanh", &h, 1, &t, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "scale", &t, 1, &y, 1, &half, 1), 0);
+    if (capture) {
+        cr_assert_eq(vq_op_run(e, "mul", (vq_tensor *[]){y, y}, 2, &sq, 1, NULL, 0), 0);
+        cr_assert_eq(vq_op_run(e, "mean", &sq, 1, &loss, 1, NULL, 0), 0);
+        cr_assert_eq(vq_capture_backward(e, loss, &wg, 1, &g), 0, "%s", vq_errmsg());
+        cr_assert_not_null(g);
+        cr_assert_eq(vq_tensor_device(g).kind, VQ_DEV_GPU);
+        cr_assert_eq(vq_capture_end(e), 0);
+        *g_host = to_host(e, g);
+    }
+    *y_host = to_host(e, y);
+    vq_tensor *all[] = {xg, wg, h, t, y, sq, loss, g};
+    for (int i = 0; i < 8; i++)
+        vq_tensor_release(all[i]);
+}
+
+Test(capture, gpu_segments_give_the_eager_bits)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    uint64_t rng = oc_seed("capture");
+    vq_engine *e = engine(2);
+    int64_t xs[2] = {6, 4}, ws[2] = {4, 3};
+    vq_tensor *x = oc_rand(&rng, VQ_F32, 2, xs, -1, 1), *w = oc_rand(&rng, VQ_F32, 2, ws, -1, 1);
+    vq_tensor *ye, *yc, *g;
+    gpu_step(e, false, x, w, &ye, NULL);
+    vq_capture_stats before = cstats(e);
+    gpu_step(e, true, x, w, &yc, &g);
+    vq_tensor_release(yc);
+    vq_tensor_release(g);
+    gpu_step(e, true, x, w, &yc, &g); /* again: from the cache */
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(memcmp(vq_tensor_data(ye), vq_tensor_data(yc), 6 * 3 * 4), 0);
+    cr_assert_eq(after.plans_built - before.plans_built, 1);
+    cr_assert_gt(after.cache_hits, before.cache_hits);
+    for (int64_t i = 0; i < 12; i++)
+        cr_assert(isfinite(oc_get(g, i)));
+    vq_tensor_release(ye);
+    vq_tensor_release(yc);
+    vq_tensor_release(g);
+    vq_tensor_release(x);
+    vq_tensor_release(w);
+    vq_engine_free(e);
+}
+
+Test(capture, a_long_segment_is_cut_at_the_size_limit)
+{
+    vq_engine *e = engine(2);
+    vq_tensor *x = filled(VQ_F64, 2, 0);
+    vq_attr inc = VQ_ATTR_F("bias", 1);
+    vq_capture_stats before = cstats(e);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    for (int i = 0; i < VQ_CAPTURE_MAX_OPS + 10; i++)
+        cr_assert_eq(vq_op_run(e, "scale", &x, 1, &x, 1, &inc, 1), 0);
+    cr_assert_eq(vq_capture_end(e), 0);
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_SIZE] - before.cuts[VQ_CAPTURE_CUT_SIZE], 1);
+    cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_END] - before.cuts[VQ_CAPTURE_CUT_END], 1);
+    cr_assert_eq(vq_tensor_wait(x), 0);
+    cr_assert_eq(oc_get(x, 1), 1.0 + VQ_CAPTURE_MAX_OPS + 10);
+    vq_tensor_release(x);
+    vq_engine_free(e);
+}
+
+Test(capture, a_tensor_of_another_engine_fails_as_eagerly)
+{
+    vq_engine *e = engine(1), *other = engine(1);
+    vq_tensor *x = filled(VQ_F32, 2, 1), *y = NULL;
+    cr_assert_eq(vq_op_run(other, "relu", &x, 1, &y, 1, NULL, 0), 0); /* x is other's now */
+    vq_tensor *z = NULL;
+    int rc = vq_op_run(e, "relu", &x, 1, &z, 1, NULL, 0);
+    char eager[256];
+    snprintf(eager, sizeof eager, "%s", vq_errmsg());
+    cr_assert_eq(rc, VQ_EINVAL);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "relu", &x, 1, &z, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), eager);
+    cr_assert_null(z);
+    cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(vq_tensor_wait(y), 0);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_engine_free(e);
+    vq_engine_free(other);
+}

@@ -32,6 +32,7 @@
  *                    [--steps-seed K] [--steps-mlp K] [--reps R]
  *                    [--warmup W] [--inflight D] [--init-dir DIR]
  *                    [--engine threaded|naive] [--gpu ID]
+ *                    [--kernel-share TRACE]
  *   --gpu       runs the programs on GPU ID (the backend VARQ_GPU_BACKEND
  *               picks); the loss is copied to the host each step.
  *   --tiny      a few steps of each model and mode (well under 2 s); exits 1
@@ -43,7 +44,17 @@
  *               that both sides start from the same weights (their losses
  *               then agree)
  *   --engine    threaded (the default) or naive (every op in the thread that
- *               pushes it: no handoff between threads; for comparison) */
+ *               pushes it: no handoff between threads; for comparison)
+ *   --kernel-share  after the benchmark, runs the MLP's sync loop once more
+ *               (W warm-up steps, K timed steps) on the CPU, on an engine
+ *               that profiles,
+ *               and prints the share of the step spent inside the ops'
+ *               kernels (the time during which an op runs, from the
+ *               profiler's trace, written to TRACE, over the step's wall
+ *               time) and the op time by op: the distance to the compute
+ *               floor. In the JSON as "mlp_kernels".
+ *   The JSON also carries each model's sync losses of the first steps
+ *   ("first_losses"), to compare with a peer started from the same weights. */
 #include <varq/varq.h>
 
 #include <errno.h>
@@ -65,7 +76,7 @@
 struct cfg {
     int tiny, workers, steps_seed, steps_mlp, reps, warmup, inflight, engine;
     int gpu; /* the executor's GPU, or -1: the CPU */
-    const char *json, *digits, *init_dir;
+    const char *json, *digits, *init_dir, *kernel_trace;
 };
 
 static double now(void)
@@ -454,6 +465,8 @@ struct model_result {
     struct model *m;
     struct result sync, async;
     int decreased;
+    float first[CHECK_STEPS]; /* the sync losses of the first steps */
+    long nfirst;
 };
 
 /* The loss went down: the last steps' mean below the first steps' mean. */
@@ -484,6 +497,8 @@ static int bench_model(const struct cfg *c, vq_engine *e, struct model *m, int k
         goto out;
     /* Same initialization and batches: the two loops compute the same steps. */
     long ncheck = nl < CHECK_STEPS ? nl : CHECK_STEPS;
+    memcpy(mr->first, ls, (size_t)ncheck * sizeof *ls);
+    mr->nfirst = ncheck;
     for (long i = 0; i < ncheck; i++)
         if (!(fabsf(ls[i] - la[i]) <= 1e-5f * (1 + fabsf(ls[i])))) {
             fprintf(stderr, "train_bench: %s: step %ld: sync loss %.9g, async loss %.9g\n",
@@ -495,6 +510,166 @@ static int bench_model(const struct cfg *c, vq_engine *e, struct model *m, int k
 out:
     free(ls);
     free(la);
+    return rc;
+}
+
+/* ---- the MLP's kernel share (--kernel-share) ---- */
+
+#define MAX_OP_NAMES 64
+
+struct op_time {
+    char name[48];
+    double us; /* summed durations */
+};
+
+struct kernel_share {
+    int steps;
+    /* per step: wall time; time during which at least one op ran (the
+     * union of the ops' intervals); summed op durations (more than the
+     * busy time where ops ran at once on two workers) */
+    double step_us, busy_us, op_us;
+    int nops;
+    struct op_time by_op[MAX_OP_NAMES];
+    double warm_end;     /* the last op end in the trace dumped after the warm-up */
+    double (*iv)[2];     /* [start, end] of the ops that started after warm_end */
+    size_t niv, cap_iv;
+};
+
+static int cmp_interval(const void *a, const void *b)
+{
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Adds sign times the durations of the op events ("ph":"X", one a line) of
+ * the Chrome trace vq_profiler_dump wrote at path to ks->by_op, by name.
+ * Kernel time is the ops' records: a segment's record, which spans those of
+ * the ops it ran, is left out. The pass after the warm-up (sign -1) notes
+ * its last op end; the one after the timed steps (sign 1) keeps the
+ * intervals of the ops that started later. */
+static int trace_add(const char *path, struct kernel_share *ks, double sign)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "train_bench: cannot read %s\n", path);
+        return -1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        const char *n = strstr(line, "{\"name\":\""), *d = strstr(line, "\"dur\":");
+        if (!n || !d || !strstr(line, "\"ph\":\"X\""))
+            continue;
+        n += strlen("{\"name\":\"");
+        int len = (int)strcspn(n, "\""), i = 0;
+        if (len == 7 && !strncmp(n, "segment", 7))
+            continue; /* the executor's bulk segment: its ops have records of their own */
+        if (len >= (int)sizeof ks->by_op[0].name)
+            len = (int)sizeof ks->by_op[0].name - 1;
+        while (i < ks->nops && (strncmp(ks->by_op[i].name, n, (size_t)len) ||
+                                ks->by_op[i].name[len] != '\0'))
+            i++;
+        if (i == ks->nops) {
+            if (ks->nops == MAX_OP_NAMES)
+                continue; /* more op kinds than a training step has: not counted */
+            snprintf(ks->by_op[ks->nops++].name, sizeof ks->by_op[i].name, "%.*s", len, n);
+        }
+        const char *ts = strstr(line, "\"ts\":");
+        double dur = strtod(d + strlen("\"dur\":"), NULL);
+        double t0 = ts ? strtod(ts + strlen("\"ts\":"), NULL) : 0;
+        ks->by_op[i].us += sign * dur;
+        if (sign < 0 && t0 + dur > ks->warm_end)
+            ks->warm_end = t0 + dur;
+        if (sign > 0 && t0 >= ks->warm_end) {
+            if (ks->niv == ks->cap_iv) {
+                size_t cap = ks->cap_iv ? 2 * ks->cap_iv : 4096;
+                double(*iv)[2] = realloc(ks->iv, cap * sizeof *iv);
+                if (!iv) {
+                    fclose(f);
+                    return -1;
+                }
+                ks->iv = iv;
+                ks->cap_iv = cap;
+            }
+            ks->iv[ks->niv][0] = t0;
+            ks->iv[ks->niv++][1] = t0 + dur;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int cmp_op_time(const void *a, const void *b)
+{
+    double x = ((const struct op_time *)a)->us, y = ((const struct op_time *)b)->us;
+    return x > y ? -1 : x < y;
+}
+
+/* The MLP's sync loop on its own engine, created with VQ_ENGINE_PROFILE
+ * (its own batches too: a tensor belongs to the first engine it is used
+ * with). The trace is dumped after the warm-up and again after K timed
+ * steps; the difference of the summed op durations is the kernel time of
+ * the K steps. Ops of one step that run at once on two workers both count,
+ * and the profiler's record per op is in the step's wall time. */
+static int kernel_share(const struct cfg *c, struct kernel_share *ks)
+{
+    struct model m = {0};
+    vq_engine *e = NULL;
+    vq_exec *ex = NULL;
+    vq_scope *s = NULL;
+    vq_engine_opts eo = {.kind = c->engine, .cpu_workers = c->workers,
+                         .flags = VQ_ENGINE_PROFILE};
+    vq_exec_opts xo = {.device = {VQ_DEV_CPU, 0}};
+    int rc = -1;
+    if (build_mlp(&m, c->digits) < 0)
+        goto out;
+    if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, &xo) < 0 || vq_scope_new(&s) < 0 ||
+        vq_exec_run(ex, m.startup, s, NULL, 0, NULL, 0) < 0) {
+        fail("kernel share: setting up");
+        goto out;
+    }
+    struct trainer t = {.m = &m, .e = e, .ex = ex, .s = s};
+    if (sync_steps(&t, c->warmup) < 0)
+        goto out;
+    if (vq_profiler_dump(e, c->kernel_trace) < 0) {
+        fail("kernel share: vq_profiler_dump");
+        goto out;
+    }
+    if (trace_add(c->kernel_trace, ks, -1) < 0)
+        goto out;
+    double t0 = now();
+    if (sync_steps(&t, c->steps_mlp) < 0)
+        goto out;
+    double dt = now() - t0;
+    if (vq_profiler_dump(e, c->kernel_trace) < 0) {
+        fail("kernel share: vq_profiler_dump");
+        goto out;
+    }
+    if (trace_add(c->kernel_trace, ks, 1) < 0)
+        goto out;
+    ks->steps = c->steps_mlp;
+    ks->step_us = dt * 1e6 / c->steps_mlp;
+    qsort(ks->iv, ks->niv, sizeof *ks->iv, cmp_interval);
+    double busy = 0, end = -1;
+    for (size_t i = 0; i < ks->niv; i++) { /* the union of the intervals */
+        double a = fmax(ks->iv[i][0], end), b = ks->iv[i][1];
+        if (b > a)
+            busy += b - a;
+        end = fmax(end, b);
+    }
+    ks->busy_us = busy / c->steps_mlp;
+    for (int i = 0; i < ks->nops; i++) {
+        ks->by_op[i].us /= c->steps_mlp;
+        ks->op_us += ks->by_op[i].us;
+    }
+    qsort(ks->by_op, (size_t)ks->nops, sizeof *ks->by_op, cmp_op_time);
+    rc = 0;
+out:
+    free(ks->iv);
+    ks->iv = NULL;
+    vq_exec_free(ex);
+    vq_scope_free(s);
+    model_free(&m); /* the batches first: they hold vars of e */
+    vq_engine_free(e);
     return rc;
 }
 
@@ -511,7 +686,8 @@ static void json_result(FILE *f, const struct result *r)
             r->last_loss, r->total_steps);
 }
 
-static int write_json(const struct cfg *c, const struct model_result *mr, int n)
+static int write_json(const struct cfg *c, const struct model_result *mr, int n,
+                      const struct kernel_share *ks)
 {
     FILE *f = fopen(c->json, "w");
     if (!f) {
@@ -532,9 +708,21 @@ static int write_json(const struct cfg *c, const struct model_result *mr, int n)
         json_result(f, &mr[i].sync);
         fprintf(f, ",\"async\":");
         json_result(f, &mr[i].async);
-        fprintf(f, "}");
+        fprintf(f, ",\"first_losses\":[");
+        for (long j = 0; j < mr[i].nfirst; j++)
+            fprintf(f, "%s%.9g", j ? "," : "", mr[i].first[j]);
+        fprintf(f, "]}");
     }
-    fprintf(f, "\n]}\n");
+    fprintf(f, "\n]");
+    if (ks && ks->steps) {
+        fprintf(f, ",\n\"mlp_kernels\":{\"steps\":%d,\"step_us\":%.3f,\"busy_us\":%.3f,"
+                   "\"share\":%.4f,\"op_us\":%.3f,\"by_op_us\":{",
+                ks->steps, ks->step_us, ks->busy_us, ks->busy_us / ks->step_us, ks->op_us);
+        for (int i = 0; i < ks->nops; i++)
+            fprintf(f, "%s\"%s\":%.3f", i ? "," : "", ks->by_op[i].name, ks->by_op[i].us);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "}\n");
     return fclose(f) == 0 ? 0 : -1;
 }
 
@@ -543,7 +731,7 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s [--tiny] [--json FILE] [--digits DIR] [--workers N] [--steps-seed K]\n"
             "       [--steps-mlp K] [--reps R] [--warmup W] [--inflight D] [--init-dir DIR]\n"
-            "       [--engine threaded|naive] [--gpu ID]\n",
+            "       [--engine threaded|naive] [--gpu ID] [--kernel-share TRACE]\n",
             argv0);
 }
 
@@ -582,6 +770,8 @@ int main(int argc, char **argv)
             c.engine = VQ_ENGINE_NAIVE, i++;
         else if (!strcmp(a, "--gpu") && has)
             c.gpu = atoi(argv[++i]);
+        else if (!strcmp(a, "--kernel-share") && has)
+            c.kernel_trace = argv[++i];
         else {
             usage(argv[0]);
             return 2;
@@ -658,7 +848,20 @@ int main(int argc, char **argv)
     if (status == 0)
         printf("async/sync: seed %.2fx, mlp %.2fx; the loss decreased in both models\n",
                mr[0].async.median / mr[0].sync.median, mr[1].async.median / mr[1].sync.median);
-    if (status == 0 && c.json && write_json(&c, mr, 2) < 0)
+    struct kernel_share ks = {0};
+    if (status == 0 && c.kernel_trace) {
+        if (kernel_share(&c, &ks) < 0)
+            status = 1;
+        else {
+            printf("mlp kernel share (profiled sync loop, %d steps): an op runs %.1f us of a "
+                   "%.1f us step = %.0f%%; op time %.1f us:",
+                   ks.steps, ks.busy_us, ks.step_us, 100 * ks.busy_us / ks.step_us, ks.op_us);
+            for (int i = 0; i < ks.nops && i < 6; i++)
+                printf("%s %s %.1f us", i ? "," : "", ks.by_op[i].name, ks.by_op[i].us);
+            printf("%s (trace: %s)\n", ks.nops > 6 ? ", ..." : "", c.kernel_trace);
+        }
+    }
+    if (status == 0 && c.json && write_json(&c, mr, 2, &ks) < 0)
         status = 1;
     for (int i = 0; i < 2; i++) {
         free(mr[i].sync.per_rep);

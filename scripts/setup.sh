@@ -8,9 +8,10 @@ pkgs=(
   build-essential meson ninja-build pkg-config clang
   libck-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
-  python3-numpy python3-torch python3-sklearn
+  python3-numpy python3-torch python3-sklearn libtorch-dev
   libonnx-dev python3-onnx python3-torchvision
-  spin
+  spin valgrind bc
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

@@ -10,6 +10,8 @@
 #include <varq/op_register.h>
 #include <varq/graph.h>
 #include <varq/train.h>
+#include <varq/capture.h>
 #include <varq/onnx.h>
+#include <varq/dist.h> /* without MPI in the build: stubs returning VQ_ENOSYS */
 
 #endif

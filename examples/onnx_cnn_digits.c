@@ -158,14 +158,16 @@ int main(int argc, char **argv)
         vq_tensor_release(t);
     }
     free(losses);
+    /* Tensors used with an engine go before it: the last release of one
+     * that has a var pushes its free on that engine. */
     vq_exec_free(ex);
-    vq_engine_free(e);
-    vq_program_free(main_p);
-    vq_program_free(eval);
-    vq_program_free(startup);
     vq_scope_free(s);
     vq_tensor *all[] = {train_x, train_y, test_x, test_y};
     for (int i = 0; i < 4; i++)
         vq_tensor_release(all[i]);
+    vq_engine_free(e);
+    vq_program_free(main_p);
+    vq_program_free(eval);
+    vq_program_free(startup);
     return 0;
 }

@@ -258,6 +258,8 @@ static struct run run_new(void)
     return r;
 }
 
+/* After the scopes whose tensors its runs used: their last release pushes
+ * on the engine (engine.h, vq_engine_free). */
 static void run_free(struct run *r)
 {
     vq_exec_free(r->ex);
@@ -303,10 +305,10 @@ Test(onnx, an_imported_mlp_runs_with_any_batch_and_matches_c)
         vq_tensor_release(tx);
         vq_tensor_release(fetch.tensor);
     }
+    vq_scope_free(s);
     run_free(&r);
     vq_onnx_info_free(&info);
     vq_program_free(p);
-    vq_scope_free(s);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }
@@ -354,10 +356,10 @@ Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
     const float *w1 = vq_tensor_data(vq_scope_get(s, "w1"));
     cr_assert_neq(w1[0], W1[0][0], "the initializer in the scope was trained");
     vq_tensor_release(tx);
+    vq_scope_free(s);
     run_free(&r);
     vq_program_free(startup);
     vq_program_free(p);
-    vq_scope_free(s);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }
@@ -630,9 +632,9 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
                 cr_assert_eq(y[b * 6 + j * 2 + i], x[b * 6 + i * 3 + j]);
     vq_tensor_release(fetch.tensor);
     vq_tensor_release(tx);
+    vq_scope_free(s);
     run_free(&r);
     vq_program_free(p);
-    vq_scope_free(s);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }
@@ -717,9 +719,9 @@ Test(onnx, if_becomes_a_cond_and_a_known_condition_keeps_one_branch)
         vq_tensor_release(tc);
     }
     vq_tensor_release(tx);
+    vq_scope_free(s);
     run_free(&r);
     vq_program_free(p);
-    vq_scope_free(s);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }
@@ -781,9 +783,9 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
             vq_tensor_release(tm);
         }
         vq_tensor_release(tx);
+        vq_scope_free(s);
         run_free(&r);
         vq_program_free(p);
-        vq_scope_free(s);
         free(buf);
         onnx__model_proto__free_unpacked(m, NULL);
     }

@@ -167,7 +167,10 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
  * disk is full, the file was removed meanwhile) one line saying why goes
  * to stderr: the only output the library ever prints, since this function
  * returns nothing. Must not be called from inside an op, nor concurrently
- * with other calls on the same engine. NULL is a no-op. */
+ * with other calls on the same engine. Tensors used with e (those ops have
+ * run on, or whose var an executor or vq_tensor_var gave them) must be
+ * released first, scopes holding them freed first: the last release of
+ * such a tensor pushes its free on e. NULL is a no-op. */
 VQ_API void vq_engine_free(vq_engine *e);
 
 /* Creates a var owned by the engine. name (may be NULL) is copied, cut to

@@ -8,6 +8,8 @@
  * broadcast and allgather of f32). Values are small integers so that sums
  * are exact in any order. All ops of a round are pushed before any wait,
  * so they overlap in the engine and at the communication thread. */
+#include "dist_check.h"
+
 #include <varq/dist.h>
 #include <varq/varq.h>
 
@@ -16,18 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int rank, size;
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                     \
-            fprintf(stderr, "rank %d: %s:%d: %s: %s\n", rank, __FILE__, __LINE__, #call,   \
-                    vq_errmsg());                                                          \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 /* Element i of rank r's input, as a small integer (bool: 0 or 1). */
 static int64_t value(int r, int64_t i, int salt, vq_dtype dt)
@@ -89,8 +79,6 @@ static double reduced(int64_t i, int salt, vq_dtype dt, vq_reduce_op op)
     default: return (double)(s / size);
     }
 }
-
-static int failures;
 
 static void expect(const char *what, vq_dtype dt, int64_t n, vq_tensor *t, int64_t i,
                    double want)

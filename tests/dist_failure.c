@@ -16,6 +16,8 @@
  *                  that it ends, nonzero, well before the time limit).
  *
  * Framework-free (MPI and Criterion's fork do not mix). */
+#include "dist_check.h"
+
 #include <varq/dist.h>
 #include <varq/varq.h>
 
@@ -24,28 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int rank, size, failures;
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                     \
-            fprintf(stderr, "rank %d: %s:%d: %s: %s\n", rank, __FILE__, __LINE__, #call,   \
-                    vq_errmsg());                                                          \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                  \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "rank %d: line %d: ", rank, __LINE__);                         \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            failures++;                                                                    \
-        }                                                                                  \
-    } while (0)
 
 static vq_tensor *ints(int64_t n, int32_t v)
 {

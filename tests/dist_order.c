@@ -9,6 +9,8 @@
  * Usage: dist_order [OPS [ROUNDS]]; VARQ_TEST_SEED=N replays a seed (rank
  * 0's seed is broadcast, and printed on failure). Values are integers
  * clamped to [-1000, 1000], so every sum is exact in any order. */
+#include "dist_check.h"
+
 #include <varq/dist.h>
 #include <varq/varq.h>
 
@@ -21,18 +23,6 @@
 #define K 6  /* shared tensors */
 #define M 37 /* elements each */
 #define MAXR 16
-
-static int rank, size;
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                     \
-            fprintf(stderr, "rank %d: %s:%d: %s: %s\n", rank, __FILE__, __LINE__, #call,   \
-                    vq_errmsg());                                                          \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static uint64_t rng;
 static unsigned next(unsigned n)

@@ -1059,6 +1059,7 @@ static struct seg_ent *seg_find(struct seg_map *m, vq_var *v)
  * merged by vq_opr_new). */
 struct seg {
     int start, len;
+    int max;      /* SEG_MAX, or 1 with VQ_EXEC_NO_SEGMENTS */
     int bound;    /* ops from here on are in the segment or lead to it */
     vq_var **w, **r;
     int nw, nr, wcap, rcap;
@@ -1104,10 +1105,12 @@ static int seg_close(struct frame *fr, struct seg *sg)
 static bool seg_joins(const struct frame *fr, const struct seg *sg, struct seg_map *m, int k,
                       vq_var *const *vars, int nw, int nr)
 {
-    if (sg->len == 0 || sg->len >= SEG_MAX || sg->start + sg->len != k)
+    if (sg->len == 0 || sg->len >= sg->max || sg->start + sg->len != k)
         return false;
     const struct fop *prev = &fr->ops[k - 1], *f = &fr->ops[k];
-    if (prev->t->src->priority != f->t->src->priority || f->t->def->kernel_async)
+    /* an op with an async kernel has an engine op of its own */
+    if (prev->t->src->priority != f->t->src->priority || prev->t->def->kernel_async ||
+        f->t->def->kernel_async)
         return false;
     for (int i = 0; i < nw + nr; i++) {
         struct seg_ent *e = seg_find(m, vars[i]);
@@ -1160,20 +1163,16 @@ int vq__frame_ops(struct frame *fr)
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "prepare: out of memory");
     fr->nops = b->nops;
-    bool segments = !pl->exec->no_segments;
     size_t accesses = 0;
     for (int k = 0; k < b->nops; k++)
         accesses += (size_t)pl->ops[b->ops[k]].nin + (size_t)pl->ops[b->ops[k]].src->nout;
-    struct seg_map m = {NULL, 0};
-    if (segments) {
-        size_t cap = 16;
-        while (cap < 2 * accesses)
-            cap *= 2;
-        m.mask = cap - 1;
-        if (!(m.ent = vq__calloc(cap, sizeof *m.ent)))
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-    }
-    struct seg sg = {0};
+    size_t cap = 16;
+    while (cap < 2 * accesses)
+        cap *= 2;
+    struct seg_map m = {vq__calloc(cap, sizeof *m.ent), cap - 1};
+    if (!m.ent)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    struct seg sg = {.max = pl->exec->no_segments ? 1 : SEG_MAX};
     int rc = 0;
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
@@ -1208,15 +1207,6 @@ int vq__frame_ops(struct frame *fr)
                 rc = vq__ctl_build(f);
             continue;
         }
-        if (!segments) {
-            sg.start = k;
-            sg.len = 1;
-            sg.w = vars, sg.nw = nw;
-            sg.r = vars + nw, sg.nr = nr;
-            rc = seg_close(fr, &sg);
-            sg.w = sg.r = NULL;
-            continue;
-        }
         if (!(linked && seg_joins(fr, &sg, &m, k, vars, nw, nr))) {
             int from = sg.len ? sg.bound : k;
             if ((rc = seg_close(fr, &sg)) < 0)
@@ -1237,15 +1227,11 @@ int vq__frame_ops(struct frame *fr)
         }
         for (int i = 0; i < nw; i++)
             *seg_find(&m, vars[i]) = (struct seg_ent){vars[i], k, -1};
-        if (f->t->def->kernel_async) /* alone: it has an engine op of its own */
-            rc = seg_close(fr, &sg);
     }
     if (rc == 0)
         rc = seg_close(fr, &sg);
-    if (segments) {
-        free(sg.w);
-        free(sg.r);
-    }
+    free(sg.w);
+    free(sg.r);
     free(m.ent);
     return rc;
 }

@@ -145,24 +145,30 @@ static bool is_in_place(const vq__pop *src, int j)
     return false;
 }
 
-/* VQ_EXEC_CHECK_NAN: the first NaN or infinity in op's float outputs. */
+/* VQ_EXEC_CHECK_NAN: the first NaN or infinity in op's float outputs, in
+ * host memory. */
 static int check_finite(const struct pop *op, vq_tensor *const *out)
 {
     const vq__pop *src = op->src;
     for (int j = 0; j < src->nout; j++) {
-        const vq_tensor *t = out[j];
-        for (int64_t i = 0; (t->dtype == VQ_F32 || t->dtype == VQ_F64) && i < t->numel; i++) {
-            double v = t->dtype == VQ_F32 ? ((const float *)t->data)[i]
-                                          : ((const double *)t->data)[i];
-            if (!isfinite(v))
-                return vq__fail(VQ_EIO, "output %s var %s holds %s at element %lld "
-                                        "(VQ_EXEC_CHECK_NAN)",
-                                vq__op_out_slot(op->def, j),
-                                op->plan->prog->vars[src->out[j]].name,
-                                isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)i);
-        }
+        double v;
+        int64_t i = vq__first_nonfinite(out[j], &v);
+        if (i >= 0)
+            return vq__nonfinite_fail(vq__op_out_slot(op->def, j),
+                                      op->plan->prog->vars[src->out[j]].name, v, i);
     }
     return 0;
+}
+
+/* The same on a GPU stream: a check after the kernel's work for each float
+ * output, which fails the run through the call's defer hook (ops' gpu.c). */
+static int check_finite_gpu(const struct pop *op, const vq__kcall *k)
+{
+    int err = 0;
+    for (int j = 0; j < op->src->nout && err == 0; j++)
+        if (k->out[j]->dtype == VQ_F32 || k->out[j]->dtype == VQ_F64)
+            err = vq__gpu_check_finite(k, j, op->plan->prog->vars[op->src->out[j]].name);
+    return err;
 }
 
 /* Output j of an in-place op is the very tensor its input of the same var
@@ -321,7 +327,7 @@ static void op_end(struct op_state *s, int err, void *stream)
     const vq__pop *src = op->src;
     if (err == OP_SKIP)
         goto skip;
-    if (err == 0 && pl->exec->check_nan)
+    if (err == 0 && pl->exec->check_nan && !stream)
         err = check_finite(op, s->out);
     if (err) {
         vq__run_fail(s->run, op, err, vq_errmsg());
@@ -369,6 +375,8 @@ static int op_exec(void *arg, const vq_exec_ctx *x)
     if (err == 0) {
         vq__kcall k = op_kcall(&s, x);
         err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
+        if (err == 0 && stream && s.f->t->plan->exec->check_nan)
+            err = check_finite_gpu(s.f->t, &k);
     }
     op_end(&s, err, stream);
     return 0;
@@ -1612,9 +1620,6 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
         return vq__fail(VQ_EINVAL, "vq_exec_new: VARQ_CHECK_NAN is \"%s\", not 0 or 1", env);
     bool check_nan = (o.flags & VQ_EXEC_CHECK_NAN) || (env && !strcmp(env, "1"));
-    if (check_nan && o.device.kind == VQ_DEV_GPU)
-        return vq__fail(VQ_ENOSYS, "vq_exec_new: the NaN check (VQ_EXEC_CHECK_NAN or "
-                                   "VARQ_CHECK_NAN) works with CPU executors only");
     vq__allocator *a;
     int rc;
     if (o.device.kind == VQ_DEV_GPU && (rc = vq__gpu_allocator(o.device.id, &a)) < 0) {

@@ -24,6 +24,7 @@
 #include "cuda/kernels.h"
 #endif
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,73 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     }
     if ((rc = vq_gpu_launch_host(k->x, host_kernel_run, h)) < 0)
         free(h);
+    return rc;
+}
+
+/* ---- the executor's NaN check ---- */
+
+int64_t vq__first_nonfinite(const vq_tensor *t, double *v)
+{
+    for (int64_t i = 0; (t->dtype == VQ_F32 || t->dtype == VQ_F64) && i < t->numel; i++) {
+        *v = t->dtype == VQ_F32 ? ((const float *)t->data)[i] : ((const double *)t->data)[i];
+        if (!isfinite(*v))
+            return i;
+    }
+    return -1;
+}
+
+int vq__nonfinite_fail(const char *slot, const char *var, double v, int64_t i)
+{
+    return vq__fail(VQ_EIO, "output %s var %s holds %s at element %lld (VQ_EXEC_CHECK_NAN)", slot,
+                    var, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)i);
+}
+
+/* The emulated backend's check: stream work after the kernel's. */
+struct finite_check {
+    vq_tensor t; /* the output's immutable fields, as host_kernel copies them */
+    const char *slot, *var;
+    void (*defer)(void *user, void *tag, int err, const char *msg);
+    void *defer_user, *defer_tag;
+};
+
+static int finite_check_run(void *arg)
+{
+    struct finite_check *c = arg;
+    double v;
+    int64_t i = vq__first_nonfinite(&c->t, &v);
+    int rc = 0;
+    if (i >= 0)
+        rc = vq__gpu_work_failed(c->t.dev.id, vq__nonfinite_fail(c->slot, c->var, v, i), c->defer,
+                                 c->defer_user, c->defer_tag);
+    free(c);
+    return rc;
+}
+
+int vq__gpu_check_finite(const vq__kcall *k, int j, const char *var)
+{
+    const struct vq__stream_backend *be;
+    int rc = vq__gpu_backend(&be);
+    if (rc < 0)
+        return rc;
+    if (!k->defer || !k->x)
+        return vq__op_fail(k->def, "the NaN check needs the executor's stream and defer hook");
+#ifdef VARQ_HAVE_CUDA
+    if (!emulated(be))
+        return vq__cuda_check_finite(k, j, var);
+#endif
+    const vq_tensor *t = k->out[j];
+    struct finite_check *c = vq__malloc(sizeof *c);
+    if (!c)
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", k->def->type);
+    *c = (struct finite_check){.slot = vq__op_out_slot(k->def, j), .var = var,
+                               .defer = k->defer, .defer_user = k->defer_user,
+                               .defer_tag = k->defer_tag};
+    c->t.dtype = t->dtype;
+    c->t.numel = t->numel;
+    c->t.data = t->data;
+    c->t.dev = t->dev;
+    if ((rc = vq_gpu_launch_host(k->x, finite_check_run, c)) < 0)
+        free(c);
     return rc;
 }
 

@@ -506,6 +506,25 @@ int vq__gpu_host_kernel(const vq__kcall *k);
  * finds a kernel); else its error. */
 int vq__gpu_kernel_check(const vq__op_def *def);
 
+/* ---- the executor's NaN check (VQ_EXEC_CHECK_NAN; gpu.c) ---- */
+
+/* The index of the first NaN or infinity in t's elements (host memory),
+ * its value in *v; -1 when there is none or t is not f32/f64. */
+int64_t vq__first_nonfinite(const vq_tensor *t, double *v);
+
+/* The check's error: VQ_EIO, "output SLOT var VAR holds NaN (+inf, -inf)
+ * at element I (VQ_EXEC_CHECK_NAN)". */
+int vq__nonfinite_fail(const char *slot, const char *var, double v, int64_t i);
+
+/* Enqueues, after the GPU call k's kernels on its stream, the check of its
+ * output j (an f32 or f64 tensor): when a NaN or infinity is there, the
+ * error above (var names the output's var; it must outlive the stream
+ * work) reaches k's defer hook, which k must have. On the emulated backend
+ * a host function scans the tensor; on CUDA a kernel finds the first such
+ * element and a host function reads what it found. Returns 0 or the error
+ * of enqueueing (nothing enqueued then). */
+int vq__gpu_check_finite(const vq__kcall *k, int j, const char *var);
+
 /* Stride-0 broadcasting walk over an output of `ndim` dims: for each
  * innermost row it calls row(user, offsets of each input in elements, row
  * length, per-input innermost stride 0/1, output offset). The output is

@@ -296,6 +296,78 @@ Test(exec_gpu, a_kernel_error_found_on_the_device_fails_the_run_and_the_gpu_stay
     vq_engine_free(e);
 }
 
+/* VQ_EXEC_CHECK_NAN on a GPU executor: the check runs as stream work
+ * after each op's kernel; the first NaN or infinity fails the run naming
+ * the op, output, var and element, and the plan and streams stay usable.
+ * f32 and f64, NaN and +inf; off, a NaN is a value like any other. */
+Test(exec_gpu, the_nan_check_names_the_op_and_var_on_a_gpu)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "y", VQ_F32, 1, s, false);
+    var(p, "z", VQ_F32, 1, s, false);
+    var(p, "d", VQ_F64, 1, s, false);
+    var(p, "r", VQ_F64, 1, s, false);
+    op(p, "relu", NAMES("x"), 1, NAMES("y"), 1, NULL, 0);
+    op(p, "log", NAMES("y"), 1, NAMES("z"), 1, NULL, 0);
+    op(p, "reciprocal", NAMES("d"), 1, NAMES("r"), 1, NULL, 0);
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2, 2);
+    float xbad[4] = {1, -1, 2, 3}, xgood[4] = {1, 4, 2, 3};
+    double dbad[4] = {1, 2, 4, 0}, dgood[4] = {1, 2, 4, 8};
+    vq_tensor *xb, *xg, *db, *dg;
+    cr_assert_eq(vq_tensor_from(&xb, VQ_F32, 1, s, xbad), 0);
+    cr_assert_eq(vq_tensor_from(&xg, VQ_F32, 1, s, xgood), 0);
+    cr_assert_eq(vq_tensor_from(&db, VQ_F64, 1, s, dbad), 0);
+    cr_assert_eq(vq_tensor_from(&dg, VQ_F64, 1, s, dgood), 0);
+    for (int on = 0; on < 2; on++) {
+        vq_exec *ex;
+        vq_exec_opts o = {.device = gpu0,
+                          .flags = VQ_EXEC_FETCH_HOST | (on ? VQ_EXEC_CHECK_NAN : 0)};
+        cr_assert_eq(vq_exec_new(&ex, e, &o), 0, "%s", vq_errmsg());
+        vq_fetch f[2] = {{"z", NULL}, {"r", NULL}};
+        for (int round = 0; round < 3; round++) {
+            vq_feed feeds[2] = {{"x", xb}, {"d", dg}};
+            int rc = vq_exec_run(ex, p, NULL, feeds, 2, f, 2);
+            if (!on) {
+                cr_assert_eq(rc, 0, "off: %s", vq_errmsg());
+                float z1 = ((float *)vq_tensor_data(f[0].tensor))[0];
+                cr_assert_eq(z1, 0.0f);
+                /* relu(-1) = 0, log(0) = -inf: a value like any other */
+                cr_assert(isinf(((float *)vq_tensor_data(f[0].tensor))[1]));
+                vq_tensor_release(f[0].tensor);
+                vq_tensor_release(f[1].tensor);
+                break;
+            }
+            cr_assert_eq(rc, VQ_EIO, "%s", vq_errmsg());
+            cr_assert(strstr(vq_errmsg(), "op 1 (log): output Out var z holds -inf at element 1 "
+                                          "(VQ_EXEC_CHECK_NAN)"),
+                      "%s", vq_errmsg());
+            cr_assert_null(f[0].tensor);
+            feeds[0].tensor = xg;
+            feeds[1].tensor = db;
+            cr_assert_eq(vq_exec_run(ex, p, NULL, feeds, 2, f, 2), VQ_EIO);
+            cr_assert(strstr(vq_errmsg(), "op 2 (reciprocal): output Out var r holds +inf at "
+                                          "element 3"),
+                      "%s", vq_errmsg());
+            feeds[1].tensor = dg; /* the plan and the streams stay usable */
+            cr_assert_eq(vq_exec_run(ex, p, NULL, feeds, 2, f, 2), 0, "%s", vq_errmsg());
+            cr_assert_eq(((double *)vq_tensor_data(f[1].tensor))[3], 0.125);
+            vq_tensor_release(f[0].tensor);
+            vq_tensor_release(f[1].tensor);
+        }
+        cr_assert_eq(vq_wait_all(e), 0, "%s", vq_errmsg());
+        vq_exec_free(ex);
+    }
+    vq_tensor_release(xb);
+    vq_tensor_release(xg);
+    vq_tensor_release(db);
+    vq_tensor_release(dg);
+    vq_program_free(p);
+    vq_engine_free(e);
+}
+
 Test(exec_gpu, a_failed_gpu_stream_fails_the_run_instead_of_hanging)
 {
     /* An imperative GPU op failing inside stream work is a fault of its

@@ -199,8 +199,8 @@ typedef struct vq_exec_opts {
  * holds NaN at element 2"), like Paddle's check_nan_inf. Also set by the
  * environment: VARQ_CHECK_NAN=1 (0 or unset: off; anything else is
  * VQ_EINVAL from vq_exec_new). A scan of every output: for finding where
- * a NaN starts, not for production runs. CPU executors only (a GPU
- * executor with it is VQ_ENOSYS). */
+ * a NaN starts, not for production runs. On a GPU executor the scan runs
+ * on the op's stream after its kernel and fails the run the same way. */
 #define VQ_EXEC_CHECK_NAN 1u
 /* A GPU executor returns its fetches on the host (CPU tensors copied at the
  * end of the run) instead of on the device; no effect on a CPU executor. */

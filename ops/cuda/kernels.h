@@ -65,6 +65,11 @@ vq__cuda_op_fn vq__cuda_op_kernel(const char *type);
  * has one, and nothing else). */
 int vq__cuda_op_kernel_count(void);
 
+/* gpu.c's vq__gpu_check_finite on CUDA: after the call's kernels, the
+ * first NaN or infinity of output j is found on the device and a host
+ * function reads it and fails through k's defer hook. */
+int vq__cuda_check_finite(const struct vq__kcall *k, int j, const char *var);
+
 /* Why the calling thread's last launcher call that returned VQ_EIO failed:
  * CUDA's or cuBLAS's error string (static), for the caller's message; ""
  * before any failure. */
@@ -232,6 +237,13 @@ int vq__cuda_softmax_cross_entropy_grad(int dtype, int label_dtype, const void *
                                         const void *label, const void *g, void *dlogits,
                                         int64_t rows, int64_t classes,
                                         unsigned long long *bad_row, void *stream);
+
+/* The executor's NaN check: *bad = the smallest index of a NaN or
+ * infinity among x's n elements (f32, f64), by atomicMin (the caller sets
+ * it to ULLONG_MAX first), then one thread writes that element's value,
+ * as a double, to *value. */
+int vq__cuda_find_nonfinite(int dtype, const void *x, int64_t n, unsigned long long *bad,
+                            double *value, void *stream);
 
 /* One thread: *label_out = label[*bad_row] when *bad_row is not UINT64_MAX
  * (the label the CPU op's message names), else nothing. All pointers are

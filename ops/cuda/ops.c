@@ -8,7 +8,8 @@
  * stream work instead. Compiled only when CUDA is found (have_cuda).
  *
  * Errors found only on the device. An integer division by zero, a label
- * out of range and a gather index out of range are seen by the kernels,
+ * out of range, a gather index out of range and the executor's NaN check
+ * (VQ_EXEC_CHECK_NAN) are seen by the kernels,
  * and the adam step counter lives in device memory, yet the op must fail
  * with the CPU op's message. Each such call takes a check from a
  * per-device pool: a small struct found in device memory, which the
@@ -130,9 +131,18 @@ struct found {
         float f;
         double d;
     } lr;
+    double value; /* the NaN check: the element at bad */
 };
 
-enum { CHECK_NONE, CHECK_DIV, CHECK_LABEL, CHECK_ADAM, CHECK_INDEX, CHECK_LR_SCHEDULE };
+enum {
+    CHECK_NONE,
+    CHECK_DIV,
+    CHECK_LABEL,
+    CHECK_ADAM,
+    CHECK_INDEX,
+    CHECK_LR_SCHEDULE,
+    CHECK_FINITE
+};
 
 struct check {
     struct check *next; /* in its device's free list */
@@ -145,6 +155,7 @@ struct check {
     long long classes;
     long long dim; /* gather: X's dim along the axis */
     int axis;      /* gather: the axis */
+    const char *slot, *var; /* the NaN check: the output's slot and var */
     double lr, beta1, beta2;
     int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */
     vq__lr_schedule_params sched; /* lr_schedule */
@@ -215,7 +226,7 @@ static int check_begin(const struct launch *l, int kind, struct check **out)
     c->defer = k->defer;
     c->defer_user = k->defer_user;
     c->defer_tag = k->defer_tag;
-    if (kind == CHECK_DIV || kind == CHECK_LABEL || kind == CHECK_INDEX) {
+    if (kind == CHECK_DIV || kind == CHECK_LABEL || kind == CHECK_INDEX || kind == CHECK_FINITE) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
                     "cudaMemsetAsync");
@@ -248,6 +259,8 @@ static int check_run(void *arg)
                          "index %lld at Indices element %lld is outside [-%lld, %lld) (X's dim "
                          "%d)",
                          f->label, (long long)f->bad, c->dim, c->dim, c->axis);
+    else if (c->kind == CHECK_FINITE && f->bad != ULLONG_MAX)
+        rc = vq__nonfinite_fail(c->slot, c->var, f->value, (int64_t)f->bad);
     if (rc < 0)
         rc = vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
     check_put(c);
@@ -272,6 +285,22 @@ static int check_finish(const struct launch *l, struct check *c, int rc)
         check_put(c);
     }
     return rc < 0 ? rc : hrc;
+}
+
+/* The executor's NaN check of output j (gpu.c's vq__gpu_check_finite). */
+int vq__cuda_check_finite(const vq__kcall *k, int j, const char *var)
+{
+    struct launch l;
+    struct check *c;
+    int rc = launch_begin(k, &l);
+    if (rc < 0 || (rc = check_begin(&l, CHECK_FINITE, &c)) < 0)
+        return rc;
+    c->slot = vq__op_out_slot(k->def, j);
+    c->var = var;
+    const vq_tensor *t = k->out[j];
+    rc = launched(k, vq__cuda_find_nonfinite(t->dtype, t->data, t->numel, &c->d->bad,
+                                             &c->d->value, l.s));
+    return check_finish(&l, c, rc);
 }
 
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */

@@ -212,6 +212,45 @@ extern "C" int vq__cuda_label_fetch(int label_dtype, const void *label,
     return vq__cuda_launched();
 }
 
+/* The executor's NaN check: grid-stride, the smallest bad index wins. */
+template <typename T>
+__global__ void find_nonfinite_kernel(const T *x, int64_t n, unsigned long long *bad)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        if (!isfinite(x[i]))
+            note_bad(bad, i);
+}
+
+template <typename T>
+__global__ void nonfinite_value_kernel(const T *x, const unsigned long long *bad, double *value)
+{
+    unsigned long long i = *bad;
+    if (i != ~0ull)
+        *value = (double)x[i];
+}
+
+extern "C" int vq__cuda_find_nonfinite(int dtype, const void *x, int64_t n,
+                                       unsigned long long *bad, double *value, void *stream)
+{
+    if (!bad || !value || n < 0)
+        return VQ_EINVAL;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    if (dtype == VQ_F32) {
+        if (n > 0)
+            find_nonfinite_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>((const float *)x, n, bad);
+        nonfinite_value_kernel<float><<<1, 1, 0, s>>>((const float *)x, bad, value);
+    } else if (dtype == VQ_F64) {
+        if (n > 0)
+            find_nonfinite_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>((const double *)x, n, bad);
+        nonfinite_value_kernel<double><<<1, 1, 0, s>>>((const double *)x, bad, value);
+    } else {
+        return VQ_EINVAL;
+    }
+    return vq__cuda_launched();
+}
+
 /* One thread per row. */
 template <typename T, typename L>
 __global__ void ce_kernel(const T *x, const void *label, T *loss, int64_t rows, int64_t classes,

@@ -25,7 +25,7 @@
  * usage: capture_bench [--tiny] [--steps K] [--reps R] [--workers N] */
 #include <varq/varq.h>
 
-#include "../graph/internal.h" /* walks the programs' ops (linked statically) */
+#include "../graph/graph_internal.h" /* walks the programs' ops (linked statically) */
 
 #include <math.h>
 #include <stdio.h>

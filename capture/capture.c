@@ -2,7 +2,7 @@
  * recorded into segments, guarded by their structure, and pushed as one
  * engine op each that replays the calls' kernels from a cached plan.
  *
- * How it fits: ops/ (below) calls the two hooks it exports (ops/internal.h:
+ * How it fits: ops/ (below) calls the two hooks it exports (ops/ops_internal.h:
  * vq__capture) from vq_op_run and from the tensor functions that read
  * bytes or take a var; this file installs them on the first
  * vq_capture_begin. It sits beside graph/, which it uses for imperative
@@ -31,8 +31,8 @@
  * free at thread exit. */
 #include <varq/capture.h>
 
-#include "../engine/internal.h" /* vq_var.err, vq_engine.first_err: see var_fail */
-#include "../graph/internal.h"
+#include "../engine/engine_services.h" /* a var's carried failure */
+#include "../graph/graph_internal.h"
 
 #include <varq/train.h>
 
@@ -129,28 +129,10 @@ static pthread_once_t states_once = PTHREAD_ONCE_INIT;
  *
  * A segment is one engine op, but eager calls fail tensor by tensor. The
  * run records errors per slot and, before its op completes, sets them on
- * the vars it writes, which is what vq__op_finish does for a failed op's
- * writes: the op holds write access to them, so the queue orders this
- * store with every other access, as it orders the engine's own. (No
- * engine entry point does this for one var of an op; this is the only
- * place outside engine/ that touches these fields.) */
-static int var_err(vq_var *v)
-{
-    return v->err;
-}
-
-static void var_fail(vq_var *v, int err)
-{
-    if (!v->err)
-        v->err = err;
-}
-
-static void engine_note_fail(vq_engine *e, int err)
-{
-    int none = 0;
-    atomic_compare_exchange_strong(&e->first_err, &none, err);
-}
-
+ * the vars it writes (vq__var_fail), which is what vq__op_finish does for a
+ * failed op's writes: the op holds write access to them, so the queue
+ * orders this store with every other access, as it orders the engine's
+ * own. */
 /* ---- nodes ---- */
 
 static bool attr_equal(const vq_attr *a, const vq_attr *b)
@@ -472,7 +454,7 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
     r->ran = true;
     /* The errors the vars carry now (the op runs even so: RUN_ON_FAILED). */
     for (int i = 0; i < nrw; i++)
-        r->err[p->rw[i]] = var_err(r->vars[i]);
+        r->err[p->rw[i]] = vq__var_error(r->vars[i]);
     vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
     for (int k = 0; k < p->nops; k++) {
         const struct node *n = p->ops[k];
@@ -502,12 +484,12 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
             for (int j = 0; j < n->nout; j++)
                 if (!r->err[w[n->nin + j]])
                     r->err[w[n->nin + j]] = err;
-            engine_note_fail(r->e, err);
+            vq__engine_note_fail(r->e, err);
         }
     }
     for (int i = p->nreads; i < nrw; i++)
         if (r->err[p->rw[i]])
-            var_fail(r->vars[i], r->err[p->rw[i]]);
+            vq__var_fail(r->vars[i], r->err[p->rw[i]]);
     /* Temporaries (no var, no other reference) are freed here, in stream
      * order on a GPU. The other tensors need no reference from the run: a
      * tensor's storage is freed by an op on its var, which comes after

@@ -23,7 +23,7 @@
  * promise. Neither is held while calling the engine. */
 #include "dist_internal.h"
 
-#include "../ops/internal.h" /* vq__fail, vq__malloc */
+#include "../ops/ops_internal.h" /* vq__fail, vq__malloc */
 
 #include <errno.h>
 #include <limits.h>

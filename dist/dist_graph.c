@@ -7,10 +7,10 @@
  *
  * The ops go through the public registration, like a user's op; the pass
  * edits block 0's op order, which no public call does, so this file reads
- * the graph layer's private program structure (graph/internal.h). */
+ * the graph layer's private program structure (graph/graph_internal.h). */
 #include "dist_internal.h"
 
-#include "../graph/internal.h"
+#include "../graph/graph_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

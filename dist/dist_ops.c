@@ -6,8 +6,8 @@
  * to the communication thread (dist.c); the engine's arg_free frees it. */
 #include "dist_internal.h"
 
-#include "../engine/internal.h" /* a var's carried failure (struct vq_var.err) */
-#include "../ops/internal.h"    /* a tensor's failure message (fail_msg) */
+#include "../engine/engine_services.h" /* a var's carried failure */
+#include "../ops/ops_internal.h"    /* a tensor's failure message (fail_msg) */
 
 #include <limits.h>
 #include <pthread.h>
@@ -53,7 +53,7 @@ static bool var_failed(vq_tensor *t, vq_engine *e)
     /* The op has its turn on t's var: earlier writers completed and
      * stored their error before granting it (the queue orders it). */
     vq_var *v = vq_tensor_var(t, e);
-    return v && v->err != 0;
+    return v && vq__var_error(v) != 0;
 }
 
 /* The engine runs the op: note a failed input, hand it over.

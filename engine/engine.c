@@ -18,7 +18,7 @@
  * function with the stream waits and the event record of gpu.c. A CPU op
  * synchronizes the events on its vars only when the engine has GPU state
  * (one relaxed load of gpu_on, beside the profile flag it reads anyway). */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

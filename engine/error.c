@@ -1,9 +1,10 @@
 /* Error codes: their names (vq_strerror) and the thread-local sentence about
  * the last failure (vq_errmsg), set through vq__fail by every failing call. */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char errmsg[256];
 static _Thread_local unsigned errgen; /* messages set in this thread so far */
@@ -11,14 +12,10 @@ static _Thread_local unsigned errgen; /* messages set in this thread so far */
 VQ_API const char *vq_strerror(int err)
 {
     switch (err) {
-    case VQ_OK: return "VQ_OK: success";
-    case VQ_EIO: return "VQ_EIO: operation failed";
-    case VQ_ENOMEM: return "VQ_ENOMEM: out of memory";
-    case VQ_EBUSY: return "VQ_EBUSY: resource busy";
-    case VQ_EINVAL: return "VQ_EINVAL: invalid argument";
-    case VQ_EDEADLK: return "VQ_EDEADLK: the wait would deadlock";
-    case VQ_ENOSYS: return "VQ_ENOSYS: not available in this build";
-    case VQ_ECANCELED: return "VQ_ECANCELED: cancelled";
+#define ERRNO_CASE(name, value, text)                                                   \
+    case name: return #name ": " text;
+        VQ_ERRNO_MAP(ERRNO_CASE)
+#undef ERRNO_CASE
     default: return "unknown error";
     }
 }
@@ -36,6 +33,17 @@ int vq__fail(int err, const char *fmt, ...)
     va_end(ap);
     errgen++;
     return err;
+}
+
+int vq__fail_prefixed(int err, const char *fmt, ...)
+{
+    char prev[sizeof errmsg], prefix[sizeof errmsg];
+    memcpy(prev, errmsg, sizeof prev); /* vq__fail writes errmsg */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return vq__fail(err, "%s: %s", prefix, prev);
 }
 
 unsigned vq__errmsg_gen(void)

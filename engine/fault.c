@@ -2,7 +2,7 @@
  * one atomic: armed at n, each allocation takes one from it, and the one
  * that takes it from 1 to 0 fails. */
 #include "fault.h"
-#include "internal.h" /* vq__fail */
+#include "engine_internal.h" /* vq__fail */
 
 #include <errno.h>
 #include <execinfo.h>

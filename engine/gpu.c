@@ -37,7 +37,7 @@
  * next CPU op, vq_wait_var or vq_wait_all. The naive engine synchronizes
  * the stream after each GPU op instead of storing events, so there a stream
  * failure fails the GPU op itself (it stays the serial oracle). */
-#include "internal.h"
+#include "engine_internal.h"
 #include "stream.h"
 
 #include <stdio.h>
@@ -162,11 +162,8 @@ int vq__gpu_check(vq_engine *e, vq_ctx ctx, const char *fn, const char *task)
         pthread_mutex_lock(&e->gpu_lock);
         int rc = e->gpu ? 0 : gpu_init(e);
         pthread_mutex_unlock(&e->gpu_lock);
-        if (rc < 0) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", vq_errmsg());
-            return vq__fail(rc, "%s: task \"%s\" asks for GPU %d: %s", fn, task, ctx.id, why);
-        }
+        if (rc < 0)
+            return vq__fail_prefixed(rc, "%s: task \"%s\" asks for GPU %d", fn, task, ctx.id);
     }
     const struct vq__gpu *g = e->gpu;
     if (ctx.id < 0 || ctx.id >= g->ndev)

@@ -13,7 +13,7 @@
  * global list holds them, so leak checkers see them as reachable): a pool's
  * size is the peak number of objects in flight. Vars are 64-byte aligned so
  * that two vars never share a cache line. */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * engine) go to a buffer shared under a mutex. GPU workers (one per stream,
  * gpu.c) are workers like the CPU ones: their ops show on their stream's
  * row, named after the device and stream. */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -130,29 +130,6 @@ struct vq__stream_backend {
  * returned table is static. */
 const struct vq__stream_backend *vq__stream_emul(int ndevices);
 
-/* Inside a GPU op's fn: the backend stream of the op (the one behind its
- * vq_exec_ctx.stream), for the library's own backend calls on it (copies,
- * stream-ordered frees). NULL on any other thread or op. (engine/gpu.c) */
-void *vq__gpu_op_stream(void);
-
-/* True for the naive engine, which runs an op pushed from inside an op
- * after it, in the same thread, and blocks that thread on an async op until
- * it is finished: a layer that pushes an async op whose completion waits
- * for ops it pushes from inside an op must push those first there (the
- * graph executor's control ops, graph/control.c). (engine/engine.c) */
-bool vq__engine_runs_inline(const vq_engine *e);
-
-/* The profiler, for a layer that runs several of its own ops inside one
- * engine op (the executor's segments, graph/exec.c): vq__engine_profiling
- * says whether e records ops; vq__prof_span adds a record named name from
- * start_ns to end_ns (vq__now_ns clock) on the row of worker (an
- * vq_exec_ctx.worker; -1: the row of other threads). The name must live
- * as long as the engine. (engine/profiler.c) */
-bool vq__engine_profiling(const vq_engine *e);
-uint64_t vq__now_ns(void);
-void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
-                   int worker);
-
 /* The CUDA backend, or NULL with a message (the error is VQ_ENOSYS) when
  * varq was built without CUDA, no GPU is present, or the driver is too old
  * for the CUDA runtime. The result is computed once. */

@@ -12,7 +12,7 @@
  * wrapper and checked after an event of that stream completes; an event
  * therefore remembers the stream of its last record, and holds a reference
  * to it, so a stream freed before its events stays readable. */
-#include "internal.h"
+#include "engine_internal.h"
 #include "stream.h"
 
 #include <cuda_runtime_api.h>

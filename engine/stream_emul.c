@@ -14,7 +14,7 @@
  *
  * The queue is a growable power-of-two ring of tasks stored by value, so
  * enqueueing allocates only when the ring grows. */
-#include "internal.h"
+#include "engine_internal.h"
 #include "stream.h"
 
 #include <pthread.h>

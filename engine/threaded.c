@@ -22,7 +22,7 @@
  * GPU pools (gpu.c) are the same pools; each of their workers owns one
  * stream and passes it, with its device, to the ops it runs. Only their own
  * workers run their ops (a helping pusher has no stream). */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <limits.h>
 #include <sched.h>

@@ -23,7 +23,7 @@
  * happen at one instant (two-phase locking), and the one global lock order
  * means that pushers never wait for each other in a cycle; a completer holds
  * one lock and waits for none, so it closes no cycle either. */
-#include "internal.h"
+#include "engine_internal.h"
 
 #include <sched.h>
 #include <string.h>
@@ -190,4 +190,23 @@ void vq__var_complete_write(vq_var *v, vq__ready *r)
     }
     if (grant_write)
         vq__op_dep_granted(grant_write, r);
+}
+
+/* ---- engine_services.h ---- */
+
+int vq__var_error(const vq_var *v)
+{
+    return v->err;
+}
+
+void vq__var_fail(vq_var *v, int err)
+{
+    if (!v->err)
+        v->err = err;
+}
+
+void vq__engine_note_fail(vq_engine *e, int err)
+{
+    int none = 0;
+    atomic_compare_exchange_strong(&e->first_err, &none, err);
 }

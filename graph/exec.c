@@ -35,7 +35,7 @@
  * unless the version is fetched or the var persistable. Versions of one var
  * are serialized by the engine (the next writer waits for the readers), so
  * one counter per var suffices even with runs overlapping. */
-#include "internal.h"
+#include "graph_internal.h"
 #include "plan.h"
 #include "scope.h"
 
@@ -577,15 +577,6 @@ static void plan_destroy(struct plan *pl)
     free(pl);
 }
 
-/* Fails with rc and "<prefix>: <the current message>" (the message is
- * copied first: vq__fail writes the buffer vq_errmsg returns). */
-static int refail(int rc, const char *prefix)
-{
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", vq_errmsg());
-    return vq__fail(rc, "%s: %s", prefix, msg);
-}
-
 bool vq__meta_compatible(const vq__meta *a, const vq__meta *b)
 {
     if (a->dtype != b->dtype || a->ndim != b->ndim)
@@ -637,13 +628,13 @@ static int scope_move(struct plan *pl, const char *name, vq_tensor **tp)
                         what, have.id, want.id);
     int rc = vq_tensor_wait(t);
     if (rc < 0)
-        return refail(rc, what);
+        return vq__fail_prefixed(rc, "%s", what);
     vq_tensor *m;
     if ((rc = vq__tensor_empty_on(&m, want, t->dtype, t->ndim, t->shape, what)) < 0)
         return rc;
     if ((rc = vq__tensor_copy_sync(m, t)) < 0 || (rc = vq_scope_set(pl->scope, name, m)) < 0) {
         vq_tensor_release(m);
-        return refail(rc, what);
+        return vq__fail_prefixed(rc, "%s", what);
     }
     vq_tensor_release(t);
     *tp = m;
@@ -699,16 +690,15 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
 /* Prefixes the message of a failed check of op t with where it is. */
 int vq__pop_error(const struct pop *t, int rc)
 {
-    char msg[256], where[48];
-    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    char where[48];
     if (t->block)
         snprintf(where, sizeof where, "block %d op %d", t->block, t->index);
     else
         snprintf(where, sizeof where, "op %d", t->index);
     /* Registry messages start with the op type already. */
-    if (!strncmp(msg, t->src->type, strlen(t->src->type)))
-        return vq__fail(rc, "%s: %s", where, msg);
-    return vq__fail(rc, "%s (%s): %s", where, t->src->type, msg);
+    if (!strncmp(vq_errmsg(), t->src->type, strlen(t->src->type)))
+        return vq__fail_prefixed(rc, "%s", where);
+    return vq__fail_prefixed(rc, "%s (%s)", where, t->src->type);
 }
 
 static int find_names(const vq_program *p, const char *what, const char *const *names, int n,
@@ -1018,7 +1008,7 @@ int vq__frame_vars(struct frame *fr)
         struct pvar *s = &fr->vars[pl->local[v]];
         atomic_init(&s->readers_left, 0);
         if (!(s->ev = vq_var_new(pl->exec->engine, pl->prog->vars[v].name)))
-            return refail(VQ_ENOMEM, pl->prog->vars[v].name);
+            return vq__fail_prefixed(VQ_ENOMEM, "%s", pl->prog->vars[v].name);
         s->own_ev = true;
     }
     return 0;
@@ -1315,9 +1305,10 @@ static int plan_build_ops(struct plan *pl)
         }
         /* a scope tensor of another engine, or no memory for the var */
         if (!pv->ev)
-            rc = refail(pv->persistable && atomic_load(&pv->value->engine) != e ? VQ_EINVAL
-                                                                                  : VQ_ENOMEM,
-                        pl->prog->vars[v].name);
+            rc = vq__fail_prefixed(pv->persistable && atomic_load(&pv->value->engine) != e
+                                       ? VQ_EINVAL
+                                       : VQ_ENOMEM,
+                                   "%s", pl->prog->vars[v].name);
     }
     if (rc == 0 && !(pl->done_var = vq_var_new(e, "run_done")))
         rc = VQ_ENOMEM;
@@ -1372,7 +1363,7 @@ static int plan_build_ops(struct plan *pl)
                  .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
                  .name = "run_done"};
     if (!(pl->final = vq_opr_new(e, &t)))
-        rc = refail(VQ_ENOMEM, "prepare");
+        rc = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
     pl->root.tail = pl->final;
 out:
     free(vars);
@@ -1626,7 +1617,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
         /* The device must exist now: VQ_ENOSYS / VQ_EINVAL saying why. */
         char what[48];
         snprintf(what, sizeof what, "vq_exec_new: GPU %d", o.device.id);
-        return refail(rc, what);
+        return vq__fail_prefixed(rc, "%s", what);
     } else if (o.device.kind != VQ_DEV_GPU &&
                (o.device.kind != VQ_DEV_CPU || o.device.id != 0)) {
         return vq__fail(VQ_EINVAL, "vq_exec_new: device {%d, %d} is not CPU 0 or a GPU",
@@ -1772,7 +1763,7 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
              * run's vars (the engine would skip the run's ops). */
             char what[160];
             snprintf(what, sizeof what, "feed %s", feeds[i].name);
-            rc = refail(rc, what);
+            rc = vq__fail_prefixed(rc, "%s", what);
         } else if (!(binds[i] = vq__malloc(sizeof *binds[i]))) {
             rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
         } else {

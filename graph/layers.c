@@ -3,7 +3,7 @@
  * initializers) and its ops; and the generator state that random ops in a
  * program share (a persistable (seed, counter) var set by startup). A
  * model zoo of one file. */
-#include "internal.h"
+#include "graph_internal.h"
 
 #include <varq/train.h>
 

@@ -21,7 +21,7 @@
 #ifndef VARQ_GRAPH_PLAN_H
 #define VARQ_GRAPH_PLAN_H
 
-#include "internal.h"
+#include "graph_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -3,7 +3,7 @@
  * save and load through files, the text dump and the hash the executor's
  * plan cache keys on.
  *
- * The in-memory form is struct vq_program (internal.h): one program-wide
+ * The in-memory form is struct vq_program (graph_internal.h): one program-wide
  * var table with a name index (open addressing, XXH3 of the name), one op
  * table, and blocks that list their ops in order. An op's vars are indices
  * in the positional order of its definition's slots, and its attributes are
@@ -22,7 +22,7 @@
  * Encoding is deterministic: blocks in order, each block's vars in the
  * order they were declared, ops in block order, a known op's slots in its
  * definition's order, attributes in the order given. */
-#include "internal.h"
+#include "graph_internal.h"
 
 #include "program.pb-c.h"
 
@@ -47,20 +47,6 @@
 #define MAX_OP_ATTRS 256
 
 /* ---- errors ---- */
-
-/* Fails with rc, putting prefix (formatted) before the message the failed
- * call already set. */
-static int refail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int refail(int rc, const char *fmt, ...)
-{
-    char saved[256], prefix[160];
-    snprintf(saved, sizeof saved, "%s", vq_errmsg());
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    return vq__fail(rc, "%s%s", prefix, saved);
-}
 
 /* ---- tables ---- */
 
@@ -559,11 +545,11 @@ VQ_API int vq_program_add_op(vq_program *p, int block, const char *type,
                         p->nblocks);
     int rc = vq__op_check_arity(def, nin, nout);
     if (rc < 0)
-        return refail(rc, "%s", who);
+        return vq__fail_prefixed(rc, "vq_program_add_op");
     if ((nin && !inputs) || (nout && !outputs))
         return vq__fail(VQ_EINVAL, "%s%s: the inputs or outputs array is NULL", who, type);
     if ((rc = vq__attrs_check(def, attrs, nattrs)) < 0)
-        return refail(rc, "%s", who);
+        return vq__fail_prefixed(rc, "vq_program_add_op");
     char where[96];
     snprintf(where, sizeof where, "%s%s", who, def->type);
     int in[VQ__MAX_SLOTS], out[VQ__MAX_SLOTS];
@@ -589,7 +575,7 @@ VQ_API int vq_program_add_op(vq_program *p, int block, const char *type,
     if ((rc = attrs_copy(&op.attrs, def, attrs, nattrs, def->type)) < 0) {
         op.nattrs = 0;
         pop_free(&op);
-        return refail(rc, "%s", who);
+        return vq__fail_prefixed(rc, "vq_program_add_op");
     }
     return op_append(p, block, &op);
 }
@@ -1086,13 +1072,13 @@ static int attrs_decode(const vq__op_def *d, Varq__Attr *const *msgs, size_t n, 
     for (; made < n && rc >= 0; made++)
         rc = attr_view(msgs[made], &views[made], &tmp[made], where);
     if (rc >= 0 && d && (rc = vq__attrs_check(d, views, (int)n)) < 0)
-        rc = refail(rc, "%s: ", where);
+        rc = vq__fail_prefixed(rc, "%s", where);
     for (size_t i = 0; rc >= 0 && !d && i < n; i++)
         for (size_t j = 0; j < i && rc >= 0; j++)
             if (!strcmp(views[i].name, views[j].name))
                 rc = vq__fail(VQ_EINVAL, "%s: attribute %s given twice", where, views[i].name);
     if (rc >= 0 && (rc = attrs_copy(out, d, views, (int)n, type)) < 0)
-        rc = refail(rc, "%s: ", where);
+        rc = vq__fail_prefixed(rc, "%s", where);
     for (size_t i = 0; i < made; i++)
         free(tmp[i]);
     return rc;
@@ -1134,7 +1120,7 @@ static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
         rc = slots_decode(p, block, d, m->outputs, m->n_outputs, false, where, &op.out, &op.nout,
                           d ? NULL : &out_names);
     if (rc >= 0 && d && (rc = vq__op_check_arity(d, op.nin, op.nout)) < 0)
-        rc = refail(rc, "%s: ", where);
+        rc = vq__fail_prefixed(rc, "%s", where);
     if (rc >= 0 && (rc = attrs_decode(d, m->attrs, m->n_attrs, m->type, where, &op.attrs)) >= 0)
         op.nattrs = (int)m->n_attrs;
     if (rc >= 0) {
@@ -1149,7 +1135,7 @@ static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
         return rc;
     }
     rc = op_append(p, block, &op);
-    return rc < 0 ? refail(rc, "vq_program_decode: ") : 0;
+    return rc < 0 ? vq__fail_prefixed(rc, "vq_program_decode") : 0;
 }
 
 /* Fills the empty program p from m, checking everything. */
@@ -1278,7 +1264,7 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
     }
     close(fd);
     if (rc == 0 && (rc = vq_program_decode(out, buf, len)) < 0)
-        rc = refail(rc, "%s: ", path);
+        rc = vq__fail_prefixed(rc, "%s", path);
     free(buf);
     return rc;
 }

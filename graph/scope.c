@@ -3,7 +3,7 @@
  * directory form. */
 #include "scope.h"
 
-#include "internal.h"
+#include "graph_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
  * before the op that wrote x is visited: by then every reader, which comes
  * later in the program, has been visited. The program grows while this
  * runs, so ops and vars are held by index, never by pointer. */
-#include "internal.h"
+#include "graph_internal.h"
 
 #include <varq/train.h>
 

@@ -1,6 +1,6 @@
 /* The ONNX importer's functions in a build without it (meson found no
  * onnx.proto, or onnx=disabled): each says so with VQ_ENOSYS. */
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <varq/onnx.h>
 

@@ -8,7 +8,7 @@
  *
  * Each class has its own lock; a block's first word links it in its class's
  * free list while it is cached. */
-#include "internal.h"
+#include "ops_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -187,12 +187,7 @@ static int allocator_or_fail(vq_ctx dev, const char *fn, vq__allocator **out)
 {
     if (dev.kind == VQ_DEV_GPU) {
         int rc = vq__gpu_allocator(dev.id, out);
-        if (rc < 0) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", vq_errmsg());
-            return vq__fail(rc, "%s: GPU %d: %s", fn, dev.id, why);
-        }
-        return 0;
+        return rc < 0 ? vq__fail_prefixed(rc, "%s: GPU %d", fn, dev.id) : 0;
     }
     *out = vq__allocator_of(dev);
     if (!*out)

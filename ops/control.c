@@ -11,7 +11,7 @@
  *
  * These names (types, slots, attributes) are a contract: programs built
  * outside this tree use them. */
-#include "internal.h"
+#include "ops_internal.h"
 
 static const char *const ctl_in[] = {"Cond", "X"};
 static const char *const ctl_out[] = {"Out"};

@@ -17,9 +17,8 @@
  * of the ops on the tensor's var); with no stream known, on the private
  * stream. The backend's pool does the caching (cudaMallocAsync), so
  * cached_bytes stays 0 and system_bytes equals live_bytes. */
-#include "internal.h"
+#include "ops_internal.h"
 
-#include "../engine/stream.h"
 #ifdef VARQ_HAVE_CUDA
 #include "cuda/kernels.h"
 #endif
@@ -675,12 +674,11 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
     t.writes = w;
     t.nwrites = 1;
     if ((rc = vq_push(e, &t)) < 0) {
-        char a[16], b[16], why[256];
-        snprintf(why, sizeof why, "%s", vq_errmsg());
+        char a[16], b[16];
         copy_free(c);
         vq_tensor_release(dst);
-        return vq__fail(rc, "vq_tensor_copy_to: %s to %s: %s", dev_str(a, sizeof a, from),
-                        dev_str(b, sizeof b, dev), why);
+        return vq__fail_prefixed(rc, "vq_tensor_copy_to: %s to %s", dev_str(a, sizeof a, from),
+                                 dev_str(b, sizeof b, dev));
     }
     *out = dst;
     return 0;

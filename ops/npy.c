@@ -16,9 +16,8 @@
  * padded to 64 bytes as numpy does; a regular file is written to a temporary
  * name beside it and renamed over the path, so a failure leaves no partial
  * file and an existing file intact. */
-#include "internal.h"
+#include "ops_internal.h"
 
-#include "../engine/stream.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* The params of the ops whose kernels run on more than one device: the
  * small structs of parsed attributes that each op's infer fills (see
- * internal.h) and its kernels read, and the op codes (vq__op_def.code) they
+ * ops_internal.h) and its kernels read, and the op codes (vq__op_def.code) they
  * carry. The CPU kernels (ops/cpu) and the CUDA kernel functions
  * (ops/cuda/ops.c) read the same params, so the structs live here, once;
  * each one is filled only by the infer of the file named above it. */

@@ -7,7 +7,7 @@
  *
  * Error messages all start with the op type, then the slot or attribute:
  * "matmul: input Y (slot 1): inner dims differ: X is [2,3], Y is [4,5]". */
-#include "internal.h"
+#include "ops_internal.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -719,7 +719,7 @@ static int call_device(const vq__op_def *d, vq_tensor *const *in, int nin, vq_te
     return 0;
 }
 
-/* Set by capture/ the first time it is used (see internal.h). */
+/* Set by capture/ the first time it is used (see ops_internal.h). */
 _Atomic(const vq__capture_hooks *) vq__capture = NULL;
 
 int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
@@ -766,7 +766,7 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
                      vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
 {
     /* Capture, when it is in use: records the call, or first pushes the
-     * recorded work on its tensors (a layer above; see internal.h). */
+     * recorded work on its tensors (a layer above; see ops_internal.h). */
     const vq__capture_hooks *hooks = atomic_load_explicit(&vq__capture, memory_order_acquire);
     if (hooks && e) {
         int hrc = hooks->op_run(e, type, in, nin, out, nout, attrs, nattrs);

@@ -3,7 +3,7 @@
  * JAX use. Element i of a random tensor is a pure function of (seed, i), so
  * the values do not depend on how many workers fill the tensor, in what
  * order, or on which device. */
-#include "internal.h"
+#include "ops_internal.h"
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u

@@ -6,7 +6,7 @@
  * a reference until they are done, and the last release frees the storage
  * through a write op on the tensor's var, so that ops a caller pushed
  * directly on that var (vq_tensor_var) finish first. */
-#include "internal.h"
+#include "ops_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -173,11 +173,8 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
         return rc;
     vq__allocator *alloc = NULL;
     if (dev.kind == VQ_DEV_GPU) {
-        if ((rc = vq__gpu_allocator(dev.id, &alloc)) < 0) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", vq_errmsg());
-            return vq__fail(rc, "%s: GPU %d: %s", fn, dev.id, why);
-        }
+        if ((rc = vq__gpu_allocator(dev.id, &alloc)) < 0)
+            return vq__fail_prefixed(rc, "%s: GPU %d", fn, dev.id);
     } else if (dev.kind != VQ_DEV_CPU || dev.id != 0) {
         return vq__fail(VQ_EINVAL, "%s: device {%d, %d} is not CPU 0 or a GPU", fn, dev.kind,
                         dev.id);

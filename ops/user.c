@@ -8,7 +8,7 @@
  * Also here: the completion of async kernels (vq_op_done_finish and a
  * waiting run for calls outside any engine) and the gradient maker's
  * vq_op_grad_emit / vq_op_grad_temp. */
-#include "internal.h"
+#include "ops_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>

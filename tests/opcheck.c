@@ -5,7 +5,7 @@
  * central differences of L = sum_j <dY_j, Y_j>. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

@@ -18,7 +18,7 @@
  * No test framework, so that it runs under ThreadSanitizer too (see
  * engine_stress.c). usage: push_stress [scale, 1 = full]   (VARQ_TEST_SEED
  * replays a seed of the random part) */
-#include "internal.h"
+#include "../engine/engine_internal.h"
 #include "workload.h"
 
 #include <varq/varq.h>

@@ -13,7 +13,7 @@
 
 #include <varq/varq.h>
 
-#include "internal.h"
+#include "../engine/engine_internal.h"
 #include "stream.h"
 
 #include <criterion/criterion.h>

@@ -2,7 +2,7 @@
  * are granted at append, and which exactly each completion grants. Ops here
  * are bare op blocks with one dependency each; "granted" means the var
  * brought the op's wait counter to zero. */
-#include "internal.h"
+#include "../engine/engine_internal.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>

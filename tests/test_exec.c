@@ -2,7 +2,7 @@
  * what the same ops give when run directly, with identical bits on every
  * engine; the plan cache; release by reference count (peak memory); async
  * runs in flight; errors naming the op; scopes. */
-#include "../ops/internal.h" /* vq__file_inject_enospc */
+#include "../ops/ops_internal.h" /* vq__file_inject_enospc */
 #include "leakcheck.h"
 #include "opcheck.h"
 #include "programs.h"

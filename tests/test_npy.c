@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../ops/internal.h" /* vq__file_inject_fault */
+#include "../ops/ops_internal.h" /* vq__file_inject_fault */
 #include "leakcheck.h"
 
 #define PYTHON "/usr/bin/python3"

@@ -2,7 +2,7 @@
  * loops; gradients against finite differences; large inputs stay finite. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

@@ -8,7 +8,7 @@
  * with a biased conv that is encoded, decoded, run and differentiated. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

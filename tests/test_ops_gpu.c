@@ -5,8 +5,8 @@
  * slot, the GPU allocator's counters, and no backend -> VQ_ENOSYS. */
 #include <varq/varq.h>
 
-#include "internal.h"
-#include "../ops/internal.h" /* vq__gpu_stage_stats */
+#include "../engine/engine_internal.h"
+#include "../ops/ops_internal.h" /* vq__gpu_stage_stats */
 
 #include <criterion/criterion.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * output. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

@@ -3,7 +3,7 @@
  * labels out of range, wrong shapes and dtypes are errors naming the op. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

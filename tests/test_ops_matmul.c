@@ -3,7 +3,7 @@
  * against finite differences; shape errors; OpenBLAS kept single-threaded. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>

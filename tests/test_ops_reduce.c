@@ -2,7 +2,7 @@
  * adds each element of X into the output element its kept indices name. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

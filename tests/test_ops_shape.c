@@ -2,7 +2,7 @@
  * element-by-element references written with multi-indices. */
 #include "opcheck.h"
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

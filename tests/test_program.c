@@ -4,8 +4,8 @@
  * over truncated and corrupted encodings. */
 #include <varq/varq.h>
 
-#include "../graph/internal.h"
-#include "../ops/internal.h" /* vq__file_inject_fault */
+#include "../graph/graph_internal.h"
+#include "../ops/ops_internal.h" /* vq__file_inject_fault */
 
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * the backend selector. */
 #include <varq/varq.h>
 
-#include "internal.h"
+#include "../engine/engine_internal.h"
 #include "stream.h"
 
 #include <criterion/criterion.h>

@@ -2,7 +2,7 @@
  * the registered ops, checked against central finite differences of the
  * loss (f64) computed by running the forward program; gradient sums for vars
  * read twice; no_grad; errors; optimizer state and startup programs. */
-#include "../graph/internal.h" /* vq__program_find_var */
+#include "../graph/graph_internal.h" /* vq__program_find_var */
 #include "leakcheck.h"
 #include "opcheck.h"
 

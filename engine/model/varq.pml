@@ -2,7 +2,7 @@
  *
  * What it is: engine/var.c's state machine (append read, append write,
  * complete read, complete write, the grant of the next run of blocks), the
- * op's wait counter of engine.c and internal.h, the push that appends an op
+ * op's wait counter of engine.c and engine_internal.h, the push that appends an op
  * on all its vars at once (vq__var_append_op), the worker loop of threaded.c
  * and var deletion (vq_var_free's deletion op and var_destroy), written with
  * the C code's own field and state names so that the two read side by side.
@@ -88,9 +88,9 @@
 #define MAXOPS  8       /* ops in a configuration, deletions included */
 #define NONE    255     /* NULL: no op, no block */
 
-/* @E engine/internal.h VQ__VAR_LIVE
- * @E engine/internal.h VQ__VAR_DELETING
- * @E engine/internal.h VQ__VAR_DEAD */
+/* @E engine/engine_internal.h VQ__VAR_LIVE
+ * @E engine/engine_internal.h VQ__VAR_DELETING
+ * @E engine/engine_internal.h VQ__VAR_DEAD */
 #define VQ__VAR_LIVE     1
 #define VQ__VAR_DELETING 2
 #define VQ__VAR_DEAD     3
@@ -108,9 +108,9 @@
 #endif
 
 /* A block in a var's queue.
- * @F engine/internal.h struct vq__vblock next
- * @F engine/internal.h struct vq__vblock trigger
- * @F engine/internal.h struct vq__vblock write */
+ * @F engine/engine_internal.h struct vq__vblock next
+ * @F engine/engine_internal.h struct vq__vblock trigger
+ * @F engine/engine_internal.h struct vq__vblock write */
 typedef vq__vblock {
     byte next;          /* a block index, NONE = NULL */
     byte trigger;       /* an op index */
@@ -118,12 +118,12 @@ typedef vq__vblock {
 };
 
 /* A var: its lock and its queue's state.
- * @F engine/internal.h struct vq_var lock
- * @F engine/internal.h struct vq_var num_pending_reads
- * @F engine/internal.h struct vq_var write_triggered
- * @F engine/internal.h struct vq_var pending_write
- * @F engine/internal.h struct vq_var head
- * @F engine/internal.h struct vq_var state */
+ * @F engine/engine_internal.h struct vq_var lock
+ * @F engine/engine_internal.h struct vq_var num_pending_reads
+ * @F engine/engine_internal.h struct vq_var write_triggered
+ * @F engine/engine_internal.h struct vq_var pending_write
+ * @F engine/engine_internal.h struct vq_var head
+ * @F engine/engine_internal.h struct vq_var state */
 typedef vq_var {
     bit lock;           /* the spinlock's flag */
     byte num_pending_reads;
@@ -134,11 +134,11 @@ typedef vq_var {
 };
 
 /* An op: its wait counter, and its description (immutable once pushed).
- * @F engine/internal.h struct vq__op wait
- * @F engine/internal.h struct vq__desc vars
- * @F engine/internal.h struct vq__desc nexcl
- * @F engine/internal.h struct vq_engine pushed
- * @F engine/internal.h struct vq_engine completed */
+ * @F engine/engine_internal.h struct vq__op wait
+ * @F engine/engine_internal.h struct vq__desc vars
+ * @F engine/engine_internal.h struct vq__desc nexcl
+ * @F engine/engine_internal.h struct vq_engine pushed
+ * @F engine/engine_internal.h struct vq_engine completed */
 typedef vq__op {
     byte wait
 };
@@ -182,8 +182,8 @@ byte nready;
 bool freed[NBLOCKS];            /* given back to the pool */
 bool offq[NBLOCKS];             /* taken off the queue by a completer, not yet freed */
 
-/* ---- the spinlock (internal.h vq__spin_lock / vq__spin_unlock) ----
- * @C engine/internal.h:115 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
+/* ---- the spinlock (engine_internal.h vq__spin_lock / vq__spin_unlock) ----
+ * @C engine/engine_internal.h:115 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
  * Taking it is one test-and-set that waits while the flag is set. Nothing
  * locks a var after it was destroyed. */
 inline spin_lock(v)
@@ -279,8 +279,8 @@ inline append_write(v, o)
     fi
 }
 
-/* ---- granting (internal.h vq__op_dep_granted) ----
- * @C engine/internal.h:519 vq__op_dep_granted `if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1) vq__ready_add(r, op);`
+/* ---- granting (engine_internal.h vq__op_dep_granted) ----
+ * @C engine/engine_internal.h:519 vq__op_dep_granted `if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */

@@ -18,15 +18,23 @@ extern "C" {
 #define VQ_API
 #endif
 
+/* The codes, their values and what vq_strerror says of them, in one table
+ * (X(name, value, description)); the enum below and vq_strerror are made
+ * from it. */
+#define VQ_ERRNO_MAP(X)                                                                 \
+    X(VQ_OK, 0, "success")                                                              \
+    X(VQ_EIO, -5, "operation failed")       /* an op or file operation failed */        \
+    X(VQ_ENOMEM, -12, "out of memory")                                                  \
+    X(VQ_EBUSY, -16, "resource busy")       /* resource still in use */                 \
+    X(VQ_EINVAL, -22, "invalid argument")   /* bad argument */                          \
+    X(VQ_EDEADLK, -35, "the wait would deadlock") /* waiting inside an op */           \
+    X(VQ_ENOSYS, -38, "not available in this build") /* e.g. GPU without CUDA */       \
+    X(VQ_ECANCELED, -125, "cancelled")      /* skipped or cancelled */
+
 enum {
-    VQ_OK = 0,
-    VQ_EIO = -5,         /* an op or file operation failed */
-    VQ_ENOMEM = -12,     /* out of memory */
-    VQ_EBUSY = -16,      /* resource still in use */
-    VQ_EINVAL = -22,     /* bad argument */
-    VQ_EDEADLK = -35,    /* the wait would never return (waiting inside an op) */
-    VQ_ENOSYS = -38,     /* not available in this build (e.g. GPU without CUDA) */
-    VQ_ECANCELED = -125, /* skipped or cancelled */
+#define VQ__ERRNO_ENUM(name, value, text) name = value,
+    VQ_ERRNO_MAP(VQ__ERRNO_ENUM)
+#undef VQ__ERRNO_ENUM
 };
 
 /* Name and short description of an error code ("VQ_EINVAL: invalid

@@ -10,7 +10,7 @@
  * line along the axis with stride `inner` (the product of the dims after
  * it); every pass reads a line's element before it writes the same element,
  * which is what makes running in place safe. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

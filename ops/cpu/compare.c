@@ -16,7 +16,7 @@
  * go to X, as TensorFlow does); abs's is dOut * sign(X), 0 at 0 (abs_grad).
  * Comparisons and logic have none: their outputs are bool, which autodiff
  * never differentiates. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <string.h>

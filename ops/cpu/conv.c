@@ -2,7 +2,7 @@
  * groups, an optional bias) and its gradient op conv2d_grad, on the CPU
  * through im2col and OpenBLAS's gemm (vq__gemm, cpu/matmul.c). Also the
  * attribute checks and the output-size rule that the pools (cpu/pool.c)
- * share: vq__window_attrs and vq__window_out_hw (internal.h).
+ * share: vq__window_attrs and vq__window_out_hw (ops_internal.h).
  *
  * conv2d(X, W[, B]) -> Out: X [N, C, H, W], W [M, C/groups, kH, kW], B
  * [M]. The bias is optional, and the registry has no optional slots: W is
@@ -27,7 +27,7 @@
  * dOut over N, Ho and Wo (in double), which needs only dOut: X and W are
  * read for their shapes. The gradient maker emits one conv2d_grad per
  * wanted input. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
 
@@ -366,10 +366,8 @@ static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
         return 0;
     int rc = vq__tensor_empty(out, dt, 1, &n);
     if (rc < 0) {
-        char why[200];
-        snprintf(why, sizeof why, "%s", vq_errmsg());
-        return vq__fail(rc, "%s: the im2col buffer of %lld elements: %s", k->def->type,
-                        (long long)n, why);
+        return vq__fail_prefixed(rc, "%s: the im2col buffer of %lld elements", k->def->type,
+                                 (long long)n);
     }
     return 0;
 }

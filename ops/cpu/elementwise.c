@@ -5,7 +5,7 @@
  * row whose inputs each step by 0 or 1. Integer arithmetic wraps (it is done
  * in unsigned types: signed overflow would be undefined); integer division
  * by zero is an error of the op, not a crash. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <string.h>

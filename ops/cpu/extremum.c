@@ -25,7 +25,7 @@
  * extremum), split evenly among ties: each of the k equal elements gets
  * dOut / k, in X's dtype, as TensorFlow's reduce_max and PyTorch's amax
  * have it. The others get 0. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

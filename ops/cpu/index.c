@@ -28,7 +28,7 @@
  * temporary vars, so the zeros cannot be made by a zeros_like of their own;
  * the cost is that such a forward output stays alive until the backward
  * pass has run. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <string.h>

@@ -20,7 +20,7 @@
  * values are used as their 64 bits (uint64_t); the counter wraps modulo
  * 2^64, after 2^64 draws, so no value of a state is an error (a GPU kernel
  * could not report one without a round trip to the host). */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <float.h>

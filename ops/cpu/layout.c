@@ -27,7 +27,7 @@
  * sum of dOut over the outputs that read it (one for constant, several at
  * the edges for reflect and edge), added in the order of dOut's elements;
  * cropped elements get 0. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../layout_shared.h"
 #include "../params.h"
 

@@ -13,7 +13,7 @@
  * - max), in double also for f32, so large logits neither overflow nor lose
  * the loss to cancellation; its gradient is the softmax it already output
  * minus the one-hot label. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

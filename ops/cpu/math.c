@@ -5,7 +5,7 @@
  * the output, so that each derivative is computed from whichever is
  * exact: exp's from Out, log's from X, sqrt's and reciprocal's from Out,
  * erf's and power's from X. (log_softmax is with softmax, activation.c.) */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

@@ -7,7 +7,7 @@
  * Every call runs gemm in the calling worker with one BLAS thread: the engine
  * already runs independent ops in parallel, and OpenBLAS's own threads would
  * fight its workers for the cores. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <cblas.h>
@@ -121,7 +121,7 @@ static void blas_single_threaded(void)
 /* Row-major C[m,n] = alpha * op(A) op(B) + beta * C, beta 0 or 1, for any
  * sizes: OpenBLAS rejects leading dims of 0, so empty products never reach
  * it, and k == 0 leaves beta * C (zeros for beta 0). Also the convolutions'
- * product (cpu/conv.c; internal.h). */
+ * product (cpu/conv.c; ops_internal.h). */
 void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c)
 {

@@ -18,7 +18,7 @@
  * order of the expressions above, which the CUDA kernels (ops/cuda/conv.cu)
  * repeat: the elementwise results match bit for bit, the sums to
  * rounding. X is seen as [outer, C, inner]. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

@@ -18,7 +18,7 @@
  * sgd and momentum compute in double for both dtypes (f32 state is read,
  * updated in double and rounded once); adam in the parameter's precision,
  * as PyTorch does (see ADAM). */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

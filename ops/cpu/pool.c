@@ -17,7 +17,7 @@
  * CUDA kernels (one thread per element of dX, gathering) keep.
  * global_avg_pool sums in double; its gradient is dOut * (1 / count)
  * spread over the plane, as reduce.c's mean_grad computes it. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
 

@@ -12,7 +12,7 @@
  * sums wrap: they are done in the unsigned type of the same width (signed
  * overflow would be undefined). The mean of zero elements is NaN, as in
  * numpy: 0 / 0. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 
 #include <math.h>

@@ -16,7 +16,7 @@
  * unspecified). Integer to narrower integer wraps. Anything to bool is
  * x != 0 (so NaN is true). f64 to f32 rounds, and overflows to +-inf as
  * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 #include "../shape_shared.h"
 

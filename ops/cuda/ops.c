@@ -24,7 +24,7 @@
  * The host function then puts the check back in its pool: CUDA calls are
  * not allowed there, so nothing is ever freed; the pool only grows to the
  * number of checked calls in flight at once. */
-#include "../internal.h"
+#include "../ops_internal.h"
 #include "../params.h"
 #include "kernels.h"
 
@@ -1236,10 +1236,8 @@ static int columns(const vq__kcall *k, const struct launch *l, const struct conv
         return 0;
     int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->s);
     if (rc < 0) {
-        char why[200];
-        snprintf(why, sizeof why, "%s", vq_errmsg());
-        return vq__fail(rc, "%s: the im2col buffer of %lld elements: %s", k->def->type,
-                        (long long)n, why);
+        return vq__fail_prefixed(rc, "%s: the im2col buffer of %lld elements", k->def->type,
+                                 (long long)n);
     }
     return 0;
 }

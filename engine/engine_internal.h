@@ -17,7 +17,7 @@
 
 #include <varq/engine.h>
 
-#include "fault.h" /* every allocation goes through vq__malloc & co. */
+#include "engine_services.h" /* vq__fail & co., fault.h's allocation */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,11 +34,6 @@
  * a shared library); the few bytes come from the static TLS surplus glibc
  * keeps for libraries, so a dlopen'ed libvarq works too. */
 #define VQ__TLS _Thread_local __attribute__((tls_model("initial-exec")))
-
-/* ---- errors (error.c) ---- */
-
-/* Sets the thread-local message and returns err. Not for the hot path. */
-int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- object pools (pool.c) ---- */
 

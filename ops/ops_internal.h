@@ -17,18 +17,13 @@
 #include <varq/ops.h>
 #include <varq/tensor.h>
 
-#include "../engine/fault.h"  /* every allocation goes through vq__malloc & co. */
-#include "../engine/stream.h" /* backend streams: vq__gpu_op_stream */
+#include "../engine/engine_services.h" /* vq__fail, vq__malloc & co., the GPU op's stream */
 
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* How many messages this thread has set so far (vq__fail, vq_error_set):
- * whether a callback set one shows as a change. */
-unsigned vq__errmsg_gen(void);
 
 /* ---- allocator (alloc.c) ---- */
 

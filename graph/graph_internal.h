@@ -11,7 +11,7 @@
 
 #include <varq/graph.h>
 
-#include "../ops/internal.h"
+#include "../ops/ops_internal.h"
 
 #include <pthread.h>
 #include <stdbool.h>

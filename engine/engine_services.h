@@ -1,0 +1,71 @@
+/* The engine's one surface for the layers above it (ops/, graph/,
+ * capture/, dist/): errors, the GPU op's stream and the stream backends,
+ * the profiler's spans for ops run inside one engine op, and a var's
+ * carried failure. Nothing above engine/ includes engine_internal.h or
+ * stream.h; what it needs of them is declared or included here (the model:
+ * libuv's uv-common.h, shared by unix/ and win/). */
+#ifndef VARQ_ENGINE_SERVICES_H
+#define VARQ_ENGINE_SERVICES_H
+
+#include <varq/engine.h>
+
+#include "fault.h"  /* every allocation goes through vq__malloc & co. */
+#include "stream.h" /* the backend vtable (ops/gpu.c allocates and copies through it) */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- errors (error.c) ---- */
+
+/* Sets the thread-local message (vq_errmsg) and returns err. Not for the
+ * hot path. */
+int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Fails with err and "<fmt formatted>: <the current message>": the context
+ * of a call put before what the failed call below it said. */
+int vq__fail_prefixed(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* How many messages this thread has set so far (vq__fail, vq_error_set):
+ * whether a callback set one shows as a change. */
+unsigned vq__errmsg_gen(void);
+
+/* ---- GPU ops, the naive engine, the profiler ---- */
+
+/* Inside a GPU op's fn: the backend stream of the op (the one behind its
+ * vq_exec_ctx.stream), for the library's own backend calls on it (copies,
+ * stream-ordered frees). NULL on any other thread or op. (engine/gpu.c) */
+void *vq__gpu_op_stream(void);
+
+/* True for the naive engine, which runs an op pushed from inside an op
+ * after it, in the same thread, and blocks that thread on an async op until
+ * it is finished: a layer that pushes an async op whose completion waits
+ * for ops it pushes from inside an op must push those first there (the
+ * graph executor's control ops, graph/control.c). (engine/engine.c) */
+bool vq__engine_runs_inline(const vq_engine *e);
+
+/* The profiler, for a layer that runs several of its own ops inside one
+ * engine op (the executor's segments, graph/exec.c): vq__engine_profiling
+ * says whether e records ops; vq__prof_span adds a record named name from
+ * start_ns to end_ns (vq__now_ns clock) on the row of worker (an
+ * vq_exec_ctx.worker; -1: the row of other threads). The name must live
+ * as long as the engine. (engine/profiler.c) */
+bool vq__engine_profiling(const vq_engine *e);
+uint64_t vq__now_ns(void);
+void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
+                   int worker);
+
+/* ---- a var's carried failure (var.c) ----
+ *
+ * For a layer that runs several ops inside one engine op (capture's
+ * segments) or finishes an op for an outside party (dist's collectives):
+ * what vq__op_finish does for a failed op's writes, for one var. The
+ * calling op must hold access to v (read for vq__var_error, write for
+ * vq__var_fail), so the queue orders these with every other access. */
+int vq__var_error(const vq_var *v);
+/* Sets v's failure unless it carries one already. */
+void vq__var_fail(vq_var *v, int err);
+/* Makes err e's first error (what vq_wait_all returns) unless it has one,
+ * as a failed op does. Any thread. */
+void vq__engine_note_fail(vq_engine *e, int err);
+
+#endif

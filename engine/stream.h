@@ -70,6 +70,9 @@ enum {
 
 struct vq__stream_backend {
     const char *name; /* "cuda" or "emulated" */
+    /* Device memory is host memory (the emulated backend): an op on a GPU
+     * runs its CPU kernel as stream work, and host functions may read it. */
+    bool host_memory;
 
     /* Number of usable devices (0 when none). */
     int (*device_count)(void);

@@ -507,7 +507,7 @@ static void *emul_stream_native(void *s)
 
 #define EMUL_TABLE(N)                                                                      \
     {                                                                                      \
-        .name = "emulated", .device_count = emul_count_##N, .stream_new = emul_stream_new_##N, \
+        .name = "emulated", .host_memory = true, .device_count = emul_count_##N, .stream_new = emul_stream_new_##N, \
         .stream_free = emul_stream_free, .event_new = emul_event_new_##N,                 \
         .event_free = emul_event_free, .event_record = emul_event_record,                  \
         .stream_wait_event = emul_stream_wait_event, .event_query = emul_event_query,      \

@@ -218,11 +218,6 @@ int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
 
 /* ---- ops on GPUs ---- */
 
-static bool emulated(const struct vq__stream_backend *be)
-{
-    return !strcmp(be->name, "emulated");
-}
-
 /* The CUDA kernel of def: the one its GPU slot names, else ops/cuda/ops.c's
  * for its type; NULL when there is none (always, in a build without CUDA). */
 static int (*cuda_kernel(const vq__op_def *def))(const vq__kcall *)
@@ -246,7 +241,7 @@ int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k))
         return rc;
     /* The emulated backend's device memory is host memory: there every op
      * runs its CPU kernel, as stream work. */
-    if (emulated(be))
+    if (be->host_memory)
         *fn = def->kernel[VQ_DEV_CPU] ? vq__gpu_host_kernel : NULL;
     else
         *fn = cuda_kernel(def);
@@ -326,7 +321,7 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
-    if (!emulated(be) || !k->def->kernel[VQ_DEV_CPU])
+    if (!be->host_memory || !k->def->kernel[VQ_DEV_CPU])
         return vq__fail(VQ_ENOSYS, "%s: no GPU kernel for the %s backend in this build",
                         k->def->type, be->name);
     if (!k->x)
@@ -416,7 +411,7 @@ int vq__gpu_check_finite(const vq__kcall *k, int j, const char *var)
     if (!k->defer || !k->x)
         return vq__op_fail(k->def, "the NaN check needs the executor's stream and defer hook");
 #ifdef VARQ_HAVE_CUDA
-    if (!emulated(be))
+    if (!be->host_memory)
         return vq__cuda_check_finite(k, j, var);
 #endif
     const vq_tensor *t = k->out[j];

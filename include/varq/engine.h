@@ -4,7 +4,8 @@
  * of work is an op that names the vars it reads and writes. vq_push returns at
  * once; the engine runs the op as soon as every earlier op that shares one of
  * its vars with a write has completed. The result is always that of running
- * the ops one at a time in push order (serial equivalence, DESIGN.md 2.1).
+ * the ops one at a time in push order (serial equivalence; README, "What the
+ * engine guarantees").
  *
  * Thread-safety, unless a function says otherwise: every function may be
  * called from any thread, concurrently with any other, on the same engine.
@@ -20,11 +21,11 @@
  * overlap in time are ordered one way or the other, the same way on every
  * var they share. Serial equivalence then holds for that order: the result
  * is that of running all ops one at a time in push order, whatever the
- * threads that pushed them (DESIGN.md 2.1). No two pushers can deadlock each
- * other: an op's accesses are queued on all its vars at once, under the
- * vars' locks taken in one global order.
+ * threads that pushed them. No two pushers can deadlock each other: an op's
+ * accesses are queued on all its vars at once, under the vars' locks taken
+ * in one global order.
  *
- * GPU ops (ctx {VQ_DEV_GPU, id}; DESIGN.md 3) are sync fns that receive
+ * GPU ops (ctx {VQ_DEV_GPU, id}; README, "GPU ops") are sync fns that receive
  * their stream in vq_exec_ctx.stream (a cudaStream_t with CUDA), enqueue
  * their work there and return; the op completes at launch and its vars
  * carry an event recorded after it. Later GPU ops on other streams wait for
@@ -206,7 +207,7 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  * is not run and its arg_free is not called. An op whose vars are failed is
  * not run either: it is skipped, its arg_free is called, and the error of
  * the first failed var among its writes, then its reads, is passed on to the
- * vars it writes (DESIGN.md 2.5). */
+ * vars it writes (README, "What the engine guarantees", Errors). */
 VQ_API int vq_push(vq_engine *e, const vq_task *t);
 /* GPU specifics of vq_push and vq_opr_new: VQ_ENOSYS (the message says why
  * and how to get the emulated backend) when no GPU backend is available;

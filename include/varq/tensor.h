@@ -93,7 +93,7 @@ VQ_API void *vq_tensor_data(vq_tensor *t);
  * id}. Fixed at creation; thread-safe. */
 VQ_API vq_ctx vq_tensor_device(const vq_tensor *t);
 
-/* ---- tensors on GPUs (DESIGN.md 3) ----
+/* ---- tensors on GPUs (README, "GPU ops") ----
  *
  * A GPU tensor's storage comes from its device's allocator: stream-ordered
  * device memory (cudaMallocAsync, or host memory on the emulated backend),

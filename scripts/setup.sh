@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(
-  build-essential meson ninja-build pkg-config clang
+  build-essential meson ninja-build pkg-config clang clang-format
   libck-dev libxxhash-dev libprotobuf-c-dev protobuf-c-compiler
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
   python3-numpy python3-torch python3-sklearn libtorch-dev

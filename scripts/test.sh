@@ -5,7 +5,8 @@
 # test or sanitizer report fails the script. Between them it checks the
 # public API against ../shared/checks/api_shape.c and builds the random
 # serial-equivalence program outside the tree against varq.pc, and
-# model-checks the var queue with spin (scripts/spin_check.sh).
+# model-checks the var queue with spin (scripts/spin_check.sh), and checks
+# the layout of the C lines changed since .clang-format (format_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -49,6 +50,9 @@ flags=$(PKG_CONFIG_PATH="$PWD/build/meson-uninstalled" pkg-config --cflags --lib
 (cd "$out" && cc -std=c11 -Wall -Wextra -Werror -O2 -pthread engine_stress.c workload.c \
    -o engine_stress $flags -Wl,-rpath,"$OLDPWD/build")
 "$out/engine_stress" 50000
+
+echo "== the layout of the C lines changed since .clang-format (scripts/format_check.sh)"
+scripts/format_check.sh
 
 echo "== the var queue, model-checked (spin)"
 scripts/spin_check.sh

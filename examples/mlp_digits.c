@@ -22,6 +22,9 @@
  * against compute alone and the all-reduces alone: the overlap fraction. */
 #include <varq/varq.h>
 
+#define EXAMPLE_NAME "mlp_digits"
+#include "digits_data.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,28 +32,6 @@
 #include <time.h>
 
 #define BATCH 64
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                     \
-            fprintf(stderr, "mlp_digits: %s: %s\n", #call, vq_errmsg());                   \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-static vq_tensor *load(const char *dir, const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    vq_tensor *t;
-    if (vq_npy_load(path, &t) < 0) {
-        fprintf(stderr, "mlp_digits: %s\n(run scripts/digits_to_npy.py %s first)\n",
-                vq_errmsg(), dir);
-        exit(1);
-    }
-    return t;
-}
 
 /* The forward program: x [-1,64] -> linear h1 [.,128] -> relu -> linear
  * logits [.,10]; probs and loss by softmax cross-entropy with labels y. */
@@ -65,20 +46,6 @@ static void build(vq_program **startup, vq_program **main)
     CHECK(vq_layer_activation(*main, "relu", "h1", "a1"));
     CHECK(vq_layer_linear(*main, *startup, "a1", "logits", 10, 3));
     CHECK(vq_layer_softmax_cross_entropy(*main, "logits", "y", "probs", "loss"));
-}
-
-/* Rows idx[0..n) of src [N, cols] (any 4- or 8-byte dtype) as a new tensor. */
-static vq_tensor *gather(vq_tensor *src, const int *idx, int n)
-{
-    int ndim = vq_tensor_ndim(src);
-    int64_t shape[2] = {n, ndim > 1 ? vq_tensor_shape(src)[1] : 1};
-    size_t row = vq_tensor_nbytes(src) / (size_t)vq_tensor_shape(src)[0];
-    vq_tensor *t;
-    CHECK(vq_tensor_new(&t, vq_tensor_dtype(src), ndim, shape));
-    for (int i = 0; i < n; i++)
-        memcpy((char *)vq_tensor_data(t) + (size_t)i * row,
-               (char *)vq_tensor_data(src) + (size_t)idx[i] * row, row);
-    return t;
 }
 
 /* t itself when it is on the CPU, else a host copy made through e; the
@@ -184,7 +151,7 @@ static double params_differ(vq_scope *a, vq_scope *b)
 static double time_steps(vq_exec *ex, vq_program *main, vq_scope *s, vq_tensor *train_x,
                          vq_tensor *train_y, const int *order, int m, int steps)
 {
-    vq_tensor *x = gather(train_x, order, m), *y = gather(train_y, order, m);
+    vq_tensor *x = digits_rows(train_x, order, m), *y = digits_rows(train_y, order, m);
     vq_feed feeds[2] = {{"x", x}, {"y", y}};
     CHECK(vq_exec_run(ex, main, s, feeds, 2, NULL, 0)); /* warm */
     double t0 = now_s();
@@ -283,8 +250,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    vq_tensor *train_x = load(dir, "train_x"), *train_y = load(dir, "train_y");
-    vq_tensor *test_x = load(dir, "test_x"), *test_y = load(dir, "test_y");
+    vq_tensor *train_x = digits_load(dir, "train_x"), *train_y = digits_load(dir, "train_y");
+    vq_tensor *test_x = digits_load(dir, "test_x"), *test_y = digits_load(dir, "test_y");
     int n = (int)vq_tensor_shape(train_x)[0];
 
     vq_program *startup, *main_p, *eval;
@@ -361,8 +328,8 @@ int main(int argc, char **argv)
             if (dist && m < BATCH)
                 break; /* whole global batches only: equal shards */
             int shard = m / size; /* this rank's rows of the global batch */
-            vq_tensor *x = gather(train_x, order + b + rank * shard, shard);
-            vq_tensor *y = gather(train_y, order + b + rank * shard, shard);
+            vq_tensor *x = digits_rows(train_x, order + b + rank * shard, shard);
+            vq_tensor *y = digits_rows(train_y, order + b + rank * shard, shard);
             vq_feed feeds[2] = {{"x", x}, {"y", y}};
             vq_fetch fetch = {"loss", NULL};
             double t0 = now_s();
@@ -370,7 +337,8 @@ int main(int argc, char **argv)
             train_s += now_s() - t0;
             train_steps++;
             if (ref_ex && global_step < check_steps) {
-                vq_tensor *gx = gather(train_x, order + b, m), *gy = gather(train_y, order + b, m);
+                vq_tensor *gx = digits_rows(train_x, order + b, m);
+                vq_tensor *gy = digits_rows(train_y, order + b, m);
                 vq_feed gf[2] = {{"x", gx}, {"y", gy}};
                 CHECK(vq_exec_run(ref_ex, ref_main, ref_s, gf, 2, NULL, 0));
                 vq_tensor_release(gx);
@@ -401,7 +369,7 @@ int main(int argc, char **argv)
         int idx[BATCH];
         for (int i = 0; i < BATCH; i++)
             idx[i] = order[i];
-        vq_tensor *x = gather(train_x, idx, BATCH), *y = gather(train_y, idx, BATCH);
+        vq_tensor *x = digits_rows(train_x, idx, BATCH), *y = digits_rows(train_y, idx, BATCH);
         trace_one_step(e, dev, main_p, s, x, y, trace);
         vq_tensor_release(x);
         vq_tensor_release(y);

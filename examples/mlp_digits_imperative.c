@@ -14,6 +14,9 @@
  * final accuracy is at least 95%. */
 #include <varq/varq.h>
 
+#define EXAMPLE_NAME "mlp_digits_imperative"
+#include "digits_data.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,43 +24,7 @@
 
 #define BATCH 64
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int rc_ = (call);                                                                  \
-        if (rc_ < 0) {                                                                     \
-            fprintf(stderr, "mlp_digits_imperative: %s: %s\n", #call, vq_errmsg());        \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
 static vq_engine *e;
-
-static vq_tensor *load(const char *dir, const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    vq_tensor *t;
-    if (vq_npy_load(path, &t) < 0) {
-        fprintf(stderr, "mlp_digits_imperative: %s\n(run scripts/digits_to_npy.py %s first)\n",
-                vq_errmsg(), dir);
-        exit(1);
-    }
-    return t;
-}
-
-/* Rows idx[0..n) of src [N, cols] or [N] as a new tensor. */
-static vq_tensor *rows(vq_tensor *src, const int *idx, int n)
-{
-    int ndim = vq_tensor_ndim(src);
-    int64_t shape[2] = {n, ndim > 1 ? vq_tensor_shape(src)[1] : 1};
-    size_t row = vq_tensor_nbytes(src) / (size_t)vq_tensor_shape(src)[0];
-    vq_tensor *t;
-    CHECK(vq_tensor_new(&t, vq_tensor_dtype(src), ndim, shape));
-    for (int i = 0; i < n; i++)
-        memcpy((char *)vq_tensor_data(t) + (size_t)i * row,
-               (char *)vq_tensor_data(src) + (size_t)idx[i] * row, row);
-    return t;
-}
 
 /* One call with one created output. */
 static vq_tensor *run1(const char *type, vq_tensor *const *in, int nin, const vq_attr *attrs,
@@ -156,8 +123,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    vq_tensor *train_x = load(dir, "train_x"), *train_y = load(dir, "train_y");
-    vq_tensor *test_x = load(dir, "test_x"), *test_y = load(dir, "test_y");
+    vq_tensor *train_x = digits_load(dir, "train_x"), *train_y = digits_load(dir, "train_y");
+    vq_tensor *test_x = digits_load(dir, "test_x"), *test_y = digits_load(dir, "test_y");
     CHECK(vq_engine_new(&e, NULL));
 
     int64_t s1[2] = {64, 128}, s2[1] = {128}, s3[2] = {128, 10}, s4[1] = {10}, one[1] = {1};
@@ -189,8 +156,8 @@ int main(int argc, char **argv)
         }
         vq_tensor *loss = NULL;
         for (int b = 0; b < nbatches; b++) {
-            vq_tensor *x = rows(train_x, order + b * BATCH, BATCH);
-            vq_tensor *y = rows(train_y, order + b * BATCH, BATCH);
+            vq_tensor *x = digits_rows(train_x, order + b * BATCH, BATCH);
+            vq_tensor *y = digits_rows(train_y, order + b * BATCH, BATCH);
             vq_tensor_release(loss);
             loss = train_step(x, y); /* returns at once: steps queue up */
             vq_tensor_release(x);

@@ -19,32 +19,14 @@
  * protocol cnn_torch.py follows in PyTorch). */
 #include <varq/varq.h>
 
+#define EXAMPLE_NAME "onnx_cnn_digits"
+#include "digits_data.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define BATCH 32
-
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        if ((call) < 0) {                                                                  \
-            fprintf(stderr, "onnx_cnn_digits: %s: %s\n", #call, vq_errmsg());              \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
-static vq_tensor *load(const char *dir, const char *name)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    vq_tensor *t;
-    if (vq_npy_load(path, &t) < 0) {
-        fprintf(stderr, "onnx_cnn_digits: %s\n(run scripts/digits_to_npy.py %s first)\n",
-                vq_errmsg(), dir);
-        exit(1);
-    }
-    return t;
-}
 
 /* Rows [first, first + n) of x [N, 64] as images [n, 1, 8, 8], and of the
  * labels. */
@@ -106,8 +88,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "onnx_cnn_digits: no MODEL.onnx (scripts/cnn_torch.py writes one)\n");
         return 2;
     }
-    vq_tensor *train_x = load(dir, "train_x"), *train_y = load(dir, "train_y");
-    vq_tensor *test_x = load(dir, "test_x"), *test_y = load(dir, "test_y");
+    vq_tensor *train_x = digits_load(dir, "train_x"), *train_y = digits_load(dir, "train_y");
+    vq_tensor *test_x = digits_load(dir, "test_x"), *test_y = digits_load(dir, "test_y");
 
     /* the imported model, a copy of it for evaluation, then the loss and
      * Adam appended to the training program */

@@ -5,7 +5,9 @@
  * merges duplicate vars, appends one access per var to the var queues
  * (var.c) and drops the pusher's own count; whoever brings the op's wait
  * counter to zero dispatches it. The threaded engine hands it to a worker
- * pool (threaded.c); the naive engine runs it in the pushing thread.
+ * pool (threaded.c); the naive engine (naive.c) runs it in the pushing
+ * thread instead of queueing it. A throttle (its own section below) keeps
+ * a pusher from running too far ahead of the workers.
  *
  * Completion (vq__op_finish) is where errors travel: a failed op poisons the
  * vars it writes, an op that finds a poisoned var is skipped and passes the
@@ -29,21 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Depth of op functions running on this thread (waiting inside one would
- * deadlock), and the naive engine's ops pushed from inside an op, which run
- * after it in push order. */
-static VQ__TLS int in_op;
+VQ__TLS int vq__in_op;
 /* vq_op_wait_error() of the op whose fn runs on this thread. */
 static VQ__TLS int cur_wait_err;
-static VQ__TLS vq__op *naive_deferred_head, *naive_deferred_tail;
-
-/* The pusher of an async op in the naive engine waits on this. */
-struct naive_wait {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
-    int err;
-};
 
 /* ---- lists of live vars and oprs, so vq_engine_free reclaims them ---- */
 
@@ -542,6 +532,8 @@ static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var *
     return rc;
 }
 
+/* ---- queueing ops on their vars ---- */
+
 static void dispatch(vq_engine *e, vq__op *op)
 {
     vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);
@@ -568,8 +560,6 @@ void vq__ready_flush(vq__ready *r)
         vq__pool_submit(&e->prio, prio, np, false);
 }
 
-static void naive_run_now(vq__op *op);
-
 static void vblocks_free(struct vq__vblock *b)
 {
     while (b) {
@@ -595,7 +585,7 @@ static int op_enqueue(vq_engine *e, vq__op *op)
     int n = o->nwrites + o->nreads;
     op->naive = NULL;
     if (e->kind == VQ_ENGINE_NAIVE) {
-        naive_run_now(op);
+        vq__naive_push(op);
         return 0;
     }
 
@@ -676,7 +666,9 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
     return rc;
 }
 
-/* The throttle. A pusher that runs far ahead of the workers fills memory
+/* ---- the throttle: how far a pusher may run ahead ----
+ *
+ * A pusher that runs far ahead of the workers fills memory
  * with waiting ops whose blocks have gone cold by the time they run. So
  * every 64 pushes a pusher that is not a worker compares the ops in flight
  * with max_pending; past it, the pusher helps: it runs queued ready ops
@@ -692,7 +684,9 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
  * its pushes (an event loop). The pusher then stops waiting and pushes on:
  * vq_push never blocks on a completion only its caller could make. */
 static VQ__TLS unsigned push_tick;
-static VQ__TLS bool saturated;
+/* The engine this thread last found saturated, or NULL: a thread pushing
+ * on several engines runs an op at once only on the busy one. */
+static VQ__TLS const vq_engine *saturated;
 
 static unsigned long in_flight(vq_engine *e)
 {
@@ -703,7 +697,7 @@ static unsigned long in_flight(vq_engine *e)
 static void throttle(vq_engine *e)
 {
     unsigned long n = in_flight(e);
-    saturated = n > 64ul * (unsigned long)e->cpu_workers;
+    saturated = n > 64ul * (unsigned long)e->cpu_workers ? e : NULL;
     if (n <= e->max_pending)
         return;
     /* Nothing ready to help with (a chain waits on its var, not in the
@@ -729,12 +723,12 @@ static void throttle(vq_engine *e)
 static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars,
                                   unsigned flags)
 {
-    if (!saturated || nvars || !fn || e->profile || in_op || (flags & VQ__OPR_GPU))
+    if (saturated != e || nvars || !fn || e->profile || vq__in_op || (flags & VQ__OPR_GPU))
         return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
-    in_op++;
+    vq__in_op++;
     int err = fn(arg, &x);
-    in_op--;
+    vq__in_op--;
     if (err) {
         int none = 0;
         atomic_compare_exchange_strong(&e->first_err, &none, err);
@@ -742,13 +736,15 @@ static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nv
     return true;
 }
 
-/* hot path: one load per push, the engine's counters every 64 pushes */
+/* hot path: one load per push, the engine's counters every 64 pushes. The
+ * naive engine never counts an op in flight, so it never waits here. */
 static inline void pace(vq_engine *e)
 {
-    if (__builtin_expect((++push_tick & 63) == 0, 0) && e->kind == VQ_ENGINE_THREADED &&
-        !in_op && !vq__self())
+    if (__builtin_expect((++push_tick & 63) == 0, 0) && !vq__in_op && !vq__self())
         throttle(e);
 }
+
+/* ---- the push calls ---- */
 
 /* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
@@ -867,9 +863,7 @@ VQ_API void vq_opr_free(vq_engine *e, vq_opr *o)
 
 /* ---- running and completing ops ---- */
 
-/* The error of the first failed var among op's writes, then reads; 0 if
- * the op may run. */
-static int skip_error(const struct vq__desc *o)
+int vq__op_skip_error(const struct vq__desc *o)
 {
     if ((o->flags & VQ__OPR_NOSKIP) || (o->props & VQ_PROP_RUN_ON_FAILED))
         return 0;
@@ -888,8 +882,8 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
     }
     /* arg_free runs inside vq__op_finish: it counts as part of the op, so
      * what it pushes is a nested push (deferred by the naive engine). */
-    in_op++;
-    int err = skip_error(o);
+    vq__in_op++;
+    int err = vq__op_skip_error(o);
     int wait_err = 0;
     /* Internal ops (NOSKIP: waits, deletions) deal with events themselves. */
     if (__builtin_expect(atomic_load_explicit(&o->engine->gpu_on, memory_order_relaxed), 0) &&
@@ -920,7 +914,7 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
         o->async_fn(o->arg, x, (vq_done *)op);
         cur_wait_err = 0;
     }
-    in_op--;
+    vq__in_op--;
 }
 
 static void op_completed(vq_engine *e)
@@ -950,7 +944,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
     }
     if (e->profile)
         vq__prof_record(e, op, vq__now_ns());
-    if (e->kind == VQ_ENGINE_THREADED) {
+    if (r) { /* queued on its vars (not the naive engine's) */
         for (int i = o->nexcl; i < o->nwrites + o->nreads; i++)
             vq__var_complete_read(o->vars[i], r);
         for (int i = 0; i < o->nexcl; i++)
@@ -972,7 +966,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
     }
     if (!home)
         vq__pool_free(VQ__POOL_OP, op);
-    if (e->kind == VQ_ENGINE_THREADED)
+    if (r)
         op_completed(e);
 }
 
@@ -984,12 +978,7 @@ VQ_API void vq_done_finish(vq_done *d, int err)
     if (!err)
         err = op->wait_err; /* a RUN_ON_FAILED op's failed wait is its own */
     if (op->naive) {
-        struct naive_wait *w = op->naive;
-        pthread_mutex_lock(&w->lock);
-        w->err = err;
-        w->done = true;
-        pthread_cond_signal(&w->cond);
-        pthread_mutex_unlock(&w->lock);
+        vq__naive_done(op, err);
         return;
     }
     vq_engine *e = op->desc->engine;
@@ -1001,72 +990,6 @@ VQ_API void vq_done_finish(vq_done *d, int err)
     atomic_fetch_sub(&e->finishers, 1);
 }
 
-/* ---- the naive engine ---- */
-
-static void naive_execute(vq__op *op)
-{
-    const struct vq__desc *o = op->desc;
-    vq_exec_ctx x = {.ctx = o->ctx, .stream = NULL, .worker = -1};
-    if (o->flags & VQ__OPR_GPU)
-        x.stream = vq__gpu_naive_stream(o->engine, o->ctx.id);
-    if (!o->async_fn || skip_error(o)) {
-        vq__op_run(op, &x, NULL);
-        return;
-    }
-    struct naive_wait w = {.done = false, .err = 0};
-    pthread_mutex_init(&w.lock, NULL);
-    pthread_cond_init(&w.cond, NULL);
-    op->naive = &w;
-    vq__op_run(op, &x, NULL);
-    /* The op's work may push from the thread that will finish it: let such
-     * pushes run meanwhile rather than deadlock (they then run before this
-     * op completes: the one place where the naive engine is not serial). */
-    vq_engine *e = o->engine;
-    pthread_mutex_unlock(&e->naive_lock);
-    pthread_mutex_lock(&w.lock);
-    while (!w.done)
-        pthread_cond_wait(&w.cond, &w.lock);
-    pthread_mutex_unlock(&w.lock);
-    pthread_mutex_lock(&e->naive_lock);
-    pthread_mutex_destroy(&w.lock);
-    pthread_cond_destroy(&w.cond);
-    op->naive = NULL;
-    in_op++;
-    vq__op_finish(op, w.err, NULL);
-    in_op--;
-}
-
-/* Runs op now, in the pushing thread. An op pushed from inside an op runs
- * after the outer one, so the naive engine keeps push order exactly. */
-static void naive_run_now(vq__op *op)
-{
-    op->next = NULL;
-    if (in_op || naive_deferred_head) {
-        if (naive_deferred_tail)
-            naive_deferred_tail->next = op;
-        else
-            naive_deferred_head = op;
-        naive_deferred_tail = op;
-        if (in_op)
-            return;
-        op = NULL;
-    }
-    vq_engine *e = op ? op->desc->engine : naive_deferred_head->desc->engine;
-    /* One op at a time across all pushing threads: the naive engine is the
-     * serial order itself. */
-    pthread_mutex_lock(&e->naive_lock);
-    if (op)
-        naive_execute(op);
-    while (naive_deferred_head) {
-        vq__op *d = naive_deferred_head;
-        naive_deferred_head = d->next;
-        if (!naive_deferred_head)
-            naive_deferred_tail = NULL;
-        naive_execute(d);
-    }
-    pthread_mutex_unlock(&e->naive_lock);
-}
-
 bool vq__engine_runs_inline(const vq_engine *e)
 {
     return e->kind == VQ_ENGINE_NAIVE;
@@ -1074,7 +997,7 @@ bool vq__engine_runs_inline(const vq_engine *e)
 
 VQ_API int vq_thread_in_op(void)
 {
-    return in_op > 0;
+    return vq__in_op > 0;
 }
 
 VQ_API int vq_op_wait_error(void)
@@ -1104,7 +1027,7 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
 
 static int wait_forbidden(const char *fn)
 {
-    if (in_op || vq__self())
+    if (vq__in_op || vq__self())
         return vq__fail(VQ_EDEADLK, "%s: called from inside an op, where it would never return",
                         fn);
     return 0;
@@ -1145,13 +1068,8 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
         return rc;
     if ((rc = wait_forbidden("vq_wait_var")) < 0)
         return rc;
-    if (e->kind == VQ_ENGINE_NAIVE) {
-        pthread_mutex_lock(&e->naive_lock);
-        int err = v->err;
-        v->err = 0;
-        pthread_mutex_unlock(&e->naive_lock);
-        return err;
-    }
+    if (e->kind == VQ_ENGINE_NAIVE)
+        return vq__naive_wait_var(e, v);
     struct var_waiter w = {.v = v, .done = false, .err = 0};
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);

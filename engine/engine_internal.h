@@ -192,8 +192,9 @@ struct vq__op {
     struct vq__desc embedded;   /* the description when pushed by vq_push */
     vq_var *inline_vars[VQ__INLINE_VARS];
     /* cold */
-    struct vq__op *next;        /* naive engine: ops pushed from inside an op */
-    struct naive_wait *naive;   /* naive engine: the pusher waiting for an async op */
+    struct vq__op *next;        /* naive engine: ops pushed from inside an op;
+                                   threaded: the heap's spill list */
+    struct vq__naive_wait *naive; /* naive engine: the pusher waiting for an async op */
     uint64_t start_ns;          /* profiler only */
     int worker;                 /* profiler only: who started it */
     int wait_err;               /* RUN_ON_FAILED: its failed wait for GPU work */
@@ -395,6 +396,12 @@ struct vq__gpu {
     const struct vq__stream_backend *be;
     int ndev;
     int nstreams;               /* compute streams per device */
+    int per_device;             /* streams per device: nstreams + 2 (compute, to-device,
+                                   from-device) with workers; 1 without */
+    /* Each stream has its worker (the threaded engine). Without (the naive
+     * engine), a GPU op runs in its pusher on the device's one stream and
+     * synchronizes it at launch instead of recording an event. */
+    bool workers;
     int first_worker;           /* worker id of device 0's first compute worker */
     struct vq__gpu_dev *dev;
 };
@@ -483,10 +490,36 @@ static inline struct vq__wpool *vq__pool_of(struct vq_engine *e, const vq__op *o
 }
 
 /* Runs op on this thread (skip check, function, completion); ready ops go
- * to r. x->worker is the worker index or -1. */
+ * to r. x->worker is the worker index or -1. r is NULL for an op that was
+ * never queued on its vars (the naive engine's): its completion then
+ * releases no access and counts nothing. */
 void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r);
-/* Completes op with err (0, the op's failure, or the error that skipped it). */
+/* Completes op with err (0, the op's failure, or the error that skipped
+ * it); r as for vq__op_run. */
 void vq__op_finish(vq__op *op, int err, vq__ready *r);
+/* The error of the first failed var among the op's writes, then reads; 0
+ * if the op may run. */
+int vq__op_skip_error(const struct vq__desc *o);
+/* Depth of op functions running on this thread (waiting inside one would
+ * deadlock; the naive engine defers a push made inside one). */
+extern VQ__TLS int vq__in_op __attribute__((visibility("hidden")));
+
+/* ---- the naive engine (naive.c) ----
+ *
+ * The serial oracle (MXNet's naive_engine.cc): each op runs in the pushing
+ * thread at once, one at a time across all threads, with no queue on its
+ * vars and no worker. The rest of the engine meets it at these three calls;
+ * everything else is shared (validation, ops, errors, GPU streams). */
+
+/* op_enqueue's part: runs op now, or after the op running on this thread
+ * when pushed from inside one. */
+void vq__naive_push(vq__op *op);
+/* vq_done_finish of an op whose pusher waits for it (op->naive set):
+ * hands err to that pusher, which completes the op. */
+void vq__naive_done(vq__op *op, int err);
+/* vq_wait_var's part: every op pushed before has completed; takes v's
+ * error. */
+int vq__naive_wait_var(vq_engine *e, vq_var *v);
 
 /* The ticket of the calling thread's last push on a threaded engine (any
  * op queued on vars: vq_push, vq_push_opr, and the ops of vq_wait_var and

@@ -51,17 +51,10 @@ static VQ__TLS const struct vq__stream_backend *op_backend;
 static VQ__TLS void *op_stream;
 static const struct vq__stream_backend *_Atomic last_backend;
 
-/* Streams per device: compute, then to-device, then from-device (threaded);
- * one compute stream (naive). */
-static int streams_per_device(const vq_engine *e, const struct vq__gpu *g)
-{
-    return e->kind == VQ_ENGINE_THREADED ? g->nstreams + 2 : 1;
-}
-
 /* Frees what gpu_init created; pools must be stopped (npools == 0). */
-static void gpu_destroy(vq_engine *e, struct vq__gpu *g)
+static void gpu_destroy(struct vq__gpu *g)
 {
-    int per = streams_per_device(e, g);
+    int per = g->per_device;
     for (int d = 0; d < g->ndev; d++) {
         struct vq__gpu_dev *dev = &g->dev[d];
         if (dev->streams)
@@ -118,7 +111,11 @@ static int gpu_init(vq_engine *e)
     g->dev = dev;
     g->nstreams = e->gpu_streams;
     g->first_worker = e->cpu_workers + (e->has_prio ? e->cpu_prio_workers : 0);
-    int per = streams_per_device(e, g);
+    /* Streams per device: compute, then to-device, then from-device, each
+     * with its worker (threaded); one compute stream (naive). */
+    g->workers = !vq__engine_runs_inline(e);
+    g->per_device = g->workers ? g->nstreams + 2 : 1;
+    int per = g->per_device;
     for (int d = 0; d < ndev; d++)
         pthread_mutex_init(&dev[d].ev_lock, NULL);
     for (int d = 0; d < ndev && rc == 0; d++) {
@@ -128,7 +125,7 @@ static int gpu_init(vq_engine *e)
         for (int k = 0; k < per && rc == 0; k++)
             rc = be->stream_new(d, &dev[d].streams[k]);
     }
-    if (rc == 0 && e->kind == VQ_ENGINE_THREADED) {
+    if (rc == 0 && g->workers) {
         for (int d = 0; d < ndev && rc == 0; d++) {
             vq_ctx ctx = {VQ_DEV_GPU, d};
             int id = g->first_worker + d * per, n = g->nstreams;
@@ -146,7 +143,7 @@ static int gpu_init(vq_engine *e)
     }
     if (rc < 0) {
         gpu_stop_pools(g);
-        gpu_destroy(e, g);
+        gpu_destroy(g);
         return rc;
     }
     e->gpu = g;
@@ -182,7 +179,7 @@ void vq__gpu_free(vq_engine *e)
 {
     if (!e->gpu)
         return;
-    gpu_destroy(e, e->gpu);
+    gpu_destroy(e->gpu);
     e->gpu = NULL;
     atomic_store_explicit(&e->gpu_on, false, memory_order_relaxed);
 }
@@ -311,8 +308,9 @@ int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err)
     const struct vq__desc *o = op->desc;
     vq_engine *e = o->engine;
     struct vq__gpu *g = e->gpu;
-    if (e->kind == VQ_ENGINE_NAIVE) {
-        /* The serial oracle: the op's work is done when the op is. */
+    if (!g->workers) {
+        /* The naive engine, the serial oracle: the op's work is done when
+         * the op is. */
         int rc = g->be->stream_synchronize(x->stream);
         return err ? err : rc;
     }
@@ -362,7 +360,7 @@ int vq__gpu_call(const struct vq__desc *o, const vq_exec_ctx *x)
 int vq__gpu_sync_all(vq_engine *e)
 {
     struct vq__gpu *g = e->gpu;
-    int per = streams_per_device(e, g), first = 0;
+    int per = g->per_device, first = 0;
     for (int d = 0; d < g->ndev; d++)
         for (int k = 0; k < per; k++) {
             int rc = g->be->stream_synchronize(g->dev[d].streams[k]);

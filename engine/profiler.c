@@ -109,12 +109,12 @@ VQ_API int vq_profiler_dump(vq_engine *e, const char *path)
     FILE *f = fopen(path, "w");
     if (!f)
         return vq__fail(VQ_EIO, "vq_profiler_dump: cannot open \"%s\" for writing", path);
-    int ncpu = e->kind == VQ_ENGINE_THREADED ? e->cpu.nworkers + e->prio.nworkers : 0;
+    /* Rows: the workers, then "other threads" (the naive engine has no
+     * worker: its CPU pools are empty, its GPUs have no workers). */
+    int ncpu = e->cpu.nworkers + e->prio.nworkers;
     const struct vq__gpu *g =
-        atomic_load_explicit(&e->gpu_on, memory_order_acquire) && e->kind == VQ_ENGINE_THREADED
-            ? e->gpu
-            : NULL;
-    int per = g ? g->nstreams + 2 : 1;
+        atomic_load_explicit(&e->gpu_on, memory_order_acquire) && e->gpu->workers ? e->gpu : NULL;
+    int per = g ? g->per_device : 1;
     int nworkers = ncpu + (g ? g->ndev * per : 0);
     bool first = true;
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
@@ -135,12 +135,10 @@ VQ_API int vq_profiler_dump(vq_engine *e, const char *path)
                 first ? "" : ",", t, name);
         first = false;
     }
-    if (e->kind == VQ_ENGINE_THREADED) {
-        for (int i = 0; i < e->cpu.nworkers; i++)
-            dump_buf(f, e, &e->cpu.workers[i].prof, nworkers, &first);
-        for (int i = 0; i < e->prio.nworkers; i++)
-            dump_buf(f, e, &e->prio.workers[i].prof, nworkers, &first);
-    }
+    for (int i = 0; i < e->cpu.nworkers; i++)
+        dump_buf(f, e, &e->cpu.workers[i].prof, nworkers, &first);
+    for (int i = 0; i < e->prio.nworkers; i++)
+        dump_buf(f, e, &e->prio.workers[i].prof, nworkers, &first);
     for (int d = 0; g && d < g->ndev; d++) {
         const struct vq__wpool *pools[3] = {&g->dev[d].compute, &g->dev[d].h2d, &g->dev[d].d2h};
         for (int p = 0; p < 3; p++)

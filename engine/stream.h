@@ -133,12 +133,13 @@ struct vq__stream_backend {
  * returned table is static. */
 const struct vq__stream_backend *vq__stream_emul(int ndevices);
 
-/* The CUDA backend, or NULL with a message (the error is VQ_ENOSYS) when
- * varq was built without CUDA, no GPU is present, or the driver is too old
- * for the CUDA runtime. The result is computed once. */
+/* The CUDA backend (stream_cuda.c; stream.c's stand-in without CUDA), or
+ * NULL with a message (the error is VQ_ENOSYS) when varq was built without
+ * CUDA, no GPU is present, or the driver is too old for the CUDA runtime.
+ * The result is computed once. */
 const struct vq__stream_backend *vq__stream_cuda(void);
 
-/* Picks a backend. name: "cuda", "emulated", or NULL for the environment
+/* Picks a backend (stream.c). name: "cuda", "emulated", or NULL for the environment
  * variable VARQ_GPU_BACKEND (same values), and without it CUDA when built in
  * and a device is present. The emulated backend is used only when asked
  * for; it simulates VARQ_GPU_EMUL_DEVICES devices (default 1). Returns 0,

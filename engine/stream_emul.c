@@ -1,4 +1,5 @@
-/* The host-emulated stream backend (stream.h) and the backend selector.
+/* The host-emulated stream backend (stream.h); stream.c picks it when
+ * VARQ_GPU_BACKEND=emulated.
  *
  * Each stream is a thread that runs a FIFO of tasks in order: host
  * functions, event records, waits for events, copies and frees. An event is
@@ -531,61 +532,4 @@ const struct vq__stream_backend *vq__stream_emul(int ndevices)
         return NULL;
     }
     return &emul_tables[ndevices - 1];
-}
-
-/* ---- without CUDA ---- */
-
-#ifndef VARQ_HAVE_CUDA
-const struct vq__stream_backend *vq__stream_cuda(void)
-{
-    vq__fail(VQ_ENOSYS, "CUDA backend: varq was built without CUDA (no CUDA toolkit at build time, "
-                        "or meson option cuda=disabled), so there is no GPU device");
-    return NULL;
-}
-#endif
-
-/* ---- the selector ---- */
-
-int vq__stream_backend_get(const char *name, const struct vq__stream_backend **out)
-{
-    *out = NULL;
-    bool from_env = false;
-    if (!name) {
-        name = getenv("VARQ_GPU_BACKEND");
-        from_env = name && *name;
-        if (!from_env)
-            name = NULL;
-    }
-    if (!name) {
-        const struct vq__stream_backend *b = vq__stream_cuda();
-        if (!b) {
-            char why[ERRMSG_LEN];
-            snprintf(why, ERRMSG_LEN, "%s", vq_errmsg());
-            return vq__fail(VQ_ENOSYS,
-                "no GPU available: %s; set VARQ_GPU_BACKEND=emulated to run GPU ops on host-emulated streams",
-                why);
-        }
-        *out = b;
-        return 0;
-    }
-    if (!strcmp(name, "cuda")) {
-        *out = vq__stream_cuda();
-        return *out ? 0 : VQ_ENOSYS; /* vq__stream_cuda said why */
-    }
-    if (!strcmp(name, "emulated")) {
-        int n = 1;
-        const char *env = getenv("VARQ_GPU_EMUL_DEVICES");
-        if (env && *env) {
-            char *end;
-            long v = strtol(env, &end, 10);
-            if (*end || v < 1 || v > VQ__STREAM_EMUL_MAX_DEVICES)
-                return vq__fail(VQ_EINVAL, "VARQ_GPU_EMUL_DEVICES=%s: expected 1 to %d", env,
-                    VQ__STREAM_EMUL_MAX_DEVICES);
-            n = (int)v;
-        }
-        *out = vq__stream_emul(n);
-        return 0;
-    }
-    return vq__fail(VQ_EINVAL, "%s%s: unknown GPU backend (cuda or emulated)",
-        from_env ? "VARQ_GPU_BACKEND=" : "GPU backend ", name);
 }

@@ -220,6 +220,7 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
             e->has_prio = rc == 0;
         }
         if (rc < 0) {
+            vq__fail_prefixed(rc, "vq_engine_new");
             vq__prof_buf_destroy(&e->ext_prof);
             pthread_mutex_destroy(&e->wait_lock);
             pthread_cond_destroy(&e->wait_cond);
@@ -577,9 +578,12 @@ unsigned long vq__push_ticket(void)
     return push_ticket;
 }
 
-/* hot path: no malloc, no global lock. Appends op's accesses to its vars
- * and dispatches it if nothing holds it back. */
-static int op_enqueue(vq_engine *e, vq__op *op)
+/* hot path: no malloc after warm-up; the op's var spinlocks, then, to
+ * dispatch, its pool's heap spinlock or sleep_lock (threaded.c). The naive
+ * engine's push is not hot: it runs the op under naive_lock.
+ * Appends op's accesses to its vars and dispatches it if nothing holds it
+ * back. fn: the API call, for the message. */
+static int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
 {
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
@@ -596,7 +600,7 @@ static int op_enqueue(vq_engine *e, vq__op *op)
         struct vq__vblock *b = vq__pool_alloc(VQ__POOL_VBLOCK);
         if (!b) {
             vblocks_free(spare);
-            return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+            return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
         }
         b->next = spare;
         spare = b;
@@ -620,20 +624,21 @@ static int op_enqueue(vq_engine *e, vq__op *op)
     return 0;
 }
 
-static vq__op *op_alloc(void)
+static vq__op *op_alloc(const char *fn)
 {
     vq__op *op = vq__pool_alloc(VQ__POOL_OP);
     if (!op)
-        vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+        vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
     else
         op->spare_of = NULL;
     return op;
 }
 
-/* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops. */
-static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
+/* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops;
+ * fn: the API call, for messages. */
+static int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn)
 {
-    vq__op *op = op_alloc();
+    vq__op *op = op_alloc(fn);
     if (!op)
         return VQ_ENOMEM;
     int n = t->nreads + t->nwrites;
@@ -644,7 +649,7 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
         vars = vq__malloc(2 * (size_t)n * sizeof *vars);
         if (!vars) {
             vq__pool_free(VQ__POOL_OP, op);
-            return vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+            return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
         }
         flags |= VQ__OPR_HEAPVARS | VQ__OPR_SORTED;
     }
@@ -653,11 +658,11 @@ static int push_task(vq_engine *e, const vq_task *t, unsigned flags)
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
         vq__pool_free(VQ__POOL_OP, op);
-        return rc == VQ_EINVAL ? validate_task(e, t, "vq_push")
-                               : vq__fail(VQ_ENOMEM, "vq_push: out of memory");
+        return rc == VQ_EINVAL ? validate_task(e, t, fn)
+                               : vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
     }
     op->desc = &op->embedded;
-    rc = op_enqueue(e, op);
+    rc = op_enqueue(e, op, fn);
     if (rc < 0) {
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
@@ -718,8 +723,8 @@ static void throttle(vq_engine *e)
     }
 }
 
-/* hot path: runs fn(arg) now when the op has no vars, is sync, and the
- * engine is saturated. Returns true if it did. */
+/* hot path: no lock. Runs fn(arg) now when the op has no vars, is sync,
+ * and the engine is saturated. Returns true if it did. */
 static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars,
                                   unsigned flags)
 {
@@ -736,8 +741,10 @@ static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nv
     return true;
 }
 
-/* hot path: one load per push, the engine's counters every 64 pushes. The
- * naive engine never counts an op in flight, so it never waits here. */
+/* hot path: no lock; one load per push, the engine's counters every 64
+ * pushes, and past max_pending the throttle, which is not hot (it runs ops
+ * and sleeps). The naive engine never counts an op in flight, so it never
+ * waits here. */
 static inline void pace(vq_engine *e)
 {
     if (__builtin_expect((++push_tick & 63) == 0, 0) && !vq__in_op && !vq__self())
@@ -756,7 +763,7 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
         if (rc < 0)
             return rc;
         pace(e);
-        return push_task(e, t, 0);
+        return push_task(e, t, 0, "vq_push");
     }
     pace(e);
     if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites, 0)) {
@@ -764,7 +771,7 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
             t->arg_free(t->arg);
         return 0;
     }
-    return push_task(e, t, 0); /* checks the vars while merging them */
+    return push_task(e, t, 0, "vq_push"); /* checks the vars while merging them */
 }
 
 VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
@@ -839,7 +846,7 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
     /* relaxed: the op's queue hand-off orders it before the completion */
     atomic_fetch_add_explicit(&o->pushes, 1, memory_order_relaxed);
     op->desc = d;
-    int rc = op_enqueue(e, op);
+    int rc = op_enqueue(e, op, "vq_push_opr");
     if (rc < 0) {
         if (op->spare_of)
             atomic_store_explicit(&o->spare, op, memory_order_release);
@@ -1019,7 +1026,7 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
         return vq__fail(VQ_EINVAL, "vq_var_free: var \"%s\" has been freed", v->name);
     vq_var *w[1] = {v};
     vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};
-    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE);
+    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");
     if (rc < 0)
         atomic_store(&v->state, VQ__VAR_LIVE);
     return rc;
@@ -1078,7 +1085,7 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
      * before any other ready op runs. */
     vq_task t = {.fn = take_var_error, .arg = &w, .writes = wv, .nwrites = 1,
                  .priority = INT_MAX, .name = "vq_wait_var"};
-    rc = push_task(e, &t, VQ__OPR_NOSKIP);
+    rc = push_task(e, &t, VQ__OPR_NOSKIP, "vq_wait_var");
     if (rc == 0) {
         pthread_mutex_lock(&w.lock);
         while (!w.done)

@@ -353,7 +353,8 @@ struct vq__worker {
 };
 
 /* streams: NULL for a CPU pool (ctx CPU 0); for a GPU pool, one stream per
- * worker, which its worker passes to its ops with ctx. */
+ * worker, which its worker passes to its ops with ctx. Its message names
+ * no API call: the caller, which knows the call, puts it before. */
 int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id, vq_ctx ctx,
                    void *const *streams);
 void vq__pool_stop(struct vq__wpool *p);

@@ -367,11 +367,11 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
 {
     memset(p, 0, sizeof *p);
     if (ring_init(&p->ring, RING_CELLS) < 0)
-        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory for a ready queue");
     p->workers = vq__aligned_alloc(VQ__CACHELINE, (size_t)nworkers * sizeof *p->workers);
     if (!p->workers) {
         free(p->ring.cells);
-        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory for %d workers", nworkers);
     }
     atomic_flag_clear(&p->heap.lock.flag);
     p->device = streams != NULL;
@@ -390,7 +390,7 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
             vq__prof_buf_destroy(&w->prof);
             p->nworkers = i;
             vq__pool_stop(p);
-            return vq__fail(VQ_ENOMEM, "vq_engine_new: cannot start worker %d", first_id + i);
+            return vq__fail(VQ_ENOMEM, "cannot start worker %d", first_id + i);
         }
         if (!streams) /* CPU workers (GPU workers wait on their streams) */
             worker_bind(e, w->thread, first_id + i, e->cpu_workers + e->cpu_prio_workers);

@@ -15,6 +15,7 @@
 
 #include "../engine/engine_internal.h"
 #include "stream.h"
+#include "../engine/fault.h"
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -602,6 +603,51 @@ Test(engine_gpu, no_backend_is_enosys_and_cpu_ops_run)
     cr_assert_eq(vq_wait_var(e, v), 0);
     cr_assert_eq(atomic_load(&cpu_runs), 2);
     vq_engine_free(e);
+}
+
+/* The GPU state starts with the first GPU push, in whatever call made it:
+ * a failure there (here every allocation of the start in turn) names that
+ * call, never vq_engine_new, which had succeeded long before. */
+static void lazy_start_failures_name(bool prebuilt)
+{
+    const char *call = prebuilt ? "vq_opr_new:" : "vq_push:";
+    bool pool_failed = false;
+    int rc = VQ_ENOMEM;
+    for (long n = 1; rc == VQ_ENOMEM && n < 200; n++) {
+        vq_engine *e = engine(VQ_ENGINE_THREADED, 2, 0);
+        vq_var *v = vq_var_new(e, "v");
+        int count = 0;
+        vq_task g = {.fn = gpu_bump, .arg = &count, .ctx = {VQ_DEV_GPU, 0}, .writes = &v,
+                     .nwrites = 1, .name = "kernel"};
+        vq_opr *o = NULL;
+        vq__fault_arm(n);
+        if (prebuilt)
+            rc = (o = vq_opr_new(e, &g)) ? 0 : VQ_ENOMEM;
+        else
+            rc = vq_push(e, &g);
+        vq__fault_arm(0);
+        if (rc == VQ_ENOMEM && vq__fault_fired()) {
+            const char *msg = vq_errmsg();
+            cr_assert_eq(strncmp(msg, call, strlen(call)), 0, "failure %ld: %s", n, msg);
+            cr_assert_null(strstr(msg, "vq_engine_new"), "failure %ld: %s", n, msg);
+            pool_failed |= strstr(msg, "worker") || strstr(msg, "ready queue");
+        } else {
+            cr_assert_eq(rc, 0, "%s", vq_errmsg());
+            rc = 0;
+        }
+        if (o)
+            vq_opr_free(e, o);
+        cr_assert_eq(vq_wait_all(e), 0);
+        vq_engine_free(e);
+    }
+    cr_assert_eq(rc, 0, "the GPU start failed at 200 allocations in a row");
+    cr_assert(pool_failed, "no injected failure reached the GPU workers' start");
+}
+
+Test(engine_gpu, a_failed_lazy_start_names_the_push_not_engine_new)
+{
+    lazy_start_failures_name(false);
+    lazy_start_failures_name(true);
 }
 
 /* ---- random workloads with GPU ops ---- */

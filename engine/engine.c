@@ -619,7 +619,9 @@ static int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     int granted = vq__var_append_op(op, order, &spare, &push_ticket);
     vblocks_free(spare);
     /* The pusher's own count goes with the accesses granted above. */
-    if (atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel) == granted + 1)
+    int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel);
+    VQ__ASSERT(wait >= granted + 1); /* a grant counted here is not granted again */
+    if (wait == granted + 1)
         dispatch(e, op);
     return 0;
 }
@@ -753,7 +755,8 @@ static inline void pace(vq_engine *e)
 
 /* ---- the push calls ---- */
 
-/* hot path: no malloc (up to VQ__INLINE_VARS vars), no global lock */
+/* hot path: no malloc (up to VQ__INLINE_VARS vars); the locks of
+ * op_enqueue */
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
 {
     if (__builtin_expect(!task_shape_ok(e, t), 0)) {
@@ -818,7 +821,7 @@ static void opr_complete(vq_opr *o)
         opr_last_reference(o);
 }
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; the locks of op_enqueue */
 VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
 {
     if (!e || !o)
@@ -929,6 +932,8 @@ static void op_completed(vq_engine *e)
     /* seq_cst pair with wait_pending: either we see the waiter, or it sees
      * our count. Only the completion that leaves nothing pending wakes it. */
     unsigned long done = atomic_fetch_add(&e->completed, 1) + 1;
+    /* pushed never trails completed: an op is counted pushed before it runs */
+    VQ__ASSERT(atomic_load_explicit(&e->pushed, memory_order_relaxed) - done <= ULONG_MAX / 2);
     if (atomic_load(&e->waiters) > 0 && atomic_load(&e->pushed) == done) {
         pthread_mutex_lock(&e->wait_lock);
         pthread_cond_broadcast(&e->wait_cond);
@@ -936,7 +941,10 @@ static void op_completed(vq_engine *e)
     }
 }
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; the var spinlocks of the op's accesses, one at a
+ * time. Beyond an ordinary op: a deletion takes list_lock, the profiler
+ * its buffer's lock, and the completion that leaves a waiter nothing
+ * pending takes wait_lock to wake it. */
 void vq__op_finish(vq__op *op, int err, vq__ready *r)
 {
     const struct vq__desc *o = op->desc;
@@ -957,8 +965,12 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
         for (int i = 0; i < o->nexcl; i++)
             vq__var_complete_write(o->vars[i], r);
     }
-    if (o->flags & VQ__OPR_DELETE)
+    if (o->flags & VQ__OPR_DELETE) {
+        /* vq_var_free marked it; nothing else makes a deletion op */
+        VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) ==
+                   VQ__VAR_DELETING);
         var_destroy(e, o->vars[0]);
+    }
     if (o->flags & VQ__OPR_EMBEDDED) {
         if (o->arg_free)
             o->arg_free(o->arg);

@@ -35,6 +35,38 @@
  * keeps for libraries, so a dlopen'ed libvarq works too. */
 #define VQ__TLS _Thread_local __attribute__((tls_model("initial-exec")))
 
+/* Hot path markers. A function of the push or dispatch path opens with
+ * "hot path:" and what it takes: "no lock" only where it takes none (atomics
+ * only), otherwise the locks it may take, by name (the order they keep is
+ * at struct vq_engine). None of them logs or formats a message unless it
+ * fails. */
+
+/* ---- invariants ----
+ *
+ * VQ__ASSERT(expr) states an invariant that a comment claims (MXNet's
+ * CHECKs in threaded_engine.cc) and checks it where VQ_CHECK_INVARIANTS is
+ * defined: meson defines it in the sanitizer builds and in debug builds
+ * (engine/meson.build), never together with NDEBUG. Elsewhere it compiles
+ * to nothing (expr is not evaluated).
+ *
+ * It is a debug-build check, not error handling, and the one place where
+ * the library stops a process. A false invariant is never the caller's
+ * doing through the API (those errors are negative codes with a message,
+ * as everywhere): it means the engine's own state is corrupt, by a bug in
+ * varq or memory trampled by the program. No caller could recover from
+ * that, and going on would hang or corrupt further, far from the cause. So
+ * it prints file:line and the expression on stderr and traps on the spot,
+ * where a debugger or the sanitizer's report shows how it came about.
+ * Release builds keep the rule: no abort, no exit. */
+#if defined(VQ_CHECK_INVARIANTS) && !defined(NDEBUG)
+#define VQ__ASSERT(expr)                                                                   \
+    (__builtin_expect(!!(expr), 1) ? (void)0 : vq__assert_failed(__FILE__, __LINE__, #expr))
+#else
+#define VQ__ASSERT(expr) ((void)sizeof(expr))
+#endif
+/* Prints "varq: file:line: invariant failed: expr" and traps (error.c). */
+_Noreturn void vq__assert_failed(const char *file, int line, const char *expr);
+
 /* ---- object pools (pool.c) ---- */
 
 enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_COUNT };
@@ -62,9 +94,13 @@ extern VQ__TLS struct vq__thread_cache vq__cache __attribute__((visibility("hidd
  * Under AddressSanitizer every call goes through them (they poison). */
 void *vq__pool_alloc_slow(int kind);
 void vq__pool_free_slow(int kind, void *p);
+/* Slabs carved so far, all kinds (tests/prim_depot.c: a thread's exit
+ * gives its objects back, so a steady workload stops carving). */
+size_t vq__pool_slabs(void);
 
-/* hot path: no malloc (after warm-up), no global lock except once per
- * batch of VQ__MAG objects moved between threads. Returns NULL only when out
+/* hot path: no lock and no malloc from the thread's own list; the depot
+ * mutex (and malloc for a new slab) once per batch of VQ__MAG objects
+ * moved between threads. Returns NULL only when out
  * of memory. */
 static inline void *vq__pool_alloc(int kind)
 {
@@ -327,6 +363,21 @@ struct vq__heap {
     vq__op *spill_head, *spill_tail;
 };
 
+/* The queue's two parts on their own (threaded.c), for the pools and for
+ * the primitives' regression programs (tests/prim_ring.c, prim_heap.c).
+ * The ring: any number of concurrent producers and consumers; ncells a
+ * power of two; VQ_ENOMEM or 0. vq__ring_push returns false when full,
+ * vq__ring_pop NULL when empty; one producer's ops leave in its order. The
+ * heap (zeroed, lock clear, before its first push): any threads, under its
+ * spinlock; never fails (spills, above); vq__heap_pop returns the top
+ * when its priority is at least min_priority, spilled ops only for
+ * INT_MIN, else NULL. */
+int vq__ring_init(struct vq__ring *q, size_t ncells);
+bool vq__ring_push(struct vq__ring *q, vq__op *op);
+vq__op *vq__ring_pop(struct vq__ring *q);
+void vq__heap_push(struct vq__heap *h, vq__op *op);
+vq__op *vq__heap_pop(struct vq__heap *h, int min_priority);
+
 struct vq__worker;
 
 struct vq__wpool {
@@ -447,6 +498,27 @@ int vq__gpu_sync_all(vq_engine *e);
 
 /* ---- engine (engine.c) ---- */
 
+/* Lock order. The rule: a thread holds at most one of the engine's locks,
+ * and holds none while it waits for another, with three exceptions, each
+ * in one direction only:
+ *   - a pusher holds every var spinlock of its op at once, taken in
+ *     ascending address order (vq__var_append_op); a completer holds one
+ *     var's spinlock and takes nothing under it (var.c);
+ *   - a worker going to sleep holds its pool's sleep_lock while it looks
+ *     at the queue: sleep_lock, then the pool's heap spinlock (threaded.c);
+ *   - the naive engine holds naive_lock while an op runs, so whatever the
+ *     op's function takes comes after it: gpu_lock (a GPU push), list_lock
+ *     (vq_var_new, a deletion), the depot mutex (pool.c), a profiler
+ *     buffer's lock, and the program's own locks (naive.c); it releases
+ *     naive_lock while it waits for an async op.
+ * gpu_lock covers the GPU start, which takes the backend's locks and starts
+ * pools (no engine lock). Every other lock is a leaf, taken alone: the
+ * engine's wait_lock and list_lock, a pool's heap spinlock from a pusher or
+ * a worker that is awake, the depot mutex, a profiler buffer's lock, a GPU
+ * device's ev_lock, and the one-shot waits of vq_wait_var and the naive
+ * engine's async ops. No engine lock is held while an op's function runs
+ * (naive_lock aside), so a function may push, wait for a var's value on
+ * another engine or take its own locks. */
 struct vq_engine {
     int kind;                   /* VQ_ENGINE_THREADED or VQ_ENGINE_NAIVE */
     bool profile;
@@ -545,7 +617,9 @@ static inline void vq__ready_add(vq__ready *r, vq__op *op)
 static inline void vq__op_dep_granted(vq__op *op, vq__ready *r)
 {
     /* acq_rel: the op's runner sees the effects of every op that granted it */
-    if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) == 1)
+    int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel);
+    VQ__ASSERT(wait >= 1); /* one grant per access queued, and the pusher's count */
+    if (wait == 1)
         vq__ready_add(r, op);
 }
 

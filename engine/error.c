@@ -1,5 +1,6 @@
 /* Error codes: their names (vq_strerror) and the thread-local sentence about
- * the last failure (vq_errmsg), set through vq__fail by every failing call. */
+ * the last failure (vq_errmsg), set through vq__fail by every failing call;
+ * and the report of a failed invariant (VQ__ASSERT). */
 #include "engine_internal.h"
 
 #include <stdarg.h>
@@ -53,10 +54,23 @@ unsigned vq__errmsg_gen(void)
 
 VQ_API int vq_error_set(int err, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errmsg, sizeof errmsg, fmt ? fmt : "", ap);
-    va_end(ap);
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+        va_end(ap);
+    } else {
+        errmsg[0] = '\0'; /* (clang: no empty format string) */
+    }
     errgen++;
     return err;
+}
+
+/* VQ__ASSERT's failure (engine_internal.h): the one print and trap of the
+ * library, in the builds that check invariants. */
+void vq__assert_failed(const char *file, int line, const char *expr)
+{
+    fprintf(stderr, "varq: %s:%d: invariant failed: %s\n", file, line, expr);
+    fflush(stderr);
+    __builtin_trap();
 }

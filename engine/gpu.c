@@ -249,7 +249,9 @@ static void event_put(struct vq__gpu *g, struct vq__gpu_event *ev)
 static void event_unref(struct vq__gpu *g, struct vq__gpu_event *ev)
 {
     /* acq_rel: the last holder's recycling comes after every holder's use */
-    if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) == 1)
+    int refs = atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel);
+    VQ__ASSERT(refs >= 1); /* one reference per var carrying it */
+    if (refs == 1)
         event_put(g, ev);
 }
 
@@ -330,6 +332,7 @@ int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err)
     ev->stream = x->stream;
     atomic_store_explicit(&ev->refs, n, memory_order_relaxed);
     /* The op has exclusive access to every var (nexcl == n). */
+    VQ__ASSERT(o->nexcl == n);
     for (int i = 0; i < n; i++) {
         vq_var *v = o->vars[i];
         struct vq__gpu_event *old = v->gpu_ev;

@@ -170,3 +170,13 @@ void vq__pool_free_slow(int kind, void *p)
         depot_put(kind, take_magazine(kind));
     }
 }
+
+size_t vq__pool_slabs(void)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&depot.lock);
+    for (const struct slab *s = depot.slabs; s; s = s->next)
+        n++;
+    pthread_mutex_unlock(&depot.lock);
+    return n;
+}

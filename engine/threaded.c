@@ -41,7 +41,7 @@ struct vq__worker *vq__self(void)
 
 /* ---- the ring (bounded MPMC, cell sequence numbers) ---- */
 
-static int ring_init(struct vq__ring *q, size_t ncells)
+int vq__ring_init(struct vq__ring *q, size_t ncells)
 {
     q->cells = vq__aligned_alloc(VQ__CACHELINE, ncells * sizeof *q->cells);
     if (!q->cells)
@@ -56,8 +56,8 @@ static int ring_init(struct vq__ring *q, size_t ncells)
     return 0;
 }
 
-/* hot path: returns false when full */
-static bool ring_push(struct vq__ring *q, vq__op *op)
+/* hot path: no lock (lock-free). Returns false when full. */
+bool vq__ring_push(struct vq__ring *q, vq__op *op)
 {
     size_t pos = atomic_load_explicit(&q->enq, memory_order_relaxed);
     for (;;) {
@@ -81,8 +81,8 @@ static bool ring_push(struct vq__ring *q, vq__op *op)
     }
 }
 
-/* hot path: returns NULL when empty */
-static vq__op *ring_pop(struct vq__ring *q)
+/* hot path: no lock (lock-free). Returns NULL when empty. */
+vq__op *vq__ring_pop(struct vq__ring *q)
 {
     size_t pos = atomic_load_explicit(&q->deq, memory_order_relaxed);
     for (;;) {
@@ -94,6 +94,7 @@ static vq__op *ring_pop(struct vq__ring *q)
             if (atomic_compare_exchange_weak_explicit(&q->deq, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 vq__op *op = c->op;
+                VQ__ASSERT(op); /* a cell whose sequence says full holds an op */
                 /* release: the cell may be written again by a producer */
                 atomic_store_explicit(&c->seq, pos + q->mask + 1, memory_order_release);
                 return op;
@@ -121,7 +122,7 @@ static void heap_swap(struct vq__heap_item *a, struct vq__heap_item *b)
 }
 
 /* Never fails: when the array cannot grow, the op is spilled. */
-static void heap_push(struct vq__heap *h, vq__op *op)
+void vq__heap_push(struct vq__heap *h, vq__op *op)
 {
     vq__spin_lock(&h->lock);
     if (h->n == h->cap) {
@@ -155,12 +156,14 @@ static void heap_push(struct vq__heap *h, vq__op *op)
 
 /* Pops the top if its priority is at least min_priority; spilled ops come
  * last, only for min_priority INT_MIN. */
-static vq__op *heap_pop(struct vq__heap *h, int min_priority)
+vq__op *vq__heap_pop(struct vq__heap *h, int min_priority)
 {
     vq__spin_lock(&h->lock);
     if (h->n == 0 || h->items[0].priority < min_priority) {
         vq__op *op = NULL;
         if (h->n == 0 && min_priority == INT_MIN && (op = h->spill_head)) {
+            /* count is the array's items plus the spilled ops */
+            VQ__ASSERT(atomic_load_explicit(&h->count, memory_order_relaxed) > 0);
             h->spill_head = op->next;
             if (!h->spill_head)
                 h->spill_tail = NULL;
@@ -169,6 +172,7 @@ static vq__op *heap_pop(struct vq__heap *h, int min_priority)
         vq__spin_unlock(&h->lock);
         return op;
     }
+    VQ__ASSERT(atomic_load_explicit(&h->count, memory_order_relaxed) >= (int)h->n);
     vq__op *op = h->items[0].op;
     h->items[0] = h->items[--h->n];
     for (size_t i = 0;;) {
@@ -197,16 +201,16 @@ static bool heap_has_above(struct vq__heap *h, int priority)
 
 /* ---- pools ---- */
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; no lock while the heap is empty, else its spinlock */
 vq__op *vq__pool_pop(struct vq__wpool *p)
 {
     vq__op *op;
-    if (heap_has_above(&p->heap, 0) && (op = heap_pop(&p->heap, 1)))
+    if (heap_has_above(&p->heap, 0) && (op = vq__heap_pop(&p->heap, 1)))
         return op;
-    if ((op = ring_pop(&p->ring)))
+    if ((op = vq__ring_pop(&p->ring)))
         return op;
     if (atomic_load_explicit(&p->heap.count, memory_order_acquire) > 0)
-        return heap_pop(&p->heap, INT_MIN);
+        return vq__heap_pop(&p->heap, INT_MIN);
     return NULL;
 }
 
@@ -229,24 +233,26 @@ static void wake(struct vq__wpool *p, int n)
     }
 }
 
-/* hot path: no malloc (the heap grows rarely), no global lock */
+/* hot path: no lock for priority-0 ops that find room in the ring; the
+ * heap's spinlock (and a rare realloc) for the others, and sleep_lock when
+ * a worker sleeps and must be woken. */
 void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait)
 {
     for (int i = 0; i < n; i++) {
         vq__op *op = ops[i];
         bool plain = op->desc->priority == 0;
-        if (plain && ring_push(&p->ring, op))
+        if (plain && vq__ring_push(&p->ring, op))
             continue;
         if (plain && may_wait) {
             /* The ring is full: the pusher makes room by running the oldest
              * ready ops itself, as a worker would. */
             wake(p, n);
-            while (!ring_push(&p->ring, op))
+            while (!vq__ring_push(&p->ring, op))
                 if (!vq__run_here(p))
                     sched_yield();
             continue;
         }
-        heap_push(&p->heap, op);
+        vq__heap_push(&p->heap, op);
     }
     wake(p, n);
 }
@@ -366,7 +372,7 @@ int vq__pool_start(vq_engine *e, struct vq__wpool *p, int nworkers, int first_id
                    void *const *streams)
 {
     memset(p, 0, sizeof *p);
-    if (ring_init(&p->ring, RING_CELLS) < 0)
+    if (vq__ring_init(&p->ring, RING_CELLS) < 0)
         return vq__fail(VQ_ENOMEM, "out of memory for a ready queue");
     p->workers = vq__aligned_alloc(VQ__CACHELINE, (size_t)nworkers * sizeof *p->workers);
     if (!p->workers) {

@@ -95,6 +95,7 @@ bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb)
     enqueue(v, op, true, nb);
     if (v->pending_write)
         return false;
+    VQ__ASSERT(!v->write_triggered); /* no write pending: none granted either */
     v->pending_write = b;
     v->write_triggered = v->num_pending_reads == 0;
     return v->write_triggered;
@@ -112,7 +113,7 @@ void vq__var_sort(vq_var **vars, int n)
     }
 }
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; the op's var spinlocks, all at once */
 int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
                       unsigned long *ticket)
 {
@@ -126,10 +127,12 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
     *ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);
     for (int i = 0; i < o->nexcl; i++) {
         struct vq__vblock *b = *spare;
+        VQ__ASSERT(b); /* the caller gave one block per var */
         *spare = b->next;
         granted += vq__var_append_write(o->vars[i], op, b);
     }
     for (int i = o->nexcl; i < n; i++) {
+        VQ__ASSERT(*spare);
         struct vq__vblock *next = (*spare)->next;
         if (vq__var_append_read(o->vars[i], op, spare))
             granted++;
@@ -141,11 +144,12 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
     return granted;
 }
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; v's spinlock, alone */
 void vq__var_complete_read(vq_var *v, vq__ready *r)
 {
     vq__op *grant = NULL;
     vq__spin_lock(&v->lock);
+    VQ__ASSERT(v->num_pending_reads > 0); /* this read was granted and counted */
     if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) {
         v->write_triggered = true;
         grant = v->pending_write->trigger;
@@ -155,10 +159,15 @@ void vq__var_complete_read(vq_var *v, vq__ready *r)
         vq__op_dep_granted(grant, r);
 }
 
-/* hot path: no malloc, no global lock */
+/* hot path: no malloc; v's spinlock, alone (the blocks go back to this
+ * thread's pool list: the depot mutex once per VQ__MAG) */
 void vq__var_complete_write(vq_var *v, vq__ready *r)
 {
     vq__spin_lock(&v->lock);
+    /* The completing write is the oldest one, granted, and ran alone. */
+    VQ__ASSERT(v->pending_write && v->write_triggered);
+    VQ__ASSERT(v->num_pending_reads == 0);
+    VQ__ASSERT(v->pending_write->write);
     struct vq__vblock *done = v->pending_write;
     struct vq__vblock *first_read = done->next, *end = first_read;
     int nreads = 0;

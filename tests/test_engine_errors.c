@@ -1,7 +1,9 @@
 /* Errors (DESIGN.md 2.5): a failed op poisons what it writes, dependents are
  * skipped and pass the error on, waits report once and clear, waiting inside
  * an op is VQ_EDEADLK, and bad arguments are VQ_EINVAL with a message. Each
- * behaviour is checked on the threaded and the naive engine. */
+ * behaviour is checked on the threaded and the naive engine. And running
+ * out of memory where no caller could hear of it (the dispatch path) is
+ * survived, not waited out. */
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
@@ -12,6 +14,9 @@
 #include <string.h>
 #include "leakcheck.h"
 #include "stream.h"
+#include "engine_internal.h"
+#include "fault.h"
+#include <sched.h>
 
 TestSuite(varq_errors, .fini = leak_check);
 
@@ -308,4 +313,78 @@ Test(varq_errors, strerror_names_every_code)
         cr_assert(strncmp(vq_strerror(codes[i]), "VQ_E", 4) == 0);
     cr_assert_str_eq(vq_strerror(-99999), "unknown error");
     cr_assert_str_eq(vq_strerror(0), "VQ_OK: success");
+}
+
+/* ---- out of memory on the dispatch path ---- */
+
+static atomic_int held, started, run_log_len;
+static int run_log[512];
+
+static int hold_until_released(void *arg, const vq_exec_ctx *x)
+{
+    (void)arg, (void)x;
+    atomic_store(&started, 1);
+    while (!atomic_load(&held))
+        sched_yield();
+    return 0;
+}
+
+static int log_run(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    run_log[atomic_fetch_add(&run_log_len, 1)] = (int)(intptr_t)arg;
+    return 0;
+}
+
+/* A ready op with a priority goes to the pool's heap; when the heap's array
+ * cannot grow, the dispatcher has no caller to give VQ_ENOMEM to, and it
+ * used to wait for memory. The op is spilled instead: it runs, after the
+ * ops of the array (engine/threaded.c, tests/prim_heap.c). */
+Test(varq_errors, a_ready_op_that_finds_no_memory_for_the_heap_still_runs)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
+    vq_engine *e = NULL;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    vq_var *v = vq_var_new(e, "v");
+    /* This thread's pool lists hold what the pushes below take, so that
+     * the one allocation they make is the heap's growth. */
+    void *warm[2][600];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 600; i++)
+            cr_assert_not_null(warm[k][i] = vq__pool_alloc(k == 0 ? VQ__POOL_OP : VQ__POOL_VBLOCK));
+        for (int i = 0; i < 600; i++)
+            vq__pool_free(k == 0 ? VQ__POOL_OP : VQ__POOL_VBLOCK, warm[k][i]);
+    }
+    atomic_store(&held, 0);
+    atomic_store(&started, 0);
+    atomic_store(&run_log_len, 0);
+    vq_task hold = {.fn = hold_until_released, .name = "hold"};
+    cr_assert_eq(vq_push(e, &hold), 0);
+    while (!atomic_load(&started)) /* the one worker is busy: what follows queues */
+        sched_yield();
+    enum { ARRAY = 256, N = 300 }; /* the heap's array starts with 256 items */
+    for (int i = 0; i < N; i++) {
+        /* a read of v: an op with a var is never run at once by the pusher */
+        vq_task t = {.fn = log_run, .arg = (void *)(intptr_t)i, .reads = &v, .nreads = 1,
+                     .priority = 1, .name = "ready"};
+        if (i == ARRAY)
+            vq__fault_arm(1);
+        cr_assert_eq(vq_push(e, &t), 0, "push %d: %s", i, vq_errmsg());
+        if (i == ARRAY) {
+            vq__fault_arm(0);
+            cr_assert(vq__fault_fired(), "the push of op %d made no allocation", i);
+            cr_assert_not_null(e->cpu.heap.spill_head, "op %d was not spilled", i);
+        }
+    }
+    atomic_store(&held, 1);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(atomic_load(&run_log_len), N, "%d of %d ops ran", atomic_load(&run_log_len), N);
+    /* the array's ops in push order, then the spilled one */
+    for (int i = 0, want = 0; i < N - 1; i++, want++) {
+        if (want == ARRAY)
+            want++;
+        cr_assert_eq(run_log[i], want, "position %d: op %d ran, not op %d", i, run_log[i], want);
+    }
+    cr_assert_eq(run_log[N - 1], ARRAY, "the spilled op did not run last");
+    vq_engine_free(e);
 }

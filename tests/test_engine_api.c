@@ -4,6 +4,7 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +17,16 @@
 #include "leakcheck.h"
 
 TestSuite(varq_engine, .fini = leak_check);
+
+/* A behaviour of both engines: one test, run once per kind (the naive
+ * engine is the serial oracle; as test_engine_errors.c does). */
+#define BOTH_KINDS(name)                                                                    \
+    ParameterizedTestParameters(varq_engine, name)                                          \
+    {                                                                                       \
+        static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};                         \
+        return cr_make_param_array(int, kinds, 2);                                          \
+    }                                                                                       \
+    ParameterizedTest(int *kind, varq_engine, name)
 
 
 static vq_engine *engine_with(int kind, int workers)
@@ -213,14 +224,9 @@ static void async_finished_elsewhere(int kind)
     vq_engine_free(e);
 }
 
-Test(varq_engine, async_op_finished_from_another_thread)
+BOTH_KINDS(async_op_finished_from_another_thread)
 {
-    async_finished_elsewhere(VQ_ENGINE_THREADED);
-}
-
-Test(varq_engine, async_op_finished_from_another_thread_naive)
-{
-    async_finished_elsewhere(VQ_ENGINE_NAIVE);
+    async_finished_elsewhere(*kind);
 }
 
 /* ---- priorities ---- */
@@ -347,14 +353,9 @@ static void prebuilt_ops(int kind)
     vq_engine_free(e);
 }
 
-Test(varq_engine, prebuilt_op_pushed_many_times)
+BOTH_KINDS(prebuilt_op_pushed_many_times)
 {
-    prebuilt_ops(VQ_ENGINE_THREADED);
-}
-
-Test(varq_engine, prebuilt_op_pushed_many_times_naive)
-{
-    prebuilt_ops(VQ_ENGINE_NAIVE);
+    prebuilt_ops(*kind);
 }
 
 Test(varq_engine, arg_free_runs_once_per_pushed_op)
@@ -404,14 +405,9 @@ static void pushers_in_parallel(int kind)
     vq_engine_free(e);
 }
 
-Test(varq_engine, several_threads_push_onto_one_var)
+BOTH_KINDS(several_threads_push_onto_one_var)
 {
-    pushers_in_parallel(VQ_ENGINE_THREADED);
-}
-
-Test(varq_engine, several_threads_push_onto_one_var_naive)
-{
-    pushers_in_parallel(VQ_ENGINE_NAIVE);
+    pushers_in_parallel(*kind);
 }
 
 /* ---- var deletion ---- */
@@ -431,14 +427,9 @@ static void var_free_waits(int kind)
     vq_engine_free(e);
 }
 
-Test(varq_engine, var_free_runs_after_every_earlier_access)
+BOTH_KINDS(var_free_runs_after_every_earlier_access)
 {
-    var_free_waits(VQ_ENGINE_THREADED);
-}
-
-Test(varq_engine, var_free_runs_after_every_earlier_access_naive)
-{
-    var_free_waits(VQ_ENGINE_NAIVE);
+    var_free_waits(*kind);
 }
 
 /* ---- engine life ---- */
@@ -522,14 +513,9 @@ static void nested_push(int kind)
     vq_engine_free(e);
 }
 
-Test(varq_engine, op_pushed_from_an_op_runs_after_it)
+BOTH_KINDS(op_pushed_from_an_op_runs_after_it)
 {
-    nested_push(VQ_ENGINE_THREADED);
-}
-
-Test(varq_engine, op_pushed_from_an_op_runs_after_it_naive)
-{
-    nested_push(VQ_ENGINE_NAIVE);
+    nested_push(*kind);
 }
 
 /* ---- options and environment ---- */

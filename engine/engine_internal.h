@@ -214,8 +214,11 @@ struct vq_opr {
     VQ__ALIGNED atomic_long pushes;
     VQ__ALIGNED atomic_long remaining;
     /* An op kept for a push that finds the op pool empty and no memory to
-     * refill it: one push of a prebuilt op in flight at a time (the graph
-     * executor's case) then never fails. NULL while that push is out. */
+     * refill it: with one push of a prebuilt op in flight at a time (the
+     * graph executor's case) the op itself is always there. NULL while that
+     * push is out. The push still takes one var block per var from the
+     * pool: when that is empty too and memory is out, it fails with
+     * VQ_ENOMEM like any push (reported to the pusher, never waited for). */
     _Atomic(struct vq__op *) spare;
 };
 

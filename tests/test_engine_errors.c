@@ -388,3 +388,44 @@ Test(varq_errors, a_ready_op_that_finds_no_memory_for_the_heap_still_runs)
     cr_assert_eq(run_log[N - 1], ARRAY, "the spilled op did not run last");
     vq_engine_free(e);
 }
+
+/* The spare op of a prebuilt op covers the op, not its var blocks: a push
+ * whose blocks cannot be had for want of memory fails, and says so (the
+ * executor's pushes depend on this being an error, not a wait). */
+Test(varq_errors, a_prebuilt_push_without_memory_for_its_var_blocks_is_enomem)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
+    vq_engine *e = NULL;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    vq_var *v = vq_var_new(e, "v");
+    vq_task t = {.fn = ok_op, .arg = (void *)(intptr_t)1, .writes = &v, .nwrites = 1,
+                 .name = "prebuilt"};
+    vq_opr *op = vq_opr_new(e, &t);
+    cr_assert_not_null(op, "%s", vq_errmsg());
+    /* Empty this thread's list of var blocks and the depot: take blocks
+     * until a new slab is carved, then that slab's. */
+    enum { MAX_HELD = 1 << 16 };
+    void **held = malloc(MAX_HELD * sizeof *held);
+    int n = 0;
+    size_t slabs = vq__pool_slabs();
+    while (n < MAX_HELD - VQ__MAG && vq__pool_slabs() == slabs)
+        cr_assert_not_null(held[n++] = vq__pool_alloc(VQ__POOL_VBLOCK));
+    cr_assert_lt(n, MAX_HELD - VQ__MAG, "no slab carved after %d blocks", n);
+    for (int i = 1; i < VQ__MAG; i++)
+        held[n++] = vq__pool_alloc(VQ__POOL_VBLOCK);
+    /* an op in this thread's list: the push's one allocation is the slab */
+    vq__pool_free(VQ__POOL_OP, vq__pool_alloc(VQ__POOL_OP));
+    vq__fault_arm(1); /* the next slab */
+    int rc = vq_push_opr(e, op);
+    vq__fault_arm(0);
+    cr_assert_eq(rc, VQ_ENOMEM, "push: %d (%s)", rc, vq_errmsg());
+    cr_assert(vq__fault_fired());
+    cr_assert_not_null(strstr(vq_errmsg(), "vq_push_opr"), "%s", vq_errmsg());
+    while (n > 0)
+        vq__pool_free(VQ__POOL_VBLOCK, held[--n]);
+    free(held);
+    cr_assert_eq(vq_push_opr(e, op), 0, "%s", vq_errmsg()); /* memory is back */
+    vq_opr_free(e, op);
+    cr_assert_eq(vq_wait_all(e), 0);
+    vq_engine_free(e);
+}

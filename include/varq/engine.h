@@ -226,9 +226,10 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t);
 /* Pushes a prebuilt op; the same as vq_push of its task. Several pushes of
  * one opr may be in flight at once: each is one op in push order. Each opr
  * keeps one spare op of its own (allocated by vq_opr_new), so that a push
- * made while no earlier push of the same opr is in flight never fails for
- * memory; VQ_ENOMEM only when the engine's op pool cannot grow and the
- * spare is out with such an earlier push. */
+ * made while no earlier push of the same opr is in flight never lacks an
+ * op. VQ_ENOMEM when the engine's op pool cannot grow and the spare is out
+ * with such an earlier push, or when the push's var blocks (one per var of
+ * the op, from a pool) cannot be had for want of memory, as for vq_push. */
 VQ_API int vq_push_opr(vq_engine *e, vq_opr *op);
 
 /* Releases a prebuilt op. Pushes already made still run; its memory and

@@ -44,7 +44,7 @@ void *vq__gpu_op_stream(void);
 bool vq__engine_runs_inline(const vq_engine *e);
 
 /* The profiler, for a layer that runs several of its own ops inside one
- * engine op (the executor's segments, graph/exec.c): vq__engine_profiling
+ * engine op (the executor's segments, graph/run.c): vq__engine_profiling
  * says whether e records ops; vq__prof_span adds a record named name from
  * start_ns to end_ns (vq__now_ns clock) on the row of worker (an
  * vq_exec_ctx.worker; -1: the row of other threads). The name must live

@@ -1,6 +1,7 @@
-/* The executor's prepared plan, shared by exec.c (preparation of straight
- * code, runs, the plan cache) and control.c (cond and while: their checks
- * at preparation and their execution on the engine).
+/* The executor's prepared plan, shared by plan.c (preparation of straight
+ * code, the plan cache), run.c (runs: the pushes and the engine ops'
+ * bodies) and control.c (cond and while: their checks at preparation and
+ * their execution on the engine).
  *
  * A plan runs its program as frames. The root frame is block 0, pushed
  * once per run by the caller's thread. Every cond or while op of a frame
@@ -44,7 +45,7 @@ struct vq_exec {
     int nplans;
     pthread_cond_t idle; /* signalled when a run ends */
     vq_exec_stats stats;
-    struct plan *dead;   /* dropped plans waiting for reap() (exec.c) */
+    struct plan *dead;   /* dropped plans waiting for reap() (plan.c) */
     bool check_nan;      /* VQ_EXEC_CHECK_NAN */
     bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
     bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
@@ -125,7 +126,7 @@ struct fop {
     struct frame *fr;
     struct pvar **in, **out; /* t->nin and src->nout slots */
     uint64_t execs;          /* root frame: executions so far, to find the run */
-    vq_opr *opr;             /* kernel ops: the first of a segment (exec.c) */
+    vq_opr *opr;             /* kernel ops: the first of a segment (plan.c) */
     int seg_len;             /* with opr: the segment's ops, this one and the
                               * next seg_len - 1 of the frame */
     struct ctl *ctl;         /* control ops: their instance */
@@ -236,7 +237,7 @@ struct plan {
     atomic_size_t live; /* tensor bytes the plan's slots hold */
 };
 
-/* Preparation's walk over the ops of one block (exec.c), which control.c
+/* Preparation's walk over the ops of one block (plan.c), which control.c
  * calls for the blocks of a cond or while. has[v]: var v has a value at
  * this point; owner[v]: the counter of readers of that value. ext collects
  * the vars of enclosing blocks that the block's ops read. */
@@ -261,7 +262,7 @@ int vq__varset_add(struct varset *s, int v);
 
 /* A cond or while op met by the walk: checks its attributes and blocks,
  * walks them, and sets t->ctl, t->nin / t->in (its reads of enclosing
- * vars appended) and the metas of its outputs (exec.c then counts its
+ * vars appended) and the metas of its outputs (plan.c then counts its
  * reads and writes like any op's). */
 int vq__ctl_walk(struct walk *w, struct pop *t);
 void vq__ctl_info_free(struct ctl_info *ci);
@@ -279,7 +280,7 @@ int vq__pop_error(const struct pop *t, int rc);
 struct pvar *vq__frame_slot(struct frame *fr, int v, bool *dep);
 
 /* Builds the frames of a control op's instance and its engine ops
- * (control.c); builds the kernel ops of a frame (exec.c). Both recurse. */
+ * (control.c); builds the kernel ops of a frame (plan.c). Both recurse. */
 int vq__ctl_build(struct fop *f);
 int vq__frame_vars(struct frame *fr); /* slots and engine vars (not the root) */
 int vq__frame_ops(struct frame *fr);  /* fops and their engine ops */
@@ -311,5 +312,23 @@ void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream);
 /* Puts t (a reference the caller gives) into slot v, dropping what it held. */
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t);
 void vq__fop_inputs_done(struct fop *f, void *stream);
+
+/* ---- between plan.c and run.c ---- */
+
+/* Finds the plan for (p, s, feeds, fetches) in ex's cache or prepares it,
+ * and pins it (one more reference, which vq__plan_unpin drops). Takes the
+ * executor's lock. */
+int vq__plan_acquire(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
+                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out);
+void vq__plan_unpin(vq_exec *ex, struct plan *pl);
+void vq__meta_of_tensor(vq__meta *m, const vq_tensor *t);
+
+/* The bodies of a plan's prebuilt engine ops (run.c), which preparation
+ * names in them: one kernel op (sync or async kernel), a segment of kernel
+ * ops (from its first fop), and the run's final op (arg: the plan). */
+int vq__op_exec(void *arg, const vq_exec_ctx *x);
+void vq__op_exec_async(void *arg, const vq_exec_ctx *x, vq_done *done);
+int vq__seg_exec(void *arg, const vq_exec_ctx *x);
+int vq__final_exec(void *arg, const vq_exec_ctx *x);
 
 #endif

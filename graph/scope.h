@@ -1,4 +1,4 @@
-/* Private interface between scopes (scope.c) and the executor (exec.c). */
+/* Private interface between scopes (scope.c) and the executor (plan.c). */
 #ifndef VARQ_GRAPH_SCOPE_H
 #define VARQ_GRAPH_SCOPE_H
 

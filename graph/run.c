@@ -1,0 +1,775 @@
+/* The executor's runs: a run of a prepared plan (plan.c) is a sequence of
+ * pushes, and this file holds both the pushing and the bodies of the
+ * engine ops it pushes (kernel ops and segments, feed binds, the final
+ * op), with vq_exec_run and vq_exec_run_async.
+ *
+ * A run pushes one bind op per feed, then every op of block 0 in program
+ * order, then one final op that reads the fetched vars and reports. The
+ * engine's var queues do all the ordering. A cond or while op is pushed as
+ * two halves that push the ops of its blocks when its predicate is known
+ * (control.c); the frames that hold each block's values are described in
+ * plan.h.
+ *
+ * Which run an op execution of block 0 belongs to: every run pushes every
+ * op once, in run order (runs push under the plan's lock), and an op's
+ * executions are ordered by the engine (each op writes a var), so the n-th
+ * execution of an op belongs to the n-th run of the plan. Runs sit in a
+ * ring indexed by their sequence number; an op counts its own executions.
+ * (The ops of other blocks belong to the run of their control op's
+ * instance, which runs one execution at a time.)
+ *
+ * Errors inside a run never reach the engine: a failing kernel records the
+ * run's first error (with the op's index and type) and returns 0; later ops
+ * of the same run see the error and only do their bookkeeping. So no var is
+ * ever left failed, other runs in flight are unaffected and the plan stays
+ * usable. Every op of a plan is pushed with VQ_PROP_RUN_ON_FAILED: a
+ * failure some other op left on a scope tensor's var must not make the
+ * engine skip one (the count of executions above would break and the run
+ * would never report).
+ *
+ * A push that fails (vq_push_opr's VQ_ENOMEM: the engine's pools could not
+ * grow) fails the run the same way, and the frame's remaining ops are not
+ * pushed; the frame's tail (the final op, or a loop's step or exit) still
+ * is, so that the run reports. Those ops then lag one execution behind the
+ * others, which breaks the count above for later runs: the plan is retired
+ * (struct plan's broken), and the next run prepares a new one. */
+#include "graph_internal.h"
+#include "plan.h"
+
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RING VQ__RUN_RING
+
+static bool metas_equal(const vq__meta *a, const vq__meta *b)
+{
+    return a->dtype == b->dtype && a->ndim == b->ndim &&
+           !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]);
+}
+
+/* ---- run-time bookkeeping (inside engine ops) ---- */
+
+static void note_live(struct run *r, struct plan *pl, size_t add)
+{
+    size_t live = atomic_fetch_add_explicit(&pl->live, add, memory_order_relaxed) + add;
+    size_t p = atomic_load_explicit(&r->peak, memory_order_relaxed);
+    while (live > p && !atomic_compare_exchange_weak_explicit(&r->peak, &p, live,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
+
+/* Drops the value of v held by the plan. Only for non-persistable vars.
+ * stream: that of the GPU op dropping it (the storage is freed in stream
+ * order after the op's work, which follows every other use), or NULL. */
+void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream)
+{
+    if (!v->value)
+        return;
+    atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
+    vq__tensor_release_on(v->value, stream);
+    v->value = NULL;
+    v->borrowed = false;
+}
+
+void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t)
+{
+    vq__slot_drop(pl, v, NULL);
+    v->value = t;
+    if (t)
+        note_live(r, pl, t->nbytes); /* every slot holding it counts it */
+}
+
+void vq__run_fail(struct run *r, const struct pop *t, int err, const char *msg)
+{
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&r->err, &none, err))
+        return;
+    if (t->block)
+        snprintf(r->msg, sizeof r->msg, "block %d op %d (%s): %s", t->block, t->index,
+                 t->src->type, msg);
+    else
+        snprintf(r->msg, sizeof r->msg, "op %d (%s): %s", t->index, t->src->type, msg);
+}
+
+struct run *vq__fop_run(struct fop *f)
+{
+    if (f->fr->owner)
+        return f->fr->owner->run;
+    return f->t->plan->ring[f->execs++ % RING];
+}
+
+/* After the kernel (or instead of it, when the run has failed): the inputs
+ * this op counted are read. */
+void vq__fop_inputs_done(struct fop *f, void *stream)
+{
+    struct plan *pl = f->t->plan;
+    for (int i = 0; i < f->t->nin; i++) {
+        if (!f->t->in_counts[i])
+            continue;
+        struct pvar *v = f->in[i];
+        /* acq_rel: the last reader sees the others' reads done. A fetched
+         * version never gets here: its count includes the final op. */
+        if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1)
+            vq__slot_drop(pl, v, stream);
+    }
+}
+
+/* Sets output j's new version in place: value, counter, immediate release
+ * of a value nobody reads. */
+static void output_done(struct fop *f, int j, vq_tensor *t, void *stream)
+{
+    struct plan *pl = f->t->plan;
+    struct pvar *v = f->out[j];
+    if (v->persistable)
+        return; /* the scope tensor, written in place */
+    if (v->value != t) {
+        vq__slot_drop(pl, v, stream);
+        v->value = t; /* the reference vq__op_exec took */
+    }
+    atomic_store_explicit(&v->readers_left, f->t->out_readers[j], memory_order_relaxed);
+    if (f->t->out_readers[j] == 0)
+        vq__slot_drop(pl, v, stream); /* nobody reads it and it is not fetched */
+}
+
+static bool is_in_place(const vq__pop *src, int j)
+{
+    for (int i = 0; i < src->nin; i++)
+        if (src->in[i] == src->out[j])
+            return true;
+    return false;
+}
+
+/* VQ_EXEC_CHECK_NAN: the first NaN or infinity in op's float outputs, in
+ * host memory. */
+static int check_finite(const struct pop *op, vq_tensor *const *out)
+{
+    const vq__pop *src = op->src;
+    for (int j = 0; j < src->nout; j++) {
+        double v;
+        int64_t i = vq__first_nonfinite(out[j], &v);
+        if (i >= 0)
+            return vq__nonfinite_fail(vq__op_out_slot(op->def, j),
+                                      op->plan->prog->vars[src->out[j]].name, v, i);
+    }
+    return 0;
+}
+
+/* The same on a GPU stream: a check after the kernel's work for each float
+ * output, which fails the run through the call's defer hook (ops' gpu.c). */
+static int check_finite_gpu(const struct pop *op, const vq__kcall *k)
+{
+    int err = 0;
+    for (int j = 0; j < op->src->nout && err == 0; j++)
+        if (k->out[j]->dtype == VQ_F32 || k->out[j]->dtype == VQ_F64)
+            err = vq__gpu_check_finite(k, j, op->plan->prog->vars[op->src->out[j]].name);
+    return err;
+}
+
+/* Output j of an in-place op is the very tensor its input of the same var
+ * held (not a new one: the input was not borrowed). */
+static bool kept_live(const vq__pop *src, int j, vq_tensor *const *out, vq_tensor *const *in)
+{
+    for (int i = 0; i < src->nin; i++)
+        if (src->in[i] == src->out[j] && in[i] == out[j])
+            return true;
+    return false;
+}
+
+/* The run failed: an op's outputs hold no stale values, and their
+ * counters stay right for the readers that will skip too. */
+static void skip_outputs(struct fop *f, void *stream)
+{
+    const vq__pop *src = f->t->src;
+    for (int j = 0; j < src->nout; j++) {
+        struct pvar *v = f->out[j];
+        if (!v->persistable) {
+            if (!is_in_place(src, j))
+                vq__slot_drop(f->t->plan, v, stream);
+            atomic_store_explicit(&v->readers_left, f->t->out_readers[j], memory_order_relaxed);
+        }
+    }
+}
+
+/* A GPU kernel's error found on the device (stream work of op's kernel,
+ * which runs before the run's final op synchronizes the GPU work). */
+static void op_defer_fail(void *user, void *tag, int err, const char *msg)
+{
+    vq__run_fail(user, tag, err, msg);
+}
+
+/* One execution of a kernel op: its tensors and params, from the start of
+ * vq__op_exec to the end of its kernel. On vq__op_exec's stack for sync kernels;
+ * on the heap while an async kernel is out (it may finish on any thread,
+ * after vq__op_exec_async returned). */
+struct op_state {
+    vq_op_done done;       /* async kernels: finishing it ends the op */
+    vq_done *engine_done;  /* ... and then this engine op */
+    struct fop *f;
+    struct run *run;       /* f's run: vq__fop_run(f), taken once per execution */
+    int nout;              /* outputs made so far */
+    const void *params;
+    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    _Alignas(16) unsigned char pbuf[VQ__MAX_PARAMS];
+};
+
+enum { OP_SKIP = 1 }; /* op_begin: the run failed before this op: nothing to do */
+
+/* Everything before the kernel: the inputs, inference with the real
+ * shapes (unless preparation knew them all), the outputs. Returns 0 when
+ * the kernel may run, OP_SKIP, or an error for op_end. */
+static int op_begin(struct op_state *s, void *stream)
+{
+    struct fop *f = s->f;
+    const struct pop *op = f->t;
+    struct plan *pl = op->plan;
+    const vq__pop *src = op->src;
+    struct run *r = s->run;
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    int werr = vq_op_wait_error();
+    if (werr)
+        vq__run_fail(r, op, werr, vq_errmsg());
+    if (atomic_load_explicit(&r->err, memory_order_acquire))
+        return OP_SKIP;
+    for (int i = 0; i < src->nin; i++) {
+        s->in[i] = f->in[i]->value;
+        if (!s->in[i]) {
+            vq__run_fail(r, op, VQ_EINVAL,
+                         "an input has no value (an earlier op of the run failed)");
+            return OP_SKIP;
+        }
+    }
+    /* Shapes may differ from run to run (feeds with other batch sizes):
+     * unless preparation knew them all, infer with the real ones.
+     * Attributes were checked at preparation. */
+    s->params = s->pbuf;
+    int err = 0;
+    if (op->fixed) {
+        memcpy(om, op->fixed, (size_t)src->nout * sizeof om[0]);
+        s->params = op->fixed + src->nout;
+    } else {
+        for (int i = 0; i < src->nin; i++)
+            vq__meta_of_tensor(&im[i], s->in[i]);
+        vq__meta *cache = f->infer_cache;
+        bool hit = cache != NULL;
+        for (int i = 0; hit && i < src->nin; i++)
+            hit = metas_equal(&cache[i], &im[i]);
+        if (hit) { /* the shapes of the last execution: its inference holds */
+            memcpy(om, cache + src->nin, (size_t)src->nout * sizeof om[0]);
+            s->params = cache + src->nin + src->nout;
+        } else {
+            memset(s->pbuf, 0, op->def->params_size);
+            memset(om, 0, (size_t)src->nout * sizeof om[0]);
+            vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
+                           .nin = src->nin, .in = im, .nout = src->nout, .out = om,
+                           .params = s->pbuf};
+            err = op->def->infer(&c);
+            size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
+            if (err == 0 && !cache)
+                cache = f->infer_cache = vq__malloc(metas + op->def->params_size);
+            if (err == 0 && cache) { /* no room: infer again next time */
+                memcpy(cache, im, (size_t)src->nin * sizeof *cache);
+                memcpy(cache + src->nin, om, (size_t)src->nout * sizeof *cache);
+                memcpy(cache + src->nin + src->nout, s->pbuf, op->def->params_size);
+            }
+        }
+    }
+    for (; err == 0 && s->nout < src->nout; s->nout++) {
+        int j = s->nout;
+        struct pvar *v = f->out[j];
+        vq_tensor *cur = v->value;
+        bool fits = cur && cur->dtype == om[j].dtype && cur->ndim == om[j].ndim &&
+                    !memcmp(cur->shape, om[j].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
+        /* in place: the var's own tensor, unless it is borrowed (a feed
+         * stays the caller's: the op writes a new one) */
+        if (v->persistable || (is_in_place(src, j) && !v->borrowed)) {
+            if (!fits) {
+                err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
+                               vq__op_out_slot(op->def, j), j,
+                               pl->prog->vars[src->out[j]].name);
+                break;
+            }
+            s->out[j] = vq_tensor_retain(cur);
+        } else {
+            err = vq__tensor_empty_at(&s->out[j], pl->exec->device, om[j].dtype, om[j].ndim,
+                                      om[j].shape, stream);
+            if (err)
+                break;
+            note_live(r, pl, s->out[j]->nbytes);
+        }
+    }
+    return err;
+}
+
+/* A kernel call for s, on x's device. */
+static vq__kcall op_kcall(struct op_state *s, const vq_exec_ctx *x)
+{
+    const struct pop *op = s->f->t;
+    return (vq__kcall){.def = op->def, .params = s->params, .in = s->in, .nin = op->src->nin,
+                       .out = s->out, .nout = op->src->nout, .x = x, .defer = op_defer_fail,
+                       .defer_user = s->run, .defer_tag = (void *)op};
+}
+
+/* Everything after the kernel (or after op_begin, when err or OP_SKIP
+ * says the kernel did not run): the NaN check, the outputs handed to the
+ * vars and the inputs' counters, or on failure the run failed and the
+ * outputs dropped. */
+static void op_end(struct op_state *s, int err, void *stream)
+{
+    struct fop *f = s->f;
+    const struct pop *op = f->t;
+    struct plan *pl = op->plan;
+    const vq__pop *src = op->src;
+    if (err == OP_SKIP)
+        goto skip;
+    if (err == 0 && pl->exec->check_nan && !stream)
+        err = check_finite(op, s->out);
+    if (err) {
+        vq__run_fail(s->run, op, err, vq_errmsg());
+        for (int j = 0; j < s->nout; j++) {
+            struct pvar *v = f->out[j];
+            if (s->out[j] != v->value && !v->persistable)
+                atomic_fetch_sub_explicit(&pl->live, s->out[j]->nbytes, memory_order_relaxed);
+            vq__tensor_release_on(s->out[j], stream);
+        }
+        goto skip;
+    }
+    /* The versions read first: an in-place op read the version its output
+     * replaces (when that was the last read, the slot lets go of the
+     * tensor, which the op's own reference keeps for the output). */
+    vq__fop_inputs_done(f, stream);
+    for (int j = 0; j < src->nout; j++) {
+        struct pvar *v = f->out[j];
+        if (v->persistable || v->value == s->out[j]) {
+            vq_tensor_release(s->out[j]); /* the slot already holds it */
+        } else if (!v->value && kept_live(src, j, s->out, s->in)) {
+            /* written in place into the tensor just let go: counted again */
+            note_live(s->run, pl, s->out[j]->nbytes);
+        }
+        output_done(f, j, s->out[j], stream);
+    }
+    return;
+
+skip:
+    vq__fop_inputs_done(f, stream);
+    skip_outputs(f, stream);
+}
+
+/* The body of every prebuilt kernel op with a sync kernel: on a CPU
+ * worker, or on a GPU worker with x->stream, where the kernel is enqueued
+ * and the bookkeeping is done at launch (in the engine's op order, which
+ * the streams follow). */
+int vq__op_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct op_state s;
+    s.f = arg;
+    s.run = vq__fop_run(s.f);
+    s.nout = 0;
+    void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
+    int err = op_begin(&s, stream);
+    if (err == 0) {
+        vq__kcall k = op_kcall(&s, x);
+        err = vq__kernel_run(&k, x ? x->ctx : (vq_ctx){VQ_DEV_CPU, 0});
+        if (err == 0 && stream && s.f->t->plan->exec->check_nan)
+            err = check_finite_gpu(s.f->t, &k);
+    }
+    op_end(&s, err, stream);
+    return 0;
+}
+
+/* A registered op's async kernel finished (any thread). */
+static void op_async_finish(vq_op_done *d, int err)
+{
+    struct op_state *s = (struct op_state *)d;
+    vq_done *engine_done = s->engine_done;
+    op_end(s, err, NULL);
+    free(s);
+    vq_done_finish(engine_done, 0); /* the run's failure is in the run */
+}
+
+/* The same for an op with an async kernel (CPU only): no worker waits
+ * while the kernel is out. */
+void vq__op_exec_async(void *arg, const vq_exec_ctx *x, vq_done *done)
+{
+    struct fop *f = arg;
+    struct op_state *s = vq__malloc(sizeof *s);
+    if (!s) {
+        struct op_state fail = {.f = f, .run = vq__fop_run(f)};
+        op_end(&fail, vq__fail(VQ_ENOMEM, "out of memory"), NULL);
+        vq_done_finish(done, 0);
+        return;
+    }
+    *s = (struct op_state){.done = {.finish = op_async_finish}, .engine_done = done, .f = f,
+                           .run = vq__fop_run(f)};
+    int err = op_begin(s, NULL);
+    if (err) {
+        op_async_finish(&s->done, err);
+        return;
+    }
+    vq__kcall k = op_kcall(s, x);
+    f->t->def->kernel_async(&k, &s->done);
+}
+
+struct bind {
+    struct plan *plan;
+    struct run *run;
+    int var;
+    bool copy;
+    vq_tensor *t;
+};
+
+static int bind_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct bind *b = arg;
+    struct plan *pl = b->plan;
+    struct pvar *v = &pl->vars[b->var];
+    void *stream = vq__gpu_op_stream();
+    vq_tensor *t = b->t;
+    (void)x;
+    int err = vq_op_wait_error();
+    if (b->copy && err == 0) {
+        vq_tensor *d;
+        err = vq__tensor_empty_at(&d, pl->exec->device, t->dtype, t->ndim, t->shape, stream);
+        if (err == 0 && (err = vq__tensor_copy_async(d, t, stream)) < 0)
+            vq__tensor_release_on(d, stream);
+        t = err == 0 ? d : NULL;
+    }
+    if (err) {
+        int none = 0;
+        if (atomic_compare_exchange_strong(&b->run->err, &none, err))
+            snprintf(b->run->msg, sizeof b->run->msg, "feed %s: %s", pl->prog->vars[b->var].name,
+                     vq_errmsg());
+        vq__slot_drop(pl, v, stream);
+    } else if (v->value != t) {
+        vq__slot_drop(pl, v, stream);
+        v->value = b->copy ? t : vq_tensor_retain(t);
+        /* Counted whether the plan allocated it or not, so that
+         * drop_value's subtraction balances. */
+        atomic_fetch_add_explicit(&pl->live, t->nbytes, memory_order_relaxed);
+    }
+    if (!err)
+        v->borrowed = !b->copy; /* the caller's tensor, unless copied to the device */
+    atomic_store_explicit(&v->readers_left, v->init_readers, memory_order_relaxed);
+    return 0;
+}
+
+static void bind_free(void *arg)
+{
+    struct bind *b = arg;
+    vq_tensor_release(b->t);
+    free(b);
+}
+
+static void run_free(struct run *r)
+{
+    for (int i = 0; i < r->nheld; i++)
+        vq_tensor_release(r->held[i]);
+    free(r->held);
+    free(r);
+}
+
+/* The last op of a run: hands out the fetches, reports, frees the run.
+ * Runs of a plan end in order: their final ops all write done_var. It runs
+ * after every op of the run because it reads what the run's sink ops wrote
+ * (see plan_build_ops), and every other op is followed by a later one. */
+int vq__final_exec(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct plan *pl = arg;
+    struct run *r = pl->ring[pl->final_execs++ % RING];
+    int werr = vq_op_wait_error(), none = 0;
+    /* A GPU failure the run's kernels did not report themselves (a fault
+     * of a stream it used). */
+    if (werr && atomic_compare_exchange_strong(&r->err, &none, werr))
+        snprintf(r->msg, sizeof r->msg, "GPU %d: %s", pl->exec->device.id, vq_errmsg());
+    int err = atomic_load(&r->err);
+    for (int i = 0; i < pl->nfetches && err == 0; i++) {
+        struct pvar *v = &pl->vars[pl->fetches[i]];
+        vq_tensor *t = v->value;
+        const char *name = pl->prog->vars[pl->fetches[i]].name;
+        if (!t) {
+            err = VQ_EINVAL;
+            snprintf(r->msg, sizeof r->msg, "fetch %s has no value", name);
+        } else if (v->persistable || (pl->exec->fetch_host && t->dev.kind == VQ_DEV_GPU)) {
+            /* A snapshot (the scope tensor changes with later runs), or the
+             * host copy asked for */
+            vq_ctx where = pl->exec->fetch_host ? (vq_ctx){VQ_DEV_CPU, 0} : t->dev;
+            vq_tensor *copy;
+            err = vq__tensor_empty_on(&copy, where, t->dtype, t->ndim, t->shape, "fetch");
+            if (err == 0 && (err = vq__tensor_copy_sync(copy, t)) < 0)
+                vq_tensor_release(copy);
+            if (err == 0)
+                r->fetches[i].tensor = copy;
+            else
+                snprintf(r->msg, sizeof r->msg, "fetch %s: %s", name, vq_errmsg());
+        } else {
+            r->fetches[i].tensor = vq_tensor_retain(t);
+        }
+    }
+    if (err) {
+        for (int i = 0; i < pl->nfetches; i++) {
+            vq_tensor_release(r->fetches[i].tensor);
+            r->fetches[i].tensor = NULL;
+        }
+        if (r->msg_out)
+            memcpy(r->msg_out, r->msg, sizeof r->msg);
+        vq__fail(err, "%s", r->msg); /* for vq_errmsg() inside done */
+    }
+    void (*done)(void *, int) = r->done;
+    void *user = r->user;
+    size_t peak = atomic_load(&r->peak);
+    run_free(r);
+    pthread_mutex_lock(&pl->ring_lock);
+    pl->inflight--;
+    pthread_cond_broadcast(&pl->ring_cond);
+    pthread_mutex_unlock(&pl->ring_lock);
+    vq_exec *ex = pl->exec;
+    pthread_mutex_lock(&ex->lock);
+    ex->stats.runs++;
+    ex->stats.last_peak_bytes = peak;
+    pl->refs--; /* pl may be evicted from here on */
+    pthread_cond_broadcast(&ex->idle);
+    pthread_mutex_unlock(&ex->lock);
+    done(user, err);
+    return 0;
+}
+
+int vq__seg_exec(void *arg, const vq_exec_ctx *x)
+{
+    struct fop *f = arg;
+    vq_engine *e = f->t->plan->exec->engine;
+    bool prof = vq__engine_profiling(e);
+    for (int i = 0; i < f->seg_len; i++) {
+        uint64_t t0 = prof ? vq__now_ns() : 0;
+        vq__op_exec(&f[i], x);
+        if (prof)
+            vq__prof_span(e, f[i].t->src->def->type, t0, vq__now_ns(), x ? x->worker : -1);
+    }
+    return 0;
+}
+
+void vq__push_prebuilt(vq_engine *e, vq_opr *o)
+{
+    while (vq_push_opr(e, o) == VQ_ENOMEM)
+        sched_yield();
+}
+
+void vq__frame_push_from(struct frame *fr, int k)
+{
+    vq_engine *e = fr->plan->exec->engine;
+    if (k == 0 && fr->head)
+        vq__push_prebuilt(e, fr->head);
+    for (; k < fr->nops; k++) {
+        if (!fr->ops[k].ctl) {
+            if (fr->ops[k].opr) /* NULL: inside an earlier op's segment */
+                vq__push_prebuilt(e, fr->ops[k].opr);
+        }
+        else if (!vq__ctl_push(&fr->ops[k]))
+            return; /* the rest follows the control op's blocks */
+    }
+    vq__push_prebuilt(e, fr->tail);
+}
+
+#define NAMES_ON_STACK 32
+
+static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+                     int nfeeds, vq_fetch *fetches, int nfetches, void (*done)(void *, int),
+                     void *user, char *msg_out)
+{
+    if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
+        return vq__fail(VQ_EINVAL, "vq_exec_run: bad argument");
+    const char *fstack[NAMES_ON_STACK], *gstack[NAMES_ON_STACK];
+    const char **fnames = nfeeds <= NAMES_ON_STACK ? fstack : vq__malloc((size_t)nfeeds * sizeof *fnames);
+    const char **gnames = nfetches <= NAMES_ON_STACK ? gstack
+                                                     : vq__malloc((size_t)nfetches * sizeof *gnames);
+    struct run *r = vq__calloc(1, sizeof *r);
+    struct bind **binds = vq__calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
+    int rc = 0;
+    bool hold = ex->device.kind == VQ_DEV_GPU && nfeeds > 0; /* host feeds, see struct run */
+    if (r && hold)
+        r->held = vq__malloc((size_t)nfeeds * sizeof *r->held);
+    if (!fnames || !gnames || !r || !binds || (hold && !r->held))
+        rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
+    for (int i = 0; rc == 0 && i < nfeeds; i++) {
+        if (!feeds[i].name || !feeds[i].tensor)
+            rc = vq__fail(VQ_EINVAL, "vq_exec_run: feed %d has no name or tensor", i);
+        else
+            fnames[i] = feeds[i].name;
+    }
+    for (int i = 0; rc == 0 && i < nfetches; i++) {
+        if (!fetches[i].name)
+            rc = vq__fail(VQ_EINVAL, "vq_exec_run: fetch %d has no name", i);
+        gnames[i] = fetches[i].name;
+        fetches[i].tensor = NULL;
+    }
+    struct plan *pl = NULL;
+    if (rc == 0) {
+        rc = vq__plan_acquire(ex, p, s, fnames, nfeeds, gnames, nfetches, &pl);
+    }
+    /* Feeds must fit their vars; one that imperative ops wrote is waited
+     * for here, so those ops come first. */
+    for (int i = 0; rc == 0 && i < nfeeds; i++) {
+        vq__meta m;
+        vq__meta_of_tensor(&m, feeds[i].tensor);
+        const struct pvar *pv = &pl->vars[pl->feeds[i]];
+        vq_ctx fd = feeds[i].tensor->dev, xd = ex->device;
+        if (fd.kind == VQ_DEV_GPU && (xd.kind != VQ_DEV_GPU || fd.id != xd.id)) {
+            char where[32];
+            if (xd.kind == VQ_DEV_GPU)
+                snprintf(where, sizeof where, "GPU %d", xd.id);
+            else
+                snprintf(where, sizeof where, "the CPU");
+            rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on %s "
+                                     "(copy it with vq_tensor_copy_to)",
+                          feeds[i].name, fd.id, where);
+        } else if (!vq__meta_compatible(&m, &pv->meta)) {
+            char a[140], b[140];
+            vq__meta_str(a, sizeof a, &m);
+            vq__meta_str(b, sizeof b, &pv->meta);
+            rc = vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feeds[i].name, a, b);
+        } else if (atomic_load_explicit(&feeds[i].tensor->var, memory_order_acquire) &&
+                   (rc = vq_tensor_wait(feeds[i].tensor)) < 0) {
+            /* A tensor written by imperative ops: they finish first, and a
+             * failure of theirs fails this call instead of poisoning the
+             * run's vars (the engine would skip the run's ops). */
+            char what[160];
+            snprintf(what, sizeof what, "feed %s", feeds[i].name);
+            rc = vq__fail_prefixed(rc, "%s", what);
+        } else if (!(binds[i] = vq__malloc(sizeof *binds[i]))) {
+            rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
+        } else {
+            bool copy = xd.kind == VQ_DEV_GPU && fd.kind != VQ_DEV_GPU;
+            *binds[i] = (struct bind){pl, r, pl->feeds[i], copy, vq_tensor_retain(feeds[i].tensor)};
+            if (copy)
+                r->held[r->nheld++] = vq_tensor_retain(feeds[i].tensor);
+        }
+    }
+    if (rc) {
+    fail:
+        for (int i = 0; i < nfeeds && binds; i++)
+            if (binds[i])
+                bind_free(binds[i]);
+        if (pl)
+            vq__plan_unpin(ex, pl);
+        if (r)
+            run_free(r);
+        goto out;
+    }
+    r->plan = pl;
+    r->fetches = fetches;
+    r->done = done;
+    r->user = user;
+    r->msg_out = msg_out;
+    atomic_init(&r->err, 0);
+    atomic_init(&r->peak, 0);
+
+    pthread_mutex_lock(&pl->push_lock);
+    pthread_mutex_lock(&pl->ring_lock);
+    while (pl->inflight >= RING) {
+        if (vq_thread_in_op()) {
+            /* Waiting here would hold a worker the runs in flight need. */
+            pthread_mutex_unlock(&pl->ring_lock);
+            pthread_mutex_unlock(&pl->push_lock);
+            rc = vq__fail(VQ_EBUSY, "vq_exec_run_async: %d runs of this plan are in flight "
+                                    "and this is an op: it cannot wait for one to end",
+                          RING);
+            goto fail;
+        }
+        pthread_cond_wait(&pl->ring_cond, &pl->ring_lock);
+    }
+    pl->inflight++;
+    pthread_mutex_unlock(&pl->ring_lock);
+    pl->ring[pl->next_seq++ % RING] = r;
+    vq_engine *e = ex->engine;
+    for (int i = 0; i < nfeeds; i++) {
+        vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
+                     .props = VQ_PROP_RUN_ON_FAILED, .writes = &pl->vars[pl->feeds[i]].ev,
+                     .nwrites = 1, .name = "feed"};
+        if (binds[i]->copy) {
+            t.ctx = ex->device;
+            t.props |= VQ_PROP_COPY_TO_DEV;
+        }
+        if (vq_push(e, &t) < 0) {
+            /* Out of memory: the run fails; its ops still run to keep
+             * every op's count of executions in step. */
+            atomic_store(&r->err, VQ_ENOMEM);
+            snprintf(r->msg, sizeof r->msg, "feed %s: %s", feeds[i].name, vq_errmsg());
+            bind_free(binds[i]);
+        }
+    }
+    vq__frame_push_from(&pl->root, 0); /* ends with the final op */
+    pthread_mutex_unlock(&pl->push_lock);
+    rc = 0;
+out:
+    if (fnames != fstack)
+        free(fnames);
+    if (gnames != gstack)
+        free(gnames);
+    free(binds);
+    return rc;
+}
+
+VQ_API int vq_exec_run_async(vq_exec *ex, const vq_program *p, vq_scope *s,
+                             const vq_feed *feeds, int nfeeds, vq_fetch *fetches, int nfetches,
+                             void (*done)(void *user, int err), void *user)
+{
+    if (!done)
+        return vq__fail(VQ_EINVAL, "vq_exec_run_async: done is NULL");
+    return run_start(ex, p, s, feeds, nfeeds, fetches, nfetches, done, user, NULL);
+}
+
+struct sync_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_bool finished; /* set under lock */
+    int err;
+    char msg[256];
+};
+
+static void sync_done(void *user, int err)
+{
+    struct sync_wait *w = user;
+    pthread_mutex_lock(&w->lock);
+    w->err = err;
+    atomic_store_explicit(&w->finished, true, memory_order_release);
+    pthread_cond_signal(&w->cond); /* no system call unless the waiter sleeps */
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Spins (yielding) this many times before sleeping: a small run ends within
+ * a few microseconds, and a futex wake-up costs more than that on a VM. */
+#define SYNC_SPINS 256
+
+VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
+                       int nfeeds, vq_fetch *fetches, int nfetches)
+{
+    if (vq_thread_in_op())
+        return vq__fail(VQ_EDEADLK, "vq_exec_run: called from inside an op; use "
+                                    "vq_exec_run_async");
+    struct sync_wait w = {.err = 0};
+    atomic_init(&w.finished, false);
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    int rc = run_start(x, p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w, w.msg);
+    if (rc == 0) {
+        for (int i = 0; i < SYNC_SPINS &&
+                        !atomic_load_explicit(&w.finished, memory_order_acquire);
+             i++)
+            sched_yield();
+        /* Taking the lock also waits for sync_done to let go of w. */
+        pthread_mutex_lock(&w.lock);
+        while (!atomic_load_explicit(&w.finished, memory_order_acquire))
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        rc = w.err;
+        if (rc)
+            vq__fail(rc, "%s", w.msg);
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    return rc;
+}

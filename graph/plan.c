@@ -220,8 +220,6 @@ static int find_names(const vq_program *p, const char *what, const char *const *
     return 0;
 }
 
-/* Walks block 0 once: checks, infers, counts readers per version. */
-
 void *vq__grow(void *arr, int n, int *cap, size_t elem)
 {
     if (n < *cap)
@@ -340,8 +338,86 @@ static int walk_infer(struct walk *w, struct pop *t)
     return 0;
 }
 
-/* Walks the ops of one block in order: checks, infers, counts readers per
- * version; control ops walk their own blocks first (control.c). */
+/* The op's own checks, before any of its vars is looked at: a known type
+ * with a kernel for the executor's device, a count of slots the op can
+ * have, each output written once and in the op's own block. */
+static int walk_check_op(struct walk *w, struct pop *t, int block)
+{
+    struct plan *pl = w->pl;
+    vq_program *p = pl->prog;
+    const vq__pop *src = t->src;
+    int rc;
+    if (!t->def)
+        return vq__pop_error(t, vq__fail(VQ_EINVAL, "unknown op type \"%s\"", src->type));
+    if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS)
+        return vq__pop_error(t, vq__op_check_arity(t->def, src->nin, src->nout));
+    if (!(t->def->flags & VQ__CONTROL) &&
+        (rc = pl->exec->device.kind == VQ_DEV_GPU ? vq__gpu_kernel_check(t->def)
+                                                  : vq__cpu_kernel_check(t->def)) < 0)
+        return vq__pop_error(t, rc);
+    for (int j = 0; j < src->nout; j++) {
+        int v = src->out[j];
+        for (int jj = 0; jj < j; jj++)
+            if (src->out[jj] == v)
+                return vq__pop_error(t, vq__fail(VQ_EINVAL, "writes var %s twice",
+                                                 p->vars[v].name));
+        if (p->vars[v].block != block)
+            return vq__pop_error(t, vq__fail(VQ_EINVAL,
+                                             "writes var %s of block %d: an op of a cond or "
+                                             "while block writes only its own block's vars "
+                                             "(results leave through the control op's "
+                                             "outputs)",
+                                             p->vars[v].name, p->vars[v].block));
+    }
+    return 0;
+}
+
+/* The first pass over an op's vars: each input has a value here, and the
+ * reads it counts (walk_input). Inputs are checked before anything else
+ * of the op: a control op's blocks read what its inputs name, and its own
+ * walk needs them bound. A control op's reads of enclosing vars, which its
+ * walk appends after from (its own inputs), are checked the same way. */
+static int walk_inputs(struct walk *w, struct pop *t, int from, int block, struct varset *ext)
+{
+    bool *counts = vq__realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
+    if (!counts)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    t->in_counts = counts;
+    memset(counts + from, 0, (size_t)(t->nin - from) * sizeof *counts);
+    int rc = 0;
+    for (int i = from; i < t->nin && rc == 0; i++)
+        rc = walk_input(w, t, i, block, ext);
+    return rc;
+}
+
+/* The last pass: the op's outputs are new versions; each starts a counter
+ * of its readers, which the walk of the ops after it fills in (and a
+ * fetch, in plan_walk). A persistable output is bound to its scope tensor
+ * here when no earlier op wrote it. */
+static int walk_count_readers(struct walk *w, struct pop *t)
+{
+    struct plan *pl = w->pl;
+    const vq__pop *src = t->src;
+    t->out_readers = vq__calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
+    if (!t->out_readers)
+        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    for (int j = 0; j < src->nout; j++) {
+        int v = src->out[j];
+        struct pvar *pv = &pl->vars[v];
+        int rc;
+        pv->used = true;
+        if (pv->persistable && !w->has[v] && (rc = bind_persistable(pl, v, true)) != 0)
+            return vq__pop_error(t, rc);
+        w->has[v] = true;
+        w->owner[v] = &t->out_readers[j];
+    }
+    return 0;
+}
+
+/* Walks the ops of one block in order, each in three passes: its inputs
+ * checked (and their reads counted), its outputs inferred (a control op
+ * walks its own blocks instead, control.c), its outputs' reader counters
+ * started. */
 int vq__walk_block(struct walk *w, int block, struct varset *ext)
 {
     struct plan *pl = w->pl;
@@ -352,72 +428,63 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         struct pop *t = &pl->ops[b->ops[k]];
         *t = (struct pop){.plan = pl, .block = block, .index = k, .src = src, .def = src->def,
                           .nin = src->nin, .in = src->in};
-        if (!t->def)
-            return vq__pop_error(t, vq__fail(VQ_EINVAL, "unknown op type \"%s\"", src->type));
-        bool control = t->def->flags & VQ__CONTROL;
-        int rc = 0;
-        if (src->nin > VQ__MAX_SLOTS || src->nout > VQ__MAX_SLOTS)
-            return vq__pop_error(t, vq__op_check_arity(t->def, src->nin, src->nout));
-        if (!control && (rc = pl->exec->device.kind == VQ_DEV_GPU
-                                  ? vq__gpu_kernel_check(t->def)
-                                  : vq__cpu_kernel_check(t->def)) < 0)
-            return vq__pop_error(t, rc);
-        for (int j = 0; j < src->nout; j++) {
-            int v = src->out[j];
-            for (int jj = 0; jj < j; jj++)
-                if (src->out[jj] == v)
-                    return vq__pop_error(t, vq__fail(VQ_EINVAL, "writes var %s twice",
-                                                     p->vars[v].name));
-            if (p->vars[v].block != block)
-                return vq__pop_error(t, vq__fail(VQ_EINVAL,
-                                                 "writes var %s of block %d: an op of a cond or "
-                                                 "while block writes only its own block's vars "
-                                                 "(results leave through the control op's "
-                                                 "outputs)",
-                                                 p->vars[v].name, p->vars[v].block));
-        }
-        /* Inputs are checked first: a control op's blocks read what its
-         * inputs name, and its own walk needs them bound. */
-        t->in_counts = vq__calloc((size_t)(src->nin ? src->nin : 1), sizeof *t->in_counts);
-        if (!t->in_counts)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        for (int i = 0; i < src->nin && rc == 0; i++)
-            rc = walk_input(w, t, i, block, ext);
-        if (rc)
-            return rc;
-        if (control) {
+        int rc = walk_check_op(w, t, block);
+        if (rc == 0)
+            rc = walk_inputs(w, t, 0, block, ext);
+        if (rc == 0 && t->def->flags & VQ__CONTROL) {
             int nin0 = t->nin;
-            if ((rc = vq__ctl_walk(w, t)) != 0)
-                return rc;
-            /* its blocks' reads of enclosing vars */
-            bool *counts = vq__realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
-            if (!counts)
-                return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-            t->in_counts = counts;
-            for (int i = nin0; i < t->nin && rc == 0; i++)
-                rc = walk_input(w, t, i, block, ext);
-        } else {
+            if ((rc = vq__ctl_walk(w, t)) == 0)
+                rc = walk_inputs(w, t, nin0, block, ext); /* its blocks' reads */
+        } else if (rc == 0) {
             rc = walk_infer(w, t);
         }
+        if (rc == 0)
+            rc = walk_count_readers(w, t);
         if (rc)
             return rc;
-        t->out_readers = vq__calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
-        if (!t->out_readers)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        for (int j = 0; j < src->nout; j++) {
-            int v = src->out[j];
-            struct pvar *pv = &pl->vars[v];
-            pv->used = true;
-            if (pv->persistable && !w->has[v] && (rc = bind_persistable(pl, v, true)) != 0)
-                return vq__pop_error(t, rc);
-            w->has[v] = true;
-            w->owner[v] = &t->out_readers[j];
-        }
     }
     return 0;
 }
 
-/* Walks the program from block 0, then binds the fetches. */
+/* Before block 0: the feeds have values, read by the ops that follow. */
+static void walk_feeds(struct walk *w)
+{
+    struct plan *pl = w->pl;
+    for (int i = 0; i < pl->nfeeds; i++) {
+        w->has[pl->feeds[i]] = true;
+        w->owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
+        pl->vars[pl->feeds[i]].used = true;
+    }
+}
+
+/* After block 0: each fetch has a value. A fetched version counts the
+ * final op as a reader that never decrements: it stays until the next
+ * run's writer replaces it. */
+static int walk_fetches(struct walk *w)
+{
+    struct plan *pl = w->pl;
+    vq_program *p = pl->prog;
+    int rc = 0;
+    for (int i = 0; i < pl->nfetches && rc == 0; i++) {
+        int v = pl->fetches[i];
+        pl->vars[v].used = true;
+        if (!w->has[v] && pl->vars[v].persistable) {
+            rc = bind_persistable(pl, v, false);
+            if (rc == NOT_IN_SCOPE)
+                rc = vq__fail(VQ_EINVAL, "fetch %s: persistable, but not in the scope",
+                              p->vars[v].name);
+        } else if (!w->has[v]) {
+            rc = vq__fail(VQ_EINVAL, "fetch %s: no op writes it and no feed provides it",
+                          p->vars[v].name);
+        } else if (!pl->vars[v].persistable) {
+            (*w->owner[v])++;
+        }
+    }
+    return rc;
+}
+
+/* Walks the program: the feeds, block 0 (and through it every block),
+ * the fetches. */
 static int plan_walk(struct plan *pl)
 {
     vq_program *p = pl->prog;
@@ -433,30 +500,12 @@ static int plan_walk(struct plan *pl)
         rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
     for (int b = 0; rc == 0 && b < p->nblocks; b++)
         w.block_user[b] = -1;
-    for (int i = 0; rc == 0 && i < pl->nfeeds; i++) {
-        w.has[pl->feeds[i]] = true;
-        w.owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
-        pl->vars[pl->feeds[i]].used = true;
+    if (rc == 0) {
+        walk_feeds(&w);
+        rc = vq__walk_block(&w, 0, &ext);
     }
     if (rc == 0)
-        rc = vq__walk_block(&w, 0, &ext);
-    /* A fetched version counts the final op as a reader that never
-     * decrements: it stays until the next run's writer replaces it. */
-    for (int i = 0; i < pl->nfetches && rc == 0; i++) {
-        int v = pl->fetches[i];
-        pl->vars[v].used = true;
-        if (!w.has[v] && pl->vars[v].persistable) {
-            rc = bind_persistable(pl, v, false);
-            if (rc == NOT_IN_SCOPE)
-                rc = vq__fail(VQ_EINVAL, "fetch %s: persistable, but not in the scope",
-                              p->vars[v].name);
-        } else if (!w.has[v]) {
-            rc = vq__fail(VQ_EINVAL, "fetch %s: no op writes it and no feed provides it",
-                          p->vars[v].name);
-        } else if (!pl->vars[v].persistable) {
-            (*w.owner[v])++;
-        }
-    }
+        rc = walk_fetches(&w);
     free(ext.v);
     free(w.has);
     free(w.owner);
@@ -747,6 +796,57 @@ void vq__frame_destroy(struct frame *fr)
     }
 }
 
+/* The engine vars the final op reads, so that it follows every op of the
+ * run: into vars (room for nvars), their number. An op that some later op
+ * must wait for (it writes a var accessed later, or reads a var written
+ * later) is followed by it; the others, the sinks, are what the final op
+ * reads: their outputs, the fetches, and feeds no op touches. (A control
+ * op writes its outputs when all it ran is done.) */
+static int plan_sink_vars(const struct plan *pl, vq_var **vars)
+{
+    const struct frame *root = &pl->root;
+    int *last_access = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
+    int *last_write = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
+    bool *pick = vq__calloc((size_t)pl->nvars + 1, sizeof *pick);
+    int n = 0;
+    if (!last_access || !last_write || !pick) {
+        n = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        goto out;
+    }
+    for (int v = 0; v < pl->nvars; v++)
+        last_access[v] = last_write[v] = -1;
+    for (int k = 0; k < root->nops; k++) {
+        const struct pop *t = root->ops[k].t;
+        for (int i = 0; i < t->nin; i++)
+            last_access[t->in[i]] = k;
+        for (int j = 0; j < t->src->nout; j++)
+            last_access[t->src->out[j]] = last_write[t->src->out[j]] = k;
+    }
+    for (int k = 0; k < root->nops; k++) {
+        const struct pop *t = root->ops[k].t;
+        bool followed = false;
+        for (int j = 0; j < t->src->nout && !followed; j++)
+            followed = last_access[t->src->out[j]] > k;
+        for (int i = 0; i < t->nin && !followed; i++)
+            followed = last_write[t->in[i]] > k;
+        for (int j = 0; j < t->src->nout && !followed; j++)
+            pick[t->src->out[j]] = true;
+    }
+    for (int i = 0; i < pl->nfetches; i++)
+        pick[pl->fetches[i]] = true;
+    for (int i = 0; i < pl->nfeeds; i++)
+        if (last_access[pl->feeds[i]] < 0)
+            pick[pl->feeds[i]] = true;
+    for (int v = 0; v < pl->nvars; v++)
+        if (pick[v])
+            vars[n++] = pl->vars[v].ev;
+out:
+    free(last_access);
+    free(last_write);
+    free(pick);
+    return n;
+}
+
 /* Engine vars of the root frame, its ops, and the final op. */
 static int plan_build_ops(struct plan *pl)
 {
@@ -776,60 +876,18 @@ static int plan_build_ops(struct plan *pl)
         rc = vq__frame_ops(&pl->root);
     if (rc)
         return rc;
-    /* The final op must follow every op of the run. An op that some later
-     * op must wait for (it writes a var accessed later, or reads a var
-     * written later) is followed by it; the others, the sinks, are what
-     * the final op reads: their outputs, the fetches, and feeds no op
-     * touches. (A control op writes its outputs when all it ran is done.) */
-    const struct frame *root = &pl->root;
     vq_var **vars = vq__malloc((size_t)(pl->nvars + 1) * sizeof *vars);
-    int *last_access = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
-    int *last_write = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
-    bool *pick = vq__calloc((size_t)pl->nvars + 1, sizeof *pick);
-    if (!vars || !last_access || !last_write || !pick) {
-        rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
-        goto out;
+    int n = vars ? plan_sink_vars(pl, vars) : vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    if (n >= 0) {
+        vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
+                     .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
+                     .name = "run_done"};
+        if (!(pl->final = vq_opr_new(e, &t)))
+            n = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
+        pl->root.tail = pl->final;
     }
-    for (int v = 0; v < pl->nvars; v++)
-        last_access[v] = last_write[v] = -1;
-    for (int k = 0; k < root->nops; k++) {
-        const struct pop *t = root->ops[k].t;
-        for (int i = 0; i < t->nin; i++)
-            last_access[t->in[i]] = k;
-        for (int j = 0; j < t->src->nout; j++)
-            last_access[t->src->out[j]] = last_write[t->src->out[j]] = k;
-    }
-    for (int k = 0; k < root->nops; k++) {
-        const struct pop *t = root->ops[k].t;
-        bool followed = false;
-        for (int j = 0; j < t->src->nout && !followed; j++)
-            followed = last_access[t->src->out[j]] > k;
-        for (int i = 0; i < t->nin && !followed; i++)
-            followed = last_write[t->in[i]] > k;
-        for (int j = 0; j < t->src->nout && !followed; j++)
-            pick[t->src->out[j]] = true;
-    }
-    for (int i = 0; i < pl->nfetches; i++)
-        pick[pl->fetches[i]] = true;
-    for (int i = 0; i < pl->nfeeds; i++)
-        if (last_access[pl->feeds[i]] < 0)
-            pick[pl->feeds[i]] = true;
-    int n = 0;
-    for (int v = 0; v < pl->nvars; v++)
-        if (pick[v])
-            vars[n++] = pl->vars[v].ev;
-    vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
-                 .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
-                 .name = "run_done"};
-    if (!(pl->final = vq_opr_new(e, &t)))
-        rc = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
-    pl->root.tail = pl->final;
-out:
     free(vars);
-    free(last_access);
-    free(last_write);
-    free(pick);
-    return rc;
+    return n < 0 ? n : 0;
 }
 
 /* Plans are destroyed outside the executor's lock: destroying pushes var

@@ -576,89 +576,166 @@ void vq__frame_push_from(struct frame *fr, int k)
 
 #define NAMES_ON_STACK 32
 
-static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_feed *feeds,
-                     int nfeeds, vq_fetch *fetches, int nfetches, void (*done)(void *, int),
-                     void *user, char *msg_out)
-{
-    if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
-        return vq__fail(VQ_EINVAL, "vq_exec_run: bad argument");
+/* The feed and fetch names of a call, for the plan cache's key: on the
+ * stack up to NAMES_ON_STACK of each. */
+struct run_names {
+    const char **feeds, **fetches;
     const char *fstack[NAMES_ON_STACK], *gstack[NAMES_ON_STACK];
-    const char **fnames = nfeeds <= NAMES_ON_STACK ? fstack : vq__malloc((size_t)nfeeds * sizeof *fnames);
-    const char **gnames = nfetches <= NAMES_ON_STACK ? gstack
-                                                     : vq__malloc((size_t)nfetches * sizeof *gnames);
-    struct run *r = vq__calloc(1, sizeof *r);
-    struct bind **binds = vq__calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
-    int rc = 0;
-    bool hold = ex->device.kind == VQ_DEV_GPU && nfeeds > 0; /* host feeds, see struct run */
-    if (r && hold)
-        r->held = vq__malloc((size_t)nfeeds * sizeof *r->held);
-    if (!fnames || !gnames || !r || !binds || (hold && !r->held))
-        rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
-    for (int i = 0; rc == 0 && i < nfeeds; i++) {
+};
+
+static void names_free(struct run_names *n)
+{
+    if (n->feeds != n->fstack)
+        free(n->feeds);
+    if (n->fetches != n->gstack)
+        free(n->fetches);
+}
+
+/* Checks that every feed has a name and a tensor and every fetch a name,
+ * and collects the names; clears the fetches' tensors. */
+static int names_take(struct run_names *n, const char *who, const vq_feed *feeds, int nfeeds,
+                      vq_fetch *fetches, int nfetches)
+{
+    n->feeds = nfeeds <= NAMES_ON_STACK ? n->fstack : vq__malloc((size_t)nfeeds * sizeof *n->feeds);
+    n->fetches = nfetches <= NAMES_ON_STACK ? n->gstack
+                                            : vq__malloc((size_t)nfetches * sizeof *n->fetches);
+    if (!n->feeds || !n->fetches)
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
+    for (int i = 0; i < nfeeds; i++) {
         if (!feeds[i].name || !feeds[i].tensor)
-            rc = vq__fail(VQ_EINVAL, "vq_exec_run: feed %d has no name or tensor", i);
-        else
-            fnames[i] = feeds[i].name;
+            return vq__fail(VQ_EINVAL, "%s: feed %d has no name or tensor", who, i);
+        n->feeds[i] = feeds[i].name;
     }
-    for (int i = 0; rc == 0 && i < nfetches; i++) {
-        if (!fetches[i].name)
-            rc = vq__fail(VQ_EINVAL, "vq_exec_run: fetch %d has no name", i);
-        gnames[i] = fetches[i].name;
+    for (int i = 0; i < nfetches; i++) {
         fetches[i].tensor = NULL;
+        if (!fetches[i].name)
+            return vq__fail(VQ_EINVAL, "%s: fetch %d has no name", who, i);
+        n->fetches[i] = fetches[i].name;
     }
-    struct plan *pl = NULL;
-    if (rc == 0) {
-        rc = vq__plan_acquire(ex, p, s, fnames, nfeeds, gnames, nfetches, &pl);
+    return 0;
+}
+
+/* Checks feed i against its var and makes its bind op's argument.
+ * Feeds must fit their vars; one that imperative ops wrote is waited for
+ * here, so those ops come first. */
+static int feed_bind(struct plan *pl, struct run *r, const char *who, const vq_feed *feed,
+                     int i, struct bind **out)
+{
+    vq__meta m;
+    vq__meta_of_tensor(&m, feed->tensor);
+    const struct pvar *pv = &pl->vars[pl->feeds[i]];
+    vq_ctx fd = feed->tensor->dev, xd = pl->exec->device;
+    int rc;
+    if (fd.kind == VQ_DEV_GPU && (xd.kind != VQ_DEV_GPU || fd.id != xd.id)) {
+        char where[32];
+        if (xd.kind == VQ_DEV_GPU)
+            snprintf(where, sizeof where, "GPU %d", xd.id);
+        else
+            snprintf(where, sizeof where, "the CPU");
+        return vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on %s "
+                                   "(copy it with vq_tensor_copy_to)",
+                        feed->name, fd.id, where);
     }
-    /* Feeds must fit their vars; one that imperative ops wrote is waited
-     * for here, so those ops come first. */
-    for (int i = 0; rc == 0 && i < nfeeds; i++) {
-        vq__meta m;
-        vq__meta_of_tensor(&m, feeds[i].tensor);
-        const struct pvar *pv = &pl->vars[pl->feeds[i]];
-        vq_ctx fd = feeds[i].tensor->dev, xd = ex->device;
-        if (fd.kind == VQ_DEV_GPU && (xd.kind != VQ_DEV_GPU || fd.id != xd.id)) {
-            char where[32];
-            if (xd.kind == VQ_DEV_GPU)
-                snprintf(where, sizeof where, "GPU %d", xd.id);
-            else
-                snprintf(where, sizeof where, "the CPU");
-            rc = vq__fail(VQ_EINVAL, "feed %s: the tensor is on GPU %d; the executor runs on %s "
-                                     "(copy it with vq_tensor_copy_to)",
-                          feeds[i].name, fd.id, where);
-        } else if (!vq__meta_compatible(&m, &pv->meta)) {
-            char a[140], b[140];
-            vq__meta_str(a, sizeof a, &m);
-            vq__meta_str(b, sizeof b, &pv->meta);
-            rc = vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feeds[i].name, a, b);
-        } else if (atomic_load_explicit(&feeds[i].tensor->var, memory_order_acquire) &&
-                   (rc = vq_tensor_wait(feeds[i].tensor)) < 0) {
-            /* A tensor written by imperative ops: they finish first, and a
-             * failure of theirs fails this call instead of poisoning the
-             * run's vars (the engine would skip the run's ops). */
-            char what[160];
-            snprintf(what, sizeof what, "feed %s", feeds[i].name);
-            rc = vq__fail_prefixed(rc, "%s", what);
-        } else if (!(binds[i] = vq__malloc(sizeof *binds[i]))) {
-            rc = vq__fail(VQ_ENOMEM, "vq_exec_run: out of memory");
-        } else {
-            bool copy = xd.kind == VQ_DEV_GPU && fd.kind != VQ_DEV_GPU;
-            *binds[i] = (struct bind){pl, r, pl->feeds[i], copy, vq_tensor_retain(feeds[i].tensor)};
-            if (copy)
-                r->held[r->nheld++] = vq_tensor_retain(feeds[i].tensor);
+    if (!vq__meta_compatible(&m, &pv->meta)) {
+        char a[140], b[140];
+        vq__meta_str(a, sizeof a, &m);
+        vq__meta_str(b, sizeof b, &pv->meta);
+        return vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s", feed->name, a, b);
+    }
+    if (atomic_load_explicit(&feed->tensor->var, memory_order_acquire) &&
+        (rc = vq_tensor_wait(feed->tensor)) < 0) {
+        /* A tensor written by imperative ops: they finish first, and a
+         * failure of theirs fails this call instead of poisoning the
+         * run's vars (the engine would skip the run's ops). */
+        char what[160];
+        snprintf(what, sizeof what, "feed %s", feed->name);
+        return vq__fail_prefixed(rc, "%s", what);
+    }
+    if (!(*out = vq__malloc(sizeof **out)))
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
+    bool copy = xd.kind == VQ_DEV_GPU && fd.kind != VQ_DEV_GPU;
+    **out = (struct bind){pl, r, pl->feeds[i], copy, vq_tensor_retain(feed->tensor)};
+    if (copy)
+        r->held[r->nheld++] = vq_tensor_retain(feed->tensor);
+    return 0;
+}
+
+/* Takes a place in the plan's ring of runs in flight, waiting for one
+ * when all are taken (except inside an op). Called with push_lock held;
+ * on failure, releases it. */
+static int ring_enter(struct plan *pl, struct run *r, const char *who)
+{
+    pthread_mutex_lock(&pl->ring_lock);
+    while (pl->inflight >= RING) {
+        if (vq_thread_in_op()) {
+            /* Waiting here would hold a worker the runs in flight need. */
+            pthread_mutex_unlock(&pl->ring_lock);
+            pthread_mutex_unlock(&pl->push_lock);
+            return vq__fail(VQ_EBUSY, "%s: %d runs of this plan are in flight and this is an "
+                                      "op: it cannot wait for one to end",
+                            who, RING);
+        }
+        pthread_cond_wait(&pl->ring_cond, &pl->ring_lock);
+    }
+    pl->inflight++;
+    pthread_mutex_unlock(&pl->ring_lock);
+    pl->ring[pl->next_seq++ % RING] = r;
+    return 0;
+}
+
+/* Pushes run r: a bind op per feed (each takes its bind), then the ops of
+ * block 0 and the final op. Called with push_lock held. */
+static void run_push(struct plan *pl, struct run *r, const vq_feed *feeds, int nfeeds,
+                     struct bind **binds)
+{
+    vq_exec *ex = pl->exec;
+    for (int i = 0; i < nfeeds; i++) {
+        vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
+                     .props = VQ_PROP_RUN_ON_FAILED, .writes = &pl->vars[pl->feeds[i]].ev,
+                     .nwrites = 1, .name = "feed"};
+        if (binds[i]->copy) {
+            t.ctx = ex->device;
+            t.props |= VQ_PROP_COPY_TO_DEV;
+        }
+        if (vq_push(ex->engine, &t) < 0) {
+            /* Out of memory: the run fails; its ops still run to keep
+             * every op's count of executions in step. */
+            atomic_store(&r->err, VQ_ENOMEM);
+            snprintf(r->msg, sizeof r->msg, "feed %s: %s", feeds[i].name, vq_errmsg());
+            bind_free(binds[i]);
         }
     }
-    if (rc) {
-    fail:
-        for (int i = 0; i < nfeeds && binds; i++)
-            if (binds[i])
-                bind_free(binds[i]);
-        if (pl)
-            vq__plan_unpin(ex, pl);
-        if (r)
-            run_free(r);
-        goto out;
+    vq__frame_push_from(&pl->root, 0); /* ends with the final op */
+}
+
+/* vq_exec_run and vq_exec_run_async (who): starts a run, which reports to
+ * done once. On an error returned here, done is never called. */
+static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope *s,
+                     const vq_feed *feeds, int nfeeds, vq_fetch *fetches, int nfetches,
+                     void (*done)(void *, int), void *user, char *msg_out)
+{
+    if (!ex || !p || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
+        return vq__fail(VQ_EINVAL, "%s: bad argument", who);
+    struct run_names names = {0};
+    struct plan *pl = NULL;
+    bool hold = ex->device.kind == VQ_DEV_GPU && nfeeds > 0; /* host feeds, see struct run */
+    struct run *r = vq__calloc(1, sizeof *r);
+    struct bind **binds = vq__calloc((size_t)(nfeeds ? nfeeds : 1), sizeof *binds);
+    if (r && hold)
+        r->held = vq__malloc((size_t)nfeeds * sizeof *r->held);
+    int rc = 0;
+    if (!r || !binds || (hold && !r->held)) {
+        rc = vq__fail(VQ_ENOMEM, "%s: out of memory", who);
+        goto fail_run;
     }
+    if ((rc = names_take(&names, who, feeds, nfeeds, fetches, nfetches)) < 0)
+        goto fail_run;
+    rc = vq__plan_acquire(ex, p, s, names.feeds, nfeeds, names.fetches, nfetches, &pl);
+    if (rc < 0)
+        goto fail_run;
+    for (int i = 0; i < nfeeds; i++)
+        if ((rc = feed_bind(pl, r, who, &feeds[i], i, &binds[i])) < 0)
+            goto fail_plan;
     r->plan = pl;
     r->fetches = fetches;
     r->done = done;
@@ -668,47 +745,23 @@ static int run_start(vq_exec *ex, const vq_program *p, vq_scope *s, const vq_fee
     atomic_init(&r->peak, 0);
 
     pthread_mutex_lock(&pl->push_lock);
-    pthread_mutex_lock(&pl->ring_lock);
-    while (pl->inflight >= RING) {
-        if (vq_thread_in_op()) {
-            /* Waiting here would hold a worker the runs in flight need. */
-            pthread_mutex_unlock(&pl->ring_lock);
-            pthread_mutex_unlock(&pl->push_lock);
-            rc = vq__fail(VQ_EBUSY, "vq_exec_run_async: %d runs of this plan are in flight "
-                                    "and this is an op: it cannot wait for one to end",
-                          RING);
-            goto fail;
-        }
-        pthread_cond_wait(&pl->ring_cond, &pl->ring_lock);
-    }
-    pl->inflight++;
-    pthread_mutex_unlock(&pl->ring_lock);
-    pl->ring[pl->next_seq++ % RING] = r;
-    vq_engine *e = ex->engine;
-    for (int i = 0; i < nfeeds; i++) {
-        vq_task t = {.fn = bind_exec, .arg = binds[i], .arg_free = bind_free,
-                     .props = VQ_PROP_RUN_ON_FAILED, .writes = &pl->vars[pl->feeds[i]].ev,
-                     .nwrites = 1, .name = "feed"};
-        if (binds[i]->copy) {
-            t.ctx = ex->device;
-            t.props |= VQ_PROP_COPY_TO_DEV;
-        }
-        if (vq_push(e, &t) < 0) {
-            /* Out of memory: the run fails; its ops still run to keep
-             * every op's count of executions in step. */
-            atomic_store(&r->err, VQ_ENOMEM);
-            snprintf(r->msg, sizeof r->msg, "feed %s: %s", feeds[i].name, vq_errmsg());
-            bind_free(binds[i]);
-        }
-    }
-    vq__frame_push_from(&pl->root, 0); /* ends with the final op */
+    if ((rc = ring_enter(pl, r, who)) < 0)
+        goto fail_plan;
+    run_push(pl, r, feeds, nfeeds, binds); /* from here the run reports to done */
     pthread_mutex_unlock(&pl->push_lock);
-    rc = 0;
-out:
-    if (fnames != fstack)
-        free(fnames);
-    if (gnames != gstack)
-        free(gnames);
+    names_free(&names);
+    free(binds);
+    return 0;
+
+fail_plan:
+    for (int i = 0; i < nfeeds; i++)
+        if (binds[i])
+            bind_free(binds[i]);
+    vq__plan_unpin(ex, pl);
+fail_run:
+    names_free(&names);
+    if (r)
+        run_free(r);
     free(binds);
     return rc;
 }
@@ -719,7 +772,8 @@ VQ_API int vq_exec_run_async(vq_exec *ex, const vq_program *p, vq_scope *s,
 {
     if (!done)
         return vq__fail(VQ_EINVAL, "vq_exec_run_async: done is NULL");
-    return run_start(ex, p, s, feeds, nfeeds, fetches, nfetches, done, user, NULL);
+    return run_start(ex, "vq_exec_run_async", p, s, feeds, nfeeds, fetches, nfetches, done,
+                     user, NULL);
 }
 
 struct sync_wait {
@@ -754,7 +808,8 @@ VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_fe
     atomic_init(&w.finished, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
-    int rc = run_start(x, p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w, w.msg);
+    int rc = run_start(x, "vq_exec_run", p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w,
+                       w.msg);
     if (rc == 0) {
         for (int i = 0; i < SYNC_SPINS &&
                         !atomic_load_explicit(&w.finished, memory_order_acquire);

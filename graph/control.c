@@ -542,7 +542,7 @@ static void blocks_done(struct ctl *c)
     struct fop *f = c->fop;
     ctl_part_done(c);
     if (deferred) {
-        vq__push_prebuilt(f->t->plan->exec->engine, c->end);
+        vq__push_tail(f->t->plan, c->end);
         vq__frame_push_from(f->fr, (int)(f - f->fr->ops) + 1);
     }
 }
@@ -642,7 +642,7 @@ static int ctl_step(void *arg, const vq_exec_ctx *x)
         push_iteration(c);
     } else {
         c->last = fr->slot;
-        vq__push_prebuilt(pl->exec->engine, c->exit[0]);
+        vq__push_tail(pl, c->exit[0]);
     }
     return 0;
 }
@@ -686,7 +686,7 @@ static void ctl_end(void *arg, const vq_exec_ctx *x, vq_done *done)
     ctl_part_done(c);
 }
 
-bool vq__ctl_push(struct fop *f)
+int vq__ctl_push(struct fop *f)
 {
     vq_engine *e = f->t->plan->exec->engine;
     struct ctl *c = f->ctl;
@@ -702,11 +702,13 @@ bool vq__ctl_push(struct fop *f)
         deferred = vq_thread_in_op();
         c->end_deferred = deferred;
     }
-    vq__push_prebuilt(e, c->begin);
+    int rc = vq__push_prebuilt(e, c->begin);
+    if (rc < 0)
+        return rc; /* nothing pushed: the frame stops here */
     if (deferred)
-        return false;
-    vq__push_prebuilt(e, c->end);
-    return true;
+        return VQ__CTL_DEFERRED;
+    vq__push_tail(f->t->plan, c->end); /* the begin op's blocks end in it */
+    return 0;
 }
 
 /* ---- building ---- */

@@ -57,6 +57,8 @@ static void plan_destroy(struct plan *pl)
     }
     if (pl->final)
         vq_opr_free(e, pl->final);
+    if (pl->final_all)
+        vq_opr_free(e, pl->final_all);
     for (int v = 0; pl->vars && v < pl->nvars; v++) {
         vq_tensor_release(pl->vars[v].value);
         if (pl->vars[v].own_ev)
@@ -878,14 +880,21 @@ static int plan_build_ops(struct plan *pl)
         return rc;
     vq_var **vars = vq__malloc((size_t)(pl->nvars + 1) * sizeof *vars);
     int n = vars ? plan_sink_vars(pl, vars) : vq__fail(VQ_ENOMEM, "prepare: out of memory");
-    if (n >= 0) {
-        vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
-                     .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
-                     .name = "run_done"};
-        if (!(pl->final = vq_opr_new(e, &t)))
+    vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
+                 .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
+                 .name = "run_done"};
+    if (n >= 0 && !(pl->final = vq_opr_new(e, &t)))
+        n = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
+    if (n >= 0) { /* final_all: every engine var of block 0 */
+        t.nreads = 0;
+        for (int v = 0; v < pl->nvars; v++)
+            if (pl->vars[v].ev && pl->prog->vars[v].block == 0)
+                vars[t.nreads++] = pl->vars[v].ev;
+        if (!(pl->final_all = vq_opr_new(e, &t)))
             n = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
-        pl->root.tail = pl->final;
     }
+    pl->root.tail = pl->final;
+    pl->root.tail_cut = pl->final_all;
     free(vars);
     return n < 0 ? n : 0;
 }
@@ -929,6 +938,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     pthread_mutexattr_destroy(&recursive);
     pthread_mutex_init(&pl->ring_lock, NULL);
     pthread_cond_init(&pl->ring_cond, NULL);
+    atomic_init(&pl->broken, false);
     int rc = vq__program_copy(p, &pl->prog);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
@@ -1062,7 +1072,16 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     uint64_t key = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     uint64_t gen = s ? vq__scope_generation(s) : 0, sid = vq__scope_id(s);
-    for (struct plan *pl = ex->lru_head; pl; pl = pl->lru_next) {
+    for (struct plan *pl = ex->lru_head, *next; pl; pl = next) {
+        next = pl->lru_next;
+        if (atomic_load(&pl->broken)) {
+            /* a run's push failed (struct plan): never used again */
+            if (pl->refs == 1) {
+                lru_unlink(ex, pl);
+                bury(ex, pl);
+            }
+            continue;
+        }
         if (pl->key != key || pl->prog_hash != ph || pl->scope_id != sid || pl->key_len != nlen ||
             memcmp(pl->key_names, names, nlen))
             continue;

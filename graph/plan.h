@@ -152,6 +152,12 @@ struct frame {
                          * replaying loop's bind op (NULL otherwise) */
     vq_opr *tail;       /* pushed after the ops: the step, the branch's exit, or
                          * the run's final op (borrowed) */
+    /* Pushed instead of tail when a push of the frame's ops failed and the
+     * rest were not pushed: the root's is the plan's final_all (the final
+     * op reads only the sinks of the whole frame). NULL: tail, which
+     * follows whatever part of the frame was pushed (a loop's step pushes
+     * the exit on the run's error; an exit writes every var of its frames). */
+    vq_opr *tail_cut;
 };
 
 /* A cond or while op's instance in one frame. Executions of one instance
@@ -223,7 +229,16 @@ struct plan {
     vq_var *done_var;
     /* Reads the outputs of the run's sink ops, so it runs after them all. */
     vq_opr *final;
+    /* The final op of a run cut short by a failed push (root.tail_cut):
+     * reads every engine var of block 0, so it follows whatever part of
+     * the run was pushed. Same body, and it writes done_var too. */
+    vq_opr *final_all;
     uint64_t final_execs;
+    /* A push of one of the plan's ops failed: the ops after it in the frame
+     * were not pushed, so their counts of executions (fop.execs) lag behind
+     * the ring. Set under push_lock; no run is pushed on the plan after, and
+     * the cache drops it (the next run prepares a new one). */
+    atomic_bool broken;
 
     /* runs: push_lock orders whole runs (recursive: with the naive engine a
      * run's done callback runs inside the push and may start another run);
@@ -287,18 +302,31 @@ int vq__frame_ops(struct frame *fr);  /* fops and their engine ops */
 void vq__ctl_destroy(struct ctl *c);
 void vq__frame_destroy(struct frame *fr);
 
-/* Pushes a control op's two halves; false when the end op and what
- * follows it in the frame are left for when its blocks are done. */
-bool vq__ctl_push(struct fop *f);
-/* Pushes a frame's ops from the k-th in program order, then its tail. */
+/* Pushes a control op's two halves: 0, VQ__CTL_DEFERRED when the end op
+ * and what follows it in the frame are left for when its blocks are done,
+ * or the error of the begin op's push (nothing pushed). The end op, once
+ * the begin op is in, is pushed whatever it takes (vq__push_tail). */
+enum { VQ__CTL_DEFERRED = 1 };
+int vq__ctl_push(struct fop *f);
+/* Pushes a frame's ops from the k-th in program order, then its tail. A
+ * push that fails (vq_push_opr's VQ_ENOMEM) fails the frame's run, leaves
+ * the rest of the frame's ops unpushed, retires the plan (broken) and
+ * pushes tail_cut or tail. */
 void vq__frame_push_from(struct frame *fr, int k);
 
-/* Pushes a prebuilt op of a plan. vq_push_opr fails only when the engine's
- * op pool cannot grow (out of memory) and the opr's spare op is out with
- * an earlier push of the same opr (another run or iteration in flight),
- * whose completion needs no memory: this waits for it rather than drop
- * the push, which would leave the run without its op. */
-void vq__push_prebuilt(vq_engine *e, vq_opr *o);
+/* Pushes a prebuilt op of a plan, once: 0, or vq_push_opr's error. It
+ * returns VQ_ENOMEM when the engine's pools cannot grow (a var block for
+ * each of the op's vars is taken at every push; the op itself comes from
+ * the opr's spare only while no earlier push of it is in flight). Never
+ * retried in a loop: the memory may never come back, and the earlier push
+ * may wait for this very thread (an op pushing, on a single worker). */
+int vq__push_prebuilt(vq_engine *e, vq_opr *o);
+/* Pushes a plan's op that a run cannot go without once part of it is in
+ * (a frame's tail, a control op's end): retried until the engine takes
+ * it, after the plan's earlier runs have ended when this thread may wait
+ * for them (then no earlier push of o is in flight, and by vq_push_opr's
+ * contract the push does not fail for memory), else after short sleeps. */
+void vq__push_tail(struct plan *pl, vq_opr *o);
 
 /* The run an op execution belongs to: the root frame's n-th execution of
  * an op is the n-th run's; other frames belong to their instance's run.

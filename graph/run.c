@@ -552,26 +552,74 @@ int vq__seg_exec(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-void vq__push_prebuilt(vq_engine *e, vq_opr *o)
+int vq__push_prebuilt(vq_engine *e, vq_opr *o)
 {
-    while (vq_push_opr(e, o) == VQ_ENOMEM)
-        sched_yield();
+    return vq_push_opr(e, o);
+}
+
+void vq__push_tail(struct plan *pl, vq_opr *o)
+{
+    vq_engine *e = pl->exec->engine;
+    bool waited = false;
+    long pause_ns = 50 * 1000;
+    while (vq__push_prebuilt(e, o) == VQ_ENOMEM) {
+        if (!waited && !vq_thread_in_op()) {
+            /* The run's own pusher (root frame): the earlier runs were
+             * pushed whole and end without this thread. */
+            pthread_mutex_lock(&pl->ring_lock);
+            while (pl->inflight > 1)
+                pthread_cond_wait(&pl->ring_cond, &pl->ring_lock);
+            pthread_mutex_unlock(&pl->ring_lock);
+            waited = true;
+            continue;
+        }
+        struct timespec ts = {0, pause_ns};
+        nanosleep(&ts, NULL);
+        if (pause_ns < 10 * 1000 * 1000)
+            pause_ns *= 2;
+    }
+}
+
+/* The run a frame's ops belong to while it is pushed: a block's frame is
+ * its control op's execution's; the root frame is pushed under the plan's
+ * push_lock by the run that last took a place in the ring (or, on the
+ * naive engine, by an op of that run's push, see vq__ctl_push). */
+static struct run *frame_run(const struct frame *fr)
+{
+    if (fr->owner)
+        return fr->owner->run;
+    return fr->plan->ring[(fr->plan->next_seq - 1) % RING];
+}
+
+/* A push of op t of frame fr failed (err, the engine's message set): the
+ * run reports it, and the plan, whose later ops of the frame now lag one
+ * execution behind, is retired. */
+static void push_failed(struct frame *fr, const struct pop *t, int err)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "the engine could not take the op (%s)", vq_errmsg());
+    vq__run_fail(frame_run(fr), t, err, msg);
+    atomic_store(&fr->plan->broken, true);
 }
 
 void vq__frame_push_from(struct frame *fr, int k)
 {
     vq_engine *e = fr->plan->exec->engine;
-    if (k == 0 && fr->head)
-        vq__push_prebuilt(e, fr->head);
-    for (; k < fr->nops; k++) {
-        if (!fr->ops[k].ctl) {
-            if (fr->ops[k].opr) /* NULL: inside an earlier op's segment */
-                vq__push_prebuilt(e, fr->ops[k].opr);
-        }
-        else if (!vq__ctl_push(&fr->ops[k]))
+    int rc = 0;
+    if (k == 0 && fr->head && (rc = vq__push_prebuilt(e, fr->head)) < 0)
+        push_failed(fr, fr->owner->fop->t, rc); /* a loop's record or bind op */
+    for (; rc == 0 && k < fr->nops; k++) {
+        struct fop *f = &fr->ops[k];
+        if (f->ctl)
+            rc = vq__ctl_push(f);
+        else if (f->opr) /* NULL: inside an earlier op's segment */
+            rc = vq__push_prebuilt(e, f->opr);
+        if (rc == VQ__CTL_DEFERRED)
             return; /* the rest follows the control op's blocks */
+        if (rc < 0)
+            push_failed(fr, f->t, rc);
     }
-    vq__push_prebuilt(e, fr->tail);
+    vq__push_tail(fr->plan, rc < 0 && fr->tail_cut ? fr->tail_cut : fr->tail);
 }
 
 #define NAMES_ON_STACK 32
@@ -660,6 +708,19 @@ static int feed_bind(struct plan *pl, struct run *r, const char *who, const vq_f
     return 0;
 }
 
+/* Undoes feed_bind: the binds, and the feeds held for the copies. */
+static void run_unbind(struct run *r, struct bind **binds, int nfeeds)
+{
+    for (int i = 0; i < nfeeds; i++) {
+        if (binds[i])
+            bind_free(binds[i]);
+        binds[i] = NULL;
+    }
+    for (int i = 0; i < r->nheld; i++)
+        vq_tensor_release(r->held[i]);
+    r->nheld = 0;
+}
+
 /* Takes a place in the plan's ring of runs in flight, waiting for one
  * when all are taken (except inside an op). Called with push_lock held;
  * on failure, releases it. */
@@ -730,12 +791,21 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
     }
     if ((rc = names_take(&names, who, feeds, nfeeds, fetches, nfetches)) < 0)
         goto fail_run;
-    rc = vq__plan_acquire(ex, p, s, names.feeds, nfeeds, names.fetches, nfetches, &pl);
-    if (rc < 0)
-        goto fail_run;
-    for (int i = 0; i < nfeeds; i++)
-        if ((rc = feed_bind(pl, r, who, &feeds[i], i, &binds[i])) < 0)
-            goto fail_plan;
+    for (;;) {
+        rc = vq__plan_acquire(ex, p, s, names.feeds, nfeeds, names.fetches, nfetches, &pl);
+        if (rc < 0)
+            goto fail_run;
+        for (int i = 0; i < nfeeds; i++)
+            if ((rc = feed_bind(pl, r, who, &feeds[i], i, &binds[i])) < 0)
+                goto fail_plan;
+        pthread_mutex_lock(&pl->push_lock);
+        if (!atomic_load(&pl->broken))
+            break;
+        /* A run pushed meanwhile failed to push its ops: another plan. */
+        pthread_mutex_unlock(&pl->push_lock);
+        run_unbind(r, binds, nfeeds);
+        vq__plan_unpin(ex, pl);
+    }
     r->plan = pl;
     r->fetches = fetches;
     r->done = done;
@@ -743,8 +813,6 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
     r->msg_out = msg_out;
     atomic_init(&r->err, 0);
     atomic_init(&r->peak, 0);
-
-    pthread_mutex_lock(&pl->push_lock);
     if ((rc = ring_enter(pl, r, who)) < 0)
         goto fail_plan;
     run_push(pl, r, feeds, nfeeds, binds); /* from here the run reports to done */
@@ -754,9 +822,7 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
     return 0;
 
 fail_plan:
-    for (int i = 0; i < nfeeds; i++)
-        if (binds[i])
-            bind_free(binds[i]);
+    run_unbind(r, binds, nfeeds);
     vq__plan_unpin(ex, pl);
 fail_run:
     names_free(&names);

@@ -2,6 +2,7 @@
  * what the same ops give when run directly, with identical bits on every
  * engine; the plan cache; release by reference count (peak memory); async
  * runs in flight; errors naming the op; scopes. */
+#include "../engine/fault.h"     /* vq__fault_arm */
 #include "../ops/ops_internal.h" /* vq__file_inject_enospc */
 #include "leakcheck.h"
 #include "opcheck.h"
@@ -12,8 +13,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 TestSuite(exec, .fini = leak_check);
@@ -972,5 +975,126 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
     vq_tensor_release(x);
     vq_tensor_release(w);
     vq_tensor_release(b);
+    vq_program_free(p);
+}
+
+/* ---- a push the engine cannot take ---- */
+
+/* y = relu(...relu(x)...), CHAIN ops, on a 2-worker engine, segments off
+ * (one engine op per program op: many pushes). */
+enum { CHAIN = 96 };
+
+static vq_program *chain_program(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    char names[CHAIN + 1][16];
+    for (int i = 0; i <= CHAIN; i++) {
+        snprintf(names[i], sizeof names[i], i == 0 ? "x" : i == CHAIN ? "y" : "t%d", i);
+        var(p, names[i], VQ_F32, 1, s, false);
+    }
+    for (int i = 0; i < CHAIN; i++)
+        op(p, i % 2 ? "relu" : "scale", NAMES(names[i]), 1, NAMES(names[i + 1]), 1, NULL, 0);
+    return p;
+}
+
+/* One run of the chain; 0 and y right, or its error. */
+static int chain_run(vq_exec *ex, vq_program *p, vq_tensor *x, bool *right)
+{
+    vq_feed feed = {"x", x};
+    vq_fetch fetch = {"y", NULL};
+    int rc = vq_exec_run(ex, p, NULL, &feed, 1, &fetch, 1);
+    *right = false;
+    if (rc == 0) {
+        const float *y = vq_tensor_data(fetch.tensor);
+        *right = y[0] == 1 && y[1] == 0 && y[2] == 3 && y[3] == 0;
+        vq_tensor_release(fetch.tensor);
+    }
+    return rc;
+}
+
+enum { FAULT_SURVIVED = 10, FAULT_REPORTED, FAULT_PUSH_REPORTED, FAULT_NOT_REACHED, FAULT_BAD };
+
+/* In a child process (a hang is an alarm): the executor prepares the
+ * chain, runs it with the n-th allocation from then on failing, then again
+ * without. Exits with what the failed run did; FAULT_BAD, after saying
+ * why, when it returned anything but 0 with the right y or VQ_ENOMEM with
+ * a message, or when the executor could not run again. */
+static void fault_child(vq_program *p, long n)
+{
+    alarm(30);
+    vq_engine *e;
+    vq_exec *ex;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    vq_exec_opts xo = {.flags = VQ_EXEC_NO_SEGMENTS};
+    if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, &xo) < 0 ||
+        vq_exec_prepare(ex, p, NULL, NAMES("x"), 1, NAMES("y"), 1) < 0) {
+        fprintf(stderr, "N=%ld: setup: %s\n", n, vq_errmsg());
+        _exit(FAULT_BAD);
+    }
+    bool right;
+    vq_tensor *x = vec4(1, -2, 3, -4);
+    vq__fault_arm(n);
+    int rc = chain_run(ex, p, x, &right);
+    bool fired = vq__fault_fired();
+    vq__fault_arm(0);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", vq_errmsg());
+    int what = !fired ? FAULT_NOT_REACHED
+               : rc == 0 ? FAULT_SURVIVED
+               : strstr(msg, "the engine could not take the op") ? FAULT_PUSH_REPORTED
+                                                                : FAULT_REPORTED;
+    if ((rc == 0 && !right) || (rc < 0 && (rc != VQ_ENOMEM || !msg[0]))) {
+        fprintf(stderr, "N=%ld: the run returned %d (%s), y %s\n", n, rc, msg,
+                right ? "right" : "wrong");
+        _exit(FAULT_BAD);
+    }
+    if ((rc = chain_run(ex, p, x, &right)) != 0 || !right) {
+        fprintf(stderr, "N=%ld: the next run returned %d (%s)\n", n, rc, vq_errmsg());
+        _exit(FAULT_BAD);
+    }
+    vq_tensor_release(x);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+    vq_program_free(p);
+    leak_check();
+    _exit(what);
+}
+
+/* vq_push_opr returns VQ_ENOMEM when the engine's pools cannot grow. A
+ * run whose op the engine could not take used to retry the push in a
+ * yield loop until memory came back (forever, if it never did; and when
+ * the pusher is an op that earlier pushes wait for, on one worker, never
+ * at all). Now the run reports VQ_ENOMEM naming the op, and the executor
+ * prepares a new plan for the next run. Each allocation of a run, in
+ * turn, fails once (SQLite's method, as tests/alloc_fault.c): some of
+ * them are the pools' growth during the pushes. */
+Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_again)
+{
+    vq_program *p = chain_program();
+    int seen[FAULT_BAD + 1] = {0};
+    long n;
+    for (n = 1; n < 5000; n++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0)
+            fault_child(p, n);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status), "N=%ld: the child died (signal %d; SIGALRM %d: a hang)", n,
+                  WTERMSIG(status), SIGALRM);
+        int what = WEXITSTATUS(status);
+        cr_assert(what >= FAULT_SURVIVED && what < FAULT_BAD, "N=%ld: exit %d (see above)", n,
+                  what);
+        seen[what]++;
+        if (what == FAULT_NOT_REACHED)
+            break;
+    }
+    cr_assert_eq(seen[FAULT_NOT_REACHED], 1, "the run makes over %ld allocations", n);
+    cr_assert_gt(seen[FAULT_PUSH_REPORTED], 0,
+                 "no failed push was reported in %ld allocations (%d runs survived, %d failed "
+                 "otherwise)",
+                 n - 1, seen[FAULT_SURVIVED], seen[FAULT_REPORTED]);
     vq_program_free(p);
 }

@@ -1286,13 +1286,6 @@ out:
 
 /* ---- optimizers ---- */
 
-VQ_API int vq_program_clone(const vq_program *p, vq_program **out)
-{
-    if (!p || !out)
-        return vq__fail(VQ_EINVAL, "vq_program_clone: NULL argument");
-    return vq__program_copy(p, out);
-}
-
 /* Declares state var `name` like parameter v in both programs and appends a
  * zero fill to startup. */
 static int add_state(vq_program *main, vq_program *startup, int v, const char *suffix,

@@ -1,7 +1,8 @@
-/* Programs (graph/program.c): the builder and its errors, the protobuf
- * encoding (deterministic, round trips, hand-written messages, what decode
- * refuses), save and load, the text dump, the hash, and a fuzz of decode
- * over truncated and corrupted encodings. */
+/* Programs (graph/program.c, program_codec.c, program_dump.c): the builder
+ * and its errors, clones, the protobuf encoding (deterministic, round
+ * trips, hand-written messages, what decode refuses), save and load, the
+ * text dump, the hash, and a fuzz of decode over truncated and corrupted
+ * encodings. */
 #include <varq/varq.h>
 
 #include "../graph/graph_internal.h"
@@ -406,6 +407,25 @@ Test(program, hash_is_cached_and_changes_with_the_program)
     cr_assert_neq(vq_program_hash(p), h2);
     cr_assert_neq(vq_program_add_block(p, 1), VQ_EINVAL);
     cr_assert_not(p->hash_valid);
+    vq_program_free(p);
+}
+
+Test(program, a_clone_is_an_equal_program_of_its_own)
+{
+    vq_program *p = sample(), *c = NULL;
+    cr_assert_eq(vq_program_clone(NULL, &c), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "vq_program_clone: NULL argument");
+    cr_assert_eq(vq_program_clone(p, NULL), VQ_EINVAL);
+    cr_assert_eq(vq_program_clone(p, &c), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_program_hash(c), vq_program_hash(p));
+    for (int b = 0; b < vq_program_nblocks(p); b++) {
+        cr_assert_eq(vq_program_nops(c, b), vq_program_nops(p, b));
+        cr_assert_eq(vq_program_nvars(c, b), vq_program_nvars(p, b));
+    }
+    uint64_t h = vq_program_hash(p);
+    add_var(c, 0, "extra", VQ_F32, DIMS(1), false);
+    cr_assert_eq(vq_program_hash(p), h, "changing the clone changed the original");
+    vq_program_free(c);
     vq_program_free(p);
 }
 

@@ -75,6 +75,9 @@ typedef struct vq_program vq_program;
 VQ_API int vq_program_new(vq_program **out);
 /* Frees p and everything it owns. NULL is ignored. */
 VQ_API void vq_program_free(vq_program *p);
+/* A copy of p (for example the forward program, kept for evaluation before
+ * vq_optimizer_minimize adds training ops). */
+VQ_API int vq_program_clone(const vq_program *p, vq_program **out);
 
 /* Adds a block whose parent is block `parent` (an existing index); returns
  * the new block's index, or a negative error. */

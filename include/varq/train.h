@@ -166,10 +166,6 @@ typedef struct vq_lr_schedule {
 VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
                                 const vq_lr_schedule *s);
 
-/* A copy of p (for example the forward program, kept for evaluation before
- * vq_optimizer_minimize adds training ops). */
-VQ_API int vq_program_clone(const vq_program *p, vq_program **out);
-
 /* ---- layers ---- */
 
 /* y = x W + b with W [in, out] and b [out] named "<y>.w" and "<y>.b",

@@ -1,19 +1,19 @@
 /* The executor: programs built with the builder run on the engine and give
  * what the same ops give when run directly, with identical bits on every
  * engine; the plan cache; release by reference count (peak memory); async
- * runs in flight; errors naming the op; scopes. */
-#include "../engine/fault.h"     /* vq__fault_arm */
-#include "../ops/ops_internal.h" /* vq__file_inject_enospc */
+ * runs in flight; errors naming the op; a push the engine cannot take.
+ * (Scopes are test_scope.c.) */
+#include "../engine/fault.h" /* vq__fault_arm */
 #include "leakcheck.h"
 #include "opcheck.h"
 #include "programs.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -453,69 +453,6 @@ Test(exec, a_startup_program_creates_persistables_that_the_main_program_updates)
     fixture_free(&f);
 }
 
-Test(exec, scopes_save_and_load_a_directory_of_npy_files)
-{
-    vq_scope *s, *t;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_scope_new(&t), 0);
-    vq_tensor *a = vec4(1, 2, 3, 4);
-    int64_t two[2] = {2, 2};
-    int64_t iv[4] = {5, 6, 7, 8};
-    vq_tensor *b;
-    cr_assert_eq(vq_tensor_from(&b, VQ_I64, 2, two, iv), 0);
-    cr_assert_eq(vq_scope_set(s, "weight", a), 0);
-    cr_assert_eq(vq_scope_set(s, "bias", b), 0);
-    char dir[] = "/tmp/varq_scope_XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_scope_count(t), 2);
-    cr_assert_str_eq(vq_scope_name(t, 0), "bias");
-    assert_same_bits(vq_scope_get(t, "weight"), a);
-    assert_same_bits(vq_scope_get(t, "bias"), b);
-    cr_assert_eq(vq_scope_set(s, "a/b", a), 0);
-    cr_assert_eq(vq_scope_save(s, dir), VQ_EINVAL);
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-    cr_assert_eq(vq_scope_load(t, dir), VQ_EIO);
-    vq_tensor_release(a);
-    vq_tensor_release(b);
-    vq_scope_free(s);
-    vq_scope_free(t);
-}
-
-Test(exec, a_new_scope_never_reuses_the_plan_of_a_freed_one)
-{
-    /* A freed scope's address may come back for the next one; the plan
-     * cache must tell them apart anyway. */
-    struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t s[1] = {2};
-    var(p, "w", VQ_F32, 1, s, true);
-    var(p, "y", VQ_F32, 1, s, false);
-    op(p, "relu", NAMES("w"), 1, NAMES("y"), 1, NULL, 0);
-    for (int round = 1; round <= 4; round++) {
-        vq_scope *sc;
-        cr_assert_eq(vq_scope_new(&sc), 0);
-        int64_t n = 2;
-        float v[2] = {(float)round, (float)round};
-        vq_tensor *w;
-        cr_assert_eq(vq_tensor_from(&w, VQ_F32, 1, &n, v), 0);
-        cr_assert_eq(vq_scope_set(sc, "w", w), 0);
-        vq_tensor_release(w);
-        vq_fetch fetch = {"y", NULL};
-        cr_assert_eq(vq_exec_run(f.ex, p, sc, NULL, 0, &fetch, 1), 0, "%s", vq_errmsg());
-        cr_assert_eq(((float *)vq_tensor_data(fetch.tensor))[0], (float)round,
-                     "round %d ran with another scope's w", round);
-        vq_tensor_release(fetch.tensor);
-        vq_scope_free(sc);
-    }
-    vq_program_free(p);
-    fixture_free(&f);
-}
-
 Test(exec, gpu_tensors_are_refused_as_feeds)
 {
     setenv("VARQ_GPU_BACKEND", "emulated", 1); /* this test's own process */
@@ -591,98 +528,6 @@ Test(exec, a_failed_imperative_op_on_a_scope_tensor_does_not_stop_runs)
     vq_tensor_release(y);
     vq_program_free(p);
     fixture_free(&f);
-}
-
-/* Entries of dir's parent whose name starts with dir's base name and
- * contains ".saving": what a save leaves behind if it does not clean up. */
-static int leftovers(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "ls -d %s.*saving* 2>/dev/null | wc -l", dir);
-    FILE *f = popen(cmd, "r");
-    cr_assert_not_null(f);
-    int n = -1;
-    cr_assert_eq(fscanf(f, "%d", &n), 1);
-    pclose(f);
-    return n;
-}
-
-static double first_value(vq_scope *s, const char *name)
-{
-    return ((const float *)vq_tensor_data(vq_scope_get(s, name)))[0];
-}
-
-Test(exec, a_scope_save_replaces_the_whole_checkpoint_or_nothing)
-{
-    vq_scope *s, *t;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    char dir[] = "/tmp/varq_ckpt_XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    const char *names[] = {"a", "b", "c"};
-    for (int i = 0; i < 3; i++) {
-        vq_tensor *x = vec4(1, 1, 1, 1); /* step 1 */
-        cr_assert_eq(vq_scope_set(s, names[i], x), 0);
-        vq_tensor_release(x);
-    }
-    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
-    for (int i = 0; i < 3; i++)
-        ((float *)vq_tensor_data(vq_scope_get(s, names[i])))[0] = 2; /* step 2 */
-    /* the disk fills after one file of step 2: step 1 stays, whole */
-    vq__file_inject_enospc(1);
-    int rc = vq_scope_save(s, dir);
-    vq__file_inject_enospc(-1);
-    cr_assert_eq(rc, VQ_EIO);
-    cr_assert(strstr(vq_errmsg(), "No space left on device (the checkpoint there is unchanged)"),
-              "%s", vq_errmsg());
-    cr_assert(strstr(vq_errmsg(), dir), "%s", vq_errmsg());
-    cr_assert_eq(leftovers(dir), 0, "a failed save left files behind");
-    cr_assert_eq(vq_scope_new(&t), 0);
-    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(first_value(t, names[i]), 1, "%s is from step 2", names[i]);
-    vq_scope_free(t);
-    /* a write interrupted midway in the second file: the same */
-    vq__file_inject_fault(1, VQ__FAULT_MIDWAY);
-    rc = vq_scope_save(s, dir);
-    vq__file_inject_fault(-1, VQ__FAULT_FULL);
-    cr_assert_eq(rc, VQ_EIO);
-    cr_assert(strstr(vq_errmsg(), "(the checkpoint there is unchanged)"), "%s", vq_errmsg());
-    cr_assert_eq(leftovers(dir), 0, "a failed save left files behind");
-    cr_assert_eq(vq_scope_new(&t), 0);
-    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(first_value(t, names[i]), 1, "%s is from step 2", names[i]);
-    vq_scope_free(t);
-    /* then it succeeds, whole */
-    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_scope_new(&t), 0);
-    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(first_value(t, names[i]), 2);
-    vq_scope_free(t);
-    cr_assert_eq(leftovers(dir), 0);
-    /* a directory holding something else is not replaced */
-    char other[96];
-    snprintf(other, sizeof other, "%s/notes.txt", dir);
-    FILE *f = fopen(other, "w");
-    cr_assert_not_null(f);
-    fputs("mine", f);
-    fclose(f);
-    cr_assert_eq(vq_scope_save(s, dir), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "holds notes.txt, which is not a .npy file"), "%s",
-              vq_errmsg());
-    cr_assert_eq(access(other, F_OK), 0);
-    unlink(other);
-    /* nor one with a read-only checkpoint file */
-    char ro[96];
-    snprintf(ro, sizeof ro, "%s/a.npy", dir);
-    cr_assert_eq(chmod(ro, 0444), 0);
-    cr_assert_eq(vq_scope_save(s, dir), VQ_EIO);
-    cr_assert(strstr(vq_errmsg(), "the file is read-only"), "%s", vq_errmsg());
-    char cmd[96];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-    vq_scope_free(s);
 }
 
 /* relu(x) -> x, scale(x) -> x with x fed; and a while whose body writes

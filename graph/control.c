@@ -97,7 +97,7 @@ static int take_names(struct walk *w, struct pop *t, const char *name, int want,
                         strcmp(name, "body_inputs") ? "outputs" : "loop-carried inputs X");
     *out = malloc((size_t)(want ? want : 1) * sizeof **out);
     if (!*out)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     for (int k = 0; k < want; k++) {
         int v = vq__program_find_var(p, a->strings[k]);
         if (v < 0)
@@ -215,7 +215,7 @@ static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int b
     ci->nreplay = f->ctl->nouts;
     ci->replay_readers = vq__calloc((size_t)ci->nreplay + 1, sizeof *ci->replay_readers);
     if (!ci->replay_readers)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     const vq_attr *ri = attr_get(t->src, "replay_inputs");
     if (!ri)
         return ctl_fail(t, "replay_of needs replay_inputs");
@@ -254,7 +254,7 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
                         src->nout, src->nin - 1);
     ci->carry_readers = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *ci->carry_readers);
     if (!ci->carry_readers)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     if ((rc = take_names(w, t, "body_inputs", ci->nouts, body, &ci->body_in)) != 0 ||
         (rc = take_names(w, t, "body_outputs", ci->nouts, body, &ci->outs[0])) != 0)
         return rc;
@@ -350,7 +350,7 @@ int vq__ctl_walk(struct walk *w, struct pop *t)
     const vq__pop *src = t->src;
     struct ctl_info *ci = vq__calloc(1, sizeof *ci);
     if (!ci)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     t->ctl = ci;
     ci->replay_of = -1;
     ci->is_while = !strcmp(t->def->type, "while");
@@ -371,7 +371,7 @@ int vq__ctl_walk(struct walk *w, struct pop *t)
         t->in = vq__malloc((size_t)(src->nin + ext.n) * sizeof *t->in);
         if (!t->in) {
             t->in = src->in;
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
         } else {
             memcpy(t->in, src->in, (size_t)src->nin * sizeof *t->in);
             t->nin = src->nin;
@@ -745,7 +745,7 @@ static vq_opr *opr_make(struct plan *pl, const vq_task *t)
 {
     vq_opr *o = vq_opr_new(pl->exec->engine, t);
     if (!o)
-        vq__fail(VQ_ENOMEM, "prepare: %s: %s", t->name, vq_errmsg());
+        vq__fail(VQ_ENOMEM, "%s: %s", t->name, vq_errmsg());
     return o;
 }
 
@@ -757,17 +757,17 @@ int vq__ctl_build(struct fop *f)
     const struct ctl_info *ci = t->ctl;
     struct ctl *c = vq__calloc(1, sizeof *c);
     if (!c)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     f->ctl = c;
     c->fop = f;
     c->nframes = ci->is_while ? VQ__WHILE_FRAMES : 2;
     c->frames = vq__calloc((size_t)c->nframes, sizeof *c->frames);
     c->result = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *c->result);
     if (!c->frames || !c->result)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     atomic_init(&c->pending, 0);
     if (!(c->inst = vq_var_new(pl->exec->engine, t->src->type)))
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     int rc = 0;
     for (int i = 0; i < c->nframes && rc == 0; i++) {
         c->frames[i] = (struct frame){.plan = pl, .block = ci->blocks[ci->is_while ? 0 : i],
@@ -790,7 +790,7 @@ int vq__ctl_build(struct fop *f)
     if (rc == 0 && ci->save) {
         c->tape.width = ci->nouts;
         if (!(c->tape_var = vq_var_new(pl->exec->engine, "tape")))
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
         for (int i = 0; i < c->nframes && rc == 0; i++) {
             struct frame *prev = &c->frames[(i + c->nframes - 1) % c->nframes];
             struct vars in = {0};

@@ -19,6 +19,13 @@ static int find(const vq_program *p, const char *name, const char *fn)
     return v;
 }
 
+/* A layer's result: 0, or the builder's error rc prefixed with the layer
+ * call the user made (the builder's message names vq_program_add_*). */
+static int built(int rc, const char *fn)
+{
+    return rc < 0 ? vq__fail_prefixed(rc, "%s", fn) : 0;
+}
+
 /* Declares a persistable parameter in main and startup, and appends its
  * uniform initializer to startup. */
 static int add_param(vq_program *main, vq_program *startup, const char *name, vq_dtype dt,
@@ -67,7 +74,7 @@ VQ_API int vq_layer_linear(vq_program *main, vq_program *startup, const char *x,
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, "add", (const char *const[]){xw, b}, 2,
                                (const char *const[]){y}, 1, NULL, 0);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_linear");
 }
 
 VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x, const char *y)
@@ -85,7 +92,7 @@ VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x,
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, act, (const char *const[]){x}, 1,
                                (const char *const[]){y}, 1, NULL, 0);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_activation");
 }
 
 VQ_API int vq_layer_mse_loss(vq_program *main, const char *pred, const char *label,
@@ -100,7 +107,7 @@ VQ_API int vq_layer_mse_loss(vq_program *main, const char *pred, const char *lab
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, "mse", (const char *const[]){pred, label}, 2,
                                (const char *const[]){loss}, 1, NULL, 0);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_mse_loss");
 }
 
 VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
@@ -131,7 +138,7 @@ VQ_API int vq_layer_softmax_cross_entropy(vq_program *main, const char *logits,
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, "mean", (const char *const[]){rows}, 1,
                                (const char *const[]){loss}, 1, NULL, 0);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_softmax_cross_entropy");
 }
 
 /* The state starts as (seed, 0) from two one-element fill_constants and a
@@ -164,7 +171,7 @@ VQ_API int vq_layer_rng_state(vq_program *main, vq_program *startup, const char 
     if (rc >= 0)
         rc = vq_program_add_op(startup, 0, "concat", (const char *const[]){half[0], half[1]}, 2,
                                (const char *const[]){name}, 1, &axis, 1);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_rng_state");
 }
 
 VQ_API int vq_layer_dropout(vq_program *main, const char *x, const char *y, double p,
@@ -191,5 +198,5 @@ VQ_API int vq_layer_dropout(vq_program *main, const char *x, const char *y, doub
     if (rc >= 0)
         rc = vq_program_add_op(main, 0, "dropout", (const char *const[]){x, state}, state ? 2 : 1,
                                (const char *const[]){y, mask, state}, state ? 3 : 2, &a, 1);
-    return rc < 0 ? rc : 0;
+    return built(rc, "vq_layer_dropout");
 }

@@ -162,7 +162,7 @@ static int bind_persistable(struct plan *pl, int v, bool written_first)
         t = vq__scope_get_or_set(pl->scope, name, fresh);
         vq_tensor_release(fresh);
         if (!t)
-            return vq__fail(VQ_ENOMEM, "scope: out of memory");
+            return vq__fail(VQ_ENOMEM, "persistable var %s: out of memory", name);
     }
     int rc = scope_move(pl, name, &t);
     if (rc < 0) {
@@ -203,7 +203,7 @@ static int find_names(const vq_program *p, const char *what, const char *const *
 {
     *out = malloc((size_t)(n ? n : 1) * sizeof **out);
     if (!*out)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         if (!names[i])
             return vq__fail(VQ_EINVAL, "%s %d: name is NULL", what, i);
@@ -229,7 +229,7 @@ void *vq__grow(void *arr, int n, int *cap, size_t elem)
     int c = *cap ? 2 * *cap : 8;
     void *a = vq__realloc(arr, (size_t)c * elem);
     if (!a) {
-        vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        vq__fail(VQ_ENOMEM, "out of memory");
         return NULL;
     }
     *cap = c;
@@ -311,7 +311,7 @@ static int walk_infer(struct walk *w, struct pop *t)
     if (known) {
         t->fixed = vq__malloc((size_t)src->nout * sizeof *t->fixed + t->def->params_size);
         if (!t->fixed)
-            return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            return vq__fail(VQ_ENOMEM, "out of memory");
         memcpy(t->fixed, om, (size_t)src->nout * sizeof *t->fixed);
         memcpy(t->fixed + src->nout, params, t->def->params_size);
     }
@@ -383,7 +383,7 @@ static int walk_inputs(struct walk *w, struct pop *t, int from, int block, struc
 {
     bool *counts = vq__realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
     if (!counts)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     t->in_counts = counts;
     memset(counts + from, 0, (size_t)(t->nin - from) * sizeof *counts);
     int rc = 0;
@@ -402,7 +402,7 @@ static int walk_count_readers(struct walk *w, struct pop *t)
     const vq__pop *src = t->src;
     t->out_readers = vq__calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
     if (!t->out_readers)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     for (int j = 0; j < src->nout; j++) {
         int v = src->out[j];
         struct pvar *pv = &pl->vars[v];
@@ -499,7 +499,7 @@ static int plan_walk(struct plan *pl)
     pl->nops = p->nops;
     int rc = 0;
     if (!w.has || !w.owner || !w.block_user || !pl->ops)
-        rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        rc = vq__fail(VQ_ENOMEM, "out of memory");
     for (int b = 0; rc == 0 && b < p->nblocks; b++)
         w.block_user[b] = -1;
     if (rc == 0) {
@@ -547,7 +547,7 @@ int vq__frame_vars(struct frame *fr)
     int n = pl->block_nvars[fr->block];
     fr->vars = vq__calloc((size_t)(n ? n : 1), sizeof *fr->vars);
     if (!fr->vars)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     for (int v = 0; v < pl->nvars; v++) {
         if (pl->prog->vars[v].block != fr->block || !pl->vars[v].used)
             continue;
@@ -691,7 +691,7 @@ int vq__frame_ops(struct frame *fr)
     const vq__block *b = &pl->prog->blocks[fr->block];
     fr->ops = vq__calloc((size_t)(b->nops ? b->nops : 1), sizeof *fr->ops);
     if (!fr->ops)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     fr->nops = b->nops;
     size_t accesses = 0;
     for (int k = 0; k < b->nops; k++)
@@ -701,7 +701,7 @@ int vq__frame_ops(struct frame *fr)
         cap *= 2;
     struct seg_map m = {vq__calloc(cap, sizeof *m.ent), cap - 1};
     if (!m.ent)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     struct seg sg = {.max = pl->exec->no_segments ? 1 : SEG_MAX};
     int rc = 0;
     for (int k = 0; k < b->nops && rc == 0; k++) {
@@ -712,7 +712,7 @@ int vq__frame_ops(struct frame *fr)
         f->in = vq__malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
         f->out = vq__malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
         if (!f->in || !f->out) {
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
         vq_var *vars[2 * VQ__MAX_SLOTS];
@@ -746,7 +746,7 @@ int vq__frame_ops(struct frame *fr)
             sg.bound = linked ? from : k;
         }
         if (seg_add(&sg, vars, nw, nr) < 0) {
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
         sg.len++;
@@ -812,7 +812,7 @@ static int plan_sink_vars(const struct plan *pl, vq_var **vars)
     bool *pick = vq__calloc((size_t)pl->nvars + 1, sizeof *pick);
     int n = 0;
     if (!last_access || !last_write || !pick) {
-        n = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        n = vq__fail(VQ_ENOMEM, "out of memory");
         goto out;
     }
     for (int v = 0; v < pl->nvars; v++)
@@ -879,19 +879,19 @@ static int plan_build_ops(struct plan *pl)
     if (rc)
         return rc;
     vq_var **vars = vq__malloc((size_t)(pl->nvars + 1) * sizeof *vars);
-    int n = vars ? plan_sink_vars(pl, vars) : vq__fail(VQ_ENOMEM, "prepare: out of memory");
+    int n = vars ? plan_sink_vars(pl, vars) : vq__fail(VQ_ENOMEM, "out of memory");
     vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
                  .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
                  .name = "run_done"};
     if (n >= 0 && !(pl->final = vq_opr_new(e, &t)))
-        n = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
+        n = vq__fail(VQ_ENOMEM, "out of memory");
     if (n >= 0) { /* final_all: every engine var of block 0 */
         t.nreads = 0;
         for (int v = 0; v < pl->nvars; v++)
             if (pl->vars[v].ev && pl->prog->vars[v].block == 0)
                 vars[t.nreads++] = pl->vars[v].ev;
         if (!(pl->final_all = vq_opr_new(e, &t)))
-            n = vq__fail_prefixed(VQ_ENOMEM, "%s", "prepare");
+            n = vq__fail(VQ_ENOMEM, "out of memory");
     }
     pl->root.tail = pl->final;
     pl->root.tail_cut = pl->final_all;
@@ -928,7 +928,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
 {
     struct plan *pl = vq__calloc(1, sizeof *pl);
     if (!pl)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     pl->exec = ex;
     pl->scope = s;
     pthread_mutexattr_t recursive;
@@ -947,7 +947,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         pl->local = vq__malloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
         if (!pl->vars || !pl->local || !pl->block_nvars)
-            rc = vq__fail(VQ_ENOMEM, "prepare: out of memory");
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
     }
     for (int v = 0; rc == 0 && v < pl->nvars; v++) {
         const vq__pvar *d = &pl->prog->vars[v];
@@ -1055,7 +1055,7 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     size_t nlen;
     char *names = key_names(feeds, nfeeds, fetches, nfetches, &nlen);
     if (!names)
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     uint64_t ph = vq_program_hash(p);
     struct {
         uint64_t prog;
@@ -1064,7 +1064,7 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
         free(names);
-        return vq__fail(VQ_ENOMEM, "prepare: out of memory");
+        return vq__fail(VQ_ENOMEM, "out of memory");
     }
     XXH3_64bits_reset(st);
     XXH3_64bits_update(st, &head, sizeof head);
@@ -1122,14 +1122,17 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     return 0;
 }
 
-int vq__plan_acquire(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
-                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
+int vq__plan_acquire(vq_exec *ex, const char *who, const vq_program *p, vq_scope *s,
+                     const char *const *feeds, int nfeeds, const char *const *fetches,
+                     int nfetches, struct plan **out)
 {
     pthread_mutex_lock(&ex->lock);
     int rc = plan_get(ex, p, s, feeds, nfeeds, fetches, nfetches, out);
     pthread_mutex_unlock(&ex->lock);
     reap(ex);
-    return rc;
+    /* Preparation's messages say what and where ("op 3 (add): reads var
+     * t, ..."); the call the user made goes in front. */
+    return rc < 0 ? vq__fail_prefixed(rc, "%s", who) : rc;
 }
 
 void vq__plan_unpin(vq_exec *ex, struct plan *pl)
@@ -1233,7 +1236,8 @@ VQ_API int vq_exec_prepare(vq_exec *ex, const vq_program *p, vq_scope *s,
         if (!fetches[i])
             return vq__fail(VQ_EINVAL, "vq_exec_prepare: fetch %d is NULL", i);
     struct plan *pl;
-    int rc = vq__plan_acquire(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
+    int rc =
+        vq__plan_acquire(ex, "vq_exec_prepare", p, s, feeds, nfeeds, fetches, nfetches, &pl);
     if (rc == 0)
         vq__plan_unpin(ex, pl);
     return rc;

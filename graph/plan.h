@@ -345,9 +345,10 @@ void vq__fop_inputs_done(struct fop *f, void *stream);
 
 /* Finds the plan for (p, s, feeds, fetches) in ex's cache or prepares it,
  * and pins it (one more reference, which vq__plan_unpin drops). Takes the
- * executor's lock. */
-int vq__plan_acquire(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
-                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out);
+ * executor's lock. who: the public call, in front of a failure's message. */
+int vq__plan_acquire(vq_exec *ex, const char *who, const vq_program *p, vq_scope *s,
+                     const char *const *feeds, int nfeeds, const char *const *fetches,
+                     int nfetches, struct plan **out);
 void vq__plan_unpin(vq_exec *ex, struct plan *pl);
 void vq__meta_of_tensor(vq__meta *m, const vq_tensor *t);
 

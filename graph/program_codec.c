@@ -532,12 +532,14 @@ static char *packed_type(const char *type, const char **in_names, int nin,
     return s;
 }
 
-static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
+/* who: the call and, for vq_program_load, the file (the start of every
+ * error message). */
+static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m, const char *who)
 {
-    char where[128];
+    char where[384];
     if (!m->type || !*m->type)
-        return vq__fail(VQ_EINVAL, "vq_program_decode: block %d op %zu has no type", block, k);
-    snprintf(where, sizeof where, "vq_program_decode: block %d op %zu (%.60s)", block, k, m->type);
+        return vq__fail(VQ_EINVAL, "%s: block %d op %zu has no type", who, block, k);
+    snprintf(where, sizeof where, "%s: block %d op %zu (%.60s)", who, block, k, m->type);
     const vq__op_def *d = vq__op_find(m->type);
     vq__pop op = {.def = d, .priority = m->priority};
     const char **in_names = NULL, **out_names = NULL;
@@ -562,36 +564,35 @@ static int op_decode(vq_program *p, int block, size_t k, const Varq__Op *m)
         return rc;
     }
     rc = vq__op_append(p, block, &op);
-    return rc < 0 ? vq__fail_prefixed(rc, "vq_program_decode") : 0;
+    return rc < 0 ? vq__fail_prefixed(rc, "%s", who) : 0;
 }
 
 /* Fills the empty program p from m, checking everything. */
-static int program_decode(vq_program *p, const Varq__Program *m)
+static int program_decode(vq_program *p, const Varq__Program *m, const char *who)
 {
     if (m->n_blocks == 0)
-        return vq__fail(VQ_EINVAL, "vq_program_decode: no blocks (a program has a main block)");
+        return vq__fail(VQ_EINVAL, "%s: no blocks (a program has a main block)", who);
     if (m->n_blocks > INT_MAX / 2)
-        return vq__fail(VQ_EINVAL, "vq_program_decode: %zu blocks", m->n_blocks);
-    char who[96];
+        return vq__fail(VQ_EINVAL, "%s: %zu blocks", who, m->n_blocks);
+    char where[352];
     for (size_t b = 0; b < m->n_blocks; b++) {
         int parent = m->blocks[b]->parent;
         if (b == 0 ? parent != -1 : parent < 0 || (size_t)parent >= b)
-            return vq__fail(VQ_EINVAL,
-                            "vq_program_decode: block %zu has parent %d (expected %s)", b, parent,
-                            b == 0 ? "-1" : "an earlier block");
+            return vq__fail(VQ_EINVAL, "%s: block %zu has parent %d (expected %s)", who, b,
+                            parent, b == 0 ? "-1" : "an earlier block");
         if (vq__block_append(p, parent) < 0)
-            return vq__fail(VQ_ENOMEM, "vq_program_decode: out of memory");
+            return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
     }
     for (size_t b = 0; b < m->n_blocks; b++) {
         const Varq__Block *mb = m->blocks[b];
         for (size_t i = 0; i < mb->n_vars; i++) {
             const Varq__Var *v = mb->vars[i];
-            snprintf(who, sizeof who, "vq_program_decode: block %zu var %zu", b, i);
+            snprintf(where, sizeof where, "%s: block %zu var %zu", who, b, i);
             if (v->n_shape > VQ_MAX_DIMS)
-                return vq__fail(VQ_EINVAL, "%s: %zu dims (at most %d)", who, v->n_shape,
+                return vq__fail(VQ_EINVAL, "%s: %zu dims (at most %d)", where, v->n_shape,
                                 VQ_MAX_DIMS);
             int rc = vq__var_declare(p, (int)b, v->name, (int)v->dtype, (int)v->n_shape,
-                                     v->shape, v->persistable, who);
+                                     v->shape, v->persistable, where);
             if (rc < 0)
                 return rc;
             p->vars[p->nvars - 1].stop_gradient = v->stop_gradient;
@@ -600,12 +601,35 @@ static int program_decode(vq_program *p, const Varq__Program *m)
     for (size_t b = 0; b < m->n_blocks; b++) {
         const Varq__Block *mb = m->blocks[b];
         for (size_t k = 0; k < mb->n_ops; k++) {
-            int rc = op_decode(p, (int)b, k, mb->ops[k]);
+            int rc = op_decode(p, (int)b, k, mb->ops[k], who);
             if (rc < 0)
                 return rc;
         }
     }
     p->hash_valid = false;
+    return 0;
+}
+
+/* vq_program_decode, and vq_program_load's bytes; who starts the error
+ * messages. */
+static int decode_bytes(vq_program **out, const void *buf, size_t len, const char *who)
+{
+    static const uint8_t empty[1];
+    unsigned failed = vq__protobuf_failed_allocs();
+    Varq__Program *m = varq__program__unpack(&vq__protobuf_allocator, len, buf ? buf : empty);
+    if (!m && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "%s: out of memory while parsing %zu bytes", who, len);
+    if (!m)
+        return vq__fail(VQ_EINVAL, "%s: %zu bytes are not a valid program (protobuf parse failed)",
+                        who, len);
+    vq_program *p = vq__calloc(1, sizeof *p);
+    int rc = p ? program_decode(p, m, who) : vq__fail(VQ_ENOMEM, "%s: out of memory", who);
+    varq__program__free_unpacked(m, &vq__protobuf_allocator);
+    if (rc < 0) {
+        vq_program_free(p);
+        return rc;
+    }
+    *out = p;
     return 0;
 }
 
@@ -616,24 +640,7 @@ VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len)
     *out = NULL;
     if (!buf && len)
         return vq__fail(VQ_EINVAL, "vq_program_decode: buf is NULL");
-    static const uint8_t empty[1];
-    unsigned failed = vq__protobuf_failed_allocs();
-    Varq__Program *m = varq__program__unpack(&vq__protobuf_allocator, len, buf ? buf : empty);
-    if (!m && vq__protobuf_failed_allocs() != failed)
-        return vq__fail(VQ_ENOMEM, "vq_program_decode: out of memory while parsing %zu bytes",
-                        len);
-    if (!m)
-        return vq__fail(VQ_EINVAL, "vq_program_decode: %zu bytes are not a valid program "
-                        "(protobuf parse failed)", len);
-    vq_program *p = vq__calloc(1, sizeof *p);
-    int rc = p ? program_decode(p, m) : vq__fail(VQ_ENOMEM, "vq_program_decode: out of memory");
-    varq__program__free_unpacked(m, &vq__protobuf_allocator);
-    if (rc < 0) {
-        vq_program_free(p);
-        return rc;
-    }
-    *out = p;
-    return 0;
+    return decode_bytes(out, buf, len, "vq_program_decode");
 }
 
 /* ---- files ---- */
@@ -672,7 +679,8 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
             size_t ncap = cap ? cap * 2 : 65536;
             char *grown = ncap > cap ? vq__realloc(buf, ncap) : NULL;
             if (!grown) {
-                rc = vq__fail(VQ_ENOMEM, "%s: out of memory after %zu bytes", path, len);
+                rc = vq__fail(VQ_ENOMEM, "vq_program_load: %s: out of memory after %zu bytes",
+                              path, len);
                 break;
             }
             buf = grown;
@@ -690,8 +698,11 @@ VQ_API int vq_program_load(vq_program **out, const char *path)
         len += (size_t)r;
     }
     close(fd);
-    if (rc == 0 && (rc = vq_program_decode(out, buf, len)) < 0)
-        rc = vq__fail_prefixed(rc, "%s", path);
+    if (rc == 0) {
+        char who[320];
+        snprintf(who, sizeof who, "vq_program_load: %s", path);
+        rc = decode_bytes(out, buf, len, who);
+    }
     free(buf);
     return rc;
 }

@@ -92,8 +92,8 @@ static int emit_op(void *user, const char *type, const char *const *in, int nin,
 static const char *no_temp(void *user)
 {
     (void)user;
-    vq__fail(VQ_ENOSYS, "autodiff: gradient makers get no temporary vars; emit one op per "
-                        "gradient");
+    vq__fail(VQ_ENOSYS, "vq_append_backward: gradient makers get no temporary vars; emit "
+                        "one op per gradient");
     return NULL;
 }
 
@@ -128,7 +128,7 @@ static int finalize(struct bw *b, int v)
         return 0;
     char *name = grad_name(b, p->vars[v].name, -1);
     if (!name)
-        return vq__fail(VQ_ENOMEM, "autodiff: out of memory");
+        return vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
     int rc = 0;
     if (g->nparts == 1 && !strcmp(g->part[0], name)) {
         /* A single gradient was emitted under the final name already. */
@@ -153,7 +153,7 @@ static int finalize(struct bw *b, int v)
                 size_t n = strlen(name) + 24;
                 next = vq__malloc(n);
                 if (!next) {
-                    rc = vq__fail(VQ_ENOMEM, "autodiff: out of memory");
+                    rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
                     break;
                 }
                 snprintf(next, n, "%s@SUM@%d", name, i);
@@ -1519,8 +1519,8 @@ static int frozen_vars(vq_program *main, const vq_optimizer *opt, const char ***
     return 0;
 }
 
-VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
-                                 const vq_optimizer *opt)
+static int optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
+                              const vq_optimizer *opt)
 {
     if (!main || !startup || !loss || !opt)
         return vq__fail(VQ_EINVAL, "vq_optimizer_minimize: NULL argument");
@@ -1647,8 +1647,8 @@ VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const ch
 
 /* ---- learning-rate schedules ---- */
 
-VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
-                                const vq_lr_schedule *s)
+static int lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
+                             const vq_lr_schedule *s)
 {
     if (!main || !startup || !lr_var || !s)
         return vq__fail(VQ_EINVAL, "vq_lr_schedule_build: NULL argument");
@@ -1711,4 +1711,25 @@ VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const cha
         rc = vq_program_add_op(main, 0, "lr_schedule", (const char *const[]){step}, 1,
                                (const char *const[]){lr_var, step}, 2, a, na);
     return rc < 0 ? rc : 0;
+}
+
+/* The errors of the calls these two make for the user (vq_append_backward,
+ * the builder's vq_program_add_*) name the call the user made first. */
+static int named(int rc, const char *fn)
+{
+    if (rc < 0 && strncmp(vq_errmsg(), fn, strlen(fn)) != 0)
+        return vq__fail_prefixed(rc, "%s", fn);
+    return rc;
+}
+
+VQ_API int vq_optimizer_minimize(vq_program *main, vq_program *startup, const char *loss,
+                                 const vq_optimizer *opt)
+{
+    return named(optimizer_minimize(main, startup, loss, opt), "vq_optimizer_minimize");
+}
+
+VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const char *lr_var,
+                                const vq_lr_schedule *s)
+{
+    return named(lr_schedule_build(main, startup, lr_var, s), "vq_lr_schedule_build");
 }

@@ -341,6 +341,27 @@ Test(exec, a_failing_op_fails_the_run_with_its_name_and_the_plan_stays_usable)
     fixture_free(&f);
 }
 
+/* An error names the call the user made, preparation's too. */
+Test(exec, errors_name_the_call_made)
+{
+    struct fixture f = fixture(0);
+    vq_program *p = small_program(2);
+    struct async_result r = {0};
+    vq_fetch fetch = {"nope", NULL};
+    cr_assert_eq(vq_exec_run_async(f.ex, NULL, f.s, NULL, 0, NULL, 0, on_done, &r), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "vq_exec_run_async: bad argument");
+    cr_assert_eq(vq_exec_run(f.ex, p, f.s, NULL, 0, &fetch, 1), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "vq_exec_run: fetch nope: the program has no such var");
+    cr_assert_eq(vq_exec_run_async(f.ex, p, f.s, NULL, 0, &fetch, 1, on_done, &r), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "vq_exec_run_async: fetch nope: the program has no such var");
+    const char *nope = "nope";
+    cr_assert_eq(vq_exec_prepare(f.ex, p, f.s, NULL, 0, &nope, 1), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "vq_exec_prepare: fetch nope: the program has no such var");
+    cr_assert_eq(atomic_load(&r.calls), 0);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
 static void expect_prepare_error(struct fixture *f, vq_program *p, const char *const *feeds,
                                  int nfeeds, const char *fetch, const char *needle)
 {

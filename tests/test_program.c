@@ -567,6 +567,22 @@ static void assert_add_op_fails(vq_program *p, int block, const char *type,
     cr_assert_eq(vq_program_hash(p), h);
 }
 
+Test(program, a_file_that_is_no_program_fails_its_load_naming_the_call_and_file)
+{
+    char path[] = "/tmp/varq_program_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "\xff\xff\xff", 3), 3);
+    close(fd);
+    vq_program *p = NULL;
+    cr_assert_eq(vq_program_load(&p, path), VQ_EINVAL);
+    cr_assert_null(p);
+    char want[160];
+    snprintf(want, sizeof want, "vq_program_load: %s: 3 bytes are not a valid program", path);
+    cr_assert(!strncmp(vq_errmsg(), want, strlen(want)), "%s", vq_errmsg());
+    unlink(path);
+}
+
 Test(program, builder_errors_name_the_op_slot_and_var)
 {
     vq_program *p = sample();

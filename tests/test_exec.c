@@ -846,8 +846,35 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
 
 /* ---- a push the engine cannot take ---- */
 
-/* y = relu(...relu(x)...), CHAIN ops, on a 2-worker engine, segments off
- * (one engine op per program op: many pushes). */
+/* The two programs of the test below, each with its inputs made before
+ * the failures start (a test's own allocation must not fail), its run and
+ * its check. */
+struct fault_case {
+    const char *name;
+    vq_program *(*build)(void);
+    const char *const *feeds;
+    int nfeeds;
+    const char *const *fetches;
+    int nfetches;
+    void (*inputs)(vq_tensor **in);
+    bool (*right)(vq_fetch *out); /* the fetched values are the expected ones */
+};
+
+static vq_tensor *scalar_f32(float v)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_from(&t, VQ_F32, 0, NULL, &v), 0);
+    return t;
+}
+
+static bool is_relu_of_x(vq_tensor *y)
+{
+    const float *v = vq_tensor_data(y);
+    return v[0] == 1 && v[1] == 0 && v[2] == 3 && v[3] == 0;
+}
+
+/* y = relu(scale(...relu(scale(x))...)), CHAIN ops in block 0: the
+ * pushes of the caller's thread. */
 enum { CHAIN = 96 };
 
 static vq_program *chain_program(void)
@@ -865,29 +892,105 @@ static vq_program *chain_program(void)
     return p;
 }
 
-/* One run of the chain; 0 and y right, or its error. */
-static int chain_run(vq_exec *ex, vq_program *p, vq_tensor *x, bool *right)
+static void chain_inputs(vq_tensor **in)
 {
-    vq_feed feed = {"x", x};
-    vq_fetch fetch = {"y", NULL};
-    int rc = vq_exec_run(ex, p, NULL, &feed, 1, &fetch, 1);
-    *right = false;
-    if (rc == 0) {
-        const float *y = vq_tensor_data(fetch.tensor);
-        *right = y[0] == 1 && y[1] == 0 && y[2] == 3 && y[3] == 0;
-        vq_tensor_release(fetch.tensor);
+    in[0] = vec4(1, -2, 3, -4);
+}
+
+static bool chain_right(vq_fetch *out)
+{
+    return is_relu_of_x(out[0].tensor);
+}
+
+/* while (i < n) { t_k = scale(x) for k < WIDTH; x = relu(t_0); i = i + 1 },
+ * 24 iterations: the pushes of the loop's ops, from inside the engine's
+ * ops (WIDTH of them at once, which outgrow what the pools keep for a
+ * worker). */
+enum { WIDTH = 48 };
+
+static vq_program *loop_program(void)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "xo", VQ_F32, 1, s, false);
+    const char *scalars[] = {"i0", "n", "one", "io"};
+    for (int i = 0; i < 4; i++)
+        var(p, scalars[i], VQ_F32, 0, NULL, false);
+    var(p, "c0", VQ_BOOL, 0, NULL, false);
+    int b = vq_program_add_block(p, 0);
+    cr_assert_gt(b, 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_program_add_var(p, b, "bx", VQ_F32, 1, s, false), 0);
+    cr_assert_eq(vq_program_add_var(p, b, "bx2", VQ_F32, 1, s, false), 0);
+    char bt[WIDTH][16];
+    for (int k = 0; k < WIDTH; k++) {
+        snprintf(bt[k], sizeof bt[k], "bt%d", k);
+        cr_assert_eq(vq_program_add_var(p, b, bt[k], VQ_F32, 1, s, false), 0);
     }
+    cr_assert_eq(vq_program_add_var(p, b, "bi", VQ_F32, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, b, "bi2", VQ_F32, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, b, "bc", VQ_BOOL, 0, NULL, false), 0);
+    for (int k = 0; k < WIDTH; k++)
+        cr_assert_geq(vq_program_add_op(p, b, "scale", NAMES("bx"), 1, NAMES(bt[k]), 1, NULL, 0),
+                      0);
+    cr_assert_geq(vq_program_add_op(p, b, "relu", NAMES("bt0"), 1, NAMES("bx2"), 1, NULL, 0), 0);
+    cr_assert_geq(vq_program_add_op(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0),
+                  0);
+    cr_assert_geq(vq_program_add_op(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0),
+                  0);
+    op(p, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[5] = {VQ_ATTR_I("body_block", b), VQ_ATTR_SS("body_inputs", NAMES("bx", "bi"), 2),
+                    VQ_ATTR_SS("body_outputs", NAMES("bx2", "bi2"), 2),
+                    VQ_ATTR_S("body_cond", "bc"), VQ_ATTR_I("max_iters", -1)};
+    op(p, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    return p;
+}
+
+static void loop_inputs(vq_tensor **in)
+{
+    in[0] = vec4(1, -2, 3, -4);
+    in[1] = scalar_f32(0);
+    in[2] = scalar_f32(24);
+    in[3] = scalar_f32(1);
+}
+
+static bool loop_right(vq_fetch *out)
+{
+    return is_relu_of_x(out[0].tensor) && *(const float *)vq_tensor_data(out[1].tensor) == 24;
+}
+
+static const struct fault_case fault_cases[] = {
+    {"a chain", chain_program, NAMES("x"), 1, NAMES("y"), 1, chain_inputs, chain_right},
+    {"a loop", loop_program, NAMES("x", "i0", "n", "one"), 4, NAMES("xo", "io"), 2, loop_inputs,
+     loop_right},
+};
+
+/* One run; 0 and *right set, or its error. */
+static int fault_run(const struct fault_case *fc, vq_exec *ex, vq_program *p, vq_tensor **in,
+                     bool *right)
+{
+    vq_feed feeds[4];
+    vq_fetch fetches[2];
+    for (int i = 0; i < fc->nfeeds; i++)
+        feeds[i] = (vq_feed){fc->feeds[i], in[i]};
+    for (int i = 0; i < fc->nfetches; i++)
+        fetches[i] = (vq_fetch){fc->fetches[i], NULL};
+    int rc = vq_exec_run(ex, p, NULL, feeds, fc->nfeeds, fetches, fc->nfetches);
+    *right = rc == 0 && fc->right(fetches);
+    for (int i = 0; i < fc->nfetches; i++)
+        vq_tensor_release(fetches[i].tensor);
     return rc;
 }
 
 enum { FAULT_SURVIVED = 10, FAULT_REPORTED, FAULT_PUSH_REPORTED, FAULT_NOT_REACHED, FAULT_BAD };
 
 /* In a child process (a hang is an alarm): the executor prepares the
- * chain, runs it with the n-th allocation from then on failing, then again
- * without. Exits with what the failed run did; FAULT_BAD, after saying
- * why, when it returned anything but 0 with the right y or VQ_ENOMEM with
- * a message, or when the executor could not run again. */
-static void fault_child(vq_program *p, long n)
+ * program, runs it with the n-th allocation from then on failing, then
+ * again without. Exits with what the failed run did; FAULT_BAD, after
+ * saying why, when it returned anything but 0 with the right values or
+ * VQ_ENOMEM with a message, or when the executor could not run again. */
+static void fault_child(const struct fault_case *fc, vq_program *p, long n)
 {
     alarm(30);
     vq_engine *e;
@@ -895,14 +998,15 @@ static void fault_child(vq_program *p, long n)
     vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
     vq_exec_opts xo = {.flags = VQ_EXEC_NO_SEGMENTS};
     if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, &xo) < 0 ||
-        vq_exec_prepare(ex, p, NULL, NAMES("x"), 1, NAMES("y"), 1) < 0) {
-        fprintf(stderr, "N=%ld: setup: %s\n", n, vq_errmsg());
+        vq_exec_prepare(ex, p, NULL, fc->feeds, fc->nfeeds, fc->fetches, fc->nfetches) < 0) {
+        fprintf(stderr, "%s, N=%ld: setup: %s\n", fc->name, n, vq_errmsg());
         _exit(FAULT_BAD);
     }
     bool right;
-    vq_tensor *x = vec4(1, -2, 3, -4);
+    vq_tensor *in[4];
+    fc->inputs(in);
     vq__fault_arm(n);
-    int rc = chain_run(ex, p, x, &right);
+    int rc = fault_run(fc, ex, p, in, &right);
     bool fired = vq__fault_fired();
     vq__fault_arm(0);
     char msg[256];
@@ -912,15 +1016,17 @@ static void fault_child(vq_program *p, long n)
                : strstr(msg, "the engine could not take the op") ? FAULT_PUSH_REPORTED
                                                                 : FAULT_REPORTED;
     if ((rc == 0 && !right) || (rc < 0 && (rc != VQ_ENOMEM || !msg[0]))) {
-        fprintf(stderr, "N=%ld: the run returned %d (%s), y %s\n", n, rc, msg,
+        fprintf(stderr, "%s, N=%ld: the run returned %d (%s), values %s\n", fc->name, n, rc, msg,
                 right ? "right" : "wrong");
         _exit(FAULT_BAD);
     }
-    if ((rc = chain_run(ex, p, x, &right)) != 0 || !right) {
-        fprintf(stderr, "N=%ld: the next run returned %d (%s)\n", n, rc, vq_errmsg());
+    if ((rc = fault_run(fc, ex, p, in, &right)) != 0 || !right) {
+        fprintf(stderr, "%s, N=%ld: the next run returned %d (%s)\n", fc->name, n, rc,
+                vq_errmsg());
         _exit(FAULT_BAD);
     }
-    vq_tensor_release(x);
+    for (int i = 0; i < fc->nfeeds; i++)
+        vq_tensor_release(in[i]);
     vq_exec_free(ex);
     vq_engine_free(e);
     vq_program_free(p);
@@ -935,32 +1041,38 @@ static void fault_child(vq_program *p, long n)
  * at all). Now the run reports VQ_ENOMEM naming the op, and the executor
  * prepares a new plan for the next run. Each allocation of a run, in
  * turn, fails once (SQLite's method, as tests/alloc_fault.c): some of
- * them are the pools' growth during the pushes. */
+ * them are the pools' growth during the pushes, of block 0 by the
+ * caller's thread (a chain) and of a loop's body by the engine's ops. */
 Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_again)
 {
-    vq_program *p = chain_program();
-    int seen[FAULT_BAD + 1] = {0};
-    long n;
-    for (n = 1; n < 5000; n++) {
-        pid_t pid = fork();
-        cr_assert_geq(pid, 0);
-        if (pid == 0)
-            fault_child(p, n);
-        int status;
-        cr_assert_eq(waitpid(pid, &status, 0), pid);
-        cr_assert(WIFEXITED(status), "N=%ld: the child died (signal %d; SIGALRM %d: a hang)", n,
-                  WTERMSIG(status), SIGALRM);
-        int what = WEXITSTATUS(status);
-        cr_assert(what >= FAULT_SURVIVED && what < FAULT_BAD, "N=%ld: exit %d (see above)", n,
-                  what);
-        seen[what]++;
-        if (what == FAULT_NOT_REACHED)
-            break;
+    for (size_t c = 0; c < sizeof fault_cases / sizeof fault_cases[0]; c++) {
+        const struct fault_case *fc = &fault_cases[c];
+        vq_program *p = fc->build();
+        int seen[FAULT_BAD + 1] = {0};
+        long n;
+        for (n = 1; n < 5000; n++) {
+            pid_t pid = fork();
+            cr_assert_geq(pid, 0);
+            if (pid == 0)
+                fault_child(fc, p, n);
+            int status;
+            cr_assert_eq(waitpid(pid, &status, 0), pid);
+            cr_assert(WIFEXITED(status), "%s, N=%ld: the child died (signal %d; SIGALRM %d: a "
+                                         "hang)",
+                      fc->name, n, WTERMSIG(status), SIGALRM);
+            int what = WEXITSTATUS(status);
+            cr_assert(what >= FAULT_SURVIVED && what < FAULT_BAD, "%s, N=%ld: exit %d (see above)",
+                      fc->name, n, what);
+            seen[what]++;
+            if (what == FAULT_NOT_REACHED)
+                break;
+        }
+        cr_assert_eq(seen[FAULT_NOT_REACHED], 1, "%s: the run makes over %ld allocations",
+                     fc->name, n);
+        cr_assert_gt(seen[FAULT_PUSH_REPORTED], 0,
+                     "%s: no failed push was reported in %ld allocations (%d runs survived, %d "
+                     "failed otherwise)",
+                     fc->name, n - 1, seen[FAULT_SURVIVED], seen[FAULT_REPORTED]);
+        vq_program_free(p);
     }
-    cr_assert_eq(seen[FAULT_NOT_REACHED], 1, "the run makes over %ld allocations", n);
-    cr_assert_gt(seen[FAULT_PUSH_REPORTED], 0,
-                 "no failed push was reported in %ld allocations (%d runs survived, %d failed "
-                 "otherwise)",
-                 n - 1, seen[FAULT_SURVIVED], seen[FAULT_REPORTED]);
-    vq_program_free(p);
 }

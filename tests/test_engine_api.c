@@ -16,17 +16,17 @@
 #include <unistd.h>
 #include "leakcheck.h"
 
-TestSuite(varq_engine, .fini = leak_check);
+TestSuite(engine_api, .fini = leak_check);
 
 /* A behaviour of both engines: one test, run once per kind (the naive
  * engine is the serial oracle; as test_engine_errors.c does). */
 #define BOTH_KINDS(name)                                                                    \
-    ParameterizedTestParameters(varq_engine, name)                                          \
+    ParameterizedTestParameters(engine_api, name)                                          \
     {                                                                                       \
         static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};                         \
         return cr_make_param_array(int, kinds, 2);                                          \
     }                                                                                       \
-    ParameterizedTest(int *kind, varq_engine, name)
+    ParameterizedTest(int *kind, engine_api, name)
 
 
 static vq_engine *engine_with(int kind, int workers)
@@ -99,7 +99,7 @@ static void push_step(vq_engine *e, struct step *s, vq_var **r, int nr, vq_var *
     cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
 }
 
-Test(varq_engine, reads_of_one_var_run_concurrently)
+Test(engine_api, reads_of_one_var_run_concurrently)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
     vq_var *v = vq_var_new(e, "v");
@@ -121,7 +121,7 @@ Test(varq_engine, reads_of_one_var_run_concurrently)
     vq_engine_free(e);
 }
 
-Test(varq_engine, write_waits_for_earlier_reads_and_later_reads_wait_for_it)
+Test(engine_api, write_waits_for_earlier_reads_and_later_reads_wait_for_it)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
     vq_var *v = vq_var_new(e, "v");
@@ -141,7 +141,7 @@ Test(varq_engine, write_waits_for_earlier_reads_and_later_reads_wait_for_it)
     vq_engine_free(e);
 }
 
-Test(varq_engine, duplicate_and_read_write_vars_are_one_write)
+Test(engine_api, duplicate_and_read_write_vars_are_one_write)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
     vq_var *v = vq_var_new(e, "v");
@@ -156,7 +156,7 @@ Test(varq_engine, duplicate_and_read_write_vars_are_one_write)
     vq_engine_free(e);
 }
 
-Test(varq_engine, chain_of_writes_keeps_push_order)
+Test(engine_api, chain_of_writes_keeps_push_order)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 4);
     vq_var *v = vq_var_new(e, "v");
@@ -247,7 +247,7 @@ static int log_priority(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-Test(varq_engine, ready_ops_run_highest_priority_first)
+Test(engine_api, ready_ops_run_highest_priority_first)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 1);
     atomic_store(&gate, 0);
@@ -293,7 +293,7 @@ static int record_worker_flag(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-Test(varq_engine, prioritized_ops_run_on_the_reserved_workers)
+Test(engine_api, prioritized_ops_run_on_the_reserved_workers)
 {
     vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .cpu_prio_workers = 1};
     vq_engine *e;
@@ -358,7 +358,7 @@ BOTH_KINDS(prebuilt_op_pushed_many_times)
     prebuilt_ops(*kind);
 }
 
-Test(varq_engine, arg_free_runs_once_per_pushed_op)
+Test(engine_api, arg_free_runs_once_per_pushed_op)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
     vq_var *v = vq_var_new(e, "v");
@@ -441,7 +441,7 @@ static int slow_add(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-Test(varq_engine, many_vars_created_and_freed_reuse_memory)
+Test(engine_api, many_vars_created_and_freed_reuse_memory)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);
     static atomic_long counter;
@@ -460,7 +460,7 @@ Test(varq_engine, many_vars_created_and_freed_reuse_memory)
     vq_engine_free(e);
 }
 
-Test(varq_engine, engine_free_completes_pending_ops)
+Test(engine_api, engine_free_completes_pending_ops)
 {
     static atomic_long done;
     atomic_store(&done, 0);
@@ -520,7 +520,7 @@ BOTH_KINDS(op_pushed_from_an_op_runs_after_it)
 
 /* ---- options and environment ---- */
 
-Test(varq_engine, bad_options_are_rejected)
+Test(engine_api, bad_options_are_rejected)
 {
     vq_engine *e = (vq_engine *)1;
     vq_engine_opts o = {.kind = 7};
@@ -534,7 +534,7 @@ Test(varq_engine, bad_options_are_rejected)
     cr_assert_eq(vq_engine_new(NULL, NULL), VQ_EINVAL);
 }
 
-Test(varq_engine, bad_environment_is_an_error_not_a_default)
+Test(engine_api, bad_environment_is_an_error_not_a_default)
 {
     vq_engine *e;
     setenv("VARQ_ENGINE", "fast", 1);
@@ -573,7 +573,7 @@ static int record_cpu(void *arg, const vq_exec_ctx *x)
 
 /* Bound workers run on the CPUs of the process's mask, one each (spread
  * and close), and a mask of one CPU puts every worker there. */
-Test(varq_engine, bound_workers_run_on_the_cpus_of_the_process_mask)
+Test(engine_api, bound_workers_run_on_the_cpus_of_the_process_mask)
 {
     cpu_set_t mask, one;
     cr_assert_eq(sched_getaffinity(0, sizeof mask, &mask), 0);
@@ -614,7 +614,7 @@ Test(varq_engine, bound_workers_run_on_the_cpus_of_the_process_mask)
     cr_assert_eq(sched_setaffinity(0, sizeof mask, &mask), 0);
 }
 
-Test(varq_engine, environment_selects_engine_and_workers)
+Test(engine_api, environment_selects_engine_and_workers)
 {
     setenv("VARQ_ENGINE", "naive", 1);
     vq_engine *e;
@@ -672,7 +672,7 @@ static int count(const char *s, const char *needle)
     return n;
 }
 
-Test(varq_engine, profiler_writes_every_op_to_a_chrome_trace)
+Test(engine_api, profiler_writes_every_op_to_a_chrome_trace)
 {
     char path[] = "/tmp/varq_trace_XXXXXX";
     int fd = mkstemp(path);
@@ -701,7 +701,7 @@ Test(varq_engine, profiler_writes_every_op_to_a_chrome_trace)
     vq_engine_free(plain);
 }
 
-Test(varq_engine, varq_profile_writes_the_trace_when_the_engine_is_freed)
+Test(engine_api, varq_profile_writes_the_trace_when_the_engine_is_freed)
 {
     char path[] = "/tmp/varq_trace_XXXXXX";
     int fd = mkstemp(path);
@@ -720,7 +720,7 @@ Test(varq_engine, varq_profile_writes_the_trace_when_the_engine_is_freed)
     unlink(path);
 }
 
-Test(varq_engine, a_varq_profile_that_cannot_be_written_is_an_error_or_a_line_on_stderr)
+Test(engine_api, a_varq_profile_that_cannot_be_written_is_an_error_or_a_line_on_stderr)
 {
     vq_engine *e;
     setenv("VARQ_PROFILE", "/nonexistent-varq-dir/trace.json", 1);

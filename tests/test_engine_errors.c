@@ -18,7 +18,7 @@
 #include "fault.h"
 #include <sched.h>
 
-TestSuite(varq_errors, .fini = leak_check);
+TestSuite(engine_errors, .fini = leak_check);
 
 
 #define MY_ERR (-4242)
@@ -60,13 +60,13 @@ static void reset_ran(void)
         atomic_store(&ran[i], 0);
 }
 
-ParameterizedTestParameters(varq_errors, poison_travels_along_a_chain)
+ParameterizedTestParameters(engine_errors, poison_travels_along_a_chain)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, poison_travels_along_a_chain)
+ParameterizedTest(int *kind, engine_errors, poison_travels_along_a_chain)
 {
     reset_ran();
     vq_engine *e = engine_of(*kind);
@@ -97,13 +97,13 @@ ParameterizedTest(int *kind, varq_errors, poison_travels_along_a_chain)
     vq_engine_free(e);
 }
 
-ParameterizedTestParameters(varq_errors, run_on_failed_ops_run_and_leave_the_failure)
+ParameterizedTestParameters(engine_errors, run_on_failed_ops_run_and_leave_the_failure)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, run_on_failed_ops_run_and_leave_the_failure)
+ParameterizedTest(int *kind, engine_errors, run_on_failed_ops_run_and_leave_the_failure)
 {
     reset_ran();
     vq_engine *e = engine_of(*kind);
@@ -121,13 +121,13 @@ ParameterizedTest(int *kind, varq_errors, run_on_failed_ops_run_and_leave_the_fa
     vq_engine_free(e);
 }
 
-ParameterizedTestParameters(varq_errors, poison_crosses_a_diamond)
+ParameterizedTestParameters(engine_errors, poison_crosses_a_diamond)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, poison_crosses_a_diamond)
+ParameterizedTest(int *kind, engine_errors, poison_crosses_a_diamond)
 {
     reset_ran();
     vq_engine *e = engine_of(*kind);
@@ -154,13 +154,13 @@ static void fail_async(void *arg, const vq_exec_ctx *x, vq_done *d)
     vq_done_finish(d, VQ_EIO);
 }
 
-ParameterizedTestParameters(varq_errors, async_failure_poisons_like_a_sync_one)
+ParameterizedTestParameters(engine_errors, async_failure_poisons_like_a_sync_one)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, async_failure_poisons_like_a_sync_one)
+ParameterizedTest(int *kind, engine_errors, async_failure_poisons_like_a_sync_one)
 {
     reset_ran();
     vq_engine *e = engine_of(*kind);
@@ -191,13 +191,13 @@ static int wait_inside(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-ParameterizedTestParameters(varq_errors, waiting_inside_an_op_is_edeadlk)
+ParameterizedTestParameters(engine_errors, waiting_inside_an_op_is_edeadlk)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, waiting_inside_an_op_is_edeadlk)
+ParameterizedTest(int *kind, engine_errors, waiting_inside_an_op_is_edeadlk)
 {
     vq_engine *e = engine_of(*kind);
     vq_var *v = vq_var_new(e, "v"), *w = vq_var_new(e, "w");
@@ -225,13 +225,13 @@ static void expect_einval(vq_engine *e, const vq_task *t, const char *what)
     cr_assert_null(vq_opr_new(e, t), "opr with %s accepted", what);
 }
 
-ParameterizedTestParameters(varq_errors, bad_pushes_are_einval_with_a_message)
+ParameterizedTestParameters(engine_errors, bad_pushes_are_einval_with_a_message)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
     return cr_make_param_array(int, kinds, 2);
 }
 
-ParameterizedTest(int *kind, varq_errors, bad_pushes_are_einval_with_a_message)
+ParameterizedTest(int *kind, engine_errors, bad_pushes_are_einval_with_a_message)
 {
     reset_ran();
     vq_engine *e = engine_of(*kind), *e2 = engine_of(*kind);
@@ -293,7 +293,7 @@ ParameterizedTest(int *kind, varq_errors, bad_pushes_are_einval_with_a_message)
     vq_engine_free(e2);
 }
 
-Test(varq_errors, opr_on_a_freed_var_is_einval)
+Test(engine_errors, opr_on_a_freed_var_is_einval)
 {
     vq_engine *e = engine_of(VQ_ENGINE_THREADED);
     vq_var *v = vq_var_new(e, "v");
@@ -306,7 +306,7 @@ Test(varq_errors, opr_on_a_freed_var_is_einval)
     vq_engine_free(e);
 }
 
-Test(varq_errors, strerror_names_every_code)
+Test(engine_errors, strerror_names_every_code)
 {
     int codes[] = {VQ_EINVAL, VQ_ENOMEM, VQ_EDEADLK, VQ_ECANCELED, VQ_EIO, VQ_EBUSY, VQ_ENOSYS};
     for (size_t i = 0; i < sizeof codes / sizeof *codes; i++)
@@ -340,7 +340,7 @@ static int log_run(void *arg, const vq_exec_ctx *x)
  * cannot grow, the dispatcher has no caller to give VQ_ENOMEM to, and it
  * used to wait for memory. The op is spilled instead: it runs, after the
  * ops of the array (engine/threaded.c, tests/prim_heap.c). */
-Test(varq_errors, a_ready_op_that_finds_no_memory_for_the_heap_still_runs)
+Test(engine_errors, a_ready_op_that_finds_no_memory_for_the_heap_still_runs)
 {
     vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
     vq_engine *e = NULL;
@@ -392,7 +392,7 @@ Test(varq_errors, a_ready_op_that_finds_no_memory_for_the_heap_still_runs)
 /* The spare op of a prebuilt op covers the op, not its var blocks: a push
  * whose blocks cannot be had for want of memory fails, and says so (the
  * executor's pushes depend on this being an error, not a wait). */
-Test(varq_errors, a_prebuilt_push_without_memory_for_its_var_blocks_is_enomem)
+Test(engine_errors, a_prebuilt_push_without_memory_for_its_var_blocks_is_enomem)
 {
     vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
     vq_engine *e = NULL;

@@ -26,7 +26,7 @@ static void teardown(void)
     leak_check();
 }
 
-TestSuite(varq_queue, .init = setup, .fini = teardown);
+TestSuite(engine_queue, .init = setup, .fini = teardown);
 
 static vq__op *op_new(void)
 {
@@ -79,7 +79,7 @@ static bool was_granted(const vq__op *op)
     return false;
 }
 
-Test(varq_queue, read_after_read_runs_concurrently)
+Test(engine_queue, read_after_read_runs_concurrently)
 {
     vq__op *a = op_new(), *b = op_new(), *c = op_new();
     cr_assert(append_read(a));
@@ -94,7 +94,7 @@ Test(varq_queue, read_after_read_runs_concurrently)
     free(a), free(b), free(c);
 }
 
-Test(varq_queue, write_waits_for_earlier_reads)
+Test(engine_queue, write_waits_for_earlier_reads)
 {
     vq__op *r1 = op_new(), *r2 = op_new(), *w = op_new();
     cr_assert(append_read(r1));
@@ -113,7 +113,7 @@ Test(varq_queue, write_waits_for_earlier_reads)
     free(r1), free(r2), free(w);
 }
 
-Test(varq_queue, reads_wait_for_an_earlier_write)
+Test(engine_queue, reads_wait_for_an_earlier_write)
 {
     vq__op *w = op_new(), *r1 = op_new(), *r2 = op_new();
     cr_assert(append_write(w));
@@ -131,7 +131,7 @@ Test(varq_queue, reads_wait_for_an_earlier_write)
     free(w), free(r1), free(r2);
 }
 
-Test(varq_queue, write_after_write_runs_in_order)
+Test(engine_queue, write_after_write_runs_in_order)
 {
     vq__op *w1 = op_new(), *w2 = op_new(), *w3 = op_new();
     cr_assert(append_write(w1));
@@ -148,7 +148,7 @@ Test(varq_queue, write_after_write_runs_in_order)
     free(w1), free(w2), free(w3);
 }
 
-Test(varq_queue, completion_grants_exactly_the_next_run_of_blocks)
+Test(engine_queue, completion_grants_exactly_the_next_run_of_blocks)
 {
     /* W1 R1 R2 W2 R3 W3 */
     vq__op *w1 = op_new(), *r1 = op_new(), *r2 = op_new(), *w2 = op_new(), *r3 = op_new(),
@@ -181,7 +181,7 @@ Test(varq_queue, completion_grants_exactly_the_next_run_of_blocks)
     free(w1), free(r1), free(r2), free(w2), free(r3), free(w3);
 }
 
-Test(varq_queue, read_arriving_after_a_queued_write_waits_for_it)
+Test(engine_queue, read_arriving_after_a_queued_write_waits_for_it)
 {
     vq__op *r1 = op_new(), *w = op_new(), *r2 = op_new();
     cr_assert(append_read(r1));

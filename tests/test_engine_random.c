@@ -10,7 +10,7 @@
 #include <criterion/criterion.h>
 #include "leakcheck.h"
 
-TestSuite(varq_random, .fini = leak_check);
+TestSuite(engine_random, .fini = leak_check);
 
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -39,27 +39,27 @@ static void check(int kind, int workers, unsigned flags)
                  (unsigned long long)(seed - 8), ran, nops);
 }
 
-Test(varq_random, threaded_1_worker_matches_serial, .timeout = 300)
+Test(engine_random, threaded_1_worker_matches_serial, .timeout = 300)
 {
     check(VQ_ENGINE_THREADED, 1, 0);
 }
 
-Test(varq_random, threaded_2_workers_match_serial, .timeout = 300)
+Test(engine_random, threaded_2_workers_match_serial, .timeout = 300)
 {
     check(VQ_ENGINE_THREADED, 2, 0);
 }
 
-Test(varq_random, threaded_8_workers_match_serial, .timeout = 300)
+Test(engine_random, threaded_8_workers_match_serial, .timeout = 300)
 {
     check(VQ_ENGINE_THREADED, 8, 0);
 }
 
-Test(varq_random, threaded_with_profiler_matches_serial, .timeout = 300)
+Test(engine_random, threaded_with_profiler_matches_serial, .timeout = 300)
 {
     check(VQ_ENGINE_THREADED, 2, VQ_ENGINE_PROFILE);
 }
 
-Test(varq_random, naive_matches_serial, .timeout = 300)
+Test(engine_random, naive_matches_serial, .timeout = 300)
 {
     check(VQ_ENGINE_NAIVE, 1, 0);
 }

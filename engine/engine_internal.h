@@ -69,7 +69,8 @@ _Noreturn void vq__assert_failed(const char *file, int line, const char *expr);
 
 /* ---- object pools (pool.c) ---- */
 
-enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_COUNT };
+/* VQ__POOL_OBJ: the layers' small objects (vq__obj_alloc, engine_services.h). */
+enum { VQ__POOL_VBLOCK, VQ__POOL_OP, VQ__POOL_VAR, VQ__POOL_OBJ, VQ__POOL_COUNT };
 
 /* A free object: the first word links the thread's list or a magazine; in
  * a magazine's first object, the next two link magazines in the depot and

@@ -54,6 +54,20 @@ uint64_t vq__now_ns(void);
 void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
                    int worker);
 
+/* ---- small objects (pool.c) ----
+ *
+ * Objects of up to VQ__OBJ_SIZE bytes (64-byte aligned, contents
+ * undefined) from the engine's pools: a per-thread free list refilled and
+ * drained in batches through a process-wide depot, so an object made by
+ * one thread and freed by another (a tensor made by the caller, released
+ * by the worker that ran its last op) costs no malloc and no lock on
+ * either side. Memory is kept for the life of the process, at the peak
+ * number of objects in flight. Any thread; vq__obj_alloc returns NULL only
+ * when out of memory. */
+#define VQ__OBJ_SIZE 192
+void *vq__obj_alloc(void);
+void vq__obj_free(void *p);
+
 /* ---- a var's carried failure (var.c) ----
  *
  * For a layer that runs several ops inside one engine op (capture's

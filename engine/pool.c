@@ -37,11 +37,13 @@ static const size_t obj_size[VQ__POOL_COUNT] = {
     [VQ__POOL_VBLOCK] = (sizeof(struct vq__vblock) + 31) & ~(size_t)31,
     [VQ__POOL_OP] = (sizeof(struct vq__op) + VQ__CACHELINE - 1) & ~(size_t)(VQ__CACHELINE - 1),
     [VQ__POOL_VAR] = (sizeof(struct vq_var) + VQ__CACHELINE - 1) & ~(size_t)(VQ__CACHELINE - 1),
+    [VQ__POOL_OBJ] = VQ__OBJ_SIZE,
 };
+_Static_assert(VQ__OBJ_SIZE % VQ__CACHELINE == 0, "objects keep the slab's alignment");
 
 /* A var's state must stay readable while it is free (vq_push checks it to
  * reject a freed var), so vars are never poisoned. */
-static const bool poisoned[VQ__POOL_COUNT] = {true, true, false};
+static const bool poisoned[VQ__POOL_COUNT] = {true, true, false, true};
 
 static struct {
     pthread_mutex_t lock;
@@ -169,6 +171,16 @@ void vq__pool_free_slow(int kind, void *p)
         register_thread();
         depot_put(kind, take_magazine(kind));
     }
+}
+
+void *vq__obj_alloc(void)
+{
+    return vq__pool_alloc(VQ__POOL_OBJ);
+}
+
+void vq__obj_free(void *p)
+{
+    vq__pool_free(VQ__POOL_OBJ, p);
 }
 
 size_t vq__pool_slabs(void)

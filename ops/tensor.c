@@ -1,14 +1,13 @@
 /* Tensors: creation, reference counting, accessors, the engine var each
  * tensor gets on first use with an engine, and waiting on it.
  *
- * A tensor is one malloc'd header plus a storage block from its device's
+ * A tensor is one pooled header plus a storage block from its device's
  * allocator. The header's refcount covers both: ops pushed on a tensor hold
  * a reference until they are done, and the last release frees the storage
  * through a write op on the tensor's var, so that ops a caller pushed
  * directly on that var (vq_tensor_var) finish first. */
 #include "ops_internal.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,70 +98,46 @@ static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *sha
     return 0;
 }
 
-/* Tensor headers are recycled through a small per-thread cache: executors
- * create and drop one per op, and calloc + free cost as much as a small
- * kernel. A thread's cache is freed when the thread exits. */
+/* Tensor headers come from the engine's small-object pool
+ * (vq__obj_alloc): executors and vq_op_run make one per op, usually in
+ * one thread (the caller, a worker), while the last release happens in
+ * another (the worker that ran the last op reading it), so a per-thread
+ * cache would be empty where headers are made and full where they die;
+ * the pool's depot moves them back in batches. Under AddressSanitizer
+ * every header goes through calloc and free instead, so that a tensor
+ * never released is a leak LeakSanitizer reports, and a use after the
+ * last release is caught. */
 #if defined(__SANITIZE_ADDRESS__)
-#define HEADER_CACHE 0 /* every header through malloc, so ASan sees misuse */
+#define HEADERS_POOLED 0
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define HEADER_CACHE 0
+#define HEADERS_POOLED 0
 #endif
 #endif
-#ifndef HEADER_CACHE
-#define HEADER_CACHE 64
+#ifndef HEADERS_POOLED
+#define HEADERS_POOLED 1
 #endif
-
-static _Thread_local struct header_cache {
-    vq_tensor *head; /* linked through ->data */
-    int n;
-    bool registered;
-} headers;
-static pthread_key_t header_key;
-static pthread_once_t header_once = PTHREAD_ONCE_INIT;
-
-static void header_cache_drain(void *arg)
-{
-    struct header_cache *c = arg;
-    while (c->head) {
-        vq_tensor *t = c->head;
-        c->head = t->data;
-        free(t);
-    }
-    c->n = 0;
-}
-
-static void header_key_make(void)
-{
-    pthread_key_create(&header_key, header_cache_drain);
-}
+_Static_assert(sizeof(vq_tensor) <= VQ__OBJ_SIZE, "a tensor header fits a pooled object");
 
 static vq_tensor *header_get(void)
 {
-    vq_tensor *t = headers.head;
-    if (t) {
-        headers.head = t->data;
-        headers.n--;
+#if HEADERS_POOLED
+    vq_tensor *t = vq__obj_alloc();
+    if (t)
         memset(t, 0, sizeof *t);
-        return t;
-    }
-    return vq__calloc(1, sizeof *t);
+    return t;
+#else
+    return vq__calloc(1, sizeof(vq_tensor));
+#endif
 }
 
 static void header_put(vq_tensor *t)
 {
-    if (headers.n >= HEADER_CACHE) {
-        free(t);
-        return;
-    }
-    if (!headers.registered) {
-        pthread_once(&header_once, header_key_make);
-        pthread_setspecific(header_key, &headers);
-        headers.registered = true;
-    }
-    t->data = headers.head;
-    headers.head = t;
-    headers.n++;
+#if HEADERS_POOLED
+    vq__obj_free(t);
+#else
+    free(t);
+#endif
 }
 
 static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,

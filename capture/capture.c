@@ -865,13 +865,15 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
         }
         om = hit->meta + nin;
     }
-    /* A tensor of another engine fails as vq_op_run's does, after the check. */
-    for (int s = n0; s < S->nslots; s++) {
-        vq_engine *owner = atomic_load(&S->slot[s]->engine);
+    /* A tensor of another engine fails as vq_op_run's does, after the check
+     * (ops/registry.c: the first such input, then output, by its index). */
+    for (int i = 0; i < nin + nout; i++) {
+        vq_tensor *t = i < nin ? in[i] : out[i - nin];
+        vq_engine *owner = t ? atomic_load(&t->engine) : NULL;
         if (owner && owner != e) {
             slots_rollback(S, n0);
-            return vq__fail(VQ_EINVAL,
-                            "vq_tensor_var: the tensor is already used with another engine");
+            return vq__fail(VQ_EINVAL, "%s: %s %d: the tensor is already used with another engine",
+                            type, i < nin ? "input" : "output", i < nin ? i : i - nin);
         }
     }
     for (int j = 0; j < nout && rc == 0; j++) {

@@ -121,8 +121,13 @@ struct vq_tensor {
 };
 
 /* vq_tensor_var without the capture cut: for capture itself, which pushes
- * the recorded work on t with it. */
+ * the recorded work on t with it. On failure NULL with a message that
+ * names no call (the caller puts its own before it): VQ_EINVAL, t is
+ * another engine's, or VQ_ENOMEM. */
 vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e);
+/* vq_tensor_var for the library's own calls (vq_op_run, vq_tensor_copy_to):
+ * the capture cut, then vq__tensor_var, its message left to the caller. */
+vq_var *vq__tensor_var_cut(vq_tensor *t, vq_engine *e);
 
 /* A new CPU tensor whose bytes are not initialized. */
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);

@@ -380,6 +380,14 @@ VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e)
         vq__fail(VQ_EINVAL, "vq_tensor_var: NULL argument");
         return NULL;
     }
+    vq_var *v = vq__tensor_var_cut(t, e);
+    if (!v)
+        vq__fail_prefixed(VQ_EINVAL, "vq_tensor_var");
+    return v;
+}
+
+vq_var *vq__tensor_var_cut(vq_tensor *t, vq_engine *e)
+{
     /* The caller will push on the var: recorded calls on t go first. */
     vq__capture_cut(t, VQ__CUT_VAR);
     return vq__tensor_var(t, e);
@@ -389,15 +397,17 @@ vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e)
 {
     vq_engine *owner = NULL;
     if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e) {
-        vq__fail(VQ_EINVAL, "vq_tensor_var: the tensor is already used with another engine");
+        vq__fail(VQ_EINVAL, "the tensor is already used with another engine");
         return NULL;
     }
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
     if (v)
         return v;
     vq_var *mine = vq_var_new(e, "tensor");
-    if (!mine)
+    if (!mine) {
+        vq__fail(VQ_ENOMEM, "out of memory for the tensor's engine var");
         return NULL;
+    }
     if (!atomic_compare_exchange_strong(&t->var, &v, mine)) {
         vq_var_free(e, mine); /* another thread won; v is its var */
         return v;

@@ -430,6 +430,35 @@ static void wiring_case(vq_engine *e, bool minus_b, uint64_t hits)
     vq_tensor_release(d);
 }
 
+/* A tensor of another engine: the same error, naming the call and the
+ * slot, eagerly and captured (and the captured call records nothing). */
+Test(capture, a_tensor_of_another_engine_fails_the_same_way_eagerly_and_captured)
+{
+    vq_engine *e = engine(1), *other = engine(1);
+    vq_tensor *x, *y = NULL, *z = NULL;
+    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, (int64_t[]){2}, (float[]){-1, 2}), 0);
+    cr_assert_not_null(vq_tensor_var(x, other));
+    const char *want = "relu: input 0: the tensor is already used with another engine";
+    cr_assert_eq(vq_op_run(e, "relu", &x, 1, &y, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), want);
+    cr_assert_null(y);
+    cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "relu", &x, 1, &z, 1, NULL, 0), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), want);
+    cr_assert_null(z);
+    cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(cstats(e).ops_recorded, 0);
+    /* vq_tensor_var and vq_tensor_copy_to name themselves. */
+    cr_assert_null(vq_tensor_var(x, e));
+    cr_assert_str_eq(vq_errmsg(), "vq_tensor_var: the tensor is already used with another engine");
+    cr_assert_eq(vq_tensor_copy_to(e, x, (vq_ctx){VQ_DEV_CPU, 0}, &z), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(),
+                     "vq_tensor_copy_to: src: the tensor is already used with another engine");
+    vq_tensor_release(x);
+    vq_engine_free(e);
+    vq_engine_free(other);
+}
+
 Test(capture, guards_miss_on_changed_wiring)
 {
     vq_engine *e = engine(2);

@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "measure.h" /* bench_now, bench_stats */
+
 /* (d) random sets: task i reads vars a and b and writes var c (three
  * distinct vars). */
 struct bench_triple {
@@ -109,9 +111,6 @@ static inline void bench_stencil(double *grid, int width, int s, int i, long gra
         sum += in[i + 1], n++;
     grid[(s % 2) * width + i] = bench_kernel(sum / n, grain);
 }
-
-/* Monotonic clock in seconds. */
-double bench_now(void);
 
 /* The main of every bench_<runtime> executable: runs the workloads for the
  * given runtimes, checks every result against a serial run, and prints one

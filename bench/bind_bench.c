@@ -10,6 +10,7 @@
  *
  * usage: bind_bench [--reps N] [--load] */
 #include <varq/varq.h>
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <sched.h>
 #include <signal.h>
@@ -18,18 +19,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define TASKS_PER_WORKER 16
 #define WORK 400000 /* iterations of the task's loop: about 0.3 ms */
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Each task stores its result in its own slot (arg), so that the loop is
  * not optimized away and no two tasks write one place. */
@@ -41,12 +34,6 @@ static int task(void *arg, const vq_exec_ctx *x)
         a = a * 1.0000001 + 1e-9;
     *(volatile double *)arg = a;
     return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* One run: a fresh engine, the tasks, their end. Seconds. */
@@ -63,7 +50,7 @@ static double one_run(int bind, int workers)
         fprintf(stderr, "bind_bench: out of memory\n");
         exit(1);
     }
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < TASKS_PER_WORKER * workers; i++) {
         vq_task t = {.fn = task, .arg = &slots[i]};
         if (vq_push(e, &t) < 0) {
@@ -72,7 +59,7 @@ static double one_run(int bind, int workers)
         }
     }
     vq_wait_all(e);
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     vq_engine_free(e);
     free(slots);
     return dt;
@@ -143,7 +130,7 @@ int main(int argc, char **argv)
     printf("%-8s %8s %8s %8s %8s %8s   slow (> 1.5 x %.1f ms)\n", "bind", "min ms", "p10",
            "median", "p90", "max", best * 1e3);
     for (int m = 0; m < NMODES; m++) {
-        qsort(t[m], (size_t)reps, sizeof t[m][0], cmp_double);
+        bench_sort(t[m], reps);
         int slow = 0;
         for (int r = 0; r < reps; r++)
             slow += t[m][r] > 1.5 * best;

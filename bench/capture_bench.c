@@ -26,33 +26,14 @@
 #include <varq/varq.h>
 
 #include "../graph/graph_internal.h" /* walks the programs' ops (linked statically) */
+#include "measure.h"                 /* bench_now, bench_median, bench_stats */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static vq_engine *engine;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 #define CHECK(call)                                                                        \
     do {                                                                                   \
@@ -239,7 +220,7 @@ static float step(struct way *w)
         interp_drop(&w->it, w->loss);
         return read_loss(w->it.val[w->loss]);
     }
-    double t0 = now();
+    double t0 = bench_now();
     CHECK(vq_capture_begin(engine));
     interp_run(&w->it, 0, w->it.p->blocks[0].nops);
     vq_tensor *params[4], *grads[4];
@@ -258,7 +239,7 @@ static float step(struct way *w)
     interp_drop(&w->it, w->loss);
     interp_drop(&w->upd, -1);
     CHECK(vq_capture_end(engine));
-    w->record_s += now() - t0;
+    w->record_s += bench_now() - t0;
     return read_loss(w->it.val[w->loss]);
 }
 
@@ -312,10 +293,10 @@ static int bench_model(struct model *m, int steps, int reps)
             vq_capture_stats s0, s1;
             CHECK(vq_capture_get_stats(engine, &s0));
             w.record_s = 0;
-            double t0 = now();
+            double t0 = bench_now();
             for (int i = 0; i < steps; i++)
                 last[mode] = step(&w);
-            double t = now() - t0;
+            double t = bench_now() - t0;
             CHECK(vq_capture_get_stats(engine, &s1));
             rate[mode][r] = steps / t;
             if (mode == 2 && r == reps - 1) {
@@ -328,7 +309,7 @@ static int bench_model(struct model *m, int steps, int reps)
     CHECK(vq_capture_get_stats(engine, &after));
     double med[3];
     for (int mode = 0; mode < 3; mode++)
-        med[mode] = median(rate[mode], reps);
+        med[mode] = bench_median(rate[mode], reps);
     printf("%s: steps/s (median of %d x %d steps):", m->name, reps, steps);
     for (int mode = 0; mode < 3; mode++)
         printf(" %s %.0f", names[mode], med[mode]);

@@ -42,13 +42,13 @@
  *           second; no timing is asserted) */
 #define _POSIX_C_SOURCE 200809L
 #include <varq/varq.h>
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__})
@@ -58,13 +58,6 @@ struct config {
     int k_iters, mat_n;                         /* the overlap loop */
     bool json;
 };
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void check(int rc, const char *what)
 {
@@ -90,18 +83,11 @@ struct spread {
     double median, min, max;
 };
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static struct spread spread_of(const double *v, int n)
 {
     double *s = alloc_or_exit((size_t)n * sizeof *s);
     memcpy(s, v, (size_t)n * sizeof *s);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    struct spread r = {n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2, s[0], s[n - 1]};
+    struct spread r = {bench_median(s, n), s[0], s[n - 1]};
     free(s);
     return r;
 }
@@ -284,9 +270,9 @@ static double time_per_iter(vq_exec *x, const struct job *j, int runs)
     double total = 0;
     for (int r = 0; r < runs; r++) {
         vq_fetch f[2] = {{j->fetch_count, NULL}, {j->fetch_data, NULL}};
-        double t0 = now();
+        double t0 = bench_now();
         check(vq_exec_run(x, j->prog, NULL, j->feeds, j->nfeeds, f, 2), j->label);
-        total += now() - t0;
+        total += bench_now() - t0;
         verify_fetches(j, f[0].tensor, f[1].tensor);
         vq_tensor_release(f[0].tensor);
         vq_tensor_release(f[1].tensor);

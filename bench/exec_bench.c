@@ -23,6 +23,7 @@
  *   --tiny  small sizes and few repetitions: checks the results in about a
  *           second (a meson test); no timing is asserted. */
 #include <varq/varq.h>
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <math.h>
 #include <stdio.h>
@@ -50,26 +51,6 @@ struct sizes {
 
 static const struct sizes full = {{1000, 10000, 100000}, {31, 11, 7}, 3, 10000, 20, 9};
 static const struct sizes tiny = {{100, 1000}, {3, 3}, 2, 1000, 3, 2};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void stats(double *t, int n, double *median, double *min)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    *min = t[0];
-    *median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
 
 static int die(const char *what, int rc)
 {
@@ -194,9 +175,9 @@ static int bench_prepare(vq_engine *e, int n, int reps, struct prepare_result *r
     /* The program hash is cached in the program after its first use: time
      * it once here, apart, so that every repetition below does the same
      * work. */
-    double t0 = now();
+    double t0 = bench_now();
     vq_program_hash(p);
-    res->hash_us = (now() - t0) * 1e6;
+    res->hash_us = (bench_now() - t0) * 1e6;
     double *t = malloc((size_t)reps * sizeof *t);
     int rc = 0;
     /* Repetition -1 is a warm-up: the first prepare of a size also pays
@@ -207,10 +188,10 @@ static int bench_prepare(vq_engine *e, int n, int reps, struct prepare_result *r
             die("vq_exec_new", rc);
             break;
         }
-        t0 = now();
+        t0 = bench_now();
         rc = vq_exec_prepare(x, p, NULL, feeds, 1, fetches, 1);
         if (r >= 0)
-            t[r] = now() - t0;
+            t[r] = bench_now() - t0;
         if (rc < 0)
             die("vq_exec_prepare", rc);
         vq_exec_stats st;
@@ -226,7 +207,7 @@ static int bench_prepare(vq_engine *e, int n, int reps, struct prepare_result *r
     if (rc == 0) {
         res->ops = n;
         res->reps = reps;
-        stats(t, reps, &res->median_us, &res->min_us);
+        bench_stats(t, reps, &res->median_us, &res->min_us);
         res->median_us *= 1e6;
         res->min_us *= 1e6;
     }
@@ -321,7 +302,7 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
     /* Repetitions alternate the two sides so that both see the same
      * machine (these VMs drift). Repetition -1 is the warm-up. */
     for (int r = -1; r < z->run_reps; r++) {
-        double t0 = now(), tx[2];
+        double t0 = bench_now(), tx[2];
         for (int side = 0; side < 2; side++) {
             for (int k = 0; k < z->runs; k++) {
                 vq_fetch fe = {fetch_name, NULL};
@@ -339,7 +320,7 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
                     goto out;
                 }
             }
-            tx[side] = now();
+            tx[side] = bench_now();
         }
         double t1 = tx[1];
         for (int k = 0; k < z->runs; k++) {
@@ -357,7 +338,7 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
                 goto out;
             }
         }
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) {
             te[r] = (tx[0] - t0) / ((double)z->runs * n);
             tn[r] = (tx[1] - tx[0]) / ((double)z->runs * n);
@@ -374,9 +355,9 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
     }
     res->engine = kind_name;
     res->workers = workers;
-    stats(te, z->run_reps, &res->exec_ns, &res->exec_min_ns);
-    stats(tr, z->run_reps, &res->raw_ns, &res->raw_min_ns);
-    stats(tn, z->run_reps, &res->noseg_ns, &res->noseg_min_ns);
+    bench_stats(te, z->run_reps, &res->exec_ns, &res->exec_min_ns);
+    bench_stats(tr, z->run_reps, &res->raw_ns, &res->raw_min_ns);
+    bench_stats(tn, z->run_reps, &res->noseg_ns, &res->noseg_min_ns);
     res->exec_ns *= 1e9, res->exec_min_ns *= 1e9, res->raw_ns *= 1e9, res->raw_min_ns *= 1e9;
     res->noseg_ns *= 1e9, res->noseg_min_ns *= 1e9;
 out:

@@ -60,6 +60,7 @@
 #include <varq/engine.h>
 
 #include "stream.h"
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -67,7 +68,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define SKIP 77
 
@@ -134,26 +134,6 @@ static struct {
     atomic_long ops_run; /* independent: op fns run */
     atomic_long dev_run; /* independent, emulated: kernels run */
 } chk;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void stats(double *t, int n, double *median, double *min)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    *min = t[0];
-    *median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
 
 static void reset_checks(void)
 {
@@ -245,7 +225,7 @@ static int varq_run(vq_engine *e, const struct row *r, long n, vq_var **vars, do
     reset_checks();
     vq_task t = {.fn = r->p == P_INDEPENDENT ? op_independent : op_chain,
                  .ctx = {VQ_DEV_GPU, 0}, .nwrites = 1, .name = "gpu_bench"};
-    double t0 = now();
+    double t0 = bench_now();
     for (long i = 0; i < n; i++) {
         t.arg = (void *)(intptr_t)i;
         t.writes = r->p == P_INDEPENDENT ? &vars[i] : &vars[0];
@@ -258,7 +238,7 @@ static int varq_run(vq_engine *e, const struct row *r, long n, vq_var **vars, do
         }
     }
     int rc = vq_wait_all(e);
-    *sec = now() - t0;
+    *sec = bench_now() - t0;
     if (rc < 0) {
         fprintf(stderr, "gpu_bench: vq_wait_all: %s (%s)\n", vq_errmsg(), vq_strerror(rc));
         return -1;
@@ -315,14 +295,14 @@ static int raw_emulated(enum raw_kind k, const struct row *r, long n)
 static int raw_run(enum raw_kind k, const struct row *r, long n, double *sec)
 {
     reset_checks();
-    double t0 = now();
+    double t0 = bench_now();
     int rc;
 #ifdef VARQ_HAVE_CUDA
     if (dev.cuda) {
         int err = k == RAW_STREAM    ? gb_cuda_raw_one_stream(n)
                   : k == RAW_DEVSYNC ? gb_cuda_raw_alternate_sync(n)
                                      : gb_cuda_raw_alternate_events(n);
-        *sec = now() - t0;
+        *sec = bench_now() - t0;
         if (err) {
             fprintf(stderr, "gpu_bench: %s, %s (%s): %s\n", r->pattern, r->streams, raw_side[k],
                     gb_cuda_error_string(err));
@@ -332,7 +312,7 @@ static int raw_run(enum raw_kind k, const struct row *r, long n, double *sec)
     }
 #endif
     rc = raw_emulated(k, r, n);
-    *sec = now() - t0;
+    *sec = bench_now() - t0;
     return rc < 0 ? -1 : check_run(raw_side[k], r, n, false);
 }
 
@@ -436,12 +416,12 @@ static int run_row(const struct row *r, long n, int reps, struct result *res)
     }
     const char *backend = dev.be->name;
     double dummy;
-    stats(tv, reps, &res->varq_ns, &res->varq_min_ns);
-    stats(sw, reps, &res->switches, &dummy);
+    bench_stats(tv, reps, &res->varq_ns, &res->varq_min_ns);
+    bench_stats(sw, reps, &res->switches, &dummy);
     print_line(backend, r, "varq", n, res->varq_ns, res->varq_min_ns,
                r->p == P_INDEPENDENT ? -1 : res->switches);
     for (int k = 0; k < r->nraw; k++) {
-        stats(tr[k], reps, &res->raw_ns[k], &res->raw_min_ns[k]);
+        bench_stats(tr[k], reps, &res->raw_ns[k], &res->raw_min_ns[k]);
         print_line(backend, r, raw_side[r->raw[k]], n, res->raw_ns[k], res->raw_min_ns[k], -1);
     }
     for (int k = 0; k < r->nraw; k++)

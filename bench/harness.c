@@ -27,14 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 struct sizes {
     long independent, chain, fan_rounds, random;
@@ -47,19 +39,6 @@ struct sizes {
 static const struct sizes full = {1000000, 1000000, 100000, 1000000, 8, 64, 200000, 5, 17};
 static const struct sizes tiny = {20000, 20000, 2000, 20000, 8, 64, 2000, 1, 3};
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void stats(double *t, int n, double *median, double *min)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    *min = t[0];
-    *median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
 static int fail(const char *rt, const char *what, int workers)
 {
     fprintf(stderr, "%s, %d workers: %s differs from the serial run\n", rt, workers, what);
@@ -69,7 +48,7 @@ static int fail(const char *rt, const char *what, int workers)
 static void result(const char *rt, const char *w, int workers, long tasks, double *t, int n)
 {
     double med, min;
-    stats(t, n, &med, &min);
+    bench_stats(t, n, &med, &min);
     printf("result\t%s\t%s\t%d\t%ld\t%.1f\t%.1f\n", rt, w, workers, tasks, med / tasks * 1e9,
            min / tasks * 1e9);
     fflush(stdout);
@@ -268,7 +247,7 @@ static int run_stencil(const struct bench_rt *rt, int workers, const struct size
         if (rc)
             break;
         double med, min;
-        stats(t, reps, &med, &min);
+        bench_stats(t, reps, &med, &min);
         long tasks = steps * width;
         double eff = tasks * task_s / (workers * med);
         double gran = med * workers / tasks;

@@ -15,23 +15,16 @@
  *     pushing and running all ops, threads pushing ops / threads each). */
 #define _POSIX_C_SOURCE 200809L
 #include <varq/varq.h>
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define NVARS 64
 #define BATCH 2048
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int empty(void *arg, const vq_exec_ctx *x)
 {
@@ -58,7 +51,7 @@ static void *push_ops(void *arg)
     p->seconds = 0;
     for (long done = 0; done < p->ops && p->rc == 0;) {
         long n = p->ops - done < BATCH ? p->ops - done : BATCH;
-        double t0 = now();
+        double t0 = bench_now();
         for (long i = done; i < done + n; i++) {
             for (int k = 0; k < p->nvars; k++)
                 w[k] = p->vars[(i * 3 + k * 7 + p->id * 5) % NVARS];
@@ -66,18 +59,12 @@ static void *push_ops(void *arg)
             if (vq_push(p->e, &t) < 0)
                 p->rc = -1;
         }
-        p->seconds += now() - t0;
+        p->seconds += bench_now() - t0;
         done += n;
         if (p->id == 0 && vq_wait_all(p->e) < 0) /* the only pusher: outside the timing */
             p->rc = -1;
     }
     return NULL;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* ns per push over reps runs of threads pushers; median and min. Not wall:
@@ -97,7 +84,7 @@ static int measure(int threads, int nvars, long ops, int reps, bool wall, double
             vars[i] = vq_var_new(e, "v");
         struct pusher p[4];
         pthread_t th[4];
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < threads; i++) {
             p[i] = (struct pusher){e, vars, ops / threads, nvars, wall ? i + 1 : 0, 0, 0};
             pthread_create(&th[i], NULL, push_ops, &p[i]);
@@ -111,15 +98,13 @@ static int measure(int threads, int nvars, long ops, int reps, bool wall, double
         if (vq_wait_all(e) < 0)
             rc = -1;
         if (wall)
-            secs = now() - t0;
+            secs = bench_now() - t0;
         vq_engine_free(e);
         if (rc)
             return -1;
         t[r] = secs * 1e9 / (double)ops;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    *min = t[0];
-    *median = reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2;
+    bench_stats(t, reps, median, min);
     return 0;
 }
 

@@ -27,6 +27,7 @@
 #include <varq/varq.h>
 
 #include "../examples/rnn_model.h"
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <errno.h>
 #include <math.h>
@@ -35,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #define HIDDEN RNN_HIDDEN
 #define FEATURES RNN_FEATURES
@@ -86,19 +86,6 @@ static struct batch make_batch(vq_dtype dt, uint64_t *rng)
     rnn_task_batch(dt, rng, len, BATCH, &bt.seq, &bt.label);
     bt.n = scalar(dt, len);
     return bt;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void make_dir(const char *path)
@@ -191,7 +178,7 @@ int main(int argc, char **argv)
     long step = 0;
     for (int r = -1; r < reps; r++) { /* r = -1: the warm-up */
         int k = r < 0 ? warmup : steps;
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < k; i++, step++) {
             struct batch *bt = &b[step % NBATCHES];
             vq_feed feeds[] = {{"seq", bt->seq}, {"label", bt->label}, {"h0", h0},
@@ -203,7 +190,7 @@ int main(int argc, char **argv)
             vq_tensor_release(fetch.tensor);
         }
         if (r >= 0)
-            rate[r] = k / (now() - t0);
+            rate[r] = k / (bench_now() - t0);
     }
     int bad = 0;
     for (long i = 0; i < step; i++)
@@ -211,8 +198,7 @@ int main(int argc, char **argv)
     double sorted[64];
     int nr = reps < 64 ? reps : 64;
     memcpy(sorted, rate, (size_t)nr * sizeof *rate);
-    qsort(sorted, (size_t)nr, sizeof *sorted, cmp_double);
-    double med = nr % 2 ? sorted[nr / 2] : (sorted[nr / 2 - 1] + sorted[nr / 2]) / 2;
+    double med = bench_median(sorted, nr);
     printf("varq rnn (%s, H=%d, batch %d, lengths %d..%d, %d workers): %.1f steps/s "
            "(min %.1f, max %.1f; %d x %d steps after %d warm-up)\n",
            vq_dtype_name(dt), HIDDEN, BATCH, MIN_LEN, MAX_LEN, workers, med, sorted[0],

@@ -56,6 +56,7 @@
  *   The JSON also carries each model's sync losses of the first steps
  *   ("first_losses"), to compare with a peer started from the same weights. */
 #include <varq/varq.h>
+#include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <errno.h>
 #include <math.h>
@@ -79,25 +80,11 @@ struct cfg {
     const char *json, *digits, *init_dir, *kernel_trace;
 };
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(const double *v, int n)
 {
     double *t = malloc((size_t)n * sizeof *t);
     memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    double m = bench_median(t, n);
     free(t);
     return m;
 }
@@ -438,9 +425,9 @@ static int run_mode(const struct cfg *c, vq_engine *e, struct model *m, int k, i
     }
     for (int r = -1; r < c->reps && rc == 0; r++) { /* r = -1: the warm-up */
         int n = r < 0 ? c->warmup : k;
-        double t0 = now();
+        double t0 = bench_now();
         rc = async ? async_steps(&t, n, c->inflight) : sync_steps(&t, n);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (r >= 0)
             res->per_rep[r] = n / dt;
     }
@@ -636,10 +623,10 @@ static int kernel_share(const struct cfg *c, struct kernel_share *ks)
     }
     if (trace_add(c->kernel_trace, ks, -1) < 0)
         goto out;
-    double t0 = now();
+    double t0 = bench_now();
     if (sync_steps(&t, c->steps_mlp) < 0)
         goto out;
-    double dt = now() - t0;
+    double dt = bench_now() - t0;
     if (vq_profiler_dump(e, c->kernel_trace) < 0) {
         fail("kernel share: vq_profiler_dump");
         goto out;

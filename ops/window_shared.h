@@ -11,16 +11,10 @@
 #ifndef VARQ_OPS_WINDOW_SHARED_H
 #define VARQ_OPS_WINDOW_SHARED_H
 
+#include "shape_shared.h" /* VQ__SHARED_FN */
+
 #include <stdbool.h>
 #include <stdint.h>
-
-#ifndef VQ__SHARED_FN
-#ifdef __CUDACC__
-#define VQ__SHARED_FN __host__ __device__ inline
-#else
-#define VQ__SHARED_FN static inline
-#endif
-#endif
 
 /* One call's geometry. conv2d: c is all of X's channels and kh, kw are
  * W's last two dims; the pools have no groups and avg_pool2d no dilation

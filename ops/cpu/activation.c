@@ -12,6 +12,7 @@
  * which is what makes running in place safe. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../shape_shared.h" /* vq__lines_of */
 
 #include <math.h>
 #include <stdio.h>
@@ -240,20 +241,10 @@ static int softmax_infer(vq__infer *c)
     return 0;
 }
 
-/* The tensor as [outer, len, inner] around axis. */
+/* The tensor as [outer, len, inner] around axis (vq__lines_of). */
 struct lines {
     int64_t outer, len, inner;
 };
-
-static struct lines lines_of(const vq_tensor *t, int axis)
-{
-    struct lines l = {1, t->shape[axis], 1};
-    for (int i = 0; i < axis; i++)
-        l.outer *= t->shape[i];
-    for (int i = axis + 1; i < t->ndim; i++)
-        l.inner *= t->shape[i];
-    return l;
-}
 
 #define SOFTMAX(T)                                                                 \
     static void softmax_##T(const T *x, T *o, struct lines l)                     \
@@ -284,7 +275,8 @@ static int softmax_kernel(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct lines l = lines_of(x, p->axis);
+    struct lines l;
+    vq__lines_of(x->ndim, x->shape, p->axis, &l.outer, &l.len, &l.inner);
     if (x->dtype == VQ_F32)
         softmax_float(x->data, o->data, l);
     else
@@ -326,7 +318,8 @@ static int softmax_grad_kernel(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    struct lines l = lines_of(y, p->axis);
+    struct lines l;
+    vq__lines_of(y->ndim, y->shape, p->axis, &l.outer, &l.len, &l.inner);
     if (y->dtype == VQ_F32)
         softmax_grad_float(y->data, g->data, d->data, l);
     else
@@ -352,7 +345,7 @@ static int softmax_grad(const vq__grad *g)
 
 /* Like softmax, in double per line: Out = X - max - log(sum exp(X - max));
  * its gradient from Out: dX = dOut - exp(Out) * sum(dOut). Same checks
- * and lines as softmax (softmax_infer, softmax_grad_infer, lines_of). */
+ * and lines as softmax (softmax_infer, softmax_grad_infer, vq__lines_of). */
 #define LOG_SOFTMAX(T)                                                                     \
     static void log_softmax_##T(const T *x, T *o, struct lines l)                          \
     {                                                                                      \
@@ -393,7 +386,8 @@ static int log_softmax_kernel(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct lines l = lines_of(x, p->axis);
+    struct lines l;
+    vq__lines_of(x->ndim, x->shape, p->axis, &l.outer, &l.len, &l.inner);
     if (x->dtype == VQ_F32)
         log_softmax_float(x->data, o->data, l);
     else
@@ -405,7 +399,8 @@ static int log_softmax_grad_kernel(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    struct lines l = lines_of(y, p->axis);
+    struct lines l;
+    vq__lines_of(y->ndim, y->shape, p->axis, &l.outer, &l.len, &l.inner);
     if (y->dtype == VQ_F32)
         log_softmax_grad_float(y->data, g->data, d->data, l);
     else

@@ -27,6 +27,7 @@
  * have it. The others get 0. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../shape_shared.h" /* vq__lines_of */
 
 #include <math.h>
 #include <stdlib.h>
@@ -132,11 +133,8 @@ static int arg_kernel(const vq__kcall *k)
 {
     const vq__arg_params *p = k->params;
     vq_tensor *x = k->in[0];
-    int64_t *out = k->out[0]->data, outer = 1, inner = 1, len = x->shape[p->axis];
-    for (int d = 0; d < p->axis; d++)
-        outer *= x->shape[d];
-    for (int d = p->axis + 1; d < x->ndim; d++)
-        inner *= x->shape[d];
+    int64_t *out = k->out[0]->data, outer, len, inner;
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
     /* i64 values past 2^53 compare as doubles only approximately: their own
      * loop. */
     if (x->dtype == VQ_I64) {

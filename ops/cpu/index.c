@@ -30,6 +30,7 @@
  * pass has run. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../shape_shared.h" /* vq__lines_of */
 
 #include <string.h>
 
@@ -41,18 +42,6 @@ static const char *const dx_out[] = {"dX"};
 static const char *const split_grad_in[] = {"X", "dOut"};
 
 #define INDEX_DTYPES ((1u << VQ_I32) | (1u << VQ_I64))
-
-/* X seen as [outer, dim, inner] around axis. */
-static void around_axis(const vq_tensor *x, int axis, int64_t *outer, int64_t *dim,
-                        int64_t *inner)
-{
-    *outer = *inner = 1;
-    *dim = x->shape[axis];
-    for (int d = 0; d < axis; d++)
-        *outer *= x->shape[d];
-    for (int d = axis + 1; d < x->ndim; d++)
-        *inner *= x->shape[d];
-}
 
 /* ---- gather ---- */
 
@@ -116,7 +105,7 @@ static int gather_kernel(const vq__kcall *k)
     const vq__gather_params *p = k->params;
     vq_tensor *x = k->in[0], *idx = k->in[1], *out = k->out[0];
     int64_t outer, dim, inner, n = idx->numel;
-    around_axis(x, p->axis, &outer, &dim, &inner);
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
     int rc = indices_check(k, idx, dim, p->axis);
     if (rc < 0 || out->numel == 0)
         return rc;
@@ -177,7 +166,7 @@ static int gather_grad_kernel(const vq__kcall *k)
     const vq__gather_params *p = k->params;
     vq_tensor *idx = k->in[1], *g = k->in[2], *dx = k->out[0];
     int64_t outer, dim, inner, n = idx->numel;
-    around_axis(dx, p->axis, &outer, &dim, &inner);
+    vq__lines_of(dx->ndim, dx->shape, p->axis, &outer, &dim, &inner);
     int rc = indices_check(k, idx, dim, p->axis);
     if (rc < 0)
         return rc;
@@ -234,7 +223,7 @@ static void piece_copy(const vq_tensor *whole, const vq_tensor *piece, int axis,
                        bool to_whole)
 {
     int64_t outer, dim, inner;
-    around_axis(whole, axis, &outer, &dim, &inner);
+    vq__lines_of(whole->ndim, whole->shape, axis, &outer, &dim, &inner);
     int64_t len = piece->shape[axis];
     size_t es = vq_dtype_size(whole->dtype), row = (size_t)(len * inner) * es;
     if (row == 0)

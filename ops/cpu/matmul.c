@@ -9,6 +9,7 @@
  * fight its workers for the cores. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../shape_shared.h" /* vq__matmul_dims_of */
 
 #include <cblas.h>
 #include <limits.h>
@@ -142,30 +143,6 @@ void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
                     (blasint)lda, b, (blasint)ldb, beta, c, (blasint)n);
 }
 
-/* One call's matrices: batch products of op(X_b) [m,k] by op(Y_b) [k,n]. */
-struct dims {
-    int64_t batch, m, n, k;
-    bool shared; /* one Y for every batch */
-};
-
-static struct dims dims_of(const vq_tensor *x, const vq_tensor *y, bool tx, bool ty)
-{
-    struct dims d = {.batch = 1, .shared = y->ndim == 2};
-    for (int i = 0; i < x->ndim - 2; i++)
-        d.batch *= x->shape[i];
-    const int64_t *xm = x->shape + x->ndim - 2, *ym = y->shape + y->ndim - 2;
-    d.m = tx ? xm[1] : xm[0];
-    d.k = tx ? xm[0] : xm[1];
-    d.n = ty ? ym[0] : ym[1];
-    /* With a shared Y and X not transposed, X's batches stacked are one
-     * [batch*m, k] matrix: one gemm instead of batch small ones. */
-    if (d.shared && !tx && d.batch > 1 && d.batch * d.m <= INT_MAX) {
-        d.m *= d.batch;
-        d.batch = 1;
-    }
-    return d;
-}
-
 static const char *at(const void *base, int64_t elems, size_t es)
 {
     return (const char *)base + (size_t)elems * es;
@@ -175,7 +152,7 @@ static int matmul_kernel(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    struct dims d = dims_of(x, y, p->tx, p->ty);
+    vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     size_t es = vq_dtype_size(x->dtype);
     int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
     int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, os = d.m * d.n;
@@ -196,7 +173,7 @@ static int grad_kernel(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
-    struct dims d = dims_of(x, y, p->tx, p->ty);
+    vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     size_t es = vq_dtype_size(x->dtype);
     int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
     int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, gs = d.m * d.n;

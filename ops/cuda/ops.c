@@ -26,6 +26,7 @@
  * number of checked calls in flight at once. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../shape_shared.h" /* vq__lines_of, vq__matmul_dims_of */
 #include "kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -474,17 +475,6 @@ static int unary_grad_gpu(const vq__kcall *k)
                                            l.s));
 }
 
-/* activation.c's lines_of: the tensor as [outer, len, inner] around axis. */
-static void lines_of(const vq_tensor *t, int axis, int64_t *outer, int64_t *len, int64_t *inner)
-{
-    *outer = *inner = 1;
-    *len = t->shape[axis];
-    for (int i = 0; i < axis; i++)
-        *outer *= t->shape[i];
-    for (int i = axis + 1; i < t->ndim; i++)
-        *inner *= t->shape[i];
-}
-
 static int math_gpu(const vq__kcall *k)
 {
     const vq__math_params *p = k->params;
@@ -518,7 +508,7 @@ static int log_softmax_gpu(const vq__kcall *k)
     if (rc < 0)
         return rc;
     int64_t outer, len, inner;
-    lines_of(x, p->axis, &outer, &len, &inner);
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_log_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
 }
 
@@ -531,7 +521,7 @@ static int log_softmax_grad_gpu(const vq__kcall *k)
     if (rc < 0)
         return rc;
     int64_t outer, len, inner;
-    lines_of(y, p->axis, &outer, &len, &inner);
+    vq__lines_of(y->ndim, y->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_log_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
                                                  inner, l.s));
 }
@@ -545,7 +535,7 @@ static int softmax_gpu(const vq__kcall *k)
     if (rc < 0)
         return rc;
     int64_t outer, len, inner;
-    lines_of(x, p->axis, &outer, &len, &inner);
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
 }
 
@@ -558,7 +548,7 @@ static int softmax_grad_gpu(const vq__kcall *k)
     if (rc < 0)
         return rc;
     int64_t outer, len, inner;
-    lines_of(y, p->axis, &outer, &len, &inner);
+    vq__lines_of(y->ndim, y->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
                                              inner, l.s));
 }
@@ -867,30 +857,6 @@ static int cast_grad_gpu(const vq__kcall *k)
 
 /* ---- matmul (ops/cpu/matmul.c) ---- */
 
-/* matmul.c's dims_of: batch products of op(X_b) [m, k] by op(Y_b) [k, n];
- * with a shared Y and X not transposed, X's batches stacked are one
- * [batch * m, k] matrix. */
-struct dims {
-    int64_t batch, m, n, k;
-    bool shared;
-};
-
-static struct dims dims_of(const vq_tensor *x, const vq_tensor *y, bool tx, bool ty)
-{
-    struct dims d = {.batch = 1, .shared = y->ndim == 2};
-    for (int i = 0; i < x->ndim - 2; i++)
-        d.batch *= x->shape[i];
-    const int64_t *xm = x->shape + x->ndim - 2, *ym = y->shape + y->ndim - 2;
-    d.m = tx ? xm[1] : xm[0];
-    d.k = tx ? xm[0] : xm[1];
-    d.n = ty ? ym[0] : ym[1];
-    if (d.shared && !tx && d.batch > 1 && d.batch * d.m <= INT_MAX) {
-        d.m *= d.batch;
-        d.batch = 1;
-    }
-    return d;
-}
-
 static int matmul_gpu(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
@@ -899,7 +865,7 @@ static int matmul_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    struct dims d = dims_of(x, y, p->tx, p->ty);
+    vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     return launched(k, vq__cuda_matmul(x->dtype, p->tx, p->ty, d.batch, d.m, d.n, d.k, p->alpha,
                                        x->data, 0, y->data, d.shared, 0, o->data, l.s));
 }
@@ -909,7 +875,7 @@ static int matmul_gpu(const vq__kcall *k)
  *   dX_b = alpha G op(Y_b)^T, or (X transposed) alpha op(Y_b) G^T;
  *   dY_b = alpha op(X_b)^T G, or (Y transposed) alpha G^T op(X_b).
  * A shared Y is one operand for every batch; its gradient is the sum over
- * the batches: with X's batches stacked (dims_of) one product sums them in
+ * the batches: with X's batches stacked (vq__matmul_dims_of) one product sums them in
  * its inner dimension; otherwise (X transposed) one product per batch adds
  * into dY (beta 1 after the first), in the CPU's order of batches. */
 static int matmul_grad_gpu(const vq__kcall *k)
@@ -920,7 +886,7 @@ static int matmul_grad_gpu(const vq__kcall *k)
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
-    struct dims d = dims_of(x, y, p->tx, p->ty);
+    vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     int dt = x->dtype, tx = p->tx, ty = p->ty, sh = d.shared;
     double a = p->alpha;
     if (p->wrt == 0) {
@@ -1488,7 +1454,7 @@ static int gather_gpu(const vq__kcall *k)
     if (rc < 0 || (rc = check_begin(&l, CHECK_INDEX, &c)) < 0)
         return rc;
     int64_t outer, dim, inner;
-    lines_of(x, p->axis, &outer, &dim, &inner);
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
     c->dim = dim;
     c->axis = p->axis;
     rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &c->d->bad,
@@ -1563,7 +1529,7 @@ static int arg_gpu(const vq__kcall *k)
     if (rc < 0)
         return rc;
     int64_t outer, len, inner;
-    lines_of(x, p->axis, &outer, &len, &inner);
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_arg_extremum(p->op, p->last, x->dtype, x->data, k->out[0]->data,
                                              outer, len, inner, l.s));
 }

@@ -18,6 +18,7 @@
 #include <varq/tensor.h>
 
 #include "../engine/engine_services.h" /* vq__fail, vq__malloc & co., the GPU op's stream */
+#include "rng_shared.h" /* vq__philox: every random op's generator, CPU and CUDA alike */
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -571,11 +572,5 @@ void vq__file_inject_fault(int after, int kind);
 
 /* Syncs the directory holding path (best effort). */
 void vq__file_sync_dir_of(const char *path);
-
-/* ---- random numbers (rng.c) ---- */
-
-/* Philox4x32-10: four 32-bit random words for (counter, key). The same
- * (seed, index) always gives the same words, on any thread or device. */
-void vq__philox(uint64_t counter, uint64_t key, uint32_t out[4]);
 
 #endif

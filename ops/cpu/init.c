@@ -3,7 +3,7 @@
  * dropout, the one random op with an input to transform.
  *
  * Element i of a random tensor is a pure function of (key, counter), through
- * Philox4x32-10 (rng.c): the same key and counter give the same bits
+ * Philox4x32-10 (ops/rng_shared.h): the same key and counter give the same bits
  * whatever engine, worker count or device fills it. The formulas below are
  * the contract a GPU kernel reproduces; change them only together.
  *
@@ -251,12 +251,6 @@ static int gaussian_infer(vq__infer *c)
     return 0;
 }
 
-/* The top 53 bits of the 64-bit word hi:lo. */
-static inline uint64_t bits53(uint32_t hi, uint32_t lo)
-{
-    return (((uint64_t)hi << 32) | lo) >> 11;
-}
-
 /* uniform_random, element i, with w = vq__philox(counter = base + i, key)
  * (key and base: the file head; (seed, 0) without State):
  *   f32: u = (w[0] >> 8) * 2^-24                      u in [0, 1)
@@ -285,7 +279,7 @@ static int uniform_kernel(const vq__kcall *k)
         double *d = o->data;
         for (int64_t i = 0; i < o->numel; i++) {
             vq__philox(base + (uint64_t)i, key, w);
-            double u = (double)bits53(w[0], w[1]) * 0x1p-53;
+            double u = (double)vq__bits53(w[0], w[1]) * 0x1p-53;
             double scaled = p->b * u;
             d[i] = p->a + scaled;
         }
@@ -315,8 +309,8 @@ static int gaussian_kernel(const vq__kcall *k)
     uint32_t w[4];
     for (int64_t i = 0; i < o->numel; i++) {
         vq__philox(base + (uint64_t)i, key, w);
-        double u1 = (double)(bits53(w[0], w[1]) + 1) * 0x1p-53;
-        double u2 = (double)bits53(w[2], w[3]) * 0x1p-53;
+        double u1 = (double)(vq__bits53(w[0], w[1]) + 1) * 0x1p-53;
+        double u2 = (double)vq__bits53(w[2], w[3]) * 0x1p-53;
         double r2 = -2.0 * log(u1);
         double angle = TWO_PI * u2;
         double z = sqrt(r2) * cos(angle);
@@ -359,7 +353,22 @@ static int dropout_infer(vq__infer *c)
  * dropped inf, as PyTorch's). The state advances by X's element count.
  * Inference (is_test): Out = X, Mask = 1, StateOut = State. Each element
  * is read before its outputs are written, so Out or Mask may be X. */
-#define DROPOUT(T)                                                                               do {                                                                                             const T *x = k->in[0]->data;                                                                 T *out = k->out[0]->data, *mask = k->out[1]->data, scale = (T)p->scale;                      for (int64_t i = 0; i < n; i++) {                                                                T v = x[i], m = 1;                                                                           if (!p->is_test) {                                                                               vq__philox(base + (uint64_t)i, key, w);                                                      double u = (double)bits53(w[0], w[1]) * 0x1p-53;                                             m = u >= p->p ? scale : 0;                                                                   v = v * m;                                                                               }                                                                                            out[i] = v;                                                                                  mask[i] = m;                                                                             }                                                                                        } while (0)
+#define DROPOUT(T)                                                              \
+    do {                                                                        \
+        const T *x = k->in[0]->data;                                            \
+        T *out = k->out[0]->data, *mask = k->out[1]->data, scale = (T)p->scale; \
+        for (int64_t i = 0; i < n; i++) {                                       \
+            T v = x[i], m = 1;                                                  \
+            if (!p->is_test) {                                                  \
+                vq__philox(base + (uint64_t)i, key, w);                         \
+                double u = (double)vq__bits53(w[0], w[1]) * 0x1p-53;            \
+                m = u >= p->p ? scale : 0;                                      \
+                v = v * m;                                                      \
+            }                                                                   \
+            out[i] = v;                                                         \
+            mask[i] = m;                                                        \
+        }                                                                       \
+    } while (0)
 
 static int dropout_kernel(const vq__kcall *k)
 {

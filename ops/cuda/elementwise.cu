@@ -5,9 +5,10 @@
  * (ops/cpu/activation.c), square_error and the elementwise gradients of the
  * regression losses (ops/cpu/loss.c), fill_constant, the Philox random
  * fills, dropout and the advance of their generator state (ops/cpu/init.c,
- * ops/rng.c). Also the launchers' error string
+ * ops/rng_shared.h). Also the launchers' error string
  * (vq__cuda_fail). Launchers: kernels.h. */
 #include "kernels.h"
+#include "../rng_shared.h" /* vq__philox, vq__bits53 */
 
 #include <stdint.h>
 
@@ -494,44 +495,10 @@ extern "C" int vq__cuda_fill(int dtype, void *out, int64_t n, double value, int6
     return vq__cuda_launched();
 }
 
-/* ---- Philox4x32-10 and the random fills: ops/rng.c and ops/cpu/init.c,
- * step for step. Every double operation is written as its _rn intrinsic so
- * that no multiply-add is fused whatever the compiler flags. ---- */
-
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-__device__ inline void philox(uint64_t counter, uint64_t key, uint32_t out[4])
-{
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#pragma unroll
-    for (int round = 0; round < 10; round++) {
-        uint32_t hi0 = __umulhi(PHILOX_M0, c0), lo0 = PHILOX_M0 * c0;
-        uint32_t hi1 = __umulhi(PHILOX_M1, c2), lo1 = PHILOX_M1 * c2;
-        uint32_t n0 = hi1 ^ c1 ^ k0;
-        uint32_t n1 = lo1;
-        uint32_t n2 = hi0 ^ c3 ^ k1;
-        uint32_t n3 = lo0;
-        c0 = n0;
-        c1 = n1;
-        c2 = n2;
-        c3 = n3;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-__device__ inline uint64_t bits53(uint32_t hi, uint32_t lo)
-{
-    return (((uint64_t)hi << 32) | lo) >> 11;
-}
+/* ---- the random fills: ops/cpu/init.c step for step, with its generator
+ * (ops/rng_shared.h's vq__philox and vq__bits53). Every double operation is
+ * written as its _rn intrinsic so that no multiply-add is fused whatever
+ * the compiler flags. ---- */
 
 /* The Philox key and first counter: (state[0], state[1]) from device
  * memory when state is given (each thread reads the two words; the
@@ -549,7 +516,7 @@ __device__ inline void rng_start(const int64_t *state, uint64_t seed, uint64_t *
     }
 }
 
-/* u = (w0 >> 8) 2^-24 (f32) or bits53(w0, w1) 2^-53 (f64), both exact;
+/* u = (w0 >> 8) 2^-24 (f32) or vq__bits53(w0, w1) 2^-53 (f64), both exact;
  * value = a + (b * u), each rounded to double, then to float for f32. */
 template <typename T>
 __global__ void uniform_kernel(T *o, int64_t n, double a, double b, uint64_t seed,
@@ -560,12 +527,12 @@ __global__ void uniform_kernel(T *o, int64_t n, double a, double b, uint64_t see
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint32_t w[4];
-        philox(base + (uint64_t)i, key, w);
+        vq__philox(base + (uint64_t)i, key, w);
         if (sizeof(T) == 4) {
             double u = __dmul_rn((double)(w[0] >> 8), 0x1p-24);
             o[i] = (T)__double2float_rn(__dadd_rn(a, __dmul_rn(b, u)));
         } else {
-            double u = __dmul_rn(__ull2double_rn(bits53(w[0], w[1])), 0x1p-53);
+            double u = __dmul_rn(__ull2double_rn(vq__bits53(w[0], w[1])), 0x1p-53);
             o[i] = (T)__dadd_rn(a, __dmul_rn(b, u));
         }
     }
@@ -583,9 +550,9 @@ __global__ void gaussian_kernel(T *o, int64_t n, double a, double b, uint64_t se
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         uint32_t w[4];
-        philox(base + (uint64_t)i, key, w);
-        double u1 = __dmul_rn(__ull2double_rn(bits53(w[0], w[1]) + 1), 0x1p-53);
-        double u2 = __dmul_rn(__ull2double_rn(bits53(w[2], w[3])), 0x1p-53);
+        vq__philox(base + (uint64_t)i, key, w);
+        double u1 = __dmul_rn(__ull2double_rn(vq__bits53(w[0], w[1]) + 1), 0x1p-53);
+        double u2 = __dmul_rn(__ull2double_rn(vq__bits53(w[2], w[3])), 0x1p-53);
         double r2 = __dmul_rn(-2.0, log(u1));
         double angle = __dmul_rn(TWO_PI, u2);
         double z = __dmul_rn(__dsqrt_rn(r2), cos(angle));
@@ -659,8 +626,8 @@ __global__ void dropout_kernel(const T *x, T *out, T *mask, int64_t n, double p,
         T v = x[i], m = 1;
         if (!is_test) {
             uint32_t w[4];
-            philox(base + (uint64_t)i, key, w);
-            double u = __dmul_rn(__ull2double_rn(bits53(w[0], w[1])), 0x1p-53);
+            vq__philox(base + (uint64_t)i, key, w);
+            double u = __dmul_rn(__ull2double_rn(vq__bits53(w[0], w[1])), 0x1p-53);
             m = u >= p ? scale : (T)0;
             v = mul_rn(v, m);
         }

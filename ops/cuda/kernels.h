@@ -334,7 +334,7 @@ int vq__cuda_adam(int dtype, const void *param, const void *grad, const void *m1
                   void *param_out, void *m1_out, void *m2_out, int64_t n, double beta1,
                   double beta2, double eps, const vq__cuda_adam_consts *consts, void *stream);
 
-/* ---- init (ops/cpu/init.c, ops/rng.c) ---- */
+/* ---- init (ops/cpu/init.c, ops/rng_shared.h) ---- */
 
 /* out[i] = value for f32 / f64 (value rounded to float for f32), ivalue for
  * i32 / i64 / bool (one byte). */

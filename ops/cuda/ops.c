@@ -5,36 +5,15 @@
  * The registry finds them by type (vq__cuda_op_kernel, through gpu.c's
  * vq__gpu_kernel_of) and runs them for ops on GPU tensors while CUDA is the
  * GPU backend; on the emulated backend every op runs its CPU kernel as
- * stream work instead. Compiled only when CUDA is found (have_cuda).
- *
- * Errors found only on the device. An integer division by zero, a label
- * out of range, a gather index out of range and the executor's NaN check
- * (VQ_EXEC_CHECK_NAN) are seen by the kernels,
- * and the adam step counter lives in device memory, yet the op must fail
- * with the CPU op's message. Each such call takes a check from a
- * per-device pool: a small struct found in device memory, which the
- * kernels write (the smallest bad element or row, by atomicMin; the label
- * or index there, by vq__cuda_label_fetch), and its twin in pinned host
- * memory. After the kernels, a copy on the op's stream brings
- * it to the host, and a host function (vq_gpu_launch_host) reads it in
- * stream order, words the CPU's message and fails the stream work: through
- * the call's defer hook when it has one (the graph executor), else as the
- * stream's sticky error, which reaches the op's vars, with the message kept
- * as the device's last failure for vq_tensor_wait (vq__gpu_work_failed).
- * The host function then puts the check back in its pool: CUDA calls are
- * not allowed there, so nothing is ever freed; the pool only grows to the
- * number of checked calls in flight at once. */
-#include "../ops_internal.h"
-#include "../params.h"
+ * stream work instead. Calls whose errors only the device sees take a
+ * check from checks.c's pool. Compiled only when CUDA is found
+ * (have_cuda). */
+#include "cuda_internal.h"
 #include "../shape_shared.h" /* vq__lines_of, vq__matmul_dims_of */
-#include "kernels.h"
-
-#include <cuda_runtime_api.h>
 
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,16 +44,11 @@ _Static_assert((int)VQ__EXTREMUM_MAX == (int)VQ__CUDA_EXTREMUM_MAX &&
 
 /* ---- one call's launches ---- */
 
-struct launch {
-    const vq__kcall *k;
-    cudaStream_t s;
-    int dev;
-};
-
-/* hot path: no malloc, no global lock */
-static int launch_begin(const vq__kcall *k, struct launch *l)
+/* The launch prologue of a call: the op's stream and device, made current.
+ * hot path: no malloc, no global lock */
+static int launch_begin(const vq__kcall *k, vq__cuda_launch *l)
 {
-    *l = (struct launch){.k = k, .s = NULL, .dev = -1};
+    *l = (vq__cuda_launch){.k = k, .s = NULL, .dev = -1};
     if (!k->x || k->x->ctx.kind != VQ_DEV_GPU || !k->x->stream)
         return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
     /* Kernels launch on the current device, which must be the stream's;
@@ -108,7 +82,7 @@ static int launched(const vq__kcall *k, int rc)
 }
 
 /* The same for a CUDA runtime call of ours (a memset or a copy). */
-static int called(const vq__kcall *k, cudaError_t e, const char *what)
+int vq__cuda_op_called(const vq__kcall *k, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 0;
@@ -116,192 +90,22 @@ static int called(const vq__kcall *k, cudaError_t e, const char *what)
     return vq__fail(VQ_EIO, "%s: %s: %s", k->def->type, what, cudaGetErrorString(e));
 }
 
-/* ---- checks: what the kernels found on the device, read on the host ---- */
-
-/* Same layout in device memory (written by the kernels) and in pinned host
- * memory (the copy the host functions read, and adam's constants). */
-struct found {
-    unsigned long long bad; /* smallest bad element or row; ULLONG_MAX: none */
-    long long label;        /* the label at row bad; gather: the index at element bad */
-    long long step;         /* adam, lr_schedule: the Step input, brought to the host */
-    long long step_out;     /* adam, lr_schedule: StepOut, from the host */
-    vq__cuda_adam_consts consts; /* adam: from the host */
-    /* adam: its LearningRate input, to the host; lr_schedule: LearningRate,
-     * to the host (its old bytes) and back (the new rate) */
-    union {
-        float f;
-        double d;
-    } lr;
-    double value; /* the NaN check: the element at bad */
-};
-
-enum {
-    CHECK_NONE,
-    CHECK_DIV,
-    CHECK_LABEL,
-    CHECK_ADAM,
-    CHECK_INDEX,
-    CHECK_LR_SCHEDULE,
-    CHECK_FINITE
-};
-
-struct check {
-    struct check *next; /* in its device's free list */
-    int dev;
-    struct found *d; /* device memory */
-    struct found *h; /* pinned host memory */
-    /* What the host functions need; the call is gone by the time they run. */
-    const vq__op_def *def;
-    int kind;
-    long long classes;
-    long long dim; /* gather: X's dim along the axis */
-    int axis;      /* gather: the axis */
-    const char *slot, *var; /* the NaN check: the output's slot and var */
-    double lr, beta1, beta2;
-    int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */
-    vq__lr_schedule_params sched; /* lr_schedule */
-    void (*defer)(void *user, void *tag, int err, const char *msg);
-    void *defer_user, *defer_tag;
-};
-
-#define MAX_DEVICES 64 /* gpu.c's MAX_GPUS */
-#define CHECKS_PER_CHUNK 32
-
-/* Held for a push or a pop only (and while a chunk is allocated). */
-static pthread_mutex_t checks_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct check *free_checks[MAX_DEVICES];
-
-/* Adds a chunk of checks to dev's free list (dev is the current device).
- * Never freed: see the file comment. */
-static int checks_grow(const vq__kcall *k, int dev)
-{
-    struct check *c = vq__calloc(CHECKS_PER_CHUNK, sizeof *c);
-    void *d = NULL, *h = NULL;
-    cudaError_t e = cudaSuccess;
-    if (c && (e = cudaMalloc(&d, CHECKS_PER_CHUNK * sizeof(struct found))) == cudaSuccess)
-        e = cudaHostAlloc(&h, CHECKS_PER_CHUNK * sizeof(struct found), cudaHostAllocPortable);
-    if (!c || e != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (d)
-            (void)cudaFree(d);
-        free(c);
-        return vq__fail(VQ_ENOMEM, "%s: GPU %d: no memory for the device-side checks%s%s",
-                        k->def->type, dev, c ? ": " : "", c ? cudaGetErrorString(e) : "");
-    }
-    for (int i = 0; i < CHECKS_PER_CHUNK; i++) {
-        c[i].dev = dev;
-        c[i].d = (struct found *)d + i;
-        c[i].h = (struct found *)h + i;
-        c[i].next = i + 1 < CHECKS_PER_CHUNK ? &c[i + 1] : free_checks[dev];
-    }
-    free_checks[dev] = c;
-    return 0;
-}
-
-static void check_put(struct check *c)
-{
-    pthread_mutex_lock(&checks_lock);
-    c->next = free_checks[c->dev];
-    free_checks[c->dev] = c;
-    pthread_mutex_unlock(&checks_lock);
-}
-
-/* A check of kind for the call, its device side reset (bad = none) on the
- * call's stream. */
-static int check_begin(const struct launch *l, int kind, struct check **out)
-{
-    const vq__kcall *k = l->k;
-    if (l->dev < 0 || l->dev >= MAX_DEVICES)
-        return vq__fail(VQ_ENOSYS, "%s: GPU %d: varq supports GPUs 0 .. %d", k->def->type, l->dev,
-                        MAX_DEVICES - 1);
-    pthread_mutex_lock(&checks_lock);
-    int rc = free_checks[l->dev] ? 0 : checks_grow(k, l->dev);
-    struct check *c = free_checks[l->dev];
-    if (rc == 0)
-        free_checks[l->dev] = c->next;
-    pthread_mutex_unlock(&checks_lock);
-    if (rc < 0)
-        return rc;
-    c->def = k->def;
-    c->kind = kind;
-    c->defer = k->defer;
-    c->defer_user = k->defer_user;
-    c->defer_tag = k->defer_tag;
-    if (kind == CHECK_DIV || kind == CHECK_LABEL || kind == CHECK_INDEX || kind == CHECK_FINITE) {
-        /* bad and label to all ones: ULLONG_MAX, "nothing found" */
-        rc = called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
-                    "cudaMemsetAsync");
-        if (rc < 0) {
-            check_put(c); /* nothing was enqueued */
-            return rc;
-        }
-    }
-    *out = c;
-    return 0;
-}
-
-/* Host function, after the call's kernels and the copy of what they found:
- * the CPU op's error, if they found one; then the check goes back to its
- * pool. No CUDA calls (see stream.h). */
-static int check_run(void *arg)
-{
-    struct check *c = arg;
-    const struct found *f = c->h;
-    int rc = 0;
-    if (c->kind == CHECK_DIV && f->bad != ULLONG_MAX)
-        rc = vq__op_fail(c->def, "integer division by zero (or overflow) at output element %lld",
-                         (long long)f->bad);
-    else if (c->kind == CHECK_LABEL && f->bad != ULLONG_MAX)
-        rc = vq__op_fail(c->def, "label %lld at row %lld is outside [0, %lld)", f->label,
-                         (long long)f->bad, c->classes);
-    else if (c->kind == CHECK_INDEX && f->bad != ULLONG_MAX)
-        /* index.c's indices_check, word for word */
-        rc = vq__op_fail(c->def,
-                         "index %lld at Indices element %lld is outside [-%lld, %lld) (X's dim "
-                         "%d)",
-                         f->label, (long long)f->bad, c->dim, c->dim, c->axis);
-    else if (c->kind == CHECK_FINITE && f->bad != ULLONG_MAX)
-        rc = vq__nonfinite_fail(c->slot, c->var, f->value, (int64_t)f->bad);
-    if (rc < 0)
-        rc = vq__gpu_work_failed(c->dev, rc, c->defer, c->defer_user, c->defer_tag);
-    check_put(c);
-    return rc;
-}
-
-/* Ends a checked call whose launches returned rc: when they all launched,
- * the copy of what they found; in any case the host function that reads it
- * (reading nothing after a failed launch) and puts the check back. */
-static int check_finish(const struct launch *l, struct check *c, int rc)
-{
-    if (rc == 0 && c->kind != CHECK_ADAM && c->kind != CHECK_LR_SCHEDULE)
-        rc = called(l->k, cudaMemcpyAsync(c->h, c->d, sizeof *c->h, cudaMemcpyDeviceToHost, l->s),
-                    "cudaMemcpyAsync");
-    if (rc < 0)
-        c->kind = CHECK_NONE;
-    int hrc = vq_gpu_launch_host(l->k->x, check_run, c);
-    if (hrc < 0) {
-        /* It cannot go back in stream order: after the stream's work. */
-        (void)cudaStreamSynchronize(l->s);
-        (void)cudaGetLastError();
-        check_put(c);
-    }
-    return rc < 0 ? rc : hrc;
-}
+/* ---- the executor's NaN check ---- */
 
 /* The executor's NaN check of output j (gpu.c's vq__gpu_check_finite). */
 int vq__cuda_check_finite(const vq__kcall *k, int j, const char *var)
 {
-    struct launch l;
-    struct check *c;
+    vq__cuda_launch l;
+    struct vq__cuda_check *c;
     int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = check_begin(&l, CHECK_FINITE, &c)) < 0)
+    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_FINITE, &c)) < 0)
         return rc;
     c->slot = vq__op_out_slot(k->def, j);
     c->var = var;
     const vq_tensor *t = k->out[j];
     rc = launched(k, vq__cuda_find_nonfinite(t->dtype, t->data, t->numel, &c->d->bad,
                                              &c->d->value, l.s));
-    return check_finish(&l, c, rc);
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */
@@ -310,7 +114,7 @@ static int binary_gpu(const vq__kcall *k)
 {
     const vq__binary_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -320,19 +124,19 @@ static int binary_gpu(const vq__kcall *k)
         return launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
                                            b.shape, b.stride[0], b.stride[1], NULL, l.s));
     /* Integer division: a zero divisor is found on the device. */
-    struct check *c;
-    if ((rc = check_begin(&l, CHECK_DIV, &c)) < 0)
+    struct vq__cuda_check *c;
+    if ((rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_DIV, &c)) < 0)
         return rc;
     rc = launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
                                      b.shape, b.stride[0], b.stride[1], &c->d->bad, l.s));
-    return check_finish(&l, c, rc);
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 static int binary_grad_gpu(const vq__kcall *k)
 {
     const vq__binary_grad_params *p = k->params;
     vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -347,7 +151,7 @@ static int scale_gpu(const vq__kcall *k)
 {
     const vq__scale_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -379,7 +183,7 @@ static void walk_of(vq__cuda_walk *w, const vq_tensor *out, const vq_tensor *a,
 static int compare_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -391,7 +195,7 @@ static int compare_gpu(const vq__kcall *k)
 
 static int not_gpu(const vq__kcall *k)
 {
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -402,7 +206,7 @@ static int not_gpu(const vq__kcall *k)
 static int abs_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -412,7 +216,7 @@ static int abs_gpu(const vq__kcall *k)
 static int abs_grad_gpu(const vq__kcall *k)
 {
     vq_tensor *g = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -423,7 +227,7 @@ static int abs_grad_gpu(const vq__kcall *k)
 static int where_gpu(const vq__kcall *k)
 {
     vq_tensor *c = k->in[0], *x = k->in[1], *y = k->in[2], *out = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -439,7 +243,7 @@ static int select_grad_gpu(const vq__kcall *k)
     const vq__select_grad_params *p = k->params;
     vq_tensor *g = k->in[0], *a = k->in[1], *b = k->in[2], *dz = k->out[0];
     bool where = !strcmp(k->def->type, "where_grad");
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -456,7 +260,7 @@ static int unary_gpu(const vq__kcall *k)
 {
     const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -467,7 +271,7 @@ static int unary_grad_gpu(const vq__kcall *k)
 {
     const vq__unary_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -479,7 +283,7 @@ static int math_gpu(const vq__kcall *k)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -491,7 +295,7 @@ static int math_grad_gpu(const vq__kcall *k)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -503,7 +307,7 @@ static int log_softmax_gpu(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -516,7 +320,7 @@ static int log_softmax_grad_gpu(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -530,7 +334,7 @@ static int softmax_gpu(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -543,7 +347,7 @@ static int softmax_grad_gpu(const vq__kcall *k)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -562,17 +366,17 @@ static int class_loss_gpu(const vq__kcall *k,
                           int (*launch)(const vq__kcall *k, unsigned long long *bad, void *s))
 {
     vq_tensor *x = k->in[0], *label = k->in[1];
-    struct launch l;
-    struct check *c;
+    vq__cuda_launch l;
+    struct vq__cuda_check *c;
     int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = check_begin(&l, CHECK_LABEL, &c)) < 0)
+    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_LABEL, &c)) < 0)
         return rc;
     c->classes = x->shape[x->ndim - 1];
     rc = launched(k, launch(k, &c->d->bad, l.s));
     if (rc == 0)
         rc = launched(k, vq__cuda_label_fetch(label->dtype, label->data, &c->d->bad,
                                               &c->d->label, l.s));
-    return check_finish(&l, c, rc);
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 static int ce_launch(const vq__kcall *k, unsigned long long *bad, void *s)
@@ -633,7 +437,7 @@ typedef int (*pair_grad_launcher)(int wrt, int dtype, const void *x, const void 
 static int pair_loss_gpu(const vq__kcall *k, pair_launcher launch)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -644,7 +448,7 @@ static int pair_loss_grad_gpu(const vq__kcall *k, pair_grad_launcher launch)
 {
     const vq__wrt_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -678,7 +482,7 @@ static int reduce_gpu(const vq__kcall *k)
 {
     const vq__reduce_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -690,7 +494,7 @@ static int reduce_grad_gpu(const vq__kcall *k)
 {
     const vq__reduce_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -720,7 +524,7 @@ static int transpose_gpu(const vq__kcall *k)
 {
     const vq__transpose_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -737,12 +541,14 @@ static int transpose_gpu(const vq__kcall *k)
 static int copy_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[k->nin - 1], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || !o->nbytes)
         return rc;
-    return called(k, cudaMemcpyAsync(o->data, x->data, o->nbytes, cudaMemcpyDeviceToDevice, l.s),
-                  "cudaMemcpyAsync");
+    return vq__cuda_op_called(k,
+                              cudaMemcpyAsync(o->data, x->data, o->nbytes, cudaMemcpyDeviceToDevice,
+                                              l.s),
+                              "cudaMemcpyAsync");
 }
 
 /* Each input is a box of the output, at its offset along the axis. */
@@ -750,7 +556,7 @@ static int concat_gpu(const vq__kcall *k)
 {
     const vq__concat_params *p = k->params;
     vq_tensor *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -774,7 +580,7 @@ static int concat_grad_gpu(const vq__kcall *k)
 {
     const vq__concat_params *p = k->params;
     vq_tensor *g = k->in[0], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dx->numel == 0)
         return rc;
@@ -802,7 +608,7 @@ static int slice_gpu(const vq__kcall *k)
 {
     const vq__slice_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || o->numel == 0)
         return rc;
@@ -819,11 +625,11 @@ static int slice_grad_gpu(const vq__kcall *k)
 {
     const vq__slice_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dx->numel == 0)
         return rc;
-    rc = called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+    rc = vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
     if (rc < 0 || g->numel == 0)
         return rc;
     int64_t ds[VQ_MAX_DIMS], gs[VQ_MAX_DIMS];
@@ -837,7 +643,7 @@ static int slice_grad_gpu(const vq__kcall *k)
 static int cast_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -848,7 +654,7 @@ static int cast_gpu(const vq__kcall *k)
 static int cast_grad_gpu(const vq__kcall *k)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -861,7 +667,7 @@ static int matmul_gpu(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -882,7 +688,7 @@ static int matmul_grad_gpu(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -899,7 +705,8 @@ static int matmul_grad_gpu(const vq__kcall *k)
         return launched(k, rc);
     }
     if (sh && d.batch == 0) /* the sum of no products */
-        return called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s), "cudaMemsetAsync");
+        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s),
+                                  "cudaMemsetAsync");
     if (!sh || d.batch == 1) {
         if (!ty)
             rc = vq__cuda_matmul(dt, !tx, 0, d.batch, d.k, d.n, d.m, a, x->data, 0, g->data, 0,
@@ -930,7 +737,7 @@ static int fill_gpu(const vq__kcall *k)
 {
     const vq__fill_params *p = k->params;
     vq_tensor *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -948,7 +755,7 @@ static const void *state_of(const vq__kcall *k, int in)
 }
 
 /* After the op's kernels on l's stream: StateOut = State advanced by n. */
-static int state_advance(const vq__kcall *k, const struct launch *l, int in, int out, uint64_t n)
+static int state_advance(const vq__kcall *k, const vq__cuda_launch *l, int in, int out, uint64_t n)
 {
     if (k->nin <= in)
         return 0;
@@ -959,7 +766,7 @@ static int uniform_gpu(const vq__kcall *k)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -973,7 +780,7 @@ static int gaussian_gpu(const vq__kcall *k)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -988,7 +795,7 @@ static int dropout_gpu(const vq__kcall *k)
 {
     const vq__dropout_params *p = k->params;
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1005,7 +812,7 @@ static int sgd_gpu(const vq__kcall *k)
 {
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *po = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1018,7 +825,7 @@ static int momentum_gpu(const vq__kcall *k)
 {
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *v = k->in[2], *po = k->out[0], *vo = k->out[1];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1033,8 +840,8 @@ static int momentum_gpu(const vq__kcall *k)
  * bias corrections, computed by the same libm as the CPU op's. */
 static int adam_step_run(void *arg)
 {
-    struct check *c = arg;
-    struct found *f = c->h;
+    struct vq__cuda_check *c = arg;
+    struct vq__cuda_found *f = c->h;
     long long step = f->step;
     if (step < 0 || step == LLONG_MAX) {
         f->consts.ok = 0;
@@ -1070,37 +877,42 @@ static int adam_gpu(const vq__kcall *k)
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *m1 = k->in[2], *m2 = k->in[3], *step = k->in[4];
     vq_tensor *po = k->out[0], *m1o = k->out[1], *m2o = k->out[2], *so = k->out[3];
-    struct launch l;
-    struct check *c;
+    vq__cuda_launch l;
+    struct vq__cuda_check *c;
     int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = check_begin(&l, CHECK_ADAM, &c)) < 0)
+    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_ADAM, &c)) < 0)
         return rc;
     c->lr = p->lr;
     c->lr_input = p->lr_in >= 0 ? (int)k->in[p->lr_in]->dtype : -1;
     c->beta1 = p->beta1;
     c->beta2 = p->beta2;
-    rc = called(k, cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
-                                   cudaMemcpyDeviceToHost, l.s),
-                "cudaMemcpyAsync");
+    rc = vq__cuda_op_called(k,
+                            cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
+                                            cudaMemcpyDeviceToHost, l.s),
+                            "cudaMemcpyAsync");
     if (rc == 0 && p->lr_in >= 0)
-        rc = called(k, cudaMemcpyAsync(&c->h->lr, k->in[p->lr_in]->data,
-                                       k->in[p->lr_in]->nbytes, cudaMemcpyDeviceToHost, l.s),
-                    "cudaMemcpyAsync");
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(&c->h->lr, k->in[p->lr_in]->data,
+                                                k->in[p->lr_in]->nbytes, cudaMemcpyDeviceToHost,
+                                                l.s),
+                                "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq_gpu_launch_host(k->x, adam_step_run, c);
     if (rc == 0)
-        rc = called(k, cudaMemcpyAsync(&c->d->consts, &c->h->consts, sizeof c->h->consts,
-                                       cudaMemcpyHostToDevice, l.s),
-                    "cudaMemcpyAsync");
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(&c->d->consts, &c->h->consts, sizeof c->h->consts,
+                                                cudaMemcpyHostToDevice, l.s),
+                                "cudaMemcpyAsync");
     if (rc == 0)
-        rc = called(k, cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
-                                       cudaMemcpyHostToDevice, l.s),
-                    "cudaMemcpyAsync");
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
+                                                cudaMemcpyHostToDevice, l.s),
+                                "cudaMemcpyAsync");
     if (rc == 0)
         rc = launched(k, vq__cuda_adam(pa->dtype, pa->data, g->data, m1->data, m2->data,
                                        po->data, m1o->data, m2o->data, pa->numel, p->beta1,
                                        p->beta2, p->eps, &c->d->consts, l.s));
-    return check_finish(&l, c, rc);
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 /* Host function between the copies of Step and of LearningRate's old
@@ -1111,8 +923,8 @@ static int adam_gpu(const vq__kcall *k)
  * back, so the op writes nothing, as the CPU op. */
 static int lr_schedule_run(void *arg)
 {
-    struct check *c = arg;
-    struct found *f = c->h;
+    struct vq__cuda_check *c = arg;
+    struct vq__cuda_found *f = c->h;
     long long step = f->step;
     f->step_out = step;
     if (step < 0 || step == LLONG_MAX) {
@@ -1134,30 +946,34 @@ static int lr_schedule_run(void *arg)
 static int lr_schedule_gpu(const vq__kcall *k)
 {
     vq_tensor *step = k->in[0], *lr = k->out[0], *so = k->out[1];
-    struct launch l;
-    struct check *c;
+    vq__cuda_launch l;
+    struct vq__cuda_check *c;
     int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = check_begin(&l, CHECK_LR_SCHEDULE, &c)) < 0)
+    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_LR_SCHEDULE, &c)) < 0)
         return rc;
     c->sched = *(const vq__lr_schedule_params *)k->params;
-    rc = called(k, cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
-                                   cudaMemcpyDeviceToHost, l.s),
-                "cudaMemcpyAsync");
+    rc = vq__cuda_op_called(k,
+                            cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
+                                            cudaMemcpyDeviceToHost, l.s),
+                            "cudaMemcpyAsync");
     if (rc == 0)
-        rc = called(k, cudaMemcpyAsync(&c->h->lr, lr->data, lr->nbytes, cudaMemcpyDeviceToHost,
-                                       l.s),
-                    "cudaMemcpyAsync");
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(&c->h->lr, lr->data, lr->nbytes,
+                                                cudaMemcpyDeviceToHost, l.s),
+                                "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq_gpu_launch_host(k->x, lr_schedule_run, c);
     if (rc == 0)
-        rc = called(k, cudaMemcpyAsync(lr->data, &c->h->lr, lr->nbytes, cudaMemcpyHostToDevice,
-                                       l.s),
-                    "cudaMemcpyAsync");
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(lr->data, &c->h->lr, lr->nbytes,
+                                                cudaMemcpyHostToDevice, l.s),
+                                "cudaMemcpyAsync");
     if (rc == 0)
-        rc = called(k, cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
-                                       cudaMemcpyHostToDevice, l.s),
-                    "cudaMemcpyAsync");
-    return check_finish(&l, c, rc);
+        rc = vq__cuda_op_called(k,
+                                cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
+                                                cudaMemcpyHostToDevice, l.s),
+                                "cudaMemcpyAsync");
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 /* ---- convolutions, pools, batch_norm (ops/cpu/conv.c, pool.c, norm.c) ---- */
@@ -1193,7 +1009,7 @@ static struct conv_dims conv_dims_of(const vq__window_params *p, const vq_tensor
  * device, allocated in the op's stream order; the caller frees it with
  * vq__tensor_release_on on the same stream, after its last use is
  * enqueued. NULL for a direct product. */
-static int columns(const vq__kcall *k, const struct launch *l, const struct conv_dims *d,
+static int columns(const vq__kcall *k, const vq__cuda_launch *l, const struct conv_dims *d,
                    vq_dtype dt, vq_tensor **out)
 {
     *out = NULL;
@@ -1219,7 +1035,7 @@ static int conv2d_gpu(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || o->numel == 0)
         return rc;
@@ -1254,7 +1070,7 @@ static int conv2d_grad_gpu(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *g = k->in[2], *dz = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dz->numel == 0)
         return rc;
@@ -1264,7 +1080,8 @@ static int conv2d_grad_gpu(const vq__kcall *k)
                                                 1u | 4u | 8u, l.s));
     struct conv_dims d = conv_dims_of(p, x, w, g->shape);
     if (p->wrt == 1 && d.w.n == 0) /* the sum of no products */
-        return called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s), "cudaMemsetAsync");
+        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s),
+                                  "cudaMemsetAsync");
     vq_tensor *col;
     if ((rc = columns(k, &l, &d, dt, &col)) < 0)
         return rc;
@@ -1298,14 +1115,14 @@ static int conv_transpose2d_gpu(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || o->numel == 0)
         return rc;
     vq_dtype dt = o->dtype;
     struct conv_dims d = conv_dims_of(p, o, w, x->shape);
     if (x->numel == 0) {
-        rc = called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l.s), "cudaMemsetAsync");
+        rc = vq__cuda_op_called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l.s), "cudaMemsetAsync");
     } else {
         vq_tensor *col;
         if ((rc = columns(k, &l, &d, dt, &col)) < 0)
@@ -1339,7 +1156,7 @@ static int pool_gpu(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || o->numel == 0)
         return rc;
@@ -1354,7 +1171,7 @@ static int pool_grad_gpu(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dx->numel == 0)
         return rc;
@@ -1370,7 +1187,7 @@ static int pool_grad_gpu(const vq__kcall *k)
 static int global_pool_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || o->numel == 0)
         return rc;
@@ -1384,7 +1201,7 @@ static int global_pool_gpu(const vq__kcall *k)
 static int global_pool_grad_gpu(const vq__kcall *k)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dx->numel == 0)
         return rc;
@@ -1409,7 +1226,7 @@ static int batch_norm_gpu(const vq__kcall *k)
 {
     const vq__batch_norm_params *p = k->params;
     vq_tensor *const *in = k->in;
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1425,7 +1242,7 @@ static int batch_norm_grad_gpu(const vq__kcall *k)
 {
     const vq__batch_norm_params *p = k->params;
     vq_tensor *const *in = k->in;
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1448,10 +1265,10 @@ static int gather_gpu(const vq__kcall *k)
     bool grad = k->nin == 3;
     vq_tensor *idx = k->in[1], *o = k->out[0];
     vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
-    struct launch l;
-    struct check *c;
+    vq__cuda_launch l;
+    struct vq__cuda_check *c;
     int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = check_begin(&l, CHECK_INDEX, &c)) < 0)
+    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_INDEX, &c)) < 0)
         return rc;
     int64_t outer, dim, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
@@ -1469,7 +1286,7 @@ static int gather_gpu(const vq__kcall *k)
         rc = launched(k, vq__cuda_gather((int)vq_dtype_size(x->dtype), idx->dtype, x->data,
                                          idx->data, o->data, outer, dim, inner, idx->numel,
                                          l.s));
-    return check_finish(&l, c, rc);
+    return vq__cuda_check_finish(&l, c, rc);
 }
 
 /* Each output is the box of X at its offset along the axis. */
@@ -1477,7 +1294,7 @@ static int split_gpu(const vq__kcall *k)
 {
     const vq__split_params *p = k->params;
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1499,12 +1316,13 @@ static int split_grad_gpu(const vq__kcall *k)
 {
     const vq__split_params *p = k->params;
     vq_tensor *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0 || dx->numel == 0)
         return rc;
     if (p->absent)
-        rc = called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+        rc =
+            vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
     int64_t dstride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
     contiguous_strides(dx, dstride);
     for (int j = 1; j < k->nin && rc == 0; j++) {
@@ -1524,7 +1342,7 @@ static int arg_gpu(const vq__kcall *k)
 {
     const vq__arg_params *p = k->params;
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1538,7 +1356,7 @@ static int extremum_gpu(const vq__kcall *k)
 {
     const vq__extremum_params *p = k->params;
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1551,7 +1369,7 @@ static int extremum_grad_gpu(const vq__kcall *k)
 {
     const vq__extremum_params *p = k->params;
     vq_tensor *x = k->in[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1565,7 +1383,7 @@ static int extremum_grad_gpu(const vq__kcall *k)
 static int expand_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1583,7 +1401,7 @@ static int expand_gpu(const vq__kcall *k)
 static int tile_gpu(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1595,7 +1413,7 @@ static int tile_gpu(const vq__kcall *k)
 static int tile_grad_gpu(const vq__kcall *k)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1607,7 +1425,7 @@ static int pad_gpu(const vq__kcall *k)
 {
     const vq__pad_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;
@@ -1621,7 +1439,7 @@ static int pad_grad_gpu(const vq__kcall *k)
 {
     const vq__pad_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    struct launch l;
+    vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)
         return rc;

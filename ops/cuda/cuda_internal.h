@@ -1,0 +1,93 @@
+/* What ops/cuda's two C files share: ops.c (the GPU kernel functions) and
+ * checks.c (the pool of device-side checks). One call's launch state as
+ * the launch prologue found it, the wording of a failed CUDA runtime call
+ * as the op's error, and the checks a call takes when its errors are found
+ * only on the device (see checks.c). Plain C against cudart, like ops.c;
+ * the .cu files do not include it. */
+#ifndef VARQ_OPS_CUDA_INTERNAL_H
+#define VARQ_OPS_CUDA_INTERNAL_H
+
+#include "../ops_internal.h"
+#include "../params.h"
+#include "kernels.h"
+
+#include <cuda_runtime_api.h>
+
+/* ---- one call's launches (ops.c) ---- */
+
+/* What the launch prologue (ops.c's launch_begin, at the start of every
+ * call) found: the call, its native stream, and its device, which is then
+ * the current one. */
+typedef struct vq__cuda_launch {
+    const vq__kcall *k;
+    cudaStream_t s;
+    int dev;
+} vq__cuda_launch;
+
+/* A CUDA runtime call of ours (a memset, a copy) as the op's result: 0, or
+ * VQ_EIO naming the op, what was called and CUDA's error (cleared). */
+int vq__cuda_op_called(const vq__kcall *k, cudaError_t e, const char *what);
+
+/* ---- checks: what the kernels found on the device, read on the host
+ * (checks.c) ---- */
+
+/* Same layout in device memory (written by the kernels) and in pinned host
+ * memory (the copy the host functions read, and adam's constants). */
+struct vq__cuda_found {
+    unsigned long long bad;      /* smallest bad element or row; ULLONG_MAX: none */
+    long long label;             /* the label at row bad; gather: the index at element bad */
+    long long step;              /* adam, lr_schedule: the Step input, brought to the host */
+    long long step_out;          /* adam, lr_schedule: StepOut, from the host */
+    vq__cuda_adam_consts consts; /* adam: from the host */
+    /* adam: its LearningRate input, to the host; lr_schedule: LearningRate,
+     * to the host (its old bytes) and back (the new rate) */
+    union {
+        float f;
+        double d;
+    } lr;
+    double value; /* the NaN check: the element at bad */
+};
+
+/* What a check looks for (its host function's message). */
+enum {
+    VQ__CUDA_CHECK_NONE,
+    VQ__CUDA_CHECK_DIV,
+    VQ__CUDA_CHECK_LABEL,
+    VQ__CUDA_CHECK_ADAM,
+    VQ__CUDA_CHECK_INDEX,
+    VQ__CUDA_CHECK_LR_SCHEDULE,
+    VQ__CUDA_CHECK_FINITE
+};
+
+/* One checked call's check, from its device's pool (checks.c). */
+struct vq__cuda_check {
+    struct vq__cuda_check *next; /* in its device's free list */
+    int dev;
+    struct vq__cuda_found *d; /* device memory */
+    struct vq__cuda_found *h; /* pinned host memory */
+    /* What the host functions need; the call is gone by the time they run. */
+    const vq__op_def *def;
+    int kind;
+    long long classes;
+    long long dim;          /* gather: X's dim along the axis */
+    int axis;               /* gather: the axis */
+    const char *slot, *var; /* the NaN check: the output's slot and var */
+    double lr, beta1, beta2;
+    int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */
+    vq__lr_schedule_params sched; /* lr_schedule */
+    void (*defer)(void *user, void *tag, int err, const char *msg);
+    void *defer_user, *defer_tag;
+};
+
+/* A check of kind for the call, from its device's pool, its device side
+ * reset (bad = none) on the call's stream. 0, or the error naming the op
+ * (nothing enqueued then). */
+int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_check **out);
+
+/* Ends a checked call whose launches returned rc: when they all launched,
+ * the copy of what they found to the host; in any case the host function
+ * that reads it (reading nothing after a failed launch) and puts the check
+ * back. Returns rc, or the error of enqueueing. */
+int vq__cuda_check_finish(const vq__cuda_launch *l, struct vq__cuda_check *c, int rc);
+
+#endif

@@ -2,7 +2,8 @@
  * the stream backend's stream-ordered memory, copies between host and
  * devices as GPU ops on the copy streams, and which kernel an op on a GPU
  * runs: on the emulated backend its CPU kernel, run as stream work; on
- * CUDA its CUDA kernel (ops/cuda/ops.c).
+ * CUDA its CUDA kernel (ops/cuda/ops.c), picked once per op when the
+ * registry is built (vq__gpu_kernel_pick).
  *
  * The backend is the one the engine picks (vq__stream_backend_get(NULL):
  * VARQ_GPU_BACKEND, else CUDA when present), looked up on first use and kept
@@ -218,16 +219,13 @@ int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
 
 /* ---- ops on GPUs ---- */
 
-/* The CUDA kernel of def: the one its GPU slot names, else ops/cuda/ops.c's
- * for its type; NULL when there is none (always, in a build without CUDA). */
-static int (*cuda_kernel(const vq__op_def *def))(const vq__kcall *)
+void vq__gpu_kernel_pick(vq__op_def *def)
 {
-    if (def->kernel[VQ_DEV_GPU])
-        return def->kernel[VQ_DEV_GPU];
 #ifdef VARQ_HAVE_CUDA
-    return vq__cuda_op_kernel(def->type);
+    if (!def->kernel[VQ_DEV_GPU] && (def->cuda = vq__cuda_op_kernel(def->type)) != NULL)
+        def->kernel[VQ_DEV_GPU] = vq__cuda_run;
 #else
-    return NULL;
+    (void)def;
 #endif
 }
 
@@ -244,7 +242,7 @@ int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k))
     if (be->host_memory)
         *fn = def->kernel[VQ_DEV_CPU] ? vq__gpu_host_kernel : NULL;
     else
-        *fn = cuda_kernel(def);
+        *fn = def->kernel[VQ_DEV_GPU];
     if (!*fn)
         return vq__fail(VQ_ENOSYS, "%s: no GPU kernel for the %s backend in this build", def->type,
                         be->name);

@@ -273,6 +273,8 @@ enum {
 
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
 
+struct vq__cuda_launch; /* ops/cuda/cuda_internal.h */
+
 typedef struct vq__op_def {
     const char *type;
     const char *const *in_slots;
@@ -295,6 +297,12 @@ typedef struct vq__op_def {
      * and params stay valid until then, k itself only during the call. */
     void (*kernel_async)(const vq__kcall *k, vq_op_done *done);
     const struct vq__user_op *user; /* registered ops: their copied definition */
+    /* Built-in ops on the CUDA backend: the op's launches (ops/cuda/ops.c),
+     * which kernel[VQ_DEV_GPU], the dispatcher vq__cuda_run, calls after
+     * the launch prologue. Set in the registry's copy of the op when the
+     * registry is built (vq__gpu_kernel_pick); NULL in a build without
+     * CUDA and for ops without CUDA kernels. */
+    int (*cuda)(const vq__kcall *k, const struct vq__cuda_launch *l);
 } vq__op_def;
 
 /* The completion handle an async kernel gets: each caller embeds one in
@@ -492,10 +500,17 @@ int vq__kernel_run(const vq__kcall *k, vq_ctx dev);
 
 /* (gpu.c) The kernel def runs on GPUs with the current backend: on the
  * emulated one vq__gpu_host_kernel (its CPU kernel as stream work); on
- * CUDA def->kernel[VQ_DEV_GPU] when set, else ops/cuda/ops.c's for its
- * type (vq__cuda_op_kernel). VQ_ENOSYS naming the op when there is none,
+ * CUDA def->kernel[VQ_DEV_GPU] (vq__gpu_kernel_pick's choice for built-in
+ * ops, a registered op's own). VQ_ENOSYS naming the op when there is none,
  * or the backend's error when there is no GPU backend. Thread-safe. */
 int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k));
+
+/* (gpu.c) Picks the CUDA kernel of the built-in op def, once, when the
+ * registry is built (registry.c, on its own copy of def): when def's GPU
+ * slot is empty and ops/cuda/ops.c has launches for its type, def->cuda
+ * becomes them and the GPU slot the dispatcher vq__cuda_run. Nothing in a
+ * build without CUDA. */
+void vq__gpu_kernel_pick(vq__op_def *def);
 
 /* (gpu.c) Runs def's CPU kernel as stream work of the GPU op k->x (the
  * emulated backend's kernel for every op): k is copied into a heap block

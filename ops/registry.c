@@ -1,5 +1,6 @@
 /* The op registry: every kernel file's table of op definitions, merged once
- * into one sorted array, which ops registered at run time (user.c) extend;
+ * into one sorted array (of copies, whose GPU slots gpu.c fills with the
+ * backend's kernels), which ops registered at run time (user.c) extend;
  * attribute checking against each op's schema; the
  * helpers infer functions use to check inputs and report errors that name
  * the op and slot; and vq_op_run, which checks a call, creates its outputs
@@ -41,6 +42,7 @@ struct table {
     struct table *older;
 };
 
+static vq__op_def builtin_defs[MAX_OPS]; /* the kernel files' definitions, copied */
 static const vq__op_def *builtin_ops[MAX_OPS];
 static char builtin_sigs[MAX_OPS][SIG_BYTES];
 static struct table builtin = {.ops = builtin_ops, .sigs = builtin_sigs};
@@ -101,11 +103,17 @@ static void make_signature(const vq__op_def *d, char *buf, size_t size)
     }
 }
 
+/* Each op's CUDA kernel is picked here, once (vq__gpu_kernel_pick), not
+ * looked up by type at each call. */
 static void table_build(void)
 {
     for (size_t f = 0; f < sizeof family / sizeof family[0]; f++)
-        for (const vq__op_def *d = family[f]; d->type && builtin.n < MAX_OPS; d++)
-            builtin_ops[builtin.n++] = d;
+        for (const vq__op_def *d = family[f]; d->type && builtin.n < MAX_OPS; d++) {
+            builtin_defs[builtin.n] = *d;
+            vq__gpu_kernel_pick(&builtin_defs[builtin.n]);
+            builtin_ops[builtin.n] = &builtin_defs[builtin.n];
+            builtin.n++;
+        }
     qsort(builtin_ops, (size_t)builtin.n, sizeof builtin_ops[0], cmp_def);
     for (int i = 0; i < builtin.n; i++)
         make_signature(builtin_ops[i], builtin_sigs[i], SIG_BYTES);

@@ -21,6 +21,7 @@
 
 #ifdef VARQ_HAVE_CUDA
 #include "cuda/kernels.h"
+#include "ops_internal.h" /* vq__op_find: the kernel the registry picked */
 #endif
 #include "opcheck.h"
 
@@ -1364,6 +1365,26 @@ Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
                  "the control ops",
                  vq__cuda_op_kernel_count(), vq_op_count() - N_CONTROL_OPS);
     cr_assert_null(vq__cuda_op_kernel("no_such_op"));
+#else
+    cr_skip_test("built without CUDA");
+#endif
+}
+
+/* Each op's CUDA kernel is picked once, when the registry is built: its
+ * definition holds its launches and the dispatcher; no lookup per call. */
+Test(ops_gpu_kernels, the_registry_picks_each_cuda_kernel_once)
+{
+#ifdef VARQ_HAVE_CUDA
+    for (int i = 0; i < vq_op_count(); i++) {
+        const char *name = vq_op_name(i);
+        const vq__op_def *d = vq__op_find(name);
+        cr_assert_not_null(d, "%s", name);
+        cr_expect_eq(d->cuda, vq__cuda_op_kernel(name), "op %s: launches not picked", name);
+        if (is_control_op(name))
+            cr_expect_null(d->kernel[VQ_DEV_GPU], "control op %s has a GPU kernel", name);
+        else
+            cr_expect_eq(d->kernel[VQ_DEV_GPU], vq__cuda_run, "op %s: not the dispatcher", name);
+    }
 #else
     cr_skip_test("built without CUDA");
 #endif

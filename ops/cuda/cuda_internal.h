@@ -1,9 +1,9 @@
-/* What ops/cuda's two C files share: ops.c (the GPU kernel functions) and
- * checks.c (the pool of device-side checks). One call's launch state as
- * the launch prologue found it, the wording of a failed CUDA runtime call
- * as the op's error, and the checks a call takes when its errors are found
- * only on the device (see checks.c). Plain C against cudart, like ops.c;
- * the .cu files do not include it. */
+/* What ops/cuda's two C files share: ops.c (the GPU kernel functions and
+ * their dispatcher) and checks.c (the pool of device-side checks). One
+ * call's launch state as the dispatcher's prologue found it, the wording of
+ * a failed CUDA runtime call as the op's error, and the checks a call takes
+ * when its errors are found only on the device (see checks.c). Plain C
+ * against cudart, like ops.c; the .cu files do not include it. */
 #ifndef VARQ_OPS_CUDA_INTERNAL_H
 #define VARQ_OPS_CUDA_INTERNAL_H
 
@@ -15,9 +15,9 @@
 
 /* ---- one call's launches (ops.c) ---- */
 
-/* What the launch prologue (ops.c's launch_begin, at the start of every
- * call) found: the call, its native stream, and its device, which is then
- * the current one. */
+/* What the launch prologue (ops.c's launch_begin, run once per call by
+ * the dispatcher vq__cuda_run) found: the call, its native stream, and its
+ * device, which is then the current one. */
 typedef struct vq__cuda_launch {
     const vq__kcall *k;
     cudaStream_t s;

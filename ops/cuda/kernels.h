@@ -1,9 +1,10 @@
 /* CUDA kernels for the op registry's GPU slot: C-callable launchers, one
  * family per kind of op, that the GPU kernel functions of ops/cuda/ops.c
  * (vq__kcall -> launch) call with the tensors' device pointers and the op's
- * params, and the lookup of those functions by op type. Built only when the
- * CUDA toolkit is found (have_cuda: see ops/cuda/meson.build); this header
- * is plain C for the C side and extern "C" for the .cu files.
+ * params, the lookup of those functions by op type, and their dispatcher.
+ * Built only when the CUDA toolkit is found (have_cuda: see
+ * ops/cuda/meson.build); this header is plain C for the C side and
+ * extern "C" for the .cu files.
  *
  * Conventions for every launcher:
  *  - pointers are device pointers; counts are elements; dtype is VQ_F32 or
@@ -53,13 +54,22 @@ extern "C" {
 /* ---- the GPU kernel functions (ops/cuda/ops.c) ---- */
 
 struct vq__kcall;
+struct vq__cuda_launch;
 
-/* An op's kernel for the CUDA backend: takes the op's stream, enqueues the
- * launches and returns (see ops.c). */
-typedef int (*vq__cuda_op_fn)(const struct vq__kcall *k);
+/* An op's launches on the CUDA backend: enqueues them on the stream l
+ * holds (l: the launch prologue's result, ops/cuda/cuda_internal.h) and
+ * returns (see ops.c). */
+typedef int (*vq__cuda_op_fn)(const struct vq__kcall *k, const struct vq__cuda_launch *l);
 
-/* The CUDA kernel of op type, or NULL when it has none. Thread-safe. */
+/* The launches of op type, or NULL when it has none. Read once per op
+ * type, when the registry is built (gpu.c's vq__gpu_kernel_pick).
+ * Thread-safe. */
 vq__cuda_op_fn vq__cuda_op_kernel(const char *type);
+
+/* The CUDA kernel of every op that has launches (its definition's GPU
+ * slot): the launch prologue (the op's stream and device, made current),
+ * then k->def->cuda, the op's launches. */
+int vq__cuda_run(const struct vq__kcall *k);
 
 /* How many op types have a CUDA kernel (for the tests: every registered op
  * has one, and nothing else). */

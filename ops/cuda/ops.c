@@ -1,20 +1,20 @@
 /* The GPU kernel functions of the CUDA backend: for every op type, one
- * function that takes the op's stream, calls the launchers of kernels.h
- * with its tensors' device pointers and its params (params.h), and returns
- * while the work is still queued (GPU ops complete at launch; engine.h).
- * The registry finds them by type (vq__cuda_op_kernel, through gpu.c's
- * vq__gpu_kernel_of) and runs them for ops on GPU tensors while CUDA is the
- * GPU backend; on the emulated backend every op runs its CPU kernel as
- * stream work instead. Calls whose errors only the device sees take a
- * check from checks.c's pool. Compiled only when CUDA is found
- * (have_cuda). */
+ * function that calls the launchers of kernels.h with its tensors' device
+ * pointers and its params (params.h) on the op's stream, and returns while
+ * the work is still queued (GPU ops complete at launch; engine.h). The
+ * registry picks each op's function once, when it is built (gpu.c's
+ * vq__gpu_kernel_pick reads the table at the end of this file into the
+ * op's definition), and runs the dispatcher vq__cuda_run for ops on GPU
+ * tensors while CUDA is the GPU backend: the launch prologue (the op's
+ * stream and device) once, then the op's function. On the emulated backend
+ * every op runs its CPU kernel as stream work instead. Calls whose errors
+ * only the device sees take a check from checks.c's pool. Compiled only
+ * when CUDA is found (have_cuda). */
 #include "cuda_internal.h"
 #include "../shape_shared.h" /* vq__lines_of, vq__matmul_dims_of */
 
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* The op codes of params.h are handed to the launchers as they are. */
@@ -44,8 +44,8 @@ _Static_assert((int)VQ__EXTREMUM_MAX == (int)VQ__CUDA_EXTREMUM_MAX &&
 
 /* ---- one call's launches ---- */
 
-/* The launch prologue of a call: the op's stream and device, made current.
- * hot path: no malloc, no global lock */
+/* The launch prologue of every call: the op's stream and device, made
+ * current. hot path: no malloc, no global lock */
 static int launch_begin(const vq__kcall *k, vq__cuda_launch *l)
 {
     *l = (vq__cuda_launch){.k = k, .s = NULL, .dev = -1};
@@ -110,53 +110,42 @@ int vq__cuda_check_finite(const vq__kcall *k, int j, const char *var)
 
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */
 
-static int binary_gpu(const vq__kcall *k)
+static int binary_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__binary_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__bcast b;
     vq__bcast_init(&b, out, x, y);
     if (p->op != VQ__BINARY_DIV || (out->dtype != VQ_I32 && out->dtype != VQ_I64))
         return launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
-                                           b.shape, b.stride[0], b.stride[1], NULL, l.s));
+                                           b.shape, b.stride[0], b.stride[1], NULL, l->s));
     /* Integer division: a zero divisor is found on the device. */
     struct vq__cuda_check *c;
-    if ((rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_DIV, &c)) < 0)
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_DIV, &c);
+    if (rc < 0)
         return rc;
     rc = launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
-                                     b.shape, b.stride[0], b.stride[1], &c->d->bad, l.s));
-    return vq__cuda_check_finish(&l, c, rc);
+                                     b.shape, b.stride[0], b.stride[1], &c->d->bad, l->s));
+    return vq__cuda_check_finish(l, c, rc);
 }
 
-static int binary_grad_gpu(const vq__kcall *k)
+static int binary_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__binary_grad_params *p = k->params;
     vq_tensor *g = k->in[0], *x = k->in[1], *y = k->in[2], *dz = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__bcast b;
     vq__bcast_init(&b, g, x, y);
     return launched(k, vq__cuda_binary_grad(p->op, p->wrt, g->dtype, g->data, x->data, y->data,
                                             dz->data, dz->numel, b.ndim, b.shape, b.stride[0],
-                                            b.stride[1], l.s));
+                                            b.stride[1], l->s));
 }
 
-static int scale_gpu(const vq__kcall *k)
+static int scale_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__scale_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_scale(x->dtype, x->data, o->data, x->numel, p->scale, p->bias,
-                                      l.s));
+    return launched(k,
+                    vq__cuda_scale(x->dtype, x->data, o->data, x->numel, p->scale, p->bias, l->s));
 }
 
 /* ---- predicates and selects (ops/cpu/compare.c) ---- */
@@ -180,181 +169,134 @@ static void walk_of(vq__cuda_walk *w, const vq_tensor *out, const vq_tensor *a,
     }
 }
 
-static int compare_gpu(const vq__kcall *k)
+static int compare_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__cuda_walk w;
     walk_of(&w, out, x, y, NULL);
     return launched(k, vq__cuda_compare(k->def->code, x->dtype, x->data, y->data, out->data, &w,
-                                        l.s));
+                                        l->s));
 }
 
-static int not_gpu(const vq__kcall *k)
+static int not_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_logical_not(k->in[0]->data, k->out[0]->data, k->in[0]->numel,
-                                            l.s));
+    return launched(k,
+                    vq__cuda_logical_not(k->in[0]->data, k->out[0]->data, k->in[0]->numel, l->s));
 }
 
-static int abs_gpu(const vq__kcall *k)
+static int abs_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_abs(x->dtype, x->data, k->out[0]->data, x->numel, l.s));
+    return launched(k, vq__cuda_abs(x->dtype, x->data, k->out[0]->data, x->numel, l->s));
 }
 
-static int abs_grad_gpu(const vq__kcall *k)
+static int abs_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *g = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_abs_grad(g->dtype, g->data, k->in[1]->data, k->out[0]->data,
-                                         g->numel, l.s));
+                                         g->numel, l->s));
 }
 
-static int where_gpu(const vq__kcall *k)
+static int where_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *c = k->in[0], *x = k->in[1], *y = k->in[2], *out = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__cuda_walk w;
     walk_of(&w, out, c, x, y);
     return launched(k, vq__cuda_where(vq_dtype_size(out->dtype), c->data, x->data, y->data,
-                                      out->data, &w, l.s));
+                                      out->data, &w, l->s));
 }
 
 /* minmax_grad(dOut, X, Y) and where_grad(dOut, Cond, Z). */
-static int select_grad_gpu(const vq__kcall *k)
+static int select_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool where)
 {
     const vq__select_grad_params *p = k->params;
     vq_tensor *g = k->in[0], *a = k->in[1], *b = k->in[2], *dz = k->out[0];
-    bool where = !strcmp(k->def->type, "where_grad");
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__cuda_walk w;
     walk_of(&w, g, g, a, b);
     return launched(k, vq__cuda_sum_grad(where ? -1 : p->op, p->wrt, g->dtype, g->data, a->data,
                                          where ? NULL : b->data, dz->data, dz->numel, &w,
-                                         where ? 2 : 1 + p->wrt, l.s));
+                                         where ? 2 : 1 + p->wrt, l->s));
+}
+
+static int minmax_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return select_grad_gpu(k, l, false);
+}
+
+static int where_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return select_grad_gpu(k, l, true);
 }
 
 /* ---- activations (ops/cpu/activation.c) ---- */
 
-static int unary_gpu(const vq__kcall *k)
+static int unary_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_unary(p->op, x->dtype, x->data, o->data, x->numel, l.s));
+    return launched(k, vq__cuda_unary(p->op, x->dtype, x->data, o->data, x->numel, l->s));
 }
 
-static int unary_grad_gpu(const vq__kcall *k)
+static int unary_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__unary_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_unary_grad(p->op, y->dtype, y->data, g->data, d->data, y->numel,
-                                           l.s));
+                                           l->s));
 }
 
-static int math_gpu(const vq__kcall *k)
+static int math_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_math(p->op, x->dtype, p->exponent, x->data, o->data, x->numel,
-                                     l.s));
+    return launched(k,
+                    vq__cuda_math(p->op, x->dtype, p->exponent, x->data, o->data, x->numel, l->s));
 }
 
-static int math_grad_gpu(const vq__kcall *k)
+static int math_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_math_grad(p->op, x->dtype, p->exponent, x->data, y->data,
-                                          g->data, d->data, x->numel, l.s));
+    return launched(k, vq__cuda_math_grad(p->op, x->dtype, p->exponent, x->data, y->data, g->data,
+                                          d->data, x->numel, l->s));
 }
 
-static int log_softmax_gpu(const vq__kcall *k)
+static int log_softmax_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, len, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
-    return launched(k, vq__cuda_log_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
+    return launched(k, vq__cuda_log_softmax(x->dtype, x->data, o->data, outer, len, inner, l->s));
 }
 
-static int log_softmax_grad_gpu(const vq__kcall *k)
+static int log_softmax_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, len, inner;
     vq__lines_of(y->ndim, y->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_log_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
-                                                 inner, l.s));
+                                                 inner, l->s));
 }
 
-static int softmax_gpu(const vq__kcall *k)
+static int softmax_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, len, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
-    return launched(k, vq__cuda_softmax(x->dtype, x->data, o->data, outer, len, inner, l.s));
+    return launched(k, vq__cuda_softmax(x->dtype, x->data, o->data, outer, len, inner, l->s));
 }
 
-static int softmax_grad_gpu(const vq__kcall *k)
+static int softmax_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__softmax_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, len, inner;
     vq__lines_of(y->ndim, y->shape, p->axis, &outer, &len, &inner);
-    return launched(k, vq__cuda_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len,
-                                             inner, l.s));
+    return launched(k, vq__cuda_softmax_grad(y->dtype, y->data, g->data, d->data, outer, len, inner,
+                                             l->s));
 }
 
 /* ---- losses (ops/cpu/loss.c) ---- */
@@ -362,21 +304,20 @@ static int softmax_grad_gpu(const vq__kcall *k)
 /* The class losses: X (slot 0) is [..., classes], Label (slot 1) holds one
  * label per row. launch runs the op's kernel with the check's bad row;
  * then the label there is fetched, for the CPU's message. */
-static int class_loss_gpu(const vq__kcall *k,
+static int class_loss_gpu(const vq__kcall *k, const vq__cuda_launch *l,
                           int (*launch)(const vq__kcall *k, unsigned long long *bad, void *s))
 {
     vq_tensor *x = k->in[0], *label = k->in[1];
-    vq__cuda_launch l;
     struct vq__cuda_check *c;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_LABEL, &c)) < 0)
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_LABEL, &c);
+    if (rc < 0)
         return rc;
     c->classes = x->shape[x->ndim - 1];
-    rc = launched(k, launch(k, &c->d->bad, l.s));
+    rc = launched(k, launch(k, &c->d->bad, l->s));
     if (rc == 0)
-        rc = launched(k, vq__cuda_label_fetch(label->dtype, label->data, &c->d->bad,
-                                              &c->d->label, l.s));
-    return vq__cuda_check_finish(&l, c, rc);
+        rc = launched(k, vq__cuda_label_fetch(label->dtype, label->data, &c->d->bad, &c->d->label,
+                                              l->s));
+    return vq__cuda_check_finish(l, c, rc);
 }
 
 static int ce_launch(const vq__kcall *k, unsigned long long *bad, void *s)
@@ -407,24 +348,24 @@ static int sce_grad_launch(const vq__kcall *k, unsigned long long *bad, void *s)
                                                d->data, l->numel, sm->shape[sm->ndim - 1], bad, s);
 }
 
-static int ce_gpu(const vq__kcall *k)
+static int ce_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return class_loss_gpu(k, ce_launch);
+    return class_loss_gpu(k, l, ce_launch);
 }
 
-static int ce_grad_gpu(const vq__kcall *k)
+static int ce_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return class_loss_gpu(k, ce_grad_launch);
+    return class_loss_gpu(k, l, ce_grad_launch);
 }
 
-static int sce_gpu(const vq__kcall *k)
+static int sce_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return class_loss_gpu(k, sce_launch);
+    return class_loss_gpu(k, l, sce_launch);
 }
 
-static int sce_grad_gpu(const vq__kcall *k)
+static int sce_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return class_loss_gpu(k, sce_grad_launch);
+    return class_loss_gpu(k, l, sce_grad_launch);
 }
 
 /* square_error and mse (and their grads) share their launchers' shapes:
@@ -434,73 +375,58 @@ typedef int (*pair_launcher)(int dtype, const void *x, const void *y, void *out,
 typedef int (*pair_grad_launcher)(int wrt, int dtype, const void *x, const void *y,
                                   const void *g, void *dz, int64_t n, void *stream);
 
-static int pair_loss_gpu(const vq__kcall *k, pair_launcher launch)
+static int pair_loss_gpu(const vq__kcall *k, const vq__cuda_launch *l, pair_launcher launch)
 {
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, launch(x->dtype, x->data, y->data, o->data, x->numel, l.s));
+    return launched(k, launch(x->dtype, x->data, y->data, o->data, x->numel, l->s));
 }
 
-static int pair_loss_grad_gpu(const vq__kcall *k, pair_grad_launcher launch)
+static int pair_loss_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l,
+                              pair_grad_launcher launch)
 {
     const vq__wrt_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *d = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, launch(p->wrt, x->dtype, x->data, y->data, g->data, d->data, x->numel,
-                              l.s));
+    return launched(k,
+                    launch(p->wrt, x->dtype, x->data, y->data, g->data, d->data, x->numel, l->s));
 }
 
-static int se_gpu(const vq__kcall *k)
+static int se_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return pair_loss_gpu(k, vq__cuda_square_error);
+    return pair_loss_gpu(k, l, vq__cuda_square_error);
 }
 
-static int se_grad_gpu(const vq__kcall *k)
+static int se_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return pair_loss_grad_gpu(k, vq__cuda_square_error_grad);
+    return pair_loss_grad_gpu(k, l, vq__cuda_square_error_grad);
 }
 
-static int mse_gpu(const vq__kcall *k)
+static int mse_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return pair_loss_gpu(k, vq__cuda_mse);
+    return pair_loss_gpu(k, l, vq__cuda_mse);
 }
 
-static int mse_grad_gpu(const vq__kcall *k)
+static int mse_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    return pair_loss_grad_gpu(k, vq__cuda_mse_grad);
+    return pair_loss_grad_gpu(k, l, vq__cuda_mse_grad);
 }
 
 /* ---- reductions (ops/cpu/reduce.c) ---- */
 
-static int reduce_gpu(const vq__kcall *k)
+static int reduce_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__reduce_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_reduce_axes(k->def->code == VQ__REDUCE_MEAN, x->dtype, x->data,
-                                            o->data, x->ndim, x->shape, p->mask, l.s));
+                                            o->data, x->ndim, x->shape, p->mask, l->s));
 }
 
-static int reduce_grad_gpu(const vq__kcall *k)
+static int reduce_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__reduce_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_reduce_axes_grad(k->def->code == VQ__REDUCE_MEAN, dx->dtype,
-                                                 g->data, dx->data, dx->ndim, dx->shape, p->mask,
-                                                 l.s));
+    return launched(k,
+                    vq__cuda_reduce_axes_grad(k->def->code == VQ__REDUCE_MEAN, dx->dtype, g->data,
+                                              dx->data, dx->ndim, dx->shape, p->mask, l->s));
 }
 
 /* ---- shape ops (ops/cpu/shape.c): boxes of vq__cuda_strided_copy ---- */
@@ -520,46 +446,37 @@ static char *element(const vq_tensor *t, int64_t e)
     return (char *)t->data + e * (int64_t)vq_dtype_size(t->dtype);
 }
 
-static int transpose_gpu(const vq__kcall *k)
+static int transpose_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__transpose_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t xs[VQ_MAX_DIMS], src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS];
     contiguous_strides(x, xs);
     contiguous_strides(o, dst);
     for (int i = 0; i < o->ndim; i++)
         src[i] = xs[p->perm[i]];
     return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data, x->data,
-                                             o->ndim, o->shape, dst, src, l.s));
+                                             o->ndim, o->shape, dst, src, l->s));
 }
 
 /* reshape and reshape_grad: the same bytes under another shape. */
-static int copy_gpu(const vq__kcall *k)
+static int copy_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[k->nin - 1], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || !o->nbytes)
-        return rc;
+    if (!o->nbytes)
+        return 0;
     return vq__cuda_op_called(k,
                               cudaMemcpyAsync(o->data, x->data, o->nbytes, cudaMemcpyDeviceToDevice,
-                                              l.s),
+                                              l->s),
                               "cudaMemcpyAsync");
 }
 
 /* Each input is a box of the output, at its offset along the axis. */
-static int concat_gpu(const vq__kcall *k)
+static int concat_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__concat_params *p = k->params;
     vq_tensor *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     int64_t ostride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
     contiguous_strides(o, ostride);
     for (int i = 0; i < k->nin && rc == 0; i++) {
@@ -568,30 +485,28 @@ static int concat_gpu(const vq__kcall *k)
             continue;
         contiguous_strides(x, pstride);
         rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype),
-                                               element(o, at * ostride[p->axis]), x->data,
-                                               x->ndim, x->shape, ostride, pstride, l.s));
+                                               element(o, at * ostride[p->axis]), x->data, x->ndim,
+                                               x->shape, ostride, pstride, l->s));
         at += x->shape[p->axis];
     }
     return rc;
 }
 
 /* dX is the box of dOut where input index was. */
-static int concat_grad_gpu(const vq__kcall *k)
+static int concat_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__concat_params *p = k->params;
     vq_tensor *g = k->in[0], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dx->numel == 0)
-        return rc;
+    if (dx->numel == 0)
+        return 0;
     int64_t gstride[VQ_MAX_DIMS], dstride[VQ_MAX_DIMS], at = 0;
     for (int i = 0; i < p->index; i++)
         at += k->in[1 + i]->shape[p->axis];
     contiguous_strides(g, gstride);
     contiguous_strides(dx, dstride);
     return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype), dx->data,
-                                             element(g, at * gstride[p->axis]), dx->ndim,
-                                             dx->shape, dstride, gstride, l.s));
+                                             element(g, at * gstride[p->axis]), dx->ndim, dx->shape,
+                                             dstride, gstride, l->s));
 }
 
 /* The slice's offset in whole (its first element), from the starts. */
@@ -604,76 +519,61 @@ static int64_t slice_offset(const vq__slice_params *p, const vq_tensor *whole,
     return off;
 }
 
-static int slice_gpu(const vq__kcall *k)
+static int slice_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__slice_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || o->numel == 0)
-        return rc;
+    if (o->numel == 0)
+        return 0;
     int64_t xs[VQ_MAX_DIMS], os[VQ_MAX_DIMS];
     contiguous_strides(x, xs);
     contiguous_strides(o, os);
     return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data,
-                                             element(x, slice_offset(p, x, xs)), o->ndim,
-                                             o->shape, os, xs, l.s));
+                                             element(x, slice_offset(p, x, xs)), o->ndim, o->shape,
+                                             os, xs, l->s));
 }
 
 /* Zeros, then dOut at the slice. */
-static int slice_grad_gpu(const vq__kcall *k)
+static int slice_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__slice_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dx->numel == 0)
-        return rc;
-    rc = vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+    if (dx->numel == 0)
+        return 0;
+    int rc =
+        vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l->s), "cudaMemsetAsync");
     if (rc < 0 || g->numel == 0)
         return rc;
     int64_t ds[VQ_MAX_DIMS], gs[VQ_MAX_DIMS];
     contiguous_strides(dx, ds);
     contiguous_strides(g, gs);
     return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype),
-                                             element(dx, slice_offset(p, dx, ds)), g->data,
-                                             g->ndim, g->shape, ds, gs, l.s));
+                                             element(dx, slice_offset(p, dx, ds)), g->data, g->ndim,
+                                             g->shape, ds, gs, l->s));
 }
 
-static int cast_gpu(const vq__kcall *k)
+static int cast_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_cast(x->dtype, o->dtype, x->data, o->data, x->numel, l.s));
+    return launched(k, vq__cuda_cast(x->dtype, o->dtype, x->data, o->data, x->numel, l->s));
 }
 
 /* dOut converted back to X's dtype: the same conversions. */
-static int cast_grad_gpu(const vq__kcall *k)
+static int cast_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_cast(g->dtype, dx->dtype, g->data, dx->data, g->numel, l.s));
+    return launched(k, vq__cuda_cast(g->dtype, dx->dtype, g->data, dx->data, g->numel, l->s));
 }
 
 /* ---- matmul (ops/cpu/matmul.c) ---- */
 
-static int matmul_gpu(const vq__kcall *k)
+static int matmul_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     return launched(k, vq__cuda_matmul(x->dtype, p->tx, p->ty, d.batch, d.m, d.n, d.k, p->alpha,
-                                       x->data, 0, y->data, d.shared, 0, o->data, l.s));
+                                       x->data, 0, y->data, d.shared, 0, o->data, l->s));
 }
 
 /* matmul.c's grad_kernel, with Out_b = alpha A B, A = op(X_b), B = op(Y_b),
@@ -684,36 +584,33 @@ static int matmul_gpu(const vq__kcall *k)
  * the batches: with X's batches stacked (vq__matmul_dims_of) one product sums them in
  * its inner dimension; otherwise (X transposed) one product per batch adds
  * into dY (beta 1 after the first), in the CPU's order of batches. */
-static int matmul_grad_gpu(const vq__kcall *k)
+static int matmul_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__matmul_params *p = k->params;
     vq_tensor *x = k->in[0], *y = k->in[1], *g = k->in[2], *dz = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     vq__matmul_dims d = vq__matmul_dims_of(x->ndim, x->shape, y->ndim, y->shape, p->tx, p->ty);
     int dt = x->dtype, tx = p->tx, ty = p->ty, sh = d.shared;
     double a = p->alpha;
     if (p->wrt == 0) {
         if (!tx)
-            rc = vq__cuda_matmul(dt, 0, !ty, d.batch, d.m, d.k, d.n, a, g->data, 0, y->data, sh,
-                                 0, dz->data, l.s);
+            rc = vq__cuda_matmul(dt, 0, !ty, d.batch, d.m, d.k, d.n, a, g->data, 0, y->data, sh, 0,
+                                 dz->data, l->s);
         else
-            rc = vq__cuda_matmul(dt, ty, 1, d.batch, d.k, d.m, d.n, a, y->data, sh, g->data, 0,
-                                 0, dz->data, l.s);
+            rc = vq__cuda_matmul(dt, ty, 1, d.batch, d.k, d.m, d.n, a, y->data, sh, g->data, 0, 0,
+                                 dz->data, l->s);
         return launched(k, rc);
     }
     if (sh && d.batch == 0) /* the sum of no products */
-        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s),
+        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l->s),
                                   "cudaMemsetAsync");
     if (!sh || d.batch == 1) {
         if (!ty)
-            rc = vq__cuda_matmul(dt, !tx, 0, d.batch, d.k, d.n, d.m, a, x->data, 0, g->data, 0,
-                                 0, dz->data, l.s);
+            rc = vq__cuda_matmul(dt, !tx, 0, d.batch, d.k, d.n, d.m, a, x->data, 0, g->data, 0, 0,
+                                 dz->data, l->s);
         else
-            rc = vq__cuda_matmul(dt, 1, tx, d.batch, d.n, d.k, d.m, a, g->data, 0, x->data, 0,
-                                 0, dz->data, l.s);
+            rc = vq__cuda_matmul(dt, 1, tx, d.batch, d.n, d.k, d.m, a, g->data, 0, x->data, 0, 0,
+                                 dz->data, l->s);
         return launched(k, rc);
     }
     size_t es = vq_dtype_size(x->dtype);
@@ -723,25 +620,21 @@ static int matmul_grad_gpu(const vq__kcall *k)
         double beta = b ? 1 : 0;
         if (!ty)
             rc = vq__cuda_matmul(dt, !tx, 0, 1, d.k, d.n, d.m, a, xb, 0, gb, 0, beta, dz->data,
-                                 l.s);
+                                 l->s);
         else
-            rc = vq__cuda_matmul(dt, 1, tx, 1, d.n, d.k, d.m, a, gb, 0, xb, 0, beta, dz->data,
-                                 l.s);
+            rc =
+                vq__cuda_matmul(dt, 1, tx, 1, d.n, d.k, d.m, a, gb, 0, xb, 0, beta, dz->data, l->s);
     }
     return launched(k, rc);
 }
 
 /* ---- init (ops/cpu/init.c) ---- */
 
-static int fill_gpu(const vq__kcall *k)
+static int fill_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__fill_params *p = k->params;
     vq_tensor *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_fill(o->dtype, o->data, o->numel, p->value, p->ivalue, l.s));
+    return launched(k, vq__cuda_fill(o->dtype, o->data, o->numel, p->value, p->ivalue, l->s));
 }
 
 /* The generator state of a random op (init.c's file head) stays in device
@@ -762,77 +655,57 @@ static int state_advance(const vq__kcall *k, const vq__cuda_launch *l, int in, i
     return vq__cuda_rng_advance(k->in[in]->data, k->out[out]->data, n, l->s);
 }
 
-static int uniform_gpu(const vq__kcall *k)
+static int uniform_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    rc = vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l.s);
+    int rc =
+        vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l->s);
     if (rc == 0)
-        rc = state_advance(k, &l, 0, 1, (uint64_t)o->numel);
+        rc = state_advance(k, l, 0, 1, (uint64_t)o->numel);
     return launched(k, rc);
 }
 
-static int gaussian_gpu(const vq__kcall *k)
+static int gaussian_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    rc = vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0),
-                           l.s);
+    int rc =
+        vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l->s);
     if (rc == 0)
-        rc = state_advance(k, &l, 0, 1, (uint64_t)o->numel);
+        rc = state_advance(k, l, 0, 1, (uint64_t)o->numel);
     return launched(k, rc);
 }
 
-static int dropout_gpu(const vq__kcall *k)
+static int dropout_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__dropout_params *p = k->params;
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    rc = vq__cuda_dropout(x->dtype, x->data, k->out[0]->data, k->out[1]->data, x->numel, p->p,
-                          p->scale, p->is_test, p->seed, state_of(k, 1), l.s);
+    int rc = vq__cuda_dropout(x->dtype, x->data, k->out[0]->data, k->out[1]->data, x->numel, p->p,
+                              p->scale, p->is_test, p->seed, state_of(k, 1), l->s);
     if (rc == 0)
-        rc = state_advance(k, &l, 1, 2, p->is_test ? 0 : (uint64_t)x->numel);
+        rc = state_advance(k, l, 1, 2, p->is_test ? 0 : (uint64_t)x->numel);
     return launched(k, rc);
 }
 
 /* ---- optimizers (ops/cpu/optim.c) ---- */
 
-static int sgd_gpu(const vq__kcall *k)
+static int sgd_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *po = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     const void *lr = p->lr_in >= 0 ? k->in[p->lr_in]->data : NULL; /* read by the kernel */
     return launched(k, vq__cuda_sgd(pa->dtype, pa->data, g->data, po->data, pa->numel, p->lr, lr,
-                                    l.s));
+                                    l->s));
 }
 
-static int momentum_gpu(const vq__kcall *k)
+static int momentum_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *v = k->in[2], *po = k->out[0], *vo = k->out[1];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     const void *lr = p->lr_in >= 0 ? k->in[p->lr_in]->data : NULL; /* read by the kernel */
-    return launched(k, vq__cuda_momentum(pa->dtype, pa->data, g->data, v->data, po->data,
-                                         vo->data, pa->numel, p->lr, lr, p->mu, p->nesterov,
-                                         l.s));
+    return launched(k, vq__cuda_momentum(pa->dtype, pa->data, g->data, v->data, po->data, vo->data,
+                                         pa->numel, p->lr, lr, p->mu, p->nesterov, l->s));
 }
 
 /* Host function between the copy of Step to the host and the copies of
@@ -872,15 +745,14 @@ static int adam_step_run(void *arg)
  * op. A bad step fails the stream work with the CPU's message and makes
  * the kernel write nothing, as the CPU op writes nothing. A LearningRate
  * input comes to the host with the step, as it enters only step_size. */
-static int adam_gpu(const vq__kcall *k)
+static int adam_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__optim_params *p = k->params;
     vq_tensor *pa = k->in[0], *g = k->in[1], *m1 = k->in[2], *m2 = k->in[3], *step = k->in[4];
     vq_tensor *po = k->out[0], *m1o = k->out[1], *m2o = k->out[2], *so = k->out[3];
-    vq__cuda_launch l;
     struct vq__cuda_check *c;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_ADAM, &c)) < 0)
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_ADAM, &c);
+    if (rc < 0)
         return rc;
     c->lr = p->lr;
     c->lr_input = p->lr_in >= 0 ? (int)k->in[p->lr_in]->dtype : -1;
@@ -888,31 +760,31 @@ static int adam_gpu(const vq__kcall *k)
     c->beta2 = p->beta2;
     rc = vq__cuda_op_called(k,
                             cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
-                                            cudaMemcpyDeviceToHost, l.s),
+                                            cudaMemcpyDeviceToHost, l->s),
                             "cudaMemcpyAsync");
     if (rc == 0 && p->lr_in >= 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(&c->h->lr, k->in[p->lr_in]->data,
                                                 k->in[p->lr_in]->nbytes, cudaMemcpyDeviceToHost,
-                                                l.s),
+                                                l->s),
                                 "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq_gpu_launch_host(k->x, adam_step_run, c);
     if (rc == 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(&c->d->consts, &c->h->consts, sizeof c->h->consts,
-                                                cudaMemcpyHostToDevice, l.s),
+                                                cudaMemcpyHostToDevice, l->s),
                                 "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
-                                                cudaMemcpyHostToDevice, l.s),
+                                                cudaMemcpyHostToDevice, l->s),
                                 "cudaMemcpyAsync");
     if (rc == 0)
-        rc = launched(k, vq__cuda_adam(pa->dtype, pa->data, g->data, m1->data, m2->data,
-                                       po->data, m1o->data, m2o->data, pa->numel, p->beta1,
-                                       p->beta2, p->eps, &c->d->consts, l.s));
-    return vq__cuda_check_finish(&l, c, rc);
+        rc = launched(k, vq__cuda_adam(pa->dtype, pa->data, g->data, m1->data, m2->data, po->data,
+                                       m1o->data, m2o->data, pa->numel, p->beta1, p->beta2, p->eps,
+                                       &c->d->consts, l->s));
+    return vq__cuda_check_finish(l, c, rc);
 }
 
 /* Host function between the copies of Step and of LearningRate's old
@@ -943,37 +815,36 @@ static int lr_schedule_run(void *arg)
 /* One element computed from one counter: on the host in stream order, as
  * adam's constants (see adam_gpu), so nothing blocks the host and the rate
  * is the CPU's to the bit; a device kernel would use CUDA's cos and pow. */
-static int lr_schedule_gpu(const vq__kcall *k)
+static int lr_schedule_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *step = k->in[0], *lr = k->out[0], *so = k->out[1];
-    vq__cuda_launch l;
     struct vq__cuda_check *c;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_LR_SCHEDULE, &c)) < 0)
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_LR_SCHEDULE, &c);
+    if (rc < 0)
         return rc;
     c->sched = *(const vq__lr_schedule_params *)k->params;
     rc = vq__cuda_op_called(k,
                             cudaMemcpyAsync(&c->h->step, step->data, sizeof c->h->step,
-                                            cudaMemcpyDeviceToHost, l.s),
+                                            cudaMemcpyDeviceToHost, l->s),
                             "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(&c->h->lr, lr->data, lr->nbytes,
-                                                cudaMemcpyDeviceToHost, l.s),
+                                                cudaMemcpyDeviceToHost, l->s),
                                 "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq_gpu_launch_host(k->x, lr_schedule_run, c);
     if (rc == 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(lr->data, &c->h->lr, lr->nbytes,
-                                                cudaMemcpyHostToDevice, l.s),
+                                                cudaMemcpyHostToDevice, l->s),
                                 "cudaMemcpyAsync");
     if (rc == 0)
         rc = vq__cuda_op_called(k,
                                 cudaMemcpyAsync(so->data, &c->h->step_out, sizeof c->h->step_out,
-                                                cudaMemcpyHostToDevice, l.s),
+                                                cudaMemcpyHostToDevice, l->s),
                                 "cudaMemcpyAsync");
-    return vq__cuda_check_finish(&l, c, rc);
+    return vq__cuda_check_finish(l, c, rc);
 }
 
 /* ---- convolutions, pools, batch_norm (ops/cpu/conv.c, pool.c, norm.c) ---- */
@@ -1031,34 +902,32 @@ static const char *image(const vq_tensor *t, int64_t n, int64_t per_image)
 
 /* Per image: im2col, then one strided-batched product over the groups;
  * then the bias. */
-static int conv2d_gpu(const vq__kcall *k)
+static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || o->numel == 0)
-        return rc;
+    if (o->numel == 0)
+        return 0;
     struct conv_dims d = conv_dims_of(p, x, w, o->shape);
     vq_tensor *col;
-    if ((rc = columns(k, &l, &d, x->dtype, &col)) < 0)
+    int rc = columns(k, l, &d, x->dtype, &col);
+    if (rc < 0)
         return rc;
     int64_t xsize = d.w.c * d.w.h * d.w.w, osize = d.m * d.plane;
     for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
         const void *src = image(x, n, xsize);
         if (col) {
-            rc = launched(k, vq__cuda_im2col(x->dtype, src, col->data, &d.w, l.s));
+            rc = launched(k, vq__cuda_im2col(x->dtype, src, col->data, &d.w, l->s));
             src = col->data;
         }
         if (rc == 0)
-            rc = launched(k, vq__cuda_matmul(x->dtype, 0, 0, d.groups, d.mg, d.plane, d.rows, 1,
-                                             w->data, 0, src, 0, 0,
-                                             (void *)image(o, n, osize), l.s));
+            rc = launched(k,
+                          vq__cuda_matmul(x->dtype, 0, 0, d.groups, d.mg, d.plane, d.rows, 1,
+                                          w->data, 0, src, 0, 0, (void *)image(o, n, osize), l->s));
     }
     if (rc == 0 && b)
-        rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, d.w.n, d.m, d.plane,
-                                           l.s));
-    vq__tensor_release_on(col, l.s);
+        rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, d.w.n, d.m, d.plane, l->s));
+    vq__tensor_release_on(col, l->s);
     return rc;
 }
 
@@ -1066,81 +935,79 @@ static int conv2d_gpu(const vq__kcall *k)
  * then col2im into dX (direct: into dX itself); wrt 1, per image, im2col
  * and dOut_g times the columns transposed, added into dW after the first
  * image; wrt 2, the sum of dOut over every dim but the channels. */
-static int conv2d_grad_gpu(const vq__kcall *k)
+static int conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *g = k->in[2], *dz = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dz->numel == 0)
-        return rc;
+    if (dz->numel == 0)
+        return 0;
     vq_dtype dt = dz->dtype;
     if (p->wrt == 2)
-        return launched(k, vq__cuda_reduce_axes(0, dt, g->data, dz->data, 4, g->shape,
-                                                1u | 4u | 8u, l.s));
+        return launched(k, vq__cuda_reduce_axes(0, dt, g->data, dz->data, 4, g->shape, 1u | 4u | 8u,
+                                                l->s));
     struct conv_dims d = conv_dims_of(p, x, w, g->shape);
     if (p->wrt == 1 && d.w.n == 0) /* the sum of no products */
-        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l.s),
+        return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l->s),
                                   "cudaMemsetAsync");
     vq_tensor *col;
-    if ((rc = columns(k, &l, &d, dt, &col)) < 0)
+    int rc = columns(k, l, &d, dt, &col);
+    if (rc < 0)
         return rc;
     int64_t xsize = d.w.c * d.w.h * d.w.w, gsize = d.m * d.plane;
     for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
         const void *gn = image(g, n, gsize);
         if (p->wrt == 0) {
             void *dxn = (void *)image(dz, n, xsize);
-            rc = launched(k, vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1,
-                                             w->data, 0, gn, 0, 0, col ? col->data : dxn, l.s));
+            rc = launched(k, vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1, w->data,
+                                             0, gn, 0, 0, col ? col->data : dxn, l->s));
             if (rc == 0 && col)
-                rc = launched(k, vq__cuda_col2im(dt, col->data, dxn, &d.w, l.s));
+                rc = launched(k, vq__cuda_col2im(dt, col->data, dxn, &d.w, l->s));
             continue;
         }
         const void *src = image(x, n, xsize);
         if (col) {
-            rc = launched(k, vq__cuda_im2col(dt, src, col->data, &d.w, l.s));
+            rc = launched(k, vq__cuda_im2col(dt, src, col->data, &d.w, l->s));
             src = col->data;
         }
         if (rc == 0)
             rc = launched(k, vq__cuda_matmul(dt, 0, 1, d.groups, d.mg, d.rows, d.plane, 1, gn, 0,
-                                             src, 0, n ? 1 : 0, dz->data, l.s));
+                                             src, 0, n ? 1 : 0, dz->data, l->s));
     }
-    vq__tensor_release_on(col, l.s);
+    vq__tensor_release_on(col, l->s);
     return rc;
 }
 
 /* conv.c's conv_transpose2d: conv2d_grad's dX for a conv2d over Out's
  * shape whose dOut is X, then the bias. */
-static int conv_transpose2d_gpu(const vq__kcall *k)
+static int conv_transpose2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || o->numel == 0)
-        return rc;
+    if (o->numel == 0)
+        return 0;
+    int rc = 0;
     vq_dtype dt = o->dtype;
     struct conv_dims d = conv_dims_of(p, o, w, x->shape);
     if (x->numel == 0) {
-        rc = vq__cuda_op_called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l.s), "cudaMemsetAsync");
+        rc = vq__cuda_op_called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l->s), "cudaMemsetAsync");
     } else {
         vq_tensor *col;
-        if ((rc = columns(k, &l, &d, dt, &col)) < 0)
+        if ((rc = columns(k, l, &d, dt, &col)) < 0)
             return rc;
         int64_t osize = d.w.c * d.w.h * d.w.w, xsize = d.m * d.plane;
         for (int64_t n = 0; n < d.w.n && rc == 0; n++) {
             void *on = (void *)image(o, n, osize);
-            rc = launched(k, vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1,
-                                             w->data, 0, image(x, n, xsize), 0, 0,
-                                             col ? col->data : on, l.s));
+            rc = launched(k,
+                          vq__cuda_matmul(dt, 1, 0, d.groups, d.rows, d.plane, d.mg, 1, w->data, 0,
+                                          image(x, n, xsize), 0, 0, col ? col->data : on, l->s));
             if (rc == 0 && col)
-                rc = launched(k, vq__cuda_col2im(dt, col->data, on, &d.w, l.s));
+                rc = launched(k, vq__cuda_col2im(dt, col->data, on, &d.w, l->s));
         }
-        vq__tensor_release_on(col, l.s);
+        vq__tensor_release_on(col, l->s);
     }
     if (rc == 0 && b)
         rc = launched(k, vq__cuda_bias_add(dt, o->data, b->data, o->shape[0], o->shape[1],
-                                           o->shape[2] * o->shape[3], l.s));
+                                           o->shape[2] * o->shape[3], l->s));
     return rc;
 }
 
@@ -1151,65 +1018,76 @@ static vq__window pool_window(const vq__window_params *p, const vq_tensor *x,
                            p->dilation);
 }
 
-/* max_pool2d and avg_pool2d. */
-static int pool_gpu(const vq__kcall *k)
+/* max_pool2d (max) and avg_pool2d. */
+static int pool_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || o->numel == 0)
-        return rc;
+    if (o->numel == 0)
+        return 0;
     vq__window w = pool_window(p, x, o->shape);
-    if (k->def->type[0] == 'm')
-        return launched(k, vq__cuda_max_pool(x->dtype, x->data, o->data, &w, l.s));
-    return launched(k, vq__cuda_avg_pool(x->dtype, x->data, o->data, &w, p->count_include_pad,
-                                         l.s));
+    if (max)
+        return launched(k, vq__cuda_max_pool(x->dtype, x->data, o->data, &w, l->s));
+    return launched(k,
+                    vq__cuda_avg_pool(x->dtype, x->data, o->data, &w, p->count_include_pad, l->s));
 }
 
-static int pool_grad_gpu(const vq__kcall *k)
+static int pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dx->numel == 0)
-        return rc;
+    if (dx->numel == 0)
+        return 0;
     vq__window w = pool_window(p, x, g->shape);
-    if (k->def->type[0] == 'm')
-        return launched(k, vq__cuda_max_pool_grad(x->dtype, x->data, g->data, dx->data, &w,
-                                                  l.s));
-    return launched(k, vq__cuda_avg_pool_grad(x->dtype, g->data, dx->data, &w,
-                                              p->count_include_pad, l.s));
+    if (max)
+        return launched(k, vq__cuda_max_pool_grad(x->dtype, x->data, g->data, dx->data, &w, l->s));
+    return launched(k, vq__cuda_avg_pool_grad(x->dtype, g->data, dx->data, &w, p->count_include_pad,
+                                              l->s));
+}
+
+static int max_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return pool_gpu(k, l, true);
+}
+
+static int max_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return pool_grad_gpu(k, l, true);
+}
+
+static int avg_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return pool_gpu(k, l, false);
+}
+
+static int avg_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    return pool_grad_gpu(k, l, false);
 }
 
 /* global_avg_pool: reduce.c's mean over X seen as [N * C, the rest]. */
-static int global_pool_gpu(const vq__kcall *k)
+static int global_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || o->numel == 0)
-        return rc;
+    if (o->numel == 0)
+        return 0;
     int64_t len = 1;
     for (int d = 2; d < x->ndim; d++)
         len *= x->shape[d];
-    return launched(k, vq__cuda_reduce(1, x->dtype, x->data, o->data, o->numel, len, 1, l.s));
+    return launched(k, vq__cuda_reduce(1, x->dtype, x->data, o->data, o->numel, len, 1, l->s));
 }
 
 /* dOut * (1 / count) spread over the dims after the channels: mean_grad. */
-static int global_pool_grad_gpu(const vq__kcall *k)
+static int global_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dx->numel == 0)
-        return rc;
+    if (dx->numel == 0)
+        return 0;
     unsigned mask = 0;
     for (int d = 2; d < dx->ndim; d++)
         mask |= 1u << d;
     return launched(k, vq__cuda_reduce_axes_grad(1, dx->dtype, g->data, dx->data, dx->ndim,
-                                                 dx->shape, mask, l.s));
+                                                 dx->shape, mask, l->s));
 }
 
 /* X as [outer, C, inner]. */
@@ -1222,36 +1100,28 @@ static void channel_layout(const vq_tensor *x, int64_t *outer, int64_t *c, int64
         *inner *= x->shape[d];
 }
 
-static int batch_norm_gpu(const vq__kcall *k)
+static int batch_norm_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__batch_norm_params *p = k->params;
     vq_tensor *const *in = k->in;
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, c, inner;
     channel_layout(in[0], &outer, &c, &inner);
     return launched(k, vq__cuda_batch_norm(in[0]->dtype, in[0]->data, in[1]->data, in[2]->data,
                                            in[3]->data, in[4]->data, k->out[0]->data, outer, c,
-                                           inner, p->epsilon, l.s));
+                                           inner, p->epsilon, l->s));
 }
 
 /* (X, Scale, Mean, Var, dOut) -> dZ. */
-static int batch_norm_grad_gpu(const vq__kcall *k)
+static int batch_norm_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__batch_norm_params *p = k->params;
     vq_tensor *const *in = k->in;
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, c, inner;
     channel_layout(in[0], &outer, &c, &inner);
-    return launched(k, vq__cuda_batch_norm_grad(p->wrt, in[0]->dtype, in[0]->data, in[1]->data,
-                                                in[2]->data, in[3]->data, in[4]->data,
-                                                k->out[0]->data, outer, c, inner, p->epsilon,
-                                                l.s));
+    return launched(k,
+                    vq__cuda_batch_norm_grad(p->wrt, in[0]->dtype, in[0]->data, in[1]->data,
+                                             in[2]->data, in[3]->data, in[4]->data, k->out[0]->data,
+                                             outer, c, inner, p->epsilon, l->s));
 }
 
 /* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c) ---- */
@@ -1259,70 +1129,64 @@ static int batch_norm_grad_gpu(const vq__kcall *k)
 /* gather and gather_grad: the indices are checked on the device (the
  * check's bad element and the index there, for index.c's message); the
  * kernels skip a bad index's rows. */
-static int gather_gpu(const vq__kcall *k)
+static int gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__gather_params *p = k->params;
     bool grad = k->nin == 3;
     vq_tensor *idx = k->in[1], *o = k->out[0];
     vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
-    vq__cuda_launch l;
     struct vq__cuda_check *c;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || (rc = vq__cuda_check_begin(&l, VQ__CUDA_CHECK_INDEX, &c)) < 0)
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, &c);
+    if (rc < 0)
         return rc;
     int64_t outer, dim, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
     c->dim = dim;
     c->axis = p->axis;
-    rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &c->d->bad,
-                                          l.s));
+    rc =
+        launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &c->d->bad, l->s));
     if (rc == 0)
-        rc = launched(k, vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label,
-                                              l.s));
+        rc = launched(k,
+                      vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label, l->s));
     if (rc == 0 && grad)
         rc = launched(k, vq__cuda_gather_grad(o->dtype, idx->dtype, idx->data, k->in[2]->data,
-                                              o->data, outer, dim, inner, idx->numel, l.s));
+                                              o->data, outer, dim, inner, idx->numel, l->s));
     else if (rc == 0)
         rc = launched(k, vq__cuda_gather((int)vq_dtype_size(x->dtype), idx->dtype, x->data,
-                                         idx->data, o->data, outer, dim, inner, idx->numel,
-                                         l.s));
-    return vq__cuda_check_finish(&l, c, rc);
+                                         idx->data, o->data, outer, dim, inner, idx->numel, l->s));
+    return vq__cuda_check_finish(l, c, rc);
 }
 
 /* Each output is the box of X at its offset along the axis. */
-static int split_gpu(const vq__kcall *k)
+static int split_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__split_params *p = k->params;
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     int64_t xstride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
     contiguous_strides(x, xstride);
     for (int j = 0; j < k->nout && rc == 0; j++) {
         vq_tensor *o = k->out[j];
         contiguous_strides(o, pstride);
         rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data,
-                                               element(x, at * xstride[p->axis]), o->ndim,
-                                               o->shape, pstride, xstride, l.s));
+                                               element(x, at * xstride[p->axis]), o->ndim, o->shape,
+                                               pstride, xstride, l->s));
         at += o->shape[p->axis];
     }
     return rc;
 }
 
 /* Zeros where an output got no gradient, each dOut's box elsewhere. */
-static int split_grad_gpu(const vq__kcall *k)
+static int split_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__split_params *p = k->params;
     vq_tensor *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0 || dx->numel == 0)
-        return rc;
+    if (dx->numel == 0)
+        return 0;
+    int rc = 0;
     if (p->absent)
-        rc =
-            vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l.s), "cudaMemsetAsync");
+        rc = vq__cuda_op_called(k, cudaMemsetAsync(dx->data, 0, dx->nbytes, l->s),
+                                "cudaMemsetAsync");
     int64_t dstride[VQ_MAX_DIMS], pstride[VQ_MAX_DIMS], at = 0;
     contiguous_strides(dx, dstride);
     for (int j = 1; j < k->nin && rc == 0; j++) {
@@ -1331,62 +1195,46 @@ static int split_grad_gpu(const vq__kcall *k)
             contiguous_strides(g, pstride);
             rc = launched(k, vq__cuda_strided_copy((int)vq_dtype_size(dx->dtype),
                                                    element(dx, at * dstride[p->axis]), g->data,
-                                                   g->ndim, g->shape, dstride, pstride, l.s));
+                                                   g->ndim, g->shape, dstride, pstride, l->s));
         }
         at += g->shape[p->axis];
     }
     return rc;
 }
 
-static int arg_gpu(const vq__kcall *k)
+static int arg_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__arg_params *p = k->params;
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t outer, len, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
     return launched(k, vq__cuda_arg_extremum(p->op, p->last, x->dtype, x->data, k->out[0]->data,
-                                             outer, len, inner, l.s));
+                                             outer, len, inner, l->s));
 }
 
-static int extremum_gpu(const vq__kcall *k)
+static int extremum_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__extremum_params *p = k->params;
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
-    return launched(k, vq__cuda_reduce_extremum(p->op, x->dtype, x->data, k->out[0]->data,
-                                                x->ndim, x->shape, p->mask, l.s));
+    return launched(k, vq__cuda_reduce_extremum(p->op, x->dtype, x->data, k->out[0]->data, x->ndim,
+                                                x->shape, p->mask, l->s));
 }
 
 /* (X, Out, dOut) -> dX. */
-static int extremum_grad_gpu(const vq__kcall *k)
+static int extremum_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__extremum_params *p = k->params;
     vq_tensor *x = k->in[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_reduce_extremum_grad(x->dtype, x->data, k->in[1]->data,
                                                      k->in[2]->data, k->out[0]->data, x->ndim,
-                                                     x->shape, p->mask, l.s));
+                                                     x->shape, p->mask, l->s));
 }
 
 /* A box of Out read from X with stride 0 along the dims X is broadcast
  * along (a missing leading dim or a 1). */
-static int expand_gpu(const vq__kcall *k)
+static int expand_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     int64_t xs[VQ_MAX_DIMS], src[VQ_MAX_DIMS], dst[VQ_MAX_DIMS];
     contiguous_strides(x, xs);
     contiguous_strides(o, dst);
@@ -1395,69 +1243,53 @@ static int expand_gpu(const vq__kcall *k)
         src[i] = ix < 0 || x->shape[ix] == 1 ? 0 : xs[ix];
     }
     return launched(k, vq__cuda_strided_copy((int)vq_dtype_size(x->dtype), o->data, x->data,
-                                             o->ndim, o->shape, dst, src, l.s));
+                                             o->ndim, o->shape, dst, src, l->s));
 }
 
-static int tile_gpu(const vq__kcall *k)
+static int tile_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_tile((int)vq_dtype_size(x->dtype), x->data, o->data, o->ndim,
-                                     x->shape, o->shape, l.s));
+                                     x->shape, o->shape, l->s));
 }
 
 /* (X, dOut) -> dX. */
-static int tile_grad_gpu(const vq__kcall *k)
+static int tile_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     return launched(k, vq__cuda_tile_grad(dx->dtype, g->data, dx->data, dx->ndim, dx->shape,
-                                          g->shape, l.s));
+                                          g->shape, l->s));
 }
 
-static int pad_gpu(const vq__kcall *k)
+static int pad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__pad_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__pad_geom geo;
     vq__pad_geom_make(&geo, x->ndim, x->shape, o->shape, p->begin, p->mode);
-    return launched(k, vq__cuda_pad(x->dtype, x->data, o->data, &geo, p->value, p->ivalue, l.s));
+    return launched(k, vq__cuda_pad(x->dtype, x->data, o->data, &geo, p->value, p->ivalue, l->s));
 }
 
 /* (X, dOut) -> dX. */
-static int pad_grad_gpu(const vq__kcall *k)
+static int pad_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__pad_params *p = k->params;
     vq_tensor *g = k->in[1], *dx = k->out[0];
-    vq__cuda_launch l;
-    int rc = launch_begin(k, &l);
-    if (rc < 0)
-        return rc;
     vq__pad_geom geo;
     vq__pad_geom_make(&geo, dx->ndim, dx->shape, g->shape, p->begin, p->mode);
-    return launched(k, vq__cuda_pad_grad(dx->dtype, g->data, dx->data, &geo, l.s));
+    return launched(k, vq__cuda_pad_grad(dx->dtype, g->data, dx->data, &geo, l->s));
 }
 
-/* ---- the table ---- */
+/* ---- the table, and the dispatcher ---- */
 
 struct entry {
     const char *type;
     vq__cuda_op_fn fn;
 };
 
-/* Sorted by type once (bsearch); test_ops_gpu_kernels checks that it
- * covers exactly the registry's ops. */
-static struct entry table[] = {
+/* Read once per op type, when the registry is built (vq__gpu_kernel_pick);
+ * test_ops_gpu_kernels checks that it covers exactly the registry's ops. */
+static const struct entry table[] = {
     {"add", binary_gpu},
     {"sub", binary_gpu},
     {"mul", binary_gpu},
@@ -1524,18 +1356,18 @@ static struct entry table[] = {
     {"logical_not", not_gpu},
     {"maximum", compare_gpu},
     {"minimum", compare_gpu},
-    {"minmax_grad", select_grad_gpu},
+    {"minmax_grad", minmax_grad_gpu},
     {"where", where_gpu},
-    {"where_grad", select_grad_gpu},
+    {"where_grad", where_grad_gpu},
     {"abs", abs_gpu},
     {"abs_grad", abs_grad_gpu},
     {"conv2d", conv2d_gpu},
     {"conv2d_grad", conv2d_grad_gpu},
     {"conv_transpose2d", conv_transpose2d_gpu},
-    {"max_pool2d", pool_gpu},
-    {"max_pool2d_grad", pool_grad_gpu},
-    {"avg_pool2d", pool_gpu},
-    {"avg_pool2d_grad", pool_grad_gpu},
+    {"max_pool2d", max_pool_gpu},
+    {"max_pool2d_grad", max_pool_grad_gpu},
+    {"avg_pool2d", avg_pool_gpu},
+    {"avg_pool2d_grad", avg_pool_grad_gpu},
     {"global_avg_pool", global_pool_gpu},
     {"global_avg_pool_grad", global_pool_grad_gpu},
     {"batch_norm", batch_norm_gpu},
@@ -1558,28 +1390,27 @@ static struct entry table[] = {
 
 #define NENTRIES ((int)(sizeof table / sizeof table[0]))
 
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
-
-static int cmp_entry(const void *a, const void *b)
-{
-    return strcmp(((const struct entry *)a)->type, ((const struct entry *)b)->type);
-}
-
-static void table_sort(void)
-{
-    qsort(table, NENTRIES, sizeof table[0], cmp_entry);
-}
-
 vq__cuda_op_fn vq__cuda_op_kernel(const char *type)
 {
-    pthread_once(&table_once, table_sort);
-    struct entry key = {.type = type};
-    const struct entry *e = type ? bsearch(&key, table, NENTRIES, sizeof table[0], cmp_entry)
-                                 : NULL;
-    return e ? e->fn : NULL;
+    for (int i = 0; type && i < NENTRIES; i++)
+        if (!strcmp(table[i].type, type))
+            return table[i].fn;
+    return NULL;
 }
 
 int vq__cuda_op_kernel_count(void)
 {
     return NENTRIES;
+}
+
+/* The GPU slot of every op in the table (vq__gpu_kernel_pick): the launch
+ * prologue, written once here for all of them, then the op's launches.
+ * hot path: no malloc, no global lock */
+int vq__cuda_run(const vq__kcall *k)
+{
+    vq__cuda_launch l;
+    int rc = launch_begin(k, &l);
+    if (rc < 0)
+        return rc;
+    return k->def->cuda(k, &l);
 }

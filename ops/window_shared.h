@@ -155,4 +155,37 @@ VQ__SHARED_FN int64_t vq__window_avg_count(const vq__window *w, int64_t oh, int6
 VQ__WINDOW_ARGMAX(vq__window_argmax_f32, float)
 VQ__WINDOW_ARGMAX(vq__window_argmax_f64, double)
 
+/* One conv2d call's shapes, for the CPU kernels (ops/cpu/conv.c) and the
+ * CUDA ones (ops/cuda/ops.c) alike: the window over all of X's channels
+ * and the matrices of one group's product, Out_g [mg, plane] = W_g [mg,
+ * rows] times the group's columns [rows, plane]. */
+typedef struct vq__conv {
+    vq__window w;
+    int64_t groups, m; /* m: output channels */
+    int64_t cg, mg;    /* input and output channels per group */
+    int64_t rows;      /* cg * kh * kw: the rows of a group's columns */
+    int64_t plane;     /* oh * ow: their columns */
+    bool direct;       /* 1x1, stride 1, no pads: X's plane is the matrix */
+} vq__conv;
+
+/* x: X's shape, w: W's [M, C / groups, kh, kw], out: Out's (conv2d) or
+ * dOut's (conv2d_grad); stride, pad, dilation: params.h's
+ * vq__window_params. */
+VQ__SHARED_FN vq__conv vq__conv_of(const int64_t *x, const int64_t *w, int64_t groups,
+                                   const int64_t *out, const int64_t *stride, const int64_t *pad,
+                                   const int64_t *dilation)
+{
+    vq__conv cv;
+    cv.w = vq__window_make(x, w[2], w[3], out, stride, pad, dilation);
+    cv.groups = groups;
+    cv.m = w[0];
+    cv.cg = w[1];
+    cv.mg = cv.m / cv.groups;
+    cv.rows = cv.cg * cv.w.kh * cv.w.kw;
+    cv.plane = cv.w.oh * cv.w.ow;
+    cv.direct = cv.w.kh == 1 && cv.w.kw == 1 && cv.w.sh == 1 && cv.w.sw == 1 && cv.w.pt == 0 &&
+                cv.w.pl == 0 && cv.w.pb == 0 && cv.w.pr == 0;
+    return cv;
+}
+
 #endif

@@ -241,35 +241,6 @@ static int conv2d_grad_infer(vq__infer *c)
 
 /* ---- im2col and col2im ---- */
 
-/* One call's shapes: the window over all of X's channels, and the
- * matrices of one group's product. */
-struct conv {
-    vq__window w;
-    int64_t groups, m; /* m: output channels */
-    int64_t cg, mg;    /* input and output channels per group */
-    int64_t rows;      /* cg * kh * kw: the rows of a group's columns */
-    int64_t plane;     /* oh * ow: their columns */
-    bool direct;       /* 1x1, stride 1, no pads: X's plane is the matrix */
-};
-
-/* out: Out's shape (conv2d) or dOut's (conv2d_grad). */
-static struct conv conv_of(const vq__window_params *p, const vq_tensor *x, const vq_tensor *w,
-                           const int64_t *out)
-{
-    struct conv cv;
-    cv.w = vq__window_make(x->shape, w->shape[2], w->shape[3], out, p->stride, p->pad,
-                           p->dilation);
-    cv.groups = p->groups;
-    cv.m = w->shape[0];
-    cv.cg = w->shape[1];
-    cv.mg = cv.m / cv.groups;
-    cv.rows = cv.cg * cv.w.kh * cv.w.kw;
-    cv.plane = cv.w.oh * cv.w.ow;
-    cv.direct = cv.w.kh == 1 && cv.w.kw == 1 && cv.w.sh == 1 && cv.w.sw == 1 && cv.w.pt == 0 &&
-                cv.w.pl == 0 && cv.w.pb == 0 && cv.w.pr == 0;
-    return cv;
-}
-
 /* col [channels * kh * kw, oh * ow] from the planes x [channels, h, w]:
  * row (c, i, j) holds tap (i, j) of every window, 0 in the padding. Rows
  * with stride 1 along the width are copies of input rows. */
@@ -391,7 +362,8 @@ static int conv2d_kernel(const vq__kcall *k)
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
     if (o->numel == 0)
         return 0;
-    struct conv cv = conv_of(p, x, w, o->shape);
+    vq__conv cv =
+        vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
     vq_dtype dt = x->dtype;
     size_t es = vq_dtype_size(dt);
     vq_tensor *col = NULL;
@@ -421,8 +393,8 @@ static int conv2d_kernel(const vq__kcall *k)
 /* dX: per image and group, W_g^T dOut_g is the gradient of the group's
  * columns, which col2im adds back into dX's planes (zeroed first); a
  * direct product's columns are dX's planes themselves. */
-static int conv_dx(const vq__kcall *k, const struct conv *cv, const vq_tensor *w,
-                   const vq_tensor *gr, vq_tensor *dx)
+static int conv_dx(const vq__kcall *k, const vq__conv *cv, const vq_tensor *w, const vq_tensor *gr,
+                   vq_tensor *dx)
 {
     vq_dtype dt = dx->dtype;
     size_t es = vq_dtype_size(dt);
@@ -449,7 +421,7 @@ static int conv_dx(const vq__kcall *k, const struct conv *cv, const vq_tensor *w
 /* dW_g = sum over images of dOut_g [mg, plane] times the group's columns
  * transposed [plane, rows]: the first image's product is written, the
  * others add (beta 1). No images: zeros. */
-static int conv_dw(const vq__kcall *k, const struct conv *cv)
+static int conv_dw(const vq__kcall *k, const vq__conv *cv)
 {
     vq_tensor *x = k->in[0], *gr = k->in[2], *dw = k->out[0];
     vq_dtype dt = dw->dtype;
@@ -502,7 +474,8 @@ static int conv2d_grad_kernel(const vq__kcall *k)
     vq_tensor *x = k->in[0], *w = k->in[1], *gr = k->in[2], *dz = k->out[0];
     if (dz->numel == 0)
         return 0;
-    struct conv cv = conv_of(p, x, w, gr->shape);
+    vq__conv cv =
+        vq__conv_of(x->shape, w->shape, p->groups, gr->shape, p->stride, p->pad, p->dilation);
     switch (p->wrt) {
     case 0: return conv_dx(k, &cv, w, gr, dz);
     case 1: return conv_dw(k, &cv);
@@ -637,7 +610,8 @@ static int conv_transpose2d_kernel(const vq__kcall *k)
     if (o->numel == 0)
         return 0;
     /* the conv2d whose dX this is: over Out's shape, with X as its dOut */
-    struct conv cv = conv_of(p, o, w, x->shape);
+    vq__conv cv =
+        vq__conv_of(o->shape, w->shape, p->groups, x->shape, p->stride, p->pad, p->dilation);
     int rc = 0;
     if (x->numel == 0)
         memset(o->data, 0, o->nbytes);

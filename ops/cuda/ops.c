@@ -849,39 +849,12 @@ static int lr_schedule_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 
 /* ---- convolutions, pools, batch_norm (ops/cpu/conv.c, pool.c, norm.c) ---- */
 
-/* conv.c's conv_of: the window over all of X's channels and one group's
- * product: Out_g [mg, plane] = W_g [mg, rows] times the group's columns
- * [rows, plane]; direct (1x1, stride 1, no pads): X's plane is the
- * columns. out: Out's shape (conv2d) or dOut's (conv2d_grad). */
-struct conv_dims {
-    vq__window w;
-    int64_t groups, m, cg, mg, rows, plane;
-    bool direct;
-};
-
-static struct conv_dims conv_dims_of(const vq__window_params *p, const vq_tensor *x,
-                                     const vq_tensor *w, const int64_t *out)
-{
-    struct conv_dims d;
-    d.w = vq__window_make(x->shape, w->shape[2], w->shape[3], out, p->stride, p->pad,
-                          p->dilation);
-    d.groups = p->groups;
-    d.m = w->shape[0];
-    d.cg = w->shape[1];
-    d.mg = d.m / d.groups;
-    d.rows = d.cg * d.w.kh * d.w.kw;
-    d.plane = d.w.oh * d.w.ow;
-    d.direct = d.w.kh == 1 && d.w.kw == 1 && d.w.sh == 1 && d.w.sw == 1 && d.w.pt == 0 &&
-               d.w.pl == 0 && d.w.pb == 0 && d.w.pr == 0;
-    return d;
-}
-
 /* One image's columns for every group ([c * kh * kw, plane]) on the op's
  * device, allocated in the op's stream order; the caller frees it with
  * vq__tensor_release_on on the same stream, after its last use is
  * enqueued. NULL for a direct product. */
-static int columns(const vq__kcall *k, const vq__cuda_launch *l, const struct conv_dims *d,
-                   vq_dtype dt, vq_tensor **out)
+static int columns(const vq__kcall *k, const vq__cuda_launch *l, const vq__conv *d, vq_dtype dt,
+                   vq_tensor **out)
 {
     *out = NULL;
     int64_t n = d->w.c * d->w.kh * d->w.kw * d->plane;
@@ -908,7 +881,8 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
     if (o->numel == 0)
         return 0;
-    struct conv_dims d = conv_dims_of(p, x, w, o->shape);
+    vq__conv d =
+        vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
     vq_tensor *col;
     int rc = columns(k, l, &d, x->dtype, &col);
     if (rc < 0)
@@ -945,7 +919,8 @@ static int conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     if (p->wrt == 2)
         return launched(k, vq__cuda_reduce_axes(0, dt, g->data, dz->data, 4, g->shape, 1u | 4u | 8u,
                                                 l->s));
-    struct conv_dims d = conv_dims_of(p, x, w, g->shape);
+    vq__conv d =
+        vq__conv_of(x->shape, w->shape, p->groups, g->shape, p->stride, p->pad, p->dilation);
     if (p->wrt == 1 && d.w.n == 0) /* the sum of no products */
         return vq__cuda_op_called(k, cudaMemsetAsync(dz->data, 0, dz->nbytes, l->s),
                                   "cudaMemsetAsync");
@@ -987,7 +962,8 @@ static int conv_transpose2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
         return 0;
     int rc = 0;
     vq_dtype dt = o->dtype;
-    struct conv_dims d = conv_dims_of(p, o, w, x->shape);
+    vq__conv d =
+        vq__conv_of(o->shape, w->shape, p->groups, x->shape, p->stride, p->pad, p->dilation);
     if (x->numel == 0) {
         rc = vq__cuda_op_called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l->s), "cudaMemsetAsync");
     } else {

@@ -4,18 +4,10 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include "cpu_stats.h"
 #include "leakcheck.h"
 
 TestSuite(alloc, .fini = leak_check);
-
-static vq_ctx cpu0 = {VQ_DEV_CPU, 0};
-
-static vq_mem_stats stats(void)
-{
-    vq_mem_stats s;
-    cr_assert_eq(vq_mem_get_stats(cpu0, &s), 0);
-    return s;
-}
 
 Test(alloc, released_storage_returns_to_the_allocator)
 {

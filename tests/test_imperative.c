@@ -6,18 +6,10 @@
 #include <criterion/criterion.h>
 #include <string.h>
 #include <time.h>
+#include "cpu_stats.h"
 #include "leakcheck.h"
 
 TestSuite(imperative, .fini = leak_check);
-
-static vq_ctx cpu0 = {VQ_DEV_CPU, 0};
-
-static vq_mem_stats stats(void)
-{
-    vq_mem_stats s;
-    cr_assert_eq(vq_mem_get_stats(cpu0, &s), 0);
-    return s;
-}
 
 static vq_engine *engine(int kind, int workers)
 {

@@ -1,7 +1,8 @@
 /* What the three digits examples (mlp_digits.c, mlp_digits_imperative.c,
  * onnx_cnn_digits.c) share: the CHECK macro that prints a failing call
  * with varq's message and exits, loading the data set's .npy files
- * (written by scripts/digits_to_npy.py), and picking a batch's rows.
+ * (written by scripts/digits_to_npy.py), picking a batch's rows, and
+ * counting right answers.
  * Header-only (static functions), like rnn_model.h, so that each example
  * builds alone. Define EXAMPLE_NAME (the program's name, for messages)
  * before including it. */
@@ -54,6 +55,22 @@ static inline vq_tensor *digits_rows(vq_tensor *src, const int *idx, int n)
         memcpy((char *)vq_tensor_data(t) + (size_t)i * row,
                (char *)vq_tensor_data(src) + (size_t)idx[i] * row, row);
     return t;
+}
+
+/* How many of the n rows of scores [n, 10] (probabilities or logits) put
+ * their largest value at the row's label (labels: i64 [>= n]). */
+static inline int64_t digits_right(const float *scores, vq_tensor *labels, int64_t n)
+{
+    const int64_t *label = vq_tensor_data(labels);
+    int64_t right = 0;
+    for (int64_t r = 0; r < n; r++) {
+        int best = 0;
+        for (int c = 1; c < 10; c++)
+            if (scores[r * 10 + c] > scores[r * 10 + best])
+                best = c;
+        right += best == label[r];
+    }
+    return right;
 }
 
 #endif

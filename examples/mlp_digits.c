@@ -67,16 +67,8 @@ static double accuracy(vq_engine *e, vq_exec *ex, vq_program *eval, vq_scope *s,
     vq_fetch fetch = {"probs", NULL};
     CHECK(vq_exec_run(ex, eval, s, feeds, 2, &fetch, 1));
     vq_tensor *probs = on_host(e, fetch.tensor);
-    const float *p = vq_tensor_data(probs);
-    const int64_t *label = vq_tensor_data(y);
-    int64_t n = vq_tensor_shape(y)[0], right = 0;
-    for (int64_t r = 0; r < n; r++) {
-        int best = 0;
-        for (int c = 1; c < 10; c++)
-            if (p[r * 10 + c] > p[r * 10 + best])
-                best = c;
-        right += best == label[r];
-    }
+    int64_t n = vq_tensor_shape(y)[0];
+    int64_t right = digits_right(vq_tensor_data(probs), y, n);
     vq_tensor_release(probs);
     vq_tensor_release(fetch.tensor);
     return (double)right / (double)n;

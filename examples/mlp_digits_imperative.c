@@ -95,16 +95,8 @@ static double accuracy(vq_tensor *x, vq_tensor *y)
     vq_tensor *logits = forward(x);
     CHECK(vq_capture_end(e));
     CHECK(vq_tensor_wait(logits));
-    const float *p = vq_tensor_data(logits);
-    const int64_t *label = vq_tensor_data(y);
-    int64_t n = vq_tensor_shape(y)[0], right = 0;
-    for (int64_t r = 0; r < n; r++) {
-        int best = 0;
-        for (int c = 1; c < 10; c++)
-            if (p[r * 10 + c] > p[r * 10 + best])
-                best = c;
-        right += best == label[r];
-    }
+    int64_t n = vq_tensor_shape(y)[0];
+    int64_t right = digits_right(vq_tensor_data(logits), y, n);
     vq_tensor_release(logits);
     return (double)right / (double)n;
 }

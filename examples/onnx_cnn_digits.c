@@ -41,21 +41,13 @@ static void batch(vq_tensor *x, vq_tensor *y, int64_t first, int64_t n, vq_tenso
 
 static double accuracy(vq_exec *ex, vq_program *eval, vq_scope *s, vq_tensor *x, vq_tensor *y)
 {
-    int64_t n = vq_tensor_shape(y)[0], right = 0;
+    int64_t n = vq_tensor_shape(y)[0];
     vq_tensor *bx, *by;
     batch(x, y, 0, n, &bx, &by);
     vq_feed feed = {"x", bx};
     vq_fetch fetch = {"logits", NULL};
     CHECK(vq_exec_run(ex, eval, s, &feed, 1, &fetch, 1));
-    const float *z = vq_tensor_data(fetch.tensor);
-    const int64_t *label = vq_tensor_data(y);
-    for (int64_t r = 0; r < n; r++) {
-        int best = 0;
-        for (int c = 1; c < 10; c++)
-            if (z[r * 10 + c] > z[r * 10 + best])
-                best = c;
-        right += best == label[r];
-    }
+    int64_t right = digits_right(vq_tensor_data(fetch.tensor), y, n);
     vq_tensor_release(fetch.tensor);
     vq_tensor_release(bx);
     vq_tensor_release(by);

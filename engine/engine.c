@@ -1052,11 +1052,16 @@ static int wait_forbidden(const char *fn)
     return 0;
 }
 
+/* How many times vq_wait_var looks for its answer (and for ready ops to
+ * run) before it sleeps: a worker's spin (threaded.c). */
+#define WAIT_SPIN 2000
+
 struct var_waiter {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     vq_var *v;
     bool done;
+    atomic_bool answered; /* done, for the helping waiter's lock-free look */
     int err;
 };
 
@@ -1073,6 +1078,8 @@ static int take_var_error(void *arg, const vq_exec_ctx *x)
     pthread_mutex_lock(&w->lock);
     w->err = err;
     w->done = true;
+    /* release: the waiter that sees it without the lock sees err too */
+    atomic_store_explicit(&w->answered, true, memory_order_release);
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
     return 0;
@@ -1090,6 +1097,7 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     if (e->kind == VQ_ENGINE_NAIVE)
         return vq__naive_wait_var(e, v);
     struct var_waiter w = {.v = v, .done = false, .err = 0};
+    atomic_init(&w.answered, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
     vq_var *wv[1] = {v};
@@ -1099,6 +1107,22 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
                  .priority = INT_MAX, .name = "vq_wait_var"};
     rc = push_task(e, &t, VQ__OPR_NOSKIP, "vq_wait_var");
     if (rc == 0) {
+        /* The waiter helps before it sleeps: it runs queued ready CPU ops
+         * itself, as the throttle does, and spins a little as a worker
+         * does (yielding now and then to a thread on its core) before it
+         * sleeps. A host read after a push (a captured segment, a chain's
+         * last ops) then often runs in this thread or is answered while
+         * it spins, without the wake-ups of a handoff to a sleeping worker
+         * and back. */
+        for (int i = 0; i < WAIT_SPIN && !atomic_load_explicit(&w.answered, memory_order_acquire);
+             i++) {
+            if (vq__run_here(&e->cpu))
+                i = 0;
+            else if (i % 64 == 63)
+                sched_yield();
+            else
+                vq__cpu_relax();
+        }
         pthread_mutex_lock(&w.lock);
         while (!w.done)
             pthread_cond_wait(&w.cond, &w.lock);

@@ -99,6 +99,57 @@ static void push_step(vq_engine *e, struct step *s, vq_var **r, int nr, vq_var *
     cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
 }
 
+/* ---- a waiter helps ---- */
+
+struct blocker {
+    atomic_int release; /* set by the test: the blocking op may end */
+    atomic_int started;
+};
+
+static int block_until_released(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct blocker *b = arg;
+    atomic_store(&b->started, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&b->release); i++)
+        sleep_us(1000); /* at most 10 s: a waiter that does not help still ends */
+    return 0;
+}
+
+static int note_worker(void *arg, const vq_exec_ctx *x)
+{
+    *(int *)arg = x->worker;
+    return 0;
+}
+
+/* The one worker is held by an op; a ready op pushed behind it is run by
+ * the thread that waits for it (vq_exec_ctx.worker -1), so the wait
+ * returns while the worker is still held. */
+Test(engine_api, a_waiter_runs_the_ready_op_it_waits_for_while_the_workers_are_busy)
+{
+    vq_engine *e = engine_with(VQ_ENGINE_THREADED, 1);
+    vq_var *held = vq_var_new(e, "held"), *v = vq_var_new(e, "v");
+    struct blocker b;
+    atomic_init(&b.release, 0);
+    atomic_init(&b.started, 0);
+    vq_task block = {.fn = block_until_released, .arg = &b, .writes = &held, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &block), 0);
+    while (!atomic_load(&b.started))
+        sched_yield();
+    int worker = 123;
+    vq_task t = {.fn = note_worker, .arg = &worker, .writes = &v, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &t), 0);
+    cr_assert_eq(vq_wait_var(e, v), 0);
+    int still_held = !atomic_load(&b.release);
+    atomic_store(&b.release, 1);
+    cr_assert(still_held);
+    cr_assert_eq(worker, -1, "the op ran on worker %d, not in the waiting thread", worker);
+    cr_assert_eq(vq_wait_all(e), 0);
+    vq_var_free(e, held);
+    vq_var_free(e, v);
+    vq_engine_free(e);
+}
+
 Test(engine_api, reads_of_one_var_run_concurrently)
 {
     vq_engine *e = engine_with(VQ_ENGINE_THREADED, 2);

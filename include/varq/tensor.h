@@ -129,7 +129,8 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
  * Returns 0, or the error of the failed op that wrote t (or that an op
  * writing t inherited); vq_errmsg() then names the op that failed. Returns at
  * once for a tensor never used with an engine. Not from inside an op
- * (VQ_EDEADLK). Thread-safe. */
+ * (VQ_EDEADLK). Thread-safe. Waits as vq_wait_var does: the thread may run
+ * ready ops meanwhile, so do not hold a lock that an op takes. */
 VQ_API int vq_tensor_wait(vq_tensor *t);
 
 /* The engine var that orders the ops on t in engine e, created on first use

@@ -1,14 +1,28 @@
 /* Program-building helpers shared by the executor suites (test_exec.c,
- * test_exec_gpu.c): builder calls that fail the test with varq's message,
- * and the small programs both suites run. */
+ * test_exec_gpu.c, test_scope.c): builder calls that fail the test with
+ * varq's message, a bitwise comparison of tensors, and the small programs
+ * the suites run. */
 #ifndef VARQ_TESTS_PROGRAMS_H
 #define VARQ_TESTS_PROGRAMS_H
 
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <string.h>
 
 #define NAMES(...) ((const char *const[]){__VA_ARGS__})
+
+/* Fails the test unless a and b have the same dtype, shape and bytes. */
+static inline void assert_same_bits(vq_tensor *a, vq_tensor *b)
+{
+    cr_assert_eq(vq_tensor_dtype(a), vq_tensor_dtype(b));
+    cr_assert_eq(vq_tensor_ndim(a), vq_tensor_ndim(b));
+    cr_assert_eq(vq_tensor_nbytes(a), vq_tensor_nbytes(b));
+    for (int i = 0; i < vq_tensor_ndim(a); i++)
+        cr_assert_eq(vq_tensor_shape(a)[i], vq_tensor_shape(b)[i]);
+    cr_assert_eq(memcmp(vq_tensor_data(a), vq_tensor_data(b), vq_tensor_nbytes(a)), 0,
+                 "bits differ");
+}
 
 static inline void var(vq_program *p, const char *name, vq_dtype dt, int ndim,
                        const int64_t *shape, bool persistable)

@@ -49,17 +49,6 @@ static vq_tensor *direct_mlp(vq_tensor *x, vq_tensor *w, vq_tensor *b)
     return y;
 }
 
-static void assert_same_bits(vq_tensor *a, vq_tensor *b)
-{
-    cr_assert_eq(vq_tensor_dtype(a), vq_tensor_dtype(b));
-    cr_assert_eq(vq_tensor_ndim(a), vq_tensor_ndim(b));
-    cr_assert_eq(vq_tensor_nbytes(a), vq_tensor_nbytes(b));
-    for (int i = 0; i < vq_tensor_ndim(a); i++)
-        cr_assert_eq(vq_tensor_shape(a)[i], vq_tensor_shape(b)[i]);
-    cr_assert_eq(memcmp(vq_tensor_data(a), vq_tensor_data(b), vq_tensor_nbytes(a)), 0,
-                 "bits differ");
-}
-
 Test(exec, program_gives_the_direct_results_with_identical_bits_on_every_engine)
 {
     uint64_t rng = oc_seed("exec");

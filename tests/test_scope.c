@@ -25,17 +25,6 @@ static vq_tensor *vec4(float a, float b, float c, float d)
     return t;
 }
 
-static void assert_same_bits(vq_tensor *a, vq_tensor *b)
-{
-    cr_assert_eq(vq_tensor_dtype(a), vq_tensor_dtype(b));
-    cr_assert_eq(vq_tensor_ndim(a), vq_tensor_ndim(b));
-    cr_assert_eq(vq_tensor_nbytes(a), vq_tensor_nbytes(b));
-    for (int i = 0; i < vq_tensor_ndim(a); i++)
-        cr_assert_eq(vq_tensor_shape(a)[i], vq_tensor_shape(b)[i]);
-    cr_assert_eq(memcmp(vq_tensor_data(a), vq_tensor_data(b), vq_tensor_nbytes(a)), 0,
-                 "bits differ");
-}
-
 struct fixture {
     vq_engine *e;
     vq_exec *ex;

@@ -572,8 +572,7 @@ static int seg_cut(struct state *S, int cause)
             memcpy(r->t, S->slot, (size_t)ns * sizeof(vq_tensor *));
             /* (not vq_tensor_var: its cut would come back here) */
             for (int i = 0; i < nrw && rc == 0; i++)
-                if (!(r->vars[i] = vq__tensor_var(r->t[p->rw[i]], S->e)))
-                    rc = VQ_ENOMEM; /* the engine was checked at the call */
+                rc = vq__tensor_var(r->t[p->rw[i]], S->e, &r->vars[i]); /* ENOMEM only */
         }
     }
     if (rc == 0) {
@@ -872,8 +871,8 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
         vq_engine *owner = t ? atomic_load(&t->engine) : NULL;
         if (owner && owner != e) {
             slots_rollback(S, n0);
-            return vq__fail(VQ_EINVAL, "%s: %s %d: the tensor is already used with another engine",
-                            type, i < nin ? "input" : "output", i < nin ? i : i - nin);
+            vq__fail(VQ_EINVAL, "the tensor is already used with another engine");
+            return vq__call_slot_fail(VQ_EINVAL, type, i, nin);
         }
     }
     for (int j = 0; j < nout && rc == 0; j++) {

@@ -655,11 +655,15 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
         c->kind = VQ__MEMCPY_H2H;
     }
     vq_var *r[1], *w[1];
-    if (!(r[0] = vq__tensor_var_cut(src, e)) || !(w[0] = vq__tensor_var_cut(dst, e))) {
-        int err = atomic_load(&src->engine) != e ? VQ_EINVAL : VQ_ENOMEM;
+    const char *which = "src";
+    if ((rc = vq__tensor_var_cut(src, e, &r[0])) == 0) {
+        which = "dst";
+        rc = vq__tensor_var_cut(dst, e, &w[0]);
+    }
+    if (rc < 0) {
         free(c);
         vq_tensor_release(dst);
-        return vq__fail_prefixed(err, err == VQ_EINVAL ? "vq_tensor_copy_to: src" : "vq_tensor_copy_to");
+        return vq__fail_prefixed(rc, "vq_tensor_copy_to: %s", which);
     }
     c->src = vq_tensor_retain(src);
     c->dst = vq_tensor_retain(dst);

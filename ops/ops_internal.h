@@ -122,13 +122,17 @@ struct vq_tensor {
 };
 
 /* vq_tensor_var without the capture cut: for capture itself, which pushes
- * the recorded work on t with it. On failure NULL with a message that
- * names no call (the caller puts its own before it): VQ_EINVAL, t is
- * another engine's, or VQ_ENOMEM. */
-vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e);
+ * the recorded work on t with it. Sets *out and returns 0, or fails with a
+ * message that names no call (the caller puts its own before it):
+ * VQ_EINVAL, t is another engine's, or VQ_ENOMEM. */
+int vq__tensor_var(vq_tensor *t, vq_engine *e, vq_var **out);
 /* vq_tensor_var for the library's own calls (vq_op_run, vq_tensor_copy_to):
  * the capture cut, then vq__tensor_var, its message left to the caller. */
-vq_var *vq__tensor_var_cut(vq_tensor *t, vq_engine *e);
+int vq__tensor_var_cut(vq_tensor *t, vq_engine *e, vq_var **out);
+/* Puts "<type>: input|output <n>" before the current message, for the
+ * tensor at index i of a call's inputs then outputs (nin inputs), as
+ * vq_op_run names a slot whose tensor failed; returns err. */
+int vq__call_slot_fail(int err, const char *type, int i, int nin);
 
 /* A new CPU tensor whose bytes are not initialized. */
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape);

@@ -809,10 +809,8 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
     }
     vq_var *vars[2 * VQ__MAX_SLOTS];
     for (int i = 0; e && rc == 0 && i < nin + nout; i++)
-        if (!(vars[i] = vq__tensor_var_cut(c->t[i], e))) /* another engine's, or no memory */
-            rc = vq__fail_prefixed(atomic_load(&c->t[i]->engine) == e ? VQ_ENOMEM : VQ_EINVAL,
-                                   "%s: %s %d", d->type, i < nin ? "input" : "output",
-                                   i < nin ? i : i - nin);
+        if ((rc = vq__tensor_var_cut(c->t[i], e, &vars[i])) < 0) /* another engine's, no memory */
+            rc = vq__call_slot_fail(rc, d->type, i, nin);
     if (rc == 0 && !e) {
         vq__kcall k = {.def = d, .params = c->params, .in = c->t, .nin = nin,
                        .out = c->t + nin, .nout = nout, .x = NULL};

@@ -380,39 +380,43 @@ VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e)
         vq__fail(VQ_EINVAL, "vq_tensor_var: NULL argument");
         return NULL;
     }
-    vq_var *v = vq__tensor_var_cut(t, e);
-    if (!v)
-        vq__fail_prefixed(VQ_EINVAL, "vq_tensor_var");
+    vq_var *v = NULL;
+    int rc = vq__tensor_var_cut(t, e, &v);
+    if (rc < 0)
+        vq__fail_prefixed(rc, "vq_tensor_var");
     return v;
 }
 
-vq_var *vq__tensor_var_cut(vq_tensor *t, vq_engine *e)
+int vq__tensor_var_cut(vq_tensor *t, vq_engine *e, vq_var **out)
 {
     /* The caller will push on the var: recorded calls on t go first. */
     vq__capture_cut(t, VQ__CUT_VAR);
-    return vq__tensor_var(t, e);
+    return vq__tensor_var(t, e, out);
 }
 
-vq_var *vq__tensor_var(vq_tensor *t, vq_engine *e)
+int vq__tensor_var(vq_tensor *t, vq_engine *e, vq_var **out)
 {
     vq_engine *owner = NULL;
-    if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e) {
-        vq__fail(VQ_EINVAL, "the tensor is already used with another engine");
-        return NULL;
-    }
+    if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e)
+        return vq__fail(VQ_EINVAL, "the tensor is already used with another engine");
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
-    if (v)
-        return v;
-    vq_var *mine = vq_var_new(e, "tensor");
-    if (!mine) {
-        vq__fail(VQ_ENOMEM, "out of memory for the tensor's engine var");
-        return NULL;
+    if (!v) {
+        vq_var *mine = vq_var_new(e, "tensor");
+        if (!mine)
+            return vq__fail(VQ_ENOMEM, "out of memory for the tensor's engine var");
+        if (atomic_compare_exchange_strong(&t->var, &v, mine))
+            v = mine;
+        else
+            vq_var_free(e, mine); /* another thread won; v is its var */
     }
-    if (!atomic_compare_exchange_strong(&t->var, &v, mine)) {
-        vq_var_free(e, mine); /* another thread won; v is its var */
-        return v;
-    }
-    return mine;
+    *out = v;
+    return 0;
+}
+
+int vq__call_slot_fail(int err, const char *type, int i, int nin)
+{
+    return vq__fail_prefixed(err, "%s: %s %d", type, i < nin ? "input" : "output",
+                             i < nin ? i : i - nin);
 }
 
 VQ_API int vq_tensor_wait(vq_tensor *t)

@@ -1052,16 +1052,11 @@ static int wait_forbidden(const char *fn)
     return 0;
 }
 
-/* How many times vq_wait_var looks for its answer (and for ready ops to
- * run) before it sleeps: a worker's spin (threaded.c). */
-#define WAIT_SPIN 2000
-
 struct var_waiter {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     vq_var *v;
-    bool done;
-    atomic_bool answered; /* done, for the helping waiter's lock-free look */
+    atomic_bool answered; /* set under lock, also read without it by the waiter's spin */
     int err;
 };
 
@@ -1077,7 +1072,6 @@ static int take_var_error(void *arg, const vq_exec_ctx *x)
     w->v->err = 0;
     pthread_mutex_lock(&w->lock);
     w->err = err;
-    w->done = true;
     /* release: the waiter that sees it without the lock sees err too */
     atomic_store_explicit(&w->answered, true, memory_order_release);
     pthread_cond_signal(&w->cond);
@@ -1096,7 +1090,7 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
         return rc;
     if (e->kind == VQ_ENGINE_NAIVE)
         return vq__naive_wait_var(e, v);
-    struct var_waiter w = {.v = v, .done = false, .err = 0};
+    struct var_waiter w = {.v = v, .err = 0};
     atomic_init(&w.answered, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
@@ -1114,17 +1108,15 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
          * last ops) then often runs in this thread or is answered while
          * it spins, without the wake-ups of a handoff to a sleeping worker
          * and back. */
-        for (int i = 0; i < WAIT_SPIN && !atomic_load_explicit(&w.answered, memory_order_acquire);
-             i++) {
+        for (int i = 0;
+             i < VQ__SPIN_LOOKS && !atomic_load_explicit(&w.answered, memory_order_acquire); i++) {
             if (vq__run_here(&e->cpu))
                 i = 0;
-            else if (i % 64 == 63)
-                sched_yield();
             else
-                vq__cpu_relax();
+                vq__spin_pause(i);
         }
         pthread_mutex_lock(&w.lock);
-        while (!w.done)
+        while (!atomic_load_explicit(&w.answered, memory_order_relaxed)) /* under w.lock */
             pthread_cond_wait(&w.cond, &w.lock);
         pthread_mutex_unlock(&w.lock);
         rc = w.err;

@@ -20,6 +20,7 @@
 #include "engine_services.h" /* vq__fail & co., fault.h's allocation */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,6 +162,20 @@ static inline void vq__cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+/* How long a thread about to sleep (an idle worker, a waiter in
+ * vq_wait_var) keeps looking first: VQ__SPIN_LOOKS looks, with
+ * vq__spin_pause(i) between look i and the next, which yields the core
+ * every 64 looks to a thread that needs it (a pusher on the same core). */
+#define VQ__SPIN_LOOKS 2000
+
+static inline void vq__spin_pause(int i)
+{
+    if (i % 64 == 63)
+        sched_yield();
+    else
+        vq__cpu_relax();
 }
 
 /* ---- ops ---- */

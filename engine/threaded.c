@@ -30,7 +30,6 @@
 #include <string.h>
 
 #define RING_CELLS (1u << 13)
-#define SPIN_BEFORE_SLEEP 2000
 
 static VQ__TLS struct vq__worker *self;
 
@@ -288,15 +287,12 @@ bool vq__run_here(struct vq__wpool *p)
 static vq__op *worker_sleep(struct vq__wpool *p)
 {
     vq__op *op;
-    for (int i = 0; i < SPIN_BEFORE_SLEEP; i++) {
+    for (int i = 0; i < VQ__SPIN_LOOKS; i++) {
         if ((op = vq__pool_pop(p)))
             return op;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             return NULL;
-        if (i % 64 == 63)
-            sched_yield(); /* let a pusher on this core run */
-        else
-            vq__cpu_relax();
+        vq__spin_pause(i);
     }
     pthread_mutex_lock(&p->sleep_lock);
     atomic_fetch_add(&p->sleepers, 1);

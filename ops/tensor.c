@@ -103,41 +103,20 @@ static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *sha
  * one thread (the caller, a worker), while the last release happens in
  * another (the worker that ran the last op reading it), so a per-thread
  * cache would be empty where headers are made and full where they die;
- * the pool's depot moves them back in batches. Under AddressSanitizer
- * every header goes through calloc and free instead, so that a tensor
- * never released is a leak LeakSanitizer reports, and a use after the
- * last release is caught. */
-#if defined(__SANITIZE_ADDRESS__)
-#define HEADERS_POOLED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define HEADERS_POOLED 0
-#endif
-#endif
-#ifndef HEADERS_POOLED
-#define HEADERS_POOLED 1
-#endif
+ * the pool's depot moves them back in batches. */
 _Static_assert(sizeof(vq_tensor) <= VQ__OBJ_SIZE, "a tensor header fits a pooled object");
 
 static vq_tensor *header_get(void)
 {
-#if HEADERS_POOLED
     vq_tensor *t = vq__obj_alloc();
     if (t)
         memset(t, 0, sizeof *t);
     return t;
-#else
-    return vq__calloc(1, sizeof(vq_tensor));
-#endif
 }
 
 static void header_put(vq_tensor *t)
 {
-#if HEADERS_POOLED
     vq__obj_free(t);
-#else
-    free(t);
-#endif
 }
 
 static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,

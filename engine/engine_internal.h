@@ -437,6 +437,9 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
 bool vq__pool_idle(struct vq__wpool *p);
 /* The worker running on this thread, or NULL. */
 struct vq__worker *vq__self(void);
+/* The engine whose CPU op this thread, not a worker, runs in vq__run_here
+ * (a helping pusher or waiter), or NULL. */
+extern VQ__TLS vq_engine *vq__helping;
 vq__op *vq__pool_pop(struct vq__wpool *p);
 /* Runs one queued op of p on the calling thread (a pusher that helps).
  * Returns false when none was queued. */

@@ -54,6 +54,31 @@ uint64_t vq__now_ns(void);
 void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
                    int worker);
 
+/* ---- parallel loops inside an op (parallel.c) ----
+ *
+ * For a CPU kernel with more work than one core should do alone: runs
+ * fn(arg, lo, hi, slot) once for each chunk [lo, hi) of chunk indices
+ * (the last one shorter) covering [0, n), on the calling worker and on
+ * whichever other workers of its pool are idle (helper ops pushed on the
+ * pool; a busy worker's share falls back to the others). Chunks run
+ * concurrently and in no set order, so fn must write disjoint data per
+ * chunk; their bounds depend only on n and chunk, so a result that depends
+ * on how the work is cut is the same on every run. slot (0 to
+ * vq__parallel_slots() - 1) is the participant running the chunk, the same
+ * for every chunk one participant runs: an index for per-participant
+ * scratch. Returns when every chunk has returned: 0, or the first nonzero
+ * value fn returned (every chunk still runs). Serial on the calling thread
+ * (the same chunks in order, slot 0) outside the threaded engine's CPU
+ * pool (a worker of it, or a thread running one of its ops in
+ * vq__run_here), with one participant, and inside a chunk. Never sleeps;
+ * it allocates (the loop's state) only when it runs in parallel. */
+#define VQ__PAR_MAX_SLOTS 64
+typedef int (*vq__range_fn)(void *arg, int64_t lo, int64_t hi, int slot);
+int vq__parallel_for(int64_t n, int64_t chunk, vq__range_fn fn, void *arg);
+/* How many slots vq__parallel_for would use from this thread now (1 when
+ * it would run serially): size per-participant scratch with it. */
+int vq__parallel_slots(void);
+
 /* ---- small objects (pool.c) ----
  *
  * Objects of up to VQ__OBJ_SIZE bytes (64-byte aligned, contents

@@ -32,6 +32,7 @@
 #define RING_CELLS (1u << 13)
 
 static VQ__TLS struct vq__worker *self;
+VQ__TLS vq_engine *vq__helping;
 
 struct vq__worker *vq__self(void)
 {
@@ -278,7 +279,10 @@ bool vq__run_here(struct vq__wpool *p)
         return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
     vq__ready r = {.engine = op->desc->engine};
+    vq_engine *outer = vq__helping;
+    vq__helping = r.engine; /* its loops may borrow the workers (parallel.c) */
     vq__op_run(op, &x, &r);
+    vq__helping = outer;
     vq__ready_flush(&r);
     return true;
 }

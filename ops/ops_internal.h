@@ -476,6 +476,11 @@ int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int
  * and never reach OpenBLAS. */
 void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c);
+/* The same with C's rows ldc elements apart (ldc >= n): a block of columns
+ * of a wider C. */
+void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                  int64_t ldc);
 
 /* ---- grad maker helpers (registry.c) ---- */
 

@@ -154,6 +154,48 @@ Test(ops_conv, conv2d_matches_the_plain_loop)
         }
 }
 
+/* Large enough for the engine's workers to share one call (ops/cpu/conv.c:
+ * whole images or groups, or within one image the im2col by channel and
+ * the product by column or by output-channel blocks). */
+static const struct conv_case shared_cases[] = {
+    {1, 8, 32, 32, 16, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* by columns */
+    {1, 64, 6, 6, 128, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* by channels */
+    {3, 8, 16, 16, 16, 3, 3, 2, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},  /* by (image, group) */
+    {1, 64, 16, 16, 64, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},  /* 1x1, by columns */
+    {1, 32, 32, 32, 32, 3, 3, 32, {1, 1}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise */
+};
+
+Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
+{
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    for (size_t k = 0; k < sizeof shared_cases / sizeof shared_cases[0]; k++)
+        for (int d = 0; d < 2; d++) {
+            const struct conv_case *cc = &shared_cases[k];
+            vq_tensor *in[3], *par = NULL;
+            int nin = conv_inputs(cc, floats[d], in);
+            vq_attr at[4];
+            int na = conv_attrs(cc, at);
+            vq_tensor *ser = oc_run1("conv2d", in, nin, at, na);
+            cr_assert_eq(vq_op_run(e, "conv2d", in, nin, &par, 1, at, na), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+            cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(ser),
+                                (size_t)vq_tensor_numel(ser) * vq_dtype_size(floats[d])),
+                         0, "case %zu, %s: the shared call differs from the serial one", k,
+                         floats[d] == VQ_F32 ? "f32" : "f64");
+            int64_t os[4];
+            conv_out_shape(cc, os);
+            double *want = ref_conv(cc, in[0], in[1], cc->bias ? in[2] : NULL);
+            oc_assert_close(par, 4, os, want, tol(floats[d]) * 10, tol(floats[d]) * 10);
+            free(want);
+            vq_tensor_release(par);
+            vq_tensor_release(ser);
+            release_all(in, nin);
+        }
+    vq_engine_free(e);
+}
+
 Test(ops_conv, conv2d_defaults_are_stride_1_no_pad_no_dilation_one_group)
 {
     struct conv_case cc = {2, 2, 4, 5, 3, 2, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false};

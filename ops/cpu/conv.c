@@ -356,6 +356,113 @@ static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
 ADD_BIAS(float)
 ADD_BIAS(double)
 
+/* One conv2d call's work, shared by the participants of its parallel
+ * loops (engine_services.h, vq__parallel_for). */
+struct conv_job {
+    const vq__conv *cv;
+    vq_dtype dt;
+    size_t es;
+    const char *x, *w, *b; /* b: NULL without a bias */
+    char *o;
+    const char *xg;                     /* one image's group, for the loops within it */
+    char *wg_out;                       /* its output planes */
+    const char *wg;                     /* its weights */
+    void *col;                          /* its columns (X's planes when direct) */
+    vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */
+};
+
+/* The bias of output channels [ch0, ch0 + nch) onto their planes at o. */
+static void conv_bias(const struct conv_job *j, char *o, int64_t ch0, int64_t nch)
+{
+    if (j->dt == VQ_F32)
+        add_bias_float((float *)o, (const float *)j->b + ch0, 1, nch, j->cv->plane);
+    else
+        add_bias_double((double *)o, (const double *)j->b + ch0, 1, nch, j->cv->plane);
+}
+
+/* Whole (image, group) items, item = n * groups + g, each participant
+ * with its own columns. */
+static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    for (int64_t item = lo; item < hi; item++) {
+        int64_t n = item / cv->groups, g = item % cv->groups;
+        const char *xg = at(j->x, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, j->es);
+        const void *src = xg;
+        if (!cv->direct) {
+            if (!j->cols[slot]) {
+                int64_t len = cv->rows * cv->plane;
+                if (vq__tensor_empty(&j->cols[slot], j->dt, 1, &len) < 0)
+                    return VQ_ENOMEM;
+            }
+            im2col(j->dt, xg, j->cols[slot]->data, &cv->w, cv->cg);
+            src = j->cols[slot]->data;
+        }
+        char *og = at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
+        vq__gemm(j->dt, false, false, cv->mg, cv->plane, cv->rows, 1,
+                 at(j->w, g * cv->mg * cv->rows, j->es), cv->rows, src, cv->plane, 0, og);
+        if (j->b)
+            conv_bias(j, og, g * cv->mg, cv->mg);
+    }
+    return 0;
+}
+
+/* Within one item: the columns of input channels [lo, hi). */
+static int conv_im2col_part(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    int64_t taps = cv->w.kh * cv->w.kw;
+    im2col(j->dt, at(j->xg, lo * cv->w.h * cv->w.w, j->es),
+           at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
+    return 0;
+}
+
+/* Within one item: output columns [lo, hi) of every output channel. */
+static int conv_gemm_cols(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    vq__gemm_ldc(j->dt, false, false, cv->mg, hi - lo, cv->rows, 1, j->wg, cv->rows,
+                 at(j->col, lo, j->es), cv->plane, 0, at(j->wg_out, lo, j->es), cv->plane);
+    return 0;
+}
+
+/* Within one item: output channels [lo, hi), every column. */
+static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    vq__gemm(j->dt, false, false, hi - lo, cv->plane, cv->rows, 1, at(j->wg, lo * cv->rows, j->es),
+             cv->rows, j->col, cv->plane, 0, at(j->wg_out, lo * cv->plane, j->es));
+    return 0;
+}
+
+/* Products of fewer multiply-adds than this run on one worker: the helper
+ * ops of a parallel loop would cost more than they save. */
+#define CONV_PARALLEL_MACS (1 << 18)
+/* A single image's call is cut into this many blocks (of input channels
+ * for the im2col, of output columns or channels for the product): enough
+ * to balance a few workers, few enough that repacking the product's other
+ * operand per block costs little. */
+#define CONV_BLOCKS 8
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* The engine's workers share a large call (vq__parallel_for): whole
+ * (image, group) items when there are several, else the im2col over
+ * blocks of input channels and then the product over blocks of output
+ * columns (or of output channels, when they outnumber the columns: fewer
+ * repacks of the larger operand). The blocks depend only on the shapes,
+ * so the result is the same bits whoever runs the op and however many
+ * workers help. */
 static int conv2d_kernel(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
@@ -364,29 +471,45 @@ static int conv2d_kernel(const vq__kcall *k)
         return 0;
     vq__conv cv =
         vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
-    vq_dtype dt = x->dtype;
-    size_t es = vq_dtype_size(dt);
-    vq_tensor *col = NULL;
-    int rc = cv.direct ? 0 : scratch(k, dt, cv.rows * cv.plane, &col);
-    if (rc < 0)
-        return rc;
-    for (int64_t n = 0; n < cv.w.n; n++)
-        for (int64_t g = 0; g < cv.groups; g++) {
-            const char *xg = at(x->data, (n * cv.w.c + g * cv.cg) * cv.w.h * cv.w.w, es);
-            const void *src = xg;
-            if (col) {
-                im2col(dt, xg, col->data, &cv.w, cv.cg);
-                src = col->data;
-            }
-            vq__gemm(dt, false, false, cv.mg, cv.plane, cv.rows, 1,
-                     at(w->data, g * cv.mg * cv.rows, es), cv.rows, src, cv.plane, 0,
-                     at(o->data, (n * cv.m + g * cv.mg) * cv.plane, es));
+    struct conv_job j = {.cv = &cv,
+                         .dt = x->dtype,
+                         .es = vq_dtype_size(x->dtype),
+                         .x = x->data,
+                         .w = w->data,
+                         .b = b ? b->data : NULL,
+                         .o = o->data};
+    int64_t items = cv.w.n * cv.groups;
+    bool share =
+        (double)cv.m * (double)cv.plane * (double)cv.rows * (double)cv.w.n >= CONV_PARALLEL_MACS;
+    int rc = 0;
+    if (!share || items > 1) {
+        rc = share ? vq__parallel_for(items, 1, conv_items, &j) : conv_items(&j, 0, items, 0);
+        for (int i = 0; i < VQ__PAR_MAX_SLOTS; i++)
+            vq_tensor_release(j.cols[i]);
+        if (rc == VQ_ENOMEM) {
+            return vq__fail(rc, "%s: the im2col buffer of %lld elements", k->def->type,
+                            (long long)(cv.rows * cv.plane));
         }
+        return rc;
+    }
+    /* one image, one group */
+    vq_tensor *col = NULL;
+    if (!cv.direct && (rc = scratch(k, j.dt, cv.rows * cv.plane, &col)) < 0)
+        return rc;
+    j.xg = x->data;
+    j.wg = w->data;
+    j.wg_out = o->data;
+    j.col = col ? col->data : (void *)j.xg;
+    if (col)
+        vq__parallel_for(cv.cg, ceil_div(cv.cg, CONV_BLOCKS), conv_im2col_part, &j);
+    if (cv.plane >= cv.mg)
+        vq__parallel_for(cv.plane, ceil_div(ceil_div(cv.plane, CONV_BLOCKS), 16) * 16,
+                         conv_gemm_cols, &j);
+    else
+        vq__parallel_for(cv.mg, ceil_div(cv.mg, CONV_BLOCKS), conv_gemm_rows, &j);
+    if (b)
+        conv_bias(&j, j.wg_out, 0, cv.mg);
     vq_tensor_release(col);
-    if (b && dt == VQ_F32)
-        add_bias_float(o->data, b->data, cv.w.n, cv.m, cv.plane);
-    else if (b)
-        add_bias_double(o->data, b->data, cv.w.n, cv.m, cv.plane);
     return 0;
 }
 

@@ -122,25 +122,34 @@ static void blas_single_threaded(void)
 /* Row-major C[m,n] = alpha * op(A) op(B) + beta * C, beta 0 or 1, for any
  * sizes: OpenBLAS rejects leading dims of 0, so empty products never reach
  * it, and k == 0 leaves beta * C (zeros for beta 0). Also the convolutions'
- * product (cpu/conv.c; ops_internal.h). */
+ * product (cpu/conv.c; ops_internal.h); vq__gemm_ldc writes C's rows ldc
+ * apart (a block of columns of a wider C). */
 void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c)
+{
+    vq__gemm_ldc(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+}
+
+void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                  int64_t ldc)
 {
     pthread_once(&blas_once, blas_single_threaded);
     if (m == 0 || n == 0)
         return;
     if (k == 0) {
-        if (beta == 0)
-            memset(c, 0, (size_t)(m * n) * vq_dtype_size(dt));
+        size_t es = vq_dtype_size(dt);
+        for (int64_t i = 0; beta == 0 && i < m; i++)
+            memset((char *)c + (size_t)(i * ldc) * es, 0, (size_t)n * es);
         return;
     }
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == VQ_F32)
         cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,
-                    (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)n);
+                    (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
     else
         cblas_dgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, alpha, a,
-                    (blasint)lda, b, (blasint)ldb, beta, c, (blasint)n);
+                    (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
 static const char *at(const void *base, int64_t elems, size_t es)

@@ -104,6 +104,7 @@ static void val_free(struct ox_val *v)
     free(v->name);
     free(v->var);
     vq_tensor_release(v->konst);
+    vq_tensor_release(v->offered);
     free(v);
 }
 
@@ -229,6 +230,17 @@ int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size
     return 0;
 }
 
+bool ox_known(struct ox *x, struct ox_val *v)
+{
+    if (!v->konst && v->offered) {
+        v->konst = v->offered;
+        v->offered = NULL;
+        if (x->opts->specialized)
+            x->opts->specialized[v->offer] = true;
+    }
+    return v->konst != NULL;
+}
+
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
 {
     struct ox_val *v;
@@ -236,7 +248,7 @@ int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, 
     *n = -1;
     if (rc || !v)
         return rc;
-    if (!v->konst)
+    if (!ox_known(x, v))
         return ox_fail(x, VQ_ENOSYS, "input %d (%s) \"%s\" must be known when the model is "
                                      "imported (an initializer, a Constant, or computed from "
                                      "known shapes)",
@@ -519,9 +531,56 @@ int ox_var_of(struct ox *x, struct ox_val *v)
     return val_var(x, v);
 }
 
+/* The value offered for graph input v, if any: it must be a CPU tensor of
+ * the input's dtype and rank, with its known dims. */
+static int offer_attach(struct ox *x, struct ox_val *v)
+{
+    const vq_onnx_opts *o = x->opts;
+    for (int i = 0; o && i < o->nvalues; i++) {
+        const vq_tensor *t = o->values[i].tensor;
+        if (strcmp(o->values[i].name, v->name))
+            continue;
+        bool fits = t->dtype == v->meta.dtype && t->ndim == v->meta.ndim;
+        for (int d = 0; fits && d < t->ndim; d++)
+            fits = v->meta.shape[d] < 0 || v->meta.shape[d] == t->shape[d];
+        if (!fits) {
+            char a[96], b[96];
+            return vq__fail(VQ_EINVAL,
+                            "onnx: the value offered for graph input \"%s\" is %s%s; "
+                            "the model declares %s%s",
+                            v->name, vq_dtype_name(t->dtype),
+                            vq__shape_str(a, sizeof a, t->ndim, t->shape),
+                            vq_dtype_name(v->meta.dtype),
+                            vq__shape_str(b, sizeof b, v->meta.ndim, v->meta.shape));
+        }
+        v->offered = vq_tensor_retain((vq_tensor *)t);
+        v->offer = i;
+        return 0;
+    }
+    return 0;
+}
+
+/* Each offered value names a graph input that is not an initializer. */
+static int offers_check(const struct ox *x, const Onnx__GraphProto *g)
+{
+    const vq_onnx_opts *o = x->opts;
+    for (int i = 0; o && i < o->nvalues; i++) {
+        bool found = false;
+        for (size_t k = 0; !found && k < g->n_input; k++)
+            found = g->input[k]->name && !strcmp(g->input[k]->name, o->values[i].name) &&
+                    !is_initializer(g, o->values[i].name);
+        if (!found)
+            return vq__fail(VQ_EINVAL,
+                            "onnx: value %d is offered for \"%s\", which is not a "
+                            "graph input of the model (or is an initializer)",
+                            i, o->values[i].name);
+    }
+    return 0;
+}
+
 static int import_graph(struct ox *x, const Onnx__GraphProto *g)
 {
-    int rc = 0;
+    int rc = offers_check(x, g);
     for (size_t i = 0; i < g->n_initializer && rc == 0; i++) {
         const Onnx__TensorProto *t = g->initializer[i];
         if (!t->name || !*t->name)
@@ -558,6 +617,8 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
             return rc;
         if (!(v->var = vq__strdup(vi->name)))
             return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        if ((rc = offer_attach(x, v)) < 0)
+            return rc;
         rc = vq_program_add_var(x->p, 0, v->var, v->meta.dtype, v->meta.ndim, v->meta.shape,
                                 false);
         if (rc < 0)
@@ -607,12 +668,39 @@ static void ox_free(struct ox *x)
     free(x->binds);
 }
 
+/* The offers are usable: names and CPU tensors. */
+static int opts_check(const vq_onnx_opts *o)
+{
+    if (!o)
+        return 0;
+    if (o->nvalues < 0 || (o->nvalues && !o->values))
+        return vq__fail(VQ_EINVAL, "vq_program_from_onnx_opts: %d values at %p", o->nvalues,
+                        (const void *)o->values);
+    for (int i = 0; i < o->nvalues; i++) {
+        const vq_onnx_value *v = &o->values[i];
+        if (!v->name || !v->tensor)
+            return vq__fail(VQ_EINVAL, "vq_program_from_onnx_opts: value %d has no %s", i,
+                            v->name ? "tensor" : "name");
+        if (v->tensor->dev.kind != VQ_DEV_CPU)
+            return vq__fail(VQ_EINVAL,
+                            "vq_program_from_onnx_opts: value %d (\"%s\") is not on "
+                            "the CPU",
+                            i, v->name);
+        if (o->specialized)
+            o->specialized[i] = false;
+    }
+    return 0;
+}
+
 static int import_model(vq_program **out, vq_scope *params, const void *buf, size_t len,
-                        const char *dir)
+                        const char *dir, const vq_onnx_opts *opts)
 {
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_program_from_onnx: NULL argument");
     *out = NULL;
+    int orc = opts_check(opts);
+    if (orc < 0)
+        return orc;
     unsigned failed = vq__protobuf_failed_allocs();
     Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!m && vq__protobuf_failed_allocs() != failed)
@@ -621,7 +709,7 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
         return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
                                    "a ModelProto: truncated or corrupted?)",
                         len);
-    struct ox x = {.dir = dir};
+    struct ox x = {.dir = dir, .opts = opts};
     int rc = 0;
     if (!m->graph)
         rc = vq__fail(VQ_EINVAL, "onnx: the model has no graph");
@@ -649,7 +737,13 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
 
 VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *buf, size_t len)
 {
-    return import_model(out, params, buf, len, NULL);
+    return import_model(out, params, buf, len, NULL, NULL);
+}
+
+VQ_API int vq_program_from_onnx_opts(vq_program **out, vq_scope *params, const void *buf,
+                                     size_t len, const vq_onnx_opts *opts)
+{
+    return import_model(out, params, buf, len, NULL, opts);
 }
 
 /* The whole file at path (malloc'd into *buf). */
@@ -688,7 +782,8 @@ static int read_file(const char *path, void **buf, size_t *len)
     return 0;
 }
 
-VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path)
+VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, const char *path,
+                                          const vq_onnx_opts *opts)
 {
     if (!out || !path)
         return vq__fail(VQ_EINVAL, "vq_program_from_onnx_file: NULL argument");
@@ -708,10 +803,15 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
         *slash = '\0';
     else
         strcpy(dir, ".");
-    rc = import_model(out, params, buf, len, *dir ? dir : "/");
+    rc = import_model(out, params, buf, len, *dir ? dir : "/", opts);
     free(dir);
     free(buf);
     return rc;
+}
+
+VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path)
+{
+    return vq_program_from_onnx_file_opts(out, params, path, NULL);
 }
 
 VQ_API void vq_onnx_info_free(vq_onnx_info *info)

@@ -27,6 +27,24 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
     return NOT_BUILT("vq_program_from_onnx_file");
 }
 
+VQ_API int vq_program_from_onnx_opts(vq_program **out, vq_scope *params, const void *buf,
+                                     size_t len, const vq_onnx_opts *opts)
+{
+    (void)params, (void)buf, (void)len, (void)opts;
+    if (out)
+        *out = NULL;
+    return NOT_BUILT("vq_program_from_onnx_opts");
+}
+
+VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, const char *path,
+                                          const vq_onnx_opts *opts)
+{
+    (void)params, (void)path, (void)opts;
+    if (out)
+        *out = NULL;
+    return NOT_BUILT("vq_program_from_onnx_file_opts");
+}
+
 VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
 {
     (void)buf, (void)len;

@@ -20,6 +20,11 @@ struct ox_val {
     char *var;         /* the program var holding it, NULL until needed */
     vq__meta meta;     /* dtype and shape (-1 for dims known only at run) */
     vq_tensor *konst;  /* its value, when known at import (one reference) */
+    /* A graph input's value that the caller offered (vq_onnx_opts), taken
+     * as konst only when a translation needs it known (ox_known); one
+     * reference, and its index among the offers. */
+    vq_tensor *offered;
+    int offer;
 };
 
 struct ox {
@@ -41,6 +46,7 @@ struct ox {
         vq_tensor *t;
     } *binds;
     int nbinds;
+    const struct vq_onnx_opts *opts; /* offered input values, or NULL */
 };
 
 /* ---- tensor.c ---- */
@@ -61,6 +67,11 @@ struct ox_val *ox_find(struct ox *x, const char *name);
 /* Input i of the node: NULL when it is absent (past the end, or ""), else
  * its value (an input no one produced fails the import). */
 int ox_in(struct ox *x, int i, struct ox_val **out);
+/* Whether v's value is known at import. A graph input whose value the
+ * caller offered becomes known here, the first time a translation needs
+ * it: the program is then specialized on it (and the offer is marked so in
+ * opts->specialized). */
+bool ox_known(struct ox *x, struct ox_val *v);
 /* The node's attribute name, or NULL. */
 const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name);
 int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out);

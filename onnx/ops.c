@@ -1290,7 +1290,7 @@ static int t_dropout(struct ox *x)
     if (rc == 0 && x->opset >= 12)
         rc = ox_in(x, 2, &training);
     if (rc == 0 && training) {
-        if (!training->konst || training->konst->dtype != VQ_BOOL)
+        if (!ox_known(x, training) || training->konst->dtype != VQ_BOOL)
             return ox_fail(x, VQ_ENOSYS, "training_mode must be known when the model is "
                                          "imported (a bool constant)");
         if (*(unsigned char *)training->konst->data)
@@ -1331,10 +1331,15 @@ static int t_reshape(struct ox *x)
         return ox_fail(x, VQ_EINVAL, "no shape");
     if (n > VQ_MAX_DIMS)
         return ox_fail(x, VQ_ENOSYS, "rank %d is more than varq's %d", n, VQ_MAX_DIMS);
+    bool zero = false;
     for (int i = 0; allowzero && i < n; i++)
-        if (shape[i] == 0)
-            return ox_fail(x, VQ_ENOSYS, "allowzero with a 0 in the shape (an empty dim)");
-    return reshape_to(x, v, shape, n, out0(x), NULL);
+        zero |= shape[i] == 0;
+    if (!zero)
+        return reshape_to(x, v, shape, n, out0(x), NULL);
+    /* allowzero with a 0 in the shape: an empty dim, not a copied one */
+    const char *name = out0(x);
+    vq_attr a[2] = {VQ_ATTR_IS("shape", shape, n), VQ_ATTR_I("allowzero", 1)};
+    return ox_emit(x, "reshape", &v, 1, &name, 1, a, 2, NULL);
 }
 
 static int t_flatten(struct ox *x)
@@ -1526,17 +1531,64 @@ static int t_slice(struct ox *x)
         return rc;
     if (ns < 0 || ne != ns || (na >= 0 && na != ns) || (nst >= 0 && nst != ns))
         return ox_fail(x, VQ_EINVAL, "starts, ends, axes and steps differ in length");
-    for (int i = 0; i < nst; i++)
-        if (steps[i] != 1)
-            return ox_fail(x, VQ_ENOSYS, "step %lld on axis %d (varq slices with step 1)",
-                           (long long)steps[i], i);
     if (na < 0)
         for (int i = 0; i < ns; i++)
             axes[i] = i;
-    vq_attr a[3] = {VQ_ATTR_IS("axes", axes, ns), VQ_ATTR_IS("starts", starts, ns),
-                    VQ_ATTR_IS("ends", ends, ns)};
-    const char *o = out0(x);
-    return ox_emit(x, "slice", &v, 1, &o, 1, a, 3, NULL);
+    /* varq's slice takes step 1; the axes with another step (known dims
+     * only) become gathers of the indices the step picks, computed here */
+    int64_t s1[3][MAXI];
+    int n1 = 0, stepped[MAXI], nstep = 0;
+    for (int i = 0; i < ns; i++) {
+        if (nst < 0 || steps[i] == 1) {
+            s1[0][n1] = axes[i], s1[1][n1] = starts[i], s1[2][n1++] = ends[i];
+            continue;
+        }
+        int64_t ax = axes[i] < 0 ? axes[i] + v->meta.ndim : axes[i];
+        if (steps[i] == 0)
+            return ox_fail(x, VQ_EINVAL, "step 0 on axis %lld", (long long)axes[i]);
+        if (ax < 0 || ax >= v->meta.ndim)
+            return ox_fail(x, VQ_EINVAL, "axis %lld of a rank-%d input", (long long)axes[i],
+                           v->meta.ndim);
+        if (v->meta.shape[ax] < 0)
+            return ox_fail(x, VQ_ENOSYS,
+                           "step %lld on axis %lld, whose size is known only at "
+                           "run time (varq slices with step 1, and other steps "
+                           "of known dims)",
+                           (long long)steps[i], (long long)ax);
+        stepped[nstep++] = i;
+    }
+    struct ox_val *cur = v;
+    const char *o = out0(x), *temp = NULL;
+    if (n1 > 0 || nstep == 0) {
+        vq_attr a[3] = {VQ_ATTR_IS("axes", s1[0], n1), VQ_ATTR_IS("starts", s1[1], n1),
+                        VQ_ATTR_IS("ends", s1[2], n1)};
+        if ((rc = ox_emit(x, "slice", &cur, 1, nstep ? &temp : &o, 1, a, 3, &cur)) < 0)
+            return rc;
+    }
+    for (int k = 0; k < nstep; k++) {
+        int i = stepped[k];
+        int64_t ax = axes[i] < 0 ? axes[i] + v->meta.ndim : axes[i], dim = v->meta.shape[ax];
+        int64_t st = steps[i], lo = starts[i] < 0 ? starts[i] + dim : starts[i];
+        int64_t hi = ends[i] < 0 ? ends[i] + dim : ends[i];
+        /* ONNX's clamps: [0, dim] going up, [-1, dim - 1] going down */
+        int64_t top = st > 0 ? dim : dim - 1, bottom = st > 0 ? 0 : -1;
+        lo = lo < bottom ? bottom : lo > top ? top : lo;
+        hi = hi < bottom ? bottom : hi > top ? top : hi;
+        int64_t count = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0)
+                               : (lo > hi ? (lo - hi - st - 1) / -st : 0);
+        vq_tensor *idx;
+        if ((rc = vq_tensor_new(&idx, VQ_I64, 1, &count)) < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+        for (int64_t j = 0; j < count; j++)
+            ((int64_t *)idx->data)[j] = lo + j * st;
+        struct ox_val *in[2] = {cur, NULL};
+        if ((rc = ox_const(x, NULL, idx, &in[1])) < 0)
+            return rc;
+        vq_attr a = VQ_ATTR_I("axis", ax);
+        if ((rc = ox_emit(x, "gather", in, 2, k + 1 == nstep ? &o : &temp, 1, &a, 1, &cur)) < 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int t_cast(struct ox *x)
@@ -1623,7 +1675,7 @@ static int t_pad(struct ox *x)
             (rc = ox_in(x, 2, &cv)) == 0)
             rc = ox_const_ints(x, 3, "axes", axes, MAXI, &na);
         if (rc == 0 && cv) {
-            if (!cv->konst || cv->konst->numel != 1)
+            if (!ox_known(x, cv) || cv->konst->numel != 1)
                 rc = ox_fail(x, VQ_ENOSYS, "constant_value must be known when the model is "
                                            "imported (one value)");
             else

@@ -438,14 +438,16 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     m = mlp();
     m->graph->initializer[1]->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
     expect_error(m, VQ_ENOSYS, NAMES("initializer \"b1\" has element type FLOAT16"));
-    /* an attribute value varq does not have: a Slice with step 2 */
+    /* a value varq cannot express: a Slice with step 2 along the batch,
+     * a dim known only at run time */
     m = mlp();
     add_init_ints(m, "st", 1, (int64_t[]){0});
     add_init_ints(m, "en", 1, (int64_t[]){2});
-    add_init_ints(m, "ax", 1, (int64_t[]){1});
+    add_init_ints(m, "ax", 1, (int64_t[]){0});
     add_init_ints(m, "sp", 1, (int64_t[]){2});
     add_node(m, "Slice", "strided", NAMES("y", "st", "en", "ax", "sp"), NAMES("ys"));
-    expect_error(m, VQ_ENOSYS, NAMES("node 5 (Slice \"strided\")", "step 2"));
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("node 5 (Slice \"strided\")", "step 2 on axis 0", "known only at run time"));
     /* a shape input known only at run time */
     m = mlp();
     add_input(m, "shape", 1, (int64_t[]){2});
@@ -635,6 +637,70 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
     vq_scope_free(s);
     run_free(&r);
     vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* Reshape(x, shape) with the shape a graph input: known only when its
+ * value is offered at import (vq_onnx_opts), and then only for that value. */
+Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_value)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 2, (int64_t[]){-1, 6});
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->input, g->n_input);
+    g->input[g->n_input++] =
+        value_info("shape", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (int64_t[]){2});
+    add_node(m, "Reshape", "r", NAMES("x", "shape"), NAMES("y"));
+    add_output(m, "y");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "must be known when the model is imported"), "%s", vq_errmsg());
+
+    float x[12];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i;
+    vq_tensor *tx, *tshape, *tbad;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){2, 6}, x), 0);
+    cr_assert_eq(vq_tensor_from(&tshape, VQ_I64, 1, (int64_t[]){2}, (int64_t[]){3, 4}), 0);
+    cr_assert_eq(vq_tensor_from(&tbad, VQ_F32, 1, (int64_t[]){2}, (float[]){3, 4}), 0);
+    vq_onnx_value offers[2] = {{"x", tx}, {"shape", tshape}};
+    bool spec[2] = {true, false};
+    vq_onnx_opts o = {.values = offers, .nvalues = 2, .specialized = spec};
+    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), 0, "%s", vq_errmsg());
+    cr_assert(!spec[0] && spec[1], "specialized on the shape only (%d %d)", spec[0], spec[1]);
+    struct run r = run_new();
+    vq_feed feeds[2] = {{"x", tx}, {"shape", tshape}};
+    vq_fetch fetch = {"y", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_ndim(fetch.tensor), 2);
+    cr_assert(vq_tensor_shape(fetch.tensor)[0] == 3 && vq_tensor_shape(fetch.tensor)[1] == 4);
+    cr_assert_eq(memcmp(vq_tensor_data(fetch.tensor), x, sizeof x), 0);
+    vq_tensor_release(fetch.tensor);
+    vq_program_free(p);
+
+    /* an offer that does not fit, or names no graph input */
+    vq_onnx_value bad[1] = {{"shape", tbad}};
+    o = (vq_onnx_opts){.values = bad, .nvalues = 1};
+    p = (vq_program *)buf;
+    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), VQ_EINVAL);
+    cr_assert_null(p);
+    cr_assert(strstr(vq_errmsg(), "\"shape\" is f32[2]; the model declares i64[2]"), "%s",
+              vq_errmsg());
+    vq_onnx_value none[1] = {{"nope", tshape}};
+    o = (vq_onnx_opts){.values = none, .nvalues = 1};
+    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "\"nope\", which is not a graph input"), "%s", vq_errmsg());
+
+    vq_tensor_release(tx);
+    vq_tensor_release(tshape);
+    vq_tensor_release(tbad);
+    vq_scope_free(s);
+    run_free(&r);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }

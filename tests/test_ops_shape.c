@@ -137,6 +137,24 @@ Test(ops_shape, reshape_keeps_the_elements_in_order_in_every_dtype)
         }
 }
 
+/* allowzero (ONNX's Reshape): a 0 in the shape is an empty dim, not X's. */
+Test(ops_shape, reshape_with_allowzero_makes_a_0_an_empty_dim)
+{
+    vq_tensor *x = oc_rand(&rng, VQ_F32, 3, (int64_t[]){0, 3, 4}, -1, 1);
+    int64_t shape[3] = {3, 4, 0};
+    vq_attr at[2] = {VQ_ATTR_IS("shape", shape, 3), VQ_ATTR_I("allowzero", 1)};
+    vq_tensor *o = oc_run1("reshape", &x, 1, at, 2);
+    cr_assert_eq(vq_tensor_ndim(o), 3);
+    const int64_t *sh = vq_tensor_shape(o);
+    cr_assert(sh[0] == 3 && sh[1] == 4 && sh[2] == 0, "[%lld, %lld, %lld]", (long long)sh[0],
+              (long long)sh[1], (long long)sh[2]);
+    vq_tensor_release(o);
+    /* without it, the 0 copies X's dim 2 (4): 48 elements, not X's 0 */
+    cr_assert_eq(oc_try("reshape", &x, 1, 1, at, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "different element count"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+}
+
 /* ---- concat ---- */
 
 struct concat_case {

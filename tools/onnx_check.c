@@ -196,17 +196,40 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
         fmt(msg, size, "%s", vq_errmsg());
         return rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
     }
-    if ((rc = vq_scope_new(&s)) < 0 || (rc = vq_program_from_onnx_file(&p, s, path)) < 0) {
-        fmt(msg, size, "%s", vq_errmsg());
-        status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
-    }
-    DIR *d = status == PASS ? opendir(dir) : NULL;
+    /* Each data set is imported with its inputs offered (vq_onnx_opts):
+     * an input that gives a shape specializes the program on the set's
+     * value, as `varq run` does with its feeds. */
+    DIR *d = opendir(dir);
     int nsets = 0;
+    char model[8192];
+    fmt(model, sizeof model, "%s", path);
     for (struct dirent *e; d && status == PASS && (e = readdir(d));) {
         if (strncmp(e->d_name, "test_data_set_", 14))
             continue;
         fmt(path, sizeof path, "%s/%s", dir, e->d_name);
-        status = run_set(ex, p, s, &info, path, msg, size);
+        vq_onnx_value *offers = calloc((size_t)info.ninputs + 1, sizeof *offers);
+        int noffers = 0;
+        for (int i = 0; offers && i < info.ninputs; i++) {
+            char in[8300];
+            fmt(in, sizeof in, "%s/input_%d.pb", path, i);
+            if (load_tensor(in, &offers[noffers].tensor) == 0)
+                offers[noffers++].name = info.inputs[i];
+        }
+        vq_onnx_opts opts = {.values = offers, .nvalues = noffers};
+        if ((rc = vq_scope_new(&s)) < 0 ||
+            (rc = vq_program_from_onnx_file_opts(&p, s, model, &opts)) < 0) {
+            fmt(msg, size, "%s", vq_errmsg());
+            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+        } else {
+            status = run_set(ex, p, s, &info, path, msg, size);
+        }
+        for (int i = 0; i < noffers; i++)
+            vq_tensor_release(offers[i].tensor);
+        free(offers);
+        vq_program_free(p);
+        vq_scope_free(s);
+        p = NULL;
+        s = NULL;
         nsets++;
     }
     if (d)
@@ -215,8 +238,6 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
         fmt(msg, size, "no test_data_set_N directory");
         status = FAIL;
     }
-    vq_program_free(p);
-    vq_scope_free(s);
     vq_onnx_info_free(&info);
     return status;
 }

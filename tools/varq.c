@@ -486,11 +486,31 @@ static int run_program(const struct run_args *a, struct run_state *s)
     int rc = vq_scope_new(&s->scope);
     if (rc != 0)
         return failed(rc, "creating the scope");
+    s->feeds = calloc((size_t)a->nfeeds + 1, sizeof *s->feeds);
+    if (s->feeds == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    for (int i = 0; i < a->nfeeds; i++) {
+        s->feeds[i].name = a->feeds[i].name;
+        rc = vq_npy_load(a->feeds[i].file, &s->feeds[i].tensor);
+        if (rc != 0)
+            return failed(rc, "loading feed %s", a->feeds[i].name);
+        s->nfeeds++;
+    }
     bool onnx = is_onnx(a->program);
-    if (onnx)
-        rc = vq_program_from_onnx_file(&s->program, s->scope, a->program);
-    else
+    if (onnx) {
+        /* the feeds are offered: an input that gives a shape specializes
+         * the model on the value fed (include/varq/onnx.h) */
+        vq_onnx_value *offers = calloc((size_t)s->nfeeds + 1, sizeof *offers);
+        for (int i = 0; offers && i < s->nfeeds; i++)
+            offers[i] = (vq_onnx_value){s->feeds[i].name, s->feeds[i].tensor};
+        vq_onnx_opts o = {.values = offers, .nvalues = offers ? s->nfeeds : 0};
+        rc = vq_program_from_onnx_file_opts(&s->program, s->scope, a->program, &o);
+        free(offers);
+    } else {
         rc = vq_program_load(&s->program, a->program);
+    }
     if (rc != 0)
         return failed(rc, onnx ? "importing the model" : "loading the program");
     const struct binding *fetch = a->fetches;
@@ -502,19 +522,11 @@ static int run_program(const struct run_args *a, struct run_state *s)
         nfetch = s->info.noutputs;
     }
 
-    s->feeds = calloc((size_t)a->nfeeds + 1, sizeof *s->feeds);
     s->fetches = calloc((size_t)nfetch + 1, sizeof *s->fetches);
     s->fetch_names = calloc((size_t)nfetch + 1, sizeof *s->fetch_names);
-    if (s->feeds == NULL || s->fetches == NULL || s->fetch_names == NULL) {
+    if (s->fetches == NULL || s->fetch_names == NULL) {
         fputs("varq: out of memory\n", stderr);
         return EXIT_FAILED;
-    }
-    for (int i = 0; i < a->nfeeds; i++) {
-        s->feeds[i].name = a->feeds[i].name;
-        rc = vq_npy_load(a->feeds[i].file, &s->feeds[i].tensor);
-        if (rc != 0)
-            return failed(rc, "loading feed %s", a->feeds[i].name);
-        s->nfeeds++;
     }
     s->nfetches = nfetch;
     for (int i = 0; i < nfetch; i++) {

@@ -37,6 +37,7 @@
 #include <varq/graph.h>
 #include <varq/tensor.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -56,6 +57,40 @@ VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *
  * a location with ".." or an absolute path is VQ_EINVAL). VQ_EIO when a
  * file cannot be read. */
 VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path);
+
+/* Values the caller will feed, offered for specialization. varq prepares
+ * static shapes, so a graph input that gives a shape, axes, pads, repeats,
+ * split sizes, a Dropout's training_mode or a Pad's constant must be known
+ * when the model is imported (README, "ONNX import"). Offered its value,
+ * the importer uses it where a translation needs it known, and only
+ * there: the program is then specialized on that value (as XLA compiles
+ * per value of a compile-time constant argument, and TensorRT needs shape
+ * tensors at build time). The input stays a feed, and a run must feed it
+ * the same value; an offered input whose value no translation needs stays
+ * an ordinary feed. */
+typedef struct vq_onnx_value {
+    const char *name;  /* a graph input that is not an initializer */
+    vq_tensor *tensor; /* its value, on the CPU, of the input's dtype and rank */
+} vq_onnx_value;
+
+typedef struct vq_onnx_opts {
+    const vq_onnx_value *values; /* nvalues offers (may be NULL when 0) */
+    int nvalues;
+    /* NULL, or nvalues flags: set to whether the program was specialized
+     * on values[i] (false ones need not be fed the same value). */
+    bool *specialized;
+} vq_onnx_opts;
+
+/* vq_program_from_onnx and vq_program_from_onnx_file with options (opts
+ * may be NULL: the same as those). The offered tensors are only read,
+ * during the call (other threads may read them meanwhile). VQ_EINVAL,
+ * naming it, for an offer whose name is not a graph input, or whose
+ * tensor is not on the CPU or does not fit the input's declared dtype,
+ * rank and dims. */
+VQ_API int vq_program_from_onnx_opts(vq_program **out, vq_scope *params, const void *buf,
+                                     size_t len, const vq_onnx_opts *opts);
+VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, const char *path,
+                                          const vq_onnx_opts *opts);
 
 /* What a caller needs to run an imported model: the names to feed and to
  * fetch, in the model's order. */

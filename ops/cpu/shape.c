@@ -163,11 +163,12 @@ static int transpose_grad(const vq__grad *g)
 
 static const vq__attr_spec reshape_attrs[] = {
     {"shape", VQ_ATTR_INTS, true, NULL},
+    {"allowzero", VQ_ATTR_INT, false, "0"},
 };
 
-/* Out's shape from the attribute: 0 copies X's dim at that index, one -1
- * takes whatever count is left. Unknown X dims give -1 where Out's dim
- * depends on them. */
+/* Out's shape from the attribute: 0 copies X's dim at that index (with
+ * allowzero, ONNX's: 0 is an empty dim), one -1 takes whatever count is
+ * left. Unknown X dims give -1 where Out's dim depends on them. */
 static int reshape_infer(vq__infer *c)
 {
     const vq__meta *x = &c->in[0];
@@ -187,6 +188,8 @@ static int reshape_infer(vq__infer *c)
                                      infer_at, i);
             infer_at = i;
             out->shape[i] = 1; /* placeholder while counting the others */
+        } else if (d == 0 && vq__attr_int(c, "allowzero", 0)) {
+            out->shape[i] = 0;
         } else if (d == 0) {
             if (i >= x->ndim)
                 return vq__attr_fail(c, "shape",
@@ -685,22 +688,36 @@ static int cast_grad_kernel(const vq__kcall *k)
 const vq__op_def vq__ops_shape[] = {
     UNARY_DEF("transpose", transpose_attrs, 1, sizeof(vq__transpose_params), transpose_infer,
               transpose_kernel, transpose_grad),
-    UNARY_DEF("reshape", reshape_attrs, 1, 0, reshape_infer, copy_kernel, reshape_grad),
+    UNARY_DEF("reshape", reshape_attrs, 2, 0, reshape_infer, copy_kernel, reshape_grad),
     GRAD_DEF("reshape_grad", NULL, 0, 0, reshape_grad_infer, copy_kernel),
-    {.type = "concat", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
-     .flags = VQ__VARIADIC_IN, .attrs = concat_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__concat_params), .infer = concat_infer,
-     .kernel = {concat_kernel}, .grad = concat_grad},
-    {.type = "concat_grad", .in_slots = concat_grad_in, .nin_slots = 2, .out_slots = dx_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = concat_grad_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__concat_params), .infer = concat_grad_infer,
+    {.type = "concat",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = concat_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__concat_params),
+     .infer = concat_infer,
+     .kernel = {concat_kernel},
+     .grad = concat_grad},
+    {.type = "concat_grad",
+     .in_slots = concat_grad_in,
+     .nin_slots = 2,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = concat_grad_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__concat_params),
+     .infer = concat_grad_infer,
      .kernel = {concat_grad_kernel}},
     UNARY_DEF("slice", slice_attrs, 3, sizeof(vq__slice_params), slice_infer, slice_kernel,
               slice_grad),
     GRAD_DEF("slice_grad", slice_attrs, 3, sizeof(vq__slice_params), slice_grad_infer,
              slice_grad_kernel),
-    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel,
-              cast_grad),
+    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel, cast_grad),
     GRAD_DEF("cast_grad", NULL, 0, 0, cast_grad_infer, cast_grad_kernel),
     {0},
 };

@@ -791,12 +791,17 @@ static int t_global_average_pool(struct ox *x)
     return rc ? rc : ox_emit(x, "global_avg_pool", &v, 1, &o, 1, NULL, 0, NULL);
 }
 
-/* BatchNormalization at inference (the running statistics). */
+/* BatchNormalization: at inference (the running statistics) a batch_norm;
+ * in training mode a batch_norm_train, whose outputs NewMean and NewVar
+ * are the node's running_mean and running_var. Training mode is the
+ * attribute training_mode from opset 14, and before it the outputs mean
+ * and var being asked for (opsets 9 to 13: their saved_mean and saved_var
+ * are not produced). */
 static int t_batch_norm(struct ox *x)
 {
     struct ox_val *in[5];
-    double eps;
-    int64_t training, spatial;
+    double eps, momentum;
+    int64_t training = 0, spatial;
     int rc = 0;
     for (int i = 0; i < 5 && rc == 0; i++)
         rc = need_in(x, i, &in[i]);
@@ -805,17 +810,26 @@ static int t_batch_norm(struct ox *x)
     if (rc == 0)
         rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
     if (rc == 0)
+        rc = ox_attr_float(x, "momentum", 0.9, &momentum);
+    if (rc == 0 && x->opset >= 14)
         rc = ox_attr_int(x, "training_mode", 0, &training);
+    else if (rc == 0)
+        training = ox_out(x, 1) || ox_out(x, 2);
     if (rc == 0)
         rc = ox_attr_int(x, "spatial", 1, &spatial);
-    if (rc == 0 && training)
-        rc = ox_fail(x, VQ_ENOSYS, "training_mode 1 (batch statistics) is not supported");
     if (rc == 0 && !spatial)
         rc = ox_fail(x, VQ_ENOSYS, "spatial 0 is not supported");
-    if (rc == 0 && (ox_out(x, 1) || ox_out(x, 2) || ox_out(x, 3) || ox_out(x, 4)))
-        rc = ox_fail(x, VQ_ENOSYS, "only its output Y is supported (inference)");
+    if (rc == 0 && (ox_out(x, 3) || ox_out(x, 4)))
+        rc = ox_fail(x, VQ_ENOSYS, "its outputs saved_mean and saved_var are not supported");
+    if (rc == 0 && !training && (ox_out(x, 1) || ox_out(x, 2)))
+        rc = ox_fail(x, VQ_EINVAL, "outputs running_mean and running_var need training_mode 1");
     if (rc)
         return rc;
+    if (training) {
+        vq_attr a[2] = {VQ_ATTR_F("epsilon", eps), VQ_ATTR_F("momentum", momentum)};
+        const char *o[3] = {out0(x), ox_out(x, 1), ox_out(x, 2)};
+        return ox_emit(x, "batch_norm_train", in, 5, o, 3, a, 2, NULL);
+    }
     vq_attr a = VQ_ATTR_F("epsilon", eps);
     const char *o = out0(x);
     return ox_emit(x, "batch_norm", in, 5, &o, 1, &a, 1, NULL);

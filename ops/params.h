@@ -195,7 +195,11 @@ typedef struct vq__window_params {
 
 typedef struct vq__batch_norm_params {
     double epsilon;
-    int wrt; /* batch_norm_grad: the forward input: 0 X, 1 Scale, 2 Bias, 3 Mean, 4 Var */
+    double momentum; /* batch_norm_train */
+    int wrt;         /* the _grad ops: the forward input: 0 X, 1 Scale, 2 Bias, 3 Mean, 4 Var */
+    /* batch_norm_train_grad: which of dOut (1), dNewMean (2), dNewVar (4)
+     * its variadic last slot holds, in that order */
+    int grads;
 } vq__batch_norm_params;
 
 /* ---- indexing (ops/cpu/index.c) ---- */

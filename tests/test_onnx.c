@@ -857,6 +857,105 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
     }
 }
 
+/* ---- batch normalization in training mode ---- */
+
+/* y, rm, rv = BatchNormalization(x [4, 2, 3], scale, bias, mean, var)
+ * with training_mode 1 (opset 15) and momentum 0.8; loss =
+ * ReduceSumSquare(y - t). */
+static Onnx__ModelProto *bn_training(void)
+{
+    Onnx__ModelProto *m = model_new(15);
+    add_input(m, "x", 3, (int64_t[]){4, 2, 3});
+    add_init(m, "scale", 1, (int64_t[]){2}, (const float[]){1.5f, 0.5f});
+    add_init(m, "bias", 1, (int64_t[]){2}, (const float[]){0.2f, -0.1f});
+    add_init(m, "mean", 1, (int64_t[]){2}, (const float[]){0.1f, 0.2f});
+    add_init(m, "var", 1, (int64_t[]){2}, (const float[]){1.0f, 2.0f});
+    float t[24];
+    for (int i = 0; i < 24; i++)
+        t[i] = (float)cos(0.4 * i);
+    add_init(m, "t", 3, (int64_t[]){4, 2, 3}, t);
+    Onnx__NodeProto *n =
+        add_node(m, "BatchNormalization", "bn", NAMES("x", "scale", "bias", "mean", "var"),
+                 NAMES("y", "rm", "rv"));
+    attr_int(n, "training_mode", 1);
+    Onnx__AttributeProto *a = attr(n, "momentum", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = 0.8f;
+    add_node(m, "Sub", "d", NAMES("y", "t"), NAMES("e"));
+    Onnx__NodeProto *r = add_node(m, "ReduceSumSquare", "l", NAMES("e"), NAMES("loss"));
+    attr_int(r, "keepdims", 0);
+    add_output(m, "y");
+    add_output(m, "rm");
+    add_output(m, "rv");
+    add_output(m, "loss");
+    return m;
+}
+
+Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_statistics)
+{
+    Onnx__ModelProto *m = bn_training();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p, *startup;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    float x[24];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)sin(1.1 * i) * (1 + i % 3);
+    /* the reference: batch mean and biased variance per channel */
+    const double sc[2] = {1.5, 0.5}, bi[2] = {0.2, -0.1}, mean[2] = {0.1, 0.2}, var[2] = {1, 2};
+    double mu[2] = {0}, v[2] = {0};
+    for (int i = 0; i < 24; i++)
+        mu[i / 3 % 2] += x[i] / 12.0;
+    for (int i = 0; i < 24; i++)
+        v[i / 3 % 2] += (x[i] - mu[i / 3 % 2]) * (x[i] - mu[i / 3 % 2]) / 12.0;
+    struct run r = run_new();
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){4, 2, 3}, x), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch f[4] = {{"y", NULL}, {"rm", NULL}, {"rv", NULL}, {"loss", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 4), 0, "%s", vq_errmsg());
+    const float *y = vq_tensor_data(f[0].tensor), *rm = vq_tensor_data(f[1].tensor),
+                *rv = vq_tensor_data(f[2].tensor);
+    for (int i = 0; i < 24; i++) {
+        int c = i / 3 % 2;
+        double want = (x[i] - mu[c]) / sqrt(v[c] + 1e-5) * sc[c] + bi[c];
+        cr_assert_float_eq(y[i], want, 1e-5, "y[%d]: %g vs %g", i, y[i], want);
+    }
+    for (int c = 0; c < 2; c++) {
+        cr_assert_float_eq(rm[c], 0.8 * mean[c] + 0.2 * mu[c], 1e-6, "rm[%d]", c);
+        cr_assert_float_eq(rv[c], 0.8 * var[c] + 0.2 * v[c], 1e-6, "rv[%d]", c);
+    }
+    double first = *(float *)vq_tensor_data(f[3].tensor);
+    for (int j = 0; j < 4; j++)
+        vq_tensor_release(f[j].tensor);
+    /* autodiff reaches the scale, the bias and the target through the batch
+     * statistics; the running ones are constants */
+    vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.02};
+    cr_assert_eq(vq_program_new(&startup), 0);
+    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 3, "%s", vq_errmsg());
+    double last = first;
+    for (int step = 0; step < 20; step++) {
+        vq_fetch fl = {"loss", NULL};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+        last = *(float *)vq_tensor_data(fl.tensor);
+        vq_tensor_release(fl.tensor);
+    }
+    cr_assert_lt(last, 0.5 * first, "20 SGD steps: %g -> %g", first, last);
+    const float *trained = vq_tensor_data(vq_scope_get(s, "scale"));
+    cr_assert_neq(trained[0], 1.5f, "the scale was trained");
+    const float *rmean = vq_tensor_data(vq_scope_get(s, "mean"));
+    cr_assert_eq(rmean[0], 0.1f, "the running mean is not a parameter");
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(startup);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- the varq tool (VARQ_BIN) ---- */
 
 static int sh(const char *fmt, const char *a, const char *b, char *out, size_t size)

@@ -797,6 +797,133 @@ Test(ops_conv, batch_norm_grad_in_f32_matches_f64)
     vq_tensor_release(g);
 }
 
+/* ---- batch_norm_train ---- */
+
+Test(ops_conv, batch_norm_train_normalizes_with_batch_statistics_and_moves_the_running_ones)
+{
+    for (size_t s = 0; s < NBN; s++)
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *in[5], *out[3] = {NULL};
+            bn_inputs(floats[d], bn_shapes[s].ndim, bn_shapes[s].d, in);
+            double eps = 1e-3, mom = 0.7;
+            vq_attr at[2] = {VQ_ATTR_F("epsilon", eps), VQ_ATTR_F("momentum", mom)};
+            oc_run("batch_norm_train", in, 5, out, 3, at, 2);
+            int64_t n = vq_tensor_numel(in[0]), c = bn_shapes[s].d[1];
+            int64_t inner = n / bn_shapes[s].d[0] / c, m = n / c;
+            double *want = malloc((size_t)n * sizeof *want), mu[8] = {0}, var[8] = {0};
+            double nm[8], nv[8];
+            for (int64_t i = 0; i < n; i++)
+                mu[(i / inner) % c] += oc_get(in[0], i) / (double)m;
+            for (int64_t i = 0; i < n; i++) {
+                double dx = oc_get(in[0], i) - mu[(i / inner) % c];
+                var[(i / inner) % c] += dx * dx / (double)m;
+            }
+            for (int64_t i = 0; i < n; i++) {
+                int64_t ch = (i / inner) % c;
+                want[i] = (oc_get(in[0], i) - mu[ch]) / sqrt(var[ch] + eps) * oc_get(in[1], ch) +
+                          oc_get(in[2], ch);
+            }
+            for (int64_t ch = 0; ch < c; ch++) {
+                nm[ch] = oc_get(in[3], ch) * mom + mu[ch] * (1 - mom);
+                nv[ch] = oc_get(in[4], ch) * mom + var[ch] * (1 - mom);
+            }
+            double t = tol(floats[d]);
+            oc_assert_close(out[0], bn_shapes[s].ndim, bn_shapes[s].d, want, t, t);
+            oc_assert_close(out[1], 1, &c, nm, t, t);
+            oc_assert_close(out[2], 1, &c, nv, t, t);
+            free(want);
+            release_all(out, 3);
+            release_all(in, 5);
+        }
+}
+
+Test(ops_conv, batch_norm_train_runs_in_place_on_x_and_the_running_statistics)
+{
+    vq_tensor *in[5], *want[3] = {NULL};
+    bn_inputs(VQ_F32, 4, bn_shapes[2].d, in);
+    oc_run("batch_norm_train", in, 5, want, 3, NULL, 0);
+    vq_tensor *out[3] = {in[0], in[3], in[4]};
+    cr_assert_eq(vq_op_run(NULL, "batch_norm_train", in, 5, out, 3, NULL, 0), 0, "%s", vq_errmsg());
+    for (int j = 0; j < 3; j++)
+        cr_assert_eq(memcmp(vq_tensor_data(out[j]), vq_tensor_data(want[j]),
+                            vq_tensor_nbytes(want[j])),
+                     0, "output %d", j);
+    release_all(want, 3);
+    release_all(in, 5);
+}
+
+Test(ops_conv, batch_norm_train_default_momentum_is_onnxs_0_9)
+{
+    vq_tensor *in[5], *out[3] = {NULL};
+    bn_inputs(VQ_F64, 2, bn_shapes[0].d, in);
+    oc_run("batch_norm_train", in, 5, out, 3, NULL, 0);
+    int64_t c = bn_shapes[0].d[1], n = bn_shapes[0].d[0];
+    double nm[3];
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mu = 0;
+        for (int64_t i = 0; i < n; i++)
+            mu += oc_get(in[0], i * c + ch) / (double)n;
+        nm[ch] = oc_get(in[3], ch) * 0.9 + mu * 0.1;
+    }
+    oc_assert_close(out[1], 1, &c, nm, 1e-12, 1e-12);
+    release_all(out, 3);
+    release_all(in, 5);
+}
+
+/* Random gradients flow into Out, NewMean and NewVar alike: X gets them
+ * through the batch statistics. */
+Test(ops_conv, batch_norm_train_gradients_match_finite_differences)
+{
+    for (size_t s = 0; s < NBN; s++) {
+        if (bn_shapes[s].d[0] * (bn_shapes[s].ndim > 2 ? bn_shapes[s].d[2] : 1) < 2)
+            continue; /* one element per channel: the variance has no slope */
+        vq_tensor *in[5];
+        bn_inputs(VQ_F64, bn_shapes[s].ndim, bn_shapes[s].d, in);
+        vq_attr at[2] = {VQ_ATTR_F("epsilon", 1e-3), VQ_ATTR_F("momentum", 0.6)};
+        double err = oc_grad_check("batch_norm_train", in, 5, 3, at, 2, 0x07, &rng);
+        cr_assert_leq(err, 1e-6, "shape %zu", s);
+        release_all(in, 5);
+    }
+}
+
+/* dOut alone (a loss on Out), against the plain formula; and the gradient
+ * of X sums to zero per channel then (the mean is subtracted out). */
+Test(ops_conv, batch_norm_train_grad_of_x_from_dout_alone_sums_to_zero_per_channel)
+{
+    vq_tensor *in[5];
+    bn_inputs(VQ_F64, 4, bn_shapes[2].d, in);
+    vq_tensor *g = oc_rand(&rng, VQ_F64, 4, bn_shapes[2].d, -1, 1);
+    vq_attr at[3] = {VQ_ATTR_I("wrt", 0), VQ_ATTR_I("grads", 1), VQ_ATTR_F("epsilon", 1e-3)};
+    vq_tensor *gin[3] = {in[0], in[1], g};
+    vq_tensor *dx = oc_run1("batch_norm_train_grad", gin, 3, at, 3);
+    int64_t c = 3, inner = 20, n = vq_tensor_numel(in[0]);
+    double sum[3] = {0}, mag = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sum[(i / inner) % c] += oc_get(dx, i);
+        mag += fabs(oc_get(dx, i));
+    }
+    cr_assert_gt(mag, 1);
+    for (int ch = 0; ch < 3; ch++)
+        cr_assert_leq(fabs(sum[ch]), 1e-12, "channel %d: %g", ch, sum[ch]);
+    vq_tensor_release(dx);
+    vq_tensor_release(g);
+    release_all(in, 5);
+}
+
+Test(ops_conv, batch_norm_train_refuses_bad_momentum_and_gradient_counts)
+{
+    vq_tensor *in[5];
+    bn_inputs(VQ_F32, 4, bn_shapes[2].d, in);
+    vq_attr bad = VQ_ATTR_F("momentum", 1.5);
+    cr_assert_eq(oc_try("batch_norm_train", in, 5, 3, &bad, 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "momentum"), "%s", vq_errmsg());
+    vq_attr at[2] = {VQ_ATTR_I("wrt", 0), VQ_ATTR_I("grads", 7)};
+    vq_tensor *gin[3] = {in[0], in[1], in[0]};
+    cr_assert_eq(oc_try("batch_norm_train_grad", gin, 3, 1, at, 2), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "grads 7 says 3 gradient(s)"), "%s", vq_errmsg());
+    release_all(in, 5);
+}
+
 /* ---- errors ---- */
 
 static void expect_error(const char *type, vq_tensor **in, int nin, const vq_attr *at, int nat,

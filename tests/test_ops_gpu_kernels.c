@@ -1012,6 +1012,40 @@ static void case_batch_norm(struct run *r)
         }
 }
 
+/* batch_norm_train (X, Scale, Bias, Mean, Var) -> Out, NewMean, NewVar;
+ * its gradient with every mask of the gradients that flow, one channel of
+ * more elements than a block has threads. */
+static void case_batch_norm_train(struct run *r)
+{
+    bool grad = !strcmp(r->op, "batch_norm_train_grad");
+    static const int64_t shapes[2][4] = {{2, 3, 4, 5}, {3, 2, 300, 1}};
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int sh = 0; sh < 2; sh++)
+            for (int wrt = 0; wrt < (grad ? 3 : 1); wrt++)
+                for (int grads = grad ? 1 : 0; grads < (grad ? 8 : 1); grads++) {
+                    vq_dtype dt = floats[d];
+                    const int64_t *xs = shapes[sh];
+                    describe(r, "%s, shape %d, wrt %d, grads %d", vq_dtype_name(dt), sh, wrt,
+                             grads);
+                    vq_attr at[4] = {VQ_ATTR_F("epsilon", 1e-3), VQ_ATTR_F("momentum", 0.8),
+                                     VQ_ATTR_I("wrt", wrt), VQ_ATTR_I("grads", grads)};
+                    vq_tensor *in[5] = {rnd(r, dt, -2, 2, 4, xs), rnd(r, dt, 0.5, 1.5, 1, &xs[1])};
+                    int nin = 2;
+                    if (!grad) {
+                        in[nin++] = rnd(r, dt, -1, 1, 1, &xs[1]);
+                        in[nin++] = rnd(r, dt, -1, 1, 1, &xs[1]);
+                        in[nin++] = rnd(r, dt, 0.5, 2, 1, &xs[1]);
+                    }
+                    if (grads & 1)
+                        in[nin++] = rnd(r, dt, -1, 1, 4, xs);
+                    for (int bit = 2; bit <= 4; bit <<= 1)
+                        if (grads & bit)
+                            in[nin++] = rnd(r, dt, -1, 1, 1, &xs[1]);
+                    /* a tree of sums on the device */
+                    check(r, in, nin, grad ? 1 : 3, at, grad ? 4 : 2, CLOSE);
+                }
+}
+
 /* ---- indexing, extrema, layout ---- */
 
 /* X's shape, Indices' shape and the axis. */
@@ -1305,6 +1339,8 @@ static const struct op_case {
     {"global_avg_pool_grad", case_global_avg_pool},
     {"batch_norm", case_batch_norm},
     {"batch_norm_grad", case_batch_norm},
+    {"batch_norm_train", case_batch_norm_train},
+    {"batch_norm_train_grad", case_batch_norm_train},
     {"gather", case_gather},
     {"gather_grad", case_gather},
     {"split", case_split},

@@ -17,7 +17,31 @@
  * Per-channel constants and sums are in double for both dtypes, in the
  * order of the expressions above, which the CUDA kernels (ops/cuda/conv.cu)
  * repeat: the elementwise results match bit for bit, the sums to
- * rounding. X is seen as [outer, C, inner]. */
+ * rounding. X is seen as [outer, C, inner].
+ *
+ * batch_norm_train(X, Scale, Bias, Mean, Var) -> Out, NewMean, NewVar is
+ * the training form (ONNX's training_mode 1): per channel, the batch's
+ * mean mu and biased variance v (over the channel's M = outer * inner
+ * elements, in double, two passes) normalize X,
+ *   Out = (X - mu) / sqrt(v + epsilon) * Scale + Bias,
+ * and the running statistics move towards them, in ONNX's convention
+ * (PyTorch's momentum m is ONNX's 1 - m, and PyTorch updates the running
+ * variance with the unbiased one):
+ *   NewMean = Mean * momentum + mu * (1 - momentum), likewise NewVar.
+ * An empty batch (M = 0) has mu = v = NaN, which NewMean and NewVar get.
+ * Its gradient op batch_norm_train_grad(X, Scale, dOut...) -> dZ
+ * recomputes mu and v from X (no saved state between the ops) and takes,
+ * in its variadic last slot, the gradients that flow into Out, NewMean and
+ * NewVar (attribute grads says which: 1, 2, 4), so that autodiff trains
+ * through the batch statistics, those of the running ones included.
+ * With a = Scale / sqrt(v + eps), xc = X - mu, sums over the channel:
+ *   0 X:     dX = a (dOut - sum(dOut) / M - xc sum(dOut xc) / (M (v + eps)))
+ *                 + (1 - momentum) (dNewMean + 2 xc dNewVar) / M
+ *   1 Scale: sum(dOut xc) / sqrt(v + eps)
+ *   2 Bias:  sum(dOut).
+ * Mean and Var get no gradient, as batch_norm's (constants for autodiff).
+ * The CUDA kernels (ops/cuda/conv.cu) use one block per channel, a tree of
+ * the same double sums: the CPU's results to rounding. */
 #include "../ops_internal.h"
 #include "../params.h"
 
@@ -222,19 +246,301 @@ static int bn_grad(const vq__grad *g)
     return 0;
 }
 
+/* ---- batch_norm_train ---- */
+
+static const char *const train_outs[] = {"Out", "NewMean", "NewVar"};
+static const char *const train_grad_in[] = {"X", "Scale", "dOut"};
+
+static int bn_train_infer(vq__infer *c)
+{
+    vq__batch_norm_params *p = c->params;
+    int rc = bn_check(c, 1, 4);
+    if (rc < 0)
+        return rc;
+    p->momentum = vq__attr_float(c, "momentum", 0.9);
+    if (!(p->momentum >= 0 && p->momentum <= 1))
+        return vq__attr_fail(c, "momentum", "is %g; it must be in [0, 1]", p->momentum);
+    int64_t ch = channels(c, 1, 4);
+    c->out[0] = c->in[0];
+    c->out[0].shape[1] = ch;
+    for (int j = 1; j < 3; j++) {
+        c->out[j] = c->in[2 + j];
+        c->out[j].shape[0] = ch;
+    }
+    return 0;
+}
+
+/* The bits of grads, in order: dOut, dNewMean, dNewVar. */
+static int grads_count(int grads)
+{
+    return (grads & 1) + (grads >> 1 & 1) + (grads >> 2 & 1);
+}
+
+static int bn_train_grad_infer(vq__infer *c)
+{
+    vq__batch_norm_params *p = c->params;
+    int64_t wrt = vq__attr_int(c, "wrt", 0), grads = vq__attr_int(c, "grads", 1);
+    if (wrt < 0 || wrt > 2)
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X), 1 (Scale) or 2 (Bias)", (long long)wrt);
+    if (grads < 1 || grads > 7)
+        return vq__attr_fail(c, "grads",
+                             "is %lld, not a nonzero mask of 1 (dOut), 2 "
+                             "(dNewMean) and 4 (dNewVar)",
+                             (long long)grads);
+    p->wrt = (int)wrt;
+    p->grads = (int)grads;
+    if (c->nin != 2 + grads_count(p->grads))
+        return vq__op_fail(c->def, "grads %d says %d gradient(s) follow X and Scale, got %d",
+                           p->grads, grads_count(p->grads), c->nin - 2);
+    int rc = bn_check(c, 1, 1);
+    if (rc < 0)
+        return rc;
+    p->momentum = vq__attr_float(c, "momentum", 0.9);
+    if (!(p->momentum >= 0 && p->momentum <= 1))
+        return vq__attr_fail(c, "momentum", "is %g; it must be in [0, 1]", p->momentum);
+    int64_t ch = channels(c, 1, 1);
+    for (int s = 2, bit = 1; bit <= 4; bit <<= 1) {
+        if (!(p->grads & bit))
+            continue;
+        if ((rc = vq__check_same_dtype(c, 0, s)) < 0)
+            return rc;
+        if (bit == 1 && (rc = vq__check_same_shape(c, 0, s)) < 0)
+            return rc;
+        const vq__meta *v = &c->in[s];
+        if (bit > 1 && (v->ndim != 1 || !vq__dim_match(v->shape[0], ch))) {
+            char sv[100];
+            return vq__in_fail(c, s, "shape %s is not [C] for X's %lld channels",
+                               vq__shape_str(sv, sizeof sv, v->ndim, v->shape), (long long)ch);
+        }
+        s++;
+    }
+    c->out[0] = c->in[0];
+    if (p->wrt > 0) {
+        c->out[0].ndim = 1;
+        c->out[0].shape[0] = ch;
+    } else {
+        c->out[0].shape[1] = ch;
+        if (p->grads & 1)
+            for (int d = 0; d < c->out[0].ndim; d++)
+                if (c->out[0].shape[d] < 0)
+                    c->out[0].shape[d] = c->in[2].shape[d];
+    }
+    return 0;
+}
+
+/* The batch's mean and biased variance of channel ch, in double, two
+ * passes (NaN for an empty batch). */
+#define BATCH_MOMENTS(T)                                                                    \
+    static void moments_##T(const T *x, struct layout l, int64_t ch, double *mu, double *v) \
+    {                                                                                       \
+        double m = (double)(l.outer * l.inner), s = 0, q = 0;                               \
+        for (int64_t n = 0; n < l.outer; n++) {                                             \
+            const T *r = x + (n * l.c + ch) * l.inner;                                      \
+            for (int64_t i = 0; i < l.inner; i++)                                           \
+                s += r[i];                                                                  \
+        }                                                                                   \
+        *mu = s / m;                                                                        \
+        for (int64_t n = 0; n < l.outer; n++) {                                             \
+            const T *r = x + (n * l.c + ch) * l.inner;                                      \
+            for (int64_t i = 0; i < l.inner; i++)                                           \
+                q += ((double)r[i] - *mu) * ((double)r[i] - *mu);                           \
+        }                                                                                   \
+        *v = q / m;                                                                         \
+    }
+
+/* Per channel: the moments, then the running statistics (read before
+ * they are written: NewMean may be Mean), then Out (which may be X: the
+ * channel's moments are taken before its elements are overwritten). */
+#define BATCH_NORM_TRAIN(T)                                                                      \
+    BATCH_MOMENTS(T)                                                                             \
+    static void bn_train_##T(const T *x, const T *scale, const T *bias, const T *mean,           \
+                             const T *var, T *o, T *nmean, T *nvar, struct layout l, double eps, \
+                             double mom)                                                         \
+    {                                                                                            \
+        for (int64_t ch = 0; ch < l.c; ch++) {                                                   \
+            double mu, v;                                                                        \
+            moments_##T(x, l, ch, &mu, &v);                                                      \
+            nmean[ch] = (T)((double)mean[ch] * mom + mu * (1 - mom));                            \
+            nvar[ch] = (T)((double)var[ch] * mom + v * (1 - mom));                               \
+            double a = (double)scale[ch] * (1.0 / sqrt(v + eps)), b = bias[ch];                  \
+            for (int64_t n = 0; n < l.outer; n++) {                                              \
+                int64_t at = (n * l.c + ch) * l.inner;                                           \
+                for (int64_t i = 0; i < l.inner; i++)                                            \
+                    o[at + i] = (T)(((double)x[at + i] - mu) * a + b);                           \
+            }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+                                                                                                 \
+    static void bn_train_grad_##T(int wrt, const T *x, const T *scale, const T *g, const T *gm,  \
+                                  const T *gv, T *dz, struct layout l, double eps, double mom)   \
+    {                                                                                            \
+        double m = (double)(l.outer * l.inner);                                                  \
+        for (int64_t ch = 0; ch < l.c; ch++) {                                                   \
+            double mu, v, sg = 0, sgx = 0;                                                       \
+            moments_##T(x, l, ch, &mu, &v);                                                      \
+            for (int64_t n = 0; g && n < l.outer; n++) {                                         \
+                int64_t at = (n * l.c + ch) * l.inner;                                           \
+                for (int64_t i = 0; i < l.inner; i++) {                                          \
+                    sg += g[at + i];                                                             \
+                    sgx += (double)g[at + i] * ((double)x[at + i] - mu);                         \
+                }                                                                                \
+            }                                                                                    \
+            double inv = 1.0 / sqrt(v + eps);                                                    \
+            if (wrt == 1 || wrt == 2) {                                                          \
+                /* an empty batch has no terms (and NaN moments) */                              \
+                dz[ch] = (T)(m == 0 ? 0 : wrt == 1 ? sgx * inv : sg);                            \
+                continue;                                                                        \
+            }                                                                                    \
+            double a = (double)scale[ch] * inv, gmv = gm ? (double)gm[ch] : 0;                   \
+            double gvv = gv ? (double)gv[ch] : 0;                                                \
+            for (int64_t n = 0; n < l.outer; n++) {                                              \
+                int64_t at = (n * l.c + ch) * l.inner;                                           \
+                for (int64_t i = 0; i < l.inner; i++) {                                          \
+                    double xc = (double)x[at + i] - mu, d = 0;                                   \
+                    if (g)                                                                       \
+                        d = a * ((double)g[at + i] - sg / m - xc * (inv * inv) * sgx / m);       \
+                    d += (1 - mom) * (gmv + 2 * xc * gvv) / m;                                   \
+                    dz[at + i] = (T)d;                                                           \
+                }                                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+BATCH_NORM_TRAIN(float)
+BATCH_NORM_TRAIN(double)
+
+static int bn_train_kernel(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in, *const *out = k->out;
+    struct layout l = layout_of(in[0]);
+    if (in[0]->dtype == VQ_F32)
+        bn_train_float(in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                       out[0]->data, out[1]->data, out[2]->data, l, p->epsilon, p->momentum);
+    else
+        bn_train_double(in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                        out[0]->data, out[1]->data, out[2]->data, l, p->epsilon, p->momentum);
+    return 0;
+}
+
+/* The gradients in the variadic slot, by grads' bits: dOut, dNewMean,
+ * dNewVar (NULL when absent). */
+static void train_grads(const vq__kcall *k, const void **g)
+{
+    const vq__batch_norm_params *p = k->params;
+    for (int bit = 1, s = 2, j = 0; bit <= 4; bit <<= 1, j++)
+        g[j] = p->grads & bit ? k->in[s++]->data : NULL;
+}
+
+static int bn_train_grad_kernel(const vq__kcall *k)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *x = k->in[0], *scale = k->in[1];
+    const void *g[3];
+    train_grads(k, g);
+    struct layout l = layout_of(x);
+    if (x->dtype == VQ_F32)
+        bn_train_grad_float(p->wrt, x->data, scale->data, g[0], g[1], g[2], k->out[0]->data, l,
+                            p->epsilon, p->momentum);
+    else
+        bn_train_grad_double(p->wrt, x->data, scale->data, g[0], g[1], g[2], k->out[0]->data, l,
+                             p->epsilon, p->momentum);
+    return 0;
+}
+
+/* One batch_norm_train_grad per wanted input of X, Scale and Bias, with
+ * the gradients that flow into the outputs. */
+static int bn_train_grad(const vq__grad *g)
+{
+    bool any = false;
+    for (int i = 0; i < g->nin && i < 3; i++)
+        any |= g->din[i] != NULL;
+    if (!any)
+        return 0;
+    const char *in[5] = {g->in[0], g->in[1]};
+    int nin = 2, grads = 0;
+    for (int j = 0; j < 3 && j < g->nout; j++)
+        if (g->dout[j]) {
+            in[nin++] = g->dout[j];
+            grads |= 1 << j;
+        }
+    if (!grads)
+        return vq__op_fail(g->def, "no gradient flows into Out, NewMean or NewVar");
+    if (g->nattrs < 0 || g->nattrs > 2)
+        return vq__op_fail(g->def, "%d attributes; batch_norm_train has 2", g->nattrs);
+    vq_attr attrs[4];
+    int n = 0;
+    for (int i = 0; i < g->nattrs; i++)
+        attrs[n++] = g->attrs[i];
+    attrs[n++] = VQ_ATTR_I("grads", grads);
+    for (int i = 0; i < 3; i++) {
+        if (!g->din[i])
+            continue;
+        attrs[n] = VQ_ATTR_I("wrt", i);
+        int rc = vq__emit(g, "batch_norm_train_grad", in, nin, &g->din[i], 1, attrs, n + 1);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static const vq__attr_spec bn_train_attrs[] = {
+    {"epsilon", VQ_ATTR_FLOAT, false, "1e-05"},
+    {"momentum", VQ_ATTR_FLOAT, false, "0.9"},
+    {"wrt", VQ_ATTR_INT, true, NULL},   /* batch_norm_train_grad only */
+    {"grads", VQ_ATTR_INT, true, NULL}, /* batch_norm_train_grad only */
+};
+
 static const vq__attr_spec bn_attrs[] = {
     {"epsilon", VQ_ATTR_FLOAT, false, "1e-05"},
     {"wrt", VQ_ATTR_INT, true, NULL}, /* batch_norm_grad only */
 };
 
 const vq__op_def vq__ops_norm[] = {
-    {.type = "batch_norm", .in_slots = bn_in, .nin_slots = 5, .out_slots = bn_out,
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = bn_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__batch_norm_params), .infer = bn_infer, .kernel = {bn_kernel},
+    {.type = "batch_norm",
+     .in_slots = bn_in,
+     .nin_slots = 5,
+     .out_slots = bn_out,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .attrs = bn_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__batch_norm_params),
+     .infer = bn_infer,
+     .kernel = {bn_kernel},
      .grad = bn_grad},
-    {.type = "batch_norm_grad", .in_slots = grad_in, .nin_slots = 5, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = bn_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__batch_norm_params), .infer = bn_grad_infer,
+    {.type = "batch_norm_grad",
+     .in_slots = grad_in,
+     .nin_slots = 5,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .attrs = bn_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__batch_norm_params),
+     .infer = bn_grad_infer,
      .kernel = {bn_grad_kernel}},
+    {.type = "batch_norm_train",
+     .in_slots = bn_in,
+     .nin_slots = 5,
+     .out_slots = train_outs,
+     .nout_slots = 3,
+     .flags = VQ__INPLACE_OK,
+     .attrs = bn_train_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__batch_norm_params),
+     .infer = bn_train_infer,
+     .kernel = {bn_train_kernel},
+     .grad = bn_train_grad},
+    {.type = "batch_norm_train_grad",
+     .in_slots = train_grad_in,
+     .nin_slots = 3,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = bn_train_attrs,
+     .nattrs = 4,
+     .params_size = sizeof(vq__batch_norm_params),
+     .infer = bn_train_grad_infer,
+     .kernel = {bn_train_grad_kernel}},
     {0},
 };

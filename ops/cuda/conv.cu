@@ -15,7 +15,8 @@
  * the taps backwards), starting from 0 as the CPU's zeroed buffer does, so
  * the same terms give the same bits. batch_norm computes its per-channel
  * constants per element, in double, in norm.c's order; its gradients'
- * sums are one block per channel, a tree of double sums. Launchers:
+ * sums are one block per channel, a tree of double sums, as are
+ * batch_norm_train's moments and its gradient's sums. Launchers:
  * kernels.h. */
 #include "kernels.h"
 
@@ -418,5 +419,138 @@ extern "C" int vq__cuda_batch_norm_grad(int wrt, int dtype, const void *x, const
         bn_grad_sums_kernel<double><<<blocks, BN_THREADS, 0, s>>>(
             wrt, (const double *)x, (const double *)scale, (const double *)mean,
             (const double *)var, (const double *)g, (double *)dz, outer, c, inner, eps);
+    return vq__cuda_launched();
+}
+
+/* ---- batch_norm_train ---- */
+
+/* The batch's mean and biased variance of channel ch (norm.c's
+ * moments_T: two passes of double sums, here each a block's tree); every
+ * thread of the block gets them. */
+template <typename T>
+__device__ void bn_moments(const T *x, int64_t outer, int64_t c, int64_t inner, int64_t ch,
+                           double *mu, double *v)
+{
+    double m = (double)(outer * inner), s = 0, q = 0;
+    for (int64_t k = threadIdx.x; k < outer * inner; k += blockDim.x)
+        s += x[((k / inner) * c + ch) * inner + k % inner];
+    *mu = bn_block_sum(s) / m;
+    for (int64_t k = threadIdx.x; k < outer * inner; k += blockDim.x) {
+        double d = (double)x[((k / inner) * c + ch) * inner + k % inner] - *mu;
+        q += d * d;
+    }
+    *v = bn_block_sum(q) / m;
+}
+
+/* One block per channel: the moments, the running statistics (thread 0,
+ * read before written: NewMean may be Mean), then the channel's Out (which
+ * may be X: bn_block_sum's barriers order the reads before the writes). */
+template <typename T>
+__global__ void bn_train_kernel(const T *x, const T *scale, const T *bias, const T *mean,
+                                const T *var, T *o, T *nmean, T *nvar, int64_t outer, int64_t c,
+                                int64_t inner, double eps, double mom)
+{
+    for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        double mu, v;
+        bn_moments(x, outer, c, inner, ch, &mu, &v);
+        double a = (double)scale[ch] * (1.0 / sqrt(v + eps)), b = bias[ch];
+        if (threadIdx.x == 0) {
+            nmean[ch] = (T)((double)mean[ch] * mom + mu * (1 - mom));
+            nvar[ch] = (T)((double)var[ch] * mom + v * (1 - mom));
+        }
+        for (int64_t k = threadIdx.x; k < outer * inner; k += blockDim.x) {
+            int64_t at = ((k / inner) * c + ch) * inner + k % inner;
+            o[at] = (T)(((double)x[at] - mu) * a + b);
+        }
+        __syncthreads();
+    }
+}
+
+/* One block per channel, norm.c's bn_train_grad_T: g, gm, gv may be NULL
+ * (the gradients that do not flow). */
+template <typename T>
+__global__ void bn_train_grad_kernel(int wrt, const T *x, const T *scale, const T *g,
+                                     const T *gm, const T *gv, T *dz, int64_t outer, int64_t c,
+                                     int64_t inner, double eps, double mom)
+{
+    double m = (double)(outer * inner);
+    for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+        double mu, v, sg = 0, sgx = 0;
+        bn_moments(x, outer, c, inner, ch, &mu, &v);
+        for (int64_t k = threadIdx.x; g && k < outer * inner; k += blockDim.x) {
+            int64_t at = ((k / inner) * c + ch) * inner + k % inner;
+            sg += g[at];
+            sgx += (double)g[at] * ((double)x[at] - mu);
+        }
+        sg = bn_block_sum(sg);
+        sgx = bn_block_sum(sgx);
+        double inv = 1.0 / sqrt(v + eps);
+        if (wrt == 1 || wrt == 2) {
+            if (threadIdx.x == 0)
+                dz[ch] = (T)(m == 0 ? 0 : wrt == 1 ? sgx * inv : sg);
+            continue;
+        }
+        double a = (double)scale[ch] * inv, gmv = gm ? (double)gm[ch] : 0;
+        double gvv = gv ? (double)gv[ch] : 0;
+        for (int64_t k = threadIdx.x; k < outer * inner; k += blockDim.x) {
+            int64_t at = ((k / inner) * c + ch) * inner + k % inner;
+            double xc = (double)x[at] - mu, d = 0;
+            if (g)
+                d = a * ((double)g[at] - sg / m - xc * (inv * inv) * sgx / m);
+            d += (1 - mom) * (gmv + 2 * xc * gvv) / m;
+            dz[at] = (T)d;
+        }
+    }
+}
+
+extern "C" int vq__cuda_batch_norm_train(int dtype, const void *x, const void *scale,
+                                         const void *bias, const void *mean, const void *var,
+                                         void *out, void *nmean, void *nvar, int64_t outer,
+                                         int64_t c, int64_t inner, double eps, double mom,
+                                         void *stream)
+{
+    if (outer < 0 || c < 0 || inner < 0)
+        return VQ_EINVAL;
+    if (dtype != VQ_F32 && dtype != VQ_F64)
+        return VQ_EINVAL;
+    if (c == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned blocks = (unsigned)(c > 65535 * 16 ? 65535 * 16 : c);
+    if (dtype == VQ_F32)
+        bn_train_kernel<float><<<blocks, BN_THREADS, 0, s>>>(
+            (const float *)x, (const float *)scale, (const float *)bias, (const float *)mean,
+            (const float *)var, (float *)out, (float *)nmean, (float *)nvar, outer, c, inner, eps,
+            mom);
+    else
+        bn_train_kernel<double><<<blocks, BN_THREADS, 0, s>>>(
+            (const double *)x, (const double *)scale, (const double *)bias,
+            (const double *)mean, (const double *)var, (double *)out, (double *)nmean,
+            (double *)nvar, outer, c, inner, eps, mom);
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_batch_norm_train_grad(int wrt, int dtype, const void *x,
+                                              const void *scale, const void *g, const void *gm,
+                                              const void *gv, void *dz, int64_t outer, int64_t c,
+                                              int64_t inner, double eps, double mom,
+                                              void *stream)
+{
+    if (wrt < 0 || wrt > 2 || outer < 0 || c < 0 || inner < 0)
+        return VQ_EINVAL;
+    if (dtype != VQ_F32 && dtype != VQ_F64)
+        return VQ_EINVAL;
+    if (c == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned blocks = (unsigned)(c > 65535 * 16 ? 65535 * 16 : c);
+    if (dtype == VQ_F32)
+        bn_train_grad_kernel<float><<<blocks, BN_THREADS, 0, s>>>(
+            wrt, (const float *)x, (const float *)scale, (const float *)g, (const float *)gm,
+            (const float *)gv, (float *)dz, outer, c, inner, eps, mom);
+    else
+        bn_train_grad_kernel<double><<<blocks, BN_THREADS, 0, s>>>(
+            wrt, (const double *)x, (const double *)scale, (const double *)g,
+            (const double *)gm, (const double *)gv, (double *)dz, outer, c, inner, eps, mom);
     return vq__cuda_launched();
 }

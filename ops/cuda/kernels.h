@@ -482,6 +482,23 @@ int vq__cuda_batch_norm_grad(int wrt, int dtype, const void *x, const void *scal
                              const void *mean, const void *var, const void *g, void *dz,
                              int64_t outer, int64_t c, int64_t inner, double eps, void *stream);
 
+/* batch_norm_train (norm.c's formulas), one block per channel: the
+ * channel's moments as trees of double sums (the CPU's to rounding), then
+ * nmean, nvar [c] and out [outer, c, inner] (which may be x, as nmean may
+ * be mean and nvar var). */
+int vq__cuda_batch_norm_train(int dtype, const void *x, const void *scale, const void *bias,
+                              const void *mean, const void *var, void *out, void *nmean, void *nvar,
+                              int64_t outer, int64_t c, int64_t inner, double eps, double mom,
+                              void *stream);
+
+/* batch_norm_train_grad with wrt (0 X, 1 Scale, 2 Bias), one block per
+ * channel: g (dOut), gm (dNewMean) and gv (dNewVar) may each be NULL, a
+ * gradient that does not flow. */
+int vq__cuda_batch_norm_train_grad(int wrt, int dtype, const void *x, const void *scale,
+                                   const void *g, const void *gm, const void *gv, void *dz,
+                                   int64_t outer, int64_t c, int64_t inner, double eps, double mom,
+                                   void *stream);
+
 /* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c;
  * index.cu) ---- */
 

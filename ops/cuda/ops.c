@@ -1100,6 +1100,34 @@ static int batch_norm_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
                                              outer, c, inner, p->epsilon, l->s));
 }
 
+static int batch_norm_train_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in, *const *out = k->out;
+    int64_t outer, c, inner;
+    channel_layout(in[0], &outer, &c, &inner);
+    return launched(k, vq__cuda_batch_norm_train(in[0]->dtype, in[0]->data, in[1]->data,
+                                                 in[2]->data, in[3]->data, in[4]->data,
+                                                 out[0]->data, out[1]->data, out[2]->data, outer, c,
+                                                 inner, p->epsilon, p->momentum, l->s));
+}
+
+/* (X, Scale, then dOut, dNewMean, dNewVar as grads says) -> dZ. */
+static int batch_norm_train_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__batch_norm_params *p = k->params;
+    vq_tensor *const *in = k->in;
+    const void *g[3];
+    for (int bit = 1, s = 2, j = 0; bit <= 4; bit <<= 1, j++)
+        g[j] = p->grads & bit ? in[s++]->data : NULL;
+    int64_t outer, c, inner;
+    channel_layout(in[0], &outer, &c, &inner);
+    return launched(k,
+                    vq__cuda_batch_norm_train_grad(p->wrt, in[0]->dtype, in[0]->data, in[1]->data,
+                                                   g[0], g[1], g[2], k->out[0]->data, outer, c,
+                                                   inner, p->epsilon, p->momentum, l->s));
+}
+
 /* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c) ---- */
 
 /* gather and gather_grad: the indices are checked on the device (the
@@ -1348,6 +1376,8 @@ static const struct entry table[] = {
     {"global_avg_pool_grad", global_pool_grad_gpu},
     {"batch_norm", batch_norm_gpu},
     {"batch_norm_grad", batch_norm_grad_gpu},
+    {"batch_norm_train", batch_norm_train_gpu},
+    {"batch_norm_train_grad", batch_norm_train_grad_gpu},
     {"gather", gather_gpu},
     {"gather_grad", gather_gpu},
     {"split", split_gpu},

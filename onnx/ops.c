@@ -519,21 +519,28 @@ static int t_isnan(struct ox *x)
 static int spatial_rank(struct ox *x, const struct ox_val *v, int *sd)
 {
     *sd = v->meta.ndim - 2;
-    if (*sd == 1 || *sd == 2)
+    if (*sd >= 1 && *sd <= 3)
         return 0;
-    return ox_fail(x, VQ_ENOSYS, "input of rank %d: varq has 1-D and 2-D windows (NCL, NCHW)",
+    return ox_fail(x, VQ_ENOSYS,
+                   "input of rank %d: varq has 1-D, 2-D and 3-D windows (NCL, NCHW, NCDHW)",
                    v->meta.ndim);
 }
 
-/* An ints attribute of sd entries lifted to 2 (absent: d, d). */
+/* An ints attribute of sd entries lifted to 2 when sd is 1 (absent: d
+ * each); 3-D windows keep their 3. */
 static int lifted(struct ox *x, const char *name, int sd, int64_t d, int64_t *out)
 {
-    int64_t v[2];
-    int n, rc = ox_attr_ints(x, name, v, 2, &n);
+    int64_t v[3];
+    int n, rc = ox_attr_ints(x, name, v, 3, &n);
     if (rc)
         return rc;
     if (n >= 0 && n != sd)
         return ox_fail(x, VQ_EINVAL, "%s has %d entries for %d spatial dims", name, n, sd);
+    if (sd == 3) {
+        for (int i = 0; i < 3; i++)
+            out[i] = n < 0 ? d : v[i];
+        return 0;
+    }
     out[0] = sd == 1 ? 1 : n < 0 ? d : v[0];
     out[1] = n < 0 ? d : v[sd - 1];
     return 0;
@@ -543,7 +550,7 @@ static int lifted(struct ox *x, const char *name, int sd, int64_t d, int64_t *ou
 static int lift(struct ox *x, struct ox_val *v, int sd, struct ox_val **out)
 {
     *out = v;
-    if (sd == 2)
+    if (sd != 1)
         return 0;
     return reshape_to(x, v, (int64_t[]){0, 0, 1, -1}, 4, NULL, out);
 }
@@ -553,39 +560,41 @@ static int lift(struct ox *x, struct ox_val *v, int sd, struct ox_val **out)
 static int window_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
                        int sd, const vq_attr *attrs, int nattrs)
 {
-    const char *o = out0(x), *name = sd == 2 ? o : NULL;
+    const char *o = out0(x), *name = sd != 1 ? o : NULL;
     struct ox_val *r;
     int rc = ox_emit(x, type, in, nin, &name, 1, attrs, nattrs, &r);
-    if (rc || sd == 2)
+    if (rc || sd != 1)
         return rc;
     return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, o, NULL);
 }
 
-/* The pads of a window op on the lifted input v (top, left, bottom,
- * right: ONNX's begins then ends): the pads attribute, or auto_pad
- * (SAME_UPPER / SAME_LOWER need the spatial dims known at import). */
+/* The pads of a window op on the lifted input v (ONNX's begins then
+ * ends: top, left, bottom, right; 3-D: front, top, left, back, bottom,
+ * right): the pads attribute, or auto_pad (SAME_UPPER / SAME_LOWER need
+ * the spatial dims known at import). */
 static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64_t *kernel,
                        const int64_t *strides, const int64_t *dil, int64_t *pads)
 {
     char mode[32];
-    int64_t p[4];
+    int64_t p[6];
+    int nd = sd == 3 ? 3 : 2; /* the dims of the lifted window */
     int n, rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
     if (rc == 0)
-        rc = ox_attr_ints(x, "pads", p, 4, &n);
+        rc = ox_attr_ints(x, "pads", p, 6, &n);
     if (rc)
         return rc;
-    pads[0] = pads[1] = pads[2] = pads[3] = 0;
+    memset(pads, 0, (size_t)(2 * nd) * sizeof *pads);
     if (n >= 0 && n != 2 * sd)
         return ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
-    if (n > 0 && sd == 2)
-        memcpy(pads, p, sizeof p);
+    if (n > 0 && sd != 1)
+        memcpy(pads, p, (size_t)n * sizeof *p);
     else if (n > 0) {
         pads[1] = p[0];
         pads[3] = p[1];
     }
     if (!strcmp(mode, "NOTSET") || !strcmp(mode, "VALID")) {
         if (!strcmp(mode, "VALID"))
-            pads[0] = pads[1] = pads[2] = pads[3] = 0;
+            memset(pads, 0, (size_t)(2 * nd) * sizeof *pads);
         return 0;
     }
     bool upper = !strcmp(mode, "SAME_UPPER");
@@ -593,7 +602,7 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
         return ox_fail(x, VQ_EINVAL, "auto_pad \"%s\" is not NOTSET, VALID, SAME_UPPER or "
                                      "SAME_LOWER",
                        mode);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < nd; i++) {
         int64_t in = v->meta.shape[2 + i];
         if (in < 0)
             return ox_fail(x, VQ_ENOSYS, "auto_pad %s needs the spatial dims known when the "
@@ -603,8 +612,8 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
         int64_t total = (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in;
         if (total < 0)
             total = 0;
-        pads[upper ? i : 2 + i] = total / 2;
-        pads[upper ? 2 + i : i] = total - total / 2;
+        pads[upper ? i : nd + i] = total / 2;
+        pads[upper ? nd + i : i] = total - total / 2;
     }
     return 0;
 }
@@ -624,6 +633,8 @@ static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strid
         rc = need_out0(x);
     if (rc == 0)
         rc = spatial_rank(x, in[0], sd);
+    if (rc == 0 && *sd == 3)
+        rc = ox_fail(x, VQ_ENOSYS, "3-D convolutions are not supported");
     if (rc == 0 && in[1]->meta.ndim != *sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
     if (rc == 0)
@@ -642,7 +653,7 @@ static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strid
 static int t_conv(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[2], dil[2], kernel[2], pads[4], group;
+    int64_t strides[3], dil[3], kernel[2], pads[6], group;
     int sd = 0;
     int rc = conv_common(x, in, &sd, strides, dil, &group);
     if (rc)
@@ -664,7 +675,7 @@ static int t_conv(struct ox *x)
 static int t_conv_transpose(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[2], dil[2], outpad[2], pads[4] = {0, 0, 0, 0}, group, want[2], p[4];
+    int64_t strides[3], dil[3], outpad[3], pads[6] = {0}, group, want[3], p[6];
     int sd = 0, n = -1, nshape = -1;
     char mode[32];
     int rc = conv_common(x, in, &sd, strides, dil, &group);
@@ -726,11 +737,58 @@ static int t_conv_transpose(struct ox *x)
     return window_emit(x, "conv_transpose2d", in, in[2] ? 3 : 2, sd, a, 5);
 }
 
+/* A 3-D pool as two 2-D ones (type, attributes a of which the window's
+ * are a[0..2] and the pads a[2]): X [N, C, D, H, W] seen as [N, C * D, H,
+ * W] pooled over (H, W), then [N, C, D, OH * OW] pooled over D alone. Max
+ * and average pools are separable: the maximum of a box is the maximum
+ * over its depth of the planes' maxima (and the first maximum in (d, h, w)
+ * order stays the first, for the gradient), and the taps of a box on the
+ * input (or the pads) are the product of those along each dim, so the
+ * average's divisor is too. C, D, H and W must be known at import. */
+static int pool3d(struct ox *x, const char *type, struct ox_val *v, const int64_t *kernel,
+                  const int64_t *strides, const int64_t *dil, const int64_t *pads, vq_attr *a,
+                  int na)
+{
+    const int64_t *d = v->meta.shape;
+    for (int i = 1; i < 5; i++)
+        if (d[i] < 0)
+            return ox_fail(x, VQ_ENOSYS,
+                           "a 3-D pool's channels and spatial dims must be known "
+                           "when the model is imported");
+    struct ox_val *r;
+    int64_t k2[2] = {kernel[1], kernel[2]}, s2[2] = {strides[1], strides[2]};
+    int64_t d2[2] = {dil[1], dil[2]}, p2[4] = {pads[1], pads[2], pads[4], pads[5]};
+    int64_t kd[2] = {kernel[0], 1}, sd[2] = {strides[0], 1}, dd[2] = {dil[0], 1};
+    int64_t pd[4] = {pads[0], 0, pads[3], 0};
+    a[0] = VQ_ATTR_IS("kernel", k2, 2);
+    a[1] = VQ_ATTR_IS("strides", s2, 2);
+    a[2] = VQ_ATTR_IS("pads", p2, 4);
+    if (!strcmp(a[4].name, "dilations"))
+        a[4] = VQ_ATTR_IS("dilations", d2, 2);
+    const char *tmp = NULL;
+    struct ox_val *q;
+    int rc = reshape_to(x, v, (int64_t[]){0, d[1] * d[2], d[3], d[4]}, 4, NULL, &q);
+    if (rc == 0)
+        rc = ox_emit(x, type, &q, 1, &tmp, 1, a, na, &r);
+    if (rc)
+        return rc;
+    int64_t oh = r->meta.shape[2], ow = r->meta.shape[3];
+    a[0] = VQ_ATTR_IS("kernel", kd, 2);
+    a[1] = VQ_ATTR_IS("strides", sd, 2);
+    a[2] = VQ_ATTR_IS("pads", pd, 4);
+    if (!strcmp(a[4].name, "dilations"))
+        a[4] = VQ_ATTR_IS("dilations", dd, 2);
+    rc = reshape_to(x, r, (int64_t[]){0, d[1], d[2], oh * ow}, 4, NULL, &q);
+    if (rc == 0)
+        rc = ox_emit(x, type, &q, 1, &tmp, 1, a, na, &r);
+    return rc ? rc : reshape_to(x, r, (int64_t[]){0, 0, 0, oh, ow}, 5, out0(x), NULL);
+}
+
 /* MaxPool and AveragePool. */
 static int pool(struct ox *x, bool max)
 {
     struct ox_val *v;
-    int64_t kernel[2], strides[2], dil[2] = {1, 1}, pads[4], ceil, cip, order;
+    int64_t kernel[3], strides[3], dil[3] = {1, 1, 1}, pads[6], ceil, cip, order;
     int sd = 0;
     int rc = need_in(x, 0, &v);
     if (rc == 0)
@@ -765,13 +823,17 @@ static int pool(struct ox *x, bool max)
         return rc;
     if (max) {
         vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
-                        VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_IS("dilations", dil, 2),
-                        VQ_ATTR_B("ceil_mode", ceil != 0)};
+                        VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),
+                        VQ_ATTR_IS("dilations", dil, 2)};
+        if (sd == 3)
+            return pool3d(x, "max_pool2d", v, kernel, strides, dil, pads, a, 5);
         return window_emit(x, "max_pool2d", &v, 1, sd, a, 5);
     }
     vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
                     VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),
                     VQ_ATTR_B("count_include_pad", cip != 0)};
+    if (sd == 3)
+        return pool3d(x, "avg_pool2d", v, kernel, strides, dil, pads, a, 5);
     return window_emit(x, "avg_pool2d", &v, 1, sd, a, 5);
 }
 

@@ -7,9 +7,9 @@ op's translation are counted apart (LIMITS below): a shape, axes or
 similar input that the case feeds at run time where varq needs it known
 when the model is imported ("known at import"), an element type varq does
 not have ("type"), and outputs varq does not produce: a Loop's scan
-outputs, a MaxPool's Indices ("extra outputs"); and 3-D windows, and
-batch normalization and Dropout in training mode (a training Dropout's
-expected outputs come from numpy's random generator). Prints the table and the totals; with --markdown FILE also
+outputs, a MaxPool's Indices ("extra outputs"); and 3-D convolutions,
+windows of more than 3 dims, and Dropout in training mode (a training
+Dropout's expected outputs come from numpy's random generator). Prints the table and the totals; with --markdown FILE also
 writes the README's table of supported ops (those varq translates: `varq
 onnx-ops`), and with --check exits 1 when a case fails or a case of a
 supported op is unsupported because of that op for another reason.
@@ -38,8 +38,8 @@ LIMITS = [
     ("scan outputs are not supported", "extra outputs"),
     ("its Indices output is not supported", "extra outputs"),
     ("storage_order", "extra outputs"),
-    ("varq has 1-D and 2-D windows", "3-D, training mode"),
-    ("training_mode 1", "3-D, training mode"),
+    ("varq has 1-D, 2-D and 3-D windows", "3-D, training mode"),
+    ("3-D convolutions are not supported", "3-D, training mode"),
     ("training_mode is true", "3-D, training mode"),
 ]
 
@@ -94,7 +94,7 @@ def main():
     if md:
         with open(md, "w") as f:
             f.write("| ONNX op | cases that pass | a fed input needed at import | other type "
-                    "| Loop scans, pool indices | 3-D windows, training mode | unsupported "
+                    "| Loop scans, pool indices | 3-D convolutions, training Dropout | unsupported "
                     "| cases with it |\n|---|---|---|---|---|---|---|---|\n")
             for op in sorted(supported):
                 r = rows.get(op, collections.Counter())

@@ -956,6 +956,82 @@ Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_st
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- 3-D pools ---- */
+
+/* Pool (MaxPool or AveragePool) of x [1, 2, 4, 5, 6] with kernel 2x3x2,
+ * strides 2x1x2, pads (front, top, left) 1, 0, 1 and (back, bottom, right)
+ * 0, 1, 1, against the plain loop over the box (the importer makes each
+ * two 2-D pools). */
+Test(onnx, three_d_max_and_average_pools_match_the_plain_loop)
+{
+    static const int64_t xs[5] = {1, 2, 4, 5, 6}, k[3] = {2, 3, 2}, st[3] = {2, 1, 2};
+    static const int64_t pads[6] = {1, 0, 1, 0, 1, 1};
+    const int64_t in[3] = {4, 5, 6};
+    int64_t os[3];
+    for (int i = 0; i < 3; i++)
+        os[i] = (in[i] + pads[i] + pads[3 + i] - k[i]) / st[i] + 1;
+    float x[240];
+    for (int i = 0; i < 240; i++)
+        x[i] = (float)sin(0.37 * i * i + 1);
+    for (int max = 0; max < 2; max++) {
+        Onnx__ModelProto *m = model_new(13);
+        add_input(m, "x", 5, xs);
+        Onnx__NodeProto *n =
+            add_node(m, max ? "MaxPool" : "AveragePool", "pool", NAMES("x"), NAMES("y"));
+        attr_ints(n, "kernel_shape", 3, k);
+        attr_ints(n, "strides", 3, st);
+        attr_ints(n, "pads", 6, pads);
+        add_output(m, "y");
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_scope *s;
+        vq_program *p;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        struct run r = run_new();
+        vq_tensor *tx;
+        cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 5, xs, x), 0);
+        vq_feed feed = {"x", tx};
+        vq_fetch f = {"y", NULL};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &f, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_ndim(f.tensor), 5);
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(vq_tensor_shape(f.tensor)[2 + i], os[i], "dim %d", 2 + i);
+        const float *y = vq_tensor_data(f.tensor);
+        int at = 0;
+        for (int c = 0; c < 2; c++)
+            for (int64_t od = 0; od < os[0]; od++)
+                for (int64_t oh = 0; oh < os[1]; oh++)
+                    for (int64_t ow = 0; ow < os[2]; ow++, at++) {
+                        double best = -INFINITY, sum = 0;
+                        int taps = 0;
+                        for (int64_t a = 0; a < k[0]; a++)
+                            for (int64_t b = 0; b < k[1]; b++)
+                                for (int64_t e = 0; e < k[2]; e++) {
+                                    int64_t id = od * st[0] - pads[0] + a;
+                                    int64_t ih = oh * st[1] - pads[1] + b;
+                                    int64_t iw = ow * st[2] - pads[2] + e;
+                                    if (id < 0 || id >= 4 || ih < 0 || ih >= 5 || iw < 0 || iw >= 6)
+                                        continue;
+                                    double v = x[((c * 4 + id) * 5 + ih) * 6 + iw];
+                                    best = v > best ? v : best;
+                                    sum += v;
+                                    taps++;
+                                }
+                        double want = max ? best : sum / taps;
+                        cr_assert_float_eq(y[at], want, 1e-6, "%s [%d]: %g vs %g",
+                                           max ? "max" : "avg", at, y[at], want);
+                    }
+        vq_tensor_release(f.tensor);
+        vq_tensor_release(tx);
+        vq_scope_free(s);
+        run_free(&r);
+        vq_program_free(p);
+        free(buf);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+}
+
 /* ---- the varq tool (VARQ_BIN) ---- */
 
 static int sh(const char *fmt, const char *a, const char *b, char *out, size_t size)

@@ -767,18 +767,25 @@ static int pool3d(struct ox *x, const char *type, struct ox_val *v, const int64_
         a[4] = VQ_ATTR_IS("dilations", d2, 2);
     const char *tmp = NULL;
     struct ox_val *q;
-    int rc = reshape_to(x, v, (int64_t[]){0, d[1] * d[2], d[3], d[4]}, 4, NULL, &q);
+    int64_t cd;
+    if (__builtin_mul_overflow(d[1], d[2], &cd))
+        return ox_fail(x, VQ_EINVAL, "channels %lld times depth %lld overflow", (long long)d[1],
+                       (long long)d[2]);
+    int rc = reshape_to(x, v, (int64_t[]){0, cd, d[3], d[4]}, 4, NULL, &q);
     if (rc == 0)
         rc = ox_emit(x, type, &q, 1, &tmp, 1, a, na, &r);
     if (rc)
         return rc;
-    int64_t oh = r->meta.shape[2], ow = r->meta.shape[3];
+    int64_t oh = r->meta.shape[2], ow = r->meta.shape[3], plane;
+    if (oh < 0 || ow < 0 || __builtin_mul_overflow(oh, ow, &plane))
+        return ox_fail(x, VQ_EINVAL, "a 3-D pool's output plane %lldx%lld is not a size",
+                       (long long)oh, (long long)ow);
     a[0] = VQ_ATTR_IS("kernel", kd, 2);
     a[1] = VQ_ATTR_IS("strides", sd, 2);
     a[2] = VQ_ATTR_IS("pads", pd, 4);
     if (!strcmp(a[4].name, "dilations"))
         a[4] = VQ_ATTR_IS("dilations", dd, 2);
-    rc = reshape_to(x, r, (int64_t[]){0, d[1], d[2], oh * ow}, 4, NULL, &q);
+    rc = reshape_to(x, r, (int64_t[]){0, d[1], d[2], plane}, 4, NULL, &q);
     if (rc == 0)
         rc = ox_emit(x, type, &q, 1, &tmp, 1, a, na, &r);
     return rc ? rc : reshape_to(x, r, (int64_t[]){0, 0, 0, oh, ow}, 5, out0(x), NULL);

@@ -1032,6 +1032,18 @@ Test(onnx, three_d_max_and_average_pools_match_the_plain_loop)
     }
 }
 
+/* An empty batch lets channels times depth pass 2^63: an error, not a
+ * wrapped reshape. */
+Test(onnx, a_three_d_pool_whose_channels_times_depth_overflow_is_an_error)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 5, (int64_t[]){0, INT64_C(1) << 40, INT64_C(1) << 40, 2, 2});
+    Onnx__NodeProto *n = add_node(m, "MaxPool", "pool", NAMES("x"), NAMES("y"));
+    attr_ints(n, "kernel_shape", 3, (int64_t[]){1, 1, 1});
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("pool", "channels 1099511627776 times depth"));
+}
+
 /* ---- the varq tool (VARQ_BIN) ---- */
 
 static int sh(const char *fmt, const char *a, const char *b, char *out, size_t size)

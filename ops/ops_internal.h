@@ -476,6 +476,12 @@ int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int
  * and never reach OpenBLAS. */
 void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c);
+/* Elementwise kernels of at least 2 * VQ__PAR_ELEMS elements share the
+ * call with the idle workers (vq__parallel_for), in chunks of this many
+ * elements: about 30 us of work each, well above a helper op's cost, and
+ * fixed, so that the chunks do not depend on who runs the op. */
+#define VQ__PAR_ELEMS ((int64_t)1 << 15)
+
 /* The same with C's rows ldc elements apart (ldc >= n): a block of columns
  * of a wider C. */
 void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,

@@ -295,3 +295,20 @@ double oc_grad_check(const char *type, vq_tensor *const *in, int nin, int nout,
         worst = err;
     return err;
 }
+
+/* A call run by vq_op_run on a 2-worker engine (where large calls are
+ * shared with the idle worker) against the same call outside any engine:
+ * the same bits. */
+void oc_assert_shared_equals_serial(vq_engine *e, const char *type, vq_tensor **in, int nin,
+                                    const vq_attr *at, int na)
+{
+    vq_tensor *ser = oc_run1(type, in, nin, at, na), *par = NULL;
+    cr_assert_eq(vq_op_run(e, type, in, nin, &par, 1, at, na), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(par), vq_tensor_numel(ser));
+    cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(ser),
+                        (size_t)vq_tensor_numel(ser) * vq_dtype_size(vq_tensor_dtype(ser))),
+                 0, "%s: the shared call differs from the serial one", type);
+    vq_tensor_release(par);
+    vq_tensor_release(ser);
+}

@@ -44,6 +44,10 @@ void oc_run(const char *type, vq_tensor *const *in, int nin, vq_tensor **out, in
 /* The same with one output, returned. */
 vq_tensor *oc_run1(const char *type, vq_tensor *const *in, int nin, const vq_attr *attrs,
                    int nattrs);
+/* Runs type on a 2-worker engine e (large calls are then shared with the
+ * idle worker) and outside any engine, and asserts the same bits. */
+void oc_assert_shared_equals_serial(vq_engine *e, const char *type, vq_tensor **in, int nin,
+                                    const vq_attr *at, int na);
 /* Returns vq_op_run's result (for error tests); releases created outputs. */
 int oc_try(const char *type, vq_tensor *const *in, int nin, int nout, const vq_attr *attrs,
            int nattrs);

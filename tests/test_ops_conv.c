@@ -196,6 +196,27 @@ Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
     vq_engine_free(e);
 }
 
+Test(ops_conv, large_pools_shared_by_two_workers_equal_the_serial_call)
+{
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    /* planes of 56x56 outputs (several planes a chunk), and one plane of
+     * 260x260 (a chunk each) */
+    static const int64_t shapes[2][4] = {{2, 16, 112, 112}, {1, 3, 520, 520}};
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *x = oc_rand(&rng, floats[d], 4, shapes[s], -1, 1);
+            int64_t k[2] = {3, 3}, st[2] = {2, 2}, pad[4] = {1, 1, 1, 1};
+            vq_attr at[3] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_IS("strides", st, 2),
+                             VQ_ATTR_IS("pads", pad, 4)};
+            oc_assert_shared_equals_serial(e, "max_pool2d", &x, 1, at, 3);
+            oc_assert_shared_equals_serial(e, "avg_pool2d", &x, 1, at, 3);
+            vq_tensor_release(x);
+        }
+    vq_engine_free(e);
+}
+
 Test(ops_conv, conv2d_defaults_are_stride_1_no_pad_no_dilation_one_group)
 {
     struct conv_case cc = {2, 2, 4, 5, 3, 2, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false};

@@ -172,3 +172,26 @@ Test(ops_elementwise, outputs_given_by_the_caller_are_checked_and_written_in_pla
     vq_tensor_release(x);
     vq_tensor_release(y);
 }
+
+/* Long calls (over 2^16 elements) are shared with the idle workers: the
+ * same bits as the call outside any engine, in place too. */
+Test(ops_elementwise, long_calls_shared_by_two_workers_equal_the_serial_call)
+{
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    int64_t n = 3 * (1 << 15) + 123;
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_F64 : VQ_F32;
+        vq_tensor *in[2] = {oc_rand(&rng, dt, 1, &n, -2, 2), oc_rand(&rng, dt, 1, &n, -2, 2)};
+        static const char *const binary[] = {"add", "sub", "mul", "div"};
+        for (int i = 0; i < 4; i++)
+            oc_assert_shared_equals_serial(e, binary[i], in, 2, NULL, 0);
+        static const char *const unary[] = {"relu", "sigmoid", "tanh"};
+        for (int i = 0; i < 3; i++)
+            oc_assert_shared_equals_serial(e, unary[i], in, 1, NULL, 0);
+        vq_tensor_release(in[0]);
+        vq_tensor_release(in[1]);
+    }
+    vq_engine_free(e);
+}

@@ -148,17 +148,28 @@ VQ__TANH_CLONES static void tanh_f32(const float *x, float *o, int64_t n)
     }
 }
 
-static int unary_kernel(const vq__kcall *k)
+/* Elements [lo, hi) of a unary op's call (k). */
+static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
 {
+    (void)slot;
+    const vq__kcall *k = arg;
     const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (x->dtype == VQ_F32 && p->op == VQ__ACT_TANH)
-        tanh_f32(x->data, o->data, x->numel);
+        tanh_f32((const float *)x->data + lo, (float *)o->data + lo, hi - lo);
     else if (x->dtype == VQ_F32)
-        unary_float(p->op, x->data, o->data, x->numel);
+        unary_float(p->op, (const float *)x->data + lo, (float *)o->data + lo, hi - lo);
     else
-        unary_double(p->op, x->data, o->data, x->numel);
+        unary_double(p->op, (const double *)x->data + lo, (double *)o->data + lo, hi - lo);
     return 0;
+}
+
+static int unary_kernel(const vq__kcall *k)
+{
+    int64_t n = k->in[0]->numel;
+    if (n >= 2 * VQ__PAR_ELEMS)
+        return vq__parallel_for(n, VQ__PAR_ELEMS, unary_part, (void *)k);
+    return unary_part((void *)k, 0, n, 0);
 }
 
 /* relu_grad / sigmoid_grad / tanh_grad (Out, dOut) -> dX. */

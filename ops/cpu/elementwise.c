@@ -100,6 +100,20 @@ FLOAT_ROW(double)
 INT_ROW(int32_t, uint32_t, INT32_MIN)
 INT_ROW(int64_t, uint64_t, INT64_MIN)
 
+/* Elements [lo, hi) of a call with nothing broadcast. */
+struct flat {
+    struct rows *r;
+    void (*row)(void *, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+};
+
+static int flat_part(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct flat *f = arg;
+    f->row(f->r, lo, lo, lo, hi - lo, 1, 1);
+    return 0;
+}
+
 static int binary_kernel(const vq__kcall *k)
 {
     const vq__binary_params *p = k->params;
@@ -112,7 +126,12 @@ static int binary_kernel(const vq__kcall *k)
     case VQ_I32: row = row_int32_t; break;
     default: row = row_int64_t; break;
     }
-    if (x->numel == out->numel && y->numel == out->numel) {
+    if (x->numel == out->numel && y->numel == out->numel && out->numel >= 2 * VQ__PAR_ELEMS &&
+        (out->dtype == VQ_F32 || out->dtype == VQ_F64)) {
+        /* one long row, shared with the idle workers (floats: no error) */
+        struct flat f = {&r, row};
+        vq__parallel_for(out->numel, VQ__PAR_ELEMS, flat_part, &f);
+    } else if (x->numel == out->numel && y->numel == out->numel) {
         /* nothing broadcast (only leading 1s may differ): one row */
         row(&r, 0, 0, 0, out->numel, 1, 1);
     } else {

@@ -120,17 +120,59 @@ static vq__window window_of(const vq__window_params *p, const vq_tensor *x, cons
 MAX_POOL(float, vq__window_argmax_f32)
 MAX_POOL(double, vq__window_argmax_f64)
 
+/* A pool's call, shared by planes (image, channel) with the idle workers
+ * when it is large. */
+struct pool_job {
+    const vq__kcall *k;
+    vq__window w;
+};
+
+/* The call's planes [lo, hi) as a window of hi - lo channels of one image. */
+static vq__window planes_of(const struct pool_job *j, int64_t lo, int64_t hi, size_t *xoff,
+                            size_t *ooff)
+{
+    vq__window w = j->w;
+    size_t es = vq_dtype_size(j->k->in[0]->dtype);
+    *xoff = (size_t)(lo * w.h * w.w) * es;
+    *ooff = (size_t)(lo * w.oh * w.ow) * es;
+    w.n = 1;
+    w.c = hi - lo;
+    return w;
+}
+
+static int max_pool_part(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct pool_job *j = arg;
+    size_t xo, oo;
+    vq__window w = planes_of(j, lo, hi, &xo, &oo);
+    const char *x = j->k->in[0]->data;
+    char *o = j->k->out[0]->data;
+    if (j->k->in[0]->dtype == VQ_F32)
+        max_pool_float((const float *)(x + xo), (float *)(o + oo), &w);
+    else
+        max_pool_double((const double *)(x + xo), (double *)(o + oo), &w);
+    return 0;
+}
+
+/* Runs part over the call's planes: shared when its output is large, in
+ * chunks of planes cut from the shapes alone. */
+static int pool_planes(const struct pool_job *j, vq__range_fn part)
+{
+    int64_t planes = j->w.n * j->w.c, oplane = j->w.oh * j->w.ow;
+    if (planes * oplane < 2 * VQ__PAR_ELEMS || planes < 2)
+        return part((void *)j, 0, planes, 0);
+    int64_t chunk = oplane >= VQ__PAR_ELEMS ? 1 : VQ__PAR_ELEMS / oplane;
+    return vq__parallel_for(planes, chunk, part, (void *)j);
+}
+
 static int max_pool_kernel(const vq__kcall *k)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (o->numel == 0)
         return 0;
-    vq__window w = window_of(k->params, x, o->shape);
-    if (x->dtype == VQ_F32)
-        max_pool_float(x->data, o->data, &w);
-    else
-        max_pool_double(x->data, o->data, &w);
-    return 0;
+    struct pool_job j = {k, window_of(k->params, x, o->shape)};
+    return pool_planes(&j, max_pool_part);
 }
 
 static int max_pool_grad_kernel(const vq__kcall *k)
@@ -206,18 +248,29 @@ static struct taps taps_of(const vq__window *w, int64_t oh, int64_t ow)
 AVG_POOL(float)
 AVG_POOL(double)
 
+static int avg_pool_part(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct pool_job *j = arg;
+    const vq__window_params *p = j->k->params;
+    size_t xo, oo;
+    vq__window w = planes_of(j, lo, hi, &xo, &oo);
+    const char *x = j->k->in[0]->data;
+    char *o = j->k->out[0]->data;
+    if (j->k->in[0]->dtype == VQ_F32)
+        avg_pool_float((const float *)(x + xo), (float *)(o + oo), &w, p->count_include_pad);
+    else
+        avg_pool_double((const double *)(x + xo), (double *)(o + oo), &w, p->count_include_pad);
+    return 0;
+}
+
 static int avg_pool_kernel(const vq__kcall *k)
 {
-    const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (o->numel == 0)
         return 0;
-    vq__window w = window_of(p, x, o->shape);
-    if (x->dtype == VQ_F32)
-        avg_pool_float(x->data, o->data, &w, p->count_include_pad);
-    else
-        avg_pool_double(x->data, o->data, &w, p->count_include_pad);
-    return 0;
+    struct pool_job j = {k, window_of(k->params, x, o->shape)};
+    return pool_planes(&j, avg_pool_part);
 }
 
 static int avg_pool_grad_kernel(const vq__kcall *k)

@@ -16,6 +16,11 @@
  * op goes through the signature exchange (stage 1) and the data call
  * (stage 2), each a nonblocking MPI call polled with MPI_Test, then ends:
  * the engine's vq_done_finish, after which the engine's arg_free frees it.
+ * A number that never arrives (a program run that failed after its
+ * dist_ticket op took a number and before the communication op ran) would
+ * hold every later op of its handle forever: after timeout_s the first op
+ * behind the gap fails and the handle is broken, as after a timed-out
+ * collective.
  *
  * Locks. G.lock guards the handle table and the thread's start and stop.
  * G.mpi is held by whoever calls MPI (the thread for each round of polling,
@@ -413,6 +418,31 @@ static int comm_poll(vq__comm *c, double now)
     return comm_complete(c, &st);
 }
 
+/* d's next op to start has not arrived while later ones wait: after
+ * timeout_s, the first of them fails and d is broken (the others then fail
+ * at once). Returns whether it failed one. */
+static bool gap_check(vq_dist *d, vq__comm **finished)
+{
+    double now = now_s();
+    if (!d->gap_since)
+        d->gap_since = now;
+    if (now - d->gap_since <= d->timeout_s)
+        return false;
+    vq__comm *c = d->waiting;
+    d->waiting = c->next;
+    d->gap_since = 0;
+    atomic_store(&d->broken, true);
+    comm_done(c,
+              vq__fail(VQ_EIO,
+                       "dist: %s could not start in %g s: op #%llu of its handle, which must "
+                       "start before it, never came (a program run failed between that op's "
+                       "dist_ticket and the op, or the op's inputs never became ready); the "
+                       "communicator is broken",
+                       c->what, d->timeout_s, (unsigned long long)d->next_issue),
+              finished);
+    return true;
+}
+
 /* Moves the arrived ops into their handles' waiting lists, in seq order;
  * notes each handle with waiting ops in hs (at most MAX_HANDLES). */
 static void take_incoming(vq_dist **hs, int *nh)
@@ -451,10 +481,14 @@ static void *comm_thread(void *arg)
         /* start what is next in each handle's order */
         for (int i = 0; i < nh; i++) {
             vq_dist *d = hs[i];
-            while (d->waiting && d->waiting->seq == d->next_issue && !d->in_exchange) {
+            if (d->waiting && d->waiting->seq == d->next_issue)
+                d->gap_since = 0;
+            /* a broken handle fails every op at once, in whatever order */
+            while (d->waiting && !d->in_exchange &&
+                   (d->waiting->seq == d->next_issue || atomic_load(&d->broken))) {
                 vq__comm *c = d->waiting;
                 d->waiting = c->next;
-                d->next_issue++;
+                d->next_issue = c->seq + 1;
                 worked = true;
                 int rc = c->kind == VQ__COMM_SKIP ? 0 : comm_start(c);
                 if (rc == 1) {
@@ -464,6 +498,10 @@ static void *comm_thread(void *arg)
                     comm_done(c, rc, &finished);
                 }
             }
+            if (d->waiting && !d->in_exchange)
+                worked |= gap_check(d, &finished);
+            else
+                d->gap_since = 0;
             if (!d->waiting)
                 hs[i--] = hs[--nh];
         }
@@ -511,8 +549,20 @@ static void *comm_thread(void *arg)
          * of the two sees the other. */
         pthread_mutex_lock(&G.wake_lock);
         atomic_store(&G.sleeping, 1);
-        if (!atomic_load(&G.incoming) && !atomic_load(&G.stop))
-            pthread_cond_wait(&G.wake, &G.wake_lock);
+        if (!atomic_load(&G.incoming) && !atomic_load(&G.stop)) {
+            if (nh == 0) {
+                pthread_cond_wait(&G.wake, &G.wake_lock);
+            } else { /* ops wait for a gap: wake up to time it (gap_check) */
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 100000000;
+                if (until.tv_nsec >= 1000000000) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&G.wake, &G.wake_lock, &until);
+            }
+        }
         atomic_store(&G.sleeping, 0);
         pthread_mutex_unlock(&G.wake_lock);
         idle_since = now_s();

@@ -1,9 +1,22 @@
 /* The dist module in programs: the registered ops allreduce, broadcast,
  * send and recv (async CPU kernels that hand a vq__comm to the
- * communication thread, dist.c), vq_dist_program_add, which chains them
- * through a token var, and the data-parallel pass, which inserts bucketed
- * gradient all-reduces into a trained program (include/varq/dist.h says
- * why the design is this one).
+ * communication thread, dist.c) and dist_ticket (which numbers the next
+ * one), vq_dist_program_add, which orders them through a token var, and
+ * the data-parallel pass, which inserts bucketed gradient all-reduces into
+ * a trained program (include/varq/dist.h says why the design is this one).
+ *
+ * Why a ticket op. MPI needs the collectives started in one order on every
+ * rank, and the executor runs ops in whatever order their inputs become
+ * ready. A var written by every communication op in turn would give that
+ * order, but an async op holds the vars it writes until it completes: the
+ * next bucket's all-reduce would wait for the previous one's completion
+ * (and its thread crossings) instead of overlapping it. So the token is
+ * written by a small sync op before each communication op, dist_ticket,
+ * which runs once the op's inputs are ready (it reads them), takes the
+ * handle's next sequence number and writes it into a one-element var that
+ * the communication op reads: the token orders the numbering, which is
+ * the order the communication thread starts the MPI calls in, and is free
+ * again as soon as the number is taken.
  *
  * The ops go through the public registration, like a user's op; the pass
  * edits block 0's op order, which no public call does, so this file reads
@@ -38,9 +51,22 @@ static int comm_infer(const vq_op_infer_call *c)
 {
     struct comm_params *p = c->params;
     p->kind = (int32_t)(intptr_t)c->user;
-    if (c->nout != c->nin)
-        return vq_error_set(VQ_EINVAL, "%d inputs but %d outputs: one output per input",
-                            c->nin, c->nout);
+    /* X..., then the number dist_ticket wrote (vq_dist_program_add's
+     * form), or X... alone (numbered when the kernel runs) */
+    int n = c->nout;
+    if (c->nin == n + 1) {
+        const vq_op_meta *t = &c->in[n];
+        if (t->dtype != VQ_I64 || t->ndim != 1 || (t->shape[0] != 1 && t->shape[0] != -1))
+            return vq_error_set(VQ_EINVAL,
+                                "%d inputs for %d outputs, but the last input is "
+                                "not a ticket (i64 [1], dist_ticket's output)",
+                                c->nin, n);
+    } else if (c->nin != n) {
+        return vq_error_set(VQ_EINVAL,
+                            "%d inputs but %d outputs: one output per input, and "
+                            "at most a ticket more",
+                            c->nin, n);
+    }
     const vq_attr *a = attr_find(c, "comm");
     p->comm = a ? a->i : 0;
     if ((a = attr_find(c, "reduce"))) {
@@ -59,7 +85,7 @@ static int comm_infer(const vq_op_infer_call *c)
         return vq_error_set(VQ_EINVAL, "a negative rank, or a tag outside 0..32767");
     bool fuses_by_dtype = p->kind == VQ__COMM_ALLREDUCE || p->kind == VQ__COMM_BROADCAST;
     int first = -1;
-    for (int i = 0; i < c->nin; i++) {
+    for (int i = 0; i < n; i++) {
         bool empty = false;
         for (int k = 0; k < c->in[i].ndim; k++)
             empty |= c->in[i].shape[k] == 0;
@@ -112,9 +138,9 @@ static void comm_kernel(const vq_op_kernel_call *k, vq_op_done *done)
     c->red = (vq_reduce_op)p->red;
     c->peer = p->peer;
     c->tag = p->tag;
-    c->n = k->nin;
+    c->n = k->nout;
     c->dtype = vq_tensor_dtype(k->in[0]);
-    for (int i = 0; i < k->nin; i++) {
+    for (int i = 0; i < k->nout; i++) {
         c->in[i] = k->in[i];
         c->out[i] = k->out[i];
         if (vq_tensor_numel(k->in[i]) > 0)
@@ -122,9 +148,36 @@ static void comm_kernel(const vq_op_kernel_call *k, vq_op_done *done)
     }
     c->end = end_kernel;
     c->end_arg = done;
-    c->seq = vq__dist_next_seq(d);
+    /* the number dist_ticket took, or (an op without one) the next */
+    const int64_t *ticket = k->nin > k->nout ? vq_tensor_data(k->in[k->nout]) : NULL;
+    c->seq = ticket ? (uint64_t)ticket[0] : vq__dist_next_seq(d);
     snprintf(c->what, sizeof c->what, "%s #%llu", k->op, (unsigned long long)c->seq);
     vq__comm_submit(c);
+}
+
+/* dist_ticket(Token, X...) -> (Token, Ticket) {comm}: X only makes it wait
+ * for the communication op's inputs. */
+static int ticket_infer(const vq_op_infer_call *c)
+{
+    int64_t *comm = c->params;
+    const vq_attr *a = attr_find(c, "comm");
+    *comm = a ? a->i : 0;
+    c->out[0] = c->in[0];
+    c->out[1] = (vq_op_meta){.dtype = VQ_I64, .ndim = 1, .shape = {1}};
+    return 0;
+}
+
+/* hot path: no malloc; the handle table's lock only */
+static int ticket_kernel(const vq_op_kernel_call *k)
+{
+    vq_dist *d = vq__dist_lookup((int)*(const int64_t *)k->params);
+    if (!d)
+        return vq_error_set(VQ_EINVAL,
+                            "no vq_dist handle with id %lld lives in this process "
+                            "(vq_dist_id)",
+                            (long long)*(const int64_t *)k->params);
+    *(int64_t *)vq_tensor_data(k->out[1]) = (int64_t)vq__dist_next_seq(d);
+    return 0;
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -159,6 +212,24 @@ static void register_ops(void)
                          .params_size = sizeof(struct comm_params), .infer = comm_infer,
                          .cpu_async = comm_kernel, .user = (void *)(intptr_t)ops[i].kind};
         int rc = vq_op_register(&def);
+        if (rc < 0)
+            registered = rc;
+    }
+    static const char *const TOKEN_X[] = {"Token", "X"}, *const TICKET[] = {"TokenOut", "Ticket"};
+    static const vq_op_attr_spec ticket_attrs[] = {{"comm", VQ_ATTR_INT, true, NULL}};
+    vq_op_def ticket = {.name = "dist_ticket",
+                        .inputs = TOKEN_X,
+                        .ninputs = 2,
+                        .outputs = TICKET,
+                        .noutputs = 2,
+                        .flags = VQ_OP_VARIADIC_IN | VQ_OP_INPLACE_OK,
+                        .attrs = ticket_attrs,
+                        .nattrs = 1,
+                        .params_size = sizeof(int64_t),
+                        .infer = ticket_infer,
+                        .cpu = ticket_kernel};
+    if (registered >= 0) {
+        int rc = vq_op_register(&ticket);
         if (rc < 0)
             registered = rc;
     }
@@ -210,20 +281,30 @@ VQ_API int vq_dist_program_add(vq_program *main, vq_program *startup, vq_dist *d
         return vq__fail(VQ_EINVAL, "vq_dist_program_add: %s is not allreduce, broadcast, send "
                                    "or recv",
                         type);
-    char tok[32];
+    char tok[32], ticket[48];
     int rc = token_declare(main, startup, d, tok, sizeof tok);
     if (rc < 0)
         return rc;
-    const char *ins[VQ_OP_MAX_SLOTS], *outs[VQ_OP_MAX_SLOTS];
-    for (int i = 0; i < n; i++) {
-        ins[i] = in[i];
-        outs[i] = out[i];
-    }
-    ins[n] = outs[n] = tok;
+    /* a ticket var per op: each op reads the number its own ticket op took */
+    snprintf(ticket, sizeof ticket, "%s.ticket%d", tok, vq_program_nops(main, 0));
+    int64_t one[1] = {1};
+    if ((rc = vq_program_add_var(main, 0, ticket, VQ_I64, 1, one, false)) < 0)
+        return rc;
+    const char *ins[VQ_OP_MAX_SLOTS + 1];
+    ins[0] = tok;
+    for (int i = 0; i < n; i++)
+        ins[1 + i] = in[i];
     vq_attr a[5] = {VQ_ATTR_I("comm", vq_dist_id(d))};
+    rc = vq_program_add_op(main, 0, "dist_ticket", ins, n + 1, (const char *const[]){tok, ticket},
+                           2, a, 1);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n; i++)
+        ins[i] = in[i];
+    ins[n] = ticket;
     for (int i = 0; i < nattrs; i++)
         a[1 + i] = attrs[i];
-    return vq_program_add_op(main, 0, type, ins, n + 1, outs, n + 1, a, 1 + nattrs);
+    return vq_program_add_op(main, 0, type, ins, n + 1, out, n, a, 1 + nattrs);
 }
 
 /* ---- the data-parallel pass ---- */
@@ -384,8 +465,11 @@ VQ_API int vq_dist_data_parallel(vq_program *main, vq_program *startup, vq_dist 
             names[m++] = main->vars[g[i].var].name;
         vq_attr mean = VQ_ATTR_S("reduce", "mean");
         rc = vq_dist_program_add(main, startup, d, "allreduce", names, names, m, &mean, 1);
-        if (rc >= 0) {
-            main->ops[main->blocks[0].ops[main->blocks[0].nops - 1]].priority = prio;
+        if (rc >= 0) { /* the ticket op and the allreduce, in that order, after last_w */
+            const vq__block *b = &main->blocks[0];
+            main->ops[b->ops[b->nops - 1]].priority = prio;
+            main->ops[b->ops[b->nops - 2]].priority = prio;
+            move_after(main, g[start[k + 1] - 1].last_w);
             move_after(main, g[start[k + 1] - 1].last_w);
         }
     }

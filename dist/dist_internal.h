@@ -84,6 +84,9 @@ struct vq_dist {
      * in seq order on every rank, whichever exchange completes first. */
     vq__comm *in_exchange;
     vq__comm *waiting;         /* arrived early, sorted by seq */
+    /* Since when (monotonic s) ops have been waiting while the one
+     * numbered next_issue has not arrived; 0 when not. */
+    double gap_since;
 };
 
 /* "allreduce", "send", ... for messages and traces; static strings. */

@@ -11,6 +11,11 @@
  *                  vq_dist_free says so. MPI cannot recover: the ranks then
  *                  exit without MPI_Finalize and mpirun reports it; the
  *                  suite checks the line "timeout behaviour: ok".
+ *                  Then a gap in a handle's numbering (a dist_ticket op
+ *                  whose number no communication op uses, as when a run
+ *                  fails between the two): the next op of the handle fails
+ *                  with VQ_EIO after its 2 s timeout on every rank instead
+ *                  of waiting forever ("gap behaviour: ok" on each rank).
  *   --exit-early   rank 1 exits at once; the others start an allreduce.
  *                  mpirun stops the job with its message (the suite checks
  *                  that it ends, nonzero, well before the time limit).
@@ -107,6 +112,43 @@ static void failures_propagate(vq_engine *e, vq_dist *d)
     vq_wait_all(e); /* the failures above, recorded by the engine */
 }
 
+/* A number taken by dist_ticket and never used: the next op of d2 (an
+ * allreduce every rank issues) must fail after d2's timeout on every rank. */
+static void gap_in_numbering(vq_engine *e)
+{
+    vq_dist *d2;
+    CHECK(vq_dist_new_opts(&d2, e, &(vq_dist_opts){.timeout_s = 2}));
+    vq_program *p;
+    CHECK(vq_program_new(&p));
+    int64_t zero[1] = {0}, four[1] = {4};
+    CHECK(vq_program_add_var(p, 0, "tok", VQ_F32, 1, zero, false));
+    CHECK(vq_program_add_var(p, 0, "x", VQ_I32, 1, four, false));
+    CHECK(vq_program_add_var(p, 0, "ticket", VQ_I64, 1, (int64_t[]){1}, false));
+    vq_attr comm = VQ_ATTR_I("comm", vq_dist_id(d2));
+    CHECK(vq_program_add_op(p, 0, "dist_ticket", (const char *const[]){"tok", "x"}, 2,
+                            (const char *const[]){"tok", "ticket"}, 2, &comm, 1));
+    vq_exec *ex;
+    vq_scope *sc;
+    CHECK(vq_exec_new(&ex, e, NULL));
+    CHECK(vq_scope_new(&sc));
+    vq_tensor *tok, *x = ints(4, 1);
+    CHECK(vq_tensor_new(&tok, VQ_F32, 1, zero));
+    vq_feed feeds[2] = {{"tok", tok}, {"x", x}};
+    CHECK(vq_exec_run(ex, p, sc, feeds, 2, NULL, 0));
+    CHECK(vq_dist_allreduce(d2, x, x, VQ_REDUCE_SUM));
+    int rc = vq_tensor_wait(x);
+    EXPECT(rc == VQ_EIO && strstr(vq_errmsg(), "never came"),
+           "an op behind a gap in the numbering: rc %d: %s", rc, vq_errmsg());
+    vq_wait_all(e);
+    rc = vq_dist_free(d2);
+    EXPECT(rc == VQ_EIO, "vq_dist_free of a handle broken by a gap: %d", rc);
+    vq_tensor_release(tok);
+    vq_tensor_release(x);
+    vq_exec_free(ex);
+    vq_scope_free(sc);
+    vq_program_free(p);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -152,6 +194,9 @@ int main(int argc, char **argv)
         vq_tensor_release(t);
         if (rank != 1)
             printf("rank %d: timeout behaviour: %s\n", rank, failures ? "FAILED" : "ok");
+        int before = failures;
+        gap_in_numbering(e);
+        printf("rank %d: gap behaviour: %s\n", rank, failures > before ? "FAILED" : "ok");
         fflush(stdout);
         /* MPI cannot finish a collective that one rank abandoned: the
          * ranks that timed out leave without MPI_Finalize (vq_dist_free

@@ -11,7 +11,8 @@
  *     relative (norm of the difference / norm). Small buckets (one per
  *     gradient), so there are several all-reduces per step.
  *  3. overlap: the profiler's records of one step show an allreduce that
- *     started before the backward's last op ended.
+ *     started before the backward's last op ended, and a program's two
+ *     all-reduces that ran at the same time.
  *
  * Framework-free (MPI and Criterion's fork do not mix); exit status
  * nonzero on failure. */
@@ -103,7 +104,7 @@ static void ops_in_a_program(vq_engine *e, vq_dist *d)
     vq_program_free(s);
 }
 
-/* ---- 2. data parallelism ---- */
+/* ---- 2. data parallelism (3: overlap with the backward) ---- */
 
 #define IN 8
 #define HID 16
@@ -175,46 +176,62 @@ static double compare_scopes(vq_scope *got, vq_scope *want)
     return worst;
 }
 
+enum { MAXEV = 4096 };
+
+/* The spans (start and end, us) of the events of a profiler trace named
+ * name, or (suffix) ending in it; their count, or -1. */
+static int spans_in_trace(const char *path, const char *name, int suffix, double (*sp)[2])
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[512];
+    int n = 0;
+    size_t len = strlen(name);
+    while (fgets(line, sizeof line, f) && n < MAXEV) {
+        char ev[64];
+        const char *ts = strstr(line, "\"ts\":");
+        if (sscanf(line, "{\"name\":\"%63[^\"]\"", ev) != 1 || !ts)
+            continue;
+        double t, dur;
+        if (sscanf(ts, "\"ts\":%lf,\"dur\":%lf", &t, &dur) != 2)
+            continue;
+        size_t m = strlen(ev);
+        if (suffix ? m > len && !strcmp(ev + m - len, name) : !strcmp(ev, name)) {
+            sp[n][0] = t;
+            sp[n++][1] = t + dur;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* The time spans of a and b ran together, summed. */
+static double overlap_of(double (*a)[2], int na, double (*b)[2], int nb)
+{
+    double both = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++) {
+            double lo = a[i][0] > b[j][0] ? a[i][0] : b[j][0];
+            double hi = a[i][1] < b[j][1] ? a[i][1] : b[j][1];
+            if (hi > lo && (a != b || i < j))
+                both += hi - lo;
+        }
+    return both;
+}
+
 /* Does the trace hold an allreduce that ran while an op of the backward
  * (a *_grad op) ran? (Steps do not overlap each other: a step's backward
  * needs the last step's updates, which need its all-reduces.) The time
  * they ran together, summed, in *both_us. */
 static int overlap_in_trace(const char *path, double *both_us)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char line[512];
-    enum { MAXEV = 4096 };
     static double ar[MAXEV][2], gr[MAXEV][2];
-    int nar = 0, ngr = 0;
-    while (fgets(line, sizeof line, f)) {
-        char name[64];
-        const char *ts = strstr(line, "\"ts\":");
-        if (sscanf(line, "{\"name\":\"%63[^\"]\"", name) != 1 || !ts)
-            continue;
-        double t, dur;
-        if (sscanf(ts, "\"ts\":%lf,\"dur\":%lf", &t, &dur) != 2)
-            continue;
-        size_t n = strlen(name);
-        if (!strcmp(name, "allreduce") && nar < MAXEV) {
-            ar[nar][0] = t;
-            ar[nar++][1] = t + dur;
-        }
-        if (n > 5 && !strcmp(name + n - 5, "_grad") && ngr < MAXEV) {
-            gr[ngr][0] = t;
-            gr[ngr++][1] = t + dur;
-        }
-    }
-    fclose(f);
-    *both_us = 0;
-    for (int i = 0; i < nar; i++)
-        for (int j = 0; j < ngr; j++) {
-            double lo = ar[i][0] > gr[j][0] ? ar[i][0] : gr[j][0];
-            double hi = ar[i][1] < gr[j][1] ? ar[i][1] : gr[j][1];
-            if (hi > lo)
-                *both_us += hi - lo;
-        }
+    int nar = spans_in_trace(path, "allreduce", 0, ar);
+    int ngr = spans_in_trace(path, "_grad", 1, gr);
+    if (nar < 0 || ngr < 0)
+        return -1;
+    *both_us = overlap_of(ar, nar, gr, ngr);
     return *both_us > 0;
 }
 
@@ -278,6 +295,77 @@ static void data_parallel(vq_optimizer_kind kind, int profile)
     vq_engine_free(e_ref);
 }
 
+/* ---- 3. communication ops of a program overlap each other ----
+ *
+ * A program with an all-reduce of 8 MiB and then one of 16 bytes, both
+ * ready at once: the second must start while the first is still out (the
+ * token that orders them is released when the first has its number, not
+ * when it completes). Without that, the spans in the profiler's records
+ * follow each other. */
+static void comm_ops_overlap(void)
+{
+    vq_engine *e;
+    vq_engine_opts eo = {.flags = VQ_ENGINE_PROFILE};
+    CHECK(vq_engine_new(&e, &eo));
+    vq_dist *d;
+    CHECK(vq_dist_new(&d, e, NULL));
+    vq_program *p, *s;
+    CHECK(vq_program_new(&p));
+    CHECK(vq_program_new(&s));
+    int64_t big[1] = {2 << 20}, small[1] = {4};
+    CHECK(vq_program_add_var(p, 0, "big", VQ_F32, 1, big, false));
+    CHECK(vq_program_add_var(p, 0, "small", VQ_F32, 1, small, false));
+    CHECK(vq_dist_program_add(p, s, d, "allreduce", (const char *const[]){"big"},
+                              (const char *const[]){"big"}, 1, NULL, 0));
+    CHECK(vq_dist_program_add(p, s, d, "allreduce", (const char *const[]){"small"},
+                              (const char *const[]){"small"}, 1, NULL, 0));
+    vq_exec *ex;
+    vq_scope *sc;
+    CHECK(vq_exec_new(&ex, e, NULL));
+    CHECK(vq_scope_new(&sc));
+    CHECK(vq_exec_run(ex, s, sc, NULL, 0, NULL, 0));
+    vq_tensor *bt, *st;
+    CHECK(vq_tensor_new(&bt, VQ_F32, 1, big));
+    CHECK(vq_tensor_new(&st, VQ_F32, 1, small));
+    for (int64_t i = 0; i < big[0]; i++)
+        ((float *)vq_tensor_data(bt))[i] = (float)(i % 7 + rank);
+    for (int i = 0; i < 4; i++)
+        ((float *)vq_tensor_data(st))[i] = (float)(i + rank);
+    vq_feed feeds[2] = {{"big", bt}, {"small", st}};
+    vq_fetch f[2] = {{"big", NULL}, {"small", NULL}};
+    CHECK(vq_exec_run(ex, p, sc, feeds, 2, f, 2));
+    float b7 = ((float *)vq_tensor_data(f[0].tensor))[7];
+    float s3 = ((float *)vq_tensor_data(f[1].tensor))[3];
+    float rsum = (float)(size * (size - 1) / 2);
+    EXPECT(b7 == rsum && s3 == (float)size * 3 + rsum,
+           "allreduce results %g and %g, expected %g and %g", b7, s3, rsum, (float)size * 3 + rsum);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/varq_dist_graph_ov_%d_%d.json", (int)getpid(), rank);
+    CHECK(vq_profiler_dump(e, path));
+    static double ar[MAXEV][2];
+    int nar = spans_in_trace(path, "allreduce", 0, ar);
+    unlink(path);
+    EXPECT(nar == 2, "%d allreduce spans in the trace, expected 2", nar);
+    double both = nar == 2 ? overlap_of(ar, nar, ar, nar) : 0;
+    EXPECT(both > 0,
+           "the program's two all-reduces did not overlap (spans %.1f-%.1f and "
+           "%.1f-%.1f us)",
+           ar[0][0], ar[0][1], ar[1][0], ar[1][1]);
+    if (rank == 0 && both > 0)
+        printf("dist_graph: a program's two all-reduces ran together for %.1f us\n", both);
+    for (int i = 0; i < 2; i++)
+        vq_tensor_release(f[i].tensor);
+    vq_tensor_release(bt);
+    vq_tensor_release(st);
+    CHECK(vq_wait_all(e));
+    vq_exec_free(ex);
+    vq_scope_free(sc);
+    vq_program_free(p);
+    vq_program_free(s);
+    CHECK(vq_dist_free(d));
+    vq_engine_free(e);
+}
+
 int main(void)
 {
     vq_engine *e;
@@ -291,6 +379,7 @@ int main(void)
         return 1;
     }
     ops_in_a_program(e, keep);
+    comm_ops_overlap();
     data_parallel(VQ_OPT_SGD, 1);
     data_parallel(VQ_OPT_ADAM, 0);
     CHECK(vq_wait_all(e));

@@ -211,13 +211,24 @@ VQ_API int vq_dist_recv(vq_dist *d, vq_tensor *t, int src, int tag);
  * only the dtypes and shapes. "reduce" is "sum", "mean" or "max".
  *
  * The executor starts an op when its inputs are ready, which is not the
- * same order on every rank. vq_dist_program_add therefore appends one more
- * X/Out pair to every communication op: the var "@DIST<id>" (f32 [0],
- * persistable, created by startup), read and written by each, which
- * chains them in program order, run after run: the ordering rule holds
- * by construction. Communication ops added with vq_program_add_op
- * directly are not chained; the signature check catches the mismatches
- * it can.
+ * same order on every rank. vq_dist_program_add therefore puts before
+ * every communication op a small op that numbers it,
+ *
+ *   dist_ticket(Token, X...) -> (Token, Ticket)   {comm:int}
+ *
+ * which runs once X (the communication op's inputs) are ready, reads and
+ * writes the var "@DIST<id>" (f32 [0], persistable, created by startup),
+ * and writes the handle's next sequence number into Ticket (a fresh i64
+ * [1] var, "@DIST<id>.ticket<n>"), which the communication op then takes
+ * as one more input after its X (it has one output fewer than inputs).
+ * The token chains the numbering in program order, run after run, and the
+ * communication thread starts the MPI calls in number order: the ordering
+ * rule holds by construction, and since the token is free again as soon
+ * as a number is taken, the next op starts while the previous one's data
+ * is still moving (bucket after bucket). Communication ops added with
+ * vq_program_add_op directly (no Ticket input: numbered when their kernel
+ * starts) are not ordered; the signature check catches the mismatches it
+ * can.
  *
  * A failure on one rank in a program run makes that rank skip its later
  * ops, communication included: the other ranks then fail by timeout
@@ -226,9 +237,11 @@ VQ_API int vq_dist_recv(vq_dist *d, vq_tensor *t, int src, int tag);
 /* Appends communication op type ("allreduce", "broadcast", "send" or
  * "recv") of handle d to block 0 of main, with inputs in and outputs out
  * (var names, n of each), the attribute comm set to d's id plus attrs
- * (the others: reduce, root, peer, tag), and the chaining token described
- * above (declared in main and startup, and created by an op appended to
- * startup, the first time). Returns the op's index or a negative error
+ * (the others: reduce, root, peer, tag), after its dist_ticket op (the
+ * token declared in main and startup, and created by an op appended to
+ * startup, the first time; the ticket var declared in main). Returns the
+ * communication op's index (its dist_ticket is the one before) or a
+ * negative error
  * (VQ_EINVAL naming what is wrong). Not thread-safe (programs are built by
  * one thread). */
 VQ_API int vq_dist_program_add(vq_program *main, vq_program *startup, vq_dist *d,

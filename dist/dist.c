@@ -7,9 +7,13 @@
  * vq__comm, give it the handle's next sequence number and push it as an
  * async engine op (VQ_PROP_RUN_ON_FAILED, so that a rank whose input
  * failed still takes part and tells the others). When the engine runs it,
- * its function only notes whether its inputs carry a failure and hands
- * the vq__comm to the communication thread (vq__comm_submit: a lock-free
- * stack, and a wake-up when the thread sleeps). The thread keeps, per
+ * its function notes whether its inputs carry a failure and submits the
+ * vq__comm (vq__comm_submit). If it is next in its handle's order and no
+ * thread is in MPI, the submitting thread starts it itself and polls it
+ * for a few microseconds (start_here): a small op then completes without
+ * leaving the thread that ran it. Otherwise, or if it is still out after
+ * that, it goes to the communication thread (a lock-free stack, and a
+ * wake-up when the thread sleeps). The thread keeps, per
  * handle, the ops that arrived before an earlier-numbered one (waiting,
  * sorted by seq) and starts them strictly in seq order: the ordering rule
  * of dist.h then only asks the ranks to push in the same order. A started
@@ -24,8 +28,10 @@
  *
  * Locks. G.lock guards the handle table and the thread's start and stop.
  * G.mpi is held by whoever calls MPI (the thread for each round of polling,
- * vq_dist_new and vq_dist_free for theirs): MPI_THREAD_SERIALIZED's
- * promise. Neither is held while calling the engine. */
+ * a submitter in start_here, vq_dist_new and vq_dist_free for theirs):
+ * MPI_THREAD_SERIALIZED's promise; it also guards the handles' ordering
+ * state (struct vq_dist's second half). Neither is held while calling the
+ * engine. */
 #include "dist_internal.h"
 
 #include "../ops/ops_internal.h" /* vq__fail, vq__malloc */
@@ -43,6 +49,7 @@
 
 #define MAX_HANDLES 64
 #define SPIN_S 100e-6 /* how long the idle thread polls before it sleeps */
+#define INLINE_SPIN_S 20e-6 /* how long a submitter polls an op it started (start_here) */
 
 static struct {
     pthread_mutex_t lock;
@@ -51,6 +58,7 @@ static struct {
     bool running;
     atomic_bool stop;
     _Atomic(vq__comm *) incoming; /* a stack: newest first */
+    _Atomic(vq__comm *) handed;   /* started by a submitter, not done: a stack too */
     atomic_int sleeping;
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
@@ -120,14 +128,13 @@ static void wake_thread(void)
     }
 }
 
-/* hot path: no malloc; a lock only to wake the thread when it sleeps */
-void vq__comm_submit(vq__comm *c)
+/* Pushes c onto one of the thread's stacks and wakes it. */
+static void hand_to_thread(_Atomic(vq__comm *) *stack, vq__comm *c)
 {
-    atomic_fetch_add(&c->d->outstanding, 1);
-    vq__comm *head = atomic_load_explicit(&G.incoming, memory_order_relaxed);
+    vq__comm *head = atomic_load_explicit(stack, memory_order_relaxed);
     do
         c->next = head;
-    while (!atomic_compare_exchange_weak_explicit(&G.incoming, &head, c, memory_order_release,
+    while (!atomic_compare_exchange_weak_explicit(stack, &head, c, memory_order_release,
                                                   memory_order_relaxed));
     wake_thread();
 }
@@ -443,6 +450,60 @@ static bool gap_check(vq_dist *d, vq__comm **finished)
     return true;
 }
 
+/* Starts c on the calling thread (an engine worker running the op, or a
+ * waiter helping) when it is next in its handle's order and no other
+ * thread is in MPI: a crossing to the communication thread and back saved,
+ * which is most of a small op's cost. It polls each stage of c (signature
+ * exchange, data) for INLINE_SPIN_S, about what a small all-reduce takes
+ * when the peers are there too, and ends c here if it completed; else the
+ * thread polls it on. So a worker is held for a few such spells at most:
+ * still no worker waits for a peer that is late. Returns false,
+ * touching nothing, when c is for the thread.
+ * hot path: no malloc; G.mpi only when free */
+static bool start_here(vq__comm *c)
+{
+    vq_dist *d = c->d;
+    if (pthread_mutex_trylock(&G.mpi) != 0)
+        return false;
+    /* under G.mpi: the thread's per-handle state is stable */
+    if (d->waiting || d->in_exchange || c->seq != d->next_issue) {
+        pthread_mutex_unlock(&G.mpi);
+        return false;
+    }
+    d->next_issue++;
+    d->gap_since = 0;
+    int rc = comm_start(c), stage = c->stage;
+    double since = c->t_start; /* each stage (signature, data) gets the time */
+    while (rc == 1) {
+        double now = now_s();
+        if (c->stage != stage) {
+            stage = c->stage;
+            since = now;
+        }
+        if (now - since > INLINE_SPIN_S)
+            break;
+        rc = comm_poll(c, now);
+    }
+    vq__comm *finished = NULL;
+    if (rc != 1)
+        comm_done(c, rc, &finished);
+    pthread_mutex_unlock(&G.mpi);
+    if (rc == 1)
+        hand_to_thread(&G.handed, c);
+    else
+        comm_end(c);
+    return true;
+}
+
+/* hot path: no malloc; a lock only to wake the thread when it sleeps */
+void vq__comm_submit(vq__comm *c)
+{
+    atomic_fetch_add(&c->d->outstanding, 1);
+    if (c->kind != VQ__COMM_SKIP && start_here(c))
+        return;
+    hand_to_thread(&G.incoming, c);
+}
+
 /* Moves the arrived ops into their handles' waiting lists, in seq order;
  * notes each handle with waiting ops in hs (at most MAX_HANDLES). */
 static void take_incoming(vq_dist **hs, int *nh)
@@ -474,10 +535,17 @@ static void *comm_thread(void *arg)
     double idle_since = now_s();
     unsigned empty_rounds = 0;
     for (;;) {
-        take_incoming(hs, &nh);
         bool worked = false;
         vq__comm *finished = NULL;
         pthread_mutex_lock(&G.mpi);
+        /* under G.mpi: start_here reads the handles' waiting lists */
+        take_incoming(hs, &nh);
+        for (vq__comm *c = atomic_exchange_explicit(&G.handed, NULL, memory_order_acquire), *n; c;
+             c = n) {
+            n = c->next;
+            c->next = active;
+            active = c;
+        }
         /* start what is next in each handle's order */
         for (int i = 0; i < nh; i++) {
             vq_dist *d = hs[i];
@@ -524,7 +592,8 @@ static void *comm_thread(void *arg)
             finished = c->next;
             comm_end(c);
         }
-        if (worked || atomic_load_explicit(&G.incoming, memory_order_relaxed)) {
+        if (worked || atomic_load_explicit(&G.incoming, memory_order_relaxed) ||
+            atomic_load_explicit(&G.handed, memory_order_relaxed)) {
             idle_since = now_s();
             continue;
         }
@@ -549,7 +618,7 @@ static void *comm_thread(void *arg)
          * of the two sees the other. */
         pthread_mutex_lock(&G.wake_lock);
         atomic_store(&G.sleeping, 1);
-        if (!atomic_load(&G.incoming) && !atomic_load(&G.stop)) {
+        if (!atomic_load(&G.incoming) && !atomic_load(&G.handed) && !atomic_load(&G.stop)) {
             if (nh == 0) {
                 pthread_cond_wait(&G.wake, &G.wake_lock);
             } else { /* ops wait for a gap: wake up to time it (gap_check) */

@@ -4,9 +4,10 @@
  * communication thread (dist.c), and the functions between the files.
  *
  * Life of a vq__comm: made by the caller (dist.c's vq_dist_* or a graph
- * kernel), numbered (seq) in its handle's order, handed to the
- * communication thread by vq__comm_submit once the engine runs the op,
- * started there in seq order, polled, and ended by calling end(c, err),
+ * kernel), numbered (seq) in its handle's order, submitted by
+ * vq__comm_submit once the engine runs the op, started in seq order (by
+ * the submitting thread when nothing is ahead of it, else by the
+ * communication thread), polled, and ended by calling end(c, err),
  * which finishes the engine op (and frees c, or lets the engine's
  * arg_free do it). */
 #ifndef VARQ_DIST_INTERNAL_H
@@ -65,7 +66,8 @@ struct vq__comm {
 };
 
 /* A handle. Fields above the line are fixed at creation or atomic; the
- * ones below belong to the communication thread alone. */
+ * ones below are read and written under G.mpi only (dist.c): by the
+ * communication thread, or by a submitter starting an op itself. */
 struct vq_dist {
     vq_engine *e;
     MPI_Comm comm;
@@ -76,7 +78,7 @@ struct vq_dist {
     atomic_uint_fast64_t next_seq;
     atomic_int outstanding;    /* submitted to the thread and not ended */
     atomic_bool broken;        /* a collective timed out: the communicator is unusable */
-    /* ---- the communication thread's alone: */
+    /* ---- under G.mpi: */
     uint64_t next_issue;       /* seq of the next op to start */
     uint64_t ncollectives;     /* collectives started: the signature's first field */
     /* The collective whose signature exchange is out, or NULL. The next op
@@ -93,8 +95,10 @@ struct vq_dist {
 const char *vq__comm_kind_name(int kind);
 /* Numbers c in d's order (the next seq). */
 uint64_t vq__dist_next_seq(vq_dist *d);
-/* Hands c to the communication thread. Thread-safe; no lock held by the
- * caller that an op takes (it is called from engine ops). */
+/* Starts c here when nothing is ahead of it (and may end it here: then c
+ * may be freed on return), else hands it to the communication thread.
+ * Thread-safe; no lock held by the caller that an op takes (it is called
+ * from engine ops, and may finish the engine op inside the call). */
 void vq__comm_submit(vq__comm *c);
 /* The handle of communicator id, or NULL. Thread-safe. */
 vq_dist *vq__dist_lookup(int id);

@@ -50,6 +50,10 @@
 #define MAX_HANDLES 64
 #define SPIN_S 100e-6 /* how long the idle thread polls before it sleeps */
 #define INLINE_SPIN_S 20e-6 /* how long a submitter polls an op it started (start_here) */
+/* Collectives from this size on always exchange the signature and, when
+ * no other communication is in flight on any rank, move their data with
+ * the blocking call (comm_start says why). */
+#define BLOCKING_MIN_BYTES ((size_t)256 << 10)
 
 static struct {
     pthread_mutex_t lock;
@@ -59,6 +63,7 @@ static struct {
     atomic_bool stop;
     _Atomic(vq__comm *) incoming; /* a stack: newest first */
     _Atomic(vq__comm *) handed;   /* started by a submitter, not done: a stack too */
+    vq__comm *active;             /* the thread's started ops, not done; under G.mpi */
     atomic_int sleeping;
     pthread_mutex_t wake_lock;
     pthread_cond_t wake;
@@ -249,15 +254,21 @@ static void divide(void *p, size_t count, vq_dtype dt, int size)
     }
 }
 
-/* The signature every rank must agree on (all but the last field). */
-static void sig_fill(vq__comm *c)
+/* The signature every rank must agree on (the first 5 fields), whether
+ * this rank's input failed, and whether this rank would rather not block
+ * (any rank's 1 wins: the MAX). */
+static void sig_fill(vq__comm *c, bool may_block)
 {
-    int64_t f[6] = {(int64_t)c->d->ncollectives, c->kind, c->dtype, (int64_t)c->count,
+    int64_t f[7] = {(int64_t)c->d->ncollectives,
+                    c->kind,
+                    c->dtype,
+                    (int64_t)c->count,
                     c->kind == VQ__COMM_BROADCAST ? c->peer : (int64_t)c->red,
-                    c->local_err ? c->d->rank + 1 : 0};
-    for (int i = 0; i < 6; i++) {
+                    c->local_err ? c->d->rank + 1 : 0,
+                    !may_block};
+    for (int i = 0; i < 7; i++) {
         c->sig[i] = f[i];
-        c->sig[6 + i] = -f[i];
+        c->sig[7 + i] = -f[i];
     }
 }
 
@@ -267,7 +278,7 @@ static int sig_check(vq__comm *c)
     static const char *const field[] = {"collective number", "kind", "dtype",
                                         "element count", "reduction or root"};
     for (int i = 0; i < 5; i++)
-        if (c->sig[i] != -c->sig[6 + i])
+        if (c->sig[i] != -c->sig[7 + i])
             return vq__fail(VQ_EINVAL,
                             "dist: %s: the ranks disagree on its %s (this rank: %s of %zu "
                             "%s elements): every rank must issue the same collectives in the "
@@ -279,7 +290,47 @@ static int sig_check(vq__comm *c)
                         "dist: %s: the input of rank %lld carried a failure (an earlier op "
                         "failed there); no data was exchanged",
                         c->what, (long long)c->sig[5] - 1);
+    c->blocking = c->sig[6] == 0;
     return 0;
+}
+
+static int comm_complete(vq__comm *c, const MPI_Status *st);
+
+/* Moves the data of collective c with the blocking call (stage 3): only
+ * on the communication thread, once every rank has agreed to (sig_check).
+ * Returns 0 or an error, like comm_complete. */
+static int move_blocking(vq__comm *c)
+{
+    vq_dist *d = c->d;
+    MPI_Datatype T = mpi_type(c->dtype);
+    int n = (int)c->count, mrc = MPI_SUCCESS;
+    const char *call = "?";
+    switch (c->kind) {
+    case VQ__COMM_ALLREDUCE:
+        call = "MPI_Allreduce";
+        mrc = MPI_Allreduce(MPI_IN_PLACE, c->buf, n, T, mpi_op(c->red, c->dtype), d->comm);
+        break;
+    case VQ__COMM_BROADCAST:
+        call = "MPI_Bcast";
+        mrc = MPI_Bcast(c->buf, n, T, c->peer, d->comm);
+        break;
+    case VQ__COMM_ALLGATHER:
+        call = "MPI_Allgather";
+        mrc =
+            MPI_Allgather(vq_tensor_data(c->in[0]), n, T, vq_tensor_data(c->out[0]), n, T, d->comm);
+        break;
+    case VQ__COMM_REDUCE_SCATTER:
+        call = "MPI_Reduce_scatter_block";
+        mrc = MPI_Reduce_scatter_block(vq_tensor_data(c->in[0]), vq_tensor_data(c->out[0]), n, T,
+                                       mpi_op(c->red, c->dtype), d->comm);
+        break;
+    default: break; /* point-to-point never blocks */
+    }
+    if (mrc != MPI_SUCCESS)
+        return mpi_fail(c, call, mrc);
+    MPI_Status none;
+    memset(&none, 0, sizeof none);
+    return comm_complete(c, &none);
 }
 
 /* Starts the data call of c (stage 2). */
@@ -320,12 +371,46 @@ static int start_data(vq__comm *c)
         break;
     default: break;
     }
-    return mrc == MPI_SUCCESS ? 0 : mpi_fail(c, call, mrc);
+    return mrc == MPI_SUCCESS ? 1 : mpi_fail(c, call, mrc);
+}
+
+/* The bytes a collective moves per rank: its larger side (in for
+ * reduce_scatter, out for allgather). The same on every rank when the
+ * signatures agree. */
+static size_t collective_bytes(const vq__comm *c)
+{
+    size_t in = 0, out = 0;
+    for (int i = 0; i < c->n; i++) {
+        in += vq_tensor_nbytes(c->in[i]);
+        out += vq_tensor_nbytes(c->out[i]);
+    }
+    return in > out ? in : out;
 }
 
 /* Starts c (stage 0 to 1 or 2). Returns 1 while it is out, 0 when it is
- * done already (nothing to send), or an error. */
-static int comm_start(vq__comm *c)
+ * done already (nothing to send), or an error.
+ *
+ * Large collectives and the blocking call. Open MPI's nonblocking
+ * collectives (libnbc) pick slower algorithms than its blocking ones: at 1
+ * MiB to 64 MiB an MPI_Iallreduce polled to completion takes 1.3 to 1.5
+ * times an MPI_Allreduce (the README's table). The communication thread is
+ * not an engine worker, so it may block, but two rules hold it back: MPI
+ * matches no blocking collective with a nonblocking one, so every rank
+ * must choose alike; and a blocking call cannot time out, so it must only
+ * start once every rank is known to have issued the collective. Both come
+ * from the signature exchange, which a collective of BLOCKING_MIN_BYTES or
+ * more therefore always makes (VQ_DIST_NO_CHECK or not; one small
+ * all-reduce, a few percent of the data's time at that size): each rank
+ * says whether it may block (may_block: nothing else of its communication
+ * is in flight or waiting, so nothing waits behind the call), the MAX
+ * makes one answer, and after the exchange every rank has issued the
+ * collective, so the blocking call is matched. Nor can two ranks block
+ * in two collectives each waiting for the other: a rank blocks in X only
+ * if every rank started X's exchange with nothing else out, so on every
+ * rank any other blocking collective finished before X began or begins
+ * after X ends. Others' ops that arrive meanwhile wait for it, as they
+ * would wait for the bandwidth. */
+static int comm_start(vq__comm *c, bool may_block)
 {
     vq_dist *d = c->d;
     c->t_start = now_s();
@@ -340,13 +425,13 @@ static int comm_start(vq__comm *c)
         if (rc < 0)
             return rc;
     }
-    if (is_collective(c->kind) && !(d->flags & VQ_DIST_NO_CHECK)) {
-        sig_fill(c);
+    bool big = is_collective(c->kind) && collective_bytes(c) >= BLOCKING_MIN_BYTES;
+    if (is_collective(c->kind) && (!(d->flags & VQ_DIST_NO_CHECK) || big)) {
+        sig_fill(c, big && may_block);
         d->ncollectives++;
         c->stage = 1;
         d->in_exchange = c;
-        int mrc = MPI_Iallreduce(MPI_IN_PLACE, c->sig, 12, MPI_INT64_T, MPI_MAX, d->comm,
-                                 &c->req);
+        int mrc = MPI_Iallreduce(MPI_IN_PLACE, c->sig, 14, MPI_INT64_T, MPI_MAX, d->comm, &c->req);
         return mrc == MPI_SUCCESS ? 1 : mpi_fail(c, "MPI_Iallreduce (signature)", mrc);
     }
     if (is_collective(c->kind))
@@ -357,8 +442,7 @@ static int comm_start(vq__comm *c)
         return c->local_err ? vq__fail(VQ_EIO, "dist: %s: this rank's input carried a failure",
                                        c->what)
                             : 0;
-    int rc = start_data(c);
-    return rc < 0 ? rc : 1;
+    return start_data(c);
 }
 
 /* The data call of c completed with status st: the last touches. */
@@ -388,9 +472,12 @@ static int comm_complete(vq__comm *c, const MPI_Status *st)
                : 0;
 }
 
-/* Polls c once. Returns 1 while it is out, else 0 or its error. */
-static int comm_poll(vq__comm *c, double now)
+/* Polls c once. Returns 1 while it is out, else 0 or its error. Only the
+ * communication thread (on_thread) moves data by a blocking call. */
+static int comm_poll(vq__comm *c, double now, bool on_thread)
 {
+    if (c->stage == 3)
+        return on_thread ? move_blocking(c) : 1;
     int flag = 0;
     MPI_Status st;
     int mrc = MPI_Test(&c->req, &flag, &st);
@@ -419,8 +506,11 @@ static int comm_poll(vq__comm *c, double now)
             return rc;
         if (c->count == 0)
             return 0;
-        rc = start_data(c);
-        return rc < 0 ? rc : 1;
+        if (c->blocking) {
+            c->stage = 3;
+            return on_thread ? move_blocking(c) : 1;
+        }
+        return start_data(c);
     }
     return comm_complete(c, &st);
 }
@@ -472,7 +562,12 @@ static bool start_here(vq__comm *c)
     }
     d->next_issue++;
     d->gap_since = 0;
-    int rc = comm_start(c), stage = c->stage;
+    /* may it block, for a large collective (comm_start)? Then the thread
+     * makes the call (stage 3), once the exchange agreed. Other handles'
+     * waiting ops are not seen here: the answer only has to be alike on
+     * every rank, and the exchange makes it so. */
+    bool alone = !G.active && !atomic_load(&G.handed) && !atomic_load(&G.incoming);
+    int rc = comm_start(c, alone), stage = c->stage;
     double since = c->t_start; /* each stage (signature, data) gets the time */
     while (rc == 1) {
         double now = now_s();
@@ -480,9 +575,9 @@ static bool start_here(vq__comm *c)
             stage = c->stage;
             since = now;
         }
-        if (now - since > INLINE_SPIN_S)
+        if (now - since > INLINE_SPIN_S || stage == 3)
             break;
-        rc = comm_poll(c, now);
+        rc = comm_poll(c, now, false);
     }
     vq__comm *finished = NULL;
     if (rc != 1)
@@ -529,7 +624,6 @@ static void take_incoming(vq_dist **hs, int *nh)
 static void *comm_thread(void *arg)
 {
     (void)arg;
-    vq__comm *active = NULL;          /* started, not done */
     vq_dist *hs[MAX_HANDLES];          /* handles with waiting ops */
     int nh = 0;
     double idle_since = now_s();
@@ -543,8 +637,8 @@ static void *comm_thread(void *arg)
         for (vq__comm *c = atomic_exchange_explicit(&G.handed, NULL, memory_order_acquire), *n; c;
              c = n) {
             n = c->next;
-            c->next = active;
-            active = c;
+            c->next = G.active;
+            G.active = c;
         }
         /* start what is next in each handle's order */
         for (int i = 0; i < nh; i++) {
@@ -558,10 +652,12 @@ static void *comm_thread(void *arg)
                 d->waiting = c->next;
                 d->next_issue = c->seq + 1;
                 worked = true;
-                int rc = c->kind == VQ__COMM_SKIP ? 0 : comm_start(c);
+                /* nothing else in flight or waiting here: it may block */
+                bool alone = !G.active && !atomic_load(&G.handed) && nh == 1 && !d->waiting;
+                int rc = c->kind == VQ__COMM_SKIP ? 0 : comm_start(c, alone);
                 if (rc == 1) {
-                    c->next = active;
-                    active = c;
+                    c->next = G.active;
+                    G.active = c;
                 } else {
                     comm_done(c, rc, &finished);
                 }
@@ -574,10 +670,10 @@ static void *comm_thread(void *arg)
                 hs[i--] = hs[--nh];
         }
         /* poll what is out */
-        double now = active ? now_s() : 0;
-        for (vq__comm **at = &active; *at;) {
+        double now = G.active ? now_s() : 0;
+        for (vq__comm **at = &G.active; *at;) {
             vq__comm *c = *at;
-            int rc = comm_poll(c, now);
+            int rc = comm_poll(c, now, true);
             if (rc == 1) {
                 at = &c->next;
                 continue;
@@ -603,9 +699,9 @@ static void *comm_thread(void *arg)
          * workers running the next op, the peer rank on an oversubscribed
          * machine) have the CPU; idle, yield every round. A yield costs a
          * system call when nobody waits. */
-        if (!active || (++empty_rounds & 63) == 0)
+        if (!G.active || (++empty_rounds & 63) == 0) /* G.active: only this thread writes it */
             sched_yield();
-        if (active) {
+        if (G.active) {
             idle_since = now_s();
             continue;
         }

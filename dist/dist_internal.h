@@ -53,9 +53,12 @@ struct vq__comm {
     void (*end)(vq__comm *c, int err);
     void *end_arg;        /* the engine's vq_done or the kernel's vq_op_done */
     /* The communication thread's state. */
-    int stage;            /* 0 not started, 1 signature exchange, 2 data */
+    /* 0 not started, 1 signature exchange, 2 data, 3 data to move by the
+     * blocking call (on the communication thread) */
+    int stage;
     MPI_Request req;
-    int64_t sig[12];      /* 6 fields and their negations, reduced by MAX */
+    int64_t sig[14];      /* 7 fields and their negations, reduced by MAX */
+    bool blocking;        /* the ranks agreed to move the data by a blocking call */
     void *buf;            /* fusion buffer (malloc'd), or an output's bytes */
     bool own_buf;
     size_t count;         /* elements per rank in buf (bytes for send, recv) */

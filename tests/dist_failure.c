@@ -16,6 +16,10 @@
  *                  fails between the two): the next op of the handle fails
  *                  with VQ_EIO after its 2 s timeout on every rank instead
  *                  of waiting forever ("gap behaviour: ok" on each rank).
+ *                  Then rank 1 skips a 1 MiB all-reduce on a handle without
+ *                  checks (which varq may move with the blocking call, once
+ *                  every rank is known to be in it): the others still get
+ *                  VQ_EIO after 2 s, not a hang ("large skip: ok").
  *   --exit-early   rank 1 exits at once; the others start an allreduce.
  *                  mpirun stops the job with its message (the suite checks
  *                  that it ends, nonzero, well before the time limit).
@@ -149,6 +153,27 @@ static void gap_in_numbering(vq_engine *e)
     vq_program_free(p);
 }
 
+/* Rank 1 skips a collective large enough for the blocking call. */
+static void large_skipped(vq_engine *e)
+{
+    vq_dist *d4;
+    CHECK(vq_dist_new_opts(&d4, e, &(vq_dist_opts){.timeout_s = 2, .flags = VQ_DIST_NO_CHECK}));
+    vq_tensor *t = ints(256 << 10, 1); /* 1 MiB */
+    if (rank != 1) {
+        CHECK(vq_dist_allreduce(d4, t, t, VQ_REDUCE_SUM));
+        int rc = vq_tensor_wait(t);
+        EXPECT(rc == VQ_EIO && strstr(vq_errmsg(), "did not complete in 2 s"),
+               "a 1 MiB collective rank 1 skipped: rc %d: %s", rc, vq_errmsg());
+        vq_wait_all(e);
+        rc = vq_dist_free(d4);
+        EXPECT(rc == VQ_EIO, "vq_dist_free of a broken handle: %d", rc);
+    } else {
+        sleep(4);
+        CHECK(vq_dist_free(d4));
+    }
+    vq_tensor_release(t);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -197,6 +222,10 @@ int main(int argc, char **argv)
         int before = failures;
         gap_in_numbering(e);
         printf("rank %d: gap behaviour: %s\n", rank, failures > before ? "FAILED" : "ok");
+        before = failures;
+        large_skipped(e);
+        if (rank != 1)
+            printf("rank %d: large skip: %s\n", rank, failures > before ? "FAILED" : "ok");
         fflush(stdout);
         /* MPI cannot finish a collective that one rank abandoned: the
          * ranks that timed out leave without MPI_Finalize (vq_dist_free

@@ -12,8 +12,11 @@
  * function only hands it to varq's communication thread (one per process,
  * for every handle), which starts the nonblocking MPI call (MPI_Iallreduce,
  * MPI_Ibcast, MPI_Isend, ...), polls it with MPI_Test and calls
- * vq_done_finish when it is complete. While no communication is out the
- * thread sleeps.
+ * vq_done_finish when it is complete (a small op that is next in order is
+ * started and polled for a few microseconds by the thread that runs it,
+ * which saves the crossing; a large collective may move its data with the
+ * blocking call on the communication thread, see below). While no
+ * communication is out the thread sleeps.
  *
  * THE ORDERING RULE. MPI matches collectives by their order on a
  * communicator: every rank must issue the same collectives, with the same
@@ -39,7 +42,12 @@
  * garbage or leaving the others waiting. The communicator stays usable
  * after both. VQ_DIST_NO_CHECK turns the exchange off (one latency less
  * per collective; then mismatches are undefined behaviour as in plain
- * MPI). Point-to-point transfers check the received byte count.
+ * MPI) for collectives under 256 KiB: larger ones always make it, since it
+ * is also how the ranks agree to move their data with the blocking MPI
+ * call (MPI_Allreduce, ..., faster than the nonblocking ones in Open MPI)
+ * when no other communication is in flight on any of them, and how each
+ * knows that the others have issued the collective before it blocks.
+ * Point-to-point transfers check the received byte count.
  *
  * A collective that a rank never issues (it skipped it, exited, or issued
  * a different one in a handle without checks) cannot be cancelled in MPI.

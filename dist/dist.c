@@ -50,6 +50,7 @@
 #define MAX_HANDLES 64
 #define SPIN_S 100e-6 /* how long the idle thread polls before it sleeps */
 #define INLINE_SPIN_S 20e-6 /* how long a submitter polls an op it started (start_here) */
+#define INLINE_MAX_BYTES ((size_t)2 << 10) /* and up to what size it polls it at all */
 /* Collectives from this size on always exchange the signature and, when
  * no other communication is in flight on any rank, move their data with
  * the blocking call (comm_start says why). */
@@ -374,10 +375,9 @@ static int start_data(vq__comm *c)
     return mrc == MPI_SUCCESS ? 1 : mpi_fail(c, call, mrc);
 }
 
-/* The bytes a collective moves per rank: its larger side (in for
- * reduce_scatter, out for allgather). The same on every rank when the
- * signatures agree. */
-static size_t collective_bytes(const vq__comm *c)
+/* The bytes an op moves per rank: its larger side (in for reduce_scatter,
+ * out for allgather). The same on every rank when the signatures agree. */
+static size_t comm_bytes(const vq__comm *c)
 {
     size_t in = 0, out = 0;
     for (int i = 0; i < c->n; i++) {
@@ -425,7 +425,7 @@ static int comm_start(vq__comm *c, bool may_block)
         if (rc < 0)
             return rc;
     }
-    bool big = is_collective(c->kind) && collective_bytes(c) >= BLOCKING_MIN_BYTES;
+    bool big = is_collective(c->kind) && comm_bytes(c) >= BLOCKING_MIN_BYTES;
     if (is_collective(c->kind) && (!(d->flags & VQ_DIST_NO_CHECK) || big)) {
         sig_fill(c, big && may_block);
         d->ncollectives++;
@@ -547,7 +547,12 @@ static bool gap_check(vq_dist *d, vq__comm **finished)
  * exchange, data) for INLINE_SPIN_S, about what a small all-reduce takes
  * when the peers are there too, and ends c here if it completed; else the
  * thread polls it on. So a worker is held for a few such spells at most:
- * still no worker waits for a peer that is late. Returns false,
+ * still no worker waits for a peer that is late. An op above
+ * INLINE_MAX_BYTES is only started here: past Open MPI's shared-memory
+ * eager size (4 KiB) a message moves in rendezvous rounds that each need
+ * the peer's polling, so it seldom completes within the spell, which
+ * would only take a core from the ops that compute (measured: the digits
+ * MLP's data-parallel step with its 8 KiB buckets). Returns false,
  * touching nothing, when c is for the thread.
  * hot path: no malloc; G.mpi only when free */
 static bool start_here(vq__comm *c)
@@ -567,6 +572,7 @@ static bool start_here(vq__comm *c)
      * waiting ops are not seen here: the answer only has to be alike on
      * every rank, and the exchange makes it so. */
     bool alone = !G.active && !atomic_load(&G.handed) && !atomic_load(&G.incoming);
+    double spell = comm_bytes(c) <= INLINE_MAX_BYTES ? INLINE_SPIN_S : 0;
     int rc = comm_start(c, alone), stage = c->stage;
     double since = c->t_start; /* each stage (signature, data) gets the time */
     while (rc == 1) {
@@ -575,7 +581,7 @@ static bool start_here(vq__comm *c)
             stage = c->stage;
             since = now;
         }
-        if (now - since > INLINE_SPIN_S || stage == 3)
+        if (now - since >= spell || stage == 3)
             break;
         rc = comm_poll(c, now, false);
     }

@@ -554,7 +554,8 @@ static bool gap_check(vq_dist *d, vq__comm **finished)
  * would only take a core from the ops that compute (measured: the digits
  * MLP's data-parallel step with its 8 KiB buckets). Returns false,
  * touching nothing, when c is for the thread.
- * hot path: no malloc; G.mpi only when free */
+ * hot path: no malloc (but a fused op's buffer, as on the thread); G.mpi
+ * only when free */
 static bool start_here(vq__comm *c)
 {
     vq_dist *d = c->d;

@@ -8,14 +8,17 @@
  * engine op that reads and writes the tensors' vars like any other op: it
  * is ordered by the var queues after the ops that produce its inputs and
  * before the ops that consume its outputs, and it overlaps every op that
- * shares no var with it. No engine worker ever waits in MPI: the op's
- * function only hands it to varq's communication thread (one per process,
- * for every handle), which starts the nonblocking MPI call (MPI_Iallreduce,
- * MPI_Ibcast, MPI_Isend, ...), polls it with MPI_Test and calls
- * vq_done_finish when it is complete (a small op that is next in order is
- * started and polled for a few microseconds by the thread that runs it,
- * which saves the crossing; a large collective may move its data with the
- * blocking call on the communication thread, see below). While no
+ * shares no var with it. No engine worker ever waits for a peer in MPI:
+ * the op's function hands it to varq's communication thread (one per
+ * process, for every handle), which starts the nonblocking MPI call
+ * (MPI_Iallreduce, MPI_Ibcast, MPI_Isend, ...), polls it with MPI_Test and
+ * calls vq_done_finish when it is complete. Two exceptions: an op that is
+ * next in its handle's order while no other thread is in MPI is started
+ * by the thread that runs it, and if small (up to 2 KiB) polled there for
+ * at most 20 microseconds per stage and finished there when it completes
+ * in that time, which saves the crossing to the communication thread and
+ * back; and a large collective may move its data with the blocking call
+ * on the communication thread (see the checks below). While no
  * communication is out the thread sleeps.
  *
  * THE ORDERING RULE. MPI matches collectives by their order on a
@@ -23,8 +26,8 @@
  * dtype, element count, reduction and root, in the same order. varq numbers
  * the communication ops of a handle in the order they are pushed (the
  * imperative calls below) or, for ops inside programs, the order their
- * kernels start, and the communication thread starts their MPI calls in
- * that order even when a later one becomes ready first. So: push the same
+ * dist_ticket ops run (below), and their MPI calls start in that order
+ * even when a later one becomes ready first. So: push the same
  * sequence of collectives on every rank (a loop over the same parameters
  * in the same order), and chain the communication ops of a program (use
  * vq_dist_program_add, or the data-parallel pass, which do). Do not have
@@ -33,9 +36,9 @@
  * Use two handles (two communicators, each ordered alone) for that.
  *
  * Mismatches are detected, by default: before its data moves, each
- * collective exchanges a 6-number signature (sequence number, kind, dtype,
- * element count, reduction or root, and whether this rank's input had
- * failed) in one small MPI_Iallreduce. Ranks that disagree all fail that
+ * collective exchanges a 7-number signature (sequence number, kind, dtype,
+ * element count, reduction or root, whether this rank's input had failed,
+ * and whether it may block, below) in one small MPI_Iallreduce. Ranks that disagree all fail that
  * op with VQ_EINVAL naming what differs, and no data moves; a rank whose
  * input var carried a failure (an earlier op failed there) makes the op
  * fail with VQ_EIO on every rank, naming that rank, instead of sending

@@ -399,8 +399,9 @@ static size_t comm_bytes(const vq__comm *c)
  * must choose alike; and a blocking call cannot time out, so it must only
  * start once every rank is known to have issued the collective. Both come
  * from the signature exchange, which a collective of BLOCKING_MIN_BYTES or
- * more therefore always makes (VQ_DIST_NO_CHECK or not; one small
- * all-reduce, a few percent of the data's time at that size): each rank
+ * more therefore always makes (VQ_DIST_NO_CHECK or not: one small
+ * all-reduce more, which the faster data call pays for from about this
+ * size; at 256 KiB the two about cancel on the README's VM): each rank
  * says whether it may block (may_block: nothing else of its communication
  * is in flight or waiting, so nothing waits behind the call), the MAX
  * makes one answer, and after the exchange every rank has issued the

@@ -330,7 +330,8 @@ static int t_sqrt(struct ox *x) { return unary(x, "sqrt"); }
 static int t_reciprocal(struct ox *x) { return unary(x, "reciprocal"); }
 static int t_erf(struct ox *x) { return unary(x, "erf"); }
 
-/* Pow(X, Y) with Y a known scalar: power; Y = 1 is a copy. */
+/* Pow(X, Y) with Y a known scalar: power (Y = 1 is a copy); else the
+ * broadcasting pow of X and Y, Y cast to X's type first. */
 static int t_pow(struct ox *x)
 {
     struct ox_val *v, *e;
@@ -341,13 +342,20 @@ static int t_pow(struct ox *x)
         rc = need_out0(x);
     if (rc)
         return rc;
-    if (!e->konst || e->konst->numel != 1)
-        return ox_fail(x, VQ_ENOSYS, "the exponent must be known when the model is imported "
-                                     "(one value)");
     if (!is_float(v->meta.dtype))
-        return ox_fail(x, VQ_ENOSYS, "Pow of %s", vq_dtype_name(v->meta.dtype));
-    vq_attr a = VQ_ATTR_F("exponent", first_value(e->konst));
+        return ox_fail(x, VQ_ENOSYS, "Pow of %s: X's element type must be float or double",
+                       vq_dtype_name(v->meta.dtype));
     const char *o = out0(x);
+    if (!e->konst || e->konst->numel != 1) {
+        if (e->meta.dtype != v->meta.dtype) {
+            vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(v->meta.dtype));
+            const char *temp = NULL;
+            if ((rc = ox_emit(x, "cast", &e, 1, &temp, 1, &c, 1, &e)) < 0)
+                return rc;
+        }
+        return ox_emit(x, "pow", (struct ox_val *[]){v, e}, 2, &o, 1, NULL, 0, NULL);
+    }
+    vq_attr a = VQ_ATTR_F("exponent", first_value(e->konst));
     return ox_emit(x, "power", &v, 1, &o, 1, &a, 1, NULL);
 }
 

@@ -16,7 +16,7 @@
 
 /* add, sub, mul, div: vq__op_def.code and vq__binary_params.op; also the
  * op of elementwise_grad. Equal to kernels.h's VQ__CUDA_ADD ... */
-enum { VQ__BINARY_ADD, VQ__BINARY_SUB, VQ__BINARY_MUL, VQ__BINARY_DIV };
+enum { VQ__BINARY_ADD, VQ__BINARY_SUB, VQ__BINARY_MUL, VQ__BINARY_DIV, VQ__BINARY_POW };
 
 typedef struct vq__binary_params {
     int op;

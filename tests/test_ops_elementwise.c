@@ -61,6 +61,42 @@ Test(ops_elementwise, binary_ops_match_numpy_broadcasting_in_every_dtype)
             check_op(ops[i], dts[j]);
 }
 
+/* pow (ONNX's Pow with a tensor exponent): X^Y with broadcasting, floats
+ * only; its gradients Y X^(Y-1) and X^Y ln X against finite differences
+ * (positive bases). */
+Test(ops_elementwise, pow_raises_x_to_y_with_broadcasting_and_its_gradients_match)
+{
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_F64 : VQ_F32;
+        for (int c = 0; c < oc_nbcast_cases; c++) {
+            const struct oc_bcast_case *s = &oc_bcast_cases[c];
+            vq_tensor *in[2] = {oc_rand(&rng, dt, s->nx, s->x, 0.1, 3),
+                                oc_rand(&rng, dt, s->ny, s->y, -2, 2)};
+            vq_tensor *o = oc_run1("pow", in, 2, NULL, 0);
+            int64_t n = 1;
+            for (int k = 0; k < s->no; k++)
+                n *= s->o[k];
+            double want[64];
+            for (int64_t i = 0; i < n; i++)
+                want[i] = pow(oc_get(in[0], oc_bcast_index(i, s->no, s->o, s->nx, s->x)),
+                              oc_get(in[1], oc_bcast_index(i, s->no, s->o, s->ny, s->y)));
+            oc_assert_close(o, s->no, s->o, want, dt == VQ_F32 ? 1e-6 : 1e-15, 0);
+            vq_tensor_release(o);
+            if (dt == VQ_F64)
+                oc_grad_check("pow", in, 2, 1, NULL, 0, 3, &rng);
+            vq_tensor_release(in[0]);
+            vq_tensor_release(in[1]);
+        }
+    }
+    int64_t two = 2;
+    vq_tensor *ints[2] = {oc_rand(&rng, VQ_I32, 1, &two, 1, 3),
+                          oc_rand(&rng, VQ_I32, 1, &two, 1, 3)};
+    cr_assert_eq(oc_try("pow", ints, 2, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "i32"), "%s", vq_errmsg());
+    vq_tensor_release(ints[0]);
+    vq_tensor_release(ints[1]);
+}
+
 Test(ops_elementwise, integer_division_by_zero_is_an_error)
 {
     int64_t s[1] = {3};

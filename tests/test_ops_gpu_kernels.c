@@ -233,6 +233,31 @@ static void case_elementwise_grad(struct run *r)
     case_xy_grad(r, ops, 4, 0.5); /* div: Y away from 0 */
 }
 
+/* pow of a positive base (a negative one with a fractional exponent is
+ * NaN on both sides), computed in double on both: CLOSE, as the device's
+ * pow and log need not round as glibc's do. Its gradients alike. */
+static void case_pow(struct run *r)
+{
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int s = 0; s < N_OF(pairs); s++) {
+            const struct pair *p = &pairs[s];
+            vq_dtype dt = floats[d];
+            describe(r, "%s, shape pair %d", vq_dtype_name(dt), s);
+            vq_tensor *in[2] = {rnd(r, dt, 0.25, 2, p->nx, p->x), rnd(r, dt, -2, 2, p->ny, p->y)};
+            check(r, in, 2, 1, NULL, 0, CLOSE);
+            for (int wrt = 0; wrt < 2; wrt++) {
+                describe(r, "pow's gradient wrt %d, %s, shape pair %d", wrt, vq_dtype_name(dt), s);
+                vq_tensor *g[3] = {rnd(r, dt, -2, 2, p->nz, p->z), rnd(r, dt, 0.25, 2, p->nx, p->x),
+                                   rnd(r, dt, -2, 2, p->ny, p->y)};
+                vq_attr at[2] = {VQ_ATTR_S("op", "pow"), VQ_ATTR_I("wrt", wrt)};
+                const char *op = r->op;
+                r->op = "elementwise_grad";
+                check(r, g, 3, 1, at, 2, CLOSE);
+                r->op = op;
+            }
+        }
+}
+
 static void case_scale(struct run *r)
 {
     for (int d = 0; d < N_OF(floats); d++) {
@@ -1261,6 +1286,7 @@ static const struct op_case {
     {"sub", case_binary},
     {"mul", case_binary},
     {"div", case_binary},
+    {"pow", case_pow},
     {"elementwise_grad", case_elementwise_grad},
     {"scale", case_scale},
     {"relu", case_unary},

@@ -1,5 +1,5 @@
-/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div), scale,
- * and the gradient op of the four binary ones.
+/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div, and
+ * pow for floats), scale, and the gradient op of the five binary ones.
  *
  * Kernels walk the output in rows (broadcast.c) and run one tight loop per
  * row whose inputs each step by 0 or 1. Integer arithmetic wraps (it is done
@@ -8,9 +8,10 @@
 #include "../ops_internal.h"
 #include "../params.h"
 
+#include <math.h>
 #include <string.h>
 
-static const char *const op_names[] = {"add", "sub", "mul", "div"};
+static const char *const op_names[] = {"add", "sub", "mul", "div", "pow"};
 
 static const char *const xy_in[] = {"X", "Y"};
 static const char *const out_slot[] = {"Out"};
@@ -18,7 +19,9 @@ static const char *const out_slot[] = {"Out"};
 static int binary_infer(vq__infer *c)
 {
     int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
+    if ((rc = vq__check_dtype(c, 0, c->def->code == VQ__BINARY_POW ? VQ__FLOATS : VQ__NUMERIC)) <
+            0 ||
+        (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
     c->out[0].dtype = c->in[0].dtype;
     ((vq__binary_params *)c->params)->op = c->def->code;
@@ -36,12 +39,28 @@ struct rows {
 /* The loops of one row, with the strides as constants where the common
  * cases allow (1: contiguous, 0: a broadcast scalar) so that they
  * vectorize, and as variables otherwise. */
-#define FLOAT_ROW_LOOP(T, XS, YS)                                                          \
-    switch (r->op) {                                                                      \
-    case VQ__BINARY_ADD: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] + y[i * YS]; break; \
-    case VQ__BINARY_SUB: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] - y[i * YS]; break; \
-    case VQ__BINARY_MUL: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] * y[i * YS]; break; \
-    default: for (int64_t i = 0; i < n; i++) o[i] = x[i * XS] / y[i * YS]; break;         \
+#define FLOAT_ROW_LOOP(T, XS, YS)                \
+    switch (r->op) {                             \
+    case VQ__BINARY_ADD:                         \
+        for (int64_t i = 0; i < n; i++)          \
+            o[i] = x[i * XS] + y[i * YS];        \
+        break;                                   \
+    case VQ__BINARY_SUB:                         \
+        for (int64_t i = 0; i < n; i++)          \
+            o[i] = x[i * XS] - y[i * YS];        \
+        break;                                   \
+    case VQ__BINARY_MUL:                         \
+        for (int64_t i = 0; i < n; i++)          \
+            o[i] = x[i * XS] * y[i * YS];        \
+        break;                                   \
+    case VQ__BINARY_DIV:                         \
+        for (int64_t i = 0; i < n; i++)          \
+            o[i] = x[i * XS] / y[i * YS];        \
+        break;                                   \
+    default:                                     \
+        for (int64_t i = 0; i < n; i++)          \
+            o[i] = (T)pow(x[i * XS], y[i * YS]); \
+        break;                                   \
     }
 
 #define FLOAT_ROW(T)                                                                       \
@@ -158,11 +177,11 @@ static int grad_infer(vq__infer *c)
     vq__binary_grad_params *p = c->params;
     const vq_attr *op = vq__attr_find(c, "op");
     p->op = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(op->s, op_names[i]))
             p->op = i;
     if (p->op < 0)
-        return vq__attr_fail(c, "op", "\"%s\" is not add, sub, mul or div", op->s);
+        return vq__attr_fail(c, "op", "\"%s\" is not add, sub, mul, div or pow", op->s);
     int64_t wrt = vq__attr_int(c, "wrt", 0);
     if (wrt != 0 && wrt != 1)
         return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
@@ -186,33 +205,37 @@ struct grad_rows {
 /* One row: dz[i * (wrt ? ys : xs)] += g[i] * d op / d operand. The sum
  * and difference (the common case: a bias) get loops of their own that
  * vectorize. */
-#define GRAD_ROW(T)                                                                         \
-    static void grad_row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,    \
-                             int64_t xs, int64_t ys)                                       \
-    {                                                                                      \
-        struct grad_rows *r = user;                                                        \
+#define GRAD_ROW(T)                                                                              \
+    static void grad_row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,          \
+                             int64_t xs, int64_t ys)                                             \
+    {                                                                                            \
+        struct grad_rows *r = user;                                                              \
         const T *g = (const T *)r->g + oo, *x = (const T *)r->x + xo, *y = (const T *)r->y + yo; \
-        T *dz = (T *)r->dz + (r->wrt ? yo : xo);                                           \
-        int64_t zs = r->wrt ? ys : xs;                                                     \
-        if (r->op == VQ__BINARY_ADD || r->op == VQ__BINARY_SUB) {                          \
-            T sign = r->op == VQ__BINARY_SUB && r->wrt ? (T)-1 : (T)1;                     \
-            if (zs == 1) {                                                                 \
-                for (int64_t i = 0; i < n; i++)                                            \
-                    dz[i] += sign * g[i];                                                  \
-            } else {                                                                       \
-                for (int64_t i = 0; i < n; i++)                                            \
-                    dz[i * zs] += sign * g[i];                                             \
-            }                                                                              \
-            return;                                                                        \
-        }                                                                                  \
-        for (int64_t i = 0; i < n; i++) {                                                  \
-            T a = x[i * xs], b = y[i * ys], d;                                             \
-            switch (r->op) {                                                               \
-            case VQ__BINARY_MUL: d = g[i] * (r->wrt ? a : b); break;                       \
-            default: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;                   \
-            }                                                                              \
-            dz[i * zs] += d;                                                               \
-        }                                                                                  \
+        T *dz = (T *)r->dz + (r->wrt ? yo : xo);                                                 \
+        int64_t zs = r->wrt ? ys : xs;                                                           \
+        if (r->op == VQ__BINARY_ADD || r->op == VQ__BINARY_SUB) {                                \
+            T sign = r->op == VQ__BINARY_SUB && r->wrt ? (T)-1 : (T)1;                           \
+            if (zs == 1) {                                                                       \
+                for (int64_t i = 0; i < n; i++)                                                  \
+                    dz[i] += sign * g[i];                                                        \
+            } else {                                                                             \
+                for (int64_t i = 0; i < n; i++)                                                  \
+                    dz[i * zs] += sign * g[i];                                                   \
+            }                                                                                    \
+            return;                                                                              \
+        }                                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                        \
+            T a = x[i * xs], b = y[i * ys], d;                                                   \
+            switch (r->op) {                                                                     \
+            case VQ__BINARY_MUL: d = g[i] * (r->wrt ? a : b); break;                             \
+            case VQ__BINARY_DIV: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;             \
+            default: /* pow: b a^(b-1) for X, a^b ln a for Y */                                  \
+                d = r->wrt ? g[i] * (T)pow(a, b) * (T)log(a)                                     \
+                           : g[i] * b * (T)pow(a, (double)(b - 1));                              \
+                break;                                                                           \
+            }                                                                                    \
+            dz[i * zs] += d;                                                                     \
+        }                                                                                        \
     }
 
 GRAD_ROW(float)
@@ -316,12 +339,28 @@ const vq__op_def vq__ops_elementwise[] = {
     BINARY("sub", VQ__BINARY_SUB),
     BINARY("mul", VQ__BINARY_MUL),
     BINARY("div", VQ__BINARY_DIV),
-    {.type = "elementwise_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = grad_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__binary_grad_params), .infer = grad_infer, .kernel = {grad_kernel}},
-    {.type = "scale", .in_slots = xy_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
-     .flags = VQ__INPLACE_OK, .attrs = scale_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__scale_params), .infer = scale_infer, .kernel = {scale_kernel},
+    BINARY("pow", VQ__BINARY_POW),
+    {.type = "elementwise_grad",
+     .in_slots = grad_in,
+     .nin_slots = 3,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .attrs = grad_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__binary_grad_params),
+     .infer = grad_infer,
+     .kernel = {grad_kernel}},
+    {.type = "scale",
+     .in_slots = xy_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .attrs = scale_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__scale_params),
+     .infer = scale_infer,
+     .kernel = {scale_kernel},
      .grad = scale_grad},
     {0},
 };

@@ -68,6 +68,7 @@ __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n,
         case VQ__CUDA_ADD: r = (T)((U)a + (U)c); break;
         case VQ__CUDA_SUB: r = (T)((U)a - (U)c); break;
         case VQ__CUDA_MUL: r = (T)((U)a * (U)c); break;
+        case VQ__CUDA_POW: r = (T)pow((double)a, (double)c); break; /* floats only */
         default:
             if (is_int<T>() && (c == 0 || (a == min_of<T>() && c == (T)-1))) {
                 if (bad_at)
@@ -87,7 +88,8 @@ extern "C" int vq__cuda_binary(int op, int dtype, const void *x, const void *y, 
                                const int64_t *ystride, unsigned long long *bad_at,
                                void *stream)
 {
-    if (op < VQ__CUDA_ADD || op > VQ__CUDA_DIV || ndim < 0 || ndim > VQ_MAX_DIMS)
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || ndim < 0 || ndim > VQ_MAX_DIMS ||
+        (op == VQ__CUDA_POW && dtype != VQ_F32 && dtype != VQ_F64))
         return VQ_EINVAL;
     bcast b;
     b.ndim = ndim;
@@ -150,7 +152,10 @@ template <typename T> __device__ inline T grad_term(int op, int wrt, T g, T a, T
     case VQ__CUDA_ADD: return g;
     case VQ__CUDA_SUB: return wrt ? -g : g;
     case VQ__CUDA_MUL: return g * (wrt ? a : b);
-    default: return wrt ? -g * a / (b * b) : g / b;
+    case VQ__CUDA_DIV: return wrt ? -g * a / (b * b) : g / b;
+    default: /* pow, in double as the CPU's */
+        return wrt ? g * (T)pow((double)a, (double)b) * (T)log((double)a)
+                   : g * b * (T)pow((double)a, (double)(b - 1));
     }
 }
 
@@ -201,7 +206,7 @@ extern "C" int vq__cuda_binary_grad(int op, int wrt, int dtype, const void *g, c
                                     const int64_t *shape, const int64_t *xstride,
                                     const int64_t *ystride, void *stream)
 {
-    if (op < VQ__CUDA_ADD || op > VQ__CUDA_DIV || (wrt != 0 && wrt != 1) || nz < 0 ||
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || (wrt != 0 && wrt != 1) || nz < 0 ||
         ndim < 0 || ndim > VQ_MAX_DIMS || (dtype != VQ_F32 && dtype != VQ_F64))
         return VQ_EINVAL;
     if (nz == 0)

@@ -89,7 +89,7 @@ const char *vq__cuda_last_error(void);
 
 /* op for vq__cuda_binary and vq__cuda_binary_grad: params.h's
  * VQ__BINARY_* (ops.c checks that they agree). */
-enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3 };
+enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3, VQ__CUDA_POW = 4 };
 
 /* out = x op y with numpy broadcasting, for f32, f64, i32 and i64. The
  * broadcast is described as vq__bcast_init (ops/broadcast.c) leaves it:

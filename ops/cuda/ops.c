@@ -21,7 +21,8 @@
 _Static_assert((int)VQ__BINARY_ADD == (int)VQ__CUDA_ADD &&
                    (int)VQ__BINARY_SUB == (int)VQ__CUDA_SUB &&
                    (int)VQ__BINARY_MUL == (int)VQ__CUDA_MUL &&
-                   (int)VQ__BINARY_DIV == (int)VQ__CUDA_DIV,
+                   (int)VQ__BINARY_DIV == (int)VQ__CUDA_DIV &&
+                   (int)VQ__BINARY_POW == (int)VQ__CUDA_POW,
                "params.h's binary ops are kernels.h's");
 _Static_assert((int)VQ__ACT_RELU == (int)VQ__CUDA_RELU &&
                    (int)VQ__ACT_SIGMOID == (int)VQ__CUDA_SIGMOID &&
@@ -1298,6 +1299,7 @@ static const struct entry table[] = {
     {"sub", binary_gpu},
     {"mul", binary_gpu},
     {"div", binary_gpu},
+    {"pow", binary_gpu},
     {"elementwise_grad", binary_grad_gpu},
     {"scale", scale_gpu},
     {"relu", unary_gpu},

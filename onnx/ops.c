@@ -826,10 +826,8 @@ static int pool(struct ox *x, bool max)
         rc = ox_attr_int(x, "count_include_pad", 0, &cip);
     if (rc == 0)
         rc = ox_attr_int(x, "storage_order", 0, &order);
-    if (rc == 0 && order != 0)
-        rc = ox_fail(x, VQ_ENOSYS, "storage_order %lld (column-major indices)", (long long)order);
-    if (rc == 0 && ox_out(x, 1))
-        rc = ox_fail(x, VQ_ENOSYS, "its Indices output is not supported");
+    if (rc == 0 && ox_out(x, 1) && (!max || sd == 3))
+        rc = ox_fail(x, VQ_ENOSYS, "its Indices output is not supported (a 3-D window)");
     if (rc == 0)
         rc = lift(x, v, sd, &v);
     if (rc == 0)
@@ -842,7 +840,16 @@ static int pool(struct ox *x, bool max)
                         VQ_ATTR_IS("dilations", dil, 2)};
         if (sd == 3)
             return pool3d(x, "max_pool2d", v, kernel, strides, dil, pads, a, 5);
-        return window_emit(x, "max_pool2d", &v, 1, sd, a, 5);
+        if ((rc = window_emit(x, "max_pool2d", &v, 1, sd, a, 5)) || !ox_out(x, 1))
+            return rc;
+        /* Indices: where each maximum is, flattened over the whole input
+         * (a 1-D pool's lifted [N, C, 1, W] flattens the same) */
+        const char *idx = ox_out(x, 1), *name = sd != 1 ? idx : NULL;
+        struct ox_val *r;
+        vq_attr ai[6] = {a[0], a[1], a[2], a[3], a[4], VQ_ATTR_I("storage_order", order)};
+        if ((rc = ox_emit(x, "max_pool2d_argmax", &v, 1, &name, 1, ai, 6, &r)) || sd != 1)
+            return rc;
+        return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, idx, NULL);
     }
     vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
                     VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),

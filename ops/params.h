@@ -189,6 +189,7 @@ typedef struct vq__window_params {
     int64_t groups;      /* conv2d */
     int wrt;             /* conv2d_grad: 0 dX, 1 dW, 2 dB */
     bool ceil_mode, count_include_pad; /* the pools; count_include_pad: avg_pool2d */
+    bool column_major;                 /* max_pool2d_argmax: indices (w, h), not (h, w) */
 } vq__window_params;
 
 /* ---- batch normalization (ops/cpu/norm.c) ---- */

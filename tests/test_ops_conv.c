@@ -612,6 +612,40 @@ Test(ops_conv, count_include_pad_divides_by_the_whole_padded_window)
     vq_tensor_release(x);
 }
 
+/* ONNX MaxPool's Indices: the flat index over the whole input of each
+ * window's first maximum, row-major or (storage_order 1) column-major in
+ * the plane. */
+Test(ops_conv, max_pool2d_argmax_gives_each_maximums_flat_index)
+{
+    /* two images, one channel, 3x4; windows 2x2, stride 2 (pad to 4x4) */
+    static const double xv[2 * 12] = {1, 5, 2, 2, /**/ 0, 3, 9, 1, /**/ 4, 4, 7, 8,
+                                      6, 1, 0, 2, /**/ 6, 0, 3, 3, /**/ 1, 2, 9, 5};
+    vq_tensor *x = oc_from(VQ_F32, 4, (int64_t[]){2, 1, 3, 4}, xv);
+    int64_t k[2] = {2, 2}, st[2] = {2, 2}, pad[4] = {0, 0, 1, 0};
+    for (int order = 0; order < 2; order++) {
+        vq_attr at[4] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_IS("strides", st, 2),
+                         VQ_ATTR_IS("pads", pad, 4), VQ_ATTR_I("storage_order", order)};
+        vq_tensor *o = oc_run1("max_pool2d_argmax", &x, 1, at, 4);
+        cr_assert_eq(vq_tensor_dtype(o), VQ_I64);
+        /* maxima: image 0 at (0,1) (1,2) (2,0), the first of a tie, (2,3);
+         * image 1 at (0,0) (1,2) (2,1) (2,2): (h, w) -> h*4+w or w*3+h */
+        static const int64_t hw[8][3] = {{0, 0, 1}, {0, 1, 2}, {0, 2, 0}, {0, 2, 3},
+                                         {1, 0, 0}, {1, 1, 2}, {1, 2, 1}, {1, 2, 2}};
+        const int64_t *got = vq_tensor_data(o);
+        for (int i = 0; i < 8; i++) {
+            int64_t want =
+                hw[i][0] * 12 + (order ? hw[i][2] * 3 + hw[i][1] : hw[i][1] * 4 + hw[i][2]);
+            cr_assert_eq(got[i], want, "storage_order %d, output %d: %lld, want %lld", order, i,
+                         (long long)got[i], (long long)want);
+        }
+        vq_tensor_release(o);
+    }
+    vq_attr bad[2] = {VQ_ATTR_IS("kernel", k, 2), VQ_ATTR_I("storage_order", 2)};
+    cr_assert_eq(oc_try("max_pool2d_argmax", &x, 1, 1, bad, 2), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "storage_order"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+}
+
 Test(ops_conv, max_pool2d_keeps_nan_and_routes_ties_to_the_first_maximum)
 {
     vq_tensor *x = oc_from(VQ_F64, 4, (int64_t[]){1, 1, 2, 4},

@@ -1359,6 +1359,7 @@ static const struct op_case {
     {"conv_transpose2d", case_conv_transpose2d},
     {"max_pool2d", case_pool},
     {"max_pool2d_grad", case_pool},
+    {"max_pool2d_argmax", case_pool},
     {"avg_pool2d", case_pool},
     {"avg_pool2d_grad", case_pool},
     {"global_avg_pool", case_global_avg_pool},

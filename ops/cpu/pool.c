@@ -1,4 +1,5 @@
-/* Pooling over NCHW planes: max_pool2d (padding acts as -inf; dilations),
+/* Pooling over NCHW planes: max_pool2d (padding acts as -inf; dilations)
+ * and max_pool2d_argmax (where each maximum is: ONNX MaxPool's Indices),
  * avg_pool2d (count_include_pad) and global_avg_pool (the mean over every
  * dim after the first two, for any rank >= 3), and their gradient ops.
  *
@@ -64,6 +65,20 @@ static int pool_meta(const vq__infer *c, vq__window_params *p, vq__meta *out)
 static int pool_infer(vq__infer *c)
 {
     return pool_meta(c, c->params, &c->out[0]);
+}
+
+/* max_pool2d_argmax: max_pool2d's shape, in i64. */
+static int argmax_infer(vq__infer *c)
+{
+    vq__window_params *p = c->params;
+    int rc = pool_meta(c, p, &c->out[0]);
+    c->out[0].dtype = VQ_I64;
+    int64_t order = vq__attr_int(c, "storage_order", 0);
+    if (rc == 0 && order != 0 && order != 1)
+        return vq__attr_fail(c, "storage_order", "is %lld, not 0 (row-major) or 1 (column-major)",
+                             (long long)order);
+    p->column_major = order == 1;
+    return rc;
 }
 
 /* max_pool2d_grad / avg_pool2d_grad (X, dOut) -> dX. */
@@ -173,6 +188,30 @@ static int max_pool_kernel(const vq__kcall *k)
         return 0;
     struct pool_job j = {k, window_of(k->params, x, o->shape)};
     return pool_planes(&j, max_pool_part);
+}
+
+/* Out[n, c, oh, ow] = the index of the window's first maximum in X
+ * flattened ((n * C + c) * H + h) * W + w, as ONNX MaxPool's Indices
+ * (storage_order 0; 1: ((n * C + c) * W + w) * H + h); -1 for a window
+ * wholly in the padding (which the pad rule excludes). */
+static int max_pool_argmax_kernel(const vq__kcall *k)
+{
+    const vq__window_params *pr = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    vq__window w = window_of(pr, x, o->shape);
+    int64_t plane = w.h * w.w, oplane = w.oh * w.ow, *out = o->data;
+    for (int64_t p = 0; p < w.n * w.c; p++)
+        for (int64_t q = 0; q < oplane; q++) {
+            int64_t a = x->dtype == VQ_F32
+                            ? vq__window_argmax_f32((const float *)x->data + p * plane, &w,
+                                                    q / w.ow, q % w.ow)
+                            : vq__window_argmax_f64((const double *)x->data + p * plane, &w,
+                                                    q / w.ow, q % w.ow);
+            if (a >= 0 && pr->column_major)
+                a = a % w.w * w.h + a / w.w;
+            out[p * oplane + q] = a < 0 ? -1 : p * plane + a;
+        }
+    return 0;
 }
 
 static int max_pool_grad_kernel(const vq__kcall *k)
@@ -405,6 +444,12 @@ static const vq__attr_spec max_pool_attrs[] = {
     {"ceil_mode", VQ_ATTR_BOOL, false, "0"},
 };
 
+static const vq__attr_spec argmax_attrs[] = {
+    {"kernel", VQ_ATTR_INTS, true, NULL},       {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"}, {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
+    {"ceil_mode", VQ_ATTR_BOOL, false, "0"},    {"storage_order", VQ_ATTR_INT, false, "0"},
+};
+
 static const vq__attr_spec avg_pool_attrs[] = {
     {"kernel", VQ_ATTR_INTS, true, NULL},
     {"strides", VQ_ATTR_INTS, false, "[1,1]"},
@@ -426,12 +471,33 @@ static const vq__attr_spec avg_pool_attrs[] = {
 const vq__op_def vq__ops_pool[] = {
     POOL("max_pool2d", max_pool_attrs, max_pool_kernel, pool_grad),
     POOL_GRAD("max_pool2d_grad", max_pool_attrs, max_pool_grad_kernel),
+    /* no gradient: indices */
+    {.type = "max_pool2d_argmax",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .attrs = argmax_attrs,
+     .nattrs = 6,
+     .params_size = sizeof(vq__window_params),
+     .infer = argmax_infer,
+     .kernel = {max_pool_argmax_kernel}},
     POOL("avg_pool2d", avg_pool_attrs, avg_pool_kernel, pool_grad),
     POOL_GRAD("avg_pool2d_grad", avg_pool_attrs, avg_pool_grad_kernel),
-    {.type = "global_avg_pool", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .infer = global_infer, .kernel = {global_kernel}, .grad = global_grad},
-    {.type = "global_avg_pool_grad", .in_slots = grad_in, .nin_slots = 2,
-     .out_slots = grad_out, .nout_slots = 1, .infer = global_grad_infer,
+    {.type = "global_avg_pool",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .infer = global_infer,
+     .kernel = {global_kernel},
+     .grad = global_grad},
+    {.type = "global_avg_pool_grad",
+     .in_slots = grad_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .infer = global_grad_infer,
      .kernel = {global_grad_kernel}},
     {0},
 };

@@ -159,6 +159,19 @@ template <typename T> __global__ void max_pool_kernel(const T *x, T *o, vq__wind
     }
 }
 
+template <typename T>
+__global__ void max_pool_argmax_kernel(const T *x, int64_t *o, vq__window w, bool column_major)
+{
+    int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * oplane;
+    FOR_EACH(e, n) {
+        int64_t p = e / oplane, q = e % oplane;
+        int64_t a = argmax_of(x + p * plane, &w, q / w.ow, q % w.ow);
+        if (a >= 0 && column_major)
+            a = a % w.w * w.h + a / w.w;
+        o[e] = a < 0 ? -1 : p * plane + a;
+    }
+}
+
 /* dx[e] = the sum of g over the windows whose maximum is element e, in the
  * order of the outputs: oh rises as the tap row i falls, ow as j falls. */
 template <typename T>
@@ -194,6 +207,20 @@ extern "C" int vq__cuda_max_pool(int dtype, const void *x, void *out, const vq__
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     LAUNCH_FLOATS(max_pool_kernel, dtype, n, s, ((const float *)x, (float *)out, *w),
                   ((const double *)x, (double *)out, *w));
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_max_pool_argmax(int dtype, const void *x, int64_t *out,
+                                        const vq__window *w, bool column_major, void *stream)
+{
+    if (bad_window(w))
+        return VQ_EINVAL;
+    int64_t n = w->n * w->c * w->oh * w->ow;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    LAUNCH_FLOATS(max_pool_argmax_kernel, dtype, n, s, ((const float *)x, out, *w, column_major),
+                  ((const double *)x, out, *w, column_major));
     return vq__cuda_launched();
 }
 

@@ -445,6 +445,11 @@ int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n, int64_t m,
  * each window of x [n, c, h, w], -inf for a window wholly in the padding.
  * One thread per output. The CPU's bits. */
 int vq__cuda_max_pool(int dtype, const void *x, void *out, const vq__window *w, void *stream);
+/* max_pool2d_argmax: out [n, c, oh, ow] (i64) = the flat index in x of
+ * the element vq__window_argmax finds (its plane's (w, h) order when
+ * column_major), as ops/cpu/pool.c. */
+int vq__cuda_max_pool_argmax(int dtype, const void *x, int64_t *out, const vq__window *w,
+                             bool column_major, void *stream);
 
 /* max_pool2d_grad: dx [n, c, h, w] = for each element, the sum of g over
  * the windows whose maximum it is, in the order of the outputs, as

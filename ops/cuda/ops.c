@@ -1032,6 +1032,17 @@ static int max_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     return pool_grad_gpu(k, l, true);
 }
 
+static int max_pool_argmax_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (o->numel == 0)
+        return 0;
+    vq__window w = pool_window(k->params, x, o->shape);
+    const vq__window_params *p = k->params;
+    return launched(k, vq__cuda_max_pool_argmax(x->dtype, x->data, o->data, &w, p->column_major,
+                                                l->s));
+}
+
 static int avg_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     return pool_gpu(k, l, false);
@@ -1372,6 +1383,7 @@ static const struct entry table[] = {
     {"conv_transpose2d", conv_transpose2d_gpu},
     {"max_pool2d", max_pool_gpu},
     {"max_pool2d_grad", max_pool_grad_gpu},
+    {"max_pool2d_argmax", max_pool_argmax_gpu},
     {"avg_pool2d", avg_pool_gpu},
     {"avg_pool2d_grad", avg_pool_grad_gpu},
     {"global_avg_pool", global_pool_gpu},

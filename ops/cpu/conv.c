@@ -442,9 +442,11 @@ static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
     return 0;
 }
 
-/* Products of fewer multiply-adds than this run on one worker: the helper
- * ops of a parallel loop would cost more than they save. */
-#define CONV_PARALLEL_MACS (1 << 18)
+/* Products of fewer multiply-adds than this (about 50 us) run on one
+ * worker: the helper ops of a parallel loop, and the wait for a chunk a
+ * descheduled helper holds on a loaded machine, would cost more than they
+ * save. */
+#define CONV_PARALLEL_MACS (1 << 20)
 /* A single image's call is cut into this many blocks (of input channels
  * for the im2col, of output columns or channels for the product): enough
  * to balance a few workers, few enough that repacking the product's other

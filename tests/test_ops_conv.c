@@ -154,15 +154,15 @@ Test(ops_conv, conv2d_matches_the_plain_loop)
         }
 }
 
-/* Large enough for the engine's workers to share one call (ops/cpu/conv.c:
+/* Large enough (2^20 multiply-adds) for the workers to share one call (conv.c:
  * whole images or groups, or within one image the im2col by channel and
  * the product by column or by output-channel blocks). */
 static const struct conv_case shared_cases[] = {
     {1, 8, 32, 32, 16, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* by columns */
     {1, 64, 6, 6, 128, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* by channels */
-    {3, 8, 16, 16, 16, 3, 3, 2, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},  /* by (image, group) */
+    {3, 8, 32, 32, 16, 3, 3, 2, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},  /* by (image, group) */
     {1, 64, 16, 16, 64, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},  /* 1x1, by columns */
-    {1, 32, 32, 32, 32, 3, 3, 32, {1, 1}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise */
+    {1, 64, 48, 48, 64, 3, 3, 64, {1, 1}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise */
 };
 
 Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)

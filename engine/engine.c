@@ -446,32 +446,12 @@ static int cmp_tagged(const void *a, const void *b)
     return x->index - y->index;
 }
 
-/* Fills vars with the task's writes, then its reads, each var once, in the
- * order given; a var both read and written is a write. Returns the number of
- * distinct writes through *nw, of reads through *nr. With check, returns
- * VQ_EINVAL (and no message: validate_task finds it) for a NULL, foreign or
- * freed var. Or VQ_ENOMEM. */
-static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr,
-                      bool check)
+/* merge_vars for more than 32 vars: sort (var, position) pairs; the first
+ * occurrence of each var in writes-then-reads order is kept, which also
+ * makes a var that is both read and written a write. */
+static int merge_many_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
 {
     int n = t->nwrites + t->nreads, w = 0, r = 0;
-    for (int i = 0; i < n && check; i++)
-        if (!var_ok(e, i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites]))
-            return VQ_EINVAL;
-    if (n <= 32) {
-        for (int i = 0; i < t->nwrites; i++)
-            if (!contains(vars, w, t->writes[i]))
-                vars[w++] = t->writes[i];
-        for (int i = 0; i < t->nreads; i++)
-            if (!contains(vars, w + r, t->reads[i]))
-                vars[w + r++] = t->reads[i];
-        *nw = w;
-        *nr = r;
-        return 0;
-    }
-    /* Large sets: sort (var, position) pairs; the first occurrence of each
-     * var in writes-then-reads order is kept, which also makes a var that is
-     * both read and written a write. */
     struct tagged *tg = vq__malloc((size_t)n * sizeof *tg);
     bool *keep = vq__calloc((size_t)n, sizeof *keep);
     if (!tg || !keep) {
@@ -502,8 +482,33 @@ static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, in
     return 0;
 }
 
+/* Fills vars with the task's writes, then its reads, each var once, in the
+ * order given; a var both read and written is a write. Returns the number of
+ * distinct writes through *nw, of reads through *nr. With check, returns
+ * VQ_EINVAL (and no message: validate_task finds it) for a NULL, foreign or
+ * freed var. Or VQ_ENOMEM. */
+static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr, bool check)
+{
+    int n = t->nwrites + t->nreads, w = 0, r = 0;
+    for (int i = 0; i < n && check; i++)
+        if (!var_ok(e, i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites]))
+            return VQ_EINVAL;
+    if (n > 32)
+        return merge_many_vars(t, vars, nw, nr);
+    for (int i = 0; i < t->nwrites; i++)
+        if (!contains(vars, w, t->writes[i]))
+            vars[w++] = t->writes[i];
+    for (int i = 0; i < t->nreads; i++)
+        if (!contains(vars, w + r, t->reads[i]))
+            vars[w + r++] = t->reads[i];
+    *nw = w;
+    *nr = r;
+    return 0;
+}
+
 /* Fills o from t. vars must hold nreads + nwrites entries. */
-static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars, unsigned flags)
+static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars,
+                    unsigned flags)
 {
     o->fn = t->fn;
     o->async_fn = t->async_fn;
@@ -588,6 +593,7 @@ static int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
     op->naive = NULL;
+    op->group_n = 0;
     if (e->kind == VQ_ENGINE_NAIVE) {
         vq__naive_push(op);
         return 0;
@@ -618,6 +624,8 @@ static int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
     int granted = vq__var_append_op(op, order, &spare, &push_ticket);
     vblocks_free(spare);
+    if (granted < 0)
+        return 0; /* joined the group of the op queued last on its vars */
     /* The pusher's own count goes with the accesses granted above. */
     int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel);
     VQ__ASSERT(wait >= granted + 1); /* a grant counted here is not granted again */
@@ -766,13 +774,13 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
         if (rc < 0)
             return rc;
         pace(e);
-        return push_task(e, t, 0, "vq_push");
-    }
-    pace(e);
-    if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites, 0)) {
-        if (t->arg_free)
-            t->arg_free(t->arg);
-        return 0;
+    } else {
+        pace(e);
+        if (run_undeferred(e, t->fn, t->arg, t->nreads + t->nwrites, 0)) {
+            if (t->arg_free)
+                t->arg_free(t->arg);
+            return 0;
+        }
     }
     return push_task(e, t, 0, "vq_push"); /* checks the vars while merging them */
 }
@@ -883,6 +891,65 @@ int vq__op_skip_error(const struct vq__desc *o)
     return 0;
 }
 
+/* A failed op poisons the vars it writes; the engine keeps the first
+ * error. */
+static void op_poison(const struct vq__desc *o, int err)
+{
+    if (o->flags & VQ__OPR_NOSKIP)
+        return;
+    for (int i = 0; i < o->nwrites; i++)
+        if (!o->vars[i]->err)
+            o->vars[i]->err = err;
+    int none = 0;
+    atomic_compare_exchange_strong(&o->engine->first_err, &none, err);
+}
+
+/* Gives back what op holds beside its accesses: its argument, its vars
+ * array, and the op itself (or, for a prebuilt op, its count of pushes in
+ * flight). */
+static void op_release(vq__op *op)
+{
+    const struct vq__desc *o = op->desc;
+    vq_opr *home = op->spare_of;
+    if (o->flags & VQ__OPR_EMBEDDED) {
+        if (o->arg_free)
+            o->arg_free(o->arg);
+        if (o->flags & VQ__OPR_HEAPVARS)
+            free(o->vars);
+    } else {
+        /* A spare goes home before the completion that may free its home
+         * (release: our use of it before the next push's acquire). */
+        if (home)
+            atomic_store_explicit(&home->spare, op, memory_order_release);
+        opr_complete((vq_opr *)o); /* desc is a vq_opr's first member */
+    }
+    if (!home)
+        vq__pool_free(VQ__POOL_OP, op);
+}
+
+/* Runs the members of head's group (var.c) after the head finished with
+ * err, each as its own op would run: the head's failure is on the vars
+ * first, so that a member it skips sees it. Members are plain sync CPU ops
+ * on the head's vars, so they need neither GPU preparation nor wait
+ * errors; each is released here, and completes with the head. */
+static void group_run(vq__op *head, int err, const vq_exec_ctx *x)
+{
+    if (err)
+        op_poison(head->desc, err);
+    vq__op *m = head->group_next;
+    for (int i = 0; i < head->group_n; i++) {
+        vq__op *next = m->group_next;
+        const struct vq__desc *d = m->desc;
+        int merr = vq__op_skip_error(d);
+        if (!merr)
+            merr = d->fn(d->arg, x);
+        if (merr)
+            op_poison(d, merr);
+        op_release(m);
+        m = next;
+    }
+}
+
 void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
 {
     const struct vq__desc *o = op->desc;
@@ -908,6 +975,8 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
     }
     op->wait_err = wait_err;
     if (err || !(o->fn || o->async_fn)) {
+        if (op->group_n)
+            group_run(op, err, x);
         vq__op_finish(op, err ? err : wait_err, r);
     } else if (o->fn) {
         cur_wait_err = wait_err;
@@ -918,6 +987,8 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
             err = o->fn(o->arg, x);
         }
         cur_wait_err = 0;
+        if (op->group_n)
+            group_run(op, err, x);
         vq__op_finish(op, err ? err : wait_err, r);
     } else {
         cur_wait_err = wait_err;
@@ -927,11 +998,12 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
     vq__in_op--;
 }
 
-static void op_completed(vq_engine *e)
+/* n ops completed: an op and the members of its group. */
+static void op_completed(vq_engine *e, unsigned long n)
 {
     /* seq_cst pair with wait_pending: either we see the waiter, or it sees
      * our count. Only the completion that leaves nothing pending wakes it. */
-    unsigned long done = atomic_fetch_add(&e->completed, 1) + 1;
+    unsigned long done = atomic_fetch_add(&e->completed, n) + n;
     /* pushed never trails completed: an op is counted pushed before it runs */
     VQ__ASSERT(atomic_load_explicit(&e->pushed, memory_order_relaxed) - done <= ULONG_MAX / 2);
     if (atomic_load(&e->waiters) > 0 && atomic_load(&e->pushed) == done) {
@@ -949,14 +1021,9 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
 {
     const struct vq__desc *o = op->desc;
     vq_engine *e = o->engine;
-    vq_opr *home = op->spare_of;
-    if (err && !(o->flags & VQ__OPR_NOSKIP)) {
-        for (int i = 0; i < o->nwrites; i++)
-            if (!o->vars[i]->err)
-                o->vars[i]->err = err;
-        int none = 0;
-        atomic_compare_exchange_strong(&e->first_err, &none, err);
-    }
+    unsigned long n = 1 + (unsigned long)op->group_n;
+    if (err)
+        op_poison(o, err);
     if (e->profile)
         vq__prof_record(e, op, vq__now_ns());
     if (r) { /* queued on its vars (not the naive engine's) */
@@ -971,22 +1038,9 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
                    VQ__VAR_DELETING);
         var_destroy(e, o->vars[0]);
     }
-    if (o->flags & VQ__OPR_EMBEDDED) {
-        if (o->arg_free)
-            o->arg_free(o->arg);
-        if (o->flags & VQ__OPR_HEAPVARS)
-            free(o->vars);
-    } else {
-        /* A spare goes home before the completion that may free its home
-         * (release: our use of it before the next push's acquire). */
-        if (home)
-            atomic_store_explicit(&home->spare, op, memory_order_release);
-        opr_complete((vq_opr *)o); /* desc is a vq_opr's first member */
-    }
-    if (!home)
-        vq__pool_free(VQ__POOL_OP, op);
+    op_release(op);
     if (r)
-        op_completed(e);
+        op_completed(e, n);
 }
 
 VQ_API void vq_done_finish(vq_done *d, int err)

@@ -29,6 +29,7 @@
 #define VQ__CACHELINE 64
 #define VQ__ALIGNED _Alignas(VQ__CACHELINE)
 #define VQ__INLINE_VARS 8 /* vars of a vq_push op stored without malloc */
+#define VQ__GROUP_MAX 32  /* ops that may join one queued op (var.c) */
 
 /* Thread-locals of the push path. The initial-exec model makes each access
  * one %fs-relative load instead of a call to __tls_get_addr (the default for
@@ -246,6 +247,14 @@ struct vq__op {
     const struct vq__desc *desc;
     struct vq__desc embedded;   /* the description when pushed by vq_push */
     vq_var *inline_vars[VQ__INLINE_VARS];
+    /* A group (bulk execution, var.c vq__var_append_op): later pushes with
+     * the same vars that joined this op while it waited in the queues, run
+     * after it by its runner and completed with it. group_n counts them;
+     * group_next links them in push order (from the head, then from each
+     * member); group_tail is the last one. Written under the lock of the
+     * head's first var before the head is granted; read by its runner. */
+    int group_n;
+    struct vq__op *group_next, *group_tail;
     /* cold */
     struct vq__op *next;        /* naive engine: ops pushed from inside an op;
                                    threaded: the heap's spill list */
@@ -291,6 +300,7 @@ struct vq_var {
     bool write_triggered;       /* pending_write has been granted */
     struct vq__vblock *pending_write; /* oldest unfinished write, or NULL */
     struct vq__vblock *head;    /* empty sentinel at the tail: next access goes here */
+    struct vq__vblock *tail;    /* the last block queued; valid while pending_write is set */
     atomic_int state;           /* VQ__VAR_* */
     int err;                    /* failure carried by the var; ordered by the queue */
     vq_engine *engine;
@@ -314,7 +324,9 @@ bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb);
  * by vq__var_sort), numbers the push (*ticket, from the engine's pushed
  * count), appends vars[0 .. nexcl) as writes and the rest as reads, and
  * unlocks. *spare holds n blocks; those not queued stay in it. Returns the
- * number of accesses granted at once. */
+ * number of accesses granted at once, or -1 when op joined the group of
+ * the op queued last on its vars instead (it then queues nothing, and runs
+ * and completes with that op). */
 int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
                       unsigned long *ticket);
 /* Sorts n vars into the lock order (ascending address). */

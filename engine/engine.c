@@ -60,6 +60,10 @@ static void list_del(vq_engine *e, struct vq__link **head, struct vq__link *l)
     pthread_mutex_unlock(&e->list_lock);
 }
 
+/* The push path's steps, inlined into each push call (one function body
+ * instead of a chain of calls, each saving and restoring registers). */
+#define HOT inline __attribute__((always_inline))
+
 #define CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- options and environment ---- */
@@ -425,7 +429,7 @@ static inline bool var_ok(const vq_engine *e, const vq_var *v)
            atomic_load_explicit(&v->state, memory_order_relaxed) == VQ__VAR_LIVE;
 }
 
-static bool contains(vq_var *const *vars, int n, const vq_var *v)
+static inline bool contains(vq_var *const *vars, int n, const vq_var *v)
 {
     for (int i = 0; i < n; i++)
         if (vars[i] == v)
@@ -487,7 +491,8 @@ static int merge_many_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
  * distinct writes through *nw, of reads through *nr. With check, returns
  * VQ_EINVAL (and no message: validate_task finds it) for a NULL, foreign or
  * freed var. Or VQ_ENOMEM. */
-static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr, bool check)
+static HOT int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr,
+                          bool check)
 {
     int n = t->nwrites + t->nreads, w = 0, r = 0;
     for (int i = 0; i < n && check; i++)
@@ -507,8 +512,8 @@ static int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, in
 }
 
 /* Fills o from t. vars must hold nreads + nwrites entries. */
-static int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars,
-                    unsigned flags)
+static HOT int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars,
+                        unsigned flags)
 {
     o->fn = t->fn;
     o->async_fn = t->async_fn;
@@ -588,7 +593,7 @@ unsigned long vq__push_ticket(void)
  * engine's push is not hot: it runs the op under naive_lock.
  * Appends op's accesses to its vars and dispatches it if nothing holds it
  * back. fn: the API call, for the message. */
-static int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
+static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
 {
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
@@ -646,7 +651,7 @@ static vq__op *op_alloc(const char *fn)
 
 /* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops;
  * fn: the API call, for messages. */
-static int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn)
+static HOT int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn)
 {
     vq__op *op = op_alloc(fn);
     if (!op)

@@ -208,6 +208,19 @@ static void generate_steps(struct step *steps, int nsteps, const struct view *v,
             s->props = c == 2 ? VQ_PROP_COPY_TO_DEV : c == 3 ? VQ_PROP_COPY_FROM_DEV : 0;
             s->async = 0; /* GPU ops are sync: they complete at launch */
         }
+        /* Runs of CPU ops on the same vars, as a chain pushes them, which
+         * the engine may run as one group (engine/var.c). Decided by the
+         * dice already drawn, so that the stream of draws stays the same. */
+        const struct step *prev = i > 0 ? &steps[i - 1] : NULL;
+        if (dice >= 700 && prev && prev->kind == STEP_OP && !prev->gpu && !s->gpu) {
+            s->nr = prev->nr;
+            s->nw = prev->nw;
+            memcpy(s->rslot, prev->rslot, sizeof s->rslot);
+            memcpy(s->wslot, prev->wslot, sizeof s->wslot);
+            memcpy(s->rcell, prev->rcell, sizeof s->rcell);
+            memcpy(s->wcell, prev->wcell, sizeof s->wcell);
+            s->priority = prev->priority;
+        }
     }
 }
 

@@ -491,10 +491,16 @@ static int merge_many_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
  * distinct writes through *nw, of reads through *nr. With check, returns
  * VQ_EINVAL (and no message: validate_task finds it) for a NULL, foreign or
  * freed var. Or VQ_ENOMEM. */
-static HOT int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw, int *nr,
-                          bool check)
+static HOT int merge_vars(vq_engine *e, const vq_task *restrict t, vq_var **restrict vars, int *nw,
+                          int *nr, bool check)
 {
     int n = t->nwrites + t->nreads, w = 0, r = 0;
+    if (n == 1) { /* the most common op, a chain's: nothing to merge */
+        vars[0] = t->nwrites ? t->writes[0] : t->reads[0];
+        *nw = t->nwrites;
+        *nr = t->nreads;
+        return !check || var_ok(e, vars[0]) ? 0 : VQ_EINVAL;
+    }
     for (int i = 0; i < n && check; i++)
         if (!var_ok(e, i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites]))
             return VQ_EINVAL;
@@ -512,8 +518,8 @@ static HOT int merge_vars(vq_engine *e, const vq_task *t, vq_var **vars, int *nw
 }
 
 /* Fills o from t. vars must hold nreads + nwrites entries. */
-static HOT int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_var **vars,
-                        unsigned flags)
+static HOT int opr_fill(struct vq__desc *restrict o, vq_engine *e, const vq_task *restrict t,
+                        vq_var **restrict vars, unsigned flags)
 {
     o->fn = t->fn;
     o->async_fn = t->async_fn;
@@ -524,19 +530,29 @@ static HOT int opr_fill(struct vq__desc *o, vq_engine *e, const vq_task *t, vq_v
     o->vars = vars;
     o->priority = t->priority;
     o->props = t->props;
-    o->flags = flags;
     o->ctx = t->ctx;
     if (t->ctx.kind == VQ_DEV_GPU)
-        o->flags |= VQ__OPR_GPU;
+        flags |= VQ__OPR_GPU;
     /* Internal ops (waits, deletions) act on vars the caller has checked. */
-    int rc = merge_vars(e, t, vars, &o->nwrites, &o->nreads, !(flags & VQ__OPR_NOSKIP));
+    int nw = 0, nr = 0;
+    int rc = merge_vars(e, t, vars, &nw, &nr, !(flags & VQ__OPR_NOSKIP));
+    o->nwrites = nw;
+    o->nreads = nr;
     /* A GPU op's reads queue as writes: concurrent GPU readers would race
      * on the var's event, and a launch takes microseconds, so serializing
      * launches costs little (the stream work itself still overlaps). */
-    o->nexcl = o->flags & VQ__OPR_GPU ? o->nwrites + o->nreads : o->nwrites;
+    o->nexcl = flags & VQ__OPR_GPU ? nw + nr : nw;
+    /* Only plain ops group (var.c): sync CPU functions that an error may
+     * skip (fn set: validation leaves async_fn NULL then; internal ops are
+     * NOSKIP or have no fn), writing a var, on an engine that does not
+     * profile (each op keeps its own record). */
+    if (nw > 0 && t->fn && !(flags & (VQ__OPR_NOSKIP | VQ__OPR_DELETE | VQ__OPR_GPU)) &&
+        !(t->props & VQ_PROP_RUN_ON_FAILED) && !e->profile)
+        flags |= VQ__OPR_GROUPABLE;
+    o->flags = flags;
     if (rc == 0 && (flags & VQ__OPR_SORTED)) {
         /* vars has room for 2n (see push_task and vq_opr_new) */
-        int n = o->nwrites + o->nreads;
+        int n = nw + nr;
         memcpy(vars + n, vars, (size_t)n * sizeof *vars);
         vq__var_sort(vars + n, n);
     }
@@ -580,6 +596,26 @@ static void vblocks_free(struct vq__vblock *b)
     }
 }
 
+/* Takes n var blocks from the pool into *list; false (and none taken)
+ * when out of memory. */
+static HOT bool vblocks_take(int n, struct vq__vblock **list)
+{
+    for (int i = 0; i < n; i++) {
+        struct vq__vblock *b = vq__pool_alloc(VQ__POOL_VBLOCK);
+        if (!b) {
+            vblocks_free(*list);
+            *list = NULL;
+            return false;
+        }
+        b->next = *list;
+        *list = b;
+    }
+    return true;
+}
+
+/* The calling thread's last push joined a group (see op_enqueue). */
+static VQ__TLS bool joined_last;
+
 /* The calling thread's last push: its place in the engine's push order. */
 static VQ__TLS unsigned long push_ticket;
 
@@ -605,17 +641,13 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     }
 
     /* One block per var, taken before touching any queue so that running
-     * out of memory leaves nothing half pushed. */
+     * out of memory leaves nothing half pushed; none when this thread's
+     * last push joined a group (a chain): this one likely joins too, and
+     * takes them only if it does not. */
     struct vq__vblock *spare = NULL;
-    for (int i = 0; i < n; i++) {
-        struct vq__vblock *b = vq__pool_alloc(VQ__POOL_VBLOCK);
-        if (!b) {
-            vblocks_free(spare);
-            return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
-        }
-        b->next = spare;
-        spare = b;
-    }
+    bool try_join = joined_last && (o->flags & VQ__OPR_GROUPABLE);
+    if (!try_join && !vblocks_take(n, &spare))
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
 
     /* The lock order: kept by the op, or one var (already in order), or
      * sorted here (n <= VQ__INLINE_VARS). */
@@ -628,8 +660,14 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     }
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
     int granted = vq__var_append_op(op, order, &spare, &push_ticket);
+    if (__builtin_expect(granted == VQ__APPEND_NO_BLOCKS, 0)) {
+        if (!vblocks_take(n, &spare))
+            return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
+        granted = vq__var_append_op(op, order, &spare, &push_ticket);
+    }
     vblocks_free(spare);
-    if (granted < 0)
+    joined_last = granted == VQ__APPEND_JOINED;
+    if (joined_last)
         return 0; /* joined the group of the op queued last on its vars */
     /* The pusher's own count goes with the accesses granted above. */
     int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel);
@@ -743,7 +781,7 @@ static void throttle(vq_engine *e)
 static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nvars,
                                   unsigned flags)
 {
-    if (saturated != e || nvars || !fn || e->profile || vq__in_op || (flags & VQ__OPR_GPU))
+    if (nvars || saturated != e || !fn || e->profile || vq__in_op || (flags & VQ__OPR_GPU))
         return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
     vq__in_op++;
@@ -912,7 +950,7 @@ static void op_poison(const struct vq__desc *o, int err)
 /* Gives back what op holds beside its accesses: its argument, its vars
  * array, and the op itself (or, for a prebuilt op, its count of pushes in
  * flight). */
-static void op_release(vq__op *op)
+static HOT void op_release(vq__op *op)
 {
     const struct vq__desc *o = op->desc;
     vq_opr *home = op->spare_of;
@@ -936,20 +974,27 @@ static void op_release(vq__op *op)
  * err, each as its own op would run: the head's failure is on the vars
  * first, so that a member it skips sees it. Members are plain sync CPU ops
  * on the head's vars, so they need neither GPU preparation nor wait
- * errors; each is released here, and completes with the head. */
+ * errors; each is released here, and completes with the head. While the
+ * group runs, only its own failures change its vars' errors (it holds
+ * their write or read access, and only a writer's failure or a wait
+ * changes an error), and the head found none before it ran: so a member
+ * looks for one only after a failure in the group. */
 static void group_run(vq__op *head, int err, const vq_exec_ctx *x)
 {
-    if (err)
+    bool failed = err != 0;
+    if (failed)
         op_poison(head->desc, err);
     vq__op *m = head->group_next;
     for (int i = 0; i < head->group_n; i++) {
         vq__op *next = m->group_next;
         const struct vq__desc *d = m->desc;
-        int merr = vq__op_skip_error(d);
+        int merr = failed ? vq__op_skip_error(d) : 0;
         if (!merr)
             merr = d->fn(d->arg, x);
-        if (merr)
+        if (merr) {
+            failed = true;
             op_poison(d, merr);
+        }
         op_release(m);
         m = next;
     }

@@ -188,6 +188,8 @@ enum {
     VQ__OPR_HEAPVARS = 1u << 3, /* vars array was malloc'd */
     VQ__OPR_GPU = 1u << 4,      /* ctx is a GPU: runs on a stream (gpu.c) */
     VQ__OPR_SORTED = 1u << 5,   /* vars[n .. 2n) holds the vars in lock order */
+    /* may head or join a group (var.c); set by opr_fill */
+    VQ__OPR_GROUPABLE = 1u << 6,
 };
 
 /* Doubly linked membership of an engine's list (live vars, live oprs). */
@@ -324,9 +326,12 @@ bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb);
  * by vq__var_sort), numbers the push (*ticket, from the engine's pushed
  * count), appends vars[0 .. nexcl) as writes and the rest as reads, and
  * unlocks. *spare holds n blocks; those not queued stay in it. Returns the
- * number of accesses granted at once, or -1 when op joined the group of
- * the op queued last on its vars instead (it then queues nothing, and runs
- * and completes with that op). */
+ * number of accesses granted at once, or VQ__APPEND_JOINED when op joined
+ * the group of the op queued last on its vars instead (it then queues
+ * nothing, and runs and completes with that op), or, when *spare is NULL
+ * and op does not join, VQ__APPEND_NO_BLOCKS: nothing was done (no
+ * ticket), the caller retries with the blocks. */
+enum { VQ__APPEND_JOINED = -1, VQ__APPEND_NO_BLOCKS = -2 };
 int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
                       unsigned long *ticket);
 /* Sorts n vars into the lock order (ascending address). */

@@ -133,32 +133,26 @@ void vq__var_sort(vq_var **vars, int n)
  * a completion under that var's lock, which the pusher holds, can grant
  * it. So the head cannot start (nor be freed) while the pusher links the
  * member, and its runner, granted later through that lock, sees the link.
- * Only plain ops group: sync CPU functions that any error may skip
- * (not NOSKIP, DELETE, GPU, RUN_ON_FAILED), of equal priority and props,
- * on an engine that does not profile (each op keeps its own record). */
-
-static bool groupable(const struct vq__desc *o)
-{
-    return o->nwrites > 0 && o->fn && !o->async_fn &&
-           !(o->flags & (VQ__OPR_NOSKIP | VQ__OPR_DELETE | VQ__OPR_GPU)) &&
-           !(o->props & VQ_PROP_RUN_ON_FAILED);
-}
+ * Only plain ops group (VQ__OPR_GROUPABLE, set by opr_fill in engine.c):
+ * sync CPU functions that any error may skip (not NOSKIP, DELETE, GPU,
+ * RUN_ON_FAILED), of equal priority and props, on an engine that does not
+ * profile (each op keeps its own record). */
 
 /* The op whose group op may join, or NULL. The caller holds the locks of
  * all of op's vars. */
 static vq__op *group_head(const vq__op *op)
 {
     const struct vq__desc *o = op->desc;
-    vq_var *v = o->vars[0]; /* written (groupable) */
+    vq_var *v = o->vars[0]; /* written (VQ__OPR_GROUPABLE) */
     if (!v->pending_write || !v->tail->write || (v->tail == v->pending_write && v->write_triggered))
         return NULL; /* nothing queued last, a read, or a granted write */
     vq__op *h = v->tail->trigger;
     const struct vq__desc *d = h->desc;
-    if (h->group_n >= VQ__GROUP_MAX || o->engine->profile)
+    if (h->group_n >= VQ__GROUP_MAX)
         return NULL;
     if (d != o) {
         int n = o->nwrites + o->nreads;
-        if (d->nwrites != o->nwrites || d->nreads != o->nreads || !groupable(d) ||
+        if (d->nwrites != o->nwrites || d->nreads != o->nreads || !(d->flags & VQ__OPR_GROUPABLE) ||
             d->priority != o->priority || d->props != o->props)
             return NULL;
         for (int i = 1; i < n; i++)
@@ -195,14 +189,18 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
     int n = o->nwrites + o->nreads, granted = 0;
     for (int i = 0; i < n; i++)
         vq__spin_lock(&order[i]->lock);
+    vq__op *h = o->flags & VQ__OPR_GROUPABLE ? group_head(op) : NULL;
+    if (!h && !*spare && n > 0) {
+        granted = VQ__APPEND_NO_BLOCKS;
+        goto unlock;
+    }
     /* relaxed: the ticket only numbers the push. Taken while every var of
      * the op is locked, tickets order any two pushes that share a var as
      * their blocks are queued on it. */
     *ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);
-    vq__op *h = groupable(o) ? group_head(op) : NULL;
     if (h) {
         group_join(h, op);
-        granted = -1;
+        granted = VQ__APPEND_JOINED;
     } else {
         for (int i = 0; i < o->nexcl; i++) {
             struct vq__vblock *b = *spare;
@@ -219,6 +217,7 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
                 *spare = next; /* the read queued in the block */
         }
     }
+unlock:
     for (int i = n - 1; i >= 0; i--)
         vq__spin_unlock(&order[i]->lock);
     return granted;

@@ -144,7 +144,7 @@ typedef vq__op {
 };
 typedef vq__desc {
     byte n;             /* nwrites + nreads: distinct vars
-                           @C engine/var.c:195 vq__var_append_op `int n = o->nwrites + o->nreads, granted = 0;` */
+                           @C engine/var.c:189 vq__var_append_op `int n = o->nwrites + o->nreads, granted = 0;` */
     byte nexcl;         /* vars[0 .. nexcl) are written, the rest read */
     byte vars[MAXV];    /* writes first, then reads, as opr_fill stores them */
     byte order[MAXV];   /* the lock order: vars by address (vq__var_sort) */
@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:651 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:656 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */
@@ -305,7 +305,7 @@ inline dep_granted(t)
 }
 
 /* ---- completing (var.c) ----
- * @C engine/var.c:231 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
+ * @C engine/var.c:230 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
  * The last read to complete grants the pending write; the grant happens
  * after the unlock. slot: the access, for the ghost released[]. */
 inline complete_read(v, slot)
@@ -331,12 +331,12 @@ inline complete_read(v, slot)
     fi
 }
 
-/* @C engine/var.c:251 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
- * @C engine/var.c:254 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
- * @C engine/var.c:260 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
- * @C engine/var.c:264 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
- * @C engine/var.c:273 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
- * @C engine/var.c:274 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
+/* @C engine/var.c:250 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
+ * @C engine/var.c:253 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
+ * @C engine/var.c:259 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
+ * @C engine/var.c:263 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
+ * @C engine/var.c:272 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
+ * @C engine/var.c:273 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
  * Under the lock: the run of reads after the completed write is counted as
  * running, and the next write becomes pending (granted at once when no
  * read precedes it). After the unlock: the reads' blocks, off the queue
@@ -424,16 +424,16 @@ inline complete_write(v, slot)
 }
 
 /* ---- pushing (engine.c op_enqueue, var.c vq__var_append_op) ----
- * @C engine/engine.c:629 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
- * @C engine/engine.c:630 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket); vblocks_free(spare);`
- * @C engine/engine.c:635 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + 1) dispatch(e, op);`
- * @C engine/var.c:196 vq__var_append_op `for (int i = 0; i < n; i++) vq__spin_lock(&order[i]->lock);`
- * @C engine/var.c:201 vq__var_append_op `*ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);`
- * @C engine/var.c:207 vq__var_append_op `for (int i = 0; i < o->nexcl; i++) {`
- * @C engine/var.c:211 vq__var_append_op `granted += vq__var_append_write(o->vars[i], op, b);`
- * @C engine/var.c:213 vq__var_append_op `for (int i = o->nexcl; i < n; i++) {`
- * @C engine/var.c:216 vq__var_append_op `if (vq__var_append_read(o->vars[i], op, spare)) granted++;`
- * @C engine/var.c:222 vq__var_append_op `for (int i = n - 1; i >= 0; i--) vq__spin_unlock(&order[i]->lock);`
+ * @C engine/engine.c:661 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
+ * @C engine/engine.c:662 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
+ * @C engine/engine.c:673 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + 1) dispatch(e, op);`
+ * @C engine/var.c:190 vq__var_append_op `for (int i = 0; i < n; i++) vq__spin_lock(&order[i]->lock);`
+ * @C engine/var.c:200 vq__var_append_op `*ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);`
+ * @C engine/var.c:205 vq__var_append_op `for (int i = 0; i < o->nexcl; i++) {`
+ * @C engine/var.c:209 vq__var_append_op `granted += vq__var_append_write(o->vars[i], op, b);`
+ * @C engine/var.c:211 vq__var_append_op `for (int i = o->nexcl; i < n; i++) {`
+ * @C engine/var.c:214 vq__var_append_op `if (vq__var_append_read(o->vars[i], op, spare)) granted++;`
+ * @C engine/var.c:221 vq__var_append_op `for (int i = n - 1; i >= 0; i--) vq__spin_unlock(&order[i]->lock);`
  * @C engine/var.c:111 vq__var_sort `for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)`
  * The pieces, then the push itself (push, below). */
 /* The unlocks of vq__var_append_op, in reverse lock order (i = n). */
@@ -575,7 +575,7 @@ inline push(o)
         op[o].wait = old - (granted + 1);
         if
         :: old == granted + 1 ->
-            /* @C engine/engine.c:550 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
+            /* @C engine/engine.c:566 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
             assert(!dispatched[o]);
             dispatched[o] = 1;
             inq[o] = 1;
@@ -587,9 +587,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1096 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1100 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");`
- * @C engine/engine.c:1099 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1141 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1145 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");`
+ * @C engine/engine.c:1144 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -706,9 +706,9 @@ inline op_end(o)
  * @C engine/threaded.c:330 worker_main `vq__op *op = w->next; w->next = NULL; if (!op && !(op = vq__pool_pop(p)) && !(op = worker_sleep(p))) break;`
  * @C engine/threaded.c:335 worker_main `vq__op_run(op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:317 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:1035 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:1040 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
- * @C engine/engine.c:1011 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
+ * @C engine/engine.c:1080 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:1085 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
+ * @C engine/engine.c:1056 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
  * @C engine/engine.c:271 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's
  * function observes its vars as it starts and stores its writes as it

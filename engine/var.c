@@ -150,8 +150,8 @@ static vq__op *group_head(const vq__op *op)
     const struct vq__desc *d = h->desc;
     if (h->group_n >= VQ__GROUP_MAX)
         return NULL;
+    int n = o->nwrites + o->nreads;
     if (d != o) {
-        int n = o->nwrites + o->nreads;
         if (d->nwrites != o->nwrites || d->nreads != o->nreads || !(d->flags & VQ__OPR_GROUPABLE) ||
             d->priority != o->priority || d->props != o->props)
             return NULL;
@@ -162,7 +162,7 @@ static vq__op *group_head(const vq__op *op)
     /* h is last on the other vars too. A var with nothing queued has only
      * granted reads (h's writes, not granted, would be queued): h and op
      * both read it. */
-    for (int i = 1; i < o->nwrites + o->nreads; i++) {
+    for (int i = 1; i < n; i++) {
         vq_var *w = o->vars[i];
         if (w->pending_write && w->tail->trigger != h)
             return NULL;
@@ -187,8 +187,11 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
 {
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads, granted = 0;
-    for (int i = 0; i < n; i++)
-        vq__spin_lock(&order[i]->lock);
+    if (n == 1)
+        vq__spin_lock(&order[0]->lock); /* a chain's op: without the loop */
+    else
+        for (int i = 0; i < n; i++)
+            vq__spin_lock(&order[i]->lock);
     vq__op *h = o->flags & VQ__OPR_GROUPABLE ? group_head(op) : NULL;
     if (!h && !*spare && n > 0) {
         granted = VQ__APPEND_NO_BLOCKS;
@@ -218,8 +221,11 @@ int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spar
         }
     }
 unlock:
-    for (int i = n - 1; i >= 0; i--)
-        vq__spin_unlock(&order[i]->lock);
+    if (n == 1)
+        vq__spin_unlock(&order[0]->lock);
+    else
+        for (int i = n - 1; i >= 0; i--)
+            vq__spin_unlock(&order[i]->lock);
     return granted;
 }
 

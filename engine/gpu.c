@@ -320,14 +320,17 @@ int vq__gpu_launched(vq__op *op, const vq_exec_ctx *x, int err)
     if (n == 0)
         return err; /* nothing to order; vq_wait_all syncs the stream */
     /* Recorded even after a failure: part of the work may be queued, and
-     * the next users of the vars must wait for it. */
+     * the next users of the vars must wait for it. Without an event (no
+     * memory for one, or its record failed), the op waits for its stream
+     * here instead: the vars' next users could not wait for work still
+     * queued, which would then write into buffers they have freed. */
     struct vq__gpu_event *ev = event_get(g, x->ctx.id);
-    if (!ev)
-        return err ? err : VQ_ENOMEM;
-    int rc = g->be->event_record(ev->ev, x->stream);
+    int rc = ev ? g->be->event_record(ev->ev, x->stream) : VQ_ENOMEM;
     if (rc < 0) {
-        event_put(g, ev);
-        return err ? err : rc;
+        if (ev)
+            event_put(g, ev);
+        int sync = g->be->stream_synchronize(x->stream);
+        return err ? err : sync < 0 ? sync : 0;
     }
     ev->stream = x->stream;
     atomic_store_explicit(&ev->refs, n, memory_order_relaxed);

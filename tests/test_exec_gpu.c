@@ -132,8 +132,7 @@ Test(exec_gpu, a_program_on_either_gpu_gives_the_cpu_results_on_every_engine)
     vq_tensor *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1), *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1);
     vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -2, 2);
     vq_engine *ce = engine(VQ_ENGINE_THREADED, 2, 0);
-    vq_tensor *want = run_mlp(ce, cpu, p, w, b, x, false);
-    vq_engine_free(ce);
+    vq_tensor *want = run_mlp(ce, cpu, p, w, b, x, false); /* used with ce: freed before it */
     int kinds[5][3] = {{VQ_ENGINE_THREADED, 1, 1}, {VQ_ENGINE_THREADED, 2, 2},
                        {VQ_ENGINE_THREADED, 2, 4}, {VQ_ENGINE_THREADED, 8, 3},
                        {VQ_ENGINE_NAIVE, 0, 0}};
@@ -154,6 +153,7 @@ Test(exec_gpu, a_program_on_either_gpu_gives_the_cpu_results_on_every_engine)
                 vq_engine_free(e);
             }
     vq_tensor_release(want);
+    vq_engine_free(ce);
     vq_tensor_release(w);
     vq_tensor_release(b);
     vq_tensor_release(x);
@@ -685,10 +685,11 @@ Test(exec_gpu, fetches_come_back_on_the_host_when_asked)
     }
     vq_exec_free(ex);
     vq_scope_free(s);
-    vq_engine_free(e);
+    /* want, w, b and x were used with e (engine.h: released before it) */
     vq_tensor_release(want);
     vq_tensor_release(w);
     vq_tensor_release(b);
     vq_tensor_release(x);
+    vq_engine_free(e);
     vq_program_free(p);
 }

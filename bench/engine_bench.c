@@ -6,14 +6,23 @@
  * also writes everything as JSON.
  *
  * usage: engine_bench [--workers 1,2] [--reps N] [--only abcde] [--tiny]
- *                     [--json FILE]
+ *                     [--json FILE] [--load N]
+ * --load N runs N busy loops at nice 10 beside every runtime for the whole
+ * run (each its own process): how each runtime degrades when its cores are
+ * shared with other work, as on a busy machine or in a cloud VM whose
+ * neighbours compute. A runtime that spins where it should yield, or that
+ * waits for a thread the scheduler preempted, shows it here.
  * A runtime whose executable was not built is reported as missing; one that
  * fails (or computes a wrong result) makes engine_bench exit 1. */
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -202,8 +211,41 @@ static int write_json(const char *path)
     return fclose(f) == 0 ? 0 : -1;
 }
 
+/* Starts n busy loops at nice 10 (children of this process); their pids go
+ * to pids. Returns how many started. */
+static int load_start(int n, pid_t *pids)
+{
+    int k = 0;
+    for (; k < n; k++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            break;
+        if (pid == 0) {
+            /* dies with engine_bench, even when that is killed */
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1)
+                _exit(1);
+            if (setpriority(PRIO_PROCESS, 0, 10) != 0)
+                _exit(1);
+            for (volatile unsigned long spin = 0;; spin++)
+                ;
+        }
+        pids[k] = pid;
+    }
+    return k;
+}
+
+static void load_stop(int n, const pid_t *pids)
+{
+    for (int i = 0; i < n; i++) {
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    int load = 0;
+    pid_t load_pids[64];
     const char *json = NULL;
     char args[512] = "";
     int workers[8] = {1, 2}, nw = 2;
@@ -213,6 +255,15 @@ int main(int argc, char **argv)
                                       strcmp(argv[i], "--only") == 0);
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
             json = argv[++i];
+        } else if (strcmp(argv[i], "--load") == 0 && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 0 || n > 64) {
+                fprintf(stderr, "engine_bench: --load takes 0 to 64 busy loops, not \"%s\"\n",
+                        argv[i]);
+                return 2;
+            }
+            load = (int)n;
         } else if (strcmp(argv[i], "--tiny") == 0) {
             strncat(args, " --tiny", sizeof args - strlen(args) - 1);
         } else if (takes) {
@@ -233,7 +284,8 @@ int main(int argc, char **argv)
             i++;
         } else {
             fprintf(stderr,
-                    "usage: %s [--workers 1,2] [--reps N] [--only abcde] [--tiny] [--json FILE]\n",
+                    "usage: %s [--workers 1,2] [--reps N] [--only abcde] [--tiny] [--json FILE] "
+                    "[--load N]\n",
                     argv[0]);
             return 2;
         }
@@ -249,6 +301,12 @@ int main(int argc, char **argv)
     *strrchr(dir, '/') = '\0';
 
     int failed = 0;
+    int loaded = load_start(load, load_pids);
+    if (loaded < load) {
+        fprintf(stderr, "engine_bench: could start only %d of %d busy loops\n", loaded, load);
+        load_stop(loaded, load_pids);
+        return 1;
+    }
     for (size_t p = 0; p < sizeof programs / sizeof *programs; p++) {
         char path[PATH_MAX + 64], cmd[PATH_MAX + 600];
         snprintf(path, sizeof path, "%s/%s", dir, programs[p]);
@@ -274,10 +332,14 @@ int main(int argc, char **argv)
         }
     }
 
+    load_stop(loaded, load_pids);
+
     printf("\nruntimes:\n");
     for (int i = 0; i < nrows; i++)
         if (strcmp(rows[i].kind, "describe") == 0 && rows[i].workers == workers[nw - 1])
             printf("  %-12s %s\n", rows[i].rt, rows[i].text);
+    if (load)
+        printf("  beside %d busy loop(s) at nice 10, one process each, for the whole run\n", load);
     print_tables(workers, nw);
     if (json && write_json(json) < 0)
         failed = 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the engine benchmarks: varq (threaded, prebuilt ops, naive), StarPU
 # and OpenMP tasks (libgomp, libomp) on the same workloads, one runtime after
-# another, and prints the comparison. The results also go to
+# another, and prints the comparison; then again for independent ops and the
+# chain beside two busy loops at nice 10 (a shared machine). The results also go to
 # build/bench/engine_bench.json, and the README's "Performance" section is
 # rewritten from them (with the machine and the date). Then the graph
 # executor's benchmark (exec_bench: prepare time against program size, run
@@ -39,6 +40,12 @@ if not pat.search(readme):
 open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
 print("README.md: Performance section updated")
 PY
+
+# The same independent and chain workloads beside two busy loops at nice 10
+# (engine_bench --load 2): how each runtime degrades on a shared machine.
+# Printed, and kept in build/bench/engine_bench_load.txt.
+STARPU_HOME="$PWD/build/bench" build/bench/engine_bench --load 2 --only ab --workers 1,2 \
+  | sed -n '/^runtimes:/,$p' | tee build/bench/engine_bench_load.txt
 
 eout=build/bench/exec_bench.txt
 ejson=build/bench/exec_bench.json

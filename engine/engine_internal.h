@@ -419,13 +419,17 @@ struct vq__worker;
 struct vq__wpool {
     struct vq__ring ring;
     struct vq__heap heap;
-    VQ__ALIGNED atomic_int sleepers;
-    atomic_bool stop;
-    pthread_mutex_t sleep_lock;
-    pthread_cond_t sleep_cond;
+    /* Read at every look of a spinning worker, written once: a line that
+     * no push writes, so that spinning workers keep it in their caches. */
+    VQ__ALIGNED atomic_bool stop;
     int nworkers;
     bool device;                /* a GPU pool: no op runs outside its workers */
     struct vq__worker *workers;
+    /* Written by every submit (wake's read-modify-write) and by workers
+     * only when they go to sleep or wake. */
+    VQ__ALIGNED atomic_int sleepers;
+    pthread_mutex_t sleep_lock;
+    pthread_cond_t sleep_cond;
 };
 
 struct vq__worker {

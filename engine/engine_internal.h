@@ -243,12 +243,13 @@ struct vq_opr {
 
 /* One push of an op. Also the vq_done handle of an async op. */
 struct vq__op {
-    /* Hot fields first: an op with up to two vars is read by its worker
-     * from two cache lines. */
+    /* Hot fields first: what the pusher fills and the runner reads or
+     * writes for an op without vars lies in the first two cache lines
+     * (128 bytes). An op's memory crosses from the pusher's cache to the
+     * worker's and, recycled through the object pool, back: each line it
+     * touches costs two transfers per op, the bulk of handing a small op
+     * to another core. */
     atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
-    const struct vq__desc *desc;
-    struct vq__desc embedded;   /* the description when pushed by vq_push */
-    vq_var *inline_vars[VQ__INLINE_VARS];
     /* A group (bulk execution, var.c vq__var_append_op): later pushes with
      * the same vars that joined this op while it waited in the queues, run
      * after it by its runner and completed with it. group_n counts them;
@@ -256,15 +257,19 @@ struct vq__op {
      * member); group_tail is the last one. Written under the lock of the
      * head's first var before the head is granted; read by its runner. */
     int group_n;
+    const struct vq__desc *desc;
+    struct vq__desc embedded;   /* the description when pushed by vq_push */
+    struct vq__naive_wait *naive; /* naive engine: the pusher waiting for an async op */
+    struct vq_opr *spare_of;      /* the prebuilt op whose spare this is, or NULL */
+    int wait_err;                 /* RUN_ON_FAILED: its failed wait for GPU work */
+    /* third line: an op's vars (embedded.vars points here), a group's links */
+    vq_var *inline_vars[VQ__INLINE_VARS];
     struct vq__op *group_next, *group_tail;
     /* cold */
     struct vq__op *next;        /* naive engine: ops pushed from inside an op;
                                    threaded: the heap's spill list */
-    struct vq__naive_wait *naive; /* naive engine: the pusher waiting for an async op */
     uint64_t start_ns;          /* profiler only */
     int worker;                 /* profiler only: who started it */
-    int wait_err;               /* RUN_ON_FAILED: its failed wait for GPU work */
-    struct vq_opr *spare_of;    /* the prebuilt op whose spare this is, or NULL */
 };
 
 typedef struct vq__op vq__op;

@@ -806,6 +806,43 @@ static inline void pace(vq_engine *e)
 
 /* ---- the push calls ---- */
 
+/* hot path: no lock. Hands a task with no vars to a worker as a light op
+ * (engine_internal.h) when it qualifies: a sync function at priority 0 on
+ * a threaded engine that does not profile (the profiler records ops).
+ * False when it does not, or the ring is full: nothing was pushed. */
+static inline bool push_light(vq_engine *e, const vq_task *t)
+{
+    if (t->nreads + t->nwrites || !t->fn || t->priority || e->kind != VQ_ENGINE_THREADED ||
+        e->profile)
+        return false;
+    struct vq__light l = {.fn = t->fn, .arg = t->arg, .arg_free = t->arg_free, .engine = e};
+    struct vq__wpool *p = (t->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
+    if (!vq__pool_submit_light(p, &l, &e->pushed, &push_ticket))
+        return false;
+    joined_last = false;
+    return true;
+}
+
+static void op_completed(vq_engine *e, unsigned long n);
+
+/* Runs a light op as vq__op_run runs its op: no vars to skip it, wait for
+ * or release, no group (it joins none), so the function, the engine's
+ * first error, arg_free inside the op, and its count. */
+void vq__light_run(const struct vq__light *l, const vq_exec_ctx *x)
+{
+    vq_engine *e = l->engine;
+    vq__in_op++;
+    int err = l->fn(l->arg, x);
+    if (err) {
+        int none = 0;
+        atomic_compare_exchange_strong(&e->first_err, &none, err);
+    }
+    if (l->arg_free)
+        l->arg_free(l->arg);
+    op_completed(e, 1);
+    vq__in_op--;
+}
+
 /* hot path: no malloc (up to VQ__INLINE_VARS vars); the locks of
  * op_enqueue */
 VQ_API int vq_push(vq_engine *e, const vq_task *t)
@@ -824,6 +861,8 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
                 t->arg_free(t->arg);
             return 0;
         }
+        if (push_light(e, t))
+            return 0;
     }
     return push_task(e, t, 0, "vq_push"); /* checks the vars while merging them */
 }

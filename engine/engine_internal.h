@@ -368,10 +368,32 @@ void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns);
 
 /* A bounded multi-producer multi-consumer ring of ops (the cell-sequence
  * design by D. Vyukov). */
+/* A light op: a task with no vars, a sync function, priority 0, on the
+ * CPU, pushed by vq_push on a threaded engine that does not profile. It
+ * travels to its worker inside the ring cell, without a vq__op: handing
+ * an op to another core moves each cache line the op touches there and,
+ * recycled, back, and a light op touches only its cell's line. It runs as
+ * its op would (vq__light_run): no vars to wait for or release, so all
+ * that is left is the function, the engine's first error, arg_free and
+ * the count of completed ops. */
+struct vq__light {
+    vq_sync_fn fn;
+    void *arg;
+    void (*arg_free)(void *arg);
+    vq_engine *engine;
+};
+
 struct vq__ring_cell {
     VQ__ALIGNED atomic_size_t seq; /* one line per cell: producer and consumer
                                       of neighbouring cells never share one */
+    vq__op *op;                    /* NULL: the cell holds a light op */
+    struct vq__light light;
+};
+
+/* What a pop took: op, or (op NULL) the light op. */
+struct vq__item {
     vq__op *op;
+    struct vq__light light;
 };
 
 struct vq__ring {
@@ -407,15 +429,21 @@ struct vq__heap {
 /* The queue's two parts on their own (threaded.c), for the pools and for
  * the primitives' regression programs (tests/prim_ring.c, prim_heap.c).
  * The ring: any number of concurrent producers and consumers; ncells a
- * power of two; VQ_ENOMEM or 0. vq__ring_push returns false when full,
- * vq__ring_pop NULL when empty; one producer's ops leave in its order. The
+ * power of two; VQ_ENOMEM or 0. vq__ring_push(_light) returns false when
+ * full, vq__ring_pop false when empty; one producer's ops leave in its
+ * order. The
  * heap (zeroed, lock clear, before its first push): any threads, under its
  * spinlock; never fails (spills, above); vq__heap_pop returns the top
  * when its priority is at least min_priority, spilled ops only for
  * INT_MIN, else NULL. */
 int vq__ring_init(struct vq__ring *q, size_t ncells);
 bool vq__ring_push(struct vq__ring *q, vq__op *op);
-vq__op *vq__ring_pop(struct vq__ring *q);
+/* Also numbers the push: *ticket from a fetch-add on *pushed, between
+ * claiming the cell and publishing it, so that the op is counted before
+ * it can run and a push that finds the ring full counts nothing. */
+bool vq__ring_push_light(struct vq__ring *q, const struct vq__light *l, atomic_ulong *pushed,
+                         unsigned long *ticket);
+bool vq__ring_pop(struct vq__ring *q, struct vq__item *it);
 void vq__heap_push(struct vq__heap *h, vq__op *op);
 vq__op *vq__heap_pop(struct vq__heap *h, int min_priority);
 
@@ -458,6 +486,13 @@ void vq__pool_stop(struct vq__wpool *p);
  * pusher that is not a worker), a full ring makes the caller yield until
  * workers free a cell: back-pressure instead of an unbounded queue. */
 void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wait);
+/* Queues a light op on p's ring (numbered as vq__ring_push_light does)
+ * and wakes a sleeping worker; false when the ring is full: nothing was
+ * counted, and the caller pushes it as an op instead. */
+bool vq__pool_submit_light(struct vq__wpool *p, const struct vq__light *l, atomic_ulong *pushed,
+                           unsigned long *ticket);
+/* Runs a light op popped from a queue (engine.c). */
+void vq__light_run(const struct vq__light *l, const vq_exec_ctx *x);
 /* True when every worker of p sleeps and its queue is empty: nothing in p
  * runs or waits to run. */
 bool vq__pool_idle(struct vq__wpool *p);
@@ -466,7 +501,8 @@ struct vq__worker *vq__self(void);
 /* The engine whose CPU op this thread, not a worker, runs in vq__run_here
  * (a helping pusher or waiter), or NULL. */
 extern VQ__TLS vq_engine *vq__helping;
-vq__op *vq__pool_pop(struct vq__wpool *p);
+/* Takes the next queued op of p into it: false when none is queued. */
+bool vq__pool_pop(struct vq__wpool *p, struct vq__item *it);
 /* Runs one queued op of p on the calling thread (a pusher that helps).
  * Returns false when none was queued. */
 bool vq__run_here(struct vq__wpool *p);

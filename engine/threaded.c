@@ -56,8 +56,11 @@ int vq__ring_init(struct vq__ring *q, size_t ncells)
     return 0;
 }
 
-/* hot path: no lock (lock-free). Returns false when full. */
-bool vq__ring_push(struct vq__ring *q, vq__op *op)
+/* Claims the cell at enq and fills it with op, or with *l when op is NULL
+ * (then numbered from *pushed, see vq__ring_push_light).
+ * hot path: no lock (lock-free). Returns false when full. */
+static inline bool ring_push(struct vq__ring *q, vq__op *op, const struct vq__light *l,
+                             atomic_ulong *pushed, unsigned long *ticket)
 {
     size_t pos = atomic_load_explicit(&q->enq, memory_order_relaxed);
     for (;;) {
@@ -69,7 +72,13 @@ bool vq__ring_push(struct vq__ring *q, vq__op *op)
             if (atomic_compare_exchange_weak_explicit(&q->enq, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
                 c->op = op;
-                /* release: publishes op (and everything before the push) */
+                if (!op) {
+                    c->light = *l;
+                    /* relaxed: the ticket only numbers the push; the
+                     * release below orders the count before the run */
+                    *ticket = atomic_fetch_add_explicit(pushed, 1, memory_order_relaxed);
+                }
+                /* release: publishes the cell (and everything before the push) */
                 atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
                 return true;
             }
@@ -81,8 +90,19 @@ bool vq__ring_push(struct vq__ring *q, vq__op *op)
     }
 }
 
-/* hot path: no lock (lock-free). Returns NULL when empty. */
-vq__op *vq__ring_pop(struct vq__ring *q)
+bool vq__ring_push(struct vq__ring *q, vq__op *op)
+{
+    return ring_push(q, op, NULL, NULL, NULL);
+}
+
+bool vq__ring_push_light(struct vq__ring *q, const struct vq__light *l, atomic_ulong *pushed,
+                         unsigned long *ticket)
+{
+    return ring_push(q, NULL, l, pushed, ticket);
+}
+
+/* hot path: no lock (lock-free). Returns false when empty. */
+bool vq__ring_pop(struct vq__ring *q, struct vq__item *it)
 {
     size_t pos = atomic_load_explicit(&q->deq, memory_order_relaxed);
     for (;;) {
@@ -93,14 +113,16 @@ vq__op *vq__ring_pop(struct vq__ring *q)
         if (dif == 0) {
             if (atomic_compare_exchange_weak_explicit(&q->deq, &pos, pos + 1,
                                                       memory_order_relaxed, memory_order_relaxed)) {
-                vq__op *op = c->op;
-                VQ__ASSERT(op); /* a cell whose sequence says full holds an op */
+                it->op = c->op;
+                if (!it->op)
+                    it->light = c->light;
+                VQ__ASSERT(it->op || it->light.fn); /* a full cell holds an op */
                 /* release: the cell may be written again by a producer */
                 atomic_store_explicit(&c->seq, pos + q->mask + 1, memory_order_release);
-                return op;
+                return true;
             }
         } else if (dif < 0) {
-            return NULL;
+            return false;
         } else {
             pos = atomic_load_explicit(&q->deq, memory_order_relaxed);
         }
@@ -202,16 +224,15 @@ static bool heap_has_above(struct vq__heap *h, int priority)
 /* ---- pools ---- */
 
 /* hot path: no malloc; no lock while the heap is empty, else its spinlock */
-vq__op *vq__pool_pop(struct vq__wpool *p)
+bool vq__pool_pop(struct vq__wpool *p, struct vq__item *it)
 {
-    vq__op *op;
-    if (heap_has_above(&p->heap, 0) && (op = vq__heap_pop(&p->heap, 1)))
-        return op;
-    if ((op = vq__ring_pop(&p->ring)))
-        return op;
+    if (heap_has_above(&p->heap, 0) && (it->op = vq__heap_pop(&p->heap, 1)))
+        return true;
+    if (vq__ring_pop(&p->ring, it))
+        return true;
     if (atomic_load_explicit(&p->heap.count, memory_order_acquire) > 0)
-        return vq__heap_pop(&p->heap, INT_MIN);
-    return NULL;
+        return (it->op = vq__heap_pop(&p->heap, INT_MIN)) != NULL;
+    return false;
 }
 
 /* Wakes up to n sleeping workers after ops were queued. */
@@ -257,6 +278,16 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
     wake(p, n);
 }
 
+/* hot path: no lock */
+bool vq__pool_submit_light(struct vq__wpool *p, const struct vq__light *l, atomic_ulong *pushed,
+                           unsigned long *ticket)
+{
+    if (!vq__ring_push_light(&p->ring, l, pushed, ticket))
+        return false;
+    wake(p, 1);
+    return true;
+}
+
 bool vq__pool_idle(struct vq__wpool *p)
 {
     /* A worker counts itself a sleeper before its last look at the queue
@@ -274,37 +305,43 @@ bool vq__run_here(struct vq__wpool *p)
 {
     if (p->device)
         return false; /* its ops need a worker's stream */
-    vq__op *op = vq__pool_pop(p);
-    if (!op)
+    struct vq__item it;
+    if (!vq__pool_pop(p, &it))
         return false;
     vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
-    vq__ready r = {.engine = op->desc->engine};
     vq_engine *outer = vq__helping;
-    vq__helping = r.engine; /* its loops may borrow the workers (parallel.c) */
-    vq__op_run(op, &x, &r);
+    if (!it.op) {
+        vq__helping = it.light.engine; /* its loops may borrow the workers (parallel.c) */
+        vq__light_run(&it.light, &x);
+        vq__helping = outer;
+        return true;
+    }
+    vq__ready r = {.engine = it.op->desc->engine};
+    vq__helping = r.engine;
+    vq__op_run(it.op, &x, &r);
     vq__helping = outer;
     vq__ready_flush(&r);
     return true;
 }
 
-/* Waits for an op: spins a little, then sleeps. NULL when the pool stops. */
-static vq__op *worker_sleep(struct vq__wpool *p)
+/* Waits for an op: spins a little, then sleeps. False when the pool stops. */
+static bool worker_sleep(struct vq__wpool *p, struct vq__item *it)
 {
-    vq__op *op;
     for (int i = 0; i < VQ__SPIN_LOOKS; i++) {
-        if ((op = vq__pool_pop(p)))
-            return op;
+        if (vq__pool_pop(p, it))
+            return true;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
-            return NULL;
+            return false;
         vq__spin_pause(i);
     }
+    bool got;
     pthread_mutex_lock(&p->sleep_lock);
     atomic_fetch_add(&p->sleepers, 1);
-    while (!(op = vq__pool_pop(p)) && !atomic_load(&p->stop))
+    while (!(got = vq__pool_pop(p, it)) && !atomic_load(&p->stop))
         pthread_cond_wait(&p->sleep_cond, &p->sleep_lock);
     atomic_fetch_sub(&p->sleepers, 1);
     pthread_mutex_unlock(&p->sleep_lock);
-    return op;
+    return got;
 }
 
 /* Keeps one op of r that this worker's pool runs, for a direct run, unless a
@@ -331,12 +368,16 @@ static void *worker_main(void *arg)
     self = w;
     vq_exec_ctx x = {.ctx = w->ctx, .stream = w->stream, .worker = w->id};
     for (;;) {
-        vq__op *op = w->next;
+        struct vq__item it = {.op = w->next};
         w->next = NULL;
-        if (!op && !(op = vq__pool_pop(p)) && !(op = worker_sleep(p)))
+        if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it))
             break;
+        if (!it.op) {
+            vq__light_run(&it.light, &x);
+            continue;
+        }
         vq__ready r = {.engine = w->engine};
-        vq__op_run(op, &x, &r);
+        vq__op_run(it.op, &x, &r);
         if (r.n) {
             keep_successor(w, &r);
             vq__ready_flush(&r);

@@ -4,7 +4,10 @@
  * that every item comes out exactly once, and that the items of one
  * producer reach each consumer in the order they were pushed (the ring is
  * FIFO: a later push takes a later cell, and a consumer takes cells in
- * order). A plain C program, so that it runs under ThreadSanitizer too.
+ * order). Odd producers push light ops (the item in the cell itself, with
+ * a count of pushes taken between claiming a cell and publishing it), even
+ * ones op pointers; the count must come out as the light pushes made.
+ * A plain C program, so that it runs under ThreadSanitizer too.
  *
  * Usage: prim_ring [items per producer]; returns nonzero on failure. */
 #include "engine_internal.h"
@@ -25,6 +28,14 @@ static long per_producer;
 static atomic_int producers_left = PRODUCERS;
 static atomic_uchar *seen;  /* [producer * per_producer + seq]: times popped */
 static atomic_int failures;
+static atomic_ulong light_pushed;
+
+static int light_fn(void *arg, const vq_exec_ctx *x)
+{
+    (void)arg;
+    (void)x;
+    return 0;
+}
 
 /* An item is never dereferenced: producer and sequence in a pointer
  * (+ 1, since NULL means empty). */
@@ -36,9 +47,13 @@ static vq__op *item(long p, long seq)
 static void *produce(void *arg)
 {
     long p = (long)(intptr_t)arg;
-    for (long i = 0; i < per_producer; i++)
-        while (!vq__ring_push(&ring, item(p, i)))
+    for (long i = 0; i < per_producer; i++) {
+        struct vq__light l = {.fn = light_fn, .arg = item(p, i)};
+        unsigned long ticket;
+        while (p % 2 ? !vq__ring_push_light(&ring, &l, &light_pushed, &ticket)
+                     : !vq__ring_push(&ring, item(p, i)))
             sched_yield(); /* full */
+    }
     atomic_fetch_sub(&producers_left, 1);
     return NULL;
 }
@@ -50,17 +65,26 @@ static void *consume(void *arg)
     for (int p = 0; p < PRODUCERS; p++)
         last[p] = -1;
     for (;;) {
-        vq__op *op = vq__ring_pop(&ring);
-        if (!op) {
+        struct vq__item it;
+        if (!vq__ring_pop(&ring, &it)) {
             /* empty: done once every producer is (and the ring is drained) */
-            if (atomic_load(&producers_left) == 0 && !(op = vq__ring_pop(&ring)))
+            if (atomic_load(&producers_left) == 0 && !vq__ring_pop(&ring, &it))
                 return NULL;
-            if (!op) {
+            if (atomic_load(&producers_left) != 0) {
                 sched_yield();
                 continue;
             }
         }
-        uintptr_t v = (uintptr_t)op - 1;
+        if (!it.op && it.light.fn != light_fn) {
+            fprintf(stderr, "prim_ring: a light op came out without its function\n");
+            atomic_fetch_add(&failures, 1);
+            continue;
+        }
+        uintptr_t v = (uintptr_t)(it.op ? (void *)it.op : it.light.arg) - 1;
+        if (((long)(v >> 40) % 2 == 1) != !it.op) {
+            fprintf(stderr, "prim_ring: an item came out as the other kind\n");
+            atomic_fetch_add(&failures, 1);
+        }
         long p = (long)(v >> 40), seq = (long)(v & (((uintptr_t)1 << 40) - 1));
         if (p >= PRODUCERS || seq >= per_producer) {
             fprintf(stderr, "prim_ring: popped an item never pushed (%ld, %ld)\n", p, seq);
@@ -101,8 +125,14 @@ int main(int argc, char **argv)
     }
     if (lost || twice)
         fprintf(stderr, "prim_ring: %ld items lost, %ld popped more than once\n", lost, twice);
-    if (vq__ring_pop(&ring))
+    struct vq__item rest;
+    if (vq__ring_pop(&ring, &rest))
         fprintf(stderr, "prim_ring: the ring is not empty at the end\n"), lost++;
+    unsigned long light = (unsigned long)(PRODUCERS / 2) * (unsigned long)per_producer;
+    if (atomic_load(&light_pushed) != light)
+        fprintf(stderr, "prim_ring: %lu light pushes counted, %lu made\n",
+                atomic_load(&light_pushed), light),
+            lost++;
     int bad = atomic_load(&failures) || lost || twice;
     printf("prim_ring: %d producers, %d consumers, %ld items each, %d cells: %s\n", PRODUCERS,
            CONSUMERS, per_producer, CELLS, bad ? "FAILED" : "ok");

@@ -703,13 +703,14 @@ inline op_end(o)
 }
 
 /* ---- running (threaded.c worker_main, engine.c vq__op_run / vq__op_finish) ----
- * @C engine/threaded.c:334 worker_main `vq__op *op = w->next; w->next = NULL; if (!op && !(op = vq__pool_pop(p)) && !(op = worker_sleep(p))) break;`
- * @C engine/threaded.c:339 worker_main `vq__op_run(op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
+ * @C engine/threaded.c:371 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
+ * @C engine/threaded.c:380 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:358 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
  * @C engine/engine.c:1119 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
  * @C engine/engine.c:1124 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
  * @C engine/engine.c:1095 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
  * @C engine/engine.c:271 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
+ * (Light ops, engine_internal.h, have no vars: nothing here concerns them.)
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's
  * function observes its vars as it starts and stores its writes as it
  * ends; the op then completes its reads, then its writes, destroys its var

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,6 +355,13 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         im[i] = in[i]->meta;
         known &= in[i]->konst != NULL;
     }
+    vq_attr fused[16];
+    double clip[2] = {x->fuse_lo, x->fuse_hi};
+    if (x->fuse && !strcmp(type, "conv2d") && nattrs < 16) {
+        memcpy(fused, attrs, (size_t)nattrs * sizeof *attrs);
+        fused[nattrs++] = VQ_ATTR_FS("clip", clip, 2);
+        attrs = fused;
+    }
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
     int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
     if (rc < 0)
@@ -487,23 +495,147 @@ static int input_meta(const Onnx__ValueInfoProto *vi, vq__meta *m)
     return 0;
 }
 
+/* ---- fusing an activation into the Conv before it ---- */
+
+static bool is_op(const Onnx__NodeProto *n, const char *type)
+{
+    return n->op_type && !strcmp(n->op_type, type) && (!n->domain || !*n->domain);
+}
+
+/* How many times name is read in g: as a node input or a graph output. A
+ * graph with subgraphs (If, Loop) counts as reading every name: their
+ * nodes may read it too. */
+static size_t reads_of(const Onnx__GraphProto *g, const char *name)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < g->n_node; i++) {
+        const Onnx__NodeProto *n = g->node[i];
+        for (size_t a = 0; a < n->n_attribute; a++)
+            if (n->attribute[a]->g || n->attribute[a]->n_graphs)
+                return SIZE_MAX;
+        for (size_t k = 0; k < n->n_input; k++)
+            count += n->input[k] && !strcmp(n->input[k], name);
+    }
+    for (size_t i = 0; i < g->n_output; i++)
+        count += g->output[i]->name && !strcmp(g->output[i]->name, name);
+    return count;
+}
+
+/* A Clip bound: input i of clip (opset 11+), a known f32 or f64 scalar,
+ * or absent (*v keeps its default). false when it is not known. */
+static bool clip_bound(struct ox *x, const Onnx__NodeProto *clip, size_t i, double *v)
+{
+    if (i >= clip->n_input || !clip->input[i] || !*clip->input[i])
+        return true;
+    struct ox_val *b = ox_find(x, clip->input[i]);
+    if (!b || !b->konst || b->konst->numel != 1 || vq_tensor_device(b->konst).kind != VQ_DEV_CPU)
+        return false;
+    if (b->konst->dtype == VQ_F32)
+        *v = *(const float *)b->konst->data;
+    else if (b->konst->dtype == VQ_F64)
+        *v = *(const double *)b->konst->data;
+    else
+        return false;
+    return *v == *v;
+}
+
+/* The node that reads node i's only output when node i is a Conv and
+ * that node, a Relu or a Clip, is its only reader (through its first
+ * input), else 0 (node 0 reads nothing before it). */
+static size_t act_reader(const Onnx__GraphProto *g, size_t i)
+{
+    const Onnx__NodeProto *c = g->node[i];
+    if (!is_op(c, "Conv") || c->n_output != 1 || !c->output[0] || !*c->output[0] ||
+        reads_of(g, c->output[0]) != 1)
+        return 0;
+    for (size_t j = i + 1; j < g->n_node; j++) {
+        const Onnx__NodeProto *a = g->node[j];
+        for (size_t k = 0; k < a->n_input; k++)
+            if (a->input[k] && !strcmp(a->input[k], c->output[0]))
+                return k == 0 && (is_op(a, "Relu") || is_op(a, "Clip")) && a->n_output == 1 &&
+                               a->output[0] && *a->output[0]
+                           ? j
+                           : 0;
+    }
+    return 0;
+}
+
+/* The range [*lo, *hi] of activation node a (a Relu, or a Clip whose
+ * bounds are known by now); false when a Clip's bounds are not known. */
+static bool act_range(struct ox *x, const Onnx__NodeProto *a, double *lo, double *hi)
+{
+    *lo = 0;
+    *hi = INFINITY;
+    if (is_op(a, "Relu"))
+        return true;
+    *lo = -INFINITY;
+    if (x->opset < 11) {
+        const Onnx__NodeProto *outer = x->node;
+        x->node = a;
+        bool ok = ox_attr_float(x, "min", -INFINITY, lo) == 0 &&
+                  ox_attr_float(x, "max", INFINITY, hi) == 0;
+        x->node = outer;
+        return ok && *lo == *lo && *hi == *hi && *lo <= *hi;
+    }
+    return clip_bound(x, a, 1, lo) && clip_bound(x, a, 2, hi) && *lo <= *hi;
+}
+
+/* Translates node i of g: a Conv that act_reader pairs with an activation
+ * waits for it (deferred[j] = i + 1 for the activation j); at the
+ * activation, the Conv writes the activation's output through conv2d's
+ * clip, with the same results as the unfused ops (NaN kept; relu's -0
+ * becomes +0), or, when a Clip's bounds are not known, the two are
+ * translated as they come. */
+static int translate_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_t *deferred)
+{
+    size_t j;
+    if (deferred && (j = act_reader(g, i)) != 0) {
+        deferred[j] = i + 1;
+        return 0;
+    }
+    if (!deferred || !deferred[i])
+        return vq__onnx_translate(x);
+    size_t c = deferred[i] - 1;
+    const Onnx__NodeProto *act = g->node[i];
+    Onnx__NodeProto conv = *g->node[c];
+    double lo, hi;
+    bool fuse = act_range(x, act, &lo, &hi);
+    if (fuse)
+        conv.output = act->output; /* the Conv writes the activation's output */
+    x->node = &conv;
+    x->node_index = (int)c;
+    x->fuse = fuse;
+    x->fuse_lo = lo;
+    x->fuse_hi = hi;
+    int rc = vq__onnx_translate(x);
+    x->fuse = false;
+    x->node = act;
+    x->node_index = (int)i;
+    return rc < 0 || fuse ? rc : vq__onnx_translate(x);
+}
+
 int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
 {
     const Onnx__NodeProto *outer = x->node;
     int outer_index = x->node_index, outer_block = x->block, rc = 0;
     x->block = block;
+    /* without memory for it, no fusion */
+    size_t *deferred = g->n_node ? calloc(g->n_node, sizeof *deferred) : NULL;
     for (size_t i = 0; i < g->n_node && rc == 0; i++) {
         const Onnx__NodeProto *n = g->node[i];
         x->node = n;
         x->node_index = (int)i;
         if (!n->op_type || !*n->op_type)
-            return ox_fail(x, VQ_EINVAL, "the node has no op type");
-        if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
-            return ox_fail(x, VQ_ENOSYS, "op %s of domain %s is not supported (varq reads the "
-                                         "default domain ai.onnx, opset %lld)",
-                           n->op_type, n->domain, (long long)x->opset);
-        rc = vq__onnx_translate(x);
+            rc = ox_fail(x, VQ_EINVAL, "the node has no op type");
+        else if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+            rc = ox_fail(x, VQ_ENOSYS,
+                         "op %s of domain %s is not supported (varq reads the "
+                         "default domain ai.onnx, opset %lld)",
+                         n->op_type, n->domain, (long long)x->opset);
+        else
+            rc = translate_at(x, g, i, deferred);
     }
+    free(deferred);
     x->node = outer;
     x->node_index = outer_index;
     x->block = outer_block;

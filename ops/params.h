@@ -188,6 +188,10 @@ typedef struct vq__window_params {
     int64_t dilation[2]; /* 1, 1 for avg_pool2d */
     int64_t groups;      /* conv2d */
     int wrt;             /* conv2d_grad: 0 dX, 1 dW, 2 dB */
+    /* conv2d, conv2d_grad: the fused clip [lo, hi] of conv2d's output
+     * (attribute clip; ops/cpu/conv.c), when clip is set */
+    double clip_lo, clip_hi;
+    bool clip;
     bool ceil_mode, count_include_pad; /* the pools; count_include_pad: avg_pool2d */
     bool column_major;                 /* max_pool2d_argmax: indices (w, h), not (h, w) */
 } vq__window_params;

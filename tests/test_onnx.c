@@ -1032,6 +1032,104 @@ Test(onnx, three_d_max_and_average_pools_match_the_plain_loop)
     }
 }
 
+/* A Conv whose output only a Relu or a Clip reads (a node between them)
+ * becomes one conv2d with attribute clip, with the same bits as conv2d
+ * then the clamp; a Conv whose output is also a graph output stays
+ * unfused. */
+Test(onnx, a_relu_or_clip_after_a_conv_is_fused_into_the_conv2d)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 2, 5, 5});
+    float w[3 * 2 * 3 * 3], b[3] = {0.1f, -0.2f, 0.3f}, w2[3 * 1 * 3 * 3];
+    for (int i = 0; i < 54; i++)
+        w[i] = (float)sin(0.37 * i);
+    for (int i = 0; i < 27; i++)
+        w2[i] = (float)cos(0.5 * i);
+    add_init(m, "w", 4, (int64_t[]){3, 2, 3, 3}, w);
+    add_init(m, "b", 1, (int64_t[]){3}, b);
+    add_init(m, "w2", 4, (int64_t[]){3, 1, 3, 3}, w2);
+    attr_ints(add_node(m, "Conv", "c1", NAMES("x", "w", "b"), NAMES("c1")), "pads", 4,
+              (int64_t[]){1, 1, 1, 1});
+    /* the bounds as Constant nodes between, as torch.onnx.export writes
+     * them (float initializers are parameters, which stay unfused) */
+    static const float bounds[2] = {-0.5f, 0.75f};
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "hi" : "lo";
+        Onnx__NodeProto *k = add_node(m, "Constant", name, NULL, (const char *const[]){name, NULL});
+        Onnx__AttributeProto *a = attr(k, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+        a->t =
+            tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL, &bounds[i], sizeof(float));
+    }
+    add_node(m, "Identity", "between", NAMES("x"), NAMES("xid"));
+    add_node(m, "Clip", "clip", NAMES("c1", "lo", "hi"), NAMES("y1"));
+    Onnx__NodeProto *dw = add_node(m, "Conv", "c2", NAMES("y1", "w2"), NAMES("c2"));
+    attr_int(dw, "group", 3);
+    add_node(m, "Relu", "relu2", NAMES("c2"), NAMES("y2"));
+    add_node(m, "Conv", "c3", NAMES("xid", "w", "b"), NAMES("c3"));
+    add_node(m, "Relu", "relu3", NAMES("c3"), NAMES("y3"));
+    add_output(m, "y2");
+    add_output(m, "y3");
+    add_output(m, "c3");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    cr_assert_eq(vq_program_dump(p, f), 0);
+    fclose(f);
+    int clipped = 0, relus = 0;
+    for (const char *at = text; (at = strstr(at, "clip=")); at++)
+        clipped++;
+    for (const char *at = text; (at = strstr(at, " relu(")); at++)
+        relus++;
+    cr_assert_eq(clipped, 2, "c1 and c2 fused, c3 not:\n%s", text);
+    cr_assert_eq(relus, 1, "relu3 stays:\n%s", text);
+    cr_assert(!strstr(text, "maximum") && !strstr(text, "minimum"), "%s", text);
+    free(text);
+    /* the same bits as the unfused ops */
+    struct run r = run_new();
+    float xv[50];
+    for (int i = 0; i < 50; i++)
+        xv[i] = (float)sin(1.3 * i);
+    vq_tensor *tx, *tw, *tb, *tw2;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 4, (int64_t[]){1, 2, 5, 5}, xv), 0);
+    cr_assert_eq(vq_tensor_from(&tw, VQ_F32, 4, (int64_t[]){3, 2, 3, 3}, w), 0);
+    cr_assert_eq(vq_tensor_from(&tb, VQ_F32, 1, (int64_t[]){3}, b), 0);
+    cr_assert_eq(vq_tensor_from(&tw2, VQ_F32, 4, (int64_t[]){3, 1, 3, 3}, w2), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch fetch[3] = {{"y2", NULL}, {"y3", NULL}, {"c3", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, fetch, 3), 0, "%s", vq_errmsg());
+    static const int64_t pads[4] = {1, 1, 1, 1};
+    vq_attr pa = VQ_ATTR_IS("pads", pads, 4), ga = VQ_ATTR_I("groups", 3);
+    vq_tensor *c1 = NULL, *c2 = NULL;
+    cr_assert_eq(vq_op_run(NULL, "conv2d", (vq_tensor *[]){tx, tw, tb}, 3, &c1, 1, &pa, 1), 0);
+    float *v = vq_tensor_data(c1);
+    for (int i = 0; i < 75; i++)
+        v[i] = fminf(fmaxf(v[i], -0.5f), 0.75f);
+    cr_assert_eq(vq_op_run(NULL, "conv2d", (vq_tensor *[]){c1, tw2}, 2, &c2, 1, &ga, 1), 0);
+    v = vq_tensor_data(c2);
+    for (int i = 0; i < 27; i++)
+        v[i] = v[i] > 0 ? v[i] : 0;
+    cr_assert_eq(vq_tensor_numel(fetch[0].tensor), 27);
+    cr_assert_eq(memcmp(vq_tensor_data(fetch[0].tensor), v, 27 * sizeof(float)), 0);
+    const float *y3 = vq_tensor_data(fetch[1].tensor), *c3 = vq_tensor_data(fetch[2].tensor);
+    cr_assert_eq(vq_tensor_numel(fetch[1].tensor), 27);
+    for (int i = 0; i < 27; i++)
+        cr_assert_eq(y3[i], c3[i] > 0 ? c3[i] : 0, "[%d]: %g, relu of %g", i, y3[i], c3[i]);
+    vq_tensor *tmp[] = {tx, tw, tb, tw2, c1, c2, fetch[0].tensor, fetch[1].tensor, fetch[2].tensor};
+    for (int i = 0; i < 9; i++)
+        vq_tensor_release(tmp[i]);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* An empty batch lets channels times depth pass 2^63: an error, not a
  * wrapped reshape. */
 Test(onnx, a_three_d_pool_whose_channels_times_depth_overflow_is_an_error)

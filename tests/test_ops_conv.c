@@ -254,6 +254,146 @@ Test(ops_conv, conv2d_gradients_match_finite_differences)
     }
 }
 
+/* ---- conv2d's fused clip ---- */
+
+static const double clips[][2] = {{0, INFINITY}, {-0.5, 0.75}, {-INFINITY, 0.3}, {0.2, 0.2}};
+#define NCLIPS (sizeof clips / sizeof clips[0])
+
+static int clip_attrs(const struct conv_case *cc, const double *clip, vq_attr *at)
+{
+    int n = conv_attrs(cc, at);
+    at[n] = VQ_ATTR_FS("clip", clip, 2);
+    return n + 1;
+}
+
+Test(ops_conv, conv2d_with_clip_matches_the_plain_loop_clipped)
+{
+    for (size_t k = 0; k < NCONV; k++)
+        for (size_t c = 0; c < NCLIPS; c++)
+            for (int d = 0; d < 2; d++) {
+                const struct conv_case *cc = &conv_cases[k];
+                vq_tensor *in[3];
+                int nin = conv_inputs(cc, floats[d], in);
+                vq_attr at[5];
+                vq_tensor *o = oc_run1("conv2d", in, nin, at, clip_attrs(cc, clips[c], at));
+                int64_t os[4];
+                conv_out_shape(cc, os);
+                double *want = ref_conv(cc, in[0], in[1], cc->bias ? in[2] : NULL);
+                for (int64_t i = 0; i < os[0] * os[1] * os[2] * os[3]; i++)
+                    want[i] = fmin(fmax(want[i], clips[c][0]), clips[c][1]);
+                oc_assert_close(o, 4, os, want, tol(floats[d]), tol(floats[d]));
+                free(want);
+                vq_tensor_release(o);
+                release_all(in, nin);
+            }
+}
+
+/* Bit for bit what maximum and then minimum give on the unclipped
+ * output, NaN and -0 included, on one worker and shared by two. */
+Test(ops_conv, conv2d_clip_equals_maximum_then_minimum_bit_for_bit_serial_and_shared)
+{
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    const size_t ncases = sizeof shared_cases / sizeof shared_cases[0];
+    for (size_t k = 0; k < ncases + NCONV; k++)
+        for (size_t c = 0; c < NCLIPS; c++)
+            for (int d = 0; d < 2; d++) {
+                const struct conv_case *cc =
+                    k < ncases ? &shared_cases[k] : &conv_cases[k - ncases];
+                vq_dtype dt = floats[d];
+                vq_tensor *in[3], *par = NULL;
+                int nin = conv_inputs(cc, dt, in);
+                /* a NaN in X and a zero weight row: NaN and signed zeros out */
+                if (dt == VQ_F32) {
+                    ((float *)vq_tensor_data(in[0]))[0] = NAN;
+                    memset(vq_tensor_data(in[1]), 0, vq_tensor_nbytes(in[1]) / (size_t)cc->m);
+                } else {
+                    ((double *)vq_tensor_data(in[0]))[0] = NAN;
+                    memset(vq_tensor_data(in[1]), 0, vq_tensor_nbytes(in[1]) / (size_t)cc->m);
+                }
+                vq_attr at[5];
+                int na = conv_attrs(cc, at);
+                vq_tensor *raw = oc_run1("conv2d", in, nin, at, na);
+                vq_tensor *lo, *hi;
+                cr_assert_eq(vq_tensor_new(&lo, dt, 0, NULL), 0);
+                cr_assert_eq(vq_tensor_new(&hi, dt, 0, NULL), 0);
+                if (dt == VQ_F32) {
+                    *(float *)vq_tensor_data(lo) = (float)clips[c][0];
+                    *(float *)vq_tensor_data(hi) = (float)clips[c][1];
+                } else {
+                    *(double *)vq_tensor_data(lo) = clips[c][0];
+                    *(double *)vq_tensor_data(hi) = clips[c][1];
+                }
+                vq_tensor *mx = oc_run1("maximum", (vq_tensor *[]){raw, lo}, 2, NULL, 0);
+                vq_tensor *want = oc_run1("minimum", (vq_tensor *[]){mx, hi}, 2, NULL, 0);
+                na = clip_attrs(cc, clips[c], at);
+                vq_tensor *ser = oc_run1("conv2d", in, nin, at, na);
+                cr_assert_eq(vq_op_run(e, "conv2d", in, nin, &par, 1, at, na), 0, "%s",
+                             vq_errmsg());
+                cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+                size_t bytes = vq_tensor_nbytes(want);
+                cr_assert_eq(memcmp(vq_tensor_data(ser), vq_tensor_data(want), bytes), 0,
+                             "case %zu, clip %zu, %s: serial clip differs from maximum, minimum", k,
+                             c, dt == VQ_F32 ? "f32" : "f64");
+                cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(want), bytes), 0,
+                             "case %zu, clip %zu, %s: shared clip differs from maximum, minimum", k,
+                             c, dt == VQ_F32 ? "f32" : "f64");
+                vq_tensor *tmp[] = {raw, lo, hi, mx, want, ser, par};
+                release_all(tmp, 7);
+                release_all(in, nin);
+            }
+    vq_engine_free(e);
+}
+
+Test(ops_conv, conv2d_with_clip_gradients_match_finite_differences)
+{
+    static const struct conv_case cases[] = {
+        {2, 2, 4, 4, 3, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+        {2, 3, 4, 5, 6, 3, 3, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, true},  /* depthwise, x2 */
+        {2, 3, 3, 4, 2, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false}, /* 1x1 */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (size_t c = 0; c < 3; c++) {
+            vq_tensor *in[3];
+            int nin = conv_inputs(&cases[k], VQ_F64, in);
+            vq_attr at[5];
+            double err = oc_grad_check("conv2d", in, nin, 1, at,
+                                       clip_attrs(&cases[k], clips[c], at), (1u << nin) - 1, &rng);
+            cr_assert_leq(err, 1e-6, "case %zu, clip %zu", k, c);
+            release_all(in, nin);
+        }
+}
+
+Test(ops_conv, conv2d_clip_and_conv2d_grads_out_are_checked)
+{
+    struct conv_case cc = {1, 2, 4, 4, 3, 3, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, false};
+    vq_tensor *in[4];
+    conv_inputs(&cc, VQ_F32, in);
+    vq_attr at[6];
+    int na = conv_attrs(&cc, at);
+    static const double bad[][3] = {{1, 0}, {NAN, 1}, {0, 1, 2}};
+    for (int i = 0; i < 3; i++) {
+        at[na] = VQ_ATTR_FS("clip", bad[i], i == 2 ? 3 : 2);
+        cr_assert_eq(oc_try("conv2d", in, 2, 1, at, na + 1), VQ_EINVAL);
+        cr_assert(strstr(vq_errmsg(), "clip"), "%s", vq_errmsg());
+    }
+    /* conv2d_grad takes Out exactly when clip is given */
+    int64_t os[4];
+    conv_out_shape(&cc, os);
+    in[2] = oc_rand(&rng, VQ_F32, 4, os, -1, 1);
+    in[3] = oc_rand(&rng, VQ_F32, 4, os, -1, 1);
+    at[na] = VQ_ATTR_I("wrt", 0);
+    cr_assert_eq(oc_try("conv2d_grad", in, 4, 1, at, na + 1), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "Out (slot 3)"), "%s", vq_errmsg());
+    static const double relu[2] = {0, INFINITY};
+    at[na + 1] = VQ_ATTR_FS("clip", relu, 2);
+    cr_assert_eq(oc_try("conv2d_grad", in, 3, 1, at, na + 2), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "Out (slot 3)"), "%s", vq_errmsg());
+    cr_assert_eq(oc_try("conv2d_grad", in, 4, 1, at, na + 2), 0, "%s", vq_errmsg());
+    release_all(in, 4);
+}
+
 /* ---- conv_transpose2d ---- */
 
 struct convt_case {
@@ -1195,7 +1335,11 @@ Test(ops_conv, signatures_list_slots_and_attributes)
 {
     cr_assert_str_eq(vq_op_signature("conv2d"),
                      "conv2d(X, W...) -> Out; strides:ints=[1,1] pads:ints=[0,0,0,0] "
-                     "dilations:ints=[1,1] groups:int=1");
+                     "dilations:ints=[1,1] groups:int=1 clip:floats=none");
+    cr_assert_str_eq(vq_op_signature("conv2d_grad"),
+                     "conv2d_grad(X, W, dOut, Out?) -> dZ; strides:ints=[1,1] "
+                     "pads:ints=[0,0,0,0] dilations:ints=[1,1] groups:int=1 clip:floats=none "
+                     "wrt:int");
     cr_assert_str_eq(vq_op_signature("max_pool2d"),
                      "max_pool2d(X) -> Out; kernel:ints strides:ints=[1,1] pads:ints=[0,0,0,0] "
                      "dilations:ints=[1,1] ceil_mode:bool=false");

@@ -19,14 +19,25 @@
  * comes from the CPU allocator's cache (ops/alloc.c), so a loop that runs
  * the same layer every step stops allocating.
  *
- * conv2d_grad(X, W, dOut) -> dZ with wrt (and the forward op's
+ * Attribute clip [lo, hi] (optional; lo <= hi, either may be infinite)
+ * clips Out in the pass that adds the bias, right after each block's
+ * product while it is in cache: Out = min(max(Z, lo), hi) elementwise, as
+ * maximum and minimum compute it (NaN stays NaN, -0 at lo = 0 becomes +0).
+ * The ONNX importer fuses a Relu ([0, inf]) or a Clip with known bounds
+ * into the Conv before it this way, saving one or two passes over the
+ * output and their buffers. The CUDA kernels refuse it (ENOSYS).
+ *
+ * conv2d_grad(X, W, dOut[, Out]) -> dZ with wrt (and the forward op's
  * attributes): wrt 0 is dX = col2im(W_g^T dOut_g) per image and group,
  * col2im adding each column entry back into the input element its tap
  * read; wrt 1 is dW_g = sum over images of dOut_g im2col(X)^T, one gemm per
  * image adding into dW (beta 1 after the first); wrt 2 is dB, the sum of
  * dOut over N, Ho and Wo (in double), which needs only dOut: X and W are
- * read for their shapes. The gradient maker emits one conv2d_grad per
- * wanted input. */
+ * read for their shapes. With clip, it also takes the forward op's Out and
+ * first passes dOut through the clip: dOut where lo < Out < hi, else 0
+ * (relu_grad's rule; maximum's and minimum's gradients would also pass it
+ * where the pre-activation equals lo or hi exactly). The gradient maker
+ * emits one conv2d_grad per wanted input. */
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
@@ -38,7 +49,7 @@
 
 static const char *const conv_in[] = {"X", "W"};
 static const char *const conv_out[] = {"Out"};
-static const char *const grad_in[] = {"X", "W", "dOut"};
+static const char *const grad_in[] = {"X", "W", "dOut", "Out"};
 static const char *const grad_out[] = {"dZ"};
 
 /* ---- attributes and output sizes (shared with the pools) ---- */
@@ -209,11 +220,32 @@ static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq
     return 0;
 }
 
+/* The clip attribute: [lo, hi], lo <= hi, either infinite, neither NaN;
+ * absent: no clip. */
+static int clip_attr(const vq__infer *c, vq__window_params *p)
+{
+    const vq_attr *a = vq__attr_find(c, "clip");
+    p->clip = a != NULL;
+    if (!a)
+        return 0;
+    if (a->n != 2)
+        return vq__attr_fail(c, "clip", "has %d values; expected 2 (lo, hi)", a->n);
+    double v[2];
+    for (int i = 0; i < 2; i++)
+        v[i] = a->type == VQ_ATTR_INTS ? (double)a->ints[i] : a->floats[i];
+    if (v[0] != v[0] || v[1] != v[1] || v[0] > v[1])
+        return vq__attr_fail(c, "clip", "is [%g, %g]: lo must be <= hi, neither NaN", v[0], v[1]);
+    p->clip_lo = v[0];
+    p->clip_hi = v[1];
+    return 0;
+}
+
 static int conv2d_infer(vq__infer *c)
 {
     if (c->nin > 3)
         return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
-    return conv_meta(c, c->params, c->nin == 3 ? 2 : 0, &c->out[0]);
+    int rc = clip_attr(c, c->params);
+    return rc < 0 ? rc : conv_meta(c, c->params, c->nin == 3 ? 2 : 0, &c->out[0]);
 }
 
 static int conv2d_grad_infer(vq__infer *c)
@@ -225,9 +257,18 @@ static int conv2d_grad_infer(vq__infer *c)
                              (long long)wrt);
     p->wrt = (int)wrt;
     vq__meta full;
-    int rc = conv_meta(c, p, 0, &full);
-    if (rc < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0 ||
+    int rc = clip_attr(c, p);
+    if (rc < 0 || (rc = conv_meta(c, p, 0, &full)) < 0 ||
+        (rc = vq__check_same_dtype(c, 0, 2)) < 0 ||
         (rc = vq__check_shape_is(c, 2, &full, "conv2d's output shape")) < 0)
+        return rc;
+    if (p->clip != (c->nin == 4))
+        return vq__op_fail(c->def,
+                           "takes conv2d's Out (slot 3) exactly when clip is given: "
+                           "%d inputs, %s",
+                           c->nin, p->clip ? "clip given" : "no clip");
+    if (c->nin == 4 && ((rc = vq__check_same_dtype(c, 0, 3)) < 0 ||
+                        (rc = vq__check_shape_is(c, 3, &full, "conv2d's output shape")) < 0))
         return rc;
     if (p->wrt < 2) {
         c->out[0] = c->in[p->wrt];
@@ -356,10 +397,65 @@ static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
 ADD_BIAS(float)
 ADD_BIAS(double)
 
+/* max(v, lo) then min(., hi) with maximum's and minimum's results: v <=
+ * lo is false for NaN, which stays; at v == lo (-0 and +0 too) lo wins.
+ * Selects without branches, which the clip's data-dependent outcomes
+ * would mispredict. */
+static inline float clamp_float(float v, float lo, float hi)
+{
+    v = v <= lo ? lo : v;
+    return v >= hi ? hi : v;
+}
+
+static inline double clamp_double(double v, double lo, double hi)
+{
+    v = v <= lo ? lo : v;
+    return v >= hi ? hi : v;
+}
+
+#define CLAMP(v, lo, hi) _Generic((v), float : clamp_float, double : clamp_double)(v, lo, hi)
+
+/* The output pass after the product, on nch channel rows of ncol
+ * columns at o, rows plane apart: the bias of channels [ch0, ch0 + nch)
+ * (b NULL: none), then the clip when clip is set. max(v, lo) and
+ * min(v, hi) as maximum and minimum compute them: NaN stays NaN, -0 at
+ * lo = 0 becomes +0. Each element on its own, so any cut of the output
+ * into blocks gives the same bits. */
+/* GCC's -O2 vectorizes only loops that need no scalar remainder: these
+ * passes are worth the remainder (4-8 lanes a step). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORIZE __attribute__((optimize("vect-cost-model=cheap")))
+#else
+#define VECTORIZE
+#endif
+
+#define EPILOGUE(T)                                                                              \
+    VECTORIZE static void epilogue_##T(T *o, const T *b, int64_t ch0, int64_t nch, int64_t ncol, \
+                                       int64_t plane, bool clip, T lo, T hi)                     \
+    {                                                                                            \
+        for (int64_t c = 0; c < nch; c++) {                                                      \
+            T *r = o + c * plane, bv = b ? b[ch0 + c] : 0;                                       \
+            if (b && clip) {                                                                     \
+                for (int64_t i = 0; i < ncol; i++)                                               \
+                    r[i] = CLAMP(r[i] + bv, lo, hi);                                             \
+            } else if (b) {                                                                      \
+                for (int64_t i = 0; i < ncol; i++)                                               \
+                    r[i] += bv;                                                                  \
+            } else {                                                                             \
+                for (int64_t i = 0; i < ncol; i++)                                               \
+                    r[i] = CLAMP(r[i], lo, hi);                                                  \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+EPILOGUE(float)
+EPILOGUE(double)
+
 /* One conv2d call's work, shared by the participants of its parallel
  * loops (engine_services.h, vq__parallel_for). */
 struct conv_job {
     const vq__conv *cv;
+    const vq__window_params *p; /* clip, clip_lo, clip_hi */
     vq_dtype dt;
     size_t es;
     const char *x, *w, *b; /* b: NULL without a bias */
@@ -371,13 +467,20 @@ struct conv_job {
     vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */
 };
 
-/* The bias of output channels [ch0, ch0 + nch) onto their planes at o. */
-static void conv_bias(const struct conv_job *j, char *o, int64_t ch0, int64_t nch)
+/* conv2d's output pass (EPILOGUE) on columns [c0, c0 + ncol) of output
+ * channels [ch0, ch0 + nch); o is channel ch0's plane. */
+static void conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
+                          int64_t ncol)
 {
+    const vq__window_params *p = j->p;
+    if (!j->b && !p->clip)
+        return;
     if (j->dt == VQ_F32)
-        add_bias_float((float *)o, (const float *)j->b + ch0, 1, nch, j->cv->plane);
+        epilogue_float((float *)o + c0, (const float *)j->b, ch0, nch, ncol, j->cv->plane, p->clip,
+                       (float)p->clip_lo, (float)p->clip_hi);
     else
-        add_bias_double((double *)o, (const double *)j->b + ch0, 1, nch, j->cv->plane);
+        epilogue_double((double *)o + c0, (const double *)j->b, ch0, nch, ncol, j->cv->plane,
+                        p->clip, p->clip_lo, p->clip_hi);
 }
 
 /* Whole (image, group) items, item = n * groups + g, each participant
@@ -402,8 +505,7 @@ static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
         char *og = at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
         vq__gemm(j->dt, false, false, cv->mg, cv->plane, cv->rows, 1,
                  at(j->w, g * cv->mg * cv->rows, j->es), cv->rows, src, cv->plane, 0, og);
-        if (j->b)
-            conv_bias(j, og, g * cv->mg, cv->mg);
+        conv_epilogue(j, og, g * cv->mg, cv->mg, 0, cv->plane);
     }
     return 0;
 }
@@ -428,6 +530,7 @@ static int conv_gemm_cols(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__conv *cv = j->cv;
     vq__gemm_ldc(j->dt, false, false, cv->mg, hi - lo, cv->rows, 1, j->wg, cv->rows,
                  at(j->col, lo, j->es), cv->plane, 0, at(j->wg_out, lo, j->es), cv->plane);
+    conv_epilogue(j, j->wg_out, 0, cv->mg, lo, hi - lo);
     return 0;
 }
 
@@ -439,6 +542,7 @@ static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__conv *cv = j->cv;
     vq__gemm(j->dt, false, false, hi - lo, cv->plane, cv->rows, 1, at(j->wg, lo * cv->rows, j->es),
              cv->rows, j->col, cv->plane, 0, at(j->wg_out, lo * cv->plane, j->es));
+    conv_epilogue(j, at(j->wg_out, lo * cv->plane, j->es), lo, hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -474,6 +578,7 @@ static int conv2d_kernel(const vq__kcall *k)
     vq__conv cv =
         vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
     struct conv_job j = {.cv = &cv,
+                         .p = p,
                          .dt = x->dtype,
                          .es = vq_dtype_size(x->dtype),
                          .x = x->data,
@@ -509,8 +614,6 @@ static int conv2d_kernel(const vq__kcall *k)
                          conv_gemm_cols, &j);
     else
         vq__parallel_for(cv.mg, ceil_div(cv.mg, CONV_BLOCKS), conv_gemm_rows, &j);
-    if (b)
-        conv_bias(&j, j.wg_out, 0, cv.mg);
     vq_tensor_release(col);
     return 0;
 }
@@ -546,9 +649,9 @@ static int conv_dx(const vq__kcall *k, const vq__conv *cv, const vq_tensor *w, c
 /* dW_g = sum over images of dOut_g [mg, plane] times the group's columns
  * transposed [plane, rows]: the first image's product is written, the
  * others add (beta 1). No images: zeros. */
-static int conv_dw(const vq__kcall *k, const vq__conv *cv)
+static int conv_dw(const vq__kcall *k, const vq__conv *cv, const vq_tensor *gr)
 {
-    vq_tensor *x = k->in[0], *gr = k->in[2], *dw = k->out[0];
+    vq_tensor *x = k->in[0], *dw = k->out[0];
     vq_dtype dt = dw->dtype;
     size_t es = vq_dtype_size(dt);
     if (cv->w.n == 0) {
@@ -593,24 +696,50 @@ static int conv_dw(const vq__kcall *k, const vq__conv *cv)
 CONV_DB(float)
 CONV_DB(double)
 
+/* A clipped conv2d's dOut through the clip: g where lo < out < hi, else
+ * 0 (relu_grad's rule at lo = 0, hi = inf). */
+#define CLIP_MASK(T)                                                                 \
+    static void clip_mask_##T(const T *g, const T *out, T *m, int64_t n, T lo, T hi) \
+    {                                                                                \
+        for (int64_t i = 0; i < n; i++)                                              \
+            m[i] = out[i] > lo && out[i] < hi ? g[i] : 0;                            \
+    }
+
+CLIP_MASK(float)
+CLIP_MASK(double)
+
 static int conv2d_grad_kernel(const vq__kcall *k)
 {
     const vq__window_params *p = k->params;
-    vq_tensor *x = k->in[0], *w = k->in[1], *gr = k->in[2], *dz = k->out[0];
+    vq_tensor *x = k->in[0], *w = k->in[1], *gr = k->in[2], *dz = k->out[0], *masked = NULL;
     if (dz->numel == 0)
         return 0;
     vq__conv cv =
         vq__conv_of(x->shape, w->shape, p->groups, gr->shape, p->stride, p->pad, p->dilation);
+    if (p->clip && gr->numel > 0) {
+        int rc = vq__tensor_empty(&masked, gr->dtype, gr->ndim, gr->shape);
+        if (rc < 0)
+            return vq__fail_prefixed(rc, "conv2d_grad: dOut through the clip");
+        if (gr->dtype == VQ_F32)
+            clip_mask_float(gr->data, k->in[3]->data, masked->data, gr->numel, (float)p->clip_lo,
+                            (float)p->clip_hi);
+        else
+            clip_mask_double(gr->data, k->in[3]->data, masked->data, gr->numel, p->clip_lo,
+                             p->clip_hi);
+        gr = masked;
+    }
+    int rc = 0;
     switch (p->wrt) {
-    case 0: return conv_dx(k, &cv, w, gr, dz);
-    case 1: return conv_dw(k, &cv);
+    case 0: rc = conv_dx(k, &cv, w, gr, dz); break;
+    case 1: rc = conv_dw(k, &cv, gr); break;
     default:
         if (dz->dtype == VQ_F32)
             conv_db_float(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
         else
             conv_db_double(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
-        return 0;
     }
+    vq_tensor_release(masked);
+    return rc;
 }
 
 /* One conv2d_grad per wanted input (X, W, the bias), each reading X, W and
@@ -620,19 +749,23 @@ static int conv2d_grad(const vq__grad *g)
     int wanted = vq__grad_wanted(g);
     if (wanted <= 0)
         return wanted;
-    /* conv2d's schema has four attributes, each given at most once. */
-    if (g->nattrs < 0 || g->nattrs > 4)
-        return vq__op_fail(g->def, "%d attributes; conv2d has 4", g->nattrs);
-    vq_attr attrs[5];
+    /* conv2d's schema has five attributes, each given at most once. */
+    if (g->nattrs < 0 || g->nattrs > 5)
+        return vq__op_fail(g->def, "%d attributes; conv2d has 5", g->nattrs);
+    vq_attr attrs[6];
     int n = 0;
-    for (int i = 0; i < g->nattrs; i++)
+    bool clip = false;
+    for (int i = 0; i < g->nattrs; i++) {
+        clip |= !strcmp(g->attrs[i].name, "clip");
         attrs[n++] = g->attrs[i];
+    }
     for (int i = 0; i < g->nin && i < 3; i++) {
         if (!g->din[i])
             continue;
         attrs[n] = VQ_ATTR_I("wrt", i);
-        const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
-        int rc = vq__emit(g, "conv2d_grad", in, 3, &g->din[i], 1, attrs, n + 1);
+        /* a clipped conv2d's gradient ops also read its Out */
+        const char *in[4] = {g->in[0], g->in[1], g->dout[0], g->out[0]};
+        int rc = vq__emit(g, "conv2d_grad", in, clip ? 4 : 3, &g->din[i], 1, attrs, n + 1);
         if (rc < 0)
             return rc;
     }
@@ -789,20 +922,45 @@ static const vq__attr_spec conv_attrs[] = {
     {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
     {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
     {"groups", VQ_ATTR_INT, false, "1"},
+    {"clip", VQ_ATTR_FLOATS, false, NULL},
     {"wrt", VQ_ATTR_INT, true, NULL}, /* conv2d_grad only */
 };
 
 const vq__op_def vq__ops_conv[] = {
-    {.type = "conv2d", .in_slots = conv_in, .nin_slots = 2, .out_slots = conv_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = conv_attrs, .nattrs = 4,
-     .params_size = sizeof(vq__window_params), .infer = conv2d_infer,
-     .kernel = {conv2d_kernel}, .grad = conv2d_grad},
-    {.type = "conv2d_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = conv_attrs, .nattrs = 5, .params_size = sizeof(vq__window_params),
-     .infer = conv2d_grad_infer, .kernel = {conv2d_grad_kernel}},
-    {.type = "conv_transpose2d", .in_slots = conv_in, .nin_slots = 2, .out_slots = conv_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = conv_transpose_attrs, .nattrs = 5,
-     .params_size = sizeof(vq__window_params), .infer = conv_transpose2d_infer,
-     .kernel = {conv_transpose2d_kernel}, .grad = conv_transpose2d_grad},
+    {.type = "conv2d",
+     .in_slots = conv_in,
+     .nin_slots = 2,
+     .out_slots = conv_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = conv_attrs,
+     .nattrs = 5,
+     .params_size = sizeof(vq__window_params),
+     .infer = conv2d_infer,
+     .kernel = {conv2d_kernel},
+     .grad = conv2d_grad},
+    {.type = "conv2d_grad",
+     .in_slots = grad_in,
+     .nin_slots = 4,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .flags = VQ__OPTIONAL_IN,
+     .attrs = conv_attrs,
+     .nattrs = 6,
+     .params_size = sizeof(vq__window_params),
+     .infer = conv2d_grad_infer,
+     .kernel = {conv2d_grad_kernel}},
+    {.type = "conv_transpose2d",
+     .in_slots = conv_in,
+     .nin_slots = 2,
+     .out_slots = conv_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = conv_transpose_attrs,
+     .nattrs = 5,
+     .params_size = sizeof(vq__window_params),
+     .infer = conv_transpose2d_infer,
+     .kernel = {conv_transpose2d_kernel},
+     .grad = conv_transpose2d_grad},
     {0},
 };

@@ -880,6 +880,8 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    if (p->clip) /* conv.c's fused clip: not here yet */
+        return vq__fail(VQ_ENOSYS, "conv2d: attribute clip has no CUDA kernel");
     if (o->numel == 0)
         return 0;
     vq__conv d =
@@ -914,6 +916,8 @@ static int conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *g = k->in[2], *dz = k->out[0];
+    if (p->clip) /* conv.c's fused clip: not here yet */
+        return vq__fail(VQ_ENOSYS, "conv2d_grad: attribute clip has no CUDA kernel");
     if (dz->numel == 0)
         return 0;
     vq_dtype dt = dz->dtype;

@@ -1,8 +1,9 @@
 /* conv2d, max_pool2d, avg_pool2d, global_avg_pool and batch_norm, and
  * their gradient ops: each kernel against a plain loop over the formula
  * (strides 1 and 2, asymmetric pads, dilation 2, groups 1, 2 and
- * depthwise, with and without bias, ceil_mode, count_include_pad, f32 and
- * f64, batches of more than one image); every gradient against finite
+ * depthwise (its direct kernel), with and without bias, conv2d's clip,
+ * ceil_mode, count_include_pad, f32 and f64, batches of more than one
+ * image); every gradient against finite
  * differences in f64, and in f32 against the f64 result; bad attributes
  * and shapes named in the errors; unknown dims at preparation; a program
  * with a biased conv that is encoded, decoded, run and differentiated. */
@@ -72,6 +73,9 @@ static const struct conv_case conv_cases[] = {
     {1, 1, 4, 4, 1, 5, 5, 1, {3, 3}, {2, 1, 2, 3}, {1, 1}, true},    /* kernel > input */
     {2, 4, 7, 7, 4, 3, 3, 4, {2, 2}, {0, 1, 2, 1}, {2, 1}, true},    /* all at once */
     {1, 3, 11, 10, 2, 7, 7, 1, {2, 2}, {3, 3, 3, 3}, {1, 1}, false}, /* ResNet's stem, small */
+    {2, 4, 7, 6, 4, 3, 3, 4, {2, 1}, {2, 1, 0, 2}, {2, 2}, true},    /* depthwise, dilated */
+    {1, 3, 4, 4, 3, 5, 5, 3, {1, 1}, {2, 2, 2, 2}, {1, 1}, false},   /* depthwise, k > input */
+    {2, 5, 9, 19, 5, 3, 3, 5, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* depthwise, long rows */
 };
 #define NCONV (sizeof conv_cases / sizeof conv_cases[0])
 
@@ -163,6 +167,7 @@ static const struct conv_case shared_cases[] = {
     {3, 8, 32, 32, 16, 3, 3, 2, {1, 1}, {1, 1, 1, 1}, {1, 1}, false},  /* by (image, group) */
     {1, 64, 16, 16, 64, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},  /* 1x1, by columns */
     {1, 64, 48, 48, 64, 3, 3, 64, {1, 1}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise */
+    {2, 32, 56, 56, 64, 3, 3, 32, {2, 2}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise x2, s2 */
 };
 
 Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)

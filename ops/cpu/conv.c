@@ -14,7 +14,9 @@
  * a [C/groups * kH * kW, Ho * Wo] matrix, one row per (channel, tap) with
  * zeros where the tap lies in the padding, and Out's group is one gemm:
  * W_g [M/groups, C/groups * kH * kW] times that matrix. A 1x1 kernel with
- * stride 1 and no padding needs no copy: X's plane is the matrix. The
+ * stride 1 and no padding needs no copy: X's plane is the matrix. A
+ * depthwise call (groups > 1, one input channel per group) skips both:
+ * a direct stencil per output plane (conv_depthwise below). The
  * column buffer is one group's, reused for every image and group, and
  * comes from the CPU allocator's cache (ops/alloc.c), so a loop that runs
  * the same layer every step stops allocating.
@@ -546,6 +548,128 @@ static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
     return 0;
 }
 
+/* ---- depthwise: one input channel per output channel ----
+ *
+ * groups > 1 with one input channel per group (MobileNet's 3x3 layers):
+ * each output plane is a small stencil over one input plane, which im2col
+ * and a one-row product handle poorly (a 9-row copy of the plane, and a
+ * gemm call per channel). Here each output row starts at 0 and adds one
+ * tap at a time over its valid columns (vq__window_taps), in tap order
+ * (i, j): a row of products, which vectorizes along the row at stride 1.
+ * Then the same output pass (bias, clip) as the gemm path. A plane's sum
+ * order is fixed, so the result does not depend on how the planes are
+ * shared. */
+/* The columns of kw 3: tap j reads input column c * stride + off[j] for
+ * output columns [lo[j], hi[j]); all three read the input in [a, b). */
+struct dw_cols {
+    int64_t lo[3], hi[3], off[3], a, b;
+};
+
+static void dw_cols_of(const vq__window *v, struct dw_cols *k)
+{
+    for (int j = 0; j < 3; j++) {
+        k->off[j] = j * v->dw - v->pl;
+        vq__window_taps(k->off[j], v->sw, v->w, v->ow, &k->lo[j], &k->hi[j]);
+    }
+    int64_t a = k->lo[0] > k->lo[1] ? k->lo[0] : k->lo[1];
+    int64_t b = k->hi[0] < k->hi[1] ? k->hi[0] : k->hi[1];
+    a = a > k->lo[2] ? a : k->lo[2];
+    b = b < k->hi[2] ? b : k->hi[2];
+    if (a > b)
+        a = b = 0;
+    k->a = a;
+    k->b = b;
+}
+
+/* One input row's three taps (kw 3) into the output row r, in tap order
+ * like the general loop, so the same sums: columns that all three taps
+ * read from the input in one pass, the others tap by tap. */
+#define DEPTHWISE_ROW3(T)                                                                       \
+    VECTORIZE static void dw_row3_##T(const T *restrict xr, const T *restrict w, T *restrict r, \
+                                      const struct dw_cols *k, int64_t s)                       \
+    {                                                                                           \
+        const int64_t *lo = k->lo, *hi = k->hi, *off = k->off, a = k->a, b = k->b;              \
+        for (int j = 0; j < 3; j++) { /* the columns before a and from b on */                  \
+            for (int64_t c = lo[j]; c < hi[j] && c < a; c++)                                    \
+                r[c] += w[j] * xr[c * s + off[j]];                                              \
+            for (int64_t c = lo[j] > b ? lo[j] : b; c < hi[j]; c++)                             \
+                r[c] += w[j] * xr[c * s + off[j]];                                              \
+        }                                                                                       \
+        T w0 = w[0], w1 = w[1], w2 = w[2];                                                      \
+        if (s == 1) {                                                                           \
+            const T *x0 = xr + off[0], *x1 = xr + off[1], *x2 = xr + off[2];                    \
+            for (int64_t c = a; c < b; c++)                                                     \
+                r[c] = r[c] + w0 * x0[c] + w1 * x1[c] + w2 * x2[c];                             \
+        } else {                                                                                \
+            for (int64_t c = a; c < b; c++)                                                     \
+                r[c] = r[c] + w0 * xr[c * s + off[0]] + w1 * xr[c * s + off[1]] +               \
+                       w2 * xr[c * s + off[2]];                                                 \
+        }                                                                                       \
+    }
+
+DEPTHWISE_ROW3(float)
+DEPTHWISE_ROW3(double)
+
+#define DEPTHWISE_PLANE(T)                                                                      \
+    VECTORIZE static void dw_plane_##T(const T *restrict x, const T *restrict w, T *restrict o, \
+                                       const vq__window *v)                                     \
+    {                                                                                           \
+        memset(o, 0, (size_t)(v->oh * v->ow) * sizeof(T));                                      \
+        struct dw_cols cols;                                                                    \
+        if (v->kw == 3)                                                                         \
+            dw_cols_of(v, &cols);                                                               \
+        for (int64_t oh = 0; oh < v->oh; oh++) {                                                \
+            T *restrict r = o + oh * v->ow;                                                     \
+            for (int64_t i = 0; i < v->kh; i++) {                                               \
+                int64_t ih = oh * v->sh - v->pt + i * v->dh;                                    \
+                if (ih < 0 || ih >= v->h)                                                       \
+                    continue;                                                                   \
+                const T *restrict xr = x + ih * v->w;                                           \
+                if (v->kw == 3) {                                                               \
+                    dw_row3_##T(xr, w + i * 3, r, &cols, v->sw);                                \
+                    continue;                                                                   \
+                }                                                                               \
+                for (int64_t j = 0; j < v->kw; j++) {                                           \
+                    T wv = w[i * v->kw + j];                                                    \
+                    int64_t off = j * v->dw - v->pl, lo, hi;                                    \
+                    vq__window_taps(off, v->sw, v->w, v->ow, &lo, &hi);                         \
+                    if (v->sw == 1) {                                                           \
+                        const T *restrict xs = xr + off;                                        \
+                        for (int64_t c = lo; c < hi; c++)                                       \
+                            r[c] += wv * xs[c];                                                 \
+                    } else {                                                                    \
+                        for (int64_t c = lo; c < hi; c++)                                       \
+                            r[c] += wv * xr[c * v->sw + off];                                   \
+                    }                                                                           \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    }
+
+DEPTHWISE_PLANE(float)
+DEPTHWISE_PLANE(double)
+
+/* Output planes [lo, hi) of all images, plane = n * m + channel. */
+static int conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    int64_t in_plane = cv->w.h * cv->w.w, taps = cv->w.kh * cv->w.kw;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t n = p / cv->m, ch = p % cv->m, g = ch / cv->mg;
+        const char *x = at(j->x, (n * cv->w.c + g) * in_plane, j->es);
+        const char *w = at(j->w, ch * taps, j->es);
+        char *o = at(j->o, p * cv->plane, j->es);
+        if (j->dt == VQ_F32)
+            dw_plane_float((const float *)x, (const float *)w, (float *)o, &cv->w);
+        else
+            dw_plane_double((const double *)x, (const double *)w, (double *)o, &cv->w);
+        conv_epilogue(j, o, ch, 1, 0, cv->plane);
+    }
+    return 0;
+}
+
 /* Products of fewer multiply-adds than this (about 50 us) run on one
  * worker: the helper ops of a parallel loop, and the wait for a chunk a
  * descheduled helper holds on a loaded machine, would cost more than they
@@ -588,6 +712,13 @@ static int conv2d_kernel(const vq__kcall *k)
     int64_t items = cv.w.n * cv.groups;
     bool share =
         (double)cv.m * (double)cv.plane * (double)cv.rows * (double)cv.w.n >= CONV_PARALLEL_MACS;
+    if (cv.groups > 1 && cv.cg == 1) {
+        /* depthwise: output planes, in blocks of about CONV_BLOCKS per worker */
+        int64_t planes = cv.w.n * cv.m;
+        return share
+                   ? vq__parallel_for(planes, ceil_div(planes, 4 * CONV_BLOCKS), conv_depthwise, &j)
+                   : conv_depthwise(&j, 0, planes, 0);
+    }
     int rc = 0;
     if (!share || items > 1) {
         rc = share ? vq__parallel_for(items, 1, conv_items, &j) : conv_items(&j, 0, items, 0);

@@ -1,6 +1,7 @@
 /* CUDA kernels for the sliding-window ops and batch_norm: im2col and
  * col2im for conv2d (whose products are cuBLAS's, through
  * vq__cuda_matmul: ops/cuda/ops.c strings them together), the bias add,
+ * the fused clip and its gradient's mask,
  * max_pool2d and avg_pool2d with their gradients (ops/cpu/conv.c,
  * ops/cpu/pool.c), and batch_norm with its gradient (ops/cpu/norm.c).
  * global_avg_pool needs none of its own: it is rows.cu's mean.
@@ -143,6 +144,55 @@ extern "C" int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n,
     LAUNCH_FLOATS(bias_add_kernel, dtype, total, s,
                   ((float *)out, (const float *)b, total, m, plane),
                   ((double *)out, (const double *)b, total, m, plane));
+    return vq__cuda_launched();
+}
+
+/* ---- conv2d's fused clip (attribute clip, ops/cpu/conv.c) ---- */
+
+/* conv.c's clamp: max(v, lo) then min(., hi) with maximum's and minimum's
+ * results (NaN stays, -0 at lo = 0 becomes +0). */
+template <typename T>
+__global__ void clip_kernel(T *o, int64_t n, T lo, T hi)
+{
+    FOR_EACH(e, n)
+    {
+        T v = o[e];
+        v = v <= lo ? lo : v;
+        o[e] = v >= hi ? hi : v;
+    }
+}
+
+extern "C" int vq__cuda_clip(int dtype, void *out, int64_t n, double lo, double hi, void *stream)
+{
+    if (n < 0)
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    LAUNCH_FLOATS(clip_kernel, dtype, n, s, ((float *)out, n, (float)lo, (float)hi),
+                  ((double *)out, n, lo, hi));
+    return vq__cuda_launched();
+}
+
+/* conv2d_grad's dOut through the clip: g where lo < out < hi, else 0. */
+template <typename T>
+__global__ void clip_mask_kernel(const T *g, const T *out, T *m, int64_t n, T lo, T hi)
+{
+    FOR_EACH(e, n)
+        m[e] = out[e] > lo && out[e] < hi ? g[e] : (T)0;
+}
+
+extern "C" int vq__cuda_clip_mask(int dtype, const void *g, const void *out, void *m, int64_t n,
+                                  double lo, double hi, void *stream)
+{
+    if (n < 0)
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    LAUNCH_FLOATS(clip_mask_kernel, dtype, n, s,
+                  ((const float *)g, (const float *)out, (float *)m, n, (float)lo, (float)hi),
+                  ((const double *)g, (const double *)out, (double *)m, n, lo, hi));
     return vq__cuda_launched();
 }
 

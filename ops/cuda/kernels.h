@@ -441,6 +441,14 @@ int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__window *w, vo
 int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n, int64_t m, int64_t plane,
                       void *stream);
 
+/* conv2d's fused clip (ops/cpu/conv.c): out[i] = min(max(out[i], lo), hi)
+ * with maximum's and minimum's results (NaN stays). */
+int vq__cuda_clip(int dtype, void *out, int64_t n, double lo, double hi, void *stream);
+
+/* conv2d_grad with clip: m[i] = g[i] where lo < out[i] < hi, else 0. */
+int vq__cuda_clip_mask(int dtype, const void *g, const void *out, void *m, int64_t n, double lo,
+                       double hi, void *stream);
+
 /* max_pool2d: out [n, c, oh, ow] = the element vq__window_argmax finds in
  * each window of x [n, c, h, w], -inf for a window wholly in the padding.
  * One thread per output. The CPU's bits. */

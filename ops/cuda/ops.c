@@ -880,8 +880,6 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    if (p->clip) /* conv.c's fused clip: not here yet */
-        return vq__fail(VQ_ENOSYS, "conv2d: attribute clip has no CUDA kernel");
     if (o->numel == 0)
         return 0;
     vq__conv d =
@@ -904,9 +902,13 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     }
     if (rc == 0 && b)
         rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, d.w.n, d.m, d.plane, l->s));
+    if (rc == 0 && p->clip)
+        rc = launched(k, vq__cuda_clip(x->dtype, o->data, o->numel, p->clip_lo, p->clip_hi, l->s));
     vq__tensor_release_on(col, l->s);
     return rc;
 }
+
+static int conv2d_grad_products(const vq__kcall *k, const vq__cuda_launch *l, vq_tensor *g);
 
 /* conv.c's gradients: wrt 0, per image, W_g^T dOut_g into the columns,
  * then col2im into dX (direct: into dX itself); wrt 1, per image, im2col
@@ -915,11 +917,35 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 static int conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
-    vq_tensor *x = k->in[0], *w = k->in[1], *g = k->in[2], *dz = k->out[0];
-    if (p->clip) /* conv.c's fused clip: not here yet */
-        return vq__fail(VQ_ENOSYS, "conv2d_grad: attribute clip has no CUDA kernel");
+    vq_tensor *g = k->in[2], *dz = k->out[0];
     if (dz->numel == 0)
         return 0;
+    vq_dtype dt = dz->dtype;
+    vq_tensor *masked = NULL;
+    if (p->clip && g->numel > 0) {
+        /* dOut through the clip first (conv.c): where lo < Out < hi */
+        int rc = vq__tensor_empty_at(&masked, k->x->ctx, dt, g->ndim, g->shape, l->s);
+        if (rc < 0)
+            return vq__fail_prefixed(rc, "conv2d_grad: dOut through the clip");
+        rc = launched(k, vq__cuda_clip_mask(dt, g->data, k->in[3]->data, masked->data, g->numel,
+                                            p->clip_lo, p->clip_hi, l->s));
+        if (rc < 0) {
+            vq__tensor_release_on(masked, l->s);
+            return rc;
+        }
+        g = masked;
+    }
+    int rc = conv2d_grad_products(k, l, g);
+    vq__tensor_release_on(masked, l->s);
+    return rc;
+}
+
+/* conv2d_grad_gpu's products, from dOut g (masked by the clip when there
+ * is one). */
+static int conv2d_grad_products(const vq__kcall *k, const vq__cuda_launch *l, vq_tensor *g)
+{
+    const vq__window_params *p = k->params;
+    vq_tensor *x = k->in[0], *w = k->in[1], *dz = k->out[0];
     vq_dtype dt = dz->dtype;
     if (p->wrt == 2)
         return launched(k, vq__cuda_reduce_axes(0, dt, g->data, dz->data, 4, g->shape, 1u | 4u | 8u,

@@ -22,7 +22,12 @@
  * vq_capture_begin to vq_capture_end, the segment's push included: record
  * + guard) and per op of the whole step.
  *
- * usage: capture_bench [--tiny] [--steps K] [--reps R] [--workers N] */
+ * --model seed|mlp runs one model, --way executor|eager|captured one way
+ * (for profiles: `valgrind --tool=callgrind capture_bench --model seed
+ * --way captured --workers 1`; the loss checks need all three ways).
+ *
+ * usage: capture_bench [--tiny] [--steps K] [--reps R] [--workers N]
+ *                      [--model seed|mlp] [--way executor|eager|captured] */
 #include <varq/varq.h>
 
 #include "../graph/graph_internal.h" /* walks the programs' ops (linked statically) */
@@ -129,6 +134,7 @@ static vq_scope *fresh_scope(struct model *m)
 struct interp {
     const vq_program *p;
     vq_tensor **val; /* by var */
+    bool *temp;      /* by var: a step's intermediate value (interp_drop) */
 };
 
 static void interp_init(struct interp *it, const vq_program *p, vq_scope *s, struct model *m)
@@ -138,6 +144,10 @@ static void interp_init(struct interp *it, const vq_program *p, vq_scope *s, str
     for (int v = 0; v < p->nvars; v++)
         if (p->vars[v].persistable)
             it->val[v] = vq_tensor_retain(vq_scope_get(s, p->vars[v].name));
+    it->temp = calloc((size_t)p->nvars, sizeof *it->temp);
+    for (int v = 0; v < p->nvars; v++)
+        it->temp[v] = !p->vars[v].persistable && strcmp(p->vars[v].name, m->x) &&
+                      strcmp(p->vars[v].name, m->y);
     it->val[vq__program_find_var(p, m->x)] = vq_tensor_retain(m->bx);
     it->val[vq__program_find_var(p, m->y)] = vq_tensor_retain(m->by);
 }
@@ -147,6 +157,7 @@ static void interp_free(struct interp *it)
     for (int v = 0; v < it->p->nvars; v++)
         vq_tensor_release(it->val[v]);
     free(it->val);
+    free(it->temp);
 }
 
 /* Ops [from, to) of block 0; persistable outputs are written in place,
@@ -171,13 +182,12 @@ static void interp_run(struct interp *it, int from, int to)
 }
 
 /* What user code does: the step's intermediate values are let go of once
- * its calls are made (all but the loss, the batch and the persistables). */
+ * its calls are made (all but the loss, the batch and the persistables;
+ * which vars those are is found once, in interp_init). */
 static void interp_drop(struct interp *it, int keep)
 {
     for (int v = 0; v < it->p->nvars; v++)
-        if (v != keep && !it->p->vars[v].persistable && it->val[v] &&
-            strcmp(it->p->vars[v].name, "x") && strcmp(it->p->vars[v].name, "y") &&
-            strcmp(it->p->vars[v].name, "label")) {
+        if (v != keep && it->temp[v] && it->val[v]) {
             vq_tensor_release(it->val[v]);
             it->val[v] = NULL;
         }
@@ -198,6 +208,8 @@ struct way {
     struct interp upd;  /* captured: main, for its adam ops */
     int loss;           /* var of it.p */
     int first_adam;     /* captured: the first adam op of main */
+    int param_var[4];   /* captured: the params' vars in fwd, */
+    int grad_var[4];    /* and their gradients' in main (looked up once) */
     int mode;           /* 0 executor, 1 eager, 2 captured */
     struct model *m;
     double record_s;    /* captured: time inside begin..end */
@@ -225,15 +237,12 @@ static float step(struct way *w)
     interp_run(&w->it, 0, w->it.p->blocks[0].nops);
     vq_tensor *params[4], *grads[4];
     for (int i = 0; i < m->nparams; i++)
-        params[i] = w->it.val[vq__program_find_var(w->it.p, m->params[i])];
+        params[i] = w->it.val[w->param_var[i]];
     CHECK(vq_capture_backward(engine, w->it.val[w->loss], params, m->nparams, grads));
     const vq_program *mp = w->upd.p;
     for (int i = 0; i < m->nparams; i++) { /* the gradients under main's names */
-        char name[64];
-        snprintf(name, sizeof name, "%s@GRAD", m->params[i]);
-        int v = vq__program_find_var(mp, name);
-        vq_tensor_release(w->upd.val[v]);
-        w->upd.val[v] = grads[i];
+        vq_tensor_release(w->upd.val[w->grad_var[i]]);
+        w->upd.val[w->grad_var[i]] = grads[i];
     }
     interp_run(&w->upd, w->first_adam, mp->blocks[0].nops);
     interp_drop(&w->it, w->loss);
@@ -263,6 +272,12 @@ static void way_init(struct way *w, struct model *m, int mode)
                 w->first_adam = k;
                 break;
             }
+        for (int i = 0; i < m->nparams; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s@GRAD", m->params[i]);
+            w->param_var[i] = vq__program_find_var(p, m->params[i]);
+            w->grad_var[i] = vq__program_find_var(mp, name);
+        }
     }
 }
 
@@ -276,17 +291,21 @@ static void way_free(struct way *w)
     vq_scope_free(w->s);
 }
 
+static int only_way = -1; /* --way: one way only (no loss checks) */
+
 static int bench_model(struct model *m, int steps, int reps)
 {
     static const char *names[3] = {"executor", "eager", "captured"};
-    double rate[3][64];
-    float last[3];
+    double rate[3][64] = {{0}};
+    float last[3] = {0};
     double rec_ns = 0, step_ns = 0;
     vq_capture_stats before, after;
     CHECK(vq_capture_get_stats(engine, &before));
     int ops = 0;
     for (int r = 0; r < reps; r++)
         for (int mode = 0; mode < 3; mode++) {
+            if (only_way >= 0 && mode != only_way)
+                continue;
             struct way w;
             way_init(&w, m, mode);
             step(&w); /* warm: plans and guards built */
@@ -313,8 +332,10 @@ static int bench_model(struct model *m, int steps, int reps)
     printf("%s: steps/s (median of %d x %d steps):", m->name, reps, steps);
     for (int mode = 0; mode < 3; mode++)
         printf(" %s %.0f", names[mode], med[mode]);
-    printf("\n  captured / executor %.2fx, captured / eager %.2fx\n", med[2] / med[0],
-           med[2] / med[1]);
+    printf("\n");
+    if (only_way < 0)
+        printf("  captured / executor %.2fx, captured / eager %.2fx\n", med[2] / med[0],
+               med[2] / med[1]);
     printf("  captured step: %d recorded calls; ns per call in the caller (record + guard + "
            "push) %.0f; ns per call of the whole step %.0f\n",
            ops, rec_ns, step_ns);
@@ -326,6 +347,8 @@ static int bench_model(struct model *m, int steps, int reps)
            (unsigned long long)(after.op_hits - before.op_hits),
            (unsigned long long)(after.ops_recorded - before.ops_recorded));
     printf("  last losses: executor %.9g eager %.9g captured %.9g\n", last[0], last[1], last[2]);
+    if (only_way >= 0)
+        return 0;
     if (memcmp(&last[1], &last[2], sizeof last[1])) {
         fprintf(stderr, "capture_bench: %s: the captured loss differs from the eager one\n",
                 m->name);
@@ -340,7 +363,9 @@ static int bench_model(struct model *m, int steps, int reps)
 
 int main(int argc, char **argv)
 {
-    int steps = 2000, reps = 5, workers = 2;
+    int steps = 2000, reps = 5, workers = 2, only_model = -1;
+    static const char *model_names[2] = {"seed", "mlp"},
+                      *way_names[3] = {"executor", "eager", "captured"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tiny")) {
             steps = 20;
@@ -351,8 +376,23 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--workers") && i + 1 < argc) {
             workers = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            i++;
+            for (int k = 0; k < 2; k++)
+                if (!strcmp(argv[i], model_names[k]))
+                    only_model = k;
+            if (only_model < 0)
+                return 2;
+        } else if (!strcmp(argv[i], "--way") && i + 1 < argc) {
+            i++;
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(argv[i], way_names[k]))
+                    only_way = k;
+            if (only_way < 0)
+                return 2;
         } else {
-            fprintf(stderr, "usage: capture_bench [--tiny] [--steps K] [--reps R] [--workers N]\n");
+            fprintf(stderr, "usage: capture_bench [--tiny] [--steps K] [--reps R] [--workers N] "
+                            "[--model seed|mlp] [--way executor|eager|captured]\n");
             return 2;
         }
     }
@@ -367,7 +407,8 @@ int main(int argc, char **argv)
     build_mlp(&models[1]);
     int rc = 0;
     for (int k = 0; k < 2; k++) {
-        rc |= bench_model(&models[k], k ? steps / 4 : steps, reps);
+        if (only_model < 0 || only_model == k)
+            rc |= bench_model(&models[k], k ? steps / 4 : steps, reps);
         vq_program_free(models[k].startup);
         vq_program_free(models[k].fwd);
         vq_program_free(models[k].main);

@@ -67,6 +67,11 @@ struct node {
     void *params;
     struct plan *plans;    /* plans ending here */
     struct recipe *recipes; /* vq_capture_backward recipes from here */
+    /* Per output: a CPU tensor of the output's meta that a run of a plan
+     * through here made as this call's output, used as a temporary and
+     * handed back when it ended (see spare_put), or NULL. The next call
+     * that matches this node takes it instead of making a tensor. */
+    _Atomic(vq_tensor *) *spare;
 };
 
 struct plan {
@@ -281,7 +286,8 @@ static struct node *node_new(struct cache *c, struct node *parent, const vq__op_
     size_t off_wire = (sizeof(struct node) + 15) & ~(size_t)15;
     size_t off_meta = (off_wire + nw * sizeof(int) + 15) & ~(size_t)15;
     size_t off_fresh = off_meta + nw * sizeof(vq__meta);
-    size_t off_params = (off_fresh + (size_t)nout + 15) & ~(size_t)15;
+    size_t off_spare = (off_fresh + (size_t)nout + 15) & ~(size_t)15;
+    size_t off_params = (off_spare + (size_t)nout * sizeof(vq_tensor *) + 15) & ~(size_t)15;
     char *mem = vq__calloc(1, off_params + d->params_size + 16);
     if (!mem)
         return NULL;
@@ -289,6 +295,9 @@ static struct node *node_new(struct cache *c, struct node *parent, const vq__op_
     n->wire = (int *)(mem + off_wire);
     n->meta = (vq__meta *)(mem + off_meta);
     n->fresh = (unsigned char *)(mem + off_fresh);
+    n->spare = (_Atomic(vq_tensor *) *)(mem + off_spare);
+    for (int j = 0; j < nout; j++)
+        atomic_init(&n->spare[j], NULL);
     n->params = mem + off_params;
     bool ok;
     n->attrs = attrs_copy(attrs, nattrs, &ok);
@@ -341,6 +350,8 @@ static void cache_unref(struct cache *c)
         next = n->all_next;
         attrs_free(n->attrs, n->nattrs);
         recipes_free(n->recipes);
+        for (int j = 0; j < n->nout; j++)
+            vq_tensor_release(atomic_load_explicit(&n->spare[j], memory_order_acquire));
         free(n);
     }
     free(c);
@@ -444,6 +455,19 @@ static void note_failure(vq_tensor *const *out, int nout)
     }
 }
 
+/* A temporary of a finished run (CPU, no var, no reference but the run's)
+ * becomes the spare of the node whose output it was, when that one is
+ * free; else it is released. Its bytes are left as they are: an output's
+ * bytes are uninitialized for the kernel, as a new tensor's. */
+static void spare_put(struct node *n, int j, vq_tensor *t)
+{
+    vq_tensor *none = NULL;
+    free(atomic_exchange_explicit(&t->fail_msg, NULL, memory_order_acq_rel));
+    if (!atomic_compare_exchange_strong_explicit(&n->spare[j], &none, t, memory_order_release,
+                                                 memory_order_relaxed))
+        vq_tensor_release(t);
+}
+
 /* hot path: the segment's kernels in order, no allocation of its own */
 static int run_exec(void *arg, const vq_exec_ctx *x)
 {
@@ -491,9 +515,21 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
         if (r->err[p->rw[i]])
             vq__var_fail(r->vars[i], r->err[p->rw[i]]);
     /* Temporaries (no var, no other reference) are freed here, in stream
-     * order on a GPU. The other tensors need no reference from the run: a
+     * order on a GPU; on the CPU they go back to the nodes that made them
+     * (spare_put). The other tensors need no reference from the run: a
      * tensor's storage is freed by an op on its var, which comes after
      * this one. */
+    for (int k = 0; !stream && k < p->nops; k++) {
+        struct node *n = p->ops[k];
+        for (int j = 0; j < n->nout; j++) {
+            int s = n->wire[n->nin + j];
+            if (n->fresh[j] && p->kinds[s] == K_NEW_TEMP && r->t[s] &&
+                r->t[s]->dev.kind == VQ_DEV_CPU) {
+                spare_put(n, j, r->t[s]);
+                r->t[s] = NULL;
+            }
+        }
+    }
     for (int s = 0; s < r->nslots; s++)
         if (p->kinds[s] == K_NEW_TEMP) {
             vq__tensor_release_on(r->t[s], stream);
@@ -694,10 +730,15 @@ static void hook_cut(vq_tensor *t, int cause)
 
 /* ---- recording ---- */
 
+/* hot path (a loop: shapes have few dims, a memcmp call costs more) */
 static bool meta_is(const vq__meta *m, const vq_tensor *t)
 {
-    return m->dtype == t->dtype && m->ndim == t->ndim &&
-           !memcmp(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+    if (m->dtype != t->dtype || m->ndim != t->ndim)
+        return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (m->shape[d] != t->shape[d])
+            return false;
+    return true;
 }
 
 static void meta_of(vq__meta *m, const vq_tensor *t)
@@ -763,13 +804,15 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
                   nout <= VQ__MAX_SLOTS && (!nin || in) && (!nout || out) &&
                   (nattrs == 0 || (nattrs > 0 && attrs));
     vq_ctx dev = {VQ_DEV_CPU, 0};
-    bool have_dev = false;
+    bool have_dev = false, other_engine = false;
     for (int i = 0; simple && i < nin + nout; i++) {
         vq_tensor *t = i < nin ? in[i] : out[i - nin];
         if (!t) {
             simple = i >= nin; /* a NULL input: the check says so */
             continue;
         }
+        vq_engine *owner = atomic_load_explicit(&t->engine, memory_order_relaxed);
+        other_engine |= owner && owner != e;
         if (!have_dev) {
             dev = t->dev;
             have_dev = true;
@@ -819,13 +862,15 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
             wire[nin + j] = next++;
     /* The guard: a node that matches this call exactly. */
     struct node *hit = NULL;
-    size_t wbytes = (size_t)(nin + nout) * sizeof(int);
     for (struct node *c = S->at->child; c && !hit; c = c->sibling) {
         if (c->nin != nin || c->nout != nout || c->nattrs != nattrs || !same_dev(c->dev, dev) ||
-            strcmp(c->def->type, type) ||
-            memcmp(c->wire, wire, wbytes) || (nout && memcmp(c->fresh, fresh, (size_t)nout)))
+            strcmp(c->def->type, type))
             continue;
         bool same = true;
+        for (int i = 0; i < nin + nout && same; i++)
+            same = c->wire[i] == wire[i];
+        for (int j = 0; j < nout && same; j++)
+            same = c->fresh[j] == fresh[j];
         for (int i = 0; i < nin && same; i++)
             same = meta_is(&c->meta[i], in[i]);
         for (int j = 0; j < nout && same; j++)
@@ -866,7 +911,7 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
     }
     /* A tensor of another engine fails as vq_op_run's does, after the check
      * (ops/registry.c: the first such input, then output, by its index). */
-    for (int i = 0; i < nin + nout; i++) {
+    for (int i = 0; other_engine && i < nin + nout; i++) {
         vq_tensor *t = i < nin ? in[i] : out[i - nin];
         vq_engine *owner = t ? atomic_load(&t->engine) : NULL;
         if (owner && owner != e) {
@@ -878,8 +923,12 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
     for (int j = 0; j < nout && rc == 0; j++) {
         if (!fresh[j])
             continue;
-        vq_tensor *t;
-        rc = vq__tensor_empty_on(&t, dev, om[j].dtype, om[j].ndim, om[j].shape, "vq_tensor_new");
+        vq_tensor *t = dev.kind == VQ_DEV_CPU
+                           ? atomic_exchange_explicit(&hit->spare[j], NULL, memory_order_acquire)
+                           : NULL;
+        if (!t)
+            rc =
+                vq__tensor_empty_on(&t, dev, om[j].dtype, om[j].ndim, om[j].shape, "vq_tensor_new");
         int s = rc == 0 ? slot_add(S, t, K_NEW, true) : rc;
         if (rc == 0 && s < 0) {
             vq_tensor_release(t);
@@ -891,9 +940,13 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
         return rc;
     }
     for (int j = 0; j < nout; j++) {
-        if (fresh[j])
-            out[j] = vq_tensor_retain(S->slot[wire[nin + j]]);
-        else if (S->kind[wire[nin + j]] == K_EXT_READ)
+        if (fresh[j]) {
+            /* The segment's reference and the caller's: nobody else has
+             * seen the tensor yet. */
+            vq_tensor *t = S->slot[wire[nin + j]];
+            atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
+            out[j] = t;
+        } else if (S->kind[wire[nin + j]] == K_EXT_READ)
             S->kind[wire[nin + j]] = K_EXT_WRITE;
     }
     S->dev = dev;

@@ -588,6 +588,56 @@ Test(capture, released_tensors_and_tensors_kept_across_segments)
     vq_engine_free(e);
 }
 
+/* A temporary of one step is handed to the same call of the next step
+ * (capture/capture.c, spare_put): the values, the errors and their
+ * messages must still be the eager ones, whether the reused tensor failed
+ * before, and whether the caller keeps it this time. */
+Test(capture, temporaries_reused_by_the_next_step_keep_eager_values_and_errors)
+{
+    vq_engine *e = engine(2);
+    int64_t s[1] = {3};
+    int32_t av[3] = {4, 5, 6}, good[3] = {2, 1, 3}, bad[3] = {2, 0, 3};
+    vq_tensor *a;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
+    for (int step = 0; step < 12; step++) {
+        bool fails = step % 2 == 1, keep_q = (step / 2) % 2 == 1;
+        vq_tensor *b, *q = NULL, *r = NULL;
+        cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, fails ? bad : good), 0);
+        cr_assert_eq(vq_capture_begin(e), 0);
+        cr_assert_eq(vq_op_run(e, "div", (vq_tensor *[]){a, b}, 2, &q, 1, NULL, 0), 0);
+        cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){q, a}, 2, &r, 1, NULL, 0), 0);
+        if (!keep_q) {
+            vq_tensor_release(q); /* a temporary: its storage goes back to the node */
+            q = NULL;
+        }
+        cr_assert_eq(vq_capture_end(e), 0);
+        if (fails) {
+            cr_assert_eq(vq_tensor_wait(r), VQ_EINVAL, "step %d", step);
+            cr_assert(strstr(vq_errmsg(), "depends on failed"), "%s", vq_errmsg());
+        } else {
+            cr_assert_eq(vq_tensor_wait(r), 0, "step %d: %s", step, vq_errmsg());
+            for (int i = 0; i < 3; i++)
+                cr_assert_eq(oc_get(r, i), av[i] / good[i] + av[i], "step %d", step);
+        }
+        if (q) {
+            int rc = vq_tensor_wait(q);
+            cr_assert_eq(rc, fails ? VQ_EINVAL : 0, "step %d", step);
+            if (fails)
+                cr_assert(strstr(vq_errmsg(), "division by zero"), "%s", vq_errmsg());
+            else
+                for (int i = 0; i < 3; i++)
+                    cr_assert_eq(oc_get(q, i), av[i] / good[i], "step %d", step);
+        }
+        vq_tensor_release(q);
+        vq_tensor_release(r);
+        vq_tensor_release(b);
+    }
+    vq_capture_stats st = cstats(e);
+    cr_assert_eq(st.plans_built, 2, "one plan with q a temporary, one with q kept");
+    vq_tensor_release(a);
+    vq_engine_free(e);
+}
+
 Test(capture, in_place_optimizer_updates_across_steps)
 {
     vq_engine *e0 = engine(2), *e1 = engine(2);

@@ -638,6 +638,115 @@ Test(capture, temporaries_reused_by_the_next_step_keep_eager_values_and_errors)
     vq_engine_free(e);
 }
 
+/* Independent large branches of one segment run on two workers (capture.c:
+ * waves); each branch keeps its order (a read before an in-place update
+ * of the same tensor, an update after the read), and the results, the
+ * errors and the messages are eager's to the bit. */
+struct branches {
+    vq_tensor *x, *w1, *w2, *iv, *den;
+};
+
+static void branches_make(struct branches *b, uint64_t seed)
+{
+    uint64_t rng = seed;
+    int64_t sh[2] = {64, 64};
+    b->x = oc_rand(&rng, VQ_F32, 2, sh, -1, 1);
+    b->w1 = oc_rand(&rng, VQ_F32, 2, sh, -1, 1);
+    b->w2 = oc_rand(&rng, VQ_F32, 2, sh, -1, 1);
+    b->iv = oc_rand(&rng, VQ_I32, 2, sh, 1, 9);
+    b->den = oc_rand(&rng, VQ_I32, 2, sh, 1, 5);
+}
+
+static void branches_free(struct branches *b)
+{
+    vq_tensor_release(b->x);
+    vq_tensor_release(b->w1);
+    vq_tensor_release(b->w2);
+    vq_tensor_release(b->iv);
+    vq_tensor_release(b->den);
+}
+
+/* One step; *sum and *r are the caller's. den gets a zero on failing steps. */
+static void branches_step(vq_engine *e, struct branches *b, bool fails, vq_tensor **sum,
+                          vq_tensor **r)
+{
+    vq_attr lr = VQ_ATTR_F("learning_rate", 0.0625), half = VQ_ATTR_F("scale", 0.5);
+    vq_tensor *a = NULL, *c = NULL, *ra = NULL, *sc = NULL, *q = NULL;
+    cr_assert_eq(vq_tensor_wait(b->den), 0);
+    oc_set(b->den, 77, fails ? 0 : 3);
+    *sum = *r = NULL;
+    cr_assert_eq(vq_op_run(e, "matmul", (vq_tensor *[]){b->x, b->w1}, 2, &a, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "matmul", (vq_tensor *[]){b->x, b->w2}, 2, &c, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "relu", &a, 1, &ra, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "scale", &c, 1, &sc, 1, &half, 1), 0);
+    cr_assert_eq(vq_op_run(e, "sgd", (vq_tensor *[]){b->w1, ra}, 2, &b->w1, 1, &lr, 1), 0);
+    cr_assert_eq(vq_op_run(e, "sgd", (vq_tensor *[]){b->w2, sc}, 2, &b->w2, 1, &lr, 1), 0);
+    cr_assert_eq(vq_op_run(e, "div", (vq_tensor *[]){b->iv, b->den}, 2, &q, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){q, b->iv}, 2, r, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){ra, sc}, 2, sum, 1, NULL, 0), 0);
+    vq_tensor_release(a);
+    vq_tensor_release(c);
+    vq_tensor_release(ra);
+    vq_tensor_release(sc);
+    vq_tensor_release(q);
+}
+
+/* Waits for x (eager) and y (captured), once each (a wait takes the var's
+ * error), and asserts the same result. */
+static void assert_same_bits(vq_tensor *x, vq_tensor *y, const char *what, int step)
+{
+    int rx = vq_tensor_wait(x);
+    char mx[256];
+    snprintf(mx, sizeof mx, "%s", rx ? vq_errmsg() : "");
+    int ry = vq_tensor_wait(y);
+    cr_assert_eq(rx, ry, "%s, step %d: eager %d (%s), captured %d (%s)", what, step, rx, mx, ry,
+                 ry ? vq_errmsg() : "");
+    if (rx) {
+        cr_assert_str_eq(mx, vq_errmsg(), "%s, step %d", what, step);
+        return;
+    }
+    cr_assert_eq(vq_tensor_nbytes(x), vq_tensor_nbytes(y));
+    cr_assert_eq(memcmp(vq_tensor_data(x), vq_tensor_data(y), vq_tensor_nbytes(x)), 0,
+                 "%s, step %d", what, step);
+}
+
+Test(capture, independent_branches_on_two_workers_give_the_eager_bits_and_errors)
+{
+    vq_engine *e0 = engine(2), *e1 = engine(2);
+    struct branches b0, b1;
+    branches_make(&b0, 42);
+    branches_make(&b1, 42);
+    for (int step = 0; step < 16; step++) {
+        bool fails = step % 3 == 2;
+        vq_tensor *sum0, *r0, *sum1, *r1;
+        branches_step(e0, &b0, fails, &sum0, &r0);
+        cr_assert_eq(vq_capture_begin(e1), 0);
+        branches_step(e1, &b1, fails, &sum1, &r1);
+        cr_assert_eq(vq_capture_end(e1), 0);
+        assert_same_bits(sum0, sum1, "sum", step);
+        if (fails) { /* the failure reaches r through q, a temporary */
+            cr_assert_eq(vq_tensor_wait(r0), VQ_EINVAL);
+            cr_assert(strstr(vq_errmsg(), "depends on failed"), "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_wait(r1), VQ_EINVAL, "step %d", step);
+            cr_assert(strstr(vq_errmsg(), "depends on failed"), "%s", vq_errmsg());
+        } else {
+            assert_same_bits(r0, r1, "r", step);
+        }
+        assert_same_bits(b0.w1, b1.w1, "w1", step);
+        assert_same_bits(b0.w2, b1.w2, "w2", step);
+        vq_tensor_release(sum0);
+        vq_tensor_release(r0);
+        vq_tensor_release(sum1);
+        vq_tensor_release(r1);
+    }
+    vq_capture_stats st = cstats(e1);
+    cr_assert_eq(st.cache_hits, 15);
+    branches_free(&b0);
+    branches_free(&b1);
+    vq_engine_free(e0);
+    vq_engine_free(e1);
+}
+
 Test(capture, in_place_optimizer_updates_across_steps)
 {
     vq_engine *e0 = engine(2), *e1 = engine(2);

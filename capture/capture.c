@@ -1425,9 +1425,13 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
             free(lp);
     }
     /* Replay: every gradient op recorded like a caller's call. */
-    vq_tensor **made = NULL;
-    if (rc == 0 && r->nnew && !(made = vq__calloc((size_t)r->nnew, sizeof *made)))
+    vq_tensor *made_buf[64], **made = NULL; /* on the stack for most steps */
+    if (rc == 0 && r->nnew && r->nnew <= 64) {
+        made = made_buf;
+        memset(made, 0, (size_t)r->nnew * sizeof *made);
+    } else if (rc == 0 && r->nnew && !(made = vq__calloc((size_t)r->nnew, sizeof *made))) {
         rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
+    }
     for (int k = 0; rc == 0 && k < r->nops; k++) {
         const struct rop *ro = &r->ops[k];
         vq_tensor *in[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
@@ -1445,7 +1449,8 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
         grads[i] = r->grads[i] >= 0 ? vq_tensor_retain(made[r->grads[i] - r->base]) : NULL;
     for (int i = 0; made && i < r->nnew; i++)
         vq_tensor_release(made[i]);
-    free(made);
+    if (made != made_buf)
+        free(made);
     if (ps != pslot)
         free(ps);
     pthread_mutex_unlock(&S->lock);

@@ -6,7 +6,10 @@
  * different threads cut each other), and threads read each other's tensors
  * (cuts from outside). At the end every private tensor and the counter must
  * hold exactly what serial execution gives; the threads exit while their
- * capture states are cached (their destructors run). Usage:
+ * capture states are cached (their destructors run). Then one segment
+ * with two independent large branches (run at once on two workers:
+ * capture/capture.c, waves) must give the bits of the same calls run
+ * eagerly on another engine, step after step. Usage:
  * capture_stress [iterations per thread]. */
 #include <varq/varq.h>
 
@@ -14,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define THREADS 4
 #define N 16
@@ -69,6 +73,68 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Two 64x64 matmul -> relu/scale -> in-place sgd branches; w[0], w[1] are
+ * updated in place, the returned sum is the caller's. */
+static vq_tensor *branches_step(vq_engine *e, vq_tensor *x, vq_tensor **w)
+{
+    vq_attr lr = VQ_ATTR_F("learning_rate", 0.0625), half = VQ_ATTR_F("scale", 0.5);
+    vq_tensor *a = NULL, *c = NULL, *ra = NULL, *sc = NULL, *sum = NULL;
+    int rc = vq_op_run(e, "matmul", (vq_tensor *[]){x, w[0]}, 2, &a, 1, NULL, 0);
+    rc |= vq_op_run(e, "matmul", (vq_tensor *[]){x, w[1]}, 2, &c, 1, NULL, 0);
+    rc |= vq_op_run(e, "relu", &a, 1, &ra, 1, NULL, 0);
+    rc |= vq_op_run(e, "scale", &c, 1, &sc, 1, &half, 1);
+    rc |= vq_op_run(e, "sgd", (vq_tensor *[]){w[0], ra}, 2, &w[0], 1, &lr, 1);
+    rc |= vq_op_run(e, "sgd", (vq_tensor *[]){w[1], sc}, 2, &w[1], 1, &lr, 1);
+    rc |= vq_op_run(e, "add", (vq_tensor *[]){ra, sc}, 2, &sum, 1, NULL, 0);
+    check(rc == 0, "branches call", -1);
+    vq_tensor_release(a);
+    vq_tensor_release(c);
+    vq_tensor_release(ra);
+    vq_tensor_release(sc);
+    return sum;
+}
+
+static int same_bits(vq_tensor *a, vq_tensor *b)
+{
+    return vq_tensor_wait(a) == 0 && vq_tensor_wait(b) == 0 &&
+           !memcmp(vq_tensor_data(a), vq_tensor_data(b), vq_tensor_nbytes(a));
+}
+
+static void branches(int steps)
+{
+    vq_engine *e[2];
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    vq_tensor *x[2], *w[2][2];
+    int64_t sh[2] = {64, 64};
+    float v[64 * 64];
+    for (int k = 0; k < 2; k++) {
+        check(vq_engine_new(&e[k], &o) == 0, "branches engine", -1);
+        for (int t = 0; t < 3; t++) {
+            for (int i = 0; i < 64 * 64; i++)
+                v[i] = (float)((i * 7 + t * 13) % 17) / 17.0f - 0.5f;
+            check(vq_tensor_from(t ? &w[k][t - 1] : &x[k], VQ_F32, 2, sh, v) == 0,
+                  "branches tensor", -1);
+        }
+    }
+    for (int step = 0; step < steps; step++) {
+        vq_tensor *eager = branches_step(e[0], x[0], w[0]);
+        check(vq_capture_begin(e[1]) == 0, "branches begin", -1);
+        vq_tensor *captured = branches_step(e[1], x[1], w[1]);
+        check(vq_capture_end(e[1]) == 0, "branches end", -1);
+        check(same_bits(eager, captured), "branches: sum differs from eager", -1);
+        check(same_bits(w[0][0], w[1][0]) && same_bits(w[0][1], w[1][1]),
+              "branches: weights differ from eager", -1);
+        vq_tensor_release(eager);
+        vq_tensor_release(captured);
+    }
+    for (int k = 0; k < 2; k++) {
+        vq_tensor_release(x[k]);
+        vq_tensor_release(w[k][0]);
+        vq_tensor_release(w[k][1]);
+        vq_engine_free(e[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -105,6 +171,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < THREADS; k++)
         vq_tensor_release(mine[k]);
     vq_engine_free(engine);
+    branches(iters / 10 + 5);
     int f = atomic_load(&failures);
     printf("capture_stress: %d threads x %d steps x 2 rounds, counter %lld: %s\n", THREADS, iters,
            got, f ? "FAILED" : "ok");

@@ -43,7 +43,6 @@
 #include <xxhash.h>
 
 #define MAX_PLANS 64    /* plans kept per state (LRU) */
-#define PAR_WORK 4096   /* elements an op's slots hold to be worth another worker */
 #define MAX_NODES 65536 /* nodes per cache before it is dropped and rebuilt */
 
 enum { FOREIGN = -1000 }; /* record: a tensor is another segment's (S->foreign) */
@@ -86,16 +85,6 @@ struct plan {
     struct node **ops;
     int *rw;               /* slots read (nreads), then written (nwrites) */
     int nreads, nwrites;
-    /* Waves (CPU): the ops by dependence level, each op after every op it
-     * depends on through a slot (reads after the write before it, writes
-     * after the reads and the write before them); a wave's ops touch no
-     * slot another of them writes. order[wave[w] .. wave[w + 1]) is wave
-     * w, in call order; par[w]: at least two of its ops are large enough
-     * (PAR_WORK) to run on two workers. nwaves 0: no wave is, and the ops
-     * run in call order. */
-    int nwaves;
-    int *order, *wave;
-    unsigned char *par;
 };
 
 struct cache {
@@ -415,66 +404,6 @@ static void lru_evict(struct cache *c)
     }
 }
 
-static int64_t slot_elems(const vq__meta *m)
-{
-    int64_t n = 1;
-    for (int d = 0; d < m->ndim && n < PAR_WORK; d++)
-        n *= m->shape[d] > 0 ? m->shape[d] : 0;
-    return n;
-}
-
-/* Sets p's waves (see struct plan). false: out of memory. */
-static bool plan_waves(struct plan *p)
-{
-    int nops = p->nops, nslots = p->nslots;
-    int *level = vq__malloc(((size_t)nops + 2 * (size_t)nslots + 1) * sizeof(int));
-    if (!level)
-        return false;
-    int *lw = level + nops, *lr = lw + nslots; /* per slot: last write's level, reads' max */
-    memset(lw, 0, 2 * (size_t)nslots * sizeof(int));
-    int nlevels = 0;
-    for (int k = 0; k < nops; k++) {
-        const struct node *n = p->ops[k];
-        int l = 0;
-        for (int i = 0; i < n->nin; i++)
-            l = lw[n->wire[i]] > l ? lw[n->wire[i]] : l;
-        for (int j = 0; j < n->nout; j++) {
-            int s = n->wire[n->nin + j];
-            l = lw[s] > l ? lw[s] : l;
-            l = lr[s] > l ? lr[s] : l;
-        }
-        level[k] = ++l;
-        for (int i = 0; i < n->nin; i++)
-            lr[n->wire[i]] = lr[n->wire[i]] > l ? lr[n->wire[i]] : l;
-        for (int j = 0; j < n->nout; j++)
-            lw[n->wire[n->nin + j]] = l;
-        nlevels = l > nlevels ? l : nlevels;
-    }
-    /* The waves in level order, each in call order (a counting sort). */
-    int at = 0;
-    bool any = false;
-    for (int l = 1; l <= nlevels; l++) {
-        int big = 0;
-        p->wave[l - 1] = at;
-        for (int k = 0; k < nops; k++) {
-            if (level[k] != l)
-                continue;
-            const struct node *n = p->ops[k];
-            int64_t work = 0;
-            for (int i = 0; i < n->nin + n->nout; i++)
-                work += slot_elems(&n->meta[i]);
-            big += work >= PAR_WORK;
-            p->order[at++] = k;
-        }
-        p->par[l - 1] = big >= 2;
-        any |= big >= 2;
-    }
-    p->wave[nlevels] = at;
-    p->nwaves = any ? nlevels : 0;
-    free(level);
-    return true;
-}
-
 /* The plan of the path ending at end with these slot kinds. */
 static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
                                const unsigned char *kinds)
@@ -484,20 +413,14 @@ static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
         nrw += kinds[s] != K_NEW_TEMP;
     size_t off_ops = (sizeof(struct plan) + 15) & ~(size_t)15;
     size_t off_rw = off_ops + (size_t)nops * sizeof(struct node *);
-    size_t off_order = off_rw + (size_t)nrw * sizeof(int);
-    size_t off_wave = off_order + (size_t)nops * sizeof(int);
-    size_t off_kinds = off_wave + ((size_t)nops + 1) * sizeof(int);
-    size_t off_par = off_kinds + (size_t)nslots;
-    char *mem = vq__calloc(1, off_par + (size_t)nops + 1);
+    size_t off_kinds = off_rw + (size_t)nrw * sizeof(int);
+    char *mem = vq__calloc(1, off_kinds + (size_t)nslots + 1);
     if (!mem)
         return NULL;
     struct plan *p = (struct plan *)mem;
     p->ops = (struct node **)(mem + off_ops);
     p->rw = (int *)(mem + off_rw);
-    p->order = (int *)(mem + off_order);
-    p->wave = (int *)(mem + off_wave);
     p->kinds = (unsigned char *)(mem + off_kinds);
-    p->par = (unsigned char *)(mem + off_par);
     memcpy(p->kinds, kinds, (size_t)nslots);
     p->nslots = nslots;
     p->nops = nops;
@@ -511,10 +434,6 @@ static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
     for (int s = 0; s < nslots; s++)
         if (kinds[s] == K_EXT_WRITE || kinds[s] == K_NEW_KEEP)
             p->rw[p->nreads + p->nwrites++] = s;
-    if (end->dev.kind == VQ_DEV_CPU && !plan_waves(p)) {
-        free(mem);
-        return NULL;
-    }
     atomic_init(&p->refs, 1);
     p->next_at_end = end->plans;
     end->plans = p;
@@ -549,63 +468,7 @@ static void spare_put(struct node *n, int j, vq_tensor *t)
         vq_tensor_release(t);
 }
 
-/* hot path: one call's kernel, or its skip as the engine skips an op (the
- * first failed slot among its writes, then its reads). */
-static void run_op(struct run *r, const struct node *n, const vq_exec_ctx *x)
-{
-    const int *w = n->wire;
-    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
-    int skip = 0;
-    for (int j = 0; j < n->nout; j++) {
-        out[j] = r->t[w[n->nin + j]];
-        if (!skip)
-            skip = r->err[w[n->nin + j]];
-    }
-    for (int i = 0; i < n->nin; i++) {
-        in[i] = r->t[w[i]];
-        if (!skip)
-            skip = r->err[w[i]];
-    }
-    int err = skip;
-    if (!skip) {
-        vq__kcall kc = {.def = n->def,
-                        .params = n->params,
-                        .in = in,
-                        .nin = n->nin,
-                        .out = out,
-                        .nout = n->nout,
-                        .x = x};
-        err = vq__kernel_run(&kc, x->ctx);
-        if (err)
-            note_failure(out, n->nout);
-    }
-    if (err) {
-        for (int j = 0; j < n->nout; j++)
-            if (!r->err[w[n->nin + j]])
-                r->err[w[n->nin + j]] = err;
-        vq__engine_note_fail(r->e, err);
-    }
-}
-
-struct wave_arg {
-    struct run *r;
-    const vq_exec_ctx *x;
-    const int *ops; /* indices into the plan's ops */
-};
-
-/* A chunk of a wave: one op, on whichever worker took it. The wave's ops
- * share no written slot, so their r->err and r->t entries are disjoint. */
-static int wave_chunk(void *arg, int64_t lo, int64_t hi, int slot)
-{
-    (void)slot;
-    struct wave_arg *a = arg;
-    for (int64_t k = lo; k < hi; k++)
-        run_op(a->r, a->r->plan->ops[a->ops[k]], a->x);
-    return 0;
-}
-
-/* hot path: the segment's kernels (in call order, or wave by wave with
- * the large waves on the idle workers), no allocation of its own */
+/* hot path: the segment's kernels in order, no allocation of its own */
 static int run_exec(void *arg, const vq_exec_ctx *x)
 {
     struct run *r = arg;
@@ -616,18 +479,37 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
     /* The errors the vars carry now (the op runs even so: RUN_ON_FAILED). */
     for (int i = 0; i < nrw; i++)
         r->err[p->rw[i]] = vq__var_error(r->vars[i]);
-    if (!stream && p->nwaves && vq__parallel_slots() > 1) {
-        for (int w = 0; w < p->nwaves; w++) {
-            struct wave_arg a = {.r = r, .x = x, .ops = p->order + p->wave[w]};
-            int n = p->wave[w + 1] - p->wave[w];
-            if (p->par[w])
-                vq__parallel_for(n, 1, wave_chunk, &a);
-            else
-                wave_chunk(&a, 0, n, 0);
+    vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
+    for (int k = 0; k < p->nops; k++) {
+        const struct node *n = p->ops[k];
+        const int *w = n->wire;
+        /* skipped as the engine skips an op: the first failed var among its
+         * writes, then its reads */
+        int skip = 0;
+        for (int j = 0; j < n->nout; j++) {
+            out[j] = r->t[w[n->nin + j]];
+            if (!skip)
+                skip = r->err[w[n->nin + j]];
         }
-    } else {
-        for (int k = 0; k < p->nops; k++)
-            run_op(r, p->ops[k], x);
+        for (int i = 0; i < n->nin; i++) {
+            in[i] = r->t[w[i]];
+            if (!skip)
+                skip = r->err[w[i]];
+        }
+        int err = skip;
+        if (!skip) {
+            vq__kcall kc = {.def = n->def, .params = n->params, .in = in, .nin = n->nin,
+                            .out = out, .nout = n->nout, .x = x};
+            err = vq__kernel_run(&kc, x->ctx);
+            if (err)
+                note_failure(out, n->nout);
+        }
+        if (err) {
+            for (int j = 0; j < n->nout; j++)
+                if (!r->err[w[n->nin + j]])
+                    r->err[w[n->nin + j]] = err;
+            vq__engine_note_fail(r->e, err);
+        }
     }
     for (int i = p->nreads; i < nrw; i++)
         if (r->err[p->rw[i]])

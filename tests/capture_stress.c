@@ -7,9 +7,9 @@
  * (cuts from outside). At the end every private tensor and the counter must
  * hold exactly what serial execution gives; the threads exit while their
  * capture states are cached (their destructors run). Then one segment
- * with two independent large branches (run at once on two workers:
- * capture/capture.c, waves) must give the bits of the same calls run
- * eagerly on another engine, step after step. Usage:
+ * with two independent large branches (which eager runs at once on two
+ * workers) must give the bits of the same calls run eagerly on another
+ * engine, step after step. Usage:
  * capture_stress [iterations per thread]. */
 #include <varq/varq.h>
 

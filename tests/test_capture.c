@@ -638,10 +638,11 @@ Test(capture, temporaries_reused_by_the_next_step_keep_eager_values_and_errors)
     vq_engine_free(e);
 }
 
-/* Independent large branches of one segment run on two workers (capture.c:
- * waves); each branch keeps its order (a read before an in-place update
- * of the same tensor, an update after the read), and the results, the
- * errors and the messages are eager's to the bit. */
+/* Independent large branches in one segment, on an engine with two
+ * workers (eager overlaps them): each branch keeps its order (a read
+ * before an in-place update of the same tensor, an update after the
+ * read), and the results, the errors and the messages are eager's to the
+ * bit. */
 struct branches {
     vq_tensor *x, *w1, *w2, *iv, *den;
 };
@@ -710,7 +711,7 @@ static void assert_same_bits(vq_tensor *x, vq_tensor *y, const char *what, int s
                  "%s, step %d", what, step);
 }
 
-Test(capture, independent_branches_on_two_workers_give_the_eager_bits_and_errors)
+Test(capture, independent_branches_with_two_workers_give_the_eager_bits_and_errors)
 {
     vq_engine *e0 = engine(2), *e1 = engine(2);
     struct branches b0, b1;

@@ -13,12 +13,7 @@
  * temporary is instead kept, one per call output, for the same output of
  * the next call that matches the same node, until the cache is dropped:
  * it counts as live in vq_mem_stats meanwhile). The kernels run in call
- * order along each dependence chain (a call runs after every earlier call
- * that writes what it reads or reads or writes what it writes); on the
- * CPU, calls that depend on nothing between them and are large enough
- * (over 4,096 elements in their tensors, two at least at the same depth)
- * run at the same time on the engine's idle workers, as eager calls
- * would.
+ * order, on one worker.
  *
  * The segment's structure (op types, attributes, dtypes, shapes, and which
  * tensor feeds which slot) is its guard, built incrementally as a path in
@@ -51,8 +46,7 @@
  * with respect to other threads' work on the same tensors (their calls cut
  * the segment first). What differs: recorded calls reach the engine at the
  * cut, so vq_wait_all does not wait for calls still recorded, and the
- * segment's small independent calls run one after another on one
- * worker.
+ * segment's kernels run one after another on one worker.
  *
  * Thread-safety: capture state is per thread and per engine; functions
  * here act on the calling thread's state for e. Cuts caused by other

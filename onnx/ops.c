@@ -330,8 +330,23 @@ static int t_sqrt(struct ox *x) { return unary(x, "sqrt"); }
 static int t_reciprocal(struct ox *x) { return unary(x, "reciprocal"); }
 static int t_erf(struct ox *x) { return unary(x, "erf"); }
 
-/* Pow(X, Y) with Y a known scalar: power (Y = 1 is a copy); else the
- * broadcasting pow of X and Y, Y cast to X's type first. */
+/* *v cast to dtype (a new value), unless it has that type. */
+static int cast_to(struct ox *x, struct ox_val **v, vq_dtype dtype)
+{
+    if ((*v)->meta.dtype == dtype)
+        return 0;
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(dtype));
+    const char *temp = NULL;
+    return ox_emit(x, "cast", v, 1, &temp, 1, &c, 1, v);
+}
+
+/* Pow(X, Y), the output of X's type. Float X: with Y a known scalar,
+ * power; else the broadcasting pow of X and Y, Y cast to X's type first.
+ * Integer X (opset 12's mixed types): with an integer Y, the integer pow
+ * of the two (both cast to int64 when their types differ, the result cast
+ * back: the same wrapped value); with a float Y, pow in double (numpy's
+ * promotion of the reference), cast back to X's type (truncating, as
+ * numpy's astype). */
 static int t_pow(struct ox *x)
 {
     struct ox_val *v, *e;
@@ -342,17 +357,24 @@ static int t_pow(struct ox *x)
         rc = need_out0(x);
     if (rc)
         return rc;
-    if (!is_float(v->meta.dtype))
-        return ox_fail(x, VQ_ENOSYS, "Pow of %s: X's element type must be float or double",
-                       vq_dtype_name(v->meta.dtype));
     const char *o = out0(x);
+    if (!is_float(v->meta.dtype)) {
+        vq_dtype xt = v->meta.dtype, wide = is_float(e->meta.dtype)          ? VQ_F64
+                                            : e->meta.dtype != v->meta.dtype ? VQ_I64
+                                                                             : xt;
+        if (wide == xt)
+            return ox_emit(x, "pow", (struct ox_val *[]){v, e}, 2, &o, 1, NULL, 0, NULL);
+        struct ox_val *p;
+        const char *temp = NULL;
+        vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(xt));
+        if ((rc = cast_to(x, &v, wide)) < 0 || (rc = cast_to(x, &e, wide)) < 0 ||
+            (rc = ox_emit(x, "pow", (struct ox_val *[]){v, e}, 2, &temp, 1, NULL, 0, &p)) < 0)
+            return rc;
+        return ox_emit(x, "cast", &p, 1, &o, 1, &c, 1, NULL);
+    }
     if (!e->konst || e->konst->numel != 1) {
-        if (e->meta.dtype != v->meta.dtype) {
-            vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(v->meta.dtype));
-            const char *temp = NULL;
-            if ((rc = ox_emit(x, "cast", &e, 1, &temp, 1, &c, 1, &e)) < 0)
-                return rc;
-        }
+        if ((rc = cast_to(x, &e, v->meta.dtype)) < 0)
+            return rc;
         return ox_emit(x, "pow", (struct ox_val *[]){v, e}, 2, &o, 1, NULL, 0, NULL);
     }
     vq_attr a = VQ_ATTR_F("exponent", first_value(e->konst));

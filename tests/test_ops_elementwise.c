@@ -61,8 +61,8 @@ Test(ops_elementwise, binary_ops_match_numpy_broadcasting_in_every_dtype)
             check_op(ops[i], dts[j]);
 }
 
-/* pow (ONNX's Pow with a tensor exponent): X^Y with broadcasting, floats
- * only; its gradients Y X^(Y-1) and X^Y ln X against finite differences
+/* pow (ONNX's Pow with a tensor exponent): X^Y with broadcasting, floats;
+ * its gradients Y X^(Y-1) and X^Y ln X against finite differences
  * (positive bases). */
 Test(ops_elementwise, pow_raises_x_to_y_with_broadcasting_and_its_gradients_match)
 {
@@ -88,13 +88,49 @@ Test(ops_elementwise, pow_raises_x_to_y_with_broadcasting_and_its_gradients_matc
             vq_tensor_release(in[1]);
         }
     }
-    int64_t two = 2;
-    vq_tensor *ints[2] = {oc_rand(&rng, VQ_I32, 1, &two, 1, 3),
-                          oc_rand(&rng, VQ_I32, 1, &two, 1, 3)};
-    cr_assert_eq(oc_try("pow", ints, 2, 1, NULL, 0), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "i32"), "%s", vq_errmsg());
-    vq_tensor_release(ints[0]);
-    vq_tensor_release(ints[1]);
+}
+
+/* Integer pow: exact powers (wrapping like the multiplications they are),
+ * negative exponents truncated (1 and -1 keep a magnitude of 1), 0 to a
+ * negative power an error naming the element. */
+Test(ops_elementwise, integer_pow_is_exact_wraps_and_truncates_negative_exponents)
+{
+    int64_t six = 6, one = 1;
+    double x[6] = {3, -2, 7, 1, -1, 2}, y[6] = {4, 5, 0, -3, -3, -1};
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_I64 : VQ_I32;
+        vq_tensor *in[2] = {oc_from(dt, 1, &six, x), oc_from(dt, 1, &six, y)};
+        vq_tensor *o = oc_run1("pow", in, 2, NULL, 0);
+        double want[6] = {81, -32, 1, 1, -1, 0};
+        oc_assert_close(o, 1, &six, want, 0, 0);
+        vq_tensor_release(o);
+        vq_tensor_release(in[0]);
+        vq_tensor_release(in[1]);
+        /* broadcast scalar exponent; 3^40 wraps as the multiplications do */
+        double b[1] = {40};
+        in[0] = oc_from(dt, 1, &six, x);
+        in[1] = oc_from(dt, 1, &one, b);
+        o = oc_run1("pow", in, 2, NULL, 0);
+        const void *od = vq_tensor_data(o);
+        uint64_t w = 1;
+        for (int k = 0; k < 40; k++)
+            w *= 3;
+        if (dt == VQ_I64)
+            cr_assert_eq(((const int64_t *)od)[0], (int64_t)w);
+        else
+            cr_assert_eq(((const int32_t *)od)[0], (int32_t)(uint32_t)w);
+        vq_tensor_release(o);
+        vq_tensor_release(in[0]);
+        vq_tensor_release(in[1]);
+        double zx[3] = {2, 0, 0}, zy[3] = {1, 2, -1};
+        int64_t three = 3;
+        in[0] = oc_from(dt, 1, &three, zx);
+        in[1] = oc_from(dt, 1, &three, zy);
+        cr_assert_eq(oc_try("pow", in, 2, 1, NULL, 0), VQ_EINVAL);
+        cr_assert(strstr(vq_errmsg(), "negative power at output element 2"), "%s", vq_errmsg());
+        vq_tensor_release(in[0]);
+        vq_tensor_release(in[1]);
+    }
 }
 
 Test(ops_elementwise, integer_division_by_zero_is_an_error)

@@ -235,7 +235,8 @@ static void case_elementwise_grad(struct run *r)
 
 /* pow of a positive base (a negative one with a fractional exponent is
  * NaN on both sides), computed in double on both: CLOSE, as the device's
- * pow and log need not round as glibc's do. Its gradients alike. */
+ * pow and log need not round as glibc's do. Its gradients alike. Integer
+ * pow (wrapping: exponents up to 40) bit for bit. */
 static void case_pow(struct run *r)
 {
     for (int d = 0; d < N_OF(floats); d++)
@@ -245,6 +246,13 @@ static void case_pow(struct run *r)
             describe(r, "%s, shape pair %d", vq_dtype_name(dt), s);
             vq_tensor *in[2] = {rnd(r, dt, 0.25, 2, p->nx, p->x), rnd(r, dt, -2, 2, p->ny, p->y)};
             check(r, in, 2, 1, NULL, 0, CLOSE);
+            for (int i = 0; i < 2; i++) { /* integers (exponents >= 0): EXACT */
+                vq_dtype it = i ? VQ_I64 : VQ_I32;
+                describe(r, "%s, shape pair %d", vq_dtype_name(it), s);
+                vq_tensor *n[2] = {rnd(r, it, -20, 20, p->nx, p->x),
+                                   rnd(r, it, 0, 40, p->ny, p->y)};
+                check(r, n, 2, 1, NULL, 0, EXACT);
+            }
             for (int wrt = 0; wrt < 2; wrt++) {
                 describe(r, "pow's gradient wrt %d, %s, shape pair %d", wrt, vq_dtype_name(dt), s);
                 vq_tensor *g[3] = {rnd(r, dt, -2, 2, p->nz, p->z), rnd(r, dt, 0.25, 2, p->nx, p->x),
@@ -1520,6 +1528,11 @@ Test(ops_gpu_kernels, integer_division_by_zero_fails_with_the_cpu_message)
     cr_assert_eq(vq_tensor_from(&in[0], VQ_I64, DIMS(2), mx), 0);
     cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, DIMS(2), my), 0);
     same_failure("div", in, 2, 1, NULL, 0);
+    /* integer pow: 0 to a negative power, at element 2 */
+    int32_t px[4] = {2, -1, 0, 0}, py[4] = {3, -3, -1, -2};
+    cr_assert_eq(vq_tensor_from(&in[0], VQ_I32, DIMS(4), px), 0);
+    cr_assert_eq(vq_tensor_from(&in[1], VQ_I32, DIMS(4), py), 0);
+    same_failure("pow", in, 2, 1, NULL, 0);
 }
 
 Test(ops_gpu_kernels, labels_out_of_range_fail_with_the_cpu_message)

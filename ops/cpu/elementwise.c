@@ -1,10 +1,13 @@
-/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div, and
- * pow for floats), scale, and the gradient op of the five binary ones.
+/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div, pow),
+ * scale, and the gradient op of the five binary ones (floats).
  *
  * Kernels walk the output in rows (broadcast.c) and run one tight loop per
  * row whose inputs each step by 0 or 1. Integer arithmetic wraps (it is done
  * in unsigned types: signed overflow would be undefined); integer division
- * by zero is an error of the op, not a crash. */
+ * by zero is an error of the op, not a crash. Integer pow multiplies by
+ * squaring (wrapping too); a negative exponent gives the truncated
+ * quotient 1 / x^-y (1 or -1 for x = 1 or -1, else 0), and 0 to a
+ * negative power is an error like division by zero. */
 #include "../ops_internal.h"
 #include "../params.h"
 
@@ -19,9 +22,7 @@ static const char *const out_slot[] = {"Out"};
 static int binary_infer(vq__infer *c)
 {
     int rc;
-    if ((rc = vq__check_dtype(c, 0, c->def->code == VQ__BINARY_POW ? VQ__FLOATS : VQ__NUMERIC)) <
-            0 ||
-        (rc = vq__check_same_dtype(c, 0, 1)) < 0)
+    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
     c->out[0].dtype = c->in[0].dtype;
     ((vq__binary_params *)c->params)->op = c->def->code;
@@ -81,37 +82,60 @@ struct rows {
         }                                                                                 \
     }
 
-#define INT_ROW(T, U, MIN)                                                                  \
-    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n,         \
-                        int64_t xs, int64_t ys)                                            \
-    {                                                                                      \
-        struct rows *r = user;                                                             \
-        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                      \
-        T *o = (T *)r->out + oo;                                                           \
-        switch (r->op) {                                                                   \
-        case VQ__BINARY_ADD:                                                               \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);      \
-            break;                                                                         \
-        case VQ__BINARY_SUB:                                                               \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);      \
-            break;                                                                         \
-        case VQ__BINARY_MUL:                                                               \
-            for (int64_t i = 0; i < n; i++) o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);      \
-            break;                                                                         \
-        default:                                                                           \
-            for (int64_t i = 0; i < n; i++) {                                              \
-                T a = x[i * xs], b = y[i * ys];                                            \
-                if (b == 0 || (a == MIN && b == -1)) {                                     \
-                    if (!r->err) {                                                         \
-                        r->err = 1;                                                        \
-                        r->bad = oo + i;                                                   \
-                    }                                                                      \
-                    o[i] = 0;                                                              \
-                } else {                                                                   \
-                    o[i] = a / b;                                                          \
-                }                                                                          \
-            }                                                                              \
-        }                                                                                  \
+#define INT_ROW(T, U, MIN)                                                                     \
+    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n, int64_t xs, \
+                        int64_t ys)                                                            \
+    {                                                                                          \
+        struct rows *r = user;                                                                 \
+        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                          \
+        T *o = (T *)r->out + oo;                                                               \
+        switch (r->op) {                                                                       \
+        case VQ__BINARY_ADD:                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);                                       \
+            break;                                                                             \
+        case VQ__BINARY_SUB:                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);                                       \
+            break;                                                                             \
+        case VQ__BINARY_MUL:                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                    \
+                o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);                                       \
+            break;                                                                             \
+        case VQ__BINARY_POW:                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T a = x[i * xs], b = y[i * ys];                                                \
+                if (b < 0) {                                                                   \
+                    if (a == 0 && !r->err) {                                                   \
+                        r->err = 1;                                                            \
+                        r->bad = oo + i;                                                       \
+                    }                                                                          \
+                    o[i] = a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;                      \
+                    continue;                                                                  \
+                }                                                                              \
+                U base = (U)a, p = 1;                                                          \
+                for (U e = (U)b; e; e >>= 1) {                                                 \
+                    if (e & 1)                                                                 \
+                        p *= base;                                                             \
+                    base *= base;                                                              \
+                }                                                                              \
+                o[i] = (T)p;                                                                   \
+            }                                                                                  \
+            break;                                                                             \
+        default:                                                                               \
+            for (int64_t i = 0; i < n; i++) {                                                  \
+                T a = x[i * xs], b = y[i * ys];                                                \
+                if (b == 0 || (a == MIN && b == -1)) {                                         \
+                    if (!r->err) {                                                             \
+                        r->err = 1;                                                            \
+                        r->bad = oo + i;                                                       \
+                    }                                                                          \
+                    o[i] = 0;                                                                  \
+                } else {                                                                       \
+                    o[i] = a / b;                                                              \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
     }
 
 FLOAT_ROW(float)
@@ -159,7 +183,10 @@ static int binary_kernel(const vq__kcall *k)
         vq__bcast_rows(&b, &r, row);
     }
     if (r.err)
-        return vq__op_fail(k->def, "integer division by zero (or overflow) at output element %lld",
+        return vq__op_fail(k->def,
+                           p->op == VQ__BINARY_POW
+                               ? "integer 0 to a negative power at output element %lld"
+                               : "integer division by zero (or overflow) at output element %lld",
                            (long long)r.bad);
     return 0;
 }

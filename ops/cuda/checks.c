@@ -89,7 +89,7 @@ int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_che
     c->defer = k->defer;
     c->defer_user = k->defer_user;
     c->defer_tag = k->defer_tag;
-    if (kind == VQ__CUDA_CHECK_DIV || kind == VQ__CUDA_CHECK_LABEL ||
+    if (kind == VQ__CUDA_CHECK_DIV || kind == VQ__CUDA_CHECK_POW || kind == VQ__CUDA_CHECK_LABEL ||
         kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_FINITE) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = vq__cuda_op_called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
@@ -113,6 +113,9 @@ static int check_run(void *arg)
     int rc = 0;
     if (c->kind == VQ__CUDA_CHECK_DIV && f->bad != ULLONG_MAX)
         rc = vq__op_fail(c->def, "integer division by zero (or overflow) at output element %lld",
+                         (long long)f->bad);
+    else if (c->kind == VQ__CUDA_CHECK_POW && f->bad != ULLONG_MAX)
+        rc = vq__op_fail(c->def, "integer 0 to a negative power at output element %lld",
                          (long long)f->bad);
     else if (c->kind == VQ__CUDA_CHECK_LABEL && f->bad != ULLONG_MAX)
         rc = vq__op_fail(c->def, "label %lld at row %lld is outside [0, %lld)", f->label,

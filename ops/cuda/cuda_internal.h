@@ -56,7 +56,8 @@ enum {
     VQ__CUDA_CHECK_ADAM,
     VQ__CUDA_CHECK_INDEX,
     VQ__CUDA_CHECK_LR_SCHEDULE,
-    VQ__CUDA_CHECK_FINITE
+    VQ__CUDA_CHECK_FINITE,
+    VQ__CUDA_CHECK_POW
 };
 
 /* One checked call's check, from its device's pool (checks.c). */

@@ -1,4 +1,4 @@
-/* CUDA kernels for the one-thread-per-element ops: binary add/sub/mul/div
+/* CUDA kernels for the one-thread-per-element ops: binary add/sub/mul/div/pow
  * with broadcasting, their gradient elementwise_grad (one thread per
  * element of the gradient, summing over the broadcast dims) and scale
  * (ops/cpu/elementwise.c), relu/sigmoid/tanh and their gradients
@@ -11,6 +11,7 @@
 #include "../rng_shared.h" /* vq__philox, vq__bits53 */
 
 #include <stdint.h>
+#include <type_traits>
 
 /* ---- why the last launch failed ---- */
 
@@ -68,7 +69,23 @@ __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n,
         case VQ__CUDA_ADD: r = (T)((U)a + (U)c); break;
         case VQ__CUDA_SUB: r = (T)((U)a - (U)c); break;
         case VQ__CUDA_MUL: r = (T)((U)a * (U)c); break;
-        case VQ__CUDA_POW: r = (T)pow((double)a, (double)c); break; /* floats only */
+        case VQ__CUDA_POW:
+            if constexpr (!std::is_integral<T>::value) {
+                r = (T)pow((double)a, (double)c);
+            } else if (c < 0) { /* elementwise.c's integer pow */
+                if (a == 0 && bad_at)
+                    atomicMin(bad_at, (unsigned long long)o);
+                r = a == 1 ? (T)1 : a == (T)-1 ? ((c & 1) ? (T)-1 : (T)1) : (T)0;
+            } else {
+                U base = (U)a, p = 1;
+                for (U e = (U)c; e; e >>= 1) {
+                    if (e & 1)
+                        p *= base;
+                    base *= base;
+                }
+                r = (T)p;
+            }
+            break;
         default:
             if (is_int<T>() && (c == 0 || (a == min_of<T>() && c == (T)-1))) {
                 if (bad_at)
@@ -88,8 +105,7 @@ extern "C" int vq__cuda_binary(int op, int dtype, const void *x, const void *y, 
                                const int64_t *ystride, unsigned long long *bad_at,
                                void *stream)
 {
-    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || ndim < 0 || ndim > VQ_MAX_DIMS ||
-        (op == VQ__CUDA_POW && dtype != VQ_F32 && dtype != VQ_F64))
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || ndim < 0 || ndim > VQ_MAX_DIMS)
         return VQ_EINVAL;
     bcast b;
     b.ndim = ndim;

@@ -117,12 +117,16 @@ static int binary_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
     vq__bcast b;
     vq__bcast_init(&b, out, x, y);
-    if (p->op != VQ__BINARY_DIV || (out->dtype != VQ_I32 && out->dtype != VQ_I64))
+    if ((p->op != VQ__BINARY_DIV && p->op != VQ__BINARY_POW) ||
+        (out->dtype != VQ_I32 && out->dtype != VQ_I64))
         return launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,
                                            b.shape, b.stride[0], b.stride[1], NULL, l->s));
-    /* Integer division: a zero divisor is found on the device. */
+    /* Integer division or pow: a zero divisor (0 to a negative power) is
+     * found on the device. */
     struct vq__cuda_check *c;
-    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_DIV, &c);
+    int rc =
+        vq__cuda_check_begin(l, p->op == VQ__BINARY_DIV ? VQ__CUDA_CHECK_DIV : VQ__CUDA_CHECK_POW,
+                             &c);
     if (rc < 0)
         return rc;
     rc = launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data, b.ndim,

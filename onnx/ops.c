@@ -1094,10 +1094,83 @@ static int t_if(struct ox *x)
     return rc;
 }
 
+/* Whether body output 0 (cond_out) is body input 1 (cond_in), directly or
+ * through Identity nodes. */
+static bool cond_passes_through(const Onnx__GraphProto *g)
+{
+    const char *name = g->output[0]->name, *in = g->input[1]->name;
+    for (size_t hops = 0; name && hops <= g->n_node; hops++) {
+        if (in && !strcmp(name, in))
+            return true;
+        const char *from = NULL;
+        for (size_t i = 0; i < g->n_node && !from; i++) {
+            const Onnx__NodeProto *nd = g->node[i];
+            if (nd->n_output >= 1 && nd->output[0] && !strcmp(nd->output[0], name))
+                from = nd->op_type && !strcmp(nd->op_type, "Identity") && nd->n_input == 1
+                           ? nd->input[0]
+                           : "";
+        }
+        if (!from || !*from)
+            return false;
+        name = from;
+    }
+    return false;
+}
+
+/* The scan outputs' buffers in the body: for each scan value v (body
+ * output 1 + nv + s), buffer input b_in [M, v's shape] (bin[nv + 2 + s])
+ * and b_out = where(arange(M) == iter, v, b_in) (bout[nv + 2 + s]): row
+ * iter of the buffer becomes v. Their metas go to bm. */
+static int scan_rows(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan, int64_t m,
+                     struct ox_val *iter_in, const char **bin, const char **bout, vq__meta *bm)
+{
+    int rc = 0;
+    for (int s = 0; s < nscan && rc == 0; s++) {
+        const char *nm = g->output[1 + nv + s]->name;
+        struct ox_val *v = nm ? ox_find(x, nm) : NULL, *b_in, *ar, *mask, *b_out, *own;
+        if (!v)
+            return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node", nm ? nm : "");
+        if (v->meta.ndim + 1 > VQ_MAX_DIMS)
+            return ox_fail(x, VQ_ENOSYS, "scan output %d has %d dims, more than %d", s,
+                           v->meta.ndim + 1, VQ_MAX_DIMS);
+        vq__meta *b = &bm[s];
+        *b = v->meta;
+        b->ndim = v->meta.ndim + 1;
+        b->shape[0] = m;
+        memcpy(b->shape + 1, v->meta.shape, (size_t)v->meta.ndim * sizeof(int64_t));
+        int64_t ashape[VQ_MAX_DIMS];
+        for (int d = 0; d < b->ndim; d++)
+            ashape[d] = d ? 1 : m;
+        char name[300];
+        snprintf(name, sizeof name, "%s@scan%d", nm, x->ntemps++);
+        vq_tensor *t;
+        if ((rc = ox_block_var(x, name, b, &b_in)) < 0 ||
+            (rc = vq_tensor_new(&t, VQ_I64, b->ndim, ashape)) < 0)
+            return rc;
+        int64_t *a = vq_tensor_data(t);
+        for (int64_t i = 0; i < m; i++)
+            a[i] = i;
+        bin[nv + 2 + s] = b_in->var;
+        if ((rc = ox_const(x, NULL, t, &ar)) < 0 ||
+            (rc = ox_emit(x, "equal", (struct ox_val *[]){ar, iter_in}, 2, NULL, 1, NULL, 0,
+                          &mask)) < 0 ||
+            (rc = ox_emit(x, "where", (struct ox_val *[]){mask, v, b_in}, 3, NULL, 1, NULL, 0,
+                          &b_out)) < 0 ||
+            (rc = own_var(x, b_out, bin, nv + 2 + s + 1, &own)) < 0)
+            return rc;
+        bout[nv + 2 + s] = own->var;
+    }
+    return rc;
+}
+
 /* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
- * v_out...): a while carrying (iter, cond, v...), whose predicate is the
- * body's cond_out (and iter < M when M is known only at run time; a known
- * M is max_iters). Scan outputs are not supported. */
+ * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
+ * is the body's cond_out (and iter < M when M is known only at run time; a
+ * known M is max_iters). Scan outputs need static shapes, so the loop must
+ * run exactly M iterations: M known at import, cond absent or known true,
+ * and cond_out the body's cond_in (through Identity nodes). Each is then a
+ * carried buffer [M, ...] (zeros at entry) whose row iter the body sets
+ * (scan_rows). */
 static int t_loop(struct ox *x)
 {
     const Onnx__NodeProto *n = x->node;
@@ -1115,12 +1188,31 @@ static int t_loop(struct ox *x)
         return ox_fail(x, VQ_EINVAL, "the body has %zu inputs and %zu outputs for %d carried "
                                      "values",
                        g->n_input, g->n_output, nv);
-    if (g->n_output > (size_t)nv + 1 || n->n_output > (size_t)nv)
-        return ox_fail(x, VQ_ENOSYS, "scan outputs are not supported");
-    if (nv + 2 > VQ__MAX_SLOTS - 1)
-        return ox_fail(x, VQ_ENOSYS, "%d carried values, more than %d", nv, VQ__MAX_SLOTS - 3);
+    int nscan = (int)g->n_output - nv - 1;
+    if (n->n_output > (size_t)(nv + nscan))
+        return ox_fail(x, VQ_EINVAL, "%zu outputs for %d carried values and %d scan outputs",
+                       n->n_output, nv, nscan);
+    if (nv + nscan + 2 > VQ__MAX_SLOTS - 1)
+        return ox_fail(x, VQ_ENOSYS, "%d carried values and %d scan outputs, more than %d", nv,
+                       nscan, VQ__MAX_SLOTS - 3);
     if (!m && !cond)
         return ox_fail(x, VQ_EINVAL, "neither M nor cond: the loop would never end");
+    if (nscan > 0) {
+        if (!m || !ox_known(x, m))
+            return ox_fail(x, VQ_ENOSYS,
+                           "M must be known when the model is imported for scan "
+                           "outputs (varq's shapes are static)");
+        bool stays = cond_passes_through(g);
+        if (stays && cond) {
+            stays = ox_known(x, cond) && cond->konst->numel == 1 && cond->konst->dtype == VQ_BOOL &&
+                    *(const uint8_t *)cond->konst->data;
+        }
+        if (!stays)
+            return ox_fail(x, VQ_ENOSYS,
+                           "scan outputs are not supported when cond can end the "
+                           "loop before M iterations (their shapes would not be "
+                           "static)");
+    }
     int64_t max_iters = -1;
     if (m && m->konst) {
         if (m->konst->numel != 1 || m->konst->dtype != VQ_I64)
@@ -1175,6 +1267,7 @@ static int t_loop(struct ox *x)
         return body;
     /* the body's inputs, then its nodes */
     const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS];
+    vq__meta bm[VQ__MAX_SLOTS];
     x->block = body;
     for (int k = 0; k < nv + 2 && rc == 0; k++) {
         struct ox_val *v;
@@ -1223,19 +1316,30 @@ static int t_loop(struct ox *x)
         else if ((rc = own_var(x, v, bin, nv + 2, &own)) == 0)
             bout[2 + k] = own->var;
     }
+    if (rc == 0)
+        rc = scan_rows(x, g, nv, nscan, max_iters, iter_in, bin, bout, bm);
+    int nc = nv + 2 + nscan; /* carried values */
     struct ox_val *pred = NULL;
     if (rc == 0)
-        rc = own_var(x, next, bin, nv + 2, &pred);
+        rc = own_var(x, next, bin, nc, &pred);
     x->block = outer;
+    /* the scan buffers' entry values: zeros */
+    for (int s = 0; s < nscan && rc == 0; s++) {
+        vq_tensor *z;
+        if ((rc = vq_tensor_new(&z, bm[s].dtype, bm[s].ndim, bm[s].shape)) == 0 &&
+            (rc = ox_const(x, NULL, z, &init[nv + 2 + s])) == 0)
+            rc = ox_var_of(x, init[nv + 2 + s]);
+    }
     if (rc)
         return rc;
-    /* the while, its outputs: the final iter and cond (temporaries), v... */
+    /* the while, its outputs: the final iter and cond (temporaries), v...,
+     * the scan outputs */
     const char *xin[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
     xin[0] = entry->var;
-    for (int k = 0; k < nv + 2; k++)
+    for (int k = 0; k < nc; k++)
         xin[1 + k] = init[k]->var;
     char tmp[VQ__MAX_SLOTS][300];
-    for (int k = 0; k < nv + 2 && rc == 0; k++) {
+    for (int k = 0; k < nc && rc == 0; k++) {
         const char *name = k >= 2 ? ox_out(x, k - 2) : NULL;
         if (!name) {
             snprintf(tmp[k], sizeof tmp[k], "%s@onnx%d", n->name ? n->name : "loop",
@@ -1243,18 +1347,16 @@ static int t_loop(struct ox *x)
             name = tmp[k];
         }
         struct ox_val *o;
-        vq__meta meta = k == 0 ? im : init[k]->meta;
+        vq__meta meta = k == 0 ? im : k >= nv + 2 ? bm[k - nv - 2] : init[k]->meta;
         if ((rc = ox_block_var(x, name, &meta, &o)) == 0)
             outs[k] = o->var;
     }
     if (rc)
         return rc;
-    vq_attr a[5] = {VQ_ATTR_I("body_block", body),
-                    VQ_ATTR_SS("body_inputs", bin, nv + 2),
-                    VQ_ATTR_SS("body_outputs", bout, nv + 2),
-                    VQ_ATTR_S("body_cond", pred->var),
+    vq_attr a[5] = {VQ_ATTR_I("body_block", body), VQ_ATTR_SS("body_inputs", bin, nc),
+                    VQ_ATTR_SS("body_outputs", bout, nc), VQ_ATTR_S("body_cond", pred->var),
                     VQ_ATTR_I("max_iters", max_iters)};
-    rc = vq_program_add_op(x->p, outer, "while", xin, nv + 3, outs, nv + 2, a, 5);
+    rc = vq_program_add_op(x->p, outer, "while", xin, nc + 1, outs, nc, a, 5);
     return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
 }
 

@@ -857,6 +857,111 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
     }
 }
 
+/* acc = x; M times: acc *= 2, with scan outputs acc + i and i (0-d per
+ * iteration): M fed and offered (so known at import), no cond, and the
+ * body's cond_out Identity(cond_in). With a cond_out that can end the loop
+ * early (early), or M not offered, the scan outputs' shapes would not be
+ * static: VQ_ENOSYS. */
+static Onnx__ModelProto *scanning_loop(bool early)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    graph_io(&m->graph->input, &m->graph->n_input, "M", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0,
+             NULL);
+    add_init(m, "limit", 0, NULL, (const float[]){100});
+    Onnx__GraphProto *b = subgraph("body");
+    graph_io(&b->input, &b->n_input, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    graph_io(&b->input, &b->n_input, "c_in", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+    graph_io(&b->input, &b->n_input, "acc_in", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1,
+             (int64_t[]){3});
+    graph_node(b, "Add", NAMES("acc_in", "acc_in"), NAMES("acc_out"));
+    if (early) {
+        Onnx__NodeProto *rs = graph_node(b, "ReduceSum", NAMES("acc_out"), NAMES("total"));
+        attr_int(rs, "keepdims", 0);
+        graph_node(b, "Less", NAMES("total", "limit"), NAMES("c_out"));
+    } else {
+        graph_node(b, "Identity", NAMES("c_in"), NAMES("c_mid"));
+        graph_node(b, "Identity", NAMES("c_mid"), NAMES("c_out"));
+    }
+    attr_int(graph_node(b, "Cast", NAMES("i"), NAMES("fi")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    graph_node(b, "Add", NAMES("acc_out", "fi"), NAMES("s0"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_output(&bm, "c_out");
+    add_output(&bm, "acc_out");
+    add_output(&bm, "s0");
+    add_output(&bm, "fi");
+    Onnx__NodeProto *n =
+        add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "scan0", "scan1"));
+    attr_graph(n, "body", b);
+    add_output(m, "y");
+    add_output(m, "scan0");
+    add_output(m, "scan1");
+    return m;
+}
+
+Test(onnx, loop_scan_outputs_stack_each_iterations_values)
+{
+    Onnx__ModelProto *m = scanning_loop(false);
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    struct run r = run_new();
+    vq_tensor *tx, *tm;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}), 0);
+    for (int64_t mv = 0; mv < 5; mv += 4) {
+        cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
+        vq_onnx_value offer = {"M", tm};
+        vq_onnx_opts opts = {.values = &offer, .nvalues = 1};
+        cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());
+        vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
+        vq_fetch f[3] = {{"y", NULL}, {"scan0", NULL}, {"scan1", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, feeds, 2, f, 3), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_ndim(f[1].tensor), 2);
+        cr_assert_eq(vq_tensor_shape(f[1].tensor)[0], mv);
+        cr_assert_eq(vq_tensor_shape(f[1].tensor)[1], 3);
+        cr_assert_eq(vq_tensor_ndim(f[2].tensor), 1);
+        cr_assert_eq(vq_tensor_shape(f[2].tensor)[0], mv);
+        const float *y = vq_tensor_data(f[0].tensor), *s0 = vq_tensor_data(f[1].tensor),
+                    *s1 = vq_tensor_data(f[2].tensor);
+        for (int j = 0; j < 3; j++)
+            cr_assert_float_eq(y[j], (float)((j + 1) << mv), 0);
+        for (int i = 0; i < mv; i++) {
+            cr_assert_float_eq(s1[i], (float)i, 0);
+            for (int j = 0; j < 3; j++)
+                cr_assert_float_eq(s0[i * 3 + j], (float)(((j + 1) << (i + 1)) + i), 0,
+                                   "M %lld, row %d, col %d", (long long)mv, i, j);
+        }
+        for (int k = 0; k < 3; k++)
+            vq_tensor_release(f[k].tensor);
+        vq_tensor_release(tm);
+        vq_program_free(p);
+    }
+    /* M not offered */
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "must be known when the model is imported"), "%s", vq_errmsg());
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+    /* a cond_out that can end the loop early */
+    m = scanning_loop(true);
+    buf = pack(m, &len);
+    int64_t four = 4;
+    cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &four), 0);
+    vq_onnx_value offer = {"M", tm};
+    vq_onnx_opts opts = {.values = &offer, .nvalues = 1};
+    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "scan outputs are not supported when cond can end the loop"),
+              "%s", vq_errmsg());
+    vq_tensor_release(tm);
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- batch normalization in training mode ---- */
 
 /* y, rm, rv = BatchNormalization(x [4, 2, 3], scale, bias, mean, var)

@@ -650,7 +650,7 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
 
 /* What Conv and ConvTranspose share: X, W and an optional B (in), the
  * output, the spatial rank, strides, dilations and group, with X and W
- * lifted to 2-D windows. */
+ * lifted to 2-D windows (3-D ones stay 3-D: conv3d, conv_transpose3d). */
 static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strides,
                        int64_t *dil, int64_t *group)
 {
@@ -663,8 +663,6 @@ static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strid
         rc = need_out0(x);
     if (rc == 0)
         rc = spatial_rank(x, in[0], sd);
-    if (rc == 0 && *sd == 3)
-        rc = ox_fail(x, VQ_ENOSYS, "3-D convolutions are not supported");
     if (rc == 0 && in[1]->meta.ndim != *sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
     if (rc == 0)
@@ -683,18 +681,19 @@ static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strid
 static int t_conv(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[3], dil[3], kernel[2], pads[6], group;
+    int64_t strides[3], dil[3], kernel[3], pads[6], group;
     int sd = 0;
     int rc = conv_common(x, in, &sd, strides, dil, &group);
     if (rc)
         return rc;
-    kernel[0] = in[1]->meta.shape[2];
-    kernel[1] = in[1]->meta.shape[3];
+    int nd = sd == 3 ? 3 : 2;
+    for (int i = 0; i < nd; i++)
+        kernel[i] = in[1]->meta.shape[2 + i];
     if ((rc = window_pads(x, in[0], sd, kernel, strides, dil, pads)) < 0)
         return rc;
-    vq_attr a[4] = {VQ_ATTR_IS("strides", strides, 2), VQ_ATTR_IS("pads", pads, 4),
-                    VQ_ATTR_IS("dilations", dil, 2), VQ_ATTR_I("groups", group)};
-    return window_emit(x, "conv2d", in, in[2] ? 3 : 2, sd, a, 4);
+    vq_attr a[4] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
+                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group)};
+    return window_emit(x, sd == 3 ? "conv3d" : "conv2d", in, in[2] ? 3 : 2, sd, a, 4);
 }
 
 /* ConvTranspose: X [N, C, spatial], W [C, M / group, kernel]. Its pads
@@ -705,7 +704,7 @@ static int t_conv(struct ox *x)
 static int t_conv_transpose(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[3], dil[3], outpad[3], pads[6] = {0}, group, want[3], p[6];
+    int64_t strides[3], dil[3], outpad[3], pads[6] = {0}, group, want[3], p[6] = {0};
     int sd = 0, n = -1, nshape = -1;
     char mode[32];
     int rc = conv_common(x, in, &sd, strides, dil, &group);
@@ -716,10 +715,10 @@ static int t_conv_transpose(struct ox *x)
     if (rc == 0)
         rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
     if (rc == 0)
-        rc = ox_attr_ints(x, "pads", p, 4, &n);
-    int64_t shape[4];
+        rc = ox_attr_ints(x, "pads", p, 6, &n);
+    int64_t shape[5];
     if (rc == 0)
-        rc = ox_attr_ints(x, "output_shape", shape, 4, &nshape);
+        rc = ox_attr_ints(x, "output_shape", shape, 5, &nshape);
     if (rc == 0 && n >= 0 && n != 2 * sd)
         rc = ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
     if (rc == 0 && nshape >= 0 && nshape != sd && nshape != sd + 2)
@@ -732,20 +731,21 @@ static int t_conv_transpose(struct ox *x)
         return ox_fail(x, VQ_EINVAL, "auto_pad \"%s\" is not NOTSET, VALID, SAME_UPPER or "
                                      "SAME_LOWER",
                        mode);
-    if (n > 0 && sd == 2)
+    int nd = sd == 3 ? 3 : 2; /* the dims of the lifted window */
+    if (n > 0 && sd != 1)
         memcpy(pads, p, sizeof p);
     else if (n > 0) {
         pads[1] = p[0];
         pads[3] = p[1];
     }
     if (nshape > 0 || same) {
-        for (int i = 2 - sd; i < 2; i++) {
+        for (int i = nd - sd; i < nd; i++) {
             int64_t len = in[0]->meta.shape[2 + i], k = in[1]->meta.shape[2 + i];
             if (len < 0 || k < 0)
                 return ox_fail(x, VQ_ENOSYS, "%s needs the spatial dims known when the model is "
                                              "imported",
                                nshape > 0 ? "output_shape" : "auto_pad SAME");
-            want[i] = nshape > 0 ? shape[nshape - 2 + i] : len * strides[i];
+            want[i] = nshape > 0 ? shape[nshape - nd + i] : len * strides[i];
             int64_t total = strides[i] * (len - 1) + outpad[i] + (k - 1) * dil[i] + 1 - want[i];
             if (total < 0 && outpad[i] - total < strides[i]) {
                 /* rows past the last window: what output_padding adds */
@@ -758,13 +758,14 @@ static int t_conv_transpose(struct ox *x)
                                (long long)want[i], (long long)(want[i] + total));
             bool upper = !strcmp(mode, "SAME_UPPER");
             pads[i] = upper ? total / 2 : total - total / 2;
-            pads[2 + i] = total - pads[i];
+            pads[nd + i] = total - pads[i];
         }
     }
-    vq_attr a[5] = {VQ_ATTR_IS("strides", strides, 2), VQ_ATTR_IS("pads", pads, 4),
-                    VQ_ATTR_IS("dilations", dil, 2), VQ_ATTR_I("groups", group),
-                    VQ_ATTR_IS("output_padding", outpad, 2)};
-    return window_emit(x, "conv_transpose2d", in, in[2] ? 3 : 2, sd, a, 5);
+    vq_attr a[5] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
+                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group),
+                    VQ_ATTR_IS("output_padding", outpad, nd)};
+    return window_emit(x, sd == 3 ? "conv_transpose3d" : "conv_transpose2d", in, in[2] ? 3 : 2, sd,
+                       a, 5);
 }
 
 /* A 3-D pool as two 2-D ones (type, attributes a of which the window's

@@ -330,6 +330,7 @@ extern const vq__op_def vq__ops_optim[];
 extern const vq__op_def vq__ops_compare[];
 extern const vq__op_def vq__ops_control[];
 extern const vq__op_def vq__ops_conv[];
+extern const vq__op_def vq__ops_conv3d[];
 extern const vq__op_def vq__ops_pool[];
 extern const vq__op_def vq__ops_norm[];
 extern const vq__op_def vq__ops_index[];

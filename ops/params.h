@@ -196,6 +196,18 @@ typedef struct vq__window_params {
     bool column_major;                 /* max_pool2d_argmax: indices (w, h), not (h, w) */
 } vq__window_params;
 
+/* conv3d, conv3d_grad, conv_transpose3d (ops/cpu/conv3d.c): the
+ * attributes, checked (ops/vol_shared.h turns them and the tensors' shapes
+ * into a call's geometry). */
+typedef struct vq__conv3d_params {
+    int64_t stride[3]; /* depth, height, width */
+    int64_t pad[6];    /* front, top, left, back, bottom, right */
+    int64_t dilation[3];
+    int64_t output_padding[3]; /* conv_transpose3d */
+    int64_t groups;
+    int wrt; /* conv3d_grad: 0 dX, 1 dW, 2 dB */
+} vq__conv3d_params;
+
 /* ---- batch normalization (ops/cpu/norm.c) ---- */
 
 typedef struct vq__batch_norm_params {

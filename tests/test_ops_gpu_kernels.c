@@ -981,6 +981,60 @@ static void case_conv_transpose2d(struct run *r)
         }
 }
 
+/* X [n, c, d, h, w], W [m, c / groups, kd, kh, kw] and the attributes
+ * (conv3d.c's ops). */
+static const struct conv3d_gpu_case {
+    int64_t x[5], w[5], groups, stride[3], pad[6], dil[3];
+    bool bias;
+} conv3d_gpu_cases[] = {
+    {{2, 4, 5, 4, 6}, {6, 2, 3, 2, 3}, 2, {2, 1, 2}, {1, 0, 1, 1, 1, 0}, {1, 1, 1}, true},
+    {{1, 3, 4, 5, 5}, {4, 3, 2, 3, 3}, 1, {1, 1, 1}, {0, 1, 2, 1, 1, 0}, {2, 1, 2}, false},
+    {{2, 3, 3, 4, 4}, {3, 1, 3, 3, 3}, 3, {1, 1, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, true},
+};
+
+/* conv3d's Out shape for case k. */
+static void conv3d_out(const struct conv3d_gpu_case *k, int64_t *o)
+{
+    o[0] = k->x[0];
+    o[1] = k->w[0];
+    for (int i = 0; i < 3; i++)
+        o[2 + i] = (k->x[2 + i] + k->pad[i] + k->pad[3 + i] - k->dil[i] * (k->w[2 + i] - 1) - 1) /
+                       k->stride[i] +
+                   1;
+}
+
+/* conv3d and conv3d_grad (each wrt); conv_transpose3d over the cases read
+ * the other way (X of conv3d's Out shape, W as given: [c_out_of_conv3d,
+ * c / groups, ...]), with an output_padding where a stride allows one. */
+static void case_conv3d(struct run *r)
+{
+    bool grad = !strcmp(r->op, "conv3d_grad"), tr = !strcmp(r->op, "conv_transpose3d");
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int c = 0; c < N_OF(conv3d_gpu_cases); c++)
+            for (int wrt = 0; wrt < (grad ? 3 : 1); wrt++) {
+                const struct conv3d_gpu_case *k = &conv3d_gpu_cases[c];
+                vq_dtype dt = floats[d];
+                describe(r, "%s, case %d, wrt %d", vq_dtype_name(dt), c, wrt);
+                int64_t o[5], op[3];
+                conv3d_out(k, o);
+                for (int i = 0; i < 3; i++)
+                    op[i] = k->stride[i] > 1;
+                vq_attr at[5] = {VQ_ATTR_IS("strides", k->stride, 3), VQ_ATTR_IS("pads", k->pad, 6),
+                                 VQ_ATTR_IS("dilations", k->dil, 3), VQ_ATTR_I("groups", k->groups),
+                                 tr ? VQ_ATTR_IS("output_padding", op, 3) : VQ_ATTR_I("wrt", wrt)};
+                vq_tensor *in[3] = {rnd(r, dt, -1, 1, 5, tr ? o : k->x), rnd(r, dt, -1, 1, 5, k->w),
+                                    NULL};
+                int nin = 2;
+                int64_t m = tr ? k->w[1] * k->groups : k->w[0];
+                if (grad)
+                    in[nin++] = rnd(r, dt, -1, 1, 5, o);
+                else if (k->bias)
+                    in[nin++] = rnd(r, dt, -1, 1, 1, &m);
+                /* cuBLAS sums in its own order */
+                check(r, in, nin, 1, at, grad || tr ? 5 : 4, CLOSE);
+            }
+}
+
 /* X [n, c, h, w], the attributes, and Out's height and width. */
 static const struct pool_gpu_case {
     int64_t x[4], kernel[2], stride[2], pad[4], dil[2], oh, ow;
@@ -1365,6 +1419,9 @@ static const struct op_case {
     {"conv2d", case_conv2d},
     {"conv2d_grad", case_conv2d},
     {"conv_transpose2d", case_conv_transpose2d},
+    {"conv3d", case_conv3d},
+    {"conv3d_grad", case_conv3d},
+    {"conv_transpose3d", case_conv3d},
     {"max_pool2d", case_pool},
     {"max_pool2d_grad", case_pool},
     {"max_pool2d_argmax", case_pool},

@@ -46,6 +46,7 @@
 
 #include "../layout_shared.h" /* vq__pad_geom */
 #include "../window_shared.h" /* vq__window */
+#include "../vol_shared.h"    /* vq__vol */
 
 #ifdef __cplusplus
 extern "C" {
@@ -437,6 +438,21 @@ int vq__cuda_im2col(int dtype, const void *x, void *col, const vq__window *w, vo
  * zeroed image, bit for bit. Writes every element of x; one thread per
  * element of x. */
 int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__window *w, void *stream);
+
+/* conv3d (ops/cpu/conv3d.c; conv3d.cu), with v ops/vol_shared.h's
+ * geometry (its plane and vol are recomputed from the dims; a negative
+ * size, a kernel, stride or dilation below 1 or a negative pad is
+ * VQ_EINVAL). col [channels * kd * kh * kw, od * oh * ow] from one image's
+ * channels x [channels, d, h, w]: entry (row, col) is what vq__vol_tap
+ * reads, 0 in the padding; one thread per entry of col. */
+int vq__cuda_vol2col(int dtype, const void *x, void *col, const vq__vol *v, int64_t channels,
+                     void *stream);
+
+/* x [channels, d, h, w] = for each element, vq__vol_gather: the entries
+ * of col that read it, in the order of the taps, from 0 (conv3d.c's
+ * col2vol, bit for bit); writes every element; one thread per element. */
+int vq__cuda_col2vol(int dtype, const void *col, void *x, const vq__vol *v, int64_t channels,
+                     void *stream);
 
 /* out [n, m, plane] += b[m] (conv2d's bias). */
 int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n, int64_t m, int64_t plane,

@@ -333,6 +333,8 @@ int ox_alias(struct ox *x, const char *name, struct ox_val *src)
     if (rc < 0)
         return rc;
     v->meta = src->meta;
+    v->sym = src->sym;
+    v->sym_off = src->sym_off;
     if (src->konst)
         v->konst = vq_tensor_retain(src->konst);
     if (src->var && !(v->var = vq__strdup(src->var)))

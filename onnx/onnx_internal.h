@@ -25,6 +25,12 @@ struct ox_val {
      * reference, and its index among the offers. */
     vq_tensor *offered;
     int offer;
+    /* Not NULL: a one-element integer value known only at run time that
+     * equals sym's value plus sym_off, sym being a value that is never
+     * negative (a Loop body's iteration number): what lets a Slice whose
+     * starts and ends move with the iteration have a static size. */
+    struct ox_val *sym;
+    int64_t sym_off;
 };
 
 struct ox {

@@ -91,9 +91,35 @@ static int unary(struct ox *x, const char *type)
 }
 
 /* out0 = type(in0, in1) */
+/* One known integer element, into *out. */
+static bool known_int1(const struct ox_val *v, int64_t *out)
+{
+    const vq_tensor *t = v->konst;
+    if (!t || t->numel != 1 || (t->dtype != VQ_I64 && t->dtype != VQ_I32))
+        return false;
+    *out = t->dtype == VQ_I64 ? *(const int64_t *)t->data : *(const int32_t *)t->data;
+    return true;
+}
+
+/* r = a + sign * b (add, sub): r follows a's sym (ox_val.sym) when b is one
+ * known integer, or b's when a is and sign is 1. */
+static void sym_sum(struct ox_val *r, const struct ox_val *a, const struct ox_val *b, int sign)
+{
+    int64_t k;
+    if (r->meta.ndim > 1 || (r->meta.ndim == 1 && r->meta.shape[0] != 1))
+        return;
+    if (a->sym && !b->sym && known_int1(b, &k) && k > -(1LL << 40) && k < (1LL << 40)) {
+        r->sym = a->sym;
+        r->sym_off = a->sym_off + sign * k;
+    } else if (sign > 0 && b->sym && known_int1(a, &k) && k > -(1LL << 40) && k < (1LL << 40)) {
+        r->sym = b->sym;
+        r->sym_off = b->sym_off + k;
+    }
+}
+
 static int binary(struct ox *x, const char *type)
 {
-    struct ox_val *in[2];
+    struct ox_val *in[2], *r;
     int64_t legacy;
     int rc = ox_attr_int(x, "axis", -1, &legacy);
     if (rc == 0 && legacy >= 0)
@@ -107,7 +133,10 @@ static int binary(struct ox *x, const char *type)
     if (rc == 0)
         rc = need_out0(x);
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, type, in, 2, &o, 1, NULL, 0, NULL);
+    if (rc == 0 && (rc = ox_emit(x, type, in, 2, &o, 1, NULL, 0, &r)) == 0 && !r->konst &&
+        (!strcmp(type, "add") || !strcmp(type, "sub")))
+        sym_sum(r, in[0], in[1], strcmp(type, "add") ? -1 : 1);
+    return rc;
 }
 
 /* A reshape of v to shape (entries: a dim, 0 = v's dim there, -1 = the
@@ -1278,6 +1307,8 @@ static int t_loop(struct ox *x)
             rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
         else if ((rc = ox_block_var(x, nm, &meta, &v)) == 0)
             bin[k] = v->var;
+        if (rc == 0 && k == 0)
+            v->sym = v; /* the iteration number: never negative */
     }
     x->block = outer;
     if (rc == 0)
@@ -1729,7 +1760,62 @@ static int t_unsqueeze(struct ox *x)
             from[i] = j++;
         }
     }
-    return reshape_known(x, v, want, from, r, out0(x), NULL);
+    struct ox_val *res;
+    if ((rc = reshape_known(x, v, want, from, r, out0(x), &res)) == 0 && !res->konst) {
+        res->sym = v->sym; /* one element stays one element */
+        res->sym_off = v->sym_off;
+    }
+    return rc;
+}
+
+/* Slice(X, starts, ends[, axes[, steps]]) of one axis whose starts and
+ * ends are known only at run time but move together (ox_val.sym): ends =
+ * starts + len with len known, and starts never negative (a Loop's
+ * iteration number plus a known offset of at least 0), step 1. Then the
+ * result has len elements along the axis at any iteration: a gather of
+ * indices starts + [0, len). (Where ONNX would clamp a window that runs
+ * past the dim, giving fewer, the gather fails at run time naming the
+ * index: varq's shapes are static.) *done is false when this is not such
+ * a Slice. */
+static int slice_moving(struct ox *x, struct ox_val *v, bool *done)
+{
+    struct ox_val *s, *e, *a = NULL, *st = NULL;
+    *done = false;
+    int rc = ox_in(x, 1, &s);
+    if (rc == 0)
+        rc = ox_in(x, 2, &e);
+    if (rc == 0)
+        rc = ox_in(x, 3, &a);
+    if (rc == 0)
+        rc = ox_in(x, 4, &st);
+    if (rc || !s || !e || !s->sym || s->sym != e->sym || ox_known(x, s) || ox_known(x, e))
+        return rc;
+    int64_t axis = 0, step = 1, len = e->sym_off - s->sym_off;
+    if ((a && !known_int1(a, &axis)) || (st && !known_int1(st, &step)) || step != 1 ||
+        s->sym_off < 0 || len < 0)
+        return 0;
+    if (axis < 0)
+        axis += v->meta.ndim;
+    if (axis < 0 || axis >= v->meta.ndim)
+        return ox_fail(x, VQ_EINVAL, "axis %lld of a rank-%d input", (long long)axis, v->meta.ndim);
+    vq_tensor *t;
+    if ((rc = vq_tensor_new(&t, s->meta.dtype, 1, &len)) < 0)
+        return rc;
+    for (int64_t j = 0; j < len; j++) {
+        if (t->dtype == VQ_I64)
+            ((int64_t *)t->data)[j] = j;
+        else
+            ((int32_t *)t->data)[j] = (int32_t)j;
+    }
+    struct ox_val *ar, *idx;
+    const char *o = out0(x);
+    vq_attr at = VQ_ATTR_I("axis", axis);
+    if ((rc = ox_const(x, NULL, t, &ar)) < 0 ||
+        (rc = ox_emit(x, "add", (struct ox_val *[]){s, ar}, 2, NULL, 1, NULL, 0, &idx)) < 0 ||
+        (rc = ox_emit(x, "gather", (struct ox_val *[]){v, idx}, 2, &o, 1, &at, 1, NULL)) < 0)
+        return rc;
+    *done = true;
+    return 0;
 }
 
 static int t_slice(struct ox *x)
@@ -1745,6 +1831,9 @@ static int t_slice(struct ox *x)
             (rc = ox_attr_ints(x, "ends", ends, MAXI, &ne)) == 0)
             rc = ox_attr_ints(x, "axes", axes, MAXI, &na);
     } else if (rc == 0) {
+        bool done;
+        if ((rc = slice_moving(x, v, &done)) < 0 || done)
+            return rc;
         if ((rc = ox_const_ints(x, 1, "starts", starts, MAXI, &ns)) == 0 &&
             (rc = ox_const_ints(x, 2, "ends", ends, MAXI, &ne)) == 0 &&
             (rc = ox_const_ints(x, 3, "axes", axes, MAXI, &na)) == 0)

@@ -962,6 +962,82 @@ Test(onnx, loop_scan_outputs_stack_each_iterations_values)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* A Loop of M (an initializer) iterations whose body slices data[i : i +
+ * 2] (starts and ends move with the iteration: a gather of i + [0, 2))
+ * and scans it out. M = 5 runs the last window past data's 5 elements,
+ * where ONNX would clamp it: the run fails naming the index. */
+static Onnx__ModelProto *moving_slice_loop(int64_t iters)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 0, NULL);
+    add_init_ints(m, "M", 1, (int64_t[]){iters});
+    add_init(m, "data", 1, (int64_t[]){5}, (const float[]){1, 2, 3, 4, 5});
+    add_init_ints(m, "two", 1, (int64_t[]){2});
+    add_init_ints(m, "ax0", 1, (int64_t[]){0});
+    Onnx__GraphProto *b = subgraph("body");
+    graph_io(&b->input, &b->n_input, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    graph_io(&b->input, &b->n_input, "c_in", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+    graph_io(&b->input, &b->n_input, "acc_in", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 0, NULL);
+    graph_node(b, "Identity", NAMES("c_in"), NAMES("c_out"));
+    graph_node(b, "Unsqueeze", NAMES("i", "ax0"), NAMES("s1"));
+    graph_node(b, "Add", NAMES("s1", "two"), NAMES("e1"));
+    graph_node(b, "Slice", NAMES("data", "s1", "e1"), NAMES("win"));
+    Onnx__NodeProto *rs = graph_node(b, "ReduceSum", NAMES("win"), NAMES("wsum"));
+    attr_int(rs, "keepdims", 0);
+    graph_node(b, "Add", NAMES("acc_in", "wsum"), NAMES("acc_out"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_output(&bm, "c_out");
+    add_output(&bm, "acc_out");
+    add_output(&bm, "win");
+    Onnx__NodeProto *n = add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "wins"));
+    attr_graph(n, "body", b);
+    add_output(m, "y");
+    add_output(m, "wins");
+    return m;
+}
+
+Test(onnx, a_slice_moving_with_the_loop_iteration_is_a_gather)
+{
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    struct run r = run_new();
+    vq_tensor *tx;
+    float zero = 0;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 0, NULL, &zero), 0);
+    for (int64_t iters = 3; iters <= 5; iters += 2) {
+        Onnx__ModelProto *m = moving_slice_loop(iters);
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_program *p;
+        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        vq_feed feed = {"x", tx};
+        vq_fetch f[2] = {{"y", NULL}, {"wins", NULL}};
+        int rc = vq_exec_run(r.ex, p, s, &feed, 1, f, 2);
+        if (iters == 3) {
+            cr_assert_eq(rc, 0, "%s", vq_errmsg());
+            cr_assert_float_eq(*(const float *)vq_tensor_data(f[0].tensor), 3 + 5 + 7, 0);
+            const double want[6] = {1, 2, 2, 3, 3, 4};
+            cr_assert_eq(vq_tensor_ndim(f[1].tensor), 2);
+            cr_assert_eq(vq_tensor_shape(f[1].tensor)[0], 3);
+            cr_assert_eq(vq_tensor_shape(f[1].tensor)[1], 2);
+            const float *w = vq_tensor_data(f[1].tensor);
+            for (int k = 0; k < 6; k++)
+                cr_assert_float_eq(w[k], (float)want[k], 0, "element %d", k);
+            vq_tensor_release(f[0].tensor);
+            vq_tensor_release(f[1].tensor);
+        } else {
+            cr_assert_lt(rc, 0);
+            cr_assert(strstr(vq_errmsg(), "index 5"), "%s", vq_errmsg());
+        }
+        vq_program_free(p);
+        free(buf);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+}
+
 /* ---- batch normalization in training mode ---- */
 
 /* y, rm, rv = BatchNormalization(x [4, 2, 3], scale, bias, mean, var)

@@ -6,10 +6,12 @@ because of another op of the case. Limits of varq that are not about one
 op's translation are counted apart (LIMITS below): a shape, axes or
 similar input that the case feeds at run time where varq needs it known
 when the model is imported ("known at import"), an element type varq does
-not have ("type"), and outputs varq does not produce: a Loop's scan
-outputs, a MaxPool's Indices ("extra outputs"); and 3-D convolutions,
+not have ("type"), and outputs varq does not produce: the scan outputs
+of a Loop whose trip count is not static (M unknown at import, or a cond
+that can end it early), a MaxPool's Indices ("extra outputs"); and
 windows of more than 3 dims, and Dropout in training mode (a training
-Dropout's expected outputs come from numpy's random generator). Prints the table and the totals; with --markdown FILE also
+Dropout's expected outputs come from numpy's random generator). Prints
+the table and the totals; with --markdown FILE also
 writes the README's table of supported ops (those varq translates: `varq
 onnx-ops`), and with --check exits 1 when a case fails or a case of a
 supported op is unsupported because of that op for another reason.
@@ -38,9 +40,8 @@ LIMITS = [
     ("scan outputs are not supported", "extra outputs"),
     ("its Indices output is not supported", "extra outputs"),
     ("storage_order", "extra outputs"),
-    ("varq has 1-D, 2-D and 3-D windows", "3-D, training mode"),
-    ("3-D convolutions are not supported", "3-D, training mode"),
-    ("training_mode is true", "3-D, training mode"),
+    ("varq has 1-D, 2-D and 3-D windows", "windows, training mode"),
+    ("training_mode is true", "windows, training mode"),
 ]
 
 
@@ -81,7 +82,7 @@ def main():
             if op in supported and (status == "fail" or (status == "unsupported" and op == culprit
                                                           and not limit)):
                 bad.append(f"{case}: {status}: {msg}")
-    cols = ["pass", "fail", "known at import", "type", "extra outputs", "3-D, training mode",
+    cols = ["pass", "fail", "known at import", "type", "extra outputs", "windows, training mode",
             "unsupported (itself)", "unsupported (other)"]
     print(f"{'op':24s} {'varq':5s} " + " ".join(f"{c:>20s}" for c in cols))
     for op in sorted(rows):
@@ -94,12 +95,13 @@ def main():
     if md:
         with open(md, "w") as f:
             f.write("| ONNX op | cases that pass | a fed input needed at import | other type "
-                    "| Loop scans, pool indices | 3-D convolutions, training Dropout | unsupported "
+                    "| Loop scans of a run-time length, pool indices "
+                    "| windows over more than 3 dims, training Dropout | unsupported "
                     "| cases with it |\n|---|---|---|---|---|---|---|---|\n")
             for op in sorted(supported):
                 r = rows.get(op, collections.Counter())
                 f.write(f"| {op} | {r['pass']} | {r['known at import']} | {r['type']} | "
-                        f"{r['extra outputs']} | {r['3-D, training mode']} | "
+                        f"{r['extra outputs']} | {r['windows, training mode']} | "
                         f"{r['unsupported (itself)'] + r['fail']} | "
                         f"{sum(r.values())} |\n")
             f.write(f"\nTotal: {totals['pass']} of {n} node test cases pass, "

@@ -90,7 +90,6 @@ static int unary(struct ox *x, const char *type)
     return rc ? rc : ox_emit(x, type, &a, 1, &o, 1, NULL, 0, NULL);
 }
 
-/* out0 = type(in0, in1) */
 /* One known integer element, into *out. */
 static bool known_int1(const struct ox_val *v, int64_t *out)
 {
@@ -117,6 +116,7 @@ static void sym_sum(struct ox_val *r, const struct ox_val *a, const struct ox_va
     }
 }
 
+/* out0 = type(in0, in1) */
 static int binary(struct ox *x, const char *type)
 {
     struct ox_val *in[2], *r;

@@ -600,8 +600,11 @@ static int translate_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_
     size_t c = deferred[i] - 1;
     const Onnx__NodeProto *act = g->node[i];
     Onnx__NodeProto conv = *g->node[c];
-    double lo, hi;
-    bool fuse = act_range(x, act, &lo, &hi);
+    double lo = 0, hi = 0;
+    /* only conv2d has the clip: a Conv over volumes (conv3d) or a line
+     * keeps its activation */
+    struct ox_val *xin = conv.n_input && conv.input[0] ? ox_find(x, conv.input[0]) : NULL;
+    bool fuse = xin && xin->meta.ndim == 4 && act_range(x, act, &lo, &hi);
     if (fuse)
         conv.output = act->output; /* the Conv writes the activation's output */
     x->node = &conv;

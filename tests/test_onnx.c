@@ -1311,6 +1311,57 @@ Test(onnx, a_relu_or_clip_after_a_conv_is_fused_into_the_conv2d)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* Only conv2d takes the clip: a Relu after a Conv over volumes (conv3d)
+ * stays a relu, and its output is the clamped conv3d's. */
+Test(onnx, a_relu_after_a_3d_conv_stays_a_relu)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 5, (int64_t[]){1, 1, 3, 3, 3});
+    float w[2 * 1 * 2 * 2 * 2];
+    for (int i = 0; i < 16; i++)
+        w[i] = (float)sin(0.7 * i + 0.3);
+    add_init(m, "w", 5, (int64_t[]){2, 1, 2, 2, 2}, w);
+    add_node(m, "Conv", "c", NAMES("x", "w"), NAMES("c"));
+    add_node(m, "Relu", "relu", NAMES("c"), NAMES("y"));
+    add_output(m, "y");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    float xv[27];
+    for (int i = 0; i < 27; i++)
+        xv[i] = (float)cos(1.1 * i);
+    vq_tensor *tx, *tw;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 5, (int64_t[]){1, 1, 3, 3, 3}, xv), 0);
+    cr_assert_eq(vq_tensor_from(&tw, VQ_F32, 5, (int64_t[]){2, 1, 2, 2, 2}, w), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch fetch = {"y", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    vq_tensor *c = NULL;
+    cr_assert_eq(vq_op_run(NULL, "conv3d", (vq_tensor *[]){tx, tw}, 2, &c, 1, NULL, 0), 0, "%s",
+                 vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(fetch.tensor), 16);
+    const float *y = vq_tensor_data(fetch.tensor), *cv = vq_tensor_data(c);
+    int negative = 0;
+    for (int i = 0; i < 16; i++) {
+        negative += cv[i] < 0;
+        cr_assert_eq(y[i], cv[i] > 0 ? cv[i] : 0, "element %d: %g, conv3d gave %g", i, y[i], cv[i]);
+    }
+    cr_assert_gt(negative, 0, "the test needs negative conv3d outputs");
+    vq_tensor_release(c);
+    vq_tensor_release(tx);
+    vq_tensor_release(tw);
+    vq_tensor_release(fetch.tensor);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* An empty batch lets channels times depth pass 2^63: an error, not a
  * wrapped reshape. */
 Test(onnx, a_three_d_pool_whose_channels_times_depth_overflow_is_an_error)

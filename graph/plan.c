@@ -582,9 +582,17 @@ int vq__frame_vars(struct frame *fr)
 enum { SEG_MAX = 16 };
 
 /* Per engine var of the frame: the last op that wrote it and the first op
- * that read it since (open addressing on the var's address). */
+ * that read it since (open addressing on the var's address); and the
+ * segment (its first op) that lists it already, as a write or a read, so
+ * that a segment hands the engine each var once (vq_opr_new's merge of
+ * more than 32 vars sorts them, on every segment of a long chain). */
 struct seg_map {
-    struct seg_ent { vq_var *v; int writer, first_reader; } *ent;
+    struct seg_ent {
+        vq_var *v;
+        int writer, first_reader;
+        int listed; /* -1: in no segment yet */
+        bool listed_write;
+    } * ent;
     size_t mask;
 };
 
@@ -594,13 +602,13 @@ static struct seg_ent *seg_find(struct seg_map *m, vq_var *v)
     for (size_t i = h & m->mask;; i = (i + 1) & m->mask)
         if (!m->ent[i].v || m->ent[i].v == v) {
             if (!m->ent[i].v)
-                m->ent[i] = (struct seg_ent){v, -1, -1};
+                m->ent[i] = (struct seg_ent){v, -1, -1, -1, false};
             return &m->ent[i];
         }
 }
 
-/* The segment being built: its first op, and its vars (duplicates are
- * merged by vq_opr_new). */
+/* The segment being built: its first op, and its vars, each once (a var
+ * both written and read is listed as a write: seg_add, seg_close). */
 struct seg {
     int start, len;
     int max;      /* SEG_MAX, or 1 with VQ_EXEC_NO_SEGMENTS */
@@ -610,11 +618,16 @@ struct seg {
 };
 
 /* The engine op of the segment sg, on its first fop. */
-static int seg_close(struct frame *fr, struct seg *sg)
+static int seg_close(struct frame *fr, struct seg *sg, struct seg_map *m)
 {
     if (sg->len == 0)
         return 0;
     struct plan *pl = fr->plan;
+    int nr = 0; /* the reads of vars that a later op of the segment writes go */
+    for (int i = 0; i < sg->nr; i++)
+        if (!seg_find(m, sg->r[i])->listed_write)
+            sg->r[nr++] = sg->r[i];
+    sg->nr = nr;
     struct fop *f = &fr->ops[sg->start];
     const vq__pop *src = f->t->src;
     bool async = sg->len == 1 && f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
@@ -669,16 +682,25 @@ static bool seg_room(vq_var ***arr, int used, int n, int *cap)
     return true;
 }
 
-static int seg_add(struct seg *sg, vq_var *const *vars, int nw, int nr)
+/* Adds an op's vars (nw written, then nr read) to the segment, each var
+ * once: a write of a var listed as a read is listed again, as a write, and
+ * seg_close drops the read. */
+static int seg_add(struct seg *sg, struct seg_map *m, vq_var *const *vars, int nw, int nr)
 {
     if (!seg_room(&sg->w, sg->nw, nw, &sg->wcap) || !seg_room(&sg->r, sg->nr, nr, &sg->rcap))
         return VQ_ENOMEM;
-    if (nw) /* sg->w may still be NULL when nw is 0 (UBSan) */
-        memcpy(sg->w + sg->nw, vars, (size_t)nw * sizeof *vars);
-    if (nr)
-        memcpy(sg->r + sg->nr, vars + nw, (size_t)nr * sizeof *vars);
-    sg->nw += nw;
-    sg->nr += nr;
+    for (int i = 0; i < nw + nr; i++) {
+        struct seg_ent *e = seg_find(m, vars[i]);
+        bool write = i < nw;
+        if (e->listed == sg->start && (e->listed_write || !write))
+            continue; /* listed already, in a mode that covers this access */
+        if (write)
+            sg->w[sg->nw++] = vars[i];
+        else
+            sg->r[sg->nr++] = vars[i];
+        e->listed = sg->start;
+        e->listed_write = write;
+    }
     return 0;
 }
 
@@ -733,19 +755,19 @@ int vq__frame_ops(struct frame *fr)
                 linked = fr->ops[k - 1].out[j] == f->in[i];
         }
         if (f->t->ctl) {
-            if ((rc = seg_close(fr, &sg)) == 0)
+            if ((rc = seg_close(fr, &sg, &m)) == 0)
                 rc = vq__ctl_build(f);
             continue;
         }
         if (!(linked && seg_joins(fr, &sg, &m, k, vars, nw, nr))) {
             int from = sg.len ? sg.bound : k;
-            if ((rc = seg_close(fr, &sg)) < 0)
+            if ((rc = seg_close(fr, &sg, &m)) < 0)
                 break;
             sg.start = k;
             /* a linked op's chain leads to it from where the last one's did */
             sg.bound = linked ? from : k;
         }
-        if (seg_add(&sg, vars, nw, nr) < 0) {
+        if (seg_add(&sg, &m, vars, nw, nr) < 0) {
             rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
@@ -755,11 +777,14 @@ int vq__frame_ops(struct frame *fr)
             if (e->first_reader < 0)
                 e->first_reader = k;
         }
-        for (int i = 0; i < nw; i++)
-            *seg_find(&m, vars[i]) = (struct seg_ent){vars[i], k, -1};
+        for (int i = 0; i < nw; i++) {
+            struct seg_ent *e = seg_find(&m, vars[i]);
+            e->writer = k;
+            e->first_reader = -1;
+        }
     }
     if (rc == 0)
-        rc = seg_close(fr, &sg);
+        rc = seg_close(fr, &sg, &m);
     free(sg.w);
     free(sg.r);
     free(m.ent);

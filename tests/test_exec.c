@@ -1065,3 +1065,68 @@ Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_aga
         vq_program_free(p);
     }
 }
+
+/* Small temporaries that only the plan holds are kept for the next run's
+ * write of the same var (struct pvar's spare): steady-state runs allocate
+ * nothing but the tensors the caller keeps. A fetched tensor the caller
+ * still holds is never written again: the next run's output is a new
+ * tensor, and the held one keeps its values. */
+Test(exec, small_temporaries_are_reused_but_never_a_tensor_the_caller_holds)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "t1", VQ_F32, 1, s, false);
+    var(p, "t2", VQ_F32, 1, s, false);
+    var(p, "t3", VQ_F32, 1, s, false);
+    var(p, "out", VQ_F32, 1, s, false);
+    vq_attr ab[2] = {VQ_ATTR_F("scale", 2.0), VQ_ATTR_F("bias", 1.0)};
+    op(p, "scale", NAMES("x"), 1, NAMES("t1"), 1, ab, 2);
+    op(p, "scale", NAMES("t1"), 1, NAMES("t2"), 1, ab, 2);
+    op(p, "add", NAMES("t1", "t2"), 2, NAMES("t3"), 1, NULL, 0);
+    op(p, "relu", NAMES("t3"), 1, NAMES("out"), 1, NULL, 0);
+    vq_tensor *held[6] = {0};
+    for (int run = 0; run < 6; run++) {
+        float xv[4] = {(float)run, -1.0f - (float)run, 0.5f, 3.0f};
+        vq_tensor *x;
+        cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, s, xv), 0);
+        vq_feed feed = {"x", x};
+        vq_fetch fetch = {"out", NULL};
+        vq_mem_stats before, after;
+        cr_assert_eq(vq_mem_get_stats((vq_ctx){VQ_DEV_CPU, 0}, &before), 0);
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_mem_get_stats((vq_ctx){VQ_DEV_CPU, 0}, &after), 0);
+        /* Runs 0-2 keep their outputs; from run 3 on the caller lets go of
+         * each output at once. Run 0 allocates every temporary; runs 2-4
+         * one tensor, the new output (the var has no spare: the output it
+         * replaces was still the caller's, and only in run 4 does the
+         * replaced one become the spare); run 5 nothing. */
+        if (run >= 2)
+            cr_assert_leq(after.allocs - before.allocs, run <= 4 ? 1u : 0u,
+                          "run %d: %llu allocations", run,
+                          (unsigned long long)(after.allocs - before.allocs));
+        for (int k = 0; k < run; k++)
+            cr_assert_neq(fetch.tensor, held[k], "run %d wrote run %d's fetched tensor", run, k);
+        held[run] = fetch.tensor;
+        for (int k = 0; k <= run && k <= 2; k++) {
+            const float *got = vq_tensor_data(held[k]);
+            for (int i = 0; i < 4; i++) {
+                float xk[4] = {(float)k, -1.0f - (float)k, 0.5f, 3.0f};
+                float t1 = 2 * xk[i] + 1, t2 = 2 * t1 + 1, t3 = t1 + t2;
+                cr_assert_eq(got[i], t3 > 0 ? t3 : 0, "run %d's output [%d] after run %d", k, i,
+                             run);
+            }
+        }
+        if (run >= 3) {
+            vq_tensor_release(fetch.tensor);
+            held[run] = NULL;
+        }
+        vq_tensor_release(x);
+    }
+    for (int k = 0; k < 6; k++)
+        vq_tensor_release(held[k]);
+    vq_program_free(p);
+    fixture_free(&f);
+}

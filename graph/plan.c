@@ -1008,17 +1008,18 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
 /* ---- the plan cache ---- */
 
 /* The names part of a key: feeds, then fetches, each NUL terminated, with
- * the counts in front so that (a | b) and (a b |) differ. */
-static char *key_names(const char *const *feeds, int nfeeds, const char *const *fetches,
-                       int nfetches, size_t *len)
+ * the counts in front so that (a | b) and (a b |) differ. Written into
+ * buf (size bytes) when it fits, else into a new allocation; NULL when
+ * out of memory. */
+static char *key_names(char *buf, size_t size, const char *const *feeds, int nfeeds,
+                       const char *const *fetches, int nfetches, size_t *len)
 {
-    size_t n = 32;
+    size_t n = sizeof nfeeds + sizeof nfetches;
     for (int i = 0; i < nfeeds; i++)
         n += strlen(feeds[i]) + 1;
     for (int i = 0; i < nfetches; i++)
         n += strlen(fetches[i]) + 1;
-    char *buf = vq__malloc(n);
-    if (!buf)
+    if (n > size && !(buf = vq__malloc(n)))
         return NULL;
     /* no printf: this runs once per run */
     memcpy(buf, &nfeeds, sizeof nfeeds);
@@ -1079,25 +1080,18 @@ static void lru_trim(vq_exec *ex)
 static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
                     int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
 {
+    /* A cache hit (every run) keeps the names on the stack; a new plan
+     * keeps a copy. */
+    char stack[256];
     size_t nlen;
-    char *names = key_names(feeds, nfeeds, fetches, nfetches, &nlen);
+    char *names = key_names(stack, sizeof stack, feeds, nfeeds, fetches, nfetches, &nlen);
     if (!names)
         return vq__fail(VQ_ENOMEM, "out of memory");
     uint64_t ph = vq_program_hash(p);
-    struct {
-        uint64_t prog;
-        int kind, id;
-    } head = {ph, ex->device.kind, ex->device.id};
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) {
-        free(names);
-        return vq__fail(VQ_ENOMEM, "out of memory");
-    }
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, &head, sizeof head);
-    XXH3_64bits_update(st, names, nlen);
-    uint64_t key = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
+    /* The program's hash and the device seed the hash of the names. */
+    uint64_t dev = (uint64_t)(unsigned)ex->device.kind << 32 | (unsigned)ex->device.id;
+    uint64_t seed = ph ^ dev * 0x9e3779b97f4a7c15ull;
+    uint64_t key = XXH3_64bits_withSeed(names, nlen, seed);
     uint64_t gen = s ? vq__scope_generation(s) : 0, sid = vq__scope_id(s);
     for (struct plan *pl = ex->lru_head, *next; pl; pl = next) {
         next = pl->lru_next;
@@ -1125,11 +1119,17 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         lru_push_front(ex, pl);
         pl->refs++;
         ex->stats.cache_hits++;
-        free(names);
+        if (names != stack)
+            free(names);
         *out = pl;
         return 0;
     }
     struct plan *pl = NULL;
+    if (names == stack) { /* the new plan keeps its own copy */
+        if (!(names = vq__malloc(nlen)))
+            return vq__fail(VQ_ENOMEM, "out of memory");
+        memcpy(names, stack, nlen);
+    }
     int rc = plan_new(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
     if (rc) {
         free(names);

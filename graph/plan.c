@@ -61,7 +61,6 @@ static void plan_destroy(struct plan *pl)
         vq_opr_free(e, pl->final_all);
     for (int v = 0; pl->vars && v < pl->nvars; v++) {
         vq_tensor_release(pl->vars[v].value);
-        vq_tensor_release(pl->vars[v].spare);
         if (pl->vars[v].own_ev)
             vq_var_free(e, pl->vars[v].ev);
     }
@@ -817,7 +816,6 @@ void vq__frame_destroy(struct frame *fr)
     if (fr->owner) {
         for (int i = 0; fr->vars && i < pl->block_nvars[fr->block]; i++) {
             vq_tensor_release(fr->vars[i].value);
-            vq_tensor_release(fr->vars[i].spare);
             if (fr->vars[i].own_ev)
                 vq_var_free(e, fr->vars[i].ev);
         }

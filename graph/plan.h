@@ -31,12 +31,6 @@
 
 #define VQ__RUN_RING 64    /* runs of one plan in flight at once */
 #define VQ__WHILE_FRAMES 4 /* iterations of one while in flight at once */
-/* Spares (struct pvar): tensors of at most VQ__SPARE_MAX bytes, at most
- * VQ__SPARE_BUDGET bytes of them per plan. Reuse saves an allocation and
- * a free per op, which matters for small tensors only; the budget bounds
- * what the plan holds beyond its live values. */
-#define VQ__SPARE_MAX (16u << 10)
-#define VQ__SPARE_BUDGET (256u << 10)
 
 struct plan;
 struct frame;
@@ -68,11 +62,6 @@ struct pvar {
      * carried into a loop, a saved iteration): an op writing the var in
      * place writes a new tensor instead (copy on write) */
     bool borrowed;
-    /* A value of this var that its last reader let go of while nobody
-     * else held it (one reference, CPU, small: run.c's vq__slot_drop),
-     * kept for the var's next write to reuse instead of allocating;
-     * ordered by ev like value. NULL when none. */
-    vq_tensor *spare;
     atomic_int readers_left;
     vq__meta meta;    /* declared, refined by inference */
     bool persistable;
@@ -261,7 +250,6 @@ struct plan {
     int inflight;
     struct run *ring[VQ__RUN_RING];
     atomic_size_t live; /* tensor bytes the plan's slots hold */
-    atomic_size_t spare_bytes; /* ... and keep as spares (at most VQ__SPARE_BUDGET) */
 };
 
 /* Preparation's walk over the ops of one block (plan.c), which control.c

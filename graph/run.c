@@ -51,12 +51,6 @@ static bool metas_equal(const vq__meta *a, const vq__meta *b)
            !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]);
 }
 
-static bool metas_equal_tensor(const vq_tensor *t, const vq__meta *m)
-{
-    return t->dtype == m->dtype && t->ndim == m->ndim &&
-           !memcmp(t->shape, m->shape, (size_t)t->ndim * sizeof t->shape[0]);
-}
-
 /* ---- run-time bookkeeping (inside engine ops) ---- */
 
 static void note_live(struct run *r, struct plan *pl, size_t add)
@@ -69,54 +63,17 @@ static void note_live(struct run *r, struct plan *pl, size_t add)
         ;
 }
 
-/* Whether t, which slot v lets go of, may become v's spare: nobody else
- * holds it (the acquire load sees every other holder's release done, and
- * no other pointer to it remains from which a reference could be taken:
- * an op's reads of its inputs end before its last reader lets go), it is
- * a plain small CPU tensor, and the plan's budget has room. */
-static bool spare_keeps(struct plan *pl, const struct pvar *v, vq_tensor *t, void *stream)
-{
-    if (v->spare || stream || pl->exec->device.kind != VQ_DEV_CPU || t->dev.kind != VQ_DEV_CPU ||
-        t->nbytes > VQ__SPARE_MAX || atomic_load_explicit(&t->refs, memory_order_acquire) != 1 ||
-        atomic_load_explicit(&t->var, memory_order_relaxed) ||
-        atomic_load_explicit(&t->capture, memory_order_relaxed) ||
-        atomic_load_explicit(&t->fail_msg, memory_order_relaxed))
-        return false;
-    size_t held = atomic_fetch_add_explicit(&pl->spare_bytes, t->nbytes, memory_order_relaxed);
-    if (held + t->nbytes <= VQ__SPARE_BUDGET)
-        return true;
-    atomic_fetch_sub_explicit(&pl->spare_bytes, t->nbytes, memory_order_relaxed);
-    return false;
-}
-
 /* Drops the value of v held by the plan. Only for non-persistable vars.
  * stream: that of the GPU op dropping it (the storage is freed in stream
- * order after the op's work, which follows every other use), or NULL. A
- * value only the plan holds may stay as v's spare (spare_keeps). */
+ * order after the op's work, which follows every other use), or NULL. */
 void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream)
 {
-    vq_tensor *t = v->value;
-    if (!t)
+    if (!v->value)
         return;
-    atomic_fetch_sub_explicit(&pl->live, t->nbytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
+    vq__tensor_release_on(v->value, stream);
     v->value = NULL;
     v->borrowed = false;
-    if (spare_keeps(pl, v, t, stream))
-        v->spare = t;
-    else
-        vq__tensor_release_on(t, stream);
-}
-
-/* v's spare, when it has m's dtype and shape: taken out of the slot (its
- * one reference goes to the caller), else NULL. */
-static vq_tensor *spare_take(struct plan *pl, struct pvar *v, const vq__meta *m)
-{
-    vq_tensor *t = v->spare;
-    if (!t || !metas_equal_tensor(t, m))
-        return NULL;
-    v->spare = NULL;
-    atomic_fetch_sub_explicit(&pl->spare_bytes, t->nbytes, memory_order_relaxed);
-    return t;
 }
 
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t)
@@ -325,7 +282,8 @@ static int op_begin(struct op_state *s, void *stream)
         int j = s->nout;
         struct pvar *v = f->out[j];
         vq_tensor *cur = v->value;
-        bool fits = cur && metas_equal_tensor(cur, &om[j]);
+        bool fits = cur && cur->dtype == om[j].dtype && cur->ndim == om[j].ndim &&
+                    !memcmp(cur->shape, om[j].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
         /* in place: the var's own tensor, unless it is borrowed (a feed
          * stays the caller's: the op writes a new one) */
         if (v->persistable || (is_in_place(src, j) && !v->borrowed)) {
@@ -336,8 +294,6 @@ static int op_begin(struct op_state *s, void *stream)
                 break;
             }
             s->out[j] = vq_tensor_retain(cur);
-        } else if ((s->out[j] = spare_take(pl, v, &om[j])) != NULL) {
-            note_live(r, pl, s->out[j]->nbytes);
         } else {
             err = vq__tensor_empty_at(&s->out[j], pl->exec->device, om[j].dtype, om[j].ndim,
                                       om[j].shape, stream);

@@ -144,7 +144,7 @@ typedef vq__op {
 };
 typedef vq__desc {
     byte n;             /* nwrites + nreads: distinct vars
-                           @C engine/var.c:189 vq__var_append_op `int n = o->nwrites + o->nreads, granted = 0;` */
+                           @C engine/var.c:203 vq__var_append_op `int n = o->nwrites + o->nreads, granted = 0;` */
     byte nexcl;         /* vars[0 .. nexcl) are written, the rest read */
     byte vars[MAXV];    /* writes first, then reads, as opr_fill stores them */
     byte order[MAXV];   /* the lock order: vars by address (vq__var_sort) */
@@ -222,8 +222,8 @@ inline vblock_free(x)
 
 /* ---- appending (var.c), inside the d_step of push(): the caller holds
  * every lock of the op ----
- * @C engine/var.c:71 enqueue `struct vq__vblock *b = v->head;`
- * @C engine/var.c:72 enqueue `b->trigger = op; b->write = write; b->next = nb; nb->next = NULL; v->head = nb;`
+ * @C engine/var.c:72 enqueue `struct vq__vblock *b = v->head;`
+ * @C engine/var.c:73 enqueue `b->trigger = op; b->write = write; b->next = nb; nb->next = NULL; v->head = nb;`
  * The access goes into the sentinel; nb becomes the new sentinel. Sets b
  * (the pusher's local) to the block the access went into. */
 inline enqueue(v, o, w, nb)
@@ -237,8 +237,8 @@ inline enqueue(v, o, w, nb)
     var[v].head = nb
 }
 
-/* @C engine/var.c:83 vq__var_append_read `if (!v->pending_write) { v->num_pending_reads++; return true; }`
- * @C engine/var.c:87 vq__var_append_read `enqueue(v, op, false, *spare); *spare = NULL; return false;`
+/* @C engine/var.c:84 vq__var_append_read `if (!v->pending_write) { v->num_pending_reads++; return true; }`
+ * @C engine/var.c:88 vq__var_append_read `enqueue(v, op, false, *spare); *spare = NULL; return false;`
  * Granted at once unless a write is pending; else it queues in the spare
  * block (sp, the next of the op's blocks). */
 inline append_read(v, o)
@@ -258,8 +258,8 @@ inline append_read(v, o)
     fi
 }
 
-/* @C engine/var.c:95 vq__var_append_write `struct vq__vblock *b = v->head; enqueue(v, op, true, nb); if (v->pending_write) return false;`
- * @C engine/var.c:100 vq__var_append_write `v->pending_write = b; v->write_triggered = v->num_pending_reads == 0; return v->write_triggered;`
+/* @C engine/var.c:96 vq__var_append_write `struct vq__vblock *b = v->head; enqueue(v, op, true, nb); if (v->pending_write) return false;`
+ * @C engine/var.c:101 vq__var_append_write `v->pending_write = b; v->write_triggered = v->num_pending_reads == 0; return v->write_triggered;`
  * A write always queues (in the sentinel; its spare block sp becomes the
  * new sentinel); it is granted at once when it is the oldest write and no
  * read runs. */
@@ -305,7 +305,7 @@ inline dep_granted(t)
 }
 
 /* ---- completing (var.c) ----
- * @C engine/var.c:236 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
+ * @C engine/var.c:250 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
  * The last read to complete grants the pending write; the grant happens
  * after the unlock. slot: the access, for the ghost released[]. */
 inline complete_read(v, slot)
@@ -331,12 +331,12 @@ inline complete_read(v, slot)
     fi
 }
 
-/* @C engine/var.c:256 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
- * @C engine/var.c:259 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
- * @C engine/var.c:265 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
- * @C engine/var.c:269 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
- * @C engine/var.c:278 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
- * @C engine/var.c:279 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
+/* @C engine/var.c:270 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
+ * @C engine/var.c:273 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
+ * @C engine/var.c:279 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
+ * @C engine/var.c:283 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
+ * @C engine/var.c:292 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
+ * @C engine/var.c:293 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
  * Under the lock: the run of reads after the completed write is counted as
  * running, and the next write becomes pending (granted at once when no
  * read precedes it). After the unlock: the reads' blocks, off the queue
@@ -427,14 +427,14 @@ inline complete_write(v, slot)
  * @C engine/engine.c:661 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
  * @C engine/engine.c:662 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
  * @C engine/engine.c:673 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + 1) dispatch(e, op);`
- * @C engine/var.c:193 vq__var_append_op `for (int i = 0; i < n; i++) vq__spin_lock(&order[i]->lock);`
- * @C engine/var.c:203 vq__var_append_op `*ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);`
- * @C engine/var.c:208 vq__var_append_op `for (int i = 0; i < o->nexcl; i++) {`
- * @C engine/var.c:212 vq__var_append_op `granted += vq__var_append_write(o->vars[i], op, b);`
- * @C engine/var.c:214 vq__var_append_op `for (int i = o->nexcl; i < n; i++) {`
- * @C engine/var.c:217 vq__var_append_op `if (vq__var_append_read(o->vars[i], op, spare)) granted++;`
- * @C engine/var.c:227 vq__var_append_op `for (int i = n - 1; i >= 0; i--) vq__spin_unlock(&order[i]->lock);`
- * @C engine/var.c:111 vq__var_sort `for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)`
+ * @C engine/var.c:207 vq__var_append_op `for (int i = 0; i < n; i++) vq__spin_lock(&order[i]->lock);`
+ * @C engine/var.c:217 vq__var_append_op `*ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);`
+ * @C engine/var.c:222 vq__var_append_op `for (int i = 0; i < o->nexcl; i++) {`
+ * @C engine/var.c:226 vq__var_append_op `granted += vq__var_append_write(o->vars[i], op, b);`
+ * @C engine/var.c:228 vq__var_append_op `for (int i = o->nexcl; i < n; i++) {`
+ * @C engine/var.c:231 vq__var_append_op `if (vq__var_append_read(o->vars[i], op, spare)) granted++;`
+ * @C engine/var.c:241 vq__var_append_op `for (int i = n - 1; i >= 0; i--) vq__spin_unlock(&order[i]->lock);`
+ * @C engine/var.c:125 vq__var_sort `for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)`
  * The pieces, then the push itself (push, below). */
 /* The unlocks of vq__var_append_op, in reverse lock order (i = n). */
 inline unlock_all(o)

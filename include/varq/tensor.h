@@ -127,7 +127,9 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
 
 /* Blocks until every op already pushed that reads or writes t is done.
  * Returns 0, or the error of the failed op that wrote t (or that an op
- * writing t inherited); vq_errmsg() then names the op that failed. Returns at
+ * writing t inherited); vq_errmsg() then names the op that failed. The
+ * error is taken, as vq_wait_var takes its var's: t's error is cleared,
+ * so a second wait returns 0 and later ops that use t run again. Returns at
  * once for a tensor never used with an engine. Not from inside an op
  * (VQ_EDEADLK). Thread-safe. Waits as vq_wait_var does: the thread may run
  * ready ops meanwhile, so do not hold a lock that an op takes. */

@@ -244,6 +244,19 @@ typedef struct vq__kcall {
     void *defer_user, *defer_tag;
 } vq__kcall;
 
+/* The address elems elements of es bytes past base (a kernel's view of an
+ * image, a group or a batch entry inside a tensor's bytes). */
+static inline char *vq__elem_at(const void *base, int64_t elems, size_t es)
+{
+    return (char *)base + (size_t)elems * es;
+}
+
+/* A CPU scratch tensor of n elements of dt for kernel call k (*out stays
+ * NULL for n == 0), released with vq_tensor_release. On failure the
+ * message names k's op and what the buffer is for ("im2col buffer"). */
+int vq__kernel_scratch(const vq__kcall *k, vq_dtype dt, int64_t n, const char *what,
+                       vq_tensor **out);
+
 /* A gradient maker's view of one forward op in a program: var names.
  * din[i] is the name to give the gradient of input i, or NULL if that one
  * is not wanted; dout[j] the name of the gradient flowing into output j

@@ -179,6 +179,19 @@ int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shap
     return vq__tensor_empty_on(out, (vq_ctx){VQ_DEV_CPU, 0}, dt, ndim, shape, "vq_tensor_new");
 }
 
+int vq__kernel_scratch(const vq__kcall *k, vq_dtype dt, int64_t n, const char *what,
+                       vq_tensor **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    int rc = vq__tensor_empty(out, dt, 1, &n);
+    if (rc < 0)
+        return vq__fail_prefixed(rc, "%s: the %s of %lld elements", k->def->type, what,
+                                 (long long)n);
+    return 0;
+}
+
 VQ_API int vq_tensor_new_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim,
                             const int64_t *shape)
 {

@@ -366,26 +366,6 @@ static void col2im(vq_dtype dt, const void *col, void *x, const vq__window *w, i
 
 /* ---- kernels ---- */
 
-static char *at(const void *base, int64_t elems, size_t es)
-{
-    return (char *)base + (size_t)elems * es;
-}
-
-/* A CPU buffer of n elements for one group's columns (*out stays NULL for
- * n == 0); released with vq_tensor_release. */
-static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
-{
-    *out = NULL;
-    if (n == 0)
-        return 0;
-    int rc = vq__tensor_empty(out, dt, 1, &n);
-    if (rc < 0) {
-        return vq__fail_prefixed(rc, "%s: the im2col buffer of %lld elements", k->def->type,
-                                 (long long)n);
-    }
-    return 0;
-}
-
 #define ADD_BIAS(T)                                                                          \
     static void add_bias_##T(T *o, const T *b, int64_t n, int64_t m, int64_t plane)         \
     {                                                                                        \
@@ -493,7 +473,7 @@ static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__conv *cv = j->cv;
     for (int64_t item = lo; item < hi; item++) {
         int64_t n = item / cv->groups, g = item % cv->groups;
-        const char *xg = at(j->x, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, j->es);
+        const char *xg = vq__elem_at(j->x, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, j->es);
         const void *src = xg;
         if (!cv->direct) {
             if (!j->cols[slot]) {
@@ -504,9 +484,9 @@ static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
             im2col(j->dt, xg, j->cols[slot]->data, &cv->w, cv->cg);
             src = j->cols[slot]->data;
         }
-        char *og = at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
+        char *og = vq__elem_at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
         vq__gemm(j->dt, false, false, cv->mg, cv->plane, cv->rows, 1,
-                 at(j->w, g * cv->mg * cv->rows, j->es), cv->rows, src, cv->plane, 0, og);
+                 vq__elem_at(j->w, g * cv->mg * cv->rows, j->es), cv->rows, src, cv->plane, 0, og);
         conv_epilogue(j, og, g * cv->mg, cv->mg, 0, cv->plane);
     }
     return 0;
@@ -519,8 +499,8 @@ static int conv_im2col_part(void *arg, int64_t lo, int64_t hi, int slot)
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
     int64_t taps = cv->w.kh * cv->w.kw;
-    im2col(j->dt, at(j->xg, lo * cv->w.h * cv->w.w, j->es),
-           at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
+    im2col(j->dt, vq__elem_at(j->xg, lo * cv->w.h * cv->w.w, j->es),
+           vq__elem_at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
     return 0;
 }
 
@@ -531,7 +511,8 @@ static int conv_gemm_cols(void *arg, int64_t lo, int64_t hi, int slot)
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
     vq__gemm_ldc(j->dt, false, false, cv->mg, hi - lo, cv->rows, 1, j->wg, cv->rows,
-                 at(j->col, lo, j->es), cv->plane, 0, at(j->wg_out, lo, j->es), cv->plane);
+                 vq__elem_at(j->col, lo, j->es), cv->plane, 0, vq__elem_at(j->wg_out, lo, j->es),
+                 cv->plane);
     conv_epilogue(j, j->wg_out, 0, cv->mg, lo, hi - lo);
     return 0;
 }
@@ -542,9 +523,10 @@ static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
     (void)slot;
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
-    vq__gemm(j->dt, false, false, hi - lo, cv->plane, cv->rows, 1, at(j->wg, lo * cv->rows, j->es),
-             cv->rows, j->col, cv->plane, 0, at(j->wg_out, lo * cv->plane, j->es));
-    conv_epilogue(j, at(j->wg_out, lo * cv->plane, j->es), lo, hi - lo, 0, cv->plane);
+    vq__gemm(j->dt, false, false, hi - lo, cv->plane, cv->rows, 1,
+             vq__elem_at(j->wg, lo * cv->rows, j->es), cv->rows, j->col, cv->plane, 0,
+             vq__elem_at(j->wg_out, lo * cv->plane, j->es));
+    conv_epilogue(j, vq__elem_at(j->wg_out, lo * cv->plane, j->es), lo, hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -658,9 +640,9 @@ static int conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t in_plane = cv->w.h * cv->w.w, taps = cv->w.kh * cv->w.kw;
     for (int64_t p = lo; p < hi; p++) {
         int64_t n = p / cv->m, ch = p % cv->m, g = ch / cv->mg;
-        const char *x = at(j->x, (n * cv->w.c + g) * in_plane, j->es);
-        const char *w = at(j->w, ch * taps, j->es);
-        char *o = at(j->o, p * cv->plane, j->es);
+        const char *x = vq__elem_at(j->x, (n * cv->w.c + g) * in_plane, j->es);
+        const char *w = vq__elem_at(j->w, ch * taps, j->es);
+        char *o = vq__elem_at(j->o, p * cv->plane, j->es);
         if (j->dt == VQ_F32)
             dw_plane_float((const float *)x, (const float *)w, (float *)o, &cv->w);
         else
@@ -732,7 +714,8 @@ static int conv2d_kernel(const vq__kcall *k)
     }
     /* one image, one group */
     vq_tensor *col = NULL;
-    if (!cv.direct && (rc = scratch(k, j.dt, cv.rows * cv.plane, &col)) < 0)
+    if (!cv.direct &&
+        (rc = vq__kernel_scratch(k, j.dt, cv.rows * cv.plane, "im2col buffer", &col)) < 0)
         return rc;
     j.xg = x->data;
     j.wg = w->data;
@@ -758,17 +741,18 @@ static int conv_dx(const vq__kcall *k, const vq__conv *cv, const vq_tensor *w, c
     vq_dtype dt = dx->dtype;
     size_t es = vq_dtype_size(dt);
     vq_tensor *col = NULL;
-    int rc = cv->direct ? 0 : scratch(k, dt, cv->rows * cv->plane, &col);
+    int rc =
+        cv->direct ? 0 : vq__kernel_scratch(k, dt, cv->rows * cv->plane, "im2col buffer", &col);
     if (rc < 0)
         return rc;
     if (col)
         memset(dx->data, 0, dx->nbytes);
     for (int64_t n = 0; n < cv->w.n; n++)
         for (int64_t g = 0; g < cv->groups; g++) {
-            char *dxg = at(dx->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
+            char *dxg = vq__elem_at(dx->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
             vq__gemm(dt, true, false, cv->rows, cv->plane, cv->mg, 1,
-                     at(w->data, g * cv->mg * cv->rows, es), cv->rows,
-                     at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, 0,
+                     vq__elem_at(w->data, g * cv->mg * cv->rows, es), cv->rows,
+                     vq__elem_at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, 0,
                      col ? col->data : dxg);
             if (col)
                 col2im(dt, col->data, dxg, &cv->w, cv->cg);
@@ -790,20 +774,22 @@ static int conv_dw(const vq__kcall *k, const vq__conv *cv, const vq_tensor *gr)
         return 0;
     }
     vq_tensor *col = NULL;
-    int rc = cv->direct ? 0 : scratch(k, dt, cv->rows * cv->plane, &col);
+    int rc =
+        cv->direct ? 0 : vq__kernel_scratch(k, dt, cv->rows * cv->plane, "im2col buffer", &col);
     if (rc < 0)
         return rc;
     for (int64_t n = 0; n < cv->w.n; n++)
         for (int64_t g = 0; g < cv->groups; g++) {
-            const char *xg = at(x->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
+            const char *xg =
+                vq__elem_at(x->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
             const void *src = xg;
             if (col) {
                 im2col(dt, xg, col->data, &cv->w, cv->cg);
                 src = col->data;
             }
             vq__gemm(dt, false, true, cv->mg, cv->rows, cv->plane, 1,
-                     at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, src,
-                     cv->plane, n ? 1 : 0, at(dw->data, g * cv->mg * cv->rows, es));
+                     vq__elem_at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane,
+                     src, cv->plane, n ? 1 : 0, vq__elem_at(dw->data, g * cv->mg * cv->rows, es));
         }
     vq_tensor_release(col);
     return 0;

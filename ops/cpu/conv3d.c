@@ -313,25 +313,6 @@ static void col2vol(vq_dtype dt, const void *col, void *x, const vq__vol *v)
 
 /* ---- kernels ---- */
 
-static char *at(const void *base, int64_t elems, size_t es)
-{
-    return (char *)base + (size_t)elems * es;
-}
-
-/* A CPU buffer of n elements for one group's columns; released with
- * vq_tensor_release. */
-static int scratch(const vq__kcall *k, vq_dtype dt, int64_t n, vq_tensor **out)
-{
-    *out = NULL;
-    if (n == 0)
-        return 0;
-    int rc = vq__tensor_empty(out, dt, 1, &n);
-    if (rc < 0)
-        return vq__fail_prefixed(rc, "%s: the vol2col buffer of %lld elements", k->def->type,
-                                 (long long)n);
-    return 0;
-}
-
 /* o [n, m, plane] += b[m]. */
 static void add_bias(vq_dtype dt, void *o, const void *b, int64_t n, int64_t m, int64_t plane)
 {
@@ -370,11 +351,11 @@ static int conv3d_items(void *arg, int64_t lo, int64_t hi, int slot)
             if (vq__tensor_empty(&j->cols[slot], j->dt, 1, &len) < 0)
                 return VQ_ENOMEM;
         }
-        vol2col(j->dt, at(j->x, (n * v->c + g * v->cg) * v->vol, j->es), j->cols[slot]->data, v,
-                v->cg);
+        vol2col(j->dt, vq__elem_at(j->x, (n * v->c + g * v->cg) * v->vol, j->es),
+                j->cols[slot]->data, v, v->cg);
         vq__gemm(j->dt, false, false, v->mg, v->plane, v->rows, 1,
-                 at(j->w, g * v->mg * v->rows, j->es), v->rows, j->cols[slot]->data, v->plane, 0,
-                 at(j->o, (n * v->m + g * v->mg) * v->plane, j->es));
+                 vq__elem_at(j->w, g * v->mg * v->rows, j->es), v->rows, j->cols[slot]->data,
+                 v->plane, 0, vq__elem_at(j->o, (n * v->m + g * v->mg) * v->plane, j->es));
     }
     return 0;
 }
@@ -419,7 +400,7 @@ static int conv3d_dx(const vq__kcall *k, const vq__vol *v, const vq_tensor *w, c
     vq_dtype dt = dx->dtype;
     size_t es = vq_dtype_size(dt);
     vq_tensor *col;
-    int rc = scratch(k, dt, v->rows * v->plane, &col);
+    int rc = vq__kernel_scratch(k, dt, v->rows * v->plane, "vol2col buffer", &col);
     if (rc < 0)
         return rc;
     if (!col) { /* no columns: nothing reads dX */
@@ -429,9 +410,10 @@ static int conv3d_dx(const vq__kcall *k, const vq__vol *v, const vq_tensor *w, c
     for (int64_t n = 0; n < v->n; n++)
         for (int64_t g = 0; g < v->groups; g++) {
             vq__gemm(dt, true, false, v->rows, v->plane, v->mg, 1,
-                     at(w->data, g * v->mg * v->rows, es), v->rows,
-                     at(gr->data, (n * v->m + g * v->mg) * v->plane, es), v->plane, 0, col->data);
-            col2vol(dt, col->data, at(dx->data, (n * v->c + g * v->cg) * v->vol, es), v);
+                     vq__elem_at(w->data, g * v->mg * v->rows, es), v->rows,
+                     vq__elem_at(gr->data, (n * v->m + g * v->mg) * v->plane, es), v->plane, 0,
+                     col->data);
+            col2vol(dt, col->data, vq__elem_at(dx->data, (n * v->c + g * v->cg) * v->vol, es), v);
         }
     vq_tensor_release(col);
     return 0;
@@ -445,7 +427,7 @@ static int conv3d_dw(const vq__kcall *k, const vq__vol *v)
     vq_dtype dt = dw->dtype;
     size_t es = vq_dtype_size(dt);
     vq_tensor *col;
-    int rc = v->n == 0 ? 0 : scratch(k, dt, v->rows * v->plane, &col);
+    int rc = v->n == 0 ? 0 : vq__kernel_scratch(k, dt, v->rows * v->plane, "vol2col buffer", &col);
     if (rc < 0)
         return rc;
     if (v->n == 0 || !col) {
@@ -454,10 +436,12 @@ static int conv3d_dw(const vq__kcall *k, const vq__vol *v)
     }
     for (int64_t n = 0; n < v->n; n++)
         for (int64_t g = 0; g < v->groups; g++) {
-            vol2col(dt, at(x->data, (n * v->c + g * v->cg) * v->vol, es), col->data, v, v->cg);
+            vol2col(dt, vq__elem_at(x->data, (n * v->c + g * v->cg) * v->vol, es), col->data, v,
+                    v->cg);
             vq__gemm(dt, false, true, v->mg, v->rows, v->plane, 1,
-                     at(gr->data, (n * v->m + g * v->mg) * v->plane, es), v->plane, col->data,
-                     v->plane, n ? 1 : 0, at(dw->data, g * v->mg * v->rows, es));
+                     vq__elem_at(gr->data, (n * v->m + g * v->mg) * v->plane, es), v->plane,
+                     col->data, v->plane, n ? 1 : 0,
+                     vq__elem_at(dw->data, g * v->mg * v->rows, es));
         }
     vq_tensor_release(col);
     return 0;

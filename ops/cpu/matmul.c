@@ -152,11 +152,6 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                     (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
 }
 
-static const char *at(const void *base, int64_t elems, size_t es)
-{
-    return (const char *)base + (size_t)elems * es;
-}
-
 static int matmul_kernel(const vq__kcall *k)
 {
     const vq__matmul_params *p = k->params;
@@ -166,8 +161,9 @@ static int matmul_kernel(const vq__kcall *k)
     int64_t ldx = p->tx ? d.m : d.k, ldy = p->ty ? d.k : d.n;
     int64_t xs = d.m * d.k, ys = d.shared ? 0 : d.k * d.n, os = d.m * d.n;
     for (int64_t b = 0; b < d.batch; b++)
-        vq__gemm(x->dtype, p->tx, p->ty, d.m, d.n, d.k, p->alpha, at(x->data, b * xs, es),
-                 ldx, at(y->data, b * ys, es), ldy, 0, (char *)at(o->data, b * os, es));
+        vq__gemm(x->dtype, p->tx, p->ty, d.m, d.n, d.k, p->alpha, vq__elem_at(x->data, b * xs, es),
+                 ldx, vq__elem_at(y->data, b * ys, es), ldy, 0,
+                 (char *)vq__elem_at(o->data, b * os, es));
     return 0;
 }
 
@@ -192,10 +188,10 @@ static int grad_kernel(const vq__kcall *k)
         beta = 1;
     }
     for (int64_t b = 0; b < d.batch; b++) {
-        const void *xb = at(x->data, b * xs, es), *yb = at(y->data, b * ys, es);
-        const void *gb = at(g->data, b * gs, es);
+        const void *xb = vq__elem_at(x->data, b * xs, es), *yb = vq__elem_at(y->data, b * ys, es);
+        const void *gb = vq__elem_at(g->data, b * gs, es);
         if (p->wrt == 0) {
-            char *dx = (char *)at(dz->data, b * xs, es);
+            char *dx = (char *)vq__elem_at(dz->data, b * xs, es);
             if (!p->tx)
                 vq__gemm(x->dtype, false, !p->ty, d.m, d.k, d.n, p->alpha, gb, d.n, yb, ldy, 0,
                          dx);
@@ -203,7 +199,7 @@ static int grad_kernel(const vq__kcall *k)
                 vq__gemm(x->dtype, p->ty, true, d.k, d.m, d.n, p->alpha, yb, ldy, gb, d.n, 0,
                          dx);
         } else {
-            char *dy = (char *)at(dz->data, b * ys, es);
+            char *dy = (char *)vq__elem_at(dz->data, b * ys, es);
             if (!p->ty)
                 vq__gemm(x->dtype, !p->tx, false, d.k, d.n, d.m, p->alpha, xb, ldx, gb, d.n,
                          beta, dy);

@@ -24,10 +24,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#define FOR_EACH(e, n)                                                                        \
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n);                  \
-         e += (int64_t)gridDim.x * blockDim.x)
-
 static __device__ inline int64_t argmax_of(const float *x, const vq__window *w, int64_t oh,
                                            int64_t ow)
 {
@@ -39,20 +35,6 @@ static __device__ inline int64_t argmax_of(const double *x, const vq__window *w,
 {
     return vq__window_argmax_f64(x, w, oh, ow);
 }
-
-/* Launches kernel<float> or kernel<double>, by dtype, with a grid for n
- * elements on stream s: ARGS_F32 and ARGS_F64 are the parenthesized
- * arguments for each (the pointers cast to the type); another dtype
- * returns VQ_EINVAL from the launcher. */
-#define LAUNCH_FLOATS(kernel, dtype, n, s, ARGS_F32, ARGS_F64)                                \
-    do {                                                                                      \
-        if ((dtype) == VQ_F32)                                                                \
-            kernel<float><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, (s)>>> ARGS_F32;         \
-        else if ((dtype) == VQ_F64)                                                           \
-            kernel<double><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, (s)>>> ARGS_F64;        \
-        else                                                                                  \
-            return VQ_EINVAL;                                                                 \
-    } while (0)
 
 static bool bad_window(const vq__window *w)
 {
@@ -66,7 +48,7 @@ static bool bad_window(const vq__window *w)
 template <typename T> __global__ void im2col_kernel(const T *x, T *col, vq__window w)
 {
     int64_t plane = w.oh * w.ow, n = w.c * w.kh * w.kw * plane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e % plane, row = e / plane;
         int64_t j = row % w.kw, i = (row / w.kw) % w.kh, c = row / (w.kw * w.kh);
         int64_t ih = (p / w.ow) * w.sh - w.pt + i * w.dh;
@@ -78,7 +60,7 @@ template <typename T> __global__ void im2col_kernel(const T *x, T *col, vq__wind
 template <typename T> __global__ void col2im_kernel(const T *col, T *x, vq__window w)
 {
     int64_t plane = w.oh * w.ow, n = w.c * w.h * w.w;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t iw = e % w.w, ih = (e / w.w) % w.h, c = e / (w.w * w.h);
         T acc = 0;
         for (int64_t i = 0; i < w.kh; i++) {
@@ -104,7 +86,7 @@ extern "C" int vq__cuda_im2col(int dtype, const void *x, void *col, const vq__wi
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(im2col_kernel, dtype, n, s, ((const float *)x, (float *)col, *w),
+    VQ__CUDA_LAUNCH_FLOATS(im2col_kernel, dtype, n, s, ((const float *)x, (float *)col, *w),
                   ((const double *)x, (double *)col, *w));
     return vq__cuda_launched();
 }
@@ -118,7 +100,7 @@ extern "C" int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__wi
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(col2im_kernel, dtype, n, s, ((const float *)col, (float *)x, *w),
+    VQ__CUDA_LAUNCH_FLOATS(col2im_kernel, dtype, n, s, ((const float *)col, (float *)x, *w),
                   ((const double *)col, (double *)x, *w));
     return vq__cuda_launched();
 }
@@ -128,7 +110,7 @@ extern "C" int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__wi
 template <typename T>
 __global__ void bias_add_kernel(T *o, const T *b, int64_t total, int64_t m, int64_t plane)
 {
-    FOR_EACH(e, total)
+    VQ__CUDA_FOR_EACH(e, total)
         o[e] += b[(e / plane) % m];
 }
 
@@ -141,7 +123,7 @@ extern "C" int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n,
     if (total == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(bias_add_kernel, dtype, total, s,
+    VQ__CUDA_LAUNCH_FLOATS(bias_add_kernel, dtype, total, s,
                   ((float *)out, (const float *)b, total, m, plane),
                   ((double *)out, (const double *)b, total, m, plane));
     return vq__cuda_launched();
@@ -154,7 +136,7 @@ extern "C" int vq__cuda_bias_add(int dtype, void *out, const void *b, int64_t n,
 template <typename T>
 __global__ void clip_kernel(T *o, int64_t n, T lo, T hi)
 {
-    FOR_EACH(e, n)
+    VQ__CUDA_FOR_EACH(e, n)
     {
         T v = o[e];
         v = v <= lo ? lo : v;
@@ -169,7 +151,7 @@ extern "C" int vq__cuda_clip(int dtype, void *out, int64_t n, double lo, double 
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(clip_kernel, dtype, n, s, ((float *)out, n, (float)lo, (float)hi),
+    VQ__CUDA_LAUNCH_FLOATS(clip_kernel, dtype, n, s, ((float *)out, n, (float)lo, (float)hi),
                   ((double *)out, n, lo, hi));
     return vq__cuda_launched();
 }
@@ -178,7 +160,7 @@ extern "C" int vq__cuda_clip(int dtype, void *out, int64_t n, double lo, double 
 template <typename T>
 __global__ void clip_mask_kernel(const T *g, const T *out, T *m, int64_t n, T lo, T hi)
 {
-    FOR_EACH(e, n)
+    VQ__CUDA_FOR_EACH(e, n)
         m[e] = out[e] > lo && out[e] < hi ? g[e] : (T)0;
 }
 
@@ -190,7 +172,7 @@ extern "C" int vq__cuda_clip_mask(int dtype, const void *g, const void *out, voi
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(clip_mask_kernel, dtype, n, s,
+    VQ__CUDA_LAUNCH_FLOATS(clip_mask_kernel, dtype, n, s,
                   ((const float *)g, (const float *)out, (float *)m, n, (float)lo, (float)hi),
                   ((const double *)g, (const double *)out, (double *)m, n, lo, hi));
     return vq__cuda_launched();
@@ -201,7 +183,7 @@ extern "C" int vq__cuda_clip_mask(int dtype, const void *g, const void *out, voi
 template <typename T> __global__ void max_pool_kernel(const T *x, T *o, vq__window w)
 {
     int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * oplane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e / oplane, q = e % oplane;
         const T *xp = x + p * plane;
         int64_t a = argmax_of(xp, &w, q / w.ow, q % w.ow);
@@ -213,7 +195,7 @@ template <typename T>
 __global__ void max_pool_argmax_kernel(const T *x, int64_t *o, vq__window w, bool column_major)
 {
     int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * oplane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e / oplane, q = e % oplane;
         int64_t a = argmax_of(x + p * plane, &w, q / w.ow, q % w.ow);
         if (a >= 0 && column_major)
@@ -228,7 +210,7 @@ template <typename T>
 __global__ void max_pool_grad_kernel(const T *x, const T *g, T *dx, vq__window w)
 {
     int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * plane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e / plane, q = e % plane, ih = q / w.w, iw = q % w.w;
         const T *xp = x + p * plane, *gp = g + p * oplane;
         T acc = 0;
@@ -255,7 +237,7 @@ extern "C" int vq__cuda_max_pool(int dtype, const void *x, void *out, const vq__
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(max_pool_kernel, dtype, n, s, ((const float *)x, (float *)out, *w),
+    VQ__CUDA_LAUNCH_FLOATS(max_pool_kernel, dtype, n, s, ((const float *)x, (float *)out, *w),
                   ((const double *)x, (double *)out, *w));
     return vq__cuda_launched();
 }
@@ -269,7 +251,7 @@ extern "C" int vq__cuda_max_pool_argmax(int dtype, const void *x, int64_t *out,
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(max_pool_argmax_kernel, dtype, n, s, ((const float *)x, out, *w, column_major),
+    VQ__CUDA_LAUNCH_FLOATS(max_pool_argmax_kernel, dtype, n, s, ((const float *)x, out, *w, column_major),
                   ((const double *)x, out, *w, column_major));
     return vq__cuda_launched();
 }
@@ -283,7 +265,7 @@ extern "C" int vq__cuda_max_pool_grad(int dtype, const void *x, const void *g, v
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(max_pool_grad_kernel, dtype, n, s,
+    VQ__CUDA_LAUNCH_FLOATS(max_pool_grad_kernel, dtype, n, s,
                   ((const float *)x, (const float *)g, (float *)dx, *w),
                   ((const double *)x, (const double *)g, (double *)dx, *w));
     return vq__cuda_launched();
@@ -297,7 +279,7 @@ template <typename T>
 __global__ void avg_pool_kernel(const T *x, T *o, vq__window w, bool include_pad)
 {
     int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * oplane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e / oplane, oh = (e % oplane) / w.ow, ow = e % w.ow;
         const T *xp = x + p * plane;
         int64_t h0 = oh * w.sh - w.pt, w0 = ow * w.sw - w.pl;
@@ -318,7 +300,7 @@ template <typename T>
 __global__ void avg_pool_grad_kernel(const T *g, T *dx, vq__window w, bool include_pad)
 {
     int64_t plane = w.h * w.w, oplane = w.oh * w.ow, n = w.n * w.c * plane;
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t p = e / plane, q = e % plane, ih = q / w.w, iw = q % w.w;
         const T *gp = g + p * oplane;
         T acc = 0;
@@ -348,7 +330,7 @@ extern "C" int vq__cuda_avg_pool(int dtype, const void *x, void *out, const vq__
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     bool inc = count_include_pad != 0;
-    LAUNCH_FLOATS(avg_pool_kernel, dtype, n, s, ((const float *)x, (float *)out, *w, inc),
+    VQ__CUDA_LAUNCH_FLOATS(avg_pool_kernel, dtype, n, s, ((const float *)x, (float *)out, *w, inc),
                   ((const double *)x, (double *)out, *w, inc));
     return vq__cuda_launched();
 }
@@ -363,7 +345,7 @@ extern "C" int vq__cuda_avg_pool_grad(int dtype, const void *g, void *dx, const 
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     bool inc = count_include_pad != 0;
-    LAUNCH_FLOATS(avg_pool_grad_kernel, dtype, n, s, ((const float *)g, (float *)dx, *w, inc),
+    VQ__CUDA_LAUNCH_FLOATS(avg_pool_grad_kernel, dtype, n, s, ((const float *)g, (float *)dx, *w, inc),
                   ((const double *)g, (double *)dx, *w, inc));
     return vq__cuda_launched();
 }
@@ -400,7 +382,7 @@ template <typename T>
 __global__ void bn_kernel(const T *x, const T *scale, const T *bias, const T *mean,
                           const T *var, T *o, int64_t n, int64_t c, int64_t inner, double eps)
 {
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t ch = (e / inner) % c;
         double a = bn_factor(scale, var, ch, eps);
         o[e] = (T)(((double)x[e] - (double)mean[ch]) * a + (double)bias[ch]);
@@ -411,7 +393,7 @@ template <typename T>
 __global__ void bn_grad_x_kernel(const T *scale, const T *var, const T *g, T *dx, int64_t n,
                                  int64_t c, int64_t inner, double eps)
 {
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t ch = (e / inner) % c;
         dx[e] = (T)((double)g[e] * bn_factor(scale, var, ch, eps));
     }
@@ -456,7 +438,7 @@ extern "C" int vq__cuda_batch_norm(int dtype, const void *x, const void *scale, 
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
-    LAUNCH_FLOATS(bn_kernel, dtype, n, s,
+    VQ__CUDA_LAUNCH_FLOATS(bn_kernel, dtype, n, s,
                   ((const float *)x, (const float *)scale, (const float *)bias,
                    (const float *)mean, (const float *)var, (float *)out, n, c, inner, eps),
                   ((const double *)x, (const double *)scale, (const double *)bias,
@@ -478,7 +460,7 @@ extern "C" int vq__cuda_batch_norm_grad(int wrt, int dtype, const void *x, const
         int64_t n = outer * c * inner;
         if (n == 0)
             return 0;
-        LAUNCH_FLOATS(bn_grad_x_kernel, dtype, n, s,
+        VQ__CUDA_LAUNCH_FLOATS(bn_grad_x_kernel, dtype, n, s,
                       ((const float *)scale, (const float *)var, (const float *)g, (float *)dz,
                        n, c, inner, eps),
                       ((const double *)scale, (const double *)var, (const double *)g,

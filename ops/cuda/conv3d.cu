@@ -9,10 +9,6 @@
 
 #include <stdint.h>
 
-#define FOR_EACH(e, n)                                                                        \
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n);                  \
-         e += (int64_t)gridDim.x * blockDim.x)
-
 static bool bad_vol(const vq__vol *v, int64_t channels)
 {
     return !v || channels < 0 || v->d < 0 || v->h < 0 || v->w < 0 || v->od < 0 || v->oh < 0 ||
@@ -23,7 +19,7 @@ static bool bad_vol(const vq__vol *v, int64_t channels)
 
 template <typename T> __global__ void vol2col_kernel(const T *x, T *col, vq__vol v, int64_t n)
 {
-    FOR_EACH(e, n) {
+    VQ__CUDA_FOR_EACH(e, n) {
         int64_t src = vq__vol_tap(&v, e / v.plane, e % v.plane);
         col[e] = src >= 0 ? x[src] : (T)0;
     }
@@ -41,7 +37,7 @@ static __device__ inline double gather(const double *col, const vq__vol *v, int6
 
 template <typename T> __global__ void col2vol_kernel(const T *col, T *x, vq__vol v, int64_t n)
 {
-    FOR_EACH(e, n) x[e] = gather(col, &v, e);
+    VQ__CUDA_FOR_EACH(e, n) x[e] = gather(col, &v, e);
 }
 
 extern "C" int vq__cuda_vol2col(int dtype, const void *x, void *col, const vq__vol *v,
@@ -55,15 +51,9 @@ extern "C" int vq__cuda_vol2col(int dtype, const void *x, void *col, const vq__v
     int64_t n = channels * v->kd * v->kh * v->kw * g.plane;
     if (n == 0)
         return 0;
-    cudaStream_t s = VQ__CUDA_STREAM(stream);
-    if (dtype == VQ_F32)
-        vol2col_kernel<float><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, s>>>(
-            (const float *)x, (float *)col, g, n);
-    else if (dtype == VQ_F64)
-        vol2col_kernel<double><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, s>>>(
-            (const double *)x, (double *)col, g, n);
-    else
-        return VQ_EINVAL;
+    VQ__CUDA_LAUNCH_FLOATS(vol2col_kernel, dtype, n, VQ__CUDA_STREAM(stream),
+                           ((const float *)x, (float *)col, g, n),
+                           ((const double *)x, (double *)col, g, n));
     return vq__cuda_launched();
 }
 
@@ -78,14 +68,8 @@ extern "C" int vq__cuda_col2vol(int dtype, const void *col, void *x, const vq__v
     int64_t n = channels * g.vol;
     if (n == 0)
         return 0;
-    cudaStream_t s = VQ__CUDA_STREAM(stream);
-    if (dtype == VQ_F32)
-        col2vol_kernel<float><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, s>>>(
-            (const float *)col, (float *)x, g, n);
-    else if (dtype == VQ_F64)
-        col2vol_kernel<double><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, s>>>(
-            (const double *)col, (double *)x, g, n);
-    else
-        return VQ_EINVAL;
+    VQ__CUDA_LAUNCH_FLOATS(col2vol_kernel, dtype, n, VQ__CUDA_STREAM(stream),
+                           ((const float *)col, (float *)x, g, n),
+                           ((const double *)col, (double *)x, g, n));
     return vq__cuda_launched();
 }

@@ -653,6 +653,25 @@ static inline unsigned vq__cuda_blocks(int64_t n)
 }
 
 #define VQ__CUDA_STREAM(s) ((cudaStream_t)(s))
+
+/* A grid-stride loop: e takes every index in [0, n) once across the grid. */
+#define VQ__CUDA_FOR_EACH(e, n)                                               \
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < (n); \
+         e += (int64_t)gridDim.x * blockDim.x)
+
+/* Launches kernel<float> or kernel<double>, by dtype, with a grid for n
+ * elements on stream s: ARGS_F32 and ARGS_F64 are the parenthesized
+ * arguments for each (the pointers cast to the type); another dtype
+ * returns VQ_EINVAL from the launcher. */
+#define VQ__CUDA_LAUNCH_FLOATS(kernel, dtype, n, s, ARGS_F32, ARGS_F64)                \
+    do {                                                                               \
+        if ((dtype) == VQ_F32)                                                         \
+            kernel<float><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, (s)>>> ARGS_F32;  \
+        else if ((dtype) == VQ_F64)                                                    \
+            kernel<double><<<vq__cuda_blocks(n), VQ__CUDA_THREADS, 0, (s)>>> ARGS_F64; \
+        else                                                                           \
+            return VQ_EINVAL;                                                          \
+    } while (0)
 #endif
 
 #endif

@@ -787,10 +787,8 @@ static inline bool run_undeferred(vq_engine *e, vq_sync_fn fn, void *arg, int nv
     vq__in_op++;
     int err = fn(arg, &x);
     vq__in_op--;
-    if (err) {
-        int none = 0;
-        atomic_compare_exchange_strong(&e->first_err, &none, err);
-    }
+    if (err)
+        vq__engine_note_fail(e, err);
     return true;
 }
 
@@ -833,10 +831,8 @@ void vq__light_run(const struct vq__light *l, const vq_exec_ctx *x)
     vq_engine *e = l->engine;
     vq__in_op++;
     int err = l->fn(l->arg, x);
-    if (err) {
-        int none = 0;
-        atomic_compare_exchange_strong(&e->first_err, &none, err);
-    }
+    if (err)
+        vq__engine_note_fail(e, err);
     if (l->arg_free)
         l->arg_free(l->arg);
     op_completed(e, 1);
@@ -982,8 +978,7 @@ static void op_poison(const struct vq__desc *o, int err)
     for (int i = 0; i < o->nwrites; i++)
         if (!o->vars[i]->err)
             o->vars[i]->err = err;
-    int none = 0;
-    atomic_compare_exchange_strong(&o->engine->first_err, &none, err);
+    vq__engine_note_fail(o->engine, err);
 }
 
 /* Gives back what op holds beside its accesses: its argument, its vars

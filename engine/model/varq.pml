@@ -587,9 +587,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1180 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1184 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");`
- * @C engine/engine.c:1183 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1175 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1179 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");`
+ * @C engine/engine.c:1178 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -706,9 +706,9 @@ inline op_end(o)
  * @C engine/threaded.c:371 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
  * @C engine/threaded.c:380 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:358 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:1119 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:1124 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
- * @C engine/engine.c:1095 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
+ * @C engine/engine.c:1114 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:1119 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
+ * @C engine/engine.c:1090 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
  * @C engine/engine.c:271 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * (Light ops, engine_internal.h, have no vars: nothing here concerns them.)
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's

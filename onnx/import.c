@@ -357,13 +357,6 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         im[i] = in[i]->meta;
         known &= in[i]->konst != NULL;
     }
-    vq_attr fused[16];
-    double clip[2] = {x->fuse_lo, x->fuse_hi};
-    if (x->fuse && !strcmp(type, "conv2d") && nattrs < 16) {
-        memcpy(fused, attrs, (size_t)nattrs * sizeof *attrs);
-        fused[nattrs++] = VQ_ATTR_FS("clip", clip, 2);
-        attrs = fused;
-    }
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
     int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
     if (rc < 0)

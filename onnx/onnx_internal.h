@@ -54,8 +54,8 @@ struct ox {
     int nbinds;
     const struct vq_onnx_opts *opts; /* offered input values, or NULL */
     /* import.c's fusion of a Relu or Clip into the Conv before it: while
-     * that Conv is translated, ox_emit gives its conv2d attribute clip
-     * [lo, hi] */
+     * that Conv (one over images) is translated, t_conv (ops.c) gives its
+     * conv2d attribute clip [lo, hi] */
     bool fuse;
     double fuse_lo, fuse_hi;
 };

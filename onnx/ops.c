@@ -720,9 +720,14 @@ static int t_conv(struct ox *x)
         kernel[i] = in[1]->meta.shape[2 + i];
     if ((rc = window_pads(x, in[0], sd, kernel, strides, dil, pads)) < 0)
         return rc;
-    vq_attr a[4] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
-                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group)};
-    return window_emit(x, sd == 3 ? "conv3d" : "conv2d", in, in[2] ? 3 : 2, sd, a, 4);
+    /* An activation that translate_at (import.c) fused into this Conv, one
+     * over images: conv2d's clip. */
+    double clip[2] = {x->fuse_lo, x->fuse_hi};
+    vq_attr a[5] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
+                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group),
+                    VQ_ATTR_FS("clip", clip, 2)};
+    return window_emit(x, sd == 3 ? "conv3d" : "conv2d", in, in[2] ? 3 : 2, sd, a,
+                       x->fuse && sd == 2 ? 5 : 4);
 }
 
 /* ConvTranspose: X [N, C, spatial], W [C, M / group, kernel]. Its pads

@@ -21,6 +21,7 @@
  * synchronizes the events on its vars only when the engine has GPU state
  * (one relaxed load of gpu_on, beside the profile flag it reads anyway). */
 #include "engine_internal.h"
+#include "var_append.h"
 
 #include <errno.h>
 #include <stdio.h>

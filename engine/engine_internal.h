@@ -250,7 +250,7 @@ struct vq__op {
      * touches costs two transfers per op, the bulk of handing a small op
      * to another core. */
     atomic_int wait;            /* dependencies not yet granted, + 1 for the pusher */
-    /* A group (bulk execution, var.c vq__var_append_op): later pushes with
+    /* A group (bulk execution, var_append.h vq__var_append_op): later pushes with
      * the same vars that joined this op while it waited in the queues, run
      * after it by its runner and completed with it. group_n counts them;
      * group_next links them in push order (from the head, then from each
@@ -337,8 +337,9 @@ bool vq__var_append_write(vq_var *v, vq__op *op, struct vq__vblock *nb);
  * and op does not join, VQ__APPEND_NO_BLOCKS: nothing was done (no
  * ticket), the caller retries with the blocks. */
 enum { VQ__APPEND_JOINED = -1, VQ__APPEND_NO_BLOCKS = -2 };
-int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
-                      unsigned long *ticket);
+/* int vq__var_append_op(vq__op *op, vq_var *const *order,
+ *                       struct vq__vblock **spare, unsigned long *ticket);
+ * is static inline in var_append.h, for the push path (engine.c). */
 /* Sorts n vars into the lock order (ascending address). */
 void vq__var_sort(vq_var **vars, int n);
 void vq__var_complete_read(vq_var *v, vq__ready *r);

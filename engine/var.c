@@ -15,7 +15,7 @@
  *
  * Completions take one var's spinlock for its state changes only and grant
  * ops (decrement their wait counters) after releasing it. A push appends all
- * of an op's accesses at once (vq__var_append_op): it locks every var of the
+ * of an op's accesses at once (vq__var_append_op, var_append.h): it locks every var of the
  * op in ascending address order, appends, takes the op's ticket and unlocks.
  * Appending one var at a time would let two pushers interleave (A on x, B on
  * x, B on y, A on y) and queue A before B on x but B before A on y: a cycle
@@ -126,121 +126,6 @@ void vq__var_sort(vq_var **vars, int n)
             vars[j] = vars[j - 1];
         vars[j] = v;
     }
-}
-
-/* ---- groups: bulk execution of consecutive ops on the same vars ----
- *
- * A push that finds, queued last on its vars and not yet granted, an op
- * with the same vars in the same modes (writing at least one) joins that
- * op's group instead of queueing its own blocks: the head's runner runs it
- * right after the head (and the members before it), and their completion
- * is the head's. MXNet's bulk execution, without its delay: the op is in
- * the queues the moment it is pushed.
- *
- * Serial equivalence: the head is last on every one of these vars, so no
- * push with a ticket between the head's and this one shares a var with
- * them; running this op right after the head is what the queues would do.
- * Nothing is lost to parallelism either: both write a var they share, so
- * they would run one after the other anyway.
- *
- * Safety: the head's write on vars[0] is queued and not granted, and only
- * a completion under that var's lock, which the pusher holds, can grant
- * it. So the head cannot start (nor be freed) while the pusher links the
- * member, and its runner, granted later through that lock, sees the link.
- * Only plain ops group (VQ__OPR_GROUPABLE, set by opr_fill in engine.c):
- * sync CPU functions that any error may skip (not NOSKIP, DELETE, GPU,
- * RUN_ON_FAILED), of equal priority and props, on an engine that does not
- * profile (each op keeps its own record). */
-
-/* The op whose group op may join, or NULL. The caller holds the locks of
- * all of op's vars. */
-static vq__op *group_head(const vq__op *op)
-{
-    const struct vq__desc *o = op->desc;
-    vq_var *v = o->vars[0]; /* written (VQ__OPR_GROUPABLE) */
-    if (!v->pending_write || !v->tail->write || (v->tail == v->pending_write && v->write_triggered))
-        return NULL; /* nothing queued last, a read, or a granted write */
-    vq__op *h = v->tail->trigger;
-    const struct vq__desc *d = h->desc;
-    if (h->group_n >= VQ__GROUP_MAX)
-        return NULL;
-    int n = o->nwrites + o->nreads;
-    if (d != o) {
-        if (d->nwrites != o->nwrites || d->nreads != o->nreads || !(d->flags & VQ__OPR_GROUPABLE) ||
-            d->priority != o->priority || d->props != o->props)
-            return NULL;
-        for (int i = 1; i < n; i++)
-            if (d->vars[i] != o->vars[i])
-                return NULL;
-    }
-    /* h is last on the other vars too. A var with nothing queued has only
-     * granted reads (h's writes, not granted, would be queued): h and op
-     * both read it. */
-    for (int i = 1; i < n; i++) {
-        vq_var *w = o->vars[i];
-        if (w->pending_write && w->tail->trigger != h)
-            return NULL;
-    }
-    return h;
-}
-
-static void group_join(vq__op *h, vq__op *op)
-{
-    op->group_next = NULL;
-    if (h->group_n)
-        h->group_tail->group_next = op;
-    else
-        h->group_next = op;
-    h->group_tail = op;
-    h->group_n++;
-}
-
-/* hot path: no malloc; the op's var spinlocks, all at once */
-int vq__var_append_op(vq__op *op, vq_var *const *order, struct vq__vblock **spare,
-                      unsigned long *ticket)
-{
-    const struct vq__desc *o = op->desc;
-    int n = o->nwrites + o->nreads, granted = 0;
-    if (n == 1)
-        vq__spin_lock(&order[0]->lock); /* a chain's op: without the loop */
-    else
-        for (int i = 0; i < n; i++)
-            vq__spin_lock(&order[i]->lock);
-    vq__op *h = o->flags & VQ__OPR_GROUPABLE ? group_head(op) : NULL;
-    if (!h && !*spare && n > 0) {
-        granted = VQ__APPEND_NO_BLOCKS;
-        goto unlock;
-    }
-    /* relaxed: the ticket only numbers the push. Taken while every var of
-     * the op is locked, tickets order any two pushes that share a var as
-     * their blocks are queued on it. */
-    *ticket = atomic_fetch_add_explicit(&o->engine->pushed, 1, memory_order_relaxed);
-    if (h) {
-        group_join(h, op);
-        granted = VQ__APPEND_JOINED;
-    } else {
-        for (int i = 0; i < o->nexcl; i++) {
-            struct vq__vblock *b = *spare;
-            VQ__ASSERT(b); /* the caller gave one block per var */
-            *spare = b->next;
-            granted += vq__var_append_write(o->vars[i], op, b);
-        }
-        for (int i = o->nexcl; i < n; i++) {
-            VQ__ASSERT(*spare);
-            struct vq__vblock *next = (*spare)->next;
-            if (vq__var_append_read(o->vars[i], op, spare))
-                granted++;
-            if (!*spare)
-                *spare = next; /* the read queued in the block */
-        }
-    }
-unlock:
-    if (n == 1)
-        vq__spin_unlock(&order[0]->lock);
-    else
-        for (int i = n - 1; i >= 0; i--)
-            vq__spin_unlock(&order[i]->lock);
-    return granted;
 }
 
 /* hot path: no malloc; v's spinlock, alone */

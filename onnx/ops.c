@@ -976,6 +976,73 @@ static int t_batch_norm(struct ox *x)
     return ox_emit(x, "batch_norm", in, 5, &o, 1, &a, 1, NULL);
 }
 
+/* LayerNormalization (opset 17): over the axes from axis to the last,
+ * mean = mean(X), d = X - mean, inv = 1 / sqrt(mean(d * d) + epsilon),
+ * Y = d * inv * Scale (+ B), in the stash type (float unless stash_type
+ * says double; X is cast to it and Y back), with the optional outputs Mean
+ * and InvStdDev of X's rank (1 on the normalized axes). Composed of varq
+ * ops, so each has its gradient and its GPU kernel; the same ops as
+ * ONNX's own function body for it. */
+static int t_layer_norm(struct ox *x)
+{
+    struct ox_val *v, *scale, *bias = NULL, *mean, *d, *sq, *var, *ve, *sd, *inv, *n, *y;
+    int64_t axis, stash;
+    double eps;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_in(x, 1, &scale);
+    if (rc == 0)
+        rc = ox_in(x, 2, &bias);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", -1, &axis);
+    if (rc == 0)
+        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
+    if (rc == 0)
+        rc = ox_attr_int(x, "stash_type", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, &stash);
+    if (rc)
+        return rc;
+    vq_dtype xt = v->meta.dtype, st;
+    if (!is_float(xt))
+        return ox_fail(x, VQ_EINVAL, "X is %s, not a floating-point tensor", vq_dtype_name(xt));
+    if (!vq__onnx_dtype((int32_t)stash, &st) || !is_float(st))
+        return ox_fail(x, VQ_ENOSYS, "stash_type %lld is not float or double", (long long)stash);
+    int rank = v->meta.ndim, a0 = 0;
+    if ((rc = axis_of(x, "axis", axis, rank, &a0)) < 0)
+        return rc;
+    int64_t axes[VQ_MAX_DIMS];
+    for (int i = a0; i < rank; i++)
+        axes[i - a0] = i;
+    vq_attr ra[2] = {VQ_ATTR_IS("axes", axes, rank - a0), VQ_ATTR_B("keepdim", true)};
+    vq_attr ea[2] = {VQ_ATTR_F("scale", 1), VQ_ATTR_F("bias", eps)};
+    const char *mean_name = ox_out(x, 1), *inv_name = ox_out(x, 2);
+    const char *y_name = st == xt && !bias ? out0(x) : NULL;
+    if ((rc = cast_to(x, &v, st)) < 0 || (rc = cast_to(x, &scale, st)) < 0 ||
+        (bias && (rc = cast_to(x, &bias, st)) < 0))
+        return rc;
+    if ((rc = ox_emit(x, "mean", &v, 1, &mean_name, 1, ra, 2, &mean)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){v, mean}, 2, NULL, 1, NULL, 0, &d)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){d, d}, 2, NULL, 1, NULL, 0, &sq)) < 0 ||
+        (rc = ox_emit(x, "mean", &sq, 1, NULL, 1, ra, 2, &var)) < 0 ||
+        (rc = ox_emit(x, "scale", &var, 1, NULL, 1, ea, 2, &ve)) < 0 ||
+        (rc = ox_emit(x, "sqrt", &ve, 1, NULL, 1, NULL, 0, &sd)) < 0 ||
+        (rc = ox_emit(x, "reciprocal", &sd, 1, &inv_name, 1, NULL, 0, &inv)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){d, inv}, 2, NULL, 1, NULL, 0, &n)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){n, scale}, 2, &y_name, 1, NULL, 0, &y)) < 0)
+        return rc;
+    if (bias) {
+        const char *name = st == xt ? out0(x) : NULL;
+        if ((rc = ox_emit(x, "add", (struct ox_val *[]){y, bias}, 2, &name, 1, NULL, 0, &y)) < 0)
+            return rc;
+    }
+    if (st == xt)
+        return 0;
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(xt));
+    const char *o = out0(x);
+    return ox_emit(x, "cast", &y, 1, &o, 1, &c, 1, NULL);
+}
+
 /* ---- control flow: If onto cond, Loop onto while ---- */
 
 /* The block of program var name, or -1. */
@@ -2308,6 +2375,7 @@ static const struct translation table[] = {
     {"Identity", t_identity},
     {"If", t_if},
     {"IsNaN", t_isnan},
+    {"LayerNormalization", t_layer_norm},
     {"LeakyRelu", t_leaky_relu},
     {"Less", t_less},
     {"LessOrEqual", t_less_equal},

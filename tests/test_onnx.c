@@ -1137,6 +1137,131 @@ Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_st
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- LayerNormalization ---- */
+
+/* y = LayerNormalization(x [3, 2, 4], scale [2, 4], bias [2, 4], axis 1,
+ * epsilon 0.01) with its Mean and InvStdDev, and loss = sum(y * t). */
+static Onnx__ModelProto *layer_norm_model(void)
+{
+    Onnx__ModelProto *m = model_new(17);
+    add_input(m, "x", 3, (int64_t[]){3, 2, 4});
+    float sc[8], bi[8], t[24];
+    for (int i = 0; i < 8; i++) {
+        sc[i] = 0.5f + 0.25f * (float)i;
+        bi[i] = 0.1f * (float)(i - 3);
+    }
+    for (int i = 0; i < 24; i++)
+        t[i] = (float)cos(0.7 * i);
+    add_init(m, "scale", 2, (int64_t[]){2, 4}, sc);
+    add_init(m, "bias", 2, (int64_t[]){2, 4}, bi);
+    add_init(m, "t", 3, (int64_t[]){3, 2, 4}, t);
+    Onnx__NodeProto *n = add_node(m, "LayerNormalization", "ln", NAMES("x", "scale", "bias"),
+                                  NAMES("y", "mean", "inv"));
+    attr_int(n, "axis", 1);
+    Onnx__AttributeProto *a = attr(n, "epsilon", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = 0.01f;
+    add_node(m, "Mul", "yt", NAMES("y", "t"), NAMES("p"));
+    Onnx__NodeProto *r = add_node(m, "ReduceSum", "l", NAMES("p"), NAMES("loss"));
+    attr_int(r, "keepdims", 0);
+    add_output(m, "y");
+    add_output(m, "mean");
+    add_output(m, "inv");
+    add_output(m, "loss");
+    return m;
+}
+
+Test(onnx, layer_normalization_matches_the_formula_and_trains_its_scale_and_bias)
+{
+    Onnx__ModelProto *m = layer_norm_model();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p, *startup;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    float x[24];
+    for (int i = 0; i < 24; i++)
+        x[i] = (float)sin(1.3 * i) * (1 + i % 5);
+    /* the reference, per row of 8 (axes 1 and 2) */
+    double mu[3] = {0}, inv[3] = {0}, nrm[24];
+    for (int i = 0; i < 24; i++)
+        mu[i / 8] += x[i] / 8.0;
+    for (int i = 0; i < 24; i++)
+        inv[i / 8] += (x[i] - mu[i / 8]) * (x[i] - mu[i / 8]) / 8.0;
+    for (int r = 0; r < 3; r++)
+        inv[r] = 1 / sqrt(inv[r] + 0.01);
+    for (int i = 0; i < 24; i++)
+        nrm[i] = (x[i] - mu[i / 8]) * inv[i / 8];
+    struct run r = run_new();
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){3, 2, 4}, x), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch f[3] = {{"y", NULL}, {"mean", NULL}, {"inv", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 3), 0, "%s", vq_errmsg());
+    const int64_t *ms = vq_tensor_shape(f[1].tensor);
+    cr_assert_eq(vq_tensor_ndim(f[1].tensor), 3);
+    cr_assert(ms[0] == 3 && ms[1] == 1 && ms[2] == 1,
+              "Mean keeps the rank, 1 on the normalized axes");
+    const float *y = vq_tensor_data(f[0].tensor), *fm = vq_tensor_data(f[1].tensor),
+                *fi = vq_tensor_data(f[2].tensor);
+    for (int i = 0; i < 24; i++) {
+        double want = nrm[i] * (0.5 + 0.25 * (i % 8)) + 0.1 * (i % 8 - 3);
+        cr_assert_float_eq(y[i], want, 1e-5, "y[%d]: %g vs %g", i, y[i], want);
+    }
+    for (int k = 0; k < 3; k++) {
+        cr_assert_float_eq(fm[k], mu[k], 1e-5, "mean[%d]", k);
+        cr_assert_float_eq(fi[k], inv[k], 1e-4 * inv[k], "inv[%d]", k);
+    }
+    for (int j = 0; j < 3; j++)
+        vq_tensor_release(f[j].tensor);
+    /* one SGD step: d loss / d scale[j] = sum over rows of nrm * t, and
+     * d loss / d bias[j] = sum over rows of t */
+    vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.1};
+    cr_assert_eq(vq_program_new(&startup), 0);
+    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 2, "%s", vq_errmsg());
+    vq_fetch fl = {"loss", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+    vq_tensor_release(fl.tensor);
+    const float *sc = vq_tensor_data(vq_scope_get(s, "scale")),
+                *bi = vq_tensor_data(vq_scope_get(s, "bias"));
+    for (int j = 0; j < 8; j++) {
+        double gs = 0, gb = 0;
+        for (int k = 0; k < 3; k++) {
+            gs += nrm[k * 8 + j] * cos(0.7 * (k * 8 + j));
+            gb += cos(0.7 * (k * 8 + j));
+        }
+        cr_assert_float_eq(sc[j], 0.5 + 0.25 * j - 0.1 * gs, 1e-5, "scale[%d]", j);
+        cr_assert_float_eq(bi[j], 0.1 * (j - 3) - 0.1 * gb, 1e-5, "bias[%d]", j);
+    }
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(startup);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+Test(onnx, layer_normalization_of_integers_or_an_integer_stash_type_is_an_error)
+{
+    Onnx__ModelProto *m = layer_norm_model();
+    Onnx__NodeProto *n = m->graph->node[0];
+    attr_int(n, "stash_type", ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
+    cr_assert_not_null(strstr(vq_errmsg(), "stash_type"), "%s", vq_errmsg());
+    cr_assert_not_null(strstr(vq_errmsg(), "LayerNormalization"), "%s", vq_errmsg());
+    cr_assert_null(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- 3-D pools ---- */
 
 /* Pool (MaxPool or AveragePool) of x [1, 2, 4, 5, 6] with kernel 2x3x2,

@@ -1262,6 +1262,130 @@ Test(onnx, layer_normalization_of_integers_or_an_integer_stash_type_is_an_error)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- SoftmaxCrossEntropyLoss ---- */
+
+/* loss = SoftmaxCrossEntropyLoss(x [4, 3] @ w [3, 5], labels, weights;
+ * ignore_index 2, mean) and its log_prob: the weighted mean over the
+ * samples whose label is not 2. */
+static const int64_t SCE_LABELS[4] = {1, 2, 4, 0};
+static const float SCE_WEIGHTS[5] = {0.5f, 2.0f, 1.0f, 1.5f, 0.75f};
+
+static Onnx__ModelProto *sce_model(void)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 2, (int64_t[]){4, 3});
+    float w[15];
+    for (int i = 0; i < 15; i++)
+        w[i] = (float)sin(0.9 * i) * 0.5f;
+    add_init(m, "w", 2, (int64_t[]){3, 5}, w);
+    add_init(m, "weights", 1, (int64_t[]){5}, SCE_WEIGHTS);
+    add_init_ints(m, "labels", 4, SCE_LABELS);
+    add_node(m, "MatMul", "mm", NAMES("x", "w"), NAMES("logits"));
+    Onnx__NodeProto *n = add_node(m, "SoftmaxCrossEntropyLoss", "sce",
+                                  NAMES("logits", "labels", "weights"), NAMES("loss", "lp"));
+    attr_int(n, "ignore_index", 2);
+    add_output(m, "loss");
+    add_output(m, "lp");
+    return m;
+}
+
+Test(onnx, softmax_cross_entropy_loss_weights_and_ignores_classes_and_trains)
+{
+    Onnx__ModelProto *m = sce_model();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p, *startup;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    float x[12];
+    double w[15], lg[4][5], sm[4][5], lp[4][5];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)cos(1.7 * i);
+    const float *w0 = vq_tensor_data(vq_scope_get(s, "w"));
+    for (int i = 0; i < 15; i++)
+        w[i] = w0[i];
+    double num = 0, den = 0;
+    for (int i = 0; i < 4; i++) {
+        double mx = -1e300, z = 0;
+        for (int k = 0; k < 5; k++) {
+            lg[i][k] = 0;
+            for (int j = 0; j < 3; j++)
+                lg[i][k] += x[i * 3 + j] * w[j * 5 + k];
+            mx = lg[i][k] > mx ? lg[i][k] : mx;
+        }
+        for (int k = 0; k < 5; k++)
+            z += exp(lg[i][k] - mx);
+        for (int k = 0; k < 5; k++) {
+            lp[i][k] = lg[i][k] - mx - log(z);
+            sm[i][k] = exp(lp[i][k]);
+        }
+        double wi = SCE_LABELS[i] == 2 ? 0 : SCE_WEIGHTS[SCE_LABELS[i]];
+        num -= wi * lp[i][SCE_LABELS[i]];
+        den += wi;
+    }
+    struct run r = run_new();
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){4, 3}, x), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch f[2] = {{"loss", NULL}, {"lp", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_ndim(f[0].tensor), 0, "the mean is a scalar");
+    float loss = *(const float *)vq_tensor_data(f[0].tensor);
+    cr_assert_float_eq(loss, num / den, 1e-5, "loss %g vs %g", loss, num / den);
+    const float *flp = vq_tensor_data(f[1].tensor);
+    for (int i = 0; i < 20; i++)
+        cr_assert_float_eq(flp[i], lp[i / 5][i % 5], 1e-5, "log_prob[%d]", i);
+    for (int j = 0; j < 2; j++)
+        vq_tensor_release(f[j].tensor);
+    /* one SGD step: d loss / d logits[i][k] = w_i (softmax - one-hot) / sum w */
+    vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.5};
+    cr_assert_eq(vq_program_new(&startup), 0);
+    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 1, "%s", vq_errmsg());
+    vq_fetch fl = {"loss", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+    vq_tensor_release(fl.tensor);
+    const float *w1 = vq_tensor_data(vq_scope_get(s, "w"));
+    for (int j = 0; j < 3; j++)
+        for (int k = 0; k < 5; k++) {
+            double g = 0;
+            for (int i = 0; i < 4; i++) {
+                double wi = SCE_LABELS[i] == 2 ? 0 : SCE_WEIGHTS[SCE_LABELS[i]];
+                g += x[i * 3 + j] * wi * (sm[i][k] - (k == SCE_LABELS[i])) / den;
+            }
+            cr_assert_float_eq(w1[j * 5 + k], w[j * 5 + k] - 0.5 * g, 1e-5, "w[%d][%d]", j, k);
+        }
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(startup);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+Test(onnx, a_loss_with_an_unknown_reduction_is_an_error)
+{
+    Onnx__ModelProto *m = sce_model();
+    Onnx__AttributeProto *a =
+        attr(m->graph->node[1], "reduction", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->s.data = (uint8_t *)strdup("median");
+    a->s.len = 6;
+    a->has_s = 1;
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_EINVAL);
+    cr_assert_not_null(strstr(vq_errmsg(), "median"), "%s", vq_errmsg());
+    cr_assert_not_null(strstr(vq_errmsg(), "sce"), "the node's name: %s", vq_errmsg());
+    cr_assert_null(p);
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- 3-D pools ---- */
 
 /* Pool (MaxPool or AveragePool) of x [1, 2, 4, 5, 6] with kernel 2x3x2,

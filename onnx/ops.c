@@ -1599,6 +1599,88 @@ static int t_log_softmax(struct ox *x) { return softmax_like(x, "log_softmax"); 
 
 /* ---- shapes ---- */
 
+/* Trilu: X where a known mask of its last two dims holds, else 0; the
+ * mask keeps column j of row i when j - i >= k (upper) or j - i <= k
+ * (lower). Those two dims and k (an input, 0 when absent) must be known
+ * at import. */
+static int t_trilu(struct ox *x)
+{
+    struct ox_val *v, *mask, *zero;
+    int64_t upper, k = 0;
+    int nk;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "upper", 1, &upper);
+    if (rc == 0)
+        rc = ox_const_ints(x, 1, "k", &k, 1, &nk);
+    if (rc)
+        return rc;
+    if (nk == 0)
+        return ox_fail(x, VQ_EINVAL, "k has no element");
+    if (nk < 0)
+        k = 0;
+    int r = v->meta.ndim;
+    if (r < 2)
+        return ox_fail(x, VQ_EINVAL, "the input has rank %d; Trilu needs at least 2", r);
+    int64_t n = v->meta.shape[r - 2], m = v->meta.shape[r - 1];
+    if (n < 0 || m < 0)
+        return ox_fail(x, VQ_ENOSYS, "the last two dims are not known at import");
+    vq_tensor *t;
+    if ((rc = vq_tensor_new(&t, VQ_BOOL, 2, (int64_t[]){n, m})) < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    unsigned char *b = vq_tensor_data(t);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) /* j - i is small; k may be any int64 */
+            b[i * m + j] = upper ? j - i >= k : j - i <= k;
+    if ((rc = ox_const(x, NULL, t, &mask)) < 0 || (rc = scalar(x, v->meta.dtype, 0, &zero)) < 0)
+        return rc;
+    return select3(x, mask, v, zero, out0(x), NULL);
+}
+
+/* Hardmax (opset 13): 1 where X has the first largest value along the
+ * axis, 0 elsewhere: argmax (keeping the axis) against the positions
+ * 0 .. dim-1 along it. Before opset 13 the axis coerced X to 2-D; that is
+ * the same only for the last axis, the one varq takes there. */
+static int t_hardmax(struct ox *x)
+{
+    struct ox_val *v, *am, *pos, *hot;
+    int64_t axis;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", x->opset >= 13 ? -1 : 1, &axis);
+    int r = v ? v->meta.ndim : 0, a = 0;
+    if (rc == 0)
+        rc = axis_of(x, "axis", axis, r, &a);
+    if (rc)
+        return rc;
+    if (x->opset < 13 && a != r - 1)
+        return ox_fail(x, VQ_ENOSYS, "opset-%lld Hardmax over axis %d, not the last",
+                       (long long)x->opset, a);
+    int64_t dim = v->meta.shape[a], shape[VQ_MAX_DIMS];
+    if (dim < 0)
+        return ox_fail(x, VQ_ENOSYS, "the dim of axis %d is not known at import", a);
+    for (int i = 0; i < r; i++)
+        shape[i] = i == a ? dim : 1;
+    vq_tensor *t;
+    if ((rc = vq_tensor_new(&t, VQ_I64, r, shape)) < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    for (int64_t i = 0; i < dim; i++)
+        ((int64_t *)vq_tensor_data(t))[i] = i;
+    vq_attr aa[3] = {VQ_ATTR_I("axis", a), VQ_ATTR_B("keepdim", true),
+                     VQ_ATTR_B("select_last_index", false)};
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(v->meta.dtype));
+    const char *o = out0(x);
+    if ((rc = ox_const(x, NULL, t, &pos)) < 0 ||
+        (rc = ox_emit(x, "argmax", &v, 1, NULL, 1, aa, 3, &am)) < 0 ||
+        (rc = ox_emit(x, "equal", (struct ox_val *[]){am, pos}, 2, NULL, 1, NULL, 0, &hot)) < 0)
+        return rc;
+    return ox_emit(x, "cast", &hot, 1, &o, 1, &c, 1, NULL);
+}
+
 /* ---- losses: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss ----
  *
  * Composed of varq ops, so each part has its gradient and GPU kernel:
@@ -2524,6 +2606,7 @@ static const struct translation table[] = {
     {"GreaterOrEqual", t_greater_equal},
     {"HardSigmoid", t_hard_sigmoid},
     {"HardSwish", t_hard_swish},
+    {"Hardmax", t_hardmax},
     {"Identity", t_identity},
     {"If", t_if},
     {"IsNaN", t_isnan},
@@ -2577,6 +2660,7 @@ static const struct translation table[] = {
     {"ThresholdedRelu", t_thresholded_relu},
     {"Tile", t_tile},
     {"Transpose", t_transpose},
+    {"Trilu", t_trilu},
     {"Unsqueeze", t_unsqueeze},
     {"Where", t_where},
     {"Xor", t_xor},

@@ -9,6 +9,7 @@
  * with a biased conv that is encoded, decoded, run and differentiated. */
 #include "opcheck.h"
 
+#include "../ops/cpu/winograd.h"
 #include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
@@ -348,6 +349,221 @@ Test(ops_conv, conv2d_clip_equals_maximum_then_minimum_bit_for_bit_serial_and_sh
                 release_all(tmp, 7);
                 release_all(in, nin);
             }
+    vq_engine_free(e);
+}
+
+/* ---- conv2d's Winograd path (ops/cpu/winograd.c) ----
+ *
+ * F(4x4, 3x3) against the plain loop in double on 3x3 stride-1 shapes of
+ * every kind, called directly (the kernel runs any such shape; conv2d
+ * takes it only for large ones): outputs not a multiple of 4 (partial
+ * border tiles), inputs smaller than a tile, pads 0, 1, 2 and asymmetric,
+ * batches, 1 to 70 channels, bias and clip, blocks of tile rows.
+ *
+ * Tolerance: |error| <= 2e-5 * max |Out| + 1e-6 (with bias and clip, the
+ * unclipped output's maximum). The transforms scale the data by up to
+ * (4 + 5 + 1)^2 = 100 (B^T's largest row sum, both sides) and the output
+ * transform sums m's elements with weights up to 8 + 8 + 1 (squared: 289),
+ * so F(4,3)'s f32 rounding error is tens of ulps of the output's magnitude
+ * against about one for im2col: over these cases and seeds 1 to 3 the
+ * largest was 4.3e-6 of max |Out| (2.4e-7 is one ulp at 1), 5x below the
+ * tolerance. A wrong transform constant or a misplaced border patch gives
+ * errors of the order of the output itself, 1e-1 to 1. */
+struct wg_case {
+    int64_t n, c, h, w, m, pad[4];
+    bool bias;
+    int clip; /* -1: none; else an index into clips */
+};
+
+static const struct wg_case wg_cases[] = {
+    {1, 1, 4, 4, 1, {0, 0, 0, 0}, false, -1},    /* one partial tile: 2x2 outputs */
+    {1, 1, 6, 6, 1, {0, 0, 0, 0}, true, -1},     /* exactly one tile */
+    {1, 2, 5, 7, 3, {1, 1, 1, 1}, false, 0},     /* 5x7 outputs */
+    {2, 3, 9, 10, 4, {2, 2, 2, 2}, true, 1},     /* pad 2 */
+    {1, 4, 13, 11, 5, {0, 1, 2, 0}, true, -1},   /* asymmetric */
+    {3, 5, 8, 8, 6, {1, 0, 0, 1}, false, 2},     /* asymmetric, batch 3 */
+    {1, 8, 3, 3, 8, {2, 2, 2, 2}, true, 0},      /* input smaller than a patch */
+    {1, 16, 14, 14, 32, {1, 1, 1, 1}, true, -1}, /* ResNet's layer3, narrow */
+    {2, 64, 7, 7, 64, {1, 1, 1, 1}, true, 0},    /* layer4's 7x7: 4 of 16 outputs used */
+    {1, 70, 10, 9, 66, {2, 0, 1, 2}, false, 3},  /* 70 channels: a partial lane group */
+    {1, 3, 30, 31, 7, {1, 2, 1, 0}, true, 1},    /* many tiles */
+    {2, 1, 1, 20, 2, {1, 1, 1, 1}, false, -1},   /* one input row */
+    {2, 4, 70, 266, 4, {1, 1, 1, 1}, true, 0},   /* 67 tiles a row: two segments */
+    {4, 20, 60, 60, 20, {1, 1, 1, 1}, true, -1}, /* 900 tiles: two blocks */
+};
+
+static struct conv_case wg_conv_case(const struct wg_case *wc)
+{
+    struct conv_case cc = {wc->n, wc->c, wc->h,  wc->w, wc->m,  3,
+                           3,     1,     {1, 1}, {0},   {1, 1}, wc->bias};
+    memcpy(cc.pad, wc->pad, sizeof cc.pad);
+    return cc;
+}
+
+/* The largest |got - want| over the largest |want|; want is the
+ * unclipped reference, clipped here when clip >= 0. */
+static double wg_rel_error(vq_tensor *got, double *want, int64_t n, int clip, double *scale)
+{
+    double err = 0, big = 0;
+    const float *g = vq_tensor_data(got);
+    for (int64_t i = 0; i < n; i++) {
+        big = fmax(big, fabs(want[i]));
+        if (clip >= 0)
+            want[i] = fmin(fmax(want[i], clips[clip][0]), clips[clip][1]);
+        err = fmax(err, fabs(g[i] - want[i]));
+    }
+    *scale = big;
+    return err;
+}
+
+#define WG_RTOL 2e-5
+#define WG_ATOL 1e-6
+
+Test(ops_conv, winograd_matches_the_plain_loop_on_3x3_stride_1_shapes)
+{
+    const vq__op_def *def = vq__op_find("conv2d");
+    cr_assert(def);
+    for (size_t k = 0; k < sizeof wg_cases / sizeof wg_cases[0]; k++) {
+        const struct wg_case *wc = &wg_cases[k];
+        struct conv_case cc = wg_conv_case(wc);
+        vq_tensor *in[3], *o;
+        int nin = conv_inputs(&cc, VQ_F32, in);
+        int64_t os[4], st[2] = {1, 1}, dil[2] = {1, 1};
+        conv_out_shape(&cc, os);
+        cr_assert_eq(vq_tensor_new(&o, VQ_F32, 4, os), 0);
+        vq__conv cv =
+            vq__conv_of(vq_tensor_shape(in[0]), vq_tensor_shape(in[1]), 1, os, st, wc->pad, dil);
+        vq__window_params p = {.clip = wc->clip >= 0};
+        if (p.clip) {
+            p.clip_lo = clips[wc->clip][0];
+            p.clip_hi = clips[wc->clip][1];
+        }
+        vq__kcall kc = {.def = def, .in = in, .nin = nin, .out = &o, .nout = 1};
+        /* NaN everywhere first: every output must be written */
+        float *od = vq_tensor_data(o);
+        for (int64_t i = 0; i < vq_tensor_numel(o); i++)
+            od[i] = NAN;
+        cr_assert_eq(vq__conv_winograd(&kc, &cv, &p, vq_tensor_data(in[0]), vq_tensor_data(in[1]),
+                                       wc->bias ? vq_tensor_data(in[2]) : NULL, od),
+                     0, "%s", vq_errmsg());
+        double *want = ref_conv(&cc, in[0], in[1], wc->bias ? in[2] : NULL), scale;
+        double err = wg_rel_error(o, want, vq_tensor_numel(o), wc->clip, &scale);
+        cr_assert_leq(err, WG_RTOL * scale + WG_ATOL,
+                      "case %zu: max error %g, max |Out| %g (relative %g)", k, err, scale,
+                      err / scale);
+        free(want);
+        vq_tensor_release(o);
+        release_all(in, nin);
+    }
+}
+
+/* Changing one transform constant or shifting the patches by a column
+ * breaks the match above: the same check on a hand-made case where the
+ * answer is known exactly. A single 1 at input (r, c) with all-ones
+ * weights gives 1 at each output whose window covers it, 0 elsewhere,
+ * up to the rounding of G's 1/6, 1/12 and 1/24 (about 1e-6 measured),
+ * at every position of the 6x6 patch and across border tiles. */
+Test(ops_conv, winograd_spreads_each_input_element_over_exactly_its_3x3_outputs)
+{
+    const vq__op_def *def = vq__op_find("conv2d");
+    int64_t xs[4] = {1, 1, 9, 10}, ws[4] = {1, 1, 3, 3}, pad[4] = {1, 2, 0, 1};
+    int64_t os[4] = {1, 1, 9 + 1 - 2, 10 + 3 - 2}, st[2] = {1, 1}, dil[2] = {1, 1};
+    vq_tensor *x, *w, *o;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 4, xs), 0);
+    cr_assert_eq(vq_tensor_new(&w, VQ_F32, 4, ws), 0);
+    cr_assert_eq(vq_tensor_new(&o, VQ_F32, 4, os), 0);
+    for (int i = 0; i < 9; i++)
+        ((float *)vq_tensor_data(w))[i] = 1;
+    vq__conv cv = vq__conv_of(xs, ws, 1, os, st, pad, dil);
+    vq__window_params p = {0};
+    vq__kcall kc = {.def = def, .in = (vq_tensor *[]){x, w}, .nin = 2, .out = &o, .nout = 1};
+    float *xd = vq_tensor_data(x), *od = vq_tensor_data(o);
+    for (int64_t r = 0; r < xs[2]; r++)
+        for (int64_t c = 0; c < xs[3]; c++) {
+            memset(xd, 0, vq_tensor_nbytes(x));
+            xd[r * xs[3] + c] = 1;
+            cr_assert_eq(vq__conv_winograd(&kc, &cv, &p, xd, vq_tensor_data(w), NULL, od), 0);
+            for (int64_t i = 0; i < os[2]; i++)
+                for (int64_t j = 0; j < os[3]; j++) {
+                    /* output (i, j) reads rows i - 1 .. i + 1, columns j - 2 .. j */
+                    bool covers = r >= i - pad[0] && r <= i - pad[0] + 2 && c >= j - pad[1] &&
+                                  c <= j - pad[1] + 2;
+                    float got = od[i * os[3] + j];
+                    cr_assert(fabsf(got - (covers ? 1.0f : 0.0f)) <= 1e-5f,
+                              "input (%lld, %lld): output (%lld, %lld) is %g, want %d",
+                              (long long)r, (long long)c, (long long)i, (long long)j, got, covers);
+                }
+        }
+    vq_tensor *all[] = {x, w, o};
+    release_all(all, 3);
+}
+
+/* Which calls conv2d sends to Winograd: f32 3x3, stride 1, dilation 1,
+ * one group, large enough; unless VARQ_CONV_WINOGRAD=0 is set. */
+Test(ops_conv, winograd_takes_only_large_f32_3x3_stride_1_undilated_ungrouped_calls)
+{
+    const char *env = getenv("VARQ_CONV_WINOGRAD");
+    bool on = !(env && !strcmp(env, "0"));
+    int64_t x[4] = {1, 64, 56, 56}, w[4] = {64, 64, 3, 3}, o[4] = {1, 64, 56, 56};
+    int64_t s1[2] = {1, 1}, s2[2] = {2, 2}, pad[4] = {1, 1, 1, 1}, d1[2] = {1, 1}, d2[2] = {2, 2};
+    vq__conv cv = vq__conv_of(x, w, 1, o, s1, pad, d1);
+    cr_assert_eq(vq__winograd_fits(&cv, VQ_F32), on);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F64));
+    cv = vq__conv_of(x, w, 1, (int64_t[]){1, 64, 28, 28}, s2, pad, d1);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "stride 2");
+    cv = vq__conv_of(x, w, 1, (int64_t[]){1, 64, 54, 54}, s1, pad, d2);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "dilation 2");
+    cv = vq__conv_of(x, (int64_t[]){64, 32, 3, 3}, 2, o, s1, pad, d1);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "2 groups");
+    cv = vq__conv_of(x, (int64_t[]){64, 64, 1, 1}, 1, o, s1, (int64_t[]){0, 0, 0, 0}, d1);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "1x1");
+    cv = vq__conv_of((int64_t[]){1, 3, 56, 56}, (int64_t[]){64, 3, 3, 3}, 1, o, s1, pad, d1);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "3 input channels");
+    cv = vq__conv_of((int64_t[]){1, 512, 7, 7}, (int64_t[]){512, 512, 3, 3}, 1,
+                     (int64_t[]){1, 512, 7, 7}, s1, pad, d1);
+    cr_assert_not(vq__winograd_fits(&cv, VQ_F32), "4 tiles");
+}
+
+/* conv2d on shapes that take Winograd: the plain loop's result within
+ * the tolerance above, with bias and clip, and the same bits on one
+ * worker and shared by two. */
+Test(ops_conv, conv2d_through_winograd_matches_the_plain_loop_serial_and_shared)
+{
+    static const struct wg_case cases[] = {
+        {1, 32, 23, 21, 24, {1, 1, 1, 1}, true, 0},
+        {3, 16, 16, 17, 40, {0, 2, 1, 0}, false, 1},
+        {2, 48, 9, 30, 16, {2, 1, 2, 1}, true, -1},
+    };
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const struct wg_case *wc = &cases[k];
+        struct conv_case cc = wg_conv_case(wc);
+        vq_tensor *in[3], *par = NULL;
+        int nin = conv_inputs(&cc, VQ_F32, in);
+        int64_t os[4];
+        conv_out_shape(&cc, os);
+        vq__conv cv = vq__conv_of(vq_tensor_shape(in[0]), vq_tensor_shape(in[1]), 1, os, cc.stride,
+                                  cc.pad, cc.dil);
+        const char *env = getenv("VARQ_CONV_WINOGRAD");
+        cr_assert_eq(vq__winograd_fits(&cv, VQ_F32), !(env && !strcmp(env, "0")), "case %zu", k);
+        vq_attr at[5];
+        int na = wc->clip >= 0 ? clip_attrs(&cc, clips[wc->clip], at) : conv_attrs(&cc, at);
+        vq_tensor *ser = oc_run1("conv2d", in, nin, at, na);
+        cr_assert_eq(vq_op_run(e, "conv2d", in, nin, &par, 1, at, na), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+        cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(ser), vq_tensor_nbytes(ser)), 0,
+                     "case %zu: the shared call differs from the serial one", k);
+        double *want = ref_conv(&cc, in[0], in[1], wc->bias ? in[2] : NULL), scale;
+        double err = wg_rel_error(ser, want, vq_tensor_numel(ser), wc->clip, &scale);
+        cr_assert_leq(err, WG_RTOL * scale + WG_ATOL, "case %zu: max error %g, max |Out| %g", k,
+                      err, scale);
+        free(want);
+        vq_tensor_release(par);
+        vq_tensor_release(ser);
+        release_all(in, nin);
+    }
     vq_engine_free(e);
 }
 

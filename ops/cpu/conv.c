@@ -21,6 +21,11 @@
  * comes from the CPU allocator's cache (ops/alloc.c), so a loop that runs
  * the same layer every step stops allocating.
  *
+ * Large f32 3x3 layers of stride 1, dilation 1 and one group (most of
+ * ResNet's multiply-adds) take Winograd's F(4x4, 3x3) instead
+ * (cpu/winograd.c): about a quarter of the multiplies. The environment
+ * variable VARQ_CONV_WINOGRAD=0 keeps them on im2col.
+ *
  * Attribute clip [lo, hi] (optional; lo <= hi, either may be infinite)
  * clips Out in the pass that adds the bias, right after each block's
  * product while it is in cache: Out = min(max(Z, lo), hi) elementwise, as
@@ -43,6 +48,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
+#include "winograd.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -683,6 +689,8 @@ static int conv2d_kernel(const vq__kcall *k)
         return 0;
     vq__conv cv =
         vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
+    if (vq__winograd_fits(&cv, x->dtype))
+        return vq__conv_winograd(k, &cv, p, x->data, w->data, b ? b->data : NULL, o->data);
     struct conv_job j = {.cv = &cv,
                          .p = p,
                          .dt = x->dtype,

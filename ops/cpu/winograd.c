@@ -1,0 +1,402 @@
+/* conv2d's forward by Winograd's minimal filtering F(4x4, 3x3) on the CPU
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
+ * 2016), which conv2d_kernel (ops/cpu/conv.c) takes for f32 3x3 layers of
+ * stride 1, dilation 1 and one group when vq__winograd_fits says they are
+ * large enough; everything else, and the gradients, stay on im2col.
+ *
+ * The output planes are cut into 4x4 tiles; tile (ty, tx) of image n
+ * needs the 6x6 input patch whose corner is (4 ty - top pad, 4 tx - left
+ * pad), read as zero outside the input (the padding, and past the bottom
+ * or right edge, where only outputs beyond Out's edge would use it: those
+ * are dropped). With the transforms
+ *   U = G g G^T    (6x6, per output channel k and input channel c; g 3x3)
+ *   V = B^T d B    (6x6, per input channel c and tile t; d 6x6)
+ *   Y = A^T m A    (4x4, per output channel k and tile t; m 6x6)
+ * the tile's outputs are Y with m[e] = sum over c of U[e][k][c] V[e][c][t]
+ * for each of the 36 elements e: 36 products [K x C] x [C x tiles] on
+ * OpenBLAS's sgemm (vq__gemm), 36 multiply-adds per 16 outputs and input
+ * channel instead of im2col's 144. The transforms' constants are the
+ * paper's (points 0, 1, -1, 2, -2 and infinity).
+ *
+ * Work: U for the whole call (per call: the weights may change between
+ * calls, in training in place), then blocks of tiles (all images' tiles in
+ * one sequence), each block's V [36][C][tiles] and m [36][K][tiles] in a
+ * scratch buffer sized for one block, so memory stays bounded for large
+ * batches. Within a block: the input transform over chunks of input
+ * channels, the 36 products, then the output transform with the bias and
+ * the clip over chunks of output channels, each shared with the idle
+ * workers (vq__parallel_for). Block and chunk bounds depend only on the
+ * shapes, and each output element is computed by one fixed sequence of
+ * operations, so the bits do not depend on the number of workers. The
+ * transforms work on WG_LANES tiles (or input channels, for U) at once,
+ * in loops the compiler vectorizes.
+ *
+ * Accuracy: the transforms add rounding of a few units in the last place
+ * of values up to ~10x the inputs' (B^T's and A^T's entries reach 5 and
+ * 8), so the error relative to the output's magnitude is ~1e-6 to 1e-5
+ * for f32 against im2col's ~1e-7 (tests/test_ops_conv.c measures it). */
+#include "winograd.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tiles (input channels for U) one vector step handles. */
+#define WG_LANES 8
+/* Below these, im2col's single product costs less than the transforms
+ * (measured on ResNet-18's layers, README "Models people have"). */
+#define WG_MIN_CHANNELS 16
+#define WG_MIN_TILES 16
+/* The most floats of V and m together one block keeps (32 MB), and
+ * about the most tiles of a block. Few tiles
+ * make 36 small products, each packing its U again (OpenBLAS's copy
+ * routines): at ResNet-18's 512 channels, a block of 128 tiles took 1.2x
+ * the time of 256; many tiles fall out of the caches: at 64 channels,
+ * 900 tiles took 1.1x the time of 450 (batch 32, 2 workers). */
+#define WG_BLOCK_FLOATS ((int64_t)1 << 23)
+#define WG_BLOCK_TILES 512
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define WG_VECTORIZE __attribute__((optimize("vect-cost-model=cheap")))
+#else
+#define WG_VECTORIZE
+#endif
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool env_on = true;
+
+static void read_env(void)
+{
+    const char *e = getenv("VARQ_CONV_WINOGRAD");
+    env_on = !(e && !strcmp(e, "0"));
+}
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+    return (a + b - 1) / b;
+}
+
+bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
+{
+    const vq__window *v = &cv->w;
+    if (dt != VQ_F32 || cv->groups != 1 || v->kh != 3 || v->kw != 3 || v->sh != 1 || v->sw != 1 ||
+        v->dh != 1 || v->dw != 1)
+        return false;
+    pthread_once(&env_once, read_env);
+    if (!env_on)
+        return false;
+    int64_t tiles = v->n * ceil_div(v->oh, 4) * ceil_div(v->ow, 4);
+    return cv->cg >= WG_MIN_CHANNELS && cv->m >= WG_MIN_CHANNELS && tiles >= WG_MIN_TILES;
+}
+
+/* ---- the transforms, WG_LANES at a time ---- */
+
+/* u [36][lanes] = G g G^T for g [9][lanes] (row-major 3x3). G's rows:
+ * (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1/24, 1/12, 1/6),
+ * (1/24, -1/12, 1/6), (0, 0, 1). */
+WG_VECTORIZE static void wg_filter(const float g[9][WG_LANES], float u[36][WG_LANES])
+{
+    float t[6][3][WG_LANES]; /* G g */
+    for (int j = 0; j < 3; j++)
+        for (int l = 0; l < WG_LANES; l++) {
+            float a0 = g[j][l], a1 = g[3 + j][l], a2 = g[6 + j][l];
+            t[0][j][l] = a0 * (1.0f / 4);
+            t[1][j][l] = (a0 + a1 + a2) * (-1.0f / 6);
+            t[2][j][l] = (a0 - a1 + a2) * (-1.0f / 6);
+            t[3][j][l] = a0 * (1.0f / 24) + a1 * (1.0f / 12) + a2 * (1.0f / 6);
+            t[4][j][l] = a0 * (1.0f / 24) - a1 * (1.0f / 12) + a2 * (1.0f / 6);
+            t[5][j][l] = a2;
+        }
+    for (int r = 0; r < 6; r++)
+        for (int l = 0; l < WG_LANES; l++) {
+            float a0 = t[r][0][l], a1 = t[r][1][l], a2 = t[r][2][l];
+            float *o = &u[r * 6][0];
+            o[0 * WG_LANES + l] = a0 * (1.0f / 4);
+            o[1 * WG_LANES + l] = (a0 + a1 + a2) * (-1.0f / 6);
+            o[2 * WG_LANES + l] = (a0 - a1 + a2) * (-1.0f / 6);
+            o[3 * WG_LANES + l] = a0 * (1.0f / 24) + a1 * (1.0f / 12) + a2 * (1.0f / 6);
+            o[4 * WG_LANES + l] = a0 * (1.0f / 24) - a1 * (1.0f / 12) + a2 * (1.0f / 6);
+            o[5 * WG_LANES + l] = a2;
+        }
+}
+
+/* v [36][lanes] = B^T d B for d [36][lanes] (row-major 6x6). B^T's rows:
+ * (4, 0, -5, 0, 1, 0), (0, -4, -4, 1, 1, 0), (0, 4, -4, -1, 1, 0),
+ * (0, -2, -1, 2, 1, 0), (0, 2, -1, -2, 1, 0), (0, 4, 0, -5, 0, 1). */
+#define WG_BT(d0, d1, d2, d3, d4, d5, o0, o1, o2, o3, o4, o5) \
+    do {                                                      \
+        o0 = 4 * (d0)-5 * (d2) + (d4);                        \
+        o1 = -4 * ((d1) + (d2)) + (d3) + (d4);                \
+        o2 = 4 * ((d1) - (d2)) - (d3) + (d4);                 \
+        o3 = 2 * ((d3) - (d1)) - (d2) + (d4);                 \
+        o4 = 2 * ((d1) - (d3)) - (d2) + (d4);                 \
+        o5 = 4 * (d1)-5 * (d3) + (d5);                        \
+    } while (0)
+
+WG_VECTORIZE static void wg_input_tile(const float d[36][WG_LANES], float v[36][WG_LANES])
+{
+    float t[36][WG_LANES]; /* B^T d */
+    for (int j = 0; j < 6; j++)
+        for (int l = 0; l < WG_LANES; l++)
+            WG_BT(d[j][l], d[6 + j][l], d[12 + j][l], d[18 + j][l], d[24 + j][l], d[30 + j][l],
+                  t[j][l], t[6 + j][l], t[12 + j][l], t[18 + j][l], t[24 + j][l], t[30 + j][l]);
+    for (int r = 0; r < 6; r++) {
+        const float(*s)[WG_LANES] = &t[r * 6];
+        float(*o)[WG_LANES] = &v[r * 6];
+        for (int l = 0; l < WG_LANES; l++)
+            WG_BT(s[0][l], s[1][l], s[2][l], s[3][l], s[4][l], s[5][l], o[0][l], o[1][l], o[2][l],
+                  o[3][l], o[4][l], o[5][l]);
+    }
+}
+
+/* y [16][lanes] = A^T m A for m [36][lanes]. A^T's rows:
+ * (1, 1, 1, 1, 1, 0), (0, 1, -1, 2, -2, 0), (0, 1, 1, 4, 4, 0),
+ * (0, 1, -1, 8, -8, 1). */
+#define WG_AT(m0, m1, m2, m3, m4, m5, o0, o1, o2, o3)                                     \
+    do {                                                                                  \
+        float s12 = (m1) + (m2), d12 = (m1) - (m2), s34 = (m3) + (m4), d34 = (m3) - (m4); \
+        o0 = (m0) + s12 + s34;                                                            \
+        o1 = d12 + 2 * d34;                                                               \
+        o2 = s12 + 4 * s34;                                                               \
+        o3 = d12 + 8 * d34 + (m5);                                                        \
+    } while (0)
+
+WG_VECTORIZE static void wg_output_tile(const float m[36][WG_LANES], float y[16][WG_LANES])
+{
+    float t[24][WG_LANES]; /* A^T m: 4 rows of 6 */
+    for (int j = 0; j < 6; j++)
+        for (int l = 0; l < WG_LANES; l++)
+            WG_AT(m[j][l], m[6 + j][l], m[12 + j][l], m[18 + j][l], m[24 + j][l], m[30 + j][l],
+                  t[j][l], t[6 + j][l], t[12 + j][l], t[18 + j][l]);
+    for (int r = 0; r < 4; r++) {
+        const float(*s)[WG_LANES] = &t[r * 6];
+        float(*o)[WG_LANES] = &y[r * 4];
+        for (int l = 0; l < WG_LANES; l++)
+            WG_AT(s[0][l], s[1][l], s[2][l], s[3][l], s[4][l], s[5][l], o[0][l], o[1][l], o[2][l],
+                  o[3][l]);
+    }
+}
+
+/* ---- one call ---- */
+
+struct wg_job {
+    const vq__conv *cv;
+    const float *x, *w, *b; /* b: NULL without a bias */
+    float *o;
+    float *u;        /* [36][K][C] */
+    float *v;        /* [36][C][ld]: the block's transformed input */
+    float *m;        /* [36][K][ld]: the block's products */
+    int64_t tw, tpi; /* tiles per tile row, per image */
+    int64_t t0, nb;  /* the block: tiles [t0, t0 + nb) of all images' */
+    int64_t ld;      /* the block's row length (a multiple of WG_LANES) */
+    bool clip;
+    float lo, hi;
+};
+
+/* Where tile t lies: its image, and its output corner (oy, ox). */
+static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy, int64_t *ox)
+{
+    int64_t r = t % j->tpi;
+    *img = t / j->tpi;
+    *oy = r / j->tw * 4;
+    *ox = r % j->tw * 4;
+}
+
+/* U for output channels [lo, hi). */
+static int wg_weights(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct wg_job *j = arg;
+    int64_t C = j->cv->cg, K = j->cv->m;
+    float g[9][WG_LANES], u[36][WG_LANES];
+    for (int64_t k = lo; k < hi; k++)
+        for (int64_t c0 = 0; c0 < C; c0 += WG_LANES) {
+            int64_t n = C - c0 < WG_LANES ? C - c0 : WG_LANES;
+            const float *s = j->w + (k * C + c0) * 9;
+            if (n == WG_LANES) {
+                for (int i = 0; i < 9; i++)
+                    for (int l = 0; l < WG_LANES; l++)
+                        g[i][l] = s[l * 9 + i];
+            } else {
+                memset(g, 0, sizeof g);
+                for (int64_t l = 0; l < n; l++)
+                    for (int i = 0; i < 9; i++)
+                        g[i][l] = s[l * 9 + i];
+            }
+            wg_filter(g, u);
+            float *dst = j->u + k * C + c0;
+            if (n == WG_LANES)
+                for (int e = 0; e < 36; e++)
+                    memcpy(dst + e * K * C, u[e], sizeof u[e]);
+            else
+                for (int e = 0; e < 36; e++)
+                    memcpy(dst + e * K * C, u[e], (size_t)n * sizeof(float));
+        }
+    return 0;
+}
+
+/* The block's V for input channels [lo, hi), WG_LANES tiles at a time
+ * (consecutive in the block, whatever their rows and images). */
+static int wg_input(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct wg_job *j = arg;
+    const vq__window *v = &j->cv->w;
+    int64_t C = v->c, H = v->h, W = v->w;
+    float d[36][WG_LANES], out[36][WG_LANES];
+    for (int64_t c = lo; c < hi; c++)
+        for (int64_t g = 0; g < j->nb; g += WG_LANES) {
+            int64_t n = j->nb - g < WG_LANES ? j->nb - g : WG_LANES;
+            for (int64_t l = 0; l < WG_LANES; l++) {
+                if (l >= n) {
+                    for (int e = 0; e < 36; e++)
+                        d[e][l] = 0;
+                    continue;
+                }
+                int64_t img, iy, ix;
+                tile_at(j, j->t0 + g + l, &img, &iy, &ix);
+                iy -= v->pt;
+                ix -= v->pl;
+                const float *x = j->x + (img * C + c) * H * W;
+                if (iy >= 0 && iy + 6 <= H && ix >= 0 && ix + 6 <= W) {
+                    const float *s = x + iy * W + ix;
+                    for (int r = 0; r < 6; r++)
+                        for (int q = 0; q < 6; q++)
+                            d[r * 6 + q][l] = s[r * W + q];
+                } else {
+                    for (int r = 0; r < 6; r++)
+                        for (int q = 0; q < 6; q++) {
+                            int64_t y = iy + r, z = ix + q;
+                            d[r * 6 + q][l] = y >= 0 && y < H && z >= 0 && z < W ? x[y * W + z] : 0;
+                        }
+                }
+            }
+            wg_input_tile(d, out);
+            float *dst = j->v + c * j->ld + g;
+            if (n == WG_LANES)
+                for (int e = 0; e < 36; e++)
+                    memcpy(dst + e * C * j->ld, out[e], sizeof out[e]);
+            else
+                for (int e = 0; e < 36; e++)
+                    memcpy(dst + e * C * j->ld, out[e], (size_t)n * sizeof(float));
+        }
+    return 0;
+}
+
+/* The block's products for elements [lo, hi). */
+static int wg_products(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct wg_job *j = arg;
+    int64_t C = j->cv->cg, K = j->cv->m;
+    for (int64_t e = lo; e < hi; e++)
+        vq__gemm_ldc(VQ_F32, false, false, K, j->nb, C, 1, j->u + e * K * C, C,
+                     j->v + e * C * j->ld, j->ld, 0, j->m + e * K * j->ld, j->ld);
+    return 0;
+}
+
+/* y += bias, then the clip (conv.c's epilogue: max(v, lo) then min(.,
+ * hi) as maximum and minimum compute them). */
+WG_VECTORIZE static void wg_finish(const struct wg_job *j, float y[16][WG_LANES], float bv)
+{
+    if (j->b)
+        for (int e = 0; e < 16; e++)
+            for (int l = 0; l < WG_LANES; l++)
+                y[e][l] += bv;
+    if (j->clip)
+        for (int e = 0; e < 16; e++)
+            for (int l = 0; l < WG_LANES; l++) {
+                float z = y[e][l] <= j->lo ? j->lo : y[e][l];
+                y[e][l] = z >= j->hi ? j->hi : z;
+            }
+}
+
+/* The block's outputs for output channels [lo, hi): Y, the bias and the
+ * clip, WG_LANES tiles at a time. */
+static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct wg_job *j = arg;
+    const vq__window *v = &j->cv->w;
+    int64_t K = j->cv->m, OH = v->oh, OW = v->ow;
+    float m[36][WG_LANES], y[16][WG_LANES];
+    for (int64_t k = lo; k < hi; k++) {
+        float bv = j->b ? j->b[k] : 0;
+        for (int64_t g = 0; g < j->nb; g += WG_LANES) {
+            int64_t n = j->nb - g < WG_LANES ? j->nb - g : WG_LANES;
+            for (int e = 0; e < 36; e++) {
+                const float *s = j->m + (e * K + k) * j->ld + g;
+                if (n == WG_LANES) {
+                    memcpy(m[e], s, sizeof m[e]);
+                } else {
+                    for (int64_t l = 0; l < WG_LANES; l++)
+                        m[e][l] = l < n ? s[l] : 0;
+                }
+            }
+            wg_output_tile(m, y);
+            wg_finish(j, y, bv);
+            for (int64_t l = 0; l < n; l++) {
+                int64_t img, oy, ox;
+                tile_at(j, j->t0 + g + l, &img, &oy, &ox);
+                float *o = j->o + ((img * K + k) * OH + oy) * OW + ox;
+                int64_t rows = OH - oy < 4 ? OH - oy : 4, cols = OW - ox < 4 ? OW - ox : 4;
+                for (int64_t r = 0; r < rows; r++) {
+                    if (cols == 4) {
+                        for (int q = 0; q < 4; q++)
+                            o[r * OW + q] = y[r * 4 + q][l];
+                    } else {
+                        for (int64_t q = 0; q < cols; q++)
+                            o[r * OW + q] = y[r * 4 + q][l];
+                    }
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_params *p,
+                      const float *x, const float *w, const float *b, float *o)
+{
+    const vq__window *v = &cv->w;
+    int64_t C = cv->cg, K = cv->m;
+    int64_t tw = ceil_div(v->ow, 4), tpi = ceil_div(v->oh, 4) * tw, tiles = v->n * tpi;
+    /* blocks of at most WG_BLOCK_FLOATS of V and m and WG_BLOCK_TILES
+     * tiles, as even as multiples of WG_LANES make them */
+    int64_t nb = WG_BLOCK_FLOATS / (36 * (C + K));
+    nb = nb < WG_BLOCK_TILES ? nb : WG_BLOCK_TILES;
+    nb = nb < WG_LANES ? WG_LANES : nb / WG_LANES * WG_LANES;
+    int64_t blocks = ceil_div(tiles, nb);
+    nb = ceil_div(ceil_div(tiles, blocks), WG_LANES) * WG_LANES;
+    int64_t ld = nb;
+    vq_tensor *scratch = NULL;
+    int rc =
+        vq__kernel_scratch(k, VQ_F32, 36 * (K * C + (C + K) * ld), "Winograd buffer", &scratch);
+    if (rc < 0)
+        return rc;
+    float *s = scratch->data;
+    struct wg_job j = {.cv = cv,
+                       .x = x,
+                       .w = w,
+                       .b = b,
+                       .o = o,
+                       .u = s,
+                       .v = s + 36 * K * C,
+                       .m = s + 36 * (K * C + C * ld),
+                       .tw = tw,
+                       .tpi = tpi,
+                       .ld = ld,
+                       .clip = p->clip,
+                       .lo = (float)p->clip_lo,
+                       .hi = (float)p->clip_hi};
+    vq__parallel_for(K, ceil_div(K, 8), wg_weights, &j);
+    for (int64_t t0 = 0; t0 < tiles; t0 += nb) {
+        j.t0 = t0;
+        j.nb = tiles - t0 < nb ? tiles - t0 : nb;
+        vq__parallel_for(C, ceil_div(C, 8), wg_input, &j);
+        vq__parallel_for(36, 3, wg_products, &j);
+        vq__parallel_for(K, ceil_div(K, 8), wg_output, &j);
+    }
+    vq_tensor_release(scratch);
+    return 0;
+}

@@ -43,10 +43,18 @@
 
 /* Tiles (input channels for U) one vector step handles. */
 #define WG_LANES 8
-/* Below these, im2col's single product costs less than the transforms
- * (measured on ResNet-18's layers, README "Models people have"). */
-#define WG_MIN_CHANNELS 16
-#define WG_MIN_TILES 16
+/* Below these, im2col's single product costs as much or less (2 workers;
+ * README "Models people have"): with 8 input channels the input transform
+ * outweighs the product it saves (56x56, 8 to 32 channels: 0.109 ms
+ * against 0.094), with 16 it pays (16 to 8: 0.072 against 0.081); 4
+ * output channels break even (64 to 4 channels); and a call of 16 tiles
+ * (ResNet-18's 256-channel 14x14 layers at batch 1) breaks even too, its
+ * U (9.4 MB, 4x the weights) read and written for 16 tiles' products
+ * (1.12 against 1.19 ms, and the same ResNet-18 time), while 32 tiles
+ * (batch 2) pay: 1.75 against 2.10 ms. */
+#define WG_MIN_IN_CHANNELS 16
+#define WG_MIN_OUT_CHANNELS 8
+#define WG_MIN_TILES 32
 /* The most floats of V and m together one block keeps (32 MB), and
  * about the most tiles of a block. Few tiles
  * make 36 small products, each packing its U again (OpenBLAS's copy
@@ -86,7 +94,7 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
     if (!env_on)
         return false;
     int64_t tiles = v->n * ceil_div(v->oh, 4) * ceil_div(v->ow, 4);
-    return cv->cg >= WG_MIN_CHANNELS && cv->m >= WG_MIN_CHANNELS && tiles >= WG_MIN_TILES;
+    return cv->cg >= WG_MIN_IN_CHANNELS && cv->m >= WG_MIN_OUT_CHANNELS && tiles >= WG_MIN_TILES;
 }
 
 /* ---- the transforms, WG_LANES at a time ---- */
@@ -94,30 +102,33 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
 /* u [36][lanes] = G g G^T for g [9][lanes] (row-major 3x3). G's rows:
  * (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1/24, 1/12, 1/6),
  * (1/24, -1/12, 1/6), (0, 0, 1). */
+/* The six values of G (a0, a1, a2)^T, with the sums rows 1 and 2 and
+ * rows 3 and 4 share. */
+#define WG_G(a0, a1, a2, o0, o1, o2, o3, o4, o5)                             \
+    do {                                                                     \
+        float s02 = (a0) + (a2), p = (a0) * (1.0f / 24) + (a2) * (1.0f / 6); \
+        float q = (a1) * (1.0f / 12);                                        \
+        o0 = (a0) * (1.0f / 4);                                              \
+        o1 = (s02 + (a1)) * (-1.0f / 6);                                     \
+        o2 = (s02 - (a1)) * (-1.0f / 6);                                     \
+        o3 = p + q;                                                          \
+        o4 = p - q;                                                          \
+        o5 = (a2);                                                           \
+    } while (0)
+
 WG_VECTORIZE static void wg_filter(const float g[9][WG_LANES], float u[36][WG_LANES])
 {
-    float t[6][3][WG_LANES]; /* G g */
+    float t[18][WG_LANES]; /* G g: 6 rows of 3 */
     for (int j = 0; j < 3; j++)
-        for (int l = 0; l < WG_LANES; l++) {
-            float a0 = g[j][l], a1 = g[3 + j][l], a2 = g[6 + j][l];
-            t[0][j][l] = a0 * (1.0f / 4);
-            t[1][j][l] = (a0 + a1 + a2) * (-1.0f / 6);
-            t[2][j][l] = (a0 - a1 + a2) * (-1.0f / 6);
-            t[3][j][l] = a0 * (1.0f / 24) + a1 * (1.0f / 12) + a2 * (1.0f / 6);
-            t[4][j][l] = a0 * (1.0f / 24) - a1 * (1.0f / 12) + a2 * (1.0f / 6);
-            t[5][j][l] = a2;
-        }
-    for (int r = 0; r < 6; r++)
-        for (int l = 0; l < WG_LANES; l++) {
-            float a0 = t[r][0][l], a1 = t[r][1][l], a2 = t[r][2][l];
-            float *o = &u[r * 6][0];
-            o[0 * WG_LANES + l] = a0 * (1.0f / 4);
-            o[1 * WG_LANES + l] = (a0 + a1 + a2) * (-1.0f / 6);
-            o[2 * WG_LANES + l] = (a0 - a1 + a2) * (-1.0f / 6);
-            o[3 * WG_LANES + l] = a0 * (1.0f / 24) + a1 * (1.0f / 12) + a2 * (1.0f / 6);
-            o[4 * WG_LANES + l] = a0 * (1.0f / 24) - a1 * (1.0f / 12) + a2 * (1.0f / 6);
-            o[5 * WG_LANES + l] = a2;
-        }
+        for (int l = 0; l < WG_LANES; l++)
+            WG_G(g[j][l], g[3 + j][l], g[6 + j][l], t[j][l], t[3 + j][l], t[6 + j][l], t[9 + j][l],
+                 t[12 + j][l], t[15 + j][l]);
+    for (int r = 0; r < 6; r++) {
+        const float(*s)[WG_LANES] = &t[r * 3];
+        float(*o)[WG_LANES] = &u[r * 6];
+        for (int l = 0; l < WG_LANES; l++)
+            WG_G(s[0][l], s[1][l], s[2][l], o[0][l], o[1][l], o[2][l], o[3][l], o[4][l], o[5][l]);
+    }
 }
 
 /* v [36][lanes] = B^T d B for d [36][lanes] (row-major 6x6). B^T's rows:

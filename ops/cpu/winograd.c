@@ -22,7 +22,8 @@
  * calls, in training in place), then blocks of tiles (all images' tiles in
  * one sequence), each block's V [36][C][tiles] and m [36][K][tiles] in a
  * scratch buffer sized for one block, so memory stays bounded for large
- * batches. Within a block: the input transform over chunks of input
+ * batches: the scratch is U (4x the weights: 37.7 MB for 512 channels)
+ * plus at most 32 MB. Within a block: the input transform over chunks of input
  * channels, the 36 products, then the output transform with the bias and
  * the clip over chunks of output channels, each shared with the idle
  * workers (vq__parallel_for). Block and chunk bounds depend only on the
@@ -34,7 +35,10 @@
  * Accuracy: the transforms add rounding of a few units in the last place
  * of values up to ~10x the inputs' (B^T's and A^T's entries reach 5 and
  * 8), so the error relative to the output's magnitude is ~1e-6 to 1e-5
- * for f32 against im2col's ~1e-7 (tests/test_ops_conv.c measures it). */
+ * for f32 against im2col's ~1e-7 (tests/test_ops_conv.c measures it).
+ * A NaN or an infinity in X makes NaN (or infinite) every output of the
+ * tiles whose patches hold it, not only of the windows that read it: the
+ * transforms mix the whole patch (infinity - infinity is NaN). */
 #include "winograd.h"
 
 #include <pthread.h>

@@ -44,6 +44,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 /* Tiles (input channels for U) one vector step handles. */
 #define WG_LANES 8
@@ -250,6 +253,51 @@ static int wg_weights(void *arg, int64_t lo, int64_t hi, int slot)
     return 0;
 }
 
+/* Lane l's patch into d: rows iy to iy + 5, columns ix to ix + 5 of the
+ * plane x, zeros outside it. */
+static void wg_patch(const vq__window *v, const float *x, int64_t iy, int64_t ix,
+                     float d[36][WG_LANES], int64_t l)
+{
+    int64_t H = v->h, W = v->w;
+    if (iy >= 0 && iy + 6 <= H && ix >= 0 && ix + 6 <= W) {
+        const float *s = x + iy * W + ix;
+        for (int r = 0; r < 6; r++)
+            for (int q = 0; q < 6; q++)
+                d[r * 6 + q][l] = s[r * W + q];
+        return;
+    }
+    for (int r = 0; r < 6; r++)
+        for (int q = 0; q < 6; q++) {
+            int64_t y = iy + r, z = ix + q;
+            d[r * 6 + q][l] = y >= 0 && y < H && z >= 0 && z < W ? x[y * W + z] : 0;
+        }
+}
+
+#ifdef __SSE__
+/* Four lanes' patches [l, l + 4) at s[0..3] (each inside the plane with
+ * two columns to spare: 8 readable) into d by 4x4 transposes, instead of
+ * 36 scalar copies each. */
+static void wg_patch4(const float *const s[4], int64_t W, float d[36][WG_LANES], int64_t l)
+{
+    for (int r = 0; r < 6; r++) {
+        __m128 a0 = _mm_loadu_ps(s[0] + r * W), a1 = _mm_loadu_ps(s[1] + r * W);
+        __m128 a2 = _mm_loadu_ps(s[2] + r * W), a3 = _mm_loadu_ps(s[3] + r * W);
+        _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+        _mm_storeu_ps(&d[r * 6][l], a0);
+        _mm_storeu_ps(&d[r * 6 + 1][l], a1);
+        _mm_storeu_ps(&d[r * 6 + 2][l], a2);
+        _mm_storeu_ps(&d[r * 6 + 3][l], a3);
+        a0 = _mm_loadu_ps(s[0] + r * W + 4);
+        a1 = _mm_loadu_ps(s[1] + r * W + 4);
+        a2 = _mm_loadu_ps(s[2] + r * W + 4);
+        a3 = _mm_loadu_ps(s[3] + r * W + 4);
+        _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+        _mm_storeu_ps(&d[r * 6 + 4][l], a0);
+        _mm_storeu_ps(&d[r * 6 + 5][l], a1);
+    }
+}
+#endif
+
 /* The block's V for input channels [lo, hi), WG_LANES tiles at a time
  * (consecutive in the block, whatever their rows and images). */
 static int wg_input(void *arg, int64_t lo, int64_t hi, int slot)
@@ -262,28 +310,39 @@ static int wg_input(void *arg, int64_t lo, int64_t hi, int slot)
     for (int64_t c = lo; c < hi; c++)
         for (int64_t g = 0; g < j->nb; g += WG_LANES) {
             int64_t n = j->nb - g < WG_LANES ? j->nb - g : WG_LANES;
-            for (int64_t l = 0; l < WG_LANES; l++) {
-                if (l >= n) {
-                    for (int e = 0; e < 36; e++)
-                        d[e][l] = 0;
+            for (int64_t l0 = 0; l0 < WG_LANES; l0 += 4) {
+                const float *x[4];
+                int64_t iy[4], ix[4];
+                bool fast = true;
+                for (int64_t l = l0; l < l0 + 4; l++) {
+                    if (l >= n) {
+                        fast = false;
+                        continue;
+                    }
+                    int64_t img;
+                    tile_at(j, j->t0 + g + l, &img, &iy[l - l0], &ix[l - l0]);
+                    iy[l - l0] -= v->pt;
+                    ix[l - l0] -= v->pl;
+                    x[l - l0] = j->x + (img * C + c) * H * W;
+                    fast = fast && iy[l - l0] >= 0 && iy[l - l0] + 6 <= H && ix[l - l0] >= 0 &&
+                           ix[l - l0] + 8 <= W;
+                }
+#ifdef __SSE__
+                if (fast) {
+                    const float *s[4];
+                    for (int q = 0; q < 4; q++)
+                        s[q] = x[q] + iy[q] * W + ix[q];
+                    wg_patch4(s, W, d, l0);
                     continue;
                 }
-                int64_t img, iy, ix;
-                tile_at(j, j->t0 + g + l, &img, &iy, &ix);
-                iy -= v->pt;
-                ix -= v->pl;
-                const float *x = j->x + (img * C + c) * H * W;
-                if (iy >= 0 && iy + 6 <= H && ix >= 0 && ix + 6 <= W) {
-                    const float *s = x + iy * W + ix;
-                    for (int r = 0; r < 6; r++)
-                        for (int q = 0; q < 6; q++)
-                            d[r * 6 + q][l] = s[r * W + q];
-                } else {
-                    for (int r = 0; r < 6; r++)
-                        for (int q = 0; q < 6; q++) {
-                            int64_t y = iy + r, z = ix + q;
-                            d[r * 6 + q][l] = y >= 0 && y < H && z >= 0 && z < W ? x[y * W + z] : 0;
-                        }
+#endif
+                for (int64_t l = l0; l < l0 + 4; l++) {
+                    if (l < n) {
+                        wg_patch(v, x[l - l0], iy[l - l0], ix[l - l0], d, l);
+                    } else {
+                        for (int e = 0; e < 36; e++)
+                            d[e][l] = 0;
+                    }
                 }
             }
             wg_input_tile(d, out);

@@ -266,11 +266,15 @@ static void wg_patch(const vq__window *v, const float *x, int64_t iy, int64_t ix
                 d[r * 6 + q][l] = s[r * W + q];
         return;
     }
-    for (int r = 0; r < 6; r++)
-        for (int q = 0; q < 6; q++) {
-            int64_t y = iy + r, z = ix + q;
-            d[r * 6 + q][l] = y >= 0 && y < H && z >= 0 && z < W ? x[y * W + z] : 0;
-        }
+    /* at the border: zeros, then the rows [r0, r1) and columns [q0, q1)
+     * of the patch that lie in the plane */
+    int64_t r0 = iy < 0 ? -iy : 0, r1 = H - iy < 6 ? H - iy : 6;
+    int64_t q0 = ix < 0 ? -ix : 0, q1 = W - ix < 6 ? W - ix : 6;
+    for (int e = 0; e < 36; e++)
+        d[e][l] = 0;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t q = q0; q < q1; q++)
+            d[r * 6 + q][l] = x[(iy + r) * W + ix + q];
 }
 
 #ifdef __SSE__
@@ -385,6 +389,23 @@ WG_VECTORIZE static void wg_finish(const struct wg_job *j, float y[16][WG_LANES]
             }
 }
 
+#ifdef __SSE__
+/* Four lanes' whole 4x4 tiles [l, l + 4) of y to o[0..3] (rows W apart)
+ * by 4x4 transposes, instead of 16 scalar stores each. */
+static void wg_store4(const float y[16][WG_LANES], int64_t l, float *const o[4], int64_t W)
+{
+    for (int r = 0; r < 4; r++) {
+        __m128 a0 = _mm_loadu_ps(&y[r * 4][l]), a1 = _mm_loadu_ps(&y[r * 4 + 1][l]);
+        __m128 a2 = _mm_loadu_ps(&y[r * 4 + 2][l]), a3 = _mm_loadu_ps(&y[r * 4 + 3][l]);
+        _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+        _mm_storeu_ps(o[0] + r * W, a0);
+        _mm_storeu_ps(o[1] + r * W, a1);
+        _mm_storeu_ps(o[2] + r * W, a2);
+        _mm_storeu_ps(o[3] + r * W, a3);
+    }
+}
+#endif
+
 /* The block's outputs for output channels [lo, hi): Y, the bias and the
  * clip, WG_LANES tiles at a time. */
 static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
@@ -409,20 +430,28 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
             }
             wg_output_tile(m, y);
             wg_finish(j, y, bv);
-            for (int64_t l = 0; l < n; l++) {
-                int64_t img, oy, ox;
-                tile_at(j, j->t0 + g + l, &img, &oy, &ox);
-                float *o = j->o + ((img * K + k) * OH + oy) * OW + ox;
-                int64_t rows = OH - oy < 4 ? OH - oy : 4, cols = OW - ox < 4 ? OW - ox : 4;
-                for (int64_t r = 0; r < rows; r++) {
-                    if (cols == 4) {
-                        for (int q = 0; q < 4; q++)
-                            o[r * OW + q] = y[r * 4 + q][l];
-                    } else {
-                        for (int64_t q = 0; q < cols; q++)
-                            o[r * OW + q] = y[r * 4 + q][l];
-                    }
+            for (int64_t l0 = 0; l0 < n; l0 += 4) {
+                float *o[4];
+                int64_t rows[4], cols[4];
+                bool whole = l0 + 4 <= n;
+                for (int64_t l = l0; l < l0 + 4 && l < n; l++) {
+                    int64_t img, oy, ox;
+                    tile_at(j, j->t0 + g + l, &img, &oy, &ox);
+                    o[l - l0] = j->o + ((img * K + k) * OH + oy) * OW + ox;
+                    rows[l - l0] = OH - oy < 4 ? OH - oy : 4;
+                    cols[l - l0] = OW - ox < 4 ? OW - ox : 4;
+                    whole = whole && rows[l - l0] == 4 && cols[l - l0] == 4;
                 }
+#ifdef __SSE__
+                if (whole) {
+                    wg_store4(y, l0, o, OW);
+                    continue;
+                }
+#endif
+                for (int64_t l = l0; l < l0 + 4 && l < n; l++)
+                    for (int64_t r = 0; r < rows[l - l0]; r++)
+                        for (int64_t q = 0; q < cols[l - l0]; q++)
+                            o[l - l0][r * OW + q] = y[r * 4 + q][l];
             }
         }
     }

@@ -23,19 +23,20 @@
  * one sequence), each block's V [36][C][tiles] and m [36][K][tiles] in a
  * scratch buffer sized for one block, so memory stays bounded for large
  * batches: the scratch is U (4x the weights: 37.7 MB for 512 channels)
- * plus at most 32 MB. Within a block: the input transform over chunks of input
- * channels, the 36 products, then the output transform with the bias and
- * the clip over chunks of output channels, each shared with the idle
- * workers (vq__parallel_for). Block and chunk bounds depend only on the
+ * plus at most 32 MB. Within a block: the input transform over chunks of
+ * input channels, the 36 products, then the output transform with the
+ * bias and the clip over chunks of output channels, each shared with the
+ * idle workers (vq__parallel_for). Block and chunk bounds depend only on the
  * shapes, and each output element is computed by one fixed sequence of
  * operations, so the bits do not depend on the number of workers. The
  * transforms work on WG_LANES tiles (or input channels, for U) at once,
- * in loops the compiler vectorizes.
+ * in loops the compiler vectorizes; on x86 the patches are gathered and
+ * the output tiles stored four at a time by SSE 4x4 transposes.
  *
- * Accuracy: the transforms add rounding of a few units in the last place
- * of values up to ~10x the inputs' (B^T's and A^T's entries reach 5 and
- * 8), so the error relative to the output's magnitude is ~1e-6 to 1e-5
- * for f32 against im2col's ~1e-7 (tests/test_ops_conv.c measures it).
+ * Accuracy: the transforms scale the data up (B^T's entries reach 5, A^T's
+ * 8) before the sums that round, so the error relative to the output's
+ * magnitude is a few 1e-6 for f32 (4.3e-6 at most over
+ * tests/test_ops_conv.c's cases) against im2col's ~1e-7.
  * A NaN or an infinity in X makes NaN (or infinite) every output of the
  * tiles whose patches hold it, not only of the windows that read it: the
  * transforms mix the whole patch (infinity - infinity is NaN). */
@@ -63,11 +64,11 @@
 #define WG_MIN_OUT_CHANNELS 8
 #define WG_MIN_TILES 32
 /* The most floats of V and m together one block keeps (32 MB), and
- * about the most tiles of a block. Few tiles
- * make 36 small products, each packing its U again (OpenBLAS's copy
- * routines): at ResNet-18's 512 channels, a block of 128 tiles took 1.2x
- * the time of 256; many tiles fall out of the caches: at 64 channels,
- * 900 tiles took 1.1x the time of 450 (batch 32, 2 workers). */
+ * about the most tiles of a block. Few tiles make 36 small products, each
+ * packing its U again (OpenBLAS's copy routines): at ResNet-18's 512
+ * channels, blocks of 56 tiles took 1.2x the time of one of 128 (26.2
+ * against 21.5 ms); many tiles fall out of the caches: at 64 channels,
+ * blocks of 900 tiles took 1.1x the time of 450 (batch 32, 2 workers). */
 #define WG_BLOCK_FLOATS ((int64_t)1 << 23)
 #define WG_BLOCK_TILES 512
 
@@ -106,11 +107,9 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
 
 /* ---- the transforms, WG_LANES at a time ---- */
 
-/* u [36][lanes] = G g G^T for g [9][lanes] (row-major 3x3). G's rows:
- * (1/4, 0, 0), -(1, 1, 1)/6, -(1, -1, 1)/6, (1/24, 1/12, 1/6),
- * (1/24, -1/12, 1/6), (0, 0, 1). */
 /* The six values of G (a0, a1, a2)^T, with the sums rows 1 and 2 and
- * rows 3 and 4 share. */
+ * rows 3 and 4 share. G's rows: (1/4, 0, 0), -(1, 1, 1)/6,
+ * -(1, -1, 1)/6, (1/24, 1/12, 1/6), (1/24, -1/12, 1/6), (0, 0, 1). */
 #define WG_G(a0, a1, a2, o0, o1, o2, o3, o4, o5)                             \
     do {                                                                     \
         float s02 = (a0) + (a2), p = (a0) * (1.0f / 24) + (a2) * (1.0f / 6); \
@@ -123,6 +122,7 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
         o5 = (a2);                                                           \
     } while (0)
 
+/* u [36][lanes] = G g G^T for g [9][lanes] (row-major 3x3). */
 WG_VECTORIZE static void wg_filter(const float g[9][WG_LANES], float u[36][WG_LANES])
 {
     float t[18][WG_LANES]; /* G g: 6 rows of 3 */

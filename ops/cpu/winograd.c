@@ -431,7 +431,8 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
             wg_output_tile(m, y);
             wg_finish(j, y, bv);
             for (int64_t l0 = 0; l0 < n; l0 += 4) {
-                float *o[4];
+                /* set: gcc 12 at -O3 cannot see that whole means all four are */
+                float *o[4] = {NULL, NULL, NULL, NULL};
                 int64_t rows[4], cols[4];
                 bool whole = l0 + 4 <= n;
                 for (int64_t l = l0; l < l0 + 4 && l < n; l++) {

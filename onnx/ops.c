@@ -2248,6 +2248,25 @@ static int t_gather(struct ox *x)
     return ox_emit(x, "gather", in, 2, &o, 1, &a, 1, NULL);
 }
 
+/* GatherElements: gather_elements, the same axis. */
+static int t_gather_elements(struct ox *x)
+{
+    struct ox_val *in[2];
+    int64_t axis;
+    int rc = need_in(x, 0, &in[0]);
+    if (rc == 0)
+        rc = need_in(x, 1, &in[1]);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", 0, &axis);
+    if (rc)
+        return rc;
+    vq_attr a = VQ_ATTR_I("axis", axis);
+    const char *o = out0(x);
+    return ox_emit(x, "gather_elements", in, 2, &o, 1, &a, 1, NULL);
+}
+
 /* Expand(X, shape) and Tile(X, repeats): the second input known. */
 static int shaped(struct ox *x, const char *type, const char *attr, const char *what)
 {
@@ -2600,6 +2619,7 @@ static const struct translation table[] = {
     {"Expand", t_expand},
     {"Flatten", t_flatten},
     {"Gather", t_gather},
+    {"GatherElements", t_gather_elements},
     {"Gemm", t_gemm},
     {"GlobalAveragePool", t_global_average_pool},
     {"Greater", t_greater},

@@ -1172,6 +1172,39 @@ static void case_gather(struct run *r)
             }
 }
 
+/* X's shape, Indices' shape and the axis. */
+static const struct elements_gpu_case {
+    int n;
+    int64_t x[3], idx[3], axis;
+} elements_gpu_cases[] = {
+    {2, {5, 3}, {7, 3}, 0},
+    {3, {2, 4, 3}, {2, 5, 2}, -2},
+    {1, {6}, {4}, 0},
+    {2, {3, 2}, {0, 2}, 0},
+};
+
+/* gather_elements over every dtype and both index dtypes; its gradient
+ * (floats) with indices from a short range, so that elements repeat. */
+static void case_gather_elements(struct run *r)
+{
+    bool grad = !strcmp(r->op, "gather_elements_grad");
+    for (int c = 0; c < N_OF(elements_gpu_cases); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++)
+            for (int t = 0; t < 2; t++) {
+                const struct elements_gpu_case *k = &elements_gpu_cases[c];
+                vq_dtype dt = grad ? floats[d] : all_dtypes[d], it = t ? VQ_I64 : VQ_I32;
+                int axis = (int)(k->axis < 0 ? k->axis + k->n : k->axis);
+                int64_t dim = k->x[axis];
+                describe(r, "%s, indices %s, case %d", vq_dtype_name(dt), vq_dtype_name(it), c);
+                vq_attr at = VQ_ATTR_I("axis", k->axis);
+                vq_tensor *in[3] = {rnd(r, dt, -5, 5, k->n, k->x),
+                                    rnd(r, it, (double)-dim, (double)dim, k->n, k->idx),
+                                    grad ? rnd(r, dt, -1, 1, k->n, k->idx) : NULL};
+                /* the gradient adds with atomics on the device */
+                check(r, in, grad ? 3 : 2, 1, &at, 1, grad ? CLOSE : EXACT);
+            }
+}
+
 /* X's shape, the axis and the sizes of the pieces. */
 static const struct split_gpu_case {
     int nx, n;
@@ -1435,6 +1468,8 @@ static const struct op_case {
     {"batch_norm_train_grad", case_batch_norm_train},
     {"gather", case_gather},
     {"gather_grad", case_gather},
+    {"gather_elements", case_gather_elements},
+    {"gather_elements_grad", case_gather_elements},
     {"split", case_split},
     {"split_grad", case_split},
     {"argmax", case_arg},

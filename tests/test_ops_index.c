@@ -1,4 +1,4 @@
-/* gather, split, argmax / argmin, reduce_max / reduce_min, expand, tile and
+/* gather, gather_elements, split, argmax / argmin, reduce_max / reduce_min, expand, tile and
  * pad (ops/cpu/index.c, extremum.c, layout.c) and their gradient ops: each
  * kernel against a plain loop over its definition on several shapes (size-0
  * and size-1 dims, scalars, negative axes and indices, every pad mode,
@@ -251,6 +251,123 @@ Test(ops_index, an_index_out_of_range_fails_naming_the_op_the_index_and_its_elem
     expect_error("gather_grad", in, 3, 1, &at, 1,
                  "gather_grad: index -5 at Indices element 2 is outside [-4, 4) (X's dim 1)");
     release_all((vq_tensor *[]){x, idx, x0, g}, 4);
+}
+
+/* ---- gather_elements ---- */
+
+static const struct elements_case {
+    int n;
+    int64_t x[4], ishape[4], axis;
+} elements_cases[] = {
+    {1, {5}, {7}, 0},
+    {2, {3, 4}, {3, 4}, 1},
+    {2, {3, 4}, {2, 6}, 1}, /* fewer rows than X, more than its dim along the axis */
+    {2, {3, 4}, {5, 2}, 0},
+    {3, {2, 3, 4}, {2, 2, 3}, -1},
+    {3, {2, 3, 4}, {1, 5, 2}, 1},
+    {4, {2, 1, 3, 2}, {2, 1, 2, 2}, -2},
+    {2, {0, 3}, {0, 3}, 1}, /* empty */
+    {2, {2, 3}, {2, 0}, 1}, /* no indices */
+};
+
+/* Indices of dtype it for case g: uniform over [-dim, dim). */
+static vq_tensor *elements_indices(const struct elements_case *g, vq_dtype it)
+{
+    int axis = (int)(g->axis < 0 ? g->axis + g->n : g->axis);
+    int64_t dim = g->x[axis];
+    vq_tensor *t = zeros(it, g->n, g->ishape);
+    for (int64_t j = 0; j < vq_tensor_numel(t); j++)
+        oc_set(t, j, floor(oc_uniform(&rng, (double)-dim, (double)dim)));
+    return t;
+}
+
+/* Out's element at coordinates c is X's at c with c[axis] = Indices[c]. */
+static double *ref_elements(const struct elements_case *g, vq_tensor *x, vq_tensor *idx)
+{
+    int axis = (int)(g->axis < 0 ? g->axis + g->n : g->axis);
+    int64_t n = count(g->n, g->ishape);
+    double *w = want_buffer(n);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t c[4];
+        unravel(e, g->n, g->ishape, c);
+        int64_t v = (int64_t)oc_get(idx, e);
+        c[axis] = v < 0 ? v + g->x[axis] : v;
+        w[e] = oc_get(x, ravel(g->n, g->x, c));
+    }
+    return w;
+}
+
+Test(ops_index, gather_elements_matches_the_plain_loop_in_every_dtype)
+{
+    for (int c = 0; c < N_OF(elements_cases); c++)
+        for (int d = 0; d < N_OF(all_dtypes); d++)
+            for (int t = 0; t < N_OF(index_dtypes); t++) {
+                const struct elements_case *g = &elements_cases[c];
+                if (g->x[g->axis < 0 ? g->axis + g->n : g->axis] == 0)
+                    continue;
+                vq_tensor *in[2] = {values(all_dtypes[d], g->n, g->x),
+                                    elements_indices(g, index_dtypes[t])};
+                vq_attr at = VQ_ATTR_I("axis", g->axis);
+                vq_tensor *out = oc_run1("gather_elements", in, 2, &at, 1);
+                double *w = ref_elements(g, in[0], in[1]);
+                assert_values(out, all_dtypes[d], g->n, g->ishape, w);
+                free(w);
+                vq_tensor_release(out);
+                release_all(in, 2);
+            }
+}
+
+Test(ops_index, gather_elements_gradients_match_finite_differences)
+{
+    for (int c = 0; c < N_OF(elements_cases); c++)
+        for (int t = 0; t < N_OF(index_dtypes); t++) {
+            const struct elements_case *g = &elements_cases[c];
+            vq_tensor *in[2] = {values(VQ_F64, g->n, g->x), elements_indices(g, index_dtypes[t])};
+            vq_attr at = VQ_ATTR_I("axis", g->axis);
+            oc_grad_check("gather_elements", in, 2, 1, &at, 1, 1u, &rng);
+            release_all(in, 2);
+        }
+}
+
+Test(ops_index, gather_elements_grad_adds_up_repeated_indices)
+{
+    /* X [2, 3], axis 1: row 0 reads column 0 three times and -1 once */
+    double xv[6] = {0}, iv[8] = {0, 0, -1, 0, 1, 2, 1, 1}, gv[8] = {1, 10, 100, 1000, 1, 2, 4, 8};
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_F64 : VQ_F32;
+        vq_tensor *in[3] = {oc_from(dt, 2, (int64_t[]){2, 3}, xv),
+                            oc_from(VQ_I64, 2, (int64_t[]){2, 4}, iv),
+                            oc_from(dt, 2, (int64_t[]){2, 4}, gv)};
+        vq_attr at = VQ_ATTR_I("axis", 1);
+        vq_tensor *dx = oc_run1("gather_elements_grad", in, 3, &at, 1);
+        double want[6] = {1011, 0, 100, 0, 13, 2};
+        assert_values(dx, dt, 2, (int64_t[]){2, 3}, want);
+        vq_tensor_release(dx);
+        release_all(in, 3);
+    }
+}
+
+Test(ops_index, bad_gather_elements_calls_name_the_index_or_the_dim)
+{
+    double iv[4] = {0, 3, -5, 1};
+    vq_tensor *x = zeros(VQ_F32, 2, (int64_t[]){2, 4});
+    vq_tensor *idx = oc_from(VQ_I64, 2, (int64_t[]){1, 4}, iv);
+    vq_tensor *in[3] = {x, idx, NULL};
+    vq_attr at = VQ_ATTR_I("axis", 1);
+    cr_assert_eq(oc_try("gather_elements", in, 2, 1, &at, 1), VQ_EINVAL);
+    cr_assert_str_eq(vq_errmsg(), "gather_elements: index -5 at Indices element 2 is outside "
+                                  "[-4, 4) (X's dim 1)");
+    vq_tensor *g = zeros(VQ_F32, 2, (int64_t[]){1, 4});
+    in[2] = g;
+    expect_error("gather_elements_grad", in, 3, 1, &at, 1,
+                 "gather_elements_grad: index -5 at Indices element 2");
+    vq_tensor *flat = zeros(VQ_I64, 1, (int64_t[]){4});
+    in[1] = flat;
+    expect_error("gather_elements", in, 2, 1, &at, 1, "has rank 1; X has 2");
+    vq_tensor *wide = zeros(VQ_I64, 2, (int64_t[]){3, 4});
+    in[1] = wide;
+    expect_error("gather_elements", in, 2, 1, &at, 1, "has 3 in dim 0, more than X's 2");
+    release_all((vq_tensor *[]){x, idx, g, flat, wide}, 5);
 }
 
 Test(ops_index, bad_gather_inputs_name_the_slot_or_attribute)

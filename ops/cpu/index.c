@@ -1,6 +1,7 @@
-/* Indexing ops: gather (numpy's take along an axis, ONNX's Gather) and
- * split (one tensor cut into pieces along an axis, concat's inverse), with
- * their gradient ops. Both only move elements, so they take every dtype.
+/* Indexing ops: gather (numpy's take along an axis, ONNX's Gather),
+ * gather_elements (ONNX's GatherElements, torch.gather) and split (one
+ * tensor cut into pieces along an axis, concat's inverse), with their
+ * gradient ops. They only move elements, so they take every dtype.
  *
  * gather(X, Indices; axis) -> Out sees X as [outer, dim, inner] around the
  * axis and Out as [outer, n, inner], n the number of indices: Out's shape is
@@ -16,6 +17,15 @@
  * row of dOut added at the row of X its index picked, so repeated indices
  * add up. The CPU adds in the order of dOut's elements; the CUDA kernel adds
  * with atomics, in no fixed order, so the two agree to rounding.
+ *
+ * gather_elements(X, Indices; axis) -> Out: Indices has X's rank and, off
+ * the axis, dims no larger than X's; Out has Indices' shape, and its
+ * element at coordinates c is X's at c with c[axis] replaced by
+ * Indices[c] (negative counting from the end). Indices are checked as
+ * gather's are, with the same message. gather_elements_grad(X, Indices,
+ * dOut; axis) -> dX is zeros of X's shape with each element of dOut added
+ * at the element of X it was read from (the CPU in dOut's order, CUDA with
+ * atomics).
  *
  * split(X; axis, sizes) -> Out...: output j holds X's elements from
  * offset_j = sizes[0] + ... + sizes[j-1] on along the axis, sizes[j] of
@@ -175,6 +185,157 @@ static int gather_grad_kernel(const vq__kcall *k)
         SCATTER_ADD(float);
     else
         SCATTER_ADD(double);
+    return 0;
+}
+
+/* ---- gather_elements ---- */
+
+/* X (slot 0) and Indices (slot 1) against axis: fills p; Out's meta is
+ * Indices' shape with X's dtype. */
+static int elements_meta(const vq__infer *c, vq__gather_params *p, vq__meta *out)
+{
+    const vq__meta *x = &c->in[0], *ix = &c->in[1];
+    int rc = vq__check_dtype(c, 1, INDEX_DTYPES);
+    if (rc < 0)
+        return rc;
+    if (x->ndim == 0)
+        return vq__in_fail(c, 0, "is a scalar (rank 0); gather_elements needs at least one dim");
+    if ((rc = vq__axis(c, "axis", vq__attr_int(c, "axis", 0), x->ndim, &p->axis)) < 0)
+        return rc;
+    if (ix->ndim != x->ndim)
+        return vq__in_fail(c, 1, "has rank %d; X has %d, and gather_elements wants the same",
+                           ix->ndim, x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+        if (d != p->axis && ix->shape[d] >= 0 && x->shape[d] >= 0 && ix->shape[d] > x->shape[d])
+            return vq__in_fail(c, 1, "has %lld in dim %d, more than X's %lld (axis is %d)",
+                               (long long)ix->shape[d], d, (long long)x->shape[d], p->axis);
+    *out = *ix;
+    out->dtype = x->dtype;
+    return 0;
+}
+
+static int elements_infer(vq__infer *c)
+{
+    int rc = vq__check_dtype(c, 0, VQ__ANY);
+    return rc < 0 ? rc : elements_meta(c, c->params, &c->out[0]);
+}
+
+/* A walk over Indices' elements in row-major order that keeps the offset
+ * in X of the same coordinates, the axis' left out. */
+struct elements_walk {
+    int nd, axis;
+    int64_t c[VQ_MAX_DIMS], shape[VQ_MAX_DIMS], xs[VQ_MAX_DIMS], off;
+};
+
+static void walk_init(struct elements_walk *w, const vq_tensor *x, const vq_tensor *idx, int axis)
+{
+    w->nd = x->ndim;
+    w->axis = axis;
+    w->off = 0;
+    int64_t stride = 1;
+    for (int d = x->ndim - 1; d >= 0; d--) {
+        w->c[d] = 0;
+        w->shape[d] = idx->shape[d];
+        w->xs[d] = stride;
+        stride *= x->shape[d];
+    }
+}
+
+static inline void walk_next(struct elements_walk *w)
+{
+    for (int d = w->nd - 1; d >= 0; d--) {
+        int64_t step = d == w->axis ? 0 : w->xs[d];
+        w->off += step;
+        if (++w->c[d] < w->shape[d])
+            return;
+        w->off -= w->c[d] * step;
+        w->c[d] = 0;
+    }
+}
+
+/* X's offset of the element Indices' element e picks. */
+static inline int64_t walk_source(const struct elements_walk *w, const vq_tensor *idx, int64_t e,
+                                  int64_t dim)
+{
+    int64_t v = index_at(idx, e);
+    return w->off + (v + (v < 0 ? dim : 0)) * w->xs[w->axis];
+}
+
+#define GATHER_ELEMENTS(T)                              \
+    do {                                                \
+        const T *src = x->data;                         \
+        T *dst = out->data;                             \
+        for (int64_t e = 0; e < n; e++, walk_next(&w))  \
+            dst[e] = src[walk_source(&w, idx, e, dim)]; \
+    } while (0)
+
+static int gather_elements_kernel(const vq__kcall *k)
+{
+    const vq__gather_params *p = k->params;
+    vq_tensor *x = k->in[0], *idx = k->in[1], *out = k->out[0];
+    int64_t dim = x->shape[p->axis], n = idx->numel;
+    int rc = indices_check(k, idx, dim, p->axis);
+    if (rc < 0 || n == 0)
+        return rc;
+    struct elements_walk w;
+    walk_init(&w, x, idx, p->axis);
+    switch (vq_dtype_size(x->dtype)) {
+    case 8: GATHER_ELEMENTS(uint64_t); break;
+    case 4: GATHER_ELEMENTS(uint32_t); break;
+    default: GATHER_ELEMENTS(uint8_t); break;
+    }
+    return 0;
+}
+
+static int gather_elements_grad(const vq__grad *g)
+{
+    if (!g->din[0]) /* Indices have no gradient */
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
+    const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
+    return vq__emit(g, "gather_elements_grad", in, 3, &g->din[0], 1, g->attrs, g->nattrs);
+}
+
+/* gather_elements_grad(X, Indices, dOut; axis) -> dX. */
+static int elements_grad_infer(vq__infer *c)
+{
+    int rc;
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0)
+        return rc;
+    vq__meta want;
+    if ((rc = elements_meta(c, c->params, &want)) < 0 ||
+        (rc = vq__check_shape_is(c, 2, &want, "Indices' shape")) < 0)
+        return rc;
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+#define SCATTER_ELEMENTS(T)                            \
+    do {                                               \
+        const T *gs = g->data;                         \
+        T *d = dx->data;                               \
+        for (int64_t e = 0; e < n; e++, walk_next(&w)) \
+            d[walk_source(&w, idx, e, dim)] += gs[e];  \
+    } while (0)
+
+static int gather_elements_grad_kernel(const vq__kcall *k)
+{
+    const vq__gather_params *p = k->params;
+    vq_tensor *idx = k->in[1], *g = k->in[2], *dx = k->out[0];
+    int64_t dim = dx->shape[p->axis], n = idx->numel;
+    int rc = indices_check(k, idx, dim, p->axis);
+    if (rc < 0)
+        return rc;
+    memset(dx->data, 0, dx->nbytes);
+    if (n == 0)
+        return 0;
+    struct elements_walk w;
+    walk_init(&w, dx, idx, p->axis);
+    if (dx->dtype == VQ_F32)
+        SCATTER_ELEMENTS(float);
+    else
+        SCATTER_ELEMENTS(double);
     return 0;
 }
 
@@ -343,21 +504,70 @@ static int split_grad_kernel(const vq__kcall *k)
 }
 
 const vq__op_def vq__ops_index[] = {
-    {.type = "gather", .in_slots = gather_in, .nin_slots = 2, .out_slots = out_slot,
-     .nout_slots = 1, .attrs = gather_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__gather_params), .infer = gather_infer,
-     .kernel = {gather_kernel}, .grad = gather_grad},
-    {.type = "gather_grad", .in_slots = gather_grad_in, .nin_slots = 3, .out_slots = dx_out,
-     .nout_slots = 1, .attrs = gather_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__gather_params), .infer = gather_grad_infer,
+    {.type = "gather",
+     .in_slots = gather_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .attrs = gather_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__gather_params),
+     .infer = gather_infer,
+     .kernel = {gather_kernel},
+     .grad = gather_grad},
+    {.type = "gather_grad",
+     .in_slots = gather_grad_in,
+     .nin_slots = 3,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .attrs = gather_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__gather_params),
+     .infer = gather_grad_infer,
      .kernel = {gather_grad_kernel}},
-    {.type = "split", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
-     .flags = VQ__VARIADIC_OUT, .attrs = split_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__split_params), .infer = split_infer, .kernel = {split_kernel},
+    {.type = "gather_elements",
+     .in_slots = gather_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .attrs = gather_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__gather_params),
+     .infer = elements_infer,
+     .kernel = {gather_elements_kernel},
+     .grad = gather_elements_grad},
+    {.type = "gather_elements_grad",
+     .in_slots = gather_grad_in,
+     .nin_slots = 3,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .attrs = gather_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__gather_params),
+     .infer = elements_grad_infer,
+     .kernel = {gather_elements_grad_kernel}},
+    {.type = "split",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_OUT,
+     .attrs = split_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__split_params),
+     .infer = split_infer,
+     .kernel = {split_kernel},
      .grad = split_grad},
-    {.type = "split_grad", .in_slots = split_grad_in, .nin_slots = 2, .out_slots = dx_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN, .attrs = split_grad_attrs, .nattrs = 2,
-     .params_size = sizeof(vq__split_params), .infer = split_grad_infer,
+    {.type = "split_grad",
+     .in_slots = split_grad_in,
+     .nin_slots = 2,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN,
+     .attrs = split_grad_attrs,
+     .nattrs = 2,
+     .params_size = sizeof(vq__split_params),
+     .infer = split_grad_infer,
      .kernel = {split_grad_kernel}},
     {0},
 };

@@ -1,5 +1,6 @@
 /* CUDA kernels for the indexing, extremum and layout ops (ops/cpu/index.c,
- * extremum.c, layout.c): gather and its scatter-add gradient with the
+ * extremum.c, layout.c): gather and gather_elements and their scatter-add
+ * gradients with the
  * device-side index check, argmax / argmin, reduce_max / reduce_min and
  * their gradient, tile and pad and their gradients. split, its gradient and
  * expand are vq__cuda_strided_copy boxes (shape.cu), put together by
@@ -686,4 +687,121 @@ extern "C" int vq__cuda_pad_grad(int dtype, const void *g, void *dx, const vq__p
     else
         return VQ_EINVAL;
     return vq__cuda_launched();
+}
+
+/* ---- gather_elements ---- */
+
+/* x's offset of the element out's element e reads: e's coordinates in
+ * out's shape (sh.o), the axis' replaced by the index; -1 for a bad index. */
+template <typename I>
+__device__ int64_t elements_source(const I *idx, int64_t e, const shapes &sh, int axis)
+{
+    int64_t v = (int64_t)idx[e], dim = sh.x[axis];
+    v += v < 0 ? dim : 0;
+    if (v < 0 || v >= dim)
+        return -1;
+    int64_t rest = e, xo = 0, xs = 1;
+    for (int d = sh.ndim - 1; d >= 0; d--) {
+        int64_t c = rest % sh.o[d];
+        rest /= sh.o[d];
+        xo += (d == axis ? v : c) * xs;
+        xs *= sh.x[d];
+    }
+    return xo;
+}
+
+template <typename E, typename I>
+__global__ void gather_elements_kernel(const E *x, const I *idx, E *out, int64_t total, shapes sh,
+                                       int axis)
+{
+    GRID_LOOP(e, total)
+    {
+        int64_t src = elements_source(idx, e, sh, axis);
+        out[e] = src >= 0 ? x[src] : (E)0;
+    }
+}
+
+template <typename E>
+static int gather_elements_as(int index_dtype, const void *x, const void *idx, void *out,
+                              int64_t total, const shapes &sh, int axis, cudaStream_t s)
+{
+    unsigned g = vq__cuda_blocks(total);
+    if (index_dtype == VQ_I32)
+        gather_elements_kernel<E, int32_t><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const E *)x, (const int32_t *)idx, (E *)out, total, sh, axis);
+    else if (index_dtype == VQ_I64)
+        gather_elements_kernel<E, int64_t><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            (const E *)x, (const int64_t *)idx, (E *)out, total, sh, axis);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_gather_elements(int esize, int index_dtype, const void *x, const void *idx,
+                                        void *out, int ndim, const int64_t *xshape,
+                                        const int64_t *ishape, int axis, void *stream)
+{
+    shapes sh;
+    int64_t nx, ni;
+    if (shapes_make(&sh, ndim, xshape, ishape, &nx, &ni) < 0 || axis < 0 || axis >= ndim)
+        return VQ_EINVAL;
+    if (ni == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    switch (esize) {
+    case 8: return gather_elements_as<uint64_t>(index_dtype, x, idx, out, ni, sh, axis, s);
+    case 4: return gather_elements_as<uint32_t>(index_dtype, x, idx, out, ni, sh, axis, s);
+    case 1: return gather_elements_as<uint8_t>(index_dtype, x, idx, out, ni, sh, axis, s);
+    default: return VQ_EINVAL;
+    }
+}
+
+template <typename T, typename I>
+__global__ void gather_elements_grad_kernel(const I *idx, const T *g, T *dx, int64_t total,
+                                            shapes sh, int axis)
+{
+    GRID_LOOP(e, total)
+    {
+        int64_t dst = elements_source(idx, e, sh, axis);
+        if (dst >= 0)
+            atomicAdd(&dx[dst], g[e]);
+    }
+}
+
+template <typename T>
+static int gather_elements_grad_as(int index_dtype, const void *idx, const void *g, void *dx,
+                                   int64_t total, const shapes &sh, int axis, cudaStream_t s)
+{
+    unsigned b = vq__cuda_blocks(total);
+    if (index_dtype == VQ_I32)
+        gather_elements_grad_kernel<T, int32_t><<<b, VQ__CUDA_THREADS, 0, s>>>(
+            (const int32_t *)idx, (const T *)g, (T *)dx, total, sh, axis);
+    else if (index_dtype == VQ_I64)
+        gather_elements_grad_kernel<T, int64_t><<<b, VQ__CUDA_THREADS, 0, s>>>(
+            (const int64_t *)idx, (const T *)g, (T *)dx, total, sh, axis);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
+extern "C" int vq__cuda_gather_elements_grad(int dtype, int index_dtype, const void *idx,
+                                             const void *g, void *dx, int ndim,
+                                             const int64_t *xshape, const int64_t *ishape,
+                                             int axis, void *stream)
+{
+    shapes sh;
+    int64_t nx, ni;
+    if (shapes_make(&sh, ndim, xshape, ishape, &nx, &ni) < 0 || axis < 0 || axis >= ndim ||
+        (dtype != VQ_F32 && dtype != VQ_F64))
+        return VQ_EINVAL;
+    if (nx == 0)
+        return 0;
+    size_t es = dtype == VQ_F32 ? sizeof(float) : sizeof(double);
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    int rc = vq__cuda_called(cudaMemsetAsync(dx, 0, (size_t)nx * es, s));
+    if (rc < 0 || ni == 0)
+        return rc;
+    if (dtype == VQ_F32)
+        return gather_elements_grad_as<float>(index_dtype, idx, g, dx, ni, sh, axis, s);
+    return gather_elements_grad_as<double>(index_dtype, idx, g, dx, ni, sh, axis, s);
 }

@@ -559,6 +559,24 @@ int vq__cuda_gather(int esize, int index_dtype, const void *x, const void *idx, 
 int vq__cuda_gather_grad(int dtype, int index_dtype, const void *idx, const void *g, void *dx,
                          int64_t outer, int64_t dim, int64_t inner, int64_t n, void *stream);
 
+/* gather_elements: out (ndim dims, ishape, Indices' shape) of elements of
+ * esize bytes (1, 4 or 8) from x (xshape): out's element at coordinates c
+ * is x's at c with c[axis] replaced by idx's element there, a negative
+ * index counting from the end; a bad index's element is written as zero
+ * bytes (vq__cuda_index_check reports it). One thread per element of out.
+ * The CPU's bits. */
+int vq__cuda_gather_elements(int esize, int index_dtype, const void *x, const void *idx, void *out,
+                             int ndim, const int64_t *xshape, const int64_t *ishape, int axis,
+                             void *stream);
+
+/* gather_elements_grad, f32 and f64: dx (xshape) = zeros, then each element
+ * of g (ishape) added with atomicAdd at the element of x it was read from
+ * (bad indices skipped): equal to the CPU's sums to rounding, bit for bit
+ * where no element is read twice. */
+int vq__cuda_gather_elements_grad(int dtype, int index_dtype, const void *idx, const void *g,
+                                  void *dx, int ndim, const int64_t *xshape, const int64_t *ishape,
+                                  int axis, void *stream);
+
 /* argmax / argmin (op) along the middle of x [outer, len, inner] (f32,
  * f64, i32, i64; len >= 1): out (i64) [outer, inner] = the position
  * extremum.c's rules pick (NaN wins; ties to the first, or the last when

@@ -1334,6 +1334,36 @@ static int gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     return vq__cuda_check_finish(l, c, rc);
 }
 
+/* gather_elements and its gradient: the indices checked on the device as
+ * gather's, against X's dim along the axis. */
+static int gather_elements_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__gather_params *p = k->params;
+    bool grad = k->nin == 3;
+    vq_tensor *idx = k->in[1], *o = k->out[0];
+    vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
+    struct vq__cuda_check *c;
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, &c);
+    if (rc < 0)
+        return rc;
+    c->dim = x->shape[p->axis];
+    c->axis = p->axis;
+    rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, c->dim, &c->d->bad,
+                                          l->s));
+    if (rc == 0)
+        rc = launched(k,
+                      vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label, l->s));
+    if (rc == 0 && grad)
+        rc = launched(k, vq__cuda_gather_elements_grad(o->dtype, idx->dtype, idx->data,
+                                                       k->in[2]->data, o->data, x->ndim, x->shape,
+                                                       idx->shape, p->axis, l->s));
+    else if (rc == 0)
+        rc = launched(k, vq__cuda_gather_elements((int)vq_dtype_size(x->dtype), idx->dtype, x->data,
+                                                  idx->data, o->data, x->ndim, x->shape, idx->shape,
+                                                  p->axis, l->s));
+    return vq__cuda_check_finish(l, c, rc);
+}
+
 /* Each output is the box of X at its offset along the axis. */
 static int split_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
@@ -1558,6 +1588,8 @@ static const struct entry table[] = {
     {"batch_norm_train_grad", batch_norm_train_grad_gpu},
     {"gather", gather_gpu},
     {"gather_grad", gather_gpu},
+    {"gather_elements", gather_elements_gpu},
+    {"gather_elements_grad", gather_elements_gpu},
     {"split", split_gpu},
     {"split_grad", split_grad_gpu},
     {"argmax", arg_gpu},

@@ -388,10 +388,16 @@ int vq__tensor_var_cut(vq_tensor *t, vq_engine *e, vq_var **out)
 
 int vq__tensor_var(vq_tensor *t, vq_engine *e, vq_var **out)
 {
+    /* hot path: a tensor used with e before has its var (no read-modify-write) */
+    vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
+    if (v && atomic_load_explicit(&t->engine, memory_order_relaxed) == e) {
+        *out = v;
+        return 0;
+    }
     vq_engine *owner = NULL;
     if (!atomic_compare_exchange_strong(&t->engine, &owner, e) && owner != e)
         return vq__fail(VQ_EINVAL, "the tensor is already used with another engine");
-    vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
+    v = atomic_load_explicit(&t->var, memory_order_acquire);
     if (!v) {
         vq_var *mine = vq_var_new(e, "tensor");
         if (!mine)

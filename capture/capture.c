@@ -111,6 +111,7 @@ struct state {
     vq_ctx dev;
     int first_err;         /* of pushes since vq_capture_begin */
     vq_tensor *foreign;    /* record: the tensor another segment claimed */
+    struct node *last;     /* the node the last recorded call matched */
     vq_capture_stats stats;
 };
 
@@ -462,7 +463,8 @@ static void note_failure(vq_tensor *const *out, int nout)
 static void spare_put(struct node *n, int j, vq_tensor *t)
 {
     vq_tensor *none = NULL;
-    free(atomic_exchange_explicit(&t->fail_msg, NULL, memory_order_acq_rel));
+    if (atomic_load_explicit(&t->fail_msg, memory_order_relaxed)) /* the run's own: no race */
+        free(atomic_exchange_explicit(&t->fail_msg, NULL, memory_order_acq_rel));
     if (!atomic_compare_exchange_strong_explicit(&n->spare[j], &none, t, memory_order_release,
                                                  memory_order_relaxed))
         vq_tensor_release(t);
@@ -792,6 +794,72 @@ static bool same_dev(vq_ctx a, vq_ctx b)
     return a.kind == b.kind && a.id == b.id;
 }
 
+/* A new tensor of the call's (not seen by anyone yet) as slot
+ * S->nslots, with the reference the caller passes in. */
+static int slot_add_new(struct state *S, vq_tensor *t)
+{
+    if (S->nslots == S->cap)
+        return slot_add(S, t, K_NEW, true); /* grows the arrays */
+    atomic_store_explicit(&t->capture, S, memory_order_relaxed);
+    int s = S->nslots++;
+    S->slot[s] = t;
+    S->kind[s] = K_NEW;
+    t->capture_slot = s;
+    return s;
+}
+
+/* The end of recording a call that matches node hit (its inputs and given
+ * outputs wired, slots n0.. added for them): the new outputs made (or
+ * taken from the node's spares), the kinds updated, the segment moved on
+ * to hit. Returns 0 or the error of making an output (the call's slots
+ * rolled back). */
+static int record_finish(struct state *S, struct node *hit, vq_ctx dev, int nin, vq_tensor **out,
+                         int nout, const int *wire, const unsigned char *fresh, int n0)
+{
+    const vq__meta *om = hit->meta + nin;
+    int rc = 0;
+    for (int j = 0; j < nout && rc == 0; j++) {
+        if (!fresh[j])
+            continue;
+        /* Only this thread takes a spare, and a run only puts one where
+         * there is none (spare_put): a load and a store suffice. */
+        vq_tensor *t = NULL;
+        if (dev.kind == VQ_DEV_CPU &&
+            (t = atomic_load_explicit(&hit->spare[j], memory_order_acquire)))
+            atomic_store_explicit(&hit->spare[j], NULL, memory_order_relaxed);
+        if (!t)
+            rc =
+                vq__tensor_empty_on(&t, dev, om[j].dtype, om[j].ndim, om[j].shape, "vq_tensor_new");
+        int s = rc == 0 ? slot_add_new(S, t) : rc;
+        if (rc == 0 && s < 0) {
+            vq_tensor_release(t);
+            rc = s;
+        }
+    }
+    if (rc < 0) {
+        slots_rollback(S, n0);
+        return rc;
+    }
+    for (int j = 0; j < nout; j++) {
+        if (fresh[j]) {
+            /* The segment's reference and the caller's: nobody else has
+             * seen the tensor yet. */
+            vq_tensor *t = S->slot[wire[nin + j]];
+            atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
+            out[j] = t;
+        } else if (S->kind[wire[nin + j]] == K_EXT_READ)
+            S->kind[wire[nin + j]] = K_EXT_WRITE;
+    }
+    S->dev = dev;
+    S->at = hit;
+    S->last = hit;
+    S->nops++;
+    S->stats.ops_recorded++;
+    if (S->nops >= VQ_CAPTURE_MAX_OPS)
+        seg_cut(S, VQ_CAPTURE_CUT_SIZE);
+    return 0;
+}
+
 /* Records one call into S's segment (S locked, every tensor of the call
  * either S's or no capture's). Returns 0, the call's error, or
  * VQ__CAPTURE_EAGER after cutting the segment (the call runs eagerly). */
@@ -871,18 +939,20 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
             same = c->wire[i] == wire[i];
         for (int j = 0; j < nout && same; j++)
             same = c->fresh[j] == fresh[j];
+        /* A slot the segment had before this call (below n0) has the
+         * meta it had when the path was recorded: its first call checked
+         * it, or a node of the path made it, and a tensor's meta never
+         * changes. Only the call's new tensors are compared. */
         for (int i = 0; i < nin && same; i++)
-            same = meta_is(&c->meta[i], in[i]);
+            same = wire[i] < n0 || meta_is(&c->meta[i], in[i]);
         for (int j = 0; j < nout && same; j++)
-            same = fresh[j] || meta_is(&c->meta[nin + j], out[j]);
+            same = fresh[j] || wire[nin + j] < n0 || meta_is(&c->meta[nin + j], out[j]);
         for (int a = 0; a < nattrs && same; a++)
             same = attr_equal(&c->attrs[a], &attrs[a]);
         if (same)
             hit = c;
     }
-    const vq__meta *om;
     if (hit) {
-        om = hit->meta + nin;
         S->stats.op_hits++;
     } else {
         const vq__op_def *d;
@@ -907,7 +977,6 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
             slots_rollback(S, n0);
             return vq__fail(VQ_ENOMEM, "%s: out of memory (capture)", d->type);
         }
-        om = hit->meta + nin;
     }
     /* A tensor of another engine fails as vq_op_run's does, after the check
      * (ops/registry.c: the first such input, then output, by its index). */
@@ -920,42 +989,37 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
             return vq__call_slot_fail(VQ_EINVAL, type, i, nin);
         }
     }
-    for (int j = 0; j < nout && rc == 0; j++) {
-        if (!fresh[j])
-            continue;
-        vq_tensor *t = dev.kind == VQ_DEV_CPU
-                           ? atomic_exchange_explicit(&hit->spare[j], NULL, memory_order_acquire)
-                           : NULL;
-        if (!t)
-            rc =
-                vq__tensor_empty_on(&t, dev, om[j].dtype, om[j].ndim, om[j].shape, "vq_tensor_new");
-        int s = rc == 0 ? slot_add(S, t, K_NEW, true) : rc;
-        if (rc == 0 && s < 0) {
-            vq_tensor_release(t);
-            rc = s;
-        }
+    return record_finish(S, hit, dev, nin, out, nout, wire, fresh, n0);
+}
+
+/* Records a gradient op of a recipe (vq_capture_backward) whose last
+ * replay matched node n, if this call is wired as it was then: every input
+ * and given output is the segment's, in the slot n says, the new outputs
+ * are the next slots, and the segment is at n's parent on n's device. The
+ * op's type and attributes are the recipe's own (it never changes them),
+ * equal to n's; the metas of the segment's tensors are those of the path
+ * (see record's guard). Returns 1 when it does not apply (record it
+ * then), else as record_finish. */
+static int record_known(struct state *S, struct node *n, vq_tensor *const *in, int nin,
+                        vq_tensor **out, int nout)
+{
+    if (!n || n->parent != S->at || S->nops == 0 || n->nin != nin || n->nout != nout ||
+        !same_dev(n->dev, S->dev))
+        return 1;
+    for (int i = 0; i < nin; i++)
+        if (!in[i] || atomic_load_explicit(&in[i]->capture, memory_order_relaxed) != S ||
+            in[i]->capture_slot != n->wire[i])
+            return 1;
+    for (int j = 0, next = S->nslots; j < nout; j++) {
+        if (n->fresh[j] != !out[j])
+            return 1;
+        if (n->fresh[j] ? n->wire[nin + j] != next++
+                        : atomic_load_explicit(&out[j]->capture, memory_order_relaxed) != S ||
+                              out[j]->capture_slot != n->wire[nin + j])
+            return 1;
     }
-    if (rc < 0) {
-        slots_rollback(S, n0);
-        return rc;
-    }
-    for (int j = 0; j < nout; j++) {
-        if (fresh[j]) {
-            /* The segment's reference and the caller's: nobody else has
-             * seen the tensor yet. */
-            vq_tensor *t = S->slot[wire[nin + j]];
-            atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
-            out[j] = t;
-        } else if (S->kind[wire[nin + j]] == K_EXT_READ)
-            S->kind[wire[nin + j]] = K_EXT_WRITE;
-    }
-    S->dev = dev;
-    S->at = hit;
-    S->nops++;
-    S->stats.ops_recorded++;
-    if (S->nops >= VQ_CAPTURE_MAX_OPS)
-        seg_cut(S, VQ_CAPTURE_CUT_SIZE);
-    return 0;
+    S->stats.op_hits++;
+    return record_finish(S, n, S->dev, nin, out, nout, n->wire, n->fresh, S->nslots);
 }
 
 static int hook_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
@@ -965,35 +1029,29 @@ static int hook_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int
     if (vq_thread_in_op())
         return VQ__CAPTURE_EAGER;
     struct state *S = state_find(e);
-    bool capturing = S && S->active;
-    for (;;) {
+    if (S && S->active) {
         /* Recorded work of others on these tensors is pushed first (their
-         * calls came earlier); ours is recorded after, or is ours. */
-        vq_tensor *foreign = NULL;
-        if (capturing)
+         * calls came earlier): record finds it when it claims the tensor
+         * (FOREIGN), then the call is recorded again. */
+        for (;;) {
             pthread_mutex_lock(&S->lock);
-        for (int i = 0; i < nin + nout && !foreign; i++) {
-            vq_tensor *t = i < nin ? (in ? in[i] : NULL) : (out ? out[i - nin] : NULL);
-            void *owner = t ? atomic_load_explicit(&t->capture, memory_order_relaxed) : NULL;
-            if (owner && (!capturing || owner != S))
-                foreign = t;
-        }
-        if (!foreign && !capturing)
-            return VQ__CAPTURE_EAGER;
-        if (!foreign) {
             int rc = record(S, type, in, nin, out, nout, attrs, nattrs, NULL);
-            foreign = S->foreign;
+            vq_tensor *foreign = S->foreign;
             S->foreign = NULL;
             pthread_mutex_unlock(&S->lock);
             if (rc != FOREIGN)
                 return rc;
-            cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD); /* claimed meanwhile */
-            continue;
+            cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD); /* claimed by another segment */
         }
-        if (capturing)
-            pthread_mutex_unlock(&S->lock);
-        cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD);
     }
+    /* Not capturing: recorded work of others on these tensors is pushed
+     * before the call runs eagerly. */
+    for (int i = 0; i < nin + nout; i++) {
+        vq_tensor *t = i < nin ? (in ? in[i] : NULL) : (out ? out[i - nin] : NULL);
+        if (t && atomic_load_explicit(&t->capture, memory_order_relaxed))
+            cut_tensor(t, VQ_CAPTURE_CUT_THREAD);
+    }
+    return VQ__CAPTURE_EAGER;
 }
 
 static const vq__capture_hooks hooks = {.op_run = hook_op_run, .cut = hook_cut};
@@ -1077,6 +1135,7 @@ struct recipe {
         int *in, *out; /* tensor numbers; an output number first written here is made by it */
         vq_attr *attrs;
         int nattrs;
+        struct node *node; /* the node its last replay matched (record_known) */
     } *ops;
     int nnew;
 };
@@ -1315,13 +1374,17 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
         rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
     }
     for (int k = 0; rc == 0 && k < r->nops; k++) {
-        const struct rop *ro = &r->ops[k];
+        struct rop *ro = &r->ops[k];
         vq_tensor *in[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
         for (int i = 0; i < ro->nin; i++)
             in[i] = ro->in[i] < r->base ? S->slot[ro->in[i]] : made[ro->in[i] - r->base];
         for (int j = 0; j < ro->nout; j++)
             outs[j] = made[ro->out[j] - r->base];
-        rc = record(S, ro->type, in, ro->nin, outs, ro->nout, ro->attrs, ro->nattrs, &S->dev);
+        rc = record_known(S, ro->node, in, ro->nin, outs, ro->nout);
+        if (rc == 1) {
+            rc = record(S, ro->type, in, ro->nin, outs, ro->nout, ro->attrs, ro->nattrs, &S->dev);
+            ro->node = rc == 0 ? S->last : NULL;
+        }
         if (rc == VQ__CAPTURE_EAGER) /* not reached: the gradient ops replay */
             rc = vq__fail(VQ_ENOSYS, "vq_capture_backward: %s cannot be recorded", ro->type);
         for (int j = 0; rc == 0 && j < ro->nout; j++)

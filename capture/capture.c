@@ -74,6 +74,10 @@ struct node {
     _Atomic(vq_tensor *) *spare;
 };
 
+struct plan_temp {
+    int k, j, s; /* call, its output, the slot (see plan->temps) */
+};
+
 struct plan {
     struct node *end;
     struct plan *next_at_end;
@@ -85,6 +89,14 @@ struct plan {
     struct node **ops;
     int *rw;               /* slots read (nreads), then written (nwrites) */
     int nreads, nwrites;
+    /* The temporaries (K_NEW_TEMP slots), each with the call that makes
+     * it: ops[temps[i].k]'s output temps[i].j is slot temps[i].s. */
+    struct plan_temp *temps;
+    int ntemps;
+    /* A finished run of this plan kept for the next push (see run_free),
+     * or NULL: taken under the state's lock, put back by a worker only
+     * where there is none. */
+    _Atomic(struct run *) spare_run;
 };
 
 struct cache {
@@ -332,8 +344,10 @@ static struct node *node_new(struct cache *c, struct node *parent, const vq__op_
 
 static void plan_unref(struct plan *p)
 {
-    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1)
-        free(p); /* kinds, ops and rw live in the same block */
+    if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
+        free(atomic_load_explicit(&p->spare_run, memory_order_acquire));
+        free(p); /* kinds, ops, rw and temps live in the same block */
+    }
 }
 
 static void recipes_free(struct recipe *r);
@@ -409,18 +423,22 @@ static void lru_evict(struct cache *c)
 static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
                                const unsigned char *kinds)
 {
-    int nops = end->depth, nrw = 0;
-    for (int s = 0; s < nslots; s++)
+    int nops = end->depth, nrw = 0, ntemps = 0;
+    for (int s = 0; s < nslots; s++) {
         nrw += kinds[s] != K_NEW_TEMP;
+        ntemps += kinds[s] == K_NEW_TEMP;
+    }
     size_t off_ops = (sizeof(struct plan) + 15) & ~(size_t)15;
     size_t off_rw = off_ops + (size_t)nops * sizeof(struct node *);
-    size_t off_kinds = off_rw + (size_t)nrw * sizeof(int);
+    size_t off_temps = off_rw + (size_t)nrw * sizeof(int);
+    size_t off_kinds = off_temps + (size_t)ntemps * sizeof(struct plan_temp);
     char *mem = vq__calloc(1, off_kinds + (size_t)nslots + 1);
     if (!mem)
         return NULL;
     struct plan *p = (struct plan *)mem;
     p->ops = (struct node **)(mem + off_ops);
     p->rw = (int *)(mem + off_rw);
+    p->temps = (struct plan_temp *)(mem + off_temps);
     p->kinds = (unsigned char *)(mem + off_kinds);
     memcpy(p->kinds, kinds, (size_t)nslots);
     p->nslots = nslots;
@@ -435,7 +453,15 @@ static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
     for (int s = 0; s < nslots; s++)
         if (kinds[s] == K_EXT_WRITE || kinds[s] == K_NEW_KEEP)
             p->rw[p->nreads + p->nwrites++] = s;
+    /* A temporary is a new tensor: a call of the path made it. */
+    for (k = 0; k < nops; k++) {
+        const struct node *n = p->ops[k];
+        for (int j = 0; j < n->nout; j++)
+            if (n->fresh[j] && kinds[n->wire[n->nin + j]] == K_NEW_TEMP)
+                p->temps[p->ntemps++] = (struct plan_temp){k, j, n->wire[n->nin + j]};
+    }
     atomic_init(&p->refs, 1);
+    atomic_init(&p->spare_run, NULL);
     p->next_at_end = end->plans;
     end->plans = p;
     lru_front(c, p);
@@ -478,26 +504,26 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
     void *stream = vq__gpu_op_stream(); /* NULL on the CPU */
     int nrw = p->nreads + p->nwrites;
     r->ran = true;
-    /* The errors the vars carry now (the op runs even so: RUN_ON_FAILED). */
+    /* The errors the vars carry now (the op runs even so: RUN_ON_FAILED);
+     * while there is none, no call is skipped (any). */
+    int any = 0;
     for (int i = 0; i < nrw; i++)
-        r->err[p->rw[i]] = vq__var_error(r->vars[i]);
+        any |= r->err[p->rw[i]] = vq__var_error(r->vars[i]);
     vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
     for (int k = 0; k < p->nops; k++) {
         const struct node *n = p->ops[k];
         const int *w = n->wire;
+        for (int i = 0; i < n->nin; i++)
+            in[i] = r->t[w[i]];
+        for (int j = 0; j < n->nout; j++)
+            out[j] = r->t[w[n->nin + j]];
         /* skipped as the engine skips an op: the first failed var among its
          * writes, then its reads */
         int skip = 0;
-        for (int j = 0; j < n->nout; j++) {
-            out[j] = r->t[w[n->nin + j]];
-            if (!skip)
-                skip = r->err[w[n->nin + j]];
-        }
-        for (int i = 0; i < n->nin; i++) {
-            in[i] = r->t[w[i]];
-            if (!skip)
-                skip = r->err[w[i]];
-        }
+        for (int j = 0; any && !skip && j < n->nout; j++)
+            skip = r->err[w[n->nin + j]];
+        for (int i = 0; any && !skip && i < n->nin; i++)
+            skip = r->err[w[i]];
         int err = skip;
         if (!skip) {
             vq__kcall kc = {.def = n->def, .params = n->params, .in = in, .nin = n->nin,
@@ -507,13 +533,14 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
                 note_failure(out, n->nout);
         }
         if (err) {
+            any = 1;
             for (int j = 0; j < n->nout; j++)
                 if (!r->err[w[n->nin + j]])
                     r->err[w[n->nin + j]] = err;
             vq__engine_note_fail(r->e, err);
         }
     }
-    for (int i = p->nreads; i < nrw; i++)
+    for (int i = p->nreads; any && i < nrw; i++)
         if (r->err[p->rw[i]])
             vq__var_fail(r->vars[i], r->err[p->rw[i]]);
     /* Temporaries (no var, no other reference) are freed here, in stream
@@ -521,22 +548,15 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
      * (spare_put). The other tensors need no reference from the run: a
      * tensor's storage is freed by an op on its var, which comes after
      * this one. */
-    for (int k = 0; !stream && k < p->nops; k++) {
-        struct node *n = p->ops[k];
-        for (int j = 0; j < n->nout; j++) {
-            int s = n->wire[n->nin + j];
-            if (n->fresh[j] && p->kinds[s] == K_NEW_TEMP && r->t[s] &&
-                r->t[s]->dev.kind == VQ_DEV_CPU) {
-                spare_put(n, j, r->t[s]);
-                r->t[s] = NULL;
-            }
-        }
+    for (int i = 0; i < p->ntemps; i++) {
+        const struct plan_temp *tp = &p->temps[i];
+        vq_tensor *t = r->t[tp->s];
+        r->t[tp->s] = NULL;
+        if (!stream && t && t->dev.kind == VQ_DEV_CPU)
+            spare_put(p->ops[tp->k], tp->j, t);
+        else
+            vq__tensor_release_on(t, stream);
     }
-    for (int s = 0; s < r->nslots; s++)
-        if (p->kinds[s] == K_NEW_TEMP) {
-            vq__tensor_release_on(r->t[s], stream);
-            r->t[s] = NULL;
-        }
     return 0;
 }
 
@@ -546,9 +566,14 @@ static void run_free(void *arg)
     for (int s = 0; !r->ran && s < r->nslots; s++)
         if (r->plan->kinds[s] == K_NEW_TEMP)
             vq_tensor_release(r->t[s]);
-    plan_unref(r->plan);
-    cache_unref(r->cache);
-    free(r);
+    struct plan *p = r->plan;
+    struct cache *c = r->cache;
+    struct run *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&p->spare_run, &none, r, memory_order_release,
+                                                 memory_order_relaxed))
+        free(r);
+    plan_unref(p);
+    cache_unref(c);
 }
 
 /* ---- states ---- */
@@ -598,7 +623,12 @@ static int seg_cut(struct state *S, int cause)
         size_t off_t = (sizeof *r + 15) & ~(size_t)15;
         size_t off_v = off_t + (size_t)ns * sizeof(vq_tensor *);
         size_t off_e = off_v + (size_t)nrw * sizeof(vq_var *);
-        char *mem = vq__malloc(off_e + (size_t)ns * sizeof(int));
+        /* The plan's last finished run, if it kept one (the same size). */
+        char *mem = (char *)atomic_load_explicit(&p->spare_run, memory_order_acquire);
+        if (mem)
+            atomic_store_explicit(&p->spare_run, NULL, memory_order_relaxed);
+        else
+            mem = vq__malloc(off_e + (size_t)ns * sizeof(int));
         if (!mem) {
             rc = vq__fail(VQ_ENOMEM, "capture: out of memory for a segment run");
         } else {

@@ -37,6 +37,7 @@
 #include <varq/train.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,7 @@ struct cache {
 };
 
 struct state {
-    pthread_mutex_t lock;
+    atomic_flag lock; /* state_lock */
     vq_engine *e;
     struct state *next;    /* the thread's states */
     int refs;              /* under states_lock: the thread's + cutters' */
@@ -142,6 +143,32 @@ static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local struct state *my_states;
 static pthread_key_t states_key;
 static pthread_once_t states_once = PTHREAD_ONCE_INIT;
+
+/* A state's lock: taken by its thread for every recorded call, and only
+ * now and then by another (a cut), so a flag: one exchange to take it, a
+ * store to let go (a mutex costs two read-modify-writes and more
+ * instructions per call). A waiter spins a little, then yields the core:
+ * the holder may be preempted (as the engine's vq__spinlock). */
+static void state_lock(struct state *S)
+{
+    for (unsigned spins = 0; atomic_flag_test_and_set_explicit(&S->lock, memory_order_acquire);
+         spins++) {
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+static void state_unlock(struct state *S)
+{
+    atomic_flag_clear_explicit(&S->lock, memory_order_release);
+}
 
 /* ---- the engine's error record ----
  *
@@ -697,7 +724,6 @@ static void state_unref(struct state *S)
     pthread_mutex_unlock(&states_lock);
     if (!last)
         return;
-    pthread_mutex_destroy(&S->lock);
     cache_unref(S->cache);
     free(S->slot);
     free(S->kind);
@@ -710,10 +736,10 @@ static void states_free(void *arg)
     struct state *S = arg;
     while (S) {
         struct state *next = S->next;
-        pthread_mutex_lock(&S->lock);
+        state_lock(S);
         seg_cut(S, VQ_CAPTURE_CUT_END);
         S->active = false;
-        pthread_mutex_unlock(&S->lock);
+        state_unlock(S);
         state_unref(S);
         S = next;
     }
@@ -744,10 +770,10 @@ static void cut_tensor(vq_tensor *t, int cause)
         return;
     if (state_find(S->e) != S)
         cause = VQ_CAPTURE_CUT_THREAD;
-    pthread_mutex_lock(&S->lock);
+    state_lock(S);
     if (atomic_load_explicit(&t->capture, memory_order_relaxed) == S)
         seg_cut(S, cause);
-    pthread_mutex_unlock(&S->lock);
+    state_unlock(S);
     state_unref(S);
 }
 
@@ -1064,11 +1090,11 @@ static int hook_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int
          * calls came earlier): record finds it when it claims the tensor
          * (FOREIGN), then the call is recorded again. */
         for (;;) {
-            pthread_mutex_lock(&S->lock);
+            state_lock(S);
             int rc = record(S, type, in, nin, out, nout, attrs, nattrs, NULL);
             vq_tensor *foreign = S->foreign;
             S->foreign = NULL;
-            pthread_mutex_unlock(&S->lock);
+            state_unlock(S);
             if (rc != FOREIGN)
                 return rc;
             cut_tensor(foreign, VQ_CAPTURE_CUT_THREAD); /* claimed by another segment */
@@ -1102,7 +1128,7 @@ VQ_API int vq_capture_begin(vq_engine *e)
             free(S);
             return vq__fail(VQ_ENOMEM, "vq_capture_begin: out of memory");
         }
-        pthread_mutex_init(&S->lock, NULL);
+        atomic_flag_clear(&S->lock);
         S->e = e;
         S->refs = 1;
         state_reset_segment(S);
@@ -1111,10 +1137,10 @@ VQ_API int vq_capture_begin(vq_engine *e)
         pthread_setspecific(states_key, my_states);
         atomic_store_explicit(&vq__capture, &hooks, memory_order_release);
     }
-    pthread_mutex_lock(&S->lock);
+    state_lock(S);
     S->active = true;
     S->first_err = 0;
-    pthread_mutex_unlock(&S->lock);
+    state_unlock(S);
     return 0;
 }
 
@@ -1123,11 +1149,11 @@ VQ_API int vq_capture_end(vq_engine *e)
     struct state *S = e ? state_find(e) : NULL;
     if (!S || !S->active)
         return vq__fail(VQ_EINVAL, "vq_capture_end: this thread does not capture on the engine");
-    pthread_mutex_lock(&S->lock);
+    state_lock(S);
     seg_cut(S, VQ_CAPTURE_CUT_END);
     S->active = false;
     int rc = S->first_err;
-    pthread_mutex_unlock(&S->lock);
+    state_unlock(S);
     return rc;
 }
 
@@ -1140,9 +1166,9 @@ VQ_API int vq_capture_get_stats(vq_engine *e, vq_capture_stats *out)
         memset(out, 0, sizeof *out);
         return 0;
     }
-    pthread_mutex_lock(&S->lock);
+    state_lock(S);
     *out = S->stats;
-    pthread_mutex_unlock(&S->lock);
+    state_unlock(S);
     return 0;
 }
 
@@ -1337,7 +1363,7 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
     if (!S || !S->active)
         return vq__fail(VQ_EINVAL,
                         "vq_capture_backward: this thread does not capture on the engine");
-    pthread_mutex_lock(&S->lock);
+    state_lock(S);
     int rc = 0;
     int ploss = atomic_load(&loss->capture) == S ? loss->capture_slot : -1;
     if (ploss < 0 || S->kind[ploss] == K_EXT_READ)
@@ -1428,6 +1454,6 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
         free(made);
     if (ps != pslot)
         free(ps);
-    pthread_mutex_unlock(&S->lock);
+    state_unlock(S);
     return rc;
 }

@@ -125,6 +125,10 @@ struct state {
     int first_err;         /* of pushes since vq_capture_begin */
     vq_tensor *foreign;    /* record: the tensor another segment claimed */
     struct node *last;     /* the node the last recorded call matched */
+    /* vq_capture_backward replays a recipe: its new tensors get no
+     * caller's reference (the segment's keeps them), and the size cut
+     * waits for the end of the replay (it would release them). */
+    bool replaying;
     vq_capture_stats stats;
 };
 
@@ -901,7 +905,7 @@ static int record_finish(struct state *S, struct node *hit, vq_ctx dev, int nin,
             /* The segment's reference and the caller's: nobody else has
              * seen the tensor yet. */
             vq_tensor *t = S->slot[wire[nin + j]];
-            atomic_store_explicit(&t->refs, 2, memory_order_relaxed);
+            atomic_store_explicit(&t->refs, S->replaying ? 1 : 2, memory_order_relaxed);
             out[j] = t;
         } else if (S->kind[wire[nin + j]] == K_EXT_READ)
             S->kind[wire[nin + j]] = K_EXT_WRITE;
@@ -911,7 +915,7 @@ static int record_finish(struct state *S, struct node *hit, vq_ctx dev, int nin,
     S->last = hit;
     S->nops++;
     S->stats.ops_recorded++;
-    if (S->nops >= VQ_CAPTURE_MAX_OPS)
+    if (S->nops >= VQ_CAPTURE_MAX_OPS && !S->replaying)
         seg_cut(S, VQ_CAPTURE_CUT_SIZE);
     return 0;
 }
@@ -1421,7 +1425,9 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
         if (lp != live)
             free(lp);
     }
-    /* Replay: every gradient op recorded like a caller's call. */
+    /* Replay: every gradient op recorded like a caller's call, except that
+     * made[] holds no references (the segment's keep the new tensors: no
+     * cut comes before the replay's end) and the size cut waits for it. */
     vq_tensor *made_buf[64], **made = NULL; /* on the stack for most steps */
     if (rc == 0 && r->nnew && r->nnew <= 64) {
         made = made_buf;
@@ -1429,6 +1435,7 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
     } else if (rc == 0 && r->nnew && !(made = vq__calloc((size_t)r->nnew, sizeof *made))) {
         rc = vq__fail(VQ_ENOMEM, "vq_capture_backward: out of memory");
     }
+    S->replaying = true;
     for (int k = 0; rc == 0 && k < r->nops; k++) {
         struct rop *ro = &r->ops[k];
         vq_tensor *in[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
@@ -1446,10 +1453,11 @@ VQ_API int vq_capture_backward(vq_engine *e, vq_tensor *loss, vq_tensor *const *
         for (int j = 0; rc == 0 && j < ro->nout; j++)
             made[ro->out[j] - r->base] = outs[j];
     }
+    S->replaying = false;
     for (int i = 0; rc == 0 && i < nparams; i++)
         grads[i] = r->grads[i] >= 0 ? vq_tensor_retain(made[r->grads[i] - r->base]) : NULL;
-    for (int i = 0; made && i < r->nnew; i++)
-        vq_tensor_release(made[i]);
+    if (S->nops >= VQ_CAPTURE_MAX_OPS)
+        seg_cut(S, VQ_CAPTURE_CUT_SIZE);
     if (made != made_buf)
         free(made);
     if (ps != pslot)

@@ -906,6 +906,52 @@ Test(capture, backward_equals_append_backward_bit_for_bit_and_finite_differences
     vq_engine_free(e);
 }
 
+/* The size limit falls inside vq_capture_backward's gradient ops: the cut
+ * comes after the last of them (the recipe's ops read the segment's
+ * tensors by slot), and the gradients are those of a short segment. */
+Test(capture, backward_across_the_size_limit_is_cut_after_it)
+{
+    uint64_t rng = oc_seed("capture-size");
+    vq_engine *e = engine(2);
+    int64_t xs[2] = {5, 3}, ws[2] = {3, 2}, bs[1] = {2};
+    vq_tensor *x = oc_rand(&rng, VQ_F64, 2, xs, -1, 1), *w = oc_rand(&rng, VQ_F64, 2, ws, -1, 1);
+    vq_tensor *b = oc_rand(&rng, VQ_F64, 1, bs, -1, 1), *c = filled(VQ_F64, 2, 0);
+    vq_tensor *gw, *gb;
+    captured_grads(e, x, w, b, &gw, &gb, NULL);
+    vq_attr inc = VQ_ATTR_F("bias", 1);
+    for (int step = 0; step < 2; step++) { /* the recipe made, then replayed */
+        vq_capture_stats before = cstats(e);
+        cr_assert_eq(vq_capture_begin(e), 0);
+        for (int i = 0; i < VQ_CAPTURE_MAX_OPS - 7; i++)
+            cr_assert_eq(vq_op_run(e, "scale", &c, 1, &c, 1, &inc, 1), 0);
+        vq_tensor *loss = model_loss(e, x, w, b), *g[2];
+        cr_assert_eq(cstats(e).cuts[VQ_CAPTURE_CUT_SIZE], before.cuts[VQ_CAPTURE_CUT_SIZE]);
+        cr_assert_eq(vq_capture_backward(e, loss, (vq_tensor *[]){w, b}, 2, g), 0, "%s",
+                     vq_errmsg());
+        vq_capture_stats after = cstats(e);
+        cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_SIZE] - before.cuts[VQ_CAPTURE_CUT_SIZE], 1,
+                     "cut once, after the gradient ops");
+        cr_assert_gt(after.ops_recorded - before.ops_recorded, VQ_CAPTURE_MAX_OPS);
+        cr_assert_eq(vq_capture_end(e), 0);
+        cr_assert_eq(vq_tensor_wait(g[0]), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_wait(g[1]), 0, "%s", vq_errmsg());
+        cr_assert_eq(memcmp(vq_tensor_data(g[0]), vq_tensor_data(gw), 6 * 8), 0);
+        cr_assert_eq(memcmp(vq_tensor_data(g[1]), vq_tensor_data(gb), 2 * 8), 0);
+        vq_tensor_release(g[0]);
+        vq_tensor_release(g[1]);
+        vq_tensor_release(loss);
+    }
+    cr_assert_eq(vq_tensor_wait(c), 0);
+    cr_assert_eq(oc_get(c, 1), 1.0 + 2 * (VQ_CAPTURE_MAX_OPS - 7));
+    vq_tensor_release(gw);
+    vq_tensor_release(gb);
+    vq_tensor_release(x);
+    vq_tensor_release(w);
+    vq_tensor_release(b);
+    vq_tensor_release(c);
+    vq_engine_free(e);
+}
+
 Test(capture, backward_refuses_a_loss_from_outside_the_segment)
 {
     vq_engine *e = engine(1);

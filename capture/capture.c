@@ -691,11 +691,15 @@ static int seg_cut(struct state *S, int cause)
      * a thread that found S there waited for our lock, and its work on
      * them comes after the push. The segment's references go (a storage
      * freed now is freed by an op ordered after the run's). */
-    for (int s = 0; s < ns; s++) {
+    for (int i = 0; rc == 0 && i < nrw; i++) { /* pushed: the plan's reads and writes */
+        vq_tensor *t = S->slot[p->rw[i]];
+        atomic_store_explicit(&t->capture, NULL, memory_order_release);
+        vq_tensor_release(t);
+    }
+    for (int s = 0; rc < 0 && s < ns; s++) {
         if (S->kind[s] != K_NEW_TEMP)
             atomic_store_explicit(&S->slot[s]->capture, NULL, memory_order_release);
-        if (rc < 0 || S->kind[s] != K_NEW_TEMP)
-            vq_tensor_release(S->slot[s]);
+        vq_tensor_release(S->slot[s]);
     }
     if (rc < 0) {
         /* Only out of memory: the recorded calls are lost; their outputs

@@ -32,12 +32,12 @@
 #include <varq/capture.h>
 
 #include "../engine/engine_services.h" /* a var's carried failure */
+#include "../engine/spinlock.h"
 #include "../graph/graph_internal.h"
 
 #include <varq/train.h>
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +110,7 @@ struct cache {
 };
 
 struct state {
-    atomic_flag lock; /* state_lock */
+    vq__spinlock lock; /* state_lock */
     vq_engine *e;
     struct state *next;    /* the thread's states */
     int refs;              /* under states_lock: the thread's + cutters' */
@@ -149,29 +149,18 @@ static pthread_key_t states_key;
 static pthread_once_t states_once = PTHREAD_ONCE_INIT;
 
 /* A state's lock: taken by its thread for every recorded call, and only
- * now and then by another (a cut), so a flag: one exchange to take it, a
- * store to let go (a mutex costs two read-modify-writes and more
- * instructions per call). A waiter spins a little, then yields the core:
- * the holder may be preempted (as the engine's vq__spinlock). */
+ * now and then by another (a cut), so the engine's spinlock: one exchange
+ * to take it, a store to let go (a mutex costs two read-modify-writes and
+ * more instructions per call); a waiter spins a little, then yields the
+ * core, since the holder may be preempted. */
 static void state_lock(struct state *S)
 {
-    for (unsigned spins = 0; atomic_flag_test_and_set_explicit(&S->lock, memory_order_acquire);
-         spins++) {
-        if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#elif defined(__aarch64__)
-            __asm__ __volatile__("yield");
-#endif
-        } else {
-            sched_yield();
-        }
-    }
+    vq__spin_lock(&S->lock);
 }
 
 static void state_unlock(struct state *S)
 {
-    atomic_flag_clear_explicit(&S->lock, memory_order_release);
+    vq__spin_unlock(&S->lock);
 }
 
 /* ---- the engine's error record ----
@@ -1136,7 +1125,7 @@ VQ_API int vq_capture_begin(vq_engine *e)
             free(S);
             return vq__fail(VQ_ENOMEM, "vq_capture_begin: out of memory");
         }
-        atomic_flag_clear(&S->lock);
+        atomic_flag_clear(&S->lock.flag);
         S->e = e;
         S->refs = 1;
         state_reset_segment(S);

@@ -18,6 +18,7 @@
 #include <varq/engine.h>
 
 #include "engine_services.h" /* vq__fail & co., fault.h's allocation */
+#include "spinlock.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -135,35 +136,7 @@ static inline void vq__pool_free(int kind, void *p)
 #endif
 }
 
-/* ---- spinlock ---- */
-
-typedef struct {
-    atomic_flag flag;
-} vq__spinlock;
-
-void vq__spin_wait(vq__spinlock *l);
-
-static inline void vq__spin_lock(vq__spinlock *l)
-{
-    /* acquire: the holder sees everything the previous holder wrote */
-    if (__builtin_expect(atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire), 0))
-        vq__spin_wait(l);
-}
-
-static inline void vq__spin_unlock(vq__spinlock *l)
-{
-    /* release: publishes the critical section to the next holder */
-    atomic_flag_clear_explicit(&l->flag, memory_order_release);
-}
-
-static inline void vq__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
+/* ---- spinlock: spinlock.h ---- */
 
 /* How long a thread about to sleep (an idle worker, a waiter in
  * vq_wait_var) keeps looking first: VQ__SPIN_LOOKS looks, with

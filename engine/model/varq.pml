@@ -182,8 +182,8 @@ byte nready;
 bool freed[NBLOCKS];            /* given back to the pool */
 bool offq[NBLOCKS];             /* taken off the queue by a completer, not yet freed */
 
-/* ---- the spinlock (engine_internal.h vq__spin_lock / vq__spin_unlock) ----
- * @C engine/engine_internal.h:149 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
+/* ---- the spinlock (spinlock.h vq__spin_lock / vq__spin_unlock) ----
+ * @C engine/spinlock.h:20 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
  * Taking it is one test-and-set that waits while the flag is set. Nothing
  * locks a var after it was destroyed. */
 inline spin_lock(v)
@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:705 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:678 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */

@@ -358,6 +358,62 @@ static int t_log(struct ox *x) { return unary(x, "log"); }
 static int t_sqrt(struct ox *x) { return unary(x, "sqrt"); }
 static int t_reciprocal(struct ox *x) { return unary(x, "reciprocal"); }
 static int t_erf(struct ox *x) { return unary(x, "erf"); }
+static int t_sin(struct ox *x)
+{
+    return unary(x, "sin");
+}
+static int t_cos(struct ox *x)
+{
+    return unary(x, "cos");
+}
+static int t_tan(struct ox *x)
+{
+    return unary(x, "tan");
+}
+static int t_asin(struct ox *x)
+{
+    return unary(x, "asin");
+}
+static int t_acos(struct ox *x)
+{
+    return unary(x, "acos");
+}
+static int t_atan(struct ox *x)
+{
+    return unary(x, "atan");
+}
+static int t_sinh(struct ox *x)
+{
+    return unary(x, "sinh");
+}
+static int t_cosh(struct ox *x)
+{
+    return unary(x, "cosh");
+}
+static int t_asinh(struct ox *x)
+{
+    return unary(x, "asinh");
+}
+static int t_acosh(struct ox *x)
+{
+    return unary(x, "acosh");
+}
+static int t_atanh(struct ox *x)
+{
+    return unary(x, "atanh");
+}
+static int t_floor(struct ox *x)
+{
+    return unary(x, "floor");
+}
+static int t_ceil(struct ox *x)
+{
+    return unary(x, "ceil");
+}
+static int t_round(struct ox *x)
+{
+    return unary(x, "round");
+}
 
 /* *v cast to dtype (a new value), unless it has that type. */
 static int cast_to(struct ox *x, struct ox_val **v, vq_dtype dtype)
@@ -2596,13 +2652,20 @@ struct translation {
 
 static const struct translation table[] = {
     {"Abs", t_abs},
+    {"Acos", t_acos},
+    {"Acosh", t_acosh},
     {"Add", t_add},
     {"And", t_and},
     {"ArgMax", t_argmax},
     {"ArgMin", t_argmin},
+    {"Asin", t_asin},
+    {"Asinh", t_asinh},
+    {"Atan", t_atan},
+    {"Atanh", t_atanh},
     {"AveragePool", t_average_pool},
     {"BatchNormalization", t_batch_norm},
     {"Cast", t_cast},
+    {"Ceil", t_ceil},
     {"Celu", t_celu},
     {"Clip", t_clip},
     {"Concat", t_concat},
@@ -2610,6 +2673,8 @@ static const struct translation table[] = {
     {"ConstantOfShape", t_constant_of_shape},
     {"Conv", t_conv},
     {"ConvTranspose", t_conv_transpose},
+    {"Cos", t_cos},
+    {"Cosh", t_cosh},
     {"Div", t_div},
     {"Dropout", t_dropout},
     {"Elu", t_elu},
@@ -2618,6 +2683,7 @@ static const struct translation table[] = {
     {"Exp", t_exp},
     {"Expand", t_expand},
     {"Flatten", t_flatten},
+    {"Floor", t_floor},
     {"Gather", t_gather},
     {"GatherElements", t_gather_elements},
     {"Gemm", t_gemm},
@@ -2662,9 +2728,12 @@ static const struct translation table[] = {
     {"ReduceSumSquare", t_reduce_sum_square},
     {"Relu", t_relu},
     {"Reshape", t_reshape},
+    {"Round", t_round},
     {"Selu", t_selu},
     {"Shape", t_shape},
     {"Sigmoid", t_sigmoid},
+    {"Sin", t_sin},
+    {"Sinh", t_sinh},
     {"Size", t_size},
     {"Slice", t_slice},
     {"Softmax", t_softmax},
@@ -2676,6 +2745,7 @@ static const struct translation table[] = {
     {"Squeeze", t_squeeze},
     {"Sub", t_sub},
     {"Sum", t_sum},
+    {"Tan", t_tan},
     {"Tanh", t_tanh},
     {"ThresholdedRelu", t_thresholded_relu},
     {"Tile", t_tile},

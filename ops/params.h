@@ -65,11 +65,33 @@ typedef struct vq__softmax_params {
 
 /* ---- math (ops/cpu/math.c) ---- */
 
-/* exp, log, sqrt, reciprocal, erf, power: vq__op_def.code and
+/* exp, log, sqrt, reciprocal, erf, power, the trigonometric and hyperbolic
+ * functions and their inverses, floor, ceil, round: vq__op_def.code and
  * vq__math_params.op (also math_grad's); exponent is power's. Equal to
  * kernels.h's VQ__CUDA_EXP ... */
-enum { VQ__MATH_EXP, VQ__MATH_LOG, VQ__MATH_SQRT, VQ__MATH_RECIPROCAL, VQ__MATH_ERF,
-       VQ__MATH_POWER };
+enum {
+    VQ__MATH_EXP,
+    VQ__MATH_LOG,
+    VQ__MATH_SQRT,
+    VQ__MATH_RECIPROCAL,
+    VQ__MATH_ERF,
+    VQ__MATH_POWER,
+    VQ__MATH_SIN,
+    VQ__MATH_COS,
+    VQ__MATH_TAN,
+    VQ__MATH_ASIN,
+    VQ__MATH_ACOS,
+    VQ__MATH_ATAN,
+    VQ__MATH_SINH,
+    VQ__MATH_COSH,
+    VQ__MATH_ASINH,
+    VQ__MATH_ACOSH,
+    VQ__MATH_ATANH,
+    VQ__MATH_FLOOR,
+    VQ__MATH_CEIL,
+    VQ__MATH_ROUND,
+    VQ__MATH_COUNT
+};
 
 typedef struct vq__math_params {
     int op;

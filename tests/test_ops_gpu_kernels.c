@@ -419,14 +419,20 @@ static void case_softmax(struct run *r)
  * math_grad for each: the device's libm, so close, not exact. */
 static void case_math(struct run *r)
 {
-    static const char *const names[] = {"exp", "log", "sqrt", "reciprocal", "erf", "power"};
+    static const char *const names[] = {"exp",   "log",   "sqrt",  "reciprocal", "erf",
+                                        "power", "sin",   "cos",   "tan",        "asin",
+                                        "acos",  "atan",  "sinh",  "cosh",       "asinh",
+                                        "acosh", "atanh", "floor", "ceil",       "round"};
     bool grad = !strcmp(r->op, "math_grad");
     for (int d = 0; d < N_OF(floats); d++)
         for (int k = 0; k < (grad ? N_OF(names) : 1); k++) {
             const char *op = grad ? names[k] : r->op;
+            /* inside each function's domain: (-1, 1) for asin, acos, atanh; > 1 for acosh */
+            bool unit = !strcmp(op, "asin") || !strcmp(op, "acos") || !strcmp(op, "atanh");
+            double lo = !strcmp(op, "acosh") ? 1.1 : 0.2, hi = unit ? 0.95 : 3;
             describe(r, "%s %s", vq_dtype_name(floats[d]), op);
             vq_attr at[2] = {VQ_ATTR_S("op", op), VQ_ATTR_F("exponent", 2.5)};
-            vq_tensor *in[3] = {rnd(r, floats[d], 0.2, 3, DIMS(5, 7)),
+            vq_tensor *in[3] = {rnd(r, floats[d], lo, hi, DIMS(5, 7)),
                                 grad ? rnd(r, floats[d], 0.2, 3, DIMS(5, 7)) : NULL,
                                 grad ? rnd(r, floats[d], -1, 1, DIMS(5, 7)) : NULL};
             if (grad)
@@ -1398,6 +1404,20 @@ static const struct op_case {
     {"reciprocal", case_math},
     {"erf", case_math},
     {"power", case_math},
+    {"sin", case_math},
+    {"cos", case_math},
+    {"tan", case_math},
+    {"asin", case_math},
+    {"acos", case_math},
+    {"atan", case_math},
+    {"sinh", case_math},
+    {"cosh", case_math},
+    {"asinh", case_math},
+    {"acosh", case_math},
+    {"atanh", case_math},
+    {"floor", case_math},
+    {"ceil", case_math},
+    {"round", case_math},
     {"math_grad", case_math},
     {"log_softmax", case_log_softmax},
     {"log_softmax_grad", case_log_softmax},

@@ -187,8 +187,27 @@ int vq__cuda_unary_grad(int op, int dtype, const void *y, const void *g, void *d
 
 /* op for vq__cuda_math / vq__cuda_math_grad: params.h's VQ__MATH_*. */
 enum {
-    VQ__CUDA_EXP = 0, VQ__CUDA_LOG = 1, VQ__CUDA_SQRT = 2, VQ__CUDA_RECIPROCAL = 3,
-    VQ__CUDA_ERF = 4, VQ__CUDA_POWER = 5,
+    VQ__CUDA_EXP = 0,
+    VQ__CUDA_LOG = 1,
+    VQ__CUDA_SQRT = 2,
+    VQ__CUDA_RECIPROCAL = 3,
+    VQ__CUDA_ERF = 4,
+    VQ__CUDA_POWER = 5,
+    VQ__CUDA_SIN = 6,
+    VQ__CUDA_COS = 7,
+    VQ__CUDA_TAN = 8,
+    VQ__CUDA_ASIN = 9,
+    VQ__CUDA_ACOS = 10,
+    VQ__CUDA_ATAN = 11,
+    VQ__CUDA_SINH = 12,
+    VQ__CUDA_COSH = 13,
+    VQ__CUDA_ASINH = 14,
+    VQ__CUDA_ACOSH = 15,
+    VQ__CUDA_ATANH = 16,
+    VQ__CUDA_FLOOR = 17,
+    VQ__CUDA_CEIL = 18,
+    VQ__CUDA_ROUND = 19,
+    VQ__CUDA_MATH_COUNT = 20,
 };
 
 /* out = op(x) (power: x^exponent). */

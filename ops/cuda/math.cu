@@ -1,5 +1,6 @@
-/* CUDA kernels of ops/cpu/math.c: exp, log, sqrt, reciprocal, erf, power
- * and math_grad elementwise (grid-stride), log_softmax and its gradient
+/* CUDA kernels of ops/cpu/math.c: exp, log, sqrt, reciprocal, erf, power,
+ * sin ... atanh, floor, ceil, round (rint: halves to even, as nearbyint on
+ * the CPU) and math_grad elementwise (grid-stride), log_softmax and its gradient
  * per line of the axis (one thread per line, in double as on the CPU). */
 #include "kernels.h"
 
@@ -19,6 +20,25 @@ template <typename T> __device__ inline T erf_t(T a);
 template <> __device__ inline float erf_t(float a) { return erff(a); }
 template <> __device__ inline double erf_t(double a) { return erf(a); }
 
+/* sin ... round in T: float calls the f-suffixed function, double the plain one */
+#define UNARY_T(NAME, FN)                                                                     \
+    __device__ inline float NAME##_t(float a) { return FN##f(a); }                            \
+    __device__ inline double NAME##_t(double a) { return FN(a); }
+UNARY_T(sin, sin)
+UNARY_T(cos, cos)
+UNARY_T(tan, tan)
+UNARY_T(asin, asin)
+UNARY_T(acos, acos)
+UNARY_T(atan, atan)
+UNARY_T(sinh, sinh)
+UNARY_T(cosh, cosh)
+UNARY_T(asinh, asinh)
+UNARY_T(acosh, acosh)
+UNARY_T(atanh, atanh)
+UNARY_T(floor, floor)
+UNARY_T(ceil, ceil)
+UNARY_T(round, rint)
+
 template <typename T> __global__ void math_kernel(int op, T e, const T *x, T *o, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
@@ -30,7 +50,21 @@ template <typename T> __global__ void math_kernel(int op, T e, const T *x, T *o,
         case VQ__CUDA_SQRT: o[i] = sqrt_t(v); break;
         case VQ__CUDA_RECIPROCAL: o[i] = (T)1 / v; break;
         case VQ__CUDA_ERF: o[i] = erf_t(v); break;
-        default: o[i] = pow_of(v, e); break;
+        case VQ__CUDA_POWER: o[i] = pow_of(v, e); break;
+        case VQ__CUDA_SIN: o[i] = sin_t(v); break;
+        case VQ__CUDA_COS: o[i] = cos_t(v); break;
+        case VQ__CUDA_TAN: o[i] = tan_t(v); break;
+        case VQ__CUDA_ASIN: o[i] = asin_t(v); break;
+        case VQ__CUDA_ACOS: o[i] = acos_t(v); break;
+        case VQ__CUDA_ATAN: o[i] = atan_t(v); break;
+        case VQ__CUDA_SINH: o[i] = sinh_t(v); break;
+        case VQ__CUDA_COSH: o[i] = cosh_t(v); break;
+        case VQ__CUDA_ASINH: o[i] = asinh_t(v); break;
+        case VQ__CUDA_ACOSH: o[i] = acosh_t(v); break;
+        case VQ__CUDA_ATANH: o[i] = atanh_t(v); break;
+        case VQ__CUDA_FLOOR: o[i] = floor_t(v); break;
+        case VQ__CUDA_CEIL: o[i] = ceil_t(v); break;
+        default: o[i] = round_t(v); break;
         }
     }
 }
@@ -46,7 +80,21 @@ __global__ void math_grad_kernel(int op, T e, const T *x, const T *y, const T *g
         case VQ__CUDA_SQRT: d[i] = g[i] / ((T)2 * y[i]); break;
         case VQ__CUDA_RECIPROCAL: d[i] = -g[i] * y[i] * y[i]; break;
         case VQ__CUDA_ERF: d[i] = g[i] * (T)1.1283791670955126 * exp_t(-x[i] * x[i]); break;
-        default: d[i] = g[i] * e * pow_of(x[i], e - (T)1); break;
+        case VQ__CUDA_POWER: d[i] = g[i] * e * pow_of(x[i], e - (T)1); break;
+        case VQ__CUDA_SIN: d[i] = g[i] * cos_t(x[i]); break;
+        case VQ__CUDA_COS: d[i] = g[i] * -sin_t(x[i]); break;
+        case VQ__CUDA_TAN: d[i] = g[i] * ((T)1 + y[i] * y[i]); break;
+        case VQ__CUDA_ASIN: d[i] = g[i] * ((T)1 / sqrt_t((T)1 - x[i] * x[i])); break;
+        case VQ__CUDA_ACOS: d[i] = g[i] * ((T)-1 / sqrt_t((T)1 - x[i] * x[i])); break;
+        case VQ__CUDA_ATAN: d[i] = g[i] * ((T)1 / ((T)1 + x[i] * x[i])); break;
+        case VQ__CUDA_SINH: d[i] = g[i] * cosh_t(x[i]); break;
+        case VQ__CUDA_COSH: d[i] = g[i] * sinh_t(x[i]); break;
+        case VQ__CUDA_ASINH: d[i] = g[i] * ((T)1 / sqrt_t(x[i] * x[i] + (T)1)); break;
+        case VQ__CUDA_ACOSH:
+            d[i] = g[i] * ((T)1 / (sqrt_t(x[i] - (T)1) * sqrt_t(x[i] + (T)1)));
+            break;
+        case VQ__CUDA_ATANH: d[i] = g[i] * ((T)1 / ((T)1 - x[i] * x[i])); break;
+        default: d[i] = (T)0; break; /* floor, ceil, round */
         }
     }
 }
@@ -54,7 +102,7 @@ __global__ void math_grad_kernel(int op, T e, const T *x, const T *y, const T *g
 extern "C" int vq__cuda_math(int op, int dtype, double exponent, const void *x, void *out,
                              int64_t n, void *stream)
 {
-    if (op < VQ__CUDA_EXP || op > VQ__CUDA_POWER || n < 0)
+    if (op < VQ__CUDA_EXP || op >= VQ__CUDA_MATH_COUNT || n < 0)
         return VQ_EINVAL;
     if (n == 0)
         return 0;
@@ -75,7 +123,7 @@ extern "C" int vq__cuda_math_grad(int op, int dtype, double exponent, const void
                                   const void *y, const void *gr, void *dx, int64_t n,
                                   void *stream)
 {
-    if (op < VQ__CUDA_EXP || op > VQ__CUDA_POWER || n < 0)
+    if (op < VQ__CUDA_EXP || op >= VQ__CUDA_MATH_COUNT || n < 0)
         return VQ_EINVAL;
     if (n == 0)
         return 0;

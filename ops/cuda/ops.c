@@ -250,6 +250,12 @@ static int unary_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
                                            l->s));
 }
 
+/* params.h's math codes are the kernels' */
+_Static_assert((int)VQ__MATH_POWER == (int)VQ__CUDA_POWER &&
+                   (int)VQ__MATH_ROUND == (int)VQ__CUDA_ROUND &&
+                   (int)VQ__MATH_COUNT == (int)VQ__CUDA_MATH_COUNT,
+               "VQ__MATH_* and VQ__CUDA_* differ");
+
 static int math_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__math_params *p = k->params;
@@ -1517,6 +1523,20 @@ static const struct entry table[] = {
     {"reciprocal", math_gpu},
     {"erf", math_gpu},
     {"power", math_gpu},
+    {"sin", math_gpu},
+    {"cos", math_gpu},
+    {"tan", math_gpu},
+    {"asin", math_gpu},
+    {"acos", math_gpu},
+    {"atan", math_gpu},
+    {"sinh", math_gpu},
+    {"cosh", math_gpu},
+    {"asinh", math_gpu},
+    {"acosh", math_gpu},
+    {"atanh", math_gpu},
+    {"floor", math_gpu},
+    {"ceil", math_gpu},
+    {"round", math_gpu},
     {"math_grad", math_grad_gpu},
     {"log_softmax", log_softmax_gpu},
     {"log_softmax_grad", log_softmax_grad_gpu},

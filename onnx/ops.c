@@ -1737,6 +1737,310 @@ static int t_hardmax(struct ox *x)
     return ox_emit(x, "cast", &hot, 1, &o, 1, &c, 1, NULL);
 }
 
+/* GlobalMaxPool: the largest value over the spatial dims, kept as 1s. */
+static int t_global_max_pool(struct ox *x)
+{
+    struct ox_val *v;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0 && v->meta.ndim < 3)
+        rc = ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)", v->meta.ndim);
+    if (rc)
+        return rc;
+    int64_t axes[VQ_MAX_DIMS];
+    for (int i = 2; i < v->meta.ndim; i++)
+        axes[i - 2] = i;
+    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, v->meta.ndim - 2), VQ_ATTR_B("keepdim", true)};
+    const char *o = out0(x);
+    return ox_emit(x, "reduce_max", &v, 1, &o, 1, a, 2, NULL);
+}
+
+/* InstanceNormalization: per sample and channel over the spatial dims,
+ * (X - mean) / sqrt(var + epsilon) * scale + B, scale and B per channel
+ * (reshaped to [C, 1, ...] to broadcast). */
+static int t_instance_norm(struct ox *x)
+{
+    struct ox_val *v, *scale, *bias, *mean, *d, *sq, *var, *ve, *sd, *n, *y;
+    double eps;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_in(x, 1, &scale);
+    if (rc == 0)
+        rc = need_in(x, 2, &bias);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
+    if (rc)
+        return rc;
+    int r = v->meta.ndim;
+    if (r < 3)
+        return ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)", r);
+    if (!is_float(v->meta.dtype))
+        return ox_fail(x, VQ_EINVAL, "the input is %s, not a floating-point tensor",
+                       vq_dtype_name(v->meta.dtype));
+    int64_t axes[VQ_MAX_DIMS], cshape[VQ_MAX_DIMS];
+    for (int i = 2; i < r; i++)
+        axes[i - 2] = i;
+    cshape[0] = -1;
+    for (int i = 1; i < r - 1; i++)
+        cshape[i] = 1;
+    vq_attr ra[2] = {VQ_ATTR_IS("axes", axes, r - 2), VQ_ATTR_B("keepdim", true)};
+    vq_attr ea[2] = {VQ_ATTR_F("scale", 1), VQ_ATTR_F("bias", eps)};
+    const char *o = out0(x);
+    if ((rc = reshape_to(x, scale, cshape, r - 1, NULL, &scale)) < 0 ||
+        (rc = reshape_to(x, bias, cshape, r - 1, NULL, &bias)) < 0 ||
+        (rc = ox_emit(x, "mean", &v, 1, NULL, 1, ra, 2, &mean)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){v, mean}, 2, NULL, 1, NULL, 0, &d)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){d, d}, 2, NULL, 1, NULL, 0, &sq)) < 0 ||
+        (rc = ox_emit(x, "mean", &sq, 1, NULL, 1, ra, 2, &var)) < 0 ||
+        (rc = ox_emit(x, "scale", &var, 1, NULL, 1, ea, 2, &ve)) < 0 ||
+        (rc = ox_emit(x, "sqrt", &ve, 1, NULL, 1, NULL, 0, &sd)) < 0 ||
+        (rc = ox_emit(x, "div", (struct ox_val *[]){d, sd}, 2, NULL, 1, NULL, 0, &n)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){n, scale}, 2, NULL, 1, NULL, 0, &y)) < 0)
+        return rc;
+    return ox_emit(x, "add", (struct ox_val *[]){y, bias}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* IsInf: X equal to +inf (detect_positive) or to -inf (detect_negative). */
+static int t_isinf(struct ox *x)
+{
+    struct ox_val *v, *pinf, *ninf, *p = NULL, *m = NULL;
+    int64_t pos, neg;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "detect_positive", 1, &pos);
+    if (rc == 0)
+        rc = ox_attr_int(x, "detect_negative", 1, &neg);
+    if (rc)
+        return rc;
+    if (!is_float(v->meta.dtype))
+        return ox_fail(x, VQ_EINVAL, "the input is %s, not a floating-point tensor",
+                       vq_dtype_name(v->meta.dtype));
+    const char *o = out0(x);
+    const char *po = pos && !neg ? o : NULL, *mo = neg && !pos ? o : NULL;
+    if (!pos && !neg) /* nothing detected: all false (X < X is, NaN too) */
+        return ox_emit(x, "less", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
+    if (pos &&
+        ((rc = scalar(x, v->meta.dtype, INFINITY, &pinf)) < 0 ||
+         (rc = ox_emit(x, "equal", (struct ox_val *[]){v, pinf}, 2, &po, 1, NULL, 0, &p)) < 0))
+        return rc;
+    if (neg &&
+        ((rc = scalar(x, v->meta.dtype, -INFINITY, &ninf)) < 0 ||
+         (rc = ox_emit(x, "equal", (struct ox_val *[]){v, ninf}, 2, &mo, 1, NULL, 0, &m)) < 0))
+        return rc;
+    if (pos && neg)
+        return ox_emit(x, "logical_or", (struct ox_val *[]){p, m}, 2, &o, 1, NULL, 0, NULL);
+    return 0;
+}
+
+/* Shrink: X < -lambd ? X + bias : X > lambd ? X - bias : 0. */
+static int t_shrink(struct ox *x)
+{
+    struct ox_val *v, *lo, *hi, *zero, *lov, *hiv, *up, *down, *mid;
+    double lambd, bias;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "lambd", 0.5, &lambd);
+    if (rc == 0)
+        rc = ox_attr_float(x, "bias", 0, &bias);
+    if (rc)
+        return rc;
+    vq_dtype dt = v->meta.dtype;
+    struct ox_val *vf = v;
+    if ((rc = cast_to(x, &vf, is_float(dt) ? dt : VQ_F64)) < 0 ||
+        (rc = scalar(x, vf->meta.dtype, -lambd, &lov)) < 0 ||
+        (rc = scalar(x, vf->meta.dtype, lambd, &hiv)) < 0 ||
+        (rc = scalar(x, vf->meta.dtype, 0, &zero)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){vf, lov}, 2, NULL, 1, NULL, 0, &lo)) < 0 ||
+        (rc = ox_emit(x, "greater", (struct ox_val *[]){vf, hiv}, 2, NULL, 1, NULL, 0, &hi)) < 0 ||
+        (rc = affine(x, vf, 1, bias, &up)) < 0 || (rc = affine(x, vf, 1, -bias, &down)) < 0 ||
+        (rc = select3(x, hi, down, zero, NULL, &mid)) < 0)
+        return rc;
+    if (is_float(dt))
+        return select3(x, lo, up, mid, out0(x), NULL);
+    struct ox_val *r;
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+    const char *o = out0(x);
+    if ((rc = select3(x, lo, up, mid, NULL, &r)) < 0)
+        return rc;
+    return ox_emit(x, "cast", &r, 1, &o, 1, &c, 1, NULL);
+}
+
+/* EyeLike: a known matrix of the input's 2-D shape, ones on diagonal k,
+ * of dtype (the input's by default). */
+static int t_eye_like(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t k, dtype = -1;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "k", 0, &k);
+    if (rc == 0 && ox_attr(x, "dtype"))
+        rc = ox_attr_int(x, "dtype", 0, &dtype);
+    if (rc)
+        return rc;
+    vq_dtype dt = v->meta.dtype;
+    if (dtype >= 0 && !vq__onnx_dtype((int32_t)dtype, &dt))
+        return ox_fail(x, VQ_ENOSYS, "dtype %lld is not one of varq's", (long long)dtype);
+    if (v->meta.ndim != 2)
+        return ox_fail(x, VQ_EINVAL, "the input has rank %d, not 2", v->meta.ndim);
+    int64_t n = v->meta.shape[0], m = v->meta.shape[1];
+    if (n < 0 || m < 0)
+        return ox_fail(x, VQ_ENOSYS, "the input's shape is not known at import");
+    vq_tensor *t;
+    if ((rc = vq_tensor_new(&t, dt, 2, (int64_t[]){n, m})) < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    memset(vq_tensor_data(t), 0, (size_t)(n * m) * vq_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = i + k;
+        if (j < 0 || j >= m)
+            continue;
+        char *at = (char *)vq_tensor_data(t) + (size_t)(i * m + j) * vq_dtype_size(dt);
+        switch (dt) {
+        case VQ_F32: *(float *)at = 1; break;
+        case VQ_F64: *(double *)at = 1; break;
+        case VQ_I32: *(int32_t *)at = 1; break;
+        case VQ_I64: *(int64_t *)at = 1; break;
+        case VQ_BOOL: *(unsigned char *)at = 1; break;
+        }
+    }
+    return ox_const(x, out0(x), t, NULL);
+}
+
+/* OneHot: values[1] where the position along the new axis equals the
+ * index (negative ones count from depth), values[0] elsewhere; depth must
+ * be known at import. */
+static int t_one_hot(struct ox *x)
+{
+    struct ox_val *idx, *vals, *pos, *i64, *neg, *wrapped, *iu, *hot, *on, *off, *dv;
+    int64_t depth, axis;
+    int rc = need_in(x, 0, &idx);
+    if (rc == 0)
+        rc = need_in(x, 2, &vals);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "axis", -1, &axis);
+    if (rc)
+        return rc;
+    struct ox_val *dval;
+    if ((rc = ox_in(x, 1, &dval)) < 0)
+        return rc;
+    if (!dval || !ox_known(x, dval) || dval->konst->numel != 1)
+        return ox_fail(x, VQ_ENOSYS, "depth is not one value known at import");
+    depth = (int64_t)first_value(dval->konst);
+    if (depth <= 0)
+        return ox_fail(x, VQ_EINVAL, "depth %lld is not positive", (long long)depth);
+    if (vals->meta.ndim != 1 || vals->meta.shape[0] != 2)
+        return ox_fail(x, VQ_EINVAL, "values is not a 2-element vector");
+    int r = idx->meta.ndim + 1, a = 0;
+    if ((rc = axis_of(x, "axis", axis, r, &a)) < 0)
+        return rc;
+    int64_t pshape[VQ_MAX_DIMS], want[VQ_MAX_DIMS];
+    int from[VQ_MAX_DIMS];
+    for (int i = 0, j = 0; i < r; i++) {
+        pshape[i] = i == a ? depth : 1;
+        want[i] = i == a ? 1 : idx->meta.shape[j];
+        from[i] = i == a ? -1 : j++;
+    }
+    vq_tensor *t;
+    if ((rc = vq_tensor_new(&t, VQ_I64, r, pshape)) < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    for (int64_t i = 0; i < depth; i++)
+        ((int64_t *)vq_tensor_data(t))[i] = i;
+    struct ox_val *zero;
+    vq_attr g = VQ_ATTR_I("axis", 0);
+    const char *o = out0(x);
+    i64 = idx;
+    if ((rc = ox_const(x, NULL, t, &pos)) < 0 || (rc = cast_to(x, &i64, VQ_I64)) < 0 ||
+        (rc = scalar(x, VQ_I64, 0, &zero)) < 0 ||
+        (rc = scalar(x, VQ_I64, (double)depth, &dv)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){i64, zero}, 2, NULL, 1, NULL, 0, &neg)) < 0 ||
+        (rc = ox_emit(x, "add", (struct ox_val *[]){i64, dv}, 2, NULL, 1, NULL, 0, &wrapped)) < 0 ||
+        (rc = select3(x, neg, wrapped, i64, NULL, &i64)) < 0 ||
+        (rc = reshape_known(x, i64, want, from, r, NULL, &iu)) < 0 ||
+        (rc = ox_emit(x, "equal", (struct ox_val *[]){iu, pos}, 2, NULL, 1, NULL, 0, &hot)) < 0)
+        return rc;
+    struct ox_val *k0, *k1;
+    if ((rc = scalar(x, VQ_I64, 0, &k0)) < 0 || (rc = scalar(x, VQ_I64, 1, &k1)) < 0 ||
+        (rc = ox_emit(x, "gather", (struct ox_val *[]){vals, k0}, 2, NULL, 1, &g, 1, &off)) < 0 ||
+        (rc = ox_emit(x, "gather", (struct ox_val *[]){vals, k1}, 2, NULL, 1, &g, 1, &on)) < 0)
+        return rc;
+    return select3(x, hot, on, off, o, NULL);
+}
+
+/* DepthToSpace and SpaceToDepth: a reshape, a transpose and a reshape,
+ * with N, C, H, W known at import (blocksize b; DCR or CRD mode). */
+static int space_depth(struct ox *x, bool to_space)
+{
+    struct ox_val *v, *a, *t;
+    int64_t b;
+    char mode[8] = "DCR";
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_int(x, "blocksize", 0, &b);
+    if (rc == 0 && to_space)
+        rc = ox_attr_str(x, "mode", "DCR", mode, sizeof mode);
+    if (rc)
+        return rc;
+    if (v->meta.ndim != 4)
+        return ox_fail(x, VQ_EINVAL, "the input has rank %d, not 4", v->meta.ndim);
+    int64_t n = v->meta.shape[0], c = v->meta.shape[1], h = v->meta.shape[2], w = v->meta.shape[3];
+    if (n < 0 || c < 0 || h < 0 || w < 0)
+        return ox_fail(x, VQ_ENOSYS, "the input's shape is not known at import");
+    if (b <= 0)
+        return ox_fail(x, VQ_EINVAL, "blocksize %lld is not positive", (long long)b);
+    bool crd = !strcmp(mode, "CRD");
+    if (!crd && strcmp(mode, "DCR"))
+        return ox_fail(x, VQ_EINVAL, "mode \"%s\" is not DCR or CRD", mode);
+    int64_t s6[6], perm[6], out[4];
+    if (to_space) {
+        if (c % (b * b))
+            return ox_fail(x, VQ_EINVAL, "%lld channels are not a multiple of %lld", (long long)c,
+                           (long long)(b * b));
+        int64_t cc = c / (b * b);
+        if (crd) {
+            memcpy(s6, (int64_t[]){n, cc, b, b, h, w}, sizeof s6);
+            memcpy(perm, (int64_t[]){0, 1, 4, 2, 5, 3}, sizeof perm);
+        } else {
+            memcpy(s6, (int64_t[]){n, b, b, cc, h, w}, sizeof s6);
+            memcpy(perm, (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof perm);
+        }
+        memcpy(out, (int64_t[]){n, cc, h * b, w * b}, sizeof out);
+    } else {
+        if (h % b || w % b)
+            return ox_fail(x, VQ_EINVAL, "%lld x %lld is not a multiple of the blocksize %lld",
+                           (long long)h, (long long)w, (long long)b);
+        memcpy(s6, (int64_t[]){n, c, h / b, b, w / b, b}, sizeof s6);
+        memcpy(perm, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof perm);
+        memcpy(out, (int64_t[]){n, c * b * b, h / b, w / b}, sizeof out);
+    }
+    vq_attr pa = VQ_ATTR_IS("perm", perm, 6);
+    if ((rc = reshape_to(x, v, s6, 6, NULL, &a)) < 0 ||
+        (rc = ox_emit(x, "transpose", &a, 1, NULL, 1, &pa, 1, &t)) < 0)
+        return rc;
+    return reshape_to(x, t, out, 4, out0(x), NULL);
+}
+
+static int t_depth_to_space(struct ox *x)
+{
+    return space_depth(x, true);
+}
+static int t_space_to_depth(struct ox *x)
+{
+    return space_depth(x, false);
+}
+
 /* ---- losses: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss ----
  *
  * Composed of varq ops, so each part has its gradient and GPU kernel:
@@ -2675,6 +2979,7 @@ static const struct translation table[] = {
     {"ConvTranspose", t_conv_transpose},
     {"Cos", t_cos},
     {"Cosh", t_cosh},
+    {"DepthToSpace", t_depth_to_space},
     {"Div", t_div},
     {"Dropout", t_dropout},
     {"Elu", t_elu},
@@ -2682,12 +2987,14 @@ static const struct translation table[] = {
     {"Erf", t_erf},
     {"Exp", t_exp},
     {"Expand", t_expand},
+    {"EyeLike", t_eye_like},
     {"Flatten", t_flatten},
     {"Floor", t_floor},
     {"Gather", t_gather},
     {"GatherElements", t_gather_elements},
     {"Gemm", t_gemm},
     {"GlobalAveragePool", t_global_average_pool},
+    {"GlobalMaxPool", t_global_max_pool},
     {"Greater", t_greater},
     {"GreaterOrEqual", t_greater_equal},
     {"HardSigmoid", t_hard_sigmoid},
@@ -2695,6 +3002,8 @@ static const struct translation table[] = {
     {"Hardmax", t_hardmax},
     {"Identity", t_identity},
     {"If", t_if},
+    {"InstanceNormalization", t_instance_norm},
+    {"IsInf", t_isinf},
     {"IsNaN", t_isnan},
     {"LayerNormalization", t_layer_norm},
     {"LeakyRelu", t_leaky_relu},
@@ -2712,6 +3021,7 @@ static const struct translation table[] = {
     {"Neg", t_neg},
     {"NegativeLogLikelihoodLoss", t_nll_loss},
     {"Not", t_not},
+    {"OneHot", t_one_hot},
     {"Or", t_or},
     {"PRelu", t_prelu},
     {"Pad", t_pad},
@@ -2731,6 +3041,7 @@ static const struct translation table[] = {
     {"Round", t_round},
     {"Selu", t_selu},
     {"Shape", t_shape},
+    {"Shrink", t_shrink},
     {"Sigmoid", t_sigmoid},
     {"Sin", t_sin},
     {"Sinh", t_sinh},
@@ -2740,6 +3051,7 @@ static const struct translation table[] = {
     {"SoftmaxCrossEntropyLoss", t_sce_loss},
     {"Softplus", t_softplus},
     {"Softsign", t_softsign},
+    {"SpaceToDepth", t_space_to_depth},
     {"Split", t_split},
     {"Sqrt", t_sqrt},
     {"Squeeze", t_squeeze},

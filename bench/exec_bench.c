@@ -19,13 +19,24 @@
  * run's result is compared with the same chain computed serially here; a
  * difference exits 1.
  *
- * usage: exec_bench [--tiny] [--json FILE]
+ * usage: exec_bench [--tiny] [--json FILE] [--only prepare|run] [--ops N]
+ *                   [--reps R] [--runs K] [--workers N] [--side exec|noseg|raw]
  *   --tiny  small sizes and few repetitions: checks the results in about a
- *           second (a meson test); no timing is asserted. */
+ *           second (a meson test); no timing is asserted.
+ *   For profiling one part (valgrind --tool=callgrind; counts per op come
+ *   from the difference of two runs with different --reps or --runs):
+ *   --only    only (1) or only (2)
+ *   --ops     (1): one program size instead of three; (2): the chain's ops
+ *   --reps    repetitions: of each prepare size, of the run table
+ *   --runs    (2): runs per repetition
+ *   --workers (2): only the threaded engine with N workers
+ *   --side    (2): only the executor with segments, only the executor
+ *             without, or only the raw ops (the ratios then print as 0) */
 #include <varq/varq.h>
 #include "measure.h" /* bench_now, bench_median, bench_stats */
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +62,10 @@ struct sizes {
 
 static const struct sizes full = {{1000, 10000, 100000}, {31, 11, 7}, 3, 10000, 20, 9};
 static const struct sizes tiny = {{100, 1000}, {3, 3}, 2, 1000, 3, 2};
+
+/* --side: which of the run table's three sides run */
+enum { SIDE_EXEC = 1, SIDE_NOSEG = 2, SIDE_RAW = 4, SIDE_ALL = 7 };
+static int g_sides = SIDE_ALL;
 
 static int die(const char *what, int rc)
 {
@@ -304,7 +319,7 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
     for (int r = -1; r < z->run_reps; r++) {
         double t0 = bench_now(), tx[2];
         for (int side = 0; side < 2; side++) {
-            for (int k = 0; k < z->runs; k++) {
+            for (int k = 0; k < z->runs && (g_sides & (side ? SIDE_NOSEG : SIDE_EXEC)); k++) {
                 vq_fetch fe = {fetch_name, NULL};
                 if ((rc = vq_exec_run(side ? xn : x, p, NULL, &fd, 1, &fe, 1)) < 0) {
                     rc = die("vq_exec_run", rc);
@@ -323,7 +338,7 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
             tx[side] = bench_now();
         }
         double t1 = tx[1];
-        for (int k = 0; k < z->runs; k++) {
+        for (int k = 0; k < z->runs && (g_sides & SIDE_RAW); k++) {
             g_vals[0] = FEED_VALUE;
             for (int i = 1; i <= n; i++)
                 vq_push_opr(e, oprs[i]);
@@ -340,14 +355,15 @@ static int bench_run(const char *kind_name, int kind, int workers, const struct 
         }
         double t2 = bench_now();
         if (r >= 0) {
-            te[r] = (tx[0] - t0) / ((double)z->runs * n);
-            tn[r] = (tx[1] - tx[0]) / ((double)z->runs * n);
-            tr[r] = (t2 - t1) / ((double)z->runs * n);
+            double per = (double)z->runs * n;
+            te[r] = g_sides & SIDE_EXEC ? (tx[0] - t0) / per : 0;
+            tn[r] = g_sides & SIDE_NOSEG ? (tx[1] - tx[0]) / per : 0;
+            tr[r] = g_sides & SIDE_RAW ? (t2 - t1) / per : 0;
         }
     }
     vq_exec_stats st;
     vq_exec_get_stats(x, &st);
-    if (st.prepares != 1) {
+    if (st.prepares != ((g_sides & SIDE_EXEC) ? 1u : 0u)) {
         fprintf(stderr, "exec_bench: the runs built %llu plans, not 1\n",
                 (unsigned long long)st.prepares);
         rc = -1;
@@ -385,6 +401,12 @@ out:
 
 /* ---- output ---- */
 
+/* a / b, or 0 where a side did not run (--side) */
+static double ratio(double a, double b)
+{
+    return a > 0 && b > 0 ? a / b : 0;
+}
+
 static int write_json(const char *path, const struct sizes *z, const struct prepare_result *pr,
                       int npr, double linearity, double linearity_min,
                       const struct run_result *rr, int nrr)
@@ -414,87 +436,152 @@ static int write_json(const char *path, const struct sizes *z, const struct prep
                 "\"ratio\":%.3f,\"noseg_ns_per_op\":%.1f,\"noseg_min_ns_per_op\":%.1f,"
                 "\"noseg_ratio\":%.3f}",
                 i ? "," : "", rr[i].engine, rr[i].workers, rr[i].exec_ns, rr[i].exec_min_ns,
-                rr[i].raw_ns, rr[i].raw_min_ns, rr[i].exec_ns / rr[i].raw_ns, rr[i].noseg_ns,
-                rr[i].noseg_min_ns, rr[i].noseg_ns / rr[i].raw_ns);
+                rr[i].raw_ns, rr[i].raw_min_ns, ratio(rr[i].exec_ns, rr[i].raw_ns), rr[i].noseg_ns,
+                rr[i].noseg_min_ns, ratio(rr[i].noseg_ns, rr[i].raw_ns));
     fprintf(f, "\n]}}\n");
     return fclose(f) == 0 ? 0 : -1;
 }
 
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--tiny] [--json FILE] [--only prepare|run] [--ops N] [--reps R]\n"
+            "       [--runs K] [--workers N] [--side exec|noseg|raw]\n",
+            argv0);
+    return 2;
+}
+
+/* A positive int option value, or -1. */
+static int positive(const char *s)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s && !*end && v > 0 && v <= 100000000 ? (int)v : -1;
+}
+
 int main(int argc, char **argv)
 {
+    struct sizes z_opt = full;
     const struct sizes *z = &full;
     const char *json = NULL;
+    bool do_prepare = true, do_run = true;
+    int ops = 0, reps = 0, runs = 0, only_workers = 0;
     for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--tiny") == 0) {
             z = &tiny;
-        } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--json") == 0 && v) {
             json = argv[++i];
+        } else if (strcmp(argv[i], "--only") == 0 && v &&
+                   (!strcmp(v, "prepare") || !strcmp(v, "run"))) {
+            do_prepare = !strcmp(v, "prepare");
+            do_run = !do_prepare;
+            i++;
+        } else if (strcmp(argv[i], "--side") == 0 && v &&
+                   (!strcmp(v, "exec") || !strcmp(v, "noseg") || !strcmp(v, "raw"))) {
+            g_sides = !strcmp(v, "exec") ? SIDE_EXEC : !strcmp(v, "noseg") ? SIDE_NOSEG : SIDE_RAW;
+            i++;
+        } else if (v && (!strcmp(argv[i], "--ops") || !strcmp(argv[i], "--reps") ||
+                         !strcmp(argv[i], "--runs") || !strcmp(argv[i], "--workers"))) {
+            int n = positive(v);
+            if (n < 0)
+                return usage(argv[0]);
+            *(!strcmp(argv[i], "--ops")    ? &ops
+              : !strcmp(argv[i], "--reps") ? &reps
+              : !strcmp(argv[i], "--runs") ? &runs
+                                           : &only_workers) = n;
+            i++;
         } else {
-            fprintf(stderr, "usage: %s [--tiny] [--json FILE]\n", argv[0]);
-            return 2;
+            return usage(argv[0]);
         }
     }
+    z_opt = *z;
+    if (ops) {
+        z_opt.prepare_ops[0] = z_opt.run_ops = ops;
+        z_opt.nprepare = 1;
+    }
+    for (int i = 0; reps && i < z_opt.nprepare; i++)
+        z_opt.prepare_reps[i] = reps;
+    if (reps)
+        z_opt.run_reps = reps;
+    if (runs)
+        z_opt.runs = runs;
+    z = &z_opt;
 
     printf("graph executor: chain of add (with a random earlier var) / scale / relu on f32[1]\n");
-    printf("\nprepare on a fresh executor (cache miss), threaded engine, 2 workers;\n"
-           "after one warm-up, median of the repetitions (min); hash = the program's\n"
-           "first vq_program_hash (then cached in it), timed apart\n");
-    printf("%8s %5s %10s %22s %10s\n", "ops", "reps", "hash us", "prepare us", "ns/op");
-    vq_engine *e;
-    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
-    int rc = vq_engine_new(&e, &eo);
-    if (rc < 0)
-        return die("vq_engine_new", rc), 1;
     struct prepare_result pr[3];
-    for (int i = 0; i < z->nprepare; i++) {
-        if (bench_prepare(e, z->prepare_ops[i], z->prepare_reps[i], &pr[i]) < 0) {
-            vq_engine_free(e);
-            return 1;
+    double linearity = 0, linearity_min = 0;
+    if (do_prepare) {
+        printf("\nprepare on a fresh executor (cache miss), threaded engine, 2 workers;\n"
+               "after one warm-up, median of the repetitions (min); hash = the program's\n"
+               "first vq_program_hash (then cached in it), timed apart\n");
+        printf("%8s %5s %10s %22s %10s\n", "ops", "reps", "hash us", "prepare us", "ns/op");
+        vq_engine *e;
+        vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+        int rc = vq_engine_new(&e, &eo);
+        if (rc < 0)
+            return die("vq_engine_new", rc), 1;
+        for (int i = 0; i < z->nprepare; i++) {
+            if (bench_prepare(e, z->prepare_ops[i], z->prepare_reps[i], &pr[i]) < 0) {
+                vq_engine_free(e);
+                return 1;
+            }
+            char cell[40];
+            snprintf(cell, sizeof cell, "%.0f (%.0f)", pr[i].median_us, pr[i].min_us);
+            printf("%8d %5d %10.0f %22s %10.0f\n", pr[i].ops, pr[i].reps, pr[i].hash_us, cell,
+                   pr[i].median_us * 1e3 / pr[i].ops);
+            fflush(stdout);
         }
-        char cell[40];
-        snprintf(cell, sizeof cell, "%.0f (%.0f)", pr[i].median_us, pr[i].min_us);
-        printf("%8d %5d %10.0f %22s %10.0f\n", pr[i].ops, pr[i].reps, pr[i].hash_us, cell,
-               pr[i].median_us * 1e3 / pr[i].ops);
-        fflush(stdout);
+        vq_engine_free(e);
+        const struct prepare_result *lo = &pr[0], *hi = &pr[z->nprepare - 1];
+        linearity = (hi->median_us / hi->ops) / (lo->median_us / lo->ops);
+        linearity_min = (hi->min_us / hi->ops) / (lo->min_us / lo->ops);
+        if (z->nprepare > 1)
+            printf("linearity: ns/op at %d ops / ns/op at %d ops = %.2f (of the mins: %.2f; "
+                   "goal <= 2)\n",
+                   hi->ops, lo->ops, linearity, linearity_min);
     }
-    vq_engine_free(e);
-    const struct prepare_result *lo = &pr[0], *hi = &pr[z->nprepare - 1];
-    double linearity = (hi->median_us / hi->ops) / (lo->median_us / lo->ops);
-    double linearity_min = (hi->min_us / hi->ops) / (lo->min_us / lo->ops);
-    printf("linearity: ns/op at %d ops / ns/op at %d ops = %.2f (of the mins: %.2f; goal <= 2)\n",
-           hi->ops, lo->ops, linearity, linearity_min);
 
-    printf("\nrun: %d ops, %d runs per repetition, %d repetitions; ns per op per run,\n"
-           "median (min); executor = vq_exec_run of the cached plan (segments: chained ops\n"
-           "as one engine op; no seg.: VQ_EXEC_NO_SEGMENTS), raw = vq_push_opr of the same\n"
-           "ops (same vars, same arithmetic on plain floats), then vq_wait_all\n",
-           z->run_ops, z->runs, z->run_reps);
-    printf("%-9s %7s %14s %14s %14s %9s %9s\n", "engine", "workers", "executor", "no seg.",
-           "raw", "exec/raw", "noseg/raw");
-    static const struct {
-        const char *name;
-        int kind, workers;
-    } configs[] = {{"threaded", VQ_ENGINE_THREADED, 1},
-                   {"threaded", VQ_ENGINE_THREADED, 2},
-                   {"naive", VQ_ENGINE_NAIVE, 1}};
     struct run_result rr[3];
     int nrr = 0;
-    for (size_t c = 0; c < sizeof configs / sizeof *configs; c++) {
-        if (bench_run(configs[c].name, configs[c].kind, configs[c].workers, z, &rr[nrr]) < 0)
-            return 1;
-        const struct run_result *r = &rr[nrr++];
-        char ex[40], ns[40], raw[40], w[16] = "-";
-        snprintf(ex, sizeof ex, "%.0f (%.0f)", r->exec_ns, r->exec_min_ns);
-        snprintf(ns, sizeof ns, "%.0f (%.0f)", r->noseg_ns, r->noseg_min_ns);
-        snprintf(raw, sizeof raw, "%.0f (%.0f)", r->raw_ns, r->raw_min_ns);
-        if (configs[c].kind != VQ_ENGINE_NAIVE)
-            snprintf(w, sizeof w, "%d", r->workers);
-        printf("%-9s %7s %14s %14s %14s %8.2fx %8.2fx\n", r->engine, w, ex, ns, raw,
-               r->exec_ns / r->raw_ns, r->noseg_ns / r->raw_ns);
-        fflush(stdout);
+    if (do_run) {
+        printf("\nrun: %d ops, %d runs per repetition, %d repetitions; ns per op per run,\n"
+               "median (min); executor = vq_exec_run of the cached plan (segments: chained ops\n"
+               "as one engine op; no seg.: VQ_EXEC_NO_SEGMENTS), raw = vq_push_opr of the same\n"
+               "ops (same vars, same arithmetic on plain floats), then vq_wait_all\n",
+               z->run_ops, z->runs, z->run_reps);
+        printf("%-9s %7s %14s %14s %14s %9s %9s\n", "engine", "workers", "executor", "no seg.",
+               "raw", "exec/raw", "noseg/raw");
+        static const struct {
+            const char *name;
+            int kind, workers;
+        } configs[] = {{"threaded", VQ_ENGINE_THREADED, 1},
+                       {"threaded", VQ_ENGINE_THREADED, 2},
+                       {"naive", VQ_ENGINE_NAIVE, 1}};
+        for (size_t c = 0; c < sizeof configs / sizeof *configs; c++) {
+            int kind = configs[c].kind, workers = configs[c].workers;
+            if (only_workers) { /* --workers: one threaded row */
+                if (c > 0)
+                    break;
+                workers = only_workers;
+            }
+            if (bench_run(configs[c].name, kind, workers, z, &rr[nrr]) < 0)
+                return 1;
+            const struct run_result *r = &rr[nrr++];
+            char ex[40], ns[40], raw[40], w[16] = "-";
+            snprintf(ex, sizeof ex, "%.0f (%.0f)", r->exec_ns, r->exec_min_ns);
+            snprintf(ns, sizeof ns, "%.0f (%.0f)", r->noseg_ns, r->noseg_min_ns);
+            snprintf(raw, sizeof raw, "%.0f (%.0f)", r->raw_ns, r->raw_min_ns);
+            if (kind != VQ_ENGINE_NAIVE)
+                snprintf(w, sizeof w, "%d", r->workers);
+            printf("%-9s %7s %14s %14s %14s %8.2fx %8.2fx\n", r->engine, w, ex, ns, raw,
+                   ratio(r->exec_ns, r->raw_ns), ratio(r->noseg_ns, r->raw_ns));
+            fflush(stdout);
+        }
+        printf("goal: executor/raw <= 1.1\n");
     }
-    printf("goal: executor/raw <= 1.1\n");
-    if (json && write_json(json, z, pr, z->nprepare, linearity, linearity_min, rr, nrr) < 0)
+    if (json && write_json(json, z, pr, do_prepare ? z->nprepare : 0, linearity, linearity_min, rr,
+                           nrr) < 0)
         return 1;
     return 0;
 }

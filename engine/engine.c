@@ -468,7 +468,9 @@ static int merge_many_vars(const vq_task *t, vq_var **vars, int *nw, int *nr)
         tg[i].v = i < t->nwrites ? t->writes[i] : t->reads[i - t->nwrites];
         tg[i].index = i;
     }
-    qsort(tg, (size_t)n, sizeof *tg, cmp_tagged);
+    /* stable: a var's entries stay in writes-then-reads order */
+    if (!vq__sort_by_addr(tg, n, sizeof *tg))
+        qsort(tg, (size_t)n, sizeof *tg, cmp_tagged);
     for (int i = 0; i < n; i++)
         if (i == 0 || tg[i].v != tg[i - 1].v)
             keep[tg[i].index] = true;

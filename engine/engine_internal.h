@@ -315,6 +315,10 @@ enum { VQ__APPEND_JOINED = -1, VQ__APPEND_NO_BLOCKS = -2 };
  * is static inline in var_append.h, for the push path (engine.c). */
 /* Sorts n vars into the lock order (ascending address). */
 void vq__var_sort(vq_var **vars, int n);
+/* Sorts n items of size bytes whose first member is a pointer by its
+ * address, stably (a radix sort: linear in n); false, nothing sorted, when
+ * out of memory for its buffer. */
+bool vq__sort_by_addr(void *items, int n, size_t size);
 void vq__var_complete_read(vq_var *v, vq__ready *r);
 void vq__var_complete_write(vq_var *v, vq__ready *r);
 

@@ -25,6 +25,7 @@
  * one lock and waits for none, so it closes no cycle either. */
 #include "engine_internal.h"
 
+#include <assert.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,14 +110,72 @@ static int var_addr_cmp(const void *a, const void *b)
     return (uintptr_t)*x < (uintptr_t)*y ? -1 : (uintptr_t)*x > (uintptr_t)*y;
 }
 
+/* vq__sort_by_addr's body, inlined for each item size (fixed-size copies) */
+static inline __attribute__((always_inline)) bool sort_by_addr(void *items, int n, size_t size)
+{
+    unsigned char *a = items, *tmp = vq__malloc((size_t)n * size);
+    if (!tmp)
+        return false;
+    /* every byte's histogram in one pass; a byte all items share (the
+     * high bytes of pool addresses, the low bits of aligned ones) is no pass */
+    static_assert(sizeof(uintptr_t) <= 8, "addresses of at most 8 bytes");
+    uint32_t count[sizeof(uintptr_t)][256];
+    memset(count, 0, sizeof count);
+    for (int i = 0; i < n; i++) {
+        uintptr_t k;
+        memcpy(&k, a + (size_t)i * size, sizeof k);
+        for (size_t b = 0; b < sizeof k; b++)
+            count[b][(k >> (8 * b)) & 255]++;
+    }
+    unsigned char *src = a, *dst = tmp;
+    for (size_t b = 0; b < sizeof(uintptr_t); b++) {
+        uintptr_t k0;
+        memcpy(&k0, src, sizeof k0);
+        if (count[b][(k0 >> (8 * b)) & 255] == (uint32_t)n)
+            continue;
+        uint32_t at = 0;
+        for (int d = 0; d < 256; d++) {
+            uint32_t c = count[b][d];
+            count[b][d] = at;
+            at += c;
+        }
+        for (int i = 0; i < n; i++) {
+            uintptr_t k;
+            memcpy(&k, src + (size_t)i * size, sizeof k);
+            memcpy(dst + (size_t)count[b][(k >> (8 * b)) & 255]++ * size, src + (size_t)i * size,
+                   size);
+        }
+        unsigned char *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, (size_t)n * size);
+    free(tmp);
+    return true;
+}
+
+bool vq__sort_by_addr(void *items, int n, size_t size)
+{
+    if (n < 2)
+        return true;
+    if (size == sizeof(void *))
+        return sort_by_addr(items, n, sizeof(void *));
+    if (size == 2 * sizeof(void *))
+        return sort_by_addr(items, n, 2 * sizeof(void *));
+    return sort_by_addr(items, n, size);
+}
+
 /* Sorts vars[0 .. n) by address: the one order in which pushers lock.
- * Insertion sort for the few vars of a push; qsort beyond, where the
- * insertion sort's n^2 / 4 moves would dominate (a plan's final op reads
- * every var of a 100k-op program, vq_opr_new sorts them once). */
+ * Insertion sort for the few vars of a push; a radix sort beyond (qsort
+ * without the memory for its buffer), where the insertion sort's n^2 / 4
+ * moves would dominate (a plan's final op reads every var of a 100k-op
+ * program, vq_opr_new sorts them once). */
 void vq__var_sort(vq_var **vars, int n)
 {
     if (n > 64) {
-        qsort(vars, (size_t)n, sizeof *vars, var_addr_cmp);
+        if (!vq__sort_by_addr(vars, n, sizeof *vars))
+            qsort(vars, (size_t)n, sizeof *vars, var_addr_cmp);
         return;
     }
     for (int i = 1; i < n; i++) {

@@ -17,6 +17,22 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A bump allocator (arena.c): chunks from vq__malloc, everything freed at
+ * once by vq__arena_free. Not thread-safe; align is a power of two. The
+ * allocations return NULL when memory runs out (no message set). */
+typedef struct vq__arena {
+    struct vq__arena_chunk *chunks;
+    char *at, *end;   /* the free part of the newest chunk */
+    size_t next_size; /* bytes of the next chunk, doubling */
+} vq__arena;
+
+/* An empty arena whose first chunk will hold hint bytes. */
+void vq__arena_init(vq__arena *a, size_t hint);
+void *vq__arena_alloc(vq__arena *a, size_t size, size_t align);
+void *vq__arena_calloc(vq__arena *a, size_t n, size_t size, size_t align);
+char *vq__arena_strdup(vq__arena *a, const char *s);
+void vq__arena_free(vq__arena *a);
+
 typedef struct vq__pvar {
     char *name;
     int block;
@@ -58,6 +74,9 @@ struct vq_program {
     /* vq_program_hash's cache; cleared by every change */
     bool hash_valid;
     uint64_t hash;
+    /* A frozen copy (vq__program_freeze): the program and everything it
+     * points to live in this arena (itself inside it); read only. */
+    vq__arena *frozen;
 };
 
 /* Index of var name, or -1. */
@@ -77,5 +96,10 @@ int vq__pop_attr_set(vq_program *p, int op, const vq_attr *a);
 
 /* A deep copy of p (malloc'd; vq_program_free frees it). */
 int vq__program_copy(const vq_program *p, vq_program **out);
+/* A read-only deep copy of p in one arena (a few allocations instead of
+ * several per var and op), for the executor's plans; vq_program_free
+ * frees it. Nothing may modify it (no vq_program_add_*, no attribute
+ * changes). */
+int vq__program_freeze(const vq_program *p, vq_program **out);
 
 #endif

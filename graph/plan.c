@@ -48,9 +48,6 @@ static void plan_destroy(struct plan *pl)
     vq__frame_destroy(&pl->root);
     for (int k = 0; pl->ops && k < pl->nops; k++) {
         struct pop *t = &pl->ops[k];
-        free(t->out_readers);
-        free(t->fixed);
-        free(t->in_counts);
         if (t->src && t->in != t->src->in)
             free(t->in);
         vq__ctl_info_free(t->ctl);
@@ -74,6 +71,7 @@ static void plan_destroy(struct plan *pl)
     free(pl->fetches);
     free(pl->key_names);
     vq_program_free(pl->prog);
+    vq__arena_free(&pl->arena);
     pthread_mutex_destroy(&pl->push_lock);
     pthread_mutex_destroy(&pl->ring_lock);
     pthread_cond_destroy(&pl->ring_cond);
@@ -309,7 +307,8 @@ static int walk_infer(struct walk *w, struct pop *t)
         for (int d = 0; d < im[i].ndim && known; d++)
             known = im[i].shape[d] >= 0;
     if (known) {
-        t->fixed = vq__malloc((size_t)src->nout * sizeof *t->fixed + t->def->params_size);
+        t->fixed = vq__arena_alloc(&pl->arena,
+                                   (size_t)src->nout * sizeof *t->fixed + t->def->params_size, 16);
         if (!t->fixed)
             return vq__fail(VQ_ENOMEM, "out of memory");
         memcpy(t->fixed, om, (size_t)src->nout * sizeof *t->fixed);
@@ -381,9 +380,11 @@ static int walk_check_op(struct walk *w, struct pop *t, int block)
  * walk appends after from (its own inputs), are checked the same way. */
 static int walk_inputs(struct walk *w, struct pop *t, int from, int block, struct varset *ext)
 {
-    bool *counts = vq__realloc(t->in_counts, (size_t)(t->nin ? t->nin : 1) * sizeof *counts);
+    bool *counts = vq__arena_alloc(&w->pl->arena, (size_t)(t->nin ? t->nin : 1), 1);
     if (!counts)
         return vq__fail(VQ_ENOMEM, "out of memory");
+    if (from > 0) /* a control op's reads of enclosing vars, after its inputs */
+        memcpy(counts, t->in_counts, (size_t)from);
     t->in_counts = counts;
     memset(counts + from, 0, (size_t)(t->nin - from) * sizeof *counts);
     int rc = 0;
@@ -400,7 +401,8 @@ static int walk_count_readers(struct walk *w, struct pop *t)
 {
     struct plan *pl = w->pl;
     const vq__pop *src = t->src;
-    t->out_readers = vq__calloc((size_t)(src->nout ? src->nout : 1), sizeof *t->out_readers);
+    t->out_readers = vq__arena_calloc(&pl->arena, (size_t)(src->nout ? src->nout : 1),
+                                      sizeof *t->out_readers, _Alignof(int));
     if (!t->out_readers)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int j = 0; j < src->nout; j++) {
@@ -582,29 +584,90 @@ int vq__frame_vars(struct frame *fr)
 enum { SEG_MAX = 16 };
 
 /* Per engine var of the frame: the last op that wrote it and the first op
- * that read it since (open addressing on the var's address); and the
- * segment (its first op) that lists it already, as a write or a read, so
- * that a segment hands the engine each var once (vq_opr_new's merge of
- * more than 32 vars sorts them, on every segment of a long chain). */
+ * that read it since; and the segment (its first op) that lists it
+ * already, as a write or a read, so that a segment hands the engine each
+ * var once (vq_opr_new's merge of more than 32 vars sorts them, on every
+ * segment of a long chain). Indexed by slot: the frame's own slots, then
+ * (a while body) the previous iteration's, whose slots an op's engine
+ * accesses name (vq__frame_slot's dep). Each such slot has its own engine
+ * var, except persistable ones (the root's), which share the scope
+ * tensor's: two vars bound to one tensor share an entry (alias). An array
+ * of 16 bytes per slot, walked nearly in order by a chain: a hash on the
+ * engine vars' addresses spread the same over 32 bytes per access. */
 struct seg_map {
     struct seg_ent {
-        vq_var *v;
         int writer, first_reader;
         int listed; /* -1: in no segment yet */
+        int alias;  /* >= 0: the entry of the var with the same engine var */
         bool listed_write;
     } * ent;
-    size_t mask;
+    int nown;          /* the frame's own slots */
+    struct pvar *prev; /* a while body's previous iteration's slots, or NULL */
 };
 
-static struct seg_ent *seg_find(struct seg_map *m, vq_var *v)
+static struct seg_ent *seg_find(const struct frame *fr, struct seg_map *m, const struct pvar *s)
 {
-    size_t h = ((uintptr_t)v >> 4) * 0x9e3779b97f4a7c15ull;
-    for (size_t i = h & m->mask;; i = (i + 1) & m->mask)
-        if (!m->ent[i].v || m->ent[i].v == v) {
-            if (!m->ent[i].v)
-                m->ent[i] = (struct seg_ent){v, -1, -1, -1, false};
-            return &m->ent[i];
+    /* addresses as integers: s is in one of two arrays */
+    uintptr_t off = (uintptr_t)s - (uintptr_t)fr->vars;
+    size_t id = off / sizeof *s;
+    if (off >= (uintptr_t)m->nown * sizeof *s)
+        id = (size_t)m->nown + ((uintptr_t)s - (uintptr_t)m->prev) / sizeof *s;
+    struct seg_ent *e = &m->ent[id];
+    return e->alias >= 0 ? &m->ent[e->alias] : e;
+}
+
+/* The entries of frame fr, and the aliases of persistable vars bound to
+ * one tensor. 0, or VQ_ENOMEM (message set). */
+static int seg_map_init(struct frame *fr, struct seg_map *m)
+{
+    struct plan *pl = fr->plan;
+    m->nown = fr->owner ? pl->block_nvars[fr->block] : pl->nvars;
+    m->prev = NULL;
+    int n = m->nown;
+    if (fr->owner && fr->owner->fop->t->ctl->is_while) {
+        struct ctl *c = fr->owner;
+        m->prev = c->frames[(fr->slot + c->nframes - 1) % c->nframes].vars;
+        n *= 2;
+    }
+    m->ent = vq__malloc((size_t)(n ? n : 1) * sizeof *m->ent);
+    if (!m->ent)
+        return vq__fail(VQ_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, false};
+    if (fr->owner)
+        return 0; /* no persistable vars outside block 0 */
+    int np = 0;
+    for (int v = 0; v < pl->nvars; v++)
+        np += pl->vars[v].persistable && pl->vars[v].ev;
+    if (np < 2)
+        return 0;
+    size_t cap = 4;
+    while (cap < 2 * (size_t)np)
+        cap *= 2;
+    int *seen = vq__malloc(cap * sizeof *seen);
+    if (!seen) {
+        free(m->ent);
+        return vq__fail(VQ_ENOMEM, "out of memory");
+    }
+    memset(seen, 0xff, cap * sizeof *seen); /* -1: empty */
+    for (int v = 0; v < pl->nvars; v++) {
+        vq_var *ev = pl->vars[v].ev;
+        if (!pl->vars[v].persistable || !ev)
+            continue;
+        size_t h = ((uintptr_t)ev >> 4) * 0x9e3779b97f4a7c15ull;
+        for (size_t i = h & (cap - 1);; i = (i + 1) & (cap - 1)) {
+            if (seen[i] < 0) {
+                seen[i] = v;
+                break;
+            }
+            if (pl->vars[seen[i]].ev == ev) {
+                m->ent[v].alias = seen[i];
+                break;
+            }
         }
+    }
+    free(seen);
+    return 0;
 }
 
 /* The segment being built: its first op, and its vars, each once (a var
@@ -614,18 +677,19 @@ struct seg {
     int max;      /* SEG_MAX, or 1 with VQ_EXEC_NO_SEGMENTS */
     int bound;    /* ops from here on are in the segment or lead to it */
     vq_var **w, **r;
+    struct seg_ent **re; /* the entries of r */
     int nw, nr, wcap, rcap;
 };
 
 /* The engine op of the segment sg, on its first fop. */
-static int seg_close(struct frame *fr, struct seg *sg, struct seg_map *m)
+static int seg_close(struct frame *fr, struct seg *sg)
 {
     if (sg->len == 0)
         return 0;
     struct plan *pl = fr->plan;
     int nr = 0; /* the reads of vars that a later op of the segment writes go */
     for (int i = 0; i < sg->nr; i++)
-        if (!seg_find(m, sg->r[i])->listed_write)
+        if (!sg->re[i]->listed_write)
             sg->r[nr++] = sg->r[i];
     sg->nr = nr;
     struct fop *f = &fr->ops[sg->start];
@@ -644,9 +708,9 @@ static int seg_close(struct frame *fr, struct seg *sg, struct seg_map *m)
 }
 
 /* Whether op k (a sync kernel op) may join the open segment; k's engine
- * vars are vars[0 .. nw) written, then nr read. */
-static bool seg_joins(const struct frame *fr, const struct seg *sg, struct seg_map *m, int k,
-                      vq_var *const *vars, int nw, int nr)
+ * vars are vars[0 .. nw) written, then nr read, their entries ents. */
+static bool seg_joins(const struct frame *fr, const struct seg *sg, int k,
+                      struct seg_ent *const *ents, int nw, int nr)
 {
     if (sg->len == 0 || sg->len >= sg->max || sg->start + sg->len != k)
         return false;
@@ -656,7 +720,7 @@ static bool seg_joins(const struct frame *fr, const struct seg *sg, struct seg_m
         f->t->def->kernel_async)
         return false;
     for (int i = 0; i < nw + nr; i++) {
-        struct seg_ent *e = seg_find(m, vars[i]);
+        const struct seg_ent *e = ents[i];
         if (e->writer >= 0 && e->writer < sg->bound)
             return false;
         if (i < nw && e->first_reader >= 0 && e->first_reader < sg->bound)
@@ -665,39 +729,60 @@ static bool seg_joins(const struct frame *fr, const struct seg *sg, struct seg_m
     return true;
 }
 
-/* Room for n more in *arr (capacity *cap); false when out of memory (*arr
- * stays). */
-static bool seg_room(vq_var ***arr, int used, int n, int *cap)
+/* A capacity of at least used + n, from cap (doubling from 16). */
+static int seg_grown(int cap, int used, int n)
 {
-    if (used + n <= *cap)
-        return true;
-    int c = *cap ? *cap : 16;
+    int c = cap ? cap : 16;
     while (c < used + n)
         c *= 2;
-    vq_var **a = vq__realloc(*arr, (size_t)c * sizeof *a);
-    if (!a)
-        return false;
-    *arr = a;
-    *cap = c;
+    return c;
+}
+
+/* Room for nw more writes and nr more reads; false when out of memory
+ * (the lists stay as they were). */
+static bool seg_room(struct seg *sg, int nw, int nr)
+{
+    if (sg->nw + nw > sg->wcap) {
+        int c = seg_grown(sg->wcap, sg->nw, nw);
+        vq_var **a = vq__realloc(sg->w, (size_t)c * sizeof *a);
+        if (!a)
+            return false;
+        sg->w = a;
+        sg->wcap = c;
+    }
+    if (sg->nr + nr > sg->rcap) {
+        int c = seg_grown(sg->rcap, sg->nr, nr);
+        vq_var **a = vq__realloc(sg->r, (size_t)c * sizeof *a);
+        if (!a)
+            return false;
+        sg->r = a; /* room beyond rcap until re has it too */
+        struct seg_ent **e = vq__realloc(sg->re, (size_t)c * sizeof *e);
+        if (!e)
+            return false;
+        sg->re = e;
+        sg->rcap = c;
+    }
     return true;
 }
 
 /* Adds an op's vars (nw written, then nr read) to the segment, each var
  * once: a write of a var listed as a read is listed again, as a write, and
  * seg_close drops the read. */
-static int seg_add(struct seg *sg, struct seg_map *m, vq_var *const *vars, int nw, int nr)
+static int seg_add(struct seg *sg, vq_var *const *vars, struct seg_ent *const *ents, int nw, int nr)
 {
-    if (!seg_room(&sg->w, sg->nw, nw, &sg->wcap) || !seg_room(&sg->r, sg->nr, nr, &sg->rcap))
+    if (!seg_room(sg, nw, nr))
         return VQ_ENOMEM;
     for (int i = 0; i < nw + nr; i++) {
-        struct seg_ent *e = seg_find(m, vars[i]);
+        struct seg_ent *e = ents[i];
         bool write = i < nw;
         if (e->listed == sg->start && (e->listed_write || !write))
             continue; /* listed already, in a mode that covers this access */
-        if (write)
+        if (write) {
             sg->w[sg->nw++] = vars[i];
-        else
+        } else {
+            sg->re[sg->nr] = e;
             sg->r[sg->nr++] = vars[i];
+        }
         e->listed = sg->start;
         e->listed_write = write;
     }
@@ -715,33 +800,31 @@ int vq__frame_ops(struct frame *fr)
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "out of memory");
     fr->nops = b->nops;
-    size_t accesses = 0;
-    for (int k = 0; k < b->nops; k++)
-        accesses += (size_t)pl->ops[b->ops[k]].nin + (size_t)pl->ops[b->ops[k]].src->nout;
-    size_t cap = 16;
-    while (cap < 2 * accesses)
-        cap *= 2;
-    struct seg_map m = {vq__calloc(cap, sizeof *m.ent), cap - 1};
-    if (!m.ent)
-        return vq__fail(VQ_ENOMEM, "out of memory");
+    struct seg_map m;
+    int rc = seg_map_init(fr, &m);
+    if (rc)
+        return rc;
     struct seg sg = {.max = pl->exec->no_segments ? 1 : SEG_MAX};
-    int rc = 0;
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
         f->t = &pl->ops[b->ops[k]];
         f->fr = fr;
         const vq__pop *src = f->t->src;
-        f->in = vq__malloc((size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in);
-        f->out = vq__malloc((size_t)(src->nout ? src->nout : 1) * sizeof *f->out);
+        f->in = vq__arena_alloc(&pl->arena, (size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in,
+                                _Alignof(struct pvar *));
+        f->out = vq__arena_alloc(&pl->arena, (size_t)(src->nout ? src->nout : 1) * sizeof *f->out,
+                                 _Alignof(struct pvar *));
         if (!f->in || !f->out) {
             rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
         vq_var *vars[2 * VQ__MAX_SLOTS];
+        struct seg_ent *ents[2 * VQ__MAX_SLOTS]; /* the entries of vars (kernel ops) */
         int nw = 0, nr = 0;
         bool dep, linked = false; /* linked: reads an output of op k - 1 */
         for (int j = 0; j < src->nout; j++) {
             f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
+            ents[nw] = seg_find(fr, &m, f->out[j]);
             vars[nw++] = f->out[j]->ev;
         }
         for (int i = 0; i < f->t->nin; i++) {
@@ -749,44 +832,47 @@ int vq__frame_ops(struct frame *fr)
             bool written = false;
             for (int j = 0; j < src->nout && !written; j++)
                 written = src->out[j] == f->t->in[i];
-            if (!f->t->ctl && dep && !written) /* a control op builds its own */
+            if (!f->t->ctl && dep && !written) { /* a control op builds its own */
+                ents[nw + nr] = seg_find(fr, &m, f->in[i]);
                 vars[nw + nr++] = f->in[i]->ev;
+            }
             for (int j = 0; k > 0 && dep && !linked && j < fr->ops[k - 1].t->src->nout; j++)
                 linked = fr->ops[k - 1].out[j] == f->in[i];
         }
         if (f->t->ctl) {
-            if ((rc = seg_close(fr, &sg, &m)) == 0)
+            if ((rc = seg_close(fr, &sg)) == 0)
                 rc = vq__ctl_build(f);
             continue;
         }
-        if (!(linked && seg_joins(fr, &sg, &m, k, vars, nw, nr))) {
+        if (!(linked && seg_joins(fr, &sg, k, ents, nw, nr))) {
             int from = sg.len ? sg.bound : k;
-            if ((rc = seg_close(fr, &sg, &m)) < 0)
+            if ((rc = seg_close(fr, &sg)) < 0)
                 break;
             sg.start = k;
             /* a linked op's chain leads to it from where the last one's did */
             sg.bound = linked ? from : k;
         }
-        if (seg_add(&sg, &m, vars, nw, nr) < 0) {
+        if (seg_add(&sg, vars, ents, nw, nr) < 0) {
             rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
         sg.len++;
         for (int i = nw; i < nw + nr; i++) {
-            struct seg_ent *e = seg_find(&m, vars[i]);
+            struct seg_ent *e = ents[i];
             if (e->first_reader < 0)
                 e->first_reader = k;
         }
         for (int i = 0; i < nw; i++) {
-            struct seg_ent *e = seg_find(&m, vars[i]);
+            struct seg_ent *e = ents[i];
             e->writer = k;
             e->first_reader = -1;
         }
     }
     if (rc == 0)
-        rc = seg_close(fr, &sg, &m);
+        rc = seg_close(fr, &sg);
     free(sg.w);
     free(sg.r);
+    free(sg.re);
     free(m.ent);
     return rc;
 }
@@ -803,8 +889,6 @@ void vq__frame_destroy(struct frame *fr)
             vq__ctl_destroy(f->ctl);
         if (f->opr)
             vq_opr_free(e, f->opr);
-        free(f->in);
-        free(f->out);
         free(f->infer_cache);
     }
     free(fr->ops);
@@ -964,7 +1048,9 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     pthread_mutex_init(&pl->ring_lock, NULL);
     pthread_cond_init(&pl->ring_cond, NULL);
     atomic_init(&pl->broken, false);
-    int rc = vq__program_copy(p, &pl->prog);
+    /* pop and fop records: about 100 bytes per op */
+    vq__arena_init(&pl->arena, (size_t)p->nops * 112);
+    int rc = vq__program_freeze(p, &pl->prog);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);

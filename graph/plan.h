@@ -216,7 +216,11 @@ struct plan {
     int refs; /* the cache's one plus one per run in flight; under exec lock */
 
     vq_exec *exec;
-    vq_program *prog; /* the plan's own copy */
+    vq_program *prog; /* the plan's own copy (frozen: one arena) */
+    /* The per-op records of preparation (pop's in_counts, out_readers and
+     * fixed; fop's in and out), freed with the plan. Preparation only:
+     * runs never allocate from it. */
+    vq__arena arena;
     struct pvar *vars; /* by program var: the root frame's slots, and every var's meta */
     int nvars;
     int *local;        /* program var -> index among its block's vars */

@@ -285,6 +285,11 @@ VQ_API void vq_program_free(vq_program *p)
 {
     if (!p)
         return;
+    if (p->frozen) { /* the arena holds p and itself: free from a copy */
+        vq__arena a = *p->frozen;
+        vq__arena_free(&a);
+        return;
+    }
     for (int i = 0; i < p->nvars; i++)
         free(p->vars[i].name);
     for (int i = 0; i < p->nops; i++)
@@ -365,6 +370,128 @@ int vq__program_copy(const vq_program *p, vq_program **out)
         return vq__fail(VQ_ENOMEM, "program copy: out of memory");
     }
     c->hash_valid = false;
+    *out = c;
+    return 0;
+}
+
+/* attr_copy into an arena, for a frozen copy: src is a program's own
+ * attribute (normalized already, NULL where unused). */
+static int attr_freeze(vq__arena *a, vq_attr *dst, const vq_attr *src)
+{
+    *dst = *src;
+    if (!(dst->name = vq__arena_strdup(a, src->name)))
+        return VQ_ENOMEM;
+    if (src->s && !(dst->s = vq__arena_strdup(a, src->s)))
+        return VQ_ENOMEM;
+    size_t n = src->n > 0 ? (size_t)src->n : 0;
+    if (src->ints) {
+        int64_t *v = vq__arena_alloc(a, n * sizeof *v + 1, _Alignof(int64_t));
+        if (!v)
+            return VQ_ENOMEM;
+        memcpy(v, src->ints, n * sizeof *v);
+        dst->ints = v;
+    }
+    if (src->floats) {
+        double *v = vq__arena_alloc(a, n * sizeof *v + 1, _Alignof(double));
+        if (!v)
+            return VQ_ENOMEM;
+        memcpy(v, src->floats, n * sizeof *v);
+        dst->floats = v;
+    }
+    if (src->strings) {
+        const char **v = vq__arena_alloc(a, n * sizeof *v + 1, _Alignof(char *));
+        if (!v)
+            return VQ_ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            if (!(v[i] = vq__arena_strdup(a, src->strings[i])))
+                return VQ_ENOMEM;
+        dst->strings = v;
+    }
+    return 0;
+}
+
+/* Copies n ints (at least one int of room) into the arena. */
+static int *ints_freeze(vq__arena *a, const int *src, int n)
+{
+    int *d = vq__arena_alloc(a, (size_t)(n > 0 ? n : 1) * sizeof *d, _Alignof(int));
+    if (d && n > 0)
+        memcpy(d, src, (size_t)n * sizeof *d);
+    return d;
+}
+
+int vq__program_freeze(const vq_program *p, vq_program **out)
+{
+    /* a first guess at the size: the tables, and some bytes per var and op
+     * for names, slots and attributes (the arena grows past it) */
+    size_t hint =
+        sizeof(vq_program) + sizeof(vq__arena) + 256 + (size_t)p->nvars * (sizeof(vq__pvar) + 16) +
+        (size_t)p->nops * (sizeof(vq__pop) + 48) + (size_t)p->nblocks * (sizeof(vq__block) + 16) +
+        (size_t)p->index_cap * sizeof *p->index;
+    vq__arena a;
+    vq__arena_init(&a, hint);
+    vq_program *c = vq__arena_calloc(&a, 1, sizeof *c, _Alignof(vq_program));
+    vq__arena *home = c ? vq__arena_alloc(&a, sizeof *home, _Alignof(vq__arena)) : NULL;
+    if (!home) {
+        vq__arena_free(&a);
+        return vq__fail(VQ_ENOMEM, "program copy: out of memory");
+    }
+    *home = a; /* from here on the arena is *home */
+    c->frozen = home;
+    int rc = 0;
+    c->vars = vq__arena_alloc(home, (size_t)(p->nvars ? p->nvars : 1) * sizeof *c->vars,
+                              _Alignof(vq__pvar));
+    c->ops =
+        vq__arena_calloc(home, (size_t)(p->nops ? p->nops : 1), sizeof *c->ops, _Alignof(vq__pop));
+    c->blocks = vq__arena_alloc(home, (size_t)(p->nblocks ? p->nblocks : 1) * sizeof *c->blocks,
+                                _Alignof(vq__block));
+    c->index = ints_freeze(home, p->index, p->index_cap);
+    if (!c->vars || !c->ops || !c->blocks || !c->index)
+        rc = VQ_ENOMEM;
+    c->vars_cap = c->nvars = p->nvars;
+    c->ops_cap = c->nops = p->nops;
+    c->blocks_cap = c->nblocks = p->nblocks;
+    c->index_cap = p->index_cap;
+    for (int i = 0; rc == 0 && i < p->nvars; i++) {
+        c->vars[i] = p->vars[i];
+        if (!(c->vars[i].name = vq__arena_strdup(home, p->vars[i].name)))
+            rc = VQ_ENOMEM;
+    }
+    for (int i = 0; rc == 0 && i < p->nops; i++) {
+        const vq__pop *o = &p->ops[i];
+        vq__pop *d = &c->ops[i];
+        *d = *o;
+        /* the type, with an unknown op's slot names after it */
+        const char *end = vq__next_packed(o->type);
+        if (!o->def)
+            for (int k = 0; k < o->nin + o->nout; k++)
+                end = vq__next_packed(end);
+        size_t tn = (size_t)(end - o->type);
+        d->type = vq__arena_alloc(home, tn, 1);
+        d->in = ints_freeze(home, o->in, o->nin);
+        d->out = ints_freeze(home, o->out, o->nout);
+        d->attrs = o->nattrs ? vq__arena_alloc(home, (size_t)o->nattrs * sizeof *d->attrs,
+                                               _Alignof(vq_attr))
+                             : NULL;
+        if (!d->type || !d->in || !d->out || (o->nattrs && !d->attrs)) {
+            rc = VQ_ENOMEM;
+            break;
+        }
+        memcpy(d->type, o->type, tn);
+        for (int k = 0; rc == 0 && k < o->nattrs; k++)
+            rc = attr_freeze(home, &d->attrs[k], &o->attrs[k]);
+    }
+    for (int b = 0; rc == 0 && b < p->nblocks; b++) {
+        c->blocks[b] = p->blocks[b];
+        c->blocks[b].cap = p->blocks[b].nops;
+        if (!(c->blocks[b].ops = ints_freeze(home, p->blocks[b].ops, p->blocks[b].nops)))
+            rc = VQ_ENOMEM;
+    }
+    if (rc) {
+        vq_program_free(c);
+        return vq__fail(VQ_ENOMEM, "program copy: out of memory");
+    }
+    c->hash_valid = p->hash_valid;
+    c->hash = p->hash;
     *out = c;
     return 0;
 }

@@ -15,13 +15,15 @@ struct vq__arena_chunk {
     _Alignas(16) unsigned char data[];
 };
 
-enum { ARENA_MIN_CHUNK = 4096, ARENA_MAX_CHUNK = 1 << 22 };
+enum { ARENA_MIN_CHUNK = 4096, ARENA_MAX_CHUNK = 1 << 16 };
 
 void vq__arena_init(vq__arena *a, size_t hint)
 {
     a->chunks = NULL;
     a->at = a->end = NULL;
-    a->next_size = hint < ARENA_MIN_CHUNK ? ARENA_MIN_CHUNK : hint;
+    a->next_size = hint < ARENA_MIN_CHUNK   ? ARENA_MIN_CHUNK
+                   : hint > ARENA_MAX_CHUNK ? ARENA_MAX_CHUNK
+                                            : hint;
 }
 
 void *vq__arena_alloc(vq__arena *a, size_t size, size_t align)

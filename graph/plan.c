@@ -276,7 +276,11 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
      * held by the control op whose block this is: not counted here. An op
      * that writes the var it reads (in place) counts too: vq__op_exec
      * releases the version it read before it sets the one it wrote. */
-    bool counts = !pv->persistable && p->vars[v].block == block;
+    /* block 0 sees only its own vars (the builder checked what an op
+     * names): no look at the var's declaration, a cache miss per read in
+     * a big program */
+    int vblock = block ? p->vars[v].block : 0;
+    bool counts = !pv->persistable && vblock == block;
     for (int j = 0; j < t->src->nout && counts && (t->def->flags & VQ__CONTROL); j++)
         counts = t->src->out[j] != v; /* a control op releases its reads at its end */
     for (int ii = 0; ii < i && counts; ii++)
@@ -284,7 +288,7 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
     t->in_counts[i] = counts;
     if (counts)
         (*w->owner[v])++;
-    if (p->vars[v].block != block)
+    if (vblock != block)
         return vq__varset_add(ext, v);
     return 0;
 }
@@ -520,6 +524,10 @@ static int plan_walk(struct plan *pl)
 struct pvar *vq__frame_slot(struct frame *fr, int v, bool *dep)
 {
     struct plan *pl = fr->plan;
+    if (!fr->up) { /* the root: block 0, whose ops name only its vars */
+        *dep = true;
+        return &pl->vars[v];
+    }
     int b = pl->prog->vars[v].block;
     for (struct frame *f = fr; f; f = f->up) {
         if (f->block != b)
@@ -551,7 +559,7 @@ int vq__frame_vars(struct frame *fr)
     if (!fr->vars)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int v = 0; v < pl->nvars; v++) {
-        if (pl->prog->vars[v].block != fr->block || !pl->vars[v].used)
+        if (pl->vars[v].block != fr->block || !pl->vars[v].used)
             continue;
         struct pvar *s = &fr->vars[pl->local[v]];
         atomic_init(&s->readers_left, 0);
@@ -636,9 +644,7 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
         m->ent[i] = (struct seg_ent){-1, -1, -1, -1, false};
     if (fr->owner)
         return 0; /* no persistable vars outside block 0 */
-    int np = 0;
-    for (int v = 0; v < pl->nvars; v++)
-        np += pl->vars[v].persistable && pl->vars[v].ev;
+    int np = pl->npersistable;
     if (np < 2)
         return 0;
     size_t cap = 4;
@@ -965,7 +971,7 @@ static int plan_build_ops(struct plan *pl)
     int rc = 0;
     for (int v = 0; v < pl->nvars && rc == 0; v++) {
         struct pvar *pv = &pl->vars[v];
-        if (!pv->used || pl->prog->vars[v].block != 0)
+        if (!pv->used || pv->block != 0)
             continue;
         if (pv->persistable) {
             pv->ev = vq_tensor_var(pv->value, e);
@@ -997,7 +1003,7 @@ static int plan_build_ops(struct plan *pl)
     if (n >= 0) { /* final_all: every engine var of block 0 */
         t.nreads = 0;
         for (int v = 0; v < pl->nvars; v++)
-            if (pl->vars[v].ev && pl->prog->vars[v].block == 0)
+            if (pl->vars[v].ev && pl->vars[v].block == 0)
                 vars[t.nreads++] = pl->vars[v].ev;
         if (!(pl->final_all = vq_opr_new(e, &t)))
             n = vq__fail(VQ_ENOMEM, "out of memory");
@@ -1066,6 +1072,8 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         pl->vars[v].meta.ndim = d->ndim;
         memcpy(pl->vars[v].meta.shape, d->shape, sizeof d->shape);
         pl->vars[v].persistable = d->persistable;
+        pl->vars[v].block = d->block;
+        pl->npersistable += d->persistable;
         atomic_init(&pl->vars[v].readers_left, 0);
         pl->local[v] = pl->block_nvars[d->block]++;
     }

@@ -52,21 +52,23 @@ struct vq_exec {
 };
 
 /* The value of one var in one frame. Root slots also carry what
- * preparation knows of the var (meta, persistable, used) for every var of
- * the program; slots of other frames use only ev, value and readers_left. */
+ * preparation knows of the var (meta, persistable, used, block) for every
+ * var of the program; slots of other frames use only ev, value and
+ * readers_left. Laid out without holes: 104 bytes. */
 struct pvar {
     vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
-    bool own_ev;
     vq_tensor *value; /* current value, one reference; ordered by ev */
+    vq__meta meta;    /* declared, refined by inference */
+    atomic_int readers_left;
+    int init_readers; /* readers of the value before any op writes it (feeds) */
+    int block;        /* the block declaring the var (root slots) */
+    bool own_ev;
     /* value is somebody else's tensor (a caller's feed, a scope tensor
      * carried into a loop, a saved iteration): an op writing the var in
      * place writes a new tensor instead (copy on write) */
     bool borrowed;
-    atomic_int readers_left;
-    vq__meta meta;    /* declared, refined by inference */
     bool persistable;
-    bool used;        /* touched by some op, feed or fetch */
-    int init_readers; /* readers of the value before any op writes it (feeds) */
+    bool used; /* touched by some op, feed or fetch */
 };
 
 /* What a cond or while op says, checked at preparation. */
@@ -223,6 +225,7 @@ struct plan {
     vq__arena arena;
     struct pvar *vars; /* by program var: the root frame's slots, and every var's meta */
     int nvars;
+    int npersistable;  /* persistable vars */
     int *local;        /* program var -> index among its block's vars */
     int *block_nvars;  /* vars per block */
     struct pop *ops;   /* by program op */

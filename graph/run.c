@@ -248,8 +248,9 @@ static int op_begin(struct op_state *s, void *stream)
      * Attributes were checked at preparation. */
     s->params = s->pbuf;
     int err = 0;
+    const vq__meta *outm = om; /* the output metas: om, or read in place */
     if (op->fixed) {
-        memcpy(om, op->fixed, (size_t)src->nout * sizeof om[0]);
+        outm = op->fixed;
         s->params = op->fixed + src->nout;
     } else {
         for (int i = 0; i < src->nin; i++)
@@ -259,7 +260,7 @@ static int op_begin(struct op_state *s, void *stream)
         for (int i = 0; hit && i < src->nin; i++)
             hit = metas_equal(&cache[i], &im[i]);
         if (hit) { /* the shapes of the last execution: its inference holds */
-            memcpy(om, cache + src->nin, (size_t)src->nout * sizeof om[0]);
+            outm = cache + src->nin;
             s->params = cache + src->nin + src->nout;
         } else {
             memset(s->pbuf, 0, op->def->params_size);
@@ -282,11 +283,12 @@ static int op_begin(struct op_state *s, void *stream)
         int j = s->nout;
         struct pvar *v = f->out[j];
         vq_tensor *cur = v->value;
-        bool fits = cur && cur->dtype == om[j].dtype && cur->ndim == om[j].ndim &&
-                    !memcmp(cur->shape, om[j].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
         /* in place: the var's own tensor, unless it is borrowed (a feed
          * stays the caller's: the op writes a new one) */
         if (v->persistable || (is_in_place(src, j) && !v->borrowed)) {
+            bool fits =
+                cur && cur->dtype == outm[j].dtype && cur->ndim == outm[j].ndim &&
+                !memcmp(cur->shape, outm[j].shape, (size_t)cur->ndim * sizeof cur->shape[0]);
             if (!fits) {
                 err = vq__fail(VQ_EINVAL, "output %s (slot %d) would change %s's shape or dtype",
                                vq__op_out_slot(op->def, j), j,
@@ -295,8 +297,8 @@ static int op_begin(struct op_state *s, void *stream)
             }
             s->out[j] = vq_tensor_retain(cur);
         } else {
-            err = vq__tensor_empty_at(&s->out[j], pl->exec->device, om[j].dtype, om[j].ndim,
-                                      om[j].shape, stream);
+            err = vq__tensor_empty_at(&s->out[j], pl->exec->device, outm[j].dtype, outm[j].ndim,
+                                      outm[j].shape, stream);
             if (err)
                 break;
             note_live(r, pl, s->out[j]->nbytes);

@@ -81,7 +81,9 @@ char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
     return buf;
 }
 
-static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *shape)
+/* Checks a tensor's dtype and shape; *numel: its elements (may be NULL). */
+static int check_shape_numel(const char *fn, vq_dtype dt, int ndim, const int64_t *shape,
+                             int64_t *numel)
 {
     if (!dtype_ok(dt))
         return vq__fail(VQ_EINVAL, "%s: dtype %d is not a vq_dtype", fn, (int)dt);
@@ -95,7 +97,14 @@ static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *sha
     int64_t n = vq__numel(ndim, shape);
     if (n == INT64_MAX || (uint64_t)n > SIZE_MAX / 8 / vq_dtype_size(dt))
         return vq__fail(VQ_ENOMEM, "%s: shape too large", fn);
+    if (numel)
+        *numel = n;
     return 0;
+}
+
+static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    return check_shape_numel(fn, dt, ndim, shape, NULL);
 }
 
 /* Tensor headers come from the engine's small-object pool
@@ -122,7 +131,8 @@ static void header_put(vq_tensor *t)
 static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
                        const char *fn, void *stream)
 {
-    int rc = check_shape(fn, dt, ndim, shape);
+    int64_t numel;
+    int rc = check_shape_numel(fn, dt, ndim, shape, &numel);
     if (rc < 0)
         return rc;
     vq__allocator *alloc = NULL;
@@ -143,8 +153,8 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     t->ndim = ndim;
     if (ndim)
         memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-    t->numel = vq__numel(ndim, shape);
-    t->nbytes = (size_t)t->numel * vq_dtype_size(dt);
+    t->numel = numel;
+    t->nbytes = (size_t)numel * dtypes[dt].size; /* dt checked */
     t->dev = dev;
     t->alloc = alloc;
     t->data = t->alloc->alloc(t->alloc, t->nbytes, stream);

@@ -260,6 +260,55 @@ Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
     fixture_free(&f);
 }
 
+/* Two persistable vars bound to one scope tensor share its engine var: the
+ * segments' map (plan.c) keys them as one, and the updates through both
+ * names apply in program order. */
+Test(exec, two_persistable_names_of_one_tensor_update_it_in_program_order)
+{
+    struct fixture f = fixture(0);
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {4};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "t1", VQ_F32, 1, s, false);
+    var(p, "t2", VQ_F32, 1, s, false);
+    var(p, "t3", VQ_F32, 1, s, false);
+    var(p, "w", VQ_F32, 1, s, true);
+    var(p, "v", VQ_F32, 1, s, true);
+    vq_attr ab[2] = {VQ_ATTR_F("scale", 1.0), VQ_ATTR_F("bias", 1.0)};
+    op(p, "scale", NAMES("x"), 1, NAMES("t1"), 1, ab, 2);       /* x + 1 */
+    op(p, "add", NAMES("w", "t1"), 2, NAMES("w"), 1, NULL, 0);  /* z += x + 1 */
+    op(p, "scale", NAMES("t1"), 1, NAMES("t2"), 1, ab, 2);      /* x + 2 */
+    op(p, "mul", NAMES("v", "t2"), 2, NAMES("v"), 1, NULL, 0);  /* z *= x + 2 */
+    op(p, "add", NAMES("t2", "w"), 2, NAMES("t3"), 1, NULL, 0); /* reads z after */
+    vq_tensor *z;
+    cr_assert_eq(vq_tensor_new(&z, VQ_F32, 1, s), 0);
+    cr_assert_eq(vq_scope_set(f.s, "w", z), 0);
+    cr_assert_eq(vq_scope_set(f.s, "v", z), 0);
+    float xv[4] = {0, 1, 2, 3};
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, s, xv), 0);
+    vq_feed feed = {"x", x};
+    vq_fetch fetch = {"t3", NULL};
+    float want[4] = {0, 0, 0, 0};
+    for (int run = 1; run <= 3; run++) {
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_wait(z), 0);
+        for (int i = 0; i < 4; i++) {
+            want[i] = (want[i] + xv[i] + 1) * (xv[i] + 2);
+            cr_assert_float_eq(((float *)vq_tensor_data(z))[i], want[i], 1e-3, "run %d [%d]", run,
+                               i);
+            cr_assert_float_eq(((float *)vq_tensor_data(fetch.tensor))[i], xv[i] + 2 + want[i],
+                               1e-3, "run %d [%d]", run, i);
+        }
+        vq_tensor_release(fetch.tensor);
+    }
+    vq_tensor_release(x);
+    vq_tensor_release(z);
+    vq_program_free(p);
+    fixture_free(&f);
+}
+
 struct async_result {
     atomic_int calls;
     int err;

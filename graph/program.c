@@ -490,8 +490,7 @@ int vq__program_freeze(const vq_program *p, vq_program **out)
         vq_program_free(c);
         return vq__fail(VQ_ENOMEM, "program copy: out of memory");
     }
-    c->hash_valid = p->hash_valid;
-    c->hash = p->hash;
+    c->hash_valid = false; /* p's cache may be written by another thread: not read */
     *out = c;
     return 0;
 }

@@ -1036,6 +1036,138 @@ Test(ops_conv, max_pool2d_keeps_nan_and_routes_ties_to_the_first_maximum)
     vq_tensor_release(x);
 }
 
+/* Element i of a pool test's input: few levels so that windows tie, +0
+ * and -0 (equal, but told apart by their bits), -inf, and NaNs of distinct
+ * payloads (so that which NaN an output holds shows). */
+static void pool_fill(vq_tensor *x, uint64_t *r)
+{
+    int64_t n = vq_tensor_numel(x);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = oc_next(r) % 16;
+        double v = k < 5     ? (double)k - 2.0
+                   : k < 8   ? 0.0
+                   : k < 10  ? -0.0
+                   : k == 10 ? -INFINITY
+                             : 0.5;
+        bool nan = k == 15 && oc_next(r) % 4 == 0;
+        if (vq_tensor_dtype(x) == VQ_F32) {
+            float *d = vq_tensor_data(x);
+            uint32_t bits = 0x7fc00000u | (uint32_t)(i & 0xffff);
+            if (nan)
+                memcpy(&d[i], &bits, sizeof bits);
+            else
+                d[i] = (float)v;
+        } else {
+            double *d = vq_tensor_data(x);
+            uint64_t bits = 0x7ff8000000000000ull | (uint64_t)i;
+            if (nan)
+                memcpy(&d[i], &bits, sizeof bits);
+            else
+                d[i] = v;
+        }
+    }
+}
+
+/* The value of the window of output q (plane p, row oh, column ow) the plain
+ * way, as the loop before the row-wise kernel: the first maximum in
+ * row-major order, a NaN beating any number and the first NaN staying;
+ * -inf when every tap is padding. */
+static void plain_max(const struct pool_case *pc, vq_tensor *x, int64_t p, int64_t oh, int64_t ow,
+                      void *out)
+{
+    bool f32 = vq_tensor_dtype(x) == VQ_F32;
+    const char *data = vq_tensor_data(x);
+    size_t es = f32 ? 4 : 8;
+    int64_t best = -1;
+    double bv = 0;
+    for (int64_t i = 0; i < pc->kh; i++)
+        for (int64_t j = 0; j < pc->kw; j++) {
+            int64_t ih = oh * pc->stride[0] - pc->pad[0] + i * pc->dil[0];
+            int64_t iw = ow * pc->stride[1] - pc->pad[1] + j * pc->dil[1];
+            if (ih < 0 || ih >= pc->h || iw < 0 || iw >= pc->w)
+                continue;
+            int64_t at = (p * pc->h + ih) * pc->w + iw;
+            double v = oc_get(x, at);
+            if (best < 0 || v > bv || (isnan(v) && !isnan(bv))) {
+                best = at;
+                bv = v;
+            }
+        }
+    if (best >= 0)
+        memcpy(out, data + (size_t)best * es, es);
+    else if (f32)
+        *(float *)out = -INFINITY;
+    else
+        *(double *)out = -INFINITY;
+}
+
+/* max_pool2d's output for pc, bit for bit against plain_max's, f32 and
+ * f64, on an input from pool_fill. */
+static void check_rowwise(const struct pool_case *pc)
+{
+    int64_t os[4];
+    pool_out_shape(pc, os);
+    for (int dt = 0; dt < 2; dt++) {
+        vq_tensor *x = oc_rand(&rng, floats[dt], 4, (int64_t[]){pc->n, pc->c, pc->h, pc->w}, -1, 1);
+        pool_fill(x, &rng);
+        vq_attr at[5];
+        vq_tensor *o = oc_run1("max_pool2d", &x, 1, at, pool_attrs(pc, true, at));
+        const char *got = vq_tensor_data(o);
+        size_t es = dt ? 8 : 4;
+        for (int64_t q = 0; q < vq_tensor_numel(o); q++) {
+            char want[8];
+            plain_max(pc, x, q / (os[2] * os[3]), q / os[3] % os[2], q % os[3], want);
+            cr_assert(!memcmp(got + (size_t)q * es, want, es),
+                      "%s %lldx%lld, kernel %lldx%lld, strides %lld,%lld, dilations %lld,%lld, "
+                      "pads %lld %lld %lld %lld, ceil %d: output %lld differs",
+                      dt ? "f64" : "f32", (long long)pc->h, (long long)pc->w, (long long)pc->kh,
+                      (long long)pc->kw, (long long)pc->stride[0], (long long)pc->stride[1],
+                      (long long)pc->dil[0], (long long)pc->dil[1], (long long)pc->pad[0],
+                      (long long)pc->pad[1], (long long)pc->pad[2], (long long)pc->pad[3],
+                      pc->ceil_mode, (long long)q);
+        }
+        vq_tensor_release(o);
+        vq_tensor_release(x);
+    }
+}
+
+/* The kernel folds each window row by row, the interior columns by SSE
+ * (f32, strides 1 and 2) and the border columns with bounds checks: its
+ * outputs, bit for bit, against the plain loop's, over widths that leave
+ * 0 to 3 columns after the vector steps, kernels 2 and 3 (and 3 by 2, 2 by
+ * 3), strides 1 to 3, column dilations 1 and 2, symmetric and asymmetric
+ * pads, and ceil_mode; the shapes the op refuses (a pad not smaller than
+ * the window, no output) are left out. */
+Test(ops_conv, max_pool2d_rowwise_kernel_matches_the_plain_loop_bit_for_bit)
+{
+    static const int64_t widths[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 19, 24, 31, 112};
+    int checked = 0;
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+        for (int64_t k = 2; k <= 3; k++)
+            for (int64_t s = 1; s <= 3; s++)
+                for (int64_t d = 1; d <= 2; d++)
+                    for (int64_t pad = 0; pad < k; pad++)
+                        for (int ceil_mode = 0; ceil_mode < 2; ceil_mode++) {
+                            int64_t h = 2 + (int64_t)(wi % 5), w = widths[wi];
+                            int64_t kh = k + 1 - (int64_t)(wi % 2), span = (k - 1) * d + 1;
+                            struct pool_case pc = {.n = 2,
+                                                   .c = 3,
+                                                   .h = h,
+                                                   .w = w,
+                                                   .kh = kh,
+                                                   .kw = k,
+                                                   .stride = {1 + (s + 1) % 2, s},
+                                                   .pad = {pad, pad, k - 1 - pad, pad / 2},
+                                                   .dil = {1, d},
+                                                   .ceil_mode = ceil_mode};
+                            if (h + k - 1 < kh || w + pad + pad / 2 < span || pad >= span)
+                                continue;
+                            check_rowwise(&pc);
+                            checked++;
+                        }
+    cr_assert_gt(checked, 400, "only %d shapes checked", checked);
+}
+
 Test(ops_conv, pool_gradients_match_finite_differences)
 {
     for (int max = 0; max < 2; max++)

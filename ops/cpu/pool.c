@@ -25,6 +25,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 static const char *const x_in[] = {"X"};
 static const char *const out_slot[] = {"Out"};
@@ -101,36 +104,142 @@ static vq__window window_of(const vq__window_params *p, const vq_tensor *x, cons
 
 /* ---- max_pool2d ---- */
 
-#define MAX_POOL(T, ARGMAX)                                                                  \
-    static void max_pool_##T(const T *x, T *o, const vq__window *w)                         \
-    {                                                                                        \
-        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
-        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
-            const T *xp = x + p * plane;                                                     \
-            T *op = o + p * oplane;                                                          \
-            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
-                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
-                    int64_t a = ARGMAX(xp, w, oh, ow);                                       \
-                    op[oh * w->ow + ow] = a < 0 ? (T)-INFINITY : xp[a];                      \
-                }                                                                            \
-        }                                                                                    \
-    }                                                                                        \
-                                                                                             \
-    static void max_pool_grad_##T(const T *x, const T *g, T *dx, const vq__window *w)       \
-    {                                                                                        \
-        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                 \
-        memset(dx, 0, (size_t)(w->n * w->c * plane) * sizeof(T));                            \
-        for (int64_t p = 0; p < w->n * w->c; p++) {                                          \
-            const T *xp = x + p * plane, *gp = g + p * oplane;                               \
-            T *dp = dx + p * plane;                                                          \
-            for (int64_t oh = 0; oh < w->oh; oh++)                                           \
-                for (int64_t ow = 0; ow < w->ow; ow++) {                                     \
-                    int64_t a = ARGMAX(xp, w, oh, ow);                                       \
-                    if (a >= 0)                                                              \
-                        dp[a] += gp[oh * w->ow + ow];                                        \
-                }                                                                            \
-        }                                                                                    \
+/* The forward pass takes each window's maximum row by row: each of the
+ * window's rows folds its taps, and the rows fold into Out's row in turn,
+ * with first_max, which keeps the first of equal values (+0 before -0
+ * too) and lets a NaN beat any number, the first NaN staying. Folded left
+ * over a window's taps in row-major order, that is the value at
+ * vq__window_argmax's position; and as the rule is associative, folding
+ * each row and then the rows gives the same element. Taps in the padding
+ * are skipped: a -inf there would change nothing but the argmax. The
+ * outputs whose taps along a row all lie on the input (the interior
+ * columns) fold without bounds checks, by SSE 4 outputs at a time for f32
+ * at strides 1 and 2 (the stem's 3x3 stride-2 pool of ResNets). */
+#define FIRST_MAX(a, b) ((a) >= (b) || (a) != (a) ? (a) : (b))
+
+/* The outputs [*lo, *hi) along one dim of n inputs whose k taps (stride
+ * s, dilation d, leading pad p0) all lie on the input, of nout. */
+static void interior(int64_t n, int64_t p0, int64_t k, int64_t s, int64_t d, int64_t nout,
+                     int64_t *lo, int64_t *hi)
+{
+    int64_t last = n - 1 + p0 - (k - 1) * d; /* o * s <= last */
+    *lo = (p0 + s - 1) / s;
+    *hi = last < 0 ? 0 : last / s + 1;
+    *hi = *hi < nout ? *hi : nout;
+    *lo = *lo < *hi ? *lo : *hi;
+}
+
+#define MAX_POOL(T, ARGMAX)                                                                       \
+    /* Out's row o, outputs [q0, q1), folds input row xr (first: takes its                \
+     * values). */       \
+    static void max_row_##T(const T *xr, T *o, const vq__window *w, int64_t q0, int64_t q1,       \
+                            bool first)                                                           \
+    {                                                                                             \
+        for (int64_t q = q0; q < q1; q++) {                                                       \
+            int64_t c0 = q * w->sw - w->pl;                                                       \
+            T m = (T)-INFINITY;                                                                   \
+            for (int64_t j = 0; j < w->kw; j++) {                                                 \
+                int64_t iw = c0 + j * w->dw;                                                      \
+                if (iw >= 0 && iw < w->w)                                                         \
+                    m = FIRST_MAX(m, xr[iw]);                                                     \
+            }                                                                                     \
+            o[q] = first ? m : FIRST_MAX(o[q], m);                                                \
+        }                                                                                         \
+    }                                                                                             \
+                                                                                                  \
+    /* The interior outputs [q0, q1) of row o: every tap on the input. */                         \
+    static void max_row_inner_##T(const T *xr, T *o, const vq__window *w, int64_t q0, int64_t q1, \
+                                  bool first)                                                     \
+    {                                                                                             \
+        for (int64_t q = q0; q < q1; q++) {                                                       \
+            const T *p = xr + q * w->sw - w->pl;                                                  \
+            T m = p[0];                                                                           \
+            for (int64_t j = 1; j < w->kw; j++)                                                   \
+                m = FIRST_MAX(m, p[j * w->dw]);                                                   \
+            o[q] = first ? m : FIRST_MAX(o[q], m);                                                \
+        }                                                                                         \
+    }                                                                                             \
+                                                                                                  \
+    static void max_pool_##T(const T *x, T *o, const vq__window *w)                               \
+    {                                                                                             \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow, lo, hi;                              \
+        interior(w->w, w->pl, w->kw, w->sw, w->dw, w->ow, &lo, &hi);                              \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                               \
+            const T *xp = x + p * plane;                                                          \
+            for (int64_t oh = 0; oh < w->oh; oh++) {                                              \
+                T *op = o + p * oplane + oh * w->ow;                                              \
+                bool first = true;                                                                \
+                for (int64_t i = 0; i < w->kh; i++) {                                             \
+                    int64_t ih = oh * w->sh - w->pt + i * w->dh;                                  \
+                    if (ih < 0 || ih >= w->h)                                                     \
+                        continue;                                                                 \
+                    const T *xr = xp + ih * w->w;                                                 \
+                    max_row_##T(xr, op, w, 0, lo, first);                                         \
+                    MAX_ROW_INNER_##T(xr, op, w, lo, hi, first);                                  \
+                    max_row_##T(xr, op, w, hi, w->ow, first);                                     \
+                    first = false;                                                                \
+                }                                                                                 \
+                for (int64_t q = 0; first && q < w->ow; q++) /* wholly in the pads */             \
+                    op[q] = (T)-INFINITY;                                                         \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+                                                                                                  \
+    static void max_pool_grad_##T(const T *x, const T *g, T *dx, const vq__window *w)             \
+    {                                                                                             \
+        int64_t plane = w->h * w->w, oplane = w->oh * w->ow;                                      \
+        memset(dx, 0, (size_t)(w->n * w->c * plane) * sizeof(T));                                 \
+        for (int64_t p = 0; p < w->n * w->c; p++) {                                               \
+            const T *xp = x + p * plane, *gp = g + p * oplane;                                    \
+            T *dp = dx + p * plane;                                                               \
+            for (int64_t oh = 0; oh < w->oh; oh++)                                                \
+                for (int64_t ow = 0; ow < w->ow; ow++) {                                          \
+                    int64_t a = ARGMAX(xp, w, oh, ow);                                            \
+                    if (a >= 0)                                                                   \
+                        dp[a] += gp[oh * w->ow + ow];                                             \
+                }                                                                                 \
+        }                                                                                         \
     }
+
+#ifdef __SSE__
+/* first_max on 4 lanes: a where a >= b or a is NaN, else b. */
+static inline __m128 first_max4(__m128 a, __m128 b)
+{
+    __m128 keep = _mm_or_ps(_mm_cmpge_ps(a, b), _mm_cmpunord_ps(a, a));
+    return _mm_or_ps(_mm_and_ps(keep, a), _mm_andnot_ps(keep, b));
+}
+
+static void max_row_inner_float(const float *xr, float *o, const vq__window *w, int64_t q0,
+                                int64_t q1, bool first);
+
+/* max_row_inner_float by 4 outputs at strides 1 and 2, the rest (other
+ * strides, the last 0 to 3 outputs) by the scalar loop. At stride 2, tap
+ * j of outputs q..q+3 is elements 0, 2, 4, 6 from q's: two loads, of
+ * elements 0-3 and 3-6, so that none reads past the last tap of q + 3. */
+static void max_row_inner_sse(const float *xr, float *o, const vq__window *w, int64_t q0,
+                              int64_t q1, bool first)
+{
+    int64_t q = q0;
+    if (w->sw == 1 || w->sw == 2)
+        for (; q + 4 <= q1; q += 4) {
+            const float *p = xr + q * w->sw - w->pl;
+            __m128 m = _mm_setzero_ps();
+            for (int64_t j = 0; j < w->kw; j++) {
+                const float *t = p + j * w->dw;
+                __m128 v = w->sw == 1 ? _mm_loadu_ps(t)
+                                      : _mm_shuffle_ps(_mm_loadu_ps(t), _mm_loadu_ps(t + 3),
+                                                       _MM_SHUFFLE(3, 1, 2, 0));
+                m = j ? first_max4(m, v) : v;
+            }
+            _mm_storeu_ps(o + q, first ? m : first_max4(_mm_loadu_ps(o + q), m));
+        }
+    max_row_inner_float(xr, o, w, q, q1, first);
+}
+#define MAX_ROW_INNER_float max_row_inner_sse
+#else
+#define MAX_ROW_INNER_float max_row_inner_float
+#endif
+#define MAX_ROW_INNER_double max_row_inner_double
 
 MAX_POOL(float, vq__window_argmax_f32)
 MAX_POOL(double, vq__window_argmax_f64)

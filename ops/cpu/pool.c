@@ -106,15 +106,16 @@ static vq__window window_of(const vq__window_params *p, const vq_tensor *x, cons
 
 /* The forward pass takes each window's maximum row by row: each of the
  * window's rows folds its taps, and the rows fold into Out's row in turn,
- * with first_max, which keeps the first of equal values (+0 before -0
- * too) and lets a NaN beat any number, the first NaN staying. Folded left
- * over a window's taps in row-major order, that is the value at
- * vq__window_argmax's position; and as the rule is associative, folding
- * each row and then the rows gives the same element. Taps in the padding
- * are skipped: a -inf there would change nothing but the argmax. The
- * outputs whose taps along a row all lie on the input (the interior
- * columns) fold without bounds checks, by SSE 4 outputs at a time for f32
- * at strides 1 and 2 (the stem's 3x3 stride-2 pool of ResNets). */
+ * with FIRST_MAX, which keeps the first of equal values (of +0 and -0
+ * too, which compare equal) and lets a NaN beat any number, the first NaN
+ * staying. Folded left over a window's taps in row-major order, that is
+ * the value at vq__window_argmax's position; and as the rule is
+ * associative, folding each row and then the rows gives the same element.
+ * Taps in the padding are skipped: a -inf there would change nothing but
+ * the argmax. The outputs whose taps along a row all lie on the input (the
+ * interior columns) fold without bounds checks, by SSE 4 outputs at a
+ * time for f32 at strides 1 and 2 (the stem's 3x3 stride-2 pool of
+ * ResNets), by the scalar loop otherwise and off x86. */
 #define FIRST_MAX(a, b) ((a) >= (b) || (a) != (a) ? (a) : (b))
 
 /* The outputs [*lo, *hi) along one dim of n inputs whose k taps (stride
@@ -129,9 +130,12 @@ static void interior(int64_t n, int64_t p0, int64_t k, int64_t s, int64_t d, int
     *lo = *lo < *hi ? *lo : *hi;
 }
 
+/* MAX_POOL(T, ARGMAX) defines max_row_T, which folds input row xr into
+ * Out's row o at outputs [q0, q1), checking each tap's column (first: o
+ * takes the row's maxima); max_row_inner_T, the same for interior outputs
+ * [q0, q1), every tap on the input; max_pool_T, the forward pass over
+ * w's planes; and max_pool_grad_T. */
 #define MAX_POOL(T, ARGMAX)                                                                       \
-    /* Out's row o, outputs [q0, q1), folds input row xr (first: takes its                \
-     * values). */       \
     static void max_row_##T(const T *xr, T *o, const vq__window *w, int64_t q0, int64_t q1,       \
                             bool first)                                                           \
     {                                                                                             \
@@ -147,7 +151,6 @@ static void interior(int64_t n, int64_t p0, int64_t k, int64_t s, int64_t d, int
         }                                                                                         \
     }                                                                                             \
                                                                                                   \
-    /* The interior outputs [q0, q1) of row o: every tap on the input. */                         \
     static void max_row_inner_##T(const T *xr, T *o, const vq__window *w, int64_t q0, int64_t q1, \
                                   bool first)                                                     \
     {                                                                                             \

@@ -1267,6 +1267,11 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     return rc;
 }
 
+bool vq__engine_help(vq_engine *e)
+{
+    return e && e->kind == VQ_ENGINE_THREADED && !vq__in_op && vq__run_here(&e->cpu);
+}
+
 VQ_API int vq_wait_all(vq_engine *e)
 {
     if (!e)

@@ -54,6 +54,14 @@ uint64_t vq__now_ns(void);
 void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
                    int worker);
 
+/* For a thread outside the engine's ops that waits for the engine's work
+ * (the executor's vq_exec_run): runs one queued ready CPU op of e on the
+ * calling thread, as vq_wait_var's waiter does, so that a small run can
+ * finish on the waiting thread instead of waking a sleeping worker and
+ * being woken by it. True when it ran one; false when none was queued, e
+ * is not threaded, or the caller is inside an op. */
+bool vq__engine_help(vq_engine *e);
+
 /* ---- parallel loops inside an op (parallel.c) ----
  *
  * For a CPU kernel with more work than one core should do alone: runs

@@ -863,8 +863,11 @@ static void sync_done(void *user, int err)
     pthread_mutex_unlock(&w->lock);
 }
 
-/* Spins (yielding) this many times before sleeping: a small run ends within
- * a few microseconds, and a futex wake-up costs more than that on a VM. */
+/* Looks this many times before sleeping, running a queued ready op of the
+ * engine between looks when there is one (vq__engine_help, as
+ * vq_wait_var's waiter does) and yielding the core when there is none: a
+ * small run ends within a few microseconds, and a futex wake-up costs more
+ * than that on a VM; run by the waiting thread, it needs no wake-up at all. */
 #define SYNC_SPINS 256
 
 VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_feed *feeds,
@@ -880,10 +883,13 @@ VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_fe
     int rc = run_start(x, "vq_exec_run", p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w,
                        w.msg);
     if (rc == 0) {
-        for (int i = 0; i < SYNC_SPINS &&
-                        !atomic_load_explicit(&w.finished, memory_order_acquire);
-             i++)
-            sched_yield();
+        for (int i = 0; i < SYNC_SPINS && !atomic_load_explicit(&w.finished, memory_order_acquire);
+             i++) {
+            if (vq__engine_help(x->engine))
+                i = 0;
+            else
+                sched_yield();
+        }
         /* Taking the lock also waits for sync_done to let go of w. */
         pthread_mutex_lock(&w.lock);
         while (!atomic_load_explicit(&w.finished, memory_order_acquire))

@@ -10,11 +10,13 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -880,6 +882,65 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
     vq_tensor_release(w);
     vq_tensor_release(b);
     vq_program_free(p);
+}
+
+/* vq_exec_run's waiter runs the run's queued ops itself (as vq_wait_var's
+ * does): with the engine's one worker held by another op, a run still
+ * finishes, on the calling thread. The holding op waits for a gate that
+ * opens only after the run returned (10 s at most: a waiter that only
+ * waited would find it closed that long). */
+struct gate {
+    atomic_bool started, open, timed_out;
+};
+
+static int hold_worker(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct gate *g = arg;
+    atomic_store(&g->started, true);
+    for (int i = 0; !atomic_load(&g->open); i++) {
+        if (i == 10000) {
+            atomic_store(&g->timed_out, true);
+            break;
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+Test(exec, the_waiting_thread_runs_the_runs_ops_while_the_worker_is_busy)
+{
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 1);
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+    vq_program *p = div_program();
+    int64_t s[1] = {2};
+    int32_t av[2] = {6, 8}, bv[2] = {2, 2};
+    vq_tensor *a, *b;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
+    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, bv), 0);
+    vq_feed feeds[2] = {{"a", a}, {"b", b}};
+    vq_fetch fetch = {"r", NULL};
+    /* once, so that the timed run below needs no preparation */
+    cr_assert_eq(vq_exec_run(ex, p, NULL, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    vq_tensor_release(fetch.tensor);
+    static struct gate g;
+    vq_task t = {.fn = hold_worker, .arg = &g, .name = "hold_worker"};
+    cr_assert_eq(vq_push(e, &t), 0);
+    while (!atomic_load(&g.started))
+        sched_yield();
+    cr_assert_eq(vq_exec_run(ex, p, NULL, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    atomic_store(&g.open, true);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert(!atomic_load(&g.timed_out), "the run waited for the busy worker");
+    cr_assert_eq(((int32_t *)vq_tensor_data(fetch.tensor))[1], 12);
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_program_free(p);
+    vq_exec_free(ex);
+    vq_engine_free(e);
 }
 
 /* ---- a push the engine cannot take ---- */

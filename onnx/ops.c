@@ -2590,7 +2590,9 @@ static int t_cast(struct ox *x)
 
 /* ---- indexing and layout ---- */
 
-static int t_gather(struct ox *x)
+/* Gather and GatherElements: gather and gather_elements (type), the
+ * same inputs and axis. */
+static int take_along(struct ox *x, const char *type)
 {
     struct ox_val *in[2];
     int64_t axis;
@@ -2605,26 +2607,16 @@ static int t_gather(struct ox *x)
         return rc;
     vq_attr a = VQ_ATTR_I("axis", axis);
     const char *o = out0(x);
-    return ox_emit(x, "gather", in, 2, &o, 1, &a, 1, NULL);
+    return ox_emit(x, type, in, 2, &o, 1, &a, 1, NULL);
 }
 
-/* GatherElements: gather_elements, the same axis. */
+static int t_gather(struct ox *x)
+{
+    return take_along(x, "gather");
+}
 static int t_gather_elements(struct ox *x)
 {
-    struct ox_val *in[2];
-    int64_t axis;
-    int rc = need_in(x, 0, &in[0]);
-    if (rc == 0)
-        rc = need_in(x, 1, &in[1]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 0, &axis);
-    if (rc)
-        return rc;
-    vq_attr a = VQ_ATTR_I("axis", axis);
-    const char *o = out0(x);
-    return ox_emit(x, "gather_elements", in, 2, &o, 1, &a, 1, NULL);
+    return take_along(x, "gather_elements");
 }
 
 /* Expand(X, shape) and Tile(X, repeats): the second input known. */

@@ -42,6 +42,7 @@
 #include "../params.h"
 #include "../shape_shared.h" /* vq__lines_of */
 
+#include <stdio.h>
 #include <string.h>
 
 static const char *const gather_in[] = {"X", "Indices"};
@@ -131,29 +132,39 @@ static int gather_kernel(const vq__kcall *k)
     return 0;
 }
 
-static int gather_grad(const vq__grad *g)
+/* gather's and gather_elements' gradient: <type>_grad(X, Indices, dOut),
+ * which has exactly the forward op's attributes. */
+static int gathers_grad(const vq__grad *g)
 {
     if (!g->din[0]) /* Indices have no gradient */
         return 0;
     if (!g->dout[0])
         return vq__op_fail(g->def, "no gradient flows into output Out");
     const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
-    /* gather_grad has exactly gather's attributes. */
-    return vq__emit(g, "gather_grad", in, 3, &g->din[0], 1, g->attrs, g->nattrs);
+    char type[32];
+    snprintf(type, sizeof type, "%s_grad", g->def->type);
+    return vq__emit(g, type, in, 3, &g->din[0], 1, g->attrs, g->nattrs);
 }
 
-/* gather_grad(X, Indices, dOut; axis) -> dX. */
-static int gather_grad_infer(vq__infer *c)
+/* <type>_grad(X, Indices, dOut; axis) -> dX, X's meta; meta gives the
+ * forward op's output meta, which dOut must have (what: its name). */
+static int gathers_grad_infer(vq__infer *c,
+                              int (*meta)(const vq__infer *, vq__gather_params *, vq__meta *),
+                              const char *what)
 {
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0)
         return rc;
     vq__meta want;
-    if ((rc = gather_meta(c, c->params, &want)) < 0 ||
-        (rc = vq__check_shape_is(c, 2, &want, "gather's output shape")) < 0)
+    if ((rc = meta(c, c->params, &want)) < 0 || (rc = vq__check_shape_is(c, 2, &want, what)) < 0)
         return rc;
     c->out[0] = c->in[0];
     return 0;
+}
+
+static int gather_grad_infer(vq__infer *c)
+{
+    return gathers_grad_infer(c, gather_meta, "gather's output shape");
 }
 
 #define SCATTER_ADD(T)                                                                       \
@@ -287,28 +298,9 @@ static int gather_elements_kernel(const vq__kcall *k)
     return 0;
 }
 
-static int gather_elements_grad(const vq__grad *g)
-{
-    if (!g->din[0]) /* Indices have no gradient */
-        return 0;
-    if (!g->dout[0])
-        return vq__op_fail(g->def, "no gradient flows into output Out");
-    const char *in[3] = {g->in[0], g->in[1], g->dout[0]};
-    return vq__emit(g, "gather_elements_grad", in, 3, &g->din[0], 1, g->attrs, g->nattrs);
-}
-
-/* gather_elements_grad(X, Indices, dOut; axis) -> dX. */
 static int elements_grad_infer(vq__infer *c)
 {
-    int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 2)) < 0)
-        return rc;
-    vq__meta want;
-    if ((rc = elements_meta(c, c->params, &want)) < 0 ||
-        (rc = vq__check_shape_is(c, 2, &want, "Indices' shape")) < 0)
-        return rc;
-    c->out[0] = c->in[0];
-    return 0;
+    return gathers_grad_infer(c, elements_meta, "Indices' shape");
 }
 
 #define SCATTER_ELEMENTS(T)                            \
@@ -514,7 +506,7 @@ const vq__op_def vq__ops_index[] = {
      .params_size = sizeof(vq__gather_params),
      .infer = gather_infer,
      .kernel = {gather_kernel},
-     .grad = gather_grad},
+     .grad = gathers_grad},
     {.type = "gather_grad",
      .in_slots = gather_grad_in,
      .nin_slots = 3,
@@ -535,7 +527,7 @@ const vq__op_def vq__ops_index[] = {
      .params_size = sizeof(vq__gather_params),
      .infer = elements_infer,
      .kernel = {gather_elements_kernel},
-     .grad = gather_elements_grad},
+     .grad = gathers_grad},
     {.type = "gather_elements_grad",
      .in_slots = gather_grad_in,
      .nin_slots = 3,

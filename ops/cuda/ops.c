@@ -1309,8 +1309,29 @@ static int batch_norm_train_grad_gpu(const vq__kcall *k, const vq__cuda_launch *
 
 /* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c) ---- */
 
-/* gather and gather_grad: the indices are checked on the device (the
- * check's bad element and the index there, for index.c's message); the
+/* Begins the device-side check of gather's and gather_elements' indices
+ * idx against X's dim along axis: the first bad element and the index
+ * there, for index.c's message (vq__cuda_check_finish reports it). *c is
+ * NULL when the check could not begin; otherwise the caller finishes it. */
+static int index_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
+                              int64_t dim, int axis, struct vq__cuda_check **c)
+{
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, c);
+    if (rc < 0) {
+        *c = NULL;
+        return rc;
+    }
+    (*c)->dim = dim;
+    (*c)->axis = axis;
+    rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &(*c)->d->bad,
+                                          l->s));
+    if (rc == 0)
+        rc = launched(k, vq__cuda_label_fetch(idx->dtype, idx->data, &(*c)->d->bad, &(*c)->d->label,
+                                              l->s));
+    return rc;
+}
+
+/* gather and gather_grad: the indices are checked on the device; the
  * kernels skip a bad index's rows. */
 static int gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
@@ -1318,19 +1339,12 @@ static int gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     bool grad = k->nin == 3;
     vq_tensor *idx = k->in[1], *o = k->out[0];
     vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
-    struct vq__cuda_check *c;
-    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, &c);
-    if (rc < 0)
-        return rc;
     int64_t outer, dim, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
-    c->dim = dim;
-    c->axis = p->axis;
-    rc =
-        launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, dim, &c->d->bad, l->s));
-    if (rc == 0)
-        rc = launched(k,
-                      vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label, l->s));
+    struct vq__cuda_check *c;
+    int rc = index_check_launch(k, l, idx, dim, p->axis, &c);
+    if (!c)
+        return rc;
     if (rc == 0 && grad)
         rc = launched(k, vq__cuda_gather_grad(o->dtype, idx->dtype, idx->data, k->in[2]->data,
                                               o->data, outer, dim, inner, idx->numel, l->s));
@@ -1341,7 +1355,7 @@ static int gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 }
 
 /* gather_elements and its gradient: the indices checked on the device as
- * gather's, against X's dim along the axis. */
+ * gather's (index_check_launch), against X's dim along the axis. */
 static int gather_elements_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__gather_params *p = k->params;
@@ -1349,16 +1363,9 @@ static int gather_elements_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *idx = k->in[1], *o = k->out[0];
     vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
     struct vq__cuda_check *c;
-    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, &c);
-    if (rc < 0)
+    int rc = index_check_launch(k, l, idx, x->shape[p->axis], p->axis, &c);
+    if (!c)
         return rc;
-    c->dim = x->shape[p->axis];
-    c->axis = p->axis;
-    rc = launched(k, vq__cuda_index_check(idx->dtype, idx->data, idx->numel, c->dim, &c->d->bad,
-                                          l->s));
-    if (rc == 0)
-        rc = launched(k,
-                      vq__cuda_label_fetch(idx->dtype, idx->data, &c->d->bad, &c->d->label, l->s));
     if (rc == 0 && grad)
         rc = launched(k, vq__cuda_gather_elements_grad(o->dtype, idx->dtype, idx->data,
                                                        k->in[2]->data, o->data, x->ndim, x->shape,

@@ -484,6 +484,13 @@ int vq__window_attrs(const vq__infer *c, struct vq__window_params *p);
 int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int64_t h, int64_t w,
                       int64_t kh, int64_t kw, bool ceil_mode, int64_t out[2]);
 
+/* (cpu/conv.c) The gradient maker of conv_transpose2d and conv_transpose3d
+ * (conv: "conv2d" or "conv3d", the forward convolution of the same rank;
+ * rank: X's, 4 or 5): dX = conv(dOut, W), dW = <conv>_grad(dOut, W, X;
+ * wrt 1), both with the op's attributes but output_padding, and the
+ * bias's gradient dOut summed over every dim but the channels. */
+int vq__conv_transpose_grad(const vq__grad *g, const char *conv, int rank);
+
 /* (cpu/matmul.c) Row-major C[m,n] = alpha * op(A) op(B) + beta * C on
  * OpenBLAS's gemm with one BLAS thread, beta 0 or 1, sizes up to INT_MAX
  * (the caller checks); empty products write beta * C (zeros for beta 0)

@@ -12,7 +12,8 @@
 #ifndef VARQ_OPS_VOL_SHARED_H
 #define VARQ_OPS_VOL_SHARED_H
 
-#include "shape_shared.h" /* VQ__SHARED_FN */
+#include "shape_shared.h"  /* VQ__SHARED_FN */
+#include "window_shared.h" /* vq__window_source, along each of the three dims */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -85,17 +86,6 @@ VQ__SHARED_FN int64_t vq__vol_tap(const vq__vol *v, int64_t row, int64_t col)
     return ((ch * v->d + iz) * v->h + iy) * v->w + ix;
 }
 
-/* The output index along one dim whose tap t reads input index i, or -1:
- * i = o * s - p + t * dil for 0 <= o < nout. */
-VQ__SHARED_FN int64_t vq__vol_source(int64_t i, int64_t t, int64_t p, int64_t s, int64_t dil,
-                                     int64_t nout)
-{
-    int64_t u = i + p - t * dil;
-    if (u < 0 || u % s != 0 || u / s >= nout)
-        return -1;
-    return u / s;
-}
-
 /* col2vol for element i of one image's channels [cg, d, h, w]: the sum,
  * from 0 and in the order of the taps (a, b, e), of the column entries
  * that read it: what conv3d.c's col2vol adds into a zeroed image. */
@@ -106,15 +96,15 @@ VQ__SHARED_FN int64_t vq__vol_source(int64_t i, int64_t t, int64_t p, int64_t s,
         int64_t ch = i / v->vol;                                                        \
         T s = 0;                                                                        \
         for (int64_t a = 0; a < v->kd; a++) {                                           \
-            int64_t z = vq__vol_source(iz, a, v->pd, v->sd, v->dd, v->od);              \
+            int64_t z = vq__window_source(iz, a, v->pd, v->sd, v->dd, v->od);           \
             if (z < 0)                                                                  \
                 continue;                                                               \
             for (int64_t b = 0; b < v->kh; b++) {                                       \
-                int64_t y = vq__vol_source(iy, b, v->ph, v->sh, v->dh, v->oh);          \
+                int64_t y = vq__window_source(iy, b, v->ph, v->sh, v->dh, v->oh);       \
                 if (y < 0)                                                              \
                     continue;                                                           \
                 for (int64_t e = 0; e < v->kw; e++) {                                   \
-                    int64_t x = vq__vol_source(ix, e, v->pw, v->sw, v->dw, v->ow);      \
+                    int64_t x = vq__window_source(ix, e, v->pw, v->sw, v->dw, v->ow);   \
                     if (x < 0)                                                          \
                         continue;                                                       \
                     int64_t row = ((ch * v->kd + a) * v->kh + b) * v->kw + e;           \

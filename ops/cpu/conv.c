@@ -1007,31 +1007,38 @@ static int conv_transpose2d_kernel(const vq__kcall *k)
     return rc;
 }
 
-static int conv_transpose2d_grad(const vq__grad *g)
+int vq__conv_transpose_grad(const vq__grad *g, const char *conv, int rank)
 {
     int wanted = vq__grad_wanted(g);
     if (wanted <= 0)
         return wanted;
-    vq_attr attrs[5];
+    vq_attr attrs[8];
     int n = 0;
-    for (int i = 0; i < g->nattrs && n < 4; i++)
-        if (strcmp(g->attrs[i].name, "output_padding")) /* conv2d has none */
+    for (int i = 0; i < g->nattrs && n < 7; i++)
+        if (strcmp(g->attrs[i].name, "output_padding")) /* conv2d and conv3d have none */
             attrs[n++] = g->attrs[i];
+    char grad[16];
+    snprintf(grad, sizeof grad, "%s_grad", conv);
     int rc = 0;
     if (g->din[0])
-        rc = vq__emit(g, "conv2d", (const char *const[]){g->dout[0], g->in[1]}, 2, &g->din[0],
-                      1, attrs, n);
+        rc = vq__emit(g, conv, (const char *const[]){g->dout[0], g->in[1]}, 2, &g->din[0], 1, attrs,
+                      n);
     if (rc == 0 && g->din[1]) {
         attrs[n] = VQ_ATTR_I("wrt", 1);
-        rc = vq__emit(g, "conv2d_grad", (const char *const[]){g->dout[0], g->in[1], g->in[0]},
-                      3, &g->din[1], 1, attrs, n + 1);
+        rc = vq__emit(g, grad, (const char *const[]){g->dout[0], g->in[1], g->in[0]}, 3, &g->din[1],
+                      1, attrs, n + 1);
     }
     if (rc == 0 && g->nin > 2 && g->din[2]) {
-        static const int64_t axes[] = {0, 2, 3};
-        vq_attr sum = VQ_ATTR_IS("axes", axes, 3);
+        static const int64_t axes[] = {0, 2, 3, 4};
+        vq_attr sum = VQ_ATTR_IS("axes", axes, rank - 1);
         rc = vq__emit(g, "sum", &g->dout[0], 1, &g->din[2], 1, &sum, 1);
     }
     return rc;
+}
+
+static int conv_transpose2d_grad(const vq__grad *g)
+{
+    return vq__conv_transpose_grad(g, "conv2d", 4);
 }
 
 static const vq__attr_spec conv_transpose_attrs[] = {

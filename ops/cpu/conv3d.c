@@ -498,14 +498,12 @@ static int conv_transpose3d_kernel(const vq__kcall *k)
 
 /* ---- gradient makers ---- */
 
-/* The forward op's attributes but those named skip (NULL: none), into
- * attrs (room for 6). */
-static int copy_attrs(const vq__grad *g, const char *skip, vq_attr *attrs)
+/* The forward op's attributes (at most 5) into attrs (room for 6). */
+static int copy_attrs(const vq__grad *g, vq_attr *attrs)
 {
     int n = 0;
     for (int i = 0; i < g->nattrs && n < 5; i++)
-        if (!skip || strcmp(g->attrs[i].name, skip))
-            attrs[n++] = g->attrs[i];
+        attrs[n++] = g->attrs[i];
     return n;
 }
 
@@ -516,7 +514,7 @@ static int conv3d_grad(const vq__grad *g)
     if (wanted <= 0)
         return wanted;
     vq_attr attrs[6];
-    int n = copy_attrs(g, NULL, attrs);
+    int n = copy_attrs(g, attrs);
     for (int i = 0; i < g->nin && i < 3; i++) {
         if (!g->din[i])
             continue;
@@ -531,26 +529,7 @@ static int conv3d_grad(const vq__grad *g)
 
 static int conv_transpose3d_grad(const vq__grad *g)
 {
-    int wanted = vq__grad_wanted(g);
-    if (wanted <= 0)
-        return wanted;
-    vq_attr attrs[6];
-    int n = copy_attrs(g, "output_padding", attrs); /* conv3d has none */
-    int rc = 0;
-    if (g->din[0])
-        rc = vq__emit(g, "conv3d", (const char *const[]){g->dout[0], g->in[1]}, 2, &g->din[0], 1,
-                      attrs, n);
-    if (rc == 0 && g->din[1]) {
-        attrs[n] = VQ_ATTR_I("wrt", 1);
-        rc = vq__emit(g, "conv3d_grad", (const char *const[]){g->dout[0], g->in[1], g->in[0]}, 3,
-                      &g->din[1], 1, attrs, n + 1);
-    }
-    if (rc == 0 && g->nin > 2 && g->din[2]) {
-        static const int64_t axes[] = {0, 2, 3, 4};
-        vq_attr sum = VQ_ATTR_IS("axes", axes, 4);
-        rc = vq__emit(g, "sum", &g->dout[0], 1, &g->din[2], 1, &sum, 1);
-    }
-    return rc;
+    return vq__conv_transpose_grad(g, "conv3d", 5);
 }
 
 static const vq__attr_spec conv3d_attrs[] = {

@@ -9,12 +9,18 @@
 
 #include <stdint.h>
 
-static bool bad_vol(const vq__vol *v, int64_t channels)
+/* *g = *v with its plane and volume sizes set, for the kernels; false,
+ * nothing set, for a geometry no kernel can run. */
+static bool vol_geom(const vq__vol *v, int64_t channels, vq__vol *g)
 {
-    return !v || channels < 0 || v->d < 0 || v->h < 0 || v->w < 0 || v->od < 0 || v->oh < 0 ||
-           v->ow < 0 || v->kd < 1 || v->kh < 1 || v->kw < 1 || v->sd < 1 || v->sh < 1 ||
-           v->sw < 1 || v->dd < 1 || v->dh < 1 || v->dw < 1 || v->pd < 0 || v->ph < 0 ||
-           v->pw < 0;
+    if (!v || channels < 0 || v->d < 0 || v->h < 0 || v->w < 0 || v->od < 0 || v->oh < 0 ||
+        v->ow < 0 || v->kd < 1 || v->kh < 1 || v->kw < 1 || v->sd < 1 || v->sh < 1 ||
+        v->sw < 1 || v->dd < 1 || v->dh < 1 || v->dw < 1 || v->pd < 0 || v->ph < 0 || v->pw < 0)
+        return false;
+    *g = *v;
+    g->plane = v->od * v->oh * v->ow;
+    g->vol = v->d * v->h * v->w;
+    return true;
 }
 
 template <typename T> __global__ void vol2col_kernel(const T *x, T *col, vq__vol v, int64_t n)
@@ -43,11 +49,9 @@ template <typename T> __global__ void col2vol_kernel(const T *col, T *x, vq__vol
 extern "C" int vq__cuda_vol2col(int dtype, const void *x, void *col, const vq__vol *v,
                                 int64_t channels, void *stream)
 {
-    if (bad_vol(v, channels))
+    vq__vol g;
+    if (!vol_geom(v, channels, &g))
         return VQ_EINVAL;
-    vq__vol g = *v;
-    g.plane = v->od * v->oh * v->ow;
-    g.vol = v->d * v->h * v->w;
     int64_t n = channels * v->kd * v->kh * v->kw * g.plane;
     if (n == 0)
         return 0;
@@ -60,11 +64,9 @@ extern "C" int vq__cuda_vol2col(int dtype, const void *x, void *col, const vq__v
 extern "C" int vq__cuda_col2vol(int dtype, const void *col, void *x, const vq__vol *v,
                                 int64_t channels, void *stream)
 {
-    if (bad_vol(v, channels))
+    vq__vol g;
+    if (!vol_geom(v, channels, &g))
         return VQ_EINVAL;
-    vq__vol g = *v;
-    g.plane = v->od * v->oh * v->ow;
-    g.vol = v->d * v->h * v->w;
     int64_t n = channels * g.vol;
     if (n == 0)
         return 0;

@@ -606,8 +606,11 @@ static void state_reset_segment(struct state *S)
 }
 
 /* Pushes the segment of S as one engine op and starts an empty one.
- * Called with S locked. Returns 0 or the push's error. */
-static int seg_cut(struct state *S, int cause)
+ * Called with S locked. Returns 0 or the push's error. With held, the
+ * push is a held one (vq__push_held): the caller, about to wait for the
+ * segment, lets it go with vq__push_release after unlocking S, and then
+ * runs it itself when it is ready. */
+static int seg_cut_held(struct state *S, int cause, void **held)
 {
     if (S->nops == 0)
         return 0;
@@ -670,7 +673,7 @@ static int seg_cut(struct state *S, int cause)
                      .reads = r->vars, .nreads = p->nreads, .writes = r->vars + p->nreads,
                      .nwrites = p->nwrites, .props = VQ_PROP_RUN_ON_FAILED,
                      .name = "capture_segment"};
-        rc = vq_push(S->e, &t);
+        rc = held ? vq__push_held(S->e, &t, held) : vq_push(S->e, &t);
         if (rc < 0) { /* not run, arg_free not called */
             plan_unref(p);
             cache_unref(c);
@@ -712,6 +715,11 @@ static int seg_cut(struct state *S, int cause)
         }
     }
     return rc;
+}
+
+static int seg_cut(struct state *S, int cause)
+{
+    return seg_cut_held(S, cause, NULL);
 }
 
 static void state_unref(struct state *S)
@@ -765,12 +773,16 @@ static void cut_tensor(vq_tensor *t, int cause)
     pthread_mutex_unlock(&states_lock);
     if (!S)
         return;
+    /* A host read waits for the segment next: it runs it itself. */
+    void *held = NULL;
+    void **hold = cause == VQ_CAPTURE_CUT_HOST_READ ? &held : NULL;
     if (state_find(S->e) != S)
         cause = VQ_CAPTURE_CUT_THREAD;
     state_lock(S);
     if (atomic_load_explicit(&t->capture, memory_order_relaxed) == S)
-        seg_cut(S, cause);
+        seg_cut_held(S, cause, hold);
     state_unlock(S);
+    vq__push_release(S->e, held);
     state_unref(S);
 }
 
@@ -1147,10 +1159,12 @@ VQ_API int vq_capture_end(vq_engine *e)
     if (!S || !S->active)
         return vq__fail(VQ_EINVAL, "vq_capture_end: this thread does not capture on the engine");
     state_lock(S);
-    seg_cut(S, VQ_CAPTURE_CUT_END);
+    void *held = NULL;
+    seg_cut_held(S, VQ_CAPTURE_CUT_END, &held);
     S->active = false;
     int rc = S->first_err;
     state_unlock(S);
+    vq__push_release(e, held);
     return rc;
 }
 

@@ -549,7 +549,8 @@ static HOT int opr_fill(struct vq__desc *restrict o, vq_engine *e, const vq_task
      * skip (fn set: validation leaves async_fn NULL then; internal ops are
      * NOSKIP or have no fn), writing a var, on an engine that does not
      * profile (each op keeps its own record). */
-    if (nw > 0 && t->fn && !(flags & (VQ__OPR_NOSKIP | VQ__OPR_DELETE | VQ__OPR_GPU)) &&
+    if (nw > 0 && t->fn &&
+        !(flags & (VQ__OPR_NOSKIP | VQ__OPR_DELETE | VQ__OPR_GPU | VQ__OPR_HELD)) &&
         !(t->props & VQ_PROP_RUN_ON_FAILED) && !e->profile)
         flags |= VQ__OPR_GROUPABLE;
     o->flags = flags;
@@ -672,12 +673,30 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     joined_last = granted == VQ__APPEND_JOINED;
     if (joined_last)
         return 0; /* joined the group of the op queued last on its vars */
-    /* The pusher's own count goes with the accesses granted above. */
-    int wait = atomic_fetch_sub_explicit(&op->wait, granted + 1, memory_order_acq_rel);
+    /* The pusher's own count goes with the accesses granted above; a held
+     * op's stays until push_release (it joins no group: not groupable). */
+    int own = o->flags & VQ__OPR_HELD ? 0 : 1;
+    int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel);
     VQ__ASSERT(wait >= granted + 1); /* a grant counted here is not granted again */
-    if (wait == granted + 1)
+    if (wait == granted + own)
         dispatch(e, op);
     return 0;
+}
+
+/* Drops the count a held op's pusher kept (VQ__OPR_HELD): when that was
+ * the last one, the op is ready, and this thread, which is about to wait
+ * for it, runs it at once, without a worker's wake-up and the handoff
+ * back; an op that needs a worker's stream (a GPU op) goes to its pool.
+ * Otherwise the access granted last dispatches it, as for any op. */
+static void push_release(vq_engine *e, vq__op *op, const atomic_bool *until)
+{
+    if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) != 1)
+        return;
+    struct vq__wpool *p = vq__pool_of(e, op);
+    if (p->device || vq__in_op || vq__self())
+        dispatch(e, op);
+    else
+        vq__run_op_here(op, until);
 }
 
 static vq__op *op_alloc(const char *fn)
@@ -691,8 +710,10 @@ static vq__op *op_alloc(const char *fn)
 }
 
 /* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops;
- * fn: the API call, for messages. */
-static HOT int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn)
+ * fn: the API call, for messages. With VQ__OPR_HELD (a threaded engine
+ * only), *held gets the op, which stays unready until push_release. */
+static HOT int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn,
+                         vq__op **held)
 {
     vq__op *op = op_alloc(fn);
     if (!op)
@@ -723,6 +744,8 @@ static HOT int push_task(vq_engine *e, const vq_task *t, unsigned flags, const c
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
         vq__pool_free(VQ__POOL_OP, op);
+    } else if (held) {
+        *held = op;
     }
     return rc;
 }
@@ -765,7 +788,7 @@ static void throttle(vq_engine *e)
      * queue): back off to sleeps, so that polling the workers' completion
      * count does not pull its cache line away from them at every op. */
     for (unsigned idle = 0; in_flight(e) > e->max_pending / 2;) {
-        if (vq__run_here(&e->cpu)) {
+        if (vq__run_here(&e->cpu, NULL)) {
             idle = 0;
         } else if (vq__pool_idle(&e->cpu) && (!e->has_prio || vq__pool_idle(&e->prio)) &&
                    vq__gpu_idle(e)) {
@@ -863,7 +886,27 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
         if (push_light(e, t))
             return 0;
     }
-    return push_task(e, t, 0, "vq_push"); /* checks the vars while merging them */
+    return push_task(e, t, 0, "vq_push", NULL); /* checks the vars while merging them */
+}
+
+int vq__push_held(vq_engine *e, const vq_task *t, void **held)
+{
+    *held = NULL;
+    if (!e || e->kind != VQ_ENGINE_THREADED || vq__in_op || vq__self() || !t ||
+        t->nreads + t->nwrites == 0 || !task_shape_ok(e, t))
+        return vq_push(e, t); /* no var to hold it back, or checked and pushed as usual */
+    pace(e);
+    vq__op *op = NULL;
+    int rc = push_task(e, t, VQ__OPR_HELD, "vq_push", &op);
+    if (rc == 0)
+        *held = op;
+    return rc;
+}
+
+void vq__push_release(vq_engine *e, void *held)
+{
+    if (held)
+        push_release(e, held, NULL);
 }
 
 VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
@@ -1179,7 +1222,7 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
         return vq__fail(VQ_EINVAL, "vq_var_free: var \"%s\" has been freed", v->name);
     vq_var *w[1] = {v};
     vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};
-    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free");
+    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);
     if (rc < 0)
         atomic_store(&v->state, VQ__VAR_LIVE);
     return rc;
@@ -1240,8 +1283,12 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
      * before any other ready op runs. */
     vq_task t = {.fn = take_var_error, .arg = &w, .writes = wv, .nwrites = 1,
                  .priority = INT_MAX, .name = "vq_wait_var"};
-    rc = push_task(e, &t, VQ__OPR_NOSKIP, "vq_wait_var");
+    vq__op *op = NULL;
+    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_HELD, "vq_wait_var", &op);
     if (rc == 0) {
+        /* Held: when the var is settled already, the answer is taken
+         * here and now, not by a worker woken for it. */
+        push_release(e, op, &w.answered);
         /* The waiter helps before it sleeps: it runs queued ready CPU ops
          * itself, as the throttle does, and spins a little as a worker
          * does (yielding now and then to a thread on its core) before it
@@ -1251,7 +1298,7 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
          * and back. */
         for (int i = 0;
              i < VQ__SPIN_LOOKS && !atomic_load_explicit(&w.answered, memory_order_acquire); i++) {
-            if (vq__run_here(&e->cpu))
+            if (vq__run_here(&e->cpu, &w.answered))
                 i = 0;
             else
                 vq__spin_pause(i);
@@ -1267,9 +1314,9 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     return rc;
 }
 
-bool vq__engine_help(vq_engine *e)
+bool vq__engine_help(vq_engine *e, const atomic_bool *until)
 {
-    return e && e->kind == VQ_ENGINE_THREADED && !vq__in_op && vq__run_here(&e->cpu);
+    return e && e->kind == VQ_ENGINE_THREADED && !vq__in_op && vq__run_here(&e->cpu, until);
 }
 
 VQ_API int vq_wait_all(vq_engine *e)

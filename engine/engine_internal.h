@@ -163,6 +163,8 @@ enum {
     VQ__OPR_SORTED = 1u << 5,   /* vars[n .. 2n) holds the vars in lock order */
     /* may head or join a group (var.c); set by opr_fill */
     VQ__OPR_GROUPABLE = 1u << 6,
+    /* the pusher keeps its count after the push (push_held, engine.c) */
+    VQ__OPR_HELD = 1u << 7,
 };
 
 /* Doubly linked membership of an engine's list (live vars, live oprs). */
@@ -481,9 +483,16 @@ struct vq__worker *vq__self(void);
 extern VQ__TLS vq_engine *vq__helping;
 /* Takes the next queued op of p into it: false when none is queued. */
 bool vq__pool_pop(struct vq__wpool *p, struct vq__item *it);
-/* Runs one queued op of p on the calling thread (a pusher that helps).
- * Returns false when none was queued. */
-bool vq__run_here(struct vq__wpool *p);
+/* Runs one queued op of p on the calling thread (a pusher that helps, a
+ * waiter); until as for vq__run_op_here. Returns false when none was
+ * queued. */
+bool vq__run_here(struct vq__wpool *p, const atomic_bool *until);
+/* Runs op, ready and taken off every queue, on the calling thread, a
+ * thread outside the engine's ops (a helper, or a pusher that held it:
+ * engine.c). With until (a waiter's flag), it then runs an op that each
+ * op it ran made ready, as a worker runs its successor, until *until is
+ * set or none is made ready; the others go to their pools. */
+void vq__run_op_here(vq__op *op, const atomic_bool *until);
 
 /* ---- GPU execution (gpu.c) ---- */
 

@@ -12,6 +12,7 @@
 #include "fault.h"  /* every allocation goes through vq__malloc & co. */
 #include "stream.h" /* the backend vtable (ops/gpu.c allocates and copies through it) */
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -58,9 +59,23 @@ void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t e
  * (the executor's vq_exec_run): runs one queued ready CPU op of e on the
  * calling thread, as vq_wait_var's waiter does, so that a small run can
  * finish on the waiting thread instead of waking a sleeping worker and
- * being woken by it. True when it ran one; false when none was queued, e
- * is not threaded, or the caller is inside an op. */
-bool vq__engine_help(vq_engine *e);
+ * being woken by it; then, as a worker does, one op that it made ready,
+ * and so on, until *until (the waiter's flag; NULL: none) is set. True
+ * when it ran one; false when none was queued, e is not threaded, or the
+ * caller is inside an op. */
+bool vq__engine_help(vq_engine *e, const atomic_bool *until);
+
+/* For a thread outside the engine's ops that pushes an op and then waits
+ * for it (capture's segment cut by a host read): vq_push, except that on a
+ * threaded engine an op with vars is not dispatched when its accesses are
+ * granted; *held gets it (else NULL), and vq__push_release(e, *held), due
+ * right after whatever the caller must do first (unlocking), lets it go:
+ * the calling thread then runs it at once if it is ready, as vq_wait_var's
+ * waiter would, with no worker's wake-up and no handoff back. Until then
+ * the op and everything queued after it on its vars wait, so nothing may
+ * come between the two calls that waits for the engine. */
+int vq__push_held(vq_engine *e, const vq_task *t, void **held);
+void vq__push_release(vq_engine *e, void *held);
 
 /* ---- parallel loops inside an op (parallel.c) ----
  *

@@ -269,7 +269,7 @@ void vq__pool_submit(struct vq__wpool *p, vq__op *const *ops, int n, bool may_wa
              * ready ops itself, as a worker would. */
             wake(p, n);
             while (!vq__ring_push(&p->ring, op))
-                if (!vq__run_here(p))
+                if (!vq__run_here(p, NULL))
                     sched_yield();
             continue;
         }
@@ -299,29 +299,62 @@ bool vq__pool_idle(struct vq__wpool *p)
            atomic_load(&p->heap.count) == 0;
 }
 
-/* Runs one queued op of p on the calling thread (a pusher that helps).
+/* Runs one queued op of p on the calling thread (a pusher that helps),
+ * and with until, the successors it makes ready as vq__run_op_here does.
  * Returns false when none was queued. */
-bool vq__run_here(struct vq__wpool *p)
+bool vq__run_here(struct vq__wpool *p, const atomic_bool *until)
 {
     if (p->device)
         return false; /* its ops need a worker's stream */
     struct vq__item it;
     if (!vq__pool_pop(p, &it))
         return false;
-    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
-    vq_engine *outer = vq__helping;
     if (!it.op) {
+        vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
+        vq_engine *outer = vq__helping;
         vq__helping = it.light.engine; /* its loops may borrow the workers (parallel.c) */
         vq__light_run(&it.light, &x);
         vq__helping = outer;
         return true;
     }
-    vq__ready r = {.engine = it.op->desc->engine};
-    vq__helping = r.engine;
-    vq__op_run(it.op, &x, &r);
-    vq__helping = outer;
-    vq__ready_flush(&r);
+    vq__run_op_here(it.op, until);
     return true;
+}
+
+/* The op of r that a waiting thread runs next, taken out of r: the
+ * highest-priority one of the engine's CPU pool, unless that pool has a
+ * queued op above it; else NULL. */
+static vq__op *take_successor(vq__ready *r)
+{
+    vq_engine *e = r->engine;
+    int best = -1;
+    for (int i = 0; i < r->n; i++)
+        if (vq__pool_of(e, r->ops[i]) == &e->cpu &&
+            (best < 0 || r->ops[i]->desc->priority > r->ops[best]->desc->priority))
+            best = i;
+    if (best < 0 || heap_has_above(&e->cpu.heap, r->ops[best]->desc->priority))
+        return NULL;
+    vq__op *op = r->ops[best];
+    r->ops[best] = r->ops[--r->n];
+    return op;
+}
+
+void vq__run_op_here(vq__op *op, const atomic_bool *until)
+{
+    vq_exec_ctx x = {.ctx = {VQ_DEV_CPU, 0}, .stream = NULL, .worker = -1};
+    vq_engine *outer = vq__helping;
+    vq__helping = op->desc->engine; /* its loops may borrow the workers (parallel.c) */
+    while (op) {
+        vq__ready r = {.engine = op->desc->engine};
+        vq__op_run(op, &x, &r);
+        op = NULL;
+        /* A waiter goes on as a worker would, with one op its op made
+         * ready (a chain's next), until its wait is answered. */
+        if (r.n && until && !atomic_load_explicit(until, memory_order_acquire))
+            op = take_successor(&r);
+        vq__ready_flush(&r);
+    }
+    vq__helping = outer;
 }
 
 /* Waits for an op: spins a little, then sleeps. False when the pool stops. */

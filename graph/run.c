@@ -885,7 +885,7 @@ VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_fe
     if (rc == 0) {
         for (int i = 0; i < SYNC_SPINS && !atomic_load_explicit(&w.finished, memory_order_acquire);
              i++) {
-            if (vq__engine_help(x->engine))
+            if (vq__engine_help(x->engine, &w.finished))
                 i = 0;
             else
                 sched_yield();

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "leakcheck.h"
 #include "opcheck.h"
@@ -558,6 +559,62 @@ Test(capture, a_host_read_cuts_and_recording_goes_on)
     vq_tensor_release(x);
     vq_tensor_release(y);
     vq_tensor_release(z);
+    vq_engine_free(e);
+}
+
+/* Rows (the trace's "tid") of the profiler's capture_segment records. */
+static int segment_rows(vq_engine *e, int *rows, int max)
+{
+    char path[] = "/tmp/varq_capture_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_profiler_dump(e, path), 0, "%s", vq_errmsg());
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    const char *key = "{\"name\":\"capture_segment\"";
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *tid = strstr(line, "\"tid\":");
+        if (strncmp(line, key, strlen(key)) == 0 && tid && n < max)
+            rows[n++] = atoi(tid + 6);
+    }
+    fclose(f);
+    unlink(path);
+    return n;
+}
+
+/* A segment cut because its caller reads a result, or because its caller
+ * ends the capture, is run by the caller's thread when it is ready (no
+ * worker's wake-up, no handoff back): the profiler shows it on the row of
+ * other threads, after the two workers' rows. */
+Test(capture, a_segment_cut_by_a_host_read_or_the_end_runs_on_the_callers_thread)
+{
+    vq_engine *e;
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .flags = VQ_ENGINE_PROFILE};
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    vq_tensor *x = filled(VQ_F64, 4, 1), *y = NULL, *z = NULL;
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq(vq_capture_begin(e), 0);
+        cr_assert_eq(vq_op_run(e, "scale", &x, 1, &y, 1, &two, 1), 0);
+        cr_assert_eq(vq_tensor_wait(y), 0); /* cut: a host read */
+        cr_assert_eq(((double *)vq_tensor_data(y))[3], 8.0);
+        cr_assert_eq(vq_op_run(e, "scale", &y, 1, &z, 1, &two, 1), 0);
+        cr_assert_eq(vq_capture_end(e), 0); /* cut: the end */
+        cr_assert_eq(vq_tensor_wait(z), 0);
+        cr_assert_eq(oc_get(z, 3), 16.0);
+        vq_tensor_release(y);
+        vq_tensor_release(z);
+        y = z = NULL;
+    }
+    int rows[16];
+    int n = segment_rows(e, rows, 16);
+    cr_assert_eq(n, 6, "capture_segment records: %d", n);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(rows[i], 2, "segment %d ran on row %d, not the caller's (2)", i, rows[i]);
+    vq_tensor_release(x);
     vq_engine_free(e);
 }
 

@@ -628,6 +628,48 @@ unsigned long vq__push_ticket(void)
     return push_ticket;
 }
 
+/* A synchronous caller's first ready op (vq__defer_begin): kept from the
+ * workers, for the caller to run when it has pushed the rest and waits. */
+static VQ__TLS struct {
+    vq_engine *engine; /* deferring on it; NULL: not deferring */
+    vq__op *kept;
+    int after; /* ops pushed since it was kept */
+} defer;
+
+/* Pushes after which a kept op goes to the workers after all: the caller
+ * is pushing a long program, and the op should not wait for its end. */
+#define DEFER_PUSHES 64
+
+/* op became ready at its push: to its pool, unless the pusher keeps it. */
+static HOT void dispatch_pushed(vq_engine *e, vq__op *op)
+{
+    if (__builtin_expect(defer.engine == e, 0)) {
+        if (!defer.kept && vq__pool_of(e, op) == &e->cpu) {
+            defer.kept = op;
+            defer.after = 0;
+            return;
+        }
+    }
+    dispatch(e, op);
+}
+
+void vq__defer_begin(vq_engine *e)
+{
+    if (e && e->kind == VQ_ENGINE_THREADED && !vq__in_op && !vq__self() && !defer.engine)
+        defer.engine = e;
+}
+
+void vq__defer_end(vq_engine *e, const atomic_bool *until)
+{
+    if (!e || defer.engine != e)
+        return;
+    vq__op *op = defer.kept;
+    defer.engine = NULL;
+    defer.kept = NULL;
+    if (op)
+        vq__run_op_here(op, until);
+}
+
 /* hot path: no malloc after warm-up; the op's var spinlocks, then, to
  * dispatch, its pool's heap spinlock or sleep_lock (threaded.c). The naive
  * engine's push is not hot: it runs the op under naive_lock.
@@ -671,6 +713,10 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     }
     vblocks_free(spare);
     joined_last = granted == VQ__APPEND_JOINED;
+    if (__builtin_expect(defer.kept != NULL, 0) && ++defer.after > DEFER_PUSHES) {
+        dispatch(e, defer.kept);
+        defer.kept = NULL;
+    }
     if (joined_last)
         return 0; /* joined the group of the op queued last on its vars */
     /* The pusher's own count goes with the accesses granted above; a held
@@ -679,7 +725,7 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel);
     VQ__ASSERT(wait >= granted + 1); /* a grant counted here is not granted again */
     if (wait == granted + own)
-        dispatch(e, op);
+        dispatch_pushed(e, op);
     return 0;
 }
 

@@ -77,6 +77,22 @@ bool vq__engine_help(vq_engine *e, const atomic_bool *until);
 int vq__push_held(vq_engine *e, const vq_task *t, void **held);
 void vq__push_release(vq_engine *e, void *held);
 
+/* For a thread outside the engine's ops that pushes work and then waits
+ * for all of it (vq_exec_run): between vq__defer_begin(e) and
+ * vq__defer_end(e, until), the first of this thread's ops on e that is
+ * ready when pushed (a CPU op) is kept from the workers, and
+ * vq__defer_end runs it on the calling thread, then, as a worker does, an
+ * op that each op it ran made ready (a chain of segments, the run's final
+ * op) until *until is set: a run whose ops form a chain then runs without
+ * a handoff to a worker and back, while the other ready ops go to the
+ * workers as usual. A kept op goes to the workers after all once this
+ * thread has pushed 64 more ops. Between the two calls the thread must
+ * not wait for the engine's work (the kept op would never run); the end
+ * must follow the begin on every path. No-op on an engine other than a
+ * threaded one, inside an op, and when already deferring. */
+void vq__defer_begin(vq_engine *e);
+void vq__defer_end(vq_engine *e, const atomic_bool *until);
+
 /* ---- parallel loops inside an op (parallel.c) ----
  *
  * For a CPU kernel with more work than one core should do alone: runs

@@ -880,8 +880,11 @@ VQ_API int vq_exec_run(vq_exec *x, const vq_program *p, vq_scope *s, const vq_fe
     atomic_init(&w.finished, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
+    /* The run's first ready op is this thread's to run, when it waits. */
+    vq__defer_begin(x ? x->engine : NULL);
     int rc = run_start(x, "vq_exec_run", p, s, feeds, nfeeds, fetches, nfetches, sync_done, &w,
                        w.msg);
+    vq__defer_end(x ? x->engine : NULL, &w.finished);
     if (rc == 0) {
         for (int i = 0; i < SYNC_SPINS && !atomic_load_explicit(&w.finished, memory_order_acquire);
              i++) {

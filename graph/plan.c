@@ -735,6 +735,48 @@ static bool seg_joins(const struct frame *fr, const struct seg *sg, int k,
     return true;
 }
 
+/* A root block whose ops are all small runs as one segment, whatever its
+ * dependences: every op a sync kernel of one priority, every input and
+ * output shape known at preparation and of at most SMALL_ELEMS elements,
+ * at most SMALL_OPS ops (a training step of a tiny model: the seed's).
+ * The ops run in program order, one of the serial orders the engine
+ * allows; what the rule gives up, parallelism between ops of a few
+ * hundred nanoseconds each, costs less than the engine ops, their
+ * dependences and their handoffs between threads, that it saves. */
+enum { SMALL_ELEMS = 1024, SMALL_OPS = 64 };
+
+static bool meta_small(const vq__meta *m)
+{
+    if (m->ndim < 0)
+        return false;
+    int64_t n = 1;
+    for (int d = 0; d < m->ndim; d++) {
+        if (m->shape[d] < 0 || (n *= m->shape[d]) > SMALL_ELEMS)
+            return false;
+    }
+    return true;
+}
+
+static bool block_small(const struct frame *fr, const vq__block *b)
+{
+    const struct plan *pl = fr->plan;
+    if (fr->up || b->nops < 2 || b->nops > SMALL_OPS)
+        return false;
+    for (int k = 0; k < b->nops; k++) {
+        const struct pop *t = &pl->ops[b->ops[k]];
+        if (t->ctl || !t->fixed || t->def->kernel_async ||
+            t->src->priority != pl->ops[b->ops[0]].src->priority)
+            return false;
+        for (int j = 0; j < t->src->nout; j++)
+            if (!meta_small(&t->fixed[j]))
+                return false;
+        for (int i = 0; i < t->nin; i++)
+            if (!meta_small(&pl->vars[t->in[i]].meta))
+                return false;
+    }
+    return true;
+}
+
 /* A capacity of at least used + n, from cap (doubling from 16). */
 static int seg_grown(int cap, int used, int n)
 {
@@ -810,7 +852,8 @@ int vq__frame_ops(struct frame *fr)
     int rc = seg_map_init(fr, &m);
     if (rc)
         return rc;
-    struct seg sg = {.max = pl->exec->no_segments ? 1 : SEG_MAX};
+    bool small = !pl->exec->no_segments && block_small(fr, b);
+    struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX};
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
         f->t = &pl->ops[b->ops[k]];
@@ -850,7 +893,8 @@ int vq__frame_ops(struct frame *fr)
                 rc = vq__ctl_build(f);
             continue;
         }
-        if (!(linked && seg_joins(fr, &sg, k, ents, nw, nr))) {
+        bool joins = small ? sg.len > 0 : linked && seg_joins(fr, &sg, k, ents, nw, nr);
+        if (!joins) {
             int from = sg.len ? sg.bound : k;
             if ((rc = seg_close(fr, &sg)) < 0)
                 break;

@@ -884,6 +884,75 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
     vq_program_free(p);
 }
 
+/* Two independent branches joined: y1 = relu(x), y2 = scale(x), z = y1 + y2,
+ * on n elements. */
+static vq_program *branches_program(int64_t n)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[1] = {n};
+    var(p, "x", VQ_F64, 1, s, false);
+    var(p, "y1", VQ_F64, 1, s, false);
+    var(p, "y2", VQ_F64, 1, s, false);
+    var(p, "z", VQ_F64, 1, s, false);
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    op(p, "relu", NAMES("x"), 1, NAMES("y1"), 1, NULL, 0);
+    op(p, "scale", NAMES("x"), 1, NAMES("y2"), 1, &two, 1);
+    op(p, "add", NAMES("y1", "y2"), 2, NAMES("z"), 1, NULL, 0);
+    return p;
+}
+
+/* A block whose ops are all small (shapes known, at most 1,024 elements)
+ * runs as one segment even where its ops do not form a chain; with 2,048
+ * elements the independent branches keep engine ops of their own. The
+ * values are those of the ops run one by one. */
+Test(exec, a_block_of_small_ops_runs_as_one_segment_whatever_its_dependences)
+{
+    for (int big = 0; big < 2; big++) {
+        int64_t n = big ? 2048 : 1024;
+        vq_program *p = branches_program(n);
+        vq_engine *e;
+        vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED,
+                             .cpu_workers = 2,
+                             .flags = VQ_ENGINE_PROFILE};
+        cr_assert_eq(vq_engine_new(&e, &eo), 0);
+        vq_exec *ex;
+        cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+        vq_tensor *x;
+        cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &n), 0);
+        double *xv = vq_tensor_data(x);
+        for (int64_t i = 0; i < n; i++)
+            xv[i] = (double)(i % 7) - 3;
+        vq_feed feed = {"x", x};
+        vq_fetch fetch = {"z", NULL};
+        cr_assert_eq(vq_exec_run(ex, p, NULL, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        const double *z = vq_tensor_data(fetch.tensor);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_eq(z[i], (xv[i] > 0 ? xv[i] : 0) + 2 * xv[i], "z[%lld]", (long long)i);
+        char path[] = "/tmp/varq_small_XXXXXX";
+        int fd = mkstemp(path);
+        cr_assert_geq(fd, 0);
+        close(fd);
+        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        double s0 = 0, s1 = 0, t0 = 0, t1 = 0;
+        int segs = trace_count(path, "segment", &s0, &s1);
+        cr_assert_eq(trace_count(path, "relu", &t0, &t1), 1);
+        if (!big) {
+            cr_assert_eq(segs, 1, "one segment for the small block, not %d", segs);
+            cr_assert(t0 >= s0 - 1e-3 && t1 <= s1 + 1e-3, "relu outside the segment");
+        } else {
+            cr_assert(segs == 0 || t0 < s0 - 1e-3 || t1 > s1 + 1e-3,
+                      "the 2,048-element relu ran inside a segment");
+        }
+        unlink(path);
+        vq_tensor_release(fetch.tensor);
+        vq_tensor_release(x);
+        vq_exec_free(ex);
+        vq_engine_free(e);
+        vq_program_free(p);
+    }
+}
+
 /* vq_exec_run's waiter runs the run's queued ops itself (as vq_wait_var's
  * does): with the engine's one worker held by another op, a run still
  * finishes, on the calling thread. The holding op waits for a gate that

@@ -44,6 +44,20 @@ else
     echo "== no digits data (scikit-learn missing): train_bench on synthetic batches"
     step "$b/bench/train_bench" --gpu 0 --digits /nonexistent --reps 3
 fi
+# ONNX's backend node tests on the GPU executor (every case that passes on
+# the CPU; skipped where python3-onnx is missing: exit 77)
+if [ -x "$b/tools/onnx_check" ]; then
+    echo "== scripts/onnx_conformance.sh $b --gpu 0 --check"
+    rc=0
+    scripts/onnx_conformance.sh "$b" --gpu 0 --check | tail -1 || rc=$?
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || { echo "== FAILED: onnx conformance on the GPU"; status=1; }
+fi
+# torchvision's ResNet-18, MobileNetV2 and SqueezeNet exported by PyTorch
+# and run on the GPU executor, against PyTorch (skipped without
+# python3-torchvision)
+if [ -x "$b/tools/varq" ] && /usr/bin/python3 -c 'import torchvision, onnx' 2>/dev/null; then
+    step /usr/bin/python3 scripts/torchvision_check.py --varq "$b/tools/varq" --gpu 0
+fi
 step "$b/bench/gpu_bench" --backend cuda --reps 5
 if [ "$status" -eq 0 ]; then
     echo "== all GPU checks passed"

@@ -5,9 +5,12 @@
 # compare with ONNX's tolerance) and prints pass / fail / unsupported per
 # op and the totals (scripts/onnx_summary.py).
 #
-# usage: scripts/onnx_conformance.sh [BUILD] [--check] [--markdown FILE]
+# usage: scripts/onnx_conformance.sh [BUILD] [--gpu ID] [--check] [--markdown FILE]
 #        scripts/onnx_conformance.sh [BUILD] --fuzz N
 #   BUILD       the meson build directory (default build)
+#   --gpu ID    run every case on the GPU executor (device ID: the CUDA
+#               backend, or the emulated one with VARQ_GPU_BACKEND=emulated,
+#               as the meson test onnx_conformance_gpu runs it)
 #   --check     exit 1 when a case fails, or a case of an op varq
 #               translates is unsupported because of that op (the meson
 #               test onnx_conformance runs this)
@@ -35,13 +38,20 @@ if [ ! -f "$cases/.complete" ]; then
   touch "$cases/.complete"
 fi
 flock -u 9
+gpu=()
+suffix=
+if [ "${1:-}" = --gpu ]; then
+  gpu=(--gpu "${2:?--gpu needs a device id}")
+  suffix=-gpu$2
+  shift 2
+fi
 if [ "${1:-}" = --fuzz ]; then
   exec "$build/tools/onnx_check" --fuzz "${2:?--fuzz needs a count}" "$cases"/node/*/
 fi
 results=$(mktemp "$build/onnx-results.XXXXXX")
 trap 'rm -f "$results"' EXIT
-"$build/tools/varq" onnx-ops > "$build/onnx-supported.txt"
-"$build/tools/onnx_check" "$cases"/node/*/ > "$results"
-cp "$results" "$build/onnx-results.txt"
-/usr/bin/python3 scripts/onnx_summary.py "$build/onnx-results.txt" "$cases/node" \
-  "$build/onnx-supported.txt" "$@"
+"$build/tools/varq" onnx-ops > "$build/onnx-supported$suffix.txt"
+"$build/tools/onnx_check" "${gpu[@]}" "$cases"/node/*/ > "$results"
+cp "$results" "$build/onnx-results$suffix.txt"
+/usr/bin/python3 scripts/onnx_summary.py "$build/onnx-results$suffix.txt" "$cases/node" \
+  "$build/onnx-supported$suffix.txt" "$@"

@@ -7,6 +7,9 @@ within 1e-4 of the largest |torch| (f32), and the top class must agree.
 
 usage: torchvision_check.py --varq BUILD/tools/varq [--models resnet18,...]
                             [--batch N] [--dir DIR] [--opset 13] [--bench R]
+                            [--gpu ID]
+--gpu ID runs varq's ops on GPU ID: the CUDA backend, or the emulated one
+with VARQ_GPU_BACKEND=emulated (the onnx_resnet18_gpu test).
 --bench R also times R inferences of each model in varq (`varq run
 --repeat R --workers 2`, mean per run) and in PyTorch eager (2 threads,
 after a warm-up), prints the ratio PyTorch time / varq time (above 1: varq
@@ -46,13 +49,14 @@ def export(name, path, batch, opset):
 
 
 def bench(args, name, model, xp, xin):
+    gpu = ["--gpu", str(args.gpu)] if args.gpu >= 0 else []
     r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
-                        "--repeat", str(args.bench), "--workers", "2"],
+                        "--repeat", str(args.bench), "--workers", "2"] + gpu,
                        capture_output=True, text=True, check=True)
     ms = float(r.stderr.split("mean ")[1].split(" ms")[0])
     trace = xp + ".trace.json"
     subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
-                    "--workers", "2", "--profile", trace], capture_output=True, check=True)
+                    "--workers", "2", "--profile", trace] + gpu, capture_output=True, check=True)
     import json
     events = json.load(open(trace))
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -81,6 +85,8 @@ def main():
     ap.add_argument("--opset", type=int, default=13)
     ap.add_argument("--dir")
     ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--gpu", type=int, default=-1,
+                    help="run varq's ops on this GPU (VARQ_GPU_BACKEND=cuda|emulated)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     tmp = tempfile.TemporaryDirectory() if not args.dir else None
@@ -93,8 +99,9 @@ def main():
         xp, yp = os.path.join(d, f"{name}_x.npy"), os.path.join(d, f"{name}_y.npy")
         np.save(xp, xin)
         t0 = time.perf_counter()
+        gpu = ["--gpu", str(args.gpu)] if args.gpu >= 0 else []
         r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}",
-                            "--fetch", f"output={yp}"], capture_output=True, text=True)
+                            "--fetch", f"output={yp}"] + gpu, capture_output=True, text=True)
         secs = time.perf_counter() - t0
         if r.returncode != 0:
             print(f"{name}: varq failed: {r.stderr.strip()}")

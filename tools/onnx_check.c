@@ -5,8 +5,12 @@
  * tolerance (|got - want| <= atol + rtol |want|, rtol 1e-3, atol 1e-7;
  * integers and bools exactly; NaN matches NaN).
  *
- * usage: onnx_check [--workers N] CASE_DIR...
+ * usage: onnx_check [--workers N] [--gpu ID] CASE_DIR...
  *        onnx_check --fuzz N CASE_DIR...
+ * With --gpu, the executor runs the ops on GPU ID (the CUDA backend, or
+ * the emulated one: VARQ_GPU_BACKEND), the feeds copied there by the run
+ * and the fetches copied back to the host before the comparison: the
+ * imported model on the GPU executor, against the same expected outputs.
  * With --fuzz, N mutated copies of the cases' models (bytes flipped,
  * replaced, cut or repeated; spread over the cases) are imported, and
  * those that import are prepared with the case's first inputs: each must
@@ -33,6 +37,9 @@
 #include <sys/stat.h>
 
 enum { PASS, FAIL, UNSUPPORTED };
+
+/* The engine of the executor (for the copies of a GPU run's fetches). */
+static vq_engine *the_engine;
 
 /* snprintf whose cut-off (a path or message too long) is acceptable here. */
 static void fmt(char *buf, size_t size, const char *f, ...) __attribute__((format(printf, 3, 4)));
@@ -158,13 +165,16 @@ static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *
             status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
             break;
         }
-        vq_tensor *got = fetches[j].tensor;
-        if (vq_tensor_device(got).kind != VQ_DEV_CPU) {
-            fmt(msg, size, "output on a GPU");
+        vq_tensor *got = fetches[j].tensor, *host = NULL;
+        if (vq_tensor_device(got).kind != VQ_DEV_CPU &&
+            ((rc = vq_tensor_copy_to(the_engine, got, (vq_ctx){VQ_DEV_CPU, 0}, &host)) < 0 ||
+             (rc = vq_tensor_wait(host)) < 0)) {
+            fmt(msg, size, "%s: copying to the host: %s", info->outputs[j], vq_errmsg());
             status = FAIL;
-        } else if (compare(got, want, info->outputs[j], msg, size) < 0) {
+        } else if (compare(host ? host : got, want, info->outputs[j], msg, size) < 0) {
             status = FAIL;
         }
+        vq_tensor_release(host);
         vq_tensor_release(want);
     }
     for (int i = 0; i < nfeeds; i++)
@@ -310,23 +320,27 @@ static int fuzz_case(vq_exec *ex, const char *dir, int n, uint64_t *rng, int *im
 
 int main(int argc, char **argv)
 {
-    int workers = 2, first = 1, fuzz = 0;
-    if (argc > 2 && !strcmp(argv[1], "--fuzz")) {
-        fuzz = atoi(argv[2]);
-        first = 3;
+    int workers = 2, first = 1, fuzz = 0, gpu = -1;
+    for (; first + 1 < argc; first += 2) {
+        if (!strcmp(argv[first], "--fuzz"))
+            fuzz = atoi(argv[first + 1]);
+        else if (!strcmp(argv[first], "--workers"))
+            workers = atoi(argv[first + 1]);
+        else if (!strcmp(argv[first], "--gpu"))
+            gpu = atoi(argv[first + 1]);
+        else
+            break;
     }
-    if (argc > 2 && !strcmp(argv[1], "--workers")) {
-        workers = atoi(argv[2]);
-        first = 3;
-    }
-    if (first >= argc || workers < 1 || fuzz < 0) {
-        fprintf(stderr, "usage: onnx_check [--workers N | --fuzz N] CASE_DIR...\n");
+    if (first >= argc || workers < 1 || fuzz < 0 || gpu < -1 || gpu > 63) {
+        fprintf(stderr, "usage: onnx_check [--workers N] [--gpu ID] CASE_DIR...\n"
+                        "       onnx_check --fuzz N CASE_DIR...\n");
         return 2;
     }
     vq_engine *e;
     vq_exec *ex;
     vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = workers};
-    if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, e, NULL) < 0) {
+    vq_exec_opts xo = {.device = {gpu >= 0 ? VQ_DEV_GPU : VQ_DEV_CPU, gpu >= 0 ? gpu : 0}};
+    if (vq_engine_new(&e, &eo) < 0 || vq_exec_new(&ex, the_engine = e, &xo) < 0) {
         fprintf(stderr, "onnx_check: %s\n", vq_errmsg());
         return 1;
     }

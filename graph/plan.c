@@ -607,6 +607,10 @@ struct seg_map {
         int writer, first_reader;
         int listed; /* -1: in no segment yet */
         int alias;  /* >= 0: the entry of the var with the same engine var */
+        /* the root frame on the CPU: the first and last op of the frame
+         * that names the var, -1 when something outside the frame's ops
+         * (a feed, a fetch, the scope) also touches it (seg_inner) */
+        int first_use, last_use;
         bool listed_write;
     } * ent;
     int nown;          /* the frame's own slots */
@@ -641,7 +645,7 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
     if (!m->ent)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
-        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, false};
+        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, false};
     if (fr->owner)
         return 0; /* no persistable vars outside block 0 */
     int np = pl->npersistable;
@@ -683,9 +687,50 @@ struct seg {
     int max;      /* SEG_MAX, or 1 with VQ_EXEC_NO_SEGMENTS */
     int bound;    /* ops from here on are in the segment or lead to it */
     vq_var **w, **r;
-    struct seg_ent **re; /* the entries of r */
+    struct seg_ent **we, **re; /* the entries of w and r */
     int nw, nr, wcap, rcap;
 };
+
+/* Whether the var of entry e is named by no op of the frame outside ops
+ * [start, end] and by nothing outside the frame's ops: then the segment
+ * of those ops need not hand it to the engine (nothing else is ordered
+ * against it), which saves its queueing and completion on every run. */
+static bool seg_inner(const struct seg_ent *e, int start, int end)
+{
+    return e->first_use >= start && e->last_use <= end && e->first_use >= 0;
+}
+
+/* The first and last op naming each var of the root frame of a CPU plan,
+ * and -1 for the vars something else touches: feeds (their bind ops),
+ * fetches (the final op), persistable vars (the scope's tensors, which
+ * other runs and the caller share). Other frames, GPU plans (stream
+ * events ride on the vars) and blocks with control ops keep every var. */
+static void seg_uses(const struct frame *fr, const vq__block *b, struct seg_map *m)
+{
+    const struct plan *pl = fr->plan;
+    if (fr->up || pl->exec->device.kind != VQ_DEV_CPU)
+        return;
+    for (int k = 0; k < b->nops; k++)
+        if (pl->ops[b->ops[k]].ctl)
+            return; /* its blocks' ops name the root's vars too */
+    for (int k = 0; k < b->nops; k++) {
+        const struct pop *t = &pl->ops[b->ops[k]];
+        for (int n = 0; n < t->src->nout + t->nin; n++) {
+            int v = n < t->src->nout ? t->src->out[n] : t->in[n - t->src->nout];
+            struct seg_ent *e = &m->ent[v];
+            if (e->first_use < 0)
+                e->first_use = k;
+            e->last_use = k;
+        }
+    }
+    for (int v = 0; v < pl->nvars; v++)
+        if (pl->vars[v].persistable || m->ent[v].alias >= 0)
+            m->ent[v].first_use = -1;
+    for (int i = 0; i < pl->nfeeds; i++)
+        m->ent[pl->feeds[i]].first_use = -1;
+    for (int i = 0; i < pl->nfetches; i++)
+        m->ent[pl->fetches[i]].first_use = -1;
+}
 
 /* The engine op of the segment sg, on its first fop. */
 static int seg_close(struct frame *fr, struct seg *sg)
@@ -693,11 +738,20 @@ static int seg_close(struct frame *fr, struct seg *sg)
     if (sg->len == 0)
         return 0;
     struct plan *pl = fr->plan;
+    int end = sg->start + sg->len - 1;
     int nr = 0; /* the reads of vars that a later op of the segment writes go */
     for (int i = 0; i < sg->nr; i++)
-        if (!sg->re[i]->listed_write)
+        if (!sg->re[i]->listed_write && !(sg->len > 1 && seg_inner(sg->re[i], sg->start, end)))
             sg->r[nr++] = sg->r[i];
     sg->nr = nr;
+    /* The vars only the segment's ops name go too, but for one written
+     * var: the segment's executions in successive runs stay ordered by
+     * it, and with them every var they name. */
+    int nw = 0;
+    for (int i = 0; i < sg->nw; i++)
+        if (!(sg->len > 1 && seg_inner(sg->we[i], sg->start, end)) || (i == sg->nw - 1 && !nw))
+            sg->w[nw++] = sg->w[i];
+    sg->nw = nw;
     struct fop *f = &fr->ops[sg->start];
     const vq__pop *src = f->t->src;
     bool async = sg->len == 1 && f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
@@ -795,7 +849,11 @@ static bool seg_room(struct seg *sg, int nw, int nr)
         vq_var **a = vq__realloc(sg->w, (size_t)c * sizeof *a);
         if (!a)
             return false;
-        sg->w = a;
+        sg->w = a; /* room beyond wcap until we has it too */
+        struct seg_ent **e = vq__realloc(sg->we, (size_t)c * sizeof *e);
+        if (!e)
+            return false;
+        sg->we = e;
         sg->wcap = c;
     }
     if (sg->nr + nr > sg->rcap) {
@@ -826,6 +884,7 @@ static int seg_add(struct seg *sg, vq_var *const *vars, struct seg_ent *const *e
         if (e->listed == sg->start && (e->listed_write || !write))
             continue; /* listed already, in a mode that covers this access */
         if (write) {
+            sg->we[sg->nw] = e;
             sg->w[sg->nw++] = vars[i];
         } else {
             sg->re[sg->nr] = e;
@@ -852,6 +911,7 @@ int vq__frame_ops(struct frame *fr)
     int rc = seg_map_init(fr, &m);
     if (rc)
         return rc;
+    seg_uses(fr, b, &m);
     bool small = !pl->exec->no_segments && block_small(fr, b);
     struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX};
     for (int k = 0; k < b->nops && rc == 0; k++) {
@@ -921,6 +981,7 @@ int vq__frame_ops(struct frame *fr)
     if (rc == 0)
         rc = seg_close(fr, &sg);
     free(sg.w);
+    free(sg.we);
     free(sg.r);
     free(sg.re);
     free(m.ent);

@@ -953,6 +953,54 @@ Test(exec, a_block_of_small_ops_runs_as_one_segment_whatever_its_dependences)
     }
 }
 
+/* A segment hands the engine only the vars something outside it touches
+ * (the others are named by its ops alone): runs in flight at once, each
+ * with its own feed, still see their own intermediates. Small blocks (one
+ * segment, the intermediates inner) and 4,096-element ones (segments
+ * split at the branches) alike. */
+Test(exec, runs_in_flight_keep_their_intermediates_apart_when_segments_name_fewer_vars)
+{
+    enum { RUNS = 32 };
+    for (int big = 0; big < 2; big++) {
+        int64_t n = big ? 4096 : 256;
+        vq_program *p = branches_program(n);
+        vq_engine *e;
+        vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+        cr_assert_eq(vq_engine_new(&e, &eo), 0);
+        vq_exec *ex;
+        cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+        vq_tensor *x[RUNS];
+        vq_fetch fetch[RUNS][1];
+        struct async_result res[RUNS];
+        for (int r = 0; r < RUNS; r++) {
+            cr_assert_eq(vq_tensor_new(&x[r], VQ_F64, 1, &n), 0);
+            double *xv = vq_tensor_data(x[r]);
+            for (int64_t i = 0; i < n; i++)
+                xv[i] = (double)((i + r) % 9) - 4 + r;
+            vq_feed feed = {"x", x[r]};
+            fetch[r][0] = (vq_fetch){"z", NULL};
+            atomic_init(&res[r].calls, 0);
+            res[r].err = 1;
+            cr_assert_eq(vq_exec_run_async(ex, p, NULL, &feed, 1, fetch[r], 1, on_done, &res[r]), 0,
+                         "%s", vq_errmsg());
+        }
+        cr_assert_eq(vq_wait_all(e), 0);
+        for (int r = 0; r < RUNS; r++) {
+            cr_assert_eq(atomic_load(&res[r].calls), 1);
+            cr_assert_eq(res[r].err, 0);
+            const double *xv = vq_tensor_data(x[r]), *z = vq_tensor_data(fetch[r][0].tensor);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert_eq(z[i], (xv[i] > 0 ? xv[i] : 0) + 2 * xv[i], "run %d z[%lld]", r,
+                             (long long)i);
+            vq_tensor_release(fetch[r][0].tensor);
+            vq_tensor_release(x[r]);
+        }
+        vq_exec_free(ex);
+        vq_engine_free(e);
+        vq_program_free(p);
+    }
+}
+
 /* vq_exec_run's waiter runs the run's queued ops itself (as vq_wait_var's
  * does): with the engine's one worker held by another op, a run still
  * finishes, on the calling thread. The holding op waits for a gate that

@@ -159,15 +159,25 @@ typedef struct vq_mem_stats {
  * {VQ_DEV_GPU, id} for a GPU: there cached_bytes is 0 and system_bytes is
  * live_bytes, the backend's memory pool doing the caching). VQ_ENOSYS for a
  * device this build has no allocator for, or a GPU without backend;
- * VQ_EINVAL for a GPU id out of range. Thread-safe; the
- * fields are read one by one, so they can be mutually off by an allocation
- * in flight. */
+ * VQ_EINVAL for a GPU id out of range. Thread-safe; the fields are read
+ * one by one, so they can be mutually off by the allocations and frees in
+ * flight. live_bytes and peak_bytes are exact (one process-wide counter;
+ * the peak is the highest value it took). On the CPU each thread caches
+ * freed blocks of up to 256 KiB for itself (at most 4 MiB, and all thread
+ * caches and the shared cache together within VARQ_CPU_CACHE_MB), and
+ * cached_bytes, allocs and reuses are summed over the threads: exact when
+ * no allocation or free runs meanwhile, otherwise off by at most the
+ * blocks in flight between a thread's cache and the shared one. */
 VQ_API int vq_mem_get_stats(vq_ctx dev, vq_mem_stats *out);
 
 /* Sets peak_bytes to the current live_bytes. Thread-safe. */
 VQ_API int vq_mem_reset_peak(vq_ctx dev);
 
-/* Gives every cached block back to the system. Thread-safe. */
+/* Gives every cached block back to the system. Thread-safe. On the CPU:
+ * the shared cache and the calling thread's at once; another live
+ * thread's cache (at most 4 MiB, see vq_mem_get_stats) when that thread
+ * next allocates or frees, or exits; an exited thread's blocks went to
+ * the shared cache at its exit. */
 VQ_API int vq_mem_trim(vq_ctx dev);
 
 /* ---- .npy files ---- */

@@ -113,9 +113,15 @@ void vq__fop_inputs_done(struct fop *f, void *stream)
             continue;
         struct pvar *v = f->in[i];
         /* acq_rel: the last reader sees the others' reads done. A fetched
-         * version never gets here: its count includes the final op. */
-        if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1)
+         * version never gets here: its count includes the final op. A
+         * count of 1 is this op's own: the others are done (acquire: as
+         * their releases), so no read-modify-write. */
+        if (atomic_load_explicit(&v->readers_left, memory_order_acquire) == 1) {
+            atomic_store_explicit(&v->readers_left, 0, memory_order_relaxed);
             vq__slot_drop(pl, v, stream);
+        } else if (atomic_fetch_sub_explicit(&v->readers_left, 1, memory_order_acq_rel) == 1) {
+            vq__slot_drop(pl, v, stream);
+        }
     }
 }
 

@@ -52,19 +52,20 @@ VQ_API int vq_dtype_parse(const char *name, vq_dtype *out)
 
 int64_t vq__numel(int ndim, const int64_t *shape)
 {
+    /* past 2^62 elements: INT64_MAX, unless a dim is 0 (multiplying
+     * instead of dividing: this runs for every tensor made) */
     int64_t n = 1;
+    bool zero = false, big = false;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0)
+        int64_t d = shape[i];
+        if (d < 0)
             return -1;
-        if (shape[i] != 0 && n > ((int64_t)1 << 62) / shape[i])
-            n = INT64_MAX;
-        else if (n != INT64_MAX)
-            n *= shape[i];
+        if (d == 0)
+            zero = true;
+        else if (!big && (__builtin_mul_overflow(n, d, &n) || n > ((int64_t)1 << 62)))
+            big = true;
     }
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] == 0)
-            return 0;
-    return n;
+    return zero ? 0 : big ? INT64_MAX : n;
 }
 
 char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
@@ -297,8 +298,11 @@ VQ_API void vq_tensor_release(vq_tensor *t)
 {
     if (!t)
         return;
-    /* acq_rel: the last release sees every write made under the others. */
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    /* acq_rel: the last release sees every write made under the others.
+     * A count of 1 is the caller's own reference: nobody else can change
+     * it, so no read-modify-write (acquire: as the others' releases). */
+    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1 &&
+        atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     last_reference(t);
 }
@@ -336,7 +340,8 @@ void vq__tensor_release_on(vq_tensor *t, void *stream)
 {
     if (!t)
         return;
-    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1 && /* as vq_tensor_release */
+        atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
     if (stream && !atomic_load_explicit(&t->var, memory_order_acquire)) {
         t->alloc->free(t->alloc, t->data, t->nbytes, stream);

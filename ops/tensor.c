@@ -86,6 +86,15 @@ char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape)
 static int check_shape_numel(const char *fn, vq_dtype dt, int ndim, const int64_t *shape,
                              int64_t *numel)
 {
+    /* the common case in one pass; the checks below say what is wrong */
+    if (dtype_ok(dt) && ndim >= 0 && ndim <= VQ_MAX_DIMS && (ndim == 0 || shape)) {
+        int64_t n = vq__numel(ndim, shape);
+        if (n >= 0 && n != INT64_MAX && (uint64_t)n <= SIZE_MAX / 8 / dtypes[dt].size) {
+            if (numel)
+                *numel = n;
+            return 0;
+        }
+    }
     if (!dtype_ok(dt))
         return vq__fail(VQ_EINVAL, "%s: dtype %d is not a vq_dtype", fn, (int)dt);
     if (ndim < 0 || ndim > VQ_MAX_DIMS)
@@ -116,14 +125,6 @@ static int check_shape(const char *fn, vq_dtype dt, int ndim, const int64_t *sha
  * the pool's depot moves them back in batches. */
 _Static_assert(sizeof(vq_tensor) <= VQ__OBJ_SIZE, "a tensor header fits a pooled object");
 
-static vq_tensor *header_get(void)
-{
-    vq_tensor *t = vq__obj_alloc();
-    if (t)
-        memset(t, 0, sizeof *t);
-    return t;
-}
-
 static void header_put(vq_tensor *t)
 {
     vq__obj_free(t);
@@ -146,14 +147,16 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     } else {
         alloc = vq__allocator_of(dev);
     }
-    vq_tensor *t = header_get();
+    /* Every field is set here (no memset of the header: a rep stos on
+     * the path of every op's output). */
+    vq_tensor *t = vq__obj_alloc();
     if (!t)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
     atomic_init(&t->refs, 1);
     t->dtype = dt;
     t->ndim = ndim;
-    if (ndim)
-        memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    for (int i = 0; i < VQ_MAX_DIMS; i++)
+        t->shape[i] = i < ndim ? shape[i] : 0;
     t->numel = numel;
     t->nbytes = (size_t)numel * dtypes[dt].size; /* dt checked */
     t->dev = dev;
@@ -169,6 +172,7 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     atomic_init(&t->engine, NULL);
     atomic_init(&t->fail_msg, NULL);
     atomic_init(&t->capture, NULL);
+    t->capture_slot = 0;
     *out = t;
     return 0;
 }

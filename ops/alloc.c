@@ -282,7 +282,7 @@ static struct tcache *tc_new(struct cpu_alloc *a)
 {
     if (tc_gone || a->no_tc)
         return NULL;
-    struct tcache *tc = calloc(1, sizeof *tc);
+    struct tcache *tc = vq__calloc(1, sizeof *tc);
     if (!tc)
         return NULL;
     pthread_mutex_lock(&a->reg_lock);

@@ -401,6 +401,8 @@ static void *cpu_alloc_block(vq__allocator *base, size_t bytes, void *stream)
 static __attribute__((noinline)) void free_slow(struct cpu_alloc *a, void *p, size_t size, int c)
 {
     struct tcache *tc = c < TC_CLASSES ? tc_get(a) : NULL;
+    if (tc && tc->cap == 0)
+        tc = NULL; /* no share (VARQ_CPU_CACHE_MB=0, or none left) */
     if (tc && tc->cls[c].count >= 2u * a->mag[c])
         tc_give(a, tc, c, a->mag[c]);
     if (tc && atomic_load_explicit(&tc->bytes, memory_order_relaxed) + size > tc->cap) {

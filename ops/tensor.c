@@ -133,7 +133,7 @@ static void header_put(vq_tensor *t)
 static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
                        const char *fn, void *stream)
 {
-    int64_t numel;
+    int64_t numel = 0; /* set by check_shape_numel on success */
     int rc = check_shape_numel(fn, dt, ndim, shape, &numel);
     if (rc < 0)
         return rc;

@@ -349,6 +349,7 @@ extern const vq__op_def vq__ops_norm[];
 extern const vq__op_def vq__ops_index[];
 extern const vq__op_def vq__ops_extremum[];
 extern const vq__op_def vq__ops_layout[];
+extern const vq__op_def vq__ops_resize[];
 
 /* The definition of type, or NULL. Thread-safe (lock-free; see
  * registry.c's table). */

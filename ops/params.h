@@ -289,4 +289,36 @@ typedef struct vq__pad_params {
     int64_t ivalue;
 } vq__pad_params;
 
+/* ---- resize (ops/cpu/resize.c) ---- */
+
+/* resize's mode, coordinate_transformation_mode and nearest_mode, in the
+ * order of their names in resize.c (ops/resize_shared.h reads them). */
+enum { VQ__RESIZE_NEAREST, VQ__RESIZE_LINEAR, VQ__RESIZE_CUBIC };
+enum {
+    VQ__RESIZE_HALF_PIXEL,
+    VQ__RESIZE_PYTORCH_HALF_PIXEL,
+    VQ__RESIZE_ALIGN_CORNERS,
+    VQ__RESIZE_ASYMMETRIC,
+    VQ__RESIZE_TF_HALF_PIXEL_FOR_NN,
+    VQ__RESIZE_TF_CROP_AND_RESIZE,
+};
+enum {
+    VQ__RESIZE_ROUND_PREFER_FLOOR,
+    VQ__RESIZE_ROUND_PREFER_CEIL,
+    VQ__RESIZE_FLOOR,
+    VQ__RESIZE_CEIL,
+};
+
+/* resize, resize_grad: the modes above, exclude_outside, cubic_coeff_a
+ * (a), extrapolation_value (value for f32 and f64, ivalue for i32, i64 and
+ * bool); scale[d] the given scale of dim d, or 0 where sizes gave Out's
+ * dim; roi every dim's start, then every dim's end (0 and 1 when absent). */
+typedef struct vq__resize_params {
+    int mode, ctm, nearest, exclude;
+    double a, value;
+    int64_t ivalue;
+    double scale[VQ_MAX_DIMS];
+    double roi[2 * VQ_MAX_DIMS];
+} vq__resize_params;
+
 #endif

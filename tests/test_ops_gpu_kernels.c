@@ -1211,6 +1211,55 @@ static void case_gather_elements(struct run *r)
             }
 }
 
+/* resize in every mode (nearest in every dtype) and transformation, by
+ * scales and by sizes, up and down; its gradient (floats, with atomics on
+ * the device). */
+static void case_resize(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[4], sizes[4];
+        double scales[4];
+    } rs[] = {{4, {2, 3, 4, 5}, {0}, {1, 1, 2, 1.5}},
+              {4, {1, 2, 5, 4}, {1, 2, 3, 7}, {0}},
+              {2, {6, 3}, {0}, {0.6, 2.5}},
+              {1, {4}, {1}, {0}}};
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const ctms[] = {"half_pixel", "pytorch_half_pixel",   "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+    static const double roi[8] = {0, 0.1, -0.2, 0.3, 1, 0.8, 1.1, 0.9};
+    bool grad = !strcmp(r->op, "resize_grad");
+    for (int c = 0; c < N_OF(rs); c++)
+        for (int m = 0; m < N_OF(modes); m++)
+            for (int t = 0; t < N_OF(ctms); t++)
+                for (int d = 0; d < (grad || m ? N_OF(floats) : N_OF(all_dtypes)); d++) {
+                    vq_dtype dt = grad || m ? floats[d] : all_dtypes[d];
+                    int n = rs[c].n;
+                    double lohi[8];
+                    for (int i = 0; i < n; i++) {
+                        lohi[i] = roi[4 - n + i];
+                        lohi[n + i] = roi[8 - n + i];
+                    }
+                    bool by_scales = rs[c].scales[0] > 0;
+                    vq_attr at[6] = {by_scales ? VQ_ATTR_FS("scales", rs[c].scales, n)
+                                               : VQ_ATTR_IS("sizes", rs[c].sizes, n),
+                                     VQ_ATTR_S("mode", modes[m]),
+                                     VQ_ATTR_S("coordinate_transformation_mode", ctms[t]),
+                                     VQ_ATTR_FS("roi", lohi, 2 * n),
+                                     VQ_ATTR_F("extrapolation_value", 1),
+                                     VQ_ATTR_B("exclude_outside", t == 1)};
+                    describe(r, "%s, case %d, %s, %s", vq_dtype_name(dt), c, modes[m], ctms[t]);
+                    vq_tensor *x = rnd(r, dt, -5, 5, n, rs[c].x), *out = NULL;
+                    cr_assert_eq(vq_op_run(NULL, "resize", &x, 1, &out, 1, at, 6), 0, "%s",
+                                 vq_errmsg());
+                    vq_tensor *in[2] = {x, NULL};
+                    if (grad)
+                        in[1] = rnd(r, dt, -1, 1, vq_tensor_ndim(out), vq_tensor_shape(out));
+                    vq_tensor_release(out);
+                    check(r, in, grad ? 2 : 1, 1, at, 6, grad ? CLOSE : EXACT);
+                }
+}
+
 /* X's shape, the axis and the sizes of the pieces. */
 static const struct split_gpu_case {
     int nx, n;
@@ -1490,6 +1539,8 @@ static const struct op_case {
     {"gather_grad", case_gather},
     {"gather_elements", case_gather_elements},
     {"gather_elements_grad", case_gather_elements},
+    {"resize", case_resize},
+    {"resize_grad", case_resize},
     {"split", case_split},
     {"split_grad", case_split},
     {"argmax", case_arg},

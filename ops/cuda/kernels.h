@@ -47,6 +47,7 @@
 #include "../layout_shared.h" /* vq__pad_geom */
 #include "../window_shared.h" /* vq__window */
 #include "../vol_shared.h"    /* vq__vol */
+#include "../resize_shared.h" /* vq__resize_geom */
 
 #ifdef __cplusplus
 extern "C" {
@@ -649,6 +650,21 @@ int vq__cuda_pad(int dtype, const void *x, void *out, const vq__pad_geom *geo, d
  * bits; 0 for cropped elements. One thread per element of dx. */
 int vq__cuda_pad_grad(int dtype, const void *g, void *dx, const vq__pad_geom *geo,
                       void *stream);
+
+/* resize (ops/cpu/resize.c, ops/resize_shared.h's rules): out
+ * (geo->oshape) from x (geo->xshape). Nearest mode copies elements (all
+ * five dtypes); linear and cubic (f32, f64) sum in double. An extrapolated
+ * element (tf_crop_and_resize) is value for f32 (rounded to float) and
+ * f64, ivalue for i32, i64 and bool (ivalue != 0). One thread per element
+ * of out. The CPU's bits. */
+int vq__cuda_resize(int dtype, const void *x, void *out, const vq__resize_geom *geo, double value,
+                    int64_t ivalue, void *stream);
+
+/* resize_grad, f32 and f64: dx (geo->xshape) = zeros, then each element of
+ * g (geo->oshape) times its taps' weight products added with atomicAdd at
+ * their elements of dx: equal to the CPU's sums to rounding. */
+int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_geom *geo,
+                         void *stream);
 
 #ifdef __cplusplus
 }

@@ -1500,6 +1500,27 @@ static int pad_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     return launched(k, vq__cuda_pad_grad(dx->dtype, g->data, dx->data, &geo, l->s));
 }
 
+/* resize and its gradient: the geometry from the params and the shapes. */
+static int resize_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__resize_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    vq__resize_geom geo;
+    vq__resize_geom_make(&geo, p, x->ndim, x->shape, o->shape);
+    return launched(k,
+                    vq__cuda_resize(x->dtype, x->data, o->data, &geo, p->value, p->ivalue, l->s));
+}
+
+/* (X, dOut) -> dX. */
+static int resize_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__resize_params *p = k->params;
+    vq_tensor *g = k->in[1], *dx = k->out[0];
+    vq__resize_geom geo;
+    vq__resize_geom_make(&geo, p, dx->ndim, dx->shape, g->shape);
+    return launched(k, vq__cuda_resize_grad(dx->dtype, g->data, dx->data, &geo, l->s));
+}
+
 /* ---- the table, and the dispatcher ---- */
 
 struct entry {
@@ -1617,6 +1638,8 @@ static const struct entry table[] = {
     {"gather_grad", gather_gpu},
     {"gather_elements", gather_elements_gpu},
     {"gather_elements_grad", gather_elements_gpu},
+    {"resize", resize_gpu},
+    {"resize_grad", resize_grad_gpu},
     {"split", split_gpu},
     {"split_grad", split_grad_gpu},
     {"argmax", arg_gpu},

@@ -293,6 +293,16 @@ static int param_var(struct ox *x, const char *name, vq_tensor *t)
     return bind_later(x, name, t);
 }
 
+const vq_tensor *ox_param_value(struct ox *x, const struct ox_val *v)
+{
+    if (v->konst)
+        return v->konst;
+    for (int i = 0; v->var && i < x->nbinds; i++)
+        if (!strcmp(x->binds[i].name, v->var))
+            return x->binds[i].t;
+    return NULL;
+}
+
 /* A program var for v: a known value becomes a persistable var. */
 static int val_var(struct ox *x, struct ox_val *v)
 {

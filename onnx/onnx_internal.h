@@ -83,6 +83,11 @@ int ox_in(struct ox *x, int i, struct ox_val **out);
  * it: the program is then specialized on it (and the offer is marked so in
  * opts->specialized). */
 bool ox_known(struct ox *x, struct ox_val *v);
+/* v's value at import: its known value, or the imported value of the
+ * float initializer (a parameter, never folded) it is; NULL when neither.
+ * For inputs that only configure an op (Resize's scales and roi): the
+ * program keeps what they held at import. */
+const vq_tensor *ox_param_value(struct ox *x, const struct ox_val *v);
 /* The node's attribute name, or NULL. */
 const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name);
 int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out);

@@ -2619,6 +2619,147 @@ static int t_gather_elements(struct ox *x)
     return take_along(x, "gather_elements");
 }
 
+/* ---- Resize and Upsample ---- */
+
+/* The values of input i as doubles, which must be a known f32 or f64
+ * tensor, or a float initializer (its imported value), of at most max
+ * elements (*n = -1 when the input is absent). */
+static int const_floats(struct ox *x, int i, const char *what, double *out, int max, int *n)
+{
+    struct ox_val *v;
+    int rc = ox_in(x, i, &v);
+    *n = -1;
+    if (rc || !v)
+        return rc;
+    const vq_tensor *t = ox_known(x, v) ? v->konst : ox_param_value(x, v);
+    if (!t)
+        return ox_fail(x, VQ_ENOSYS,
+                       "input %d (%s) \"%s\" must be known when the model is "
+                       "imported (an initializer, a Constant, or computed from "
+                       "known shapes)",
+                       i, what, v->name);
+    if (!is_float(t->dtype))
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not a float tensor", i, what,
+                       vq_dtype_name(t->dtype));
+    if (t->ndim > 1)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
+    if (t->numel > max)
+        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
+                       (long long)t->numel, max);
+    for (int64_t k = 0; k < t->numel; k++)
+        out[k] = t->dtype == VQ_F64 ? ((const double *)t->data)[k] : ((const float *)t->data)[k];
+    *n = (int)t->numel;
+    return 0;
+}
+
+/* resize of input 0 into output 0 with the given scales (ns entries) or
+ * sizes (nz), the modes and the other attributes. */
+static int emit_resize(struct ox *x, const char *mode, const char *ctm, const char *nearest,
+                       const double *scales, int ns, const int64_t *sizes, int nz,
+                       const double *roi, int nroi)
+{
+    struct ox_val *v;
+    double a, extra;
+    int64_t exclude;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_attr_float(x, "cubic_coeff_a", -0.75, &a);
+    if (rc == 0)
+        rc = ox_attr_int(x, "exclude_outside", 0, &exclude);
+    if (rc == 0)
+        rc = ox_attr_float(x, "extrapolation_value", 0, &extra);
+    if (rc)
+        return rc;
+    int r = v->meta.ndim, n = ns > 0 ? ns : nz;
+    if (ns > 0 && nz > 0)
+        return ox_fail(x, VQ_EINVAL, "both scales and sizes are given; Resize takes one");
+    if (n <= 0)
+        return ox_fail(x, VQ_EINVAL, "neither scales nor sizes is given");
+    if (n != r)
+        return ox_fail(x, VQ_EINVAL, "%s has %d entries; X has rank %d",
+                       ns > 0 ? "scales" : "sizes", n, r);
+    vq_attr at[9];
+    int na = 0;
+    at[na++] = ns > 0 ? VQ_ATTR_FS("scales", scales, ns) : VQ_ATTR_IS("sizes", sizes, nz);
+    at[na++] = VQ_ATTR_S("mode", mode);
+    at[na++] = VQ_ATTR_S("coordinate_transformation_mode", ctm);
+    at[na++] = VQ_ATTR_S("nearest_mode", nearest);
+    at[na++] = VQ_ATTR_F("cubic_coeff_a", a);
+    at[na++] = VQ_ATTR_B("exclude_outside", exclude != 0);
+    at[na++] = VQ_ATTR_F("extrapolation_value", extra);
+    if (nroi > 0)
+        at[na++] = VQ_ATTR_FS("roi", roi, nroi);
+    const char *o = out0(x);
+    return ox_emit(x, "resize", &v, 1, &o, 1, at, na, NULL);
+}
+
+/* Resize: opset 10 (X, scales; mode) resizes as Upsample does; 11 and 13
+ * (X, roi, scales, sizes) with the coordinate transformation, nearest and
+ * cubic attributes. scales or sizes (and roi in tf_crop_and_resize) must
+ * be known at import; an empty scales counts as absent. */
+static int t_resize(struct ox *x)
+{
+    char mode[32], ctm[32], nearest[32];
+    double scales[VQ_MAX_DIMS], roi[2 * VQ_MAX_DIMS];
+    int64_t sizes[VQ_MAX_DIMS];
+    int ns = -1, nz = -1, nroi = -1;
+    bool v10 = x->opset < 11;
+    int rc = ox_attr_str(x, "mode", "nearest", mode, sizeof mode);
+    if (rc == 0)
+        rc = ox_attr_str(x, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel",
+                         ctm, sizeof ctm);
+    if (rc == 0)
+        rc = ox_attr_str(x, "nearest_mode", v10 ? "floor" : "round_prefer_floor", nearest,
+                         sizeof nearest);
+    if (rc == 0)
+        rc = const_floats(x, v10 ? 1 : 2, "scales", scales, VQ_MAX_DIMS, &ns);
+    if (rc == 0 && !v10)
+        rc = ox_const_ints(x, 3, "sizes", sizes, VQ_MAX_DIMS, &nz);
+    if (rc == 0 && !v10 && !strcmp(ctm, "tf_crop_and_resize")) {
+        rc = const_floats(x, 1, "roi", roi, 2 * VQ_MAX_DIMS, &nroi);
+        if (rc == 0 && nroi <= 0)
+            rc = ox_fail(x, VQ_EINVAL,
+                         "coordinate_transformation_mode tf_crop_and_resize needs "
+                         "the roi (input 1)");
+    }
+    if (rc)
+        return rc;
+    if (v10 && strcmp(mode, "nearest") && strcmp(mode, "linear"))
+        return ox_fail(x, VQ_EINVAL, "mode \"%s\" is not nearest or linear (opset 10)", mode);
+    return emit_resize(x, mode, ctm, nearest, scales, ns, sizes, nz, roi, nroi);
+}
+
+/* Upsample (opsets 7 and 9): X resized by scales (the attribute in 7, input
+ * 1 in 9), nearest or linear, the asymmetric transformation (a nearest
+ * output element reads X at floor(o / scale)). */
+static int t_upsample(struct ox *x)
+{
+    char mode[32];
+    double scales[VQ_MAX_DIMS];
+    int ns = -1;
+    int rc = ox_attr_str(x, "mode", "nearest", mode, sizeof mode);
+    if (rc == 0 && x->opset >= 9) {
+        rc = const_floats(x, 1, "scales", scales, VQ_MAX_DIMS, &ns);
+    } else if (rc == 0) {
+        const Onnx__AttributeProto *a = ox_attr(x, "scales");
+        if (!a || a->n_floats == 0)
+            return ox_fail(x, VQ_EINVAL, "attribute scales is missing");
+        if (a->n_floats > VQ_MAX_DIMS)
+            return ox_fail(x, VQ_ENOSYS, "attribute scales has %zu entries, more than %d",
+                           a->n_floats, VQ_MAX_DIMS);
+        ns = (int)a->n_floats;
+        for (int i = 0; i < ns; i++)
+            scales[i] = a->floats[i];
+    }
+    if (rc)
+        return rc;
+    if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
+        return ox_fail(x, VQ_ENOSYS, "mode \"%s\" is not nearest or linear", mode);
+    return emit_resize(x, mode, "asymmetric", "floor", scales, ns, NULL, -1, NULL, -1);
+}
+
 /* Expand(X, shape) and Tile(X, repeats): the second input known. */
 static int shaped(struct ox *x, const char *type, const char *attr, const char *what)
 {
@@ -3030,6 +3171,7 @@ static const struct translation table[] = {
     {"ReduceSumSquare", t_reduce_sum_square},
     {"Relu", t_relu},
     {"Reshape", t_reshape},
+    {"Resize", t_resize},
     {"Round", t_round},
     {"Selu", t_selu},
     {"Shape", t_shape},
@@ -3056,6 +3198,7 @@ static const struct translation table[] = {
     {"Transpose", t_transpose},
     {"Trilu", t_trilu},
     {"Unsqueeze", t_unsqueeze},
+    {"Upsample", t_upsample},
     {"Where", t_where},
     {"Xor", t_xor},
 };

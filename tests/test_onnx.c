@@ -375,7 +375,8 @@ static void expect_error(Onnx__ModelProto *m, int rc, const char *const *frags)
     vq_tensor *old;
     cr_assert_eq(vq_tensor_new(&old, VQ_F32, 0, NULL), 0);
     cr_assert_eq(vq_scope_set(s, "w1", old), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), rc, "%s", vq_errmsg());
+    int got = vq_program_from_onnx(&p, s, buf, len);
+    cr_assert_eq(got, rc, "rc %d: %s", got, vq_errmsg());
     cr_assert_null(p);
     for (; *frags; frags++)
         cr_assert(strstr(vq_errmsg(), *frags), "\"%s\" not in: %s", *frags, vq_errmsg());
@@ -1382,6 +1383,96 @@ Test(onnx, a_loss_with_an_unknown_reduction_is_an_error)
     cr_assert_not_null(strstr(vq_errmsg(), "sce"), "the node's name: %s", vq_errmsg());
     cr_assert_null(p);
     vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* ---- Resize ---- */
+
+/* x [1, 1, 2, 2] -> Resize "up" (opset 13) -> y, inputs as given. */
+static Onnx__ModelProto *resize_model(const char *const *ins)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 1, 2, 2});
+    add_output(m, "y");
+    add_node(m, "Resize", "up", ins, NAMES("y"));
+    return m;
+}
+
+Test(onnx, resize_needs_its_scales_sizes_and_roi_known_at_import)
+{
+    /* scales a graph input no one offered */
+    Onnx__ModelProto *m = resize_model(NAMES("x", "", "scales"));
+    add_input(m, "scales", 1, (int64_t[]){4});
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("node 0 (Resize \"up\")", "input 2 (scales) \"scales\" must be known "
+                                                 "when the model is imported"));
+    /* both given */
+    m = resize_model(NAMES("x", "", "scales", "sizes"));
+    add_init(m, "scales", 1, (int64_t[]){4}, (const float[]){1, 1, 2, 2});
+    add_init_ints(m, "sizes", 4, (const int64_t[]){1, 1, 4, 4});
+    expect_error(m, VQ_EINVAL, NAMES("Resize \"up\"", "both scales and sizes are given"));
+    /* neither: an empty scales */
+    m = resize_model(NAMES("x", "", "scales"));
+    add_init(m, "scales", 1, (int64_t[]){0}, NULL);
+    expect_error(m, VQ_EINVAL, NAMES("Resize \"up\"", "neither scales nor sizes is given"));
+    /* tf_crop_and_resize without its roi */
+    m = resize_model(NAMES("x", "", "", "sizes"));
+    add_init_ints(m, "sizes", 4, (const int64_t[]){1, 1, 3, 3});
+    Onnx__AttributeProto *a = attr(m->graph->node[0], "coordinate_transformation_mode",
+                                   ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->s.data = (uint8_t *)strdup("tf_crop_and_resize");
+    a->s.len = strlen("tf_crop_and_resize");
+    a->has_s = 1;
+    expect_error(m, VQ_EINVAL, NAMES("tf_crop_and_resize needs the roi (input 1)"));
+    /* a mode varq does not have names it */
+    m = resize_model(NAMES("x", "", "", "sizes"));
+    add_init_ints(m, "sizes", 4, (const int64_t[]){1, 1, 3, 3});
+    a = attr(m->graph->node[0], "mode", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->s.data = (uint8_t *)strdup("area");
+    a->s.len = 4;
+    a->has_s = 1;
+    expect_error(m, VQ_EINVAL,
+                 NAMES("Resize \"up\"", "mode: \"area\" is not nearest, linear "
+                                        "or cubic"));
+}
+
+Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
+{
+    /* PyTorch's bilinear upsample by 2 (align_corners=False) as it exports
+     * it: pytorch_half_pixel, linear, scales an initializer */
+    Onnx__ModelProto *m = resize_model(NAMES("x", "", "scales"));
+    add_init(m, "scales", 1, (int64_t[]){4}, (const float[]){1, 1, 2, 2});
+    Onnx__AttributeProto *a =
+        attr(m->graph->node[0], "mode", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->s.data = (uint8_t *)strdup("linear");
+    a->s.len = 6;
+    a->has_s = 1;
+    a = attr(m->graph->node[0], "coordinate_transformation_mode",
+             ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->s.data = (uint8_t *)strdup("pytorch_half_pixel");
+    a->s.len = strlen("pytorch_half_pixel");
+    a->has_s = 1;
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 4, (int64_t[]){1, 1, 2, 2},
+                                (const float[]){1, 2, 3, 4}),
+                 0);
+    vq_feed f = {"x", x};
+    static const float want[16] = {1,   1.25, 1.75, 2,   1.5, 1.75, 2.25, 2.5,
+                                   2.5, 2.75, 3.25, 3.5, 3,   3.25, 3.75, 4};
+    for (int i = 0; i < 16; i++)
+        cr_assert_float_eq(run1(&r, p, s, &f, 1, "y", i), want[i], 1e-6, "element %d", i);
+    vq_tensor_release(x);
+    vq_program_free(p);
+    vq_scope_free(s);
+    run_free(&r);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }

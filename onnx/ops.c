@@ -2619,6 +2619,94 @@ static int t_gather_elements(struct ox *x)
     return take_along(x, "gather_elements");
 }
 
+/* Sign: where(X > 0, 1, where(X < 0, -1, X * 0)): NaN stays NaN, zeros
+ * stay zero, and the gradient is 0 everywhere (X * 0's). */
+static int t_sign(struct ox *x)
+{
+    struct ox_val *v, *zero, *one, *minus, *pos, *neg, *nil, *inner;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc)
+        return rc;
+    vq_dtype dt = v->meta.dtype;
+    if (dt == VQ_BOOL)
+        return ox_fail(x, VQ_EINVAL, "X is bool; Sign takes numbers");
+    if ((rc = scalar(x, dt, 0, &zero)) == 0 && (rc = scalar(x, dt, 1, &one)) == 0)
+        rc = scalar(x, dt, -1, &minus);
+    if (rc == 0)
+        rc = ox_emit(x, "greater", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &pos);
+    if (rc == 0)
+        rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg);
+    if (rc == 0)
+        rc = ox_emit(x, "mul", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &nil);
+    if (rc == 0)
+        rc = ox_emit(x, "where", (struct ox_val *[]){neg, minus, nil}, 3, NULL, 1, NULL, 0, &inner);
+    const char *o = out0(x);
+    return rc ? rc
+              : ox_emit(x, "where", (struct ox_val *[]){pos, one, inner}, 3, &o, 1, NULL, 0, NULL);
+}
+
+/* Range(start, limit, delta): the three scalars must be known at import,
+ * and so is the result, numpy's arange: max(ceil((limit - start) / delta),
+ * 0) elements start + i * delta (computed in double for floats, exactly
+ * for integers). */
+static int t_range(struct ox *x)
+{
+    static const char *const names[3] = {"start", "limit", "delta"};
+    const vq_tensor *t[3];
+    int rc = need_out0(x);
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        struct ox_val *v;
+        if ((rc = need_in(x, i, &v)) < 0)
+            break;
+        if (!ox_known(x, v))
+            rc = ox_fail(x, VQ_ENOSYS,
+                         "input %d (%s) \"%s\" must be known when the model is imported "
+                         "(Range's length is its output's shape)",
+                         i, names[i], v->name);
+        else if (v->konst->numel != 1)
+            rc = ox_fail(x, VQ_EINVAL, "input %d (%s) has %lld elements, not 1", i, names[i],
+                         (long long)v->konst->numel);
+        else if (i > 0 && v->konst->dtype != t[0]->dtype)
+            rc = ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, start is %s", i, names[i],
+                         vq_dtype_name(v->konst->dtype), vq_dtype_name(t[0]->dtype));
+        else
+            t[i] = v->konst;
+    }
+    if (rc)
+        return rc;
+    vq_dtype dt = t[0]->dtype;
+    if (dt == VQ_BOOL)
+        return ox_fail(x, VQ_EINVAL, "the inputs are bool; Range takes numbers");
+    double start = first_value(t[0]), limit = first_value(t[1]), delta = first_value(t[2]);
+    int64_t s64 = 0, d64 = 0;
+    if (!is_float(dt)) {
+        s64 = dt == VQ_I64 ? *(const int64_t *)t[0]->data : *(const int32_t *)t[0]->data;
+        d64 = dt == VQ_I64 ? *(const int64_t *)t[2]->data : *(const int32_t *)t[2]->data;
+    }
+    if (delta == 0 || !isfinite(delta) || !isfinite(start) || !isfinite(limit))
+        return ox_fail(x, VQ_EINVAL, "Range(%g, %g, %g): delta must be nonzero and all finite",
+                       start, limit, delta);
+    double len = ceil((limit - start) / delta);
+    if (len > (double)(1 << 30))
+        return ox_fail(x, VQ_EINVAL, "Range(%g, %g, %g) has %g elements, more than 2^30", start,
+                       limit, delta, len);
+    int64_t n = len > 0 ? (int64_t)len : 0;
+    vq_tensor *out;
+    if ((rc = vq_tensor_new(&out, dt, 1, &n)) < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    for (int64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case VQ_F32: ((float *)out->data)[i] = (float)(start + (double)i * delta); break;
+        case VQ_F64: ((double *)out->data)[i] = start + (double)i * delta; break;
+        case VQ_I32: ((int32_t *)out->data)[i] = (int32_t)(s64 + i * d64); break;
+        default: ((int64_t *)out->data)[i] = s64 + i * d64; break;
+        }
+    }
+    return ox_const(x, out0(x), out, NULL);
+}
+
 /* ---- Resize and Upsample ---- */
 
 /* The values of input i as doubles, which must be a known f32 or f64
@@ -3159,6 +3247,7 @@ static const struct translation table[] = {
     {"PRelu", t_prelu},
     {"Pad", t_pad},
     {"Pow", t_pow},
+    {"Range", t_range},
     {"Reciprocal", t_reciprocal},
     {"ReduceL1", t_reduce_l1},
     {"ReduceL2", t_reduce_l2},
@@ -3177,6 +3266,7 @@ static const struct translation table[] = {
     {"Shape", t_shape},
     {"Shrink", t_shrink},
     {"Sigmoid", t_sigmoid},
+    {"Sign", t_sign},
     {"Sin", t_sin},
     {"Sinh", t_sinh},
     {"Size", t_size},

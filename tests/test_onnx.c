@@ -1477,6 +1477,48 @@ Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- Sign and Range ---- */
+
+Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){6});
+    add_output(m, "y");
+    add_node(m, "Sign", "sg", NAMES("x"), NAMES("y"));
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, (int64_t[]){6},
+                                (const float[]){-2.5f, -0.0f, 0, 3, NAN, -INFINITY}),
+                 0);
+    vq_feed f = {"x", x};
+    static const float want[6] = {-1, 0, 0, 1, NAN, -1};
+    for (int i = 0; i < 6; i++) {
+        float got = run1(&r, p, s, &f, 1, "y", i);
+        cr_assert(isnan(want[i]) ? isnan(got) : got == want[i], "element %d: %g", i, got);
+    }
+    vq_tensor_release(x);
+    vq_program_free(p);
+    vq_scope_free(s);
+    run_free(&r);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+
+    m = model_new(13);
+    add_input(m, "limit", 0, NULL);
+    add_init_ints(m, "start", 1, (const int64_t[]){0});
+    add_output(m, "y");
+    add_node(m, "Range", "rg", NAMES("start", "limit", "start"), NAMES("y"));
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("node 0 (Range \"rg\")", "input 1 (limit) \"limit\" must be known when "
+                                                "the model is imported"));
+}
+
 /* ---- 3-D pools ---- */
 
 /* Pool (MaxPool or AveragePool) of x [1, 2, 4, 5, 6] with kernel 2x3x2,

@@ -321,4 +321,11 @@ typedef struct vq__resize_params {
     double roi[2 * VQ_MAX_DIMS];
 } vq__resize_params;
 
+/* ---- cumsum (ops/cpu/cumsum.c) ---- */
+
+/* cumsum: the axis (normalized), exclusive and reverse. */
+typedef struct vq__cumsum_params {
+    int axis, exclusive, reverse;
+} vq__cumsum_params;
+
 #endif

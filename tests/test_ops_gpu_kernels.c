@@ -1260,6 +1260,26 @@ static void case_resize(struct run *r)
                 }
 }
 
+/* cumsum on every axis, exclusive and reverse, in every numeric dtype. */
+static void case_cumsum(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[3];
+        int axis;
+    } cs[] = {{1, {9}, 0}, {2, {3, 5}, 0}, {3, {2, 4, 3}, 1}, {3, {2, 4, 3}, -1}, {2, {0, 4}, 1}};
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int f = 0; f < 4; f++)
+            for (int d = 0; d < N_OF(numerics); d++) {
+                describe(r, "%s, case %d, exclusive %d, reverse %d", vq_dtype_name(numerics[d]), c,
+                         f & 1, f >> 1);
+                vq_attr at[3] = {VQ_ATTR_I("axis", cs[c].axis), VQ_ATTR_B("exclusive", f & 1),
+                                 VQ_ATTR_B("reverse", f & 2)};
+                vq_tensor *in[1] = {rnd(r, numerics[d], -5, 5, cs[c].n, cs[c].x)};
+                check(r, in, 1, 1, at, 3, EXACT);
+            }
+}
+
 /* X's shape, the axis and the sizes of the pieces. */
 static const struct split_gpu_case {
     int nx, n;
@@ -1541,6 +1561,7 @@ static const struct op_case {
     {"gather_elements_grad", case_gather_elements},
     {"resize", case_resize},
     {"resize_grad", case_resize},
+    {"cumsum", case_cumsum},
     {"split", case_split},
     {"split_grad", case_split},
     {"argmax", case_arg},

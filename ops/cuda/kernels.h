@@ -666,6 +666,13 @@ int vq__cuda_resize(int dtype, const void *x, void *out, const vq__resize_geom *
 int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_geom *geo,
                          void *stream);
 
+/* cumsum (ops/cpu/cumsum.c), f32, f64, i32 and i64 (integers wrap): out
+ * [outer, len, inner] = the running sums of x along the middle dim,
+ * exclusive and reverse as the CPU's; one thread per lane, adding in the
+ * CPU's order: the CPU's bits. */
+int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
+                    int exclusive, int reverse, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1521,6 +1521,17 @@ static int resize_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     return launched(k, vq__cuda_resize_grad(dx->dtype, g->data, dx->data, &geo, l->s));
 }
 
+/* cumsum: X's lines around the axis. */
+static int cumsum_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__cumsum_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    int64_t outer, len, inner;
+    vq__lines_of(x->ndim, x->shape, p->axis, &outer, &len, &inner);
+    return launched(k, vq__cuda_cumsum(x->dtype, x->data, o->data, outer, len, inner, p->exclusive,
+                                       p->reverse, l->s));
+}
+
 /* ---- the table, and the dispatcher ---- */
 
 struct entry {
@@ -1640,6 +1651,7 @@ static const struct entry table[] = {
     {"gather_elements_grad", gather_elements_gpu},
     {"resize", resize_gpu},
     {"resize_grad", resize_grad_gpu},
+    {"cumsum", cumsum_gpu},
     {"split", split_gpu},
     {"split_grad", split_grad_gpu},
     {"argmax", arg_gpu},

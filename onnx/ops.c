@@ -2619,6 +2619,32 @@ static int t_gather_elements(struct ox *x)
     return take_along(x, "gather_elements");
 }
 
+/* CumSum(X, axis; exclusive, reverse): cumsum, the axis known at import. */
+static int t_cumsum(struct ox *x)
+{
+    struct ox_val *v;
+    int64_t axis, exclusive, reverse;
+    int n;
+    int rc = need_in(x, 0, &v);
+    if (rc == 0)
+        rc = need_out0(x);
+    if (rc == 0)
+        rc = ox_const_ints(x, 1, "axis", &axis, 1, &n);
+    if (rc == 0 && n != 1)
+        rc = ox_fail(x, VQ_EINVAL, "input 1 (axis) is %s; CumSum needs one axis",
+                     n < 0 ? "missing" : "empty");
+    if (rc == 0)
+        rc = ox_attr_int(x, "exclusive", 0, &exclusive);
+    if (rc == 0)
+        rc = ox_attr_int(x, "reverse", 0, &reverse);
+    if (rc)
+        return rc;
+    vq_attr at[3] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("exclusive", exclusive != 0),
+                     VQ_ATTR_B("reverse", reverse != 0)};
+    const char *o = out0(x);
+    return ox_emit(x, "cumsum", &v, 1, &o, 1, at, 3, NULL);
+}
+
 /* Sign: where(X > 0, 1, where(X < 0, -1, X * 0)): NaN stays NaN, zeros
  * stay zero, and the gradient is 0 everywhere (X * 0's). */
 static int t_sign(struct ox *x)
@@ -3200,6 +3226,7 @@ static const struct translation table[] = {
     {"ConvTranspose", t_conv_transpose},
     {"Cos", t_cos},
     {"Cosh", t_cosh},
+    {"CumSum", t_cumsum},
     {"DepthToSpace", t_depth_to_space},
     {"Div", t_div},
     {"Dropout", t_dropout},

@@ -351,6 +351,7 @@ extern const vq__op_def vq__ops_extremum[];
 extern const vq__op_def vq__ops_layout[];
 extern const vq__op_def vq__ops_resize[];
 extern const vq__op_def vq__ops_cumsum[];
+extern const vq__op_def vq__ops_prod[];
 
 /* The definition of type, or NULL. Thread-safe (lock-free; see
  * registry.c's table). */

@@ -1280,6 +1280,37 @@ static void case_cumsum(struct run *r)
             }
 }
 
+/* reduce_prod over sets of axes in every numeric dtype, its gradient with
+ * zeros in some groups. */
+static void case_reduce_prod(struct run *r)
+{
+    static const struct {
+        int n, naxes;
+        int64_t x[3], axes[2];
+    } ps[] = {{2, 1, {3, 4}, {1}},
+              {3, 2, {2, 3, 4}, {0, 2}},
+              {3, 0, {2, 2, 3}, {0}},
+              {3, 1, {2, 0, 3}, {1}},
+              {1, 1, {6}, {0}}};
+    bool grad = !strcmp(r->op, "reduce_prod_grad");
+    for (int c = 0; c < N_OF(ps); c++)
+        for (int d = 0; d < (grad ? N_OF(floats) : N_OF(numerics)); d++) {
+            vq_dtype dt = grad ? floats[d] : numerics[d];
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_attr at = VQ_ATTR_IS("axes", ps[c].axes, ps[c].naxes);
+            vq_tensor *x = rnd(r, dt, -3, 3, ps[c].n, ps[c].x), *out = NULL;
+            for (int64_t e = 0; e < vq_tensor_numel(x); e += 5)
+                oc_set(x, e, 0);
+            cr_assert_eq(vq_op_run(NULL, "reduce_prod", &x, 1, &out, 1, &at, 1), 0, "%s",
+                         vq_errmsg());
+            vq_tensor *in[2] = {x, NULL};
+            if (grad)
+                in[1] = rnd(r, dt, -1, 1, vq_tensor_ndim(out), vq_tensor_shape(out));
+            vq_tensor_release(out);
+            check(r, in, grad ? 2 : 1, 1, &at, 1, EXACT);
+        }
+}
+
 /* X's shape, the axis and the sizes of the pieces. */
 static const struct split_gpu_case {
     int nx, n;
@@ -1562,6 +1593,8 @@ static const struct op_case {
     {"resize", case_resize},
     {"resize_grad", case_resize},
     {"cumsum", case_cumsum},
+    {"reduce_prod", case_reduce_prod},
+    {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},
     {"split_grad", case_split},
     {"argmax", case_arg},

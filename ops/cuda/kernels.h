@@ -673,6 +673,20 @@ int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_ge
 int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
                     int exclusive, int reverse, void *stream);
 
+/* reduce_prod (ops/cpu/prod.c), f32, f64, i32 and i64: out (X's kept
+ * dims) = the product of each group of x (ndim dims, shape; bit d of mask
+ * reduces dim d) in X's order, in double for floats and wrapping unsigned
+ * for integers. One thread per element of out. The CPU's bits. */
+int vq__cuda_reduce_prod(int dtype, const void *x, void *out, int ndim, const int64_t *shape,
+                         unsigned mask, void *stream);
+
+/* reduce_prod_grad, f32 and f64: dx (X's shape) = g times the product of
+ * the other elements of each element's group (prod.c's rule for zeros);
+ * scratch holds 2 doubles per element of g (each group's product of
+ * nonzero elements and count of zeros). The CPU's bits. */
+int vq__cuda_reduce_prod_grad(int dtype, const void *x, const void *g, void *dx, double *scratch,
+                              int ndim, const int64_t *shape, unsigned mask, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1532,6 +1532,29 @@ static int cumsum_gpu(const vq__kcall *k, const vq__cuda_launch *l)
                                        p->reverse, l->s));
 }
 
+/* reduce_prod and its gradient (X, dOut) -> dX, whose pairs of each
+ * group's nonzero product and zero count live in a buffer of the op's
+ * stream. */
+static int reduce_prod_gpu(const vq__kcall *k, const vq__cuda_launch *l)
+{
+    const vq__reduce_params *p = k->params;
+    vq_tensor *x = k->in[0], *o = k->out[0];
+    if (k->nin == 1)
+        return launched(k, vq__cuda_reduce_prod(x->dtype, x->data, o->data, x->ndim, x->shape,
+                                                p->mask, l->s));
+    vq_tensor *g = k->in[1], *pz;
+    if (o->numel == 0)
+        return 0;
+    int64_t n = 2 * g->numel;
+    int rc = vq__tensor_empty_at(&pz, k->x->ctx, VQ_F64, 1, &n, l->s);
+    if (rc < 0)
+        return vq__fail_prefixed(rc, "reduce_prod_grad: the products and zero counts");
+    rc = launched(k, vq__cuda_reduce_prod_grad(x->dtype, x->data, g->data, o->data, pz->data,
+                                               x->ndim, x->shape, p->mask, l->s));
+    vq__tensor_release_on(pz, l->s);
+    return rc;
+}
+
 /* ---- the table, and the dispatcher ---- */
 
 struct entry {
@@ -1652,6 +1675,8 @@ static const struct entry table[] = {
     {"resize", resize_gpu},
     {"resize_grad", resize_grad_gpu},
     {"cumsum", cumsum_gpu},
+    {"reduce_prod", reduce_prod_gpu},
+    {"reduce_prod_grad", reduce_prod_gpu},
     {"split", split_gpu},
     {"split_grad", split_grad_gpu},
     {"argmax", arg_gpu},

@@ -3193,6 +3193,10 @@ static int t_reduce_l2(struct ox *x) { return reduce_wrapped(x, "square", "sqrt"
 static int t_reduce_log_sum(struct ox *x) { return reduce_wrapped(x, NULL, "log"); }
 static int t_reduce_log_sum_exp(struct ox *x) { return reduce_wrapped(x, "exp", "log"); }
 static int t_reduce_mean(struct ox *x) { return reduce(x, "mean", 18); }
+static int t_reduce_prod(struct ox *x)
+{
+    return reduce(x, "reduce_prod", 18);
+}
 
 /* ---- the table ---- */
 
@@ -3283,6 +3287,7 @@ static const struct translation table[] = {
     {"ReduceMax", t_reduce_max},
     {"ReduceMean", t_reduce_mean},
     {"ReduceMin", t_reduce_min},
+    {"ReduceProd", t_reduce_prod},
     {"ReduceSum", t_reduce_sum},
     {"ReduceSumSquare", t_reduce_sum_square},
     {"Relu", t_relu},

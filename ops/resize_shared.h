@@ -204,6 +204,21 @@ VQ__SHARED_FN double vq__resize_point_sum(const vq__resize_point *p, const void 
     int m = p->m;
     if (m == 0)
         return vq__resize_read(x, p->base, f64);
+    if (m <= 2) { /* the common cases, the same operations in the same order */
+        double acc0 = 0;
+        for (int t0 = 0; t0 < p->n[0]; t0++) {
+            int64_t e0 = p->base + p->off[0][t0];
+            if (m == 1) {
+                acc0 += p->w[0][t0] * vq__resize_read(x, e0, f64);
+                continue;
+            }
+            double acc1 = 0;
+            for (int t1 = 0; t1 < p->n[1]; t1++)
+                acc1 += p->w[1][t1] * vq__resize_read(x, e0 + p->off[1][t1], f64);
+            acc0 += p->w[0][t0] * acc1;
+        }
+        return acc0;
+    }
     double acc[VQ_MAX_DIMS];
     int t[VQ_MAX_DIMS];
     for (int k = 0; k < m; k++) {

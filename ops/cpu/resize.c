@@ -261,47 +261,121 @@ static inline void next_coord(const vq__resize_geom *g, int64_t *c)
         c[d] = 0;
 }
 
-/* The point of Out's coordinates c; false when extrapolated. */
-static inline bool point_at(const struct resize_job *j, const int64_t *c, vq__resize_point *pt)
+/* Adds dim d's taps of Out's coordinate cd to pt; false when the
+ * coordinate is extrapolated. */
+static inline bool point_add(const struct resize_job *j, int d, int64_t cd, vq__resize_point *pt)
 {
-    pt->m = 0;
-    pt->base = 0;
-    for (int d = 0; d < j->geo.ndim; d++) {
-        const struct tap_row *r = &j->rows[d][c[d]];
-        if (r->n == 0)
-            return false;
-        if (r->n == 1 && r->w[0] == 1) {
-            pt->base += r->off[0];
-            continue;
-        }
-        int m = pt->m++;
-        pt->n[m] = (int)r->n;
-        for (int t = 0; t < r->n; t++) {
-            pt->off[m][t] = r->off[t];
-            pt->w[m][t] = r->w[t];
-        }
+    const struct tap_row *r = &j->rows[d][cd];
+    if (r->n == 0)
+        return false;
+    if (r->n == 1 && r->w[0] == 1) {
+        pt->base += r->off[0];
+        return true;
+    }
+    int m = pt->m++;
+    pt->n[m] = (int)r->n;
+    for (int t = 0; t < r->n; t++) {
+        pt->off[m][t] = r->off[t];
+        pt->w[m][t] = r->w[t];
     }
     return true;
+}
+
+/* Walks Out's elements lo..hi-1 in order, each as its point: the taps of
+ * every dim but the last are gathered once per row of Out. */
+struct point_walk {
+    const struct resize_job *j;
+    int64_t c[VQ_MAX_DIMS];
+    vq__resize_point pt;
+    int row_m;
+    int64_t row_base;
+    bool row_in, first;
+};
+
+static void walk_start(struct point_walk *w, const struct resize_job *j, int64_t lo)
+{
+    w->j = j;
+    w->first = true;
+    unravel(&j->geo, lo, w->c);
+}
+
+/* The point of the walk's element (false: extrapolated); then moves on. */
+static inline bool walk_point(struct point_walk *w)
+{
+    const struct resize_job *j = w->j;
+    int last = j->geo.ndim - 1;
+    if (w->first || w->c[last] == 0) {
+        w->first = false;
+        w->pt.m = 0;
+        w->pt.base = 0;
+        w->row_in = true;
+        for (int d = 0; d < last && w->row_in; d++)
+            w->row_in = point_add(j, d, w->c[d], &w->pt);
+        w->row_m = w->pt.m;
+        w->row_base = w->pt.base;
+    }
+    w->pt.m = w->row_m;
+    w->pt.base = w->row_base;
+    bool in = w->row_in && point_add(j, last, w->c[last], &w->pt);
+    next_coord(&j->geo, w->c);
+    return in;
+}
+
+/* Nearest: one tap of weight 1 in every dim, so each element is a copy;
+ * a row at a time, the last dim's offsets from its table. */
+#define NEAREST_RUN(T)                                       \
+    do {                                                     \
+        const T *src = (const T *)j->x + base;               \
+        T *dst = (T *)j->out + e, fill;                      \
+        memcpy(&fill, j->value, sizeof fill);                \
+        for (int64_t k = 0; k < run; k++) {                  \
+            const struct tap_row *r = &last[c0 + k];         \
+            dst[k] = row_in && r->n ? src[r->off[0]] : fill; \
+        }                                                    \
+    } while (0)
+
+static void nearest_range(const struct resize_job *j, int64_t lo, int64_t hi)
+{
+    int nd = j->geo.ndim;
+    int64_t c[VQ_MAX_DIMS], width = j->geo.oshape[nd - 1];
+    const struct tap_row *last = j->rows[nd - 1];
+    unravel(&j->geo, lo, c);
+    for (int64_t e = lo; e < hi;) {
+        int64_t c0 = c[nd - 1], run = width - c0 < hi - e ? width - c0 : hi - e, base = 0;
+        bool row_in = true;
+        for (int d = 0; d < nd - 1 && row_in; d++) {
+            const struct tap_row *r = &j->rows[d][c[d]];
+            row_in = r->n > 0;
+            base += row_in ? r->off[0] : 0;
+        }
+        switch (j->es) {
+        case 8: NEAREST_RUN(uint64_t); break;
+        case 4: NEAREST_RUN(uint32_t); break;
+        default: NEAREST_RUN(uint8_t); break;
+        }
+        e += run;
+        c[nd - 1] = width - 1; /* the row's last column: next_coord moves to the next row */
+        next_coord(&j->geo, c);
+    }
 }
 
 static int resize_range(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     const struct resize_job *j = arg;
-    int64_t c[VQ_MAX_DIMS];
-    unravel(&j->geo, lo, c);
-    vq__resize_point pt;
-    bool nearest = j->geo.mode == VQ__RESIZE_NEAREST, f64 = j->dt == VQ_F64;
-    for (int64_t e = lo; e < hi; e++, next_coord(&j->geo, c)) {
-        bool in = point_at(j, c, &pt);
-        if (nearest) { /* one tap of weight 1 in every dim: a copy */
-            char *dst = (char *)j->out + (size_t)e * j->es;
-            memcpy(dst, in ? (const char *)j->x + (size_t)pt.base * j->es : (const char *)j->value,
-                   j->es);
-        } else if (f64) {
-            ((double *)j->out)[e] = in ? vq__resize_point_sum(&pt, j->x, 1) : j->fill;
+    if (j->geo.mode == VQ__RESIZE_NEAREST) {
+        nearest_range(j, lo, hi);
+        return 0;
+    }
+    struct point_walk w;
+    walk_start(&w, j, lo);
+    bool f64 = j->dt == VQ_F64;
+    for (int64_t e = lo; e < hi; e++) {
+        bool in = walk_point(&w);
+        if (f64) {
+            ((double *)j->out)[e] = in ? vq__resize_point_sum(&w.pt, j->x, 1) : j->fill;
         } else {
-            ((float *)j->out)[e] = (float)(in ? vq__resize_point_sum(&pt, j->x, 0) : j->fill);
+            ((float *)j->out)[e] = (float)(in ? vq__resize_point_sum(&w.pt, j->x, 0) : j->fill);
         }
     }
     return 0;
@@ -343,15 +417,15 @@ static int resize_kernel(const vq__kcall *k)
     return rc;
 }
 
-#define SCATTER_TO(T)                                                    \
-    do {                                                                 \
-        T *dx = dxt->data;                                               \
-        const T *g = gt->data;                                           \
-        for (int64_t e = 0; e < gt->numel; e++, next_coord(&j.geo, c)) { \
-            if (!point_at(&j, c, &pt))                                   \
-                continue;                                                \
-            VQ__RESIZE_POINT_SCATTER(&pt, (double)g[e], ADD);            \
-        }                                                                \
+#define SCATTER_TO(T)                                           \
+    do {                                                        \
+        T *dx = dxt->data;                                      \
+        const T *g = gt->data;                                  \
+        for (int64_t e = 0; e < gt->numel; e++) {               \
+            if (!walk_point(&w))                                \
+                continue;                                       \
+            VQ__RESIZE_POINT_SCATTER(&w.pt, (double)g[e], ADD); \
+        }                                                       \
     } while (0)
 
 static int resize_grad_kernel(const vq__kcall *k)
@@ -365,8 +439,8 @@ static int resize_grad_kernel(const vq__kcall *k)
     int rc = tabulate(k, &j, dxt, gt, &held);
     if (rc < 0)
         return rc;
-    int64_t c[VQ_MAX_DIMS] = {0};
-    vq__resize_point pt;
+    struct point_walk w;
+    walk_start(&w, &j, 0);
     if (dxt->dtype == VQ_F32) {
 #define ADD(e, v) dx[e] += (float)(v)
         SCATTER_TO(float);

@@ -105,7 +105,7 @@ VQ__SHARED_FN int vq__resize_taps(const vq__resize_geom *g, int d, int64_t o, in
     double s = g->scale[d], len = g->len[d], od = (double)o, x;
     switch (g->ctm) {
     case VQ__RESIZE_PYTORCH_HALF_PIXEL: x = len == 1 ? -0.5 : (od + 0.5) / s - 0.5; break;
-    case VQ__RESIZE_ALIGN_CORNERS: x = len == 1 ? 0 : (double)(o * (in - 1)) / (len - 1); break;
+    case VQ__RESIZE_ALIGN_CORNERS: x = len == 1 ? 0 : od * (double)(in - 1) / (len - 1); break;
     case VQ__RESIZE_ASYMMETRIC: x = od / s; break;
     case VQ__RESIZE_TF_HALF_PIXEL_FOR_NN: x = (od + 0.5) / s; break;
     case VQ__RESIZE_TF_CROP_AND_RESIZE: {

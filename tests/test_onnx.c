@@ -1477,6 +1477,42 @@ Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
+{
+    /* x [1, 1, 2, 2] nearest by [1, 1, 2, 3]: each element repeated 2 x 3 */
+    Onnx__ModelProto *m = model_new(7);
+    add_input(m, "x", 4, (int64_t[]){1, 1, 2, 2});
+    add_output(m, "y");
+    Onnx__NodeProto *n = add_node(m, "Upsample", "up", NAMES("x"), NAMES("y"));
+    Onnx__AttributeProto *a = attr(n, "scales", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+    a->n_floats = 4;
+    a->floats = malloc(4 * sizeof *a->floats);
+    memcpy(a->floats, (const float[]){1, 1, 2, 3}, 4 * sizeof *a->floats);
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 4, (int64_t[]){1, 1, 2, 2},
+                                (const float[]){1, 2, 3, 4}),
+                 0);
+    vq_feed f = {"x", x};
+    for (int i = 0; i < 24; i++) {
+        int row = i / 6, col = i % 6;
+        float want = (float)(1 + 2 * (row / 2) + col / 3);
+        cr_assert_eq(run1(&r, p, s, &f, 1, "y", i), want, "element %d", i);
+    }
+    vq_tensor_release(x);
+    vq_program_free(p);
+    vq_scope_free(s);
+    run_free(&r);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- Sign and Range ---- */
 
 Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)

@@ -1414,7 +1414,7 @@ Test(onnx, resize_needs_its_scales_sizes_and_roi_known_at_import)
     expect_error(m, VQ_EINVAL, NAMES("Resize \"up\"", "both scales and sizes are given"));
     /* neither: an empty scales */
     m = resize_model(NAMES("x", "", "scales"));
-    add_init(m, "scales", 1, (int64_t[]){0}, NULL);
+    add_init(m, "scales", 1, (int64_t[]){0}, (const float[]){0});
     expect_error(m, VQ_EINVAL, NAMES("Resize \"up\"", "neither scales nor sizes is given"));
     /* tf_crop_and_resize without its roi */
     m = resize_model(NAMES("x", "", "", "sizes"));

@@ -289,7 +289,7 @@ static int t_clip(struct ox *x)
 static int t_leaky_relu(struct ox *x)
 {
     struct ox_val *v, *zero, *neg, *scaled;
-    double alpha;
+    double alpha = 0.01;
     int rc = need_in(x, 0, &v);
     if (rc == 0)
         rc = need_out0(x);

@@ -11,6 +11,7 @@
 #include "opcheck.h"
 
 #include "../ops/ops_internal.h"
+#include "../ops/resize_shared.h" /* the CUDA kernel's evaluation, on the host */
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -414,6 +415,87 @@ Test(ops_resize, a_call_shared_with_an_idle_worker_equals_the_serial_one)
     }
     vq_tensor_release(x);
     vq_engine_free(e);
+}
+
+/* What ops/cuda/resize.cu computes for Out's element e: the taps of
+ * every dim from vq__resize_taps and the general nested sum. */
+static double device_value(const vq__resize_geom *g, const vq__resize_params *p, int64_t e,
+                           const void *x, bool f64)
+{
+    int64_t c[VQ_MAX_DIMS], xs[VQ_MAX_DIMS], stride = 1;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        c[d] = e % g->oshape[d];
+        e /= g->oshape[d];
+        xs[d] = stride;
+        stride *= g->xshape[d];
+    }
+    vq__resize_point pt = {.m = 0, .base = 0};
+    for (int d = 0; d < g->ndim; d++) {
+        int64_t idx[VQ__RESIZE_TAPS];
+        double w[VQ__RESIZE_TAPS];
+        int n = vq__resize_taps(g, d, c[d], idx, w);
+        if (n == 0)
+            return p->value;
+        vq__resize_point_add(&pt, n, idx, w, xs[d]);
+    }
+    return vq__resize_point_sum(&pt, x, f64);
+}
+
+Test(ops_resize, the_cpu_kernel_has_the_bits_of_the_cuda_kernels_evaluation)
+{
+    /* the CPU kernel's row loops against the shared per-element rules the
+     * CUDA kernel runs (the device itself is tested by test_ops_gpu_kernels
+     * where there is one) */
+    static const struct shape_case more[] = {
+        {4, {2, 3, 5, 4}, {2, 5, 7, 3}, {0}}, /* three dims interpolated */
+        {3, {3, 4, 5}, {0}, {1.5, 0.7, 2}},
+    };
+    for (int s = 0; s < N_OF(shape_cases) + N_OF(more); s++)
+        for (int m = 1; m < N_OF(modes); m++)
+            for (int t = 0; t < N_OF(ctms); t++)
+                for (int d = 0; d < 2; d++) {
+                    const struct shape_case *sc =
+                        s < N_OF(shape_cases) ? &shape_cases[s] : &more[s - N_OF(shape_cases)];
+                    struct ref r = {.mode = modes[m],
+                                    .ctm = ctms[t],
+                                    .nearest = "floor",
+                                    .a = -0.5,
+                                    .exclude = t == 2,
+                                    .extrapolation = 3};
+                    fill(&r, sc);
+                    for (int k = 0; k < r.ndim && t == 5; k++) {
+                        r.roi[k] = -0.1 * k;
+                        r.roi[r.ndim + k] = 1 + 0.2 * k;
+                        if (r.scale[k] > 0)
+                            r.oshape[k] = (int64_t)floor(
+                                (double)r.xshape[k] * (r.roi[r.ndim + k] - r.roi[k]) * r.scale[k]);
+                    }
+                    vq_dtype dt = d ? VQ_F64 : VQ_F32;
+                    vq_tensor *x = oc_rand(&rng, dt, r.ndim, r.xshape, -3, 3);
+                    vq_attr at[9];
+                    int64_t sizes[4];
+                    int na = attrs_of(&r, at, sizes);
+                    vq_tensor *out = oc_run1("resize", &x, 1, at, na);
+                    vq__meta xm = {.dtype = dt, .ndim = r.ndim}, om;
+                    memcpy(xm.shape, r.xshape, sizeof r.xshape);
+                    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+                    cr_assert_eq(vq__op_infer(vq__op_find("resize"), at, na, 1, &xm, 1, &om,
+                                              params),
+                                 0, "%s", vq_errmsg());
+                    const vq__resize_params *p = (const void *)params;
+                    vq__resize_geom g;
+                    vq__resize_geom_make(&g, p, r.ndim, r.xshape, om.shape);
+                    for (int64_t e = 0; e < vq_tensor_numel(out); e++) {
+                        double v = device_value(&g, p, e, vq_tensor_data(x), d);
+                        bool same = d ? ((const double *)vq_tensor_data(out))[e] == v
+                                      : ((const float *)vq_tensor_data(out))[e] == (float)v;
+                        cr_assert(same, "%s %s %s case %d element %lld: %.17g, expected %.17g",
+                                  vq_dtype_name(dt), modes[m], ctms[t], s, (long long)e,
+                                  oc_get(out, e), v);
+                    }
+                    vq_tensor_release(out);
+                    vq_tensor_release(x);
+                }
 }
 
 /* ---- the gradient ---- */

@@ -359,6 +359,40 @@ static void nearest_range(const struct resize_job *j, int64_t lo, int64_t hi)
     }
 }
 
+/* Linear and cubic, a run of one row of Out whose other dims have at
+ * most one multi-tap dim (pn taps at offsets po, weights pw; pn 0: none):
+ * vq__resize_point_sum's one- and two-dim sums written out, the same
+ * operations in the same order. */
+#define INTERP_RUN(T)                                                   \
+    do {                                                                \
+        const T *src = (const T *)j->x + base;                          \
+        T *dst = (T *)j->out + e;                                       \
+        for (int64_t k = 0; k < run; k++) {                             \
+            const struct tap_row *r = &last[c0 + k];                    \
+            bool one = r->n == 1 && r->w[0] == 1;                       \
+            double v = 0;                                               \
+            if (r->n == 0) {                                            \
+                v = j->fill;                                            \
+            } else if (pn == 0 && one) {                                \
+                v = (double)src[r->off[0]];                             \
+            } else if (pn == 0) {                                       \
+                for (int t = 0; t < r->n; t++)                          \
+                    v += r->w[t] * (double)src[r->off[t]];              \
+            } else if (one) {                                           \
+                for (int t = 0; t < pn; t++)                            \
+                    v += pw[t] * (double)src[po[t] + r->off[0]];        \
+            } else {                                                    \
+                for (int t0 = 0; t0 < pn; t0++) {                       \
+                    double a = 0;                                       \
+                    for (int t = 0; t < r->n; t++)                      \
+                        a += r->w[t] * (double)src[po[t0] + r->off[t]]; \
+                    v += pw[t0] * a;                                    \
+                }                                                       \
+            }                                                           \
+            dst[k] = (T)v;                                              \
+        }                                                               \
+    } while (0)
+
 static int resize_range(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
@@ -367,16 +401,54 @@ static int resize_range(void *arg, int64_t lo, int64_t hi, int slot)
         nearest_range(j, lo, hi);
         return 0;
     }
-    struct point_walk w;
-    walk_start(&w, j, lo);
+    int nd = j->geo.ndim;
+    int64_t c[VQ_MAX_DIMS], width = j->geo.oshape[nd - 1];
+    const struct tap_row *last = j->rows[nd - 1];
     bool f64 = j->dt == VQ_F64;
-    for (int64_t e = lo; e < hi; e++) {
-        bool in = walk_point(&w);
-        if (f64) {
-            ((double *)j->out)[e] = in ? vq__resize_point_sum(&w.pt, j->x, 1) : j->fill;
-        } else {
-            ((float *)j->out)[e] = (float)(in ? vq__resize_point_sum(&w.pt, j->x, 0) : j->fill);
+    unravel(&j->geo, lo, c);
+    for (int64_t e = lo; e < hi;) {
+        int64_t c0 = c[nd - 1], run = width - c0 < hi - e ? width - c0 : hi - e, base = 0;
+        int pn = 0, multi = 0;
+        const int64_t *po = NULL;
+        const double *pw = NULL;
+        bool row_in = true;
+        for (int d = 0; d < nd - 1 && row_in; d++) {
+            const struct tap_row *r = &j->rows[d][c[d]];
+            row_in = r->n > 0;
+            if (r->n == 1 && r->w[0] == 1) {
+                base += r->off[0];
+            } else if (r->n > 0) {
+                multi++;
+                pn = (int)r->n;
+                po = r->off;
+                pw = r->w;
+            }
         }
+        if (!row_in) {
+            for (int64_t k = 0; k < run; k++)
+                if (f64)
+                    ((double *)j->out)[e + k] = j->fill;
+                else
+                    ((float *)j->out)[e + k] = (float)j->fill;
+        } else if (multi <= 1 && f64) {
+            INTERP_RUN(double);
+        } else if (multi <= 1) {
+            INTERP_RUN(float);
+        } else { /* more dims interpolated: the general point and sum */
+            struct point_walk w;
+            walk_start(&w, j, e);
+            for (int64_t k = 0; k < run; k++) {
+                bool in = walk_point(&w);
+                double v = in ? vq__resize_point_sum(&w.pt, j->x, f64) : j->fill;
+                if (f64)
+                    ((double *)j->out)[e + k] = v;
+                else
+                    ((float *)j->out)[e + k] = (float)v;
+            }
+        }
+        e += run;
+        c[nd - 1] = width - 1; /* the row's last column: next_coord moves to the next row */
+        next_coord(&j->geo, c);
     }
     return 0;
 }

@@ -112,7 +112,7 @@ static double interp_1d(const struct ref *r, int d, const double *data, int64_t 
     /* get_neighbor: pad by ceil(k / 2) repeating the edge, then the k
      * indexes of the padded array nearest to xo + pad, ties to the lower,
      * in increasing order */
-    int64_t pad = (k + 1) / 2, len = n + 2 * pad, idx[4];
+    int64_t pad = (k + 1) / 2, len = n + 2 * pad, idx[4] = {0};
     double xp = xo + (double)pad;
     bool taken[64] = {false};
     cr_assert(len <= 64);

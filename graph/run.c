@@ -766,13 +766,18 @@ static void run_push(struct plan *pl, struct run *r, const vq_feed *feeds, int n
             t.ctx = ex->device;
             t.props |= VQ_PROP_COPY_TO_DEV;
         }
-        if (vq_push(ex->engine, &t) < 0) {
+        /* Held and let go at once: a bind whose var is free (no earlier
+         * run still reads it) runs here, now, instead of waking a worker
+         * for a pointer's store (vq__push_held). */
+        void *held = NULL;
+        if (vq__push_held(ex->engine, &t, &held) < 0) {
             /* Out of memory: the run fails; its ops still run to keep
              * every op's count of executions in step. */
             atomic_store(&r->err, VQ_ENOMEM);
             snprintf(r->msg, sizeof r->msg, "feed %s: %s", feeds[i].name, vq_errmsg());
             bind_free(binds[i]);
         }
+        vq__push_release(ex->engine, held);
     }
     vq__frame_push_from(&pl->root, 0); /* ends with the final op */
 }

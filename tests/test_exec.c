@@ -1001,6 +1001,70 @@ Test(exec, runs_in_flight_keep_their_intermediates_apart_when_segments_name_fewe
     }
 }
 
+/* The rows ("tid") of a trace's spans named name, at most max of them. */
+static int trace_rows(const char *path, const char *name, int *rows, int max)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    char line[512], key[64];
+    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *tid = strstr(line, "\"tid\":");
+        if (!strncmp(line, key, strlen(key)) && tid && n < max)
+            rows[n++] = atoi(tid + 6);
+    }
+    fclose(f);
+    return n;
+}
+
+/* A synchronous run on a threaded engine runs on the calling thread when
+ * nothing holds it back: its feeds' binds (their vars free), then the
+ * chain they start (the segment, the final op), none of them handed to
+ * the two idle workers. The profiler shows every record on the row of
+ * other threads, after the workers' rows. */
+Test(exec, a_synchronous_run_with_free_vars_runs_on_the_calling_thread)
+{
+    vq_engine *e;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .flags = VQ_ENGINE_PROFILE};
+    cr_assert_eq(vq_engine_new(&e, &eo), 0);
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+    vq_program *p = div_program();
+    int64_t s[1] = {2};
+    int32_t av[2] = {6, 8}, bv[2] = {2, 2};
+    vq_tensor *a, *b;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
+    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, bv), 0);
+    vq_feed feeds[2] = {{"a", a}, {"b", b}};
+    for (int run = 0; run < 4; run++) {
+        vq_fetch fetch = {"r", NULL};
+        cr_assert_eq(vq_exec_run(ex, p, NULL, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(((int32_t *)vq_tensor_data(fetch.tensor))[1], 8 / 2 + 8);
+        vq_tensor_release(fetch.tensor);
+    }
+    char path[] = "/tmp/varq_caller_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_profiler_dump(e, path), 0);
+    static const char *const names[] = {"feed", "segment", "run_done"};
+    for (int k = 0; k < 3; k++) {
+        int rows[16];
+        int n = trace_rows(path, names[k], rows, 16);
+        cr_assert_eq(n, k == 0 ? 8 : 4, "%d %s records", n, names[k]);
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(rows[i], 2, "%s %d ran on row %d, not the caller's (2)", names[k], i,
+                         rows[i]);
+    }
+    unlink(path);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+    vq_program_free(p);
+}
+
 /* vq_exec_run's waiter runs the run's queued ops itself (as vq_wait_var's
  * does): with the engine's one worker held by another op, a run still
  * finishes, on the calling thread. The holding op waits for a gate that

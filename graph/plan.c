@@ -65,6 +65,7 @@ static void plan_destroy(struct plan *pl)
         vq_var_free(e, pl->done_var);
     free(pl->ops);
     free(pl->vars);
+    free(pl->last_use);
     free(pl->local);
     free(pl->block_nvars);
     free(pl->feeds);
@@ -450,6 +451,13 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
             rc = walk_count_readers(w, t);
         if (rc)
             return rc;
+        if (block == 0) { /* the ops naming each var, for the segments */
+            pl->root_ctl |= t->ctl != NULL;
+            for (int j = 0; j < src->nout; j++)
+                pl->last_use[src->out[j]] = k;
+            for (int i = 0; i < t->nin; i++)
+                pl->last_use[t->in[i]] = k;
+        }
     }
     return 0;
 }
@@ -608,10 +616,10 @@ struct seg_map {
         int listed; /* -1: in no segment yet */
         int alias;  /* >= 0: the entry of the var with the same engine var */
         /* the root frame on the CPU: the first and last op of the frame
-         * that names the var, -1 when something outside the frame's ops
-         * (a feed, a fetch, the scope) also touches it (seg_inner) */
+         * that names the var (-1: none yet), and whether something outside
+         * the frame's ops (a feed, a fetch, the scope) touches it too */
         int first_use, last_use;
-        bool listed_write;
+        bool listed_write, outside;
     } * ent;
     int nown;          /* the frame's own slots */
     struct pvar *prev; /* a while body's previous iteration's slots, or NULL */
@@ -645,7 +653,7 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
     if (!m->ent)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
-        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, false};
+        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, false, false};
     if (fr->owner)
         return 0; /* no persistable vars outside block 0 */
     int np = pl->npersistable;
@@ -697,39 +705,45 @@ struct seg {
  * against it), which saves its queueing and completion on every run. */
 static bool seg_inner(const struct seg_ent *e, int start, int end)
 {
-    return e->first_use >= start && e->last_use <= end && e->first_use >= 0;
+    return !e->outside && e->first_use >= start && e->last_use <= end && e->first_use >= 0;
 }
 
-/* The first and last op naming each var of the root frame of a CPU plan,
- * and -1 for the vars something else touches: feeds (their bind ops),
- * fetches (the final op), persistable vars (the scope's tensors, which
- * other runs and the caller share). Other frames, GPU plans (stream
- * events ride on the vars) and blocks with control ops keep every var. */
-static void seg_uses(const struct frame *fr, const vq__block *b, struct seg_map *m)
+/* Blocks of more ops keep every var: measured on exec_bench's chain of
+ * 10^5 ops, the bookkeeping cost prepare 320 -> 400 ns per op (cache
+ * misses on the uses, which no longer fit the cache), at 10^4 nothing. */
+enum { SEG_USES_MAX_OPS = 16384 };
+
+/* The vars a segment of frame fr may keep from the engine: those of the
+ * root frame of a CPU plan whose block has no control op (its blocks' ops
+ * name the root's vars too) and at most SEG_USES_MAX_OPS ops. Other
+ * frames, and GPU plans (stream events ride on the vars), keep every var. Feeds (their bind ops) and fetches
+ * (the final op) are touched outside the ops; persistable vars (the
+ * scope's, which other runs and the caller share) are marked as the ops
+ * naming them are resolved, while their slots are in the cache anyway. */
+static bool seg_uses(const struct frame *fr, struct seg_map *m)
 {
     const struct plan *pl = fr->plan;
-    if (fr->up || pl->exec->device.kind != VQ_DEV_CPU)
-        return;
-    for (int k = 0; k < b->nops; k++)
-        if (pl->ops[b->ops[k]].ctl)
-            return; /* its blocks' ops name the root's vars too */
-    for (int k = 0; k < b->nops; k++) {
-        const struct pop *t = &pl->ops[b->ops[k]];
-        for (int n = 0; n < t->src->nout + t->nin; n++) {
-            int v = n < t->src->nout ? t->src->out[n] : t->in[n - t->src->nout];
-            struct seg_ent *e = &m->ent[v];
-            if (e->first_use < 0)
-                e->first_use = k;
-            e->last_use = k;
-        }
-    }
-    for (int v = 0; v < pl->nvars; v++)
-        if (pl->vars[v].persistable || m->ent[v].alias >= 0)
-            m->ent[v].first_use = -1;
+    if (fr->up || pl->root_ctl || pl->exec->device.kind != VQ_DEV_CPU ||
+        pl->prog->blocks[0].nops > SEG_USES_MAX_OPS)
+        return false;
     for (int i = 0; i < pl->nfeeds; i++)
-        m->ent[pl->feeds[i]].first_use = -1;
+        m->ent[pl->feeds[i]].outside = true;
     for (int i = 0; i < pl->nfetches; i++)
-        m->ent[pl->fetches[i]].first_use = -1;
+        m->ent[pl->fetches[i]].outside = true;
+    return true;
+}
+
+/* Notes that op k names the var v of entry e (inner: the frame's uses are
+ * tracked, seg_uses). */
+static inline void seg_use(struct seg_ent *e, const struct pvar *s, int v, int k,
+                           const struct plan *pl)
+{
+    if (e->first_use < 0) {
+        e->first_use = k;
+        e->last_use = pl->last_use[v];
+    }
+    if (s->persistable)
+        e->outside = true;
 }
 
 /* The engine op of the segment sg, on its first fop. */
@@ -911,7 +925,7 @@ int vq__frame_ops(struct frame *fr)
     int rc = seg_map_init(fr, &m);
     if (rc)
         return rc;
-    seg_uses(fr, b, &m);
+    bool uses = seg_uses(fr, &m);
     bool small = !pl->exec->no_segments && block_small(fr, b);
     struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX};
     for (int k = 0; k < b->nops && rc == 0; k++) {
@@ -934,6 +948,8 @@ int vq__frame_ops(struct frame *fr)
         for (int j = 0; j < src->nout; j++) {
             f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
             ents[nw] = seg_find(fr, &m, f->out[j]);
+            if (uses)
+                seg_use(ents[nw], f->out[j], src->out[j], k, pl);
             vars[nw++] = f->out[j]->ev;
         }
         for (int i = 0; i < f->t->nin; i++) {
@@ -943,6 +959,8 @@ int vq__frame_ops(struct frame *fr)
                 written = src->out[j] == f->t->in[i];
             if (!f->t->ctl && dep && !written) { /* a control op builds its own */
                 ents[nw + nr] = seg_find(fr, &m, f->in[i]);
+                if (uses)
+                    seg_use(ents[nw + nr], f->in[i], f->t->in[i], k, pl);
                 vars[nw + nr++] = f->in[i]->ev;
             }
             for (int j = 0; k > 0 && dep && !linked && j < fr->ops[k - 1].t->src->nout; j++)
@@ -1166,9 +1184,12 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
         pl->vars = vq__calloc(nv, sizeof *pl->vars);
+        pl->last_use = vq__malloc(nv * sizeof *pl->last_use);
+        if (pl->last_use)
+            memset(pl->last_use, 0xff, nv * sizeof *pl->last_use); /* -1 */
         pl->local = vq__malloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
-        if (!pl->vars || !pl->local || !pl->block_nvars)
+        if (!pl->vars || !pl->local || !pl->block_nvars || !pl->last_use)
             rc = vq__fail(VQ_ENOMEM, "out of memory");
     }
     for (int v = 0; rc == 0 && v < pl->nvars; v++) {

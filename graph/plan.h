@@ -233,6 +233,11 @@ struct plan {
     struct frame root;
     int *feeds, nfeeds;
     int *fetches, nfetches;
+    /* by program var: the last op of block 0 that names it (its index in
+     * the block), or -1; filled by the walk, for the segments' var lists
+     * (plan.c); root_ctl: block 0 has a control op */
+    int *last_use;
+    bool root_ctl;
     vq_var *done_var;
     /* Reads the outputs of the run's sink ops, so it runs after them all. */
     vq_opr *final;

@@ -776,7 +776,15 @@ Test(exec, op_priorities_order_ready_ops)
         vq_fetch f[2] = {{"a", NULL}, {"b", NULL}};
         cr_assert_eq(vq_exec_prepare(ex, p, sc, (const char *[]){"m", "x"}, 2,
                                      (const char *[]){"a", "b"}, 2), 0, "%s", vq_errmsg());
-        cr_assert_eq(vq_exec_run(ex, p, sc, feeds, 2, f, 2), 0, "%s", vq_errmsg());
+        /* Asynchronous: a synchronous run's caller would take the matmul
+         * itself (vq__defer_begin) and leave the worker free to start each
+         * small op as it is pushed; here the worker gets the matmul. */
+        struct async_result res = {.err = 1};
+        atomic_init(&res.calls, 0);
+        cr_assert_eq(vq_exec_run_async(ex, p, sc, feeds, 2, f, 2, on_done, &res), 0, "%s",
+                     vq_errmsg());
+        cr_assert_eq(vq_wait_all(e), 0);
+        cr_assert_eq(res.err, 0);
         char path[] = "/tmp/varq_prio_XXXXXX";
         int fd = mkstemp(path);
         cr_assert_geq(fd, 0);

@@ -714,7 +714,7 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     vblocks_free(spare);
     joined_last = granted == VQ__APPEND_JOINED;
     if (__builtin_expect(defer.kept != NULL, 0) && ++defer.after > DEFER_PUSHES) {
-        dispatch(e, defer.kept);
+        dispatch(defer.engine, defer.kept); /* (the kept op's engine, maybe not e) */
         defer.kept = NULL;
     }
     if (joined_last)

@@ -643,12 +643,10 @@ static VQ__TLS struct {
 /* op became ready at its push: to its pool, unless the pusher keeps it. */
 static HOT void dispatch_pushed(vq_engine *e, vq__op *op)
 {
-    if (__builtin_expect(defer.engine == e, 0)) {
-        if (!defer.kept && vq__pool_of(e, op) == &e->cpu) {
-            defer.kept = op;
-            defer.after = 0;
-            return;
-        }
+    if (__builtin_expect(defer.engine == e, 0) && !defer.kept && vq__pool_of(e, op) == &e->cpu) {
+        defer.kept = op;
+        defer.after = 0;
+        return;
     }
     dispatch(e, op);
 }

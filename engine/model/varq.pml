@@ -424,9 +424,9 @@ inline complete_write(v, slot)
 }
 
 /* ---- pushing (engine.c op_enqueue, var_append.h vq__var_append_op) ----
- * @C engine/engine.c:707 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
- * @C engine/engine.c:708 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
- * @C engine/engine.c:725 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
+ * @C engine/engine.c:705 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
+ * @C engine/engine.c:706 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
+ * @C engine/engine.c:723 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
  * (own is 1 here; a held push, VQ__OPR_HELD, takes own = 0 and drops the
  * pusher's 1 later in push_release, dispatching or running the op when that
  * brings the count to zero: the same decrement split in two, with grants
@@ -596,9 +596,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1267 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1271 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
- * @C engine/engine.c:1270 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1265 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1269 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
+ * @C engine/engine.c:1268 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -715,9 +715,9 @@ inline op_end(o)
  * @C engine/threaded.c:404 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
  * @C engine/threaded.c:413 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:391 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:1206 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:1211 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
- * @C engine/engine.c:1182 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
+ * @C engine/engine.c:1204 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:1209 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
+ * @C engine/engine.c:1180 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
  * @C engine/engine.c:272 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * (Light ops, engine_internal.h, have no vars: nothing here concerns them.)
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's

@@ -81,7 +81,31 @@ struct emul_stream {
     char errmsg[ERRMSG_LEN];
     int device;
     pthread_t thread;
+    /* STREAM_MAGIC while the stream lives: every entry point checks it, so
+     * a caller that passes stream_native's handle where the backend's
+     * stream is wanted fails here as it would (worse) on CUDA. */
+    uint32_t magic;
+    /* What stream_native hands out: a distinct address, as a cudaStream_t
+     * is distinct from the CUDA backend's stream object. */
+    char native;
 };
+
+#define STREAM_MAGIC 0x5eaf10e5u
+
+/* sp as the emulated stream it must be; NULL (with the error) when it is
+ * NULL or not one of this backend's streams (a native handle). */
+static struct emul_stream *stream_of(void *sp, const char *what)
+{
+    struct emul_stream *s = sp;
+    if (!s)
+        vq__fail(VQ_EINVAL, "%s: NULL stream", what);
+    else if (s->magic != STREAM_MAGIC)
+        vq__fail(VQ_EINVAL, "%s: not a stream of the emulated backend (a native stream handle?)",
+                 what);
+    else
+        return s;
+    return NULL;
+}
 
 /* The stream whose thread this is (NULL outside stream threads). */
 static _Thread_local struct emul_stream *self;
@@ -309,6 +333,7 @@ static int emul_stream_new(int ndev, int device, void **out)
     s->ring = vq__malloc(RING_INIT * sizeof *s->ring);
     s->cap = RING_INIT;
     s->device = device;
+    s->magic = STREAM_MAGIC;
     int stage = 0;
     if (!s->ring)
         goto fail;
@@ -342,6 +367,7 @@ static void emul_stream_free(void *sp)
     struct emul_stream *s = sp;
     if (!s)
         return;
+    s->magic = 0;
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     pthread_cond_signal(&s->work);
@@ -356,9 +382,9 @@ static void emul_stream_free(void *sp)
 
 static int emul_stream_synchronize(void *sp)
 {
-    struct emul_stream *s = sp;
+    struct emul_stream *s = stream_of(sp, "stream_synchronize");
     if (!s)
-        return vq__fail(VQ_EINVAL, "stream_synchronize: NULL stream");
+        return VQ_EINVAL;
     if (self)
         return vq__fail(VQ_EDEADLK, "stream_synchronize: called from a host function of an emulated stream");
     pthread_mutex_lock(&s->mu);
@@ -378,9 +404,11 @@ static int emul_stream_synchronize(void *sp)
 static int emul_event_record(void *evp, void *sp)
 {
     struct emul_event *ev = evp;
-    struct emul_stream *s = sp;
-    if (!ev || !s)
-        return vq__fail(VQ_EINVAL, "event_record: NULL event or stream");
+    if (!ev)
+        return vq__fail(VQ_EINVAL, "event_record: NULL event");
+    struct emul_stream *s = stream_of(sp, "event_record");
+    if (!s)
+        return VQ_EINVAL;
     if (ev->device != s->device)
         return vq__fail(VQ_EINVAL, "event_record: event of device %d recorded on a stream of device %d",
             ev->device, s->device);
@@ -400,10 +428,12 @@ static int emul_event_record(void *evp, void *sp)
 
 static int emul_stream_wait_event(void *sp, void *evp)
 {
-    struct emul_stream *s = sp;
     struct emul_event *ev = evp;
-    if (!ev || !s)
-        return vq__fail(VQ_EINVAL, "stream_wait_event: NULL event or stream");
+    if (!ev)
+        return vq__fail(VQ_EINVAL, "stream_wait_event: NULL event");
+    struct emul_stream *s = stream_of(sp, "stream_wait_event");
+    if (!s)
+        return VQ_EINVAL;
     pthread_mutex_lock(&ev->mu);
     uint64_t gen = ev->recorded;
     bool clean = event_done(ev, gen) && ev->err == 0;
@@ -420,10 +450,13 @@ static int emul_stream_wait_event(void *sp, void *evp)
 
 static int emul_launch_host(void *sp, int (*fn)(void *), void *arg)
 {
-    if (!sp || !fn)
-        return vq__fail(VQ_EINVAL, "launch_host: NULL stream or function");
+    if (!fn)
+        return vq__fail(VQ_EINVAL, "launch_host: NULL function");
+    struct emul_stream *s = stream_of(sp, "launch_host");
+    if (!s)
+        return VQ_EINVAL;
     struct emul_task t = {.kind = T_HOST, .u.host = {fn, arg}};
-    return enqueue(sp, &t, "launch_host");
+    return enqueue(s, &t, "launch_host");
 }
 
 /* ---- memory ---- */
@@ -443,10 +476,8 @@ static void *alloc64(size_t n, const char *what)
 
 static void *emul_malloc_async(size_t n, void *sp)
 {
-    if (!sp) {
-        vq__fail(VQ_EINVAL, "malloc_async: NULL stream");
+    if (!stream_of(sp, "malloc_async"))
         return NULL;
-    }
     /* host memory exists at once: later work on the stream may use it */
     return alloc64(n, "malloc_async");
 }
@@ -458,6 +489,8 @@ static void emul_free_async(void *p, void *sp)
     struct emul_task t = {.kind = T_FREE, .u.ptr = p};
     if (!sp)
         free(p);
+    else if (!stream_of(sp, "free_async"))
+        return; /* when the block's users are done is unknown: kept (a leak the sanitizers report) */
     else if (enqueue(sp, &t, "free_async") && emul_stream_synchronize(sp) != VQ_EDEADLK)
         free(p); /* no room in the queue: free it after the stream's work */
 }
@@ -474,7 +507,9 @@ static void emul_host_free_pinned(void *p)
 
 static int emul_memcpy_async(void *dst, const void *src, size_t n, int kind, void *sp)
 {
-    if (!sp || kind < VQ__MEMCPY_H2H || kind > VQ__MEMCPY_DEFAULT || (n && (!dst || !src)))
+    if (!stream_of(sp, "memcpy_async"))
+        return VQ_EINVAL;
+    if (kind < VQ__MEMCPY_H2H || kind > VQ__MEMCPY_DEFAULT || (n && (!dst || !src)))
         return vq__fail(VQ_EINVAL, "memcpy_async: bad argument (kind %d, %zu bytes)", kind, n);
     if (!n)
         return 0;
@@ -501,9 +536,9 @@ EMUL_DEVICES(6)
 EMUL_DEVICES(7)
 EMUL_DEVICES(8)
 
-static void *emul_stream_native(void *s)
+static void *emul_stream_native(void *sp)
 {
-    return s;
+    return &((struct emul_stream *)sp)->native;
 }
 
 #define EMUL_TABLE(N)                                                                      \

@@ -20,7 +20,10 @@
  * device, which is then the current one. */
 typedef struct vq__cuda_launch {
     const vq__kcall *k;
-    cudaStream_t s;
+    cudaStream_t s; /* where the kernels launch (the exec context's native stream) */
+    /* The backend's stream object the op runs on (vq__gpu_op_stream): what
+     * stream-ordered allocation and release take, never s. */
+    void *bs;
     int dev;
 } vq__cuda_launch;
 

@@ -49,7 +49,7 @@ _Static_assert((int)VQ__EXTREMUM_MAX == (int)VQ__CUDA_EXTREMUM_MAX &&
  * current. hot path: no malloc, no global lock */
 static int launch_begin(const vq__kcall *k, vq__cuda_launch *l)
 {
-    *l = (vq__cuda_launch){.k = k, .s = NULL, .dev = -1};
+    *l = (vq__cuda_launch){.k = k, .s = NULL, .bs = NULL, .dev = -1};
     if (!k->x || k->x->ctx.kind != VQ_DEV_GPU || !k->x->stream)
         return vq__op_fail(k->def, "a GPU kernel needs an engine (the op's stream)");
     /* Kernels launch on the current device, which must be the stream's;
@@ -62,6 +62,9 @@ static int launch_begin(const vq__kcall *k, vq__cuda_launch *l)
     }
     l->k = k;
     l->s = (cudaStream_t)k->x->stream; /* a GPU op's fn gets the native stream */
+    l->bs = vq__gpu_op_stream();
+    if (!l->bs)
+        return vq__op_fail(k->def, "a GPU kernel runs inside the engine's GPU op call");
     l->dev = k->x->ctx.id;
     return 0;
 }
@@ -871,7 +874,7 @@ static int columns(const vq__kcall *k, const vq__cuda_launch *l, const vq__conv 
     int64_t n = d->w.c * d->w.kh * d->w.kw * d->plane;
     if (d->direct || n == 0)
         return 0;
-    int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->s);
+    int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->bs);
     if (rc < 0) {
         return vq__fail_prefixed(rc, "%s: the im2col buffer of %lld elements", k->def->type,
                                  (long long)n);
@@ -914,7 +917,7 @@ static int conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
         rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, d.w.n, d.m, d.plane, l->s));
     if (rc == 0 && p->clip)
         rc = launched(k, vq__cuda_clip(x->dtype, o->data, o->numel, p->clip_lo, p->clip_hi, l->s));
-    vq__tensor_release_on(col, l->s);
+    vq__tensor_release_on(col, l->bs);
     return rc;
 }
 
@@ -934,19 +937,19 @@ static int conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *masked = NULL;
     if (p->clip && g->numel > 0) {
         /* dOut through the clip first (conv.c): where lo < Out < hi */
-        int rc = vq__tensor_empty_at(&masked, k->x->ctx, dt, g->ndim, g->shape, l->s);
+        int rc = vq__tensor_empty_at(&masked, k->x->ctx, dt, g->ndim, g->shape, l->bs);
         if (rc < 0)
             return vq__fail_prefixed(rc, "conv2d_grad: dOut through the clip");
         rc = launched(k, vq__cuda_clip_mask(dt, g->data, k->in[3]->data, masked->data, g->numel,
                                             p->clip_lo, p->clip_hi, l->s));
         if (rc < 0) {
-            vq__tensor_release_on(masked, l->s);
+            vq__tensor_release_on(masked, l->bs);
             return rc;
         }
         g = masked;
     }
     int rc = conv2d_grad_products(k, l, g);
-    vq__tensor_release_on(masked, l->s);
+    vq__tensor_release_on(masked, l->bs);
     return rc;
 }
 
@@ -989,7 +992,7 @@ static int conv2d_grad_products(const vq__kcall *k, const vq__cuda_launch *l, vq
             rc = launched(k, vq__cuda_matmul(dt, 0, 1, d.groups, d.mg, d.rows, d.plane, 1, gn, 0,
                                              src, 0, n ? 1 : 0, dz->data, l->s));
     }
-    vq__tensor_release_on(col, l->s);
+    vq__tensor_release_on(col, l->bs);
     return rc;
 }
 
@@ -1020,7 +1023,7 @@ static int conv_transpose2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
             if (rc == 0 && col)
                 rc = launched(k, vq__cuda_col2im(dt, col->data, on, &d.w, l->s));
         }
-        vq__tensor_release_on(col, l->s);
+        vq__tensor_release_on(col, l->bs);
     }
     if (rc == 0 && b)
         rc = launched(k, vq__cuda_bias_add(dt, o->data, b->data, o->shape[0], o->shape[1],
@@ -1039,7 +1042,7 @@ static int vol_columns(const vq__kcall *k, const vq__cuda_launch *l, const vq__v
     int64_t n = v->groups * v->rows * v->plane;
     if (n == 0)
         return 0;
-    int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->s);
+    int rc = vq__tensor_empty_at(out, k->x->ctx, dt, 1, &n, l->bs);
     if (rc < 0) {
         return vq__fail_prefixed(rc, "%s: the vol2col buffer of %lld elements", k->def->type,
                                  (long long)n);
@@ -1069,7 +1072,7 @@ static int vol_dx(const vq__kcall *k, const vq__cuda_launch *l, const vq__vol *v
             rc = launched(k, vq__cuda_col2vol(dt, col->data, (void *)image(dx, n, xsize), v, v->c,
                                               l->s));
     }
-    vq__tensor_release_on(col, l->s);
+    vq__tensor_release_on(col, l->bs);
     return rc;
 }
 
@@ -1098,7 +1101,7 @@ static int conv3d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
         rc = vq__cuda_op_called(k, cudaMemsetAsync(o->data, 0, o->nbytes, l->s), "cudaMemsetAsync");
     if (rc == 0 && b)
         rc = launched(k, vq__cuda_bias_add(x->dtype, o->data, b->data, v.n, v.m, v.plane, l->s));
-    vq__tensor_release_on(col, l->s);
+    vq__tensor_release_on(col, l->bs);
     return rc;
 }
 
@@ -1133,7 +1136,7 @@ static int conv3d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
                                              image(g, n, gsize), 0, col->data, 0, n ? 1 : 0,
                                              dz->data, l->s));
     }
-    vq__tensor_release_on(col, l->s);
+    vq__tensor_release_on(col, l->bs);
     return rc;
 }
 
@@ -1546,12 +1549,12 @@ static int reduce_prod_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     if (o->numel == 0)
         return 0;
     int64_t n = 2 * g->numel;
-    int rc = vq__tensor_empty_at(&pz, k->x->ctx, VQ_F64, 1, &n, l->s);
+    int rc = vq__tensor_empty_at(&pz, k->x->ctx, VQ_F64, 1, &n, l->bs);
     if (rc < 0)
         return vq__fail_prefixed(rc, "reduce_prod_grad: the products and zero counts");
     rc = launched(k, vq__cuda_reduce_prod_grad(x->dtype, x->data, g->data, o->data, pz->data,
                                                x->ndim, x->shape, p->mask, l->s));
-    vq__tensor_release_on(pz, l->s);
+    vq__tensor_release_on(pz, l->bs);
     return rc;
 }
 

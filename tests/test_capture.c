@@ -1028,7 +1028,7 @@ Test(capture, backward_refuses_a_loss_from_outside_the_segment)
     vq_engine_free(e);
 }
 
-/* ---- on a GPU (the emulated backend) ---- */
+/* ---- on a GPU (the emulated backend unless VARQ_GPU_BACKEND names one) ---- */
 
 static vq_tensor *to_host(vq_engine *e, vq_tensor *t)
 {
@@ -1069,7 +1069,7 @@ static void gpu_step(vq_engine *e, bool capture, vq_tensor *x, vq_tensor *w, vq_
 
 Test(capture, gpu_segments_give_the_eager_bits)
 {
-    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    setenv("VARQ_GPU_BACKEND", "emulated", 0);
     uint64_t rng = oc_seed("capture");
     vq_engine *e = engine(2);
     int64_t xs[2] = {6, 4}, ws[2] = {4, 3};

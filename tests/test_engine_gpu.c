@@ -8,7 +8,9 @@
  *
  * Each op's "device work" is a host function it enqueues on its stream with
  * vq_gpu_launch_host; some sleep, so that a missing wait would show as a
- * wrong order or a stale value. */
+ * wrong order or a stale value. On CUDA, the overlap test spins kernels
+ * instead (tests/gpu_spin.cu): CUDA runs every stream's host functions on
+ * one thread, so sleeps there never overlap. */
 #include "workload.h"
 
 #include <varq/varq.h>
@@ -87,7 +89,14 @@ struct gop {
     int worker;
     double t0, t1;      /* stream work start and end (ms) */
     atomic_int *counter;
+    unsigned long long *spin; /* CUDA: a kernel spins sleep_us instead, times here (ns) */
 };
+
+#ifdef VARQ_HAVE_CUDA
+int tg_times_new(unsigned long long **out, int nspins);
+void tg_times_free(unsigned long long *t);
+int tg_spin(void *stream, long us, unsigned long long *times);
+#endif
 
 static int gop_work(void *arg)
 {
@@ -111,6 +120,10 @@ static int gop_fn(void *arg, const vq_exec_ctx *x)
     g->stream = x->stream;
     g->ctx = x->ctx;
     g->worker = x->worker;
+#ifdef VARQ_HAVE_CUDA
+    if (g->spin)
+        return tg_spin(x->stream, g->sleep_us, g->spin) ? VQ_EIO : g->fn_err;
+#endif
     int rc = vq_gpu_launch_host(x, gop_work, g);
     return rc < 0 ? rc : g->fn_err;
 }
@@ -385,6 +398,15 @@ Test(engine_gpu, copy_ops_overlap_compute)
     struct gop comp = {.w = {&la}, .nw = 1, .sleep_us = 150000};
     struct gop h2d = {.w = {&lb}, .nw = 1, .sleep_us = 150000};
     struct gop d2h = {.w = {&lc}, .nw = 1, .sleep_us = 150000};
+    unsigned long long *ns = NULL; /* CUDA: the kernels' [start, end] */
+#ifdef VARQ_HAVE_CUDA
+    const struct vq__stream_backend *be;
+    cr_assert_eq(vq__stream_backend_get(NULL, &be), 0);
+    if (!strcmp(be->name, "cuda")) {
+        cr_assert_eq(tg_times_new(&ns, 3), 0);
+        comp.spin = ns, h2d.spin = ns + 2, d2h.spin = ns + 4;
+    }
+#endif
     cr_assert_eq(push_gop(e, &comp, &a, NULL, (vq_ctx){VQ_DEV_GPU, 0}, 0, "compute"), 0);
     cr_assert_eq(push_gop(e, &h2d, &b, NULL, (vq_ctx){VQ_DEV_GPU, 0}, VQ_PROP_COPY_TO_DEV,
                           "copy_in"), 0);
@@ -395,6 +417,18 @@ Test(engine_gpu, copy_ops_overlap_compute)
      * (a timed assertion failed once on a loaded machine). */
     cr_assert(comp.stream != h2d.stream && comp.stream != d2h.stream && h2d.stream != d2h.stream,
               "copies ran on the compute stream");
+    if (ns) {
+        for (int i = 0; i < 3; i++) {
+            cr_assert(ns[2 * i + 1] > ns[2 * i], "spin %d did not run", i);
+            /* ms, as the host functions' times */
+            struct gop *g = i == 0 ? &comp : i == 1 ? &h2d : &d2h;
+            g->t0 = ns[2 * i] / 1e6;
+            g->t1 = ns[2 * i + 1] / 1e6;
+        }
+#ifdef VARQ_HAVE_CUDA
+        tg_times_free(ns);
+#endif
+    }
     cr_assert(h2d.t0 < comp.t1 && comp.t0 < h2d.t1, "the copy to the device did not overlap");
     cr_assert(d2h.t0 < comp.t1 && comp.t0 < d2h.t1, "the copy from the device did not overlap");
     cr_assert_eq(vq_profiler_dump(e, path), 0, "%s", vq_errmsg());

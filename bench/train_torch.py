@@ -22,9 +22,15 @@ With --init-dir DIR (written by train_bench --init-dir DIR), the parameters
 start from varq's initial values, so that the losses of both sides can be
 compared; otherwise from PyTorch's own (same distribution).
 
+With --device cuda the model and the optimizer state live on the GPU and
+each step copies its batch from host memory to the GPU, as train_bench
+--gpu 0 feeds host tensors to a GPU program; loss.item() copies the loss
+back and synchronises every step: the GPU peer of train_bench --gpu 0.
+
 usage: train_torch.py [--json FILE] [--digits DIR] [--threads N]
                       [--steps-seed K] [--steps-mlp K] [--reps R]
                       [--warmup W] [--init-dir DIR] [--adam-foreach]
+                      [--device cpu|cuda]
 """
 import argparse
 import json
@@ -117,6 +123,9 @@ def make_mlp(args):
 
 def bench(make, k, args):
     net, opt, batches, loss_fn, data, loaded = make(args)
+    dev = args.device
+    if dev != "cpu":
+        net.to(dev)  # the optimizer's state is made lazily, on the parameters' device
     step = 0
     first = last = None
     per_rep = []
@@ -126,6 +135,8 @@ def bench(make, k, args):
         t0 = time.perf_counter()
         for _ in range(n):
             x, y = batches[step % nb]
+            if dev != "cpu":
+                x, y = x.to(dev), y.to(dev)
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(net(x), y)
             loss.backward()
@@ -157,11 +168,12 @@ def main():
     ap.add_argument("--init-dir")
     ap.add_argument("--adam-foreach", action="store_true",
                     help="Adam(foreach=True) instead of the default (per-tensor loop)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    print(f"PyTorch {torch.__version__} eager training steps/s: {torch.get_num_threads()} "
-          f"threads; {args.warmup} warm-up steps, then {args.reps} repetitions; median "
+    print(f"PyTorch {torch.__version__} eager training steps/s on {args.device}: "
+          f"{torch.get_num_threads()} threads; {args.warmup} warm-up steps, then {args.reps} repetitions; median "
           f"(min..max) of steps / second; loss.item() every step; Adam "
           f"{'foreach=True' if args.adam_foreach else 'default (foreach off)'}")
     print(f"\n{'model':<5} {'steps':>6} {'steps/s':>26} {'first loss':>12} {'last loss':>12}")
@@ -180,6 +192,7 @@ def main():
             json.dump({"runtime": "pytorch", "version": torch.__version__,
                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+                       "device": args.device,
                        "warmup": args.warmup, "adam_foreach": args.adam_foreach,
                        "models": rows}, f)
             f.write("\n")

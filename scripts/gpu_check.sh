@@ -7,18 +7,35 @@
 # the GPU benchmarks: per-op overhead against raw launches (gpu_bench) and
 # training steps per second on the GPU (train_bench --gpu 0).
 #
-# Usage: scripts/gpu_check.sh [BUILD_DIR]   (default build-gpu)
+# Usage: scripts/gpu_check.sh [BUILD_DIR] [--prebuilt] [--sanitize]
+#   BUILD_DIR   default build-gpu
+#   --prebuilt  run what BUILD_DIR holds without meson (a build made on
+#               another machine and packed by scripts/gpu_pack.sh)
+#   --sanitize  also run the GPU suites under compute-sanitizer (memcheck,
+#               racecheck, synccheck)
 # Exit status: 0 when every check passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-b=${1:-build-gpu}
+b=build-gpu
+prebuilt=0
+sanitize=0
+for a in "$@"; do
+    case $a in
+    --prebuilt) prebuilt=1 ;;
+    --sanitize) sanitize=1 ;;
+    --*) echo "usage: scripts/gpu_check.sh [BUILD_DIR] [--prebuilt] [--sanitize]" >&2; exit 2 ;;
+    *) b=$a ;;
+    esac
+done
 if command -v nvidia-smi >/dev/null; then
     nvidia-smi -L
 fi
-if [ ! -f "$b/build.ninja" ]; then
-    meson setup "$b" -Dbuildtype=release -Dcuda=enabled || exit 1
+if [ "$prebuilt" -eq 0 ]; then
+    if [ ! -f "$b/build.ninja" ]; then
+        meson setup "$b" -Dbuildtype=release -Dcuda=enabled || exit 1
+    fi
+    meson compile -C "$b" || exit 1
 fi
-meson compile -C "$b" || exit 1
 
 export VARQ_GPU_BACKEND=cuda
 "$b/bench/gpu_bench" --backend cuda --tiny >/dev/null 2>&1
@@ -28,11 +45,15 @@ if [ $? -eq 77 ]; then
     exit 1
 fi
 status=0
+# each check is stopped after GPU_CHECK_TIMEOUT seconds (default 600), so a
+# hang costs one check, not the machine's lease
 step() {
     echo "== $*"
-    "$@" || { echo "== FAILED: $*"; status=1; }
+    local t0=$SECONDS
+    timeout "${GPU_CHECK_TIMEOUT:-600}" "$@" || { echo "== FAILED (status $?): $*"; status=1; }
+    echo "== $((SECONDS - t0)) s"
 }
-for t in stream engine_gpu ops_gpu_kernels exec_gpu; do
+for t in stream engine_gpu ops_gpu_kernels exec_gpu capture train; do
     step "$b/tests/test_$t"
 done
 step "$b/tests/exec_stress" 2000 --gpu
@@ -40,6 +61,11 @@ if [ -f "$b/examples/digits/train_x.npy" ] ||
     /usr/bin/python3 scripts/digits_to_npy.py "$b/examples/digits" >/dev/null 2>&1; then
     step "$b/examples/mlp_digits" "$b/examples/digits" --gpu 0
     step "$b/bench/train_bench" --gpu 0 --digits "$b/examples/digits" --reps 3
+    # the PyTorch eager peer on the same GPU (skipped without torch + CUDA)
+    if /usr/bin/python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+        step /usr/bin/python3 bench/train_torch.py --device cuda --digits "$b/examples/digits" \
+            --steps-seed 2000 --steps-mlp 2000 --reps 3 --warmup 200
+    fi
 else
     echo "== no digits data (scikit-learn missing): train_bench on synthetic batches"
     step "$b/bench/train_bench" --gpu 0 --digits /nonexistent --reps 3
@@ -59,6 +85,21 @@ if [ -x "$b/tools/varq" ] && /usr/bin/python3 -c 'import torchvision, onnx' 2>/d
     step /usr/bin/python3 scripts/torchvision_check.py --varq "$b/tools/varq" --gpu 0
 fi
 step "$b/bench/gpu_bench" --backend cuda --reps 5
+# compute-sanitizer over the suites (Criterion forks a process per test:
+# --target-processes all)
+if [ "$sanitize" -eq 1 ]; then
+    if command -v compute-sanitizer >/dev/null; then
+        cs=(compute-sanitizer --target-processes all --error-exitcode 1 --print-limit 20)
+        for t in stream engine_gpu exec_gpu ops_gpu_kernels; do
+            step "${cs[@]}" --tool memcheck "$b/tests/test_$t"
+        done
+        for tool in racecheck synccheck; do
+            step "${cs[@]}" --tool "$tool" "$b/tests/test_engine_gpu"
+        done
+    else
+        echo "== compute-sanitizer not found: sanitizer checks not run"; status=1
+    fi
+fi
 if [ "$status" -eq 0 ]; then
     echo "== all GPU checks passed"
 else

@@ -21,6 +21,7 @@ Exit 0 when every model matches, 1 otherwise, 77 (skipped) without torch
 or torchvision.
 """
 import argparse
+import inspect
 import os
 import subprocess
 import sys
@@ -40,11 +41,17 @@ def export(name, path, batch, opset):
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(weights=None).eval()
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    # PyTorch 2.9 and later export through torch.export (dynamo) by default,
+    # to opset 18 whatever opset_version asks for; the TorchScript exporter
+    # (dynamo=False, the only one before 2.5) gives the requested opset.
+    extra = {}
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        extra["dynamo"] = False
     with torch.no_grad():
         y = model(x)
         torch.onnx.export(model, x, path, opset_version=opset, input_names=["input"],
                           output_names=["output"],
-                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, **extra)
     return x.numpy(), y.numpy()
 
 

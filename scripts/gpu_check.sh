@@ -90,11 +90,14 @@ step "$b/bench/gpu_bench" --backend cuda --reps 5
 if [ "$sanitize" -eq 1 ]; then
     if command -v compute-sanitizer >/dev/null; then
         cs=(compute-sanitizer --target-processes all --error-exitcode 1 --print-limit 20)
-        for t in stream engine_gpu exec_gpu ops_gpu_kernels; do
+        for t in stream engine_gpu exec_gpu ops_gpu_kernels capture train; do
             step "${cs[@]}" --tool memcheck "$b/tests/test_$t"
         done
+        # shared memory and barriers: the kernels' reductions and the engine's
         for tool in racecheck synccheck; do
-            step "${cs[@]}" --tool "$tool" "$b/tests/test_engine_gpu"
+            for t in engine_gpu ops_gpu_kernels exec_gpu; do
+                step "${cs[@]}" --tool "$tool" "$b/tests/test_$t"
+            done
         done
     else
         echo "== compute-sanitizer not found: sanitizer checks not run"; status=1

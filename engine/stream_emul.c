@@ -67,6 +67,10 @@ struct emul_task {
 };
 
 struct emul_stream {
+    /* STREAM_MAGIC while the stream lives, first: every entry point checks
+     * it, so a caller that passes stream_native's handle where the
+     * backend's stream is wanted fails here as it would (worse) on CUDA. */
+    uint32_t magic;
     pthread_mutex_t mu;
     pthread_cond_t work; /* the stream thread sleeps here: no task, no stop */
     pthread_cond_t idle; /* synchronizers sleep here: done advanced */
@@ -81,16 +85,15 @@ struct emul_stream {
     char errmsg[ERRMSG_LEN];
     int device;
     pthread_t thread;
-    /* STREAM_MAGIC while the stream lives: every entry point checks it, so
-     * a caller that passes stream_native's handle where the backend's
-     * stream is wanted fails here as it would (worse) on CUDA. */
-    uint32_t magic;
     /* What stream_native hands out: a distinct address, as a cudaStream_t
-     * is distinct from the CUDA backend's stream object. */
-    char native;
+     * is distinct from the CUDA backend's stream object. It holds
+     * NATIVE_TAG, so that reading a magic through it (the first field of
+     * a stream) stays inside the object and finds no STREAM_MAGIC. */
+    uint32_t native;
 };
 
 #define STREAM_MAGIC 0x5eaf10e5u
+#define NATIVE_TAG 0x4e41u
 
 /* sp as the emulated stream it must be; NULL (with the error) when it is
  * NULL or not one of this backend's streams (a native handle). */
@@ -334,6 +337,7 @@ static int emul_stream_new(int ndev, int device, void **out)
     s->cap = RING_INIT;
     s->device = device;
     s->magic = STREAM_MAGIC;
+    s->native = NATIVE_TAG;
     int stage = 0;
     if (!s->ring)
         goto fail;
@@ -367,12 +371,12 @@ static void emul_stream_free(void *sp)
     struct emul_stream *s = sp;
     if (!s)
         return;
-    s->magic = 0;
     pthread_mutex_lock(&s->mu);
     s->stop = true;
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL); /* the thread drains the queue first */
+    s->magic = 0;                  /* its tasks may still have named it */
     pthread_cond_destroy(&s->idle);
     pthread_cond_destroy(&s->work);
     pthread_mutex_destroy(&s->mu);

@@ -558,6 +558,39 @@ Test(stream, emul_bad_arguments)
     b->stream_free(s1);
 }
 
+/* The native handle of a stream (what a GPU op gets in x->stream) is not
+ * the backend's stream object: every entry point refuses it, as CUDA's
+ * backend would misread a cudaStream_t (the fault the first run on an H200
+ * found: kernels' scratch buffers allocated on the native handle). */
+static int nothing(void *arg)
+{
+    (void)arg;
+    return 0;
+}
+
+Test(stream, emul_native_handle_is_not_a_stream)
+{
+    backend *b = emul(1);
+    void *s = new_stream(b, 0), *ev = new_event(b, 0);
+    void *native = b->stream_native(s);
+    cr_assert_neq(native, s);
+    cr_assert_null(b->malloc_async(64, native));
+    cr_assert(strstr(vq_errmsg(), "native stream handle"), "%s", vq_errmsg());
+    cr_assert_eq(b->launch_host(native, nothing, NULL), VQ_EINVAL);
+    cr_assert_eq(b->event_record(ev, native), VQ_EINVAL);
+    cr_assert_eq(b->stream_wait_event(native, ev), VQ_EINVAL);
+    cr_assert_eq(b->stream_synchronize(native), VQ_EINVAL);
+    char byte = 0, dst;
+    cr_assert_eq(b->memcpy_async(&dst, &byte, 1, VQ__MEMCPY_H2H, native), VQ_EINVAL);
+    /* the stream itself works */
+    void *p = b->malloc_async(64, s);
+    cr_assert_not_null(p, "%s", vq_errmsg());
+    b->free_async(p, s);
+    cr_assert_eq(b->stream_synchronize(s), 0);
+    b->event_free(ev);
+    b->stream_free(s);
+}
+
 /* Many tasks queued at once (the queue grows) on streams freed right away. */
 Test(stream, emul_queue_growth)
 {

@@ -60,7 +60,9 @@ step "$b/tests/exec_stress" 2000 --gpu
 if [ -f "$b/examples/digits/train_x.npy" ] ||
     /usr/bin/python3 scripts/digits_to_npy.py "$b/examples/digits" >/dev/null 2>&1; then
     step "$b/examples/mlp_digits" "$b/examples/digits" --gpu 0
-    step "$b/bench/train_bench" --gpu 0 --digits "$b/examples/digits" --reps 3
+    # with the MLP's per-op host times on the GPU (the profiler's trace)
+    step "$b/bench/train_bench" --gpu 0 --digits "$b/examples/digits" --reps 3 \
+        --kernel-share "$b/gpu-train-trace.json"
     # the PyTorch eager peer on the same GPU (skipped without torch + CUDA)
     if /usr/bin/python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
         step /usr/bin/python3 bench/train_torch.py --device cuda --digits "$b/examples/digits" \

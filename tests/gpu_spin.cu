@@ -2,9 +2,9 @@
  * meson.build found the toolkit): a one-thread kernel that spins for a
  * given time and writes when it started and ended, read from %globaltimer
  * (ns), into mapped host memory. What test_engine_gpu uses to show that
- * work on a copy stream overlaps work on the compute stream: CUDA runs the
- * host functions of all streams on one thread, so host-function sleeps
- * cannot show it there.
+ * work on a copy stream overlaps work on the compute stream: CUDA may run
+ * the host functions of all streams one after another (it did on an
+ * H200), so host-function sleeps cannot show it there.
  *
  * C-callable; each returns 0 or a cudaError_t as int. */
 #include <cuda_runtime.h>

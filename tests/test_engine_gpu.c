@@ -9,8 +9,9 @@
  * Each op's "device work" is a host function it enqueues on its stream with
  * vq_gpu_launch_host; some sleep, so that a missing wait would show as a
  * wrong order or a stale value. On CUDA, the overlap test spins kernels
- * instead (tests/gpu_spin.cu): CUDA runs every stream's host functions on
- * one thread, so sleeps there never overlap. */
+ * instead (tests/gpu_spin.cu): CUDA may run the host functions of all
+ * streams one after another (it did on an H200), so sleeps prove nothing
+ * there. */
 #include "workload.h"
 
 #include <varq/varq.h>

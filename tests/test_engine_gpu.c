@@ -399,13 +399,15 @@ Test(engine_gpu, copy_ops_overlap_compute)
     struct gop comp = {.w = {&la}, .nw = 1, .sleep_us = 150000};
     struct gop h2d = {.w = {&lb}, .nw = 1, .sleep_us = 150000};
     struct gop d2h = {.w = {&lc}, .nw = 1, .sleep_us = 150000};
-    unsigned long long *ns = NULL; /* CUDA: the kernels' [start, end] */
+    struct gop *gops[3] = {&comp, &h2d, &d2h};
+    unsigned long long *ns = NULL; /* CUDA: the kernels' [start, end], two words per op */
 #ifdef VARQ_HAVE_CUDA
     const struct vq__stream_backend *be;
     cr_assert_eq(vq__stream_backend_get(NULL, &be), 0);
     if (!strcmp(be->name, "cuda")) {
         cr_assert_eq(tg_times_new(&ns, 3), 0);
-        comp.spin = ns, h2d.spin = ns + 2, d2h.spin = ns + 4;
+        for (int i = 0; i < 3; i++)
+            gops[i]->spin = ns + 2 * i;
     }
 #endif
     cr_assert_eq(push_gop(e, &comp, &a, NULL, (vq_ctx){VQ_DEV_GPU, 0}, 0, "compute"), 0);
@@ -421,10 +423,8 @@ Test(engine_gpu, copy_ops_overlap_compute)
     if (ns) {
         for (int i = 0; i < 3; i++) {
             cr_assert(ns[2 * i + 1] > ns[2 * i], "spin %d did not run", i);
-            /* ms, as the host functions' times */
-            struct gop *g = i == 0 ? &comp : i == 1 ? &h2d : &d2h;
-            g->t0 = ns[2 * i] / 1e6;
-            g->t1 = ns[2 * i + 1] / 1e6;
+            gops[i]->t0 = ns[2 * i] / 1e6; /* ms, as the host functions' times */
+            gops[i]->t1 = ns[2 * i + 1] / 1e6;
         }
 #ifdef VARQ_HAVE_CUDA
         tg_times_free(ns);

@@ -767,7 +767,9 @@ static struct state *state_find(vq_engine *e)
 static void cut_tensor(vq_tensor *t, int cause)
 {
     pthread_mutex_lock(&states_lock);
-    struct state *S = atomic_load_explicit(&t->capture, memory_order_relaxed);
+    /* acquire: S was made by its thread before it claimed t (slot_add's
+     * exchange); nothing else need order that with this thread. */
+    struct state *S = atomic_load_explicit(&t->capture, memory_order_acquire);
     if (S)
         S->refs++;
     pthread_mutex_unlock(&states_lock);

@@ -1272,6 +1272,21 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
     return rc;
 }
 
+bool vq__var_free_idle(vq_engine *e, vq_var *v)
+{
+    if (e->kind != VQ_ENGINE_THREADED)
+        return false;
+    vq__spin_lock(&v->lock);
+    bool idle = !v->pending_write && v->num_pending_reads == 0 && !v->gpu_ev &&
+                atomic_load_explicit(&v->state, memory_order_relaxed) == VQ__VAR_LIVE;
+    if (idle)
+        atomic_store_explicit(&v->state, VQ__VAR_DELETING, memory_order_relaxed);
+    vq__spin_unlock(&v->lock);
+    if (idle)
+        var_destroy(e, v);
+    return idle;
+}
+
 static int wait_forbidden(const char *fn)
 {
     if (vq__in_op || vq__self())

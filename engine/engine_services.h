@@ -147,4 +147,16 @@ void vq__var_fail(vq_var *v, int err);
  * as a failed op does. Any thread. */
 void vq__engine_note_fail(vq_engine *e, int err);
 
+/* ---- freeing an idle var at once (engine.c) ----
+ *
+ * For the last release of a tensor (ops/tensor.c): when nothing is queued
+ * on v (no write pending, no read granted and unfinished) and no GPU work
+ * follows its last op, frees v now and returns true, so that the tensor's
+ * storage can go at once instead of after two pushed ops (a free op and
+ * vq_var_free's deletion). Else does nothing and returns false. Only for a
+ * var nobody may push on any more (the tensor's last reference is gone):
+ * an empty queue then stays empty. The var's lock orders the check after
+ * the completion of its last op, so that op's writes are seen. */
+bool vq__var_free_idle(vq_engine *e, vq_var *v);
+
 #endif

@@ -311,8 +311,8 @@ VQ_API void vq_tensor_release(vq_tensor *t)
     last_reference(t);
 }
 
-/* Frees t, whose last reference is gone: at once without a var, else
- * after every op on its var. */
+/* Frees t, whose last reference is gone: at once without a var or with an
+ * idle one, else after every op on its var. */
 static void last_reference(vq_tensor *t)
 {
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
@@ -321,7 +321,12 @@ static void last_reference(vq_tensor *t)
         return;
     }
     vq_engine *e = atomic_load_explicit(&t->engine, memory_order_acquire);
-    /* The storage goes after every op on the var, including ones pushed
+    /* A CPU tensor whose var has nothing queued goes now, var and all. */
+    if (t->dev.kind == VQ_DEV_CPU && vq__var_free_idle(e, v)) {
+        tensor_destroy(t);
+        return;
+    }
+    /* Else the storage goes after every op on the var, including ones pushed
      * through vq_tensor_var that hold no reference; then the var itself. */
     vq_var *w[1] = {v};
     /* arg_free runs whether the op runs or is skipped because an earlier

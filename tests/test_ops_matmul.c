@@ -111,6 +111,45 @@ Test(ops_matmul, matches_the_triple_loop_for_every_transpose_and_dtype)
     check_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* Products up to 4,096 multiply-adds skip OpenBLAS (cpu/matmul.c's small
+ * loops): each of their three forms, pieces of C wider than the stack
+ * block, a row stride past n, alpha, beta 1 (accumulate) and beta 0 over
+ * NaN (C not read), on both sides of the size limit, against double. */
+Test(ops_matmul, small_products_match_double_in_every_form)
+{
+    const int64_t dims[][3] = {{16, 1, 16}, {16, 16, 1}, {1, 100, 40}, {100, 1, 40},
+                               {7, 9, 3},   {3, 5, 70},  {16, 16, 16}, {16, 16, 17},
+                               {1, 1, 1},   {65, 2, 31}};
+    static float a[8192], b[8192], c[8192];
+    static double want[8192];
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int tr = 0; tr < 8; tr++) {
+            int64_t m = dims[di][0], n = dims[di][1], k = dims[di][2], ldc = n + 3;
+            bool ta = tr & 1, tb = tr & 2, acc = tr & 4;
+            int64_t lda = ta ? m + 1 : k + 2, ldb = tb ? k + 1 : n;
+            for (int i = 0; i < 8192; i++) {
+                a[i] = (float)oc_uniform(&rng, -1, 1);
+                b[i] = (float)oc_uniform(&rng, -1, 1);
+                c[i] = acc ? (float)oc_uniform(&rng, -1, 1) : NAN;
+            }
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++)
+                        s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
+                             (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                    want[i * ldc + j] = -1.5 * s + (acc ? c[i * ldc + j] : 0);
+                }
+            vq__gemm_ldc(VQ_F32, ta, tb, m, n, k, -1.5, a, lda, b, ldb, acc ? 1 : 0, c, ldc);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++)
+                    cr_assert(fabs(c[i * ldc + j] - want[i * ldc + j]) <= 1e-5 * (double)k,
+                              "%lldx%lldx%lld ta=%d tb=%d beta=%d: C[%lld,%lld] = %g, want %g",
+                              (long long)m, (long long)n, (long long)k, ta, tb, acc,
+                              (long long)i, (long long)j, c[i * ldc + j], want[i * ldc + j]);
+        }
+}
+
 Test(ops_matmul, empty_and_unit_dims_work)
 {
     const struct mm_case cases[] = {

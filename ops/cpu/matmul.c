@@ -130,13 +130,122 @@ void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
     vq__gemm_ldc(dt, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
 }
 
+/* ---- small f32 products ----
+ *
+ * OpenBLAS's sgemm spends about 2,000 instructions per call (its interface,
+ * a buffer from its pool, packing both operands) before its kernel starts:
+ * ten times the arithmetic of a 16x16 by 16x1 product, the shape of a
+ * small model's linear layer. Up to SMALL_MACS multiply-adds, plain loops
+ * do the product in place instead, in the order that keeps the innermost
+ * operands contiguous, in blocks of lanes the compiler turns into vector
+ * instructions: 8 columns of a row of C as sums of rows of B (B not
+ * transposed, n >= 8), 8 rows of a column of C as sums of columns of A (A
+ * transposed), else dot products of A's rows with B's columns in 4
+ * lanes. Each element's sum runs over k in order (in 4 lanes, added
+ * pairwise at the end, for the dot products), so the result differs from
+ * OpenBLAS's only by rounding. */
+#define SMALL_MACS 4096
+
+static inline float op_elem(const float *x, int64_t ld, bool t, int64_t r, int64_t col)
+{
+    return t ? x[col * ld + r] : x[r * ld + col];
+}
+
+static inline void store(float *c, float alpha, float beta, float sum)
+{
+    *c = beta == 0 ? alpha * sum : alpha * sum + beta * *c;
+}
+
+/* C(i, j0..j0+w) for w <= 8 (!tb): sums over p of A(i, p) B(p, j0..). */
+static void row_block(bool ta, int64_t i, int64_t j0, int w, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c)
+{
+    float s[8] = {0};
+    for (int64_t p = 0; p < k; p++) {
+        float av = op_elem(a, lda, ta, i, p);
+        const float *bp = b + p * ldb + j0;
+        if (w == 8)
+            for (int l = 0; l < 8; l++)
+                s[l] += av * bp[l];
+        else
+            for (int l = 0; l < w; l++)
+                s[l] += av * bp[l];
+    }
+    for (int l = 0; l < w; l++)
+        store(&c[j0 + l], alpha, beta, s[l]);
+}
+
+/* C(i0..i0+h, j) for h <= 8 (ta: A(i, p) is a[p * lda + i]). */
+static void col_block(bool tb, int64_t i0, int h, int64_t j, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc)
+{
+    float s[8] = {0};
+    for (int64_t p = 0; p < k; p++) {
+        float bv = op_elem(b, ldb, tb, p, j);
+        const float *ap = a + p * lda + i0;
+        if (h == 8)
+            for (int l = 0; l < 8; l++)
+                s[l] += ap[l] * bv;
+        else
+            for (int l = 0; l < h; l++)
+                s[l] += ap[l] * bv;
+    }
+    for (int l = 0; l < h; l++)
+        store(&c[(i0 + l) * ldc + j], alpha, beta, s[l]);
+}
+
+/* A's row x dotted with B's column y (y[p * ys]), in 4 lanes when y is
+ * contiguous. */
+static float dot4(const float *x, const float *y, int64_t ys, int64_t k)
+{
+    float s[4] = {0};
+    int64_t p = 0;
+    if (ys == 1)
+        for (; p + 4 <= k; p += 4)
+            for (int l = 0; l < 4; l++)
+                s[l] += x[p + l] * y[p + l];
+    float t = (s[0] + s[2]) + (s[1] + s[3]);
+    for (; p < k; p++)
+        t += x[p] * y[p * ys];
+    return t;
+}
+
+static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc)
+{
+    if (!tb && n >= 8) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j0 = 0; j0 < n; j0 += 8)
+                row_block(ta, i, j0, n - j0 < 8 ? (int)(n - j0) : 8, k, alpha, a, lda, b, ldb,
+                          beta, c + i * ldc);
+    } else if (ta) {
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i0 = 0; i0 < m; i0 += 8)
+                col_block(tb, i0, m - i0 < 8 ? (int)(m - i0) : 8, j, k, alpha, a, lda, b, ldb,
+                          beta, c, ldc);
+    } else {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                store(&c[i * ldc + j], alpha, beta,
+                      dot4(a + i * lda, tb ? b + j * ldb : b + j, tb ? 1 : ldb, k));
+    }
+}
+
 void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                   const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
                   int64_t ldc)
 {
-    pthread_once(&blas_once, blas_single_threaded);
     if (m == 0 || n == 0)
         return;
+    if (dt == VQ_F32 && k > 0 && m <= SMALL_MACS && n <= SMALL_MACS && k <= SMALL_MACS &&
+        m * n * k <= SMALL_MACS) {
+        sgemm_small(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);
+        return;
+    }
+    pthread_once(&blas_once, blas_single_threaded);
     if (k == 0) {
         size_t es = vq_dtype_size(dt);
         for (int64_t i = 0; beta == 0 && i < m; i++)

@@ -1,5 +1,6 @@
 /* Matrix products: matmul (batched, optionally transposed operands, scaled
- * by alpha) and its gradient op matmul_grad, both on OpenBLAS's gemm.
+ * by alpha) and its gradient op matmul_grad, both on OpenBLAS's gemm (f32
+ * products too small for its per-call cost on plain loops, sgemm_small).
  *
  * X holds matrices [..., M, K] ([..., K, M] with transpose_x), Y [..., K, N]
  * ([..., N, K] with transpose_y); Out is [..., M, N]. The leading (batch)

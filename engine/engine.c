@@ -1333,6 +1333,24 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
         return rc;
     if (e->kind == VQ_ENGINE_NAIVE)
         return vq__naive_wait_var(e, v);
+    /* Nothing queued on v and no GPU work after its last op: the wait op
+     * would be granted at its push and answered at once, so it is done
+     * here under v's lock instead, at the same instant in the engine's
+     * order: numbered like a push (the ticket, taken with every var of the
+     * "op" locked, as vq__var_append_op takes it) and counted complete
+     * right after, so that vq_wait_all and the throttle see a pushed op
+     * that completed. The lock orders the check after the completions of
+     * v's earlier ops; an op pushed meanwhile comes after the wait. */
+    vq__spin_lock(&v->lock);
+    if (!v->pending_write && v->num_pending_reads == 0 && !v->gpu_ev) {
+        push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
+        int err = v->err;
+        v->err = 0;
+        vq__spin_unlock(&v->lock);
+        op_completed(e, 1);
+        return err;
+    }
+    vq__spin_unlock(&v->lock);
     struct var_waiter w = {.v = v, .err = 0};
     atomic_init(&w.answered, false);
     pthread_mutex_init(&w.lock, NULL);

@@ -60,8 +60,8 @@ const struct oc_bcast_case oc_bcast_cases[] = {
     {1, 1, 1, {1}, {5}, {5}},
     {4, 4, 4, {1, 2, 1, 3}, {2, 1, 2, 1}, {2, 2, 2, 3}},
     {2, 2, 2, {1, 1}, {1, 1}, {1, 1}},
-    {2, 0, 2, {3, 4}, {0}, {3, 4}},   /* a scalar Y */
-    {2, 1, 2, {4, 1}, {1}, {4, 1}},   /* a bias: one element for every row */
+    {2, 0, 2, {3, 4}, {0}, {3, 4}}, /* a scalar Y */
+    {2, 1, 2, {4, 1}, {1}, {4, 1}}, /* a bias: one element for every row */
 };
 const int oc_nbcast_cases = (int)(sizeof oc_bcast_cases / sizeof oc_bcast_cases[0]);
 

@@ -117,9 +117,8 @@ Test(ops_matmul, matches_the_triple_loop_for_every_transpose_and_dtype)
  * NaN (C not read), on both sides of the size limit, against double. */
 Test(ops_matmul, small_products_match_double_in_every_form)
 {
-    const int64_t dims[][3] = {{16, 1, 16}, {16, 16, 1}, {1, 100, 40}, {100, 1, 40},
-                               {7, 9, 3},   {3, 5, 70},  {16, 16, 16}, {16, 16, 17},
-                               {1, 1, 1},   {65, 2, 31}};
+    const int64_t dims[][3] = {{16, 1, 16}, {16, 16, 1},  {1, 100, 40}, {100, 1, 40}, {7, 9, 3},
+                               {3, 5, 70},  {16, 16, 16}, {16, 16, 17}, {1, 1, 1},    {65, 2, 31}};
     static float a[8192], b[8192], c[8192];
     static double want[8192];
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
@@ -145,8 +144,8 @@ Test(ops_matmul, small_products_match_double_in_every_form)
                 for (int64_t j = 0; j < n; j++)
                     cr_assert(fabs(c[i * ldc + j] - want[i * ldc + j]) <= 1e-5 * (double)k,
                               "%lldx%lldx%lld ta=%d tb=%d beta=%d: C[%lld,%lld] = %g, want %g",
-                              (long long)m, (long long)n, (long long)k, ta, tb, acc,
-                              (long long)i, (long long)j, c[i * ldc + j], want[i * ldc + j]);
+                              (long long)m, (long long)n, (long long)k, ta, tb, acc, (long long)i,
+                              (long long)j, c[i * ldc + j], want[i * ldc + j]);
         }
 }
 

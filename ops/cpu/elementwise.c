@@ -177,8 +177,8 @@ static int binary_kernel(const vq__kcall *k)
     } else if (x->numel == out->numel && y->numel == out->numel) {
         /* nothing broadcast (only leading 1s may differ): one row */
         row(&r, 0, 0, 0, out->numel, 1, 1);
-    } else if ((x->numel == 1 || y->numel == 1) && (x->numel == out->numel ||
-                                                    y->numel == out->numel)) {
+    } else if ((x->numel == 1 || y->numel == 1) &&
+               (x->numel == out->numel || y->numel == out->numel)) {
         /* one operand a single element (a bias, a scale): one row */
         row(&r, 0, 0, 0, out->numel, x->numel != 1, y->numel != 1);
     } else {
@@ -298,8 +298,8 @@ static int grad_kernel(const vq__kcall *k)
     if (dz->numel == 1 && (p->op == VQ__BINARY_ADD || p->op == VQ__BINARY_SUB)) {
         /* A single element broadcast to all of dOut: dOut's sum, in the
          * order the rows below would add it. */
-        struct grad_rows r = {.g = g->data, .x = x->data, .y = y->data, .dz = dz->data,
-                              .op = p->op, .wrt = p->wrt};
+        struct grad_rows r =
+            {.g = g->data, .x = x->data, .y = y->data, .dz = dz->data, .op = p->op, .wrt = p->wrt};
         (g->dtype == VQ_F32 ? grad_row_float : grad_row_double)(&r, 0, 0, 0, g->numel, 0, 0);
         return 0;
     }

@@ -158,9 +158,8 @@ static inline void store(float *c, float alpha, float beta, float sum)
 }
 
 /* C(i, j0..j0+w) for w <= 8 (!tb): sums over p of A(i, p) B(p, j0..). */
-static void row_block(bool ta, int64_t i, int64_t j0, int w, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c)
+static void row_block(bool ta, int64_t i, int64_t j0, int w, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c)
 {
     float s[8] = {0};
     for (int64_t p = 0; p < k; p++) {
@@ -178,9 +177,8 @@ static void row_block(bool ta, int64_t i, int64_t j0, int w, int64_t k, float al
 }
 
 /* C(i0..i0+h, j) for h <= 8 (ta: A(i, p) is a[p * lda + i]). */
-static void col_block(bool tb, int64_t i0, int h, int64_t j, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                      float *c, int64_t ldc)
+static void col_block(bool tb, int64_t i0, int h, int64_t j, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     float s[8] = {0};
     for (int64_t p = 0; p < k; p++) {
@@ -220,13 +218,13 @@ static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
     if (!tb && n >= 8) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j0 = 0; j0 < n; j0 += 8)
-                row_block(ta, i, j0, n - j0 < 8 ? (int)(n - j0) : 8, k, alpha, a, lda, b, ldb,
-                          beta, c + i * ldc);
+                row_block(ta, i, j0, n - j0 < 8 ? (int)(n - j0) : 8, k, alpha, a, lda, b, ldb, beta,
+                          c + i * ldc);
     } else if (ta) {
         for (int64_t j = 0; j < n; j++)
             for (int64_t i0 = 0; i0 < m; i0 += 8)
-                col_block(tb, i0, m - i0 < 8 ? (int)(m - i0) : 8, j, k, alpha, a, lda, b, ldb,
-                          beta, c, ldc);
+                col_block(tb, i0, m - i0 < 8 ? (int)(m - i0) : 8, j, k, alpha, a, lda, b, ldb, beta,
+                          c, ldc);
     } else {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++)

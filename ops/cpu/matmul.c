@@ -147,52 +147,30 @@ void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
  * OpenBLAS's only by rounding. */
 #define SMALL_MACS 4096
 
-static inline float op_elem(const float *x, int64_t ld, bool t, int64_t r, int64_t col)
-{
-    return t ? x[col * ld + r] : x[r * ld + col];
-}
-
 static inline void store(float *c, float alpha, float beta, float sum)
 {
     *c = beta == 0 ? alpha * sum : alpha * sum + beta * *c;
 }
 
-/* C(i, j0..j0+w) for w <= 8 (!tb): sums over p of A(i, p) B(p, j0..). */
-static void row_block(bool ta, int64_t i, int64_t j0, int w, int64_t k, float alpha, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float beta, float *c)
+/* w <= 8 elements of C (c[l * cs]), each the sum over p of a scalar
+ * (sc[p * ss]) times a contiguous vector's element l (v + p * ld): a row of
+ * C from the rows of B, or a column of C from the columns of A. */
+static void axpy_block(int w, int64_t k, const float *sc, int64_t ss, const float *v, int64_t ld,
+                       float alpha, float beta, float *c, int64_t cs)
 {
     float s[8] = {0};
     for (int64_t p = 0; p < k; p++) {
-        float av = op_elem(a, lda, ta, i, p);
-        const float *bp = b + p * ldb + j0;
+        float av = sc[p * ss];
+        const float *vp = v + p * ld;
         if (w == 8)
             for (int l = 0; l < 8; l++)
-                s[l] += av * bp[l];
+                s[l] += av * vp[l];
         else
             for (int l = 0; l < w; l++)
-                s[l] += av * bp[l];
+                s[l] += av * vp[l];
     }
     for (int l = 0; l < w; l++)
-        store(&c[j0 + l], alpha, beta, s[l]);
-}
-
-/* C(i0..i0+h, j) for h <= 8 (ta: A(i, p) is a[p * lda + i]). */
-static void col_block(bool tb, int64_t i0, int h, int64_t j, int64_t k, float alpha, const float *a,
-                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
-{
-    float s[8] = {0};
-    for (int64_t p = 0; p < k; p++) {
-        float bv = op_elem(b, ldb, tb, p, j);
-        const float *ap = a + p * lda + i0;
-        if (h == 8)
-            for (int l = 0; l < 8; l++)
-                s[l] += ap[l] * bv;
-        else
-            for (int l = 0; l < h; l++)
-                s[l] += ap[l] * bv;
-    }
-    for (int l = 0; l < h; l++)
-        store(&c[(i0 + l) * ldc + j], alpha, beta, s[l]);
+        store(&c[l * cs], alpha, beta, s[l]);
 }
 
 /* A's row x dotted with B's column y (y[p * ys]), in 4 lanes when y is
@@ -215,17 +193,17 @@ static void sgemm_small(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
                         const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                         float *c, int64_t ldc)
 {
-    if (!tb && n >= 8) {
+    if (!tb && n >= 8) { /* C(i, j0..) from A(i, p) and B's rows */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j0 = 0; j0 < n; j0 += 8)
-                row_block(ta, i, j0, n - j0 < 8 ? (int)(n - j0) : 8, k, alpha, a, lda, b, ldb, beta,
-                          c + i * ldc);
-    } else if (ta) {
+                axpy_block(n - j0 < 8 ? (int)(n - j0) : 8, k, ta ? a + i : a + i * lda,
+                           ta ? lda : 1, b + j0, ldb, alpha, beta, c + i * ldc + j0, 1);
+    } else if (ta) { /* C(i0.., j) from B(p, j) and A's columns (a[p * lda + i]) */
         for (int64_t j = 0; j < n; j++)
             for (int64_t i0 = 0; i0 < m; i0 += 8)
-                col_block(tb, i0, m - i0 < 8 ? (int)(m - i0) : 8, j, k, alpha, a, lda, b, ldb, beta,
-                          c, ldc);
-    } else {
+                axpy_block(m - i0 < 8 ? (int)(m - i0) : 8, k, tb ? b + j * ldb : b + j,
+                           tb ? 1 : ldb, a + i0, lda, alpha, beta, c + i0 * ldc + j, ldc);
+    } else { /* C(i, j) = A's row i . B's column j */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++)
                 store(&c[i * ldc + j], alpha, beta,

@@ -188,9 +188,11 @@ static int unary_grad_infer(vq__infer *c)
     static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n)   \
     {                                                                             \
         switch (op) {                                                             \
-        case VQ__ACT_RELU:                                                        \
-            for (int64_t i = 0; i < n; i++)                                       \
-                d[i] = y[i] > 0 ? g[i] : (T)0;                                    \
+        case VQ__ACT_RELU: /* g[i] read either way: a select, vectorized */     \
+            for (int64_t i = 0; i < n; i++) {                                     \
+                T gi = g[i];                                                      \
+                d[i] = y[i] > 0 ? gi : (T)0;                                      \
+            }                                                                     \
             break;                                                                \
         case VQ__ACT_SIGMOID:                                                     \
             for (int64_t i = 0; i < n; i++)                                       \

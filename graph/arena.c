@@ -26,27 +26,24 @@ void vq__arena_init(vq__arena *a, size_t hint)
                                             : hint;
 }
 
-void *vq__arena_alloc(vq__arena *a, size_t size, size_t align)
+void *vq__arena_alloc_chunk(vq__arena *a, size_t size, size_t align)
 {
+    size_t want = size + align;
+    if (want < size)
+        return NULL;
+    size_t n = a->next_size > want ? a->next_size : want;
+    struct vq__arena_chunk *c = vq__malloc(sizeof *c + n);
+    if (!c)
+        return NULL;
+    c->next = a->chunks;
+    a->chunks = c;
+    a->at = (char *)c->data;
+    a->end = a->at + n;
+    /* the next chunk doubles, up to ARENA_MAX_CHUNK (under malloc's mmap
+     * threshold): few chunks for a big plan, little waste for a small one */
+    if (a->next_size < ARENA_MAX_CHUNK)
+        a->next_size *= 2;
     uintptr_t at = ((uintptr_t)a->at + (align - 1)) & ~(uintptr_t)(align - 1);
-    if (!a->at || at + size > (uintptr_t)a->end || at + size < at) {
-        size_t want = size + align;
-        if (want < size)
-            return NULL;
-        size_t n = a->next_size > want ? a->next_size : want;
-        struct vq__arena_chunk *c = vq__malloc(sizeof *c + n);
-        if (!c)
-            return NULL;
-        c->next = a->chunks;
-        a->chunks = c;
-        a->at = (char *)c->data;
-        a->end = a->at + n;
-        /* the next chunk doubles, up to 4 MiB: few chunks for a big
-         * plan, little waste for a small one */
-        if (a->next_size < ARENA_MAX_CHUNK)
-            a->next_size *= 2;
-        at = ((uintptr_t)a->at + (align - 1)) & ~(uintptr_t)(align - 1);
-    }
     a->at = (char *)(at + size);
     return (void *)at;
 }

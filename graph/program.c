@@ -440,8 +440,10 @@ int vq__program_freeze(const vq_program *p, vq_program **out)
     int rc = 0;
     c->vars = vq__arena_alloc(home, (size_t)(p->nvars ? p->nvars : 1) * sizeof *c->vars,
                               _Alignof(vq__pvar));
+    /* not zeroed: each op is copied whole below (a failure frees the arena
+     * and reads nothing) */
     c->ops =
-        vq__arena_calloc(home, (size_t)(p->nops ? p->nops : 1), sizeof *c->ops, _Alignof(vq__pop));
+        vq__arena_alloc(home, (size_t)(p->nops ? p->nops : 1) * sizeof *c->ops, _Alignof(vq__pop));
     c->blocks = vq__arena_alloc(home, (size_t)(p->nblocks ? p->nblocks : 1) * sizeof *c->blocks,
                                 _Alignof(vq__block));
     c->index = ints_freeze(home, p->index, p->index_cap);

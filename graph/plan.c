@@ -917,10 +917,12 @@ int vq__frame_ops(struct frame *fr)
 {
     struct plan *pl = fr->plan;
     const vq__block *b = &pl->prog->blocks[fr->block];
-    fr->ops = vq__calloc((size_t)(b->nops ? b->nops : 1), sizeof *fr->ops);
+    /* not zeroed: each fop is set whole as the loop reaches it, and
+     * fr->nops counts those (vq__frame_destroy reads them) until all are */
+    fr->ops = vq__malloc((size_t)(b->nops ? b->nops : 1) * sizeof *fr->ops);
+    fr->nops = 0;
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "out of memory");
-    fr->nops = b->nops;
     struct seg_map m;
     int rc = seg_map_init(fr, &m);
     if (rc)
@@ -930,8 +932,8 @@ int vq__frame_ops(struct frame *fr)
     struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX};
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
-        f->t = &pl->ops[b->ops[k]];
-        f->fr = fr;
+        *f = (struct fop){.t = &pl->ops[b->ops[k]], .fr = fr};
+        fr->nops = k + 1;
         const vq__pop *src = f->t->src;
         f->in = vq__arena_alloc(&pl->arena, (size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in,
                                 _Alignof(struct pvar *));
@@ -1183,24 +1185,26 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-        pl->vars = vq__calloc(nv, sizeof *pl->vars);
+        pl->vars = vq__malloc(nv * sizeof *pl->vars); /* each set whole below */
         pl->last_use = vq__malloc(nv * sizeof *pl->last_use);
         if (pl->last_use)
             memset(pl->last_use, 0xff, nv * sizeof *pl->last_use); /* -1 */
         pl->local = vq__malloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
-        if (!pl->vars || !pl->local || !pl->block_nvars || !pl->last_use)
+        if (!pl->vars || !pl->local || !pl->block_nvars || !pl->last_use) {
+            pl->nvars = 0; /* no slot set: plan_destroy reads none */
             rc = vq__fail(VQ_ENOMEM, "out of memory");
+        }
     }
     for (int v = 0; rc == 0 && v < pl->nvars; v++) {
         const vq__pvar *d = &pl->prog->vars[v];
-        pl->vars[v].meta.dtype = d->dtype;
-        pl->vars[v].meta.ndim = d->ndim;
-        memcpy(pl->vars[v].meta.shape, d->shape, sizeof d->shape);
-        pl->vars[v].persistable = d->persistable;
-        pl->vars[v].block = d->block;
+        struct pvar *pv = &pl->vars[v];
+        *pv = (struct pvar){.meta = {.dtype = d->dtype, .ndim = d->ndim},
+                            .persistable = d->persistable,
+                            .block = d->block};
+        memcpy(pv->meta.shape, d->shape, sizeof d->shape);
+        atomic_init(&pv->readers_left, 0);
         pl->npersistable += d->persistable;
-        atomic_init(&pl->vars[v].readers_left, 0);
         pl->local[v] = pl->block_nvars[d->block]++;
     }
     if (rc == 0 && (rc = find_names(pl->prog, "feed", feeds, nfeeds, &pl->feeds)) == 0)

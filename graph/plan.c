@@ -454,9 +454,9 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         if (block == 0) { /* the ops naming each var, for the segments */
             pl->root_ctl |= t->ctl != NULL;
             for (int j = 0; j < src->nout; j++)
-                pl->last_use[src->out[j]] = k;
+                pl->last_use[src->out[j]] = (struct last_use){k, k};
             for (int i = 0; i < t->nin; i++)
-                pl->last_use[t->in[i]] = k;
+                pl->last_use[t->in[i]].any = k;
         }
     }
     return 0;
@@ -578,6 +578,52 @@ int vq__frame_vars(struct frame *fr)
     return 0;
 }
 
+int vq__evlist_add(struct evlist *l, vq_var *v)
+{
+    vq_var **a = vq__grow(l->v, l->n, &l->cap, sizeof *l->v);
+    if (!a)
+        return VQ_ENOMEM;
+    l->v = a;
+    l->v[l->n++] = v;
+    return 0;
+}
+
+/* Whether the root's vars get their engine vars only when a segment
+ * keeps them (seg_close): a CPU plan whose block 0 has no control op.
+ * Control ops name the root's engine vars in their own ops, and a GPU
+ * plan's vars carry stream events, so those roots get one per var first
+ * (plan_build_ops). A var only the ops of one segment name gets none: on
+ * a chain of 10^5 ops, about 70% of them. */
+static bool root_lazy(const struct plan *pl)
+{
+    return !pl->root_ctl && pl->exec->device.kind == VQ_DEV_CPU;
+}
+
+/* Gives root var v its engine var if it has none: the scope tensor's for
+ * a persistable var, else its own. 0, or VQ_EINVAL for a scope tensor of
+ * another engine, VQ_ENOMEM (messages set). */
+static int root_ev(struct plan *pl, int v)
+{
+    struct pvar *pv = &pl->vars[v];
+    if (pv->ev)
+        return 0;
+    vq_engine *e = pl->exec->engine;
+    if (pv->persistable) {
+        pv->ev = vq_tensor_var(pv->value, e);
+    } else {
+        pv->ev = vq_var_new(e, pl->prog->vars[v].name);
+        pv->own_ev = pv->ev != NULL;
+    }
+    int rc = pv->ev ? vq__evlist_add(&pl->root_evs, pv->ev) : 0;
+    /* a scope tensor of another engine, or no memory for the var */
+    if (!pv->ev || rc < 0)
+        return vq__fail_prefixed(pv->persistable && atomic_load(&pv->value->engine) != e
+                                     ? VQ_EINVAL
+                                     : VQ_ENOMEM,
+                                 "%s", pl->prog->vars[v].name);
+    return 0;
+}
+
 /* ---- segments ----
  *
  * MXNet's bulk execution: consecutive kernel ops of a frame that form a
@@ -616,9 +662,10 @@ struct seg_map {
         int listed; /* -1: in no segment yet */
         int alias;  /* >= 0: the entry of the var with the same engine var */
         /* the root frame on the CPU: the first and last op of the frame
-         * that names the var (-1: none yet), and whether something outside
-         * the frame's ops (a feed, a fetch, the scope) touches it too */
-        int first_use, last_use;
+         * that names the var and the last that writes it (-1: none yet),
+         * and whether something outside the frame's ops (a feed, a fetch,
+         * the scope) touches it too */
+        int first_use, last_use, last_write;
         bool listed_write, outside;
     } * ent;
     int nown;          /* the frame's own slots */
@@ -653,7 +700,7 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
     if (!m->ent)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
-        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, false, false};
+        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, -1, false, false};
     if (fr->owner)
         return 0; /* no persistable vars outside block 0 */
     int np = pl->npersistable;
@@ -694,9 +741,12 @@ struct seg {
     int start, len;
     int max;      /* SEG_MAX, or 1 with VQ_EXEC_NO_SEGMENTS */
     int bound;    /* ops from here on are in the segment or lead to it */
-    vq_var **w, **r;
+    bool lazy;    /* the root's engine vars are made as segments keep them */
+    struct pvar **w, **r;      /* slots */
     struct seg_ent **we, **re; /* the entries of w and r */
     int nw, nr, wcap, rcap;
+    vq_var **ev; /* seg_close: the engine vars of w then r (room for evcap) */
+    int evcap;
 };
 
 /* Whether the var of entry e is named by no op of the frame outside ops
@@ -708,23 +758,19 @@ static bool seg_inner(const struct seg_ent *e, int start, int end)
     return !e->outside && e->first_use >= start && e->last_use <= end && e->first_use >= 0;
 }
 
-/* Blocks of more ops keep every var: measured on exec_bench's chain of
- * 10^5 ops, the bookkeeping cost prepare 320 -> 400 ns per op (cache
- * misses on the uses, which no longer fit the cache), at 10^4 nothing. */
-enum { SEG_USES_MAX_OPS = 16384 };
-
 /* The vars a segment of frame fr may keep from the engine: those of the
  * root frame of a CPU plan whose block has no control op (its blocks' ops
- * name the root's vars too) and at most SEG_USES_MAX_OPS ops. Other
- * frames, and GPU plans (stream events ride on the vars), keep every var. Feeds (their bind ops) and fetches
+ * name the root's vars too). Other frames, and GPU plans (stream events
+ * ride on the vars), keep every var. Feeds (their bind ops) and fetches
  * (the final op) are touched outside the ops; persistable vars (the
  * scope's, which other runs and the caller share) are marked as the ops
- * naming them are resolved, while their slots are in the cache anyway. */
+ * naming them are resolved, while their slots are in the cache anyway.
+ * Such a root is also lazy (root_lazy): its vars get an engine var only
+ * when a segment keeps them. */
 static bool seg_uses(const struct frame *fr, struct seg_map *m)
 {
     const struct plan *pl = fr->plan;
-    if (fr->up || pl->root_ctl || pl->exec->device.kind != VQ_DEV_CPU ||
-        pl->prog->blocks[0].nops > SEG_USES_MAX_OPS)
+    if (fr->up || !root_lazy(pl))
         return false;
     for (int i = 0; i < pl->nfeeds; i++)
         m->ent[pl->feeds[i]].outside = true;
@@ -740,10 +786,27 @@ static inline void seg_use(struct seg_ent *e, const struct pvar *s, int v, int k
 {
     if (e->first_use < 0) {
         e->first_use = k;
-        e->last_use = pl->last_use[v];
+        e->last_use = pl->last_use[v].any;
+        e->last_write = pl->last_use[v].write;
     }
     if (s->persistable)
         e->outside = true;
+}
+
+/* A capacity of at least used + n, from cap (doubling from 16). */
+static int seg_grown(int cap, int used, int n)
+{
+    int c = cap ? cap : 16;
+    while (c < used + n)
+        c *= 2;
+    return c;
+}
+
+/* Gives slot s its engine var: made now for a root var of a lazy root
+ * (other slots have theirs). 0, or root_ev's error. */
+static int slot_ev(struct plan *pl, struct pvar *s)
+{
+    return s->ev ? 0 : root_ev(pl, (int)(s - pl->vars));
 }
 
 /* The engine op of the segment sg, on its first fop. */
@@ -755,25 +818,62 @@ static int seg_close(struct frame *fr, struct seg *sg)
     int end = sg->start + sg->len - 1;
     int nr = 0; /* the reads of vars that a later op of the segment writes go */
     for (int i = 0; i < sg->nr; i++)
-        if (!sg->re[i]->listed_write && !(sg->len > 1 && seg_inner(sg->re[i], sg->start, end)))
+        if (!sg->re[i]->listed_write && !(sg->len > 1 && seg_inner(sg->re[i], sg->start, end))) {
+            sg->re[nr] = sg->re[i];
             sg->r[nr++] = sg->r[i];
+        }
     sg->nr = nr;
     /* The vars only the segment's ops name go too, but for one written
      * var: the segment's executions in successive runs stay ordered by
      * it, and with them every var they name. */
     int nw = 0;
     for (int i = 0; i < sg->nw; i++)
-        if (!(sg->len > 1 && seg_inner(sg->we[i], sg->start, end)) || (i == sg->nw - 1 && !nw))
+        if (!(sg->len > 1 && seg_inner(sg->we[i], sg->start, end)) || (i == sg->nw - 1 && !nw)) {
+            sg->we[nw] = sg->we[i];
             sg->w[nw++] = sg->w[i];
+        }
     sg->nw = nw;
+    if (nw + nr > sg->evcap) {
+        int c = seg_grown(sg->evcap, 0, nw + nr);
+        vq_var **a = vq__realloc(sg->ev, (size_t)c * sizeof *a);
+        if (!a)
+            return vq__fail(VQ_ENOMEM, "out of memory");
+        sg->ev = a;
+        sg->evcap = c;
+    }
+    for (int i = 0; i < nw + nr; i++) {
+        struct pvar *slot = i < nw ? sg->w[i] : sg->r[i - nw];
+        int rc = slot_ev(pl, slot);
+        if (rc < 0)
+            return rc;
+        sg->ev[i] = slot->ev;
+    }
+    /* A lazy root's final op reads one written var of each segment that
+     * no later op follows (accesses a var it writes, or writes a var it
+     * reads): the final op follows them, and through them every other. */
+    bool followed = !sg->lazy || nw == 0;
+    for (int i = 0; i < nw && !followed; i++)
+        followed = sg->we[i]->last_use > end;
+    for (int i = 0; i < nr && !followed; i++)
+        followed = sg->re[i]->last_write > end;
+    if (!followed && vq__evlist_add(&pl->final_reads, sg->ev[0]) < 0)
+        return VQ_ENOMEM;
     struct fop *f = &fr->ops[sg->start];
     const vq__pop *src = f->t->src;
     bool async = sg->len == 1 && f->t->def->kernel_async && pl->exec->device.kind == VQ_DEV_CPU;
-    vq_task t = {.fn = async ? NULL : sg->len > 1 ? vq__seg_exec : vq__op_exec,
-                 .async_fn = async ? vq__op_exec_async : NULL, .arg = f, .ctx = pl->exec->device,
-                 .reads = sg->r, .nreads = sg->nr, .writes = sg->w, .nwrites = sg->nw,
+    vq_task t = {.fn = async         ? NULL
+                       : sg->len > 1 ? vq__seg_exec
+                                     : vq__op_exec,
+                 .async_fn = async ? vq__op_exec_async : NULL,
+                 .arg = f,
+                 .ctx = pl->exec->device,
+                 .reads = sg->ev + nw,
+                 .nreads = nr,
+                 .writes = sg->ev,
+                 .nwrites = nw,
                  .props = VQ_PROP_RUN_ON_FAILED,
-                 .name = sg->len > 1 ? "segment" : src->def->type, .priority = src->priority};
+                 .name = sg->len > 1 ? "segment" : src->def->type,
+                 .priority = src->priority};
     f->seg_len = sg->len;
     sg->len = sg->nw = sg->nr = 0;
     if (!(f->opr = vq_opr_new(pl->exec->engine, &t)))
@@ -845,22 +945,13 @@ static bool block_small(const struct frame *fr, const vq__block *b)
     return true;
 }
 
-/* A capacity of at least used + n, from cap (doubling from 16). */
-static int seg_grown(int cap, int used, int n)
-{
-    int c = cap ? cap : 16;
-    while (c < used + n)
-        c *= 2;
-    return c;
-}
-
 /* Room for nw more writes and nr more reads; false when out of memory
  * (the lists stay as they were). */
 static bool seg_room(struct seg *sg, int nw, int nr)
 {
     if (sg->nw + nw > sg->wcap) {
         int c = seg_grown(sg->wcap, sg->nw, nw);
-        vq_var **a = vq__realloc(sg->w, (size_t)c * sizeof *a);
+        struct pvar **a = vq__realloc(sg->w, (size_t)c * sizeof *a);
         if (!a)
             return false;
         sg->w = a; /* room beyond wcap until we has it too */
@@ -872,7 +963,7 @@ static bool seg_room(struct seg *sg, int nw, int nr)
     }
     if (sg->nr + nr > sg->rcap) {
         int c = seg_grown(sg->rcap, sg->nr, nr);
-        vq_var **a = vq__realloc(sg->r, (size_t)c * sizeof *a);
+        struct pvar **a = vq__realloc(sg->r, (size_t)c * sizeof *a);
         if (!a)
             return false;
         sg->r = a; /* room beyond rcap until re has it too */
@@ -888,7 +979,8 @@ static bool seg_room(struct seg *sg, int nw, int nr)
 /* Adds an op's vars (nw written, then nr read) to the segment, each var
  * once: a write of a var listed as a read is listed again, as a write, and
  * seg_close drops the read. */
-static int seg_add(struct seg *sg, vq_var *const *vars, struct seg_ent *const *ents, int nw, int nr)
+static int seg_add(struct seg *sg, struct pvar *const *vars, struct seg_ent *const *ents, int nw,
+                   int nr)
 {
     if (!seg_room(sg, nw, nr))
         return VQ_ENOMEM;
@@ -929,7 +1021,7 @@ int vq__frame_ops(struct frame *fr)
         return rc;
     bool uses = seg_uses(fr, &m);
     bool small = !pl->exec->no_segments && block_small(fr, b);
-    struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX};
+    struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX, .lazy = uses};
     for (int k = 0; k < b->nops && rc == 0; k++) {
         struct fop *f = &fr->ops[k];
         *f = (struct fop){.t = &pl->ops[b->ops[k]], .fr = fr};
@@ -943,7 +1035,7 @@ int vq__frame_ops(struct frame *fr)
             rc = vq__fail(VQ_ENOMEM, "out of memory");
             break;
         }
-        vq_var *vars[2 * VQ__MAX_SLOTS];
+        struct pvar *vars[2 * VQ__MAX_SLOTS];    /* slots: engine vars at seg_close */
         struct seg_ent *ents[2 * VQ__MAX_SLOTS]; /* the entries of vars (kernel ops) */
         int nw = 0, nr = 0;
         bool dep, linked = false; /* linked: reads an output of op k - 1 */
@@ -952,7 +1044,7 @@ int vq__frame_ops(struct frame *fr)
             ents[nw] = seg_find(fr, &m, f->out[j]);
             if (uses)
                 seg_use(ents[nw], f->out[j], src->out[j], k, pl);
-            vars[nw++] = f->out[j]->ev;
+            vars[nw++] = f->out[j];
         }
         for (int i = 0; i < f->t->nin; i++) {
             f->in[i] = vq__frame_slot(fr, f->t->in[i], &dep);
@@ -963,7 +1055,7 @@ int vq__frame_ops(struct frame *fr)
                 ents[nw + nr] = seg_find(fr, &m, f->in[i]);
                 if (uses)
                     seg_use(ents[nw + nr], f->in[i], f->t->in[i], k, pl);
-                vars[nw + nr++] = f->in[i]->ev;
+                vars[nw + nr++] = f->in[i];
             }
             for (int j = 0; k > 0 && dep && !linked && j < fr->ops[k - 1].t->src->nout; j++)
                 linked = fr->ops[k - 1].out[j] == f->in[i];
@@ -1004,6 +1096,7 @@ int vq__frame_ops(struct frame *fr)
     free(sg.we);
     free(sg.r);
     free(sg.re);
+    free(sg.ev);
     free(m.ent);
     return rc;
 }
@@ -1089,54 +1182,70 @@ out:
     return n;
 }
 
-/* Engine vars of the root frame, its ops, and the final op. */
+/* Engine vars of the root frame, its ops, and the final op. A lazy root
+ * (root_lazy) makes only its persistable vars', its feeds' and its
+ * fetches' here, the rest as segments keep them, and its final op's reads
+ * come from the segments (seg_close) instead of another walk over the
+ * ops and vars (plan_sink_vars). */
 static int plan_build_ops(struct plan *pl)
 {
     vq_engine *e = pl->exec->engine;
+    bool lazy = root_lazy(pl);
     int rc = 0;
-    for (int v = 0; v < pl->nvars && rc == 0; v++) {
-        struct pvar *pv = &pl->vars[v];
-        if (!pv->used || pv->block != 0)
-            continue;
-        if (pv->persistable) {
-            pv->ev = vq_tensor_var(pv->value, e);
-        } else {
-            pv->ev = vq_var_new(e, pl->prog->vars[v].name);
-            pv->own_ev = pv->ev != NULL;
-        }
-        /* a scope tensor of another engine, or no memory for the var */
-        if (!pv->ev)
-            rc = vq__fail_prefixed(pv->persistable && atomic_load(&pv->value->engine) != e
-                                       ? VQ_EINVAL
-                                       : VQ_ENOMEM,
-                                   "%s", pl->prog->vars[v].name);
+    pl->root_evs.v = vq__malloc((size_t)(pl->nvars + 1) * sizeof *pl->root_evs.v);
+    pl->root_evs.cap = pl->nvars + 1;
+    if (!pl->root_evs.v)
+        rc = vq__fail(VQ_ENOMEM, "out of memory");
+    for (int v = 0; (!lazy || pl->npersistable) && v < pl->nvars && rc == 0; v++) {
+        const struct pvar *pv = &pl->vars[v];
+        if (pv->used && pv->block == 0 && (!lazy || pv->persistable))
+            rc = root_ev(pl, v);
     }
+    for (int i = 0; lazy && i < pl->nfeeds && rc == 0; i++)
+        rc = root_ev(pl, pl->feeds[i]);
+    for (int i = 0; lazy && i < pl->nfetches && rc == 0; i++)
+        rc = root_ev(pl, pl->fetches[i]);
     if (rc == 0 && !(pl->done_var = vq_var_new(e, "run_done")))
         rc = VQ_ENOMEM;
     pl->root = (struct frame){.plan = pl, .block = 0, .vars = pl->vars};
     if (rc == 0)
         rc = vq__frame_ops(&pl->root);
-    if (rc)
-        return rc;
-    vq_var **vars = vq__malloc((size_t)(pl->nvars + 1) * sizeof *vars);
-    int n = vars ? plan_sink_vars(pl, vars) : vq__fail(VQ_ENOMEM, "out of memory");
-    vq_task t = {.fn = vq__final_exec, .arg = pl, .reads = vars, .nreads = n,
-                 .writes = &pl->done_var, .nwrites = 1, .props = VQ_PROP_RUN_ON_FAILED,
+    /* the final op of a lazy root reads the fetches and the feeds no op
+     * touches, besides what the segments left */
+    for (int i = 0; lazy && i < pl->nfetches && rc == 0; i++)
+        rc = vq__evlist_add(&pl->final_reads, pl->vars[pl->fetches[i]].ev);
+    for (int i = 0; lazy && i < pl->nfeeds && rc == 0; i++)
+        if (pl->last_use[pl->feeds[i]].any < 0)
+            rc = vq__evlist_add(&pl->final_reads, pl->vars[pl->feeds[i]].ev);
+    vq_var **sinks = NULL;
+    int n = 0;
+    if (rc == 0 && !lazy) {
+        sinks = vq__malloc((size_t)(pl->nvars + 1) * sizeof *sinks);
+        n = sinks ? plan_sink_vars(pl, sinks) : vq__fail(VQ_ENOMEM, "out of memory");
+    }
+    vq_task t = {.fn = vq__final_exec,
+                 .arg = pl,
+                 .reads = lazy ? pl->final_reads.v : sinks,
+                 .nreads = lazy ? pl->final_reads.n : n,
+                 .writes = &pl->done_var,
+                 .nwrites = 1,
+                 .props = VQ_PROP_RUN_ON_FAILED,
                  .name = "run_done"};
-    if (n >= 0 && !(pl->final = vq_opr_new(e, &t)))
+    if (rc == 0 && n >= 0 && !(pl->final = vq_opr_new(e, &t)))
         n = vq__fail(VQ_ENOMEM, "out of memory");
-    if (n >= 0) { /* final_all: every engine var of block 0 */
-        t.nreads = 0;
-        for (int v = 0; v < pl->nvars; v++)
-            if (pl->vars[v].ev && pl->vars[v].block == 0)
-                vars[t.nreads++] = pl->vars[v].ev;
+    if (rc == 0 && n >= 0) { /* final_all: every engine var of block 0 */
+        t.reads = pl->root_evs.v;
+        t.nreads = pl->root_evs.n;
         if (!(pl->final_all = vq_opr_new(e, &t)))
             n = vq__fail(VQ_ENOMEM, "out of memory");
     }
     pl->root.tail = pl->final;
     pl->root.tail_cut = pl->final_all;
-    free(vars);
-    return n < 0 ? n : 0;
+    free(sinks);
+    free(pl->root_evs.v);
+    free(pl->final_reads.v);
+    pl->root_evs = pl->final_reads = (struct evlist){0};
+    return rc < 0 ? rc : n < 0 ? n : 0;
 }
 
 /* Plans are destroyed outside the executor's lock: destroying pushes var
@@ -1185,10 +1294,10 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-        pl->vars = vq__malloc(nv * sizeof *pl->vars); /* each set whole below */
-        pl->last_use = vq__malloc(nv * sizeof *pl->last_use);
+        pl->vars = vq__malloc(nv * sizeof *pl->vars);         /* each set whole below */
+        pl->last_use = vq__malloc(nv * sizeof *pl->last_use); /* {-1, -1} each */
         if (pl->last_use)
-            memset(pl->last_use, 0xff, nv * sizeof *pl->last_use); /* -1 */
+            memset(pl->last_use, 0xff, nv * sizeof *pl->last_use);
         pl->local = vq__malloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
         if (!pl->vars || !pl->local || !pl->block_nvars || !pl->last_use) {

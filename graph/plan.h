@@ -36,6 +36,13 @@ struct plan;
 struct frame;
 struct ctl;
 
+/* A growing list of engine vars. */
+struct evlist {
+    vq_var **v;
+    int n, cap;
+};
+int vq__evlist_add(struct evlist *l, vq_var *v); /* 0 or VQ_ENOMEM (message set) */
+
 struct vq_exec {
     vq_engine *engine;
     vq_ctx device;
@@ -233,11 +240,18 @@ struct plan {
     struct frame root;
     int *feeds, nfeeds;
     int *fetches, nfetches;
-    /* by program var: the last op of block 0 that names it (its index in
-     * the block), or -1; filled by the walk, for the segments' var lists
-     * (plan.c); root_ctl: block 0 has a control op */
-    int *last_use;
+    /* by program var: the last op of block 0 that names it and the last
+     * that writes it (their index in the block), or -1; filled by the
+     * walk, for the segments' var lists and the final op's reads (plan.c);
+     * root_ctl: block 0 has a control op */
+    struct last_use {
+        int any, write;
+    } * last_use;
     bool root_ctl;
+    /* Preparation of the root (plan.c's plan_build_ops): block 0's engine
+     * vars as they are made (final_all reads them all) and, for a lazy
+     * root, what the final op reads; freed once both ops are made. */
+    struct evlist root_evs, final_reads;
     vq_var *done_var;
     /* Reads the outputs of the run's sink ops, so it runs after them all. */
     vq_opr *final;

@@ -129,12 +129,12 @@ static int block_output(struct walk *w, struct pop *t, const char *attr, int b, 
                         struct varset *ext)
 {
     const vq_program *p = w->pl->prog;
-    if (!w->has[v])
+    if (!w->rec[v].has)
         return ctl_fail(t, "%s[%d]: var %s has no value at the end of block %d", attr, k,
                         p->vars[v].name, b);
     if (p->vars[v].block != b)
         return vq__varset_add(ext, v);
-    (*w->owner[v])++; /* the exit takes it */
+    (*w->rec[v].owner)++; /* the exit takes it */
     return 0;
 }
 
@@ -223,13 +223,14 @@ static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int b
     for (int k = 0; k < ci->nreplay && rc == 0; k++) {
         int v = ci->replay_in[k];
         const vq__meta *want = &pl->vars[f->ctl->body_in[k]].meta;
-        if (p->vars[v].block != body || w->has[v] || !vq__meta_compatible(want, &pl->vars[v].meta))
+        if (p->vars[v].block != body || w->rec[v].has ||
+            !vq__meta_compatible(want, &pl->vars[v].meta))
             return ctl_fail(t, "replay_inputs[%d]: var %s must be a var of the body, neither a "
                                "body input nor written, shaped like the saved input",
                             k, p->vars[v].name);
-        w->has[v] = true;
-        w->owner[v] = &ci->replay_readers[k];
-        pl->vars[v].used = true;
+        w->rec[v].has = true;
+        w->rec[v].owner = &ci->replay_readers[k];
+        w->rec[v].used = true;
     }
     return rc;
 }
@@ -279,9 +280,9 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
         for (int d = 0; d < bv->meta.ndim; d++)
             if (bv->meta.shape[d] < 0)
                 bv->meta.shape[d] = x->shape[d];
-        bv->used = true;
-        w->has[v] = true;
-        w->owner[v] = &ci->carry_readers[k];
+        w->rec[v].used = true;
+        w->rec[v].has = true;
+        w->rec[v].owner = &ci->carry_readers[k];
     }
     if ((rc = walk_replay(w, t, ci, body)) != 0 || (rc = vq__walk_block(w, body, ext)) != 0)
         return rc;
@@ -294,7 +295,7 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
         bool is_input = false;
         for (int j = 0; j < ci->nouts; j++)
             is_input |= ci->body_in[j] == v;
-        if (p->vars[v].block != body || is_input || !w->has[v])
+        if (p->vars[v].block != body || is_input || !w->rec[v].has)
             return ctl_fail(t, "body_outputs[%d]: var %s is not written by the body (block "
                                "%d); pass a value through with an op",
                             k, p->vars[v].name, body);
@@ -316,7 +317,7 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
     bool cond_is_input = false;
     for (int j = 0; j < ci->nouts; j++)
         cond_is_input |= ci->body_in[j] == c;
-    if (cond_is_input || !w->has[c])
+    if (cond_is_input || !w->rec[c].has)
         return ctl_fail(t, "body_cond %s is not written by the body (block %d)", bc->s, body);
     if ((rc = check_predicate(t, "body_cond", bc->s, &pl->vars[c].meta)) != 0)
         return rc;
@@ -326,8 +327,8 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
      * its values stay for the exit; one that no iteration reads is held
      * for it (and dropped when its frame is used again). */
     for (int k = 0; k < ci->nouts; k++)
-        *w->owner[ci->outs[0][k]] += carry_count(ci, k);
-    (*w->owner[c])++;
+        *w->rec[ci->outs[0][k]].owner += carry_count(ci, k);
+    (*w->rec[c].owner)++;
     for (int k = 0; k < ci->nouts; k++) {
         struct pvar *o = &pl->vars[src->out[k]];
         const vq__meta *x = &pl->vars[src->in[1 + k]].meta;

@@ -65,7 +65,7 @@ static void plan_destroy(struct plan *pl)
         vq_var_free(e, pl->done_var);
     free(pl->ops);
     free(pl->vars);
-    free(pl->last_use);
+    free(pl->rec);
     free(pl->local);
     free(pl->block_nvars);
     free(pl->feeds);
@@ -254,18 +254,18 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
     struct plan *pl = w->pl;
     vq_program *p = pl->prog;
     int v = t->in[i];
-    struct pvar *pv = &pl->vars[v];
+    struct vrec *r = &w->rec[v]; /* the var's one line: not its slot */
     int rc = 0;
-    pv->used = true;
-    if (!w->has[v] && pv->persistable) {
+    r->used = true;
+    if (!r->has && r->persistable) {
         rc = bind_persistable(pl, v, false);
         if (rc == NOT_IN_SCOPE)
             rc = vq__pop_error(t, vq__fail(VQ_EINVAL,
                                            "reads var %s, which is persistable but is not in "
                                            "the scope and no earlier op writes it",
                                            p->vars[v].name));
-        w->has[v] = rc == 0;
-    } else if (!w->has[v]) {
+        r->has = rc == 0;
+    } else if (!r->has) {
         rc = vq__pop_error(t, vq__fail(VQ_EINVAL,
                                        "reads var %s, which no earlier op writes and no feed "
                                        "provides",
@@ -281,14 +281,14 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
      * names): no look at the var's declaration, a cache miss per read in
      * a big program */
     int vblock = block ? p->vars[v].block : 0;
-    bool counts = !pv->persistable && vblock == block;
+    bool counts = !r->persistable && vblock == block;
     for (int j = 0; j < t->src->nout && counts && (t->def->flags & VQ__CONTROL); j++)
         counts = t->src->out[j] != v; /* a control op releases its reads at its end */
     for (int ii = 0; ii < i && counts; ii++)
         counts = t->in[ii] != v;
     t->in_counts[i] = counts;
     if (counts)
-        (*w->owner[v])++;
+        (*r->owner)++;
     if (vblock != block)
         return vq__varset_add(ext, v);
     return 0;
@@ -412,13 +412,13 @@ static int walk_count_readers(struct walk *w, struct pop *t)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int j = 0; j < src->nout; j++) {
         int v = src->out[j];
-        struct pvar *pv = &pl->vars[v];
+        struct vrec *r = &w->rec[v];
         int rc;
-        pv->used = true;
-        if (pv->persistable && !w->has[v] && (rc = bind_persistable(pl, v, true)) != 0)
+        r->used = true;
+        if (r->persistable && !r->has && (rc = bind_persistable(pl, v, true)) != 0)
             return vq__pop_error(t, rc);
-        w->has[v] = true;
-        w->owner[v] = &t->out_readers[j];
+        r->has = true;
+        r->owner = &t->out_readers[j];
     }
     return 0;
 }
@@ -454,9 +454,9 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
         if (block == 0) { /* the ops naming each var, for the segments */
             pl->root_ctl |= t->ctl != NULL;
             for (int j = 0; j < src->nout; j++)
-                pl->last_use[src->out[j]] = (struct last_use){k, k};
+                w->rec[src->out[j]].seg.last_use = w->rec[src->out[j]].seg.last_write = k;
             for (int i = 0; i < t->nin; i++)
-                pl->last_use[t->in[i]].any = k;
+                w->rec[t->in[i]].seg.last_use = k;
         }
     }
     return 0;
@@ -467,9 +467,9 @@ static void walk_feeds(struct walk *w)
 {
     struct plan *pl = w->pl;
     for (int i = 0; i < pl->nfeeds; i++) {
-        w->has[pl->feeds[i]] = true;
-        w->owner[pl->feeds[i]] = &pl->vars[pl->feeds[i]].init_readers;
-        pl->vars[pl->feeds[i]].used = true;
+        struct vrec *r = &w->rec[pl->feeds[i]];
+        r->has = r->used = true;
+        r->owner = &pl->vars[pl->feeds[i]].init_readers;
     }
 }
 
@@ -483,17 +483,17 @@ static int walk_fetches(struct walk *w)
     int rc = 0;
     for (int i = 0; i < pl->nfetches && rc == 0; i++) {
         int v = pl->fetches[i];
-        pl->vars[v].used = true;
-        if (!w->has[v] && pl->vars[v].persistable) {
+        w->rec[v].used = true;
+        if (!w->rec[v].has && pl->vars[v].persistable) {
             rc = bind_persistable(pl, v, false);
             if (rc == NOT_IN_SCOPE)
                 rc = vq__fail(VQ_EINVAL, "fetch %s: persistable, but not in the scope",
                               p->vars[v].name);
-        } else if (!w->has[v]) {
+        } else if (!w->rec[v].has) {
             rc = vq__fail(VQ_EINVAL, "fetch %s: no op writes it and no feed provides it",
                           p->vars[v].name);
         } else if (!pl->vars[v].persistable) {
-            (*w->owner[v])++;
+            (*w->rec[v].owner)++;
         }
     }
     return rc;
@@ -504,15 +504,14 @@ static int walk_fetches(struct walk *w)
 static int plan_walk(struct plan *pl)
 {
     vq_program *p = pl->prog;
-    size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-    struct walk w = {.pl = pl, .has = vq__calloc(nv, sizeof *w.has),
-                     .owner = vq__calloc(nv, sizeof *w.owner),
+    struct walk w = {.pl = pl,
+                     .rec = pl->rec,
                      .block_user = vq__malloc((size_t)p->nblocks * sizeof *w.block_user)};
     struct varset ext = {0};
     pl->ops = vq__calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
     pl->nops = p->nops;
     int rc = 0;
-    if (!w.has || !w.owner || !w.block_user || !pl->ops)
+    if (!w.block_user || !pl->ops)
         rc = vq__fail(VQ_ENOMEM, "out of memory");
     for (int b = 0; rc == 0 && b < p->nblocks; b++)
         w.block_user[b] = -1;
@@ -523,8 +522,6 @@ static int plan_walk(struct plan *pl)
     if (rc == 0)
         rc = walk_fetches(&w);
     free(ext.v);
-    free(w.has);
-    free(w.owner);
     free(w.block_user);
     return rc;
 }
@@ -567,7 +564,7 @@ int vq__frame_vars(struct frame *fr)
     if (!fr->vars)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int v = 0; v < pl->nvars; v++) {
-        if (pl->vars[v].block != fr->block || !pl->vars[v].used)
+        if (pl->vars[v].block != fr->block || !pl->rec[v].used)
             continue;
         struct pvar *s = &fr->vars[pl->local[v]];
         atomic_init(&s->readers_left, 0);
@@ -615,6 +612,7 @@ static int root_ev(struct plan *pl, int v)
         pv->own_ev = pv->ev != NULL;
     }
     int rc = pv->ev ? vq__evlist_add(&pl->root_evs, pv->ev) : 0;
+    pl->rec[v].seg.ev = pv->ev;
     /* a scope tensor of another engine, or no memory for the var */
     if (!pv->ev || rc < 0)
         return vq__fail_prefixed(pv->persistable && atomic_load(&pv->value->engine) != e
@@ -645,32 +643,32 @@ static int root_ev(struct plan *pl, int v)
  * its profiler record (vq__prof_span, beside the segment's own). */
 enum { SEG_MAX = 16 };
 
-/* Per engine var of the frame: the last op that wrote it and the first op
- * that read it since; and the segment (its first op) that lists it
- * already, as a write or a read, so that a segment hands the engine each
- * var once (vq_opr_new's merge of more than 32 vars sorts them, on every
- * segment of a long chain). Indexed by slot: the frame's own slots, then
- * (a while body) the previous iteration's, whose slots an op's engine
- * accesses name (vq__frame_slot's dep). Each such slot has its own engine
- * var, except persistable ones (the root's), which share the scope
- * tensor's: two vars bound to one tensor share an entry (alias). An array
- * of 16 bytes per slot, walked nearly in order by a chain: a hash on the
- * engine vars' addresses spread the same over 32 bytes per access. */
+#define SEG_ENT_NONE ((struct seg_ent){-1, -1, -1, -1, -1, -1, -1, false, false, NULL})
+
+/* Per engine var of the frame, a struct seg_ent (plan.h), so that a
+ * segment hands the engine each var once (vq_opr_new's merge of more than
+ * 32 vars sorts them, on every segment of a long chain). Indexed by slot:
+ * the frame's own slots, then (a while body) the previous iteration's,
+ * whose slots an op's engine accesses name (vq__frame_slot's dep). Each
+ * such slot has its own engine var, except persistable ones (the root's),
+ * which share the scope tensor's: two vars bound to one tensor share an
+ * entry (alias). The root's entries are in the plan's per-var records
+ * (struct vrec, stride 64 bytes: the walk's fields beside them); other
+ * frames' in an array of their own. Walked nearly in order by a chain: a
+ * hash on the engine vars' addresses spread the same over 32 bytes per
+ * access. */
 struct seg_map {
-    struct seg_ent {
-        int writer, first_reader;
-        int listed; /* -1: in no segment yet */
-        int alias;  /* >= 0: the entry of the var with the same engine var */
-        /* the root frame on the CPU: the first and last op of the frame
-         * that names the var and the last that writes it (-1: none yet),
-         * and whether something outside the frame's ops (a feed, a fetch,
-         * the scope) touches it too */
-        int first_use, last_use, last_write;
-        bool listed_write, outside;
-    } * ent;
+    char *ent; /* entry i at ent + i * stride */
+    size_t stride;
+    bool own;          /* ent is the frame's own array (freed with the map) */
     int nown;          /* the frame's own slots */
     struct pvar *prev; /* a while body's previous iteration's slots, or NULL */
 };
+
+static inline struct seg_ent *seg_at(const struct seg_map *m, size_t i)
+{
+    return (struct seg_ent *)(void *)(m->ent + i * m->stride);
+}
 
 static struct seg_ent *seg_find(const struct frame *fr, struct seg_map *m, const struct pvar *s)
 {
@@ -679,8 +677,15 @@ static struct seg_ent *seg_find(const struct frame *fr, struct seg_map *m, const
     size_t id = off / sizeof *s;
     if (off >= (uintptr_t)m->nown * sizeof *s)
         id = (size_t)m->nown + ((uintptr_t)s - (uintptr_t)m->prev) / sizeof *s;
-    struct seg_ent *e = &m->ent[id];
-    return e->alias >= 0 ? &m->ent[e->alias] : e;
+    struct seg_ent *e = seg_at(m, id);
+    return e->alias >= 0 ? seg_at(m, (size_t)e->alias) : e;
+}
+
+static void seg_map_free(struct seg_map *m)
+{
+    if (m->own)
+        free(m->ent);
+    m->ent = NULL;
 }
 
 /* The entries of frame fr, and the aliases of persistable vars bound to
@@ -690,19 +695,27 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
     struct plan *pl = fr->plan;
     m->nown = fr->owner ? pl->block_nvars[fr->block] : pl->nvars;
     m->prev = NULL;
-    int n = m->nown;
-    if (fr->owner && fr->owner->fop->t->ctl->is_while) {
-        struct ctl *c = fr->owner;
-        m->prev = c->frames[(fr->slot + c->nframes - 1) % c->nframes].vars;
-        n *= 2;
-    }
-    m->ent = vq__malloc((size_t)(n ? n : 1) * sizeof *m->ent);
-    if (!m->ent)
-        return vq__fail(VQ_ENOMEM, "out of memory");
-    for (int i = 0; i < n; i++)
-        m->ent[i] = (struct seg_ent){-1, -1, -1, -1, -1, -1, -1, false, false};
-    if (fr->owner)
+    if (!fr->owner) { /* set by plan_new and the walk */
+        m->ent = (char *)&pl->rec[0].seg;
+        m->stride = sizeof *pl->rec;
+        m->own = false;
+    } else {
+        int n = m->nown;
+        if (fr->owner->fop->t->ctl->is_while) {
+            struct ctl *c = fr->owner;
+            m->prev = c->frames[(fr->slot + c->nframes - 1) % c->nframes].vars;
+            n *= 2;
+        }
+        struct seg_ent *ent = vq__malloc((size_t)(n ? n : 1) * sizeof *ent);
+        if (!ent)
+            return vq__fail(VQ_ENOMEM, "out of memory");
+        for (int i = 0; i < n; i++)
+            ent[i] = SEG_ENT_NONE;
+        m->ent = (char *)ent;
+        m->stride = sizeof *ent;
+        m->own = true;
         return 0; /* no persistable vars outside block 0 */
+    }
     int np = pl->npersistable;
     if (np < 2)
         return 0;
@@ -710,10 +723,8 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
     while (cap < 2 * (size_t)np)
         cap *= 2;
     int *seen = vq__malloc(cap * sizeof *seen);
-    if (!seen) {
-        free(m->ent);
+    if (!seen)
         return vq__fail(VQ_ENOMEM, "out of memory");
-    }
     memset(seen, 0xff, cap * sizeof *seen); /* -1: empty */
     for (int v = 0; v < pl->nvars; v++) {
         vq_var *ev = pl->vars[v].ev;
@@ -726,7 +737,7 @@ static int seg_map_init(struct frame *fr, struct seg_map *m)
                 break;
             }
             if (pl->vars[seen[i]].ev == ev) {
-                m->ent[v].alias = seen[i];
+                seg_at(m, (size_t)v)->alias = seen[i];
                 break;
             }
         }
@@ -773,24 +784,19 @@ static bool seg_uses(const struct frame *fr, struct seg_map *m)
     if (fr->up || !root_lazy(pl))
         return false;
     for (int i = 0; i < pl->nfeeds; i++)
-        m->ent[pl->feeds[i]].outside = true;
+        seg_at(m, (size_t)pl->feeds[i])->outside = true;
     for (int i = 0; i < pl->nfetches; i++)
-        m->ent[pl->fetches[i]].outside = true;
+        seg_at(m, (size_t)pl->fetches[i])->outside = true;
     return true;
 }
 
-/* Notes that op k names the var v of entry e (inner: the frame's uses are
- * tracked, seg_uses). */
-static inline void seg_use(struct seg_ent *e, const struct pvar *s, int v, int k,
-                           const struct plan *pl)
+/* Notes that op k names the var of entry e (inner: the frame's uses are
+ * tracked, seg_uses). The walk set its last uses; plan_new marked a
+ * persistable var as touched outside. */
+static inline void seg_use(struct seg_ent *e, int k)
 {
-    if (e->first_use < 0) {
+    if (e->first_use < 0)
         e->first_use = k;
-        e->last_use = pl->last_use[v].any;
-        e->last_write = pl->last_use[v].write;
-    }
-    if (s->persistable)
-        e->outside = true;
 }
 
 /* A capacity of at least used + n, from cap (doubling from 16). */
@@ -842,11 +848,16 @@ static int seg_close(struct frame *fr, struct seg *sg)
         sg->evcap = c;
     }
     for (int i = 0; i < nw + nr; i++) {
-        struct pvar *slot = i < nw ? sg->w[i] : sg->r[i - nw];
-        int rc = slot_ev(pl, slot);
-        if (rc < 0)
-            return rc;
-        sg->ev[i] = slot->ev;
+        /* from the entry: an arbitrary earlier var's slot stays untouched */
+        struct seg_ent *e = i < nw ? sg->we[i] : sg->re[i - nw];
+        if (!e->ev) {
+            struct pvar *slot = i < nw ? sg->w[i] : sg->r[i - nw];
+            int rc = slot_ev(pl, slot);
+            if (rc < 0)
+                return rc;
+            e->ev = slot->ev;
+        }
+        sg->ev[i] = e->ev;
     }
     /* A lazy root's final op reads one written var of each segment that
      * no later op follows (accesses a var it writes, or writes a var it
@@ -1015,7 +1026,7 @@ int vq__frame_ops(struct frame *fr)
     fr->nops = 0;
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "out of memory");
-    struct seg_map m;
+    struct seg_map m = {0};
     int rc = seg_map_init(fr, &m);
     if (rc)
         return rc;
@@ -1043,7 +1054,7 @@ int vq__frame_ops(struct frame *fr)
             f->out[j] = vq__frame_slot(fr, src->out[j], &dep);
             ents[nw] = seg_find(fr, &m, f->out[j]);
             if (uses)
-                seg_use(ents[nw], f->out[j], src->out[j], k, pl);
+                seg_use(ents[nw], k);
             vars[nw++] = f->out[j];
         }
         for (int i = 0; i < f->t->nin; i++) {
@@ -1054,7 +1065,7 @@ int vq__frame_ops(struct frame *fr)
             if (!f->t->ctl && dep && !written) { /* a control op builds its own */
                 ents[nw + nr] = seg_find(fr, &m, f->in[i]);
                 if (uses)
-                    seg_use(ents[nw + nr], f->in[i], f->t->in[i], k, pl);
+                    seg_use(ents[nw + nr], k);
                 vars[nw + nr++] = f->in[i];
             }
             for (int j = 0; k > 0 && dep && !linked && j < fr->ops[k - 1].t->src->nout; j++)
@@ -1097,7 +1108,7 @@ int vq__frame_ops(struct frame *fr)
     free(sg.r);
     free(sg.re);
     free(sg.ev);
-    free(m.ent);
+    seg_map_free(&m);
     return rc;
 }
 
@@ -1198,7 +1209,7 @@ static int plan_build_ops(struct plan *pl)
         rc = vq__fail(VQ_ENOMEM, "out of memory");
     for (int v = 0; (!lazy || pl->npersistable) && v < pl->nvars && rc == 0; v++) {
         const struct pvar *pv = &pl->vars[v];
-        if (pv->used && pv->block == 0 && (!lazy || pv->persistable))
+        if (pl->rec[v].used && pv->block == 0 && (!lazy || pv->persistable))
             rc = root_ev(pl, v);
     }
     for (int i = 0; lazy && i < pl->nfeeds && rc == 0; i++)
@@ -1215,7 +1226,7 @@ static int plan_build_ops(struct plan *pl)
     for (int i = 0; lazy && i < pl->nfetches && rc == 0; i++)
         rc = vq__evlist_add(&pl->final_reads, pl->vars[pl->fetches[i]].ev);
     for (int i = 0; lazy && i < pl->nfeeds && rc == 0; i++)
-        if (pl->last_use[pl->feeds[i]].any < 0)
+        if (pl->rec[pl->feeds[i]].seg.last_use < 0)
             rc = vq__evlist_add(&pl->final_reads, pl->vars[pl->feeds[i]].ev);
     vq_var **sinks = NULL;
     int n = 0;
@@ -1245,6 +1256,8 @@ static int plan_build_ops(struct plan *pl)
     free(pl->root_evs.v);
     free(pl->final_reads.v);
     pl->root_evs = pl->final_reads = (struct evlist){0};
+    free(pl->rec); /* preparation's only */
+    pl->rec = NULL;
     return rc < 0 ? rc : n < 0 ? n : 0;
 }
 
@@ -1294,13 +1307,11 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-        pl->vars = vq__malloc(nv * sizeof *pl->vars);         /* each set whole below */
-        pl->last_use = vq__malloc(nv * sizeof *pl->last_use); /* {-1, -1} each */
-        if (pl->last_use)
-            memset(pl->last_use, 0xff, nv * sizeof *pl->last_use);
+        pl->vars = vq__malloc(nv * sizeof *pl->vars); /* each set whole below */
+        pl->rec = vq__aligned_alloc(_Alignof(struct vrec), nv * sizeof *pl->rec);
         pl->local = vq__malloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
-        if (!pl->vars || !pl->local || !pl->block_nvars || !pl->last_use) {
+        if (!pl->vars || !pl->local || !pl->block_nvars || !pl->rec) {
             pl->nvars = 0; /* no slot set: plan_destroy reads none */
             rc = vq__fail(VQ_ENOMEM, "out of memory");
         }
@@ -1313,6 +1324,10 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
                             .block = d->block};
         memcpy(pv->meta.shape, d->shape, sizeof d->shape);
         atomic_init(&pv->readers_left, 0);
+        /* a persistable var is the scope's: touched outside the ops */
+        struct seg_ent e = SEG_ENT_NONE;
+        e.outside = d->persistable;
+        pl->rec[v] = (struct vrec){.seg = e, .persistable = d->persistable};
         pl->npersistable += d->persistable;
         pl->local[v] = pl->block_nvars[d->block]++;
     }

@@ -59,9 +59,9 @@ struct vq_exec {
 };
 
 /* The value of one var in one frame. Root slots also carry what
- * preparation knows of the var (meta, persistable, used, block) for every
- * var of the program; slots of other frames use only ev, value and
- * readers_left. Laid out without holes: 104 bytes. */
+ * preparation knows of the var (meta, persistable, block) for every var of
+ * the program; slots of other frames use only ev, value and readers_left.
+ * Laid out without holes: 104 bytes. */
 struct pvar {
     vq_var *ev;       /* engine var: own, or the scope tensor's (persistable) */
     vq_tensor *value; /* current value, one reference; ordered by ev */
@@ -75,7 +75,36 @@ struct pvar {
      * place writes a new tensor instead (copy on write) */
     bool borrowed;
     bool persistable;
-    bool used; /* touched by some op, feed or fetch */
+};
+
+/* Per engine var of a frame, what its segments know (plan.c): the last op
+ * that wrote it and the first op that read it since; and the segment (its
+ * first op) that lists it already, as a write or a read, so that a
+ * segment hands the engine each var once. */
+struct seg_ent {
+    int writer, first_reader;
+    int listed; /* -1: in no segment yet */
+    int alias;  /* >= 0: the entry of the var with the same engine var */
+    /* the root frame on the CPU: the first and last op of the frame that
+     * names the var and the last that writes it (-1: none; the last two
+     * filled by the walk), and whether something outside the frame's ops
+     * (a feed, a fetch, the scope) touches it too */
+    int first_use, last_use, last_write;
+    bool listed_write, outside;
+    vq_var *ev; /* the slot's engine var, once a segment has named it */
+};
+
+/* Per program var, what preparation looks up while it walks the ops
+ * (plan.c, control.c) and while it makes the root's segments: one cache
+ * line, so that an op reading an arbitrary earlier var (a chain's skip
+ * connection) misses once here rather than once in each of several
+ * arrays. From plan_new to the end of plan_build_ops. */
+struct vrec {
+    _Alignas(64) struct seg_ent seg; /* the root frame's entry */
+    int *owner;                      /* walk: the counter of readers of the value the var has */
+    bool has;                        /* walk: the var has a value at this point */
+    bool used;                       /* touched by some op, feed or fetch */
+    bool persistable;
 };
 
 /* What a cond or while op says, checked at preparation. */
@@ -240,14 +269,9 @@ struct plan {
     struct frame root;
     int *feeds, nfeeds;
     int *fetches, nfetches;
-    /* by program var: the last op of block 0 that names it and the last
-     * that writes it (their index in the block), or -1; filled by the
-     * walk, for the segments' var lists and the final op's reads (plan.c);
-     * root_ctl: block 0 has a control op */
-    struct last_use {
-        int any, write;
-    } * last_use;
-    bool root_ctl;
+    /* by program var, during preparation (struct vrec; 64-byte aligned) */
+    struct vrec *rec;
+    bool root_ctl; /* block 0 has a control op */
     /* Preparation of the root (plan.c's plan_build_ops): block 0's engine
      * vars as they are made (final_all reads them all) and, for a lazy
      * root, what the final op reads; freed once both ops are made. */
@@ -279,13 +303,12 @@ struct plan {
 };
 
 /* Preparation's walk over the ops of one block (plan.c), which control.c
- * calls for the blocks of a cond or while. has[v]: var v has a value at
- * this point; owner[v]: the counter of readers of that value. ext collects
- * the vars of enclosing blocks that the block's ops read. */
+ * calls for the blocks of a cond or while. rec[v].has: var v has a value
+ * at this point; rec[v].owner: the counter of readers of that value. ext
+ * collects the vars of enclosing blocks that the block's ops read. */
 struct walk {
     struct plan *pl;
-    bool *has;
-    int **owner;
+    struct vrec *rec; /* pl->rec */
     int *block_user; /* block -> the program op whose block it is, or -1 */
 };
 

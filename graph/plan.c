@@ -73,6 +73,7 @@ static void plan_destroy(struct plan *pl)
     free(pl->key_names);
     vq_program_free(pl->prog);
     vq__arena_free(&pl->arena);
+    vq__arena_free(&pl->counts);
     pthread_mutex_destroy(&pl->push_lock);
     pthread_mutex_destroy(&pl->ring_lock);
     pthread_cond_destroy(&pl->ring_cond);
@@ -406,7 +407,9 @@ static int walk_count_readers(struct walk *w, struct pop *t)
 {
     struct plan *pl = w->pl;
     const vq__pop *src = t->src;
-    t->out_readers = vq__arena_calloc(&pl->arena, (size_t)(src->nout ? src->nout : 1),
+    /* from an arena of their own: a reader of an arbitrary earlier var
+     * counts itself there, in a few hundred KiB rather than all the plan */
+    t->out_readers = vq__arena_calloc(&pl->counts, (size_t)(src->nout ? src->nout : 1),
                                       sizeof *t->out_readers, _Alignof(int));
     if (!t->out_readers)
         return vq__fail(VQ_ENOMEM, "out of memory");
@@ -427,12 +430,50 @@ static int walk_count_readers(struct walk *w, struct pop *t)
  * checked (and their reads counted), its outputs inferred (a control op
  * walks its own blocks instead, control.c), its outputs' reader counters
  * started. */
+/* How far ahead, in ops, the walk and the segments ask for the lines of
+ * the vars an op reads: an op reading an arbitrary earlier var (a chain's
+ * skip connection) misses the cache on its record, its slot's meta, its
+ * readers' counter and its engine var, and once a program's vars no
+ * longer fit the cache those misses were most of preparation's time.
+ * Asked for ahead, they overlap with the ops in between. */
+enum { PREFETCH_OPS = 16 };
+
+/* gcc 12 drops __builtin_prefetch from these helpers at -O1 and above
+ * (its dead code elimination), so on x86 the instruction is written out. */
+#if defined(__x86_64__) || defined(__i386__)
+#define PREFETCH(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
+#else
+#define PREFETCH(p) __builtin_prefetch(p)
+#endif
+
+/* The walk's lines for the inputs of op k of b: the records and metas of
+ * op k + PREFETCH_OPS, the readers' counters of op k + PREFETCH_OPS / 2
+ * (their owner pointers asked for by then). */
+static inline void walk_prefetch(const struct walk *w, const vq__block *b, int k)
+{
+    const vq_program *p = w->pl->prog;
+    if (k + PREFETCH_OPS < b->nops) {
+        const vq__pop *o = &p->ops[b->ops[k + PREFETCH_OPS]];
+        for (int i = 0; i < o->nin; i++) {
+            PREFETCH(&w->rec[o->in[i]]);
+            PREFETCH(&w->pl->vars[o->in[i]].meta);
+        }
+    }
+    if (k + PREFETCH_OPS / 2 < b->nops) {
+        const vq__pop *o = &p->ops[b->ops[k + PREFETCH_OPS / 2]];
+        for (int i = 0; i < o->nin; i++)
+            if (w->rec[o->in[i]].owner)
+                PREFETCH(w->rec[o->in[i]].owner);
+    }
+}
+
 int vq__walk_block(struct walk *w, int block, struct varset *ext)
 {
     struct plan *pl = w->pl;
     vq_program *p = pl->prog;
     const vq__block *b = &p->blocks[block];
     for (int k = 0; k < b->nops; k++) {
+        walk_prefetch(w, b, k);
         const vq__pop *src = &p->ops[b->ops[k]];
         struct pop *t = &pl->ops[b->ops[k]];
         *t = (struct pop){.plan = pl, .block = block, .index = k, .src = src, .def = src->def,
@@ -1013,6 +1054,30 @@ static int seg_add(struct seg *sg, struct pvar *const *vars, struct seg_ent *con
     return 0;
 }
 
+/* The root frame's lines for the inputs of op k of b (walk_prefetch's
+ * reasons): the records (segment entries) of op k + PREFETCH_OPS, and the
+ * engine vars of op k + PREFETCH_OPS / 2, which vq_opr_new checks (their
+ * first 128 bytes). */
+static inline void seg_prefetch(const struct plan *pl, const vq__block *b, int k)
+{
+    const struct pop *ops = pl->ops;
+    if (k + PREFETCH_OPS < b->nops) {
+        const struct pop *t = &ops[b->ops[k + PREFETCH_OPS]];
+        for (int i = 0; i < t->nin; i++)
+            PREFETCH(&pl->rec[t->in[i]]);
+    }
+    if (k + PREFETCH_OPS / 2 < b->nops) {
+        const struct pop *t = &ops[b->ops[k + PREFETCH_OPS / 2]];
+        for (int i = 0; i < t->nin; i++) {
+            const char *ev = (const char *)pl->rec[t->in[i]].seg.ev;
+            if (ev) {
+                PREFETCH(ev);
+                PREFETCH(ev + 64);
+            }
+        }
+    }
+}
+
 /* One fop per op of the frame's block, its slots resolved, and the
  * prebuilt engine ops: one per segment (above), one per control op (its
  * instance, control.c). */
@@ -1034,6 +1099,8 @@ int vq__frame_ops(struct frame *fr)
     bool small = !pl->exec->no_segments && block_small(fr, b);
     struct seg sg = {.max = pl->exec->no_segments ? 1 : small ? SMALL_OPS : SEG_MAX, .lazy = uses};
     for (int k = 0; k < b->nops && rc == 0; k++) {
+        if (!fr->up)
+            seg_prefetch(pl, b, k);
         struct fop *f = &fr->ops[k];
         *f = (struct fop){.t = &pl->ops[b->ops[k]], .fr = fr};
         fr->nops = k + 1;
@@ -1303,6 +1370,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
     atomic_init(&pl->broken, false);
     /* pop and fop records: about 100 bytes per op */
     vq__arena_init(&pl->arena, (size_t)p->nops * 112);
+    vq__arena_init(&pl->counts, (size_t)p->nops * sizeof(int));
     int rc = vq__program_freeze(p, &pl->prog);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;

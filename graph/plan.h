@@ -255,10 +255,11 @@ struct plan {
 
     vq_exec *exec;
     vq_program *prog; /* the plan's own copy (frozen: one arena) */
-    /* The per-op records of preparation (pop's in_counts, out_readers and
-     * fixed; fop's in and out), freed with the plan. Preparation only:
-     * runs never allocate from it. */
-    vq__arena arena;
+    /* The per-op records of preparation (pop's in_counts and fixed; fop's
+     * in and out; in counts, pop's out_readers, kept apart: see
+     * walk_count_readers), freed with the plan. Preparation only: runs
+     * never allocate from them. */
+    vq__arena arena, counts;
     struct pvar *vars; /* by program var: the root frame's slots, and every var's meta */
     int nvars;
     int npersistable;  /* persistable vars */

@@ -69,7 +69,8 @@ VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t 
 VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t);
 
 /* Drops a reference; the last one frees the tensor's engine var (after every
- * op already pushed on it) and returns its storage to the allocator. NULL is
+ * op already pushed on it; at once when none is queued and the tensor is on
+ * the CPU) and returns its storage to the allocator. NULL is
  * ignored. Thread-safe. Must not be called for a tensor the caller does not
  * hold a reference to. */
 VQ_API void vq_tensor_release(vq_tensor *t);

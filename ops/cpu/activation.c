@@ -184,25 +184,25 @@ static int unary_grad_infer(vq__infer *c)
     return 0;
 }
 
-#define UNARY_GRAD(T)                                                              \
-    static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n)   \
-    {                                                                             \
-        switch (op) {                                                             \
+#define UNARY_GRAD(T)                                                           \
+    static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n) \
+    {                                                                           \
+        switch (op) {                                                           \
         case VQ__ACT_RELU: /* g[i] read either way: a select, vectorized */     \
-            for (int64_t i = 0; i < n; i++) {                                     \
-                T gi = g[i];                                                      \
-                d[i] = y[i] > 0 ? gi : (T)0;                                      \
-            }                                                                     \
-            break;                                                                \
-        case VQ__ACT_SIGMOID:                                                     \
-            for (int64_t i = 0; i < n; i++)                                       \
-                d[i] = g[i] * y[i] * ((T)1 - y[i]);                               \
-            break;                                                                \
-        default:                                                                  \
-            for (int64_t i = 0; i < n; i++)                                       \
-                d[i] = g[i] * ((T)1 - y[i] * y[i]);                               \
-            break;                                                                \
-        }                                                                         \
+            for (int64_t i = 0; i < n; i++) {                                   \
+                T gi = g[i];                                                    \
+                d[i] = y[i] > 0 ? gi : (T)0;                                    \
+            }                                                                   \
+            break;                                                              \
+        case VQ__ACT_SIGMOID:                                                   \
+            for (int64_t i = 0; i < n; i++)                                     \
+                d[i] = g[i] * y[i] * ((T)1 - y[i]);                             \
+            break;                                                              \
+        default:                                                                \
+            for (int64_t i = 0; i < n; i++)                                     \
+                d[i] = g[i] * ((T)1 - y[i] * y[i]);                             \
+            break;                                                              \
+        }                                                                       \
     }
 
 UNARY_GRAD(float)

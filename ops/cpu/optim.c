@@ -151,37 +151,37 @@ static int optim_infer(vq__infer *c)
  * p -= (lr / c1) * m / denom, in the parameter's own precision with the
  * bias corrections folded into two constants computed in double. One pass,
  * no division per element but the one PyTorch also does. */
-#define ADAM_STEP(T, SQRT, P_IN, M_IN, V_IN)                                        \
-    {                                                                               \
-        T gi = g[i];                                                                \
-        T mi = b1 * M_IN + a1 * gi;                                                 \
-        T vi = b2 * V_IN + a2 * gi * gi;                                            \
-        T pi = P_IN;                                                                \
-        mo[i] = mi;                                                                 \
-        vo[i] = vi;                                                                 \
-        po[i] = pi - step * mi / (SQRT(vi) * inv_sqrt_c2 + eps);                    \
+#define ADAM_STEP(T, SQRT, P_IN, M_IN, V_IN)                     \
+    {                                                            \
+        T gi = g[i];                                             \
+        T mi = b1 * M_IN + a1 * gi;                              \
+        T vi = b2 * V_IN + a2 * gi * gi;                         \
+        T pi = P_IN;                                             \
+        mo[i] = mi;                                              \
+        vo[i] = vi;                                              \
+        po[i] = pi - step * mi / (SQRT(vi) * inv_sqrt_c2 + eps); \
     }
 /* Updated in place (the usual case: outputs are the inputs' tensors), the
  * loop reads and writes through four pointers, few enough for the compiler
  * to check them for overlap and use vector instructions (sqrt included,
  * see meson.build's -fno-math-errno); the same arithmetic either way. */
-#define ADAM(T, SQRT)                                                               \
-    static void adam_##T(const vq__optim_params *p, double lr, const vq__kcall *k,  \
-                         double c1, double c2)                                      \
-    {                                                                               \
-        const T *pa = k->in[0]->data, *g = k->in[1]->data;                          \
-        const T *m = k->in[2]->data, *v = k->in[3]->data;                           \
-        T *po = k->out[0]->data, *mo = k->out[1]->data, *vo = k->out[2]->data;      \
-        const T b1 = (T)p->beta1, b2 = (T)p->beta2, a1 = (T)(1 - p->beta1),          \
-                a2 = (T)(1 - p->beta2);                                             \
-        const T step = (T)(lr / c1), inv_sqrt_c2 = (T)(1 / sqrt(c2)), eps = (T)p->eps; \
-        int64_t n = k->in[0]->numel;                                                \
-        if (po == pa && mo == m && vo == v)                                         \
-            for (int64_t i = 0; i < n; i++)                                         \
-                ADAM_STEP(T, SQRT, po[i], mo[i], vo[i])                             \
-        else                                                                        \
-            for (int64_t i = 0; i < n; i++)                                         \
-                ADAM_STEP(T, SQRT, pa[i], m[i], v[i])                               \
+#define ADAM(T, SQRT)                                                                         \
+    static void adam_##T(const vq__optim_params *p, double lr, const vq__kcall *k, double c1, \
+                         double c2)                                                           \
+    {                                                                                         \
+        const T *pa = k->in[0]->data, *g = k->in[1]->data;                                    \
+        const T *m = k->in[2]->data, *v = k->in[3]->data;                                     \
+        T *po = k->out[0]->data, *mo = k->out[1]->data, *vo = k->out[2]->data;                \
+        const T b1 = (T)p->beta1, b2 = (T)p->beta2, a1 = (T)(1 - p->beta1),                   \
+                a2 = (T)(1 - p->beta2);                                                       \
+        const T step = (T)(lr / c1), inv_sqrt_c2 = (T)(1 / sqrt(c2)), eps = (T)p->eps;        \
+        int64_t n = k->in[0]->numel;                                                          \
+        if (po == pa && mo == m && vo == v)                                                   \
+            for (int64_t i = 0; i < n; i++)                                                   \
+                ADAM_STEP(T, SQRT, po[i], mo[i], vo[i])                                       \
+        else                                                                                  \
+            for (int64_t i = 0; i < n; i++)                                                   \
+                ADAM_STEP(T, SQRT, pa[i], m[i], v[i])                                         \
     }
 
 SGD(float)

@@ -180,7 +180,9 @@ VQ_API void vq_engine_free(vq_engine *e);
 VQ_API vq_var *vq_var_new(vq_engine *e, const char *name);
 
 /* Frees v after every op already pushed on it: the deletion is itself a
- * write pushed on v. An error still recorded on v is discarded. v must not be
+ * write pushed on v (or, when nothing is queued on v, done at once in the
+ * same place of the engine's order). An error still recorded on v is
+ * discarded. v must not be
  * pushed on or waited for after this call starts. Returns VQ_EINVAL for a
  * var that is NULL, of another engine, or already freed. */
 VQ_API int vq_var_free(vq_engine *e, vq_var *v);

@@ -1261,6 +1261,26 @@ static inline bool var_idle(const vq_var *v)
     return !v->pending_write && v->num_pending_reads == 0 && !v->gpu_ev;
 }
 
+/* Deletes v, which its caller marked VQ__VAR_DELETING, now when nothing
+ * is queued on it: its deletion op would run at its push, so the var goes
+ * here, numbered and counted like that op (as vq_wait_var's answer on an
+ * idle var). False, and v untouched, otherwise. */
+static bool delete_if_idle(vq_engine *e, vq_var *v)
+{
+    if (e->kind != VQ_ENGINE_THREADED)
+        return false;
+    vq__spin_lock(&v->lock);
+    bool idle = var_idle(v);
+    if (idle)
+        push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
+    vq__spin_unlock(&v->lock);
+    if (!idle)
+        return false;
+    var_destroy(e, v);
+    op_completed(e, 1);
+    return true;
+}
+
 VQ_API int vq_var_free(vq_engine *e, vq_var *v)
 {
     if (!e)
@@ -1271,22 +1291,10 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
     int live = VQ__VAR_LIVE;
     if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))
         return vq__fail(VQ_EINVAL, "vq_var_free: var \"%s\" has been freed", v->name);
-    /* Nothing queued on v: its deletion op would run at its push, so the
-     * var goes now, numbered and counted like that op (as vq_wait_var's
-     * answer on an idle var). A plan's thousands of vars then go with the
-     * plan instead of as that many ops for the workers. */
-    if (e->kind == VQ_ENGINE_THREADED) {
-        vq__spin_lock(&v->lock);
-        bool idle = var_idle(v);
-        if (idle)
-            push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
-        vq__spin_unlock(&v->lock);
-        if (idle) {
-            var_destroy(e, v);
-            op_completed(e, 1);
-            return 0;
-        }
-    }
+    /* A plan's thousands of idle vars go with the plan instead of as that
+     * many ops for the workers. */
+    if (delete_if_idle(e, v))
+        return 0;
     vq_var *w[1] = {v};
     vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};
     rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);
@@ -1297,17 +1305,13 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v)
 
 bool vq__var_free_idle(vq_engine *e, vq_var *v)
 {
-    if (e->kind != VQ_ENGINE_THREADED)
+    int live = VQ__VAR_LIVE;
+    if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))
         return false;
-    vq__spin_lock(&v->lock);
-    bool idle =
-        var_idle(v) && atomic_load_explicit(&v->state, memory_order_relaxed) == VQ__VAR_LIVE;
-    if (idle)
-        atomic_store_explicit(&v->state, VQ__VAR_DELETING, memory_order_relaxed);
-    vq__spin_unlock(&v->lock);
-    if (idle)
-        var_destroy(e, v);
-    return idle;
+    if (delete_if_idle(e, v))
+        return true;
+    atomic_store(&v->state, VQ__VAR_LIVE);
+    return false;
 }
 
 static int wait_forbidden(const char *fn)

@@ -153,7 +153,9 @@ void vq__engine_note_fail(vq_engine *e, int err);
  * on v (no write pending, no read granted and unfinished) and no GPU work
  * follows its last op, frees v now and returns true, so that the tensor's
  * storage can go at once instead of after two pushed ops (a free op and
- * vq_var_free's deletion). Else does nothing and returns false. Only for a
+ * vq_var_free's deletion; as vq_var_free does for an idle var, the
+ * deletion is numbered and counted like the op it saves). Else does
+ * nothing and returns false. Only for a
  * var nobody may push on any more (the tensor's last reference is gone):
  * an empty queue then stays empty. The var's lock orders the check after
  * the completion of its last op, so that op's writes are seen. */

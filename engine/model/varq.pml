@@ -596,9 +596,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1272 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1292 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
- * @C engine/engine.c:1291 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1292 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1300 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
+ * @C engine/engine.c:1299 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */

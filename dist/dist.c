@@ -11,7 +11,8 @@
  * vq__comm (vq__comm_submit). If it is next in its handle's order and no
  * thread is in MPI, the submitting thread starts it itself and polls it
  * for a few microseconds (start_here): a small op then completes without
- * leaving the thread that ran it. Otherwise, or if it is still out after
+ * leaving the thread that ran it, which is its pusher when its inputs
+ * were ready at the push (comm_push in dist_ops.c). Otherwise, or if it is still out after
  * that, it goes to the communication thread (a lock-free stack, and a
  * wake-up when the thread sleeps). The thread keeps, per
  * handle, the ops that arrived before an earlier-numbered one (waiting,
@@ -51,10 +52,20 @@
 #define SPIN_S 100e-6 /* how long the idle thread polls before it sleeps */
 #define INLINE_SPIN_S 20e-6 /* how long a submitter polls an op it started (start_here) */
 #define INLINE_MAX_BYTES ((size_t)2 << 10) /* and up to what size it polls it at all */
+/* The pusher of a ready op polls it longer, by what its data takes at
+ * 1 GB/s, up to a bound (start_here) */
+#define PUSHER_SPIN_S_PER_BYTE 1e-9
+#define PUSHER_SPIN_MAX_S 1e-3
 /* Collectives from this size on always exchange the signature and, when
  * no other communication is in flight on any rank, move their data with
  * the blocking call (comm_start says why). */
 #define BLOCKING_MIN_BYTES ((size_t)256 << 10)
+/* Up to this size the pusher of a ready collective makes the blocking
+ * call itself (start_here): about 2 ms of its time at most on the
+ * README's VM (the 16 MiB all-reduce); a larger one returns from its push
+ * once the call is handed to the communication thread, so that what the
+ * pusher pushes next overlaps it. */
+#define PUSHER_BLOCKING_MAX_BYTES ((size_t)16 << 20)
 
 static struct {
     pthread_mutex_t lock;
@@ -541,24 +552,48 @@ static bool gap_check(vq_dist *d, vq__comm **finished)
     return true;
 }
 
-/* Starts c on the calling thread (an engine worker running the op, or a
- * waiter helping) when it is next in its handle's order and no other
- * thread is in MPI: a crossing to the communication thread and back saved,
- * which is most of a small op's cost. It polls each stage of c (signature
- * exchange, data) for INLINE_SPIN_S, about what a small all-reduce takes
- * when the peers are there too, and ends c here if it completed; else the
- * thread polls it on. So a worker is held for a few such spells at most:
- * still no worker waits for a peer that is late. An op above
+_Thread_local const vq__comm *vq__comm_releasing;
+
+/* Starts c on the calling thread (its pusher, an engine worker running the
+ * op, or a waiter helping) when it is next in its handle's order and no
+ * other thread is in MPI: a crossing to the communication thread and back
+ * saved, which is most of a small op's cost. It polls each stage of c
+ * (signature exchange, data) for INLINE_SPIN_S, about what a small
+ * all-reduce takes when the peers are there too, and ends c here if it
+ * completed; else the thread polls it on. So a worker is held for a few
+ * such spells at most: still no worker waits for a peer that is late. On
+ * a worker (or a waiter, which runs ops as one) an op above
  * INLINE_MAX_BYTES is only started here: past Open MPI's shared-memory
  * eager size (4 KiB) a message moves in rendezvous rounds that each need
- * the peer's polling, so it seldom completes within the spell, which
- * would only take a core from the ops that compute (measured: the digits
- * MLP's data-parallel step with its 8 KiB buckets). Returns false,
- * touching nothing, when c is for the thread.
+ * the peer's polling, so it seldom completes within the spell, which would
+ * only take a core from the ops that compute (measured: the digits MLP's
+ * data-parallel step with its 8 KiB buckets).
+ *
+ * Its pusher (c == vq__comm_releasing: the op's inputs were ready at its
+ * push, and comm_push runs it at once) carries it further, as a host that
+ * calls MPI itself would. It polls every size, for the spell plus what the
+ * data takes at 1 GB/s (at most PUSHER_SPIN_MAX_S; with the plain spell a
+ * 4 to 64 KiB op often outlasted it on one rank and went to the
+ * communication thread: 15 to 66 us instead of 6 to 15). And it makes the
+ * blocking call of a large collective (stage 3) itself, up to
+ * PUSHER_BLOCKING_MAX_BYTES: on the thread, the same call took 10 to 20%
+ * longer at 1 to 16 MiB, and the handoff there and back added ~100 us.
+ * The pusher is outside the engine's ops, so no op waits for it; it only
+ * pushes its next op later (the bounds keep that delay short; a larger
+ * transfer goes to the thread and overlaps what the pusher pushes next).
+ * The blocking call is as safe here as on the thread: after the signature
+ * exchange every rank has issued the collective and nothing else of its
+ * communication is in flight (comm_start), and G.mpi is held through it
+ * as the thread holds it. Measured on 2 ranks (README), waiting for each
+ * op: 4 B 19-29 -> 1.9-2.0 us (MPI_Allreduce 0.7-0.9), 1 MiB 206-221 ->
+ * 95-100 us (94-98), 16 MiB 2.39-2.52 -> 2.02-2.08 ms (1.99-2.10).
+ * Returns false, touching nothing, when c is for the thread.
  * hot path: no malloc (but a fused op's buffer, as on the thread); G.mpi
  * only when free */
 static bool start_here(vq__comm *c)
 {
+    bool pusher = c == vq__comm_releasing;
+    size_t bytes = comm_bytes(c);
     vq_dist *d = c->d;
     if (pthread_mutex_trylock(&G.mpi) != 0)
         return false;
@@ -569,12 +604,15 @@ static bool start_here(vq__comm *c)
     }
     d->next_issue++;
     d->gap_since = 0;
-    /* may it block, for a large collective (comm_start)? Then the thread
-     * makes the call (stage 3), once the exchange agreed. Other handles'
+    /* may it block, for a large collective (comm_start)? Then the thread,
+     * or here its pusher, makes the call (stage 3) once the exchange agreed. Other handles'
      * waiting ops are not seen here: the answer only has to be alike on
      * every rank, and the exchange makes it so. */
     bool alone = !G.active && !atomic_load(&G.handed) && !atomic_load(&G.incoming);
-    double spell = comm_bytes(c) <= INLINE_MAX_BYTES ? INLINE_SPIN_S : 0;
+    double spell = bytes <= INLINE_MAX_BYTES ? INLINE_SPIN_S : 0;
+    if (pusher)
+        spell = fmin(INLINE_SPIN_S + PUSHER_SPIN_S_PER_BYTE * (double)bytes, PUSHER_SPIN_MAX_S);
+    bool may_block_here = pusher && bytes <= PUSHER_BLOCKING_MAX_BYTES;
     int rc = comm_start(c, alone), stage = c->stage;
     double since = c->t_start; /* each stage (signature, data) gets the time */
     while (rc == 1) {
@@ -583,9 +621,9 @@ static bool start_here(vq__comm *c)
             stage = c->stage;
             since = now;
         }
-        if (now - since >= spell || stage == 3)
+        if (now - since >= spell || (stage == 3 && !may_block_here))
             break;
-        rc = comm_poll(c, now, false);
+        rc = comm_poll(c, now, may_block_here);
     }
     vq__comm *finished = NULL;
     if (rc != 1)

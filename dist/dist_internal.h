@@ -103,6 +103,11 @@ uint64_t vq__dist_next_seq(vq_dist *d);
  * Thread-safe; no lock held by the caller that an op takes (it is called
  * from engine ops, and may finish the engine op inside the call). */
 void vq__comm_submit(vq__comm *c);
+/* The op that the calling thread, its pusher, is releasing (comm_push):
+ * if it runs here, vq__comm_submit is called by the thread that pushed
+ * it, outside the engine's ops, which may carry it further than a worker
+ * (start_here says how far). NULL otherwise. */
+extern _Thread_local const vq__comm *vq__comm_releasing;
 /* The handle of communicator id, or NULL. Thread-safe. */
 vq_dist *vq__dist_lookup(int id);
 /* Registers the graph ops once per process (dist_graph.c). */

@@ -101,7 +101,10 @@ static int comm_make(vq_dist *d, int kind, vq_tensor *in, vq_tensor *out, vq__co
     return 0;
 }
 
-/* Numbers c and pushes it: reads in, writes out (send writes nothing). */
+/* Numbers c and pushes it: reads in, writes out (send writes nothing).
+ * An op whose inputs are ready at its push is run by this thread at once
+ * (start_here in dist.c says how far it carries it): no worker is woken
+ * for it and none hands it back, which is most of a small op's latency. */
 static int comm_push(vq__comm *c)
 {
     vq_dist *d = c->d;
@@ -118,7 +121,10 @@ static int comm_push(vq__comm *c)
     c->seq = vq__dist_next_seq(d);
     snprintf(c->what, sizeof c->what, "%s #%llu", vq__comm_kind_name(c->kind),
              (unsigned long long)c->seq);
-    int rc = vq_push(d->e, &t);
+    /* Held until push_lock is released: then, if its inputs are ready,
+     * this thread runs it at once (start_here) instead of a worker. */
+    void *held = NULL;
+    int rc = vq__push_held(d->e, &t, &held);
     if (rc < 0) {
         /* The number is taken: the thread must see it to go past it. */
         char msg[256];
@@ -136,6 +142,11 @@ static int comm_push(vq__comm *c)
         vq__fail(rc, "%s", msg);
     }
     pthread_mutex_unlock(&d->push_lock);
+    if (held) {
+        vq__comm_releasing = c; /* c may be freed in the call: only compared */
+        vq__push_release(d->e, held);
+        vq__comm_releasing = NULL;
+    }
     return rc;
 }
 

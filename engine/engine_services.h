@@ -66,7 +66,9 @@ void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t e
 bool vq__engine_help(vq_engine *e, const atomic_bool *until);
 
 /* For a thread outside the engine's ops that pushes an op and then waits
- * for it (capture's segment cut by a host read): vq_push, except that on a
+ * for it (capture's segment cut by a host read), or that should start it
+ * at once when its inputs are ready (dist's communication ops, which a
+ * worker would only start too): vq_push, except that on a
  * threaded engine an op with vars is not dispatched when its accesses are
  * granted; *held gets it (else NULL), and vq__push_release(e, *held), due
  * right after whatever the caller must do first (unlocking), lets it go:

@@ -12,14 +12,21 @@
  * the op's function hands it to varq's communication thread (one per
  * process, for every handle), which starts the nonblocking MPI call
  * (MPI_Iallreduce, MPI_Ibcast, MPI_Isend, ...), polls it with MPI_Test and
- * calls vq_done_finish when it is complete. Two exceptions: an op that is
+ * calls vq_done_finish when it is complete. The exceptions save that
+ * crossing and the one back, most of a small op's cost. An op that is
  * next in its handle's order while no other thread is in MPI is started
- * by the thread that runs it, and if small (up to 2 KiB) polled there for
- * at most 20 microseconds per stage and finished there when it completes
- * in that time, which saves the crossing to the communication thread and
- * back; and a large collective may move its data with the blocking call
- * on the communication thread (see the checks below). While no
- * communication is out the thread sleeps.
+ * by the thread that runs it: on an engine worker, if small (up to 2 KiB),
+ * polled there for at most 20 microseconds per stage and finished there
+ * when it completes in that time. An op whose inputs are ready when it is
+ * pushed (nothing queued before it on its tensors) is run by the calling
+ * thread inside the call, which then acts as a host calling MPI itself
+ * would: it polls the op for 20 microseconds plus what its data takes at
+ * 1 GB/s (at most 1 ms) per stage, and, for a collective of 256 KiB to
+ * 16 MiB that the ranks agreed to move with the blocking MPI call (see the
+ * checks below), makes that call; so such a call can take about the
+ * transfer's time before it returns. What did not complete in that time
+ * goes on on the communication thread, as does a blocking call above
+ * 16 MiB. While no communication is out the thread sleeps.
  *
  * THE ORDERING RULE. MPI matches collectives by their order on a
  * communicator: every rank must issue the same collectives, with the same
@@ -62,9 +69,10 @@
  *
  * MPI initialization: vq_dist_new initializes MPI itself when nobody has,
  * with MPI_THREAD_SERIALIZED: varq calls MPI from the thread that creates
- * and frees handles and from its communication thread, never at once (a
- * process-wide lock), which is exactly what SERIALIZED allows; FUNNELED
- * would not do (the communication thread is not the main thread), and
+ * and frees handles, from its communication thread and from the threads
+ * that start ops (above), never from two at once (a process-wide lock),
+ * which is exactly what SERIALIZED allows; FUNNELED would not do (the
+ * communication thread is not the main thread), and
  * MULTIPLE is not needed and slower in some MPI builds. varq then calls
  * MPI_Finalize when the last handle is freed (MPI cannot be initialized
  * twice: later vq_dist_new calls fail). A caller that initialized MPI
@@ -164,7 +172,8 @@ VQ_API int vq_dist_free(vq_dist *d);
  * Each call checks its arguments (NULL, dtypes and element counts that do
  * not fit, a root, peer or tag out of range, more than INT_MAX elements or
  * bytes: VQ_EINVAL; VQ_ENOSYS for a GPU tensor) and then pushes one op
- * onto d's engine and returns: wait on the written tensors (vq_tensor_wait)
+ * onto d's engine and returns (having run it, when its inputs were ready:
+ * see the top of this file): wait on the written tensors (vq_tensor_wait)
  * or vq_wait_all for the result and for errors that happened in the op
  * (VQ_EIO with MPI's message, the mismatch and failure errors above). The
  * op holds references to its tensors until it is done. Thread-safe in the

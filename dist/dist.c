@@ -56,6 +56,8 @@
  * 1 GB/s, up to a bound (start_here) */
 #define PUSHER_SPIN_S_PER_BYTE 1e-9
 #define PUSHER_SPIN_MAX_S 1e-3
+/* and, whatever the clock says, for at least this many polls per stage */
+#define PUSHER_MIN_POLLS 64
 /* Collectives from this size on always exchange the signature and, when
  * no other communication is in flight on any rank, move their data with
  * the blocking call (comm_start says why). */
@@ -574,7 +576,12 @@ _Thread_local const vq__comm *vq__comm_releasing;
  * calls MPI itself would. It polls every size, for the spell plus what the
  * data takes at 1 GB/s (at most PUSHER_SPIN_MAX_S; with the plain spell a
  * 4 to 64 KiB op often outlasted it on one rank and went to the
- * communication thread: 15 to 66 us instead of 6 to 15). And it makes the
+ * communication thread: 15 to 66 us instead of 6 to 15), and for at least
+ * PUSHER_MIN_POLLS polls: with more ranks than cores the clock runs on
+ * while this rank is descheduled (MPI_Test yields the core), which says
+ * nothing about the peers, and a spell measured in time alone sent most
+ * small ops to the thread (4 ranks on 2 cores, 4 B: 39-45 us per op with
+ * time alone, 5.6-8.6 with the polls; MPI_Allreduce 3.9-5.3). And it makes the
  * blocking call of a large collective (stage 3) itself, up to
  * PUSHER_BLOCKING_MAX_BYTES: on the thread, the same call took 10 to 20%
  * longer at 1 to 16 MiB, and the handoff there and back added ~100 us.
@@ -615,14 +622,18 @@ static bool start_here(vq__comm *c)
     bool may_block_here = pusher && bytes <= PUSHER_BLOCKING_MAX_BYTES;
     int rc = comm_start(c, alone), stage = c->stage;
     double since = c->t_start; /* each stage (signature, data) gets the time */
+    int polls = 0;             /* of this stage */
     while (rc == 1) {
         double now = now_s();
         if (c->stage != stage) {
             stage = c->stage;
             since = now;
+            polls = 0;
         }
-        if (now - since >= spell || (stage == 3 && !may_block_here))
+        if ((now - since >= spell && (!pusher || polls >= PUSHER_MIN_POLLS)) ||
+            (stage == 3 && !may_block_here))
             break;
+        polls++;
         rc = comm_poll(c, now, may_block_here);
     }
     vq__comm *finished = NULL;

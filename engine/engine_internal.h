@@ -435,11 +435,17 @@ struct vq__wpool {
     /* Read at every look of a spinning worker, written once: a line that
      * no push writes, so that spinning workers keep it in their caches. */
     VQ__ALIGNED atomic_bool stop;
+    /* How a submit orders its ops before its look at sleepers (threaded.c,
+     * wake): true, a compiler barrier, the sleeper paying for both with
+     * membarrier(2); false, a read-modify-write of sleepers. Read by every
+     * submit, written at the start and, if membarrier ever fails, once. */
+    atomic_bool light_fence;
+    bool fence_failed; /* that happened: sleeps are timed (under sleep_lock) */
     int nworkers;
     bool device;                /* a GPU pool: no op runs outside its workers */
     struct vq__worker *workers;
-    /* Written by every submit (wake's read-modify-write) and by workers
-     * only when they go to sleep or wake. */
+    /* Written by workers only when they go to sleep or wake (and by every
+     * submit when light_fence is false). */
     VQ__ALIGNED atomic_int sleepers;
     pthread_mutex_t sleep_lock;
     pthread_cond_t sleep_cond;

@@ -55,6 +55,46 @@ static bool await_flag(atomic_int *flag)
     return false;
 }
 
+/* ---- sleeping workers are woken ---- */
+
+static int set_flag(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    atomic_store((atomic_int *)arg, 1);
+    return 0;
+}
+
+/* Each op is pushed after the workers have gone to sleep, and the pusher
+ * then only polls a flag, never calling the engine (a waiter would run the
+ * op itself and hide a lost wake-up): the op must run on a woken worker.
+ * Var-less ops (the ring's light cells) and ops with a var (queued ops)
+ * alternate, on 1 and 2 workers. The submit's side of the sleep/wake pair
+ * is a compiler barrier where membarrier(2) works (threaded.c). */
+Test(engine_api, ops_pushed_to_sleeping_workers_run_without_a_waiter)
+{
+    for (int workers = 1; workers <= 2; workers++) {
+        vq_engine *e = engine_with(VQ_ENGINE_THREADED, workers);
+        vq_var *v = vq_var_new(e, "flagged");
+        cr_assert_not_null(v, "%s", vq_errmsg());
+        for (int i = 0; i < 200; i++) {
+            sleep_us(600); /* past the workers' spin (~100 us): they sleep */
+            atomic_int ran = 0;
+            vq_task t = {.fn = set_flag, .arg = &ran, .name = "set_flag"};
+            if (i % 2) {
+                t.writes = &v;
+                t.nwrites = 1;
+            }
+            cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
+            cr_assert(await_flag(&ran),
+                      "op %d (%s, %d workers) did not run within 5 s: a lost "
+                      "wake-up",
+                      i, i % 2 ? "with a var" : "var-less", workers);
+        }
+        cr_assert_eq(vq_var_free(e, v), 0, "%s", vq_errmsg());
+        vq_engine_free(e);
+    }
+}
+
 /* ---- a log of events in the order they happened ---- */
 
 static atomic_int log_len;

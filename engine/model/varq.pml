@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:691 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:697 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */
@@ -712,9 +712,9 @@ inline op_end(o)
 }
 
 /* ---- running (threaded.c worker_main, engine.c vq__op_run / vq__op_finish) ----
- * @C engine/threaded.c:404 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
- * @C engine/threaded.c:413 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
- * @C engine/threaded.c:391 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
+ * @C engine/threaded.c:481 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
+ * @C engine/threaded.c:490 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
+ * @C engine/threaded.c:468 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
  * @C engine/engine.c:1204 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
  * @C engine/engine.c:1209 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
  * @C engine/engine.c:1180 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`

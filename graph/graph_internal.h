@@ -47,12 +47,15 @@ void vq__arena_free(vq__arena *a);
 
 typedef struct vq__pvar {
     char *name;
+    /* XXH3-64 of name (vq__name_hash), set with it: the name index and the
+     * program's hash read it instead of the string */
+    uint64_t name_hash;
     int block;
     vq_dtype dtype;
     int ndim;
-    int64_t shape[VQ_MAX_DIMS]; /* -1: unknown */
     bool persistable;
-    bool stop_gradient; /* autodiff gives it no gradient and stops there */
+    bool stop_gradient;         /* autodiff gives it no gradient and stops there */
+    int64_t shape[VQ_MAX_DIMS]; /* -1: unknown */
 } vq__pvar;
 
 typedef struct vq__pop {
@@ -93,6 +96,9 @@ struct vq_program {
 
 /* Index of var name, or -1. */
 int vq__program_find_var(const vq_program *p, const char *name);
+/* The hash of a var's name that vq__pvar.name_hash keeps: XXH3-64 of its
+ * bytes (no terminator). */
+uint64_t vq__name_hash(const char *name);
 
 /* An op with def == NULL (decoded with a type the registry does not know)
  * keeps the slot name of each input, then of each output, as strings packed

@@ -49,7 +49,7 @@ void *vq__reserve_one(void *arr, int n, int *cap, size_t elem)
     return grown;
 }
 
-static uint64_t name_hash(const char *name)
+uint64_t vq__name_hash(const char *name)
 {
     return XXH3_64bits(name, strlen(name));
 }
@@ -58,15 +58,18 @@ int vq__program_find_var(const vq_program *p, const char *name)
 {
     if (!p || !name || p->index_cap == 0)
         return -1;
+    uint64_t h = vq__name_hash(name);
     size_t mask = (size_t)p->index_cap - 1;
-    for (size_t i = (size_t)name_hash(name) & mask;; i = (i + 1) & mask) {
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
         int v = p->index[i];
-        if (v < 0 || !strcmp(p->vars[v].name, name))
+        /* the kept hash first: a collision in the index reads no string */
+        if (v < 0 || (p->vars[v].name_hash == h && !strcmp(p->vars[v].name, name)))
             return v;
     }
 }
 
-/* Puts var v (already in p->vars) into the name index, which is kept at
+/* Puts var v (already in p->vars, its name_hash set) into the name index,
+ * which is kept at
  * most half full (it never shrinks: vars are never removed). */
 static int index_insert(vq_program *p, int v)
 {
@@ -81,7 +84,7 @@ static int index_insert(vq_program *p, int v)
             index[i] = -1;
         size_t mask = (size_t)cap - 1;
         for (int k = 0; k < p->nvars; k++) {
-            size_t i = (size_t)name_hash(p->vars[k].name) & mask;
+            size_t i = (size_t)p->vars[k].name_hash & mask;
             while (index[i] >= 0)
                 i = (i + 1) & mask;
             index[i] = k;
@@ -91,7 +94,7 @@ static int index_insert(vq_program *p, int v)
         p->index_cap = cap;
     }
     size_t mask = (size_t)p->index_cap - 1;
-    size_t i = (size_t)name_hash(p->vars[v].name) & mask;
+    size_t i = (size_t)p->vars[v].name_hash & mask;
     while (p->index[i] >= 0)
         i = (i + 1) & mask;
     p->index[i] = v;
@@ -569,6 +572,7 @@ int vq__var_declare(vq_program *p, int block, const char *name, int dtype, int n
                     .persistable = persistable};
     for (int i = 0; i < ndim; i++)
         v->shape[i] = shape[i];
+    v->name_hash = vq__name_hash(name);
     if (!(v->name = vq__strdup(name)) || index_insert(p, p->nvars) < 0) {
         free(v->name);
         return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
@@ -739,7 +743,9 @@ VQ_API int vq_program_nvars(const vq_program *p, int block)
  * (parent, its ops in order), every op (its type with an unknown op's slot
  * names, priority, the names of the vars in its slots, its attributes with
  * their values' bits). Names rather than table indices, so the hash does
- * not depend on how the var and op tables were built. Everything
+ * not depend on how the var and op tables were built; each name as the
+ * XXH3-64 its var keeps (name_hash), so that an op's vars cost 8 bytes
+ * each and no read of a string elsewhere in memory. Everything
  * vq_program_encode writes is in it, and it allocates nothing (a hash of
  * the encoding cost more than preparing the program, and could fail). */
 struct hasher {
@@ -815,7 +821,7 @@ static uint64_t var_hash(const vq__pvar *d)
         int64_t shape[VQ_MAX_DIMS];
     } r = {{d->block, d->dtype, d->ndim, d->persistable, d->stop_gradient}, {0}};
     memcpy(r.shape, d->shape, (size_t)d->ndim * sizeof d->shape[0]);
-    return XXH3_64bits_withSeed(&r, sizeof r, XXH3_64bits(d->name, strlen(d->name)));
+    return XXH3_64bits_withSeed(&r, sizeof r, d->name_hash);
 }
 
 static void h_op(struct hasher *h, const vq_program *p, const vq__pop *op)
@@ -826,10 +832,11 @@ static void h_op(struct hasher *h, const vq_program *p, const vq__pop *op)
         h_str(h, t = vq__next_packed(t)); /* an unknown op's slot names */
     int64_t meta[4] = {op->nin, op->nout, op->nattrs, op->priority};
     h_bytes(h, meta, sizeof meta);
+    /* each var by its name's hash, kept in the var: no string to chase */
     for (int i = 0; i < op->nin; i++)
-        h_str(h, p->vars[op->in[i]].name);
+        h_bytes(h, &p->vars[op->in[i]].name_hash, sizeof(uint64_t));
     for (int i = 0; i < op->nout; i++)
-        h_str(h, p->vars[op->out[i]].name);
+        h_bytes(h, &p->vars[op->out[i]].name_hash, sizeof(uint64_t));
     for (int a = 0; a < op->nattrs; a++)
         h_attr(h, &op->attrs[a]);
 }

@@ -410,6 +410,32 @@ Test(program, hash_is_cached_and_changes_with_the_program)
     vq_program_free(p);
 }
 
+/* An op's vars enter the hash by their names' hashes (kept in each var):
+ * two programs that declare the same vars, in either order, and differ
+ * only in which of two alike vars one op reads or writes hash apart;
+ * the same wiring hashes equal. */
+Test(program, renaming_one_var_of_one_op_changes_the_hash)
+{
+    vq_program *p[4];
+    for (int k = 0; k < 4; k++) {
+        cr_assert_eq(vq_program_new(&p[k]), 0);
+        /* programs 2 and 3 declare their vars in the other order */
+        const char *order[3] = {"x", "y", "z"}, *rev[3] = {"z", "y", "x"};
+        for (int i = 0; i < 3; i++)
+            add_var(p[k], 0, k < 2 ? order[i] : rev[i], VQ_F32, DIMS(2), false);
+    }
+    add_op(p[0], 0, "relu", NAMES("x"), NAMES("y"), NULL, 0);
+    add_op(p[1], 0, "relu", NAMES("x"), NAMES("z"), NULL, 0); /* another output */
+    add_op(p[2], 0, "relu", NAMES("x"), NAMES("y"), NULL, 0); /* p[0], vars reordered */
+    add_op(p[3], 0, "relu", NAMES("z"), NAMES("y"), NULL, 0); /* another input */
+    cr_assert_neq(vq_program_hash(p[0]), vq_program_hash(p[1]));
+    cr_assert_neq(vq_program_hash(p[0]), vq_program_hash(p[3]));
+    cr_assert_neq(vq_program_hash(p[1]), vq_program_hash(p[3]));
+    cr_assert_eq(vq_program_hash(p[0]), vq_program_hash(p[2]));
+    for (int k = 0; k < 4; k++)
+        vq_program_free(p[k]);
+}
+
 Test(program, a_clone_is_an_equal_program_of_its_own)
 {
     vq_program *p = sample(), *c = NULL;
@@ -441,7 +467,10 @@ Test(program, the_hash_sees_every_field_of_vars_ops_attributes_and_blocks)
         vq_program *p = sample();
         vq__pop *mm = &p->ops[0], *sc = &p->ops[4], *sl = &p->ops[5], *cast = &p->ops[6];
         switch (m) {
-        case 0: p->vars[0].name[0] = 'q'; break;                  /* a var's name */
+        case 0: /* a var's name (and the hash kept with it) */
+            p->vars[0].name[0] = 'q';
+            p->vars[0].name_hash = vq__name_hash(p->vars[0].name);
+            break;
         case 1: p->vars[0].dtype = VQ_F64; break;                 /* dtype */
         case 2: p->vars[0].shape[1] = 17; break;                  /* a dim */
         case 3: p->vars[5].shape[0] = 16; break;                  /* an unknown dim */

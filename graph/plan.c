@@ -455,8 +455,10 @@ static inline void walk_prefetch(const struct walk *w, const vq__block *b, int k
     if (k + PREFETCH_OPS < b->nops) {
         const vq__pop *o = &p->ops[b->ops[k + PREFETCH_OPS]];
         for (int i = 0; i < o->nin; i++) {
+            const vq__meta *m = &w->pl->vars[o->in[i]].meta;
             PREFETCH(&w->rec[o->in[i]]);
-            PREFETCH(&w->pl->vars[o->in[i]].meta);
+            PREFETCH(m);
+            PREFETCH((const char *)(m + 1) - 1); /* 72 bytes: often two lines */
         }
     }
     if (k + PREFETCH_OPS / 2 < b->nops) {

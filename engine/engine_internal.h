@@ -102,6 +102,15 @@ void vq__pool_free_slow(int kind, void *p);
  * gives its objects back, so a steady workload stops carving). */
 size_t vq__pool_slabs(void);
 
+/* Asks for the cache line at p (a hint: no fault, no effect on results).
+ * Written out on x86, where gcc 12 drops __builtin_prefetch from some
+ * inlined helpers. */
+#if defined(__x86_64__) || defined(__i386__)
+#define VQ__PREFETCH(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
+#else
+#define VQ__PREFETCH(p) __builtin_prefetch(p)
+#endif
+
 /* hot path: no lock and no malloc from the thread's own list; the depot
  * mutex (and malloc for a new slab) once per batch of VQ__MAG objects
  * moved between threads. Returns NULL only when out
@@ -116,6 +125,12 @@ static inline void *vq__pool_alloc(int kind)
         return vq__pool_alloc_slow(kind);
     vq__cache.head[kind] = o->next;
     vq__cache.count[kind]--;
+    /* The next allocation reads the next object's link: asked for now, it
+     * is in the cache by then. A list of objects freed long ago (a plan's
+     * engine vars, made again by the next preparation) otherwise costs a
+     * memory access per allocation that nothing can overlap. */
+    if (o->next)
+        VQ__PREFETCH(o->next);
     return o;
 #endif
 }

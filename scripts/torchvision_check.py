@@ -67,8 +67,13 @@ def bench(args, name, model, xp, xin):
     import json
     events = json.load(open(trace))
     events = events["traceEvents"] if isinstance(events, dict) else events
-    total = sum(e.get("dur", 0) for e in events if e.get("ph") == "X")
-    conv = sum(e.get("dur", 0) for e in events if e.get("ph") == "X" and e.get("name") == "conv2d")
+    # Ops only: a "segment" span holds the spans of the ops it ran, and
+    # "parallel_for" spans are slices of an op's loop run by other workers,
+    # inside that op's span; counting them too would count time twice.
+    ops = [e for e in events
+           if e.get("ph") == "X" and e.get("name") not in ("segment", "parallel_for")]
+    total = sum(e.get("dur", 0) for e in ops)
+    conv = sum(e.get("dur", 0) for e in ops if e.get("name") == "conv2d")
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(weights=None).eval()
     x = torch.from_numpy(xin)

@@ -202,6 +202,58 @@ Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
     vq_engine_free(e);
 }
 
+/* Depthwise 3x3 planes go through a zero-padded copy (conv.c,
+ * dw_padded): a weight that is not finite must not meet a padded zero
+ * there (Inf * 0 = NaN), so such a plane takes the path that skips the
+ * taps outside X, as the formula does. Here w[0] = +Inf touches X only
+ * from outputs with a valid top-left tap: the first row and column of the
+ * output (whose tap (0, 0) lies in the padding) stay finite, the others
+ * are +Inf; the second channel, finite, gives its plain sums. */
+Test(ops_conv, depthwise_with_an_infinite_weight_skips_the_padding_as_the_formula_does)
+{
+    for (int d = 0; d < 2; d++)
+        for (int s = 1; s <= 2; s++) {
+            int64_t xs[4] = {1, 2, 7, 7}, ws[4] = {2, 1, 3, 3};
+            vq_tensor *x, *w;
+            cr_assert_eq(vq_tensor_new(&x, floats[d], 4, xs), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_new(&w, floats[d], 4, ws), 0, "%s", vq_errmsg());
+            for (int i = 0; i < 98; i++)
+                oc_set(x, i, 1.0);
+            for (int i = 0; i < 18; i++)
+                oc_set(w, i, i == 0 ? INFINITY : 0.5);
+            int64_t st[2] = {s, s}, pad[4] = {1, 1, 1, 1};
+            vq_attr at[3] = {VQ_ATTR_IS("strides", st, 2), VQ_ATTR_IS("pads", pad, 4),
+                             VQ_ATTR_I("groups", 2)};
+            vq_tensor *in[2] = {x, w}, *out = NULL;
+            cr_assert_eq(vq_op_run(NULL, "conv2d", in, 2, &out, 1, at, 3), 0, "%s", vq_errmsg());
+            int64_t on = s == 1 ? 7 : 4;
+            for (int64_t r = 0; r < on; r++)
+                for (int64_t c = 0; c < on; c++) {
+                    double v0 = oc_get(out, r * on + c), v1 = oc_get(out, on * on + r * on + c);
+                    if (r == 0 || c == 0)
+                        cr_assert(isfinite(v0),
+                                  "stride %d, f%d: output (%lld, %lld) is %g, "
+                                  "its Inf tap lies in the padding",
+                                  s, d ? 64 : 32, (long long)r, (long long)c, v0);
+                    else
+                        cr_assert(isinf(v0) && v0 > 0, "stride %d: output (%lld, %lld) is %g", s,
+                                  (long long)r, (long long)c, v0);
+                    /* channel 1: 0.5 times the taps inside X */
+                    int64_t rows = 0, cols = 0;
+                    for (int i = 0; i < 3; i++) {
+                        int64_t y = r * s - 1 + i, xx = c * s - 1 + i;
+                        rows += y >= 0 && y < 7;
+                        cols += xx >= 0 && xx < 7;
+                    }
+                    cr_assert_eq(v1, 0.5 * (double)(rows * cols), "stride %d: (%lld, %lld)", s,
+                                 (long long)r, (long long)c);
+                }
+            vq_tensor_release(out);
+            vq_tensor_release(x);
+            vq_tensor_release(w);
+        }
+}
+
 Test(ops_conv, large_pools_shared_by_two_workers_equal_the_serial_call)
 {
     vq_engine *e;

@@ -77,6 +77,12 @@ static const struct conv_case conv_cases[] = {
     {2, 4, 7, 6, 4, 3, 3, 4, {2, 1}, {2, 1, 0, 2}, {2, 2}, true},    /* depthwise, dilated */
     {1, 3, 4, 4, 3, 5, 5, 3, {1, 1}, {2, 2, 2, 2}, {1, 1}, false},   /* depthwise, k > input */
     {2, 5, 9, 19, 5, 3, 3, 5, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* depthwise, long rows */
+    /* depthwise 3x3 at stride 2 (the parity planes of conv.c's padded
+     * path): odd and even sizes, asymmetric and no pads */
+    {2, 4, 7, 9, 4, 3, 3, 4, {2, 2}, {0, 1, 2, 0}, {1, 1}, true},
+    {1, 3, 8, 5, 6, 3, 3, 3, {2, 2}, {1, 0, 0, 1}, {1, 1}, false},
+    {1, 2, 3, 3, 2, 3, 3, 2, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
+    {1, 2, 5, 4, 2, 3, 3, 2, {1, 2}, {1, 1, 1, 1}, {1, 1}, true}, /* strides differ */
 };
 #define NCONV (sizeof conv_cases / sizeof conv_cases[0])
 

@@ -654,9 +654,14 @@ DEPTHWISE_PLANE(double)
  * dw_pad_len(v) elements. */
 static int64_t dw_pad_len(const vq__window *v)
 {
-    int64_t pw = (v->ow - 1) * v->sw + 3;
-    /* the padded plane, and at stride 1 the outputs at its row width */
-    return ((v->oh - 1) * v->sh + 3) * pw + (v->sw == 1 && v->sh == 1 ? v->oh * pw : 0);
+    int64_t pw = (v->ow - 1) * v->sw + 3, n = ((v->oh - 1) * v->sh + 3) * pw;
+    /* the padded plane; at stride 1 the outputs at its row width, at
+     * stride 2 its four parity planes and the outputs at their width */
+    if (v->sh == 1 && v->sw == 1)
+        return n + v->oh * pw;
+    if (v->sh == 2 && v->sw == 2)
+        return n + 5 * (v->oh + 1) * (v->ow + 1);
+    return n;
 }
 
 static bool dw_padded_fits(const vq__window *v)
@@ -664,66 +669,91 @@ static bool dw_padded_fits(const vq__window *v)
     return v->kh == 3 && v->kw == 3 && v->dh == 1 && v->dw == 1;
 }
 
-#define DEPTHWISE_PADDED(T, NAME, ATTR)                                                            \
-    VECTORIZE ATTR static void NAME(const T *restrict x, const T *restrict w, T *restrict o,       \
-                                    const vq__window *v, T *restrict pad)                          \
-    {                                                                                              \
-        int64_t ph = (v->oh - 1) * v->sh + 3, pw = (v->ow - 1) * v->sw + 3;                        \
-        /* pad[y][c] = x[y - pt][c - pl], 0 outside X */                                           \
-        int64_t c0 = v->pl < pw ? v->pl : pw, c1 = v->pl + v->w < pw ? v->pl + v->w : pw;          \
-        for (int64_t y = 0; y < ph; y++) {                                                         \
-            T *restrict row = pad + y * pw;                                                        \
-            int64_t iy = y - v->pt;                                                                \
-            if (iy < 0 || iy >= v->h) {                                                            \
-                memset(row, 0, (size_t)pw * sizeof(T));                                            \
-                continue;                                                                          \
-            }                                                                                      \
-            for (int64_t c = 0; c < c0; c++)                                                       \
-                row[c] = 0;                                                                        \
-            if (c1 > c0)                                                                           \
-                memcpy(row + c0, x + iy * v->w, (size_t)(c1 - c0) * sizeof(T));                    \
-            for (int64_t c = c1 > c0 ? c1 : c0; c < pw; c++)                                       \
-                row[c] = 0;                                                                        \
-        }                                                                                          \
-        T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7],  \
-          w8 = w[8];                                                                               \
-        for (int64_t r = 0; r < v->oh; r++) {                                                      \
-            const T *restrict p0 = pad + r * v->sh * pw, *restrict p1 = p0 + pw,                   \
-                              *restrict p2 = p1 + pw;                                              \
-            T *restrict out = o + r * v->ow;                                                       \
-            if (v->sw == 1 && v->sh == 1) {                                                        \
-                /* the rows' ends: below, one loop over the plane */                               \
-                break;                                                                             \
-            } else if (v->sw == 1) {                                                               \
-                for (int64_t c = 0; c < v->ow; c++)                                                \
-                    out[c] = (T)0 + w0 * p0[c] + w1 * p0[c + 1] + w2 * p0[c + 2] + w3 * p1[c] +    \
-                             w4 * p1[c + 1] + w5 * p1[c + 2] + w6 * p2[c] + w7 * p2[c + 1] +       \
-                             w8 * p2[c + 2];                                                       \
-            } else {                                                                               \
-                int64_t s = v->sw;                                                                 \
-                for (int64_t c = 0; c < v->ow; c++) {                                              \
-                    int64_t k = c * s;                                                             \
-                    out[c] = (T)0 + w0 * p0[k] + w1 * p0[k + 1] + w2 * p0[k + 2] + w3 * p1[k] +    \
-                             w4 * p1[k + 1] + w5 * p1[k + 2] + w6 * p2[k] + w7 * p2[k + 1] +       \
-                             w8 * p2[k + 2];                                                       \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-        if (v->sw != 1 || v->sh != 1)                                                              \
-            return;                                                                                \
-        /* Stride 1: output (r, c) is the stencil at pad[r * pw + c], so the                     \
-         * whole plane is one loop over pad's positions (a row's last two                        \
-         * are not outputs), long enough to vectorize on a 7x7 plane, into                       \
-         * flat (after pad), whose rows are then the output's. */ \
-        T *restrict flat = pad + ph * pw;                                                          \
-        const T *restrict q = pad;                                                                 \
-        int64_t nflat = (v->oh - 1) * pw + v->ow, a = pw, b = 2 * pw;                              \
-        for (int64_t k = 0; k < nflat; k++)                                                        \
-            flat[k] = (T)0 + w0 * q[k] + w1 * q[k + 1] + w2 * q[k + 2] + w3 * q[k + a] +           \
-                      w4 * q[k + a + 1] + w5 * q[k + a + 2] + w6 * q[k + b] + w7 * q[k + b + 1] +  \
-                      w8 * q[k + b + 2];                                                           \
-        for (int64_t r = 0; r < v->oh; r++)                                                        \
-            memcpy(o + r * v->ow, flat + r * pw, (size_t)v->ow * sizeof(T));                       \
+#define DEPTHWISE_PADDED(T, NAME, ATTR)                                                              \
+    VECTORIZE ATTR static void NAME(const T *restrict x, const T *restrict w, T *restrict o,         \
+                                    const vq__window *v, T *restrict pad)                            \
+    {                                                                                                \
+        int64_t ph = (v->oh - 1) * v->sh + 3, pw = (v->ow - 1) * v->sw + 3;                          \
+        /* pad[y][c] = x[y - pt][c - pl], 0 outside X */                                             \
+        int64_t c0 = v->pl < pw ? v->pl : pw, c1 = v->pl + v->w < pw ? v->pl + v->w : pw;            \
+        for (int64_t y = 0; y < ph; y++) {                                                           \
+            T *restrict row = pad + y * pw;                                                          \
+            int64_t iy = y - v->pt;                                                                  \
+            if (iy < 0 || iy >= v->h) {                                                              \
+                memset(row, 0, (size_t)pw * sizeof(T));                                              \
+                continue;                                                                            \
+            }                                                                                        \
+            for (int64_t c = 0; c < c0; c++)                                                         \
+                row[c] = 0;                                                                          \
+            if (c1 > c0)                                                                             \
+                memcpy(row + c0, x + iy * v->w, (size_t)(c1 - c0) * sizeof(T));                      \
+            for (int64_t c = c1 > c0 ? c1 : c0; c < pw; c++)                                         \
+                row[c] = 0;                                                                          \
+        }                                                                                            \
+        T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7],    \
+          w8 = w[8];                                                                                 \
+        if (v->sh == 1 && v->sw == 1) {                                                              \
+            /* Output (r, c) is the stencil at pad[r * pw + c], so the whole                       \
+             * plane is one loop over pad's positions (a row's last two are                        \
+             * not outputs), long enough to vectorize on a 7x7 plane, into                         \
+             * flat, whose rows are then the output's. */ \
+            T *restrict flat = pad + ph * pw;                                                        \
+            const T *restrict q = pad;                                                               \
+            int64_t n = (v->oh - 1) * pw + v->ow, a = pw, b = 2 * pw;                                \
+            for (int64_t k = 0; k < n; k++)                                                          \
+                flat[k] = (T)0 + w0 * q[k] + w1 * q[k + 1] + w2 * q[k + 2] + w3 * q[k + a] +         \
+                          w4 * q[k + a + 1] + w5 * q[k + a + 2] + w6 * q[k + b] +                    \
+                          w7 * q[k + b + 1] + w8 * q[k + b + 2];                                     \
+            for (int64_t r = 0; r < v->oh; r++)                                                      \
+                memcpy(o + r * v->ow, flat + r * pw, (size_t)v->ow * sizeof(T));                     \
+            return;                                                                                  \
+        }                                                                                            \
+        if (v->sh == 2 && v->sw == 2) {                                                              \
+            /* pad split by the parity of its rows and columns, ee[rr][cc] =                       \
+             * pad[2rr][2cc], eo = [2rr][2cc + 1], oe = [2rr + 1][2cc], oo, each                   \
+             * W = ow + 1 wide (0 past pad's edge): output (r, c)'s taps are at                    \
+             * fixed offsets from r * W + c in them, and the plane is again one                    \
+             * loop, with unit strides. */ \
+            int64_t W = v->ow + 1, n2 = (v->oh + 1) * W;                                             \
+            T *restrict ee = pad + ph * pw, *restrict eo = ee + n2, *restrict oe = eo + n2,          \
+                        *restrict oo = oe + n2, *restrict flat = oo + n2;                            \
+            for (int64_t y = 0; y < 2 * (v->oh + 1); y++) {                                          \
+                T *restrict se = (y & 1 ? oe : ee) + (y >> 1) * W;                                   \
+                T *restrict so = (y & 1 ? oo : eo) + (y >> 1) * W;                                   \
+                if (y >= ph) {                                                                       \
+                    for (int64_t c = 0; c < W; c++)                                                  \
+                        se[c] = so[c] = 0;                                                           \
+                    continue;                                                                        \
+                }                                                                                    \
+                const T *restrict prow = pad + y * pw;                                               \
+                for (int64_t c = 0; c < v->ow; c++) {                                                \
+                    se[c] = prow[2 * c];                                                             \
+                    so[c] = prow[2 * c + 1];                                                         \
+                }                                                                                    \
+                se[v->ow] = prow[2 * v->ow]; /* pw = 2 ow + 1 */                                     \
+                so[v->ow] = 0;                                                                       \
+            }                                                                                        \
+            int64_t n = (v->oh - 1) * W + v->ow;                                                     \
+            for (int64_t k = 0; k < n; k++)                                                          \
+                flat[k] = (T)0 + w0 * ee[k] + w1 * eo[k] + w2 * ee[k + 1] + w3 * oe[k] +             \
+                          w4 * oo[k] + w5 * oe[k + 1] + w6 * ee[k + W] + w7 * eo[k + W] +            \
+                          w8 * ee[k + W + 1];                                                        \
+            for (int64_t r = 0; r < v->oh; r++)                                                      \
+                memcpy(o + r * v->ow, flat + r * W, (size_t)v->ow * sizeof(T));                      \
+            return;                                                                                  \
+        }                                                                                            \
+        for (int64_t r = 0; r < v->oh; r++) {                                                        \
+            const T *restrict p0 = pad + r * v->sh * pw, *restrict p1 = p0 + pw,                     \
+                              *restrict p2 = p1 + pw;                                                \
+            T *restrict out = o + r * v->ow;                                                         \
+            int64_t s = v->sw;                                                                       \
+            for (int64_t c = 0; c < v->ow; c++) {                                                    \
+                int64_t k = c * s;                                                                   \
+                out[c] = (T)0 + w0 * p0[k] + w1 * p0[k + 1] + w2 * p0[k + 2] + w3 * p1[k] +          \
+                         w4 * p1[k + 1] + w5 * p1[k + 2] + w6 * p2[k] + w7 * p2[k + 1] +             \
+                         w8 * p2[k + 2];                                                             \
+            }                                                                                        \
+        }                                                                                            \
     }
 
 DEPTHWISE_PADDED(float, dw_padded_float, )
@@ -731,13 +761,16 @@ DEPTHWISE_PADDED(double, dw_padded_double, )
 
 /* The same loops for AVX-512 (16 floats a step, 4 with the SSE2 the
  * library is built for): chosen at run time when the CPU has it, for
- * stride 1 (at stride 2 the strided loads made it slower). The
+ * strides 1 and 2 (other strides load with a stride, and gained nothing). The
  * multiplies and adds stay separate (gcc's C11 mode contracts nothing;
  * clang is told so below), so the results are the same bits either way.
  * Measured (one core, one image, f32, the layers of MobileNetV2; general
  * path -> padded -> padded with AVX-512, us): 960 channels 7x7 175 -> 78
  * -> 63, 576 x 14x14 219 -> 130 -> 100, 144 x 56x56 434 -> 300 -> 172,
- * 32 x 112x112 299 -> 255 -> 140; 96 x 112x112 at stride 2 521 -> 467. */
+ * 32 x 112x112 299 -> 255 -> 140; at stride 2, through the parity planes
+ * and AVX-512 (before them: strided loads, SSE2), 96 x 112x112 521 -> 470
+ * -> 245, 144 x 56x56 185 -> 106, 192 x 28x28 76 -> 58, 576 x 14x14 83 ->
+ * 87. */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #ifdef __clang__
 #pragma clang fp contract(off)
@@ -750,7 +783,7 @@ static void dw_padded_float_best(const float *x, const float *w, float *o, const
                                  float *pad)
 {
 #ifdef DW_AVX512
-    if (v->sw == 1 && v->sh == 1 && __builtin_cpu_supports("avx512f")) {
+    if (v->sw == v->sh && v->sw <= 2 && __builtin_cpu_supports("avx512f")) {
         dw_padded_float_avx512(x, w, o, v, pad);
         return;
     }

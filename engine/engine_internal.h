@@ -102,15 +102,6 @@ void vq__pool_free_slow(int kind, void *p);
  * gives its objects back, so a steady workload stops carving). */
 size_t vq__pool_slabs(void);
 
-/* Asks for the cache line at p (a hint: no fault, no effect on results).
- * Written out on x86, where gcc 12 drops __builtin_prefetch from some
- * inlined helpers. */
-#if defined(__x86_64__) || defined(__i386__)
-#define VQ__PREFETCH(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
-#else
-#define VQ__PREFETCH(p) __builtin_prefetch(p)
-#endif
-
 /* hot path: no lock and no malloc from the thread's own list; the depot
  * mutex (and malloc for a new slab) once per batch of VQ__MAG objects
  * moved between threads. Returns NULL only when out

@@ -714,31 +714,16 @@ int vq__ctl_push(struct fop *f)
 
 /* ---- building ---- */
 
-struct vars {
-    vq_var **v;
-    int n, cap;
-};
-
-static int vars_add(struct vars *s, vq_var *v)
-{
-    vq_var **a = vq__grow(s->v, s->n, &s->cap, sizeof *s->v);
-    if (!a)
-        return VQ_ENOMEM;
-    s->v = a;
-    s->v[s->n++] = v;
-    return 0;
-}
-
 /* Every engine var of frame fr: its slots' and its control ops'. */
-static int frame_evs(const struct frame *fr, struct vars *s)
+static int frame_evs(const struct frame *fr, struct evlist *s)
 {
     int rc = 0;
     for (int j = 0; j < fr->plan->block_nvars[fr->block] && rc == 0; j++)
         if (fr->vars[j].ev)
-            rc = vars_add(s, fr->vars[j].ev);
+            rc = vq__evlist_add(s, fr->vars[j].ev);
     for (int k = 0; k < fr->nops && rc == 0; k++)
         if (fr->ops[k].ctl)
-            rc = vars_add(s, fr->ops[k].ctl->inst);
+            rc = vq__evlist_add(s, fr->ops[k].ctl->inst);
     return rc;
 }
 
@@ -794,9 +779,9 @@ int vq__ctl_build(struct fop *f)
             rc = vq__fail(VQ_ENOMEM, "out of memory");
         for (int i = 0; i < c->nframes && rc == 0; i++) {
             struct frame *prev = &c->frames[(i + c->nframes - 1) % c->nframes];
-            struct vars in = {0};
+            struct evlist in = {0};
             for (int k = 0; k < ci->nouts && rc == 0; k++)
-                rc = vars_add(&in, prev->vars[pl->local[ci->outs[0][k]]].ev);
+                rc = vq__evlist_add(&in, prev->vars[pl->local[ci->outs[0][k]]].ev);
             vq_task rt = {.fn = ctl_record, .arg = &c->frames[i], .reads = in.v,
                           .nreads = in.n, .writes = &c->tape_var, .nwrites = 1,
                           .props = VQ_PROP_RUN_ON_FAILED, .name = "while_record"};
@@ -808,11 +793,11 @@ int vq__ctl_build(struct fop *f)
     if (rc == 0 && ci->replay_of >= 0) {
         c->replay = fr->ops[ci->replay_of].ctl; /* built: an earlier op of the frame */
         for (int i = 0; i < c->nframes && rc == 0; i++) {
-            struct vars out = {0};
+            struct evlist out = {0};
             for (int k = 0; k < ci->nreplay && rc == 0; k++)
-                rc = vars_add(&out, c->frames[i].vars[pl->local[ci->replay_in[k]]].ev);
+                rc = vq__evlist_add(&out, c->frames[i].vars[pl->local[ci->replay_in[k]]].ev);
             if (rc == 0)
-                rc = vars_add(&out, c->replay->tape_var);
+                rc = vq__evlist_add(&out, c->replay->tape_var);
             vq_task bt = {.fn = ctl_bind, .arg = &c->frames[i], .writes = out.v,
                           .nwrites = out.n, .props = VQ_PROP_RUN_ON_FAILED,
                           .name = "while_replay"};
@@ -822,7 +807,7 @@ int vq__ctl_build(struct fop *f)
         }
     }
     for (int x = 0; x < (ci->is_while ? 1 : 2) && rc == 0; x++) {
-        struct vars all = {0};
+        struct evlist all = {0};
         for (int i = 0; i < c->nframes && rc == 0; i++)
             if (ci->is_while || i == x)
                 rc = frame_evs(&c->frames[i], &all);
@@ -836,26 +821,26 @@ int vq__ctl_build(struct fop *f)
         free(all.v);
     }
     /* begin and end: the reads it has in this frame, the outputs */
-    struct vars reads = {0}, writes = {0};
+    struct evlist reads = {0}, writes = {0};
     for (int i = 0; i < t->nin && rc == 0; i++) {
         bool dep;
         vq__frame_slot(fr, t->in[i], &dep);
         if (dep)
-            rc = vars_add(&reads, f->in[i]->ev);
+            rc = vq__evlist_add(&reads, f->in[i]->ev);
     }
     for (int j = 0; j < t->src->nout && rc == 0; j++)
-        rc = vars_add(&writes, f->out[j]->ev);
+        rc = vq__evlist_add(&writes, f->out[j]->ev);
     if (rc == 0)
-        rc = vars_add(&writes, c->inst);
+        rc = vq__evlist_add(&writes, c->inst);
     /* A replaying loop runs after the saving one's end, and the saving
      * one's next execution after the replaying one's end: its inst var. */
     if (rc == 0 && c->replay)
-        rc = vars_add(&writes, c->replay->inst);
+        rc = vq__evlist_add(&writes, c->replay->inst);
     int nend_reads = reads.n;
     if (rc == 0)
-        rc = vars_add(&reads, c->inst); /* begin's: after the last execution's end */
+        rc = vq__evlist_add(&reads, c->inst); /* begin's: after the last execution's end */
     if (rc == 0 && c->replay)
-        rc = vars_add(&reads, c->replay->inst);
+        rc = vq__evlist_add(&reads, c->replay->inst);
     if (rc == 0) {
         vq_task bt = {.fn = ctl_begin, .arg = c, .reads = reads.v, .nreads = reads.n,
                       .props = VQ_PROP_RUN_ON_FAILED,

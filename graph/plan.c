@@ -446,14 +446,6 @@ enum { PREFETCH_OPS = 16 };
  * (prefetching) 186-188. */
 enum { PREFETCH_MIN_VARS = 1 << 15 };
 
-/* gcc 12 drops __builtin_prefetch from these helpers at -O1 and above
- * (its dead code elimination), so on x86 the instruction is written out. */
-#if defined(__x86_64__) || defined(__i386__)
-#define PREFETCH(p) __asm__ __volatile__("prefetcht0 %0" : : "m"(*(const char *)(p)))
-#else
-#define PREFETCH(p) __builtin_prefetch(p)
-#endif
-
 /* The walk's lines for the inputs of op k of b: the records and metas of
  * op k + PREFETCH_OPS, the readers' counters of op k + PREFETCH_OPS / 2
  * (their owner pointers asked for by then). */
@@ -466,16 +458,16 @@ static inline void walk_prefetch(const struct walk *w, const vq__block *b, int k
         const vq__pop *o = &p->ops[b->ops[k + PREFETCH_OPS]];
         for (int i = 0; i < o->nin; i++) {
             const vq__meta *m = &w->pl->vars[o->in[i]].meta;
-            PREFETCH(&w->rec[o->in[i]]);
-            PREFETCH(m);
-            PREFETCH((const char *)(m + 1) - 1); /* 72 bytes: often two lines */
+            VQ__PREFETCH(&w->rec[o->in[i]]);
+            VQ__PREFETCH(m);
+            VQ__PREFETCH((const char *)(m + 1) - 1); /* 72 bytes: often two lines */
         }
     }
     if (k + PREFETCH_OPS / 2 < b->nops) {
         const vq__pop *o = &p->ops[b->ops[k + PREFETCH_OPS / 2]];
         for (int i = 0; i < o->nin; i++)
             if (w->rec[o->in[i]].owner)
-                PREFETCH(w->rec[o->in[i]].owner);
+                VQ__PREFETCH(w->rec[o->in[i]].owner);
     }
 }
 
@@ -1082,10 +1074,10 @@ static inline void seg_prefetch(const struct plan *pl, const vq__block *b, int k
     if (k + PREFETCH_OPS < b->nops) {
         const struct pop *t = &ops[b->ops[k + PREFETCH_OPS]];
         for (int i = 0; i < t->nin; i++)
-            PREFETCH(&pl->rec[t->in[i]]);
+            VQ__PREFETCH(&pl->rec[t->in[i]]);
         for (int j = 0; j < t->src->nout; j++) {
-            PREFETCH(&pl->vars[t->src->out[j]].ev);
-            PREFETCH(&pl->prog->vars[t->src->out[j]].name);
+            VQ__PREFETCH(&pl->vars[t->src->out[j]].ev);
+            VQ__PREFETCH(&pl->prog->vars[t->src->out[j]].name);
         }
     }
     if (k + PREFETCH_OPS / 2 < b->nops) {
@@ -1093,12 +1085,12 @@ static inline void seg_prefetch(const struct plan *pl, const vq__block *b, int k
         for (int i = 0; i < t->nin; i++) {
             const char *ev = (const char *)pl->rec[t->in[i]].seg.ev;
             if (ev) {
-                PREFETCH(ev);
-                PREFETCH(ev + 64);
+                VQ__PREFETCH(ev);
+                VQ__PREFETCH(ev + 64);
             }
         }
         for (int j = 0; j < t->src->nout; j++)
-            PREFETCH(pl->prog->vars[t->src->out[j]].name);
+            VQ__PREFETCH(pl->prog->vars[t->src->out[j]].name);
     }
 }
 

@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:712 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:703 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */

@@ -3,11 +3,14 @@
  * against finite differences; shape errors; OpenBLAS kept single-threaded. */
 #include "opcheck.h"
 
+#include "../ops/cpu/sgemm512.h"
 #include "../ops/ops_internal.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint64_t rng;
@@ -147,6 +150,103 @@ Test(ops_matmul, small_products_match_double_in_every_form)
                               (long long)m, (long long)n, (long long)k, ta, tb, acc, (long long)i,
                               (long long)j, c[i * ldc + j], want[i * ldc + j]);
         }
+}
+
+/* Products past the small loops (OpenBLAS, or on CPUs with AVX-512 varq's
+ * own kernel, ops/cpu/sgemm512.c): sizes across its tile edges (8 rows,
+ * 16 and 32 columns) and its blocks of k (256) and of columns (256), each
+ * transpose form, alpha, beta 1, and beta 0 over NaN, C's rows past n, in
+ * f32 against double. Then the AVX-512 kernel directly where it runs: the
+ * same sizes, and the same bits whichever thread calls it. */
+static void wide_case(int64_t m, int64_t n, int64_t k, int tr, bool direct)
+{
+    bool ta = tr & 1, tb = tr & 2, acc = tr & 4;
+    int64_t ldc = n + 5, lda = ta ? m + 3 : k + 1, ldb = tb ? k + 2 : n + 7;
+    size_t na = (size_t)((ta ? k : m) * lda), nb = (size_t)((tb ? n : k) * ldb);
+    size_t nc = (size_t)(m * ldc);
+    float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+    double *want = malloc(nc * sizeof *want);
+    cr_assert(a && b && c && want);
+    for (size_t i = 0; i < na; i++)
+        a[i] = (float)oc_uniform(&rng, -1, 1);
+    for (size_t i = 0; i < nb; i++)
+        b[i] = (float)oc_uniform(&rng, -1, 1);
+    for (size_t i = 0; i < nc; i++)
+        c[i] = acc ? (float)oc_uniform(&rng, -1, 1) : NAN;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
+                     (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+            want[i * ldc + j] = 0.75 * s + (acc ? c[i * ldc + j] : 0);
+        }
+    if (direct)
+        cr_assert(vq__sgemm512(ta, m, n, k, 0.75f, a, lda, b, ldb, acc ? 1 : 0, c, ldc));
+    else
+        vq__gemm_ldc(VQ_F32, ta, tb, m, n, k, 0.75, a, lda, b, ldb, acc ? 1 : 0, c, ldc);
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < ldc; j++) {
+            if (j >= n) { /* past n: untouched */
+                cr_assert(acc ? !isnan(c[i * ldc + j]) : isnan(c[i * ldc + j]),
+                          "%lldx%lldx%lld: C[%lld,%lld] past n was written", (long long)m,
+                          (long long)n, (long long)k, (long long)i, (long long)j);
+                continue;
+            }
+            cr_assert(fabs(c[i * ldc + j] - want[i * ldc + j]) <= 2e-6 * (double)k,
+                      "%lldx%lldx%lld ta=%d tb=%d beta=%d direct=%d: C[%lld,%lld] = %g, want %g",
+                      (long long)m, (long long)n, (long long)k, ta, tb, acc, direct, (long long)i,
+                      (long long)j, c[i * ldc + j], want[i * ldc + j]);
+        }
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+}
+
+static const int64_t wide_dims[][3] = {
+    {8, 32, 70},  {9, 33, 65},   {1, 600, 9},  {17, 17, 300}, {64, 49, 520},
+    {7, 257, 33}, {40, 16, 600}, {3, 1, 2000}, {100, 15, 40}, {23, 290, 257},
+};
+
+Test(ops_matmul, wide_products_match_double_in_every_form)
+{
+    for (size_t di = 0; di < sizeof wide_dims / sizeof wide_dims[0]; di++)
+        for (int tr = 0; tr < 8; tr++)
+            wide_case(wide_dims[di][0], wide_dims[di][1], wide_dims[di][2], tr, false);
+}
+
+struct sg_thread_arg {
+    const float *a, *b;
+    float *c;
+};
+
+static void *sg_thread(void *p)
+{
+    struct sg_thread_arg *t = p;
+    vq__sgemm512(false, 37, 75, 600, 1, t->a, 600, t->b, 75, 0, t->c, 75);
+    return NULL;
+}
+
+Test(ops_matmul, the_avx512_kernel_matches_double_and_any_thread_gets_its_bits)
+{
+    if (!vq__sgemm512_ok())
+        cr_skip_test("no AVX-512F here, or VARQ_GEMM=openblas: vq__gemm uses OpenBLAS");
+    for (size_t di = 0; di < sizeof wide_dims / sizeof wide_dims[0]; di++)
+        for (int tr = 0; tr < 8; tr++)
+            if (!(tr & 2))
+                wide_case(wide_dims[di][0], wide_dims[di][1], wide_dims[di][2], tr, true);
+    static float a[37 * 600], b[600 * 75], c0[37 * 75], c1[37 * 75];
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++)
+        a[i] = (float)oc_uniform(&rng, -1, 1);
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        b[i] = (float)oc_uniform(&rng, -1, 1);
+    cr_assert(vq__sgemm512(false, 37, 75, 600, 1, a, 600, b, 75, 0, c0, 75));
+    struct sg_thread_arg t = {a, b, c1};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, sg_thread, &t), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(memcmp(c0, c1, sizeof c0), 0, "another thread's product has other bits");
 }
 
 Test(ops_matmul, empty_and_unit_dims_work)

@@ -11,6 +11,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../shape_shared.h" /* vq__matmul_dims_of */
+#include "sgemm512.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -229,6 +230,9 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
             memset((char *)c + (size_t)(i * ldc) * es, 0, (size_t)n * es);
         return;
     }
+    if (dt == VQ_F32 && !tb && vq__sgemm512_ok() &&
+        vq__sgemm512(ta, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc))
+        return;
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == VQ_F32)
         cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,

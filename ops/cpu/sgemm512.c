@@ -1,0 +1,204 @@
+/* An f32 matrix product with AVX-512 (sgemm512.h), for the products that
+ * dominate a convolution net's time: conv2d's im2col and 1x1 products and
+ * the Winograd path's 36 per block (ops/cpu/conv.c, winograd.c), and
+ * matmul's, all through vq__gemm_ldc.
+ *
+ * Why not OpenBLAS there: OpenBLAS picks its kernel per CPU at load time,
+ * and the environment can hold it to an older one (OPENBLAS_CORETYPE; on
+ * the machines this project runs on it is pinned to Haswell's AVX2
+ * kernel, half of an AVX-512 core's multiply-adds per cycle). Convolution
+ * is 93-95% of ResNet-18's and MobileNetV2's time (README "Models people
+ * have"), so varq keeps its own kernel for the one form they use,
+ * B not transposed, and leaves every other form, and CPUs without
+ * AVX-512, to OpenBLAS. VARQ_GEMM=openblas turns it off.
+ *
+ * The classic blocking (Goto and van de Geijn, "Anatomy of
+ * High-Performance Matrix Multiplication", 2008): B is copied a block of
+ * KC rows by NC columns at a time into panels of NR columns (zeros past
+ * n), each panel's KC x NR floats contiguous, so the inner loop reads it
+ * in order from L1; A is read in place, MR rows at a time (each row's KC
+ * floats in order, or, transposed, MR floats per step from one line),
+ * one broadcast per row and step. A tile of MR x NR sums stays in 16
+ * registers for the whole block of k, then is added to C (or, for the
+ * first block with beta 0, written). Tiles at C's bottom and right edges
+ * read A's last row again for the missing rows and store with masks. */
+#include "sgemm512.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define SG_HAVE 1
+#include <immintrin.h>
+#endif
+
+#define SG_MR 8
+#define SG_NR 32
+#define SG_KC 256
+#define SG_NC 256
+
+static pthread_once_t sg_once = PTHREAD_ONCE_INIT;
+static bool sg_on;
+static pthread_key_t sg_key;
+static bool sg_key_ok;
+
+static void sg_init(void)
+{
+#ifdef SG_HAVE
+    const char *e = getenv("VARQ_GEMM");
+    sg_on = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "openblas"));
+    sg_key_ok = sg_on && pthread_key_create(&sg_key, free) == 0;
+    sg_on = sg_on && sg_key_ok;
+#endif
+}
+
+bool vq__sgemm512_ok(void)
+{
+    pthread_once(&sg_once, sg_init);
+    return sg_on;
+}
+
+#ifdef SG_HAVE
+
+/* This thread's panel buffer, SG_KC * SG_NC floats, 64-byte aligned. */
+static float *sg_buffer(void)
+{
+    float *p = pthread_getspecific(sg_key);
+    if (p)
+        return p;
+    p = aligned_alloc(64, (size_t)SG_KC * SG_NC * sizeof(float));
+    if (p && pthread_setspecific(sg_key, p) != 0) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
+/* B's rows [0, kc), columns [0, nc) (b's rows ldb apart) into panels of
+ * SG_NR columns: panel q at bp + q * kc * SG_NR, row p of it at
+ * + p * SG_NR, zeros past nc. */
+static void sg_pack(int64_t kc, int64_t nc, const float *b, int64_t ldb, float *bp)
+{
+    for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
+        int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
+        float *d = bp + j0 * kc;
+        const float *s = b + j0;
+        if (w == SG_NR) {
+            for (int64_t p = 0; p < kc; p++)
+                memcpy(d + p * SG_NR, s + p * ldb, SG_NR * sizeof(float));
+        } else {
+            for (int64_t p = 0; p < kc; p++) {
+                memcpy(d + p * SG_NR, s + p * ldb, (size_t)w * sizeof(float));
+                memset(d + p * SG_NR + w, 0, (size_t)(SG_NR - w) * sizeof(float));
+            }
+        }
+    }
+}
+
+#define SG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+
+/* One tile: rows r[0..7] of op(A) (r[i] + p * acs is element p), the
+ * panel bp (kc x SG_NR), nv 16-column halves of it (1 or 2, a constant
+ * where inlined), into C at c (rows ldc apart): the first mr rows, the
+ * columns masks m0 and m1 allow; add: C += alpha * sum, else C = alpha *
+ * sum. */
+#define SG_ATTR __attribute__((target("avx512f"), always_inline)) inline
+static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs, const float *bp,
+                            int nv, int mr, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,
+                            float alpha, bool add)
+{
+#define SG_DECL(i) __m512 s##i##a = _mm512_setzero_ps(), s##i##b = _mm512_setzero_ps();
+    SG_ROWS(SG_DECL)
+#define SG_PTR(i) const float *r##i = r[i];
+    SG_ROWS(SG_PTR)
+    int64_t off = 0;
+    if (nv == 2) {
+        for (int64_t p = 0; p < kc; p++, off += acs, bp += SG_NR) {
+            __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#define SG_STEP2(i)                                 \
+    {                                               \
+        __m512 av = _mm512_set1_ps(r##i[off]);      \
+        s##i##a = _mm512_fmadd_ps(av, b0, s##i##a); \
+        s##i##b = _mm512_fmadd_ps(av, b1, s##i##b); \
+    }
+            SG_ROWS(SG_STEP2)
+        }
+    } else {
+        for (int64_t p = 0; p < kc; p++, off += acs, bp += SG_NR) {
+            __m512 b0 = _mm512_load_ps(bp);
+#define SG_STEP1(i) s##i##a = _mm512_fmadd_ps(_mm512_set1_ps(r##i[off]), b0, s##i##a);
+            SG_ROWS(SG_STEP1)
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha);
+#define SG_STORE(i)                                                                           \
+    if (i < mr) {                                                                             \
+        float *ci = c + (int64_t)(i)*ldc;                                                     \
+        __m512 u = add ? _mm512_fmadd_ps(al, s##i##a, _mm512_maskz_loadu_ps(m0, ci))          \
+                       : _mm512_mul_ps(al, s##i##a);                                          \
+        _mm512_mask_storeu_ps(ci, m0, u);                                                     \
+        if (nv == 2) {                                                                        \
+            __m512 v = add ? _mm512_fmadd_ps(al, s##i##b, _mm512_maskz_loadu_ps(m1, ci + 16)) \
+                           : _mm512_mul_ps(al, s##i##b);                                      \
+            _mm512_mask_storeu_ps(ci + 16, m1, v);                                            \
+        }                                                                                     \
+    }
+    SG_ROWS(SG_STORE)
+}
+
+/* The tiles of one packed block: columns [0, nc) of bp against op(A)'s
+ * rows [0, m) from a (element (i, p) at a + i * ars + p * acs). */
+__attribute__((target("avx512f"))) static void sg_block(int64_t m, int64_t nc, int64_t kc,
+                                                        const float *a, int64_t ars, int64_t acs,
+                                                        const float *bp, float *c, int64_t ldc,
+                                                        float alpha, bool add)
+{
+    for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
+        int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
+        __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
+        __mmask16 m1 = w >= SG_NR ? 0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+        const float *panel = bp + j0 * kc;
+        for (int64_t i0 = 0; i0 < m; i0 += SG_MR) {
+            int mr = m - i0 < SG_MR ? (int)(m - i0) : SG_MR;
+            const float *r[SG_MR];
+            for (int i = 0; i < SG_MR; i++)
+                r[i] = a + (i0 + (i < mr ? i : mr - 1)) * ars;
+            if (w > 16)
+                sg_tile(kc, r, acs, panel, 2, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add);
+            else
+                sg_tile(kc, r, acs, panel, 1, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add);
+        }
+    }
+}
+
+bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    float *bp = sg_buffer();
+    if (!bp)
+        return false;
+    int64_t ars = ta ? 1 : lda, acs = ta ? lda : 1;
+    for (int64_t jc = 0; jc < n; jc += SG_NC) {
+        int64_t nc = n - jc < SG_NC ? n - jc : SG_NC;
+        for (int64_t pc = 0; pc < k; pc += SG_KC) {
+            int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
+            sg_pack(kc, nc, b + pc * ldb + jc, ldb, bp);
+            sg_block(m, nc, kc, a + pc * acs, ars, acs, bp, c + jc, ldc, alpha,
+                     pc > 0 || beta != 0);
+        }
+    }
+    return true;
+}
+
+#else
+
+bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    (void)ta, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)beta, (void)c, (void)ldc;
+    return false;
+}
+
+#endif

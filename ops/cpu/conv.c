@@ -293,38 +293,46 @@ static int conv2d_grad_infer(vq__infer *c)
 
 /* ---- im2col and col2im ---- */
 
+/* GCC's -O2 vectorizes only loops that need no scalar remainder: these
+ * passes are worth the remainder (4-8 lanes a step). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORIZE __attribute__((optimize("vect-cost-model=cheap")))
+#else
+#define VECTORIZE
+#endif
+
 /* col [channels * kh * kw, oh * ow] from the planes x [channels, h, w]:
  * row (c, i, j) holds tap (i, j) of every window, 0 in the padding. Rows
  * with stride 1 along the width are copies of input rows. */
-#define IM2COL(T)                                                                            \
-    static void im2col_##T(const T *x, T *col, const vq__window *w, int64_t channels)       \
-    {                                                                                        \
-        int64_t plane = w->oh * w->ow;                                                       \
-        for (int64_t c = 0; c < channels; c++)                                               \
-            for (int64_t i = 0; i < w->kh; i++)                                              \
-                for (int64_t j = 0; j < w->kw; j++) {                                        \
-                    T *row = col + ((c * w->kh + i) * w->kw + j) * plane;                    \
-                    int64_t off = j * w->dw - w->pl, lo, hi;                                 \
-                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                      \
-                    for (int64_t oh = 0; oh < w->oh; oh++) {                                 \
-                        T *r = row + oh * w->ow;                                             \
-                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                         \
-                        if (ih < 0 || ih >= w->h) {                                          \
-                            memset(r, 0, (size_t)w->ow * sizeof(T));                         \
-                            continue;                                                        \
-                        }                                                                    \
-                        const T *xr = x + (c * w->h + ih) * w->w;                            \
-                        for (int64_t o = 0; o < lo; o++)                                     \
-                            r[o] = 0;                                                        \
-                        if (w->sw == 1 && hi > lo)                                           \
-                            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(T));    \
-                        else                                                                 \
-                            for (int64_t o = lo; o < hi; o++)                                \
-                                r[o] = xr[o * w->sw + off];                                  \
-                        for (int64_t o = hi; o < w->ow; o++)                                 \
-                            r[o] = 0;                                                        \
-                    }                                                                        \
-                }                                                                            \
+#define IM2COL(T)                                                                               \
+    VECTORIZE static void im2col_##T(const T *x, T *col, const vq__window *w, int64_t channels) \
+    {                                                                                           \
+        int64_t plane = w->oh * w->ow;                                                          \
+        for (int64_t c = 0; c < channels; c++)                                                  \
+            for (int64_t i = 0; i < w->kh; i++)                                                 \
+                for (int64_t j = 0; j < w->kw; j++) {                                           \
+                    T *row = col + ((c * w->kh + i) * w->kw + j) * plane;                       \
+                    int64_t off = j * w->dw - w->pl, lo, hi;                                    \
+                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                         \
+                    for (int64_t oh = 0; oh < w->oh; oh++) {                                    \
+                        T *r = row + oh * w->ow;                                                \
+                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                            \
+                        if (ih < 0 || ih >= w->h) {                                             \
+                            memset(r, 0, (size_t)w->ow * sizeof(T));                            \
+                            continue;                                                           \
+                        }                                                                       \
+                        const T *xr = x + (c * w->h + ih) * w->w;                               \
+                        for (int64_t o = 0; o < lo; o++)                                        \
+                            r[o] = 0;                                                           \
+                        if (w->sw == 1 && hi > lo)                                              \
+                            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(T));       \
+                        else                                                                    \
+                            for (int64_t o = lo; o < hi; o++)                                   \
+                                r[o] = xr[o * w->sw + off];                                     \
+                        for (int64_t o = hi; o < w->ow; o++)                                    \
+                            r[o] = 0;                                                           \
+                    }                                                                           \
+                }                                                                               \
     }
 
 /* The reverse: adds each entry of col back into the element of x its tap
@@ -412,14 +420,6 @@ static inline double clamp_double(double v, double lo, double hi)
  * min(v, hi) as maximum and minimum compute them: NaN stays NaN, -0 at
  * lo = 0 becomes +0. Each element on its own, so any cut of the output
  * into blocks gives the same bits. */
-/* GCC's -O2 vectorizes only loops that need no scalar remainder: these
- * passes are worth the remainder (4-8 lanes a step). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define VECTORIZE __attribute__((optimize("vect-cost-model=cheap")))
-#else
-#define VECTORIZE
-#endif
-
 #define EPILOGUE(T)                                                                              \
     VECTORIZE static void epilogue_##T(T *o, const T *b, int64_t ch0, int64_t nch, int64_t ncol, \
                                        int64_t plane, bool clip, T lo, T hi)                     \
@@ -455,6 +455,7 @@ struct conv_job {
     char *wg_out;                       /* its output planes */
     const char *wg;                     /* its weights */
     void *col;                          /* its columns (X's planes when direct) */
+    int64_t band;                       /* output rows per band (conv_bands) */
     vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */
 };
 
@@ -510,6 +511,37 @@ static int conv_im2col_part(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t taps = cv->w.kh * cv->w.kw;
     im2col(j->dt, vq__elem_at(j->xg, lo * cv->w.h * cv->w.w, j->es),
            vq__elem_at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
+    return 0;
+}
+
+/* Within one item: bands [lo, hi) of j->band output rows, each with its
+ * own im2col into the participant's columns (a band's, small enough to
+ * stay in the core's cache for the product that reads them back), then
+ * the product into those rows of every output channel. */
+static int conv_bands(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    int64_t ow = cv->w.ow;
+    for (int64_t band = lo; band < hi; band++) {
+        int64_t y0 = band * j->band;
+        int64_t y1 = y0 + j->band < cv->w.oh ? y0 + j->band : cv->w.oh, ncol = (y1 - y0) * ow;
+        if (!j->cols[slot]) {
+            int64_t len = cv->rows * j->band * ow;
+            if (vq__tensor_empty(&j->cols[slot], j->dt, 1, &len) < 0)
+                return VQ_ENOMEM;
+        }
+        /* the band as a window of its own: y1 - y0 output rows, the first
+         * reading input row y0 * sh - pt (pt below 0: inside the input) */
+        vq__window v = cv->w;
+        v.oh = y1 - y0;
+        v.pt = cv->w.pt - y0 * cv->w.sh;
+        im2col(j->dt, j->xg, j->cols[slot]->data, &v, cv->cg);
+        vq__gemm_ldc(j->dt, false, false, cv->mg, ncol, cv->rows, 1, j->wg, cv->rows,
+                     j->cols[slot]->data, ncol, 0, vq__elem_at(j->wg_out, y0 * ow, j->es),
+                     cv->plane);
+        conv_epilogue(j, j->wg_out, 0, cv->mg, y0 * ow, ncol);
+    }
     return 0;
 }
 
@@ -845,6 +877,42 @@ static int64_t ceil_div(int64_t a, int64_t b)
     return (a + b - 1) / b;
 }
 
+/* The fewest output channels a block of a product split by channels
+ * takes (conv_gemm_rows), or half of them when there are fewer than twice
+ * this many: each block packs the whole of the other operand (the
+ * columns) again, so small blocks spend their time copying. One core,
+ * AVX-512 (ops/cpu/sgemm512.c), ResNet-18's 14x14 layers' product
+ * (2304 x 196 columns): 32 channels 179 GFLOP/s, 128 232, 256 243; its 7x7
+ * ones (4608 x 49): 64 156, 128 181. */
+#define CONV_MIN_ROW_BLOCK 128
+
+static int64_t conv_row_block(int64_t mg)
+{
+    int64_t b = ceil_div(mg, CONV_BLOCKS), half = ceil_div(mg, 2);
+    int64_t least = half < CONV_MIN_ROW_BLOCK ? half : CONV_MIN_ROW_BLOCK;
+    return b >= least ? b : least;
+}
+
+/* About the most floats of im2col columns one band keeps (512 KiB: half
+ * of a core's L2 on the machines README "Models people have" measured). */
+#define CONV_BAND_FLOATS ((int64_t)1 << 17)
+
+/* Output rows per band for a single image's im2col product (conv_bands),
+ * or 0 for the whole plane at once: when the columns outgrow
+ * CONV_BAND_FLOATS and there are more output columns than channels, the
+ * plane is cut into bands of whole output rows, each im2col'd and
+ * multiplied while its columns are still in the cache, instead of writing
+ * the whole im2col buffer to memory and reading it back (ResNet-18's
+ * 7x7 first layer: 7.4 MB of columns, 1.38 -> 1.02 ms with AVX-512). */
+static int64_t conv_band_rows(const vq__conv *cv)
+{
+    if (cv->direct || cv->plane < cv->mg || cv->rows * cv->plane <= CONV_BAND_FLOATS)
+        return 0;
+    int64_t rows = CONV_BAND_FLOATS / (cv->rows * cv->w.ow);
+    rows = rows < 1 ? 1 : rows;
+    return rows >= cv->w.oh ? 0 : rows;
+}
+
 /* The engine's workers share a large call (vq__parallel_for): whole
  * (image, group) items when there are several, else the im2col over
  * blocks of input channels and then the product over blocks of output
@@ -881,17 +949,25 @@ static int conv2d_kernel(const vq__kcall *k)
                    : conv_depthwise(&j, 0, planes, 0);
     }
     int rc = 0;
-    if (!share || items > 1) {
-        rc = share ? vq__parallel_for(items, 1, conv_items, &j) : conv_items(&j, 0, items, 0);
+    int64_t band = share && items == 1 ? conv_band_rows(&cv) : 0;
+    if (!share || items > 1 || band) {
+        j.xg = x->data;
+        j.wg = w->data;
+        j.wg_out = o->data;
+        j.band = band;
+        if (band)
+            rc = vq__parallel_for(ceil_div(cv.w.oh, band), 1, conv_bands, &j);
+        else
+            rc = share ? vq__parallel_for(items, 1, conv_items, &j) : conv_items(&j, 0, items, 0);
         for (int i = 0; i < VQ__PAR_MAX_SLOTS; i++)
             vq_tensor_release(j.cols[i]);
         if (rc == VQ_ENOMEM) {
             return vq__fail(rc, "%s: the im2col buffer of %lld elements", k->def->type,
-                            (long long)(cv.rows * cv.plane));
+                            (long long)(cv.rows * (band ? band * cv.w.ow : cv.plane)));
         }
         return rc;
     }
-    /* one image, one group */
+    /* one image, one group, one band */
     vq_tensor *col = NULL;
     if (!cv.direct &&
         (rc = vq__kernel_scratch(k, j.dt, cv.rows * cv.plane, "im2col buffer", &col)) < 0)
@@ -906,7 +982,7 @@ static int conv2d_kernel(const vq__kcall *k)
         vq__parallel_for(cv.plane, ceil_div(ceil_div(cv.plane, CONV_BLOCKS), 16) * 16,
                          conv_gemm_cols, &j);
     else
-        vq__parallel_for(cv.mg, ceil_div(cv.mg, CONV_BLOCKS), conv_gemm_rows, &j);
+        vq__parallel_for(cv.mg, conv_row_block(cv.mg), conv_gemm_rows, &j);
     vq_tensor_release(col);
     return 0;
 }

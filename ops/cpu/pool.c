@@ -27,6 +27,9 @@
 #include <string.h>
 #ifdef __SSE__
 #include <xmmintrin.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 #endif
 
 static const char *const x_in[] = {"X"};
@@ -219,10 +222,56 @@ static void max_row_inner_float(const float *xr, float *o, const vq__window *w, 
  * strides, the last 0 to 3 outputs) by the scalar loop. At stride 2, tap
  * j of outputs q..q+3 is elements 0, 2, 4, 6 from q's: two loads, of
  * elements 0-3 and 3-6, so that none reads past the last tap of q + 3. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define POOL_AVX512 1
+/* The same by 16 outputs with AVX-512 (same comparisons, so the same
+ * values), from [*qp, q1) on; *qp advances past what it did. At stride 2,
+ * tap j of outputs q..q+15 is elements 0, 2, ..., 30 from q's: a load of
+ * 0-15 and a masked one of 16-30 (none past the last tap of q + 15),
+ * their even elements gathered by one permute. */
+__attribute__((target("avx512f"))) static void max_row_inner_avx512(const float *xr, float *o,
+                                                                     const vq__window *w,
+                                                                     int64_t *qp, int64_t q1,
+                                                                     bool first)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    int64_t q = *qp;
+    for (; q + 16 <= q1; q += 16) {
+        const float *p = xr + q * w->sw - w->pl;
+        __m512 m = _mm512_setzero_ps();
+        for (int64_t j = 0; j < w->kw; j++) {
+            const float *t = p + j * w->dw;
+            __m512 v = w->sw == 1 ? _mm512_loadu_ps(t)
+                                  : _mm512_permutex2var_ps(_mm512_loadu_ps(t), even,
+                                                           _mm512_maskz_loadu_ps(0x7fff, t + 16));
+            if (j) { /* first_max(m, v): m where m >= v or m is NaN */
+                __mmask16 keep = _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) |
+                                 _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+                m = _mm512_mask_blend_ps(keep, v, m);
+            } else {
+                m = v;
+            }
+        }
+        if (!first) {
+            __m512 old = _mm512_loadu_ps(o + q);
+            __mmask16 keep = _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) |
+                             _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
+            m = _mm512_mask_blend_ps(keep, m, old);
+        }
+        _mm512_storeu_ps(o + q, m);
+    }
+    *qp = q;
+}
+#endif
+
 static void max_row_inner_sse(const float *xr, float *o, const vq__window *w, int64_t q0,
                               int64_t q1, bool first)
 {
     int64_t q = q0;
+#ifdef POOL_AVX512
+    if ((w->sw == 1 || w->sw == 2) && q1 - q0 >= 16 && __builtin_cpu_supports("avx512f"))
+        max_row_inner_avx512(xr, o, w, &q, q1, first);
+#endif
     if (w->sw == 1 || w->sw == 2)
         for (; q + 4 <= q1; q += 4) {
             const float *p = xr + q * w->sw - w->pl;

@@ -49,6 +49,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
+#include "sgemm512.h"
 #include "winograd.h"
 
 #include <limits.h>
@@ -456,6 +457,7 @@ struct conv_job {
     const char *wg;                     /* its weights */
     void *col;                          /* its columns (X's planes when direct) */
     int64_t band;                       /* output rows per band (conv_bands) */
+    float *pan;                         /* the columns as panels (sgemm512.h) */
     vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */
 };
 
@@ -555,6 +557,29 @@ static int conv_gemm_cols(void *arg, int64_t lo, int64_t hi, int slot)
                  vq__elem_at(j->col, lo, j->es), cv->plane, 0, vq__elem_at(j->wg_out, lo, j->es),
                  cv->plane);
     conv_epilogue(j, j->wg_out, 0, cv->mg, lo, hi - lo);
+    return 0;
+}
+
+/* Within one item: the columns' panels [lo, hi) into j->pan. */
+static int conv_pack_part(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    vq__sgemm512_pack(j->cv->rows, j->cv->plane, j->col, j->cv->plane, j->pan, lo, hi);
+    return 0;
+}
+
+/* Within one item: output channels [lo, hi), every column, from the
+ * panels. */
+static int conv_gemm_panels(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    const vq__conv *cv = j->cv;
+    float *o = (float *)j->wg_out + lo * cv->plane;
+    vq__sgemm512_panels(hi - lo, cv->plane, cv->rows, (const float *)j->wg + lo * cv->rows,
+                        cv->rows, j->pan, o, cv->plane);
+    conv_epilogue(j, (char *)o, lo, hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -978,11 +1003,26 @@ static int conv2d_kernel(const vq__kcall *k)
     j.col = col ? col->data : (void *)j.xg;
     if (col)
         vq__parallel_for(cv.cg, ceil_div(cv.cg, CONV_BLOCKS), conv_im2col_part, &j);
-    if (cv.plane >= cv.mg)
+    if (cv.plane >= cv.mg) {
         vq__parallel_for(cv.plane, ceil_div(ceil_div(cv.plane, CONV_BLOCKS), 16) * 16,
                          conv_gemm_cols, &j);
-    else
+    } else if (j.dt == VQ_F32 && vq__sgemm512_ok()) {
+        /* every block of channels reads all the columns: copy them into
+         * the kernel's panels once, not once per block */
+        int64_t npan = ceil_div(cv.plane, VQ__SG_PANEL);
+        vq_tensor *pan = NULL;
+        if ((rc = vq__kernel_scratch(k, VQ_F32, cv.rows * npan * VQ__SG_PANEL, "packed columns",
+                                     &pan)) < 0) {
+            vq_tensor_release(col);
+            return rc;
+        }
+        j.pan = pan->data;
+        vq__parallel_for(npan, ceil_div(npan, CONV_BLOCKS), conv_pack_part, &j);
+        vq__parallel_for(cv.mg, conv_row_block(cv.mg), conv_gemm_panels, &j);
+        vq_tensor_release(pan);
+    } else {
         vq__parallel_for(cv.mg, conv_row_block(cv.mg), conv_gemm_rows, &j);
+    }
     vq_tensor_release(col);
     return 0;
 }

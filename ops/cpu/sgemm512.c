@@ -34,7 +34,7 @@
 #endif
 
 #define SG_MR 8
-#define SG_NR 32
+#define SG_NR VQ__SG_PANEL
 #define SG_KC 256
 #define SG_NC 256
 
@@ -59,22 +59,6 @@ bool vq__sgemm512_ok(void)
     return sg_on;
 }
 
-#ifdef SG_HAVE
-
-/* This thread's panel buffer, SG_KC * SG_NC floats, 64-byte aligned. */
-static float *sg_buffer(void)
-{
-    float *p = pthread_getspecific(sg_key);
-    if (p)
-        return p;
-    p = aligned_alloc(64, (size_t)SG_KC * SG_NC * sizeof(float));
-    if (p && pthread_setspecific(sg_key, p) != 0) {
-        free(p);
-        p = NULL;
-    }
-    return p;
-}
-
 /* B's rows [0, kc), columns [0, nc) (b's rows ldb apart) into panels of
  * SG_NR columns: panel q at bp + q * kc * SG_NR, row p of it at
  * + p * SG_NR, zeros past nc. */
@@ -96,6 +80,30 @@ static void sg_pack(int64_t kc, int64_t nc, const float *b, int64_t ldb, float *
     }
 }
 
+void vq__sgemm512_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *bp, int64_t q0,
+                       int64_t q1)
+{
+    int64_t j0 = q0 * SG_NR, j1 = q1 * SG_NR < n ? q1 * SG_NR : n;
+    if (j1 > j0)
+        sg_pack(k, j1 - j0, b + j0, ldb, bp + j0 * k);
+}
+
+#ifdef SG_HAVE
+
+/* This thread's panel buffer, SG_KC * SG_NC floats, 64-byte aligned. */
+static float *sg_buffer(void)
+{
+    float *p = pthread_getspecific(sg_key);
+    if (p)
+        return p;
+    p = aligned_alloc(64, (size_t)SG_KC * SG_NC * sizeof(float));
+    if (p && pthread_setspecific(sg_key, p) != 0) {
+        free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 #define SG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
 /* One tile: rows r[0..7] of op(A) (r[i] + p * acs is element p), the
@@ -115,7 +123,7 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
     int64_t off = 0;
     if (nv == 2) {
         for (int64_t p = 0; p < kc; p++, off += acs, bp += SG_NR) {
-            __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+            __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
 #define SG_STEP2(i)                                 \
     {                                               \
         __m512 av = _mm512_set1_ps(r##i[off]);      \
@@ -126,7 +134,7 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
         }
     } else {
         for (int64_t p = 0; p < kc; p++, off += acs, bp += SG_NR) {
-            __m512 b0 = _mm512_load_ps(bp);
+            __m512 b0 = _mm512_loadu_ps(bp);
 #define SG_STEP1(i) s##i##a = _mm512_fmadd_ps(_mm512_set1_ps(r##i[off]), b0, s##i##a);
             SG_ROWS(SG_STEP1)
         }
@@ -147,18 +155,19 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
     SG_ROWS(SG_STORE)
 }
 
-/* The tiles of one packed block: columns [0, nc) of bp against op(A)'s
- * rows [0, m) from a (element (i, p) at a + i * ars + p * acs). */
+/* The tiles of one packed block: columns [0, nc) of bp (its panels
+ * pstride floats apart) against op(A)'s rows [0, m) from a (element
+ * (i, p) at a + i * ars + p * acs). */
 __attribute__((target("avx512f"))) static void sg_block(int64_t m, int64_t nc, int64_t kc,
                                                         const float *a, int64_t ars, int64_t acs,
-                                                        const float *bp, float *c, int64_t ldc,
-                                                        float alpha, bool add)
+                                                        const float *bp, int64_t pstride, float *c,
+                                                        int64_t ldc, float alpha, bool add)
 {
     for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
         int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
         __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
         __mmask16 m1 = w >= SG_NR ? 0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
-        const float *panel = bp + j0 * kc;
+        const float *panel = bp + j0 / SG_NR * pstride;
         for (int64_t i0 = 0; i0 < m; i0 += SG_MR) {
             int mr = m - i0 < SG_MR ? (int)(m - i0) : SG_MR;
             const float *r[SG_MR];
@@ -184,14 +193,43 @@ bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const f
         for (int64_t pc = 0; pc < k; pc += SG_KC) {
             int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
             sg_pack(kc, nc, b + pc * ldb + jc, ldb, bp);
-            sg_block(m, nc, kc, a + pc * acs, ars, acs, bp, c + jc, ldc, alpha,
+            sg_block(m, nc, kc, a + pc * acs, ars, acs, bp, kc * SG_NR, c + jc, ldc, alpha,
                      pc > 0 || beta != 0);
         }
     }
     return true;
 }
 
+void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *bp, float *c, int64_t ldc)
+{
+    /* the blocks of vq__sgemm512, so the same sums: columns SG_NC at a
+     * time, k SG_KC at a time (row pc of each panel) */
+    for (int64_t jc = 0; jc < n; jc += SG_NC) {
+        int64_t nc = n - jc < SG_NC ? n - jc : SG_NC;
+        for (int64_t pc = 0; pc < k; pc += SG_KC) {
+            int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
+            sg_block(m, nc, kc, a + pc, lda, 1, bp + jc / SG_NR * k * SG_NR + pc * SG_NR, k * SG_NR,
+                     c + jc, ldc, 1, pc > 0);
+        }
+    }
+}
+
 #else
+
+/* Without AVX-512 nothing calls it (vq__sgemm512_ok() is false), but it
+ * still computes what it says, by plain sums over k in order. */
+void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *bp, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[i * lda + p] * bp[j / SG_NR * k * SG_NR + p * SG_NR + j % SG_NR];
+            c[i * ldc + j] = s;
+        }
+}
 
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)

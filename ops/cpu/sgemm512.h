@@ -25,4 +25,25 @@ bool vq__sgemm512_ok(void);
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Columns per panel of a packed B (vq__sgemm512_panels). */
+#define VQ__SG_PANEL 32
+
+/* vq__sgemm512 with B already in the kernel's layout, so that B is copied
+ * there once for every call that reads it (conv2d's im2col columns, read
+ * by each block of output channels): panel q (B's columns [32 q, 32 q +
+ * 32)) at bp + q * k * VQ__SG_PANEL, its row p at + p * VQ__SG_PANEL,
+ * zeros past column n. C = A B (A m x k, rows lda apart, not transposed),
+ * C not read. Needs no buffer, so it always does the product; the bits
+ * are vq__sgemm512's for the same A and B. Meant for when
+ * vq__sgemm512_ok() said true (elsewhere it takes plain loops). Any
+ * thread. */
+void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *bp, float *c, int64_t ldc);
+
+/* B (k x n, rows ldb apart) into vq__sgemm512_panels' layout at bp: the
+ * panels [q0, q1) of it (columns [32 q0, min(32 q1, n))), so that callers
+ * can share the copy out by panels. Any thread; disjoint panels at once. */
+void vq__sgemm512_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *bp, int64_t q0,
+                       int64_t q1);
+
 #endif

@@ -230,11 +230,12 @@ static void max_row_inner_float(const float *xr, float *o, const vq__window *w, 
  * 0-15 and a masked one of 16-30 (none past the last tap of q + 15),
  * their even elements gathered by one permute. */
 __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float *xr, float *o,
-                                                                     const vq__window *w,
-                                                                     int64_t *qp, int64_t q1,
-                                                                     bool first)
+                                                                    const vq__window *w,
+                                                                    int64_t *qp, int64_t q1,
+                                                                    bool first)
 {
-    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i even =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     int64_t q = *qp;
     for (; q + 16 <= q1; q += 16) {
         const float *p = xr + q * w->sw - w->pl;
@@ -245,8 +246,8 @@ __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float 
                                   : _mm512_permutex2var_ps(_mm512_loadu_ps(t), even,
                                                            _mm512_maskz_loadu_ps(0x7fff, t + 16));
             if (j) { /* first_max(m, v): m where m >= v or m is NaN */
-                __mmask16 keep = _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) |
-                                 _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+                __mmask16 keep =
+                    _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) | _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
                 m = _mm512_mask_blend_ps(keep, v, m);
             } else {
                 m = v;
@@ -254,8 +255,8 @@ __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float 
         }
         if (!first) {
             __m512 old = _mm512_loadu_ps(o + q);
-            __mmask16 keep = _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) |
-                             _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
+            __mmask16 keep =
+                _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) | _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
             m = _mm512_mask_blend_ps(keep, m, old);
         }
         _mm512_storeu_ps(o + q, m);

@@ -61,7 +61,33 @@ bool vq__sgemm512_ok(void)
 
 /* B's rows [0, kc), columns [0, nc) (b's rows ldb apart) into panels of
  * SG_NR columns: panel q at bp + q * kc * SG_NR, row p of it at
- * + p * SG_NR, zeros past nc. */
+ * + p * SG_NR, zeros past nc. With AVX-512 each row of a panel is two
+ * (masked) loads and two stores: a call to memcpy per row cost more than
+ * the copy (8% of ResNet-18's time at batch 1). */
+#ifdef SG_HAVE
+__attribute__((target("avx512f"))) static void sg_pack(int64_t kc, int64_t nc, const float *b,
+                                                       int64_t ldb, float *bp)
+{
+    for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
+        int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
+        __mmask16 m0 = w >= 16 ? 0xffff : (__mmask16)((1u << w) - 1);
+        __mmask16 m1 = w >= SG_NR ? 0xffff : w > 16 ? (__mmask16)((1u << (w - 16)) - 1) : 0;
+        float *d = bp + j0 * kc;
+        const float *s = b + j0;
+        if (w == SG_NR) {
+            for (int64_t p = 0; p < kc; p++, d += SG_NR, s += ldb) {
+                _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+                _mm512_storeu_ps(d + 16, _mm512_loadu_ps(s + 16));
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p++, d += SG_NR, s += ldb) {
+                _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
+                _mm512_storeu_ps(d + 16, _mm512_maskz_loadu_ps(m1, s + 16));
+            }
+        }
+    }
+}
+#else
 static void sg_pack(int64_t kc, int64_t nc, const float *b, int64_t ldb, float *bp)
 {
     for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
@@ -79,6 +105,8 @@ static void sg_pack(int64_t kc, int64_t nc, const float *b, int64_t ldb, float *
         }
     }
 }
+
+#endif
 
 void vq__sgemm512_pack(int64_t k, int64_t n, const float *b, int64_t ldb, float *bp, int64_t q0,
                        int64_t q1)

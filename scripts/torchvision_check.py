@@ -7,14 +7,17 @@ within 1e-4 of the largest |torch| (f32), and the top class must agree.
 
 usage: torchvision_check.py --varq BUILD/tools/varq [--models resnet18,...]
                             [--batch N] [--dir DIR] [--opset 13] [--bench R]
-                            [--gpu ID]
+                            [--rounds K] [--gpu ID]
 --gpu ID runs varq's ops on GPU ID: the CUDA backend, or the emulated one
 with VARQ_GPU_BACKEND=emulated (the onnx_resnet18_gpu test).
 --bench R also times R inferences of each model in varq (`varq run
 --repeat R --workers 2`, mean per run) and in PyTorch eager (2 threads,
 after a warm-up), prints the ratio PyTorch time / varq time (above 1: varq
 is faster), and the share of varq's op time spent in conv2d (from a
-profile of one run).
+profile of one run). --rounds K (with --bench) alternates K such rounds of
+the two and prints each round's ratio, their median, and the ratio of the
+best times: on a shared machine whose speed drifts in phases, that
+compares the two in the same phases.
 Models: resnet18, mobilenet_v2, squeezenet1_1 (default: all three). DIR
 keeps the .onnx files and the arrays (default: a temporary directory).
 Exit 0 when every model matches, 1 otherwise, 77 (skipped) without torch
@@ -55,12 +58,33 @@ def export(name, path, batch, opset):
     return x.numpy(), y.numpy()
 
 
-def bench(args, name, model, xp, xin):
-    gpu = ["--gpu", str(args.gpu)] if args.gpu >= 0 else []
+def varq_ms(args, model, xp, gpu):
     r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
                         "--repeat", str(args.bench), "--workers", "2"] + gpu,
                        capture_output=True, text=True, check=True)
-    ms = float(r.stderr.split("mean ")[1].split(" ms")[0])
+    return float(r.stderr.split("mean ")[1].split(" ms")[0])
+
+
+def torch_ms(args, m, x):
+    with torch.no_grad():
+        for _ in range(3):
+            m(x)
+        t0 = time.perf_counter()
+        for _ in range(args.bench):
+            m(x)
+        return (time.perf_counter() - t0) * 1e3 / args.bench
+
+
+def bench(args, name, model, xp, xin):
+    gpu = ["--gpu", str(args.gpu)] if args.gpu >= 0 else []
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.from_numpy(xin)
+    # Rounds alternate the two, so that a slower phase of a shared machine
+    # (it lasts seconds to minutes) falls on both.
+    pairs = []
+    for _ in range(args.rounds):
+        pairs.append((varq_ms(args, model, xp, gpu), torch_ms(args, m, x)))
     trace = xp + ".trace.json"
     subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
                     "--workers", "2", "--profile", trace] + gpu, capture_output=True, check=True)
@@ -74,19 +98,19 @@ def bench(args, name, model, xp, xin):
            if e.get("ph") == "X" and e.get("name") not in ("segment", "parallel_for")]
     total = sum(e.get("dur", 0) for e in ops)
     conv = sum(e.get("dur", 0) for e in ops if e.get("name") == "conv2d")
-    torch.manual_seed(0)
-    m = getattr(torchvision.models, name)(weights=None).eval()
-    x = torch.from_numpy(xin)
-    with torch.no_grad():
-        for _ in range(3):
-            m(x)
-        t0 = time.perf_counter()
-        for _ in range(args.bench):
-            m(x)
-        tms = (time.perf_counter() - t0) * 1e3 / args.bench
-    print(f"  {name} batch {args.batch}: varq {ms:.2f} ms, PyTorch {tms:.2f} ms per inference: "
-          f"PyTorch / varq = {tms / ms:.2f}; conv2d {100 * conv / total if total else 0:.0f}% "
-          f"of varq's op time")
+    share = f"conv2d {100 * conv / total if total else 0:.0f}% of varq's op time"
+    if args.rounds == 1:
+        ms, tms = pairs[0]
+        print(f"  {name} batch {args.batch}: varq {ms:.2f} ms, PyTorch {tms:.2f} ms per "
+              f"inference: PyTorch / varq = {tms / ms:.2f}; {share}")
+        return
+    ratios = sorted(t / v for v, t in pairs)
+    best_v, best_t = min(v for v, _ in pairs), min(t for _, t in pairs)
+    print(f"  {name} batch {args.batch}, {args.rounds} alternated rounds of {args.bench}: "
+          f"varq {best_v:.2f}-{max(v for v, _ in pairs):.2f} ms, PyTorch "
+          f"{best_t:.2f}-{max(t for _, t in pairs):.2f} ms; PyTorch / varq per round "
+          f"{' '.join(f'{r:.2f}' for r in ratios)}, median {ratios[len(ratios) // 2]:.2f}, "
+          f"best against best {best_t / best_v:.2f}; {share}")
 
 
 def main():
@@ -97,6 +121,8 @@ def main():
     ap.add_argument("--opset", type=int, default=13)
     ap.add_argument("--dir")
     ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --bench: alternate this many rounds of varq and PyTorch")
     ap.add_argument("--gpu", type=int, default=-1,
                     help="run varq's ops on this GPU (VARQ_GPU_BACKEND=cuda|emulated)")
     args = ap.parse_args()

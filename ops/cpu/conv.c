@@ -76,8 +76,8 @@ static bool schema_has(const vq__op_def *def, const char *name)
 
 /* A list attribute of n ints, each in [lo, 2^31), into out; dflt when it
  * is absent. what names the values, for the message. */
-static int ints_attr(const vq__infer *c, const char *name, int n, int64_t lo,
-                     const int64_t *dflt, const char *what, int64_t *out)
+static int ints_attr(const vq__infer *c, const char *name, int n, int64_t lo, const int64_t *dflt,
+                     const char *what, int64_t *out)
 {
     const vq_attr *a = vq__attr_find(c, name);
     if (!a) {
@@ -178,27 +178,31 @@ static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq
     int64_t groups = p->groups;
     const vq__meta *x = &c->in[0], *w = &c->in[1];
     char sx[100], sw[100];
-#define SHAPES() (vq__shape_str(sx, sizeof sx, x->ndim, x->shape), \
-                  vq__shape_str(sw, sizeof sw, w->ndim, w->shape))
-    int64_t C = x->shape[1], M = w->shape[0], cg = w->shape[1], kh = w->shape[2],
-            kw = w->shape[3];
+#define SHAPES()                                      \
+    (vq__shape_str(sx, sizeof sx, x->ndim, x->shape), \
+     vq__shape_str(sw, sizeof sw, w->ndim, w->shape))
+    int64_t C = x->shape[1], M = w->shape[0], cg = w->shape[1], kh = w->shape[2], kw = w->shape[3];
     if (C >= 0 && C % groups != 0 && (SHAPES(), true))
-        return vq__in_fail(c, 0, "has %lld channels (dim 1), which groups %lld does not divide: "
-                                 "X is %s",
+        return vq__in_fail(c, 0,
+                           "has %lld channels (dim 1), which groups %lld does not divide: "
+                           "X is %s",
                            (long long)C, (long long)groups, sx);
     if (M >= 0 && M % groups != 0 && (SHAPES(), true))
-        return vq__in_fail(c, 1, "has %lld output channels (dim 0), which groups %lld does not "
-                                 "divide: W is %s",
+        return vq__in_fail(c, 1,
+                           "has %lld output channels (dim 0), which groups %lld does not "
+                           "divide: W is %s",
                            (long long)M, (long long)groups, sw);
     if (C >= 0 && cg >= 0 && cg * groups != C && (SHAPES(), true))
-        return vq__in_fail(c, 1, "has %lld input channels per group (dim 1), but X's %lld "
-                                 "channels in %lld group(s) make %lld: X is %s, W is %s",
-                           (long long)cg, (long long)C, (long long)groups,
-                           (long long)(C / groups), sx, sw);
+        return vq__in_fail(c, 1,
+                           "has %lld input channels per group (dim 1), but X's %lld "
+                           "channels in %lld group(s) make %lld: X is %s, W is %s",
+                           (long long)cg, (long long)C, (long long)groups, (long long)(C / groups),
+                           sx, sw);
     if (((kh >= 0 && kh < 1) || (kw >= 0 && kw < 1) || kh > INT32_MAX || kw > INT32_MAX) &&
         (SHAPES(), true))
-        return vq__in_fail(c, 1, "kernel %lldx%lld (dims 2 and 3): each must be in [1, 2^31): "
-                                 "W is %s",
+        return vq__in_fail(c, 1,
+                           "kernel %lldx%lld (dims 2 and 3): each must be in [1, 2^31): "
+                           "W is %s",
                            (long long)kh, (long long)kw, sw);
     int64_t hw[2];
     if ((rc = vq__window_out_hw(c, p, x->shape[2], x->shape[3], kh, kw, false, hw)) < 0)
@@ -206,8 +210,7 @@ static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq
     /* gemm's sizes are ints: a group's rows, its columns, the plane */
     int64_t rows = cg >= 0 && kh >= 0 && kw >= 0 ? cg * kh * kw : -1;
     int64_t plane = hw[0] >= 0 && hw[1] >= 0 ? hw[0] * hw[1] : -1;
-    if ((rows > INT_MAX || plane > INT_MAX || (M >= 0 && M / groups > INT_MAX)) &&
-        (SHAPES(), true))
+    if ((rows > INT_MAX || plane > INT_MAX || (M >= 0 && M / groups > INT_MAX)) && (SHAPES(), true))
         return vq__op_fail(c->def, "X %s and W %s make a product past BLAS's int sizes", sx, sw);
 #undef SHAPES
     out->dtype = x->dtype;
@@ -265,8 +268,7 @@ static int conv2d_grad_infer(vq__infer *c)
     vq__window_params *p = c->params;
     int64_t wrt = vq__attr_int(c, "wrt", 0);
     if (wrt < 0 || wrt > 2)
-        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X), 1 (W) or 2 (the bias)",
-                             (long long)wrt);
+        return vq__attr_fail(c, "wrt", "is %lld, not 0 (X), 1 (W) or 2 (the bias)", (long long)wrt);
     p->wrt = (int)wrt;
     vq__meta full;
     int rc = clip_attr(c, p);
@@ -305,69 +307,85 @@ static int conv2d_grad_infer(vq__infer *c)
 /* col [channels * kh * kw, oh * ow] from the planes x [channels, h, w]:
  * row (c, i, j) holds tap (i, j) of every window, 0 in the padding. Rows
  * with stride 1 along the width are copies of input rows. */
-#define IM2COL(T)                                                                               \
-    VECTORIZE static void im2col_##T(const T *x, T *col, const vq__window *w, int64_t channels) \
-    {                                                                                           \
-        int64_t plane = w->oh * w->ow;                                                          \
-        for (int64_t c = 0; c < channels; c++)                                                  \
-            for (int64_t i = 0; i < w->kh; i++)                                                 \
-                for (int64_t j = 0; j < w->kw; j++) {                                           \
-                    T *row = col + ((c * w->kh + i) * w->kw + j) * plane;                       \
-                    int64_t off = j * w->dw - w->pl, lo, hi;                                    \
-                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                         \
-                    for (int64_t oh = 0; oh < w->oh; oh++) {                                    \
-                        T *r = row + oh * w->ow;                                                \
-                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                            \
-                        if (ih < 0 || ih >= w->h) {                                             \
-                            memset(r, 0, (size_t)w->ow * sizeof(T));                            \
-                            continue;                                                           \
-                        }                                                                       \
-                        const T *xr = x + (c * w->h + ih) * w->w;                               \
-                        for (int64_t o = 0; o < lo; o++)                                        \
-                            r[o] = 0;                                                           \
-                        if (w->sw == 1 && hi > lo)                                              \
-                            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(T));       \
-                        else                                                                    \
-                            for (int64_t o = lo; o < hi; o++)                                   \
-                                r[o] = xr[o * w->sw + off];                                     \
-                        for (int64_t o = hi; o < w->ow; o++)                                    \
-                            r[o] = 0;                                                           \
-                    }                                                                           \
-                }                                                                               \
+#define IM2COL(T, NAME, ATTR)                                                                  \
+    VECTORIZE ATTR static void NAME(const T *x, T *col, const vq__window *w, int64_t channels) \
+    {                                                                                          \
+        int64_t plane = w->oh * w->ow;                                                         \
+        for (int64_t c = 0; c < channels; c++)                                                 \
+            for (int64_t i = 0; i < w->kh; i++)                                                \
+                for (int64_t j = 0; j < w->kw; j++) {                                          \
+                    T *row = col + ((c * w->kh + i) * w->kw + j) * plane;                      \
+                    int64_t off = j * w->dw - w->pl, lo, hi;                                   \
+                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                        \
+                    for (int64_t oh = 0; oh < w->oh; oh++) {                                   \
+                        T *r = row + oh * w->ow;                                               \
+                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                           \
+                        if (ih < 0 || ih >= w->h) {                                            \
+                            memset(r, 0, (size_t)w->ow * sizeof(T));                           \
+                            continue;                                                          \
+                        }                                                                      \
+                        const T *xr = x + (c * w->h + ih) * w->w;                              \
+                        for (int64_t o = 0; o < lo; o++)                                       \
+                            r[o] = 0;                                                          \
+                        if (w->sw == 1 && hi > lo)                                             \
+                            memcpy(r + lo, xr + lo + off, (size_t)(hi - lo) * sizeof(T));      \
+                        else if (w->sw == 2) /* a constant stride vectorizes */                \
+                            for (int64_t o = lo; o < hi; o++)                                  \
+                                r[o] = xr[2 * o + off];                                        \
+                        else                                                                   \
+                            for (int64_t o = lo; o < hi; o++)                                  \
+                                r[o] = xr[o * w->sw + off];                                    \
+                        for (int64_t o = hi; o < w->ow; o++)                                   \
+                            r[o] = 0;                                                          \
+                    }                                                                          \
+                }                                                                              \
     }
 
 /* The reverse: adds each entry of col back into the element of x its tap
  * read (entries in the padding are dropped). An element of x gets its
  * terms in the order of the taps (i, j), as conv.cu's col2im adds them. */
-#define COL2IM(T)                                                                            \
-    static void col2im_##T(const T *col, T *x, const vq__window *w, int64_t channels)       \
-    {                                                                                        \
-        int64_t plane = w->oh * w->ow;                                                       \
-        for (int64_t c = 0; c < channels; c++)                                               \
-            for (int64_t i = 0; i < w->kh; i++)                                              \
-                for (int64_t j = 0; j < w->kw; j++) {                                        \
-                    const T *row = col + ((c * w->kh + i) * w->kw + j) * plane;              \
-                    int64_t off = j * w->dw - w->pl, lo, hi;                                 \
-                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);                      \
-                    for (int64_t oh = 0; oh < w->oh; oh++) {                                 \
-                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                         \
-                        if (ih < 0 || ih >= w->h)                                            \
-                            continue;                                                        \
-                        const T *r = row + oh * w->ow;                                       \
-                        T *xr = x + (c * w->h + ih) * w->w;                                  \
-                        for (int64_t o = lo; o < hi; o++)                                    \
-                            xr[o * w->sw + off] += r[o];                                     \
-                    }                                                                        \
-                }                                                                            \
+#define COL2IM(T)                                                                     \
+    static void col2im_##T(const T *col, T *x, const vq__window *w, int64_t channels) \
+    {                                                                                 \
+        int64_t plane = w->oh * w->ow;                                                \
+        for (int64_t c = 0; c < channels; c++)                                        \
+            for (int64_t i = 0; i < w->kh; i++)                                       \
+                for (int64_t j = 0; j < w->kw; j++) {                                 \
+                    const T *row = col + ((c * w->kh + i) * w->kw + j) * plane;       \
+                    int64_t off = j * w->dw - w->pl, lo, hi;                          \
+                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);               \
+                    for (int64_t oh = 0; oh < w->oh; oh++) {                          \
+                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                  \
+                        if (ih < 0 || ih >= w->h)                                     \
+                            continue;                                                 \
+                        const T *r = row + oh * w->ow;                                \
+                        T *xr = x + (c * w->h + ih) * w->w;                           \
+                        for (int64_t o = lo; o < hi; o++)                             \
+                            xr[o * w->sw + off] += r[o];                              \
+                    }                                                                 \
+                }                                                                     \
     }
 
-IM2COL(float)
-IM2COL(double)
+IM2COL(float, im2col_float, )
+IM2COL(double, im2col_double, )
+/* With AVX-512 (chosen at run time) the strided rows (the stem's 7x7
+ * stride-2 layer) become permutes of full vector loads: its im2col took
+ * 30% of the layer's time in SSE2. */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define IM2COL_AVX512 1
+IM2COL(float, im2col_float_avx512, __attribute__((target("avx512f"))))
+#endif
 COL2IM(float)
 COL2IM(double)
 
 static void im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, int64_t channels)
 {
+#ifdef IM2COL_AVX512
+    if (dt == VQ_F32 && __builtin_cpu_supports("avx512f")) {
+        im2col_float_avx512(x, col, w, channels);
+        return;
+    }
+#endif
     if (dt == VQ_F32)
         im2col_float(x, col, w, channels);
     else
@@ -384,14 +402,14 @@ static void col2im(vq_dtype dt, const void *col, void *x, const vq__window *w, i
 
 /* ---- kernels ---- */
 
-#define ADD_BIAS(T)                                                                          \
-    static void add_bias_##T(T *o, const T *b, int64_t n, int64_t m, int64_t plane)         \
-    {                                                                                        \
-        for (int64_t i = 0; i < n * m; i++) {                                                \
-            T v = b[i % m], *r = o + i * plane;                                              \
-            for (int64_t j = 0; j < plane; j++)                                              \
-                r[j] += v;                                                                   \
-        }                                                                                    \
+#define ADD_BIAS(T)                                                                 \
+    static void add_bias_##T(T *o, const T *b, int64_t n, int64_t m, int64_t plane) \
+    {                                                                               \
+        for (int64_t i = 0; i < n * m; i++) {                                       \
+            T v = b[i % m], *r = o + i * plane;                                     \
+            for (int64_t j = 0; j < plane; j++)                                     \
+                r[j] += v;                                                          \
+        }                                                                           \
     }
 
 ADD_BIAS(float)
@@ -1091,18 +1109,18 @@ static int conv_dw(const vq__kcall *k, const vq__conv *cv, const vq_tensor *gr)
 }
 
 /* dB[m] = the sum of dOut[:, m, :, :], in double, images in order. */
-#define CONV_DB(T)                                                                           \
-    static void conv_db_##T(const T *g, T *db, int64_t n, int64_t m, int64_t plane)         \
-    {                                                                                        \
-        for (int64_t c = 0; c < m; c++) {                                                    \
-            double s = 0;                                                                    \
-            for (int64_t i = 0; i < n; i++) {                                                \
-                const T *r = g + (i * m + c) * plane;                                        \
-                for (int64_t j = 0; j < plane; j++)                                          \
-                    s += r[j];                                                               \
-            }                                                                                \
-            db[c] = (T)s;                                                                    \
-        }                                                                                    \
+#define CONV_DB(T)                                                                  \
+    static void conv_db_##T(const T *g, T *db, int64_t n, int64_t m, int64_t plane) \
+    {                                                                               \
+        for (int64_t c = 0; c < m; c++) {                                           \
+            double s = 0;                                                           \
+            for (int64_t i = 0; i < n; i++) {                                       \
+                const T *r = g + (i * m + c) * plane;                               \
+                for (int64_t j = 0; j < plane; j++)                                 \
+                    s += r[j];                                                      \
+            }                                                                       \
+            db[c] = (T)s;                                                           \
+        }                                                                           \
     }
 
 CONV_DB(float)
@@ -1222,16 +1240,18 @@ static int conv_transpose2d_infer(vq__infer *c)
     vq__shape_str(sw, sizeof sw, w->ndim, w->shape);
     int64_t C = x->shape[1], mg = w->shape[1], k[2] = {w->shape[2], w->shape[3]};
     if (C >= 0 && C % groups != 0)
-        return vq__in_fail(c, 0, "has %lld channels (dim 1), which groups %lld does not divide: "
-                                 "X is %s",
+        return vq__in_fail(c, 0,
+                           "has %lld channels (dim 1), which groups %lld does not divide: "
+                           "X is %s",
                            (long long)C, (long long)groups, sx);
     if (!vq__dim_match(w->shape[0], C))
         return vq__in_fail(c, 1, "has %lld input channels (dim 0), X has %lld: X is %s, W is %s",
                            (long long)w->shape[0], (long long)C, sx, sw);
     for (int i = 0; i < 2; i++)
         if ((k[i] >= 0 && k[i] < 1) || k[i] > INT32_MAX)
-            return vq__in_fail(c, 1, "kernel %lldx%lld (dims 2 and 3): each must be in [1, "
-                                     "2^31): W is %s",
+            return vq__in_fail(c, 1,
+                               "kernel %lldx%lld (dims 2 and 3): each must be in [1, "
+                               "2^31): W is %s",
                                (long long)k[0], (long long)k[1], sw);
     c->out[0].dtype = x->dtype;
     c->out[0].ndim = 4;
@@ -1244,11 +1264,12 @@ static int conv_transpose2d_infer(vq__infer *c)
             continue;
         }
         /* bounded: dims, strides, dilations and pads are all below 2^31 */
-        int64_t o = p->stride[i] * (in - 1) + op[i] + p->dilation[i] * (k[i] - 1) + 1 -
-                    p->pad[i] - p->pad[2 + i];
+        int64_t o = p->stride[i] * (in - 1) + op[i] + p->dilation[i] * (k[i] - 1) + 1 - p->pad[i] -
+                    p->pad[2 + i];
         if (in < 1 || o < 1)
-            return vq__op_fail(c->def, "X %s and W %s with these strides, pads and dilations "
-                                       "make an output %s of %lld",
+            return vq__op_fail(c->def,
+                               "X %s and W %s with these strides, pads and dilations "
+                               "make an output %s of %lld",
                                sx, sw, i ? "width" : "height", (long long)o);
         c->out[0].shape[2 + i] = o;
     }
@@ -1329,10 +1350,8 @@ static int conv_transpose2d_grad(const vq__grad *g)
 }
 
 static const vq__attr_spec conv_transpose_attrs[] = {
-    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
-    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
-    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
-    {"groups", VQ_ATTR_INT, false, "1"},
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},        {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},      {"groups", VQ_ATTR_INT, false, "1"},
     {"output_padding", VQ_ATTR_INTS, false, "[0,0]"},
 };
 

@@ -34,6 +34,7 @@
  * reuses and each thread's cached bytes are per thread, written by their
  * thread alone and summed when read. A block's first word links it in a
  * free list while it is cached. */
+#include "cpu/winograd.h"
 #include "ops_internal.h"
 
 #include <pthread.h>
@@ -586,5 +587,7 @@ VQ_API int vq_mem_trim(vq_ctx dev)
     if (rc < 0)
         return rc;
     a->trim(a);
+    if (dev.kind == VQ_DEV_CPU)
+        vq__winograd_trim();
     return 0;
 }

@@ -636,6 +636,58 @@ Test(ops_conv, conv2d_through_winograd_matches_the_plain_loop_serial_and_shared)
     vq_engine_free(e);
 }
 
+/* The Winograd path keeps each weights' transform between calls, checked
+ * against a copy of the weights (ops/cpu/winograd.c): the same weights
+ * give the same bits again; weights changed in place, as training does,
+ * give what a fresh tensor with the new values gives, change after change
+ * (past the point where their address is no longer cached), and so after
+ * vq_mem_trim emptied the cache. */
+static vq_tensor *wg_run_fresh_w(vq_tensor **in, int nin, const vq_attr *at, int na)
+{
+    vq_tensor *w = NULL, *cp[3] = {in[0], NULL, nin > 2 ? in[2] : NULL};
+    cr_assert_eq(vq_tensor_from(&w, VQ_F32, 4, vq_tensor_shape(in[1]), vq_tensor_data(in[1])), 0);
+    cp[1] = w;
+    vq_tensor *o = oc_run1("conv2d", cp, nin, at, na);
+    vq_tensor_release(w);
+    return o;
+}
+
+Test(ops_conv, winograd_kept_transforms_follow_weights_changed_in_place)
+{
+    const char *env = getenv("VARQ_CONV_WINOGRAD");
+    if (env && !strcmp(env, "0"))
+        cr_skip_test("VARQ_CONV_WINOGRAD=0: no Winograd path");
+    static const struct wg_case wc = {1, 32, 23, 21, 24, {1, 1, 1, 1}, true, -1};
+    struct conv_case cc = wg_conv_case(&wc);
+    vq_tensor *in[3];
+    int nin = conv_inputs(&cc, VQ_F32, in);
+    vq_attr at[5];
+    int na = conv_attrs(&cc, at);
+    vq_tensor *prev = oc_run1("conv2d", in, nin, at, na);
+    vq_tensor *again = oc_run1("conv2d", in, nin, at, na);
+    cr_assert_eq(memcmp(vq_tensor_data(prev), vq_tensor_data(again), vq_tensor_nbytes(prev)), 0,
+                 "the same weights gave other bits the second time");
+    vq_tensor_release(again);
+    float *wd = vq_tensor_data(in[1]);
+    for (int round = 0; round < 6; round++) {
+        if (round == 4)
+            cr_assert_eq(vq_mem_trim((vq_ctx){VQ_DEV_CPU, 0}), 0, "%s", vq_errmsg());
+        wd[round * 37] += 0.5f;
+        vq_tensor *got = oc_run1("conv2d", in, nin, at, na);
+        vq_tensor *want = wg_run_fresh_w(in, nin, at, na);
+        size_t nb = vq_tensor_nbytes(got);
+        cr_assert_eq(memcmp(vq_tensor_data(got), vq_tensor_data(want), nb), 0,
+                     "round %d: weights changed in place, but the result is not theirs", round);
+        cr_assert_neq(memcmp(vq_tensor_data(got), vq_tensor_data(prev), nb), 0,
+                      "round %d: the change made no difference", round);
+        vq_tensor_release(want);
+        vq_tensor_release(prev);
+        prev = got;
+    }
+    vq_tensor_release(prev);
+    release_all(in, nin);
+}
+
 Test(ops_conv, conv2d_with_clip_gradients_match_finite_differences)
 {
     static const struct conv_case cases[] = {

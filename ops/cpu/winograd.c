@@ -18,11 +18,12 @@
  * channel instead of im2col's 144. The transforms' constants are the
  * paper's (points 0, 1, -1, 2, -2 and infinity).
  *
- * Work: U for the whole call (per call: the weights may change between
- * calls, in training in place), then blocks of tiles (all images' tiles in
- * one sequence), each block's V [36][C][tiles] and m [36][K][tiles] in a
- * scratch buffer sized for one block, so memory stays bounded for large
- * batches: the scratch is U (4x the weights: 37.7 MB for 512 channels)
+ * Work: U for the whole call (kept between calls while the weights stay
+ * the same: "U kept between calls" below), then blocks of tiles (all
+ * images' tiles in one sequence), each block's V [36][C][tiles] and m
+ * [36][K][tiles] in a scratch buffer sized for one block, so memory stays
+ * bounded for large batches: the scratch is U when it is not kept (4x the
+ * weights: 37.7 MB for 512 channels)
  * plus at most 32 MB. Within a block: the input transform over chunks of
  * input channels, the 36 products, then the output transform with the
  * bias and the clip over chunks of output channels, each shared with the
@@ -459,6 +460,188 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
     return 0;
 }
 
+/* ---- U kept between calls ----
+ *
+ * An inference calls each layer with the same weights every time, and U
+ * cost about a quarter of the Winograd layers' time at batch 1 (ResNet-18:
+ * wg_weights and wg_filter, 5.5% of all perf samples). So U is kept per
+ * weights address and shape, with a copy of the weights it came from: a
+ * call whose weights equal that copy (memcmp, so exactly; a new tensor at
+ * a freed one's address with other values does not match) reads the kept
+ * U. One whose weights differ (training updates them in place) computes
+ * U anew into a new entry; after WG_CACHE_CHANGES such changes at one
+ * address, calls there compute U into their scratch as before and keep
+ * nothing (a marker entry says so). Entries are immutable once in the
+ * table and reference-counted, so a call can use one while another call
+ * replaces or evicts it. The table holds at most VARQ_CONV_WINOGRAD_CACHE_MB
+ * (read once; default 256, 0 turns the cache off) of copies and U, least
+ * recently used out first; vq_mem_trim on the CPU empties it. */
+#define WG_CACHE_SLOTS 128
+#define WG_CACHE_CHANGES 2
+
+struct wg_entry {
+    const float *key; /* the weights' address */
+    int64_t K, C;
+    float *w, *u; /* the weights' copy [K][C][9] and U [36][K][C]; NULL in a marker */
+    size_t bytes; /* of w and u */
+    int refs;     /* the table's (while in it) and each user's */
+    int changes;  /* times the weights at key changed */
+    uint64_t used;
+};
+
+static pthread_mutex_t wg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct wg_entry *wg_table[WG_CACHE_SLOTS];
+static size_t wg_held, wg_budget;
+static uint64_t wg_clock;
+static pthread_once_t wg_budget_once = PTHREAD_ONCE_INIT;
+
+static void wg_read_budget(void)
+{
+    const char *e = getenv("VARQ_CONV_WINOGRAD_CACHE_MB");
+    char *end;
+    unsigned long long mb = e ? strtoull(e, &end, 10) : 256;
+    if (e && (end == e || *end))
+        mb = 256;
+    wg_budget = mb > SIZE_MAX >> 20 ? SIZE_MAX : (size_t)mb << 20;
+}
+
+/* Drops one reference (wg_lock held). */
+static void wg_unref(struct wg_entry *e)
+{
+    if (--e->refs == 0) {
+        free(e->w);
+        free(e->u);
+        free(e);
+    }
+}
+
+/* Takes slot i's entry out of the table (wg_lock held). */
+static void wg_remove(int i)
+{
+    wg_held -= wg_table[i]->bytes;
+    wg_unref(wg_table[i]);
+    wg_table[i] = NULL;
+}
+
+/* Puts e in the table, evicting the least recently used entries until it
+ * fits (wg_lock held); false when it cannot fit at all. */
+static bool wg_insert(struct wg_entry *e)
+{
+    if (e->bytes > wg_budget)
+        return false;
+    for (;;) {
+        int free_slot = -1, oldest = -1;
+        for (int i = 0; i < WG_CACHE_SLOTS; i++) {
+            if (!wg_table[i]) {
+                free_slot = free_slot < 0 ? i : free_slot;
+            } else if (oldest < 0 || wg_table[i]->used < wg_table[oldest]->used) {
+                oldest = i;
+            }
+        }
+        if (free_slot >= 0 && wg_held + e->bytes <= wg_budget) {
+            e->refs++;
+            e->used = ++wg_clock;
+            wg_table[free_slot] = e;
+            wg_held += e->bytes;
+            return true;
+        }
+        wg_remove(oldest);
+    }
+}
+
+void vq__winograd_trim(void)
+{
+    pthread_mutex_lock(&wg_lock);
+    for (int i = 0; i < WG_CACHE_SLOTS; i++)
+        if (wg_table[i])
+            wg_remove(i);
+    pthread_mutex_unlock(&wg_lock);
+}
+
+/* The kept U for weights w [K][C][3][3], computed (by j's call, with the
+ * idle workers) and kept if need be; the caller releases it with
+ * wg_release. NULL when the call should compute U into its scratch: the
+ * cache is off, the weights at w keep changing, or memory is short. */
+static struct wg_entry *wg_kept(struct wg_job *j, const float *w, int64_t K, int64_t C)
+{
+    pthread_once(&wg_budget_once, wg_read_budget);
+    if (!wg_budget)
+        return NULL;
+    size_t nw = (size_t)(K * C * 9), bytes = (nw + (size_t)(36 * K * C)) * sizeof(float);
+    int changes = 0;
+    pthread_mutex_lock(&wg_lock);
+    struct wg_entry *e = NULL;
+    int at = -1;
+    for (int i = 0; i < WG_CACHE_SLOTS && at < 0; i++)
+        if (wg_table[i] && wg_table[i]->key == w && wg_table[i]->K == K && wg_table[i]->C == C)
+            at = i;
+    if (at >= 0) {
+        e = wg_table[at];
+        e->used = ++wg_clock;
+        e->refs++;
+    }
+    pthread_mutex_unlock(&wg_lock);
+    if (e && !e->w) { /* a marker: these weights change, keep nothing */
+        pthread_mutex_lock(&wg_lock);
+        wg_unref(e);
+        pthread_mutex_unlock(&wg_lock);
+        return NULL;
+    }
+    if (e && !memcmp(e->w, w, nw * sizeof(float)))
+        return e;
+    if (e) { /* changed since: out of the table, and count the change */
+        changes = e->changes + 1;
+        pthread_mutex_lock(&wg_lock);
+        for (int i = 0; i < WG_CACHE_SLOTS; i++)
+            if (wg_table[i] == e)
+                wg_remove(i);
+        wg_unref(e);
+        pthread_mutex_unlock(&wg_lock);
+    }
+    struct wg_entry *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->key = w;
+    n->K = K;
+    n->C = C;
+    n->changes = changes;
+    n->refs = 1;
+    if (changes >= WG_CACHE_CHANGES) { /* a marker from now on */
+        pthread_mutex_lock(&wg_lock);
+        wg_insert(n);
+        wg_unref(n);
+        pthread_mutex_unlock(&wg_lock);
+        return NULL;
+    }
+    n->w = malloc(nw * sizeof(float));
+    n->u = malloc((size_t)(36 * K * C) * sizeof(float));
+    n->bytes = bytes;
+    if (!n->w || !n->u) {
+        free(n->w);
+        free(n->u);
+        free(n);
+        return NULL;
+    }
+    memcpy(n->w, w, nw * sizeof(float));
+    j->u = n->u;
+    j->w = n->w;
+    vq__parallel_for(K, ceil_div(K, 8), wg_weights, j);
+    j->w = w;
+    pthread_mutex_lock(&wg_lock);
+    wg_insert(n); /* when it does not fit, this call still uses it */
+    pthread_mutex_unlock(&wg_lock);
+    return n;
+}
+
+static void wg_release(struct wg_entry *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&wg_lock);
+    wg_unref(e);
+    pthread_mutex_unlock(&wg_lock);
+}
+
 int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_params *p,
                       const float *x, const float *w, const float *b, float *o)
 {
@@ -473,27 +656,31 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
     int64_t blocks = ceil_div(tiles, nb);
     nb = ceil_div(ceil_div(tiles, blocks), WG_LANES) * WG_LANES;
     int64_t ld = nb;
-    vq_tensor *scratch = NULL;
-    int rc =
-        vq__kernel_scratch(k, VQ_F32, 36 * (K * C + (C + K) * ld), "Winograd buffer", &scratch);
-    if (rc < 0)
-        return rc;
-    float *s = scratch->data;
     struct wg_job j = {.cv = cv,
                        .x = x,
                        .w = w,
                        .b = b,
                        .o = o,
-                       .u = s,
-                       .v = s + 36 * K * C,
-                       .m = s + 36 * (K * C + C * ld),
                        .tw = tw,
                        .tpi = tpi,
                        .ld = ld,
                        .clip = p->clip,
                        .lo = (float)p->clip_lo,
                        .hi = (float)p->clip_hi};
-    vq__parallel_for(K, ceil_div(K, 8), wg_weights, &j);
+    struct wg_entry *kept = wg_kept(&j, w, K, C);
+    int64_t nu = kept ? 0 : 36 * K * C;
+    vq_tensor *scratch = NULL;
+    int rc = vq__kernel_scratch(k, VQ_F32, nu + 36 * (C + K) * ld, "Winograd buffer", &scratch);
+    if (rc < 0) {
+        wg_release(kept);
+        return rc;
+    }
+    float *s = scratch->data;
+    j.u = kept ? kept->u : s;
+    j.v = s + nu;
+    j.m = s + nu + 36 * C * ld;
+    if (!kept)
+        vq__parallel_for(K, ceil_div(K, 8), wg_weights, &j);
     for (int64_t t0 = 0; t0 < tiles; t0 += nb) {
         j.t0 = t0;
         j.nb = tiles - t0 < nb ? tiles - t0 : nb;
@@ -502,5 +689,6 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
         vq__parallel_for(K, ceil_div(K, 8), wg_output, &j);
     }
     vq_tensor_release(scratch);
+    wg_release(kept);
     return 0;
 }

@@ -24,4 +24,10 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt);
 int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_params *p,
                       const float *x, const float *w, const float *b, float *o);
 
+/* Empties the cache of weight transforms the Winograd path keeps between
+ * calls (winograd.c: per weights address, checked against a copy of the
+ * weights each call); entries in use by a running call go when it ends.
+ * vq_mem_trim calls it for the CPU. Any thread. */
+void vq__winograd_trim(void);
+
 #endif

@@ -178,7 +178,10 @@ VQ_API int vq_mem_reset_peak(vq_ctx dev);
  * the shared cache and the calling thread's at once; another live
  * thread's cache (at most 4 MiB, see vq_mem_get_stats) when that thread
  * next allocates or frees, or exits; an exited thread's blocks went to
- * the shared cache at its exit. */
+ * the shared cache at its exit. Also on the CPU, the weight transforms
+ * conv2d's Winograd path keeps between calls (README "Models people
+ * have"; they are outside these counters), those a running call uses
+ * when it ends. */
 VQ_API int vq_mem_trim(vq_ctx dev);
 
 /* ---- .npy files ---- */

@@ -11,8 +11,8 @@ usage: torchvision_check.py --varq BUILD/tools/varq [--models resnet18,...]
 --gpu ID runs varq's ops on GPU ID: the CUDA backend, or the emulated one
 with VARQ_GPU_BACKEND=emulated (the onnx_resnet18_gpu test).
 --bench R also times R inferences of each model in varq (`varq run
---repeat R --workers 2`, mean per run) and in PyTorch eager (2 threads,
-after a warm-up), prints the ratio PyTorch time / varq time (above 1: varq
+--repeat R --warmup 3 --workers 2`, mean per run) and in PyTorch eager (2
+threads, after the same 3 warm-up inferences), prints the ratio PyTorch time / varq time (above 1: varq
 is faster), and the share of varq's op time spent in conv2d (from a
 profile of one run). --rounds K (with --bench) alternates K such rounds of
 the two and prints each round's ratio, their median, and the ratio of the
@@ -60,7 +60,7 @@ def export(name, path, batch, opset):
 
 def varq_ms(args, model, xp, gpu):
     r = subprocess.run([args.varq, "run", model, "--feed", f"input={xp}", "--fetch", "output",
-                        "--repeat", str(args.bench), "--workers", "2"] + gpu,
+                        "--repeat", str(args.bench), "--warmup", "3", "--workers", "2"] + gpu,
                        capture_output=True, text=True, check=True)
     return float(r.stderr.split("mean ")[1].split(" ms")[0])
 

@@ -259,6 +259,28 @@ Test(cli, repeat_runs_the_program_that_many_times_with_one_plan)
     result_free(&r);
 }
 
+Test(cli, warmup_runs_come_first_and_stay_out_of_the_mean)
+{
+    const char *trace = in_dir("warm_trace.json");
+    struct result r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch",
+                           fmt("y=%s", in_dir("y.npy")), "--repeat", "2", "--warmup", "3",
+                           "--workers", "2", "--profile", trace);
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    assert_y_file(in_dir("y.npy"));
+    cr_assert_not_null(strstr(r.err, "2 runs after the warm-up,"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "1 plan prepared"), "%s", r.err);
+    result_free(&r);
+    /* five runs in all: five "feed" records in the trace */
+    char *json = read_file(trace, NULL);
+    int feeds = 0;
+    for (const char *p = json; (p = strstr(p, "\"name\":\"feed\"")); p++)
+        feeds++;
+    free(json);
+    cr_assert_eq(feeds, 5, "%d runs in the trace, want 2 + 3 warm-up", feeds);
+    assert_usage_error(VARQ("run", prog, "--warmup", "-1"));
+    assert_usage_error(VARQ("run", prog, "--warmup", "x"));
+}
+
 Test(cli, profile_writes_a_chrome_trace_naming_the_ops)
 {
     const char *trace = in_dir("trace.json");

@@ -73,6 +73,8 @@ static const char usage_text[] =
     "  --save-scope DIR        save the scope to DIR/*.npy after running (may be the\n"
     "                          same DIR as --scope, to update parameters in place)\n"
     "  --repeat N              run N times (default 1); fetches come from the last run\n"
+    "  --warmup N              run N times more first, left out of the printed mean\n"
+    "                          (the first run prepares the plan and fills caches)\n"
     "  --workers N             CPU worker threads (default: VARQ_CPU_WORKERS or the\n"
     "                          number of cores)\n"
     "  --profile TRACE.json    write a Chrome trace of every op run (open it in\n"
@@ -243,7 +245,7 @@ struct run_args {
     struct binding *feeds, *fetches; /* each sized for argc entries */
     int nfeeds, nfetches;
     const char *scope_dir, *save_scope_dir, *profile;
-    long repeat, workers; /* workers 0 = the engine's default */
+    long repeat, warmup, workers; /* workers 0 = the engine's default */
     long gpu;             /* run on this GPU; -1: the CPU */
 };
 
@@ -302,9 +304,9 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
             a->program = arg;
             continue;
         }
-        static const char *const options[] = {"--feed",    "--fetch",   "--scope",
-                                              "--save-scope", "--repeat", "--workers",
-                                              "--profile", "--gpu"};
+        static const char *const options[] = {"--feed",       "--fetch",   "--scope",
+                                              "--save-scope", "--repeat",  "--warmup",
+                                              "--workers",    "--profile", "--gpu"};
         const char *opt = NULL;
         for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
             size_t len = strlen(options[k]);
@@ -350,6 +352,9 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
         } else if (strcmp(opt, "--repeat") == 0) {
             if (parse_long(val, 1, 1000000000L, &a->repeat) != 0)
                 return usage_error("run: --repeat '%s' is not a count from 1 to 1000000000", val);
+        } else if (strcmp(opt, "--warmup") == 0) {
+            if (parse_long(val, 0, 1000000000L, &a->warmup) != 0)
+                return usage_error("run: --warmup '%s' is not a count from 0 to 1000000000", val);
         } else { /* --workers */
             if (parse_long(val, 1, 1024, &a->workers) != 0)
                 return usage_error("run: --workers '%s' is not a count from 1 to 1024", val);
@@ -551,15 +556,17 @@ static int run_program(const struct run_args *a, struct run_state *s)
         return failed(rc, "creating the executor");
 
     double total = 0;
-    for (long r = 0; r < a->repeat; r++) {
+    long runs = a->warmup + a->repeat;
+    for (long r = 0; r < runs; r++) {
         release_fetches(s);
         double t0 = now_seconds();
         rc = vq_exec_run(s->exec, s->program, s->scope, s->feeds, s->nfeeds, s->fetches,
                          s->nfetches);
-        total += now_seconds() - t0;
+        if (r >= a->warmup)
+            total += now_seconds() - t0;
         if (rc != 0)
-            return a->repeat > 1 ? failed(rc, "run %ld of %ld", r + 1, a->repeat)
-                                 : failed(rc, "running the program");
+            return runs > 1 ? failed(rc, "run %ld of %ld", r + 1, runs)
+                            : failed(rc, "running the program");
     }
 
     for (int i = 0; i < s->nfetches; i++) {
@@ -588,10 +595,11 @@ static int run_program(const struct run_args *a, struct run_state *s)
     if ((rc = vq_exec_get_stats(s->exec, &st)) != 0)
         return failed(rc, "reading the executor's stats");
     fprintf(stderr,
-            "varq: %ld run%s, mean %.3f ms per run, %" PRIu64 " plan%s prepared, "
+            "varq: %ld run%s%s, mean %.3f ms per run, %" PRIu64 " plan%s prepared, "
             "peak %zu bytes in the last run\n",
-            a->repeat, a->repeat == 1 ? "" : "s", total * 1e3 / (double)a->repeat, st.prepares,
-            st.prepares == 1 ? "" : "s", st.last_peak_bytes);
+            a->repeat, a->repeat == 1 ? "" : "s", a->warmup ? " after the warm-up" : "",
+            total * 1e3 / (double)a->repeat, st.prepares, st.prepares == 1 ? "" : "s",
+            st.last_peak_bytes);
     return finish_stdout(EXIT_OK);
 }
 

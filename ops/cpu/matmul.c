@@ -233,6 +233,10 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
     if (dt == VQ_F32 && !tb && vq__sgemm512_ok() &&
         vq__sgemm512(ta, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc))
         return;
+    if (dt == VQ_F32 && tb && !ta && m <= 4 && vq__sgemm512_ok()) {
+        vq__sgemm512_dots(m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);
+        return;
+    }
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == VQ_F32)
         cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,

@@ -251,7 +251,45 @@ void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
+__attribute__((target("avx512f"))) void vq__sgemm512_dots(int64_t m, int64_t n, int64_t k,
+                                                          float alpha, const float *a, int64_t lda,
+                                                          const float *b, int64_t ldb, float beta,
+                                                          float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        const float *x = a + i * lda;
+        for (int64_t j = 0; j < n; j++) {
+            const float *y = b + j * ldb;
+            __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+            int64_t p = 0;
+            for (; p + 32 <= k; p += 32) {
+                s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + p), _mm512_loadu_ps(y + p), s0);
+                s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + p + 16), _mm512_loadu_ps(y + p + 16), s1);
+            }
+            for (; p < k; p += 16) {
+                __mmask16 mk = k - p >= 16 ? 0xffff : (__mmask16)((1u << (k - p)) - 1);
+                s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, x + p),
+                                     _mm512_maskz_loadu_ps(mk, y + p), s0);
+            }
+            float d = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+            c[i * ldc + j] = beta != 0 ? alpha * d + c[i * ldc + j] : alpha * d;
+        }
+    }
+}
+
 #else
+
+void vq__sgemm512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float d = 0;
+            for (int64_t p = 0; p < k; p++)
+                d += a[i * lda + p] * b[j * ldb + p];
+            c[i * ldc + j] = beta != 0 ? alpha * d + c[i * ldc + j] : alpha * d;
+        }
+}
 
 /* Without AVX-512 nothing calls it (vq__sgemm512_ok() is false), but it
  * still computes what it says, by plain sums over k in order. */

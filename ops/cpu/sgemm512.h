@@ -25,6 +25,16 @@ bool vq__sgemm512_ok(void);
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Row-major C[m,n] = alpha * A B^T + beta * C for a few rows of A (m x k,
+ * rows lda apart) and B n x k (rows ldb apart, so that B^T is k x n), as
+ * dot products of A's rows with B's rows in 16 lanes: a linear layer at
+ * batch 1 (ONNX's Gemm with transB), where OpenBLAS's sgemm took 3x as
+ * long. beta 0 (C not read) or 1; m, n, k >= 1. Only when
+ * vq__sgemm512_ok() said true; needs no buffer. Each dot product's order
+ * depends only on k. Any thread. */
+void vq__sgemm512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* Columns per panel of a packed B (vq__sgemm512_panels). */
 #define VQ__SG_PANEL 32
 

@@ -225,7 +225,7 @@ static void max_row_inner_float(const float *xr, float *o, const vq__window *w, 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define POOL_AVX512 1
 /* The same by 16 outputs with AVX-512 (same comparisons, so the same
- * values), from [*qp, q1) on; *qp advances past what it did. At stride 2,
+ * values), the last 1 to 15 with masks; *qp goes to q1. At stride 2,
  * tap j of outputs q..q+15 is elements 0, 2, ..., 30 from q's: a load of
  * 0-15 and a masked one of 16-30 (none past the last tap of q + 15),
  * their even elements gathered by one permute. */
@@ -261,6 +261,35 @@ __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float 
         }
         _mm512_storeu_ps(o + q, m);
     }
+    if (q < q1) { /* the last 1 to 15 outputs, by masks: no element past their last tap read */
+        int64_t n = q1 - q, need = (n - 1) * w->sw + 1; /* elements of a tap's run */
+        __mmask16 out = (__mmask16)((1u << n) - 1);
+        __mmask16 lo = need >= 16 ? 0xffff : (__mmask16)((1u << need) - 1);
+        __mmask16 hi = need > 16 ? (__mmask16)((1u << (need - 16)) - 1) : 0;
+        const float *p = xr + q * w->sw - w->pl;
+        __m512 m = _mm512_setzero_ps();
+        for (int64_t j = 0; j < w->kw; j++) {
+            const float *t = p + j * w->dw;
+            __m512 v = w->sw == 1 ? _mm512_maskz_loadu_ps(lo, t)
+                                  : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, t), even,
+                                                           _mm512_maskz_loadu_ps(hi, t + 16));
+            if (j) {
+                __mmask16 keep =
+                    _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) | _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
+                m = _mm512_mask_blend_ps(keep, v, m);
+            } else {
+                m = v;
+            }
+        }
+        if (!first) {
+            __m512 old = _mm512_maskz_loadu_ps(out, o + q);
+            __mmask16 keep =
+                _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) | _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
+            m = _mm512_mask_blend_ps(keep, m, old);
+        }
+        _mm512_mask_storeu_ps(o + q, out, m);
+        q = q1;
+    }
     *qp = q;
 }
 #endif
@@ -270,7 +299,7 @@ static void max_row_inner_sse(const float *xr, float *o, const vq__window *w, in
 {
     int64_t q = q0;
 #ifdef POOL_AVX512
-    if ((w->sw == 1 || w->sw == 2) && q1 - q0 >= 16 && __builtin_cpu_supports("avx512f"))
+    if ((w->sw == 1 || w->sw == 2) && q1 > q0 && __builtin_cpu_supports("avx512f"))
         max_row_inner_avx512(xr, o, w, &q, q1, first);
 #endif
     if (w->sw == 1 || w->sw == 2)

@@ -56,15 +56,16 @@
  * README "Models people have"): with 8 input channels the input transform
  * outweighs the product it saves (56x56, 8 to 32 channels: 0.109 ms
  * against 0.094), with 16 it pays (16 to 8: 0.072 against 0.081); 4
- * output channels break even (64 to 4 channels). A call of 16 tiles
- * (ResNet-18's 256-channel 14x14 layers at batch 1) broke even while U
- * (9.4 MB, 4x the weights) was computed each call (1.12 against 1.19 ms);
- * with U kept between calls and the AVX-512 product it pays: 0.70-0.75
- * against 0.79-0.87 ms (2 workers, alternated runs). 4 tiles (512
- * channels at 7x7) would read 37.7 MB of U for 49 outputs a channel. */
+ * output channels break even (64 to 4 channels); and a call of 16 tiles
+ * (ResNet-18's 256-channel 14x14 layers at batch 1) breaks even too, its
+ * U (9.4 MB, 4x the weights) read and written for 16 tiles' products
+ * (1.12 against 1.19 ms, and the same ResNet-18 time), while 32 tiles
+ * (batch 2) pay: 1.75 against 2.10 ms. With U kept between calls and the
+ * AVX-512 product, 16 tiles lose: 0.68 against 0.62 ms (3 alternated
+ * pairs), U's 9.4 MB read from memory each call. */
 #define WG_MIN_IN_CHANNELS 16
 #define WG_MIN_OUT_CHANNELS 8
-#define WG_MIN_TILES 16
+#define WG_MIN_TILES 32
 /* The most floats of V and m together one block keeps (32 MB), and
  * about the most tiles of a block. Few tiles make 36 small products, each
  * packing its U again (OpenBLAS's copy routines): at ResNet-18's 512

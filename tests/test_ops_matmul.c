@@ -182,7 +182,7 @@ static void wide_case(int64_t m, int64_t n, int64_t k, int tr, bool direct)
             want[i * ldc + j] = 0.75 * s + (acc ? c[i * ldc + j] : 0);
         }
     if (direct)
-        cr_assert(vq__sgemm512(ta, m, n, k, 0.75f, a, lda, b, ldb, acc ? 1 : 0, c, ldc));
+        cr_assert(vq__sgemm512(ta, m, n, k, 0.75f, a, lda, b, ldb, acc ? 1 : 0, c, ldc, NULL));
     else
         vq__gemm_ldc(VQ_F32, ta, tb, m, n, k, 0.75, a, lda, b, ldb, acc ? 1 : 0, c, ldc);
     for (int64_t i = 0; i < m; i++)
@@ -224,7 +224,7 @@ struct sg_thread_arg {
 static void *sg_thread(void *p)
 {
     struct sg_thread_arg *t = p;
-    vq__sgemm512(false, 37, 75, 600, 1, t->a, 600, t->b, 75, 0, t->c, 75);
+    vq__sgemm512(false, 37, 75, 600, 1, t->a, 600, t->b, 75, 0, t->c, 75, NULL);
     return NULL;
 }
 
@@ -241,7 +241,7 @@ Test(ops_matmul, the_avx512_kernel_matches_double_and_any_thread_gets_its_bits)
         a[i] = (float)oc_uniform(&rng, -1, 1);
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         b[i] = (float)oc_uniform(&rng, -1, 1);
-    cr_assert(vq__sgemm512(false, 37, 75, 600, 1, a, 600, b, 75, 0, c0, 75));
+    cr_assert(vq__sgemm512(false, 37, 75, 600, 1, a, 600, b, 75, 0, c0, 75, NULL));
     struct sg_thread_arg t = {a, b, c1};
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, sg_thread, &t), 0);

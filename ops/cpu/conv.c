@@ -495,6 +495,35 @@ static void conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_
                         p->clip, p->clip_lo, p->clip_hi);
 }
 
+/* conv2d's output pass for the AVX-512 product to do as it stores
+ * (sgemm512.h), for output channels from ch0 on. */
+static vq__sg_epilogue conv_sg_epilogue(const struct conv_job *j, int64_t ch0)
+{
+    return (vq__sg_epilogue){.bias = j->b ? (const float *)j->b + ch0 : NULL,
+                             .clip = j->p->clip,
+                             .lo = (float)j->p->clip_lo,
+                             .hi = (float)j->p->clip_hi};
+}
+
+/* Output channels [ch0, ch0 + m) of one item's output (plane0: channel
+ * ch0's plane), columns [c0, c0 + n): weights a (m rows of cv->rows) by
+ * columns b (rows ldb apart), then the output pass; with the AVX-512
+ * product the pass happens as it stores. */
+static void conv_product(const struct conv_job *j, int64_t ch0, int64_t m, const void *a,
+                         const void *b, int64_t ldb, char *plane0, int64_t c0, int64_t n)
+{
+    const vq__conv *cv = j->cv;
+    char *o = vq__elem_at(plane0, c0, j->es);
+    if (j->dt == VQ_F32 && vq__sgemm512_ok()) {
+        vq__sg_epilogue ep = conv_sg_epilogue(j, ch0);
+        if (vq__sgemm512(false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, (float *)o, cv->plane,
+                         ep.bias || ep.clip ? &ep : NULL))
+            return;
+    }
+    vq__gemm_ldc(j->dt, false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, o, cv->plane);
+    conv_epilogue(j, plane0, ch0, m, c0, n);
+}
+
 /* Whole (image, group) items, item = n * groups + g, each participant
  * with its own columns. */
 static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
@@ -515,9 +544,8 @@ static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
             src = j->cols[slot]->data;
         }
         char *og = vq__elem_at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
-        vq__gemm(j->dt, false, false, cv->mg, cv->plane, cv->rows, 1,
-                 vq__elem_at(j->w, g * cv->mg * cv->rows, j->es), cv->rows, src, cv->plane, 0, og);
-        conv_epilogue(j, og, g * cv->mg, cv->mg, 0, cv->plane);
+        conv_product(j, g * cv->mg, cv->mg, vq__elem_at(j->w, g * cv->mg * cv->rows, j->es), src,
+                     cv->plane, og, 0, cv->plane);
     }
     return 0;
 }
@@ -557,10 +585,7 @@ static int conv_bands(void *arg, int64_t lo, int64_t hi, int slot)
         v.oh = y1 - y0;
         v.pt = cv->w.pt - y0 * cv->w.sh;
         im2col(j->dt, j->xg, j->cols[slot]->data, &v, cv->cg);
-        vq__gemm_ldc(j->dt, false, false, cv->mg, ncol, cv->rows, 1, j->wg, cv->rows,
-                     j->cols[slot]->data, ncol, 0, vq__elem_at(j->wg_out, y0 * ow, j->es),
-                     cv->plane);
-        conv_epilogue(j, j->wg_out, 0, cv->mg, y0 * ow, ncol);
+        conv_product(j, 0, cv->mg, j->wg, j->cols[slot]->data, ncol, j->wg_out, y0 * ow, ncol);
     }
     return 0;
 }
@@ -571,10 +596,8 @@ static int conv_gemm_cols(void *arg, int64_t lo, int64_t hi, int slot)
     (void)slot;
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
-    vq__gemm_ldc(j->dt, false, false, cv->mg, hi - lo, cv->rows, 1, j->wg, cv->rows,
-                 vq__elem_at(j->col, lo, j->es), cv->plane, 0, vq__elem_at(j->wg_out, lo, j->es),
-                 cv->plane);
-    conv_epilogue(j, j->wg_out, 0, cv->mg, lo, hi - lo);
+    conv_product(j, 0, cv->mg, j->wg, vq__elem_at(j->col, lo, j->es), cv->plane, j->wg_out, lo,
+                 hi - lo);
     return 0;
 }
 
@@ -595,9 +618,9 @@ static int conv_gemm_panels(void *arg, int64_t lo, int64_t hi, int slot)
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
     float *o = (float *)j->wg_out + lo * cv->plane;
+    vq__sg_epilogue ep = conv_sg_epilogue(j, lo);
     vq__sgemm512_panels(hi - lo, cv->plane, cv->rows, (const float *)j->wg + lo * cv->rows,
-                        cv->rows, j->pan, o, cv->plane);
-    conv_epilogue(j, (char *)o, lo, hi - lo, 0, cv->plane);
+                        cv->rows, j->pan, o, cv->plane, ep.bias || ep.clip ? &ep : NULL);
     return 0;
 }
 

@@ -231,7 +231,7 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
         return;
     }
     if (dt == VQ_F32 && !tb && vq__sgemm512_ok() &&
-        vq__sgemm512(ta, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc))
+        vq__sgemm512(ta, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
         return;
     if (dt == VQ_F32 && tb && !ta && m <= 4 && vq__sgemm512_ok()) {
         vq__sgemm512_dots(m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);

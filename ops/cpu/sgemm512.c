@@ -138,11 +138,11 @@ static float *sg_buffer(void)
  * panel bp (kc x SG_NR), nv 16-column halves of it (1 or 2, a constant
  * where inlined), into C at c (rows ldc apart): the first mr rows, the
  * columns masks m0 and m1 allow; add: C += alpha * sum, else C = alpha *
- * sum. */
+ * sum; then ep (NULL: none; the tile's rows are row0.. of ep's). */
 #define SG_ATTR __attribute__((target("avx512f"), always_inline)) inline
 static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs, const float *bp,
                             int nv, int mr, __mmask16 m0, __mmask16 m1, float *c, int64_t ldc,
-                            float alpha, bool add)
+                            float alpha, bool add, const vq__sg_epilogue *ep, int64_t row0)
 {
 #define SG_DECL(i) __m512 s##i##a = _mm512_setzero_ps(), s##i##b = _mm512_setzero_ps();
     SG_ROWS(SG_DECL)
@@ -176,15 +176,27 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
         }
     }
     __m512 al = _mm512_set1_ps(alpha);
+    const float *bias = ep && ep->bias ? ep->bias + row0 : NULL;
+    bool clip = ep && ep->clip;
+    __m512 lo = _mm512_set1_ps(clip ? ep->lo : 0), hi = _mm512_set1_ps(clip ? ep->hi : 0);
+#define SG_EPI(x, i)                                                            \
+    if (bias)                                                                   \
+        x = _mm512_add_ps(x, _mm512_set1_ps(bias[i]));                          \
+    if (clip) {                                                                 \
+        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), x, lo); \
+        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x, hi); \
+    }
 #define SG_STORE(i)                                                                           \
     if (i < mr) {                                                                             \
         float *ci = c + (int64_t)(i)*ldc;                                                     \
         __m512 u = add ? _mm512_fmadd_ps(al, s##i##a, _mm512_maskz_loadu_ps(m0, ci))          \
                        : _mm512_mul_ps(al, s##i##a);                                          \
+        SG_EPI(u, i)                                                                          \
         _mm512_mask_storeu_ps(ci, m0, u);                                                     \
         if (nv == 2) {                                                                        \
             __m512 v = add ? _mm512_fmadd_ps(al, s##i##b, _mm512_maskz_loadu_ps(m1, ci + 16)) \
                            : _mm512_mul_ps(al, s##i##b);                                      \
+            SG_EPI(v, i)                                                                      \
             _mm512_mask_storeu_ps(ci + 16, m1, v);                                            \
         }                                                                                     \
     }
@@ -193,11 +205,12 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
 
 /* The tiles of one packed block: columns [0, nc) of bp (its panels
  * pstride floats apart) against op(A)'s rows [0, m) from a (element
- * (i, p) at a + i * ars + p * acs). */
+ * (i, p) at a + i * ars + p * acs); ep: NULL but in the last block of k. */
 __attribute__((target("avx512f"))) static void sg_block(int64_t m, int64_t nc, int64_t kc,
                                                         const float *a, int64_t ars, int64_t acs,
                                                         const float *bp, int64_t pstride, float *c,
-                                                        int64_t ldc, float alpha, bool add)
+                                                        int64_t ldc, float alpha, bool add,
+                                                        const vq__sg_epilogue *ep)
 {
     for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
         int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
@@ -210,15 +223,18 @@ __attribute__((target("avx512f"))) static void sg_block(int64_t m, int64_t nc, i
             for (int i = 0; i < SG_MR; i++)
                 r[i] = a + (i0 + (i < mr ? i : mr - 1)) * ars;
             if (w > 16)
-                sg_tile(kc, r, acs, panel, 2, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add);
+                sg_tile(kc, r, acs, panel, 2, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add, ep,
+                        i0);
             else
-                sg_tile(kc, r, acs, panel, 1, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add);
+                sg_tile(kc, r, acs, panel, 1, mr, m0, m1, c + i0 * ldc + j0, ldc, alpha, add, ep,
+                        i0);
         }
     }
 }
 
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                  const vq__sg_epilogue *ep)
 {
     float *bp = sg_buffer();
     if (!bp)
@@ -230,14 +246,14 @@ bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const f
             int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
             sg_pack(kc, nc, b + pc * ldb + jc, ldb, bp);
             sg_block(m, nc, kc, a + pc * acs, ars, acs, bp, kc * SG_NR, c + jc, ldc, alpha,
-                     pc > 0 || beta != 0);
+                     pc > 0 || beta != 0, pc + kc == k ? ep : NULL);
         }
     }
     return true;
 }
 
 void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                         const float *bp, float *c, int64_t ldc)
+                         const float *bp, float *c, int64_t ldc, const vq__sg_epilogue *ep)
 {
     /* the blocks of vq__sgemm512, so the same sums: columns SG_NC at a
      * time, k SG_KC at a time (row pc of each panel) */
@@ -246,7 +262,7 @@ void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_
         for (int64_t pc = 0; pc < k; pc += SG_KC) {
             int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
             sg_block(m, nc, kc, a + pc, lda, 1, bp + jc / SG_NR * k * SG_NR + pc * SG_NR, k * SG_NR,
-                     c + jc, ldc, 1, pc > 0);
+                     c + jc, ldc, 1, pc > 0, pc + kc == k ? ep : NULL);
         }
     }
 }
@@ -294,22 +310,29 @@ void vq__sgemm512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float
 /* Without AVX-512 nothing calls it (vq__sgemm512_ok() is false), but it
  * still computes what it says, by plain sums over k in order. */
 void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                         const float *bp, float *c, int64_t ldc)
+                         const float *bp, float *c, int64_t ldc, const vq__sg_epilogue *ep)
 {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             float s = 0;
             for (int64_t p = 0; p < k; p++)
                 s += a[i * lda + p] * bp[j / SG_NR * k * SG_NR + p * SG_NR + j % SG_NR];
+            if (ep && ep->bias)
+                s += ep->bias[i];
+            if (ep && ep->clip) {
+                s = s <= ep->lo ? ep->lo : s;
+                s = s >= ep->hi ? ep->hi : s;
+            }
             c[i * ldc + j] = s;
         }
 }
 
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                  const vq__sg_epilogue *ep)
 {
     (void)ta, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
-    (void)beta, (void)c, (void)ldc;
+    (void)beta, (void)c, (void)ldc, (void)ep;
     return false;
 }
 

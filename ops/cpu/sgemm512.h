@@ -7,6 +7,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* What a product does to each element of C as it stores it for the last
+ * time, when given one (conv2d's bias and clip, without a pass of their
+ * own over C): adds bias[i] to row i (bias NULL: nothing), then with clip
+ * clamps as conv2d's epilogue does (v <= lo ? lo : v, then v >= hi ? hi :
+ * v: a NaN stays), so the same bits as that pass after the product. */
+typedef struct vq__sg_epilogue {
+    const float *bias;
+    bool clip;
+    float lo, hi;
+} vq__sg_epilogue;
+
 /* Whether vq__sgemm512 runs here: an x86-64 build by gcc or clang, a CPU
  * with AVX-512F, and the environment variable VARQ_GEMM not "openblas"
  * (both read once per process). Any thread. */
@@ -21,9 +32,11 @@ bool vq__sgemm512_ok(void);
  * another path. Each element of C is the sum over k in blocks of 256 in
  * order, with fused multiply-adds, so the bits depend only on the sizes
  * and values, not on the thread. Any thread; calls on disjoint C run at
- * once. */
+ * once. ep: NULL, or what to do to C's elements as they are stored for the
+ * last time. */
 bool vq__sgemm512(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                  const vq__sg_epilogue *ep);
 
 /* Row-major C[m,n] = alpha * A B^T + beta * C for a few rows of A (m x k,
  * rows lda apart) and B n x k (rows ldb apart, so that B^T is k x n), as
@@ -43,12 +56,13 @@ void vq__sgemm512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float
  * by each block of output channels): panel q (B's columns [32 q, 32 q +
  * 32)) at bp + q * k * VQ__SG_PANEL, its row p at + p * VQ__SG_PANEL,
  * zeros past column n. C = A B (A m x k, rows lda apart, not transposed),
- * C not read. Needs no buffer, so it always does the product; the bits
+ * C not read; ep as for vq__sgemm512. Needs no buffer, so it always does
+ * the product; the bits
  * are vq__sgemm512's for the same A and B. Meant for when
  * vq__sgemm512_ok() said true (elsewhere it takes plain loops). Any
  * thread. */
 void vq__sgemm512_panels(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                         const float *bp, float *c, int64_t ldc);
+                         const float *bp, float *c, int64_t ldc, const vq__sg_epilogue *ep);
 
 /* B (k x n, rows ldb apart) into vq__sgemm512_panels' layout at bp: the
  * panels [q0, q1) of it (columns [32 q0, min(32 q1, n))), so that callers

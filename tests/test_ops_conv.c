@@ -688,6 +688,63 @@ Test(ops_conv, winograd_kept_transforms_follow_weights_changed_in_place)
     release_all(in, nin);
 }
 
+/* Single-image f32 calls with more output channels than output columns
+ * at stride 1 that Winograd does not take (too few tiles, other kernel
+ * sizes, dilation): on CPUs with AVX-512 the first three take their
+ * product's columns straight from a padded copy of X (ops/cpu/conv.c,
+ * "stride 1 without im2col"), the last two im2col. Against the plain
+ * loop, with bias and clip, and the same bits on one worker and shared by
+ * two. */
+Test(ops_conv, stride_1_products_without_im2col_match_the_plain_loop_serial_and_shared)
+{
+    static const struct conv_case cases[] = {
+        {1, 64, 7, 7, 128, 3, 3, 1, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},
+        {1, 32, 4, 9, 128, 5, 3, 1, {1, 1}, {2, 0, 0, 3}, {1, 1}, false},
+        {1, 64, 4, 7, 128, 3, 3, 1, {1, 1}, {2, 1, 1, 2}, {2, 2}, true},
+        {1,
+         32,
+         9,
+         11,
+         128,
+         5,
+         3,
+         1,
+         {1, 1},
+         {2, 0, 1, 3},
+         {1, 1},
+         false}, /* wider rows cost more */
+        {1, 64, 6, 6, 200, 3, 3, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
+    };
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        for (int clip = -1; clip < 2; clip++) {
+            const struct conv_case *cc = &cases[k];
+            vq_tensor *in[3], *par = NULL;
+            int nin = conv_inputs(cc, VQ_F32, in);
+            int64_t os[4];
+            conv_out_shape(cc, os);
+            cr_assert_lt(os[2] * os[3], cc->m, "case %zu: not a product split by channels", k);
+            vq_attr at[5];
+            int na = clip >= 0 ? clip_attrs(cc, clips[clip], at) : conv_attrs(cc, at);
+            vq_tensor *ser = oc_run1("conv2d", in, nin, at, na);
+            cr_assert_eq(vq_op_run(e, "conv2d", in, nin, &par, 1, at, na), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+            cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(ser), vq_tensor_nbytes(ser)), 0,
+                         "case %zu clip %d: the shared call differs from the serial one", k, clip);
+            double *want = ref_conv(cc, in[0], in[1], cc->bias ? in[2] : NULL), scale;
+            double err = wg_rel_error(ser, want, vq_tensor_numel(ser), clip, &scale);
+            cr_assert_leq(err, 1e-5 * scale + 1e-6, "case %zu clip %d: max error %g, max |Out| %g",
+                          k, clip, err, scale);
+            free(want);
+            vq_tensor_release(par);
+            vq_tensor_release(ser);
+            release_all(in, nin);
+        }
+    vq_engine_free(e);
+}
+
 Test(ops_conv, conv2d_with_clip_gradients_match_finite_differences)
 {
     static const struct conv_case cases[] = {

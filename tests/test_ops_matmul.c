@@ -114,6 +114,21 @@ Test(ops_matmul, matches_the_triple_loop_for_every_transpose_and_dtype)
     check_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* want = alpha op(A) op(B) (+ C with acc) in double, C's rows ldc apart. */
+static void ref_product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, double alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, bool acc,
+                        const float *c, int64_t ldc, double *want)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
+                     (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
+            want[i * ldc + j] = alpha * s + (acc ? c[i * ldc + j] : 0);
+        }
+}
+
 /* Products up to 4,096 multiply-adds skip OpenBLAS (cpu/matmul.c's small
  * loops): each of their three forms, pieces of C wider than the stack
  * block, a row stride past n, alpha, beta 1 (accumulate) and beta 0 over
@@ -134,14 +149,7 @@ Test(ops_matmul, small_products_match_double_in_every_form)
                 b[i] = (float)oc_uniform(&rng, -1, 1);
                 c[i] = acc ? (float)oc_uniform(&rng, -1, 1) : NAN;
             }
-            for (int64_t i = 0; i < m; i++)
-                for (int64_t j = 0; j < n; j++) {
-                    double s = 0;
-                    for (int64_t p = 0; p < k; p++)
-                        s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
-                             (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
-                    want[i * ldc + j] = -1.5 * s + (acc ? c[i * ldc + j] : 0);
-                }
+            ref_product(m, n, k, ta, tb, -1.5, a, lda, b, ldb, acc, c, ldc, want);
             vq__gemm_ldc(VQ_F32, ta, tb, m, n, k, -1.5, a, lda, b, ldb, acc ? 1 : 0, c, ldc);
             for (int64_t i = 0; i < m; i++)
                 for (int64_t j = 0; j < n; j++)
@@ -173,14 +181,7 @@ static void wide_case(int64_t m, int64_t n, int64_t k, int tr, bool direct)
         b[i] = (float)oc_uniform(&rng, -1, 1);
     for (size_t i = 0; i < nc; i++)
         c[i] = acc ? (float)oc_uniform(&rng, -1, 1) : NAN;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int64_t p = 0; p < k; p++)
-                s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) *
-                     (double)(tb ? b[j * ldb + p] : b[p * ldb + j]);
-            want[i * ldc + j] = 0.75 * s + (acc ? c[i * ldc + j] : 0);
-        }
+    ref_product(m, n, k, ta, tb, 0.75, a, lda, b, ldb, acc, c, ldc, want);
     if (direct)
         cr_assert(vq__sgemm512(ta, m, n, k, 0.75f, a, lda, b, ldb, acc ? 1 : 0, c, ldc, NULL));
     else

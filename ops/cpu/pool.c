@@ -224,11 +224,19 @@ static void max_row_inner_float(const float *xr, float *o, const vq__window *w, 
  * elements 0-3 and 3-6, so that none reads past the last tap of q + 3. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define POOL_AVX512 1
+/* first_max on 16 lanes: a where a >= b or a is NaN, else b. */
+__attribute__((target("avx512f"))) static inline __m512 first_max16(__m512 a, __m512 b)
+{
+    __mmask16 keep = _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ) | _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    return _mm512_mask_blend_ps(keep, b, a);
+}
+
 /* The same by 16 outputs with AVX-512 (same comparisons, so the same
  * values), the last 1 to 15 with masks; *qp goes to q1. At stride 2,
  * tap j of outputs q..q+15 is elements 0, 2, ..., 30 from q's: a load of
  * 0-15 and a masked one of 16-30 (none past the last tap of q + 15),
- * their even elements gathered by one permute. */
+ * their even elements gathered by one permute. Masked loads for a whole
+ * block of 16 too, so that one loop does both. */
 __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float *xr, float *o,
                                                                     const vq__window *w,
                                                                     int64_t *qp, int64_t q1,
@@ -237,33 +245,11 @@ __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float 
     const __m512i even =
         _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     int64_t q = *qp;
-    for (; q + 16 <= q1; q += 16) {
-        const float *p = xr + q * w->sw - w->pl;
-        __m512 m = _mm512_setzero_ps();
-        for (int64_t j = 0; j < w->kw; j++) {
-            const float *t = p + j * w->dw;
-            __m512 v = w->sw == 1 ? _mm512_loadu_ps(t)
-                                  : _mm512_permutex2var_ps(_mm512_loadu_ps(t), even,
-                                                           _mm512_maskz_loadu_ps(0x7fff, t + 16));
-            if (j) { /* first_max(m, v): m where m >= v or m is NaN */
-                __mmask16 keep =
-                    _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) | _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
-                m = _mm512_mask_blend_ps(keep, v, m);
-            } else {
-                m = v;
-            }
-        }
-        if (!first) {
-            __m512 old = _mm512_loadu_ps(o + q);
-            __mmask16 keep =
-                _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) | _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
-            m = _mm512_mask_blend_ps(keep, m, old);
-        }
-        _mm512_storeu_ps(o + q, m);
-    }
-    if (q < q1) { /* the last 1 to 15 outputs, by masks: no element past their last tap read */
-        int64_t n = q1 - q, need = (n - 1) * w->sw + 1; /* elements of a tap's run */
-        __mmask16 out = (__mmask16)((1u << n) - 1);
+    for (; q < q1; q += 16) {
+        /* n outputs, each tap's run of them `need` elements: masks keep the
+         * loads from reading past the last tap of the last output */
+        int64_t n = q1 - q < 16 ? q1 - q : 16, need = (n - 1) * w->sw + 1;
+        __mmask16 out = n == 16 ? 0xffff : (__mmask16)((1u << n) - 1);
         __mmask16 lo = need >= 16 ? 0xffff : (__mmask16)((1u << need) - 1);
         __mmask16 hi = need > 16 ? (__mmask16)((1u << (need - 16)) - 1) : 0;
         const float *p = xr + q * w->sw - w->pl;
@@ -273,23 +259,13 @@ __attribute__((target("avx512f"))) static void max_row_inner_avx512(const float 
             __m512 v = w->sw == 1 ? _mm512_maskz_loadu_ps(lo, t)
                                   : _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo, t), even,
                                                            _mm512_maskz_loadu_ps(hi, t + 16));
-            if (j) {
-                __mmask16 keep =
-                    _mm512_cmp_ps_mask(m, v, _CMP_GE_OQ) | _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q);
-                m = _mm512_mask_blend_ps(keep, v, m);
-            } else {
-                m = v;
-            }
+            m = j ? first_max16(m, v) : v;
         }
-        if (!first) {
-            __m512 old = _mm512_maskz_loadu_ps(out, o + q);
-            __mmask16 keep =
-                _mm512_cmp_ps_mask(old, m, _CMP_GE_OQ) | _mm512_cmp_ps_mask(old, old, _CMP_UNORD_Q);
-            m = _mm512_mask_blend_ps(keep, m, old);
-        }
+        if (!first)
+            m = first_max16(_mm512_maskz_loadu_ps(out, o + q), m);
         _mm512_mask_storeu_ps(o + q, out, m);
-        q = q1;
     }
+    q = q1;
     *qp = q;
 }
 #endif

@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -743,6 +744,77 @@ Test(ops_conv, stride_1_products_without_im2col_match_the_plain_loop_serial_and_
             release_all(in, nin);
         }
     vq_engine_free(e);
+}
+
+/* Calls from several threads at once through a cache too small for two
+ * layers' transforms (1 MB: every call evicts the other layer's entry,
+ * often while another thread still reads it): every result keeps the
+ * bits of the first call on the same inputs. Each test runs in a process
+ * of its own, so the budget read here is this process's first. */
+struct wg_thread_arg {
+    vq_tensor **in[2];
+    int nin[2];
+    vq_attr *at[2];
+    int na[2];
+    vq_tensor *want[2];
+    int bad;
+};
+
+static void *wg_thread(void *p)
+{
+    struct wg_thread_arg *t = p;
+    for (int it = 0; it < 24; it++) {
+        int l = it % 2;
+        vq_tensor *o = NULL;
+        if (vq_op_run(NULL, "conv2d", t->in[l], t->nin[l], &o, 1, t->at[l], t->na[l]) != 0 ||
+            memcmp(vq_tensor_data(o), vq_tensor_data(t->want[l]), vq_tensor_nbytes(o)) != 0)
+            t->bad++;
+        vq_tensor_release(o);
+    }
+    return NULL;
+}
+
+Test(ops_conv, winograd_kept_transforms_serve_threads_at_once_through_evictions)
+{
+    const char *env = getenv("VARQ_CONV_WINOGRAD");
+    if (env && !strcmp(env, "0"))
+        cr_skip_test("VARQ_CONV_WINOGRAD=0: no Winograd path");
+    setenv("VARQ_CONV_WINOGRAD_CACHE_MB", "1", 1);
+    static const struct wg_case wc[2] = {{1, 64, 24, 24, 64, {1, 1, 1, 1}, true, -1},
+                                         {1, 64, 26, 23, 72, {1, 1, 1, 1}, false, -1}};
+    vq_tensor *in[2][3];
+    vq_attr at[2][5];
+    struct wg_thread_arg arg[3] = {{.bad = 0}};
+    for (int l = 0; l < 2; l++) {
+        struct conv_case cc = wg_conv_case(&wc[l]);
+        int64_t os[4];
+        conv_out_shape(&cc, os);
+        vq__conv cv = vq__conv_of((int64_t[]){cc.n, cc.c, cc.h, cc.w},
+                                  (int64_t[]){cc.m, cc.c, 3, 3}, 1, os, cc.stride, cc.pad, cc.dil);
+        cr_assert(vq__winograd_fits(&cv, VQ_F32), "layer %d does not take Winograd", l);
+        int nin = conv_inputs(&cc, VQ_F32, in[l]);
+        int na = conv_attrs(&cc, at[l]);
+        vq_tensor *want = oc_run1("conv2d", in[l], nin, at[l], na);
+        for (int t = 0; t < 3; t++) {
+            arg[t].in[l] = in[l];
+            arg[t].nin[l] = nin;
+            arg[t].at[l] = at[l];
+            arg[t].na[l] = na;
+            arg[t].want[l] = want;
+        }
+    }
+    pthread_t th[3];
+    for (int t = 0; t < 3; t++)
+        cr_assert_eq(pthread_create(&th[t], NULL, wg_thread, &arg[t]), 0);
+    for (int t = 0; t < 3; t++) {
+        pthread_join(th[t], NULL);
+        cr_assert_eq(arg[t].bad, 0, "thread %d: %d results differ from the first call's", t,
+                     arg[t].bad);
+    }
+    for (int l = 0; l < 2; l++) {
+        vq_tensor_release(arg[0].want[l]);
+        release_all(in[l], wc[l].bias ? 3 : 2);
+    }
 }
 
 Test(ops_conv, conv2d_with_clip_gradients_match_finite_differences)

@@ -990,7 +990,7 @@ static int64_t conv_band_rows(const vq__conv *cv)
  * (kw - 1) dw of each row then dropped. So the product's panels are copied
  * straight from P, a plane's worth of floats per row instead of im2col's
  * short rows and a second copy into the panels, for a few columns more
- * (taken when they cost no more vectors: conv_vectors). ResNet-18's 7x7
+ * (taken when they cost few more vectors: conv_vectors). ResNet-18's 7x7
  * 512-channel layers at batch 1: 0.68-0.71 -> 0.65-0.68 ms (3 alternated
  * runs). Each output element is the same sum of the same products in
  * the same order as through im2col, so the same bits. */
@@ -1063,9 +1063,13 @@ static int conv_flat_gemm(void *arg, int64_t lo, int64_t hi, int slot)
 }
 
 /* The 16-lane vectors the AVX-512 product spends per row of A on n
- * columns: its panels of 32 take one or two. The wider rows pay when they
- * add none (7x7 at 3x3: 63 columns for 49, both 4 vectors); at 14x14 (224
- * for 196, 14 against 13) they took as long as im2col saved. */
+ * columns: its panels of 32 take one or two. The wider rows are taken
+ * when they add at most an eighth: at 7x7 (3x3 kernel) 63 columns for 49
+ * are 4 vectors either way; at 14x14, 224 for 196 are 14 against 13, and
+ * they took as long as im2col when the machine was quiet (0.60-0.64
+ * against 0.61 ms per layer) and less when another tenant loaded its
+ * memory (0.75-0.78 against 0.83-0.85: im2col's columns are written and
+ * read back once more); 6 alternated pairs. */
 static int64_t conv_vectors(int64_t n)
 {
     return n / VQ__SG_PANEL * 2 + ceil_div(n % VQ__SG_PANEL, 16);
@@ -1157,7 +1161,8 @@ static int conv2d_kernel(const vq__kcall *k)
     j.wg_out = o->data;
     if (!cv.direct && cv.plane < cv.mg && cv.w.sh == 1 && cv.w.sw == 1 && j.dt == VQ_F32 &&
         vq__sgemm512_ok() &&
-        conv_vectors(cv.w.oh * (cv.w.ow + (cv.w.kw - 1) * cv.w.dw)) <= conv_vectors(cv.plane))
+        conv_vectors(cv.w.oh * (cv.w.ow + (cv.w.kw - 1) * cv.w.dw)) * 8 <=
+            conv_vectors(cv.plane) * 9)
         return conv_flat(k, &j);
     vq_tensor *col = NULL;
     if (!cv.direct &&

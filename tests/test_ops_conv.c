@@ -774,16 +774,18 @@ Test(ops_conv, winograd_kept_transforms_serve_threads_at_once_through_evictions)
                                          {1, 64, 26, 23, 72, {1, 1, 1, 1}, false, -1}};
     vq_tensor *in[2][3];
     vq_attr at[2][5];
+    struct conv_case cc[2]; /* the attributes point into these: alive until the end */
     struct wg_thread_arg arg[3] = {{.bad = 0}};
     for (int l = 0; l < 2; l++) {
-        struct conv_case cc = wg_conv_case(&wc[l]);
+        cc[l] = wg_conv_case(&wc[l]);
         int64_t os[4];
-        conv_out_shape(&cc, os);
-        vq__conv cv = vq__conv_of((int64_t[]){cc.n, cc.c, cc.h, cc.w},
-                                  (int64_t[]){cc.m, cc.c, 3, 3}, 1, os, cc.stride, cc.pad, cc.dil);
+        conv_out_shape(&cc[l], os);
+        vq__conv cv = vq__conv_of((int64_t[]){cc[l].n, cc[l].c, cc[l].h, cc[l].w},
+                                  (int64_t[]){cc[l].m, cc[l].c, 3, 3}, 1, os, cc[l].stride,
+                                  cc[l].pad, cc[l].dil);
         cr_assert(vq__winograd_fits(&cv, VQ_F32), "layer %d does not take Winograd", l);
-        int nin = conv_inputs(&cc, VQ_F32, in[l]);
-        int na = conv_attrs(&cc, at[l]);
+        int nin = conv_inputs(&cc[l], VQ_F32, in[l]);
+        int na = conv_attrs(&cc[l], at[l]);
         vq_tensor *want = oc_run1("conv2d", in[l], nin, at[l], na);
         for (int t = 0; t < 3; t++) {
             arg[t].in[l] = in[l];

@@ -40,16 +40,16 @@
 
 static pthread_once_t sg_once = PTHREAD_ONCE_INIT;
 static bool sg_on;
-static pthread_key_t sg_key;
-static bool sg_key_ok;
+#ifdef SG_HAVE
+static pthread_key_t sg_key; /* each thread's panel buffer */
+#endif
 
 static void sg_init(void)
 {
 #ifdef SG_HAVE
     const char *e = getenv("VARQ_GEMM");
-    sg_on = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "openblas"));
-    sg_key_ok = sg_on && pthread_key_create(&sg_key, free) == 0;
-    sg_on = sg_on && sg_key_ok;
+    sg_on = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "openblas")) &&
+            pthread_key_create(&sg_key, free) == 0;
 #endif
 }
 

@@ -580,15 +580,13 @@ static struct wg_entry *wg_kept(struct wg_job *j, const float *w, int64_t K, int
     if (at >= 0) {
         e = wg_table[at];
         e->used = ++wg_clock;
+        if (!e->w) { /* a marker: these weights change, keep nothing */
+            pthread_mutex_unlock(&wg_lock);
+            return NULL;
+        }
         e->refs++;
     }
     pthread_mutex_unlock(&wg_lock);
-    if (e && !e->w) { /* a marker: these weights change, keep nothing */
-        pthread_mutex_lock(&wg_lock);
-        wg_unref(e);
-        pthread_mutex_unlock(&wg_lock);
-        return NULL;
-    }
     if (e && !memcmp(e->w, w, nw * sizeof(float)))
         return e;
     if (e) { /* changed since: out of the table, and count the change */

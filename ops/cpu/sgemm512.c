@@ -65,18 +65,11 @@ bool vq__sgemm512_ok(void)
  * (masked) loads and two stores: a call to memcpy per row cost more than
  * the copy (8% of ResNet-18's time at batch 1). */
 #ifdef SG_HAVE
-/* The first n of 16 lanes (none for n <= 0, all for n >= 16): the masks
- * of a panel's or a row's last, partial vector. */
-static inline __mmask16 sg_lanes(int64_t n)
-{
-    return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
-
 __attribute__((target("avx512f"))) static void sg_pack(int64_t kc, int64_t nc, const float *b,
                                                        int64_t ldb, float *bp)
 {
     for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
-        __mmask16 m0 = sg_lanes(nc - j0), m1 = sg_lanes(nc - j0 - 16);
+        __mmask16 m0 = vq__sg_lanes(nc - j0), m1 = vq__sg_lanes(nc - j0 - 16);
         float *d = bp + j0 * kc;
         const float *s = b + j0;
         for (int64_t p = 0; p < kc; p++, d += SG_NR, s += ldb) {
@@ -212,7 +205,7 @@ __attribute__((target("avx512f"))) static void sg_block(int64_t m, int64_t nc, i
 {
     for (int64_t j0 = 0; j0 < nc; j0 += SG_NR) {
         int64_t w = nc - j0 < SG_NR ? nc - j0 : SG_NR;
-        __mmask16 m0 = sg_lanes(w), m1 = sg_lanes(w - 16);
+        __mmask16 m0 = vq__sg_lanes(w), m1 = vq__sg_lanes(w - 16);
         const float *panel = bp + j0 / SG_NR * pstride;
         for (int64_t i0 = 0; i0 < m; i0 += SG_MR) {
             int mr = m - i0 < SG_MR ? (int)(m - i0) : SG_MR;
@@ -280,7 +273,7 @@ __attribute__((target("avx512f"))) void vq__sgemm512_dots(int64_t m, int64_t n, 
                 s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + p + 16), _mm512_loadu_ps(y + p + 16), s1);
             }
             for (; p < k; p += 16) {
-                __mmask16 mk = sg_lanes(k - p);
+                __mmask16 mk = vq__sg_lanes(k - p);
                 s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, x + p),
                                      _mm512_maskz_loadu_ps(mk, y + p), s0);
             }

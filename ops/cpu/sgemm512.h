@@ -7,6 +7,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <immintrin.h>
+/* The first n of 16 lanes (none for n <= 0, all for n >= 16): the masks
+ * of a row's last, partial vector, for the AVX-512 code that shares this
+ * header (sgemm512.c, winograd.c). */
+static inline __mmask16 vq__sg_lanes(int64_t n)
+{
+    return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
+}
+#endif
+
 /* What a product does to each element of C as it stores it for the last
  * time, when given one (conv2d's bias and clip, without a pass of their
  * own over C): adds bias[i] to row i (bias NULL: nothing), then with clip

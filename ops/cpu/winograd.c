@@ -32,7 +32,10 @@
  * operations, so the bits do not depend on the number of workers. The
  * transforms work on WG_LANES tiles (or input channels, for U) at once,
  * in loops the compiler vectorizes; on x86 the patches are gathered and
- * the output tiles stored four at a time by SSE 4x4 transposes.
+ * the output tiles stored four at a time by SSE 4x4 transposes. Where
+ * varq's AVX-512 product runs, the transforms take 16 tiles of a tile row
+ * per vector instead, and V goes straight into the product's panels
+ * ("the transforms with AVX-512" below).
  *
  * Accuracy: the transforms scale the data up (B^T's entries reach 5, A^T's
  * 8) before the sums that round, so the error relative to the output's
@@ -43,11 +46,17 @@
  * transforms mix the whole patch (infinity - infinity is NaN). */
 #include "winograd.h"
 
+#include "sgemm512.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __SSE__
 #include <xmmintrin.h>
+#endif
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define WG_WIDE 1
+#include <immintrin.h>
 #endif
 
 /* Tiles (input channels for U) one vector step handles. */
@@ -205,13 +214,15 @@ struct wg_job {
     const float *x, *w, *b; /* b: NULL without a bias */
     float *o;
     float *u;        /* [36][K][C] */
-    float *v;        /* [36][C][ld]: the block's transformed input */
-    float *m;        /* [36][K][ld]: the block's products */
+    float *v;        /* 36 x [C][ld] (vs apart): the block's transformed input */
+    float *m;        /* 36 x [K][ld] (ms apart): the block's products */
     int64_t tw, tpi; /* tiles per tile row, per image */
     int64_t t0, nb;  /* the block: tiles [t0, t0 + nb) of all images' */
     int64_t ld;      /* the block's row length (a multiple of WG_LANES) */
+    int64_t vs, ms;  /* floats from one element's V, m to the next's: wg_stride */
     bool clip;
     float lo, hi;
+    bool wide; /* the AVX-512 transforms, V in panels (below) */
 };
 
 /* Where tile t lies: its image, and its output corner (oy, ox). */
@@ -222,6 +233,216 @@ static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy
     *oy = r / j->tw * 4;
     *ox = r % j->tw * 4;
 }
+
+/* ---- the transforms with AVX-512, 16 tiles of a tile row at once ----
+ *
+ * The portable transforms gather each lane's patch by itself (tile_at per
+ * lane, a 4x4 transpose per four lanes) and copy V's and m's rows through
+ * small arrays: at ResNet-18's 64-channel 56x56 layers, batch 1, they
+ * took more time than the 36 products (perf: wg_input and wg_output 52%
+ * of the layer's samples, the product and its copy of V 29%). With AVX-512 a group is up
+ * to 16 consecutive tiles of one tile row: its six input rows are copied
+ * (zeros outside the plane) into a small buffer, each of the 36 patch
+ * positions is then one vector of the 16 tiles (tile l's element at column
+ * 4 l + q: two two-source permutes and a lane shuffle), the transforms run
+ * on whole vectors, and V's and m's rows are read and written 16 tiles at
+ * a time. The output tiles go back the same way, four rows of 64
+ * consecutive outputs interleaved from the 16 tiles' values by unpacks and
+ * lane shuffles. V is written in the product's panels, so the products
+ * skip their copy of it. The arithmetic is the portable path's, operation
+ * for operation (the same sums in the same order, no fused multiply-adds),
+ * and the products' bits are vq__sgemm512's either way, so both paths give
+ * the same bits (checked on ResNet-18's output). Taken where varq's
+ * AVX-512 product is (vq__sgemm512_ok: an AVX-512 CPU and VARQ_GEMM not
+ * "openblas"). The layer above: 0.736 ms before, 0.447 after, with
+ * wg_stride's padding (2 workers, one Zen 5 machine). */
+#ifdef WG_WIDE
+
+#define WG_AVX __attribute__((target("avx512f")))
+#define WG_GROUP 16
+
+/* The group starting at block tile t: its image, tile row and column, and
+ * its length (to the row's end, the block's end, or 16 tiles). */
+static int64_t wg_group(const struct wg_job *j, int64_t t, int64_t *img, int64_t *ty, int64_t *tx)
+{
+    int64_t r = t % j->tpi;
+    *img = t / j->tpi;
+    *ty = r / j->tw;
+    *tx = r % j->tw;
+    int64_t n = j->tw - *tx, left = j->t0 + j->nb - t;
+    n = n < left ? n : left;
+    return n < WG_GROUP ? n : WG_GROUP;
+}
+
+WG_AVX static inline __m512 wg_k(float c)
+{
+    return _mm512_set1_ps(c);
+}
+
+/* WG_BT on vectors: o[i * os] from d[i * ds], i = 0..5. */
+WG_AVX static inline void wg_bt16(const __m512 *d, int ds, __m512 *o, int os)
+{
+    __m512 d0 = d[0], d1 = d[ds], d2 = d[2 * ds], d3 = d[3 * ds], d4 = d[4 * ds], d5 = d[5 * ds];
+    o[0] = _mm512_add_ps(_mm512_sub_ps(_mm512_mul_ps(wg_k(4), d0), _mm512_mul_ps(wg_k(5), d2)), d4);
+    o[os] = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(wg_k(-4), _mm512_add_ps(d1, d2)), d3), d4);
+    o[2 * os] = _mm512_add_ps(_mm512_sub_ps(_mm512_mul_ps(wg_k(4), _mm512_sub_ps(d1, d2)), d3), d4);
+    o[3 * os] = _mm512_add_ps(_mm512_sub_ps(_mm512_mul_ps(wg_k(2), _mm512_sub_ps(d3, d1)), d2), d4);
+    o[4 * os] = _mm512_add_ps(_mm512_sub_ps(_mm512_mul_ps(wg_k(2), _mm512_sub_ps(d1, d3)), d2), d4);
+    o[5 * os] =
+        _mm512_add_ps(_mm512_sub_ps(_mm512_mul_ps(wg_k(4), d1), _mm512_mul_ps(wg_k(5), d3)), d5);
+}
+
+/* WG_AT on vectors: o[i * os] from m[i * ms], i = 0..3 from 0..5. */
+WG_AVX static inline void wg_at16(const __m512 *m, int ms, __m512 *o, int os)
+{
+    __m512 s12 = _mm512_add_ps(m[ms], m[2 * ms]), d12 = _mm512_sub_ps(m[ms], m[2 * ms]);
+    __m512 s34 = _mm512_add_ps(m[3 * ms], m[4 * ms]), d34 = _mm512_sub_ps(m[3 * ms], m[4 * ms]);
+    o[0] = _mm512_add_ps(_mm512_add_ps(m[0], s12), s34);
+    o[os] = _mm512_add_ps(d12, _mm512_mul_ps(wg_k(2), d34));
+    o[2 * os] = _mm512_add_ps(s12, _mm512_mul_ps(wg_k(4), s34));
+    o[3 * os] = _mm512_add_ps(_mm512_add_ps(d12, _mm512_mul_ps(wg_k(8), d34)), m[5 * ms]);
+}
+
+/* V's 36 rows for a group of n tiles of input plane x whose first patch's
+ * corner is (iy, ix): element e of tile l to d0[e * es + l] for the first
+ * split lanes, to d1[e * es + l - split] for the others (the next panel,
+ * when the group runs past the end of one). */
+WG_AVX static void wg_input_group(const vq__window *v, const float *x, int64_t iy, int64_t ix,
+                                  int64_t n, float *d0, float *d1, int64_t split, int64_t es)
+{
+    /* idx[q]: lane l of a permute of two vectors takes element 4 l + q
+     * (l < 8; the upper eight lanes repeat it) */
+    const __m512i every4 =
+        _mm512_set_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i idx[4] = {every4, _mm512_add_epi32(every4, _mm512_set1_epi32(1)),
+                            _mm512_add_epi32(every4, _mm512_set1_epi32(2)),
+                            _mm512_add_epi32(every4, _mm512_set1_epi32(3))};
+    __m512 d[36], t[36];
+    for (int r = 0; r < 6; r++) {
+        /* row iy + r, columns ix .. ix + 65 in 5 vectors (zeros outside
+         * the plane) */
+        int64_t y = iy + r;
+        __m512 row[5];
+        for (int q = 0; q < 5; q++) {
+            int64_t c0 = ix + 16 * q;
+            __mmask16 in = 0;
+            if (y >= 0 && y < v->h && c0 < v->w && c0 + 16 > 0)
+                in = vq__sg_lanes(v->w - c0) & (__mmask16)~vq__sg_lanes(-c0);
+            row[q] = in ? _mm512_maskz_loadu_ps(in, x + y * v->w + c0) : _mm512_setzero_ps();
+        }
+        /* d[r * 6 + q], lane l: column 4 l + q; for q >= 4 that is lane
+         * l + 1 of q - 4, the last lane from row[4] */
+        __m512 *o = &d[r * 6];
+        for (int q = 0; q < 4; q++) {
+            __m512 lo = _mm512_permutex2var_ps(row[0], idx[q], row[1]);
+            __m512 hi = _mm512_permutex2var_ps(row[2], idx[q], row[3]);
+            o[q] = _mm512_shuffle_f32x4(lo, hi, 0x44);
+        }
+        __m512i last = _mm512_castps_si512(row[4]);
+        o[4] = _mm512_castsi512_ps(_mm512_alignr_epi32(last, _mm512_castps_si512(o[0]), 1));
+        last = _mm512_alignr_epi32(last, last, 1);
+        o[5] = _mm512_castsi512_ps(_mm512_alignr_epi32(last, _mm512_castps_si512(o[1]), 1));
+    }
+    for (int q = 0; q < 6; q++) /* B^T d: columns */
+        wg_bt16(&d[q], 6, &t[q], 6);
+    for (int r = 0; r < 6; r++) /* (B^T d) B: rows */
+        wg_bt16(&t[r * 6], 1, &d[r * 6], 1);
+    __mmask16 m0 = vq__sg_lanes(n < split ? n : split);
+    for (int e = 0; e < 36; e++)
+        _mm512_mask_storeu_ps(d0 + e * es, m0, d[e]);
+    if (n > split) {
+        __mmask16 m1 = vq__sg_lanes(n) & (__mmask16)~vq__sg_lanes(split);
+        for (int e = 0; e < 36; e++)
+            _mm512_mask_storeu_ps(d1 - split + e * es, m1, d[e]);
+    }
+}
+
+/* The block's V for input channels [lo, hi) in vq__sgemm512_panels'
+ * layout, so that the products need not copy it there: element e's
+ * [C][nb] at v + e * C * ld, tile u of channel c at panel u / 32, row c,
+ * column u % 32 (ld a multiple of 32; columns past nb are not written,
+ * and only feed sums that are not stored). */
+WG_AVX static int wg_input_wide(const struct wg_job *j, int64_t lo, int64_t hi)
+{
+    const vq__window *v = &j->cv->w;
+    int64_t C = v->c, P = VQ__SG_PANEL;
+    for (int64_t c = lo; c < hi; c++)
+        for (int64_t t = j->t0, n; t < j->t0 + j->nb; t += n) {
+            int64_t img, ty, tx, u = t - j->t0;
+            n = wg_group(j, t, &img, &ty, &tx);
+            float *d0 = j->v + u / P * C * P + c * P + u % P;
+            wg_input_group(v, j->x + (img * C + c) * v->h * v->w, 4 * ty - v->pt, 4 * tx - v->pl, n,
+                           d0, d0 + C * P - u % P, P - u % P, j->vs);
+        }
+    return 0;
+}
+
+/* The outputs of output channel k for a group of n tiles whose first
+ * tile's output corner is (oy, ox) in plane o, from m's 36 rows at src
+ * (element e of tile l at src[e * es + l]), with bias bv and the clip. */
+WG_AVX static void wg_output_group(const struct wg_job *j, const float *src, int64_t es, int64_t n,
+                                   float bv, float *o, int64_t oy, int64_t ox)
+{
+    const vq__window *v = &j->cv->w;
+    __mmask16 m = vq__sg_lanes(n);
+    __m512 a[36], t[24], y[16];
+    for (int e = 0; e < 36; e++)
+        a[e] = _mm512_maskz_loadu_ps(m, src + e * es);
+    for (int q = 0; q < 6; q++) /* A^T m: columns */
+        wg_at16(&a[q], 6, &t[q], 6);
+    for (int r = 0; r < 4; r++) /* (A^T m) A: rows */
+        wg_at16(&t[r * 6], 1, &y[r * 4], 1);
+    if (j->b)
+        for (int e = 0; e < 16; e++)
+            y[e] = _mm512_add_ps(y[e], _mm512_set1_ps(bv));
+    if (j->clip) {
+        __m512 l = _mm512_set1_ps(j->lo), h = _mm512_set1_ps(j->hi);
+        for (int e = 0; e < 16; e++) {
+            __m512 z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y[e], l, _CMP_LE_OQ), y[e], l);
+            y[e] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, h, _CMP_GE_OQ), z, h);
+        }
+    }
+    int64_t cols = v->ow - ox < 4 * n ? v->ow - ox : 4 * n;
+    for (int r = 0; r < 4 && oy + r < v->oh; r++) {
+        /* row r of the 16 tiles: output 4 l + q is y[r * 4 + q], lane l */
+        __m512 ab0 = _mm512_unpacklo_ps(y[r * 4], y[r * 4 + 1]);
+        __m512 ab1 = _mm512_unpackhi_ps(y[r * 4], y[r * 4 + 1]);
+        __m512 cd0 = _mm512_unpacklo_ps(y[r * 4 + 2], y[r * 4 + 3]);
+        __m512 cd1 = _mm512_unpackhi_ps(y[r * 4 + 2], y[r * 4 + 3]);
+        /* p[i]'s 128-bit lane L: tile 4 L + i's four outputs */
+        __m512 p0 =
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab0), _mm512_castps_pd(cd0)));
+        __m512 p1 =
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab0), _mm512_castps_pd(cd0)));
+        __m512 p2 =
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(ab1), _mm512_castps_pd(cd1)));
+        __m512 p3 =
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(ab1), _mm512_castps_pd(cd1)));
+        __m512 q0 = _mm512_shuffle_f32x4(p0, p1, 0x44), q1 = _mm512_shuffle_f32x4(p2, p3, 0x44);
+        __m512 q2 = _mm512_shuffle_f32x4(p0, p1, 0xee), q3 = _mm512_shuffle_f32x4(p2, p3, 0xee);
+        __m512 out[4] = {_mm512_shuffle_f32x4(q0, q1, 0x88), _mm512_shuffle_f32x4(q0, q1, 0xdd),
+                         _mm512_shuffle_f32x4(q2, q3, 0x88), _mm512_shuffle_f32x4(q2, q3, 0xdd)};
+        float *row = o + (oy + r) * v->ow + ox;
+        for (int64_t s = 0; s < 4 && 16 * s < cols; s++)
+            _mm512_mask_storeu_ps(row + 16 * s, vq__sg_lanes(cols - 16 * s), out[s]);
+    }
+}
+
+WG_AVX static int wg_output_wide(const struct wg_job *j, int64_t lo, int64_t hi)
+{
+    const vq__window *v = &j->cv->w;
+    int64_t K = j->cv->m;
+    for (int64_t k = lo; k < hi; k++)
+        for (int64_t t = j->t0, n; t < j->t0 + j->nb; t += n) {
+            int64_t img, ty, tx;
+            n = wg_group(j, t, &img, &ty, &tx);
+            wg_output_group(j, j->m + k * j->ld + (t - j->t0), j->ms, n, j->b ? j->b[k] : 0,
+                            j->o + (img * K + k) * v->oh * v->ow, 4 * ty, 4 * tx);
+        }
+    return 0;
+}
+
+#endif
 
 /* U for output channels [lo, hi). */
 static int wg_weights(void *arg, int64_t lo, int64_t hi, int slot)
@@ -311,6 +532,10 @@ static int wg_input(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     const struct wg_job *j = arg;
+#ifdef WG_WIDE
+    if (j->wide)
+        return wg_input_wide(j, lo, hi);
+#endif
     const vq__window *v = &j->cv->w;
     int64_t C = v->c, H = v->h, W = v->w;
     float d[36][WG_LANES], out[36][WG_LANES];
@@ -356,10 +581,10 @@ static int wg_input(void *arg, int64_t lo, int64_t hi, int slot)
             float *dst = j->v + c * j->ld + g;
             if (n == WG_LANES)
                 for (int e = 0; e < 36; e++)
-                    memcpy(dst + e * C * j->ld, out[e], sizeof out[e]);
+                    memcpy(dst + e * j->vs, out[e], sizeof out[e]);
             else
                 for (int e = 0; e < 36; e++)
-                    memcpy(dst + e * C * j->ld, out[e], (size_t)n * sizeof(float));
+                    memcpy(dst + e * j->vs, out[e], (size_t)n * sizeof(float));
         }
     return 0;
 }
@@ -370,9 +595,15 @@ static int wg_products(void *arg, int64_t lo, int64_t hi, int slot)
     (void)slot;
     const struct wg_job *j = arg;
     int64_t C = j->cv->cg, K = j->cv->m;
+    if (j->wide) {
+        for (int64_t e = lo; e < hi; e++)
+            vq__sgemm512_panels(K, j->nb, C, j->u + e * K * C, C, j->v + e * j->vs,
+                                j->m + e * j->ms, j->ld, NULL);
+        return 0;
+    }
     for (int64_t e = lo; e < hi; e++)
-        vq__gemm_ldc(VQ_F32, false, false, K, j->nb, C, 1, j->u + e * K * C, C,
-                     j->v + e * C * j->ld, j->ld, 0, j->m + e * K * j->ld, j->ld);
+        vq__gemm_ldc(VQ_F32, false, false, K, j->nb, C, 1, j->u + e * K * C, C, j->v + e * j->vs,
+                     j->ld, 0, j->m + e * j->ms, j->ld);
     return 0;
 }
 
@@ -415,6 +646,10 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     const struct wg_job *j = arg;
+#ifdef WG_WIDE
+    if (j->wide)
+        return wg_output_wide(j, lo, hi);
+#endif
     const vq__window *v = &j->cv->w;
     int64_t K = j->cv->m, OH = v->oh, OW = v->ow;
     float m[36][WG_LANES], y[16][WG_LANES];
@@ -423,7 +658,7 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
         for (int64_t g = 0; g < j->nb; g += WG_LANES) {
             int64_t n = j->nb - g < WG_LANES ? j->nb - g : WG_LANES;
             for (int e = 0; e < 36; e++) {
-                const float *s = j->m + (e * K + k) * j->ld + g;
+                const float *s = j->m + e * j->ms + k * j->ld + g;
                 if (n == WG_LANES) {
                     memcpy(m[e], s, sizeof m[e]);
                 } else {
@@ -642,19 +877,40 @@ static void wg_release(struct wg_entry *e)
     pthread_mutex_unlock(&wg_lock);
 }
 
+/* The distance between two elements' rows of V (or of m) for n floats
+ * each: n rounded up to a whole, odd number of 64-byte lines. The 36
+ * elements are written (V) and read (m) as 36 streams at once; at a
+ * multiple of 4 KiB apart (64 channels of 224 tiles) they all fall in
+ * one set of the L1 cache, and each store missed: the input transform
+ * ran 7x slower than with an odd number of lines between them, which puts
+ * them in 36 different sets. */
+static int64_t wg_stride(int64_t n)
+{
+    int64_t lines = ceil_div(n, 16);
+    return (lines | 1) * 16;
+}
+
 int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_params *p,
                       const float *x, const float *w, const float *b, float *o)
 {
     const vq__window *v = &cv->w;
     int64_t C = cv->cg, K = cv->m;
     int64_t tw = ceil_div(v->ow, 4), tpi = ceil_div(v->oh, 4) * tw, tiles = v->n * tpi;
+#ifdef WG_WIDE
+    bool wide = vq__sgemm512_ok();
+#else
+    bool wide = false;
+#endif
     /* blocks of at most WG_BLOCK_FLOATS of V and m and WG_BLOCK_TILES
-     * tiles, as even as multiples of WG_LANES make them */
+     * tiles, as even as multiples of unit make them: WG_LANES, or with
+     * the AVX-512 transforms a panel of the product (V is written in
+     * panels) */
+    int64_t unit = wide ? VQ__SG_PANEL : WG_LANES;
     int64_t nb = WG_BLOCK_FLOATS / (36 * (C + K));
     nb = nb < WG_BLOCK_TILES ? nb : WG_BLOCK_TILES;
-    nb = nb < WG_LANES ? WG_LANES : nb / WG_LANES * WG_LANES;
+    nb = nb < unit ? unit : nb / unit * unit;
     int64_t blocks = ceil_div(tiles, nb);
-    nb = ceil_div(ceil_div(tiles, blocks), WG_LANES) * WG_LANES;
+    nb = ceil_div(ceil_div(tiles, blocks), unit) * unit;
     int64_t ld = nb;
     struct wg_job j = {.cv = cv,
                        .x = x,
@@ -664,13 +920,16 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
                        .tw = tw,
                        .tpi = tpi,
                        .ld = ld,
+                       .vs = wg_stride(C * ld),
+                       .ms = wg_stride(K * ld),
                        .clip = p->clip,
                        .lo = (float)p->clip_lo,
-                       .hi = (float)p->clip_hi};
+                       .hi = (float)p->clip_hi,
+                       .wide = wide};
     struct wg_entry *kept = wg_kept(&j, w, K, C);
     int64_t nu = kept ? 0 : 36 * K * C;
     vq_tensor *scratch = NULL;
-    int rc = vq__kernel_scratch(k, VQ_F32, nu + 36 * (C + K) * ld, "Winograd buffer", &scratch);
+    int rc = vq__kernel_scratch(k, VQ_F32, nu + 36 * (j.vs + j.ms), "Winograd buffer", &scratch);
     if (rc < 0) {
         wg_release(kept);
         return rc;
@@ -678,7 +937,7 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
     float *s = scratch->data;
     j.u = kept ? kept->u : s;
     j.v = s + nu;
-    j.m = s + nu + 36 * C * ld;
+    j.m = s + nu + 36 * j.vs;
     if (!kept)
         vq__parallel_for(K, ceil_div(K, 8), wg_weights, &j);
     for (int64_t t0 = 0; t0 < tiles; t0 += nb) {

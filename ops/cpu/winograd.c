@@ -65,16 +65,18 @@
  * README "Models people have"): with 8 input channels the input transform
  * outweighs the product it saves (56x56, 8 to 32 channels: 0.109 ms
  * against 0.094), with 16 it pays (16 to 8: 0.072 against 0.081); 4
- * output channels break even (64 to 4 channels); and a call of 16 tiles
- * (ResNet-18's 256-channel 14x14 layers at batch 1) breaks even too, its
- * U (9.4 MB, 4x the weights) read and written for 16 tiles' products
- * (1.12 against 1.19 ms, and the same ResNet-18 time), while 32 tiles
- * (batch 2) pay: 1.75 against 2.10 ms. With U kept between calls and the
- * AVX-512 product, 16 tiles lose: 0.68 against 0.62 ms (3 alternated
- * pairs), U's 9.4 MB read from memory each call. */
+ * output channels break even (64 to 4 channels). A call of 16 tiles
+ * (ResNet-18's 256-channel 14x14 layers at batch 1) reads U, 9.4 MB (4x
+ * the weights), for 16 tiles' products: with the portable transforms and
+ * V and m at 4 KiB strides it lost (0.68 against 0.62 ms with im2col);
+ * with the AVX-512 transforms and wg_stride it pays (WG_MIN_TILES_WIDE),
+ * 0.81 against 0.93 ms in the model (0.6 against 1.1 alone, U then in the cache). 4 tiles
+ * (the 512-channel 7x7 layers) would read 37.7 MB of U for 49 outputs:
+ * no. */
 #define WG_MIN_IN_CHANNELS 16
 #define WG_MIN_OUT_CHANNELS 8
 #define WG_MIN_TILES 32
+#define WG_MIN_TILES_WIDE 16
 /* The most floats of V and m together one block keeps (32 MB), and
  * about the most tiles of a block. Few tiles make 36 small products, each
  * packing its U again (OpenBLAS's copy routines): at ResNet-18's 512
@@ -114,7 +116,8 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
     if (!env_on)
         return false;
     int64_t tiles = v->n * ceil_div(v->oh, 4) * ceil_div(v->ow, 4);
-    return cv->cg >= WG_MIN_IN_CHANNELS && cv->m >= WG_MIN_OUT_CHANNELS && tiles >= WG_MIN_TILES;
+    int64_t least = vq__sgemm512_ok() ? WG_MIN_TILES_WIDE : WG_MIN_TILES;
+    return cv->cg >= WG_MIN_IN_CHANNELS && cv->m >= WG_MIN_OUT_CHANNELS && tiles >= least;
 }
 
 /* ---- the transforms, WG_LANES at a time ---- */

@@ -363,8 +363,10 @@ WG_AVX static void wg_input_group(const vq__window *v, const float *x, int64_t i
 /* The block's V for input channels [lo, hi) in vq__sgemm512_panels'
  * layout, so that the products need not copy it there: element e's
  * [C][nb] at v + e * C * ld, tile u of channel c at panel u / 32, row c,
- * column u % 32 (ld a multiple of 32; columns past nb are not written,
- * and only feed sums that are not stored). */
+ * column u % 32 (ld a multiple of 32; zeros past nb, as
+ * vq__sgemm512_pack leaves them, rather than whatever the scratch held:
+ * those columns' sums are not stored, but need not start from a NaN or a
+ * denormal either). */
 WG_AVX static int wg_input_wide(const struct wg_job *j, int64_t lo, int64_t hi)
 {
     const vq__window *v = &j->cv->w;
@@ -377,6 +379,12 @@ WG_AVX static int wg_input_wide(const struct wg_job *j, int64_t lo, int64_t hi)
             wg_input_group(v, j->x + (img * C + c) * v->h * v->w, 4 * ty - v->pt, 4 * tx - v->pl, n,
                            d0, d0 + C * P - u % P, P - u % P, j->vs);
         }
+    int64_t tail = j->nb % P;
+    if (tail)
+        for (int64_t c = lo; c < hi; c++)
+            for (int e = 0; e < 36; e++)
+                memset(j->v + e * j->vs + j->nb / P * C * P + c * P + tail, 0,
+                       (size_t)(P - tail) * sizeof(float));
     return 0;
 }
 

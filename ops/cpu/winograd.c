@@ -70,9 +70,9 @@
  * the weights), for 16 tiles' products: with the portable transforms and
  * V and m at 4 KiB strides it lost (0.68 against 0.62 ms with im2col);
  * with the AVX-512 transforms and wg_stride it pays (WG_MIN_TILES_WIDE),
- * 0.81 against 0.93 ms in the model (0.6 against 1.1 alone, U then in the cache). 4 tiles
- * (the 512-channel 7x7 layers) would read 37.7 MB of U for 49 outputs:
- * no. */
+ * 0.81 against 0.93 ms in the model (0.53 against 1.02 alone, U then in
+ * the cache). 4 tiles (the 512-channel 7x7 layers) would read 37.7 MB of
+ * U for 49 outputs: no. */
 #define WG_MIN_IN_CHANNELS 16
 #define WG_MIN_OUT_CHANNELS 8
 #define WG_MIN_TILES 32
@@ -243,13 +243,13 @@ static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy
  * lane, a 4x4 transpose per four lanes) and copy V's and m's rows through
  * small arrays: at ResNet-18's 64-channel 56x56 layers, batch 1, they
  * took more time than the 36 products (perf: wg_input and wg_output 52%
- * of the layer's samples, the product and its copy of V 29%). With AVX-512 a group is up
- * to 16 consecutive tiles of one tile row: its six input rows are copied
- * (zeros outside the plane) into a small buffer, each of the 36 patch
- * positions is then one vector of the 16 tiles (tile l's element at column
- * 4 l + q: two two-source permutes and a lane shuffle), the transforms run
- * on whole vectors, and V's and m's rows are read and written 16 tiles at
- * a time. The output tiles go back the same way, four rows of 64
+ * of the layer's samples, the product and its copy of V 29%). With
+ * AVX-512 a group is up to 16 consecutive tiles of one tile row: each of
+ * its six input rows is five masked loads (zeros outside the plane), each
+ * of the 36 patch positions is then one vector of the 16 tiles (tile l's
+ * element at column 4 l + q: two two-source permutes and a lane shuffle),
+ * the transforms run on whole vectors, and V's and m's rows are read and
+ * written 16 tiles at a time. The output tiles go back the same way, four rows of 64
  * consecutive outputs interleaved from the 16 tiles' values by unpacks and
  * lane shuffles. V is written in the product's panels, so the products
  * skip their copy of it. The arithmetic is the portable path's, operation

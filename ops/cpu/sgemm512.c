@@ -170,13 +170,11 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
     const float *bias = ep && ep->bias ? ep->bias + row0 : NULL;
     bool clip = ep && ep->clip;
     __m512 lo = _mm512_set1_ps(clip ? ep->lo : 0), hi = _mm512_set1_ps(clip ? ep->hi : 0);
-#define SG_EPI(x, i)                                                            \
-    if (bias)                                                                   \
-        x = _mm512_add_ps(x, _mm512_set1_ps(bias[i]));                          \
-    if (clip) {                                                                 \
-        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), x, lo); \
-        x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x, hi); \
-    }
+#define SG_EPI(x, i)                                   \
+    if (bias)                                          \
+        x = _mm512_add_ps(x, _mm512_set1_ps(bias[i])); \
+    if (clip)                                          \
+        x = vq__sg_clip(x, lo, hi);
 #define SG_STORE(i)                                                                           \
     if (i < mr) {                                                                             \
         float *ci = c + (int64_t)(i)*ldc;                                                     \

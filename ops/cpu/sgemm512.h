@@ -16,6 +16,15 @@ static inline __mmask16 vq__sg_lanes(int64_t n)
 {
     return n >= 16 ? 0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
+
+/* conv2d's clip on 16 lanes, as its epilogue does it (v <= lo ? lo : v,
+ * then v >= hi ? hi : v: a NaN stays), so the same bits: the products'
+ * fused epilogue and Winograd's output transform. */
+__attribute__((target("avx512f"))) static inline __m512 vq__sg_clip(__m512 x, __m512 lo, __m512 hi)
+{
+    x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LE_OQ), x, lo);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GE_OQ), x, hi);
+}
 #endif
 
 /* What a product does to each element of C as it stores it for the last

@@ -221,7 +221,7 @@ struct wg_job {
     float *m;        /* 36 x [K][ld] (ms apart): the block's products */
     int64_t tw, tpi; /* tiles per tile row, per image */
     int64_t t0, nb;  /* the block: tiles [t0, t0 + nb) of all images' */
-    int64_t ld;      /* the block's row length (a multiple of WG_LANES) */
+    int64_t ld;      /* the block's row length (a multiple of WG_LANES; of 32 if wide) */
     int64_t vs, ms;  /* floats from one element's V, m to the next's: wg_stride */
     bool clip;
     float lo, hi;
@@ -249,9 +249,9 @@ static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy
  * of the 36 patch positions is then one vector of the 16 tiles (tile l's
  * element at column 4 l + q: two two-source permutes and a lane shuffle),
  * the transforms run on whole vectors, and V's and m's rows are read and
- * written 16 tiles at a time. The output tiles go back the same way, four rows of 64
- * consecutive outputs interleaved from the 16 tiles' values by unpacks and
- * lane shuffles. V is written in the product's panels, so the products
+ * written 16 tiles at a time. The output tiles go back the same way, four
+ * rows of 64 consecutive outputs interleaved from the 16 tiles' values by
+ * unpacks and lane shuffles. V is written in the product's panels, so the products
  * skip their copy of it. The arithmetic is the portable path's, operation
  * for operation (the same sums in the same order, no fused multiply-adds),
  * and the products' bits are vq__sgemm512's either way, so both paths give
@@ -362,7 +362,7 @@ WG_AVX static void wg_input_group(const vq__window *v, const float *x, int64_t i
 
 /* The block's V for input channels [lo, hi) in vq__sgemm512_panels'
  * layout, so that the products need not copy it there: element e's
- * [C][nb] at v + e * C * ld, tile u of channel c at panel u / 32, row c,
+ * [C][nb] at v + e * vs, tile u of channel c at panel u / 32, row c,
  * column u % 32 (ld a multiple of 32; zeros past nb, as
  * vq__sgemm512_pack leaves them, rather than whatever the scratch held:
  * those columns' sums are not stored, but need not start from a NaN or a
@@ -408,10 +408,8 @@ WG_AVX static void wg_output_group(const struct wg_job *j, const float *src, int
             y[e] = _mm512_add_ps(y[e], _mm512_set1_ps(bv));
     if (j->clip) {
         __m512 l = _mm512_set1_ps(j->lo), h = _mm512_set1_ps(j->hi);
-        for (int e = 0; e < 16; e++) {
-            __m512 z = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y[e], l, _CMP_LE_OQ), y[e], l);
-            y[e] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, h, _CMP_GE_OQ), z, h);
-        }
+        for (int e = 0; e < 16; e++)
+            y[e] = vq__sg_clip(y[e], l, h);
     }
     int64_t cols = v->ow - ox < 4 * n ? v->ow - ox : 4 * n;
     for (int r = 0; r < 4 && oy + r < v->oh; r++) {

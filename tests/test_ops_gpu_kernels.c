@@ -1658,6 +1658,38 @@ Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
 #endif
 }
 
+/* True if a library whose path contains name is mapped in this process. */
+static bool mapped(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, name) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* cuBLAS is not linked but opened at the first GPU product
+ * (ops/cuda/matmul.cu): a process that loads varq does not map it, and
+ * the load finds the library the build found and every function matmul
+ * calls. Needs no GPU. */
+Test(ops_gpu_kernels, cublas_is_opened_at_first_use)
+{
+#ifdef VARQ_HAVE_CUDA
+    cr_assert_not(mapped("libcublas"), "cuBLAS is mapped before any GPU product");
+    int rc = vq__cuda_blas_load();
+    if (rc == VQ_ENOSYS && strstr(vq__cuda_last_error(), "have no cuBLAS"))
+        cr_skip_test("%s", vq__cuda_last_error());
+    cr_assert_eq(rc, 0, "%s", vq__cuda_last_error());
+    cr_assert(mapped("libcublas"));
+    cr_assert_eq(vq__cuda_blas_load(), 0, "the second call");
+#else
+    cr_skip_test("built without CUDA");
+#endif
+}
+
 /* Each op's CUDA kernel is picked once, when the registry is built: its
  * definition holds its launches and the dispatcher; no lookup per call. */
 Test(ops_gpu_kernels, the_registry_picks_each_cuda_kernel_once)

@@ -430,8 +430,9 @@ int vq__cuda_cast(int from, int to, const void *x, void *out, int64_t n, void *s
  * Runs cublas{S,D}gemmStridedBatched on a cuBLAS handle kept per (device,
  * stream), created on first use (thread-safe) and bound to stream; k == 0
  * writes beta * out, i.e. zeros for beta 0. Dims past INT_MAX are
- * VQ_EINVAL; a cuBLAS failure is VQ_EIO. In a build without cuBLAS
- * (VARQ_CUDA_NO_CUBLAS) it returns VQ_ENOSYS. */
+ * VQ_EINVAL; a cuBLAS failure is VQ_EIO. Where cuBLAS cannot be loaded
+ * (vq__cuda_blas_load), or in a build without it (VARQ_CUDA_NO_CUBLAS),
+ * it returns VQ_ENOSYS with the reason as vq__cuda_last_error. */
 int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t n, int64_t k,
                     double alpha, const void *x, int x_shared, const void *y, int y_shared,
                     double beta, void *out, void *stream);
@@ -439,6 +440,13 @@ int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t
 /* Destroys every cached cuBLAS handle (at shutdown, when no stream uses
  * them). */
 void vq__cuda_blas_release(void);
+
+/* Opens cuBLAS (dlopen, not linked: matmul.cu says why) and resolves the
+ * functions matmul calls; the first call does the work, under a lock, and
+ * later calls return its outcome. 0, or VQ_ENOSYS with the reason (the
+ * library or a function not found, or a build without cuBLAS) kept as
+ * the calling thread's vq__cuda_last_error. Needs no GPU. Thread-safe. */
+int vq__cuda_blas_load(void);
 
 /* ---- convolutions and pools (ops/cpu/conv.c, ops/cpu/pool.c; conv.cu) ---- */
 

@@ -76,8 +76,7 @@ static int launched(const vq__kcall *k, int rc)
     case 0: return 0;
     case VQ_EIO:
         return vq__fail(VQ_EIO, "%s: CUDA launch failed: %s", k->def->type, vq__cuda_last_error());
-    case VQ_ENOSYS:
-        return vq__fail(VQ_ENOSYS, "%s: this build's CUDA kernels have no cuBLAS", k->def->type);
+    case VQ_ENOSYS: return vq__fail(VQ_ENOSYS, "%s: %s", k->def->type, vq__cuda_last_error());
     default:
         return vq__fail(rc, "%s: the CUDA kernels do not take these tensors (a dim past their "
                             "limits?)",

@@ -66,8 +66,9 @@ for b in $builds; do
   case $b in
     normal) soak_build normal "${SOAK_DIR_NORMAL:-build}" ;;
     asan) soak_build asan "${SOAK_DIR_ASAN:-build-asan}" \
-            -Db_sanitize=address,undefined -Db_lundef=false ;;
-    tsan) soak_build tsan "${SOAK_DIR_TSAN:-build-tsan}" -Db_sanitize=thread -Db_lundef=false ;;
+            -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled ;;
+    tsan) soak_build tsan "${SOAK_DIR_TSAN:-build-tsan}" -Db_sanitize=thread -Db_lundef=false \
+            -Dcuda=disabled ;;
     *) echo "soak.sh: unknown build $b (normal, asan, tsan)" >&2; exit 2 ;;
   esac
 done

@@ -1658,6 +1658,7 @@ Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
 #endif
 }
 
+#ifdef VARQ_HAVE_CUDA
 /* True if a library whose path contains name is mapped in this process. */
 static bool mapped(const char *name)
 {
@@ -1670,6 +1671,7 @@ static bool mapped(const char *name)
     fclose(f);
     return found;
 }
+#endif
 
 /* cuBLAS is not linked but opened at the first GPU product
  * (ops/cuda/matmul.cu): a process that loads varq does not map it, and

@@ -187,9 +187,9 @@ extern "C" int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t
     cublasHandle_t h = handle_for((cudaStream_t)stream); /* loads cuBLAS the first time */
     if (!h) {
         int rc = vq__cuda_blas_load(); /* VQ_ENOSYS and why if it could not be loaded */
-        return rc < 0 ? rc
-                      : vq__cuda_fail(
-                            "no cuBLAS handle (cublasCreate failed, or 64 streams have one)");
+        if (rc < 0)
+            return rc;
+        return vq__cuda_fail("no cuBLAS handle (cublasCreate failed, or 64 streams have one)");
     }
     /* Column-major: C (n x m, ldc n) = A (n x k) * B (k x m), A = Y's view,
      * B = X's view (see the file comment). */
@@ -201,14 +201,12 @@ extern "C" int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t
     cublasStatus_t st;
     if (dtype == VQ_F32) {
         float a = (float)alpha, b = (float)beta;
-        st = blas.sgemm(h, ta, tb, (int)n, (int)m, (int)k, &a, (const float *)y,
-                                       lda, sa, (const float *)x, ldb, sb, &b, (float *)out,
-                                       (int)n, sc, (int)batch);
+        st = blas.sgemm(h, ta, tb, (int)n, (int)m, (int)k, &a, (const float *)y, lda, sa,
+                        (const float *)x, ldb, sb, &b, (float *)out, (int)n, sc, (int)batch);
     } else {
         double a = alpha, b = beta;
-        st = blas.dgemm(h, ta, tb, (int)n, (int)m, (int)k, &a, (const double *)y,
-                                       lda, sa, (const double *)x, ldb, sb, &b, (double *)out,
-                                       (int)n, sc, (int)batch);
+        st = blas.dgemm(h, ta, tb, (int)n, (int)m, (int)k, &a, (const double *)y, lda, sa,
+                        (const double *)x, ldb, sb, &b, (double *)out, (int)n, sc, (int)batch);
     }
     return st == CUBLAS_STATUS_SUCCESS ? 0 : vq__cuda_fail(blas.status_string(st));
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite three times: a normal build (build/),
 # an AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/) and a
-# ThreadSanitizer build (build-tsan/), each with `meson test`. Any failing
+# ThreadSanitizer build (build-tsan/), each with `meson test`; in the normal
+# build, the numeric suites (ops, onnx, train, graph) run again at every
+# VARQ_ISA level below the CPU's. Any failing
 # test or sanitizer report fails the script. Between them it checks the
 # public API against ../shared/checks/api_shape.c and builds the random
 # serial-equivalence program outside the tree against varq.pc, and
@@ -38,6 +40,26 @@ suite() {
 }
 
 suite normal build
+
+# The numeric suites again at each instruction-set level below the CPU's
+# (VARQ_ISA caps varq's own kernels; OPENBLAS_CORETYPE picks OpenBLAS's for
+# a CPU of that level), so that a machine with AVX-512 also tests the AVX2
+# and portable paths that a machine without it takes.
+flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true)
+has() { [[ " $flags " == *" $1 "* ]]; }
+levels=()
+if has avx512f && has avx2 && has fma; then
+  levels+=("avx2 Haswell")
+fi
+if has avx2 && has fma; then
+  levels+=("portable $(has avx && echo Sandybridge)")
+fi
+for level in "${levels[@]}"; do
+  read -r isa core <<<"$level"
+  echo "== the numeric suites at VARQ_ISA=$isa${core:+ (OpenBLAS: $core)}"
+  env VARQ_ISA="$isa" ${core:+OPENBLAS_CORETYPE=$core} meson test -C build --no-rebuild --print-errorlogs \
+    --suite ops --suite onnx --suite train --suite graph
+done
 
 echo "== public API shape (DESIGN.md 2.6)"
 if [ -f ../shared/checks/api_shape.c ]; then

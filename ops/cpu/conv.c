@@ -49,6 +49,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
+#include "isa.h"
 #include "sgemm512.h"
 #include "winograd.h"
 
@@ -381,7 +382,7 @@ COL2IM(double)
 static void im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, int64_t channels)
 {
 #ifdef IM2COL_AVX512
-    if (dt == VQ_F32 && __builtin_cpu_supports("avx512f")) {
+    if (dt == VQ_F32 && vq__isa() >= VQ__ISA_AVX512) {
         im2col_float_avx512(x, col, w, channels);
         return;
     }
@@ -883,7 +884,7 @@ static void dw_padded_float_best(const float *x, const float *w, float *o, const
                                  float *pad)
 {
 #ifdef DW_AVX512
-    if (v->sw == v->sh && v->sw <= 2 && __builtin_cpu_supports("avx512f")) {
+    if (v->sw == v->sh && v->sw <= 2 && vq__isa() >= VQ__ISA_AVX512) {
         dw_padded_float_avx512(x, w, o, v, pad);
         return;
     }

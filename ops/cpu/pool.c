@@ -21,6 +21,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../window_shared.h"
+#include "isa.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -275,7 +276,7 @@ static void max_row_inner_sse(const float *xr, float *o, const vq__window *w, in
 {
     int64_t q = q0;
 #ifdef POOL_AVX512
-    if ((w->sw == 1 || w->sw == 2) && q1 > q0 && __builtin_cpu_supports("avx512f"))
+    if ((w->sw == 1 || w->sw == 2) && q1 > q0 && vq__isa() >= VQ__ISA_AVX512)
         max_row_inner_avx512(xr, o, w, &q, q1, first);
 #endif
     if (w->sw == 1 || w->sw == 2)

@@ -23,6 +23,7 @@
  * first block with beta 0, written). Tiles at C's bottom and right edges
  * read A's last row again for the missing rows and store with masks. */
 #include "sgemm512.h"
+#include "isa.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ static void sg_init(void)
 {
 #ifdef SG_HAVE
     const char *e = getenv("VARQ_GEMM");
-    sg_on = __builtin_cpu_supports("avx512f") && !(e && !strcmp(e, "openblas")) &&
+    sg_on = vq__isa() >= VQ__ISA_AVX512 && !(e && !strcmp(e, "openblas")) &&
             pthread_key_create(&sg_key, free) == 0;
 #endif
 }

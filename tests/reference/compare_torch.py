@@ -42,8 +42,19 @@ every optimizer step:
   adam_linear         adam, LinearLR(start_factor=0.1, end_factor=1.0, total_iters=25)
   adamw_warmcos       adamw, SequentialLR([LinearLR(0.05, 1.0, total_iters=10),
                       CosineAnnealingLR(T_max=90, eta_min=1e-4)], milestones=[10])
-Dtypes: f32 (torch.float32) and f64 (torch.float64); tol = 1e-4 for f32 and
-1e-10 for f64.
+Dtypes: f32 (torch.float32) and f64 (torch.float64); tol = 1e-10 for f64,
+and for f32 the larger of 1e-4 and CHAOS (10) times the distance between
+PyTorch's own f32 run and its f64 run from the same start (the same
+measures as below). Rounding in f32 is 1e-7 relative, and where the
+trajectory is stable the two f32 runs stay near 1e-6 of each other: the
+bound is 1e-4. Where it is not (Adam divides each gradient by its own
+magnitude, so a gradient that is rounding noise still moves its weight by a
+whole step, in a direction set by how the kernels ordered their sums) any
+two f32 runs part, by an amount that depends on the CPU's kernels (AVX-512,
+AVX2, portable, OpenBLAS's choice): PyTorch's own f32 run parts from the
+exact trajectory by the same mechanism, and the bound grows with it rather
+than failing on one CPU and passing on another. The f64 runs are the
+step-by-step check, with 1e-16 rounding far under Adam's epsilon.
 
 varq's Linear keeps W as [in, out]; torch's nn.Linear computes x W^T + b with
 its weight [out, in], so torch's weight is varq's W transposed.
@@ -80,6 +91,7 @@ import warnings
 
 STEPS = 100
 TOL = {"f32": 1e-4, "f64": 1e-10}
+CHAOS = 10
 LOSS_FLOOR = 1e-2
 LR_VARS = ("sgd_lrfeed", "adam_lrfeed", "sgd_steplr", "momentum_cosine", "adam_linear",
            "adamw_warmcos")
@@ -237,6 +249,52 @@ def load_dir(d):
     return {f[:-4]: np.load(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".npy")}
 
 
+def train_torch(model, opt, init, dtype, batches, rates):
+    """PyTorch's run from varq's initial weights: the losses and the final
+    weights (name -> array)."""
+    tdt = torch.float32 if dtype == "f32" else torch.float64
+    net, loss_fn, params = torch_model(model, init, tdt)
+    optim = torch_optimizer(opt, net.parameters())
+    scheduler = torch_scheduler(opt, optim)
+    ref = np.empty(STEPS)
+    npdt = np.float32 if dtype == "f32" else np.float64
+    for i, (x, y) in enumerate(batches):
+        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=npdt))
+        yt = torch.from_numpy(np.ascontiguousarray(y.astype(np.int64) if model == "mlp"
+                                                   else y.astype(npdt)))
+        if rates is not None:
+            for group in optim.param_groups:
+                group["lr"] = float(rates[i])
+        optim.zero_grad()
+        loss = loss_fn(net(xt), yt)
+        loss.backward()
+        clip(opt, list(net.parameters()))
+        optim.step()
+        if scheduler is not None:
+            scheduler.step()
+        ref[i] = loss.item()
+    return ref, {name: get().astype(np.float64) for name, get in params.items()}
+
+
+def compare(model, opt, dtype, losses, final, ref, weights):
+    """a = (losses, final) against b = (ref, weights) by the pass criteria:
+    per-step loss errors, plain relative ones, the worst weight error and
+    its parameter."""
+    floor = LOSS_FLOOR * np.max(np.abs(ref))
+    loss_err = np.abs(losses - ref) / np.maximum(np.abs(ref), floor)
+    loss_rel = np.abs(losses - ref) / np.maximum(np.abs(ref), np.finfo(float).tiny)
+    weight_err, worst_param = 0.0, ""
+    for name, b in weights.items():
+        a = final[name].astype(np.float64)
+        if a.shape != b.shape:
+            raise RuntimeError(f"{model} {opt} {dtype}: {name} has shape {a.shape} in varq, "
+                               f"{b.shape} in torch")
+        err = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), np.finfo(float).tiny)
+        if err >= weight_err:
+            weight_err, worst_param = err, name
+    return loss_err, loss_rel, weight_err, worst_param
+
+
 def run_one(binary, work, model, opt, dtype, batches):
     d = os.path.join(work, f"{model}-{opt}-{dtype}")
     write_batches(d, batches, dtype, model)
@@ -253,44 +311,19 @@ def run_one(binary, work, model, opt, dtype, batches):
     init, final = load_dir(os.path.join(d, "init")), load_dir(os.path.join(d, "final"))
     losses = np.load(os.path.join(d, "losses.npy"))
 
-    tdt = torch.float32 if dtype == "f32" else torch.float64
-    net, loss_fn, params = torch_model(model, init, tdt)
-    optim = torch_optimizer(opt, net.parameters())
-    scheduler = torch_scheduler(opt, optim)
-    ref = np.empty(STEPS)
-    for i, (x, y) in enumerate(batches):
-        npdt = np.float32 if dtype == "f32" else np.float64
-        xt = torch.from_numpy(np.ascontiguousarray(x, dtype=npdt))
-        yt = torch.from_numpy(np.ascontiguousarray(y.astype(np.int64) if model == "mlp"
-                                                   else y.astype(npdt)))
-        if rates is not None:
-            for group in optim.param_groups:
-                group["lr"] = float(rates[i])
-        optim.zero_grad()
-        loss = loss_fn(net(xt), yt)
-        loss.backward()
-        clip(opt, list(net.parameters()))
-        optim.step()
-        if scheduler is not None:
-            scheduler.step()
-        ref[i] = loss.item()
-
+    ref, weights = train_torch(model, opt, init, dtype, batches, rates)
+    loss_err, loss_rel, weight_err, worst_param = compare(model, opt, dtype, losses, final,
+                                                          ref, weights)
     tol = TOL[dtype]
-    floor = LOSS_FLOOR * np.max(np.abs(ref))
-    loss_err = np.abs(losses - ref) / np.maximum(np.abs(ref), floor)
-    loss_rel = np.abs(losses - ref) / np.maximum(np.abs(ref), np.finfo(float).tiny)
-    weight_err, worst_param = 0.0, ""
-    for name, get in params.items():
-        b = get().astype(np.float64)
-        a = final[name].astype(np.float64)
-        if a.shape != b.shape:
-            raise RuntimeError(f"{model} {opt} {dtype}: {name} has shape {a.shape} in varq, "
-                               f"{b.shape} in torch")
-        err = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), np.finfo(float).tiny)
-        if err >= weight_err:
-            weight_err, worst_param = err, name
+    if dtype == "f32":
+        # PyTorch's own f32 run against its f64 run from the same start:
+        # how far rounding alone moves this trajectory (see CHAOS).
+        ref64, weights64 = train_torch(model, opt, init, "f64", batches, rates)
+        own_loss, _, own_weight, _ = compare(model, opt, dtype, ref, weights, ref64, weights64)
+        tol = max(tol, CHAOS * float(np.max(own_loss)), CHAOS * own_weight)
     ok = bool(np.all(loss_err <= tol)) and weight_err <= tol
     return {
+        "tol": tol,
         "loss_err": float(np.max(loss_err)), "loss_step": int(np.argmax(loss_err)),
         "loss_rel": float(np.max(loss_rel)), "weight_err": weight_err,
         "worst_param": worst_param, "ok": ok, "loss0": ref[0], "loss_last": ref[-1],
@@ -335,7 +368,7 @@ def main():
                 print(f"{model:<10} {opt:<18} {dtype:<5} {r['loss_err']:13.3e} "
                       f"@{r['loss_step']:<4d} {r['loss_rel']:9.2e} {r['weight_err']:15.3e} "
                       f"{r['worst_param']:<10} {r['loss0']:9.3g} -> {r['loss_last']:<9.3g}  "
-                      f"{'PASS' if r['ok'] else 'FAIL'}  (tol {TOL[dtype]:g})", flush=True)
+                      f"{'PASS' if r['ok'] else 'FAIL'}  (tol {r['tol']:.3g})", flush=True)
     except (RuntimeError, OSError) as err:
         print(f"ERROR: {err}")
         return 1

@@ -139,6 +139,12 @@ static void user_async(const vq__kcall *k, vq_op_done *done)
     user_def(k->def)->cpu_async(&a->call, &a->done);
 }
 
+/* The context of the gradient maker running in this thread, NULL outside
+ * one. A g is used only if it is this very pointer: a context kept from an
+ * earlier call points into a stack frame that is gone (and so does its
+ * impl), so it is compared by address and never read. */
+static _Thread_local const vq_op_grad_call *grad_running;
+
 static int user_grad(const vq__grad *g)
 {
     const vq_op_def *u = user_def(g->def);
@@ -146,25 +152,39 @@ static int user_grad(const vq__grad *g)
                           .nout = g->nout, .din = g->din, .dout = g->dout, .attrs = g->attrs,
                           .nattrs = g->nattrs, .user = u->user, .impl = g};
     unsigned gen = vq__errmsg_gen();
+    /* saved and restored: a maker may differentiate another program */
+    const vq_op_grad_call *outer = grad_running;
+    grad_running = &uc;
     int rc = u->grad(&uc);
+    grad_running = outer;
     return rc ? user_failed(g->def, rc, "gradient maker", gen) : 0;
+}
+
+static int grad_context_check(const vq_op_grad_call *g, const char *who)
+{
+    if (!g)
+        return vq__fail(VQ_EINVAL, "%s: g is NULL", who);
+    if (g != grad_running)
+        return vq__fail(VQ_EINVAL,
+                        "%s: g is not the context of the gradient maker running in "
+                        "this thread (one kept from an earlier call, a copy, or "
+                        "another thread's)",
+                        who);
+    return 0;
 }
 
 VQ_API int vq_op_grad_emit(const vq_op_grad_call *g, const char *type, const char *const *in,
                            int nin, const char *const *out, int nout, const vq_attr *attrs,
                            int nattrs)
 {
-    if (!g || !g->impl)
-        return vq__fail(VQ_EINVAL, "vq_op_grad_emit: not inside a gradient maker");
-    return vq__emit(g->impl, type, in, nin, out, nout, attrs, nattrs);
+    int rc = grad_context_check(g, "vq_op_grad_emit");
+    return rc ? rc : vq__emit(g->impl, type, in, nin, out, nout, attrs, nattrs);
 }
 
 VQ_API const char *vq_op_grad_temp(const vq_op_grad_call *g)
 {
-    if (!g || !g->impl) {
-        vq__fail(VQ_EINVAL, "vq_op_grad_temp: not inside a gradient maker");
+    if (grad_context_check(g, "vq_op_grad_temp") < 0)
         return NULL;
-    }
     const vq__grad *ig = g->impl;
     return ig->temp(ig->user);
 }

@@ -705,6 +705,82 @@ Test(op_register, autodiff_goes_through_registered_ops_and_not_through_ops_witho
     vq_engine_free(e);
 }
 
+/* A maker that keeps its context: the pointer it got and a copy. */
+static const vq_op_grad_call *kept_ptr;
+static vq_op_grad_call kept_copy;
+static int kept_calls, kept_copy_rc;
+
+static int keeping_grad(const vq_op_grad_call *g)
+{
+    if (kept_calls++ > 0) /* a copy kept from the first call is not this call's context */
+        kept_copy_rc = vq_op_grad_emit(&kept_copy, "t_scale", &g->dout[0], 1, &g->din[0], 1,
+                                       g->attrs, g->nattrs);
+    kept_ptr = g;
+    kept_copy = *g;
+    return vq_op_grad_emit(g, "t_scale", &g->dout[0], 1, &g->din[0], 1, g->attrs, g->nattrs);
+}
+
+/* Overwrites the stack below the caller's frame, where the kept contexts
+ * and varq's own record of the maker call were. */
+static __attribute__((noinline)) void clobber_stack(void)
+{
+    volatile unsigned char junk[1 << 16];
+    for (size_t i = 0; i < sizeof junk; i++) /* volatile: not a dead store */
+        junk[i] = 0xa5;
+}
+
+/* op(w) -> h; sum(h) -> loss (w f64[4]), with alpha = 3 if op takes it. */
+static vq_program *scaled_sum(const char *op, bool alpha)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 1, (int64_t[]){4}, true), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "h", VQ_F64, 1, (int64_t[]){4}, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "loss", VQ_F64, 0, NULL, false), 0);
+    vq_attr a = VQ_ATTR_F("alpha", 3);
+    cr_assert_geq(vq_program_add_op(p, 0, op, (const char *const[]){"w"}, 1,
+                                    (const char *const[]){"h"}, 1, &a, alpha),
+                  0, "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, "sum", (const char *const[]){"h"}, 1,
+                                    (const char *const[]){"loss"}, 1, NULL, 0),
+                  0, "%s", vq_errmsg());
+    return p;
+}
+
+Test(op_register, a_gradient_context_kept_past_its_maker_call_is_refused)
+{
+    cr_assert_eq(vq_op_register(&(vq_op_def){.name = "t_keep",
+                                             .inputs = X,
+                                             .ninputs = 1,
+                                             .outputs = OUT,
+                                             .noutputs = 1,
+                                             .attrs = ALPHA,
+                                             .nattrs = 1,
+                                             .params_size = sizeof(struct alpha),
+                                             .infer = scale_infer,
+                                             .cpu = scale_cpu,
+                                             .grad = keeping_grad}),
+                 0, "%s", vq_errmsg());
+    vq_program *p = scaled_sum("t_keep", true);
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 1, "%s", vq_errmsg());
+    clobber_stack();
+    const char *names[] = {"h", "w"};
+    cr_assert_eq(vq_op_grad_emit(kept_ptr, "t_scale", names, 1, names + 1, 1, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "gradient maker"), "%s", vq_errmsg());
+    cr_assert_eq(vq_op_grad_emit(&kept_copy, "t_scale", names, 1, names + 1, 1, NULL, 0),
+                 VQ_EINVAL);
+    cr_assert_null(vq_op_grad_temp(kept_ptr));
+    cr_assert_null(vq_op_grad_temp(&kept_copy));
+    cr_assert(strstr(vq_errmsg(), "vq_op_grad_temp"), "%s", vq_errmsg());
+    /* inside a later maker call, the earlier call's copy is refused too */
+    vq_program *q = scaled_sum("t_keep", true);
+    cr_assert_eq(vq_append_backward(q, "loss", NULL, 0), 1, "%s", vq_errmsg());
+    cr_assert_eq(kept_calls, 2);
+    cr_assert_eq(kept_copy_rc, VQ_EINVAL);
+    vq_program_free(p);
+    vq_program_free(q);
+}
+
 Test(op_register, registered_ops_run_on_gpu_tensors_and_gpu_only_kernels_are_checked)
 {
     vq_engine *e = engine(1);

@@ -189,15 +189,20 @@ VQ_API void vq_op_done_finish(vq_op_done *done, int err);
 /* Appends one gradient op to the program being differentiated: op type
  * (built-in or registered), its input and output var names, attributes
  * (copied). Names of forward vars, of gradients from g->din / g->dout, or
- * fresh ones from vq_op_grad_temp. Only inside the gradient maker of g.
- * Returns 0 or a negative error (propagate it). */
+ * fresh ones from vq_op_grad_temp. Returns 0 or a negative error
+ * (propagate it).
+ *
+ * Only inside the gradient maker of g, in the thread that called it, with
+ * the very pointer the maker got: any other g (kept from an earlier call,
+ * a copy of the struct, another thread's) is VQ_EINVAL, and nothing is
+ * read through it. */
 VQ_API int vq_op_grad_emit(const vq_op_grad_call *g, const char *type, const char *const *in,
                            int nin, const char *const *out, int nout, const vq_attr *attrs,
                            int nattrs);
 
 /* A fresh var name for an intermediate of the gradient ops (valid while the
  * gradient maker runs; NULL when out of memory). Only inside the gradient
- * maker of g. */
+ * maker of g, as vq_op_grad_emit (any other g: NULL with VQ_EINVAL). */
 VQ_API const char *vq_op_grad_temp(const vq_op_grad_call *g);
 
 #ifdef __cplusplus

@@ -67,7 +67,53 @@ struct bw {
     const int *want_var; /* the input each want[] is the gradient of */
     bool *wrote;
     int nwant;
+    /* the temporaries handed to the maker being called (vq_op_grad_temp),
+     * declared when an op it emits first writes them; freed when it
+     * returns. ntemps_made numbers them across the whole pass. */
+    char **temps;
+    int ntemps, temps_cap, ntemps_made;
 };
+
+static bool is_temp(const struct bw *b, const char *name)
+{
+    for (int i = 0; i < b->ntemps; i++)
+        if (!strcmp(b->temps[i], name))
+            return true;
+    return false;
+}
+
+/* Declares the temporaries among out (not declared yet) with the dtype and
+ * shape op type infers for them from its inputs' declared ones. Inputs
+ * that are not declared are left to vq_program_add_op to report. */
+static int declare_temps(struct bw *b, const char *type, const char *const *in, int nin,
+                         const char *const *out, int nout, const vq_attr *attrs, int nattrs)
+{
+    bool any = false;
+    for (int j = 0; j < nout && !any; j++)
+        any = is_temp(b, out[j]) && vq__program_find_var(b->p, out[j]) < 0;
+    const vq__op_def *def = vq__op_find(type);
+    if (!any || !def || nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
+        return 0;
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    for (int i = 0; i < nin; i++) {
+        int v = in[i] ? vq__program_find_var(b->p, in[i]) : -1;
+        if (v < 0)
+            return 0;
+        const vq__pvar *d = &b->p->vars[v];
+        im[i] = (vq__meta){.dtype = d->dtype, .ndim = d->ndim};
+        memcpy(im[i].shape, d->shape, sizeof im[i].shape);
+    }
+    union {
+        max_align_t align;
+        unsigned char bytes[VQ__MAX_PARAMS];
+    } params;
+    int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, &params);
+    for (int j = 0; j < nout && rc >= 0; j++)
+        if (is_temp(b, out[j]) && vq__program_find_var(b->p, out[j]) < 0)
+            rc = vq_program_add_var(b->p, b->block, out[j], om[j].dtype, om[j].ndim, om[j].shape,
+                                    false);
+    return rc < 0 ? rc : 0;
+}
 
 static int emit_op(void *user, const char *type, const char *const *in, int nin,
                    const char *const *out, int nout, const vq_attr *attrs, int nattrs)
@@ -83,18 +129,46 @@ static int emit_op(void *user, const char *type, const char *const *in, int nin,
                 b->wrote[i] = true;
             }
     if (rc >= 0)
+        rc = declare_temps(b, type, in, nin, out, nout, attrs, nattrs);
+    if (rc >= 0)
         rc = vq_program_add_op(b->p, b->block, type, in, nin, out, nout, attrs, nattrs);
     if (rc < 0 && !b->err)
         b->err = rc;
     return rc < 0 ? rc : 0;
 }
 
-static const char *no_temp(void *user)
+/* "@TEMP@<n>" with the pass's suffix: a name no var has, nor a temporary
+ * handed out before in this pass (declared or not). */
+static const char *make_temp(void *user)
 {
-    (void)user;
-    vq__fail(VQ_ENOSYS, "vq_append_backward: gradient makers get no temporary vars; emit "
-                        "one op per gradient");
-    return NULL;
+    struct bw *b = user;
+    if (b->ntemps == b->temps_cap) {
+        int cap = b->temps_cap ? 2 * b->temps_cap : 4;
+        char **grown = vq__realloc(b->temps, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+            return NULL;
+        }
+        b->temps = grown;
+        b->temps_cap = cap;
+    }
+    size_t n = strlen(b->suffix) + 32;
+    char *name = vq__malloc(n);
+    if (!name) {
+        vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
+        return NULL;
+    }
+    do
+        snprintf(name, n, "@TEMP@%d%s", b->ntemps_made++, b->suffix);
+    while (vq__program_find_var(b->p, name) >= 0);
+    return b->temps[b->ntemps++] = name;
+}
+
+static void temps_clear(struct bw *b)
+{
+    for (int i = 0; i < b->ntemps; i++)
+        free(b->temps[i]);
+    b->ntemps = 0;
 }
 
 static char *grad_name(const struct bw *b, const char *var, int part);
@@ -199,6 +273,8 @@ static void bw_free(struct bw *b)
     free(b->requires);
     free(b->needed);
     free(b->fwd);
+    temps_clear(b);
+    free(b->temps);
 }
 
 static int bw_alloc(struct bw *b, vq_program *p, int block, const char *suffix, int nfwd)
@@ -987,9 +1063,18 @@ static int bw_ops(struct bw *b)
             rc = while_backward(b, k, in, nin, din, dout);
         } else if (rc >= 0) {
             op0 = &p->ops[b->fwd[k]];
-            vq__grad gr = {.def = op0->def, .in = in_n, .nin = nin, .out = out_n, .nout = nout,
-                           .din = din, .dout = dout, .attrs = op0->attrs,
-                           .nattrs = op0->nattrs, .emit = emit_op, .temp = no_temp, .user = b};
+            vq__grad gr = {.def = op0->def,
+                           .in = in_n,
+                           .nin = nin,
+                           .out = out_n,
+                           .nout = nout,
+                           .din = din,
+                           .dout = dout,
+                           .attrs = op0->attrs,
+                           .nattrs = op0->nattrs,
+                           .emit = emit_op,
+                           .temp = make_temp,
+                           .user = b};
             bool *wrote = vq__calloc((size_t)nin + 1, sizeof *wrote);
             if (!wrote) {
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
@@ -1001,6 +1086,7 @@ static int bw_ops(struct bw *b)
                 rc = op0->def->grad(&gr);
                 b->want = NULL;
                 b->nwant = 0;
+                temps_clear(b);
             }
             if (rc >= 0 && b->err)
                 rc = b->err;

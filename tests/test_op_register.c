@@ -7,6 +7,7 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -779,6 +780,106 @@ Test(op_register, a_gradient_context_kept_past_its_maker_call_is_refused)
     cr_assert_eq(kept_copy_rc, VQ_EINVAL);
     vq_program_free(p);
     vq_program_free(q);
+}
+
+/* t_cube(X) -> Out = X^3 (f64); its maker builds 3 X^2 dOut from two
+ * temporaries: t0 = X * X, t1 = t0 * dOut, dX = 3 t1. */
+static int cube_infer(const vq_op_infer_call *c)
+{
+    if (c->in[0].dtype != VQ_F64)
+        return vq_error_set(VQ_EINVAL, "input X: f64 only");
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static int cube_cpu(const vq_op_kernel_call *k)
+{
+    const double *x = vq_tensor_data(k->in[0]);
+    double *y = vq_tensor_data(k->out[0]);
+    for (int64_t i = 0; i < vq_tensor_numel(k->in[0]); i++)
+        y[i] = x[i] * x[i] * x[i];
+    return 0;
+}
+
+static int cube_grad(const vq_op_grad_call *g)
+{
+    if (!g->din[0] || !g->dout[0])
+        return 0;
+    const char *t0 = vq_op_grad_temp(g), *t1 = vq_op_grad_temp(g);
+    if (!t0 || !t1)
+        return VQ_ENOMEM;
+    vq_attr three = VQ_ATTR_F("scale", 3);
+    int rc =
+        vq_op_grad_emit(g, "mul", (const char *const[]){g->in[0], g->in[0]}, 2, &t0, 1, NULL, 0);
+    if (rc == 0)
+        rc = vq_op_grad_emit(g, "mul", (const char *const[]){t0, g->dout[0]}, 2, &t1, 1, NULL, 0);
+    if (rc == 0)
+        rc = vq_op_grad_emit(g, "scale", &t1, 1, &g->din[0], 1, &three, 1);
+    return rc;
+}
+
+static double run_loss(vq_exec *ex, vq_program *p, vq_scope *s, const char *fetch, int64_t i)
+{
+    vq_fetch f = {fetch, NULL};
+    cr_assert_eq(vq_exec_run(ex, p, s, NULL, 0, &f, 1), 0, "%s", vq_errmsg());
+    double v = oc_get(f.tensor, i);
+    vq_tensor_release(f.tensor);
+    return v;
+}
+
+Test(op_register, a_gradient_maker_builds_its_gradient_from_temporaries)
+{
+    cr_assert_eq(vq_op_register(&(vq_op_def){.name = "t_cube",
+                                             .inputs = X,
+                                             .ninputs = 1,
+                                             .outputs = OUT,
+                                             .noutputs = 1,
+                                             .infer = cube_infer,
+                                             .cpu = cube_cpu,
+                                             .grad = cube_grad}),
+                 0, "%s", vq_errmsg());
+    vq_program *p = scaled_sum("t_cube", false), *fwd;
+    cr_assert_eq(vq_program_clone(p, &fwd), 0);
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 1, "%s", vq_errmsg());
+    /* the temporaries are vars of their own, with the inferred dtype and
+     * shape */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_eq(vq_program_dump(p, f), 0, "%s", vq_errmsg());
+    fclose(f);
+    cr_assert(strstr(text, "var @TEMP@0 : f64[4]\n"), "%s", text);
+    cr_assert(strstr(text, "var @TEMP@1 : f64[4]\n"), "%s", text);
+    free(text);
+
+    vq_engine *e = engine(2);
+    vq_exec *ex;
+    vq_scope *s;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+    cr_assert_eq(vq_scope_new(&s), 0);
+    double w0[4] = {-1.5, -0.25, 0.5, 2};
+    vq_tensor *w = oc_from(VQ_F64, 1, (int64_t[]){4}, w0);
+    cr_assert_eq(vq_scope_set(s, "w", w), 0);
+    const double h = 1e-5;
+    for (int64_t i = 0; i < 4; i++) {
+        double analytic = run_loss(ex, p, s, "w@GRAD", i);
+        oc_set(w, i, w0[i] + h);
+        double up = run_loss(ex, fwd, s, "loss", 0);
+        oc_set(w, i, w0[i] - h);
+        double down = run_loss(ex, fwd, s, "loss", 0);
+        oc_set(w, i, w0[i]);
+        double numeric = (up - down) / (2 * h);
+        cr_assert_float_eq(analytic, numeric, 1e-6 * fmax(1, fabs(numeric)),
+                           "w[%lld]: analytic %.12g, numeric %.12g", (long long)i, analytic,
+                           numeric);
+        cr_assert_float_eq(analytic, 3 * w0[i] * w0[i], 1e-12);
+    }
+    vq_tensor_release(w);
+    vq_scope_free(s);
+    vq_exec_free(ex);
+    vq_program_free(p);
+    vq_program_free(fwd);
+    vq_engine_free(e);
 }
 
 Test(op_register, registered_ops_run_on_gpu_tensors_and_gpu_only_kernels_are_checked)

@@ -200,9 +200,17 @@ VQ_API int vq_op_grad_emit(const vq_op_grad_call *g, const char *type, const cha
                            int nin, const char *const *out, int nout, const vq_attr *attrs,
                            int nattrs);
 
-/* A fresh var name for an intermediate of the gradient ops (valid while the
- * gradient maker runs; NULL when out of memory). Only inside the gradient
- * maker of g, as vq_op_grad_emit (any other g: NULL with VQ_EINVAL). */
+/* A fresh var name for an intermediate of the gradient ops, which no var
+ * of the program has. The var is declared (in the block the gradient ops
+ * go to) when an op emitted with vq_op_grad_emit first writes it, with the
+ * dtype and shape that op infers from its inputs' declared ones (a dim
+ * unknown there stays unknown until the program is prepared); an op that
+ * reads it before is refused by vq_op_grad_emit, as for any undeclared
+ * var. The string is varq's and valid while the gradient maker runs.
+ *
+ * Only inside the gradient maker of g, as vq_op_grad_emit. NULL with
+ * VQ_EINVAL for any other g, with VQ_ENOMEM when out of memory
+ * (vq_errmsg says which). */
 VQ_API const char *vq_op_grad_temp(const vq_op_grad_call *g);
 
 #ifdef __cplusplus

@@ -27,8 +27,15 @@
  * cuts, and by any thread that cuts it because it touches one of its
  * tensors (t->capture). Lock order: a thread never holds two states'
  * locks (it lets go of its own before cutting another's); states_lock is
- * innermost and only guards t->capture -> state lookups against a state's
- * free at thread exit. */
+ * innermost and guards t->capture -> state lookups against a state's free
+ * at thread exit, and the registry of every thread's states.
+ *
+ * An engine freed while states are open on it (vq_engine_free's hook,
+ * engine_freed): every state of the engine, whichever thread's, is ended
+ * as vq_capture_end would (its segment pushed) and marked dead, under its
+ * lock, before the engine drains. A dead state is never pushed from
+ * again; its thread skips it (state_find), forgets it at its next
+ * vq_capture_begin or its exit, and never touches the freed engine. */
 #include <varq/capture.h>
 
 #include "../engine/engine_services.h" /* a var's carried failure */
@@ -113,7 +120,13 @@ struct state {
     vq__spinlock lock; /* state_lock */
     vq_engine *e;
     struct state *next;    /* the thread's states */
+    struct state *reg_prev, *reg_next; /* under states_lock: the registry */
     int refs;              /* under states_lock: the thread's + cutters' */
+    /* e was freed (engine_freed): written under the state's lock and
+     * states_lock; read under either, or relaxed by the state's own
+     * thread, which learns of the free through the caller's own ordering
+     * (it may not use e meanwhile). */
+    atomic_bool dead;
     bool active;
     struct cache *cache;
     struct node *at;       /* the segment's last call (cache->root: empty) */
@@ -144,6 +157,7 @@ struct run {
 };
 
 static pthread_mutex_t states_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct state *registry; /* under states_lock: every live state */
 static _Thread_local struct state *my_states;
 static pthread_key_t states_key;
 static pthread_once_t states_once = PTHREAD_ONCE_INIT;
@@ -729,38 +743,113 @@ static void state_unref(struct state *S)
     pthread_mutex_unlock(&states_lock);
     if (!last)
         return;
-    cache_unref(S->cache);
+    if (S->cache) /* a dead state's went with its engine */
+        cache_unref(S->cache);
     free(S->slot);
     free(S->kind);
     free(S);
 }
 
-/* Thread exit: what is still recorded is pushed, then the states go. */
+/* The thread lets go of S: out of the registry (no engine's free finds
+ * it any more), then its reference. */
+static void state_forget(struct state *S)
+{
+    pthread_mutex_lock(&states_lock);
+    if (S->reg_prev)
+        S->reg_prev->reg_next = S->reg_next;
+    else
+        registry = S->reg_next;
+    if (S->reg_next)
+        S->reg_next->reg_prev = S->reg_prev;
+    pthread_mutex_unlock(&states_lock);
+    state_unref(S);
+}
+
+/* Thread exit: what is still recorded is pushed (unless the engine went
+ * first: vq_engine_free pushed it then), then the states go. */
 static void states_free(void *arg)
 {
     struct state *S = arg;
     while (S) {
         struct state *next = S->next;
         state_lock(S);
-        seg_cut(S, VQ_CAPTURE_CUT_END);
+        if (!atomic_load_explicit(&S->dead, memory_order_relaxed))
+            seg_cut(S, VQ_CAPTURE_CUT_END);
         S->active = false;
         state_unlock(S);
-        state_unref(S);
+        state_forget(S);
         S = next;
+    }
+}
+
+/* vq_engine_free's hook: ends every state open on e, whichever thread's,
+ * before the engine drains (see the file head). One state per round: the
+ * registry is scanned under states_lock, the state cut under its own lock
+ * with states_lock let go (the lock order), and marked dead under both, so
+ * the next round skips it. A state whose thread exits meanwhile is cut by
+ * whichever of the two takes its lock first; the other finds nothing to
+ * push. */
+static void engine_freed(vq_engine *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&states_lock);
+        struct state *S = registry;
+        while (S && (S->e != e || atomic_load_explicit(&S->dead, memory_order_relaxed)))
+            S = S->reg_next;
+        if (S)
+            S->refs++;
+        pthread_mutex_unlock(&states_lock);
+        if (!S)
+            return;
+        state_lock(S);
+        if (!atomic_load_explicit(&S->dead, memory_order_relaxed)) {
+            seg_cut(S, VQ_CAPTURE_CUT_END);
+            S->active = false;
+            pthread_mutex_lock(&states_lock);
+            atomic_store_explicit(&S->dead, true, memory_order_relaxed);
+            pthread_mutex_unlock(&states_lock);
+            /* The tree's kept temporaries go now rather than at the thread's
+             * exit; a run still in flight keeps the cache it holds. */
+            cache_unref(S->cache);
+            S->cache = NULL;
+        }
+        state_unlock(S);
+        state_unref(S);
     }
 }
 
 static void states_key_make(void)
 {
     pthread_key_create(&states_key, states_free);
+    vq__engine_on_free(engine_freed);
 }
 
+/* hot path: the calling thread's live state for e (a dead one's engine
+ * may have been freed and another made at its address) */
 static struct state *state_find(vq_engine *e)
 {
     for (struct state *S = my_states; S; S = S->next)
-        if (S->e == e)
+        if (S->e == e && !atomic_load_explicit(&S->dead, memory_order_relaxed))
             return S;
     return NULL;
+}
+
+/* The calling thread forgets its dead states (their engines are gone). */
+static void states_prune(void)
+{
+    bool changed = false;
+    for (struct state **p = &my_states; *p;) {
+        struct state *S = *p;
+        if (atomic_load_explicit(&S->dead, memory_order_relaxed)) {
+            *p = S->next;
+            state_forget(S);
+            changed = true;
+        } else {
+            p = &S->next;
+        }
+    }
+    if (changed)
+        pthread_setspecific(states_key, my_states);
 }
 
 /* Cuts the segment that uses t, whoever's it is (a cut from outside it). */
@@ -1133,6 +1222,7 @@ VQ_API int vq_capture_begin(vq_engine *e)
     if (S && S->active)
         return vq__fail(VQ_EINVAL, "vq_capture_begin: this thread already captures on the engine");
     if (!S) {
+        states_prune();
         pthread_once(&states_once, states_key_make);
         S = vq__calloc(1, sizeof *S);
         if (!S || !(S->cache = cache_new())) {
@@ -1140,12 +1230,19 @@ VQ_API int vq_capture_begin(vq_engine *e)
             return vq__fail(VQ_ENOMEM, "vq_capture_begin: out of memory");
         }
         atomic_flag_clear(&S->lock.flag);
+        atomic_init(&S->dead, false);
         S->e = e;
         S->refs = 1;
         state_reset_segment(S);
         S->next = my_states;
         my_states = S;
         pthread_setspecific(states_key, my_states);
+        pthread_mutex_lock(&states_lock);
+        S->reg_next = registry;
+        if (registry)
+            registry->reg_prev = S;
+        registry = S;
+        pthread_mutex_unlock(&states_lock);
         atomic_store_explicit(&vq__capture, &hooks, memory_order_release);
     }
     state_lock(S);

@@ -286,10 +286,24 @@ static void opr_destroy(vq_opr *o)
     free(o);
 }
 
+/* acquire/release: the hook's own setup (capture's registry) is seen by
+ * the freeing thread that finds the hook. */
+static _Atomic(vq__engine_free_fn) free_hook;
+
+void vq__engine_on_free(vq__engine_free_fn fn)
+{
+    atomic_store_explicit(&free_hook, fn, memory_order_release);
+}
+
 VQ_API void vq_engine_free(vq_engine *e)
 {
     if (!e)
         return;
+    /* First, what the layers above still hold for e (open captures' recorded
+     * calls), so that it is pushed and drained with the rest. */
+    vq__engine_free_fn hook = atomic_load_explicit(&free_hook, memory_order_acquire);
+    if (hook)
+        hook(e);
     wait_pending(e);
     if (e->profile_path && vq_profiler_dump(e, e->profile_path) < 0)
         /* vq_engine_free returns nothing: the one place the library

@@ -104,6 +104,15 @@ void vq__push_release(vq_engine *e, void *held);
 void vq__defer_begin(vq_engine *e);
 void vq__defer_end(vq_engine *e, const atomic_bool *until);
 
+/* For a layer that keeps state for an engine outside it, in places the
+ * engine cannot reach (capture's per-thread states): fn(e) is called at
+ * the start of every vq_engine_free(e), on the freeing thread, before the
+ * engine drains, so fn may still push on e and must forget e for good.
+ * One fn per process, set once (a later call replaces it); any thread.
+ * (engine.c) */
+typedef void (*vq__engine_free_fn)(vq_engine *e);
+void vq__engine_on_free(vq__engine_free_fn fn);
+
 /* ---- parallel loops inside an op (parallel.c) ----
  *
  * For a CPU kernel with more work than one core should do alone: runs

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1134,4 +1135,144 @@ Test(capture, a_tensor_of_another_engine_fails_as_eagerly)
     vq_tensor_release(y);
     vq_engine_free(e);
     vq_engine_free(other);
+}
+
+/* ---- an engine freed while a capture on it is open ----
+ *
+ * vq_engine_free ends every capture open on the engine (capture.h): the
+ * recorded calls run before the engine drains, whichever thread freed it,
+ * and the capturing thread's exit leaves the freed engine alone. The
+ * calls' tensors are all released before the free (they must be: their
+ * vars die with the engine), so a probe op copies what it reads to where
+ * the test can still see it. */
+
+static double probe_seen[4];
+static atomic_int probe_runs;
+
+static int probe_infer(const vq_op_infer_call *c)
+{
+    c->out[0] = c->in[0];
+    return 0;
+}
+
+static int probe_cpu(const vq_op_kernel_call *k)
+{
+    int64_t n = vq_tensor_numel(k->in[0]);
+    memcpy(vq_tensor_data(k->out[0]), vq_tensor_data(k->in[0]), vq_tensor_nbytes(k->in[0]));
+    for (int64_t i = 0; i < n && i < 4; i++)
+        probe_seen[i] = ((const double *)vq_tensor_data(k->in[0]))[i];
+    atomic_fetch_add(&probe_runs, 1);
+    return 0;
+}
+
+static void probe_register(void)
+{
+    static const char *const X[] = {"X"}, *const OUT[] = {"Out"};
+    cr_assert_eq(vq_op_register(&(vq_op_def){.name = "capture_probe",
+                                             .inputs = X,
+                                             .ninputs = 1,
+                                             .outputs = OUT,
+                                             .noutputs = 1,
+                                             .infer = probe_infer,
+                                             .cpu = probe_cpu}),
+                 0, "%s", vq_errmsg());
+}
+
+struct open_capture {
+    vq_engine *e;
+    bool free_here; /* the capturing thread frees the engine itself */
+    int rc;         /* the first failure seen on the thread (0: none) */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool recorded, freed;
+};
+
+/* scale then probe, recorded; every tensor released; no vq_capture_end. */
+static int record_two_calls_and_let_go(vq_engine *e)
+{
+    int64_t s[1] = {4};
+    double v[4] = {1, 2, 3, 4};
+    vq_tensor *x = NULL, *y = NULL, *z = NULL;
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    int rc = vq_tensor_from(&x, VQ_F64, 1, s, v);
+    if (rc == 0)
+        rc = vq_capture_begin(e);
+    if (rc == 0)
+        rc = vq_op_run(e, "scale", &x, 1, &y, 1, &two, 1);
+    if (rc == 0)
+        rc = vq_op_run(e, "capture_probe", &y, 1, &z, 1, NULL, 0);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
+    vq_tensor_release(z);
+    return rc;
+}
+
+static void *open_capture_main(void *arg)
+{
+    struct open_capture *oc = arg;
+    oc->rc = record_two_calls_and_let_go(oc->e);
+    if (oc->free_here) {
+        vq_engine_free(oc->e);
+    } else {
+        pthread_mutex_lock(&oc->lock);
+        oc->recorded = true;
+        pthread_cond_broadcast(&oc->cond);
+        while (!oc->freed)
+            pthread_cond_wait(&oc->cond, &oc->lock);
+        pthread_mutex_unlock(&oc->lock);
+    }
+    if (oc->rc == 0 && atomic_load(&probe_runs) != 1)
+        oc->rc = -1000; /* the recorded calls did not run by the free */
+    /* Capturing again on a new engine (maybe at the freed one's address)
+     * starts afresh. */
+    vq_engine *e2 = NULL;
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
+    if (oc->rc == 0)
+        oc->rc = vq_engine_new(&e2, &o);
+    if (oc->rc == 0)
+        oc->rc = record_two_calls_and_let_go(e2);
+    if (oc->rc == 0)
+        oc->rc = vq_capture_end(e2);
+    vq_engine_free(e2);
+    if (oc->rc == 0 && atomic_load(&probe_runs) != 2)
+        oc->rc = -1001;
+    return NULL; /* thread exit: capture's per-thread states go now */
+}
+
+static void open_capture_case(bool free_here)
+{
+    probe_register();
+    struct open_capture oc = {.e = engine(2), .free_here = free_here};
+    pthread_mutex_init(&oc.lock, NULL);
+    pthread_cond_init(&oc.cond, NULL);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, open_capture_main, &oc), 0);
+    if (!free_here) {
+        pthread_mutex_lock(&oc.lock);
+        while (!oc.recorded)
+            pthread_cond_wait(&oc.cond, &oc.lock);
+        pthread_mutex_unlock(&oc.lock);
+        vq_engine_free(oc.e);
+        cr_assert_eq(atomic_load(&probe_runs), 1, "the recorded calls did not run by the free");
+        pthread_mutex_lock(&oc.lock);
+        oc.freed = true;
+        pthread_cond_broadcast(&oc.cond);
+        pthread_mutex_unlock(&oc.lock);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(oc.rc, 0, "thread: %d", oc.rc);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(probe_seen[i], 2.0 * (i + 1), "probe saw %g at %d", probe_seen[i], i);
+    pthread_mutex_destroy(&oc.lock);
+    pthread_cond_destroy(&oc.cond);
+}
+
+Test(capture, engine_free_ends_the_capturing_threads_open_capture)
+{
+    open_capture_case(true);
+}
+
+Test(capture, engine_free_ends_another_threads_open_capture)
+{
+    open_capture_case(false);
 }

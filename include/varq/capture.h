@@ -49,6 +49,18 @@
  * cut, so vq_wait_all does not wait for calls still recorded, and the
  * segment's kernels run one after another on one worker.
  *
+ * An engine freed with captures open on it: vq_engine_free(e) ends every
+ * capture on e, whichever thread's, as vq_capture_end would (what is
+ * recorded is pushed; the recorded calls run, and their errors reach their
+ * tensors, before the engine drains), except that an error pushing (out of
+ * memory) is returned to nobody. The capture is over: the thread may not
+ * call vq_capture_end(e) (e is gone); it may begin again on another
+ * engine, and its exit does not touch the freed engine. As for any call
+ * on e, the capturing thread may not record on e while e is being freed;
+ * its tensors must be released first (vq_engine_free).
+ *
+ * A thread that exits with a capture open pushes what it recorded then.
+ *
  * Thread-safety: capture state is per thread and per engine; functions
  * here act on the calling thread's state for e. Cuts caused by other
  * threads lock it. */

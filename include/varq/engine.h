@@ -171,7 +171,9 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
  * with other calls on the same engine. Tensors used with e (those ops have
  * run on, or whose var an executor or vq_tensor_var gave them) must be
  * released first, scopes holding them freed first: the last release of
- * such a tensor pushes its free on e. NULL is a no-op. */
+ * such a tensor pushes its free on e. Captures still open on e, on any
+ * thread, are ended first, their recorded calls pushed and run with the
+ * rest (capture.h). NULL is a no-op. */
 VQ_API void vq_engine_free(vq_engine *e);
 
 /* Creates a var owned by the engine. name (may be NULL) is copied, cut to

@@ -626,6 +626,11 @@ int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
 {
     const Onnx__NodeProto *outer = x->node;
     int outer_index = x->node_index, outer_block = x->block, rc = 0;
+    /* vq__onnx_nesting_check bounded this before unpacking; checked again
+     * here, before recursing, for any graph that reaches here another way */
+    if (x->depth > OX_MAX_NESTING)
+        return ox_fail(x, VQ_EINVAL, "subgraphs nest more than %d levels deep", OX_MAX_NESTING);
+    x->depth++;
     x->block = block;
     /* without memory for it, no fusion */
     size_t *deferred = g->n_node ? calloc(g->n_node, sizeof *deferred) : NULL;
@@ -644,6 +649,7 @@ int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
             rc = translate_at(x, g, i, deferred);
     }
     free(deferred);
+    x->depth--;
     x->node = outer;
     x->node_index = outer_index;
     x->block = outer_block;
@@ -841,6 +847,9 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     int orc = opts_check(opts);
     if (orc < 0)
         return orc;
+    int nrc = vq__onnx_nesting_check(buf, len);
+    if (nrc < 0)
+        return nrc;
     unsigned failed = vq__protobuf_failed_allocs();
     Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!m && vq__protobuf_failed_allocs() != failed)
@@ -972,6 +981,9 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
     memset(out, 0, sizeof *out);
+    int nrc = vq__onnx_nesting_check(buf, len);
+    if (nrc < 0)
+        return nrc;
     unsigned failed = vq__protobuf_failed_allocs();
     Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
     if (!m && vq__protobuf_failed_allocs() != failed)

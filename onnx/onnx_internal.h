@@ -45,6 +45,7 @@ struct ox {
     const Onnx__NodeProto *node; /* the node being translated */
     int node_index;
     int block;           /* where ops go: 0, or a block of an If or Loop */
+    int depth;           /* subgraphs open in ox_nodes: 0 in the model's graph */
     int ntemps;
     /* what goes into the caller's scope once the import succeeded */
     struct ox_bind {
@@ -59,6 +60,20 @@ struct ox {
     bool fuse;
     double fuse_lo, fuse_hi;
 };
+
+/* Levels of subgraphs (If branches, Loop bodies, inside one another) a
+ * model may nest: each costs a recursion of the import (ox_nodes) and of
+ * protobuf-c's unpack, so a bound keeps a small hostile model from
+ * overflowing the stack. Real models nest a handful. */
+#define OX_MAX_NESTING 64
+
+/* ---- wire.c ---- */
+
+/* VQ_EINVAL, saying so, when the encoded ModelProto buf[0..len) nests
+ * subgraphs deeper than OX_MAX_NESTING or messages deeper than protobuf-c
+ * may safely recurse; read without unpacking (0 for bytes that are not a
+ * model: unpack refuses those). */
+int vq__onnx_nesting_check(const void *buf, size_t len);
 
 /* ---- tensor.c ---- */
 

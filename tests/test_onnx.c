@@ -793,6 +793,91 @@ Test(onnx, if_becomes_a_cond_and_a_known_condition_keeps_one_branch)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* levels Ifs inside one another on a fed c: y0 = c ? (c ? ... -x) : x,
+ * each then_branch holding the next If, each else_branch x. */
+static Onnx__ModelProto *nested_ifs(int levels)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){2});
+    graph_io(&m->graph->input, &m->graph->n_input, "c", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0,
+             NULL);
+    Onnx__GraphProto *g = m->graph;
+    char y[32], e[32];
+    for (int k = 0; k < levels; k++) {
+        snprintf(y, sizeof y, "y%d", k);
+        snprintf(e, sizeof e, "e%d", k);
+        Onnx__NodeProto *n = graph_node(g, "If", NAMES("c"), NAMES(y));
+        Onnx__GraphProto *tb = subgraph("then"), *eb = subgraph("else");
+        graph_node(eb, "Identity", NAMES("x"), NAMES(e));
+        add_output(&(Onnx__ModelProto){.graph = eb}, e);
+        snprintf(y, sizeof y, "y%d", k + 1);
+        add_output(&(Onnx__ModelProto){.graph = tb}, y);
+        attr_graph(n, "then_branch", tb);
+        attr_graph(n, "else_branch", eb);
+        g = tb;
+    }
+    snprintf(y, sizeof y, "y%d", levels);
+    graph_node(g, "Neg", NAMES("x"), NAMES(y));
+    add_output(m, "y0");
+    return m;
+}
+
+/* Each level of subgraphs is a recursion of protobuf-c's unpack and of
+ * the import: past the limit, an error before either starts (300 levels
+ * overflowed the import's stack, 3000 unpack's). */
+Test(onnx, subgraphs_nested_past_the_limit_are_an_error_not_a_crash)
+{
+    const int deep[] = {65, 300, 3000};
+    for (int i = 0; i < 3; i++) {
+        Onnx__ModelProto *m = nested_ifs(deep[i]);
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_onnx_info info;
+        cr_assert_eq(vq_onnx_info_read(&info, buf, len), VQ_EINVAL, "%d levels", deep[i]);
+        free(buf);
+        expect_error(m, VQ_EINVAL, NAMES("nest more than 64 levels deep"));
+    }
+    /* types nest too: a graph input of sequences of sequences... */
+    Onnx__ModelProto *m = nested_ifs(0);
+    Onnx__TypeProto *tp = m->graph->input[0]->type;
+    for (int k = 0; k < 2000; k++) {
+        Onnx__TypeProto *outer = calloc(1, sizeof *outer);
+        onnx__type_proto__init(outer);
+        Onnx__TypeProto__Sequence *sq = calloc(1, sizeof *sq);
+        onnx__type_proto__sequence__init(sq);
+        sq->elem_type = tp;
+        outer->value_case = ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE;
+        outer->sequence_type = sq;
+        tp = outer;
+    }
+    m->graph->input[0]->type = tp;
+    expect_error(m, VQ_EINVAL, NAMES("messages nest more than", "TypeProto"));
+    /* at the limit: imports and runs */
+    m = nested_ifs(64);
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *tx, *tc;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){2}, (const float[]){1, 2}), 0);
+    for (int c = 0; c < 2; c++) {
+        unsigned char b = (unsigned char)c;
+        cr_assert_eq(vq_tensor_from(&tc, VQ_BOOL, 0, NULL, &b), 0);
+        vq_feed feeds[2] = {{"x", tx}, {"c", tc}};
+        cr_assert_float_eq(run1(&r, p, s, feeds, 2, "y0", 1), c ? -2.0f : 2.0f, 0);
+        vq_tensor_release(tc);
+    }
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    vq_program_free(p);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* acc = x; repeat while (sum(acc) < limit) and at most M times: acc *= 2.
  * M fed at run time, or known (an initializer): max_iters. */
 static Onnx__ModelProto *doubling_loop(bool known_m)

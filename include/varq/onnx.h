@@ -21,7 +21,8 @@
  * an ONNX model, a truncated or corrupted one, a node of an unknown op (the
  * message names the op, its domain and opset, and the node), an attribute
  * value that is not supported, an input no node produces, a cycle, a shape
- * whose size overflows, an external-data file that is missing or too short:
+ * whose size overflows, subgraphs (If, Loop) nested more than 64 levels
+ * deep, an external-data file that is missing or too short:
  * VQ_EINVAL, VQ_ENOSYS or VQ_EIO with a message naming the node or tensor;
  * *out is then NULL and params is left as it was.
  *

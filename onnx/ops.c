@@ -107,12 +107,14 @@ static void sym_sum(struct ox_val *r, const struct ox_val *a, const struct ox_va
     int64_t k;
     if (r->meta.ndim > 1 || (r->meta.ndim == 1 && r->meta.shape[0] != 1))
         return;
+    /* offsets add up along a chain of nodes: one that would overflow is
+     * not followed */
     if (a->sym && !b->sym && known_int1(b, &k) && k > -(1LL << 40) && k < (1LL << 40)) {
-        r->sym = a->sym;
-        r->sym_off = a->sym_off + sign * k;
+        if (!__builtin_add_overflow(a->sym_off, sign * k, &r->sym_off))
+            r->sym = a->sym;
     } else if (sign > 0 && b->sym && known_int1(a, &k) && k > -(1LL << 40) && k < (1LL << 40)) {
-        r->sym = b->sym;
-        r->sym_off = b->sym_off + k;
+        if (!__builtin_add_overflow(b->sym_off, k, &r->sym_off))
+            r->sym = b->sym;
     }
 }
 
@@ -723,8 +725,19 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
             return ox_fail(x, VQ_ENOSYS, "auto_pad %s needs the spatial dims known when the "
                                          "model is imported",
                            mode);
-        int64_t out = (in + strides[i] - 1) / strides[i];
-        int64_t total = (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in;
+        /* strides, dilations and kernel are the model's: checked here, where
+         * they divide and multiply before the op's own checks */
+        int64_t st = strides[i], span, total;
+        if (st < 1 || dil[i] < 1 || kernel[i] < 0)
+            return ox_fail(x, VQ_EINVAL,
+                           "strides %lld, dilations %lld, kernel %lld: a window "
+                           "needs them positive",
+                           (long long)st, (long long)dil[i], (long long)kernel[i]);
+        int64_t out = in / st + (in % st != 0); /* ceil(in / st) <= in */
+        if (__builtin_mul_overflow(kernel[i] > 0 ? kernel[i] - 1 : 0, dil[i], &span) ||
+            __builtin_add_overflow((out - 1) * st + 1 - in, span, &total))
+            return ox_fail(x, VQ_EINVAL, "kernel %lld dilated by %lld overflows",
+                           (long long)kernel[i], (long long)dil[i]);
         if (total < 0)
             total = 0;
         pads[upper ? i : nd + i] = total / 2;
@@ -835,8 +848,27 @@ static int t_conv_transpose(struct ox *x)
                 return ox_fail(x, VQ_ENOSYS, "%s needs the spatial dims known when the model is "
                                              "imported",
                                nshape > 0 ? "output_shape" : "auto_pad SAME");
-            want[i] = nshape > 0 ? shape[nshape - nd + i] : len * strides[i];
-            int64_t total = strides[i] * (len - 1) + outpad[i] + (k - 1) * dil[i] + 1 - want[i];
+            /* the model's strides, dilations, paddings and sizes: each step
+             * checked for overflow */
+            int64_t total, t1, t2, st = strides[i];
+            bool bad = st < 1 || dil[i] < 1 || outpad[i] < 0;
+            if (!bad && nshape > 0)
+                want[i] = shape[nshape - nd + i];
+            else if (!bad)
+                bad = __builtin_mul_overflow(len, st, &want[i]);
+            bad = bad || want[i] < 0 || __builtin_mul_overflow(st, len - 1, &t1) ||
+                  __builtin_mul_overflow(k - 1, dil[i], &t2) ||
+                  __builtin_add_overflow(t1, t2, &total) ||
+                  __builtin_add_overflow(total, outpad[i], &total) ||
+                  __builtin_sub_overflow(total, want[i], &total) ||
+                  __builtin_add_overflow(total, 1, &total) ||
+                  (total < 0 && __builtin_sub_overflow(outpad[i], total, &t1));
+            if (bad)
+                return ox_fail(x, VQ_EINVAL,
+                               "strides %lld, dilations %lld, output_padding "
+                               "%lld and the output size overflow or are not "
+                               "positive",
+                               (long long)st, (long long)dil[i], (long long)outpad[i]);
             if (total < 0 && outpad[i] - total < strides[i]) {
                 /* rows past the last window: what output_padding adds */
                 outpad[i] -= total;
@@ -1900,8 +1932,8 @@ static int t_eye_like(struct ox *x)
         return ox_fail(x, rc, "%s", vq_errmsg());
     memset(vq_tensor_data(t), 0, (size_t)(n * m) * vq_dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
-        int64_t j = i + k;
-        if (j < 0 || j >= m)
+        int64_t j; /* k is the model's: any int64 */
+        if (__builtin_add_overflow(i, k, &j) || j < 0 || j >= m)
             continue;
         char *at = (char *)vq_tensor_data(t) + (size_t)(i * m + j) * vq_dtype_size(dt);
         switch (dt) {
@@ -1936,9 +1968,13 @@ static int t_one_hot(struct ox *x)
         return rc;
     if (!dval || !ox_known(x, dval) || dval->konst->numel != 1)
         return ox_fail(x, VQ_ENOSYS, "depth is not one value known at import");
-    depth = (int64_t)first_value(dval->konst);
-    if (depth <= 0)
-        return ox_fail(x, VQ_EINVAL, "depth %lld is not positive", (long long)depth);
+    /* the positions 0 .. depth-1 are made here: a bounded count, and a
+     * double checked before it becomes an integer (NaN or 1e30 would not
+     * convert) */
+    double dd = first_value(dval->konst);
+    if (!(dd >= 1 && dd <= (double)(1 << 30)))
+        return ox_fail(x, VQ_EINVAL, "depth %g is not in [1, 2^30]", dd);
+    depth = (int64_t)dd;
     if (vals->meta.ndim != 1 || vals->meta.shape[0] != 2)
         return ox_fail(x, VQ_EINVAL, "values is not a 2-element vector");
     int r = idx->meta.ndim + 1, a = 0;
@@ -1998,8 +2034,14 @@ static int space_depth(struct ox *x, bool to_space)
     int64_t n = v->meta.shape[0], c = v->meta.shape[1], h = v->meta.shape[2], w = v->meta.shape[3];
     if (n < 0 || c < 0 || h < 0 || w < 0)
         return ox_fail(x, VQ_ENOSYS, "the input's shape is not known at import");
-    if (b <= 0)
-        return ox_fail(x, VQ_EINVAL, "blocksize %lld is not positive", (long long)b);
+    /* a bound that keeps b * b and the dims times b within int64 */
+    if (b <= 0 || b > (1 << 20))
+        return ox_fail(x, VQ_EINVAL, "blocksize %lld is not in [1, 2^20]", (long long)b);
+    int64_t hb, wb, cbb;
+    if (__builtin_mul_overflow(h, b, &hb) || __builtin_mul_overflow(w, b, &wb) ||
+        __builtin_mul_overflow(c, b * b, &cbb))
+        return ox_fail(x, VQ_EINVAL, "blocksize %lld times the input's dims overflows",
+                       (long long)b);
     bool crd = !strcmp(mode, "CRD");
     if (!crd && strcmp(mode, "DCR"))
         return ox_fail(x, VQ_EINVAL, "mode \"%s\" is not DCR or CRD", mode);
@@ -2016,14 +2058,14 @@ static int space_depth(struct ox *x, bool to_space)
             memcpy(s6, (int64_t[]){n, b, b, cc, h, w}, sizeof s6);
             memcpy(perm, (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof perm);
         }
-        memcpy(out, (int64_t[]){n, cc, h * b, w * b}, sizeof out);
+        memcpy(out, (int64_t[]){n, cc, hb, wb}, sizeof out);
     } else {
         if (h % b || w % b)
             return ox_fail(x, VQ_EINVAL, "%lld x %lld is not a multiple of the blocksize %lld",
                            (long long)h, (long long)w, (long long)b);
         memcpy(s6, (int64_t[]){n, c, h / b, b, w / b, b}, sizeof s6);
         memcpy(perm, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof perm);
-        memcpy(out, (int64_t[]){n, c * b * b, h / b, w / b}, sizeof out);
+        memcpy(out, (int64_t[]){n, cbb, h / b, w / b}, sizeof out);
     }
     vq_attr pa = VQ_ATTR_IS("perm", perm, 6);
     if ((rc = reshape_to(x, v, s6, 6, NULL, &a)) < 0 ||
@@ -2552,12 +2594,17 @@ static int t_slice(struct ox *x)
         int64_t top = st > 0 ? dim : dim - 1, bottom = st > 0 ? 0 : -1;
         lo = lo < bottom ? bottom : lo > top ? top : lo;
         hi = hi < bottom ? bottom : hi > top ? top : hi;
-        int64_t count = st > 0 ? (hi > lo ? (hi - lo + st - 1) / st : 0)
-                               : (lo > hi ? (lo - hi - st - 1) / -st : 0);
+        /* the span is at most dim + 1, but the step is the model's: any
+         * int64, INT64_MIN too, whose negation overflows; its magnitude
+         * as unsigned, and ceil(span / |step|) without adding them */
+        uint64_t span =
+            st > 0 ? (hi > lo ? (uint64_t)(hi - lo) : 0) : (lo > hi ? (uint64_t)(lo - hi) : 0);
+        uint64_t mag = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;
+        int64_t count = span ? (int64_t)((span - 1) / mag + 1) : 0;
         vq_tensor *idx;
         if ((rc = vq_tensor_new(&idx, VQ_I64, 1, &count)) < 0)
             return ox_fail(x, rc, "%s", vq_errmsg());
-        for (int64_t j = 0; j < count; j++)
+        for (int64_t j = 0; j < count; j++) /* count > 1 only when |st| < dim */
             ((int64_t *)idx->data)[j] = lo + j * st;
         struct ox_val *in[2] = {cur, NULL};
         if ((rc = ox_const(x, NULL, idx, &in[1])) < 0)
@@ -2715,6 +2762,16 @@ static int t_range(struct ox *x)
         return ox_fail(x, VQ_EINVAL, "Range(%g, %g, %g): delta must be nonzero and all finite",
                        start, limit, delta);
     double len = ceil((limit - start) / delta);
+    if (!is_float(dt)) {
+        /* exactly, in unsigned arithmetic: a double rounds int64 bounds,
+         * and limit - start may not fit an int64 */
+        int64_t l64 = dt == VQ_I64 ? *(const int64_t *)t[1]->data : *(const int32_t *)t[1]->data;
+        bool up = d64 > 0;
+        uint64_t span = up ? (l64 > s64 ? (uint64_t)l64 - (uint64_t)s64 : 0)
+                           : (s64 > l64 ? (uint64_t)s64 - (uint64_t)l64 : 0);
+        uint64_t mag = up ? (uint64_t)d64 : 0 - (uint64_t)d64;
+        len = span ? (double)((span - 1) / mag + 1) : 0;
+    }
     if (len > (double)(1 << 30))
         return ox_fail(x, VQ_EINVAL, "Range(%g, %g, %g) has %g elements, more than 2^30", start,
                        limit, delta, len);
@@ -2726,8 +2783,12 @@ static int t_range(struct ox *x)
         switch (dt) {
         case VQ_F32: ((float *)out->data)[i] = (float)(start + (double)i * delta); break;
         case VQ_F64: ((double *)out->data)[i] = start + (double)i * delta; break;
+        /* every value lies between start and limit, but i * delta may
+         * not fit: modulo 2^64, which lands on the value */
         case VQ_I32: ((int32_t *)out->data)[i] = (int32_t)(s64 + i * d64); break;
-        default: ((int64_t *)out->data)[i] = s64 + i * d64; break;
+        default:
+            ((int64_t *)out->data)[i] = (int64_t)((uint64_t)s64 + (uint64_t)i * (uint64_t)d64);
+            break;
         }
     }
     return ox_const(x, out0(x), out, NULL);

@@ -1598,6 +1598,171 @@ Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- index arithmetic on the model's extreme values ---- */
+
+/* Slice([1, 2, 3, 4], starts INT64_MAX, ends INT64_MIN, step INT64_MIN):
+ * ONNX clamps the start to 3 and takes one step, [4]; -step overflowed
+ * (UBSan) and gave an empty tensor. */
+Test(onnx, a_slice_with_step_int64_min_takes_onnxs_one_element)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){4});
+    add_init_ints(m, "st", 1, (int64_t[]){INT64_MAX});
+    add_init_ints(m, "en", 1, (int64_t[]){INT64_MIN});
+    add_init_ints(m, "ax", 1, (int64_t[]){0});
+    add_init_ints(m, "sp", 1, (int64_t[]){INT64_MIN});
+    add_node(m, "Slice", "sl", NAMES("x", "st", "en", "ax", "sp"), NAMES("y"));
+    add_output(m, "y");
+    /* and step INT64_MAX from the start: one element too */
+    add_init_ints(m, "st0", 1, (int64_t[]){INT64_MIN});
+    add_init_ints(m, "en0", 1, (int64_t[]){INT64_MAX});
+    add_init_ints(m, "spmax", 1, (int64_t[]){INT64_MAX});
+    add_node(m, "Slice", "sl0", NAMES("x", "st0", "en0", "ax", "spmax"), NAMES("y0"));
+    add_output(m, "y0");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){4}, (const float[]){1, 2, 3, 4}), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch f[2] = {{"y", NULL}, {"y0", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(f[0].tensor), 1);
+    cr_assert_eq(((const float *)vq_tensor_data(f[0].tensor))[0], 4.0f);
+    cr_assert_eq(vq_tensor_numel(f[1].tensor), 1);
+    cr_assert_eq(((const float *)vq_tensor_data(f[1].tensor))[0], 1.0f);
+    vq_tensor_release(f[0].tensor);
+    vq_tensor_release(f[1].tensor);
+    vq_tensor_release(tx);
+    vq_program_free(p);
+    vq_scope_free(s);
+    run_free(&r);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* Range over int64 bounds a double cannot hold apart, or whose difference
+ * or i * delta overflows: counted and computed exactly. */
+Test(onnx, an_int64_range_near_the_type_bounds_is_exact)
+{
+    static const struct {
+        int64_t start, limit, delta, n, first, last;
+    } cases[] = {
+        {INT64_MIN, INT64_MAX, INT64_C(1) << 62, 4, INT64_MIN, INT64_C(1) << 62},
+        {INT64_MAX - 1, INT64_MAX, 1, 1, INT64_MAX - 1, INT64_MAX - 1},
+        {INT64_MAX, INT64_MIN, INT64_MIN, 2, INT64_MAX, -1},
+        {5, 0, INT64_MIN, 1, 5, 5},
+    };
+    for (int c = 0; c < 4; c++) {
+        Onnx__ModelProto *m = model_new(13);
+        add_input(m, "x", 0, NULL);
+        add_init_ints(m, "a", 1, &cases[c].start);
+        add_init_ints(m, "b", 1, &cases[c].limit);
+        add_init_ints(m, "d", 1, &cases[c].delta);
+        add_node(m, "Range", "rg", NAMES("a", "b", "d"), NAMES("y"));
+        add_output(m, "y");
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_scope *s;
+        vq_program *p;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        vq_tensor *y = vq_scope_get(s, "y");
+        cr_assert(y);
+        cr_assert_eq(vq_tensor_numel(y), cases[c].n, "case %d: %lld elements", c,
+                     (long long)vq_tensor_numel(y));
+        const int64_t *v = vq_tensor_data(y);
+        cr_assert_eq(v[0], cases[c].first, "case %d", c);
+        cr_assert_eq(v[cases[c].n - 1], cases[c].last, "case %d", c);
+        vq_program_free(p);
+        vq_scope_free(s);
+        free(buf);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+}
+
+/* Attributes and inputs the importer does arithmetic on before any op
+ * checks them: strides of 0 divided by (SIGFPE), products and sums past
+ * int64 (UBSan), a float depth past int64 converted. Each is an error
+ * naming the node, or an exact result. */
+Test(onnx, window_and_index_attributes_at_the_int64_extremes_are_errors_or_exact)
+{
+    /* MaxPool, auto_pad SAME_UPPER, strides 0 */
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 1, 4, 4});
+    Onnx__NodeProto *n = add_node(m, "MaxPool", "mp", NAMES("x"), NAMES("y"));
+    attr_ints(n, "kernel_shape", 2, (int64_t[]){2, 2});
+    attr_ints(n, "strides", 2, (int64_t[]){0, 0});
+    Onnx__AttributeProto *a = attr(n, "auto_pad", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)strdup("SAME_UPPER");
+    a->s.len = strlen("SAME_UPPER");
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("node 0 (MaxPool \"mp\")", "strides 0"));
+    /* the same with a kernel dilated past int64 */
+    m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 1, 4, 4});
+    n = add_node(m, "MaxPool", "mp", NAMES("x"), NAMES("y"));
+    attr_ints(n, "kernel_shape", 2, (int64_t[]){INT64_MAX, 2});
+    attr_ints(n, "dilations", 2, (int64_t[]){INT64_MAX, 1});
+    a = attr(n, "auto_pad", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+    a->has_s = 1;
+    a->s.data = (uint8_t *)strdup("SAME_LOWER");
+    a->s.len = strlen("SAME_LOWER");
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("node 0 (MaxPool \"mp\")", "overflows"));
+    /* ConvTranspose to an output_shape, strides INT64_MAX */
+    m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 1, 3, 3});
+    add_init(m, "w", 4, (int64_t[]){1, 1, 2, 2}, (const float[]){1, 1, 1, 1});
+    n = add_node(m, "ConvTranspose", "ct", NAMES("x", "w"), NAMES("y"));
+    attr_ints(n, "strides", 2, (int64_t[]){INT64_MAX, INT64_MAX});
+    attr_ints(n, "output_shape", 2, (int64_t[]){5, 5});
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("node 0 (ConvTranspose \"ct\")", "overflow"));
+    /* DepthToSpace, blocksize 2^32: b * b overflowed */
+    m = model_new(13);
+    add_input(m, "x", 4, (int64_t[]){1, 4, 2, 2});
+    attr_int(add_node(m, "DepthToSpace", "d2s", NAMES("x"), NAMES("y")), "blocksize",
+             INT64_C(1) << 32);
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("node 0 (DepthToSpace \"d2s\")", "blocksize"));
+    /* OneHot of a float depth 1e30 */
+    m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){2});
+    m->graph->input[0]->type->tensor_type->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+    a = attr(add_node(m, "Constant", "dc", NULL, NAMES("depth")), "value_float",
+             ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = 1e30f;
+    add_init(m, "vals", 1, (int64_t[]){2}, (const float[]){0, 1});
+    add_node(m, "OneHot", "oh", NAMES("x", "depth", "vals"), NAMES("y"));
+    add_output(m, "y");
+    expect_error(m, VQ_EINVAL, NAMES("node 1 (OneHot \"oh\")", "depth 1e+30"));
+    /* EyeLike with k = INT64_MAX: i + k overflowed; all zeros */
+    m = model_new(13);
+    add_init(m, "e", 2, (int64_t[]){3, 3}, (const float[]){0, 0, 0, 0, 0, 0, 0, 0, 0});
+    attr_int(add_node(m, "EyeLike", "eye", NAMES("e"), NAMES("y")), "k", INT64_MAX);
+    add_output(m, "y");
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    int rc = vq_program_from_onnx(&p, s, buf, len);
+    if (rc == 0)
+        vq_program_free(p);
+    else
+        cr_assert(strstr(vq_errmsg(), "EyeLike"), "%s", vq_errmsg());
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- Sign and Range ---- */
 
 Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)

@@ -4,10 +4,17 @@
 #include "onnx_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifdef SYS_openat2
+#include <linux/openat2.h>
+#endif
 
 bool vq__onnx_dtype(int32_t onnx_type, vq_dtype *out)
 {
@@ -33,8 +40,51 @@ const char *vq__onnx_type_name(int32_t onnx_type)
     return "an unknown type";
 }
 
+/* Opens location beneath directory dirfd, read-only, without blocking (a
+ * FIFO would wait for a writer forever) and without following a link out
+ * of the directory: openat2's RESOLVE_BENEATH where the kernel has it, else
+ * openat and then a check that the file opened is the one the resolved
+ * path names, under the resolved directory. -1 with errno (EXDEV for a
+ * file outside). */
+static int open_beneath(int dirfd, const char *dir, const char *location)
+{
+    int fd, flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
+#ifdef SYS_openat2
+    struct open_how how = {.flags = (uint64_t)flags,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    fd = (int)syscall(SYS_openat2, dirfd, location, &how, sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM))
+        return fd;
+#endif
+    fd = openat(dirfd, location, flags);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(dir) + strlen(location) + 2;
+    char *path = vq__malloc(n), *rdir = realpath(dir, NULL), *rfile = NULL;
+    bool inside = false;
+    struct stat a, b;
+    if (path && rdir) {
+        snprintf(path, n, "%s/%s", dir, location);
+        size_t k = strlen(rdir);
+        rfile = realpath(path, NULL);
+        inside = rfile && (!strncmp(rfile, rdir, k) && (rfile[k] == '/' || !strcmp(rdir, "/"))) &&
+                 stat(rfile, &a) == 0 && fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+                 a.st_ino == b.st_ino;
+    }
+    free(path);
+    free(rdir);
+    free(rfile);
+    if (!inside) {
+        close(fd);
+        errno = EXDEV;
+        return -1;
+    }
+    return fd;
+}
+
 /* The external data of t: its file (relative to dir, no "..", not
- * absolute), offset and length (-1: to the end). */
+ * absolute, a regular file, not reached through a link out of dir),
+ * offset and length (-1: to the end). */
 static int external_read(const Onnx__TensorProto *t, const char *dir, const char *what,
                          size_t want, void *dst)
 {
@@ -71,23 +121,48 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
         return vq__fail(VQ_EINVAL, "onnx: %s: external data length %lld, but the shape needs "
                                    "%zu bytes",
                         what, length, want);
-    size_t n = strlen(dir) + strlen(location) + 2;
-    char *path = vq__malloc(n);
-    if (!path)
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    snprintf(path, n, "%s/%s", dir, location);
-    FILE *f = fopen(path, "rb");
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return vq__fail(VQ_EIO, "onnx: %s: the model's directory %s: %s", what, dir,
+                        strerror(errno));
+    int fd = open_beneath(dirfd, dir, location);
+    int err = errno;
+    close(dirfd);
+    if (fd < 0 && err == EXDEV)
+        return vq__fail(VQ_EINVAL, "onnx: %s: external data file %s/%s is a link to a file "
+                                   "outside the model's directory",
+                        what, dir, location);
+    if (fd < 0)
+        return vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s: %s", what, dir, location,
+                        strerror(err));
+    struct stat st;
     int rc = 0;
-    if (!f) {
-        rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s: %s", what, path, strerror(errno));
-    } else if (fseeko(f, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, want, f) != want) {
-        rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s holds less than %zu bytes at "
-                              "offset %lld",
-                      what, path, want, offset);
+    if (fstat(fd, &st) != 0) {
+        rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s: %s", what, dir, location,
+                      strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = vq__fail(VQ_EINVAL, "onnx: %s: external data file %s/%s is not a regular file "
+                                 "(a FIFO, device or directory)",
+                      what, dir, location);
+    } else if (__builtin_add_overflow(offset, (long long)want, &(long long){0})) {
+        rc = vq__fail(VQ_EINVAL, "onnx: %s: external data offset %lld plus %zu bytes overflows",
+                      what, offset, want);
+    } else {
+        size_t got = 0;
+        while (got < want) {
+            ssize_t r = pread(fd, (char *)dst + got, want - got, (off_t)offset + (off_t)got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        if (got != want)
+            rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s holds less than %zu "
+                                  "bytes at offset %lld",
+                          what, dir, location, want, offset);
     }
-    if (f)
-        fclose(f);
-    free(path);
+    close(fd);
     return rc;
 }
 

@@ -526,6 +526,102 @@ Test(onnx, external_data_is_read_beside_the_model_and_missing_files_are_errors)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* dir/model.onnx: the MLP with b1 stored in location (data at offset 0). */
+static void external_model(const char *dir, const char *location, char *model, size_t size)
+{
+    Onnx__ModelProto *m = mlp();
+    Onnx__TensorProto *t = m->graph->initializer[1];
+    free(t->raw_data.data);
+    t->raw_data.data = NULL;
+    t->raw_data.len = 0;
+    t->has_raw_data = 0;
+    t->has_data_location = 1;
+    t->data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    Onnx__StringStringEntryProto *e = calloc(1, sizeof *e);
+    onnx__string_string_entry_proto__init(e);
+    e->key = strdup("location");
+    e->value = strdup(location);
+    GROW(t->external_data, t->n_external_data);
+    t->external_data[t->n_external_data++] = e;
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    snprintf(model, size, "%s/model.onnx", dir);
+    FILE *f = fopen(model, "wb");
+    cr_assert(f);
+    fwrite(buf, 1, len, f);
+    fclose(f);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* b1's 12 bytes in path. */
+static void write_b1(const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fwrite(B1, sizeof B1, 1, f);
+    fclose(f);
+}
+
+/* A FIFO blocked the import forever (waiting for a writer); a link out of
+ * the model's directory read a file outside it. Both are refused; a link
+ * to a file inside the directory is followed. */
+Test(onnx, external_data_in_a_fifo_or_behind_a_link_out_of_the_directory_is_refused,
+     .timeout = 30)
+{
+    char dir[] = "/tmp/varq_onnx_XXXXXX", outside[] = "/tmp/varq_onnx_out_XXXXXX";
+    char model[256], path[256], target[256];
+    cr_assert(mkdtemp(dir));
+    cr_assert(mkdtemp(outside));
+    vq_scope *s;
+    vq_program *p;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    /* a FIFO nobody writes */
+    snprintf(path, sizeof path, "%s/fifo.bin", dir);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    external_model(dir, "fifo.bin", model, sizeof model);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "fifo.bin is not a regular file"), "%s", vq_errmsg());
+    cr_assert_null(p);
+    unlink(path);
+    /* a directory */
+    snprintf(path, sizeof path, "%s/sub", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    external_model(dir, "sub", model, sizeof model);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "not a regular file"), "%s", vq_errmsg());
+    rmdir(path);
+    /* a link to a file outside, holding valid data */
+    snprintf(target, sizeof target, "%s/b1.bin", outside);
+    write_b1(target);
+    snprintf(path, sizeof path, "%s/out.bin", dir);
+    cr_assert_eq(symlink(target, path), 0);
+    external_model(dir, "out.bin", model, sizeof model);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "outside the model's directory"), "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_count(s), 0, "nothing bound");
+    unlink(path);
+    /* a link to a file inside: followed */
+    snprintf(target, sizeof target, "%s/b1.bin", dir);
+    write_b1(target);
+    snprintf(path, sizeof path, "%s/in.bin", dir);
+    cr_assert_eq(symlink("b1.bin", path), 0);
+    external_model(dir, "in.bin", model, sizeof model);
+    cr_assert_eq(vq_program_from_onnx_file(&p, s, model), 0, "%s", vq_errmsg());
+    const float *b1 = vq_tensor_data(vq_scope_get(s, "b1"));
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(b1[i], B1[i]);
+    vq_program_free(p);
+    unlink(path);
+    unlink(target);
+    unlink(model);
+    snprintf(target, sizeof target, "%s/b1.bin", outside);
+    unlink(target);
+    rmdir(outside);
+    rmdir(dir);
+    vq_scope_free(s);
+}
+
 Test(onnx, bytes_that_are_not_a_model_are_errors)
 {
     vq_program *p;

@@ -55,8 +55,10 @@ VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *
 
 /* The same for the model in the file at path; external-data tensors are
  * read from files relative to the model's directory (and only from there:
- * a location with ".." or an absolute path is VQ_EINVAL). VQ_EIO when a
- * file cannot be read. */
+ * a location with ".." or an absolute path, a symbolic link that leads out
+ * of the directory, or a file that is not a regular one, such as a FIFO,
+ * is VQ_EINVAL; a link to a file inside the directory is followed).
+ * VQ_EIO when a file cannot be read. */
 VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const char *path);
 
 /* Values the caller will feed, offered for specialization. varq prepares

@@ -37,7 +37,9 @@
 #include "cpu/winograd.h"
 #include "ops_internal.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -521,10 +523,21 @@ static void cpu_init(void)
     size_t mb = 1024;
     const char *env = getenv("VARQ_CPU_CACHE_MB");
     if (env && *env) {
-        char *end;
-        unsigned long long v = strtoull(env, &end, 10);
-        if (*end == '\0')
+        /* Digits only (strtoull alone takes "-1" as ULLONG_MAX, " 2" and
+         * "+3"), and at most what fits in size_t once shifted by 20 (more
+         * wraps, 2^44 to 0 bytes). Read where no call can return an error
+         * (the first allocation): say so once, and keep the default. */
+        const size_t max_mb = SIZE_MAX >> 20;
+        bool digits = strspn(env, "0123456789") == strlen(env);
+        errno = 0;
+        unsigned long long v = digits ? strtoull(env, NULL, 10) : 0;
+        if (digits && errno == 0 && v <= max_mb)
             mb = (size_t)v;
+        else
+            fprintf(stderr,
+                    "varq: VARQ_CPU_CACHE_MB=\"%s\" is not a number of MiB from 0 to %zu: "
+                    "ignored (using %zu)\n",
+                    env, max_mb, mb);
     }
     cpu.cache_limit = mb << 20;
     /* Without the key there is no exit hook: no thread caches then. */

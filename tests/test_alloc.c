@@ -8,10 +8,13 @@
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include "cpu_stats.h"
 #include "leakcheck.h"
 
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 TestSuite(alloc, .fini = leak_check);
@@ -431,4 +434,60 @@ Test(alloc, the_cache_bound_holds_over_thread_caches)
     cr_assert_gt(s.cached_bytes, 0, "some blocks are kept");
     cr_assert_eq(s.live_bytes, 0);
     cr_assert_eq(s.system_bytes, s.cached_bytes);
+}
+
+/* VARQ_CPU_CACHE_MB is read once, at the allocator's first use (here the
+ * first vq_mem_get_stats): a value that is not a whole number of MiB that
+ * fits in size_t once shifted by 20 is said on stderr and the default
+ * (1024) kept, never taken as unbounded (-1) or wrapped to 0 bytes. */
+static void capture_stderr(void)
+{
+    cr_redirect_stderr();
+}
+
+static void bad_cache_mb(const char *value)
+{
+    cr_assert_eq(setenv("VARQ_CPU_CACHE_MB", value, 1), 0);
+    cr_assert_eq(stats().system_bytes, 0, "the allocator is fresh in this process");
+    /* 3 MiB freed, well within the default bound: all of it can be kept */
+    cr_assert_null(churn_big(NULL));
+    cr_assert_null(run_thread(churn_big, NULL));
+    vq_mem_stats s = stats();
+    cr_assert_gt(s.cached_bytes, 0, "VARQ_CPU_CACHE_MB=%s: nothing kept", value);
+    cr_assert_eq(s.live_bytes, 0);
+    char want[200];
+    snprintf(want, sizeof want,
+             "varq: VARQ_CPU_CACHE_MB=\"%s\" is not a number of MiB from 0 to %zu: ignored "
+             "(using 1024)\n",
+             value, SIZE_MAX >> 20);
+    fflush(stderr);
+    cr_assert_stderr_eq_str(want);
+}
+
+Test(alloc, a_negative_cache_bound_is_refused_and_said, .init = capture_stderr)
+{
+    bad_cache_mb("-1");
+}
+
+Test(alloc, a_cache_bound_past_size_t_is_refused_and_said, .init = capture_stderr)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%zu", (SIZE_MAX >> 20) + 1); /* << 20 wraps to 0 */
+    bad_cache_mb(v);
+}
+
+Test(alloc, a_cache_bound_that_is_not_a_number_is_refused_and_said, .init = capture_stderr)
+{
+    bad_cache_mb("12MB");
+}
+
+Test(alloc, the_largest_cache_bound_is_taken_silently, .init = capture_stderr)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%zu", SIZE_MAX >> 20);
+    cr_assert_eq(setenv("VARQ_CPU_CACHE_MB", v, 1), 0);
+    cr_assert_null(churn_big(NULL));
+    cr_assert_gt(stats().cached_bytes, 0);
+    fflush(stderr);
+    cr_assert_stderr_eq_str("");
 }

@@ -433,16 +433,24 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
 static int model_opset(const Onnx__ModelProto *m, int64_t *out)
 {
     *out = -1;
+    bool found = false;
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
-        if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version)
+        if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version) {
             *out = o->version;
+            found = true;
+        }
     }
-    if (*out < 0 && m->n_opset_import > 0 && m->opset_import[0]->domain)
+    if (found && *out < 0)
+        return vq__fail(VQ_EINVAL, "onnx: opset %lld of ai.onnx is not valid (versions start "
+                                   "at 1)",
+                        (long long)*out);
+    if (!found && m->n_opset_import > 0 && m->opset_import[0]->domain &&
+        *m->opset_import[0]->domain)
         return vq__fail(VQ_ENOSYS, "onnx: the model uses only other operator sets than ai.onnx "
                                    "(%s first); varq reads ai.onnx",
                         m->opset_import[0]->domain);
-    if (*out < 0)
+    if (!found)
         return vq__fail(VQ_EINVAL, "onnx: the model imports no version of the default operator "
                                    "set (ai.onnx)");
     if (*out < OX_MIN_OPSET || *out > OX_MAX_OPSET)

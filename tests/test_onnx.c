@@ -459,6 +459,14 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     m = mlp();
     m->opset_import[0]->version = 30;
     expect_error(m, VQ_ENOSYS, NAMES("opset 30"));
+    /* a negative one: was "uses only other operator sets than ai.onnx ( first)" */
+    m = mlp();
+    m->opset_import[0]->version = -3;
+    expect_error(m, VQ_EINVAL, NAMES("opset -3 of ai.onnx is not valid"));
+    /* opset 0: not a version either */
+    m = mlp();
+    m->opset_import[0]->version = 0;
+    expect_error(m, VQ_ENOSYS, NAMES("opset 0 of ai.onnx"));
     /* attributes of the wrong type */
     m = mlp();
     Onnx__AttributeProto *a = m->graph->node[4]->attribute[0];

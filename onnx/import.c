@@ -442,8 +442,9 @@ static int model_opset(const Onnx__ModelProto *m, int64_t *out)
         }
     }
     if (found && *out < 0)
-        return vq__fail(VQ_EINVAL, "onnx: opset %lld of ai.onnx is not valid (versions start "
-                                   "at 1)",
+        return vq__fail(VQ_EINVAL,
+                        "onnx: opset %lld of ai.onnx is not valid (versions start "
+                        "at 1)",
                         (long long)*out);
     if (!found && m->n_opset_import > 0 && m->opset_import[0]->domain &&
         *m->opset_import[0]->domain)

@@ -129,8 +129,9 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
     int err = errno;
     close(dirfd);
     if (fd < 0 && err == EXDEV)
-        return vq__fail(VQ_EINVAL, "onnx: %s: external data file %s/%s is a link to a file "
-                                   "outside the model's directory",
+        return vq__fail(VQ_EINVAL,
+                        "onnx: %s: external data file %s/%s is a link to a file "
+                        "outside the model's directory",
                         what, dir, location);
     if (fd < 0)
         return vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s: %s", what, dir, location,
@@ -141,8 +142,9 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
         rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s: %s", what, dir, location,
                       strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
-        rc = vq__fail(VQ_EINVAL, "onnx: %s: external data file %s/%s is not a regular file "
-                                 "(a FIFO, device or directory)",
+        rc = vq__fail(VQ_EINVAL,
+                      "onnx: %s: external data file %s/%s is not a regular file "
+                      "(a FIFO, device or directory)",
                       what, dir, location);
     } else if (__builtin_add_overflow(offset, (long long)want, &(long long){0})) {
         rc = vq__fail(VQ_EINVAL, "onnx: %s: external data offset %lld plus %zu bytes overflows",
@@ -158,8 +160,9 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
             got += (size_t)r;
         }
         if (got != want)
-            rc = vq__fail(VQ_EIO, "onnx: %s: external data file %s/%s holds less than %zu "
-                                  "bytes at offset %lld",
+            rc = vq__fail(VQ_EIO,
+                          "onnx: %s: external data file %s/%s holds less than %zu "
+                          "bytes at offset %lld",
                           what, dir, location, want, offset);
     }
     close(fd);

@@ -64,6 +64,7 @@ struct bw {
     /* the gradient names the maker being called must write (din), and
      * whether it wrote each: an input it leaves alone gets no gradient */
     const char *const *want;
+    const char *maker;   /* the forward op type whose gradient maker runs */
     const int *want_var; /* the input each want[] is the gradient of */
     bool *wrote;
     int nwant;
@@ -120,6 +121,19 @@ static int emit_op(void *user, const char *type, const char *const *in, int nin,
 {
     struct bw *b = user;
     int rc = 0;
+    /* A maker writes only what it was asked for and its own temporaries:
+     * anything else (a parameter, a forward output, an incoming gradient)
+     * would be overwritten by every run of the program. */
+    for (int j = 0; j < nout && rc >= 0; j++) {
+        bool asked = is_temp(b, out[j]);
+        for (int i = 0; i < b->nwant && !asked; i++)
+            asked = b->want[i] && !strcmp(b->want[i], out[j]);
+        if (!asked)
+            rc = vq__fail(VQ_EINVAL,
+                          "the gradient maker of %s writes var %s, not a gradient it was asked "
+                          "for (din) nor one of its temporaries (its op %s)",
+                          b->maker, out[j], type);
+    }
     /* the gradient vars it writes, declared now (like their inputs) */
     for (int j = 0; j < nout && rc >= 0; j++)
         for (int i = 0; i < b->nwant && rc >= 0; i++)
@@ -1080,6 +1094,7 @@ static int bw_ops(struct bw *b)
                 rc = vq__fail(VQ_ENOMEM, "vq_append_backward: out of memory");
             } else {
                 b->want = din;
+                b->maker = op0->def->type;
                 b->want_var = in;
                 b->wrote = wrote;
                 b->nwant = nin;

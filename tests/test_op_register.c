@@ -882,6 +882,46 @@ Test(op_register, a_gradient_maker_builds_its_gradient_from_temporaries)
     vq_engine_free(e);
 }
 
+/* t_clobber: t_scale's forward, and a maker that also writes what
+ * clobber_target names: 0 the forward input, 1 the forward output, 2 the
+ * gradient flowing in. */
+static int clobber_target;
+
+static int clobber_grad(const vq_op_grad_call *g)
+{
+    int rc = vq_op_grad_emit(g, "t_scale", &g->dout[0], 1, &g->din[0], 1, g->attrs, g->nattrs);
+    const char *targets[] = {g->in[0], g->out[0], g->dout[0]};
+    const char *victim = targets[clobber_target];
+    if (rc == 0)
+        rc = vq_op_grad_emit(g, "t_scale", &g->dout[0], 1, &victim, 1, NULL, 0);
+    return rc;
+}
+
+Test(op_register, a_gradient_maker_that_writes_forward_vars_is_refused_naming_it)
+{
+    cr_assert_eq(vq_op_register(&(vq_op_def){.name = "t_clobber",
+                                             .inputs = X,
+                                             .ninputs = 1,
+                                             .outputs = OUT,
+                                             .noutputs = 1,
+                                             .attrs = ALPHA,
+                                             .nattrs = 1,
+                                             .params_size = sizeof(struct alpha),
+                                             .infer = scale_infer,
+                                             .cpu = scale_cpu,
+                                             .grad = clobber_grad}),
+                 0, "%s", vq_errmsg());
+    const char *names[] = {"var w,", "var h,", "var h@GRAD,"};
+    for (clobber_target = 0; clobber_target < 3; clobber_target++) {
+        vq_program *p = scaled_sum("t_clobber", true);
+        cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), VQ_EINVAL, "target %d accepted",
+                     clobber_target);
+        cr_assert(strstr(vq_errmsg(), "gradient maker of t_clobber writes"), "%s", vq_errmsg());
+        cr_assert(strstr(vq_errmsg(), names[clobber_target]), "%s", vq_errmsg());
+        vq_program_free(p);
+    }
+}
+
 Test(op_register, registered_ops_run_on_gpu_tensors_and_gpu_only_kernels_are_checked)
 {
     vq_engine *e = engine(1);

@@ -189,8 +189,11 @@ VQ_API void vq_op_done_finish(vq_op_done *done, int err);
 /* Appends one gradient op to the program being differentiated: op type
  * (built-in or registered), its input and output var names, attributes
  * (copied). Names of forward vars, of gradients from g->din / g->dout, or
- * fresh ones from vq_op_grad_temp. Returns 0 or a negative error
- * (propagate it).
+ * fresh ones from vq_op_grad_temp. Its outputs may be only gradients the
+ * maker was asked for (g->din) and temporaries: any other var (a forward
+ * input or output, g->dout) is VQ_EINVAL naming the maker's op type and
+ * the var, since every run would overwrite it. Returns 0 or a negative
+ * error (propagate it).
  *
  * Only inside the gradient maker of g, in the thread that called it, with
  * the very pointer the maker got: any other g (kept from an earlier call,

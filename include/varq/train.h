@@ -55,7 +55,11 @@ extern "C" {
  * per outer iteration).
  *
  * Returns the number of parameters that received a gradient, or a negative
- * error naming the op whose gradient is missing. */
+ * error naming the op whose gradient is missing, or whose gradient maker
+ * (op_register.h) failed or emitted an op writing a var other than the
+ * gradients it was asked for and its temporaries (VQ_EINVAL naming the
+ * maker's op type and the var: a parameter or forward value written there
+ * would be overwritten by every run). */
 VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,
                               int nno_grad);
 

@@ -641,6 +641,48 @@ Test(cli, an_unwritable_output_exits_1)
                             in_dir("none/trace.json")));
 }
 
+/* The smallest model that imports: ir_version 8, a graph named g with no
+ * nodes, opset 13 of ai.onnx (the bytes of its ModelProto). */
+static const unsigned char EMPTY_ONNX[] = {0x08, 0x08, 0x3a, 0x03, 0x12, 0x01,
+                                           0x67, 0x42, 0x02, 0x10, 0x0d};
+
+/* import -o naming the model (by its name, a symbolic link or a hard
+ * link) wrote the program over it and exited 0. */
+Test(cli, import_refuses_to_write_over_its_own_model)
+{
+    if (!vq_onnx_op_name(0))
+        cr_skip_test("no ONNX importer in this build");
+    char model[192], sym[192], hard[192], pb[192]; /* in_dir's buffer is reused */
+    snprintf(model, sizeof model, "%s", in_dir("m.onnx"));
+    snprintf(sym, sizeof sym, "%s", in_dir("sym.onnx"));
+    snprintf(hard, sizeof hard, "%s", in_dir("hard.onnx"));
+    snprintf(pb, sizeof pb, "%s", in_dir("m.pb"));
+    FILE *f = fopen(model, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(EMPTY_ONNX, 1, sizeof EMPTY_ONNX, f), sizeof EMPTY_ONNX);
+    fclose(f);
+    struct result r = VARQ("import", model, "-o", pb);
+    cr_assert_eq(r.status, 0, "the model imports: exit %d, stderr: %s", r.status, r.err);
+    result_free(&r);
+    cr_assert_eq(symlink("m.onnx", sym), 0);
+    cr_assert_eq(link(model, hard), 0);
+    const char *outs[3] = {model, sym, hard};
+    for (int i = 0; i < 3; i++) {
+        r = VARQ("import", model, "-o", outs[i]);
+        cr_assert_not_null(strstr(r.err, "is the model"), "%s", r.err);
+        assert_run_failure(r);
+        size_t len;
+        char *kept = read_file(model, &len);
+        cr_assert(len == sizeof EMPTY_ONNX && !memcmp(kept, EMPTY_ONNX, len),
+                  "the model was overwritten (output %s)", outs[i]);
+        free(kept);
+    }
+    unlink(sym);
+    unlink(hard);
+    unlink(model);
+    unlink(pb);
+}
+
 Test(cli, a_failing_op_exits_1_naming_the_op)
 {
     /* cross_entropy with a label outside the classes fails while it runs. */

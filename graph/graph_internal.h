@@ -96,6 +96,10 @@ struct vq_program {
 
 /* Index of var name, or -1. */
 int vq__program_find_var(const vq_program *p, const char *name);
+/* Block b's nesting depth (block 0: 0), capped at VQ_MAX_BLOCK_DEPTH + 1:
+ * the walk up its parents stops there. Parents must come before their
+ * children (the builder and the decoder see to it). */
+int vq__block_depth(const vq_program *p, int b);
 /* The hash of a var's name that vq__pvar.name_hash keeps: XXH3-64 of its
  * bytes (no terminator). */
 uint64_t vq__name_hash(const char *name);

@@ -560,6 +560,13 @@ static int plan_walk(struct plan *pl)
         rc = vq__fail(VQ_ENOMEM, "out of memory");
     for (int b = 0; rc == 0 && b < p->nblocks; b++)
         w.block_user[b] = -1;
+    /* before any recursion into blocks: each level costs stack here and in
+     * the frames built after */
+    for (int b = 1; rc == 0 && b < p->nblocks; b++)
+        if (vq__block_depth(p, b) > VQ_MAX_BLOCK_DEPTH)
+            rc = vq__fail(VQ_EINVAL,
+                          "block %d is nested more than VQ_MAX_BLOCK_DEPTH (%d) levels deep", b,
+                          VQ_MAX_BLOCK_DEPTH);
     if (rc == 0) {
         walk_feeds(&w);
         rc = vq__walk_block(&w, 0, &ext);

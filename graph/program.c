@@ -532,6 +532,14 @@ VQ_API int vq_program_new(vq_program **out)
     return 0;
 }
 
+int vq__block_depth(const vq_program *p, int b)
+{
+    int depth = 0;
+    for (; b > 0 && depth <= VQ_MAX_BLOCK_DEPTH; b = p->blocks[b].parent)
+        depth++;
+    return depth;
+}
+
 VQ_API int vq_program_add_block(vq_program *p, int parent)
 {
     if (!p)
@@ -539,6 +547,11 @@ VQ_API int vq_program_add_block(vq_program *p, int parent)
     if (parent < 0 || parent >= p->nblocks)
         return vq__fail(VQ_EINVAL, "vq_program_add_block: parent block %d does not exist (%d blocks)",
                         parent, p->nblocks);
+    if (vq__block_depth(p, parent) >= VQ_MAX_BLOCK_DEPTH)
+        return vq__fail(VQ_EINVAL,
+                        "vq_program_add_block: block %d is at depth %d already: blocks nest at "
+                        "most VQ_MAX_BLOCK_DEPTH (%d) deep",
+                        parent, vq__block_depth(p, parent), VQ_MAX_BLOCK_DEPTH);
     int rc = vq__block_append(p, parent);
     return rc < 0 ? vq__fail(rc, "vq_program_add_block: out of memory") : rc;
 }

@@ -580,6 +580,10 @@ static int program_decode(vq_program *p, const Varq__Program *m, const char *who
         if (b == 0 ? parent != -1 : parent < 0 || (size_t)parent >= b)
             return vq__fail(VQ_EINVAL, "%s: block %zu has parent %d (expected %s)", who, b,
                             parent, b == 0 ? "-1" : "an earlier block");
+        if (b > 0 && vq__block_depth(p, parent) >= VQ_MAX_BLOCK_DEPTH)
+            return vq__fail(VQ_EINVAL,
+                            "%s: block %zu is nested more than VQ_MAX_BLOCK_DEPTH (%d) levels deep",
+                            who, b, VQ_MAX_BLOCK_DEPTH);
         if (vq__block_append(p, parent) < 0)
             return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
     }

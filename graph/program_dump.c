@@ -110,27 +110,39 @@ static void put_slots(FILE *f, const vq_program *p, const vq__pop *op, bool inpu
  * whose then_block, else_block or body_block attribute is that block and
  * that lives in the block's parent (the executor takes blocks the same way
  * and refuses the rest). A block with no user is shown at the end as
- * "block N (parent P):", with its own nested blocks under its ops. */
+ * "block N (parent P):", with its own nested blocks under its ops.
+ *
+ * The dump is linear in the program's size: each block's vars are listed
+ * once (bucketed by block up front), and the vars each block reads from
+ * enclosing blocks are computed once per block, children first (a child
+ * block's index is larger than its parent's), from its children's lists,
+ * never by walking the nested blocks again for each enclosing op. */
 
-struct dump_ctx {
-    const vq_program *p;
-    int *user; /* block -> index in p->ops of its user, or -1 */
-};
-
-/* A var list in first-added order, without repeats. */
+/* A var list in first-added order, without repeats: a var is in the list
+ * being built when its mark holds the list's stamp. */
 struct var_list {
     int *v;
     int n, cap;
 };
 
-static int var_list_add(struct var_list *l, int v)
+struct dump_ctx {
+    const vq_program *p;
+    int *user;              /* block -> index in p->ops of its user, or -1 */
+    int *block_vars;        /* var indices grouped by block, in index order */
+    int *block_vars_start;  /* block b's are block_vars[start[b] .. start[b + 1]) */
+    struct var_list *reads; /* block -> vars of blocks enclosing it that it reads */
+    unsigned *mark;         /* var -> stamp of the last list that took it */
+    unsigned stamp;
+};
+
+static int var_list_add(struct dump_ctx *d, struct var_list *l, int v)
 {
-    for (int i = 0; i < l->n; i++)
-        if (l->v[i] == v)
-            return 0;
+    if (d->mark[v] == d->stamp)
+        return 0;
     int *grown = vq__reserve_one(l->v, l->n, &l->cap, sizeof *l->v);
     if (!grown)
         return vq__fail(VQ_ENOMEM, "vq_program_dump: out of memory");
+    d->mark[v] = d->stamp;
     l->v = grown;
     l->v[l->n++] = v;
     return 0;
@@ -206,85 +218,86 @@ static void claim_blocks(struct dump_ctx *d, int b)
     }
 }
 
-static int ctl_reads(const struct dump_ctx *d, int b, int o, struct var_list *out);
+/* Adds to out what control op o's blocks read from outside themselves, in
+ * the order the executor meets them: each used block's reads, then a
+ * cond's branch outputs that are vars of enclosing blocks. Vars of block
+ * `skip` are left out (-1: none). The children's reads must be known. */
+static int ctl_block_reads(struct dump_ctx *d, int b, int o, int skip, struct var_list *out)
+{
+    const vq_program *p = d->p;
+    struct ctl_block cb[2];
+    int n = ctl_blocks_used(d, b, o, cb), rc = 0;
+    for (int j = 0; j < n && rc == 0; j++) {
+        const struct var_list *inner = &d->reads[cb[j].block];
+        for (int i = 0; i < inner->n && rc == 0; i++)
+            if (p->vars[inner->v[i]].block != skip)
+                rc = var_list_add(d, out, inner->v[i]);
+        const vq_attr *a = cb[j].outputs;
+        for (int k = 0; a && k < a->n && rc == 0; k++) {
+            int v = vq__program_find_var(p, a->strings[k]);
+            if (v >= 0 && p->vars[v].block != cb[j].block && p->vars[v].block != skip &&
+                vq__var_visible(p, v, cb[j].block))
+                rc = var_list_add(d, out, v);
+        }
+    }
+    return rc;
+}
 
-/* Appends to out, in first-read order, the vars of blocks enclosing b that
- * the ops of b read, the blocks of its control ops included (through what
- * those ops read from outside them). */
-static int block_outer_reads(const struct dump_ctx *d, int b, struct var_list *out)
+/* d->reads[b]: the vars of blocks enclosing b that the ops of b read, in
+ * first-read order, the blocks of its control ops included (through what
+ * those read from outside them). */
+static int block_reads(struct dump_ctx *d, int b)
 {
     const vq_program *p = d->p;
     const vq__block *pb = &p->blocks[b];
+    struct var_list *out = &d->reads[b];
+    d->stamp++;
     int rc = 0;
     for (int k = 0; k < pb->nops && rc == 0; k++) {
         const vq__pop *op = &p->ops[pb->ops[k]];
         for (int i = 0; i < op->nin && rc == 0; i++)
             if (p->vars[op->in[i]].block != b)
-                rc = var_list_add(out, op->in[i]);
-        struct var_list inner = {0};
+                rc = var_list_add(d, out, op->in[i]);
         if (rc == 0)
-            rc = ctl_reads(d, b, pb->ops[k], &inner);
-        for (int i = 0; i < inner.n && rc == 0; i++)
-            if (p->vars[inner.v[i]].block != b)
-                rc = var_list_add(out, inner.v[i]);
-        free(inner.v);
+            rc = ctl_block_reads(d, b, pb->ops[k], b, out);
     }
     return rc;
 }
 
 /* What the executor adds to the inputs of control op o (in block b): the
  * vars its blocks read from enclosing blocks, nested blocks included, and
- * a cond's branch outputs that are such vars, less those its inputs list;
- * in the order the executor meets them. Nothing for other ops. */
-static int ctl_reads(const struct dump_ctx *d, int b, int o, struct var_list *out)
+ * a cond's branch outputs that are such vars, less those its inputs list. */
+static int ctl_reads(struct dump_ctx *d, int b, int o, struct var_list *out)
 {
-    const vq_program *p = d->p;
-    const vq__pop *op = &p->ops[o];
-    struct ctl_block cb[2];
-    int n = ctl_blocks_used(d, b, o, cb), rc = 0;
-    struct var_list all = {0};
-    for (int j = 0; j < n && rc == 0; j++) {
-        rc = block_outer_reads(d, cb[j].block, &all);
-        const vq_attr *a = cb[j].outputs;
-        for (int k = 0; a && k < a->n && rc == 0; k++) {
-            int v = vq__program_find_var(p, a->strings[k]);
-            if (v >= 0 && p->vars[v].block != cb[j].block &&
-                vq__var_visible(p, v, cb[j].block))
-                rc = var_list_add(&all, v);
-        }
+    const vq__pop *op = &d->p->ops[o];
+    d->stamp++;
+    for (int j = 0; j < op->nin; j++)
+        d->mark[op->in[j]] = d->stamp; /* listed: not added */
+    return ctl_block_reads(d, b, o, -1, out);
+}
+
+static void dump_var(FILE *f, const vq__pvar *v, int indent)
+{
+    fprintf(f, "%*svar %s : %s[", indent, "", v->name, vq_dtype_name(v->dtype));
+    for (int k = 0; k < v->ndim; k++) {
+        if (k)
+            fputc(',', f);
+        if (v->shape[k] < 0)
+            fputc('?', f);
+        else
+            fprintf(f, "%lld", (long long)v->shape[k]);
     }
-    for (int i = 0; i < all.n && rc == 0; i++) {
-        bool listed = false;
-        for (int j = 0; j < op->nin && !listed; j++)
-            listed = op->in[j] == all.v[i];
-        if (!listed)
-            rc = var_list_add(out, all.v[i]);
-    }
-    free(all.v);
-    return rc;
+    fprintf(f, "]%s%s\n", v->persistable ? " persistable" : "",
+            v->stop_gradient ? " stop_gradient" : "");
 }
 
 /* Block b's vars and ops, indent spaces in; each control op followed by
  * the vars it reads from outside beyond its inputs, and its blocks. */
-static int dump_block(const struct dump_ctx *d, FILE *f, int b, int indent)
+static int dump_block(struct dump_ctx *d, FILE *f, int b, int indent)
 {
     const vq_program *p = d->p;
-    for (int i = 0; i < p->nvars; i++) {
-        const vq__pvar *v = &p->vars[i];
-        if (v->block != b)
-            continue;
-        fprintf(f, "%*svar %s : %s[", indent, "", v->name, vq_dtype_name(v->dtype));
-        for (int k = 0; k < v->ndim; k++) {
-            if (k)
-                fputc(',', f);
-            if (v->shape[k] < 0)
-                fputc('?', f);
-            else
-                fprintf(f, "%lld", (long long)v->shape[k]);
-        }
-        fprintf(f, "]%s%s\n", v->persistable ? " persistable" : "",
-                v->stop_gradient ? " stop_gradient" : "");
-    }
+    for (int i = d->block_vars_start[b]; i < d->block_vars_start[b + 1]; i++)
+        dump_var(f, &p->vars[d->block_vars[i]], indent);
     const vq__block *pb = &p->blocks[b];
     for (int k = 0; k < pb->nops; k++) {
         const vq__pop *op = &p->ops[pb->ops[k]];
@@ -327,29 +340,73 @@ static int dump_block(const struct dump_ctx *d, FILE *f, int b, int indent)
     return 0;
 }
 
+/* Everything dump_block reads besides the program: block users, vars by
+ * block, each block's outer reads. */
+static int dump_ctx_init(struct dump_ctx *d, const vq_program *p)
+{
+    size_t nb = (size_t)p->nblocks, nv = (size_t)(p->nvars ? p->nvars : 1);
+    *d = (struct dump_ctx){
+        .p = p,
+        .user = vq__malloc(nb * sizeof *d->user),
+        .block_vars = vq__malloc(nv * sizeof *d->block_vars),
+        .block_vars_start = vq__calloc(nb + 1, sizeof *d->block_vars_start),
+        .reads = vq__calloc(nb, sizeof *d->reads),
+        .mark = vq__calloc(nv, sizeof *d->mark),
+    };
+    if (!d->user || !d->block_vars || !d->block_vars_start || !d->reads || !d->mark)
+        return vq__fail(VQ_ENOMEM, "vq_program_dump: out of memory");
+    for (int b = 0; b < p->nblocks; b++)
+        d->user[b] = -1;
+    /* Parents come before their children, so a block without a user is
+     * reached here before any block nested in it. */
+    claim_blocks(d, 0);
+    for (int b = 1; b < p->nblocks; b++)
+        if (d->user[b] < 0)
+            claim_blocks(d, b);
+    /* counting sort of the vars by block, keeping index order */
+    for (int v = 0; v < p->nvars; v++)
+        d->block_vars_start[p->vars[v].block + 1]++;
+    for (int b = 0; b < p->nblocks; b++)
+        d->block_vars_start[b + 1] += d->block_vars_start[b];
+    int *next = vq__malloc(nb * sizeof *next);
+    if (!next)
+        return vq__fail(VQ_ENOMEM, "vq_program_dump: out of memory");
+    memcpy(next, d->block_vars_start, nb * sizeof *next);
+    for (int v = 0; v < p->nvars; v++)
+        d->block_vars[next[p->vars[v].block]++] = v;
+    free(next);
+    int rc = 0;
+    for (int b = p->nblocks - 1; b >= 0 && rc == 0; b--)
+        rc = block_reads(d, b);
+    return rc;
+}
+
+static void dump_ctx_free(struct dump_ctx *d)
+{
+    for (int b = 0; d->reads && b < d->p->nblocks; b++)
+        free(d->reads[b].v);
+    free(d->reads);
+    free(d->user);
+    free(d->block_vars);
+    free(d->block_vars_start);
+    free(d->mark);
+}
+
 VQ_API int vq_program_dump(const vq_program *p, FILE *f)
 {
     if (!p || !f)
         return vq__fail(VQ_EINVAL, "vq_program_dump: %s is NULL", p ? "file" : "program");
-    struct dump_ctx d = {.p = p, .user = vq__malloc((size_t)p->nblocks * sizeof *d.user)};
-    if (!d.user)
-        return vq__fail(VQ_ENOMEM, "vq_program_dump: out of memory");
-    for (int b = 0; b < p->nblocks; b++)
-        d.user[b] = -1;
-    /* Parents come before their children, so a block without a user is
-     * reached here before any block nested in it. */
-    claim_blocks(&d, 0);
-    for (int b = 1; b < p->nblocks; b++)
-        if (d.user[b] < 0)
-            claim_blocks(&d, b);
-    int rc = dump_block(&d, f, 0, 0);
+    struct dump_ctx d;
+    int rc = dump_ctx_init(&d, p);
+    if (rc == 0)
+        rc = dump_block(&d, f, 0, 0);
     for (int b = 1; b < p->nblocks && rc == 0; b++) {
         if (d.user[b] >= 0)
             continue;
         fprintf(f, "block %d (parent %d):\n", b, p->blocks[b].parent);
         rc = dump_block(&d, f, b, 2);
     }
-    free(d.user);
+    dump_ctx_free(&d);
     if (rc)
         return rc;
     if (fflush(f) != 0 || ferror(f))

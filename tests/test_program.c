@@ -6,6 +6,7 @@
 #include <varq/varq.h>
 
 #include "../graph/graph_internal.h"
+#include "../graph/program.h"    /* vq__block_append */
 #include "../ops/ops_internal.h" /* vq__file_inject_fault */
 
 #include <criterion/criterion.h>
@@ -1211,5 +1212,192 @@ Test(program, fuzzed_encodings_decode_or_fail_cleanly)
             accepted);
     free(buf);
     free(good);
+    vq_program_free(p);
+}
+
+/* ---- how deep blocks nest ---- */
+
+/* depth conds nested in their then branches: y0 = cond(c, x), whose then
+ * block runs y1 = cond(c, x), ..., the innermost then block y<depth> =
+ * scale(x, 2); every else branch gives x. The innermost block is at depth
+ * `depth`. */
+static vq_program *nested_conds(int depth)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    add_var(p, 0, "x", VQ_F64, DIMS(3), false);
+    add_var(p, 0, "c", VQ_BOOL, 0, NULL, false);
+    add_var(p, 0, "y0", VQ_F64, DIMS(3), false);
+    int outer = 0;
+    char y[16], inner[16];
+    for (int j = 0; j < depth; j++) {
+        int tb = vq_program_add_block(p, outer), eb = vq_program_add_block(p, outer);
+        cr_assert(tb > 0 && eb > 0, "level %d: %s", j + 1, vq_errmsg());
+        snprintf(y, sizeof y, "y%d", j);
+        snprintf(inner, sizeof inner, "y%d", j + 1);
+        add_var(p, tb, inner, VQ_F64, DIMS(3), false);
+        const char *then_out[] = {inner}, *else_out[] = {"x"};
+        vq_attr a[4] = {VQ_ATTR_I("then_block", tb), VQ_ATTR_I("else_block", eb),
+                        VQ_ATTR_SS("then_outputs", then_out, 1),
+                        VQ_ATTR_SS("else_outputs", else_out, 1)};
+        add_op(p, outer, "cond", NAMES("c", "x"), NAMES(y), a, 4);
+        outer = tb;
+    }
+    vq_attr two = VQ_ATTR_F("scale", 2);
+    add_op(p, outer, "scale", NAMES("x"), NAMES(inner), &two, 1);
+    return p;
+}
+
+/* Runs p (nested_conds) with x = {1, 2, 3} and c; checks y0. */
+static void assert_nested_conds_run(vq_program *p, bool c)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    vq_engine *e;
+    vq_exec *ex;
+    vq_scope *s;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_new(&s), 0);
+    vq_tensor *x, *tc;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, (int64_t[]){3}), 0);
+    cr_assert_eq(vq_tensor_new(&tc, VQ_BOOL, 0, NULL), 0);
+    double *xd = vq_tensor_data(x);
+    for (int i = 0; i < 3; i++)
+        xd[i] = i + 1;
+    *(bool *)vq_tensor_data(tc) = c;
+    vq_feed feeds[] = {{"x", x}, {"c", tc}};
+    vq_fetch fetch = {"y0", NULL};
+    cr_assert_eq(vq_exec_run(ex, p, s, feeds, 2, &fetch, 1), 0, "%s", vq_errmsg());
+    const double *y = vq_tensor_data(fetch.tensor);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(y[i], (c ? 2.0 : 1.0) * (i + 1), "y0[%d] = %g", i, y[i]);
+    vq_tensor_release(fetch.tensor);
+    vq_tensor_release(x);
+    vq_tensor_release(tc);
+    vq_scope_free(s);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+}
+
+Test(program, blocks_nest_at_most_the_limit_deep_and_a_program_at_the_limit_runs)
+{
+    vq_program *p = nested_conds(VQ_MAX_BLOCK_DEPTH);
+    assert_nested_conds_run(p, true);
+    assert_nested_conds_run(p, false);
+    /* the innermost then block is at the limit: no block under it */
+    int deepest = vq_program_nblocks(p) - 2;
+    cr_assert_eq(vq_program_add_block(p, deepest), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "VQ_MAX_BLOCK_DEPTH (64)"), "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_block(p, deepest - 2), 0, "%s", vq_errmsg());
+    vq_program_free(p);
+}
+
+/* The bytes of a program of nblocks blocks, each the parent of the next:
+ * block k is at depth k. Malloc'd. */
+static uint8_t *block_chain_msg(int nblocks, size_t *len)
+{
+    uint8_t *buf = malloc((size_t)nblocks * 16 + 16);
+    cr_assert(buf);
+    size_t n = 0;
+    for (int k = 0; k < nblocks; k++) {
+        pb block = {.n = 0};
+        pb_int(&block, 1, k - 1);
+        pb prog = {.n = 0};
+        pb_msg(&prog, 1, &block);
+        memcpy(buf + n, prog.b, prog.n); /* repeated field 1: messages concatenate */
+        n += prog.n;
+    }
+    *len = n;
+    return buf;
+}
+
+Test(program, decode_refuses_blocks_nested_past_the_limit)
+{
+    const int counts[] = {VQ_MAX_BLOCK_DEPTH + 2, 4000};
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        uint8_t *buf = block_chain_msg(counts[i], &len);
+        vq_program *p = NULL;
+        cr_assert_eq(vq_program_decode(&p, buf, len), VQ_EINVAL, "%d blocks", counts[i]);
+        cr_assert_null(p);
+        cr_assert(strstr(vq_errmsg(), "block 65 is nested more than VQ_MAX_BLOCK_DEPTH (64)"), "%s",
+                  vq_errmsg());
+        free(buf);
+    }
+    size_t len;
+    uint8_t *buf = block_chain_msg(VQ_MAX_BLOCK_DEPTH + 1, &len);
+    vq_program *p = NULL;
+    cr_assert_eq(vq_program_decode(&p, buf, len), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_program_nblocks(p), VQ_MAX_BLOCK_DEPTH + 1);
+    vq_program_free(p);
+    free(buf);
+    /* a program nested to the limit round trips */
+    p = nested_conds(VQ_MAX_BLOCK_DEPTH);
+    void *enc;
+    encode(p, &enc, &len);
+    vq_program *q = NULL;
+    cr_assert_eq(vq_program_decode(&q, enc, len), 0, "%s", vq_errmsg());
+    assert_nested_conds_run(q, true);
+    free(enc);
+    vq_program_free(q);
+    vq_program_free(p);
+}
+
+Test(program, prepare_refuses_blocks_nested_past_the_limit)
+{
+    vq_program *p = nested_conds(VQ_MAX_BLOCK_DEPTH);
+    /* one level more than the builder allows, made behind its back: the
+     * innermost then block gets a cond of its own */
+    int deepest = vq_program_nblocks(p) - 2;
+    int tb = vq__block_append(p, deepest), eb = vq__block_append(p, deepest);
+    cr_assert(tb > 0 && eb > 0);
+    add_var(p, deepest, "deeper", VQ_F64, DIMS(3), false);
+    add_var(p, tb, "t", VQ_F64, DIMS(3), false);
+    add_op(p, tb, "scale", NAMES("x"), NAMES("t"), NULL, 0);
+    vq_attr a[4] = {VQ_ATTR_I("then_block", tb), VQ_ATTR_I("else_block", eb),
+                    VQ_ATTR_SS("then_outputs", ((const char *const[]){"t"}), 1),
+                    VQ_ATTR_SS("else_outputs", ((const char *const[]){"x"}), 1)};
+    add_op(p, deepest, "cond", NAMES("c", "x"), NAMES("deeper"), a, 4);
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1};
+    vq_engine *e;
+    vq_exec *ex;
+    vq_scope *s;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_exec_prepare(ex, p, s, NAMES("x", "c"), NAMES("y0")), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "nested more than VQ_MAX_BLOCK_DEPTH (64)"), "%s", vq_errmsg());
+    vq_scope_free(s);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+    vq_program_free(p);
+}
+
+Test(program, a_program_nested_to_the_limit_dumps_each_level_once)
+{
+    vq_program *p = nested_conds(VQ_MAX_BLOCK_DEPTH);
+    char *text = dump(p);
+    /* one then and one else block per level, each var once, and each cond
+     * reads nothing beyond its inputs (x and c are its inputs) */
+    int thens = 0, elses = 0, vars = 0, ops = 0;
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        const char *t = line + strspn(line, " ");
+        const char *end = strchr(t, '\n');
+        thens += !strncmp(t, "block ", 6) && !strncmp(end - 7, "(then):", 7);
+        elses += !strncmp(t, "block ", 6) && !strncmp(end - 7, "(else):", 7);
+        vars += !strncmp(t, "var ", 4);
+        ops += !strncmp(t, "op ", 3);
+        cr_assert(strncmp(t, "# reads also", 12), "%s", t);
+    }
+    cr_assert_eq(thens, VQ_MAX_BLOCK_DEPTH);
+    cr_assert_eq(elses, VQ_MAX_BLOCK_DEPTH);
+    cr_assert_eq(vars, 3 + VQ_MAX_BLOCK_DEPTH);
+    cr_assert_eq(ops, VQ_MAX_BLOCK_DEPTH + 1);
+    /* the innermost op, indented under all 64 levels */
+    char want[400];
+    snprintf(want, sizeof want, "\n%*sop 0 scale(X=x) -> (Out=y64) {scale=2}\n",
+             4 * VQ_MAX_BLOCK_DEPTH, "");
+    cr_assert(strstr(text, want), "no innermost op at depth 64");
+    free(text);
     vq_program_free(p);
 }

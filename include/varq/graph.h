@@ -79,8 +79,16 @@ VQ_API void vq_program_free(vq_program *p);
  * vq_optimizer_minimize adds training ops). */
 VQ_API int vq_program_clone(const vq_program *p, vq_program **out);
 
+/* How deep blocks may nest: block 0 is at depth 0, any other block one
+ * deeper than its parent. The executor prepares and runs the blocks of
+ * control ops recursively, some stack per level, so the depth is bounded
+ * for any thread's stack; real models nest a few levels. The builder, the
+ * decoder and vq_exec_prepare refuse deeper blocks with VQ_EINVAL. */
+#define VQ_MAX_BLOCK_DEPTH 64
+
 /* Adds a block whose parent is block `parent` (an existing index); returns
- * the new block's index, or a negative error. */
+ * the new block's index, or a negative error: VQ_EINVAL for a parent that
+ * does not exist or is at depth VQ_MAX_BLOCK_DEPTH already. */
 VQ_API int vq_program_add_block(vq_program *p, int parent);
 
 /* Declares var `name` in block: dtype, ndim (0..VQ_MAX_DIMS) dims each >= 0
@@ -124,9 +132,9 @@ VQ_API int vq_program_nvars(const vq_program *p, int block);
 /* Serializes to protobuf: *buf is malloc'd (the caller frees it). */
 VQ_API int vq_program_encode(const vq_program *p, void **buf, size_t *len);
 /* Parses protobuf bytes into a new program and checks its structure (names
- * unique and declared, dtypes and shapes valid, parent blocks earlier,
- * attribute values well formed). Malformed input is VQ_EINVAL, never a
- * crash. */
+ * unique and declared, dtypes and shapes valid, parent blocks earlier and
+ * nested at most VQ_MAX_BLOCK_DEPTH deep, attribute values well formed).
+ * Malformed input is VQ_EINVAL, never a crash. */
 VQ_API int vq_program_decode(vq_program **out, const void *buf, size_t len);
 /* The same through a file; VQ_EIO if it cannot be read or written. */
 VQ_API int vq_program_save(const vq_program *p, const char *path);

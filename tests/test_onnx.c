@@ -574,8 +574,7 @@ static void write_b1(const char *path)
 /* A FIFO blocked the import forever (waiting for a writer); a link out of
  * the model's directory read a file outside it. Both are refused; a link
  * to a file inside the directory is followed. */
-Test(onnx, external_data_in_a_fifo_or_behind_a_link_out_of_the_directory_is_refused,
-     .timeout = 30)
+Test(onnx, external_data_in_a_fifo_or_behind_a_link_out_of_the_directory_is_refused, .timeout = 30)
 {
     char dir[] = "/tmp/varq_onnx_XXXXXX", outside[] = "/tmp/varq_onnx_out_XXXXXX";
     char model[256], path[256], target[256];

@@ -624,9 +624,14 @@ static int ctl_step(void *arg, const vq_exec_ctx *x)
     if (werr)
         vq__run_fail(r, t, werr, vq_errmsg());
     bool go = false;
-    if (ci->replay_of >= 0) {
+    /* A cancelled run, or one past its deadline, stops here: an endless
+     * loop's ops may all be cheap ones that check nothing else. */
+    if (atomic_load_explicit(&r->err, memory_order_acquire) ||
+        vq__run_stopping(r, t, c->iter + 1)) {
+        go = false;
+    } else if (ci->replay_of >= 0) {
         go = c->iter + 1 < c->replay->tape.n;
-    } else if (!atomic_load_explicit(&r->err, memory_order_acquire)) {
+    } else {
         int rc = read_predicate(cs->value, &go);
         if (rc) {
             char msg[256];

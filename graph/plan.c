@@ -1618,6 +1618,8 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     vq_exec_opts o = opts ? *opts : (vq_exec_opts){0};
     if (o.cache_size < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
+    if (o.timeout_ms < 0)
+        return vq__fail(VQ_EINVAL, "vq_exec_new: timeout_ms is %d", o.timeout_ms);
     if (o.flags & ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST | VQ_EXEC_NO_SEGMENTS))
         return vq__fail(VQ_EINVAL, "vq_exec_new: unknown flags 0x%x", o.flags);
     const char *env = getenv("VARQ_CHECK_NAN");
@@ -1643,6 +1645,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->device = o.device;
     ex->cache_size = o.cache_size ? o.cache_size : 16;
     ex->check_nan = check_nan;
+    ex->timeout_ms = o.timeout_ms;
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
     const char *seg = getenv("VARQ_EXEC_SEGMENTS");
     ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));
@@ -1675,6 +1678,13 @@ VQ_API void vq_exec_free(vq_exec *ex)
     pthread_mutex_destroy(&ex->lock);
     pthread_cond_destroy(&ex->idle);
     free(ex);
+}
+
+VQ_API int vq_exec_cancel(vq_exec *ex)
+{
+    if (!ex)
+        return vq__fail(VQ_EINVAL, "vq_exec_cancel: NULL executor");
+    return vq__runs_cancel(ex);
 }
 
 VQ_API int vq_exec_get_stats(vq_exec *ex, vq_exec_stats *out)

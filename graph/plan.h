@@ -56,6 +56,8 @@ struct vq_exec {
     bool check_nan;      /* VQ_EXEC_CHECK_NAN */
     bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
     bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
+    int timeout_ms;      /* each run's deadline; 0: none */
+    struct run *runs;    /* the runs in flight, for vq_exec_cancel; under lock */
 };
 
 /* The value of one var in one frame. Root slots also carry what
@@ -239,6 +241,11 @@ struct run {
     void (*done)(void *user, int err);
     void *user;
     atomic_size_t peak;
+    /* vq_exec_cancel's VQ_ECANCELED, or 0: the next op or loop predicate
+     * of the run turns it into the run's failure, naming itself. */
+    atomic_int stop;
+    uint64_t deadline_ns;    /* vq__now_ns() past which the run times out; 0: none */
+    struct run *prev, *next; /* in the executor's runs, under its lock */
 };
 
 struct plan {
@@ -386,6 +393,12 @@ struct run *vq__fop_run(struct fop *f);
 
 /* Run-time bookkeeping shared with control.c. */
 void vq__run_fail(struct run *r, const struct pop *t, int err, const char *msg);
+/* Whether run r was cancelled or is past its deadline: if so fails it
+ * (VQ_ECANCELED, VQ_ETIMEDOUT) naming op t and, for a loop (iter >= 0), its
+ * iteration, and returns true. What every op checks before it starts. */
+bool vq__run_stopping(struct run *r, const struct pop *t, int64_t iter);
+/* Marks every run of ex in flight cancelled; returns how many. */
+int vq__runs_cancel(vq_exec *ex);
 void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream);
 /* Puts t (a reference the caller gives) into slot v, dropping what it held. */
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t);

@@ -96,6 +96,24 @@ void vq__run_fail(struct run *r, const struct pop *t, int err, const char *msg)
         snprintf(r->msg, sizeof r->msg, "op %d (%s): %s", t->index, t->src->type, msg);
 }
 
+bool vq__run_stopping(struct run *r, const struct pop *t, int64_t iter)
+{
+    int stop = atomic_load_explicit(&r->stop, memory_order_relaxed);
+    if (!stop && r->deadline_ns && vq__now_ns() >= r->deadline_ns)
+        stop = VQ_ETIMEDOUT;
+    if (!stop)
+        return false;
+    char msg[160];
+    int n = stop == VQ_ECANCELED
+                ? snprintf(msg, sizeof msg, "the run was cancelled (vq_exec_cancel)")
+                : snprintf(msg, sizeof msg, "the run's deadline passed (timeout_ms %d)",
+                           r->plan->exec->timeout_ms);
+    if (iter >= 0 && n > 0 && (size_t)n < sizeof msg)
+        snprintf(msg + n, sizeof msg - (size_t)n, ", at iteration %lld", (long long)iter);
+    vq__run_fail(r, t, stop, msg);
+    return true;
+}
+
 struct run *vq__fop_run(struct fop *f)
 {
     if (f->fr->owner)
@@ -239,7 +257,7 @@ static int op_begin(struct op_state *s, void *stream)
     int werr = vq_op_wait_error();
     if (werr)
         vq__run_fail(r, op, werr, vq_errmsg());
-    if (atomic_load_explicit(&r->err, memory_order_acquire))
+    if (atomic_load_explicit(&r->err, memory_order_acquire) || vq__run_stopping(r, op, -1))
         return OP_SKIP;
     for (int i = 0; i < src->nin; i++) {
         s->in[i] = f->in[i]->value;
@@ -472,6 +490,36 @@ static void bind_free(void *arg)
     free(b);
 }
 
+/* The executor's list of runs in flight (under ex->lock). */
+static void runs_link(vq_exec *ex, struct run *r)
+{
+    r->prev = NULL;
+    r->next = ex->runs;
+    if (ex->runs)
+        ex->runs->prev = r;
+    ex->runs = r;
+}
+
+static void runs_unlink(vq_exec *ex, struct run *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        ex->runs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+}
+
+int vq__runs_cancel(vq_exec *ex)
+{
+    int n = 0;
+    pthread_mutex_lock(&ex->lock);
+    for (struct run *r = ex->runs; r; r = r->next, n++)
+        atomic_store_explicit(&r->stop, VQ_ECANCELED, memory_order_relaxed);
+    pthread_mutex_unlock(&ex->lock);
+    return n;
+}
+
 static void run_free(struct run *r)
 {
     for (int i = 0; i < r->nheld; i++)
@@ -530,19 +578,24 @@ int vq__final_exec(void *arg, const vq_exec_ctx *x)
     void (*done)(void *, int) = r->done;
     void *user = r->user;
     size_t peak = atomic_load(&r->peak);
-    run_free(r);
     pthread_mutex_lock(&pl->ring_lock);
     pl->inflight--;
     pthread_cond_broadcast(&pl->ring_cond);
     pthread_mutex_unlock(&pl->ring_lock);
     vq_exec *ex = pl->exec;
     pthread_mutex_lock(&ex->lock);
+    runs_unlink(ex, r); /* before it is freed: vq_exec_cancel looks */
     ex->stats.runs++;
     ex->stats.last_peak_bytes = peak;
+    pthread_mutex_unlock(&ex->lock);
+    run_free(r);
+    done(user, err);
+    /* After done: vq_exec_free, which waits for this, then never returns
+     * while a done callback still runs. */
+    pthread_mutex_lock(&ex->lock);
     pl->refs--; /* pl may be evicted from here on */
     pthread_cond_broadcast(&ex->idle);
     pthread_mutex_unlock(&ex->lock);
-    done(user, err);
     return 0;
 }
 
@@ -827,8 +880,14 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
     r->msg_out = msg_out;
     atomic_init(&r->err, 0);
     atomic_init(&r->peak, 0);
+    atomic_init(&r->stop, 0);
+    if (ex->timeout_ms)
+        r->deadline_ns = vq__now_ns() + (uint64_t)ex->timeout_ms * 1000000u;
     if ((rc = ring_enter(pl, r, who)) < 0)
         goto fail_plan;
+    pthread_mutex_lock(&ex->lock);
+    runs_link(ex, r);
+    pthread_mutex_unlock(&ex->lock);
     run_push(pl, r, feeds, nfeeds, binds); /* from here the run reports to done */
     pthread_mutex_unlock(&pl->push_lock);
     names_free(&names);

@@ -10,9 +10,12 @@
  * --grad the program is the gradient of a loss through a while (the loop
  * saves its iterations, a second loop replays them in reverse), and every
  * run's gradient must equal the first run's, bit for bit; --grad-nested
- * does the same through a while nested in the loop's body.
+ * does the same through a while nested in the loop's body. With --cancel
+ * one run in nine loops forever (n = inf) and a third thread calls
+ * vq_exec_cancel every millisecond: every run ends, the endless ones with
+ * VQ_ECANCELED, the others with the right value or VQ_ECANCELED.
  * Usage: control_stress [runs per thread] [--gpu | --naive | --grad |
- *                       --grad-nested]. */
+ *                       --grad-nested | --cancel]. */
 #include <varq/varq.h>
 #include <varq/train.h>
 
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LEN 16
 #define INFLIGHT 16
@@ -161,7 +165,8 @@ static void build_grad(bool nested)
     check(vq_append_backward(prog, "loss", NULL, 0) == 1, "append_backward");
 }
 
-static bool grad_mode;
+static bool grad_mode, cancel_mode;
+static atomic_bool pushers_done;
 static double grad_want[9][LEN]; /* w@GRAD per trip count, from a first run */
 
 static void expected(int n, double *x)
@@ -203,7 +208,10 @@ static void finish(struct run *r)
     while (atomic_load_explicit(&r->done, memory_order_acquire) == 0)
         sched_yield();
     check(atomic_load(&r->done) == 1, "one callback per run");
-    check(r->err == 0, "run failed");
+    if (cancel_mode && r->n == 8)
+        check(r->err == VQ_ECANCELED, "an endless run ended other than cancelled");
+    else if (!cancel_mode || r->err != VQ_ECANCELED)
+        check(r->err == 0, "run failed");
     if (r->err == 0) {
         vq_tensor *xo = r->fetch[0].tensor;
         if (vq_tensor_device(xo).kind != VQ_DEV_CPU) {
@@ -239,7 +247,7 @@ static void *pusher(void *arg)
         memset(r, 0, sizeof *r);
         atomic_init(&r->done, 0);
         r->n = (k * 7 + id * 3) % 9;
-        r->tn = scalar(r->n);
+        r->tn = scalar(cancel_mode && r->n == 8 ? 1.0 / 0.0 : r->n);
         r->fetch[0] = (vq_fetch){grad_mode ? "w@GRAD" : "xo", NULL};
         r->fetch[1] = (vq_fetch){"io", NULL};
         vq_feed feeds[] = {{"x", x0}, {"n", r->tn}, {"one", one}, {"half", half},
@@ -256,6 +264,19 @@ static void *pusher(void *arg)
     return NULL;
 }
 
+/* --cancel: cancels the runs in flight every millisecond until the
+ * pushers have seen all their runs end. */
+static void *canceller(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&pushers_done)) {
+        check(vq_exec_cancel(exec) >= 0, "cancel");
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     runs_per_thread = argc > 1 ? atoi(argv[1]) : 2000;
@@ -263,6 +284,7 @@ int main(int argc, char **argv)
     bool naive = argc > 2 && !strcmp(argv[2], "--naive");
     bool nested = argc > 2 && !strcmp(argv[2], "--grad-nested");
     grad_mode = nested || (argc > 2 && !strcmp(argv[2], "--grad"));
+    cancel_mode = argc > 2 && !strcmp(argv[2], "--cancel");
     vq_engine_opts eo = {.kind = naive ? VQ_ENGINE_NAIVE : VQ_ENGINE_THREADED, .cpu_workers = 4};
     if (vq_engine_new(&engine, &eo) < 0 || vq_scope_new(&scope) < 0) {
         fprintf(stderr, "control_stress: %s\n", vq_errmsg());
@@ -314,11 +336,16 @@ int main(int argc, char **argv)
             vq_tensor_release(tn);
         }
     }
-    pthread_t t[2];
+    pthread_t t[2], c;
     for (int i = 0; i < 2; i++)
         pthread_create(&t[i], NULL, pusher, (void *)(intptr_t)i);
+    if (cancel_mode)
+        pthread_create(&c, NULL, canceller, NULL);
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
+    atomic_store(&pushers_done, true);
+    if (cancel_mode)
+        pthread_join(c, NULL);
     check(vq_wait_all(engine) == 0, "wait_all");
     vq_tensor *all[] = {x0, one, half, three, zero};
     for (int i = 0; i < 5; i++)

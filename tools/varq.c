@@ -80,6 +80,8 @@ static const char usage_text[] =
     "                          number of cores)\n"
     "  --profile TRACE.json    write a Chrome trace of every op run (open it in\n"
     "                          Perfetto or chrome://tracing)\n"
+    "  --timeout SECONDS       end each run that takes longer (an endless loop, say)\n"
+    "                          with an error naming where it stopped (exit 1)\n"
     "  --gpu ID                run the ops on GPU ID (VARQ_GPU_BACKEND=cuda|emulated\n"
     "                          picks the backend); feeds, scope and fetches are\n"
     "                          copied between the host and the device\n"
@@ -259,6 +261,7 @@ struct run_args {
     const char *scope_dir, *save_scope_dir, *profile;
     long repeat, warmup, workers; /* workers 0 = the engine's default */
     long gpu;             /* run on this GPU; -1: the CPU */
+    int timeout_ms;       /* each run's deadline; 0: none */
 };
 
 /* The value of option argv[*i] (`--opt value` or `--opt=value`); advances *i
@@ -316,9 +319,9 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
             a->program = arg;
             continue;
         }
-        static const char *const options[] = {"--feed",       "--fetch",   "--scope",
-                                              "--save-scope", "--repeat",  "--warmup",
-                                              "--workers",    "--profile", "--gpu"};
+        static const char *const options[] = {"--feed",   "--fetch",  "--scope",   "--save-scope",
+                                              "--repeat", "--warmup", "--workers", "--profile",
+                                              "--gpu",    "--timeout"};
         const char *opt = NULL;
         for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
             size_t len = strlen(options[k]);
@@ -361,6 +364,17 @@ static int parse_run_args(int argc, char **argv, struct run_args *a, char **name
         } else if (strcmp(opt, "--gpu") == 0) {
             if (parse_long(val, 0, 63, &a->gpu) != 0)
                 return usage_error("run: --gpu '%s' is not a GPU id from 0 to 63", val);
+        } else if (strcmp(opt, "--timeout") == 0) {
+            char *end;
+            errno = 0;
+            double sec = strtod(val, &end);
+            /* whole milliseconds, at least one, that fit timeout_ms (an int) */
+            if (errno != 0 || end == val || *end != '\0' || !(sec > 0) || sec > 2000000.0)
+                return usage_error("run: --timeout '%s' is not a number of seconds from 0.001 "
+                                   "to 2000000",
+                                   val);
+            double ms = sec * 1000.0;
+            a->timeout_ms = (int)ms + ((double)(int)ms < ms); /* rounded up */
         } else if (strcmp(opt, "--repeat") == 0) {
             if (parse_long(val, 1, 1000000000L, &a->repeat) != 0)
                 return usage_error("run: --repeat '%s' is not a count from 1 to 1000000000", val);
@@ -561,7 +575,7 @@ static int run_program(const struct run_args *a, struct run_state *s)
     };
     if ((rc = vq_engine_new(&s->engine, &eo)) != 0)
         return failed(rc, "starting the engine");
-    vq_exec_opts xo = {.device = {VQ_DEV_CPU, 0}};
+    vq_exec_opts xo = {.device = {VQ_DEV_CPU, 0}, .timeout_ms = a->timeout_ms};
     if (a->gpu >= 0)
         xo.device = (vq_ctx){VQ_DEV_GPU, (int)a->gpu};
     if ((rc = vq_exec_new(&s->exec, s->engine, &xo)) != 0)

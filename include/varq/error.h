@@ -21,15 +21,16 @@ extern "C" {
 /* The codes, their values and what vq_strerror says of them, in one table
  * (X(name, value, description)); the enum below and vq_strerror are made
  * from it. */
-#define VQ_ERRNO_MAP(X)                                                                 \
-    X(VQ_OK, 0, "success")                                                              \
-    X(VQ_EIO, -5, "operation failed")       /* an op or file operation failed */        \
-    X(VQ_ENOMEM, -12, "out of memory")                                                  \
-    X(VQ_EBUSY, -16, "resource busy")       /* resource still in use */                 \
-    X(VQ_EINVAL, -22, "invalid argument")   /* bad argument */                          \
-    X(VQ_EDEADLK, -35, "the wait would deadlock") /* waiting inside an op */           \
-    X(VQ_ENOSYS, -38, "not available in this build") /* e.g. GPU without CUDA */       \
-    X(VQ_ECANCELED, -125, "cancelled")      /* skipped or cancelled */
+#define VQ_ERRNO_MAP(X)                                                            \
+    X(VQ_OK, 0, "success")                                                         \
+    X(VQ_EIO, -5, "operation failed") /* an op or file operation failed */         \
+    X(VQ_ENOMEM, -12, "out of memory")                                             \
+    X(VQ_EBUSY, -16, "resource busy")                /* resource still in use */   \
+    X(VQ_EINVAL, -22, "invalid argument")            /* bad argument */            \
+    X(VQ_EDEADLK, -35, "the wait would deadlock")    /* waiting inside an op */    \
+    X(VQ_ENOSYS, -38, "not available in this build") /* e.g. GPU without CUDA */   \
+    X(VQ_ETIMEDOUT, -110, "timed out")               /* a run's deadline passed */ \
+    X(VQ_ECANCELED, -125, "cancelled")               /* skipped or cancelled */
 
 enum {
 #define VQ__ERRNO_ENUM(name, value, text) name = value,

@@ -202,6 +202,10 @@ typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
     vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
     unsigned flags; /* VQ_EXEC_CHECK_NAN, VQ_EXEC_FETCH_HOST */
+    /* Each run's deadline, in milliseconds from its vq_exec_run(_async)
+     * call; 0: none. A run past it ends as vq_exec_cancel ends one, with
+     * VQ_ETIMEDOUT (see there). */
+    int timeout_ms;
 } vq_exec_opts;
 
 /* Every op's float outputs are checked for NaN and infinities after it
@@ -244,7 +248,10 @@ typedef struct vq_exec_opts {
  * stay usable; a fault of a stream (CUDA's sticky errors) fails every later
  * run that uses that stream. */
 VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts);
-/* Waits for the runs in flight, then frees the plans. */
+/* Waits for the runs in flight (their done callbacks included: none runs
+ * after this returns; so not from inside one), then frees the plans. Runs
+ * that never end (an endless while) keep it waiting: vq_exec_cancel or
+ * vq_exec_opts.timeout_ms end them. */
 VQ_API void vq_exec_free(vq_exec *x);
 
 typedef struct vq_feed {
@@ -311,6 +318,22 @@ typedef struct vq_exec_stats {
 } vq_exec_stats;
 
 VQ_API int vq_exec_get_stats(vq_exec *x, vq_exec_stats *out);
+
+/* Cancels every run of x in flight when it is called (runs started after
+ * it are not affected): ops of those runs that have not started are
+ * skipped, a while loop stops at its next predicate, and each run ends
+ * with VQ_ECANCELED, vq_errmsg() naming where it stopped ("op 2 (while):
+ * the run was cancelled (vq_exec_cancel), at iteration 4711"). An op
+ * already running is not interrupted: the run ends when it returns. The
+ * runs' temporaries are released as on any failure, the plans and the
+ * scope stay usable, and vq_exec_free / vq_engine_free then return once
+ * the ops already running have. A run that had pushed all its work and
+ * was only finishing may still succeed. Returns the number of runs it
+ * reached (0 when none was in flight) or VQ_EINVAL for a NULL x.
+ * Thread-safe; from any thread, inside an op too (it only sets flags).
+ * ONNX Runtime's RunOptions.terminate and TensorFlow's
+ * RunOptions.timeout_in_ms (vq_exec_opts.timeout_ms here) do the same. */
+VQ_API int vq_exec_cancel(vq_exec *x);
 
 #ifdef __cplusplus
 }

@@ -166,8 +166,9 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
  * one was asked for, stops the workers and frees the engine with every var
  * and prebuilt op still alive in it. If that trace cannot be written (the
  * disk is full, the file was removed meanwhile) one line saying why goes
- * to stderr: the only output the library ever prints, since this function
- * returns nothing. Must not be called from inside an op, nor concurrently
+ * to stderr, since this function returns nothing (the library's other
+ * lines on stderr are for environment variables it cannot refuse with an
+ * error: VARQ_ISA, VARQ_CPU_CACHE_MB). Must not be called from inside an op, nor concurrently
  * with other calls on the same engine. Tensors used with e (those ops have
  * run on, or whose var an executor or vq_tensor_var gave them) must be
  * released first, scopes holding them freed first: the last release of

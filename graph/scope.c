@@ -6,6 +6,7 @@
 #include "graph_internal.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -192,19 +193,32 @@ static bool name_ok_for_file(const char *name)
     return *name && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
 }
 
-/* Removes dir and the files in it (one level: what a save writes). */
+static bool is_npy_name(const char *name)
+{
+    size_t len = strlen(name);
+    return len > 4 && !strcmp(name + len - 4, ".npy");
+}
+
+/* Removes dir, a directory a save made or an old checkpoint it swapped out,
+ * with the files a save writes: regular .npy files. dir itself is never
+ * followed if it is a link, and anything else in it (put there while the
+ * save ran) keeps it in place: a save deletes nothing it did not write. */
 static void remove_dir(const char *dir)
 {
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+        return;
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *ent;
         while ((ent = readdir(d))) {
-            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, ".."))
+            if (!is_npy_name(ent->d_name))
                 continue;
             char *path = vq__malloc(strlen(dir) + strlen(ent->d_name) + 2);
             if (path) {
                 sprintf(path, "%s/%s", dir, ent->d_name);
-                unlink(path);
+                if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+                    unlink(path);
                 free(path);
             }
         }
@@ -235,8 +249,7 @@ static int check_replaceable(const char *dir)
         }
         sprintf(path, "%s/%s", dir, nm);
         struct stat st;
-        if (len <= 4 || strcmp(nm + len - 4, ".npy") || lstat(path, &st) < 0 ||
-            !S_ISREG(st.st_mode))
+        if (!is_npy_name(nm) || lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
             rc = vq__fail(VQ_EINVAL, "vq_scope_save: %s holds %s, which is not a .npy file: a "
                                      "save replaces the whole directory, so it saves only over "
                                      "a directory of .npy files",
@@ -274,19 +287,62 @@ static int swap_by_renames(const char *tmp, const char *dir)
     return rc;
 }
 
-VQ_API int vq_scope_save(vq_scope *s, const char *dir)
+/* The path a save of dir works on, malloc'd: an existing directory's
+ * canonical path (links followed, so the checkpoint replaced is the one a
+ * link names and the link stays; no trailing '/', so the new directory is
+ * made beside it, not in it), else dir without trailing '/'. A link to
+ * nothing is VQ_EINVAL: a save would replace the link. */
+static int save_target(const char *dir, bool exists, char **out)
 {
-    if (!s || !dir || !*dir)
+    *out = NULL;
+    if (exists) {
+        char *real = realpath(dir, NULL);
+        if (!real)
+            return errno == ENOMEM
+                       ? vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory")
+                       : vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
+        *out = real;
+        return 0;
+    }
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    char *path = vq__malloc(len + 1);
+    if (!path)
+        return vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+    memcpy(path, dir, len);
+    path[len] = 0;
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        free(path);
+        return vq__fail(VQ_EINVAL,
+                        "vq_scope_save: %s is a symbolic link to nothing: save to a directory "
+                        "or a link to one",
+                        dir);
+    }
+    *out = path;
+    return 0;
+}
+
+VQ_API int vq_scope_save(vq_scope *s, const char *dir_arg)
+{
+    if (!s || !dir_arg || !*dir_arg)
         return vq__fail(VQ_EINVAL, "vq_scope_save: NULL argument");
     struct stat dst;
-    bool exists = stat(dir, &dst) == 0;
+    bool exists = stat(dir_arg, &dst) == 0;
     if (exists && !S_ISDIR(dst.st_mode))
-        return vq__fail(VQ_EINVAL, "vq_scope_save: %s exists and is not a directory", dir);
+        return vq__fail(VQ_EINVAL, "vq_scope_save: %s exists and is not a directory", dir_arg);
     if (!exists && errno != ENOENT)
-        return vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir, strerror(errno));
-    int rc = exists ? check_replaceable(dir) : 0;
+        return vq__fail(VQ_EIO, "vq_scope_save: %s: %s", dir_arg, strerror(errno));
+    char *dir;
+    int rc = save_target(dir_arg, exists, &dir);
     if (rc < 0)
         return rc;
+    rc = exists ? check_replaceable(dir) : 0;
+    if (rc < 0) {
+        free(dir);
+        return rc;
+    }
     /* A snapshot of the bindings, so that saving does not hold the lock. */
     pthread_mutex_lock(&s->lock);
     int n = s->n;
@@ -296,8 +352,10 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
         snap[i].t = vq_tensor_retain(s->b[i].t);
     }
     pthread_mutex_unlock(&s->lock);
-    if (!snap)
+    if (!snap) {
+        free(dir);
         return vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
+    }
     /* The whole checkpoint goes to a new directory beside dir, which then
      * takes dir's place in one step: a reader sees the old checkpoint or
      * the new one, never a mix. */
@@ -354,6 +412,7 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir)
     if (made)
         remove_dir(tmp); /* the old checkpoint, or what a failed save wrote */
     free(tmp);
+    free(dir);
     return rc;
 }
 

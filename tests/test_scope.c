@@ -169,6 +169,110 @@ Test(scope, a_scope_save_replaces_the_whole_checkpoint_or_nothing)
     vq_scope_free(s);
 }
 
+/* A scope holding one vec4 per name, each filled with value. */
+static vq_scope *scope_of(const char *const *names, int n, float value)
+{
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    for (int i = 0; i < n; i++) {
+        vq_tensor *x = vec4(value, value, value, value);
+        cr_assert_eq(vq_scope_set(s, names[i], x), 0);
+        vq_tensor_release(x);
+    }
+    return s;
+}
+
+static bool file_exists(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+Test(scope, a_save_through_a_symlinked_directory_replaces_the_target_and_keeps_the_link)
+{
+    char base[] = "/tmp/varq_link_XXXXXX";
+    cr_assert_not_null(mkdtemp(base));
+    char real[128], link[128];
+    snprintf(real, sizeof real, "%s/real", base);
+    snprintf(link, sizeof link, "%s/ckpt", base);
+    vq_scope *old = scope_of((const char *const[]){"a", "b"}, 2, 1);
+    cr_assert_eq(vq_scope_save(old, real), 0, "%s", vq_errmsg());
+    cr_assert_eq(symlink("real", link), 0);
+    /* the next checkpoint, saved through the link (also spelled with a
+     * trailing slash) */
+    vq_scope *s = scope_of((const char *const[]){"a", "c"}, 2, 2);
+    const char *spellings[] = {link, NULL};
+    char slashed[136];
+    snprintf(slashed, sizeof slashed, "%s/", link);
+    spellings[1] = slashed;
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(vq_scope_save(s, spellings[k]), 0, "%s: %s", spellings[k], vq_errmsg());
+        struct stat st;
+        cr_assert_eq(lstat(link, &st), 0);
+        cr_assert(S_ISLNK(st.st_mode), "%s is no longer a link", link);
+        char target[64] = {0};
+        cr_assert_eq(readlink(link, target, sizeof target - 1), 4);
+        cr_assert_str_eq(target, "real");
+        cr_assert_eq(lstat(real, &st), 0);
+        cr_assert(S_ISDIR(st.st_mode));
+        /* real holds exactly the new checkpoint */
+        cr_assert(file_exists(real, "a.npy") && file_exists(real, "c.npy"));
+        cr_assert(!file_exists(real, "b.npy"), "the old checkpoint's b.npy is still there");
+        vq_scope *t;
+        cr_assert_eq(vq_scope_new(&t), 0);
+        cr_assert_eq(vq_scope_load(t, link), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_scope_count(t), 2);
+        cr_assert_eq(first_value(t, "a"), 2);
+        cr_assert_eq(first_value(t, "c"), 2);
+        vq_scope_free(t);
+        cr_assert_eq(leftovers(link), 0, "a save left %s.*saving* behind", link);
+        cr_assert_eq(leftovers(real), 0, "a save left %s.*saving* behind", real);
+    }
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+    cr_assert_eq(system(cmd), 0);
+    vq_scope_free(old);
+    vq_scope_free(s);
+}
+
+Test(scope, a_save_through_a_link_deletes_nothing_it_did_not_write)
+{
+    char base[] = "/tmp/varq_link_XXXXXX";
+    cr_assert_not_null(mkdtemp(base));
+    char real[128], link[128], notes[160];
+    snprintf(real, sizeof real, "%s/real", base);
+    snprintf(link, sizeof link, "%s/ckpt", base);
+    snprintf(notes, sizeof notes, "%s/notes.txt", real);
+    vq_scope *s = scope_of((const char *const[]){"a"}, 1, 1);
+    cr_assert_eq(vq_scope_save(s, real), 0, "%s", vq_errmsg());
+    FILE *f = fopen(notes, "w");
+    cr_assert_not_null(f);
+    fputs("mine", f);
+    fclose(f);
+    cr_assert_eq(symlink(real, link), 0);
+    /* the target holds a file no save wrote: refused, both files kept */
+    cr_assert_eq(vq_scope_save(s, link), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "holds notes.txt, which is not a .npy file"), "%s", vq_errmsg());
+    cr_assert(file_exists(real, "notes.txt") && file_exists(real, "a.npy"));
+    struct stat st;
+    cr_assert_eq(lstat(link, &st), 0);
+    cr_assert(S_ISLNK(st.st_mode));
+    /* a link to nothing: refused, left as it is */
+    char dangling[128];
+    snprintf(dangling, sizeof dangling, "%s/gone", base);
+    cr_assert_eq(symlink("nowhere", dangling), 0);
+    cr_assert_eq(vq_scope_save(s, dangling), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), dangling), "%s", vq_errmsg());
+    cr_assert_eq(lstat(dangling, &st), 0);
+    cr_assert(S_ISLNK(st.st_mode));
+    cr_assert_eq(leftovers(dangling), 0);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+    cr_assert_eq(system(cmd), 0);
+    vq_scope_free(s);
+}
+
 Test(scope, a_new_scope_never_reuses_the_plan_of_a_freed_one)
 {
     /* A freed scope's address may come back for the next one; the plan

@@ -190,7 +190,16 @@ VQ_API const char *vq_scope_name(vq_scope *s, int i);
  * existing dir must hold nothing but .npy files (VQ_EINVAL otherwise,
  * naming one) and none of them read-only (VQ_EIO). Not concurrently with
  * another save to the same dir. vq_scope_load binds every *.npy file of dir
- * under its name without ".npy". */
+ * under its name without ".npy".
+ *
+ * dir may be a symbolic link to a directory, or have links on its path:
+ * the checkpoint replaced is the directory the path names (the link's
+ * target, resolved first; the new directory is made beside the target and
+ * messages name it), and the link stays as it was. A link to nothing is
+ * VQ_EINVAL. A save deletes only regular .npy files: those of the
+ * checkpoint it replaced and those of its own failed attempt; anything
+ * else found in the old directory after the swap (put there while the save
+ * ran) is left, in that directory, under its temporary name. */
 VQ_API int vq_scope_save(vq_scope *s, const char *dir);
 VQ_API int vq_scope_load(vq_scope *s, const char *dir);
 

@@ -1,5 +1,5 @@
 /* gpu_bench: what a GPU op costs through varq, against the same launches
- * made raw on the stream backend (DESIGN.md 3, "GPU execution").
+ * made raw on the stream backend (docs/design/gpu.md).
  *
  * varq side: vq_push of n ops on GPU 0 (threaded engine), each op's fn
  * launching one empty kernel on x->stream and returning, then vq_wait_all.

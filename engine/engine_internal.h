@@ -8,8 +8,8 @@
  * once. Ops that become runnable while another op completes are collected in
  * a vq__ready batch and handed to the engine's dispatcher.
  *
- * GPU ops (gpu.c, DESIGN.md 3) use the same ops, vars and pools: each device
- * has a compute pool and two copy pools whose workers own one stream each;
+ * GPU ops (gpu.c, docs/design/gpu.md) use the same ops, vars and pools:
+ * each device has a compute pool and two copy pools whose workers own one stream each;
  * a var carries the event of the last GPU op that accessed it
  * (struct vq__gpu_event). */
 #ifndef VARQ_ENGINE_INTERNAL_H
@@ -681,7 +681,8 @@ int vq__naive_wait_var(vq_engine *e, vq_var *v);
  * op queued on vars: vq_push, vq_push_opr, and the ops of vq_wait_var and
  * vq_var_free): its place in the engine's push order. Two pushes that share
  * a var are queued on it in ticket order, so running the ops one at a time
- * in ticket order is what the engine does (DESIGN.md 2.1). The tests read
+ * in ticket order is what the engine does (serial equivalence,
+ * docs/design/engine.md). The tests read
  * it to replay concurrent pushers serially. Undefined after a push that ran
  * the op at once (a sync op with no vars, past the throttle) or after ops
  * nested on this thread pushed meanwhile. */

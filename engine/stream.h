@@ -1,5 +1,5 @@
 /* The stream backend interface: streams, events, a launch hook and
- * stream-ordered memory, behind one vtable (DESIGN.md section 3). The
+ * stream-ordered memory, behind one vtable (docs/design/gpu.md). The
  * engine's GPU logic is written once against it; two backends implement it:
  *
  *   - CUDA (stream_cuda.c, built when the CUDA toolkit is found): cudart

@@ -1,4 +1,4 @@
-/* The var queue: the one state machine that orders ops (DESIGN.md 2.2).
+/* The var queue: the one state machine that orders ops (docs/design/engine.md).
  *
  * A var holds a FIFO of blocks, one per access that could not be granted
  * when it was appended, ending in an empty sentinel (head) where the next

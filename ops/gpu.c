@@ -1,4 +1,4 @@
-/* Tensors and ops on GPUs (DESIGN.md 3): the per-device GPU allocator on
+/* Tensors and ops on GPUs (docs/design/gpu.md): the per-device GPU allocator on
  * the stream backend's stream-ordered memory, copies between host and
  * devices as GPU ops on the copy streams, and which kernel an op on a GPU
  * runs: on the emulated backend its CPU kernel, run as stream work; on

@@ -61,7 +61,7 @@ for level in "${levels[@]}"; do
     --suite ops --suite onnx --suite train --suite graph
 done
 
-echo "== public API shape (DESIGN.md 2.6)"
+echo "== public API shape (docs/design/engine.md, \"The public API\")"
 if [ -f ../shared/checks/api_shape.c ]; then
   cc -std=c11 -fsyntax-only -Werror -Iinclude ../shared/checks/api_shape.c
   echo "api_shape.c compiles"

@@ -16,7 +16,7 @@
  *     has GPU ops on two emulated devices.
  *  2. a batch on one engine that lives for the whole soak: ops over 32
  *     slots, one in 500 failing (the failure poisons what it writes and
- *     skips what follows, DESIGN.md 2.5), one in six async (finished inline
+ *     skips what follows: docs/design/engine.md, "Errors"), one in six async (finished inline
  *     or by a finisher thread), one in 20 prebuilt, vars freed and replaced
  *     mid-stream (2.5% of the steps), waits in the middle (3%: on a random
  *     slot and on the failed ones, clearing their failures); a serial model computed while pushing gives every
@@ -359,7 +359,7 @@ static bool in_list(const int *a, int n, int x)
     return false;
 }
 
-/* The serial model of DESIGN.md 2.5 for one op: skipped when a var it
+/* The serial model of docs/design/engine.md ("Errors") for one op: skipped when a var it
  * touches is failed (the first among its writes, then its reads), else
  * run; a failure goes to the writes not failed yet. Returns whether it ran. */
 static bool pe_model(const struct pop *o, uint64_t *mval, int *merr, int *failed_here)

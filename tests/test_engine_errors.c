@@ -1,4 +1,4 @@
-/* Errors (DESIGN.md 2.5): a failed op poisons what it writes, dependents are
+/* Errors (docs/design/engine.md): a failed op poisons what it writes, dependents are
  * skipped and pass the error on, waits report once and clear, waiting inside
  * an op is VQ_EDEADLK, and bad arguments are VQ_EINVAL with a message. Each
  * behaviour is checked on the threaded and the naive engine. And running

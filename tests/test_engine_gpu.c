@@ -1,4 +1,4 @@
-/* GPU ops on the engine (DESIGN.md 3), on the host-emulated stream backend
+/* GPU ops on the engine (docs/design/gpu.md), on the host-emulated stream backend
  * with two devices (or on CUDA with VARQ_GPU_BACKEND=cuda, where "device
  * 1" is GPU 0 again when there is one GPU): ordering across streams and devices, CPU ops after GPU
  * ops, copy streams overlapping compute, errors from an op's fn and from

@@ -3,8 +3,9 @@
  * (some finished from another thread after a delay), random priorities,
  * failing ops, var deletions, waits in the middle, prebuilt ops, and with
  * WORKLOAD_GPU ops on two GPUs whose effect runs later on their stream. Each
- * workload runs on an engine and through the plain serial model of DESIGN.md
- * 2.5 below; every op's inputs, every value and every error are compared.
+ * workload runs on an engine and through the plain serial model of
+ * docs/design/engine.md ("Errors") below; every op's inputs, every value
+ * and every error are compared.
  *
  * With several pushers, each thread pushes steps of its own on shared vars
  * (and deletes only vars of its own), and the model replays all the steps in
@@ -85,7 +86,7 @@ static int body(struct run *r, int i)
     return 0;
 }
 
-/* ---- the oracle: DESIGN.md 2.5, one op at a time ---- */
+/* ---- the oracle: docs/design/engine.md ("Errors"), one op at a time ---- */
 
 static bool in_list(const int *a, int n, int x)
 {

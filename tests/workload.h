@@ -1,5 +1,6 @@
-/* Random engine workloads checked against a serial model (DESIGN.md 2.1 and
- * 2.5). Uses only the public API, so that it also builds outside the tree
+/* Random engine workloads checked against a serial model (serial
+ * equivalence and errors, docs/design/engine.md). Uses only the public
+ * API, so that it also builds outside the tree
  * against varq.pc, and no test framework, so that it also runs under
  * ThreadSanitizer (where Criterion cannot start). */
 #ifndef VARQ_TESTS_WORKLOAD_H

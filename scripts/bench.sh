@@ -3,13 +3,16 @@
 # and OpenMP tasks (libgomp, libomp) on the same workloads, one runtime after
 # another, and prints the comparison; then again for independent ops and the
 # chain beside two busy loops at nice 10 (a shared machine). The results also go to
-# build/bench/engine_bench.json, and the README's "Performance" section is
-# rewritten from them (with the machine and the date). Then the graph
-# executor's benchmark (exec_bench: prepare time against program size, run
-# cost per op against raw engine ops) runs, its results go to
-# build/bench/exec_bench.json and its table into the README between the
-# exec-bench markers. Then training against PyTorch (train_bench.sh), and
-# imported models and loops against PyTorch (printed only).
+# build/bench/engine_bench.json, and the block between the bench markers of
+# docs/perf/engine.md is rewritten from them (with the machine and the
+# date). Then the graph executor's benchmark (exec_bench: prepare time
+# against program size, run cost per op against raw engine ops) runs, its
+# results go to build/bench/exec_bench.json and its table into
+# docs/perf/executor.md between the exec-bench markers. Then training
+# against PyTorch (train_bench.sh), whose table goes into
+# docs/perf/training.md between the train-bench markers, and imported models
+# and loops against PyTorch (printed only: docs/perf/models.md and
+# docs/perf/training.md say how to read them).
 #   scripts/bench.sh [engine_bench options, e.g. --reps 3 --workers 1,2]
 #   scripts/bench.sh --callgrind   instructions per task instead, counted by
 #                                  callgrind (scripts/callgrind_tasks.sh)
@@ -33,12 +36,13 @@ start = text.find("runtimes:")
 body = text[start:].rstrip() if start >= 0 else text.rstrip()
 section = (f"Measured on {date}, {cores} cores ({cpu}), by `scripts/bench.sh`:\n\n"
            "```\n" + body + "\n```\n")
-readme = open("README.md").read()
+page = "docs/perf/engine.md"
+doc = open(page).read()
 pat = re.compile(r"(<!-- bench:start -->\n).*?(<!-- bench:end -->)", re.S)
-if not pat.search(readme):
-    sys.exit("README.md has no <!-- bench:start --> / <!-- bench:end --> markers")
-open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
-print("README.md: Performance section updated")
+if not pat.search(doc):
+    sys.exit(f"{page} has no <!-- bench:start --> / <!-- bench:end --> markers")
+open(page, "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), doc))
+print(f"{page}: engine benchmark updated")
 PY
 
 # The same independent and chain workloads beside two busy loops at nice 10
@@ -56,16 +60,17 @@ out, cpu, cores, date = sys.argv[1:5]
 body = open(out).read().rstrip()
 section = (f"Measured on {date}, {cores} cores ({cpu}), by `scripts/bench.sh`:\n\n"
            "```\n" + body + "\n```\n")
-readme = open("README.md").read()
+page = "docs/perf/executor.md"
+doc = open(page).read()
 pat = re.compile(r"(<!-- exec-bench:start -->\n).*?(<!-- exec-bench:end -->)", re.S)
-if not pat.search(readme):
-    sys.exit("README.md has no <!-- exec-bench:start --> / <!-- exec-bench:end --> markers")
-open("README.md", "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), readme))
-print("README.md: executor benchmark updated")
+if not pat.search(doc):
+    sys.exit(f"{page} has no <!-- exec-bench:start --> / <!-- exec-bench:end --> markers")
+open(page, "w").write(pat.sub(lambda m: m.group(1) + section + m.group(2), doc))
+print(f"{page}: executor benchmark updated")
 PY
 
 # Training steps per second against PyTorch (scripts/train_bench.sh): its
-# markdown block replaces the README's train-bench block.
+# markdown block replaces the train-bench block of docs/perf/training.md.
 tout=build/bench/train_bench.txt
 scripts/train_bench.sh --no-build | tee "$tout"
 /usr/bin/python3 - "$tout" <<'PY'
@@ -74,12 +79,13 @@ text = open(sys.argv[1]).read()
 m = re.search(r"<!-- train-bench:start -->\n.*?<!-- train-bench:end -->", text, re.S)
 if not m:
     sys.exit("train_bench.sh printed no train-bench block")
-readme = open("README.md").read()
+page = "docs/perf/training.md"
+doc = open(page).read()
 pat = re.compile(r"<!-- train-bench:start -->\n.*?<!-- train-bench:end -->", re.S)
-if not pat.search(readme):
-    sys.exit("README.md has no <!-- train-bench:start --> / <!-- train-bench:end --> markers")
-open("README.md", "w").write(pat.sub(lambda _: m.group(0), readme))
-print("README.md: training benchmark updated")
+if not pat.search(doc):
+    sys.exit(f"{page} has no <!-- train-bench:start --> / <!-- train-bench:end --> markers")
+open(page, "w").write(pat.sub(lambda _: m.group(0), doc))
+print(f"{page}: training benchmark updated")
 PY
 
 # Imported models and loops against PyTorch (2 threads each; printed, and

@@ -14,7 +14,8 @@
 #   --check     exit 1 when a case fails, or a case of an op varq
 #               translates is unsupported because of that op (the meson
 #               test onnx_conformance runs this)
-#   --markdown  also write the README's table of supported ops to FILE
+#   --markdown  also write the table of supported ops to FILE (the one in
+#               docs/onnx-conformance.md)
 #   --fuzz N    instead: import N mutated copies of the cases' models and
 #               prepare and run those that import (onnx_check --fuzz; the
 #               meson test onnx_fuzz, under ASan in that build)

@@ -12,7 +12,7 @@ that can end it early), a MaxPool's Indices ("extra outputs"); and
 windows of more than 3 dims, and Dropout in training mode (a training
 Dropout's expected outputs come from numpy's random generator). Prints
 the table and the totals; with --markdown FILE also
-writes the README's table of supported ops (those varq translates: `varq
+writes the table of supported ops of docs/onnx-conformance.md (those varq translates: `varq
 onnx-ops`), and with --check exits 1 when a case fails or a case of a
 supported op is unsupported because of that op for another reason.
 

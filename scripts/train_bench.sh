@@ -24,8 +24,8 @@
 # ratios varq / PyTorch (2T, and best) against the goals (>= 3x on the
 # seed, >= 1x on the MLP) and varq / libtorch (>= 5x, >= 1.2x), writes
 # build/bench/train_bench.json, and prints the summary as a markdown table
-# between <!-- train-bench:start --> and <!-- train-bench:end --> for the
-# README.
+# between <!-- train-bench:start --> and <!-- train-bench:end --> for
+# docs/perf/training.md (scripts/bench.sh puts it there).
 #   scripts/train_bench.sh [--rounds N] [--steps-seed K] [--steps-mlp K]
 #                          [--reps R] [--warmup W] [--no-build] [--report-only]
 # (--no-build: use build/ as it is, without running ninja; --report-only:

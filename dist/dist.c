@@ -64,7 +64,7 @@
 #define BLOCKING_MIN_BYTES ((size_t)256 << 10)
 /* Up to this size the pusher of a ready collective makes the blocking
  * call itself (start_here): about 2 ms of its time at most on the
- * README's VM (the 16 MiB all-reduce); a larger one returns from its push
+ * VM of docs/perf/mpi.md (the 16 MiB all-reduce); a larger one returns from its push
  * once the call is handed to the communication thread, so that what the
  * pusher pushes next overlaps it. */
 #define PUSHER_BLOCKING_MAX_BYTES ((size_t)16 << 20)
@@ -406,7 +406,7 @@ static size_t comm_bytes(const vq__comm *c)
  * Large collectives and the blocking call. Open MPI's nonblocking
  * collectives (libnbc) pick slower algorithms than its blocking ones: at 1
  * MiB to 64 MiB an MPI_Iallreduce polled to completion takes 1.3 to 1.5
- * times an MPI_Allreduce (the README's table). The communication thread is
+ * times an MPI_Allreduce (docs/perf/mpi.md). The communication thread is
  * not an engine worker, so it may block, but two rules hold it back: MPI
  * matches no blocking collective with a nonblocking one, so every rank
  * must choose alike; and a blocking call cannot time out, so it must only
@@ -414,7 +414,7 @@ static size_t comm_bytes(const vq__comm *c)
  * from the signature exchange, which a collective of BLOCKING_MIN_BYTES or
  * more therefore always makes (VQ_DIST_NO_CHECK or not: one small
  * all-reduce more, which the faster data call pays for from about this
- * size; at 256 KiB the two about cancel on the README's VM): each rank
+ * size; at 256 KiB the two about cancel on docs/perf/mpi.md's VM): each rank
  * says whether it may block (may_block: nothing else of its communication
  * is in flight or waiting, so nothing waits behind the call), the MAX
  * makes one answer, and after the exchange every rank has issued the
@@ -591,7 +591,7 @@ _Thread_local const vq__comm *vq__comm_releasing;
  * The blocking call is as safe here as on the thread: after the signature
  * exchange every rank has issued the collective and nothing else of its
  * communication is in flight (comm_start), and G.mpi is held through it
- * as the thread holds it. Measured on 2 ranks (README), waiting for each
+ * as the thread holds it. Measured on 2 ranks (docs/perf/mpi.md), waiting for each
  * op: 4 B 19-29 -> 1.9-2.0 us (MPI_Allreduce 0.7-0.9), 1 MiB 206-221 ->
  * 95-100 us (94-98), 16 MiB 2.39-2.52 -> 2.02-2.08 ms (1.99-2.10).
  * Returns false, touching nothing, when c is for the thread.

@@ -4,8 +4,8 @@
  * of work is an op that names the vars it reads and writes. vq_push returns at
  * once; the engine runs the op as soon as every earlier op that shares one of
  * its vars with a write has completed. The result is always that of running
- * the ops one at a time in push order (serial equivalence; README, "What the
- * engine guarantees").
+ * the ops one at a time in push order (serial equivalence;
+ * docs/engine.md).
  *
  * Thread-safety, unless a function says otherwise: every function may be
  * called from any thread, concurrently with any other, on the same engine.
@@ -25,7 +25,7 @@
  * accesses are queued on all its vars at once, under the vars' locks taken
  * in one global order.
  *
- * GPU ops (ctx {VQ_DEV_GPU, id}; README, "GPU ops") are sync fns that receive
+ * GPU ops (ctx {VQ_DEV_GPU, id}; docs/gpu.md) are sync fns that receive
  * their stream in vq_exec_ctx.stream (a cudaStream_t with CUDA), enqueue
  * their work there and return; the op completes at launch and its vars
  * carry an event recorded after it. Later GPU ops on other streams wait for
@@ -141,7 +141,7 @@ typedef struct vq_engine_opts {
  * (spread) or at position i mod m (close); with more workers than CPUs
  * both wrap around. Binding is best effort: a CPU that refuses leaves its
  * worker free. Without binding the kernel's scheduler may keep two busy
- * workers on one CPU for a whole run (the README's measurements). */
+ * workers on one CPU for a whole run (docs/perf/engine.md). */
 enum {
     VQ_CPU_BIND_DEFAULT = 0, /* VARQ_CPU_BIND=none|spread|close, or spread */
     VQ_CPU_BIND_NONE = 1,    /* let the scheduler place the workers */
@@ -212,7 +212,7 @@ VQ_API int vq_var_free(vq_engine *e, vq_var *v);
  * is not run and its arg_free is not called. An op whose vars are failed is
  * not run either: it is skipped, its arg_free is called, and the error of
  * the first failed var among its writes, then its reads, is passed on to the
- * vars it writes (README, "What the engine guarantees", Errors). */
+ * vars it writes (docs/engine.md, "Errors"). */
 VQ_API int vq_push(vq_engine *e, const vq_task *t);
 /* GPU specifics of vq_push and vq_opr_new: VQ_ENOSYS (the message says why
  * and how to get the emulated backend) when no GPU backend is available;

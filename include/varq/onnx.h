@@ -10,8 +10,9 @@
  * node whose inputs are all known when the model is read (initializers,
  * Constant nodes, Shape of a known shape, and what is computed from them)
  * is computed then, not at run time. Which ONNX ops and opsets are
- * supported, and how each maps, is listed in the README ("ONNX import"),
- * generated from the conformance run of ONNX's own backend tests.
+ * supported, and how each maps, is listed in docs/onnx.md and
+ * docs/reference/onnx-ops.md; which cases of ONNX's own backend tests pass,
+ * in docs/onnx-conformance.md.
  *
  * Supported tensor types are varq's dtypes (float, double, int32, int64,
  * bool); a model using another (float16, uint8, strings) is refused with
@@ -64,7 +65,7 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
 /* Values the caller will feed, offered for specialization. varq prepares
  * static shapes, so a graph input that gives a shape, axes, pads, repeats,
  * split sizes, a Dropout's training_mode or a Pad's constant must be known
- * when the model is imported (README, "ONNX import"). Offered its value,
+ * when the model is imported (docs/onnx.md). Offered its value,
  * the importer uses it where a translation needs it known, and only
  * there: the program is then specialized on that value (as XLA compiles
  * per value of a compile-time constant argument, and TensorRT needs shape
@@ -116,7 +117,8 @@ VQ_API void vq_onnx_info_free(vq_onnx_info *info);
 
 /* The ONNX op types the importer translates, in alphabetical order: the
  * i-th (from 0), or NULL past the end (or when not built). Static
- * strings. Which cases of each pass ONNX's backend tests is in the README. */
+ * strings. Which cases of each pass ONNX's backend tests is in
+ * docs/onnx-conformance.md. */
 VQ_API const char *vq_onnx_op_name(int i);
 
 /* Decodes a serialized ONNX TensorProto (the input_0.pb / output_0.pb

@@ -7,8 +7,8 @@
  * caller's thread, and pushes the kernel onto the engine with the input
  * tensors' vars as reads and the output tensors' vars as writes: calls return
  * before the work is done and the engine keeps them in program order, like
- * MXNet's NDArray. The list of ops and their attributes is in the README
- * ("Ops") and in `varq ops`. */
+ * MXNet's NDArray. The list of ops and their attributes is in
+ * docs/reference/ops.md and in `varq ops`. */
 #ifndef VARQ_OPS_H
 #define VARQ_OPS_H
 

@@ -94,7 +94,7 @@ VQ_API void *vq_tensor_data(vq_tensor *t);
  * id}. Fixed at creation; thread-safe. */
 VQ_API vq_ctx vq_tensor_device(const vq_tensor *t);
 
-/* ---- tensors on GPUs (README, "GPU ops") ----
+/* ---- tensors on GPUs (docs/gpu.md) ----
  *
  * A GPU tensor's storage comes from its device's allocator: stream-ordered
  * device memory (cudaMallocAsync, or host memory on the emulated backend),
@@ -179,8 +179,8 @@ VQ_API int vq_mem_reset_peak(vq_ctx dev);
  * thread's cache (at most 4 MiB, see vq_mem_get_stats) when that thread
  * next allocates or frees, or exits; an exited thread's blocks went to
  * the shared cache at its exit. Also on the CPU, the weight transforms
- * conv2d's Winograd path keeps between calls (README "Models people
- * have"; they are outside these counters), those a running call uses
+ * conv2d's Winograd path keeps between calls (docs/perf/cpu-kernels.md;
+ * they are outside these counters), those a running call uses
  * when it ends. */
 VQ_API int vq_mem_trim(vq_ctx dev);
 

@@ -963,7 +963,7 @@ static int64_t conv_row_block(int64_t mg)
 }
 
 /* About the most floats of im2col columns one band keeps (512 KiB: half
- * of a core's L2 on the machines README "Models people have" measured). */
+ * of a core's L2 on the machines of docs/perf/cpu-kernels.md). */
 #define CONV_BAND_FLOATS ((int64_t)1 << 17)
 
 /* Output rows per band for a single image's im2col product (conv_bands),

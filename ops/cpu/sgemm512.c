@@ -7,8 +7,8 @@
  * and the environment can hold it to an older one (OPENBLAS_CORETYPE; on
  * the machines this project runs on it is pinned to Haswell's AVX2
  * kernel, half of an AVX-512 core's multiply-adds per cycle). Convolution
- * is 93-95% of ResNet-18's and MobileNetV2's time (README "Models people
- * have"), so varq keeps its own kernel for the one form they use,
+ * is 93-95% of ResNet-18's and MobileNetV2's time (docs/perf/models.md),
+ * so varq keeps its own kernel for the one form they use,
  * B not transposed, and leaves every other form, and CPUs without
  * AVX-512, to OpenBLAS. VARQ_GEMM=openblas turns it off.
  *

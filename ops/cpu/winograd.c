@@ -62,7 +62,7 @@
 /* Tiles (input channels for U) one vector step handles. */
 #define WG_LANES 8
 /* Below these, im2col's single product costs as much or less (2 workers;
- * README "Models people have"): with 8 input channels the input transform
+ * docs/perf/cpu-kernels.md): with 8 input channels the input transform
  * outweighs the product it saves (56x56, 8 to 32 channels: 0.109 ms
  * against 0.094), with 16 it pays (16 to 8: 0.072 against 0.081); 4
  * output channels break even (64 to 4 channels). A call of 16 tiles

@@ -485,6 +485,16 @@ Test(cli, ops_lists_every_registered_op_with_its_signature)
     result_free(&r);
 }
 
+Test(cli, version_prints_the_library_version)
+{
+    struct result r = VARQ("--version");
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_str_eq(r.out, "varq " VQ_VERSION_STRING "\n");
+    cr_assert_str_eq(vq_version(), VQ_VERSION_STRING);
+    cr_assert_str_empty(r.err);
+    result_free(&r);
+}
+
 Test(cli, help_prints_usage_on_stdout)
 {
     const char *forms[] = {"--help", "-h", "help"};

@@ -27,6 +27,7 @@
 #include <varq/onnx.h>
 #include <varq/ops.h>
 #include <varq/tensor.h>
+#include <varq/version.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -60,6 +61,7 @@ static const char usage_text[] =
     "  ops                       list the registered ops with their slots and attributes\n"
     "  onnx-ops                  list the ONNX ops the importer translates\n"
     "  help, --help, -h          show this text\n"
+    "  --version                 print varq's version\n"
     "\n"
     "  --plugin LIB.so           load LIB.so first and call its vq_plugin_init(), which\n"
     "                            registers its ops (vq_op_register); repeatable, after\n"
@@ -732,6 +734,15 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);
+        return finish_stdout(EXIT_OK);
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        /* the library's version, and the headers' when they differ: a
+         * newer libvarq.so than the tool was built with */
+        if (strcmp(vq_version(), VQ_VERSION_STRING) == 0)
+            printf("varq %s\n", vq_version());
+        else
+            printf("varq %s (built with the headers of %s)\n", vq_version(), VQ_VERSION_STRING);
         return finish_stdout(EXIT_OK);
     }
     if (strcmp(cmd, "run") == 0)

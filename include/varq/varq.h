@@ -4,6 +4,7 @@
 #define VARQ_VARQ_H
 
 #include <varq/error.h>
+#include <varq/version.h>
 #include <varq/engine.h>
 #include <varq/tensor.h>
 #include <varq/ops.h>

@@ -206,6 +206,28 @@ VQ_API const char *vq_op_signature(const char *type)
     return i < 0 ? NULL : t->sigs[i];
 }
 
+VQ_API int vq_op_traits(const char *type)
+{
+    const vq__op_def *d = vq__op_find(type);
+    if (!d)
+        return vq__fail(VQ_EINVAL, "vq_op_traits: no op \"%s\"", type ? type : "(null)");
+    int traits = 0;
+    if (d->kernel[VQ_DEV_CPU] || d->kernel_async)
+        traits |= VQ_OP_HAS_CPU;
+    if (d->kernel[VQ_DEV_GPU])
+        traits |= VQ_OP_HAS_GPU;
+    if (d->kernel_async)
+        traits |= VQ_OP_HAS_ASYNC;
+    /* autodiff differentiates cond and while itself (graph/train.c) */
+    if (d->grad || (d->flags & VQ__CONTROL))
+        traits |= VQ_OP_HAS_GRAD;
+    if (d->flags & VQ__CONTROL)
+        traits |= VQ_OP_IS_CONTROL;
+    if (d->user)
+        traits |= VQ_OP_IS_REGISTERED;
+    return traits;
+}
+
 /* ---- slots and arity ---- */
 
 const char *vq__op_in_slot(const vq__op_def *d, int i)

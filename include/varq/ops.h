@@ -107,6 +107,27 @@ VQ_API const char *vq_op_name(int index);
  * unknown op. Static string; thread-safe. */
 VQ_API const char *vq_op_signature(const char *type);
 
+/* What op `type` has besides its slots and attributes, as VQ_OP_HAS_* and
+ * VQ_OP_IS_* bits, for listings (`varq ops --markdown`); VQ_EINVAL for an
+ * unknown op. Which GPU kernels exist depends on the build (CUDA or not).
+ * Thread-safe. */
+VQ_API int vq_op_traits(const char *type);
+
+/* vq_op_traits' bits. */
+enum {
+    VQ_OP_HAS_CPU = 1 << 0,       /* a CPU kernel (for registered ops: cpu or cpu_async) */
+    VQ_OP_HAS_GPU = 1 << 1,       /* a GPU kernel of its own in this build (CUDA, or a
+                                   * registered op's gpu); the emulated GPU backend runs
+                                   * every op that has a CPU kernel */
+    VQ_OP_HAS_ASYNC = 1 << 2,     /* an async CPU kernel (op_register.h's cpu_async) */
+    VQ_OP_HAS_GRAD = 1 << 3,      /* a gradient maker: vq_append_backward differentiates
+                                   * through the op (else it treats its outputs as
+                                   * constants) */
+    VQ_OP_IS_CONTROL = 1 << 4,    /* cond or while: no kernel; the graph executor runs
+                                   * its blocks, and autodiff differentiates through them */
+    VQ_OP_IS_REGISTERED = 1 << 5, /* added by vq_op_register, not built in */
+};
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,7 +10,7 @@ pkgs=(
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
   python3-numpy python3-torch python3-sklearn libtorch-dev
   libonnx-dev python3-onnx python3-torchvision
-  spin valgrind bc
+  spin valgrind bc doxygen
   libopenmpi-dev openmpi-bin
 )
 

@@ -8,7 +8,8 @@
 # public API against ../shared/checks/api_shape.c and builds the random
 # serial-equivalence program outside the tree against varq.pc, and
 # model-checks the var queue with spin (scripts/spin_check.sh), and checks
-# the layout of the C lines changed since .clang-format (format_check.sh).
+# the layout of the C lines changed since .clang-format (format_check.sh)
+# and the documentation ("== docs").
 # The sanitizer builds are configured without CUDA (-Dcuda=disabled): on a
 # machine without a GPU the CUDA backend's code cannot run, nvcc's objects
 # are not instrumented anyway, and compiling them twice more cost about two
@@ -80,6 +81,22 @@ flags=$(PKG_CONFIG_PATH="$PWD/build/meson-uninstalled" pkg-config --cflags --lib
 
 echo "== the layout of the C lines changed since .clang-format (scripts/format_check.sh)"
 scripts/format_check.sh
+
+# The documentation (scripts/check_docs.py): README.md's and docs/'s
+# relative links and #anchors resolve, their ```c blocks compile against
+# include/ (```c fragment blocks excepted); the generated pages
+# docs/reference/*.md are what the built tool prints (scripts/gen_docs.sh);
+# and the API reference builds with no Doxygen warning, so every public
+# function, type and macro is documented (docs/meson.build).
+echo "== docs"
+python3 scripts/check_docs.py
+scripts/gen_docs.sh --check build
+if command -v doxygen >/dev/null; then
+  ninja -C build docs
+  echo "docs: the API reference builds without warnings (build/docs/api/html)"
+else
+  echo "doxygen not found (scripts/setup.sh installs it): the API reference was not built"
+fi
 
 echo "== the var queue, model-checked (spin)"
 scripts/spin_check.sh

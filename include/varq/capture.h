@@ -91,6 +91,7 @@ enum {
     VQ_CAPTURE_CUT_KINDS = 7
 };
 
+/* A thread's capture counters for one engine (vq_capture_get_stats). */
 typedef struct vq_capture_stats {
     uint64_t ops_recorded;  /* calls recorded */
     uint64_t op_hits;       /* of which matched a known node (no check made) */

@@ -110,6 +110,8 @@
 extern "C" {
 #endif
 
+/* A communication handle: one MPI communicator used by one engine (see
+ * the head of this file). */
 typedef struct vq_dist vq_dist;
 
 /* Reductions of allreduce and reduce_scatter. MEAN is the sum divided by
@@ -297,6 +299,9 @@ typedef struct vq_dist_dp_opts {
     int priority;        /* engine priority of the bucket ops; 0: 100 */
 } vq_dist_dp_opts;
 
+/* Inserts the gradient all-reduces into main and the broadcasts into
+ * startup, as described above vq_dist_dp_opts; opts may be NULL (the
+ * defaults). */
 VQ_API int vq_dist_data_parallel(vq_program *main, vq_program *startup, vq_dist *d,
                                  const vq_dist_dp_opts *opts);
 

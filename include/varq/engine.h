@@ -47,8 +47,8 @@
 extern "C" {
 #endif
 
-typedef struct vq_engine vq_engine;
-typedef struct vq_var vq_var;
+typedef struct vq_engine vq_engine; /* an engine: workers and the ops in flight */
+typedef struct vq_var vq_var;       /* a var: one piece of state ops are ordered on */
 typedef struct vq_opr vq_opr;   /* a prebuilt op, pushed many times */
 typedef struct vq_done vq_done; /* completion handle of an async op */
 
@@ -64,9 +64,9 @@ enum { VQ_DEV_CPU = 0, VQ_DEV_GPU = 1 };
  * in, the stream of a GPU op (NULL on CPU), and the index of the worker
  * running it (-1 for the caller's thread in the naive engine). */
 typedef struct vq_exec_ctx {
-    vq_ctx ctx;
-    void *stream;
-    int worker;
+    vq_ctx ctx;   /* the device the op runs on */
+    void *stream; /* a GPU op's stream (a cudaStream_t with CUDA); NULL on the CPU */
+    int worker;   /* the running worker's index; -1 for the caller's thread */
 } vq_exec_ctx;
 
 /* A sync op returns 0, or a negative error that poisons the vars it writes. */
@@ -96,14 +96,14 @@ enum {
  * merged and a var that is both read and written counts as written. */
 typedef struct vq_task {
     vq_sync_fn fn;                 /* exactly one of fn, async_fn */
-    vq_async_fn async_fn;
+    vq_async_fn async_fn;          /* see vq_async_fn */
     void *arg;                     /* passed to fn / async_fn; owned by the caller */
     void (*arg_free)(void *arg);   /* after completion (or failure); may be NULL */
     vq_ctx ctx;                    /* zero = CPU 0 */
-    vq_var *const *reads;
-    int nreads;
-    vq_var *const *writes;
-    int nwrites;
+    vq_var *const *reads;          /* the vars the op reads (nreads of them) */
+    int nreads;                    /* entries in reads */
+    vq_var *const *writes;         /* the vars the op writes (nwrites of them) */
+    int nwrites;                   /* entries in writes */
     int priority;                  /* higher first among ready ops */
     unsigned props;                /* VQ_PROP_* */
     const char *name;              /* for traces; must outlive the engine; may be NULL */

@@ -69,6 +69,8 @@ extern "C" {
 
 /* ---- programs ---- */
 
+/* A program: blocks of var declarations and ops (see the head of this
+ * file). */
 typedef struct vq_program vq_program;
 
 /* A new empty program with its main block (index 0). The caller owns it. */
@@ -163,8 +165,11 @@ VQ_API uint64_t vq_program_hash(const vq_program *p);
 
 /* ---- scopes ---- */
 
+/* A scope: named tensors that live across runs (parameters, optimizer
+ * state), held by reference. */
 typedef struct vq_scope vq_scope;
 
+/* A new empty scope; the caller frees it with vq_scope_free. */
 VQ_API int vq_scope_new(vq_scope **out);
 /* Releases every tensor the scope holds. */
 VQ_API void vq_scope_free(vq_scope *s);
@@ -205,8 +210,11 @@ VQ_API int vq_scope_load(vq_scope *s, const char *dir);
 
 /* ---- executor ---- */
 
+/* An executor: prepares programs into plans (cached) and runs them on an
+ * engine. */
 typedef struct vq_exec vq_exec;
 
+/* Executor options (vq_exec_new); zero in a field means the default. */
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
     vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
@@ -263,11 +271,13 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts);
  * vq_exec_opts.timeout_ms end them. */
 VQ_API void vq_exec_free(vq_exec *x);
 
+/* One input of a run: a var's value. */
 typedef struct vq_feed {
     const char *name;  /* a var of the program */
     vq_tensor *tensor; /* its value for this run; must match the var's dtype and known dims */
 } vq_feed;
 
+/* One output of a run: a var whose value the run hands back. */
 typedef struct vq_fetch {
     const char *name;  /* a var of the program */
     vq_tensor *tensor; /* out: the value at the end of the run (the caller owns a reference) */
@@ -318,6 +328,7 @@ VQ_API int vq_exec_run_async(vq_exec *x, const vq_program *p, vq_scope *s,
                              const vq_feed *feeds, int nfeeds, vq_fetch *fetches, int nfetches,
                              void (*done)(void *user, int err), void *user);
 
+/* An executor's counters (vq_exec_get_stats). */
 typedef struct vq_exec_stats {
     uint64_t prepares;    /* plans built */
     uint64_t cache_hits;  /* runs or prepares that found their plan cached */
@@ -326,6 +337,8 @@ typedef struct vq_exec_stats {
                              * (its temporaries and fetches; not the scope) */
 } vq_exec_stats;
 
+/* Copies x's counters into *out. VQ_EINVAL for NULL arguments.
+ * Thread-safe. */
 VQ_API int vq_exec_get_stats(vq_exec *x, vq_exec_stats *out);
 
 /* Cancels every run of x in flight when it is called (runs started after

@@ -77,9 +77,10 @@ typedef struct vq_onnx_value {
     vq_tensor *tensor; /* its value, on the CPU, of the input's dtype and rank */
 } vq_onnx_value;
 
+/* Import options (vq_program_from_onnx_opts); all zero: none. */
 typedef struct vq_onnx_opts {
     const vq_onnx_value *values; /* nvalues offers (may be NULL when 0) */
-    int nvalues;
+    int nvalues;                 /* entries in values (and in specialized) */
     /* NULL, or nvalues flags: set to whether the program was specialized
      * on values[i] (false ones need not be fed the same value). */
     bool *specialized;
@@ -101,9 +102,9 @@ VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, co
 typedef struct vq_onnx_info {
     int opset;      /* version of the default ("ai.onnx") operator set */
     int ninputs;    /* graph inputs that are not initializers: the feeds */
-    char **inputs;
+    char **inputs;  /* their names, ninputs of them */
     int noutputs;   /* graph outputs: the fetches */
-    char **outputs;
+    char **outputs; /* their names, noutputs of them */
 } vq_onnx_info;
 
 /* Reads the feeds and fetches of the model buf[0..len) into *out (its

@@ -45,19 +45,19 @@ extern "C" {
 /* dtype and shape of one input or output. In a program's preparation a dim
  * may be -1 (not known until the run); at run time every dim is known. */
 typedef struct vq_op_meta {
-    vq_dtype dtype;
-    int ndim;
-    int64_t shape[VQ_MAX_DIMS];
+    vq_dtype dtype;             /* the element type */
+    int ndim;                   /* dimensions: 0 (a scalar) to VQ_MAX_DIMS */
+    int64_t shape[VQ_MAX_DIMS]; /* the first ndim entries count */
 } vq_op_meta;
 
 /* One attribute an op accepts. dflt is the default written out for
  * listings ("0.5", "none"); varq does not apply it: an absent attribute
  * is absent from the call, and the inference callback uses its default. */
 typedef struct vq_op_attr_spec {
-    const char *name;
-    vq_attr_type type;
-    bool required;
-    const char *dflt;
+    const char *name;  /* the attribute's name */
+    vq_attr_type type; /* the type its value must have */
+    bool required;     /* a call without it is VQ_EINVAL */
+    const char *dflt;  /* the default, for listings only; may be NULL */
 } vq_op_attr_spec;
 
 /* The inference callback's view of one call (inputs already checked
@@ -66,10 +66,10 @@ typedef struct vq_op_attr_spec {
 typedef struct vq_op_infer_call {
     const char *op;        /* the op's name */
     const vq_attr *attrs;  /* the call's attributes, as given */
-    int nattrs;
-    int nin;
-    const vq_op_meta *in;
-    int nout;
+    int nattrs;            /* entries in attrs */
+    int nin;               /* entries in in */
+    const vq_op_meta *in;  /* the inputs' dtypes and shapes, in slot order */
+    int nout;              /* entries in out */
     vq_op_meta *out;       /* to fill: every output's dtype, ndim and shape */
     void *params;          /* params_size zeroed bytes to fill for the kernels */
     void *user;            /* vq_op_def.user */
@@ -80,12 +80,12 @@ typedef struct vq_op_infer_call {
  * an output that is also an input: an in-place op); on a GPU their data is
  * device memory. */
 typedef struct vq_op_kernel_call {
-    const char *op;
+    const char *op;        /* the op's name */
     const void *params;    /* what the inference callback wrote */
-    vq_tensor *const *in;
-    int nin;
-    vq_tensor *const *out;
-    int nout;
+    vq_tensor *const *in;  /* the input tensors, in slot order */
+    int nin;               /* entries in in */
+    vq_tensor *const *out; /* the output tensors to write, in slot order */
+    int nout;              /* entries in out */
     vq_ctx ctx;            /* the device it runs for */
     void *stream;          /* GPU kernel: the stream to enqueue on (a cudaStream_t
                             * with CUDA); NULL for CPU kernels */
@@ -99,17 +99,17 @@ typedef struct vq_op_done vq_op_done;
  * din[i] is the name to give the gradient of input i (NULL: not wanted);
  * dout[j] the gradient flowing into output j (NULL: none flows). */
 typedef struct vq_op_grad_call {
-    const char *op;
-    const char *const *in;
-    int nin;
-    const char *const *out;
-    int nout;
-    const char *const *din;
-    const char *const *dout;
-    const vq_attr *attrs;
-    int nattrs;
-    void *user;            /* vq_op_def.user */
-    const void *impl;      /* varq's own; do not touch */
+    const char *op;          /* the forward op's type */
+    const char *const *in;   /* its input vars */
+    int nin;                 /* entries in in (and in din) */
+    const char *const *out;  /* its output vars */
+    int nout;                /* entries in out (and in dout) */
+    const char *const *din;  /* the gradient names to write, per input; NULL: none */
+    const char *const *dout; /* the incoming gradients, per output; NULL: none */
+    const vq_attr *attrs;    /* the forward op's attributes */
+    int nattrs;              /* entries in attrs */
+    void *user;              /* vq_op_def.user */
+    const void *impl;        /* varq's own; do not touch */
 } vq_op_grad_call;
 
 /* vq_op_def.flags */
@@ -124,15 +124,16 @@ enum {
 #define VQ_OP_MAX_PARAMS 256 /* vq_op_def.params_size at most */
 #define VQ_OP_MAX_SLOTS 64   /* tensors per call, variadic slots included */
 
+/* An op's definition, for vq_op_register (see the head of this file). */
 typedef struct vq_op_def {
     const char *name;              /* letters, digits, '_' and '.'; not a registered name */
     const char *const *inputs;     /* input slot names, e.g. {"X", "Y"} */
-    int ninputs;
+    int ninputs;                   /* entries in inputs */
     const char *const *outputs;    /* output slot names; at least one */
-    int noutputs;
+    int noutputs;                  /* entries in outputs */
     unsigned flags;                /* VQ_OP_* */
     const vq_op_attr_spec *attrs;  /* the attribute schema */
-    int nattrs;
+    int nattrs;                    /* entries in attrs */
     size_t params_size;            /* bytes of params the kernels get, <= VQ_OP_MAX_PARAMS */
 
     /* Required. Checks the inputs (and attributes beyond their types),

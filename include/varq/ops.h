@@ -23,6 +23,7 @@
 extern "C" {
 #endif
 
+/* The type of an attribute's value (vq_attr.type). */
 typedef enum vq_attr_type {
     VQ_ATTR_INT = 1,
     VQ_ATTR_FLOAT,
@@ -40,17 +41,20 @@ typedef enum vq_attr_type {
  * FLOAT is expected. The caller keeps every pointer; varq copies what it
  * needs before vq_op_run returns. */
 typedef struct vq_attr {
-    const char *name;
-    vq_attr_type type;
-    int64_t i;
-    double f;
-    const char *s;
-    const int64_t *ints;
-    const double *floats;
-    const char *const *strings;
-    int n;
+    const char *name;           /* the attribute's name in the op's schema */
+    vq_attr_type type;          /* which of the fields below holds the value */
+    int64_t i;                  /* INT, or BOOL as 0 or 1 */
+    double f;                   /* FLOAT */
+    const char *s;              /* STRING */
+    const int64_t *ints;        /* INTS, or BOOLS as 0s and 1s: n entries */
+    const double *floats;       /* FLOATS: n entries */
+    const char *const *strings; /* STRINGS: n entries */
+    int n;                      /* entries in ints, floats or strings */
 } vq_attr;
 
+/* Compound literals for one vq_attr of each type, e.g.
+ * VQ_ATTR_B("transpose_x", true) or VQ_ATTR_IS("perm", perm, 2): name nm,
+ * value v (an array of cnt entries for the list types). */
 #define VQ_ATTR_I(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_INT, .i = (v)})
 #define VQ_ATTR_F(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_FLOAT, .f = (v)})
 #define VQ_ATTR_B(nm, v) ((vq_attr){.name = (nm), .type = VQ_ATTR_BOOL, .i = !!(v)})

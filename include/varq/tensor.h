@@ -31,6 +31,9 @@
 extern "C" {
 #endif
 
+/* The element types of tensors (Paddle's and numpy's names: float32,
+ * float64, int32, int64, bool). The values are part of the ABI and of the
+ * program file format. */
 typedef enum vq_dtype {
     VQ_F32 = 0,
     VQ_F64 = 1,
@@ -39,9 +42,11 @@ typedef enum vq_dtype {
     VQ_BOOL = 4, /* one byte per element, 0 or 1 */
 } vq_dtype;
 
-#define VQ_DTYPE_COUNT 5
-#define VQ_MAX_DIMS 8
+#define VQ_DTYPE_COUNT 5 /* the number of vq_dtype values: 0 to VQ_DTYPE_COUNT - 1 */
+#define VQ_MAX_DIMS 8    /* the most dimensions a tensor has */
 
+/* A tensor: an opaque handle, reference counted (see the head of this
+ * file). */
 typedef struct vq_tensor vq_tensor;
 
 /* Size in bytes of one element; 0 for a value that is not a vq_dtype. */
@@ -75,11 +80,17 @@ VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t);
  * hold a reference to. */
 VQ_API void vq_tensor_release(vq_tensor *t);
 
+/* The tensor's dtype, fixed at creation. Thread-safe. */
 VQ_API vq_dtype vq_tensor_dtype(const vq_tensor *t);
+/* The number of dimensions (0 for a scalar), fixed at creation.
+ * Thread-safe. */
 VQ_API int vq_tensor_ndim(const vq_tensor *t);
-/* ndim entries, valid as long as the tensor is. */
+/* The shape: ndim entries, valid as long as the tensor is. Thread-safe. */
 VQ_API const int64_t *vq_tensor_shape(const vq_tensor *t);
+/* The number of elements (the product of the dims; 1 for a scalar).
+ * Thread-safe. */
 VQ_API int64_t vq_tensor_numel(const vq_tensor *t);
+/* The size of the bytes: numel * vq_dtype_size(dtype). Thread-safe. */
 VQ_API size_t vq_tensor_nbytes(const vq_tensor *t);
 
 /* The bytes (numel * dtype size), 64-byte aligned, valid as long as the
@@ -147,6 +158,7 @@ VQ_API vq_var *vq_tensor_var(vq_tensor *t, vq_engine *e);
 
 /* ---- memory ---- */
 
+/* The counters of one device's allocator (vq_mem_get_stats). */
 typedef struct vq_mem_stats {
     size_t live_bytes;   /* bytes in tensors that exist now */
     size_t peak_bytes;   /* highest live_bytes since start or the last reset */

@@ -63,15 +63,19 @@ extern "C" {
 VQ_API int vq_append_backward(vq_program *p, const char *loss, const char *const *no_grad,
                               int nno_grad);
 
+/* The update rules (vq_optimizer.kind): torch.optim's SGD, SGD with
+ * momentum, and Adam (AdamW with vq_optimizer.decoupled). */
 typedef enum vq_optimizer_kind {
     VQ_OPT_SGD = 0,
     VQ_OPT_MOMENTUM,
     VQ_OPT_ADAM,
 } vq_optimizer_kind;
 
+/* An optimizer for vq_optimizer_minimize; zero in a field means its
+ * default, noted beside it. */
 typedef struct vq_optimizer {
-    vq_optimizer_kind kind;
-    double learning_rate;
+    vq_optimizer_kind kind; /* the update rule */
+    double learning_rate;   /* the rate, when learning_rate_var is NULL */
     /* NULL, or the name of a float var of block 0 of main with one element
      * ([] or [1]): the learning rate, read by every update when it runs
      * (AdamW's decay included), so it may change from run to run: fed
@@ -96,7 +100,7 @@ typedef struct vq_optimizer {
                           * (global 2-norm + 1e-6)) (clip_grad_norm_) */
     const char *const *parameters; /* NULL: every float persistable var the loss
                                     * depends on; else only these (the rest frozen) */
-    int nparameters;
+    int nparameters;               /* entries in parameters */
 } vq_optimizer;
 
 /* vq_append_backward(main, loss), then one update op per parameter that
@@ -144,7 +148,7 @@ typedef enum vq_lr_schedule_kind {
 /* The numbers are taken as given (no zero-means-default: 0 is a real
  * gamma, eta_min or end_factor); those of other kinds are ignored. */
 typedef struct vq_lr_schedule {
-    vq_lr_schedule_kind kind;
+    vq_lr_schedule_kind kind; /* which formula (above) */
     double base_lr;      /* the optimizer's lr (PyTorch's initial_lr): finite, >= 0 */
     vq_dtype dtype;      /* the rate's: VQ_F32 (0) or VQ_F64; use the parameters' */
     int64_t step_size;   /* STEP: >= 1 */

@@ -249,6 +249,12 @@ int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, 
     *n = -1;
     if (rc || !v)
         return rc;
+    if (!ox_known(x, v) && v->too_big)
+        return ox_fail(x, VQ_ENOSYS,
+                       "input %d (%s) \"%s\" must be known when the model is imported, but "
+                       "it is, or is computed from, a value of more than %lld elements, too "
+                       "large to compute then (left to the run)",
+                       i, what, v->name, (long long)VQ_ONNX_FOLD_MAX_ELEMS);
     if (!ox_known(x, v))
         return ox_fail(x, VQ_ENOSYS, "input %d (%s) \"%s\" must be known when the model is "
                                      "imported (an initializer, a Constant, or computed from "
@@ -343,6 +349,7 @@ int ox_alias(struct ox *x, const char *name, struct ox_val *src)
     if (rc < 0)
         return rc;
     v->meta = src->meta;
+    v->too_big = src->too_big;
     v->sym = src->sym;
     v->sym_off = src->sym_off;
     if (src->konst)
@@ -361,16 +368,30 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         return ox_fail(x, VQ_ENOSYS, "varq has no op %s", type);
     if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
         return ox_fail(x, VQ_ENOSYS, "more than %d inputs or outputs", VQ__MAX_SLOTS);
-    bool known = true;
+    bool known = true, too_big = false, computable = true;
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
     for (int i = 0; i < nin; i++) {
         im[i] = in[i]->meta;
         known &= in[i]->konst != NULL;
+        too_big |= in[i]->too_big;
+        computable &= in[i]->konst || in[i]->too_big;
     }
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
     int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
     if (rc < 0)
         return ox_fail(x, rc, "%s", vq_errmsg());
+    /* Folding allocates what the op makes, and a few bytes of model can ask
+     * for any size (fill_constant has no inputs: a ConstantOfShape is always
+     * known): a large result is left to the run, which takes its memory as
+     * the op's and fails like the op when it cannot. */
+    for (int j = 0; known && j < nout; j++) {
+        int64_t n = vq__numel(om[j].ndim, om[j].shape);
+        if (n < 0 || n > VQ_ONNX_FOLD_MAX_ELEMS) {
+            known = false;
+            too_big = true;
+        }
+    }
+    too_big &= computable;
     char tmp[VQ__MAX_SLOTS][300];
     struct ox_val *outs[VQ__MAX_SLOTS];
     const char *names[VQ__MAX_SLOTS];
@@ -407,6 +428,7 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
             if ((rc = val_new(x, names[j], &outs[j])) < 0)
                 break;
             outs[j]->meta = om[j];
+            outs[j]->too_big = too_big;
             if (!(outs[j]->var = vq__strdup(names[j])))
                 return vq__fail(VQ_ENOMEM, "onnx: out of memory");
             rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim,

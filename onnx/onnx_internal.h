@@ -31,6 +31,10 @@ struct ox_val {
      * starts and ends move with the iteration have a static size. */
     struct ox_val *sym;
     int64_t sym_off;
+    /* Computable at import but not computed then: it, or a value it is
+     * computed from, has more than VQ_ONNX_FOLD_MAX_ELEMS elements (ox_emit
+     * left it to the run); what messages say when it is needed at import. */
+    bool too_big;
 };
 
 struct ox {
@@ -117,8 +121,9 @@ int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, 
 /* Emits varq op type over values in[] (NULL entries are not allowed) into
  * outputs: out_names[j] names the ONNX value that output j becomes, or is
  * NULL for a temporary; *out_vals[j] (when out_vals is not NULL) gets the
- * new values. When every input is known at import the op runs now and its
- * outputs are known too; otherwise it is added to the program. */
+ * new values. When every input is known at import and every output has at
+ * most VQ_ONNX_FOLD_MAX_ELEMS elements, the op runs now and its outputs
+ * are known too; otherwise it is added to the program. */
 int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
             const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
             struct ox_val **out_vals);

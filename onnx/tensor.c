@@ -84,9 +84,12 @@ static int open_beneath(int dirfd, const char *dir, const char *location)
 
 /* The external data of t: its file (relative to dir, no "..", not
  * absolute, a regular file, not reached through a link out of dir),
- * offset and length (-1: to the end). */
+ * offset and length (-1: to the end), read into *v, a new tensor of dtype
+ * dt and shape[ndim] (want bytes) allocated once the file is known to hold
+ * them; *v stays NULL until then, the caller releases it on failure. */
 static int external_read(const Onnx__TensorProto *t, const char *dir, const char *what,
-                         size_t want, void *dst)
+                         vq_dtype dt, int ndim, const int64_t *shape, size_t want,
+                         vq_tensor **v)
 {
     const char *location = NULL;
     long long offset = 0, length = -1;
@@ -149,10 +152,16 @@ static int external_read(const Onnx__TensorProto *t, const char *dir, const char
     } else if (__builtin_add_overflow(offset, (long long)want, &(long long){0})) {
         rc = vq__fail(VQ_EINVAL, "onnx: %s: external data offset %lld plus %zu bytes overflows",
                       what, offset, want);
-    } else {
+    } else if (st.st_size < offset || (unsigned long long)(st.st_size - offset) < want) {
+        rc = vq__fail(VQ_EIO,
+                      "onnx: %s: external data file %s/%s holds less than %zu "
+                      "bytes at offset %lld",
+                      what, dir, location, want, offset);
+    } else if ((rc = vq__tensor_empty(v, dt, ndim, shape)) == 0) {
+        char *dst = (*v)->data;
         size_t got = 0;
         while (got < want) {
-            ssize_t r = pread(fd, (char *)dst + got, want - got, (off_t)offset + (off_t)got);
+            ssize_t r = pread(fd, dst + got, want - got, (off_t)offset + (off_t)got);
             if (r < 0 && errno == EINTR)
                 continue;
             if (r <= 0)
@@ -196,54 +205,40 @@ int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *wha
     size_t nbytes = (size_t)numel * esize;
     if (t->segment)
         return vq__fail(VQ_ENOSYS, "onnx: %s is a segment of a tensor", what);
-    vq_tensor *v;
-    int rc = vq__tensor_empty(&v, dt, (int)t->n_dims, shape);
-    if (rc < 0)
-        return rc;
     bool external = t->has_data_location &&
                     t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-    size_t have = 0;
-    if (external) {
-        rc = external_read(t, dir, what, nbytes, v->data);
-        have = (size_t)numel;
-    } else if (t->has_raw_data) {
-        if (t->raw_data.len != nbytes)
-            rc = vq__fail(VQ_EINVAL, "onnx: %s: %zu bytes of raw data, the shape needs %zu",
-                          what, t->raw_data.len, nbytes);
-        else if (nbytes)
+    /* the data the message holds must fill the shape, checked before the
+     * tensor is allocated: dims are free to declare, so a few bytes could
+     * otherwise ask for gigabytes */
+    if (!external && t->has_raw_data && t->raw_data.len != nbytes)
+        return vq__fail(VQ_EINVAL, "onnx: %s: %zu bytes of raw data, the shape needs %zu", what,
+                        t->raw_data.len, nbytes);
+    if (!external && !t->has_raw_data) {
+        size_t have = dt == VQ_F32   ? t->n_float_data
+                      : dt == VQ_F64 ? t->n_double_data
+                      : dt == VQ_I64 ? t->n_int64_data
+                                     : t->n_int32_data; /* int32 and bool */
+        if (have != (size_t)numel)
+            return vq__fail(VQ_EINVAL, "onnx: %s: %zu values for a shape of %lld elements", what,
+                            have, (long long)numel);
+    }
+    vq_tensor *v = NULL;
+    int rc = external ? external_read(t, dir, what, dt, (int)t->n_dims, shape, nbytes, &v)
+                      : vq__tensor_empty(&v, dt, (int)t->n_dims, shape);
+    if (rc == 0 && !external && t->has_raw_data) {
+        if (nbytes)
             memcpy(v->data, t->raw_data.data, nbytes);
-        have = (size_t)numel;
-    } else {
+    } else if (rc == 0 && !external && nbytes) {
         switch (dt) {
-        case VQ_F32:
-            have = t->n_float_data;
-            if (have == (size_t)numel && nbytes)
-                memcpy(v->data, t->float_data, nbytes);
-            break;
-        case VQ_F64:
-            have = t->n_double_data;
-            if (have == (size_t)numel && nbytes)
-                memcpy(v->data, t->double_data, nbytes);
-            break;
-        case VQ_I64:
-            have = t->n_int64_data;
-            if (have == (size_t)numel && nbytes)
-                memcpy(v->data, t->int64_data, nbytes);
-            break;
-        case VQ_I32:
-            have = t->n_int32_data;
-            if (have == (size_t)numel && nbytes)
-                memcpy(v->data, t->int32_data, nbytes);
-            break;
+        case VQ_F32: memcpy(v->data, t->float_data, nbytes); break;
+        case VQ_F64: memcpy(v->data, t->double_data, nbytes); break;
+        case VQ_I64: memcpy(v->data, t->int64_data, nbytes); break;
+        case VQ_I32: memcpy(v->data, t->int32_data, nbytes); break;
         case VQ_BOOL:
-            have = t->n_int32_data;
-            for (size_t i = 0; have == (size_t)numel && i < have; i++)
+            for (int64_t i = 0; i < numel; i++)
                 ((unsigned char *)v->data)[i] = t->int32_data[i] != 0;
             break;
         }
-        if (rc == 0 && have != (size_t)numel)
-            rc = vq__fail(VQ_EINVAL, "onnx: %s: %zu values for a shape of %lld elements", what,
-                          have, (long long)numel);
     }
     if (rc == 0 && dt == VQ_BOOL)
         for (int64_t i = 0; i < numel; i++)

@@ -9,8 +9,16 @@
  * in the scope given as params. Each node becomes one or more varq ops; a
  * node whose inputs are all known when the model is read (initializers,
  * Constant nodes, Shape of a known shape, and what is computed from them)
- * is computed then, not at run time. Which ONNX ops and opsets are
- * supported, and how each maps, is listed in docs/onnx.md and
+ * is computed then, not at run time, when each of its results has at most
+ * VQ_ONNX_FOLD_MAX_ELEMS elements. A bigger result (a ConstantOfShape of
+ * [2^30, 4], an Expand of a known value to a large shape) stays an op of
+ * the program: its memory is taken when the program runs (where a run
+ * that cannot have it fails with VQ_ENOMEM naming the op), never by the
+ * import, so a model of a few bytes cannot make the import allocate
+ * gigabytes. A translation that needs such a value at import (a
+ * Reshape's shape, a Tile's repeats) fails with VQ_ENOSYS saying it was
+ * too large to compute when the model was imported. Which ONNX ops and
+ * opsets are supported, and how each maps, is listed in docs/onnx.md and
  * docs/reference/onnx-ops.md; which cases of ONNX's own backend tests pass,
  * in docs/onnx-conformance.md.
  *
@@ -45,6 +53,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The most elements a value the importer computes at import may have
+ * (2^18: 1 MiB of float); see the head of this file. */
+#define VQ_ONNX_FOLD_MAX_ELEMS ((int64_t)1 << 18)
 
 /* Imports the serialized ModelProto buf[0..len) into a new program *out,
  * which the caller frees with vq_program_free. The initializers' tensors

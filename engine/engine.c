@@ -69,35 +69,6 @@ static void list_del(vq_engine *e, struct vq__link **head, struct vq__link *l)
 
 /* ---- options and environment ---- */
 
-/* VARQ_PROFILE must name a place the trace can be written when the engine
- * is freed: an existing file or device that is writable, or a new file in
- * a writable directory. Checked without creating anything. */
-static int profile_path_check(const char *path)
-{
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        if (S_ISDIR(st.st_mode))
-            return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE=%s is a directory", path);
-        if (access(path, W_OK) != 0)
-            return vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: %s", path,
-                            strerror(errno));
-        return 0;
-    }
-    if (errno != ENOENT)
-        return vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: %s", path, strerror(errno));
-    char *dir = vq__strdup(path);
-    if (!dir)
-        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    int rc = 0;
-    if (access(d, W_OK | X_OK) != 0)
-        rc = vq__fail(VQ_EIO, "vq_engine_new: VARQ_PROFILE=%s: cannot create it in %s: %s", path,
-                      d, strerror(errno));
-    free(dir);
-    return rc;
-}
-
 static int env_int(const char *name, int lo, int hi, int *out)
 {
     const char *s = getenv(name);
@@ -175,7 +146,9 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     if (ep) {
         if (*ep == '\0')
             return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE is set but empty");
-        if ((rc = profile_path_check(ep)) < 0)
+        /* writable when the engine is freed: checked now, so that a path
+         * that cannot be is an error rather than a lost trace */
+        if ((rc = vq__trace_path_check("vq_engine_new: VARQ_PROFILE=", ep)) < 0)
             return rc;
         e->profile_path = vq__strdup(ep);
         if (!e->profile_path)

@@ -349,6 +349,10 @@ uint64_t vq__now_ns(void);
 void vq__prof_buf_init(struct vq__prof_buf *b);
 void vq__prof_buf_destroy(struct vq__prof_buf *b);
 void vq__prof_record(vq_engine *e, const vq__op *op, uint64_t end_ns);
+/* Whether a trace can be written at path now, checked without creating
+ * anything: 0, VQ_EINVAL for a directory, VQ_EIO naming path and why. who
+ * starts the message. */
+int vq__trace_path_check(const char *who, const char *path);
 
 /* ---- worker pools (threaded.c) ---- */
 

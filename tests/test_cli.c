@@ -18,7 +18,11 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -696,6 +700,126 @@ Test(cli, an_unwritable_output_exits_1)
                             fmt("y=%s", in_dir("none/y.npy"))));
     assert_run_failure(VARQ("run", prog, "--scope", params, "--feed", x_feed, "--profile",
                             in_dir("none/trace.json")));
+}
+
+/* The entries of the test's directory whose names start with prefix. */
+static int entries_starting(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "%s: %s", dir, strerror(errno));
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* A trace that cannot be written at the end (every write to /dev/full
+ * fails with ENOSPC) is exit 1 naming the path and the cause, with no
+ * summary; through --profile and through VARQ_PROFILE (which the engine
+ * writes when it is freed, and the tool used to exit 0 after). */
+Test(cli, a_trace_that_cannot_be_written_exits_1_naming_the_path_and_cause)
+{
+    for (int env = 0; env < 2; env++) {
+        if (env)
+            setenv("VARQ_PROFILE", "/dev/full", 1);
+        struct result r =
+            env ? VARQ("run", prog, "--scope", params, "--feed", x_feed)
+                : VARQ("run", prog, "--scope", params, "--feed", x_feed, "--profile", "/dev/full");
+        unsetenv("VARQ_PROFILE");
+        cr_assert_not_null(strstr(r.err, "/dev/full"), "no path: %s", r.err);
+        cr_assert_not_null(strstr(r.err, strerror(ENOSPC)), "no cause: %s", r.err);
+        cr_assert_null(strstr(r.err, " run,"), "a summary after a lost trace: %s", r.err);
+        cr_assert_str_empty(r.out);
+        assert_run_failure(r);
+    }
+}
+
+/* A disk that fills while the trace is written (here the file size limit:
+ * writes past it fail with EFBIG) leaves no half-written trace: the file
+ * that was there stays as it was, and no temporary file is left beside it. */
+Test(cli, a_trace_cut_short_leaves_no_truncated_file)
+{
+    char trace[192]; /* in_dir's buffers are reused */
+    snprintf(trace, sizeof trace, "%s", in_dir("trace.json"));
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fputs("previous\n", f);
+    cr_assert_eq(fclose(f), 0);
+    struct rlimit old, small = {2048, 2048};
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN); /* inherited: the tool sees EFBIG, not a signal */
+    for (int env = 0; env < 2; env++) {
+        if (env)
+            setenv("VARQ_PROFILE", trace, 1);
+        cr_assert_eq(setrlimit(RLIMIT_FSIZE, &small), 0, "%s", strerror(errno));
+        /* 30 runs: a trace of some kilobytes */
+        struct result r = env ? VARQ("run", prog, "--scope", params, "--feed", x_feed, "--repeat",
+                                     "30", "--workers", "2")
+                              : VARQ("run", prog, "--scope", params, "--feed", x_feed, "--repeat",
+                                     "30", "--workers", "2", "--profile", trace);
+        cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+        unsetenv("VARQ_PROFILE");
+        cr_assert_not_null(strstr(r.err, trace), "no path: %s", r.err);
+        cr_assert_not_null(strstr(r.err, strerror(EFBIG)), "no cause: %s", r.err);
+        assert_run_failure(r);
+        char *text = read_file(trace, NULL);
+        cr_assert_str_eq(text, "previous\n", "the old trace was cut: %.60s", text);
+        free(text);
+        cr_assert_eq(entries_starting("trace.json"), 1, "a temporary file was left");
+    }
+    signal(SIGXFSZ, SIG_DFL);
+}
+
+/* --profile naming a place where no file can be created fails before
+ * anything runs: no fetch is written, no trace, no probe left behind. */
+Test(cli, a_profile_path_that_cannot_be_created_fails_before_running)
+{
+    char y[192], trace[192]; /* in_dir's buffers are reused */
+    snprintf(y, sizeof y, "%s", in_dir("y.npy"));
+    snprintf(trace, sizeof trace, "%s", in_dir("none/trace.json"));
+    struct result r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch",
+                           fmt("y=%s", y), "--profile", trace);
+    cr_assert_not_null(strstr(r.err, trace), "no path: %s", r.err);
+    assert_run_failure(r);
+    cr_assert_neq(access(y, F_OK), 0, "the run went ahead and wrote its fetch");
+    /* a directory is not a trace */
+    assert_run_failure(VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch",
+                            fmt("y=%s", y), "--profile", dir));
+    cr_assert_neq(access(y, F_OK), 0, "the run went ahead and wrote its fetch");
+    /* Permission bits stop everyone but root. */
+    if (geteuid() != 0) {
+        char ro[128];
+        snprintf(ro, sizeof ro, "%s", in_dir("ro"));
+        cr_assert_eq(mkdir(ro, 0500), 0, "%s", strerror(errno));
+        snprintf(trace, sizeof trace, "%s/trace.json", ro);
+        r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--fetch", fmt("y=%s", y),
+                 "--profile", trace);
+        cr_assert_not_null(strstr(r.err, trace), "no path: %s", r.err);
+        assert_run_failure(r);
+        cr_assert_neq(access(y, F_OK), 0, "the run went ahead and wrote its fetch");
+        chmod(ro, 0700);
+    }
+}
+
+/* The trace written in full: a JSON document from its first byte to its
+ * last, and nothing else left beside it. */
+Test(cli, a_written_trace_is_a_whole_json_document)
+{
+    char trace[192]; /* in_dir's buffers are reused */
+    snprintf(trace, sizeof trace, "%s", in_dir("trace.json"));
+    struct result r = VARQ("run", prog, "--scope", params, "--feed", x_feed, "--profile", trace);
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    result_free(&r);
+    size_t n;
+    char *json = read_file(trace, &n);
+    while (n > 0 && strchr(" \t\r\n", json[n - 1]))
+        n--;
+    cr_assert(n > 2 && json[0] == '{' && json[n - 1] == '}', "not one JSON object: %s", json);
+    cr_assert_not_null(strstr(json, "relu"), "%s", json);
+    free(json);
+    cr_assert_eq(entries_starting("trace.json"), 1, "a temporary file was left");
 }
 
 /* The smallest model that imports: ir_version 8, a graph named g with no

@@ -5,13 +5,17 @@
 
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <dirent.h>
+#include <errno.h>
 #include <sched.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include "leakcheck.h"
@@ -843,4 +847,72 @@ Test(engine_api, a_varq_profile_that_cannot_be_written_is_an_error_or_a_line_on_
     unlink(errpath);
     cr_assert(strstr(text, "varq: the VARQ_PROFILE trace was not written: "), "stderr: %s", text);
     cr_assert(strstr(text, "/dev/full"), "stderr: %s", text);
+}
+
+static vq_engine *profiled_engine_with_ops(int nops)
+{
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .flags = VQ_ENGINE_PROFILE};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    for (int i = 0; i < nops; i++) {
+        vq_task t = {.fn = nop, .name = "an op with a name of some length"};
+        cr_assert_eq(vq_push(e, &t), 0);
+    }
+    cr_assert_eq(vq_wait_all(e), 0);
+    return e;
+}
+
+/* Every write to /dev/full fails with ENOSPC: VQ_EIO naming the path and
+ * the cause. */
+Test(engine_api, profiler_dump_to_a_full_device_is_eio_naming_path_and_cause)
+{
+    vq_engine *e = profiled_engine_with_ops(200);
+    cr_assert_eq(vq_profiler_dump(e, "/dev/full"), VQ_EIO);
+    cr_assert(strstr(vq_errmsg(), "\"/dev/full\""), "%s", vq_errmsg());
+    cr_assert(strstr(vq_errmsg(), strerror(ENOSPC)), "%s", vq_errmsg());
+    vq_engine_free(e);
+}
+
+/* A disk that fills while the trace is written (the file size limit makes
+ * writes past it fail with EFBIG): VQ_EIO, and the file at the path is the
+ * one that was there, not a trace cut short; nothing else is left in its
+ * directory. */
+Test(engine_api, a_trace_cut_short_leaves_the_previous_file_as_it_was)
+{
+    char dir[] = "/tmp/varq_trace_dir_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[64];
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("previous\n", f);
+    cr_assert_eq(fclose(f), 0);
+    vq_engine *e = profiled_engine_with_ops(200);
+
+    struct rlimit old, small;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small = (struct rlimit){4096, old.rlim_max};
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &small), 0, "%s", strerror(errno));
+    int rc = vq_profiler_dump(e, path);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, SIG_DFL);
+    cr_assert_eq(rc, VQ_EIO, "%d: %s", rc, vq_errmsg());
+    cr_assert(strstr(vq_errmsg(), path), "%s", vq_errmsg());
+    cr_assert(strstr(vq_errmsg(), strerror(EFBIG)), "%s", vq_errmsg());
+    cr_assert_str_eq(slurp(path), "previous\n", "the old file was cut");
+
+    /* and with room enough, the same call replaces it whole */
+    cr_assert_eq(vq_profiler_dump(e, path), 0, "%s", vq_errmsg());
+    cr_assert_eq(count(slurp(path), "\"ph\":\"X\""), 200);
+    vq_engine_free(e);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;)
+        n += de->d_name[0] != '.';
+    closedir(d);
+    cr_assert_eq(n, 1, "a temporary file was left beside the trace");
+    unlink(path);
+    rmdir(dir);
 }

@@ -21,8 +21,14 @@
  * Exit status: 0 on success; 2 on bad usage (an unknown command or option, a
  * missing or malformed value), with one line "varq: ..." and a pointer to
  * --help on stderr; 1 when loading, running or writing fails (a missing or
- * malformed file, a feed that does not fit, a failing op), with one line
- * "varq: <what>: <vq_errmsg()>". Every path releases what it acquired. */
+ * malformed file, a feed that does not fit, a failing op, a trace that
+ * cannot be written), with one line "varq: <what>: <vq_errmsg()>". Every
+ * path releases what it acquired.
+ *
+ * `varq run` checks where its traces go (--profile, and VARQ_PROFILE, which
+ * it takes over from the engine: that one's own failure at vq_engine_free
+ * would only be a line on stderr) before it loads anything, and writes them
+ * after the runs with vq_profiler_dump, which leaves no trace cut short. */
 #include <varq/engine.h>
 #include <varq/error.h>
 #include <varq/graph.h>
@@ -84,7 +90,8 @@ static const char usage_text[] =
     "  --workers N             CPU worker threads (default: VARQ_CPU_WORKERS or the\n"
     "                          number of cores)\n"
     "  --profile TRACE.json    write a Chrome trace of every op run (open it in\n"
-    "                          Perfetto or chrome://tracing)\n"
+    "                          Perfetto or chrome://tracing); a path where it\n"
+    "                          cannot be written fails before the first run\n"
     "  --timeout SECONDS       end each run that takes longer (an endless loop, say)\n"
     "                          with an error naming where it stopped (exit 1)\n"
     "  --gpu ID                run the ops on GPU ID (VARQ_GPU_BACKEND=cuda|emulated\n"
@@ -405,6 +412,7 @@ struct run_args {
     struct binding *feeds, *fetches; /* each sized for argc entries */
     int nfeeds, nfetches;
     const char *scope_dir, *save_scope_dir, *profile;
+    char *env_profile;            /* VARQ_PROFILE, taken over from the engine (cmd_run) */
     long repeat, warmup, workers; /* workers 0 = the engine's default */
     long gpu;             /* run on this GPU; -1: the CPU */
     int timeout_ms;       /* each run's deadline; 0: none */
@@ -660,7 +668,14 @@ static void run_cleanup(struct run_state *s)
  * trace, prints the summary. */
 static int run_program(const struct run_args *a, struct run_state *s)
 {
-    int rc = vq_scope_new(&s->scope);
+    /* The traces are written after every run: a path that cannot take one
+     * fails now, before the work. */
+    int rc;
+    if (a->profile != NULL && (rc = vq_profiler_check_path(a->profile)) != 0)
+        return failed(rc, "--profile");
+    if (a->env_profile != NULL && (rc = vq_profiler_check_path(a->env_profile)) != 0)
+        return failed(rc, "VARQ_PROFILE");
+    rc = vq_scope_new(&s->scope);
     if (rc != 0)
         return failed(rc, "creating the scope");
     s->feeds = calloc((size_t)a->nfeeds + 1, sizeof *s->feeds);
@@ -717,7 +732,7 @@ static int run_program(const struct run_args *a, struct run_state *s)
     vq_engine_opts eo = {
         .kind = VQ_ENGINE_THREADED,
         .cpu_workers = (int)a->workers,
-        .flags = a->profile != NULL ? VQ_ENGINE_PROFILE : 0,
+        .flags = a->profile != NULL || a->env_profile != NULL ? VQ_ENGINE_PROFILE : 0,
     };
     if ((rc = vq_engine_new(&s->engine, &eo)) != 0)
         return failed(rc, "starting the engine");
@@ -762,6 +777,8 @@ static int run_program(const struct run_args *a, struct run_state *s)
         return failed(rc, "saving the scope");
     if (a->profile != NULL && (rc = vq_profiler_dump(s->engine, a->profile)) != 0)
         return failed(rc, "writing the profile");
+    if (a->env_profile != NULL && (rc = vq_profiler_dump(s->engine, a->env_profile)) != 0)
+        return failed(rc, "writing the VARQ_PROFILE trace");
 
     vq_exec_stats st;
     if ((rc = vq_exec_get_stats(s->exec, &st)) != 0)
@@ -773,6 +790,25 @@ static int run_program(const struct run_args *a, struct run_state *s)
             total * 1e3 / (double)a->repeat, st.prepares, st.prepares == 1 ? "" : "s",
             st.last_peak_bytes);
     return finish_stdout(EXIT_OK);
+}
+
+/* VARQ_PROFILE, left to the engine, would be written when it is freed,
+ * where a failure is only a line on stderr and the exit status 0: the tool
+ * writes it instead, like --profile. It is unset before any engine reads
+ * it (an empty value stays, for vq_engine_new to refuse). */
+static int take_varq_profile(struct run_args *a)
+{
+    const char *path = getenv("VARQ_PROFILE");
+    if (path == NULL || path[0] == '\0')
+        return EXIT_OK;
+    char *copy = strdup(path); /* unsetenv may free path */
+    if (copy == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    unsetenv("VARQ_PROFILE");
+    a->env_profile = copy;
+    return EXIT_OK;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -795,9 +831,12 @@ static int cmd_run(int argc, char **argv)
             fputs(usage_text, stdout);
             status = finish_stdout(EXIT_OK);
         } else if (status == EXIT_OK) {
+            status = take_varq_profile(&a);
             struct run_state s = {0};
-            status = run_program(&a, &s);
+            if (status == EXIT_OK)
+                status = run_program(&a, &s);
             run_cleanup(&s);
+            free(a.env_profile);
         }
     }
     for (int i = 0; i < nnames; i++)

@@ -153,20 +153,24 @@ enum {
  * environment: VARQ_ENGINE=threaded|naive, VARQ_CPU_WORKERS=N (1..1024),
  * VARQ_CPU_BIND=none|spread|close,
  * VARQ_PROFILE=path.json (record ops; write a Chrome trace there when the
- * engine is freed; a directory is VQ_EINVAL, and a path that cannot be
- * written — an existing file without write permission, a missing or
- * unwritable directory — is VQ_EIO, checked here without creating
- * anything). A value that is not understood is VQ_EINVAL, never a silent
- * default. On success *out owns a new engine that the caller frees with
- * vq_engine_free. */
+ * engine is freed, as vq_profiler_dump does; a path it could not write is
+ * refused here as vq_profiler_check_path says, VQ_EINVAL for a directory
+ * and VQ_EIO for the rest, checked without creating anything). A value
+ * that is not understood is VQ_EINVAL, never a silent default. On success
+ * *out owns a new engine that the caller frees with vq_engine_free. */
 VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts);
 
 /* Waits for every pushed op to complete (async ops included: one that never
  * calls vq_done_finish makes this hang), writes the VARQ_PROFILE trace if
  * one was asked for, stops the workers and frees the engine with every var
  * and prebuilt op still alive in it. If that trace cannot be written (the
- * disk is full, the file was removed meanwhile) one line saying why goes
- * to stderr, since this function returns nothing (the library's other
+ * disk is full, its directory was removed meanwhile) one line saying why
+ * goes to stderr, and the file at the path is left as it was
+ * (vq_profiler_dump); that line is all, since this function returns
+ * nothing. A program whose status must say so (varq run exits 1) takes
+ * VARQ_PROFILE over instead: reads it and unsets it before vq_engine_new,
+ * creates the engine with VQ_ENGINE_PROFILE, and checks what
+ * vq_profiler_dump returns before freeing it. (The library's other
  * lines on stderr are for environment variables it cannot refuse with an
  * error: VARQ_ISA, VARQ_CPU_CACHE_MB). Must not be called from inside an op, nor concurrently
  * with other calls on the same engine. Tensors used with e (those ops have
@@ -287,9 +291,36 @@ VQ_API int vq_gpu_launch_host(const vq_exec_ctx *x, int (*fn)(void *arg), void *
 /* Writes a Chrome trace (JSON, opens in Perfetto or chrome://tracing) of
  * every op completed so far: name, worker, start and end. The engine must
  * have been created with VQ_ENGINE_PROFILE or VARQ_PROFILE; otherwise
- * VQ_EINVAL. VQ_EIO if the file cannot be written. Ops still running are not
- * in the trace. */
+ * VQ_EINVAL. Ops still running are not in the trace. Every write is
+ * checked: one that fails (a full disk, a file size limit) is VQ_EIO, the
+ * message naming path and the cause ("No space left on device").
+ *
+ * A trace is never left cut short where a whole one is expected: when path
+ * is a regular file or names nothing yet, the trace goes to a new file
+ * beside it (path.PID.N.tmp, in the same directory, so that directory must
+ * be writable) which is renamed over path once every byte is written; on
+ * a failure that file is removed and path keeps what it had. A replaced
+ * file keeps its permission bits, and one without write permission is not
+ * replaced (VQ_EIO). Anything else at path (a device such as /dev/stdout,
+ * a FIFO, a symbolic link) is opened and written in place, and after a
+ * failure holds what was written before it.
+ *
+ * It may run while other threads push ops on e (each worker's records are
+ * read under their lock), not concurrently with vq_engine_free. The
+ * caller keeps path. */
 VQ_API int vq_profiler_dump(vq_engine *e, const char *path);
+
+/* Whether vq_profiler_dump could write a trace at path as things stand now,
+ * by the rule above, checked without creating anything: a regular file or
+ * a new name needs a writable directory (and an existing file write
+ * permission), anything else write permission. Returns 0, VQ_EINVAL for a
+ * NULL or empty path or a directory, VQ_EIO naming path and why (a
+ * missing directory, permission denied, a read-only file system). A tool
+ * calls it before long work whose trace it will write at the end, as
+ * `varq run --profile` does. The disk can still fill, or permissions
+ * change, before the trace is written. Thread-safe; the caller keeps
+ * path. */
+VQ_API int vq_profiler_check_path(const char *path);
 
 #ifdef __cplusplus
 }

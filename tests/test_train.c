@@ -747,7 +747,8 @@ Test(train, random_programs_round_trip_with_their_optional_slots)
  * a smooth target, Adam, 300 steps: the loss falls to a third, and the
  * dropout gradient (dy * mask) is what trains the first layer. With state
  * "rng", every step drops other units and the state advances by 64 * 32
- * a step; without, the seed attribute drops the same units every step. */
+ * a step; without, the executor's default generator drops other units
+ * every step too, and the state stays as startup set it. */
 static void train_with_dropout(bool with_state)
 {
     vq_program *startup, *main_p;
@@ -1070,4 +1071,47 @@ Test(train, a_network_with_dropout_trains, .timeout = 120)
 Test(train, a_network_with_dropout_on_a_generator_state_trains, .timeout = 120)
 {
     train_with_dropout(true);
+}
+
+/* A while whose body names two carried values but whose op has one X:
+ * what vq_exec_prepare refuses, and what autodiff must refuse too rather
+ * than read a second X past the op's inputs (found by fuzz_program). */
+Test(train, a_malformed_while_is_refused_not_read_past_its_inputs)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s3[1] = {3};
+    cr_assert_eq(vq_program_add_block(p, 0), 1); /* the body */
+    const char *vars[] = {"x", "w", "xo", "bx", "bt", "bx2"};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(vq_program_add_var(p, i < 3 ? 0 : 1, vars[i], VQ_F64, 1, s3, i == 1), 0, "%s",
+                     vq_errmsg());
+    const char *scalars[] = {"n", "io", "loss"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(vq_program_add_var(p, 0, scalars[i], VQ_F64, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "c0", VQ_BOOL, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 1, "bi", VQ_F64, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 1, "bi2", VQ_F64, 0, NULL, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 1, "bc", VQ_BOOL, 0, NULL, false), 0);
+    cr_assert_geq(vq_program_add_op(p, 1, "mul", NAMES("bx", "w"), 2, NAMES("bt"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 1, "add", NAMES("bt", "bi"), 2, NAMES("bx2"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 1, "add", NAMES("bi", "bi"), 2, NAMES("bi2"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 1, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, "less", NAMES("n", "n"), 2, NAMES("c0"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    vq_attr a[4] = {VQ_ATTR_I("body_block", 1), VQ_ATTR_SS("body_inputs", NAMES("bx", "bi"), 2),
+                    VQ_ATTR_SS("body_outputs", NAMES("bx2", "bi2"), 2),
+                    VQ_ATTR_S("body_cond", "bc")};
+    /* two outputs and two carried names, one X */
+    cr_assert_geq(vq_program_add_op(p, 0, "while", NAMES("c0", "x"), 2, NAMES("xo", "io"), 2, a, 4),
+                  0, "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, "sum", NAMES("xo"), 1, NAMES("loss"), 1, NULL, 0), 0,
+                  "%s", vq_errmsg());
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "(while) is malformed"), "%s", vq_errmsg());
+    vq_program_free(p);
 }

@@ -480,18 +480,6 @@ static void copy_attrs_free(char **owned, int nowned)
     free(owned);
 }
 
-/* Whether op draws from the executor's default generator: a random op
- * with neither a seed attribute nor its (last, optional) State input. */
-static bool draws_default(const vq__pop *op)
-{
-    if (!op->def || !(op->def->flags & VQ__RANDOM) || op->nin >= op->def->nin_slots)
-        return false;
-    for (int a = 0; a < op->nattrs; a++)
-        if (!strcmp(op->attrs[a].name, "seed"))
-            return false;
-    return true;
-}
-
 static int copy_block_rec(struct copy *cp, int fb, int nb)
 {
     vq_program *p = cp->p;
@@ -499,16 +487,6 @@ static int copy_block_rec(struct copy *cp, int fb, int nb)
     for (int i = 0; i < p->blocks[fb].nops && rc == 0; i++) {
         int opi = p->blocks[fb].ops[i];
         int nin = p->ops[opi].nin, no = p->ops[opi].nout;
-        /* The copy is a new op of the plan, with keys of its own: its
-         * numbers would not be the forward's, and the gradient would be
-         * that of other numbers. A seed attribute draws the same in both. */
-        if (draws_default(&p->ops[opi]))
-            return vq__fail(VQ_EINVAL,
-                            "vq_append_backward: block %d op %d (%s) draws from the "
-                            "executor's default generator; its cond or while "
-                            "computes the block again for the gradient and would "
-                            "draw other numbers: give it a seed attribute",
-                            fb, i, p->ops[opi].type);
         char *names[2 * VQ__MAX_SLOTS] = {0};
         for (int s = 0; s < nin + no && rc == 0; s++) {
             const vq__pop *src = &p->ops[opi];
@@ -808,15 +786,6 @@ static int carried_requires(const struct bw *b, int opi, int body, const vq_attr
     return rc < 0 ? rc : 0;
 }
 
-/* Entry s of while op's stack_outputs ("?" when malformed). */
-static const char *stack_name(const vq__pop *op, int s)
-{
-    for (int a = 0; a < op->nattrs; a++)
-        if (!strcmp(op->attrs[a].name, "stack_outputs") && s >= 0 && s < op->attrs[a].n)
-            return op->attrs[a].strings[s];
-    return "?";
-}
-
 /* The backward of while op k of b's block: the forward loop is marked to
  * keep every iteration's carried inputs (save_carries), and a while that
  * replays it (replay_of) runs once per forward iteration, last first. Its
@@ -843,21 +812,7 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
             bin = at;
         else if (!strcmp(at->name, "body_outputs"))
             bout = at;
-        else if (!strcmp(at->name, "stack_outputs"))
-            nc -= at->n; /* the stacked outputs follow the carried ones */
     }
-    /* The gradient of a stacked output would be one slice of it per
-     * iteration, fed to the replayed iterations in reverse: not done, so a
-     * loss that depends on one is refused rather than differentiated as if
-     * it did not. */
-    for (int j = nc > 0 ? nc : 0; j < op0->nout; j++)
-        if (dout[j])
-            return vq__fail(VQ_ENOSYS,
-                            "vq_append_backward: op %d (while): the loss depends on its "
-                            "output %s, which stacks stack_outputs[%d] %s over the "
-                            "iterations; autodiff does not differentiate through "
-                            "stack_outputs (compute the loss from carried values)",
-                            k, p->vars[op0->out[j]].name, j - nc, stack_name(op0, j - nc));
     if (body <= 0 || body >= p->nblocks || !bin || !bout || bin->n != nc || bout->n != nc ||
         op0->nin != 1 + nc || nreads < 1 + nc)
         return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (while) is malformed (prepare "

@@ -105,4 +105,27 @@ suite "AddressSanitizer + UndefinedBehaviorSanitizer" build-asan \
   -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
 suite ThreadSanitizer build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
 
+# The libFuzzer targets (tests/fuzz_*.c) in a clang build of their own
+# (option fuzz instruments the whole build), each for a short run from its
+# seeds; a crash, a sanitizer report, a leak or a hang (-timeout) fails the
+# script, leaving the input as crash-*/leak-*/timeout-* here. Longer runs:
+# the same command with a larger -max_total_time and a kept corpus.
+echo "== fuzzers (build-fuzz, clang with libFuzzer)"
+if command -v clang >/dev/null; then
+  CC=clang configure build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dcuda=disabled
+  ninja -C build-fuzz tests/fuzz_program examples/newton_sqrt
+  corpus=$(mktemp -d)
+  trap 'rm -rf "$out" "$corpus"' EXIT
+  build-fuzz/examples/newton_sqrt "$corpus/newton.pb" >/dev/null
+  if ! VARQ_FUZZ_SEEDS="$corpus" build-fuzz/tests/fuzz_program -max_total_time=25 -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 "$corpus" >"$out/fuzz_program.log" 2>&1; then
+    tail -n 60 "$out/fuzz_program.log"
+    exit 1
+  fi
+  grep -E '^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$out/fuzz_program.log"
+else
+  echo "clang not found: skipped"
+fi
+
 echo "== all suites passed in $(( $(date +%s) - start )) s"

@@ -1115,8 +1115,12 @@ static int record(struct state *S, const char *type, vq_tensor *const *in, int n
         vq_ctx dv;
         rc = vq__op_call_check(e, type, in, nin, out, nout, attrs, nattrs, &d, om_buf, params,
                                &dv);
-        if (rc == 0 && ((d->kernel_async && dev.kind == VQ_DEV_CPU) || (d->flags & VQ__CONTROL)))
-            rc = VQ__CAPTURE_EAGER; /* no synchronous kernel to replay */
+        /* No synchronous kernel to replay; or a random op drawing from the
+         * process's default generator, whose key is taken per call (a
+         * replay would repeat one draw). */
+        if (rc == 0 && ((d->kernel_async && dev.kind == VQ_DEV_CPU) || (d->flags & VQ__CONTROL) ||
+                        vq__draws_default(d, params)))
+            rc = VQ__CAPTURE_EAGER;
         if (rc) {
             slots_rollback(S, n0);
             if (rc == VQ__CAPTURE_EAGER)

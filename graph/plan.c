@@ -1127,6 +1127,8 @@ int vq__frame_ops(struct frame *fr)
         struct fop *f = &fr->ops[k];
         *f = (struct fop){.t = &pl->ops[b->ops[k]], .fr = fr};
         fr->nops = k + 1;
+        if (f->t->def->flags & VQ__RANDOM) /* build order: the same in every plan of p */
+            f->rng_key = vq__rng_fold(pl->rng_key, pl->nrandom++);
         const vq__pop *src = f->t->src;
         f->in = vq__arena_alloc(&pl->arena, (size_t)(f->t->nin ? f->t->nin : 1) * sizeof *f->in,
                                 _Alignof(struct pvar *));
@@ -1383,6 +1385,7 @@ static int plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
         return vq__fail(VQ_ENOMEM, "out of memory");
     pl->exec = ex;
     pl->scope = s;
+    pl->rng_key = vq__rng_fold(ex->seed, ex->plans_made++); /* under ex->lock */
     pthread_mutexattr_t recursive;
     pthread_mutexattr_init(&recursive);
     pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
@@ -1625,9 +1628,14 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     const char *env = getenv("VARQ_CHECK_NAN");
     if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
         return vq__fail(VQ_EINVAL, "vq_exec_new: VARQ_CHECK_NAN is \"%s\", not 0 or 1", env);
+    /* checked whenever it is set, even where o.seed overrides it */
+    uint64_t env_seed;
+    int rc = vq__env_seed("vq_exec_new", &env_seed);
+    if (rc < 0)
+        return rc;
+    uint64_t seed = o.seed ? o.seed : rc ? env_seed : VQ_DEFAULT_SEED;
     bool check_nan = (o.flags & VQ_EXEC_CHECK_NAN) || (env && !strcmp(env, "1"));
     vq__allocator *a;
-    int rc;
     if (o.device.kind == VQ_DEV_GPU && (rc = vq__gpu_allocator(o.device.id, &a)) < 0) {
         /* The device must exist now: VQ_ENOSYS / VQ_EINVAL saying why. */
         char what[48];
@@ -1646,6 +1654,7 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->cache_size = o.cache_size ? o.cache_size : 16;
     ex->check_nan = check_nan;
     ex->timeout_ms = o.timeout_ms;
+    ex->seed = seed;
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
     const char *seg = getenv("VARQ_EXEC_SEGMENTS");
     ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));

@@ -58,6 +58,11 @@ struct vq_exec {
     bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
     int timeout_ms;      /* each run's deadline; 0: none */
     struct run *runs;    /* the runs in flight, for vq_exec_cancel; under lock */
+    /* The default generator of random ops without a seed or State: its
+     * seed, and the plans prepared so far (under lock), which number
+     * them: plan n's key is vq__rng_fold(seed, n) (struct plan's rng_key). */
+    uint64_t seed;
+    uint64_t plans_made;
 };
 
 /* The value of one var in one frame. Root slots also carry what
@@ -166,6 +171,11 @@ struct fop {
     struct frame *fr;
     struct pvar **in, **out; /* t->nin and src->nout slots */
     uint64_t execs;          /* root frame: executions so far, to find the run */
+    /* Random ops drawing from the executor's generator: the op's key
+     * (the plan's folded with the op's place among the plan's random fops,
+     * in build order) and its kernel executions so far; execution n draws
+     * with vq__rng_fold(rng_key, n) (run.c's op_kcall). Unused otherwise. */
+    uint64_t rng_key, draws;
     vq_opr *opr;             /* kernel ops: the first of a segment (plan.c) */
     int seg_len;             /* with opr: the segment's ops, this one and the
                               * next seg_len - 1 of the frame */
@@ -292,6 +302,10 @@ struct plan {
      * the run was pushed. Same body, and it writes done_var too. */
     vq_opr *final_all;
     uint64_t final_execs;
+    /* The executor's generator folded with this plan's number; the random
+     * fops made so far (preparation). */
+    uint64_t rng_key;
+    uint64_t nrandom;
     /* A push of one of the plan's ops failed: the ops after it in the frame
      * were not pushed, so their counts of executions (fop.execs) lag behind
      * the ring. Set under push_lock; no run is pushed on the plan after, and

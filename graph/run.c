@@ -331,13 +331,28 @@ static int op_begin(struct op_state *s, void *stream)
     return err;
 }
 
-/* A kernel call for s, on x's device. */
+/* A kernel call for s, on x's device. Called once per execution whose
+ * kernel runs: a random op's key counts them (struct fop's draws). A
+ * fop's executions never overlap (each writes its outputs' vars, and the
+ * next waits for it), so the n-th gets the n-th key whatever the worker
+ * count, and two executors with one seed making the same runs draw the
+ * same numbers. */
 static vq__kcall op_kcall(struct op_state *s, const vq_exec_ctx *x)
 {
     const struct pop *op = s->f->t;
-    return (vq__kcall){.def = op->def, .params = s->params, .in = s->in, .nin = op->src->nin,
-                       .out = s->out, .nout = op->src->nout, .x = x, .defer = op_defer_fail,
-                       .defer_user = s->run, .defer_tag = (void *)op};
+    vq__kcall k = {.def = op->def,
+                   .params = s->params,
+                   .in = s->in,
+                   .nin = op->src->nin,
+                   .out = s->out,
+                   .nout = op->src->nout,
+                   .x = x,
+                   .defer = op_defer_fail,
+                   .defer_user = s->run,
+                   .defer_tag = (void *)op};
+    if (op->def->flags & VQ__RANDOM)
+        k.rng = vq__rng_fold(s->f->rng_key, s->f->draws++);
+    return k;
 }
 
 /* Everything after the kernel (or after op_begin, when err or OP_SKIP

@@ -480,6 +480,18 @@ static void copy_attrs_free(char **owned, int nowned)
     free(owned);
 }
 
+/* Whether op draws from the executor's default generator: a random op
+ * with neither a seed attribute nor its (last, optional) State input. */
+static bool draws_default(const vq__pop *op)
+{
+    if (!op->def || !(op->def->flags & VQ__RANDOM) || op->nin >= op->def->nin_slots)
+        return false;
+    for (int a = 0; a < op->nattrs; a++)
+        if (!strcmp(op->attrs[a].name, "seed"))
+            return false;
+    return true;
+}
+
 static int copy_block_rec(struct copy *cp, int fb, int nb)
 {
     vq_program *p = cp->p;
@@ -487,6 +499,16 @@ static int copy_block_rec(struct copy *cp, int fb, int nb)
     for (int i = 0; i < p->blocks[fb].nops && rc == 0; i++) {
         int opi = p->blocks[fb].ops[i];
         int nin = p->ops[opi].nin, no = p->ops[opi].nout;
+        /* The copy is a new op of the plan, with keys of its own: its
+         * numbers would not be the forward's, and the gradient would be
+         * that of other numbers. A seed attribute draws the same in both. */
+        if (draws_default(&p->ops[opi]))
+            return vq__fail(VQ_EINVAL,
+                            "vq_append_backward: block %d op %d (%s) draws from the "
+                            "executor's default generator; its cond or while "
+                            "computes the block again for the gradient and would "
+                            "draw other numbers: give it a seed attribute",
+                            fb, i, p->ops[opi].type);
         char *names[2 * VQ__MAX_SLOTS] = {0};
         for (int s = 0; s < nin + no && rc == 0; s++) {
             const vq__pop *src = &p->ops[opi];

@@ -263,6 +263,7 @@ struct host_kernel {
     int nin, nout;
     void (*defer)(void *user, void *tag, int err, const char *msg);
     void *defer_user, *defer_tag;
+    uint64_t rng;
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
     vq_tensor *ptr[2 * VQ__MAX_SLOTS];
     vq_tensor hdr[];
@@ -303,8 +304,14 @@ int vq__gpu_work_failed(int id, int err, void (*defer)(void *user, void *tag, in
 static int host_kernel_run(void *arg)
 {
     struct host_kernel *h = arg;
-    vq__kcall k = {.def = h->def, .params = h->params, .in = h->ptr, .nin = h->nin,
-                   .out = h->ptr + h->nin, .nout = h->nout, .x = NULL};
+    vq__kcall k = {.def = h->def,
+                   .params = h->params,
+                   .in = h->ptr,
+                   .nin = h->nin,
+                   .out = h->ptr + h->nin,
+                   .nout = h->nout,
+                   .x = NULL,
+                   .rng = h->rng};
     int rc = h->def->kernel[VQ_DEV_CPU](&k);
     int id = h->nin + h->nout ? h->hdr[0].dev.id : 0;
     if (rc < 0)
@@ -334,6 +341,7 @@ int vq__gpu_host_kernel(const vq__kcall *k)
     h->defer = k->defer;
     h->defer_user = k->defer_user;
     h->defer_tag = k->defer_tag;
+    h->rng = k->rng;
     if (k->def->params_size)
         memcpy(h->params, k->params, k->def->params_size);
     /* The immutable fields only: refs, var and fail_msg may change under

@@ -242,6 +242,12 @@ typedef struct vq__kcall {
      * error (imperative calls: it reaches the outputs' vars). */
     void (*defer)(void *user, void *tag, int err, const char *msg);
     void *defer_user, *defer_tag;
+    /* A random op's (VQ__RANDOM) Philox key when the call gives it neither
+     * a State input nor a seed attribute: this execution's, from the
+     * caller's default generator (the graph executor's, vq__rng_next for
+     * imperative calls). Unread by other ops, and by random ops whose
+     * numbers the call fixes. */
+    uint64_t rng;
 } vq__kcall;
 
 /* The address elems elements of es bytes past base (a kernel's view of an
@@ -287,6 +293,12 @@ enum {
     VQ__OPTIONAL_IN = 1u << 4,  /* the last input slot may be absent (0 or 1 tensors) */
     VQ__OPTIONAL_OUT = 1u << 5, /* the last output slot may be absent (0 or 1 tensors) */
 };
+
+/* A flag too: the op draws random numbers. Its params begin with a
+ * vq__rng_params (params.h), and unless that says the call fixes its
+ * numbers, the kernel's key is vq__kcall.rng, which the caller sets
+ * (ops/cpu/init.c's file head). */
+enum { VQ__RANDOM = 1u << 6 };
 
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
 
@@ -529,6 +541,28 @@ int vq__grad_wanted(const vq__grad *g);
  * is grad_type(dOut, X, Y) -> dZ with attributes op (the forward op's
  * type) and wrt (0: X, 1: Y): one for each of X and Y that is wanted. */
 int vq__emit_xy_grads(const vq__grad *g, const char *grad_type);
+
+/* ---- the default generator (registry.c) ---- */
+
+/* Whether a call of def with these params (inferred) draws from its
+ * caller's default generator: a random op (VQ__RANDOM) given neither a
+ * seed attribute nor a State input (params.h's vq__rng_params). Then the
+ * caller sets vq__kcall.rng. */
+bool vq__draws_default(const vq__op_def *def, const void *params);
+
+/* VARQ_SEED, the default seed of executors and imperative calls: 1 with
+ * *seed set when it is set, 0 when it is not, VQ_EINVAL naming it and
+ * its value (who: the call, in front) when it is anything but decimal
+ * digits that fit 64 bits. Reads the environment each time. */
+int vq__env_seed(const char *who, uint64_t *seed);
+
+/* The key of the next imperative call drawing from the process's default
+ * generator: vq__rng_fold(seed, n) for the n-th such call of the process
+ * (n from 0, one atomic counter; seed: VARQ_SEED as the first call found
+ * it, else VQ_DEFAULT_SEED). VQ_EINVAL (who in front) when VARQ_SEED was
+ * bad at that first call. Thread-safe; the numbers then follow the order
+ * in which threads take their keys. */
+int vq__rng_next(const char *who, uint64_t *key);
 
 /* ---- running a kernel (registry.c) ---- */
 

@@ -153,19 +153,28 @@ typedef struct vq__fill_params {
     int64_t ivalue; /* i32, i64, bool */
 } vq__fill_params;
 
+/* The first member of every random op's params (VQ__RANDOM,
+ * ops_internal.h): the seed attribute, and whether the call fixes its
+ * numbers (a seed attribute or a State input); when it does not, the key
+ * is the kernel call's rng (init.c's file head). */
+typedef struct vq__rng_params {
+    uint64_t seed;
+    bool fixed;
+} vq__rng_params;
+
 /* uniform_random: a = min, b = max - min. gaussian_random: a = mean, b =
  * std. */
 typedef struct vq__random_params {
+    vq__rng_params rng; /* first */
     double a, b;
-    uint64_t seed;
 } vq__random_params;
 
 /* dropout: p, scale = 1 / (1 - p) (Mask's value for a kept element, in
- * double), is_test, and the seed attribute (used without State). */
+ * double), is_test. */
 typedef struct vq__dropout_params {
+    vq__rng_params rng; /* first */
     double p, scale;
     bool is_test;
-    uint64_t seed;
 } vq__dropout_params;
 
 /* ---- optimizers (ops/cpu/optim.c) ---- */

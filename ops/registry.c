@@ -9,7 +9,9 @@
  * Error messages all start with the op type, then the slot or attribute:
  * "matmul: input Y (slot 1): inner dims differ: X is [2,3], Y is [4,5]". */
 #include "ops_internal.h"
+#include "params.h" /* vq__rng_params */
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -596,6 +598,69 @@ int vq__cpu_kernel_check(const vq__op_def *def)
     return vq__fail(VQ_ENOSYS, "%s: has no CPU kernel (only a GPU one)", def->type);
 }
 
+/* ---- the default generator ---- */
+
+bool vq__draws_default(const vq__op_def *def, const void *params)
+{
+    return (def->flags & VQ__RANDOM) && !((const vq__rng_params *)params)->fixed;
+}
+
+/* VARQ_SEED's value as a seed: decimal digits only (strtoull alone would
+ * take " 7", "+7" and "-7"), below 2^64. */
+static bool parse_seed(const char *s, uint64_t *seed)
+{
+    if (*s == '\0' || strspn(s, "0123456789") != strlen(s))
+        return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
+        return false;
+    *seed = (uint64_t)v;
+    return true;
+}
+
+int vq__env_seed(const char *who, uint64_t *seed)
+{
+    const char *s = getenv("VARQ_SEED");
+    if (!s)
+        return 0;
+    if (!parse_seed(s, seed))
+        return vq__fail(VQ_EINVAL, "%s: VARQ_SEED is \"%.64s\", not decimal digits below 2^64", who,
+                        s);
+    return 1;
+}
+
+/* The process's generator for imperative calls: its seed, read once (a
+ * bad VARQ_SEED is kept, to fail every call that draws), and the number
+ * of keys handed out. */
+static pthread_once_t process_rng_once = PTHREAD_ONCE_INIT;
+static uint64_t process_seed;
+static bool process_seed_bad;
+static char process_bad_seed[72]; /* VARQ_SEED when it was not a seed */
+static _Atomic uint64_t process_draws;
+
+static void process_rng_init(void)
+{
+    const char *s = getenv("VARQ_SEED");
+    process_seed = VQ_DEFAULT_SEED;
+    if (s && !parse_seed(s, &process_seed)) {
+        process_seed_bad = true;
+        snprintf(process_bad_seed, sizeof process_bad_seed, "%s", s);
+    }
+}
+
+int vq__rng_next(const char *who, uint64_t *key)
+{
+    pthread_once(&process_rng_once, process_rng_init);
+    if (process_seed_bad)
+        return vq__fail(VQ_EINVAL, "%s: VARQ_SEED is \"%.64s\", not decimal digits below 2^64", who,
+                        process_bad_seed);
+    /* relaxed: only the number matters, not what other memory it orders */
+    uint64_t n = atomic_fetch_add_explicit(&process_draws, 1, memory_order_relaxed);
+    *key = vq__rng_fold(process_seed, n);
+    return 0;
+}
+
 /* ---- imperative calls ---- */
 
 /* What one pushed call owns until it is done: references to its tensors and
@@ -606,6 +671,7 @@ struct call {
     int nin, nout;
     vq_tensor *t[2 * VQ__MAX_SLOTS];
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    uint64_t rng; /* the default generator's key (vq__kcall.rng) */
     vq_op_done done;
     vq_done *engine_done;
 };
@@ -630,8 +696,14 @@ static void note_failure(vq_tensor *const *out, int nout)
 static int call_run(void *arg, const vq_exec_ctx *x)
 {
     struct call *c = arg;
-    vq__kcall k = {.def = c->def, .params = c->params, .in = c->t, .nin = c->nin,
-                   .out = c->t + c->nin, .nout = c->nout, .x = x};
+    vq__kcall k = {.def = c->def,
+                   .params = c->params,
+                   .in = c->t,
+                   .nin = c->nin,
+                   .out = c->t + c->nin,
+                   .nout = c->nout,
+                   .x = x,
+                   .rng = c->rng};
     int err = vq__kernel_run(&k, x->ctx);
     if (err)
         note_failure(k.out, k.nout);
@@ -652,8 +724,14 @@ static void call_async(void *arg, const vq_exec_ctx *x, vq_done *done)
     struct call *c = arg;
     c->done.finish = call_async_finish;
     c->engine_done = done;
-    vq__kcall k = {.def = c->def, .params = c->params, .in = c->t, .nin = c->nin,
-                   .out = c->t + c->nin, .nout = c->nout, .x = x};
+    vq__kcall k = {.def = c->def,
+                   .params = c->params,
+                   .in = c->t,
+                   .nin = c->nin,
+                   .out = c->t + c->nin,
+                   .nout = c->nout,
+                   .x = x,
+                   .rng = c->rng};
     c->def->kernel_async(&k, &c->done);
 }
 
@@ -810,10 +888,16 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
     int rc = vq__op_call_check(e, type, in, nin, out, nout, attrs, nattrs, &d, om, params, &dev);
     if (rc < 0)
         return rc;
+    /* The key is taken now, in the caller's order of calls, not when the
+     * kernel runs. */
+    uint64_t rng = 0;
+    if (vq__draws_default(d, params) && (rc = vq__rng_next(d->type, &rng)) < 0)
+        return rc;
     struct call *c = vq__malloc(sizeof *c);
     if (!c)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", d->type);
     memcpy(c->params, params, d->params_size);
+    c->rng = rng;
     c->def = d;
     c->nin = nin;
     c->nout = 0;
@@ -834,8 +918,14 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
         if ((rc = vq__tensor_var_cut(c->t[i], e, &vars[i])) < 0) /* another engine's, no memory */
             rc = vq__call_slot_fail(rc, d->type, i, nin);
     if (rc == 0 && !e) {
-        vq__kcall k = {.def = d, .params = c->params, .in = c->t, .nin = nin,
-                       .out = c->t + nin, .nout = nout, .x = NULL};
+        vq__kcall k = {.def = d,
+                       .params = c->params,
+                       .in = c->t,
+                       .nin = nin,
+                       .out = c->t + nin,
+                       .nout = nout,
+                       .x = NULL,
+                       .rng = rng};
         rc = d->kernel[VQ_DEV_CPU] ? vq__kernel_run(&k, (vq_ctx){VQ_DEV_CPU, 0})
                                    : vq__kernel_run_waiting(&k);
     } else if (rc == 0) {

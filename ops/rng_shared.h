@@ -46,6 +46,18 @@ VQ__SHARED_FN void vq__philox(uint64_t counter, uint64_t key, uint32_t out[4])
     out[3] = c3;
 }
 
+/* A key derived from key and v (JAX's fold_in): the first two words of
+ * Philox at counter v under key. Distinct v give unrelated keys, so each
+ * draw of a default generator (the executor's: its seed folded with a
+ * plan, an op and the op's execution; imperative calls': the seed folded
+ * with the call's number) gets a stream of its own. */
+VQ__SHARED_FN uint64_t vq__rng_fold(uint64_t key, uint64_t v)
+{
+    uint32_t w[4];
+    vq__philox(v, key, w);
+    return ((uint64_t)w[1] << 32) | w[0];
+}
+
 /* The top 53 bits of the 64-bit word hi:lo (an f64's uniform draw). */
 VQ__SHARED_FN uint64_t vq__bits53(uint32_t hi, uint32_t lo)
 {

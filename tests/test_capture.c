@@ -1276,3 +1276,49 @@ Test(capture, engine_free_ends_another_threads_open_capture)
 {
     open_capture_case(false);
 }
+
+/* A random op without a seed or State draws from the process's generator
+ * call by call: it runs as a plain call (a fallback cut), so a loop of
+ * captured steps draws anew each step; one with a seed is recorded and
+ * replays its seed's numbers. */
+Test(capture, random_ops_without_a_seed_run_as_plain_calls_and_draw_anew)
+{
+    vq_engine *e = engine(2);
+    int64_t n = 32;
+    vq_attr free_at[2] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", "f64")};
+    vq_attr seeded_at[3] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", "f64"),
+                            VQ_ATTR_I("seed", 9)};
+    vq_tensor *draws[3], *seeded[3];
+    vq_capture_stats before = cstats(e);
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq(vq_capture_begin(e), 0);
+        draws[step] = seeded[step] = NULL;
+        cr_assert_eq(vq_op_run(e, "uniform_random", NULL, 0, &seeded[step], 1, seeded_at, 3), 0,
+                     "%s", vq_errmsg());
+        /* cuts the segment holding the seeded call */
+        cr_assert_eq(vq_op_run(e, "uniform_random", NULL, 0, &draws[step], 1, free_at, 2), 0, "%s",
+                     vq_errmsg());
+        cr_assert_eq(vq_capture_end(e), 0, "%s", vq_errmsg());
+    }
+    vq_capture_stats after = cstats(e);
+    cr_assert_eq(after.cuts[VQ_CAPTURE_CUT_FALLBACK] - before.cuts[VQ_CAPTURE_CUT_FALLBACK], 3);
+    cr_assert_eq(after.ops_recorded - before.ops_recorded, 3, "only the seeded calls");
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq(vq_tensor_wait(draws[step]), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_wait(seeded[step]), 0, "%s", vq_errmsg());
+    }
+    for (int step = 1; step < 3; step++) {
+        int equal = 0;
+        for (int64_t i = 0; i < n; i++)
+            equal += oc_get(draws[step], i) == oc_get(draws[0], i);
+        cr_assert_eq(equal, 0, "step %d repeats step 0", step);
+        cr_assert_eq(memcmp(vq_tensor_data(seeded[step]), vq_tensor_data(seeded[0]),
+                            vq_tensor_nbytes(seeded[0])),
+                     0, "step %d: the seeded call differs", step);
+    }
+    for (int step = 0; step < 3; step++) {
+        vq_tensor_release(draws[step]);
+        vq_tensor_release(seeded[step]);
+    }
+    vq_engine_free(e);
+}

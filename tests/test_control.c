@@ -1475,6 +1475,32 @@ static double fd_check(struct fix *f, vq_program *fwd, vq_program *p, vq_feed *f
     return worst;
 }
 
+/* A random op drawing from the executor's default generator inside a
+ * differentiated cond: its recomputation for the gradient would draw
+ * other numbers, so autodiff refuses it, naming it; with a seed it is
+ * differentiated. */
+Test(control, autodiff_refuses_a_recomputed_random_op_without_a_seed)
+{
+    for (int seeded = 0; seeded < 2; seeded++) {
+        vq_program *p = cond_loss_program();
+        int tb = 1; /* cond_loss_program's then block */
+        bvar(p, tb, "t4", VQ_F64, 1, S3);
+        bvar(p, tb, "t4m", VQ_F64, 1, S3);
+        vq_attr a[2] = {VQ_ATTR_F("p", 0.5), VQ_ATTR_I("seed", 3)};
+        bop(p, tb, "dropout", NAMES("t3"), 1, NAMES("t4", "t4m"), 2, a, seeded ? 2 : 1);
+        int rc = vq_append_backward(p, "loss", NULL, 0);
+        if (seeded) {
+            cr_assert_eq(rc, 2, "%s", vq_errmsg());
+        } else {
+            cr_assert_eq(rc, VQ_EINVAL, "%d: %s", rc, vq_errmsg());
+            cr_assert(strstr(vq_errmsg(), "block 1 op 3 (dropout) draws from the executor's "
+                                          "default generator"),
+                      "%s", vq_errmsg());
+        }
+        vq_program_free(p);
+    }
+}
+
 Test(control, gradients_through_cond_match_finite_differences)
 {
     vq_program *fwd = cond_loss_program(), *p = cond_loss_program();

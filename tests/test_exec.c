@@ -1382,3 +1382,232 @@ Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_aga
         vq_program_free(p);
     }
 }
+
+/* ---- the default generator of random ops (vq_exec_opts.seed) ---- */
+
+static vq_exec *seeded_exec(vq_engine *e, uint64_t seed, unsigned flags)
+{
+    vq_exec *ex;
+    vq_exec_opts o = {.seed = seed, .flags = flags};
+    cr_assert_eq(vq_exec_new(&ex, e, &o), 0, "%s", vq_errmsg());
+    return ex;
+}
+
+/* Elements of two dropout outputs that are both dropped or both kept. */
+static int64_t same_drops(vq_tensor *a, vq_tensor *b)
+{
+    const double *x = vq_tensor_data(a), *y = vq_tensor_data(b);
+    int64_t n = 0;
+    for (int64_t i = 0; i < vq_tensor_numel(a); i++)
+        n += (x[i] == 0) == (y[i] == 0);
+    return n;
+}
+
+/* Each run draws other numbers (root frame and loop body alike), as
+ * PyTorch's default generator does; the op with a seed attribute replays. */
+Test(exec, random_ops_without_a_seed_draw_anew_each_run)
+{
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0, "%s", vq_errmsg());
+    vq_program *p = random_program();
+    vq_tensor *a[RANDOM_FETCHES], *b[RANDOM_FETCHES];
+    random_run(ex, p, a);
+    random_run(ex, p, b);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < RANDOM_X; i++)
+        kept += ((const double *)vq_tensor_data(a[0]))[i] != 0;
+    cr_assert(kept > RANDOM_X / 4 && kept < 3 * RANDOM_X / 4, "kept %lld of %d", (long long)kept,
+              RANDOM_X);
+    cr_assert_lt(same_drops(a[0], b[0]), 3 * RANDOM_X / 4, "dropout drops the same elements");
+    cr_assert_eq(random_same(a[1], b[1]), 0, "uniform_random repeats");
+    cr_assert_eq(random_same(a[3], b[3]), 0, "the loop's uniform_random repeats");
+    assert_same_bits(a[2], b[2]); /* seed 7: the same every run */
+    random_release(a);
+    random_release(b);
+    vq_program_free(p);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+}
+
+/* Three runs on executors with seed 1234: the same bits whatever the
+ * engine, the worker count, the segments or runs in flight at once (the
+ * loop's iterations overlap in its ring of frames); another seed draws
+ * other numbers. */
+Test(exec, executors_with_one_seed_draw_one_sequence_on_any_engine, .timeout = 120)
+{
+    enum { RUNS = 3 };
+    struct {
+        int kind, workers;
+        unsigned flags;
+        bool async;
+    } cases[] = {
+        {VQ_ENGINE_THREADED, 1, 0, false},
+        {VQ_ENGINE_THREADED, 2, 0, false},
+        {VQ_ENGINE_THREADED, 8, 0, true},
+        {VQ_ENGINE_NAIVE, 0, 0, false},
+        {VQ_ENGINE_THREADED, 2, VQ_EXEC_NO_SEGMENTS, true},
+    };
+    vq_program *p = random_program();
+    vq_tensor *ref[RUNS][RANDOM_FETCHES];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        vq_engine *e = engine(cases[k].kind, cases[k].workers);
+        vq_exec *ex = seeded_exec(e, 1234, cases[k].flags);
+        vq_tensor *got[RUNS][RANDOM_FETCHES];
+        if (!cases[k].async) {
+            for (int r = 0; r < RUNS; r++)
+                random_run(ex, p, got[r]);
+        } else {
+            /* the runs in flight together: each op's executions still
+             * belong to the runs in push order */
+            vq_fetch f[RUNS][RANDOM_FETCHES];
+            struct async_result res[RUNS];
+            int64_t xs[1] = {RANDOM_X}, as[1] = {8};
+            double xv[RANDOM_X], zeros[8] = {0}, scal[3] = {0, RANDOM_ITERS, 1};
+            for (int i = 0; i < RANDOM_X; i++)
+                xv[i] = 1.5;
+            vq_tensor *in[5];
+            cr_assert_eq(vq_tensor_from(&in[0], VQ_F64, 1, xs, xv), 0);
+            cr_assert_eq(vq_tensor_from(&in[1], VQ_F64, 1, as, zeros), 0);
+            for (int i = 0; i < 3; i++)
+                cr_assert_eq(vq_tensor_from(&in[2 + i], VQ_F64, 0, NULL, &scal[i]), 0);
+            vq_feed feeds[5] = {{"x", in[0]},
+                                {"acc0", in[1]},
+                                {"i0", in[2]},
+                                {"n", in[3]},
+                                {"one", in[4]}};
+            for (int r = 0; r < RUNS; r++) {
+                const char *names[RANDOM_FETCHES] = {"y", "u", "s", "acc"};
+                for (int i = 0; i < RANDOM_FETCHES; i++)
+                    f[r][i] = (vq_fetch){names[i], NULL};
+                atomic_init(&res[r].calls, 0);
+                res[r].err = 1;
+                cr_assert_eq(vq_exec_run_async(ex, p, NULL, feeds, 5, f[r], RANDOM_FETCHES, on_done,
+                                               &res[r]),
+                             0, "%s", vq_errmsg());
+            }
+            cr_assert_eq(vq_wait_all(e), 0);
+            for (int r = 0; r < RUNS; r++) {
+                cr_assert_eq(res[r].err, 0);
+                for (int i = 0; i < RANDOM_FETCHES; i++)
+                    got[r][i] = f[r][i].tensor;
+            }
+            for (int i = 0; i < 5; i++)
+                vq_tensor_release(in[i]);
+        }
+        for (int r = 0; r < RUNS; r++) {
+            if (k == 0) {
+                memcpy(ref[r], got[r], sizeof got[r]);
+                continue;
+            }
+            for (int i = 0; i < RANDOM_FETCHES; i++)
+                cr_assert_eq(random_same(got[r][i], ref[r][i]), vq_tensor_numel(ref[r][i]),
+                             "case %zu, run %d, fetch %d differs", k, r, i);
+            random_release(got[r]);
+        }
+        vq_exec_free(ex);
+        vq_engine_free(e);
+    }
+    for (int r = 1; r < RUNS; r++) {
+        cr_assert_eq(random_same(ref[r][1], ref[0][1]), 0, "run %d repeats run 0", r);
+        cr_assert_eq(random_same(ref[r][3], ref[0][3]), 0, "run %d's loop repeats run 0's", r);
+    }
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
+    vq_exec *ex = seeded_exec(e, 1235, 0);
+    vq_tensor *other[RANDOM_FETCHES];
+    random_run(ex, p, other);
+    cr_assert_eq(random_same(other[1], ref[0][1]), 0, "seed 1235 draws what 1234 draws");
+    assert_same_bits(other[2], ref[0][2]); /* the seed attribute's, whatever the executor's */
+    random_release(other);
+    vq_exec_free(ex);
+    vq_engine_free(e);
+    for (int r = 0; r < RUNS; r++)
+        random_release(ref[r]);
+    vq_program_free(p);
+}
+
+/* An op with a seed attribute draws what vq_op_run draws with that seed,
+ * in every run of every executor. */
+Test(exec, an_explicit_seed_attribute_replays_exactly)
+{
+    int64_t n = 64;
+    vq_attr at[3] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", "f64"), VQ_ATTR_I("seed", 7)};
+    vq_tensor *want = oc_run1("uniform_random", NULL, 0, at, 3);
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
+    vq_program *p = random_program();
+    for (uint64_t seed = 1; seed <= 2; seed++) {
+        vq_exec *ex = seeded_exec(e, seed, 0);
+        for (int r = 0; r < 2; r++) {
+            vq_tensor *got[RANDOM_FETCHES];
+            random_run(ex, p, got);
+            assert_same_bits(got[2], want);
+            random_release(got);
+        }
+        vq_exec_free(ex);
+    }
+    vq_program_free(p);
+    vq_engine_free(e);
+    vq_tensor_release(want);
+}
+
+/* The first run of an executor made with opts; *first gets its fetches. */
+static void first_run(vq_engine *e, const vq_exec_opts *o, vq_tensor *first[RANDOM_FETCHES])
+{
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, o), 0, "%s", vq_errmsg());
+    vq_program *p = random_program();
+    random_run(ex, p, first);
+    vq_program_free(p);
+    vq_exec_free(ex);
+}
+
+/* seed 0 takes VARQ_SEED when it is set, VQ_DEFAULT_SEED when not; a seed
+ * given in the options wins over VARQ_SEED. */
+Test(exec, varq_seed_seeds_executors_made_without_a_seed)
+{
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
+    vq_tensor *env[RANDOM_FETCHES], *given[RANDOM_FETCHES], *other[RANDOM_FETCHES],
+        *dflt[RANDOM_FETCHES], *dflt_given[RANDOM_FETCHES];
+    cr_assert_eq(setenv("VARQ_SEED", "18446744073709551615", 1), 0);
+    first_run(e, NULL, env);
+    first_run(e, &(vq_exec_opts){.seed = UINT64_MAX}, given);
+    first_run(e, &(vq_exec_opts){.seed = 99}, other);
+    cr_assert_eq(unsetenv("VARQ_SEED"), 0);
+    first_run(e, NULL, dflt);
+    first_run(e, &(vq_exec_opts){.seed = VQ_DEFAULT_SEED}, dflt_given);
+    for (int i = 0; i < RANDOM_FETCHES; i++) {
+        assert_same_bits(env[i], given[i]);
+        assert_same_bits(dflt[i], dflt_given[i]);
+    }
+    cr_assert_eq(random_same(env[1], other[1]), 0);
+    cr_assert_eq(random_same(env[1], dflt[1]), 0);
+    random_release(env);
+    random_release(given);
+    random_release(other);
+    random_release(dflt);
+    random_release(dflt_given);
+    vq_engine_free(e);
+}
+
+Test(exec, a_bad_varq_seed_fails_vq_exec_new_naming_it)
+{
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 1);
+    const char *bad[] = {"12x", "", "-1", " 7", "+7", "0x10", "18446744073709551616"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(setenv("VARQ_SEED", bad[i], 1), 0);
+        char want[80];
+        snprintf(want, sizeof want, "vq_exec_new: VARQ_SEED is \"%s\", not decimal digits", bad[i]);
+        for (int given = 0; given < 2; given++) {
+            vq_exec *ex = NULL;
+            vq_exec_opts o = {.seed = given ? 5 : 0};
+            cr_assert_eq(vq_exec_new(&ex, e, &o), VQ_EINVAL, "VARQ_SEED=\"%s\" accepted", bad[i]);
+            cr_assert_null(ex);
+            cr_assert(strstr(vq_errmsg(), want), "got \"%s\"", vq_errmsg());
+        }
+    }
+    cr_assert_eq(setenv("VARQ_SEED", "0", 1), 0);
+    vq_exec *ex;
+    cr_assert_eq(vq_exec_new(&ex, e, NULL), 0, "%s", vq_errmsg());
+    vq_exec_free(ex);
+    vq_engine_free(e);
+}

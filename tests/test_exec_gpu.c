@@ -693,3 +693,42 @@ Test(exec_gpu, fetches_come_back_on_the_host_when_asked)
     vq_engine_free(e);
     vq_program_free(p);
 }
+
+/* Random ops without a seed draw from the executor's default generator:
+ * on the GPU the same numbers as on the CPU for the same seed, run after
+ * run (the GPU kernels get the same keys). */
+Test(exec_gpu, the_default_generator_draws_on_the_gpu_what_it_draws_on_the_cpu)
+{
+    enum { RUNS = 3 };
+    vq_engine *e = engine(VQ_ENGINE_THREADED, 2, 2);
+    vq_exec *ex[2];
+    const vq_ctx devs[2] = {cpu, gpu0};
+    for (int d = 0; d < 2; d++) {
+        vq_exec_opts o = {.device = devs[d], .seed = 4321, .flags = VQ_EXEC_FETCH_HOST};
+        cr_assert_eq(vq_exec_new(&ex[d], e, &o), 0, "%s", vq_errmsg());
+    }
+    vq_program *p = random_program();
+    vq_tensor *first_u = NULL;
+    for (int r = 0; r < RUNS; r++) {
+        vq_tensor *got[2][RANDOM_FETCHES];
+        for (int d = 0; d < 2; d++)
+            random_run(ex[d], p, got[d]);
+        const char *names[RANDOM_FETCHES] = {"y", "u", "s", "acc"};
+        for (int i = 0; i < RANDOM_FETCHES; i++) {
+            char what[48];
+            snprintf(what, sizeof what, "run %d, fetch %s", r, names[i]);
+            assert_close(got[1][i], got[0][i], 1e-15, what);
+        }
+        if (r == 0)
+            first_u = vq_tensor_retain(got[0][1]);
+        else
+            cr_assert_eq(random_same(got[0][1], first_u), 0, "run %d repeats run 0", r);
+        random_release(got[0]);
+        random_release(got[1]);
+    }
+    vq_tensor_release(first_u);
+    vq_program_free(p);
+    for (int d = 0; d < 2; d++)
+        vq_exec_free(ex[d]);
+    vq_engine_free(e);
+}

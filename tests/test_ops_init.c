@@ -324,7 +324,7 @@ Test(ops_init, init_ops_have_no_inputs_but_the_state_and_no_gradient)
     }
     cr_assert_str_eq(vq_op_signature("dropout"),
                      "dropout(X, State?) -> Out, Mask, StateOut?; p:float=0.5 "
-                     "is_test:bool=false seed:int=0");
+                     "is_test:bool=false seed:int=none");
 }
 
 Test(ops_init, zeros_like_gives_zeros_of_the_input_shape_whatever_its_values)
@@ -793,4 +793,118 @@ Test(ops_init, dropout_gradient_matches_finite_differences)
     assert_state(st, 11, 1000); /* oc_grad_check's outputs are new tensors */
     vq_tensor_release(st);
     vq_tensor_release(x);
+}
+
+/* ---- the process's default generator: calls with neither a seed nor a
+ * State ---- */
+
+static vq_tensor *unseeded(vq_engine *e, int64_t n)
+{
+    vq_attr at[2] = {VQ_ATTR_IS("shape", &n, 1), VQ_ATTR_S("dtype", "f64")};
+    vq_tensor *o = NULL;
+    cr_assert_eq(vq_op_run(e, "uniform_random", NULL, 0, &o, 1, at, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(o), 0, "%s", vq_errmsg());
+    return o;
+}
+
+/* The documented f64 uniform (min -1, max 1) of element i under key. */
+static double uniform_at(uint64_t key, int64_t i)
+{
+    uint32_t w[4];
+    vq__philox((uint64_t)i, key, w);
+    double u = (double)vq__bits53(w[0], w[1]) * 0x1p-53;
+    return -1.0 + 2.0 * u;
+}
+
+static void assert_drawn_with(vq_tensor *t, uint64_t key, const char *what)
+{
+    for (int64_t i = 0; i < vq_tensor_numel(t); i++)
+        cr_assert_eq(oc_get(t, i), uniform_at(key, i), "%s: element %lld", what, (long long)i);
+}
+
+/* Dropout's mask (p 0.5) against the keep rule under key: kept iff the
+ * uniform draw in [0, 1) is >= p. */
+static void assert_mask_drawn_with(vq_tensor *mask, uint64_t key, const char *what)
+{
+    for (int64_t i = 0; i < vq_tensor_numel(mask); i++) {
+        uint32_t w[4];
+        vq__philox((uint64_t)i, key, w);
+        bool keep = (double)vq__bits53(w[0], w[1]) * 0x1p-53 >= 0.5;
+        cr_assert_eq(oc_get(mask, i), keep ? 2 : 0, "%s: element %lld", what, (long long)i);
+    }
+}
+
+/* The n-th call without a seed or State in the process draws with key
+ * fold(VQ_DEFAULT_SEED, n), with or without an engine, on the CPU or the
+ * emulated GPU; calls with a seed or a State take no number. So every call
+ * draws anew. */
+Test(ops_init, calls_without_a_seed_take_the_process_generators_keys_in_order)
+{
+    unsetenv("VARQ_SEED");
+    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2, .gpu_streams = 2};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    vq_tensor *a = unseeded(NULL, 100);
+    vq_tensor *b = unseeded(e, 100);
+    vq_tensor *seeded = random_fill(NULL, "uniform_random", "f64", 10, 3);
+    vq_tensor *st = state_new(5, 0),
+              *fromstate = random_from(NULL, "uniform_random", "f64", 10, st);
+    int64_t n = 500;
+    vq_tensor *x = NULL;
+    cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &n), 0);
+    for (int64_t i = 0; i < n; i++)
+        oc_set(x, i, 1);
+    vq_tensor *gx = copy_to(e, x, (vq_ctx){VQ_DEV_GPU, 0}), *gout[2] = {NULL, NULL};
+    vq_attr p = VQ_ATTR_F("p", 0.5);
+    cr_assert_eq(vq_op_run(e, "dropout", &gx, 1, gout, 2, &p, 1), 0, "%s", vq_errmsg());
+    vq_tensor *gmask = copy_to(e, gout[1], (vq_ctx){VQ_DEV_CPU, 0});
+    cr_assert_eq(vq_tensor_wait(gmask), 0, "%s", vq_errmsg());
+    vq_tensor *c = unseeded(NULL, 100);
+    assert_drawn_with(a, vq__rng_fold(VQ_DEFAULT_SEED, 0), "first call");
+    assert_drawn_with(b, vq__rng_fold(VQ_DEFAULT_SEED, 1), "second call (pushed)");
+    assert_mask_drawn_with(gmask, vq__rng_fold(VQ_DEFAULT_SEED, 2), "third call (GPU dropout)");
+    assert_drawn_with(c, vq__rng_fold(VQ_DEFAULT_SEED, 3), "fourth call");
+    int equal = 0;
+    for (int64_t i = 0; i < 100; i++)
+        equal += oc_get(a, i) == oc_get(c, i);
+    cr_assert_eq(equal, 0, "%d of 100 repeat", equal);
+    vq_tensor *refs[] = {a, b, seeded, st, fromstate, x, gx, gout[0], gout[1], gmask, c};
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++)
+        vq_tensor_release(refs[i]);
+    vq_engine_free(e);
+}
+
+Test(ops_init, varq_seed_seeds_the_process_generator)
+{
+    setenv("VARQ_SEED", "77", 1);
+    vq_tensor *a = unseeded(NULL, 64), *b = unseeded(NULL, 64);
+    assert_drawn_with(a, vq__rng_fold(77, 0), "first call");
+    assert_drawn_with(b, vq__rng_fold(77, 1), "second call");
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+}
+
+/* A bad VARQ_SEED fails the calls that would draw from it, naming it, and
+ * nothing else. */
+Test(ops_init, a_bad_varq_seed_fails_only_the_calls_that_draw_from_it)
+{
+    setenv("VARQ_SEED", "7up", 1);
+    vq_tensor *seeded = random_fill(NULL, "gaussian_random", "f64", 10, 3);
+    vq_tensor *st = state_new(5, 0),
+              *fromstate = random_from(NULL, "uniform_random", "f64", 10, st);
+    int64_t n = 4;
+    vq_attr at[1] = {VQ_ATTR_IS("shape", &n, 1)};
+    vq_tensor *o = NULL;
+    cr_assert_eq(vq_op_run(NULL, "uniform_random", NULL, 0, &o, 1, at, 1), VQ_EINVAL);
+    cr_assert_null(o);
+    cr_assert(strstr(vq_errmsg(), "uniform_random: VARQ_SEED is \"7up\", not decimal digits"), "%s",
+              vq_errmsg());
+    vq_tensor *x = oc_from(VQ_F32, 1, &n, (double[]){1, 2, 3, 4}), *out[2] = {NULL, NULL};
+    cr_assert_eq(vq_op_run(NULL, "dropout", &x, 1, out, 2, NULL, 0), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "dropout: VARQ_SEED is \"7up\""), "%s", vq_errmsg());
+    vq_tensor_release(x);
+    vq_tensor_release(seeded);
+    vq_tensor_release(fromstate);
+    vq_tensor_release(st);
 }

@@ -747,7 +747,8 @@ Test(train, random_programs_round_trip_with_their_optional_slots)
  * a smooth target, Adam, 300 steps: the loss falls to a third, and the
  * dropout gradient (dy * mask) is what trains the first layer. With state
  * "rng", every step drops other units and the state advances by 64 * 32
- * a step; without, the seed attribute drops the same units every step. */
+ * a step; without, the executor's default generator drops other units
+ * every step too, and the state stays as startup set it. */
 static void train_with_dropout(bool with_state)
 {
     vq_program *startup, *main_p;

@@ -30,7 +30,9 @@
  * vq_tensor_copy_to and executor runs that bind it), another thread's
  * vq_op_run (eager or recording) on a tensor of the segment, a call that
  * cannot be recorded (an op with an async kernel; tensors on another
- * device than the segment's), a size limit (VQ_CAPTURE_MAX_OPS calls; the
+ * device than the segment's; a random op with neither a seed attribute
+ * nor a State input, which draws from the process's default generator
+ * call by call, see vq_op_run), a size limit (VQ_CAPTURE_MAX_OPS calls; the
  * gradient ops of one vq_capture_backward are not split, the cut comes
  * after the last), and vq_capture_end. The code after a cut records into the next segment.
  * Releasing tensors never cuts: the segment holds its own references.

@@ -223,6 +223,22 @@ typedef struct vq_exec_opts {
      * call; 0: none. A run past it ends as vq_exec_cancel ends one, with
      * VQ_ETIMEDOUT (see there). */
     int timeout_ms;
+    /* The seed of the executor's default generator, which random ops
+     * (uniform_random, gaussian_random, dropout) with neither a seed
+     * attribute nor a State input draw from. 0: VARQ_SEED from the
+     * environment when set (decimal digits below 2^64; anything else, even
+     * with a seed given here, makes vq_exec_new fail with VQ_EINVAL naming
+     * it), else VQ_DEFAULT_SEED (include/varq/ops.h). Each execution of
+     * such an op draws new numbers: its key is the seed folded with the
+     * number of the plan (plans are numbered as the executor prepares
+     * them, cache misses included), the op's place in the plan and the
+     * number of its executions so far. So every run draws anew, and two
+     * executors with the same seed and options that make the same calls
+     * in the same order draw the same numbers, on any engine, worker count
+     * or device (the CPU and the GPU kernels draw the same bits). Ops with
+     * a seed attribute draw the same numbers every run, as before; ops with
+     * State draw from it. */
+    uint64_t seed;
 } vq_exec_opts;
 
 /* Every op's float outputs are checked for NaN and infinities after it

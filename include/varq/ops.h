@@ -65,6 +65,10 @@ typedef struct vq_attr {
 #define VQ_ATTR_SS(nm, v, cnt) \
     ((vq_attr){.name = (nm), .type = VQ_ATTR_STRINGS, .strings = (v), .n = (cnt)})
 
+/* The seed of the default generators of random ops (vq_op_run below,
+ * vq_exec_opts.seed) when neither the caller nor VARQ_SEED gives one. */
+#define VQ_DEFAULT_SEED 5489u
+
 /* Runs op `type` on nin input tensors, producing nout outputs.
  *
  * Inputs come in the order of the op's input slots (a variadic last slot,
@@ -94,6 +98,20 @@ typedef struct vq_attr {
  * On the emulated backend every op with a CPU kernel runs: its CPU kernel
  * is the stream work. On CUDA, an op without a CUDA kernel is VQ_ENOSYS
  * naming the op, before anything is pushed.
+ *
+ * Random numbers (uniform_random, gaussian_random, dropout): a call with
+ * a seed attribute or a State input draws exactly what that fixes, every
+ * time. A call with neither draws from the process's default generator:
+ * the n-th such call of the process (counted when vq_op_run is called)
+ * draws with a Philox key made from (seed, n) alone, where seed is
+ * VARQ_SEED (decimal digits, read at the first such call; anything else
+ * makes every such call VQ_EINVAL naming it) or else VQ_DEFAULT_SEED. So
+ * each call draws new numbers, and a program that makes the same calls in
+ * the same order draws the same numbers on every run of the process; calls
+ * from several threads at once take their places in whatever order they
+ * reach the counter. Such calls are not captured (include/varq/capture.h):
+ * they run as plain calls. Programs run by an executor have a generator of
+ * their own (vq_exec_opts.seed).
  *
  * Thread-safety: may be called from several threads and from inside ops;
  * the engine orders calls that share tensors in the order they were made. */

@@ -52,7 +52,10 @@ extern "C" {
  * Control ops nested in a cond's or while's blocks are recomputed with
  * their block and differentiated the same way inside the gradient's
  * block (a while nested in a while keeps and replays its iterations once
- * per outer iteration).
+ * per outer iteration). Since the recomputation draws its own random
+ * numbers, a random op in those blocks that draws from the executor's
+ * default generator (neither a seed attribute nor a State input:
+ * vq_exec_opts.seed) is VQ_EINVAL naming it; give it a seed attribute.
  *
  * Returns the number of parameters that received a gradient, or a negative
  * error naming the op whose gradient is missing, or whose gradient maker
@@ -217,9 +220,11 @@ VQ_API int vq_layer_rng_state(vq_program *main, vq_program *startup, const char 
  * by 1 / (1 - p), else 0. y and its mask "<y>.mask" (the factor of each
  * element, 0 or 1 / (1 - p); the gradient is dy * mask) are declared like
  * x. state names a var from vq_layer_rng_state: the op reads and advances
- * it, so every run drops other elements. state NULL: the op's seed
- * attribute 0 alone, the same elements every run. For evaluation, leave
- * the layer out, or use p = 0 with no state (y = x, nothing drawn). */
+ * it, so every run drops other elements, and resetting the state replays
+ * them. state NULL: the op draws from the executor's default generator
+ * (vq_exec_opts.seed): every run drops other elements too, the same
+ * sequence for the same seed. For evaluation, leave the layer out, or use
+ * p = 0 (y = x). */
 VQ_API int vq_layer_dropout(vq_program *main, const char *x, const char *y, double p,
                             const char *state);
 

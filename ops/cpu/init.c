@@ -7,13 +7,18 @@
  * whatever engine, worker count or device fills it. The formulas below are
  * the contract a GPU kernel reproduces; change them only together.
  *
- * Where key and counter come from. Without a State input, key = the seed
- * attribute and element i draws counter i: every run gives the same
- * numbers. With State (an i64 [2] tensor, the generator state (seed,
- * counter), usually a persistable var of a program that its StateOut
- * overwrites in place), key = State[0] and element i draws counter
- * State[1] + i; StateOut = (State[0], State[1] + n) for an op that drew n
- * counters, so the next op or run on that state draws fresh numbers, and
+ * Where key and counter come from. With a seed attribute (and no State),
+ * key = the seed and element i draws counter i: every call gives the same
+ * numbers. With neither a seed nor a State, key = the kernel call's rng
+ * (vq__kcall.rng), which the caller's default generator sets for each
+ * execution (the graph executor's: graph/run.c; vq__rng_next for
+ * imperative calls), and element i draws counter i: each execution draws
+ * new numbers, reproducible from that generator's seed. With State (an
+ * i64 [2] tensor, the generator state (seed, counter), usually a
+ * persistable var of a program that its StateOut overwrites in place),
+ * key = State[0] and element i draws counter State[1] + i; StateOut =
+ * (State[0], State[1] + n) for an op that drew n counters, so the next op
+ * or run on that state draws fresh numbers, and
  * state (s, 0) gives exactly what seed = s gives. Because the op reads and
  * writes the state var, the engine orders every op on one state in push
  * order: the numbers do not depend on the worker count either. Both
@@ -147,14 +152,16 @@ static int zeros_like_infer(vq__infer *c)
  * i64 [2]; StateOut is State's meta. With State, the seed attribute is
  * refused rather than ignored: a seed that silently changes nothing is
  * the bug this state exists to fix. The seed attribute itself (>= 0) is
- * read into *seed either way. */
-static int state_infer(vq__infer *c, int in, int out, uint64_t *seed)
+ * read into r->seed either way; r->fixed says whether a seed or a State
+ * fixes the numbers. */
+static int state_infer(vq__infer *c, int in, int out, vq__rng_params *r)
 {
     bool has_in = c->nin > in, has_out = c->nout > out;
     int64_t s = vq__attr_int(c, "seed", 0);
     if (s < 0)
         return vq__attr_fail(c, "seed", "is %lld; seeds are >= 0", (long long)s);
-    *seed = (uint64_t)s;
+    r->seed = (uint64_t)s;
+    r->fixed = has_in || vq__attr_find(c, "seed");
     if (has_in && !has_out)
         return vq__in_fail(c, in, "is given but output %s (slot %d) is not; give both or "
                                   "neither",
@@ -183,11 +190,13 @@ static int state_infer(vq__infer *c, int in, int out, uint64_t *seed)
 }
 
 /* The Philox key and first counter of a random op: (State[0], State[1])
- * when the op has its State input (slot in), else (seed, 0). Read before
- * anything is written: StateOut may be State itself. */
-static void state_read(const vq__kcall *k, int in, uint64_t seed, uint64_t *key, uint64_t *base)
+ * when the op has its State input (slot in), else (seed, 0) with a seed
+ * attribute, else (k->rng, 0). Read before anything is written: StateOut
+ * may be State itself. */
+static void state_read(const vq__kcall *k, int in, const vq__rng_params *r, uint64_t *key,
+                       uint64_t *base)
 {
-    *key = seed;
+    *key = r->fixed ? r->seed : k->rng;
     *base = 0;
     if (k->nin > in) {
         const int64_t *st = k->in[in]->data;
@@ -218,7 +227,7 @@ static int random_common(vq__infer *c)
         return rc;
     if (c->out[0].dtype != VQ_F32 && c->out[0].dtype != VQ_F64)
         return vq__attr_fail(c, "dtype", "%s is not f32 or f64", vq_dtype_name(c->out[0].dtype));
-    return state_infer(c, 0, 1, &p->seed);
+    return state_infer(c, 0, 1, &p->rng);
 }
 
 static int uniform_infer(vq__infer *c)
@@ -252,7 +261,7 @@ static int gaussian_infer(vq__infer *c)
 }
 
 /* uniform_random, element i, with w = vq__philox(counter = base + i, key)
- * (key and base: the file head; (seed, 0) without State):
+ * (key and base: the file head; (seed or rng, 0) without State):
  *   f32: u = (w[0] >> 8) * 2^-24                      u in [0, 1)
  *   f64: u = ((w[0] << 32 | w[1]) >> 11) * 2^-53      u in [0, 1)
  *   value = min + (max - min) * u, in double: the product rounded to
@@ -265,7 +274,7 @@ static int uniform_kernel(const vq__kcall *k)
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
     uint64_t key, base;
-    state_read(k, 0, p->seed, &key, &base);
+    state_read(k, 0, &p->rng, &key, &base);
     uint32_t w[4];
     if (o->dtype == VQ_F32) {
         float *d = o->data;
@@ -305,7 +314,7 @@ static int gaussian_kernel(const vq__kcall *k)
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
     uint64_t key, base;
-    state_read(k, 0, p->seed, &key, &base);
+    state_read(k, 0, &p->rng, &key, &base);
     uint32_t w[4];
     for (int64_t i = 0; i < o->numel; i++) {
         vq__philox(base + (uint64_t)i, key, w);
@@ -331,7 +340,7 @@ static int dropout_infer(vq__infer *c)
 {
     vq__dropout_params *p = c->params;
     int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = state_infer(c, 1, 2, &p->seed)) < 0)
+    if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = state_infer(c, 1, 2, &p->rng)) < 0)
         return rc;
     double prob = vq__attr_float(c, "p", 0.5);
     if (!(prob >= 0 && prob < 1))
@@ -375,7 +384,7 @@ static int dropout_kernel(const vq__kcall *k)
     const vq__dropout_params *p = k->params;
     int64_t n = k->in[0]->numel;
     uint64_t key, base;
-    state_read(k, 1, p->seed, &key, &base);
+    state_read(k, 1, &p->rng, &key, &base);
     uint32_t w[4];
     if (k->in[0]->dtype == VQ_F32)
         DROPOUT(float);
@@ -400,6 +409,8 @@ static int dropout_grad(const vq__grad *g)
     return vq__emit(g, "mul", in, 2, &g->din[0], 1, NULL, 0);
 }
 
+/* seed: no default; without it (and without State) the op draws from the
+ * caller's default generator (the file head). */
 static const vq__attr_spec fill_attrs[] = {
     {"shape", VQ_ATTR_INTS, true, NULL},
     {"dtype", VQ_ATTR_STRING, false, "f32"},
@@ -407,17 +418,15 @@ static const vq__attr_spec fill_attrs[] = {
 };
 
 static const vq__attr_spec uniform_attrs[] = {
-    {"shape", VQ_ATTR_INTS, true, NULL},
-    {"dtype", VQ_ATTR_STRING, false, "f32"},
-    {"min", VQ_ATTR_FLOAT, false, "-1"},
-    {"max", VQ_ATTR_FLOAT, false, "1"},
-    {"seed", VQ_ATTR_INT, false, "0"},
+    {"shape", VQ_ATTR_INTS, true, NULL}, {"dtype", VQ_ATTR_STRING, false, "f32"},
+    {"min", VQ_ATTR_FLOAT, false, "-1"}, {"max", VQ_ATTR_FLOAT, false, "1"},
+    {"seed", VQ_ATTR_INT, false, NULL},
 };
 
 static const vq__attr_spec dropout_attrs[] = {
     {"p", VQ_ATTR_FLOAT, false, "0.5"},
     {"is_test", VQ_ATTR_BOOL, false, "false"},
-    {"seed", VQ_ATTR_INT, false, "0"},
+    {"seed", VQ_ATTR_INT, false, NULL},
 };
 
 static const char *const state_in[] = {"State"};
@@ -426,14 +435,12 @@ static const char *const dropout_in[] = {"X", "State"};
 static const char *const dropout_out[] = {"Out", "Mask", "StateOut"};
 
 /* The optional last slots State and StateOut of the random ops. */
-#define RANDOM_FLAGS (VQ__OPTIONAL_IN | VQ__OPTIONAL_OUT | VQ__INPLACE_OK)
+#define RANDOM_FLAGS (VQ__OPTIONAL_IN | VQ__OPTIONAL_OUT | VQ__INPLACE_OK | VQ__RANDOM)
 
 static const vq__attr_spec gaussian_attrs[] = {
-    {"shape", VQ_ATTR_INTS, true, NULL},
-    {"dtype", VQ_ATTR_STRING, false, "f32"},
-    {"mean", VQ_ATTR_FLOAT, false, "0"},
-    {"std", VQ_ATTR_FLOAT, false, "1"},
-    {"seed", VQ_ATTR_INT, false, "0"},
+    {"shape", VQ_ATTR_INTS, true, NULL}, {"dtype", VQ_ATTR_STRING, false, "f32"},
+    {"mean", VQ_ATTR_FLOAT, false, "0"}, {"std", VQ_ATTR_FLOAT, false, "1"},
+    {"seed", VQ_ATTR_INT, false, NULL},
 };
 
 const vq__op_def vq__ops_init[] = {

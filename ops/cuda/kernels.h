@@ -376,7 +376,9 @@ int vq__cuda_fill(int dtype, void *out, int64_t n, double value, int64_t ivalue,
  * mean, b = std: element i from Philox4x32-10(counter base + i, key), the
  * formulas documented in ops/cpu/init.c, where (key, base) is (state[0],
  * state[1]) read on the device when the kernel runs if state (an i64 [2]
- * in device memory) is not NULL, else (seed, 0). Uniform is bit for bit
+ * in device memory) is not NULL, else (seed, 0): seed is the key of a
+ * call without State (its seed attribute, or the default generator's key,
+ * vq__kcall.rng). Uniform is bit for bit
  * the CPU's; gaussian's products and sums round as the CPU's, and its log
  * and cos are CUDA's (log within 1 ulp, cos within 2 of the exact value,
  * as glibc's are within 1): equal to the CPU's except where the two

@@ -660,6 +660,13 @@ static const void *state_of(const vq__kcall *k, int in)
     return k->nin > in ? k->in[in]->data : NULL;
 }
 
+/* The key without State: the seed attribute, or the default generator's
+ * (init.c's state_read). */
+static uint64_t key_of(const vq__kcall *k, const vq__rng_params *r)
+{
+    return r->fixed ? r->seed : k->rng;
+}
+
 /* After the op's kernels on l's stream: StateOut = State advanced by n. */
 static int state_advance(const vq__kcall *k, const vq__cuda_launch *l, int in, int out, uint64_t n)
 {
@@ -672,8 +679,8 @@ static int uniform_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    int rc =
-        vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l->s);
+    int rc = vq__cuda_uniform(o->dtype, o->data, o->numel, p->a, p->b, key_of(k, &p->rng),
+                              state_of(k, 0), l->s);
     if (rc == 0)
         rc = state_advance(k, l, 0, 1, (uint64_t)o->numel);
     return launched(k, rc);
@@ -683,8 +690,8 @@ static int gaussian_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__random_params *p = k->params;
     vq_tensor *o = k->out[0];
-    int rc =
-        vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, p->seed, state_of(k, 0), l->s);
+    int rc = vq__cuda_gaussian(o->dtype, o->data, o->numel, p->a, p->b, key_of(k, &p->rng),
+                               state_of(k, 0), l->s);
     if (rc == 0)
         rc = state_advance(k, l, 0, 1, (uint64_t)o->numel);
     return launched(k, rc);
@@ -695,7 +702,7 @@ static int dropout_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     const vq__dropout_params *p = k->params;
     vq_tensor *x = k->in[0];
     int rc = vq__cuda_dropout(x->dtype, x->data, k->out[0]->data, k->out[1]->data, x->numel, p->p,
-                              p->scale, p->is_test, p->seed, state_of(k, 1), l->s);
+                              p->scale, p->is_test, key_of(k, &p->rng), state_of(k, 1), l->s);
     if (rc == 0)
         rc = state_advance(k, l, 1, 2, p->is_test ? 0 : (uint64_t)x->numel);
     return launched(k, rc);

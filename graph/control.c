@@ -235,6 +235,56 @@ static int walk_replay(struct walk *w, struct pop *t, struct ctl_info *ci, int b
     return rc;
 }
 
+/* A while's stack_outputs, after its body was walked: vars the body
+ * writes (none a body input, none twice), and the outputs they become,
+ * each [iterations, the var's dims]. */
+static int walk_stack(struct walk *w, struct pop *t, struct ctl_info *ci, int body)
+{
+    struct plan *pl = w->pl;
+    const vq_program *p = pl->prog;
+    if (ci->nstack == 0)
+        return 0;
+    int rc = take_names(w, t, "stack_outputs", ci->nstack, body, &ci->stack);
+    for (int s = 0; s < ci->nstack && rc == 0; s++) {
+        int v = ci->stack[s];
+        bool is_input = false, twice = false;
+        for (int j = 0; j < ci->nouts; j++)
+            is_input |= ci->body_in[j] == v;
+        for (int j = 0; j < s; j++)
+            twice |= ci->stack[j] == v;
+        if (p->vars[v].block != body || is_input || !w->rec[v].has)
+            return ctl_fail(t,
+                            "stack_outputs[%d]: var %s is not written by the body (block "
+                            "%d); pass a value through with an op",
+                            s, p->vars[v].name, body);
+        if (twice)
+            return ctl_fail(t, "stack_outputs names var %s twice", p->vars[v].name);
+        const vq__meta *m = &pl->vars[v].meta;
+        int j = ci->nouts + s;
+        struct pvar *o = &pl->vars[t->src->out[j]];
+        char sa[140], sb[140];
+        vq__meta want = {.dtype = m->dtype, .ndim = m->ndim + 1};
+        want.shape[0] = o->meta.ndim > 0 ? o->meta.shape[0] : -1; /* the iterations */
+        if (m->ndim + 1 > VQ_MAX_DIMS)
+            return ctl_fail(t, "stack_outputs[%d]: var %s has %d dims; stacked, more than %d", s,
+                            p->vars[v].name, m->ndim, VQ_MAX_DIMS);
+        memcpy(want.shape + 1, m->shape, (size_t)m->ndim * sizeof m->shape[0]);
+        if (!vq__meta_compatible(&want, &o->meta)) {
+            want.shape[0] = -1;
+            vq__meta_str(sa, sizeof sa, &want);
+            vq__meta_str(sb, sizeof sb, &o->meta);
+            return ctl_fail(t,
+                            "output Out (slot %d) var %s: stack_outputs[%d] %s gives %s, "
+                            "declared %s",
+                            j, p->vars[t->src->out[j]].name, s, p->vars[v].name, sa, sb);
+        }
+        for (int d = 1; d < o->meta.ndim; d++)
+            if (o->meta.shape[d] < 0)
+                o->meta.shape[d] = m->shape[d - 1];
+    }
+    return rc;
+}
+
 static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct varset *ext)
 {
     struct plan *pl = w->pl;
@@ -249,10 +299,14 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
     if (ci->max_iters < -1)
         return ctl_fail(t, "max_iters is %lld; it is -1 (no limit) or a count >= 0",
                         (long long)ci->max_iters);
-    if (src->nout != src->nin - 1)
-        return ctl_fail(t, "has %d outputs for %d loop-carried inputs X; they are the same "
-                           "count",
-                        src->nout, src->nin - 1);
+    const vq_attr *so = attr_get(src, "stack_outputs");
+    ci->nstack = so ? so->n : 0;
+    ci->nouts = src->nin - 1;
+    if (src->nout != src->nin - 1 + ci->nstack)
+        return ctl_fail(t,
+                        "has %d outputs for %d loop-carried inputs X and %d stack_outputs; "
+                        "it has one output per each",
+                        src->nout, src->nin - 1, ci->nstack);
     ci->carry_readers = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *ci->carry_readers);
     if (!ci->carry_readers)
         return vq__fail(VQ_ENOMEM, "out of memory");
@@ -322,13 +376,18 @@ static int walk_while(struct walk *w, struct pop *t, struct ctl_info *ci, struct
     if ((rc = check_predicate(t, "body_cond", bc->s, &pl->vars[c].meta)) != 0)
         return rc;
     ci->body_cond = c;
+    if ((rc = walk_stack(w, t, ci, body)) != 0)
+        return rc;
     /* The value an iteration leaves is read by the next one; the
      * predicate's by the step op. The last iteration's next never runs, so
      * its values stay for the exit; one that no iteration reads is held
-     * for it (and dropped when its frame is used again). */
+     * for it (and dropped when its frame is used again). A stacked value
+     * is read by the iteration's stack op. */
     for (int k = 0; k < ci->nouts; k++)
         *w->rec[ci->outs[0][k]].owner += carry_count(ci, k);
     (*w->rec[c].owner)++;
+    for (int s = 0; s < ci->nstack; s++)
+        (*w->rec[ci->stack[s]].owner)++;
     for (int k = 0; k < ci->nouts; k++) {
         struct pvar *o = &pl->vars[src->out[k]];
         const vq__meta *x = &pl->vars[src->in[1 + k]].meta;
@@ -399,6 +458,7 @@ void vq__ctl_info_free(struct ctl_info *ci)
     free(ci->carry_readers);
     free(ci->replay_in);
     free(ci->replay_readers);
+    free(ci->stack);
     free(ci);
 }
 
@@ -431,7 +491,7 @@ static void ctl_finish(struct ctl *c)
     struct plan *pl = t->plan;
     struct run *r = c->run;
     bool failed = atomic_load_explicit(&r->err, memory_order_acquire) != 0;
-    for (int k = 0; k < t->ctl->nouts; k++) {
+    for (int k = 0; k < t->src->nout; k++) {
         struct pvar *o = f->out[k];
         vq_tensor *v = c->result[k];
         c->result[k] = NULL;
@@ -471,18 +531,13 @@ static void tape_clear(struct tape *tp)
     tp->n = tp->replayed = 0;
 }
 
-/* A saving loop's head op: keeps the inputs of the iteration it starts
- * (what the previous frame's outputs hold), in iteration order (every
- * record writes the tape var). */
-static int ctl_record(void *arg, const vq_exec_ctx *x)
+/* Appends to tp the values of vars[0 .. tp->width) in frame fr, one
+ * reference each, as one of their readers (each var's count of readers
+ * goes down by one). what: for the message when there is no room. */
+static void tape_append(struct ctl *c, struct tape *tp, struct frame *fr, const int *vars,
+                        const char *what)
 {
-    (void)x;
-    struct frame *fr = arg;
-    struct ctl *c = fr->owner;
-    const struct ctl_info *ci = c->fop->t->ctl;
     struct plan *pl = fr->plan;
-    struct tape *tp = &c->tape;
-    struct frame *prev = &c->frames[(fr->slot + c->nframes - 1) % c->nframes];
     bool room = tp->n < tp->cap;
     if (!room) {
         int64_t cap = tp->cap ? 2 * tp->cap : 16;
@@ -492,18 +547,121 @@ static int ctl_record(void *arg, const vq_exec_ctx *x)
             tp->cap = cap;
             room = true;
         } else {
-            vq__run_fail(c->run, c->fop->t, VQ_ENOMEM, "saving a loop iteration: out of memory");
+            char msg[120];
+            snprintf(msg, sizeof msg, "%s: out of memory", what);
+            vq__run_fail(c->run, c->fop->t, VQ_ENOMEM, msg);
         }
     }
-    for (int k = 0; k < ci->nouts; k++) {
-        struct pvar *s = &prev->vars[pl->local[ci->outs[0][k]]];
+    for (int k = 0; k < tp->width; k++) {
+        struct pvar *s = &fr->vars[pl->local[vars[k]]];
         if (room)
             tp->v[tp->n * tp->width + k] = s->value ? vq_tensor_retain(s->value) : NULL;
         if (atomic_fetch_sub_explicit(&s->readers_left, 1, memory_order_acq_rel) == 1)
             vq__slot_drop(pl, s, NULL);
     }
     tp->n += room;
+}
+
+/* A saving loop's head op: keeps the inputs of the iteration it starts
+ * (what the previous frame's outputs hold), in iteration order (every
+ * record writes the tape var). */
+static int ctl_record(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct frame *fr = arg;
+    struct ctl *c = fr->owner;
+    struct frame *prev = &c->frames[(fr->slot + c->nframes - 1) % c->nframes];
+    tape_append(c, &c->tape, prev, c->fop->t->ctl->outs[0], "saving a loop iteration");
     return 0;
+}
+
+/* A stacking loop's stack op, after the ops of an iteration: keeps the
+ * values its stack_outputs took there, in iteration order (every stack op
+ * writes the stack var). */
+static int ctl_stack(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct frame *fr = arg;
+    struct ctl *c = fr->owner;
+    tape_append(c, &c->stacked, fr, c->fop->t->ctl->stack, "stacking a loop's values");
+    return 0;
+}
+
+/* Stacked output s of a stacking loop's execution (*out: one reference
+ * for it): the kept values along a new axis 0, on the device they are on,
+ * copied once; with no iteration, [0, the var's dims] (dims preparation
+ * could not infer are 0) on the executor's device. */
+static int stack_join(struct ctl *c, int s, vq_tensor **out)
+{
+    const struct pop *t = c->fop->t;
+    const struct ctl_info *ci = t->ctl;
+    struct plan *pl = t->plan;
+    struct tape *tp = &c->stacked;
+    const char *name = pl->prog->vars[ci->stack[s]].name;
+    const vq__meta *om = &pl->vars[t->src->out[ci->nouts + s]].meta;
+    int64_t shape[VQ_MAX_DIMS];
+    shape[0] = tp->n;
+    if (om->shape[0] >= 0 && om->shape[0] != tp->n)
+        return vq__fail(VQ_EINVAL,
+                        "stack_outputs[%d] %s: the loop ran %lld iterations, its "
+                        "output is declared with %lld",
+                        s, name, (long long)tp->n, (long long)om->shape[0]);
+    if (tp->n == 0) {
+        const vq__meta *m = &pl->vars[ci->stack[s]].meta;
+        for (int d = 0; d < m->ndim; d++)
+            shape[1 + d] = m->shape[d] < 0 ? 0 : m->shape[d];
+        return vq__tensor_empty_on(out, pl->exec->device, m->dtype, m->ndim + 1, shape, "while");
+    }
+    const vq_tensor *first = tp->v[s];
+    for (int64_t i = 0; i < tp->n; i++) {
+        const vq_tensor *v = tp->v[i * tp->width + s];
+        char sa[80], sb[80];
+        if (!v)
+            return vq__fail(VQ_EINVAL, "stack_outputs[%d] %s has no value in iteration %lld", s,
+                            name, (long long)i);
+        if (v->dtype != first->dtype || v->ndim != first->ndim ||
+            memcmp(v->shape, first->shape, (size_t)v->ndim * sizeof v->shape[0]))
+            return vq__fail(VQ_EINVAL,
+                            "stack_outputs[%d] %s is %s %s in iteration %lld, %s %s "
+                            "in iteration 0; stacked values have one shape",
+                            s, name, vq_dtype_name(v->dtype),
+                            vq__shape_str(sa, sizeof sa, v->ndim, v->shape), (long long)i,
+                            vq_dtype_name(first->dtype),
+                            vq__shape_str(sb, sizeof sb, first->ndim, first->shape));
+    }
+    memcpy(shape + 1, first->shape, (size_t)first->ndim * sizeof shape[0]);
+    for (int d = 1; d < om->ndim; d++)
+        if (om->shape[d] >= 0 && om->shape[d] != shape[d]) {
+            char sa[80];
+            return vq__fail(VQ_EINVAL,
+                            "stack_outputs[%d] %s is %s; its output is declared "
+                            "with dim %d %lld",
+                            s, name, vq__shape_str(sa, sizeof sa, first->ndim, first->shape), d,
+                            (long long)om->shape[d]);
+        }
+    int rc = vq__tensor_empty_on(out, first->dev, first->dtype, first->ndim + 1, shape, "while");
+    if (rc == 0)
+        rc = vq__tensor_stack_sync(*out, tp->v + s, tp->width, tp->n);
+    if (rc < 0) {
+        vq_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* A stacking loop's stacked outputs into c->result, unless the run failed;
+ * then what was kept is let go. */
+static void stack_results(struct ctl *c)
+{
+    const struct ctl_info *ci = c->fop->t->ctl;
+    for (int s = 0; s < ci->nstack; s++) {
+        if (atomic_load_explicit(&c->run->err, memory_order_acquire))
+            break;
+        int rc = stack_join(c, s, &c->result[ci->nouts + s]);
+        if (rc < 0)
+            vq__run_fail(c->run, c->fop->t, rc, vq_errmsg());
+    }
+    tape_clear(&c->stacked);
 }
 
 /* A replaying loop's head op: binds the iteration's replay inputs to the
@@ -570,6 +728,7 @@ static int ctl_begin(void *arg, const vq_exec_ctx *x)
     bool go = false;
     if (ci->save)
         tape_clear(&c->tape);
+    tape_clear(&c->stacked);
     if (ci->replay_of >= 0) {
         /* as many iterations as the forward loop ran; the predicates are
          * not read */
@@ -592,6 +751,7 @@ static int ctl_begin(void *arg, const vq_exec_ctx *x)
     if (!go || ci->max_iters == 0) {
         for (int k = 0; k < ci->nouts; k++)
             c->result[k] = f->in[1 + k]->value ? vq_tensor_retain(f->in[1 + k]->value) : NULL;
+        stack_results(c);
         blocks_done(c);
         return 0;
     }
@@ -673,6 +833,7 @@ static int ctl_exit(void *arg, const vq_exec_ctx *x)
         struct pvar *s = ci->is_while ? &last->vars[pl->local[v]] : vq__frame_slot(last, v, &dep);
         c->result[k] = s->value ? vq_tensor_retain(s->value) : NULL;
     }
+    stack_results(c);
     int lo = ci->is_while ? 0 : c->last, hi = ci->is_while ? c->nframes : c->last + 1;
     for (int i = lo; i < hi; i++) /* a while's whole ring, the branch that ran */
         for (int j = 0; j < pl->block_nvars[c->frames[i].block]; j++)
@@ -753,7 +914,7 @@ int vq__ctl_build(struct fop *f)
     c->fop = f;
     c->nframes = ci->is_while ? VQ__WHILE_FRAMES : 2;
     c->frames = vq__calloc((size_t)c->nframes, sizeof *c->frames);
-    c->result = vq__calloc((size_t)(ci->nouts ? ci->nouts : 1), sizeof *c->result);
+    c->result = vq__calloc((size_t)(t->src->nout ? t->src->nout : 1), sizeof *c->result);
     if (!c->frames || !c->result)
         return vq__fail(VQ_ENOMEM, "out of memory");
     atomic_init(&c->pending, 0);
@@ -795,6 +956,27 @@ int vq__ctl_build(struct fop *f)
             free(in.v);
         }
     }
+    if (rc == 0 && ci->nstack > 0) {
+        c->stacked.width = ci->nstack;
+        if (!(c->stack_var = vq_var_new(pl->exec->engine, "stack")))
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
+        for (int i = 0; i < c->nframes && rc == 0; i++) {
+            struct evlist in = {0};
+            for (int s = 0; s < ci->nstack && rc == 0; s++)
+                rc = vq__evlist_add(&in, c->frames[i].vars[pl->local[ci->stack[s]]].ev);
+            vq_task st = {.fn = ctl_stack,
+                          .arg = &c->frames[i],
+                          .reads = in.v,
+                          .nreads = in.n,
+                          .writes = &c->stack_var,
+                          .nwrites = 1,
+                          .props = VQ_PROP_RUN_ON_FAILED,
+                          .name = "while_stack"};
+            if (rc == 0 && !(c->frames[i].stack = opr_make(pl, &st)))
+                rc = VQ_ENOMEM;
+            free(in.v);
+        }
+    }
     if (rc == 0 && ci->replay_of >= 0) {
         c->replay = fr->ops[ci->replay_of].ctl; /* built: an earlier op of the frame */
         for (int i = 0; i < c->nframes && rc == 0; i++) {
@@ -816,6 +998,8 @@ int vq__ctl_build(struct fop *f)
         for (int i = 0; i < c->nframes && rc == 0; i++)
             if (ci->is_while || i == x)
                 rc = frame_evs(&c->frames[i], &all);
+        if (rc == 0 && c->stack_var) /* after every stack op */
+            rc = vq__evlist_add(&all, c->stack_var);
         vq_task et = {.fn = ctl_exit, .arg = c, .writes = all.v, .nwrites = all.n,
                       .props = VQ_PROP_RUN_ON_FAILED,
                       .name = ci->is_while ? "while_exit" : "cond_exit"};
@@ -879,7 +1063,11 @@ void vq__ctl_destroy(struct ctl *c)
     free(c->tape.v);
     if (c->tape_var)
         vq_var_free(e, c->tape_var);
-    for (int k = 0; c->result && k < c->fop->t->ctl->nouts; k++)
+    tape_clear(&c->stacked);
+    free(c->stacked.v);
+    if (c->stack_var)
+        vq_var_free(e, c->stack_var);
+    for (int k = 0; c->result && k < c->fop->t->src->nout; k++)
         vq_tensor_release(c->result[k]);
     free(c->result);
     free(c->frames);

@@ -1224,6 +1224,8 @@ void vq__frame_destroy(struct frame *fr)
         vq_opr_free(e, fr->step);
     if (fr->head)
         vq_opr_free(e, fr->head);
+    if (fr->stack)
+        vq_opr_free(e, fr->stack);
     if (fr->owner) {
         for (int i = 0; fr->vars && i < pl->block_nvars[fr->block]; i++) {
             vq_tensor_release(fr->vars[i].value);

@@ -118,7 +118,8 @@ struct vrec {
 struct ctl_info {
     bool is_while;
     int blocks[2];    /* cond: then, else; while: body */
-    int nouts;        /* = the op's outputs */
+    int nouts;        /* cond: the op's outputs; while: its carried values (the
+                       * outputs before the stacked ones) */
     int *outs[2];     /* per block: the var each output comes from */
     int *body_in;     /* while: body_inputs, nouts of them */
     int body_cond;    /* while: the body's predicate var */
@@ -136,10 +137,16 @@ struct ctl_info {
     int nreplay;
     int *replay_in;
     int *replay_readers;
+    /* while: stack_outputs, the body vars whose value in each iteration a
+     * stack op per iteration keeps; the exit joins them into the op's
+     * outputs nouts .. nouts + nstack - 1 */
+    int nstack;
+    int *stack;
 };
 
 /* What a saving while kept of its last execution: per iteration, its
- * carried inputs (one reference each). */
+ * carried inputs (one reference each). A stacking while keeps its
+ * stack_outputs' values the same way. */
 struct tape {
     vq_tensor **v;   /* iteration i's input k at [i * width + k] */
     int width;
@@ -200,6 +207,8 @@ struct frame {
     vq_opr *step;       /* while body frames: decides on the next iteration */
     vq_opr *head;       /* pushed before the ops: a saving loop's record op, a
                          * replaying loop's bind op (NULL otherwise) */
+    vq_opr *stack;      /* pushed after the ops, before the tail: a stacking
+                         * loop's stack op (NULL otherwise) */
     vq_opr *tail;       /* pushed after the ops: the step, the branch's exit, or
                          * the run's final op (borrowed) */
     /* Pushed instead of tail when a push of the frame's ops failed and the
@@ -232,6 +241,10 @@ struct ctl {
     struct tape tape;
     vq_var *tape_var;
     struct ctl *replay;
+    /* a stacking while's values of stack_outputs so far, and the var
+     * ordering its stack ops (iteration order) before the exit */
+    struct tape stacked;
+    vq_var *stack_var;
     /* The naive engine, pushed from inside an op: the end op and the rest
      * of the frame are pushed once the blocks are done (see
      * vq__engine_runs_inline). */

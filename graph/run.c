@@ -695,6 +695,10 @@ void vq__frame_push_from(struct frame *fr, int k)
         if (rc < 0)
             push_failed(fr, f->t, rc);
     }
+    /* a stacking loop's stack op: after the ops that write what it keeps,
+     * before the step that may push the next iteration's */
+    if (rc == 0 && fr->stack && (rc = vq__push_prebuilt(e, fr->stack)) < 0)
+        push_failed(fr, fr->owner->fop->t, rc);
     vq__push_tail(fr->plan, rc < 0 && fr->tail_cut ? fr->tail_cut : fr->tail);
 }
 

@@ -808,6 +808,15 @@ static int carried_requires(const struct bw *b, int opi, int body, const vq_attr
     return rc < 0 ? rc : 0;
 }
 
+/* Entry s of while op's stack_outputs ("?" when malformed). */
+static const char *stack_name(const vq__pop *op, int s)
+{
+    for (int a = 0; a < op->nattrs; a++)
+        if (!strcmp(op->attrs[a].name, "stack_outputs") && s >= 0 && s < op->attrs[a].n)
+            return op->attrs[a].strings[s];
+    return "?";
+}
+
 /* The backward of while op k of b's block: the forward loop is marked to
  * keep every iteration's carried inputs (save_carries), and a while that
  * replays it (replay_of) runs once per forward iteration, last first. Its
@@ -834,7 +843,21 @@ static int while_backward(struct bw *b, int k, const int *reads, int nreads, con
             bin = at;
         else if (!strcmp(at->name, "body_outputs"))
             bout = at;
+        else if (!strcmp(at->name, "stack_outputs"))
+            nc -= at->n; /* the stacked outputs follow the carried ones */
     }
+    /* The gradient of a stacked output would be one slice of it per
+     * iteration, fed to the replayed iterations in reverse: not done, so a
+     * loss that depends on one is refused rather than differentiated as if
+     * it did not. */
+    for (int j = nc > 0 ? nc : 0; j < op0->nout; j++)
+        if (dout[j])
+            return vq__fail(VQ_ENOSYS,
+                            "vq_append_backward: op %d (while): the loss depends on its "
+                            "output %s, which stacks stack_outputs[%d] %s over the "
+                            "iterations; autodiff does not differentiate through "
+                            "stack_outputs (compute the loss from carried values)",
+                            k, p->vars[op0->out[j]].name, j - nc, stack_name(op0, j - nc));
     if (body <= 0 || body >= p->nblocks || !bin || !bout || bin->n != nc || bout->n != nc ||
         op0->nin != 1 + nc || nreads < 1 + nc)
         return vq__fail(VQ_EINVAL, "vq_append_backward: op %d (while) is malformed (prepare "

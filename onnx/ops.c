@@ -1307,60 +1307,45 @@ static bool cond_passes_through(const Onnx__GraphProto *g)
     return false;
 }
 
-/* The scan outputs' buffers in the body: for each scan value v (body
- * output 1 + nv + s), buffer input b_in [M, v's shape] (bin[nv + 2 + s])
- * and b_out = where(arange(M) == iter, v, b_in) (bout[nv + 2 + s]): row
- * iter of the buffer becomes v. Their metas go to bm. */
-static int scan_rows(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan, int64_t m,
-                     struct ox_val *iter_in, const char **bin, const char **bout, vq__meta *bm)
+/* The scan outputs: for each scan value v (body output 1 + nv + s), a var
+ * of the body that holds it, none of the body inputs bin[0 .. nc) nor an
+ * earlier scan output's (into stk[s]); the while stacks them
+ * (stack_outputs). Each iteration's value with a new dim 0 in front, the
+ * iterations (known when the loop runs exactly iters times, else -1), into
+ * sm[s]. */
+static int scan_vars(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan, int64_t iters,
+                     const char **bin, int nc, const char **stk, vq__meta *sm)
 {
-    int rc = 0;
-    for (int s = 0; s < nscan && rc == 0; s++) {
+    const char *avoid[2 * VQ__MAX_SLOTS];
+    memcpy(avoid, bin, (size_t)nc * sizeof *avoid);
+    for (int s = 0; s < nscan; s++) {
         const char *nm = g->output[1 + nv + s]->name;
-        struct ox_val *v = nm ? ox_find(x, nm) : NULL, *b_in, *ar, *mask, *b_out, *own;
+        struct ox_val *v = nm ? ox_find(x, nm) : NULL, *own;
         if (!v)
             return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node", nm ? nm : "");
         if (v->meta.ndim + 1 > VQ_MAX_DIMS)
             return ox_fail(x, VQ_ENOSYS, "scan output %d has %d dims, more than %d", s,
                            v->meta.ndim + 1, VQ_MAX_DIMS);
-        vq__meta *b = &bm[s];
-        *b = v->meta;
-        b->ndim = v->meta.ndim + 1;
-        b->shape[0] = m;
-        memcpy(b->shape + 1, v->meta.shape, (size_t)v->meta.ndim * sizeof(int64_t));
-        int64_t ashape[VQ_MAX_DIMS];
-        for (int d = 0; d < b->ndim; d++)
-            ashape[d] = d ? 1 : m;
-        char name[300];
-        snprintf(name, sizeof name, "%s@scan%d", nm, x->ntemps++);
-        vq_tensor *t;
-        if ((rc = ox_block_var(x, name, b, &b_in)) < 0 ||
-            (rc = vq_tensor_new(&t, VQ_I64, b->ndim, ashape)) < 0)
+        int rc = own_var(x, v, avoid, nc + s, &own);
+        if (rc)
             return rc;
-        int64_t *a = vq_tensor_data(t);
-        for (int64_t i = 0; i < m; i++)
-            a[i] = i;
-        bin[nv + 2 + s] = b_in->var;
-        if ((rc = ox_const(x, NULL, t, &ar)) < 0 ||
-            (rc = ox_emit(x, "equal", (struct ox_val *[]){ar, iter_in}, 2, NULL, 1, NULL, 0,
-                          &mask)) < 0 ||
-            (rc = ox_emit(x, "where", (struct ox_val *[]){mask, v, b_in}, 3, NULL, 1, NULL, 0,
-                          &b_out)) < 0 ||
-            (rc = own_var(x, b_out, bin, nv + 2 + s + 1, &own)) < 0)
-            return rc;
-        bout[nv + 2 + s] = own->var;
+        stk[s] = avoid[nc + s] = own->var;
+        sm[s] = v->meta;
+        sm[s].ndim = v->meta.ndim + 1;
+        sm[s].shape[0] = iters;
+        memcpy(sm[s].shape + 1, v->meta.shape, (size_t)v->meta.ndim * sizeof(int64_t));
     }
-    return rc;
+    return 0;
 }
 
 /* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
  * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
  * is the body's cond_out (and iter < M when M is known only at run time; a
- * known M is max_iters). Scan outputs need static shapes, so the loop must
- * run exactly M iterations: M known at import, cond absent or known true,
- * and cond_out the body's cond_in (through Identity nodes). Each is then a
- * carried buffer [M, ...] (zeros at entry) whose row iter the body sets
- * (scan_rows). */
+ * known M is max_iters), and stacking the scan values of every iteration
+ * (stack_outputs, joined once when the loop ends). A scan output's dim 0,
+ * the iterations, is M when the loop runs exactly M iterations (M known at
+ * import, cond absent or known true, and cond_out the body's cond_in
+ * through Identity nodes), else known only at run time (-1). */
 static int t_loop(struct ox *x)
 {
     const Onnx__NodeProto *n = x->node;
@@ -1387,22 +1372,13 @@ static int t_loop(struct ox *x)
                        nscan, VQ__MAX_SLOTS - 3);
     if (!m && !cond)
         return ox_fail(x, VQ_EINVAL, "neither M nor cond: the loop would never end");
-    if (nscan > 0) {
-        if (!m || !ox_known(x, m))
-            return ox_fail(x, VQ_ENOSYS,
-                           "M must be known when the model is imported for scan "
-                           "outputs (varq's shapes are static)");
-        bool stays = cond_passes_through(g);
-        if (stays && cond) {
-            stays = ox_known(x, cond) && cond->konst->numel == 1 && cond->konst->dtype == VQ_BOOL &&
-                    *(const uint8_t *)cond->konst->data;
-        }
-        if (!stays)
-            return ox_fail(x, VQ_ENOSYS,
-                           "scan outputs are not supported when cond can end the "
-                           "loop before M iterations (their shapes would not be "
-                           "static)");
-    }
+    /* scan outputs with a static dim 0: a loop that runs exactly M times
+     * (an offered M is used for that) */
+    bool exact = nscan > 0 && m && cond_passes_through(g);
+    if (exact && cond)
+        exact = ox_known(x, cond) && cond->konst->numel == 1 && cond->konst->dtype == VQ_BOOL &&
+                *(const uint8_t *)cond->konst->data;
+    exact = exact && ox_known(x, m);
     int64_t max_iters = -1;
     if (m && m->konst) {
         if (m->konst->numel != 1 || m->konst->dtype != VQ_I64)
@@ -1508,20 +1484,14 @@ static int t_loop(struct ox *x)
         else if ((rc = own_var(x, v, bin, nv + 2, &own)) == 0)
             bout[2 + k] = own->var;
     }
+    int nc = nv + 2; /* carried values */
+    const char *stk[VQ__MAX_SLOTS];
     if (rc == 0)
-        rc = scan_rows(x, g, nv, nscan, max_iters, iter_in, bin, bout, bm);
-    int nc = nv + 2 + nscan; /* carried values */
+        rc = scan_vars(x, g, nv, nscan, exact ? max_iters : -1, bin, nc, stk, bm);
     struct ox_val *pred = NULL;
     if (rc == 0)
         rc = own_var(x, next, bin, nc, &pred);
     x->block = outer;
-    /* the scan buffers' entry values: zeros */
-    for (int s = 0; s < nscan && rc == 0; s++) {
-        vq_tensor *z;
-        if ((rc = vq_tensor_new(&z, bm[s].dtype, bm[s].ndim, bm[s].shape)) == 0 &&
-            (rc = ox_const(x, NULL, z, &init[nv + 2 + s])) == 0)
-            rc = ox_var_of(x, init[nv + 2 + s]);
-    }
     if (rc)
         return rc;
     /* the while, its outputs: the final iter and cond (temporaries), v...,
@@ -1531,7 +1501,7 @@ static int t_loop(struct ox *x)
     for (int k = 0; k < nc; k++)
         xin[1 + k] = init[k]->var;
     char tmp[VQ__MAX_SLOTS][300];
-    for (int k = 0; k < nc && rc == 0; k++) {
+    for (int k = 0; k < nc + nscan && rc == 0; k++) {
         const char *name = k >= 2 ? ox_out(x, k - 2) : NULL;
         if (!name) {
             snprintf(tmp[k], sizeof tmp[k], "%s@onnx%d", n->name ? n->name : "loop",
@@ -1539,16 +1509,16 @@ static int t_loop(struct ox *x)
             name = tmp[k];
         }
         struct ox_val *o;
-        vq__meta meta = k == 0 ? im : k >= nv + 2 ? bm[k - nv - 2] : init[k]->meta;
+        vq__meta meta = k == 0 ? im : k >= nc ? bm[k - nc] : init[k]->meta;
         if ((rc = ox_block_var(x, name, &meta, &o)) == 0)
             outs[k] = o->var;
     }
     if (rc)
         return rc;
-    vq_attr a[5] = {VQ_ATTR_I("body_block", body), VQ_ATTR_SS("body_inputs", bin, nc),
+    vq_attr a[6] = {VQ_ATTR_I("body_block", body),        VQ_ATTR_SS("body_inputs", bin, nc),
                     VQ_ATTR_SS("body_outputs", bout, nc), VQ_ATTR_S("body_cond", pred->var),
-                    VQ_ATTR_I("max_iters", max_iters)};
-    rc = vq_program_add_op(x->p, outer, "while", xin, nc + 1, outs, nc, a, 5);
+                    VQ_ATTR_I("max_iters", max_iters),    VQ_ATTR_SS("stack_outputs", stk, nscan)};
+    rc = vq_program_add_op(x->p, outer, "while", xin, nc + 1, outs, nc + nscan, a, nscan ? 6 : 5);
     return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
 }
 

@@ -87,9 +87,8 @@ static int open_beneath(int dirfd, const char *dir, const char *location)
  * offset and length (-1: to the end), read into *v, a new tensor of dtype
  * dt and shape[ndim] (want bytes) allocated once the file is known to hold
  * them; *v stays NULL until then, the caller releases it on failure. */
-static int external_read(const Onnx__TensorProto *t, const char *dir, const char *what,
-                         vq_dtype dt, int ndim, const int64_t *shape, size_t want,
-                         vq_tensor **v)
+static int external_read(const Onnx__TensorProto *t, const char *dir, const char *what, vq_dtype dt,
+                         int ndim, const int64_t *shape, size_t want, vq_tensor **v)
 {
     const char *location = NULL;
     long long offset = 0, length = -1;

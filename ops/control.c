@@ -7,7 +7,8 @@
  *   cond(Cond, X...) -> Out...   {then_block, else_block, then_outputs,
  *                                 else_outputs}
  *   while(Cond, X...) -> Out...  {body_block, body_inputs, body_outputs,
- *                                 body_cond, max_iters = -1}
+ *                                 body_cond, max_iters = -1,
+ *                                 stack_outputs = []}
  *
  * These names (types, slots, attributes) are a contract: programs built
  * outside this tree use them. */
@@ -29,6 +30,9 @@ static const vq__attr_spec while_attrs[] = {
     {"body_outputs", VQ_ATTR_STRINGS, true, NULL},
     {"body_cond", VQ_ATTR_STRING, true, NULL},
     {"max_iters", VQ_ATTR_INT, false, "-1"},
+    /* body vars whose values in every iteration become one more output
+     * each, stacked along a new axis 0 (graph.h; graph/control.c) */
+    {"stack_outputs", VQ_ATTR_STRINGS, false, NULL},
     /* autodiff's (varq extensions, not part of the contract): the forward
      * loop keeps every iteration's carried inputs; its backward loop runs
      * once per forward iteration, in reverse, with replay_inputs bound to
@@ -45,11 +49,23 @@ static int control_infer(vq__infer *c)
 }
 
 const vq__op_def vq__ops_control[] = {
-    {.type = "cond", .in_slots = ctl_in, .nin_slots = 2, .out_slots = ctl_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT | VQ__CONTROL,
-     .attrs = cond_attrs, .nattrs = 4, .infer = control_infer},
-    {.type = "while", .in_slots = ctl_in, .nin_slots = 2, .out_slots = ctl_out,
-     .nout_slots = 1, .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT | VQ__CONTROL,
-     .attrs = while_attrs, .nattrs = 8, .infer = control_infer},
+    {.type = "cond",
+     .in_slots = ctl_in,
+     .nin_slots = 2,
+     .out_slots = ctl_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT | VQ__CONTROL,
+     .attrs = cond_attrs,
+     .nattrs = 4,
+     .infer = control_infer},
+    {.type = "while",
+     .in_slots = ctl_in,
+     .nin_slots = 2,
+     .out_slots = ctl_out,
+     .nout_slots = 1,
+     .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT | VQ__CONTROL,
+     .attrs = while_attrs,
+     .nattrs = 9,
+     .infer = control_infer},
     {0},
 };

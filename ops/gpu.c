@@ -181,6 +181,39 @@ int vq__gpu_copy_sync(int id, void *dst, const void *src, size_t n, int kind)
     return rc < 0 ? rc : rc2;
 }
 
+int vq__tensor_stack_sync(vq_tensor *dst, vq_tensor *const *parts, int stride, int64_t n)
+{
+    size_t each = n > 0 ? dst->nbytes / (size_t)n : 0;
+    bool dg = dst->dev.kind == VQ_DEV_GPU;
+    for (int64_t i = 0; i < n; i++) {
+        const vq_tensor *p = parts[i * stride];
+        if (p->nbytes != each || p->dev.kind != dst->dev.kind || (dg && p->dev.id != dst->dev.id))
+            return vq__fail(VQ_EINVAL,
+                            "stack: part %lld is %zu bytes on another device or of "
+                            "another size than %zu",
+                            (long long)i, p->nbytes, each);
+    }
+    if (!dg || each == 0) {
+        for (int64_t i = 0; i < n && each; i++)
+            memcpy((char *)dst->data + (size_t)i * each, parts[i * stride]->data, each);
+        return 0;
+    }
+    vq__allocator *base;
+    int rc = vq__gpu_allocator(dst->dev.id, &base);
+    if (rc < 0)
+        return rc;
+    struct gpu_alloc *a = (struct gpu_alloc *)base;
+    /* every copy queued, one wait: as vq__gpu_copy_sync, under the lock
+     * that keeps the private stream's sticky error with its copies */
+    pthread_mutex_lock(&gpu_lock);
+    for (int64_t i = 0; i < n && rc == 0; i++)
+        rc = a->be->memcpy_async((char *)dst->data + (size_t)i * each, parts[i * stride]->data,
+                                 each, VQ__MEMCPY_D2D, a->stream);
+    int rc2 = a->be->stream_synchronize(a->stream);
+    pthread_mutex_unlock(&gpu_lock);
+    return rc < 0 ? rc : rc2;
+}
+
 int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src)
 {
     if (dst->nbytes != src->nbytes)

@@ -69,6 +69,12 @@ int vq__gpu_copy_sync(int id, void *dst, const void *src, size_t n, int kind);
  * GPU at most) and waits for the copy: vq__gpu_copy_sync's rules. */
 int vq__tensor_copy_sync(vq_tensor *dst, const vq_tensor *src);
 
+/* Copies parts[0], parts[stride], ... parts[(n - 1) * stride] (one size,
+ * n of them, on dst's device) one after the other into dst, whose bytes
+ * they fill, and waits for the copies: vq__gpu_copy_sync's rules. What
+ * joins a while's stacked values once the loop is done (graph/control.c). */
+int vq__tensor_stack_sync(vq_tensor *dst, vq_tensor *const *parts, int stride, int64_t n);
+
 /* Enqueues a copy of src's bytes into dst (same size) on stream, a GPU
  * op's stream: the source must stay valid until the stream reaches it. */
 int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream);

@@ -13,7 +13,9 @@
  * does the same through a while nested in the loop's body. With --cancel
  * one run in nine loops forever (n = inf) and a third thread calls
  * vq_exec_cancel every millisecond: every run ends, the endless ones with
- * VQ_ECANCELED, the others with the right value or VQ_ECANCELED.
+ * VQ_ECANCELED, the others with the right value or VQ_ECANCELED. Outside
+ * the gradient modes the loop also stacks each iteration's x (a
+ * stack_outputs output, xs), compared row by row with C.
  * Usage: control_stress [runs per thread] [--gpu | --naive | --grad |
  *                       --grad-nested | --cancel]. */
 #include <varq/varq.h>
@@ -69,6 +71,7 @@ static void build(void)
     var(0, "x", VQ_F64, 1);
     var(0, "xo", VQ_F64, 1);
     var(0, "c0", VQ_BOOL, 0);
+    check(vq_program_add_var(prog, 0, "xs", VQ_F64, 2, (int64_t[]){-1, LEN}, false) == 0, "xs");
     int b = vq_program_add_block(prog, 0);
     int tb = vq_program_add_block(prog, b), eb = vq_program_add_block(prog, b);
     var(b, "bx", VQ_F64, 1);
@@ -93,8 +96,8 @@ static void build(void)
     op(0, "less", NAMES("zero", "n"), 2, NAMES("c0"), 1, NULL, 0);
     vq_attr wa[] = {VQ_ATTR_I("body_block", b), VQ_ATTR_SS("body_inputs", NAMES("bx", "bi"), 2),
                     VQ_ATTR_SS("body_outputs", NAMES("bx2", "bi2"), 2),
-                    VQ_ATTR_S("body_cond", "bc")};
-    op(0, "while", NAMES("c0", "x", "zero"), 3, NAMES("xo", "io"), 2, wa, 4);
+                    VQ_ATTR_S("body_cond", "bc"), VQ_ATTR_SS("stack_outputs", NAMES("bx2"), 1)};
+    op(0, "while", NAMES("c0", "x", "zero"), 3, NAMES("xo", "io", "xs"), 3, wa, 5);
 }
 
 /* In block blk: out = tanh(in * w + one), through vars <out>.z1, <out>.z2. */
@@ -188,6 +191,18 @@ static vq_tensor *scalar(double v)
     return t;
 }
 
+/* t, or a copy of it on the host (released in its place). */
+static vq_tensor *on_host(vq_tensor *t)
+{
+    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return t;
+    vq_tensor *h = NULL;
+    check(vq_tensor_copy_to(engine, t, (vq_ctx){VQ_DEV_CPU, 0}, &h) == 0, "copy");
+    check(vq_tensor_wait(h) == 0, "copy wait");
+    vq_tensor_release(t);
+    return h;
+}
+
 struct run {
     atomic_int done;
     int err;
@@ -213,14 +228,7 @@ static void finish(struct run *r)
     else if (!cancel_mode || r->err != VQ_ECANCELED)
         check(r->err == 0, "run failed");
     if (r->err == 0) {
-        vq_tensor *xo = r->fetch[0].tensor;
-        if (vq_tensor_device(xo).kind != VQ_DEV_CPU) {
-            vq_tensor *h = NULL;
-            check(vq_tensor_copy_to(engine, xo, (vq_ctx){VQ_DEV_CPU, 0}, &h) == 0, "copy");
-            check(vq_tensor_wait(h) == 0, "copy wait");
-            vq_tensor_release(xo);
-            xo = h;
-        }
+        vq_tensor *xo = on_host(r->fetch[0].tensor);
         double want[LEN];
         if (grad_mode)
             memcpy(want, grad_want[r->n], sizeof want);
@@ -229,7 +237,20 @@ static void finish(struct run *r)
         check(memcmp(vq_tensor_data(xo), want, sizeof want) == 0,
               grad_mode ? "w@GRAD differs from the first run's" : "x differs from C");
         vq_tensor_release(xo);
-        vq_tensor_release(r->fetch[1].tensor);
+        if (!grad_mode) { /* xs: row k is x after iteration k + 1 */
+            vq_tensor *xs = on_host(r->fetch[1].tensor);
+            check(vq_tensor_ndim(xs) == 2 && vq_tensor_shape(xs)[0] == r->n &&
+                      vq_tensor_shape(xs)[1] == LEN,
+                  "xs is not [n, LEN]");
+            for (int k = 0; k < r->n && vq_tensor_numel(xs) == r->n * LEN; k++) {
+                expected(k + 1, want);
+                check(memcmp((const double *)vq_tensor_data(xs) + k * LEN, want, sizeof want) == 0,
+                      "a row of xs differs from C");
+            }
+            vq_tensor_release(xs);
+        } else {
+            vq_tensor_release(r->fetch[1].tensor);
+        }
     }
     vq_tensor_release(r->tn);
 }
@@ -249,7 +270,7 @@ static void *pusher(void *arg)
         r->n = (k * 7 + id * 3) % 9;
         r->tn = scalar(cancel_mode && r->n == 8 ? 1.0 / 0.0 : r->n);
         r->fetch[0] = (vq_fetch){grad_mode ? "w@GRAD" : "xo", NULL};
-        r->fetch[1] = (vq_fetch){"io", NULL};
+        r->fetch[1] = (vq_fetch){grad_mode ? "io" : "xs", NULL};
         vq_feed feeds[] = {{"x", x0}, {"n", r->tn}, {"one", one}, {"half", half},
                            {"three", three}, {"zero", zero}};
         int rc = vq_exec_run_async(exec, prog, scope, feeds, 6, r->fetch, 2, run_done, r);

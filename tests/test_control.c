@@ -2031,3 +2031,333 @@ Test(control, gradients_through_nested_whiles_equal_the_unrolled_programs)
     fix_free(&f);
     vq_program_free(loop);
 }
+
+/* ---- stacked outputs ---- */
+
+/* counter_loop whose while also stacks, per iteration, bt (x * half, read
+ * by nothing else after), bi2 (carried) and bc (the predicate): xs
+ * f64[?, 3], is f64[?], cs bool[?]. */
+static vq_program *stacking_counter_loop(int64_t max_iters)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    const char *scalars[] = {"n", "one", "half", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(p, 0, "x", VQ_F64, 1, S3);
+    bvar(p, 0, "xo", VQ_F64, 1, S3);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "xs", VQ_F64, 2, (int64_t[]){-1, 3});
+    bvar(p, 0, "is", VQ_F64, 1, (int64_t[]){-1});
+    bvar(p, 0, "cs", VQ_BOOL, 1, (int64_t[]){-1});
+    int b = add_block(p, 0);
+    bvar(p, b, "bx", VQ_F64, 1, S3);
+    bvar(p, b, "bt", VQ_F64, 1, S3);
+    bvar(p, b, "bx2", VQ_F64, 1, S3);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
+    bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[6];
+    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", max_iters);
+    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("bt", "bi2", "bc"), 3);
+    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io", "xs", "is", "cs"), 5, a, 6);
+    return p;
+}
+
+/* Runs it and compares every stacked row with the loop done in C. */
+static void run_stacking(struct fix *f, vq_program *p, const char *what, double n,
+                         int64_t max_iters)
+{
+    vq_tensor *x = vec3(1.5, -2.25, 1e6), *tn = scalar(n), *one = scalar(1), *half = scalar(0.5),
+              *ti = scalar(0);
+    vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+    vq_fetch fetches[] = {{"xo", NULL}, {"xs", NULL}, {"is", NULL}, {"cs", NULL}};
+    int rc = vq_exec_run(f->ex, p, f->s, feeds, 5, fetches, 4);
+    cr_assert_eq(rc, 0, "%s: %s", what, vq_errmsg());
+    vq_tensor *got[4];
+    for (int k = 0; k < 4; k++)
+        got[k] = host(f->e, fetches[k].tensor);
+    double want[3] = {1.5, -2.25, 1e6}, wi = 0;
+    int64_t iters = 0;
+    for (; wi < n && (max_iters < 0 || iters < max_iters); iters++) {
+        wi = wi + 1.0;
+        for (int j = 0; j < 3; j++) {
+            double bt = want[j] * 0.5;
+            const double *xs = vq_tensor_data(got[1]);
+            cr_assert(iters < vq_tensor_shape(got[1])[0] && xs[iters * 3 + j] == bt,
+                      "%s n=%g: xs[%lld][%d]", what, n, (long long)iters, j);
+            want[j] = bt + wi;
+        }
+        cr_assert_eq(((const double *)vq_tensor_data(got[2]))[iters], wi, "%s: is[%lld]", what,
+                     (long long)iters);
+        cr_assert_eq(((const unsigned char *)vq_tensor_data(got[3]))[iters], wi < n, "%s: cs[%lld]",
+                     what, (long long)iters);
+    }
+    const int64_t *xs_shape = vq_tensor_shape(got[1]);
+    cr_assert(vq_tensor_ndim(got[1]) == 2 && xs_shape[0] == iters && xs_shape[1] == 3,
+              "%s n=%g: xs is [%lld, %lld] after %lld iterations", what, n, (long long)xs_shape[0],
+              (long long)xs_shape[1], (long long)iters);
+    cr_assert(vq_tensor_ndim(got[2]) == 1 && vq_tensor_shape(got[2])[0] == iters, "%s", what);
+    cr_assert(vq_tensor_ndim(got[3]) == 1 && vq_tensor_shape(got[3])[0] == iters, "%s", what);
+    cr_assert_eq(vq_tensor_dtype(got[3]), VQ_BOOL);
+    const double *xo = vq_tensor_data(got[0]);
+    for (int j = 0; j < 3; j++)
+        cr_assert(xo[j] == want[j], "%s: xo[%d]", what, j);
+    for (int k = 0; k < 4; k++)
+        vq_tensor_release(got[k]);
+    vq_tensor *all[] = {x, tn, one, half, ti};
+    for (int i = 0; i < N_OF(all); i++)
+        vq_tensor_release(all[i]);
+}
+
+/* stack_outputs: each iteration's values along a new axis 0, against C,
+ * for 0, 1, a few and many iterations, with max_iters, on every engine
+ * and on the emulated GPU executor, over repeated runs of one plan. */
+Test(control, a_while_stacks_each_iterations_values_into_an_output)
+{
+    vq_program *p = stacking_counter_loop(-1), *capped = stacking_counter_loop(5);
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        const double ns[] = {0, 1, 2, 7, 40, 1000, 3};
+        for (int k = 0; k < N_OF(ns); k++)
+            run_stacking(&f, p, setups[s].name, ns[k], -1);
+        run_stacking(&f, capped, setups[s].name, 40, 5);
+        run_stacking(&f, capped, setups[s].name, 2, 5);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+    vq_program_free(capped);
+}
+
+/* The stacked output of a loop that runs no iteration: [0, the var's
+ * dims], on the executor's device. */
+Test(control, a_while_without_iterations_stacks_an_empty_output)
+{
+    vq_program *p = stacking_counter_loop(-1), *none = stacking_counter_loop(0);
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        run_stacking(&f, p, setups[s].name, -1, -1);
+        run_stacking(&f, none, setups[s].name, 10, 0);
+        vq_tensor *x = vec3(1, 2, 3), *tn = scalar(0), *one = scalar(1), *half = scalar(0.5),
+                  *ti = scalar(0);
+        vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+        vq_fetch fx = {"xs", NULL};
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fx, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_device(fx.tensor).kind, setups[s].gpu ? VQ_DEV_GPU : VQ_DEV_CPU);
+        cr_assert_eq(vq_tensor_numel(fx.tensor), 0);
+        vq_tensor_release(fx.tensor);
+        vq_tensor *all[] = {x, tn, one, half, ti};
+        for (int i = 0; i < N_OF(all); i++)
+            vq_tensor_release(all[i]);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+    vq_program_free(none);
+}
+
+/* A stacked output declared with its number of iterations: a run that
+ * makes another number fails naming the var; the plan stays usable. */
+Test(control, a_stacked_output_declared_with_its_iterations_checks_them)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    bvar(p, 0, "n", VQ_F64, 0, NULL);
+    bvar(p, 0, "one", VQ_F64, 0, NULL);
+    bvar(p, 0, "i0", VQ_F64, 0, NULL);
+    bvar(p, 0, "io", VQ_F64, 0, NULL);
+    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+    bvar(p, 0, "is", VQ_F64, 1, (int64_t[]){4});
+    int b = add_block(p, 0);
+    bvar(p, b, "bi", VQ_F64, 0, NULL);
+    bvar(p, b, "bi2", VQ_F64, 0, NULL);
+    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[6];
+    while_attrs(a, b, NAMES("bi"), NAMES("bi2"), 1, "bc", -1);
+    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("bi2"), 1);
+    bop(p, 0, "while", NAMES("c0", "i0"), 2, NAMES("io", "is"), 2, a, 6);
+    struct fix f = fix_new(&setups[2]);
+    for (int k = 0; k < 3; k++) {
+        double n = k == 1 ? 3 : 4;
+        vq_tensor *tn = scalar(n), *one = scalar(1), *ti = scalar(0);
+        vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", ti}};
+        vq_fetch fx = {"is", NULL};
+        int rc = vq_exec_run(f.ex, p, f.s, feeds, 3, &fx, 1);
+        if (k == 1) {
+            cr_assert_eq(rc, VQ_EINVAL);
+            cr_assert(strstr(vq_errmsg(), "op 1 (while): stack_outputs[0] bi2: the loop ran 3 "
+                                          "iterations, its output is declared with 4"),
+                      "%s", vq_errmsg());
+        } else {
+            cr_assert_eq(rc, 0, "%s", vq_errmsg());
+            cr_assert_eq(((const double *)vq_tensor_data(fx.tensor))[3], 4);
+            vq_tensor_release(fx.tensor);
+        }
+        vq_tensor_release(tn);
+        vq_tensor_release(one);
+        vq_tensor_release(ti);
+    }
+    fix_free(&f);
+    vq_program_free(p);
+}
+
+/* What preparation refuses in stack_outputs, naming the op and the var. */
+Test(control, bad_stack_outputs_are_errors_naming_the_op_and_var)
+{
+    struct {
+        const char *const *names;
+        int n, nout;
+        int64_t dim1;
+        const char *msg;
+    } cases[] = {
+        {NAMES("bi"), 1, 3, 3, "stack_outputs[0]: var bi is not written by the body"},
+        {NAMES("nope"), 1, 3, 3, "stack_outputs[0]: block 1 has no var nope"},
+        {NAMES("bt", "bt"), 2, 4, 3, "stack_outputs names var bt twice"},
+        {NAMES("bt"), 1, 2, 3, "has 2 outputs for 2 loop-carried inputs X and 1 stack_outputs"},
+        {NAMES("bt"), 1, 3, 4,
+         "output Out (slot 2) var xs: stack_outputs[0] bt gives "
+         "f64[-1,3], declared f64[-1,4]"},
+    };
+    for (int k = 0; k < N_OF(cases); k++) {
+        vq_program *p;
+        cr_assert_eq(vq_program_new(&p), 0);
+        const char *scalars[] = {"n", "one", "half", "i0", "io"};
+        for (int i = 0; i < N_OF(scalars); i++)
+            bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+        bvar(p, 0, "x", VQ_F64, 1, S3);
+        bvar(p, 0, "xo", VQ_F64, 1, S3);
+        bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
+        bvar(p, 0, "xs", VQ_F64, 2, (int64_t[]){-1, cases[k].dim1});
+        bvar(p, 0, "xs2", VQ_F64, 2, (int64_t[]){-1, 3});
+        int b = add_block(p, 0);
+        bvar(p, b, "bx", VQ_F64, 1, S3);
+        bvar(p, b, "bt", VQ_F64, 1, S3);
+        bvar(p, b, "bx2", VQ_F64, 1, S3);
+        bvar(p, b, "bi", VQ_F64, 0, NULL);
+        bvar(p, b, "bi2", VQ_F64, 0, NULL);
+        bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+        bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+        bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
+        bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
+        bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+        bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+        vq_attr a[6];
+        while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
+        a[5] = VQ_ATTR_SS("stack_outputs", cases[k].names, cases[k].n);
+        bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io", "xs", "xs2"), cases[k].nout,
+            a, 6);
+        struct fix f = fix_new(&setups[2]);
+        vq_tensor *x = vec3(1, 2, 3), *tn = scalar(2), *one = scalar(1), *half = scalar(0.5),
+                  *ti = scalar(0);
+        vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+        vq_fetch fo = {"xo", NULL};
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fo, 1), VQ_EINVAL, "case %d", k);
+        cr_assert(strstr(vq_errmsg(), "op 1 (while): ") && strstr(vq_errmsg(), cases[k].msg),
+                  "case %d: %s", k, vq_errmsg());
+        vq_tensor *all[] = {x, tn, one, half, ti};
+        for (int i = 0; i < N_OF(all); i++)
+            vq_tensor_release(all[i]);
+        fix_free(&f);
+        vq_program_free(p);
+    }
+}
+
+/* while_loss_program with the loop also stacking z2 (hs f64[?, 3]) and a
+ * second loss, sum(hs * hs), that depends on it. */
+static vq_program *stacking_loss_program(void)
+{
+    vq_program *q;
+    cr_assert_eq(vq_program_new(&q), 0);
+    const char *params[] = {"w", "b", "h0"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(vq_program_add_var(q, 0, params[i], VQ_F64, 1, S3, true), 0);
+    const char *scalars[] = {"n", "one", "i0", "io"};
+    for (int i = 0; i < N_OF(scalars); i++)
+        bvar(q, 0, scalars[i], VQ_F64, 0, NULL);
+    bvar(q, 0, "c0", VQ_BOOL, 0, NULL);
+    bvar(q, 0, "h", VQ_F64, 1, S3);
+    bvar(q, 0, "hh", VQ_F64, 1, S3);
+    bvar(q, 0, "loss", VQ_F64, 0, NULL);
+    bvar(q, 0, "hs", VQ_F64, 2, (int64_t[]){-1, 3});
+    bvar(q, 0, "hs2", VQ_F64, 2, (int64_t[]){-1, 3});
+    bvar(q, 0, "loss2", VQ_F64, 0, NULL);
+    int b = add_block(q, 0);
+    const char *vecs[] = {"bh", "z1", "z2", "bh2"};
+    for (int i = 0; i < N_OF(vecs); i++)
+        bvar(q, b, vecs[i], VQ_F64, 1, S3);
+    bvar(q, b, "bi", VQ_F64, 0, NULL);
+    bvar(q, b, "bi2", VQ_F64, 0, NULL);
+    bvar(q, b, "bc", VQ_BOOL, 0, NULL);
+    bop(q, b, "mul", NAMES("bh", "w"), 2, NAMES("z1"), 1, NULL, 0);
+    bop(q, b, "add", NAMES("z1", "b"), 2, NAMES("z2"), 1, NULL, 0);
+    bop(q, b, "tanh", NAMES("z2"), 1, NAMES("bh2"), 1, NULL, 0);
+    bop(q, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
+    bop(q, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
+    bop(q, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    vq_attr a[6];
+    while_attrs(a, b, NAMES("bh", "bi"), NAMES("bh2", "bi2"), 2, "bc", -1);
+    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("z2"), 1);
+    bop(q, 0, "while", NAMES("c0", "h0", "i0"), 3, NAMES("h", "io", "hs"), 3, a, 6);
+    bop(q, 0, "mul", NAMES("h", "h"), 2, NAMES("hh"), 1, NULL, 0);
+    bop(q, 0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
+    bop(q, 0, "mul", NAMES("hs", "hs"), 2, NAMES("hs2"), 1, NULL, 0);
+    bop(q, 0, "sum", NAMES("hs2"), 1, NAMES("loss2"), 1, NULL, 0);
+    return q;
+}
+
+/* Autodiff through a stacking while: a loss that does not depend on the
+ * stacked output gets the gradients it gets without stacking (the same
+ * bits); one that does is refused, naming the op and the output, rather
+ * than differentiated wrongly. */
+Test(control, autodiff_through_a_stacking_while_refuses_the_stacked_output)
+{
+    vq_program *plain = while_loss_program(), *p = stacking_loss_program();
+    cr_assert_eq(vq_append_backward(plain, "loss", NULL, 0), 3, "%s", vq_errmsg());
+    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 3, "%s", vq_errmsg());
+    const char *params[] = {"w", "b", "h0"};
+    const int setup_ids[] = {0, 2, 5};
+    for (int si = 0; si < N_OF(setup_ids); si++) {
+        struct fix f = fix_new(&setups[setup_ids[si]]);
+        vq_tensor *init[] = {vec3(0.5, -1.25, 0.8), vec3(0.3, 0.2, -0.7), vec3(0.9, -0.4, 0.1)};
+        for (int q = 0; q < 3; q++) {
+            cr_assert_eq(vq_scope_set(f.s, params[q], init[q]), 0);
+            vq_tensor_release(init[q]);
+        }
+        for (int n = 0; n < 5; n += 2) {
+            vq_tensor *tn = scalar(n), *one = scalar(1), *i0 = scalar(0);
+            vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}};
+            vq_fetch a[4] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}, {"h0@GRAD", NULL}, {"hs", NULL}};
+            vq_fetch b[3] = {{"w@GRAD", NULL}, {"b@GRAD", NULL}, {"h0@GRAD", NULL}};
+            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 3, a, 4), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_exec_run(f.ex, plain, f.s, feeds, 3, b, 3), 0, "%s", vq_errmsg());
+            for (int q = 0; q < 3; q++) {
+                vq_tensor *x = host(f.e, a[q].tensor), *y = host(f.e, b[q].tensor);
+                cr_assert(!memcmp(vq_tensor_data(x), vq_tensor_data(y), 3 * sizeof(double)),
+                          "%s, n %d: %s differs", setups[setup_ids[si]].name, n, a[q].name);
+                vq_tensor_release(x);
+                vq_tensor_release(y);
+            }
+            cr_assert_eq(vq_tensor_shape(a[3].tensor)[0], n);
+            vq_tensor_release(a[3].tensor);
+            vq_tensor_release(tn);
+            vq_tensor_release(one);
+            vq_tensor_release(i0);
+        }
+        fix_free(&f);
+    }
+    vq_program_free(p);
+    p = stacking_loss_program();
+    cr_assert_eq(vq_append_backward(p, "loss2", NULL, 0), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "op 1 (while)") && strstr(vq_errmsg(), "hs") &&
+                  strstr(vq_errmsg(), "stack_outputs"),
+              "%s", vq_errmsg());
+    vq_program_free(p);
+    vq_program_free(plain);
+}

@@ -1050,8 +1050,8 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
 /* acc = x; M times: acc *= 2, with scan outputs acc + i and i (0-d per
  * iteration): M fed and offered (so known at import), no cond, and the
  * body's cond_out Identity(cond_in). With a cond_out that can end the loop
- * early (early), or M not offered, the scan outputs' shapes would not be
- * static: VQ_ENOSYS. */
+ * early (early), or M not offered, the scan outputs' dim 0 is known only
+ * when the loop has run. */
 static Onnx__ModelProto *scanning_loop(bool early)
 {
     Onnx__ModelProto *m = model_new(13);
@@ -1129,21 +1129,139 @@ Test(onnx, loop_scan_outputs_stack_each_iterations_values)
         vq_tensor_release(tm);
         vq_program_free(p);
     }
-    /* M not offered */
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "must be known when the model is imported"), "%s", vq_errmsg());
+    /* M not offered: the scans' dim 0 is the run's (was VQ_ENOSYS) */
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    for (int64_t mv = 0; mv < 7; mv += 3) {
+        cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
+        vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
+        vq_fetch f[2] = {{"scan0", NULL}, {"scan1", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, feeds, 2, f, 2), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_shape(f[0].tensor)[0], mv);
+        cr_assert_eq(vq_tensor_shape(f[1].tensor)[0], mv);
+        const float *s0 = vq_tensor_data(f[0].tensor);
+        for (int i = 0; i < mv; i++)
+            for (int j = 0; j < 3; j++)
+                cr_assert_float_eq(s0[i * 3 + j], (float)(((j + 1) << (i + 1)) + i), 0);
+        for (int k = 0; k < 2; k++)
+            vq_tensor_release(f[k].tensor);
+        vq_tensor_release(tm);
+    }
+    vq_program_free(p);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
-    /* a cond_out that can end the loop early */
+    /* a cond_out that ends the loop early, after the 5th iteration (sum
+     * 192): the scans have the 5 iterations that ran (was VQ_ENOSYS) */
     m = scanning_loop(true);
     buf = pack(m, &len);
-    int64_t four = 4;
-    cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &four), 0);
+    int64_t ten = 10;
+    cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &ten), 0);
     vq_onnx_value offer = {"M", tm};
     vq_onnx_opts opts = {.values = &offer, .nvalues = 1};
-    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "scan outputs are not supported when cond can end the loop"),
-              "%s", vq_errmsg());
+    cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());
+    vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
+    vq_fetch f[3] = {{"y", NULL}, {"scan0", NULL}, {"scan1", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, p, s, feeds, 2, f, 3), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_shape(f[1].tensor)[0], 5);
+    cr_assert_eq(vq_tensor_shape(f[2].tensor)[0], 5);
+    const float *y = vq_tensor_data(f[0].tensor), *s0 = vq_tensor_data(f[1].tensor),
+                *s1 = vq_tensor_data(f[2].tensor);
+    for (int i = 0; i < 5; i++) {
+        cr_assert_float_eq(s1[i], (float)i, 0);
+        for (int j = 0; j < 3; j++)
+            cr_assert_float_eq(s0[i * 3 + j], (float)(((j + 1) << (i + 1)) + i), 0);
+    }
+    for (int j = 0; j < 3; j++)
+        cr_assert_float_eq(y[j], (float)((j + 1) << 5), 0);
+    for (int k = 0; k < 3; k++)
+        vq_tensor_release(f[k].tensor);
+    vq_program_free(p);
+    vq_tensor_release(tm);
+    vq_tensor_release(tx);
+    vq_scope_free(s);
+    run_free(&r);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
+/* acc = x; M times: acc += one, with scan outputs acc + i ([3] per
+ * iteration) and i. */
+static Onnx__ModelProto *counting_loop(void)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    graph_io(&m->graph->input, &m->graph->n_input, "M", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0,
+             NULL);
+    add_init(m, "one", 1, (int64_t[]){1}, (const float[]){1});
+    Onnx__GraphProto *b = subgraph("body");
+    graph_io(&b->input, &b->n_input, "i", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    graph_io(&b->input, &b->n_input, "c_in", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 0, NULL);
+    graph_io(&b->input, &b->n_input, "acc_in", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1,
+             (int64_t[]){3});
+    graph_node(b, "Identity", NAMES("c_in"), NAMES("c_out"));
+    graph_node(b, "Add", NAMES("acc_in", "one"), NAMES("acc_out"));
+    attr_int(graph_node(b, "Cast", NAMES("i"), NAMES("fi")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    graph_node(b, "Add", NAMES("acc_out", "fi"), NAMES("s0"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_output(&bm, "c_out");
+    add_output(&bm, "acc_out");
+    add_output(&bm, "s0");
+    add_output(&bm, "fi");
+    Onnx__NodeProto *n =
+        add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "scan0", "scan1"));
+    attr_graph(n, "body", b);
+    add_output(m, "y");
+    add_output(m, "scan0");
+    add_output(m, "scan1");
+    return m;
+}
+
+/* Ten thousand iterations (scan outputs were a carried [M, ...] buffer
+ * rebuilt in every iteration, O(M^2); now each iteration's values are
+ * stacked once at the end): every row against the loop done in C, with M
+ * known at import (offered) and not. */
+Test(onnx, a_loop_of_ten_thousand_iterations_scans_every_one, .timeout = 120)
+{
+    Onnx__ModelProto *m = counting_loop();
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    struct run r = run_new();
+    const float x[3] = {0.5f, -2, 1000};
+    vq_tensor *tx, *tm;
+    int64_t mv = 10000;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, x), 0);
+    cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
+    for (int offered = 0; offered < 2; offered++) {
+        vq_onnx_value offer = {"M", tm};
+        vq_onnx_opts opts = {.values = &offer, .nvalues = offered};
+        vq_program *p;
+        cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());
+        vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
+        vq_fetch f[3] = {{"y", NULL}, {"scan0", NULL}, {"scan1", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, p, s, feeds, 2, f, 3), 0, "%s", vq_errmsg());
+        cr_assert(vq_tensor_ndim(f[1].tensor) == 2 && vq_tensor_shape(f[1].tensor)[0] == mv &&
+                  vq_tensor_shape(f[1].tensor)[1] == 3);
+        cr_assert(vq_tensor_ndim(f[2].tensor) == 1 && vq_tensor_shape(f[2].tensor)[0] == mv);
+        const float *y = vq_tensor_data(f[0].tensor), *s0 = vq_tensor_data(f[1].tensor),
+                    *s1 = vq_tensor_data(f[2].tensor);
+        float acc[3] = {x[0], x[1], x[2]};
+        for (int64_t i = 0; i < mv; i++) {
+            cr_assert(s1[i] == (float)i, "scan1[%lld] = %g", (long long)i, s1[i]);
+            for (int j = 0; j < 3; j++) {
+                acc[j] += 1.0f;
+                float want = acc[j] + (float)i;
+                cr_assert(s0[i * 3 + j] == want, "offered %d: scan0[%lld][%d] = %g, want %g",
+                          offered, (long long)i, j, s0[i * 3 + j], want);
+            }
+        }
+        for (int j = 0; j < 3; j++)
+            cr_assert(y[j] == acc[j]);
+        for (int k = 0; k < 3; k++)
+            vq_tensor_release(f[k].tensor);
+        vq_program_free(p);
+    }
     vq_tensor_release(tm);
     vq_tensor_release(tx);
     vq_scope_free(s);
@@ -2231,8 +2349,8 @@ static Onnx__ModelProto *constant_of_shape(int n, const int64_t *shape, float va
     add_init_ints(m, "s", n, shape);
     Onnx__NodeProto *c = add_node(m, "ConstantOfShape", "c", NAMES("s"), NAMES("y"));
     Onnx__AttributeProto *a = attr(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
-    a->t = tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (int64_t[]){1}, &value,
-                  sizeof value);
+    a->t =
+        tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (int64_t[]){1}, &value, sizeof value);
     add_output(m, "y");
     return m;
 }

@@ -19,7 +19,8 @@
  *     same count, dtypes and shapes.
  *   while(Cond, X...) -> Out...  {body_block:int, body_inputs:strings,
  *                                 body_outputs:strings, body_cond:string,
- *                                 max_iters:int = -1}
+ *                                 max_iters:int = -1,
+ *                                 stack_outputs:strings = []}
  *     X are the initial values of the loop-carried vars. While Cond (then
  *     body_cond, a bool scalar the body writes) is true and fewer than
  *     max_iters iterations ran (-1: no limit), the body runs with
@@ -27,6 +28,22 @@
  *     (vars it writes, each of body_inputs[k]'s dtype and shape) as the
  *     next one. Out = the last carried values; Cond false at entry gives
  *     Out = X with no iteration.
+ *     stack_outputs names vars the body writes (not body inputs, each
+ *     once) whose value in every iteration is kept: the op has one more
+ *     output per name, after the carried ones, holding those values
+ *     stacked along a new axis 0, [iterations, the var's dims] (ONNX
+ *     Loop's scan outputs, TensorFlow's TensorArray). Each iteration's
+ *     value is kept as it is computed and all are joined once when the
+ *     loop ends: time and memory in the total size, whatever the count.
+ *     Declare its dim 0 -1 (known when the loop ends) or the number of
+ *     iterations the loop always makes (a run that makes another number
+ *     fails with VQ_EINVAL naming the var). With no iteration it is
+ *     [0, the var's dims], a dim that preparation cannot infer being 0
+ *     there. Every iteration's value must have one dtype and shape (else
+ *     VQ_EINVAL naming the var and the iteration). vq_append_backward
+ *     refuses (VQ_ENOSYS, naming the op and the output) a loss that
+ *     depends on a stacked output; the carried outputs differentiate as
+ *     without it.
  *
  * X and Out have at least one var each. The blocks are children of the
  * control op's block, each used by one op. Their ops read vars of

@@ -116,7 +116,8 @@ if command -v clang >/dev/null; then
     -Dcuda=disabled
   ninja -C build-fuzz tests/fuzz_program examples/newton_sqrt
   corpus=$(mktemp -d)
-  trap 'rm -rf "$out" "$corpus"' EXIT
+  onnx_corpus=$(mktemp -d)
+  trap 'rm -rf "$out" "$corpus" "$onnx_corpus"' EXIT
   build-fuzz/examples/newton_sqrt "$corpus/newton.pb" >/dev/null
   if ! VARQ_FUZZ_SEEDS="$corpus" build-fuzz/tests/fuzz_program -max_total_time=25 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 "$corpus" >"$out/fuzz_program.log" 2>&1; then
@@ -124,6 +125,24 @@ if command -v clang >/dev/null; then
     exit 1
   fi
   grep -E '^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$out/fuzz_program.log"
+  # The ONNX importer (when built), seeded with ONNX's backend test models
+  # (the normal suite's onnx_conformance generated them into
+  # build/onnx-tests) and the models tests/test_onnx.c builds.
+  if ninja -C build-fuzz -t query tests/fuzz_onnx >/dev/null 2>&1; then
+    ninja -C build-fuzz tests/fuzz_onnx
+    VARQ_ONNX_SEEDS="$onnx_corpus" build/tests/test_onnx >/dev/null 2>&1 || true
+    if [ -d build/onnx-tests ]; then
+      find build/onnx-tests -name model.onnx | while read -r m; do
+        cp "$m" "$onnx_corpus/$(basename "$(dirname "$m")").onnx"
+      done
+    fi
+    if ! build-fuzz/tests/fuzz_onnx -max_total_time=25 -timeout=10 -rss_limit_mb=2048 \
+        -print_final_stats=1 "$onnx_corpus" >"$out/fuzz_onnx.log" 2>&1; then
+      tail -n 60 "$out/fuzz_onnx.log"
+      exit 1
+    fi
+    grep -E '^stat::(number_of_executed_units|new_units_added|peak_rss_mb)' "$out/fuzz_onnx.log"
+  fi
 else
   echo "clang not found: skipped"
 fi

@@ -183,11 +183,32 @@ static void attr_ints(Onnx__NodeProto *n, const char *name, int k, const int64_t
     memcpy(a->ints, v, (size_t)k * sizeof *v);
 }
 
+/* With VARQ_ONNX_SEEDS set to a directory, every model packed here is
+ * also written there, named by a hash of its bytes: seeds for the fuzzer
+ * tests/fuzz_onnx.c (scripts/test.sh). */
+static void seed_write(const uint8_t *buf, size_t len)
+{
+    const char *dir = getenv("VARQ_ONNX_SEEDS");
+    if (!dir || !*dir)
+        return;
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ buf[i]) * 1099511628211u;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/test_onnx-%016llx.onnx", dir, (unsigned long long)h);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(buf, 1, len, f);
+        fclose(f);
+    }
+}
+
 static uint8_t *pack(const Onnx__ModelProto *m, size_t *len)
 {
     *len = onnx__model_proto__get_packed_size(m);
     uint8_t *buf = malloc(*len + 1);
     onnx__model_proto__pack(m, buf);
+    seed_write(buf, *len);
     return buf;
 }
 

@@ -210,7 +210,8 @@ int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n)
     if (a->n_ints > (size_t)max)
         return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", name,
                        a->n_ints, max);
-    memcpy(out, a->ints, a->n_ints * sizeof *out);
+    if (a->n_ints) /* an empty list's ints are NULL */
+        memcpy(out, a->ints, a->n_ints * sizeof *out);
     *n = (int)a->n_ints;
     return 0;
 }
@@ -226,7 +227,8 @@ int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size
         return rc;
     if (a->s.len >= size)
         return ox_fail(x, VQ_EINVAL, "attribute %s is too long", name);
-    memcpy(buf, a->s.data, a->s.len);
+    if (a->s.len) /* an empty string's data is NULL */
+        memcpy(buf, a->s.data, a->s.len);
     buf[a->s.len] = '\0';
     return 0;
 }

@@ -153,6 +153,9 @@ struct run {
     bool ran;
     vq_tensor **t;
     int *err;
+    /* Per slot where err is set (only there: never cleared for a push),
+     * the note of the failure (a reference), or NULL. */
+    struct vq__fail_note **note;
     vq_var **vars;         /* plan->rw's */
 };
 
@@ -507,13 +510,24 @@ static struct plan *plan_build(struct cache *c, struct node *end, int nslots,
 /* ---- running a segment (inside its engine op) ---- */
 
 /* The failed kernel's message goes to each output, for vq_tensor_wait (as
- * vq_op_run's note_failure). */
-static void note_failure(vq_tensor *const *out, int nout)
+ * vq_op_run's note_failure); its note, with the outputs' slots' errors,
+ * to the slots, for the vars the run writes. */
+static void note_failure(struct run *r, const struct node *n, vq_tensor *const *out, int err)
 {
-    for (int i = 0; i < nout; i++) {
+    for (int i = 0; i < n->nout; i++) {
         char *msg = vq__strdup(vq_errmsg());
         free(atomic_exchange(&out[i]->fail_msg, msg));
     }
+    struct vq__fail_note *note = vq__kernel_fail_note(n->def);
+    for (int j = 0; j < n->nout; j++) {
+        int s = n->wire[n->nin + j];
+        if (!r->err[s]) {
+            r->err[s] = err;
+            vq__fail_note_ref(note);
+            r->note[s] = note;
+        }
+    }
+    vq__fail_note_unref(note); /* the slots hold theirs */
 }
 
 /* A temporary of a finished run (CPU, no var, no reference but the run's)
@@ -543,6 +557,11 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
     int any = 0;
     for (int i = 0; i < nrw; i++)
         any |= r->err[p->rw[i]] = vq__var_error(r->vars[i]);
+    for (int i = 0; any && i < nrw; i++) /* the notes, where the errors are */
+        if (r->err[p->rw[i]]) {
+            r->note[p->rw[i]] = vq__var_fail_note(r->vars[i]);
+            vq__fail_note_ref(r->note[p->rw[i]]);
+        }
     vq_tensor *in[VQ__MAX_SLOTS], *out[VQ__MAX_SLOTS];
     for (int k = 0; k < p->nops; k++) {
         const struct node *n = p->ops[k];
@@ -551,32 +570,40 @@ static int run_exec(void *arg, const vq_exec_ctx *x)
             in[i] = r->t[w[i]];
         for (int j = 0; j < n->nout; j++)
             out[j] = r->t[w[n->nin + j]];
-        /* skipped as the engine skips an op: the first failed var among its
-         * writes, then its reads */
-        int skip = 0;
+        /* skipped as the engine skips an op: the first failed slot among
+         * its writes, then its reads, whose note it passes on */
+        int skip = 0, from = -1;
         for (int j = 0; any && !skip && j < n->nout; j++)
-            skip = r->err[w[n->nin + j]];
+            skip = r->err[from = w[n->nin + j]];
         for (int i = 0; any && !skip && i < n->nin; i++)
-            skip = r->err[w[i]];
+            skip = r->err[from = w[i]];
         int err = skip;
         if (!skip) {
             vq__kcall kc = {.def = n->def, .params = n->params, .in = in, .nin = n->nin,
                             .out = out, .nout = n->nout, .x = x};
             err = vq__kernel_run(&kc, x->ctx);
             if (err)
-                note_failure(out, n->nout);
+                note_failure(r, n, out, err);
         }
         if (err) {
             any = 1;
-            for (int j = 0; j < n->nout; j++)
-                if (!r->err[w[n->nin + j]])
-                    r->err[w[n->nin + j]] = err;
+            for (int j = 0; j < n->nout; j++) {
+                int s = w[n->nin + j];
+                if (!r->err[s]) { /* (a failed kernel's outputs have theirs) */
+                    r->err[s] = err;
+                    r->note[s] = r->note[from];
+                    vq__fail_note_ref(r->note[s]);
+                }
+            }
             vq__engine_note_fail(r->e, err);
         }
     }
     for (int i = p->nreads; any && i < nrw; i++)
         if (r->err[p->rw[i]])
-            vq__var_fail(r->vars[i], r->err[p->rw[i]]);
+            vq__var_fail_noted(r->vars[i], r->err[p->rw[i]], r->note[p->rw[i]]);
+    for (int s = 0; any && s < r->nslots; s++) /* the vars hold theirs */
+        if (r->err[s])
+            vq__fail_note_unref(r->note[s]);
     /* Temporaries (no var, no other reference) are freed here, in stream
      * order on a GPU; on the CPU they go back to the nodes that made them
      * (spare_put). The other tensors need no reference from the run: a
@@ -660,12 +687,13 @@ static int seg_cut_held(struct state *S, int cause, void **held)
         size_t off_t = (sizeof *r + 15) & ~(size_t)15;
         size_t off_v = off_t + (size_t)ns * sizeof(vq_tensor *);
         size_t off_e = off_v + (size_t)nrw * sizeof(vq_var *);
+        size_t off_n = (off_e + (size_t)ns * sizeof(int) + 7) & ~(size_t)7;
         /* The plan's last finished run, if it kept one (the same size). */
         char *mem = (char *)atomic_load_explicit(&p->spare_run, memory_order_acquire);
         if (mem)
             atomic_store_explicit(&p->spare_run, NULL, memory_order_relaxed);
         else
-            mem = vq__malloc(off_e + (size_t)ns * sizeof(int));
+            mem = vq__malloc(off_n + (size_t)ns * sizeof(struct vq__fail_note *));
         if (!mem) {
             rc = vq__fail(VQ_ENOMEM, "capture: out of memory for a segment run");
         } else {
@@ -673,6 +701,7 @@ static int seg_cut_held(struct state *S, int cause, void **held)
             *r = (struct run){.plan = p, .cache = c, .e = S->e, .nslots = ns,
                               .t = (vq_tensor **)(mem + off_t), .vars = (vq_var **)(mem + off_v),
                               .err = (int *)(mem + off_e)};
+            r->note = (struct vq__fail_note **)(mem + off_n);
             memset(r->err, 0, (size_t)ns * sizeof(int));
             memcpy(r->t, S->slot, (size_t)ns * sizeof(vq_tensor *));
             /* (not vq_tensor_var: its cut would come back here) */

@@ -242,6 +242,8 @@ static void var_destroy(vq_engine *e, vq_var *v)
     list_del(e, &e->vars, &v->link);
     if (v->gpu_ev)
         vq__gpu_var_release(v);
+    if (v->fail_note) /* a failure nobody waited for */
+        vq__fail_note_unref(v->fail_note);
     vq__pool_free(VQ__POOL_VBLOCK, v->head);
     v->head = NULL;
     atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);
@@ -1047,14 +1049,36 @@ int vq__op_skip_error(const struct vq__desc *o)
 }
 
 /* A failed op poisons the vars it writes; the engine keeps the first
- * error. */
-static void op_poison(const struct vq__desc *o, int err)
+ * error. Each var it poisons also gets the note of what failed first
+ * (engine_services.h): the note of the first of the op's vars that carries
+ * a failure, which for a skipped op is the var vq__op_skip_error found,
+ * and for an op that failed itself one of its writes that its function
+ * noted (ops/ notes the kernel's message there). When none carries a
+ * failure, the op failed itself without a note: a new one names it, with
+ * why (a message known to be about this failure) or else err's name. The
+ * op holds access to every var it reads here, and a var's note changes
+ * only with its error, under write access: the queue orders these reads
+ * as it orders vq__op_skip_error's. */
+static void op_poison(const struct vq__desc *o, int err, const char *why)
 {
     if (o->flags & VQ__OPR_NOSKIP)
         return;
+    struct vq__fail_note *note = NULL, *made = NULL;
+    int n = o->nwrites + o->nreads, at = 0;
+    while (at < n && !o->vars[at]->err)
+        at++;
+    if (at < n)
+        note = o->vars[at]->fail_note;
+    else if (o->nwrites)
+        note = made = vq__fail_note_new("op '%s' (%s)", o->name ? o->name : "(unnamed)",
+                                        why ? why : vq_strerror(err));
     for (int i = 0; i < o->nwrites; i++)
-        if (!o->vars[i]->err)
+        if (!o->vars[i]->err) {
             o->vars[i]->err = err;
+            vq__fail_note_ref(note);
+            o->vars[i]->fail_note = note;
+        }
+    vq__fail_note_unref(made); /* the vars hold theirs */
     vq__engine_note_fail(o->engine, err);
 }
 
@@ -1094,7 +1118,7 @@ static void group_run(vq__op *head, int err, const vq_exec_ctx *x)
 {
     bool failed = err != 0;
     if (failed)
-        op_poison(head->desc, err);
+        op_poison(head->desc, err, NULL);
     vq__op *m = head->group_next;
     for (int i = 0; i < head->group_n; i++) {
         vq__op *next = m->group_next;
@@ -1104,7 +1128,7 @@ static void group_run(vq__op *head, int err, const vq_exec_ctx *x)
             merr = d->fn(d->arg, x);
         if (merr) {
             failed = true;
-            op_poison(d, merr);
+            op_poison(d, merr, NULL);
         }
         op_release(m);
         m = next;
@@ -1132,6 +1156,12 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
         if (err && (o->props & VQ_PROP_RUN_ON_FAILED)) {
             wait_err = err;
             err = 0;
+        } else if (err) {
+            /* The failed wait left the stream's message: the note says
+             * what failed before this op, not err's bare name. */
+            char why[300];
+            snprintf(why, sizeof why, "the GPU work it waits for failed: %s", vq_errmsg());
+            op_poison(o, err, why);
         }
     }
     op->wait_err = wait_err;
@@ -1184,7 +1214,7 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
     vq_engine *e = o->engine;
     unsigned long n = 1 + (unsigned long)op->group_n;
     if (err)
-        op_poison(o, err);
+        op_poison(o, err, NULL);
     if (e->profile)
         vq__prof_record(e, op, vq__now_ns());
     if (r) { /* queued on its vars (not the naive engine's) */
@@ -1315,6 +1345,7 @@ struct var_waiter {
     vq_var *v;
     atomic_bool answered; /* set under lock, also read without it by the waiter's spin */
     int err;
+    struct vq__fail_note *note; /* taken with err */
 };
 
 /* The body of the write op vq_wait_var pushes: every earlier op on the var
@@ -1326,9 +1357,12 @@ static int take_var_error(void *arg, const vq_exec_ctx *x)
     /* GPU work on the var is part of what is waited for. */
     int gpu_err = w->v->gpu_ev ? vq__gpu_var_settle(w->v) : 0;
     int err = w->v->err ? w->v->err : gpu_err;
+    struct vq__fail_note *note = w->v->fail_note;
     w->v->err = 0;
+    w->v->fail_note = NULL;
     pthread_mutex_lock(&w->lock);
     w->err = err;
+    w->note = note;
     /* release: the waiter that sees it without the lock sees err too */
     atomic_store_explicit(&w->answered, true, memory_order_release);
     pthread_cond_signal(&w->cond);
@@ -1336,8 +1370,9 @@ static int take_var_error(void *arg, const vq_exec_ctx *x)
     return 0;
 }
 
-VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
+int vq__wait_var_note(vq_engine *e, vq_var *v, struct vq__fail_note **note)
 {
+    *note = NULL;
     if (!e)
         return vq__fail(VQ_EINVAL, "vq_wait_var: engine is NULL");
     int rc = check_var(e, v, "vq_wait_var", "var", 0);
@@ -1346,7 +1381,7 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     if ((rc = wait_forbidden("vq_wait_var")) < 0)
         return rc;
     if (e->kind == VQ_ENGINE_NAIVE)
-        return vq__naive_wait_var(e, v);
+        return vq__naive_wait_var(e, v, note);
     /* Nothing queued on v and no GPU work after its last op: the wait op
      * would be granted at its push and answered at once, so it is done
      * here under v's lock instead, at the same instant in the engine's
@@ -1359,13 +1394,17 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
     if (var_idle(v)) {
         push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
         int err = v->err;
-        v->err = 0;
+        if (__builtin_expect(err != 0, 0)) {
+            *note = v->fail_note;
+            v->fail_note = NULL;
+            v->err = 0;
+        }
         vq__spin_unlock(&v->lock);
         op_completed(e, 1);
         return err;
     }
     vq__spin_unlock(&v->lock);
-    struct var_waiter w = {.v = v, .err = 0};
+    struct var_waiter w = {.v = v, .err = 0, .note = NULL};
     atomic_init(&w.answered, false);
     pthread_mutex_init(&w.lock, NULL);
     pthread_cond_init(&w.cond, NULL);
@@ -1399,10 +1438,22 @@ VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
             pthread_cond_wait(&w.cond, &w.lock);
         pthread_mutex_unlock(&w.lock);
         rc = w.err;
+        *note = w.note;
     }
     pthread_mutex_destroy(&w.lock);
     pthread_cond_destroy(&w.cond);
     return rc;
+}
+
+VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
+{
+    struct vq__fail_note *note;
+    int err = vq__wait_var_note(e, v, &note);
+    if (note) /* (only with an error of the var: the calls' own carry none) */
+        vq__fail(err, "var \"%s\": an op it depends on failed: %s", v->name,
+                 vq__fail_note_text(note));
+    vq__fail_note_unref(note);
+    return err;
 }
 
 bool vq__engine_help(vq_engine *e, const atomic_bool *until)

@@ -284,8 +284,8 @@ struct vq_var {
     void *pool_link2;
     struct vq__link link;       /* in the engine's list of live vars */
     vq__spinlock lock;
-    int num_pending_reads;      /* granted reads not yet complete */
-    bool write_triggered;       /* pending_write has been granted */
+    bool write_triggered;             /* pending_write has been granted (beside lock: no hole) */
+    int num_pending_reads;            /* granted reads not yet complete */
     struct vq__vblock *pending_write; /* oldest unfinished write, or NULL */
     struct vq__vblock *head;    /* empty sentinel at the tail: next access goes here */
     struct vq__vblock *tail;    /* the last block queued; valid while pending_write is set */
@@ -296,6 +296,10 @@ struct vq_var {
      * NULL. Changed only by an op with exclusive access (a GPU op, a CPU
      * writer, the engine's wait and delete ops), so the queue orders it. */
     struct vq__gpu_event *gpu_ev;
+    /* What err came from (one reference), or NULL: set with err by the
+     * op that poisons the var, taken with it by the wait, and, like err,
+     * ordered by the queue. Read only where err is set (failure paths). */
+    struct vq__fail_note *fail_note;
     char name[32];
 };
 
@@ -678,8 +682,8 @@ void vq__naive_push(vq__op *op);
  * hands err to that pusher, which completes the op. */
 void vq__naive_done(vq__op *op, int err);
 /* vq_wait_var's part: every op pushed before has completed; takes v's
- * error. */
-int vq__naive_wait_var(vq_engine *e, vq_var *v);
+ * error and its note (vq__wait_var_note). */
+int vq__naive_wait_var(vq_engine *e, vq_var *v, struct vq__fail_note **note);
 
 /* The ticket of the calling thread's last push on a threaded engine (any
  * op queued on vars: vq_push, vq_push_opr, and the ops of vq_wait_var and

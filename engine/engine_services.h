@@ -163,6 +163,36 @@ void vq__obj_free(void *p);
 int vq__var_error(const vq_var *v);
 /* Sets v's failure unless it carries one already. */
 void vq__var_fail(vq_var *v, int err);
+
+/* ---- what a failure names (var.c) ----
+ *
+ * A failure note is the text that says which op failed first and why
+ * ("op 'div' (integer division by zero)"). Each var a failure reaches
+ * carries it beside its error (vq__var_fail_noted, and the engine's own
+ * poisoning of a skipped op's writes), so that the wait that takes the
+ * error (vq__wait_var_note) can name the op however many skipped ops lie
+ * between. A note is immutable once made and counted: any thread may
+ * hold, pass on and drop references. Made and passed on only when an op
+ * fails: the success path never touches one. */
+struct vq__fail_note;
+/* A note of the formatted text with one reference, or NULL when out of
+ * memory (the failure then names no op). */
+struct vq__fail_note *vq__fail_note_new(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vq__fail_note_ref(struct vq__fail_note *n);   /* n may be NULL */
+void vq__fail_note_unref(struct vq__fail_note *n); /* n may be NULL; frees the last */
+const char *vq__fail_note_text(const struct vq__fail_note *n);
+/* vq__var_fail, and when v carried no failure, it now carries note too
+ * (a reference of its own; note may be NULL). Write access, as for
+ * vq__var_fail. */
+void vq__var_fail_noted(vq_var *v, int err, struct vq__fail_note *note);
+/* The note of v's failure (borrowed: valid while the caller holds access
+ * to v), or NULL: none, or v carries no failure. */
+struct vq__fail_note *vq__var_fail_note(const vq_var *v);
+/* vq_wait_var (the same waits, errors and messages of its own), also
+ * handing over the note of the failure it takes: *note gets the
+ * reference the var held (the caller drops it), or NULL when the var
+ * carried no note or no failure. */
+int vq__wait_var_note(vq_engine *e, vq_var *v, struct vq__fail_note **note);
 /* Makes err e's first error (what vq_wait_all returns) unless it has one,
  * as a failed op does. Any thread. */
 void vq__engine_note_fail(vq_engine *e, int err);

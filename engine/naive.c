@@ -104,11 +104,13 @@ void vq__naive_done(vq__op *op, int err)
     pthread_mutex_unlock(&w->lock);
 }
 
-int vq__naive_wait_var(vq_engine *e, vq_var *v)
+int vq__naive_wait_var(vq_engine *e, vq_var *v, struct vq__fail_note **note)
 {
     pthread_mutex_lock(&e->naive_lock);
     int err = v->err;
+    *note = v->fail_note;
     v->err = 0;
+    v->fail_note = NULL;
     pthread_mutex_unlock(&e->naive_lock);
     return err;
 }

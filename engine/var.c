@@ -27,6 +27,8 @@
 
 #include <assert.h>
 #include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +59,7 @@ int vq__var_init(vq_var *v, vq_engine *e, const char *name)
     v->err = 0;
     v->engine = e;
     v->gpu_ev = NULL;
+    v->fail_note = NULL;
     if (name) {
         strncpy(v->name, name, sizeof v->name - 1);
         v->name[sizeof v->name - 1] = '\0';
@@ -255,6 +258,66 @@ void vq__var_fail(vq_var *v, int err)
 {
     if (!v->err)
         v->err = err;
+}
+
+void vq__var_fail_noted(vq_var *v, int err, struct vq__fail_note *note)
+{
+    if (v->err)
+        return;
+    v->err = err;
+    vq__fail_note_ref(note);
+    v->fail_note = note;
+}
+
+struct vq__fail_note *vq__var_fail_note(const vq_var *v)
+{
+    return v->err ? v->fail_note : NULL;
+}
+
+/* ---- failure notes (engine_services.h) ---- */
+
+struct vq__fail_note {
+    atomic_int refs;
+    char text[]; /* immutable once made */
+};
+
+struct vq__fail_note *vq__fail_note_new(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (len < 0)
+        return NULL;
+    struct vq__fail_note *n = vq__malloc(sizeof *n + (size_t)len + 1);
+    if (!n)
+        return NULL;
+    atomic_init(&n->refs, 1);
+    va_start(ap, fmt);
+    vsnprintf(n->text, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+void vq__fail_note_ref(struct vq__fail_note *n)
+{
+    /* relaxed: the caller holds a reference, which keeps n alive; the
+     * var (or array) it stores n in is handed to others by the queue's
+     * own release and acquire, which also publishes the text */
+    if (n)
+        atomic_fetch_add_explicit(&n->refs, 1, memory_order_relaxed);
+}
+
+void vq__fail_note_unref(struct vq__fail_note *n)
+{
+    /* acq_rel: the thread that frees n sees every holder done with it */
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1)
+        free(n);
+}
+
+const char *vq__fail_note_text(const struct vq__fail_note *n)
+{
+    return n->text;
 }
 
 void vq__engine_note_fail(vq_engine *e, int err)

@@ -434,6 +434,13 @@ int vq__attr_fail(const vq__infer *c, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* VQ_EINVAL with "op: <formatted>". */
 int vq__op_fail(const vq__op_def *def, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The failure note (engine_services.h) of a kernel of def that has just
+ * failed, its message in vq_errmsg() ("<type>: what", as vq__op_fail and
+ * vq_error_set in a registered op write it): "op '<type>' (what)". The
+ * call sets it on its outputs' vars, whence it reaches the tensors of the
+ * ops the failure skips; eager calls and capture's replays make the same
+ * text. NULL when out of memory. Thread-safe. */
+struct vq__fail_note *vq__kernel_fail_note(const vq__op_def *def);
 
 /* Input slot must have one of the dtypes in mask (bit 1 << dtype). */
 #define VQ__FLOATS ((1u << VQ_F32) | (1u << VQ_F64))

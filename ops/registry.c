@@ -423,6 +423,15 @@ int vq__op_fail(const vq__op_def *def, const char *fmt, ...)
     return rc;
 }
 
+struct vq__fail_note *vq__kernel_fail_note(const vq__op_def *def)
+{
+    const char *msg = vq_errmsg();
+    size_t n = strlen(def->type);
+    if (!strncmp(msg, def->type, n) && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2; /* the note names the op already */
+    return vq__fail_note_new("op '%s' (%s)", def->type, msg);
+}
+
 int vq__check_dtype(const vq__infer *c, int slot, unsigned mask)
 {
     vq_dtype dt = c->in[slot].dtype;
@@ -684,13 +693,21 @@ static void call_free(void *arg)
     free(c);
 }
 
-/* The failed kernel's message goes to each output, for vq_tensor_wait. */
-static void note_failure(vq_tensor *const *out, int nout)
+/* The failed kernel's message goes to each output, for vq_tensor_wait;
+ * its note (and err) to each output's var, whence the engine passes it to
+ * the writes of the ops the failure skips. The call holds write access
+ * to those vars (it runs as their op, or finishes it). */
+static void note_failure(const vq__op_def *def, vq_tensor *const *out, int nout, int err)
 {
+    struct vq__fail_note *note = vq__kernel_fail_note(def);
     for (int i = 0; i < nout; i++) {
         char *msg = vq__strdup(vq_errmsg());
         free(atomic_exchange(&out[i]->fail_msg, msg));
+        vq_var *v = atomic_load_explicit(&out[i]->var, memory_order_relaxed);
+        if (v)
+            vq__var_fail_noted(v, err, note);
     }
+    vq__fail_note_unref(note); /* the vars hold theirs */
 }
 
 static int call_run(void *arg, const vq_exec_ctx *x)
@@ -706,7 +723,7 @@ static int call_run(void *arg, const vq_exec_ctx *x)
                    .rng = c->rng};
     int err = vq__kernel_run(&k, x->ctx);
     if (err)
-        note_failure(k.out, k.nout);
+        note_failure(c->def, k.out, k.nout, err);
     return err;
 }
 
@@ -715,7 +732,7 @@ static void call_async_finish(vq_op_done *d, int err)
 {
     struct call *c = (struct call *)((char *)d - offsetof(struct call, done));
     if (err)
-        note_failure(c->t + c->nin, c->nout);
+        note_failure(c->def, c->t + c->nin, c->nout, err);
     vq_done_finish(c->engine_done, err);
 }
 

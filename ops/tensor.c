@@ -449,16 +449,21 @@ VQ_API int vq_tensor_wait(vq_tensor *t)
     vq_var *v = atomic_load_explicit(&t->var, memory_order_acquire);
     if (!v)
         return 0;
-    int err = vq_wait_var(atomic_load(&t->engine), v);
+    struct vq__fail_note *note;
+    int err = vq__wait_var_note(atomic_load(&t->engine), v, &note);
     if (err == 0 || err == VQ_EDEADLK)
         return err;
     /* The failed op stored fail_msg before completing; the wait ordered us
-     * after it. Two waiters race for it: one gets the message. */
+     * after it. Two waiters race for it: one gets the message. A tensor
+     * that an op skipped for the failure has none: the note its var
+     * carried names the op that failed first. */
     char *msg = atomic_exchange(&t->fail_msg, NULL);
     char last[256];
     if (msg) {
         vq__fail(err, "%s", msg);
         free(msg);
+    } else if (note) {
+        vq__fail(err, "an op this tensor depends on failed: %s", vq__fail_note_text(note));
     } else if (t->dev.kind == VQ_DEV_GPU && vq__gpu_last_failure(t->dev.id, last, sizeof last)) {
         /* Failures in stream work carry no tensor: name the device's last. */
         vq__fail(err, "an op this tensor depends on failed (%s) on GPU %d; the last kernel that "
@@ -467,5 +472,6 @@ VQ_API int vq_tensor_wait(vq_tensor *t)
     } else {
         vq__fail(err, "an op this tensor depends on failed (%s)", vq_strerror(err));
     }
+    vq__fail_note_unref(note);
     return err;
 }

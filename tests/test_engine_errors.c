@@ -97,6 +97,56 @@ ParameterizedTest(int *kind, engine_errors, poison_travels_along_a_chain)
     vq_engine_free(e);
 }
 
+ParameterizedTestParameters(engine_errors, a_wait_names_the_op_that_failed_first)
+{
+    static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+
+/* Pushes fn (ran[id]) named name, reading r (if not NULL) and writing w. */
+static void push_named(vq_engine *e, vq_sync_fn fn, int id, vq_var *r, vq_var *w, const char *name)
+{
+    vq_task t = {.fn = fn, .arg = (void *)(intptr_t)id, .writes = &w, .nwrites = 1, .name = name};
+    t.reads = &r;
+    t.nreads = r != NULL;
+    cr_assert_eq(vq_push(e, &t), 0, "%s", vq_errmsg());
+}
+
+/* vq_wait_var(v) fails with MY_ERR, naming var and the op that failed. */
+static void assert_wait_names(vq_engine *e, vq_var *v, const char *var, const char *op)
+{
+    char want[256];
+    snprintf(want, sizeof want, "var \"%s\": an op it depends on failed: op '%s' (%s)", var, op,
+             vq_strerror(MY_ERR));
+    cr_assert_eq(vq_wait_var(e, v), MY_ERR);
+    cr_assert_str_eq(vq_errmsg(), want);
+}
+
+/* A fails; B and C, which read its output and write vars of their own,
+ * are skipped: the wait on C's var names A (its task name) however many
+ * skipped ops lie between, and so do the waits on the var of D, an op
+ * skipped for A's failure after the first wait, and on A's own. */
+ParameterizedTest(int *kind, engine_errors, a_wait_names_the_op_that_failed_first)
+{
+    reset_ran();
+    vq_engine *e = engine_of(*kind);
+    vq_var *a = vq_var_new(e, "a"), *b = vq_var_new(e, "b"), *c = vq_var_new(e, "c"),
+           *d = vq_var_new(e, "d");
+    push_named(e, fail_op, 0, NULL, a, "A");
+    push_named(e, ok_op, 1, a, b, "B");
+    push_named(e, ok_op, 2, b, c, "C");
+    assert_wait_names(e, c, "c", "A");
+    push_named(e, ok_op, 3, b, d, "D"); /* b still carries A's failure */
+    assert_wait_names(e, d, "d", "A");
+    assert_wait_names(e, a, "a", "A");
+    cr_assert_eq(atomic_load(&ran[0]), 1);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(atomic_load(&ran[i]), 0, "skipped op %d ran", i);
+    /* b's failure is never waited for: its note goes with the engine's
+     * vars (the suite's leak check) */
+    vq_engine_free(e);
+}
+
 ParameterizedTestParameters(engine_errors, run_on_failed_ops_run_and_leave_the_failure)
 {
     static int kinds[] = {VQ_ENGINE_THREADED, VQ_ENGINE_NAIVE};

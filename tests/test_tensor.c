@@ -1,9 +1,12 @@
 /* Tensors: creation, shapes and zeroed storage, scalars and empty tensors,
- * argument errors, dtype names. The CPU allocator under them is
- * test_alloc.c's; ops called on tensors, test_imperative.c's. */
+ * argument errors, dtype names, and what vq_tensor_wait says of a failure
+ * the tensor inherited. The CPU allocator under them is test_alloc.c's;
+ * ops called on tensors, test_imperative.c's. */
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
 #include <string.h>
 #include "leakcheck.h"
 
@@ -67,4 +70,72 @@ Test(tensor, dtype_names_round_trip)
     cr_assert_eq(d, VQ_F64);
     cr_assert_eq(vq_dtype_parse("float16", &d), VQ_EINVAL);
     cr_assert_eq(vq_dtype_size(VQ_BOOL), 1);
+}
+
+/* ---- the failure a tensor inherited (vq_tensor_wait, tensor.h) ---- */
+
+enum { EAGER, CAPTURED, MIXED }; /* MIXED: div eagerly, the ops after it captured */
+
+struct wait_case {
+    int kind; /* VQ_ENGINE_* */
+    int mode;
+};
+
+/* div fails (b has a zero); add and mul, which read its output and write
+ * tensors of their own, are skipped; so is abs, an op later in the chain
+ * and pushed after a wait on an unrelated tensor. */
+static void failed_chain(const struct wait_case *c, char *own, char *inherited, char *later)
+{
+    vq_engine_opts o = {.kind = c->kind, .cpu_workers = 2};
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+    int64_t sh[1] = {3};
+    int32_t av[3] = {4, 5, 6}, bv[3] = {2, 0, 3};
+    vq_tensor *a, *b, *q = NULL, *r = NULL, *m = NULL, *n = NULL;
+    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, sh, av), 0);
+    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, sh, bv), 0);
+    if (c->mode == CAPTURED)
+        cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "div", (vq_tensor *[]){a, b}, 2, &q, 1, NULL, 0), 0);
+    if (c->mode == MIXED)
+        cr_assert_eq(vq_capture_begin(e), 0);
+    cr_assert_eq(vq_op_run(e, "add", (vq_tensor *[]){q, a}, 2, &r, 1, NULL, 0), 0);
+    cr_assert_eq(vq_op_run(e, "mul", (vq_tensor *[]){r, r}, 2, &m, 1, NULL, 0), 0);
+    if (c->mode != EAGER)
+        cr_assert_eq(vq_capture_end(e), 0);
+    cr_assert_eq(vq_tensor_wait(a), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_op_run(e, "abs", &m, 1, &n, 1, NULL, 0), 0);
+    cr_assert_eq(vq_tensor_wait(n), VQ_EINVAL);
+    snprintf(later, 256, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(m), VQ_EINVAL);
+    snprintf(inherited, 256, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(m), 0, "the wait took the failure");
+    cr_assert_eq(vq_tensor_wait(q), VQ_EINVAL);
+    snprintf(own, 256, "%s", vq_errmsg());
+    vq_tensor *ts[] = {a, b, q, r, m, n};
+    for (int i = 0; i < 6; i++)
+        vq_tensor_release(ts[i]);
+    vq_engine_free(e);
+}
+
+ParameterizedTestParameters(tensor, a_wait_names_the_op_that_failed_through_skipped_ops)
+{
+    static struct wait_case cases[] = {
+        {VQ_ENGINE_THREADED, EAGER}, {VQ_ENGINE_THREADED, CAPTURED}, {VQ_ENGINE_THREADED, MIXED},
+        {VQ_ENGINE_NAIVE, EAGER},    {VQ_ENGINE_NAIVE, CAPTURED},    {VQ_ENGINE_NAIVE, MIXED},
+    };
+    return cr_make_param_array(struct wait_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct wait_case *c, tensor, a_wait_names_the_op_that_failed_through_skipped_ops)
+{
+    char own[256], inherited[256], later[256];
+    failed_chain(c, own, inherited, later);
+    const char *what = "integer division by zero (or overflow) at output element 1";
+    char want[256];
+    snprintf(want, sizeof want, "div: %s", what);
+    cr_assert_str_eq(own, want, "the failed op's own output: its message");
+    snprintf(want, sizeof want, "an op this tensor depends on failed: op 'div' (%s)", what);
+    cr_assert_str_eq(inherited, want);
+    cr_assert_str_eq(later, want, "after a wait elsewhere, three skipped ops on");
 }

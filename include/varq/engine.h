@@ -251,13 +251,20 @@ VQ_API void vq_done_finish(vq_done *d, int err);
 
 /* Blocks until every op pushed on v before this call has completed, then
  * returns v's error (0 if none) and clears it, so that later ops on v run
- * again. Returns VQ_EDEADLK at once when called from inside an op, and
- * VQ_EINVAL for a NULL, foreign or freed var. While it waits, the calling
- * thread runs queued ready CPU ops itself (any of the engine's, with
- * vq_exec_ctx.worker -1, as a pusher past the throttle does) and spins a
- * little before it sleeps, so that a wait right after a push does not pay
- * a handoff to a sleeping worker and back: as with vq_push, do not call it
- * while holding a lock that an op takes. vq_tensor_wait waits through it. */
+ * again. When that error is an op's failure, vq_errmsg() names the op
+ * that failed first, by its task name, and why, however many ops skipped
+ * for it lie between: "var \"c\": an op it depends on failed: op 'A'
+ * (VQ_EIO: ...)"; the why is the error's name, or for an imperative call
+ * (vq_op_run) its kernel's message ("op 'div' (integer division by
+ * zero ...)"). For an error of GPU stream work the message is left as it
+ * was (vq_tensor_wait names the kernel). Returns VQ_EDEADLK at once when
+ * called from inside an op, and VQ_EINVAL for a NULL, foreign or freed
+ * var. While it waits, the calling thread runs queued ready CPU ops
+ * itself (any of the engine's, with vq_exec_ctx.worker -1, as a pusher
+ * past the throttle does) and spins a little before it sleeps, so that a
+ * wait right after a push does not pay a handoff to a sleeping worker and
+ * back: as with vq_push, do not call it while holding a lock that an op
+ * takes. vq_tensor_wait waits through it. */
 VQ_API int vq_wait_var(vq_engine *e, vq_var *v);
 
 /* Blocks until every op pushed so far (by any thread) has completed. Returns

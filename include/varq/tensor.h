@@ -139,7 +139,12 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
 
 /* Blocks until every op already pushed that reads or writes t is done.
  * Returns 0, or the error of the failed op that wrote t (or that an op
- * writing t inherited); vq_errmsg() then names the op that failed. The
+ * writing t inherited); vq_errmsg() then names the op that failed: its own
+ * message for a tensor it wrote ("div: integer division by zero ..."),
+ * and for a tensor written by an op skipped for the failure (however many
+ * skipped ops lie between) "an op this tensor depends on failed: op 'div'
+ * (integer division by zero ...)", the op type that failed first and its
+ * message; the same text whether the calls ran eagerly or captured. The
  * error is taken, as vq_wait_var takes its var's: t's error is cleared,
  * so a second wait returns 0 and later ops that use t run again. Returns at
  * once for a tensor never used with an engine. Not from inside an op

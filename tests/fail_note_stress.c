@@ -103,15 +103,30 @@ static void *pusher(void *arg)
             f.fn = fail_op;
         push(&f, me);
         for (int i = 0; i < FAN; i++) { /* skipped at once on several workers */
-            vq_task r = {.fn = ok_op, .arg = &ran, .reads = &x, .nreads = 1, .writes = &y[i],
-                         .nwrites = 1, .name = "reader"};
+            vq_task r = {.fn = ok_op,
+                         .arg = &ran,
+                         .reads = &x,
+                         .nreads = 1,
+                         .writes = &y[i],
+                         .nwrites = 1,
+                         .name = "reader"};
             push(&r, me);
-            vq_task s = {.fn = ok_op, .arg = &ran, .reads = &y[i], .nreads = 1, .writes = &z[i],
-                         .nwrites = 1, .name = "reader2"};
+            vq_task s = {.fn = ok_op,
+                         .arg = &ran,
+                         .reads = &y[i],
+                         .nreads = 1,
+                         .writes = &z[i],
+                         .nwrites = 1,
+                         .name = "reader2"};
             push(&s, me);
         }
-        vq_task j = {.fn = ok_op, .arg = &ran, .reads = z, .nreads = FAN, .writes = &w,
-                     .nwrites = 1, .name = "join"};
+        vq_task j = {.fn = ok_op,
+                     .arg = &ran,
+                     .reads = z,
+                     .nreads = FAN,
+                     .writes = &w,
+                     .nwrites = 1,
+                     .name = "join"};
         push(&j, me);
         expect_named(w, "w", name, me);
         for (int i = 0; i < FAN; i += 2)
@@ -186,8 +201,8 @@ static void *chain(void *arg)
         }
         if (m) {
             check(vq_tensor_wait(m) == VQ_EINVAL, "the chain's end fails", me, vq_errmsg());
-            check(!strcmp(vq_errmsg(), want),
-                  captured ? "captured: names div" : "eager: names div", me, vq_errmsg());
+            check(!strcmp(vq_errmsg(), want), captured ? "captured: names div" : "eager: names div",
+                  me, vq_errmsg());
         }
         if (q) {
             check(vq_tensor_wait(q) == VQ_EINVAL, "div's output fails", me, vq_errmsg());

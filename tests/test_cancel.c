@@ -39,16 +39,15 @@ static void bop(vq_program *p, int b, const char *type, const char *const *in, i
 
 static void bool_var(vq_program *p, int b, const char *name)
 {
-    cr_assert_eq(vq_program_add_var(p, b, name, VQ_BOOL, 0, NULL, false), 0, "%s",
-                 vq_errmsg());
+    cr_assert_eq(vq_program_add_var(p, b, name, VQ_BOOL, 0, NULL, false), 0, "%s", vq_errmsg());
 }
 
 /* The body of "i = i + one; x = x * half + i; c = i < n" in block b (a
  * child of parent), reading the loop's bx, bi and n, one, half from
  * enclosing blocks; the while op in parent over (x, i) -> (xo, io). With
  * n = +inf it never ends. prefix keeps nested loops' names apart. */
-static int counter_while(vq_program *p, int parent, const char *x, const char *i,
-                         const char *xo, const char *io, const char *pre)
+static int counter_while(vq_program *p, int parent, const char *x, const char *i, const char *xo,
+                         const char *io, const char *pre)
 {
     int b = vq_program_add_block(p, parent);
     cr_assert_geq(b, 0, "%s", vq_errmsg());
@@ -69,8 +68,8 @@ static int counter_while(vq_program *p, int parent, const char *x, const char *i
     bool_var(p, parent, n[6]);
     bop(p, parent, "less", NAMES(i, "n"), 2, NAMES(n[6]), 1, NULL, 0);
     vq_attr a[5] = {VQ_ATTR_I("body_block", b), VQ_ATTR_SS("body_inputs", NAMES(n[0], n[3]), 2),
-                    VQ_ATTR_SS("body_outputs", NAMES(n[2], n[4]), 2),
-                    VQ_ATTR_S("body_cond", n[5]), VQ_ATTR_I("max_iters", -1)};
+                    VQ_ATTR_SS("body_outputs", NAMES(n[2], n[4]), 2), VQ_ATTR_S("body_cond", n[5]),
+                    VQ_ATTR_I("max_iters", -1)};
     bop(p, parent, "while", NAMES(n[6], x, i), 3, NAMES(xo, io), 2, a, 5);
     return b;
 }
@@ -116,11 +115,8 @@ static struct feeds feeds_for(double n)
     cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, (int64_t[]){3}), 0);
     double *d = vq_tensor_data(x);
     d[0] = 1, d[1] = 2, d[2] = 3;
-    return (struct feeds){{{"n", scalar(n)},
-                           {"one", scalar(1)},
-                           {"half", scalar(0.5)},
-                           {"i0", scalar(0)},
-                           {"x", x}}};
+    return (struct feeds){
+        {{"n", scalar(n)}, {"one", scalar(1)}, {"half", scalar(0.5)}, {"i0", scalar(0)}, {"x", x}}};
 }
 
 static void feeds_release(struct feeds *f)
@@ -331,8 +327,7 @@ Test(cancel, bad_timeout)
 
 Test(cancel, strerror_names_the_codes)
 {
-    cr_assert(strstr(vq_strerror(VQ_ETIMEDOUT), "VQ_ETIMEDOUT"), "%s",
-              vq_strerror(VQ_ETIMEDOUT));
+    cr_assert(strstr(vq_strerror(VQ_ETIMEDOUT), "VQ_ETIMEDOUT"), "%s", vq_strerror(VQ_ETIMEDOUT));
     cr_assert(strstr(vq_strerror(VQ_ECANCELED), "VQ_ECANCELED"));
 }
 
@@ -354,8 +349,7 @@ Test(cancel, cli_timeout)
     for (int k = 0; k < 5; k++) {
         snprintf(path, sizeof path, "%s/%s.npy", dir, f.f[k].name);
         cr_assert_eq(vq_npy_save(path, f.f[k].tensor), 0, "%s", vq_errmsg());
-        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --feed %s=%s", f.f[k].name,
-                        path);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " --feed %s=%s", f.f[k].name, path);
     }
     feeds_release(&f);
     snprintf(cmd + len, sizeof cmd - (size_t)len, " --fetch io 2>%s/err", dir);

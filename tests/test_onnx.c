@@ -1708,8 +1708,7 @@ Test(onnx, empty_string_and_ints_attributes_are_read_as_empty)
     vq_program *p = NULL;
     cr_assert_eq(vq_scope_new(&s), 0);
     cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "reduction") && strstr(vq_errmsg(), "\"\""), "%s",
-              vq_errmsg());
+    cr_assert(strstr(vq_errmsg(), "reduction") && strstr(vq_errmsg(), "\"\""), "%s", vq_errmsg());
     cr_assert_null(p);
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);

@@ -13,7 +13,6 @@ Test(version, library_matches_the_headers)
 Test(version, string_is_the_three_numbers)
 {
     char want[32];
-    snprintf(want, sizeof want, "%d.%d.%d", VQ_VERSION_MAJOR, VQ_VERSION_MINOR,
-             VQ_VERSION_PATCH);
+    snprintf(want, sizeof want, "%d.%d.%d", VQ_VERSION_MAJOR, VQ_VERSION_MINOR, VQ_VERSION_PATCH);
     cr_assert_str_eq(VQ_VERSION_STRING, want);
 }

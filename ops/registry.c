@@ -710,17 +710,23 @@ static void note_failure(const vq__op_def *def, vq_tensor *const *out, int nout,
     vq__fail_note_unref(note); /* the vars hold theirs */
 }
 
+/* The kernel call of c, on x's device. */
+static vq__kcall call_kcall(struct call *c, const vq_exec_ctx *x)
+{
+    return (vq__kcall){.def = c->def,
+                       .params = c->params,
+                       .in = c->t,
+                       .nin = c->nin,
+                       .out = c->t + c->nin,
+                       .nout = c->nout,
+                       .x = x,
+                       .rng = c->rng};
+}
+
 static int call_run(void *arg, const vq_exec_ctx *x)
 {
     struct call *c = arg;
-    vq__kcall k = {.def = c->def,
-                   .params = c->params,
-                   .in = c->t,
-                   .nin = c->nin,
-                   .out = c->t + c->nin,
-                   .nout = c->nout,
-                   .x = x,
-                   .rng = c->rng};
+    vq__kcall k = call_kcall(c, x);
     int err = vq__kernel_run(&k, x->ctx);
     if (err)
         note_failure(c->def, k.out, k.nout, err);
@@ -741,14 +747,7 @@ static void call_async(void *arg, const vq_exec_ctx *x, vq_done *done)
     struct call *c = arg;
     c->done.finish = call_async_finish;
     c->engine_done = done;
-    vq__kcall k = {.def = c->def,
-                   .params = c->params,
-                   .in = c->t,
-                   .nin = c->nin,
-                   .out = c->t + c->nin,
-                   .nout = c->nout,
-                   .x = x,
-                   .rng = c->rng};
+    vq__kcall k = call_kcall(c, x);
     c->def->kernel_async(&k, &c->done);
 }
 

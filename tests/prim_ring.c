@@ -67,13 +67,17 @@ static void *consume(void *arg)
     for (;;) {
         struct vq__item it;
         if (!vq__ring_pop(&ring, &it)) {
-            /* empty: done once every producer is (and the ring is drained) */
-            if (atomic_load(&producers_left) == 0 && !vq__ring_pop(&ring, &it))
-                return NULL;
+            /* Empty: done once every producer is and one more look finds
+             * nothing. producers_left is read once here: read twice, a
+             * producer finishing between the reads let the loop go on
+             * with it unset, the item of the previous turn counted again
+             * (a rare "popped more than once" under TSan). */
             if (atomic_load(&producers_left) != 0) {
                 sched_yield();
                 continue;
             }
+            if (!vq__ring_pop(&ring, &it))
+                return NULL;
         }
         if (!it.op && it.light.fn != light_fn) {
             fprintf(stderr, "prim_ring: a light op came out without its function\n");

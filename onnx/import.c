@@ -244,6 +244,20 @@ bool ox_known(struct ox *x, struct ox_val *v)
     return v->konst != NULL;
 }
 
+int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    *t = NULL;
+    int64_t n = vq__numel(ndim, shape);
+    if (n < 0 || n > VQ_ONNX_MADE_MAX_ELEMS)
+        return ox_fail(x, VQ_ENOSYS,
+                       "its translation makes a tensor of %lld elements when the model is "
+                       "imported (sized by the model's dims or values), more than "
+                       "VQ_ONNX_MADE_MAX_ELEMS (%lld)",
+                       (long long)n, (long long)VQ_ONNX_MADE_MAX_ELEMS);
+    int rc = vq_tensor_new(t, dt, ndim, shape);
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+}
+
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
 {
     struct ox_val *v;

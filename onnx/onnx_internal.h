@@ -118,6 +118,11 @@ int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size
 /* The values of input i, which must be a known integer tensor of at most
  * max elements (*n = -1 when the input is absent). what: for messages. */
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n);
+
+/* A new tensor *t the translation fills at import: refused (VQ_ENOSYS,
+ * naming the node) past VQ_ONNX_MADE_MAX_ELEMS elements, since its shape
+ * comes from the model; an allocation failure fails the node likewise. */
+int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int64_t *shape);
 /* Emits varq op type over values in[] (NULL entries are not allowed) into
  * outputs: out_names[j] names the ONNX value that output j becomes, or is
  * NULL for a temporary; *out_vals[j] (when out_vals is not NULL) gets the

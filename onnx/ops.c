@@ -1686,8 +1686,8 @@ static int t_trilu(struct ox *x)
     if (n < 0 || m < 0)
         return ox_fail(x, VQ_ENOSYS, "the last two dims are not known at import");
     vq_tensor *t;
-    if ((rc = vq_tensor_new(&t, VQ_BOOL, 2, (int64_t[]){n, m})) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &t, VQ_BOOL, 2, (int64_t[]){n, m})) < 0)
+        return rc;
     unsigned char *b = vq_tensor_data(t);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < m; j++) /* j - i is small; k may be any int64 */
@@ -1724,8 +1724,8 @@ static int t_hardmax(struct ox *x)
     for (int i = 0; i < r; i++)
         shape[i] = i == a ? dim : 1;
     vq_tensor *t;
-    if ((rc = vq_tensor_new(&t, VQ_I64, r, shape)) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &t, VQ_I64, r, shape)) < 0)
+        return rc;
     for (int64_t i = 0; i < dim; i++)
         ((int64_t *)vq_tensor_data(t))[i] = i;
     vq_attr aa[3] = {VQ_ATTR_I("axis", a), VQ_ATTR_B("keepdim", true),
@@ -1898,8 +1898,8 @@ static int t_eye_like(struct ox *x)
     if (n < 0 || m < 0)
         return ox_fail(x, VQ_ENOSYS, "the input's shape is not known at import");
     vq_tensor *t;
-    if ((rc = vq_tensor_new(&t, dt, 2, (int64_t[]){n, m})) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &t, dt, 2, (int64_t[]){n, m})) < 0)
+        return rc;
     memset(vq_tensor_data(t), 0, (size_t)(n * m) * vq_dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
         int64_t j; /* k is the model's: any int64 */
@@ -1958,8 +1958,8 @@ static int t_one_hot(struct ox *x)
         from[i] = i == a ? -1 : j++;
     }
     vq_tensor *t;
-    if ((rc = vq_tensor_new(&t, VQ_I64, r, pshape)) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &t, VQ_I64, r, pshape)) < 0)
+        return rc;
     for (int64_t i = 0; i < depth; i++)
         ((int64_t *)vq_tensor_data(t))[i] = i;
     struct ox_val *zero;
@@ -2103,8 +2103,8 @@ static int nll_loss(struct ox *x, struct ox_val *in, struct ox_val *target, stru
     for (int i = 0; i < r; i++)
         cshape[i] = i == 1 ? c : 1;
     vq_tensor *ct;
-    if ((rc = vq_tensor_new(&ct, VQ_I64, r, cshape)) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &ct, VQ_I64, r, cshape)) < 0)
+        return rc;
     for (int64_t k = 0; k < c; k++)
         ((int64_t *)vq_tensor_data(ct))[k] = k;
     struct ox_val *cls, *t64 = target, *tu, *hot, *hotf, *prod, *picked, *w = NULL, *mask = NULL;
@@ -2477,7 +2477,7 @@ static int slice_moving(struct ox *x, struct ox_val *v, bool *done)
     if (axis < 0 || axis >= v->meta.ndim)
         return ox_fail(x, VQ_EINVAL, "axis %lld of a rank-%d input", (long long)axis, v->meta.ndim);
     vq_tensor *t;
-    if ((rc = vq_tensor_new(&t, s->meta.dtype, 1, &len)) < 0)
+    if ((rc = ox_tensor_new(x, &t, s->meta.dtype, 1, &len)) < 0)
         return rc;
     for (int64_t j = 0; j < len; j++) {
         if (t->dtype == VQ_I64)
@@ -2572,8 +2572,8 @@ static int t_slice(struct ox *x)
         uint64_t mag = st > 0 ? (uint64_t)st : 0 - (uint64_t)st;
         int64_t count = span ? (int64_t)((span - 1) / mag + 1) : 0;
         vq_tensor *idx;
-        if ((rc = vq_tensor_new(&idx, VQ_I64, 1, &count)) < 0)
-            return ox_fail(x, rc, "%s", vq_errmsg());
+        if ((rc = ox_tensor_new(x, &idx, VQ_I64, 1, &count)) < 0)
+            return rc;
         for (int64_t j = 0; j < count; j++) /* count > 1 only when |st| < dim */
             ((int64_t *)idx->data)[j] = lo + j * st;
         struct ox_val *in[2] = {cur, NULL};
@@ -2742,13 +2742,15 @@ static int t_range(struct ox *x)
         uint64_t mag = up ? (uint64_t)d64 : 0 - (uint64_t)d64;
         len = span ? (double)((span - 1) / mag + 1) : 0;
     }
-    if (len > (double)(1 << 30))
-        return ox_fail(x, VQ_EINVAL, "Range(%g, %g, %g) has %g elements, more than 2^30", start,
-                       limit, delta, len);
+    if (len > (double)VQ_ONNX_MADE_MAX_ELEMS)
+        return ox_fail(x, VQ_ENOSYS,
+                       "Range(%g, %g, %g) has %g elements, more than VQ_ONNX_MADE_MAX_ELEMS "
+                       "(Range is computed when the model is imported)",
+                       start, limit, delta, len);
     int64_t n = len > 0 ? (int64_t)len : 0;
     vq_tensor *out;
-    if ((rc = vq_tensor_new(&out, dt, 1, &n)) < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
+    if ((rc = ox_tensor_new(x, &out, dt, 1, &n)) < 0)
+        return rc;
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
         case VQ_F32: ((float *)out->data)[i] = (float)(start + (double)i * delta); break;

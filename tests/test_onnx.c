@@ -1959,6 +1959,41 @@ Test(onnx, an_int64_range_near_the_type_bounds_is_exact)
     }
 }
 
+/* Tensors a translation makes at import whose size the model chooses (a
+ * Range of 2^30 values, a Trilu mask and an EyeLike identity over declared
+ * dims of 2^20 x 2^20, a OneHot of depth 2^29): refused, naming the node
+ * and the bound, before anything is allocated. Found by fuzz_onnx: a
+ * model of a few hundred bytes had the import allocate 5 GiB. */
+Test(onnx, a_tensor_made_at_import_past_the_bound_is_refused_naming_the_node)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 0, NULL);
+    add_init_ints(m, "a", 1, (const int64_t[]){0});
+    add_init_ints(m, "b", 1, (const int64_t[]){INT64_C(1) << 30});
+    add_init_ints(m, "d", 1, (const int64_t[]){1});
+    add_node(m, "Range", "rg", NAMES("a", "b", "d"), NAMES("y"));
+    add_output(m, "y");
+    expect_error(m, VQ_ENOSYS, NAMES("node 0 (Range \"rg\")", "VQ_ONNX_MADE_MAX_ELEMS"));
+
+    static const char *const ops[2] = {"Trilu", "EyeLike"};
+    for (int i = 0; i < 2; i++) {
+        m = model_new(14);
+        add_input(m, "x", 2, (int64_t[]){INT64_C(1) << 20, INT64_C(1) << 20});
+        add_node(m, ops[i], "big", NAMES("x"), NAMES("y"));
+        add_output(m, "y");
+        expect_error(m, VQ_ENOSYS, NAMES("big", "1099511627776 elements",
+                                         "VQ_ONNX_MADE_MAX_ELEMS"));
+    }
+
+    m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){4});
+    add_init_ints(m, "depth", 1, (const int64_t[]){INT64_C(1) << 29});
+    add_init_ints(m, "vals", 2, (const int64_t[]){0, 1});
+    add_node(m, "OneHot", "oh", NAMES("x", "depth", "vals"), NAMES("y"));
+    add_output(m, "y");
+    expect_error(m, VQ_ENOSYS, NAMES("node 0 (OneHot \"oh\")", "VQ_ONNX_MADE_MAX_ELEMS"));
+}
+
 /* Attributes and inputs the importer does arithmetic on before any op
  * checks them: strides of 0 divided by (SIGFPE), products and sums past
  * int64 (UBSan), a float depth past int64 converted. Each is an error

@@ -58,6 +58,13 @@ extern "C" {
  * (2^18: 1 MiB of float); see the head of this file. */
 #define VQ_ONNX_FOLD_MAX_ELEMS ((int64_t)1 << 18)
 
+/* The most elements of a tensor a translation makes at import from the
+ * model's dims and values (Range's values, Trilu's mask, OneHot's
+ * positions, EyeLike's identity, the indices of a stepped Slice): 2^24,
+ * 128 MiB of int64. Past it the import fails with VQ_ENOSYS naming the
+ * node, so a few bytes of model cannot ask the import for gigabytes. */
+#define VQ_ONNX_MADE_MAX_ELEMS ((int64_t)1 << 24)
+
 /* Imports the serialized ModelProto buf[0..len) into a new program *out,
  * which the caller frees with vq_program_free. The initializers' tensors
  * are set in params (may be NULL only when the model has none; a var of

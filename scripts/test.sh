@@ -23,6 +23,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
+# Each section's heading, with the seconds since the start: where the
+# suite's time goes, in every CI log.
+section() { echo "== $* [$(( $(date +%s) - start )) s]"; }
+
 configure() {
   local dir=$1; shift
   if [ -f "$dir/build.ninja" ]; then
@@ -34,9 +38,10 @@ configure() {
 
 suite() {
   local name=$1 dir=$2; shift 2
-  echo "== $name build ($dir)"
+  section "$name build ($dir)"
   configure "$dir" "$@"
   ninja -C "$dir"
+  section "$name tests ($dir)"
   meson test -C "$dir" --print-errorlogs
 }
 
@@ -57,12 +62,12 @@ if has avx2 && has fma; then
 fi
 for level in "${levels[@]}"; do
   read -r isa core <<<"$level"
-  echo "== the numeric suites at VARQ_ISA=$isa${core:+ (OpenBLAS: $core)}"
+  section "the numeric suites at VARQ_ISA=$isa${core:+ (OpenBLAS: $core)}"
   env VARQ_ISA="$isa" ${core:+OPENBLAS_CORETYPE=$core} meson test -C build --no-rebuild --print-errorlogs \
     --suite ops --suite onnx --suite train --suite graph
 done
 
-echo "== public API shape (docs/design/engine.md, \"The public API\")"
+section "public API shape (docs/design/engine.md, \"The public API\")"
 if [ -f ../shared/checks/api_shape.c ]; then
   cc -std=c11 -fsyntax-only -Werror -Iinclude ../shared/checks/api_shape.c
   echo "api_shape.c compiles"
@@ -70,7 +75,7 @@ else
   echo "../shared/checks/api_shape.c not found: skipped"
 fi
 
-echo "== a program outside the tree, built against varq.pc"
+section "a program outside the tree, built against varq.pc"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 cp tests/engine_stress.c tests/workload.c tests/workload.h "$out/"
@@ -79,7 +84,7 @@ flags=$(PKG_CONFIG_PATH="$PWD/build/meson-uninstalled" pkg-config --cflags --lib
    -o engine_stress $flags -Wl,-rpath,"$OLDPWD/build")
 "$out/engine_stress" 50000
 
-echo "== the layout of the C lines changed since .clang-format (scripts/format_check.sh)"
+section "the layout of the C lines changed since .clang-format (scripts/format_check.sh)"
 scripts/format_check.sh
 
 # The documentation (scripts/check_docs.py): README.md's and docs/'s
@@ -88,7 +93,7 @@ scripts/format_check.sh
 # docs/reference/*.md are what the built tool prints (scripts/gen_docs.sh);
 # and the API reference builds with no Doxygen warning, so every public
 # function, type and macro is documented (docs/meson.build).
-echo "== docs"
+section "docs"
 python3 scripts/check_docs.py
 scripts/gen_docs.sh --check build
 if command -v doxygen >/dev/null; then
@@ -98,7 +103,7 @@ else
   echo "doxygen not found (scripts/setup.sh installs it): the API reference was not built"
 fi
 
-echo "== the var queue, model-checked (spin)"
+section "the var queue, model-checked (spin)"
 scripts/spin_check.sh
 
 suite "AddressSanitizer + UndefinedBehaviorSanitizer" build-asan \
@@ -114,7 +119,7 @@ suite ThreadSanitizer build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=dis
 # the script, leaving the input as crash-*/leak-*/oom-*/timeout-* here.
 # Exploring further is a separate, open-ended job: the same command with
 # another -seed, a larger -runs or -max_total_time, and a kept corpus.
-echo "== fuzzers (build-fuzz, clang with libFuzzer)"
+section "fuzzers (build-fuzz, clang with libFuzzer)"
 if command -v clang >/dev/null; then
   CC=clang configure build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
     -Dcuda=disabled

@@ -5,6 +5,8 @@
 #ifndef VARQ_TESTS_PROGRAMS_H
 #define VARQ_TESTS_PROGRAMS_H
 
+#include "fixtures.h"
+
 #include <varq/varq.h>
 
 #include <criterion/criterion.h>

@@ -7,6 +7,7 @@
  * control ops. */
 #include <varq/varq.h>
 
+#include "fixtures.h"
 #include "leakcheck.h"
 
 #include <criterion/criterion.h>
@@ -18,9 +19,6 @@
 #include <unistd.h>
 
 TestSuite(control, .fini = leak_check);
-
-#define NAMES(...) ((const char *const[]){__VA_ARGS__})
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const int64_t S3[1] = {3};
 
@@ -37,13 +35,6 @@ static void bop(vq_program *p, int b, const char *type, const char *const *in, i
     cr_assert_geq(rc, 0, "%s", vq_errmsg());
 }
 
-static int add_block(vq_program *p, int parent)
-{
-    int b = vq_program_add_block(p, parent);
-    cr_assert_geq(b, 0, "%s", vq_errmsg());
-    return b;
-}
-
 static void while_attrs(vq_attr a[5], int body, const char *const *in, const char *const *out,
                         int n, const char *cond, int64_t max_iters)
 {
@@ -52,6 +43,32 @@ static void while_attrs(vq_attr a[5], int body, const char *const *in, const cha
     a[2] = VQ_ATTR_SS("body_outputs", out, n);
     a[3] = VQ_ATTR_S("body_cond", cond);
     a[4] = VQ_ATTR_I("max_iters", max_iters);
+}
+
+/* Adds a while to block blk: op "c x... -> out..." names its inputs and
+ * outputs, carried "in... -> out..." the body's loop-carried vars, bc the
+ * body's predicate; stack the stacked body vars (NULL for none). */
+static void add_while(vq_program *p, int blk, int body, const char *op, const char *carried,
+                      const char *bc, int64_t max_iters, const char *stack)
+{
+    char obuf[256], cbuf[256], sbuf[256], *ow[FX_MAX_WORDS], *cw[FX_MAX_WORDS], *sw[FX_MAX_WORDS];
+    int no, nc, ns = 0;
+    spec_words(op, obuf, sizeof obuf, ow, &no);
+    spec_words(carried, cbuf, sizeof cbuf, cw, &nc);
+    if (stack)
+        spec_words(stack, sbuf, sizeof sbuf, sw, &ns);
+    int oa = 0, ca = 0;
+    while (oa < no && strcmp(ow[oa], "->") != 0)
+        oa++;
+    while (ca < nc && strcmp(cw[ca], "->") != 0)
+        ca++;
+    cr_assert(oa < no && ca < nc && nc - ca - 1 == ca, "bad while spec: %s / %s", op, carried);
+    vq_attr a[6];
+    while_attrs(a, body, (const char *const *)cw, (const char *const *)cw + ca + 1, ca, bc,
+                max_iters);
+    a[5] = VQ_ATTR_SS("stack_outputs", (const char *const *)sw, ns);
+    bop(p, blk, "while", (const char *const *)ow, oa, (const char *const *)ow + oa + 1, no - oa - 1,
+        a, stack ? 6 : 5);
 }
 
 static void cond_attrs(vq_attr a[4], int then_b, int else_b, const char *const *then_out,
@@ -63,33 +80,30 @@ static void cond_attrs(vq_attr a[4], int then_b, int else_b, const char *const *
     a[3] = VQ_ATTR_SS("else_outputs", else_out, n);
 }
 
+/* The counter loop's vars and ops but the while (and the block 0 vars
+ * extra declares after its own); returns the body block. */
+static int counter_parts_with(vq_program *p, const char *extra)
+{
+    declare_vars(p, 0, "f64 n one half i0 io; f64[3] x xo; bool c0");
+    declare_vars(p, 0, extra);
+    int b = block_with(p, 0, "f64[3] bx bt bx2; f64 bi bi2; bool bc",
+                       "add bi one -> bi2; mul bx half -> bt; add bt bi2 -> bx2; less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    return b;
+}
+
+static int counter_parts(vq_program *p)
+{
+    return counter_parts_with(p, "");
+}
+
 /* i = i0; while i < n: i = i + one; x = x * half + i   (x f64[3])
  * Fetches xo, io. max_iters as given. */
 static vq_program *counter_loop(int64_t max_iters)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "xo", VQ_F64, 1, S3);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 1, S3);
-    bvar(p, b, "bt", VQ_F64, 1, S3);
-    bvar(p, b, "bx2", VQ_F64, 1, S3);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", max_iters);
-    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    vq_program *p = new_program();
+    int b = counter_parts(p);
+    add_while(p, 0, b, "c0 x i0 -> xo io", "bx bi -> bx2 bi2", "bc", max_iters, NULL);
     return p;
 }
 
@@ -104,33 +118,19 @@ static void counter_ref(double x[3], double *i, double n, int64_t max_iters)
 
 static vq_tensor *scalar(double v)
 {
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_new(&t, VQ_F64, 0, NULL), 0);
+    vq_tensor *t = tensor_new(VQ_F64, 0, NULL);
     *(double *)vq_tensor_data(t) = v;
     return t;
 }
 
 static vq_tensor *vec3(double a, double b, double c)
 {
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_new(&t, VQ_F64, 1, S3), 0);
+    vq_tensor *t = tensor_new(VQ_F64, 1, S3);
     double *d = vq_tensor_data(t);
     d[0] = a;
     d[1] = b;
     d[2] = c;
     return t;
-}
-
-/* The data of a fetched tensor, on the host (a GPU fetch is copied). */
-static vq_tensor *host(vq_engine *e, vq_tensor *t)
-{
-    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
-        return t;
-    vq_tensor *h;
-    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
-    vq_tensor_release(t);
-    return h;
 }
 
 struct setup {
@@ -171,18 +171,49 @@ static void fix_free(struct fix *f)
     vq_engine_free(f->e);
 }
 
+/* Runs check on p with a fresh fixture on every setup, then frees p. */
+static void on_every_setup(vq_program *p, void (*check)(struct fix *, vq_program *, const char *))
+{
+    for (int s = 0; s < N_OF(setups); s++) {
+        struct fix f = fix_new(&setups[s]);
+        check(&f, p, setups[s].name);
+        fix_free(&f);
+    }
+    vq_program_free(p);
+}
+
+/* The counter loop's feeds: x, n, one = 1, half = 0.5, i0. */
+struct counter_feeds {
+    vq_tensor *t[5];
+    vq_feed feeds[5];
+};
+
+static void counter_feeds_make(struct counter_feeds *c, vq_tensor *x, double n, double i0)
+{
+    vq_tensor *t[5] = {x, scalar(n), scalar(1), scalar(0.5), scalar(i0)};
+    const char *names[5] = {"x", "n", "one", "half", "i0"};
+    for (int i = 0; i < 5; i++) {
+        c->t[i] = t[i];
+        c->feeds[i] = (vq_feed){names[i], t[i]};
+    }
+}
+
+static void counter_feeds_free(struct counter_feeds *c)
+{
+    release_tensors(c->t, 5);
+}
+
 static void run_counter(struct fix *f, vq_program *p, const char *what, double n, double i0,
                         int64_t max_iters)
 {
-    vq_tensor *x = vec3(1.5, -2.25, 1e6), *tn = scalar(n), *one = scalar(1), *half = scalar(0.5),
-              *ti = scalar(i0);
-    vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+    struct counter_feeds cf;
+    counter_feeds_make(&cf, vec3(1.5, -2.25, 1e6), n, i0);
     vq_fetch fetches[] = {{"xo", NULL}, {"io", NULL}};
-    int rc = vq_exec_run(f->ex, p, f->s, feeds, 5, fetches, 2);
+    int rc = vq_exec_run(f->ex, p, f->s, cf.feeds, 5, fetches, 2);
     cr_assert_eq(rc, 0, "%s: %s", what, vq_errmsg());
     double want[3] = {1.5, -2.25, 1e6}, wi = i0;
     counter_ref(want, &wi, n, max_iters);
-    vq_tensor *xo = host(f->e, fetches[0].tensor), *io = host(f->e, fetches[1].tensor);
+    vq_tensor *xo = on_host(f->e, fetches[0].tensor), *io = on_host(f->e, fetches[1].tensor);
     const double *got = vq_tensor_data(xo);
     for (int j = 0; j < 3; j++)
         cr_assert(memcmp(&got[j], &want[j], sizeof want[j]) == 0, "%s n=%g: x[%d] = %.17g, want %.17g",
@@ -191,9 +222,7 @@ static void run_counter(struct fix *f, vq_program *p, const char *what, double n
                  *(const double *)vq_tensor_data(io), wi);
     vq_tensor_release(xo);
     vq_tensor_release(io);
-    vq_tensor *all[] = {x, tn, one, half, ti};
-    for (int i = 0; i < N_OF(all); i++)
-        vq_tensor_release(all[i]);
+    counter_feeds_free(&cf);
 }
 
 Test(control, while_matches_the_loop_in_c_on_every_engine_and_device)
@@ -227,116 +256,92 @@ Test(control, while_runs_zero_iterations_and_stops_at_max_iters)
 /* y = cond(s > zero, x) with then: t = x * x, else: x itself. */
 static vq_program *square_if_positive(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "s", VQ_F64, 0, NULL);
-    bvar(p, 0, "zero", VQ_F64, 0, NULL);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    bvar(p, 0, "z", VQ_F64, 1, S3);
-    int tb = add_block(p, 0), eb = add_block(p, 0);
+    vq_program *p = program_with_vars("f64[3] x; f64 s zero; bool c; f64[3] y z");
+    int tb = new_block(p, 0), eb = new_block(p, 0);
     bvar(p, tb, "t", VQ_F64, 1, S3);
-    bop(p, tb, "mul", NAMES("x", "x"), 2, NAMES("t"), 1, NULL, 0);
-    bop(p, 0, "greater", NAMES("s", "zero"), 2, NAMES("c"), 1, NULL, 0);
+    add_ops(p, tb, "mul x x -> t");
+    add_ops(p, 0, "greater s zero -> c");
     vq_attr a[4];
     cond_attrs(a, tb, eb, NAMES("t"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
-    bop(p, 0, "add", NAMES("y", "x"), 2, NAMES("z"), 1, NULL, 0);
+    add_ops(p, 0, "add y x -> z");
     return p;
+}
+
+static void square_if_positive_check(struct fix *f, vq_program *p, const char *name)
+{
+    for (int k = 0; k < 4; k++) {
+        double sv = k % 2 ? -1.0 : 2.0;
+        vq_tensor *x = vec3(1.5, -3, 0.25), *ts = scalar(sv), *zero = scalar(0);
+        vq_feed feeds[] = {{"x", x}, {"s", ts}, {"zero", zero}};
+        vq_fetch fetch = {"z", NULL};
+        cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 3, &fetch, 1), 0, "%s: %s", name,
+                     vq_errmsg());
+        vq_tensor *z = on_host(f->e, fetch.tensor);
+        const double *got = vq_tensor_data(z), xs[3] = {1.5, -3, 0.25};
+        for (int j = 0; j < 3; j++) {
+            double want = (sv > 0 ? xs[j] * xs[j] : xs[j]) + xs[j];
+            cr_assert_eq(got[j], want, "%s s=%g: z[%d] = %g, want %g", name, sv, j, got[j], want);
+        }
+        vq_tensor_release(z);
+        vq_tensor_release(x);
+        vq_tensor_release(ts);
+        vq_tensor_release(zero);
+    }
 }
 
 Test(control, cond_runs_the_taken_branch_on_every_engine_and_device)
 {
-    vq_program *p = square_if_positive();
-    for (int s = 0; s < N_OF(setups); s++) {
-        struct fix f = fix_new(&setups[s]);
-        for (int k = 0; k < 4; k++) {
-            double sv = k % 2 ? -1.0 : 2.0;
-            vq_tensor *x = vec3(1.5, -3, 0.25), *ts = scalar(sv), *zero = scalar(0);
-            vq_feed feeds[] = {{"x", x}, {"s", ts}, {"zero", zero}};
-            vq_fetch fetch = {"z", NULL};
-            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 3, &fetch, 1), 0, "%s: %s",
-                         setups[s].name, vq_errmsg());
-            vq_tensor *z = host(f.e, fetch.tensor);
-            const double *got = vq_tensor_data(z), xs[3] = {1.5, -3, 0.25};
-            for (int j = 0; j < 3; j++) {
-                double want = (sv > 0 ? xs[j] * xs[j] : xs[j]) + xs[j];
-                cr_assert_eq(got[j], want, "%s s=%g: z[%d] = %g, want %g", setups[s].name, sv, j,
-                             got[j], want);
-            }
-            vq_tensor_release(z);
-            vq_tensor_release(x);
-            vq_tensor_release(ts);
-            vq_tensor_release(zero);
-        }
-        fix_free(&f);
-    }
-    vq_program_free(p);
+    on_every_setup(square_if_positive(), square_if_positive_check);
 }
 
 /* while x > one: x = cond(x > ten, then x * half, else x - one); i += one */
 static vq_program *halve_or_decrement(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"x", "one", "half", "ten", "i0", "xo", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    const char *bs[] = {"bx", "bi", "bx2", "bi2"};
-    for (int i = 0; i < N_OF(bs); i++)
-        bvar(p, b, bs[i], VQ_F64, 0, NULL);
-    bvar(p, b, "cc", VQ_BOOL, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    int tb = add_block(p, b), eb = add_block(p, b);
+    vq_program *p = program_with_vars("f64 x one half ten i0 xo io; bool c0");
+    int b = new_block(p, 0);
+    declare_vars(p, b, "f64 bx bi bx2 bi2; bool cc bc");
+    int tb = new_block(p, b), eb = new_block(p, b);
     bvar(p, tb, "t", VQ_F64, 0, NULL);
     bvar(p, eb, "e", VQ_F64, 0, NULL);
-    bop(p, tb, "mul", NAMES("bx", "half"), 2, NAMES("t"), 1, NULL, 0);
-    bop(p, eb, "sub", NAMES("bx", "one"), 2, NAMES("e"), 1, NULL, 0);
-    bop(p, b, "greater", NAMES("bx", "ten"), 2, NAMES("cc"), 1, NULL, 0);
+    add_ops(p, tb, "mul bx half -> t");
+    add_ops(p, eb, "sub bx one -> e");
+    add_ops(p, b, "greater bx ten -> cc");
     vq_attr ca[4];
     cond_attrs(ca, tb, eb, NAMES("t"), NAMES("e"), 1);
     bop(p, b, "cond", NAMES("cc", "bx"), 2, NAMES("bx2"), 1, ca, 4);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "greater", NAMES("bx2", "one"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "greater", NAMES("x", "one"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr wa[5];
-    while_attrs(wa, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, wa, 5);
+    add_ops(p, b, "add bi one -> bi2; greater bx2 one -> bc");
+    add_ops(p, 0, "greater x one -> c0");
+    add_while(p, 0, b, "c0 x i0 -> xo io", "bx bi -> bx2 bi2", "bc", -1, NULL);
     return p;
+}
+
+static void halve_or_decrement_check(struct fix *f, vq_program *p, const char *name)
+{
+    const double xs[] = {0.5, 1, 9, 10, 1000, 12345.678};
+    for (int k = 0; k < N_OF(xs); k++) {
+        vq_tensor *t[] = {scalar(xs[k]), scalar(1), scalar(0.5), scalar(10), scalar(0)};
+        vq_feed feeds[] = {{"x", t[0]}, {"one", t[1]}, {"half", t[2]}, {"ten", t[3]}, {"i0", t[4]}};
+        vq_fetch fetches[] = {{"xo", NULL}, {"io", NULL}};
+        cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 5, fetches, 2), 0, "%s: %s", name,
+                     vq_errmsg());
+        double x = xs[k], i = 0;
+        while (x > 1) {
+            x = x > 10 ? x * 0.5 : x - 1;
+            i += 1;
+        }
+        vq_tensor *xo = on_host(f->e, fetches[0].tensor), *io = on_host(f->e, fetches[1].tensor);
+        cr_assert_eq(*(double *)vq_tensor_data(xo), x, "%s x0=%g", name, xs[k]);
+        cr_assert_eq(*(double *)vq_tensor_data(io), i, "%s x0=%g", name, xs[k]);
+        vq_tensor_release(xo);
+        vq_tensor_release(io);
+        release_tensors(t, N_OF(t));
+    }
 }
 
 Test(control, cond_inside_while_matches_c)
 {
-    vq_program *p = halve_or_decrement();
-    for (int s = 0; s < N_OF(setups); s++) {
-        struct fix f = fix_new(&setups[s]);
-        const double xs[] = {0.5, 1, 9, 10, 1000, 12345.678};
-        for (int k = 0; k < N_OF(xs); k++) {
-            vq_tensor *t[] = {scalar(xs[k]), scalar(1), scalar(0.5), scalar(10), scalar(0)};
-            vq_feed feeds[] = {{"x", t[0]}, {"one", t[1]}, {"half", t[2]}, {"ten", t[3]},
-                               {"i0", t[4]}};
-            vq_fetch fetches[] = {{"xo", NULL}, {"io", NULL}};
-            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, fetches, 2), 0, "%s: %s",
-                         setups[s].name, vq_errmsg());
-            double x = xs[k], i = 0;
-            while (x > 1) {
-                x = x > 10 ? x * 0.5 : x - 1;
-                i += 1;
-            }
-            vq_tensor *xo = host(f.e, fetches[0].tensor), *io = host(f.e, fetches[1].tensor);
-            cr_assert_eq(*(double *)vq_tensor_data(xo), x, "%s x0=%g", setups[s].name, xs[k]);
-            cr_assert_eq(*(double *)vq_tensor_data(io), i, "%s x0=%g", setups[s].name, xs[k]);
-            vq_tensor_release(xo);
-            vq_tensor_release(io);
-            for (int j = 0; j < N_OF(t); j++)
-                vq_tensor_release(t[j]);
-        }
-        fix_free(&f);
-    }
-    vq_program_free(p);
+    on_every_setup(halve_or_decrement(), halve_or_decrement_check);
 }
 
 /* ---- memory, asynchronous runs, failures ---- */
@@ -344,36 +349,25 @@ Test(control, cond_inside_while_matches_c)
 /* while i < n: x = x * half + one; i = i + one, over x f64[len]. */
 static vq_program *vector_loop(int64_t len)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    vq_program *p = program_with_vars("f64 n one half i0 io");
     bvar(p, 0, "x", VQ_F64, 1, &len);
     bvar(p, 0, "xo", VQ_F64, 1, &len);
     bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
+    int b = new_block(p, 0);
     bvar(p, b, "bx", VQ_F64, 1, &len);
     bvar(p, b, "bt", VQ_F64, 1, &len);
     bvar(p, b, "bx2", VQ_F64, 1, &len);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bt", "one"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    declare_vars(p, b, "f64 bi bi2; bool bc");
+    add_ops(p, b, "mul bx half -> bt; add bt one -> bx2; add bi one -> bi2; less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    add_while(p, 0, b, "c0 x i0 -> xo io", "bx bi -> bx2 bi2", "bc", -1, NULL);
     return p;
 }
 
 static size_t vector_loop_peak(struct fix *f, vq_program *p, int64_t len, double n)
 {
     vq_tensor *x, *t[] = {scalar(n), scalar(1), scalar(0.5), scalar(0)};
-    cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &len), 0);
+    x = tensor_new(VQ_F64, 1, &len);
     memset(vq_tensor_data(x), 0, (size_t)len * sizeof(double));
     vq_feed feeds[] = {{"x", x}, {"n", t[0]}, {"one", t[1]}, {"half", t[2]}, {"i0", t[3]}};
     vq_fetch fetch = {"io", NULL};
@@ -381,8 +375,7 @@ static size_t vector_loop_peak(struct fix *f, vq_program *p, int64_t len, double
     cr_assert_eq(*(double *)vq_tensor_data(fetch.tensor), n);
     vq_tensor_release(fetch.tensor);
     vq_tensor_release(x);
-    for (int i = 0; i < N_OF(t); i++)
-        vq_tensor_release(t[i]);
+    release_tensors(t, N_OF(t));
     vq_exec_stats st;
     cr_assert_eq(vq_exec_get_stats(f->ex, &st), 0);
     return st.last_peak_bytes;
@@ -455,7 +448,7 @@ Test(control, many_async_runs_with_loops_in_flight)
             cr_assert_eq(atomic_load(&res[k].failed), 0);
             double want[3] = {1.5, -2.25, 1e6}, wi = 0;
             counter_ref(want, &wi, res[k].n, -1);
-            vq_tensor *xo = host(f.e, res[k].fetches[0].tensor);
+            vq_tensor *xo = on_host(f.e, res[k].fetches[0].tensor);
             cr_assert(memcmp(vq_tensor_data(xo), want, sizeof want) == 0, "%s run %d",
                       setups[s].name, k);
             vq_tensor_release(xo);
@@ -475,67 +468,50 @@ Test(control, many_async_runs_with_loops_in_flight)
  * iteration where i = n - 1. */
 static vq_program *failing_loop(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "i0", "io", "q0", "qo", "d"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_I32, 0, NULL);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    const char *bs[] = {"bi", "bi2", "bq", "bq2", "left", "den"};
-    for (int i = 0; i < N_OF(bs); i++)
-        bvar(p, b, bs[i], VQ_I32, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "sub", NAMES("n", "bi"), 2, NAMES("left"), 1, NULL, 0);
-    bop(p, b, "sub", NAMES("left", "one"), 2, NAMES("den"), 1, NULL, 0);
-    bop(p, b, "div", NAMES("d", "den"), 2, NAMES("bq2"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bi", "bq"), NAMES("bi2", "bq2"), 2, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "i0", "q0"), 3, NAMES("io", "qo"), 2, a, 5);
+    vq_program *p = program_with_vars("i32 n one i0 io q0 qo d; bool c0");
+    int b = new_block(p, 0);
+    declare_vars(p, b, "i32 bi bi2 bq bq2 left den; bool bc");
+    add_ops(p, b,
+            "sub n bi -> left; sub left one -> den; div d den -> bq2; add bi one -> bi2; "
+            "less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    add_while(p, 0, b, "c0 i0 q0 -> io qo", "bi bq -> bi2 bq2", "bc", -1, NULL);
     return p;
 }
 
 static vq_tensor *iscalar(int32_t v)
 {
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_new(&t, VQ_I32, 0, NULL), 0);
+    vq_tensor *t = tensor_new(VQ_I32, 0, NULL);
     *(int32_t *)vq_tensor_data(t) = v;
     return t;
 }
 
+static void failing_loop_check(struct fix *f, vq_program *p, const char *name)
+{
+    for (int round = 0; round < 3; round++) {
+        vq_tensor *t[] = {iscalar(5), iscalar(1), iscalar(0), iscalar(0), iscalar(60)};
+        vq_feed feeds[] = {{"n", t[0]}, {"one", t[1]}, {"i0", t[2]}, {"q0", t[3]}, {"d", t[4]}};
+        vq_fetch fetch = {"qo", NULL};
+        int rc = vq_exec_run(f->ex, p, f->s, feeds, 5, &fetch, 1);
+        cr_assert_eq(rc, VQ_EINVAL, "%s: rc %d (%s)", name, rc, vq_errmsg());
+        cr_assert(strstr(vq_errmsg(), "block 1 op 2 (div)"), "%s: %s", name, vq_errmsg());
+        cr_assert_null(fetch.tensor);
+        /* n = 0: no iteration, no division */
+        vq_tensor_release(t[0]);
+        t[0] = iscalar(0);
+        feeds[0].tensor = t[0];
+        cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, 5, &fetch, 1), 0, "%s: %s", name,
+                     vq_errmsg());
+        vq_tensor *q = on_host(f->e, fetch.tensor);
+        cr_assert_eq(*(int32_t *)vq_tensor_data(q), 0);
+        vq_tensor_release(q);
+        release_tensors(t, N_OF(t));
+    }
+}
+
 Test(control, a_failing_body_fails_the_run_and_the_plan_stays_usable)
 {
-    vq_program *p = failing_loop();
-    for (int s = 0; s < N_OF(setups); s++) {
-        struct fix f = fix_new(&setups[s]);
-        for (int round = 0; round < 3; round++) {
-            vq_tensor *t[] = {iscalar(5), iscalar(1), iscalar(0), iscalar(0), iscalar(60)};
-            vq_feed feeds[] = {{"n", t[0]}, {"one", t[1]}, {"i0", t[2]}, {"q0", t[3]},
-                               {"d", t[4]}};
-            vq_fetch fetch = {"qo", NULL};
-            int rc = vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1);
-            cr_assert_eq(rc, VQ_EINVAL, "%s: rc %d (%s)", setups[s].name, rc, vq_errmsg());
-            cr_assert(strstr(vq_errmsg(), "block 1 op 2 (div)"), "%s: %s", setups[s].name,
-                      vq_errmsg());
-            cr_assert_null(fetch.tensor);
-            /* n = 0: no iteration, no division */
-            vq_tensor_release(t[0]);
-            t[0] = iscalar(0);
-            feeds[0].tensor = t[0];
-            cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fetch, 1), 0, "%s: %s",
-                         setups[s].name, vq_errmsg());
-            vq_tensor *q = host(f.e, fetch.tensor);
-            cr_assert_eq(*(int32_t *)vq_tensor_data(q), 0);
-            vq_tensor_release(q);
-            for (int i = 0; i < N_OF(t); i++)
-                vq_tensor_release(t[i]);
-        }
-        fix_free(&f);
-    }
-    vq_program_free(p);
+    on_every_setup(failing_loop(), failing_loop_check);
 }
 
 /* ---- bad control ops: errors at preparation ---- */
@@ -556,29 +532,15 @@ static void expect_error(vq_program *p, const char *const *feeds, int nfeeds, co
 /* The counter loop with one attribute of the while replaced. */
 static vq_program *counter_with(const vq_attr *change)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0", "io", "nf"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "xo", VQ_F64, 1, S3);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 1, S3);
-    bvar(p, b, "bx2", VQ_F64, 1, S3);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bvar(p, b, "bf", VQ_F64, 0, NULL);
+    vq_program *p = program_with_vars("f64 n one half i0 io nf; f64[3] x xo; bool c0");
+    int b = new_block(p, 0);
+    declare_vars(p, b, "f64[3] bx bx2; f64 bi bi2; bool bc; f64 bf");
     int64_t s4 = 4;
     bvar(p, b, "b4", VQ_F64, 1, &s4);
-    int nested = add_block(p, b);
+    int nested = new_block(p, b);
     (void)nested;
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+    add_ops(p, b, "add bi one -> bi2; mul bx half -> bx2; less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
     vq_attr a[5];
     while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
     for (int i = 0; change && i < 5; i++)
@@ -627,22 +589,16 @@ Test(control, bad_while_ops_are_errors_naming_the_op_block_and_var)
 
 Test(control, a_carried_value_must_keep_its_shape)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s2 = 2;
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "xo", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
+    declare_vars(p, 0, "f64[3] x xo; bool c");
     bvar(p, 0, "y", VQ_F64, 1, &s2);
-    int b = add_block(p, 0);
+    int b = new_block(p, 0);
     bvar(p, b, "bx", VQ_F64, 1, S3);
     bvar(p, b, "bx2", VQ_F64, 1, &s2);
     bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "add", NAMES("y", "y"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
-    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
+    add_ops(p, b, "add y y -> bx2; logical_not c -> bc");
+    add_while(p, 0, b, "c x -> xo", "bx -> bx2", "bc", -1, NULL);
     expect_error(p, NAMES("x", "c", "y"), 3, "xo",
                  "body_outputs[0] bx2 is f64[2] but carries into body input bx, which is f64[3]");
 }
@@ -650,15 +606,9 @@ Test(control, a_carried_value_must_keep_its_shape)
 /* x, y, z f64[3], c bool, f f64 scalar in block 0, and two empty blocks. */
 static vq_program *cond_skeleton(int *tb, int *eb)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    bvar(p, 0, "z", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "f", VQ_F64, 0, NULL);
-    *tb = add_block(p, 0);
-    *eb = add_block(p, 0);
+    vq_program *p = program_with_vars("f64[3] x y z; bool c; f64 f");
+    *tb = new_block(p, 0);
+    *eb = new_block(p, 0);
     return p;
 }
 
@@ -670,7 +620,7 @@ Test(control, bad_cond_ops_are_errors)
     int64_t s2 = 2;
     bvar(p, 0, "w", VQ_F64, 1, &s2);
     bvar(p, tb, "t", VQ_F64, 1, S3);
-    bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("t"), 1, NULL, 0);
+    add_ops(p, tb, "add x x -> t");
     vq_attr a[4];
     cond_attrs(a, tb, eb, NAMES("t"), NAMES("w"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
@@ -687,7 +637,7 @@ Test(control, bad_cond_ops_are_errors)
 
     /* a branch that writes an enclosing var */
     p = cond_skeleton(&tb, &eb);
-    bop(p, tb, "add", NAMES("x", "x"), 2, NAMES("z"), 1, NULL, 0);
+    add_ops(p, tb, "add x x -> z");
     cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
     expect_error(p, NAMES("x", "c"), 2, "y",
@@ -712,7 +662,7 @@ Test(control, bad_cond_ops_are_errors)
 Test(control, control_ops_are_refused_outside_programs)
 {
     vq_tensor *c = NULL, *x = scalar(1), *out = NULL;
-    cr_assert_eq(vq_tensor_new(&c, VQ_BOOL, 0, NULL), 0);
+    c = tensor_new(VQ_BOOL, 0, NULL);
     vq_tensor *in[] = {c, x};
     vq_attr a[4];
     cond_attrs(a, 1, 2, NAMES("x"), NAMES("x"), 1);
@@ -730,26 +680,17 @@ Test(control, control_ops_are_refused_outside_programs)
  * iteration's matmul depends only on m, not on the iteration before). */
 static vq_program *independent_work_loop(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t mm[2] = {320, 320};
-    const char *scalars[] = {"n", "one", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
+    declare_vars(p, 0, "f64 n one i0 io");
     bvar(p, 0, "m", VQ_F64, 2, mm);
     bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    int b = new_block(p, 0);
+    declare_vars(p, b, "f64 bi bi2; bool bc");
     bvar(p, b, "s", VQ_F64, 2, mm);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, b, "matmul", NAMES("m", "m"), 2, NAMES("s"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bi"), NAMES("bi2"), 1, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "i0"), 2, NAMES("io"), 1, a, 5);
+    add_ops(p, b, "add bi one -> bi2; less bi2 n -> bc; matmul m m -> s");
+    add_ops(p, 0, "less i0 n -> c0");
+    add_while(p, 0, b, "c0 i0 -> io", "bi -> bi2", "bc", -1, NULL);
     return p;
 }
 
@@ -785,8 +726,7 @@ Test(control, an_iteration_starts_its_independent_work_before_the_last_one_ends)
     cr_assert_eq(vq_scope_new(&f.s), 0);
     vq_program *p = independent_work_loop();
     int64_t mm[2] = {320, 320};
-    vq_tensor *m;
-    cr_assert_eq(vq_tensor_new(&m, VQ_F64, 2, mm), 0);
+    vq_tensor *m = tensor_new(VQ_F64, 2, mm);
     double *md = vq_tensor_data(m);
     for (int i = 0; i < 320 * 320; i++)
         md[i] = (i % 7) * 0.25;
@@ -812,8 +752,7 @@ Test(control, an_iteration_starts_its_independent_work_before_the_last_one_ends)
         for (int j = 0; j < n; j++)
             overlapping += i != j && start[j] >= start[i] && start[j] < end[i];
     cr_assert_gt(overlapping, 0, "no iteration's matmul started before another's ended");
-    for (int i = 0; i < N_OF(t); i++)
-        vq_tensor_release(t[i]);
+    release_tensors(t, N_OF(t));
     vq_tensor_release(m);
     vq_program_free(p);
     fix_free(&f);
@@ -905,7 +844,7 @@ static void rgen_stmt(struct rprog *g, int block, int depth, struct avail *av)
         bop(g->p, block, "greater", (const char *[]){g->names[s->a], g->names[s->b]}, 2,
             (const char *[]){g->names[c]}, 1, NULL, 0);
         for (int i = 0; i < 2; i++) {
-            s->blocks[i] = add_block(g->p, block);
+            s->blocks[i] = new_block(g->p, block);
             cr_assert_lt(s->blocks[i], 128);
             struct avail sub = *av;
             rgen_block(g, s->blocks[i], depth + 1, &sub);
@@ -922,7 +861,7 @@ static void rgen_stmt(struct rprog *g, int block, int depth, struct avail *av)
         int c0 = rvar(g, block, VQ_BOOL);
         bop(g->p, block, "less", (const char *[]){g->names[g->zero], g->names[s->limit]}, 2,
             (const char *[]){g->names[c0]}, 1, NULL, 0);
-        int body = s->blocks[0] = add_block(g->p, block);
+        int body = s->blocks[0] = new_block(g->p, block);
         cr_assert_lt(body, 128);
         s->bv = rvar(g, body, VQ_F64);
         s->bi = rvar(g, body, VQ_F64);
@@ -1055,7 +994,7 @@ Test(control, random_nested_programs_match_their_c_interpretation)
                                setups[s].name, vq_errmsg());
             }
             for (int i = 0; i < nf; i++) {
-                vq_tensor *t = host(fx[s].e, fetches[i].tensor);
+                vq_tensor *t = on_host(fx[s].e, fetches[i].tensor);
                 double got = *(double *)vq_tensor_data(t);
                 if (memcmp(&got, &want[fetch_vars[i]], sizeof got)) {
                     vq_program_dump(g.p, stderr);
@@ -1166,26 +1105,17 @@ static vq_program *random_control_attrs(void)
     static const char *const names[] = {"x", "one", "half", "ten", "i0", "xo", "io", "c0",
                                         "bx", "bi", "bx2", "bi2", "cc", "bc", "t", "e", "nope"};
     const int nn = N_OF(names);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"x", "one", "half", "ten", "i0", "xo", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    const char *bs[] = {"bx", "bi", "bx2", "bi2"};
-    for (int i = 0; i < N_OF(bs); i++)
-        bvar(p, b, bs[i], VQ_F64, 0, NULL);
-    bvar(p, b, "cc", VQ_BOOL, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
+    vq_program *p = program_with_vars("f64 x one half ten i0 xo io; bool c0");
+    int b = new_block(p, 0);
+    declare_vars(p, b, "f64 bx bi bx2 bi2; bool cc bc");
     bool else_in_body = fuzz_next() % 2; /* else a child of block 0: misplaced */
-    int tb = add_block(p, b), eb = add_block(p, else_in_body ? b : 0);
+    int tb = new_block(p, b), eb = new_block(p, else_in_body ? b : 0);
     bvar(p, tb, "t", VQ_F64, 0, NULL);
     bvar(p, eb, "e", VQ_F64, 0, NULL);
-    bop(p, tb, "mul", NAMES("bx", "half"), 2, NAMES("t"), 1, NULL, 0);
+    add_ops(p, tb, "mul bx half -> t");
     bop(p, eb, "sub", NAMES(else_in_body && fuzz_next() % 2 ? "bx" : "x", "one"), 2,
         NAMES("e"), 1, NULL, 0);
-    bop(p, b, "greater", NAMES("bx", "ten"), 2, NAMES("cc"), 1, NULL, 0);
+    add_ops(p, b, "greater bx ten -> cc");
     /* the right attributes, then up to two of them drawn at random */
     const char *l1[3] = {"t"}, *l2[3] = {"e"}, *l3[3] = {"bx", "bi"}, *l4[3] = {"bx2", "bi2"};
     const char **lists[] = {l1, l2, l3, l4};
@@ -1210,9 +1140,8 @@ static vq_program *random_control_attrs(void)
     ca[2].n = counts[0];
     ca[3].n = counts[1];
     bop(p, b, "cond", NAMES("cc", "bx"), 2, NAMES("bx2"), 1, ca, 4);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "greater", NAMES("bx2", "one"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "greater", NAMES("x", "one"), 2, NAMES("c0"), 1, NULL, 0);
+    add_ops(p, b, "add bi one -> bi2; greater bx2 one -> bc");
+    add_ops(p, 0, "greater x one -> c0");
     vq_attr wa[5];
     while_attrs(wa, blocks[2], l3, l4, 2, body_cond, 20);
     wa[1].n = counts[2];
@@ -1240,8 +1169,7 @@ Test(control, random_control_attributes_prepare_or_fail_cleanly)
         }
         vq_program_free(p);
     }
-    for (int i = 0; i < N_OF(t); i++)
-        vq_tensor_release(t[i]);
+    release_tensors(t, N_OF(t));
     fprintf(stderr, "control attribute fuzz: 1500 cases, %d ran\n", prepared);
     cr_assert_geq(prepared, 1);
     fix_free(&f);
@@ -1252,27 +1180,13 @@ Test(control, random_control_attributes_prepare_or_fail_cleanly)
 /* counter_loop's n iterations written out in block 0. */
 static vq_program *counter_unrolled(int n)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    char x[16], xn[16], t[16], i[16], in[16];
-    snprintf(x, sizeof x, "x");
-    snprintf(i, sizeof i, "i0");
+    char x[16] = "x";
+    vq_program *p = program_with_vars("f64 n one half i0; f64[3] x");
     for (int k = 0; k < n; k++) {
-        snprintf(in, sizeof in, "i%d", k + 1);
-        snprintf(t, sizeof t, "t%d", k);
-        snprintf(xn, sizeof xn, "x%d", k + 1);
-        bvar(p, 0, in, VQ_F64, 0, NULL);
-        bvar(p, 0, t, VQ_F64, 1, S3);
-        bvar(p, 0, xn, VQ_F64, 1, S3);
-        bop(p, 0, "add", (const char *[]){i, "one"}, 2, (const char *[]){in}, 1, NULL, 0);
-        bop(p, 0, "mul", (const char *[]){x, "half"}, 2, (const char *[]){t}, 1, NULL, 0);
-        bop(p, 0, "add", (const char *[]){t, in}, 2, (const char *[]){xn}, 1, NULL, 0);
-        memcpy(x, xn, sizeof x);
-        memcpy(i, in, sizeof i);
+        declare_varsf(p, 0, "f64 i%d; f64[3] t%d x%d", k + 1, k, k + 1);
+        add_opsf(p, 0, "add i%d one -> i%d; mul %s half -> t%d; add t%d i%d -> x%d", k, k + 1, x, k,
+                 k, k + 1, k + 1);
+        snprintf(x, sizeof x, "x%d", k + 1);
     }
     return p;
 }
@@ -1292,14 +1206,13 @@ Test(control, while_gives_the_bits_of_the_unrolled_program)
             vq_fetch a = {"xo", NULL}, b = {last, NULL};
             cr_assert_eq(vq_exec_run(f.ex, loop, f.s, feeds, 5, &a, 1), 0, "%s", vq_errmsg());
             cr_assert_eq(vq_exec_run(f.ex, flat, f.s, feeds, 5, &b, 1), 0, "%s", vq_errmsg());
-            vq_tensor *ha = host(f.e, a.tensor), *hb = host(f.e, b.tensor);
+            vq_tensor *ha = on_host(f.e, a.tensor), *hb = on_host(f.e, b.tensor);
             cr_assert(memcmp(vq_tensor_data(ha), vq_tensor_data(hb), 3 * sizeof(double)) == 0,
                       "%s n=%d: the loop and the unrolled program differ", setups[s].name, n);
             vq_tensor_release(ha);
             vq_tensor_release(hb);
             vq_tensor *all[] = {x, tn, one, half, i0};
-            for (int k = 0; k < N_OF(all); k++)
-                vq_tensor_release(all[k]);
+            release_tensors(all, N_OF(all));
             vq_program_free(flat);
         }
         fix_free(&f);
@@ -1311,50 +1224,25 @@ Test(control, carried_dims_unknown_at_preparation)
 {
     /* The body's output dim depends on y's unknown dim, the input's is
      * known: refused. */
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t unk = -1;
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "y", VQ_F64, 1, &unk);
-    bvar(p, 0, "xo", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    int b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 1, S3);
-    bvar(p, b, "bx2", VQ_F64, 1, &unk);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "abs", NAMES("y"), 1, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "logical_not", NAMES("c"), 1, NAMES("bc"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bx"), NAMES("bx2"), 1, "bc", -1);
-    bop(p, 0, "while", NAMES("c", "x"), 2, NAMES("xo"), 1, a, 5);
+    vq_program *p = program_with_vars("f64[3] x; f64[-1] y; f64[3] xo; bool c");
+    int b =
+        block_with(p, 0, "f64[3] bx; f64[-1] bx2; bool bc", "abs y -> bx2; logical_not c -> bc");
+    add_while(p, 0, b, "c x -> xo", "bx -> bx2", "bc", -1, NULL);
     expect_error(p, NAMES("x", "y", "c"), 3, "xo",
                  "body_outputs[0] bx2 is f64[-1] but carries into body input bx, which is f64[3] "
                  "(a carried dim must be known wherever the input's is");
 
     /* Unknown everywhere: the body infers shapes as it runs. */
     cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "x", VQ_F64, 1, &unk);
-    bvar(p, 0, "xo", VQ_F64, 1, &unk);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 1, &unk);
-    bvar(p, b, "bx2", VQ_F64, 1, &unk);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io"), 2, a, 5);
+    declare_vars(p, 0, "f64 n one half i0 io; f64[-1] x xo; bool c0");
+    b = block_with(p, 0, "f64[-1] bx bx2; f64 bi bi2; bool bc",
+                   "mul bx half -> bx2; add bi one -> bi2; less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    add_while(p, 0, b, "c0 x i0 -> xo io", "bx bi -> bx2 bi2", "bc", -1, NULL);
     struct fix f = fix_new(&setups[2]);
     for (int64_t len = 1; len <= 5; len += 2) {
         vq_tensor *x, *t[] = {scalar(3), scalar(1), scalar(0.5), scalar(0)};
-        cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &len), 0);
+        x = tensor_new(VQ_F64, 1, &len);
         for (int64_t j = 0; j < len; j++)
             ((double *)vq_tensor_data(x))[j] = (double)j + 1;
         vq_feed feeds[] = {{"x", x}, {"n", t[0]}, {"one", t[1]}, {"half", t[2]}, {"i0", t[3]}};
@@ -1365,8 +1253,7 @@ Test(control, carried_dims_unknown_at_preparation)
             cr_assert_eq(((double *)vq_tensor_data(fetch.tensor))[j], ((double)j + 1) / 8);
         vq_tensor_release(fetch.tensor);
         vq_tensor_release(x);
-        for (int i = 0; i < N_OF(t); i++)
-            vq_tensor_release(t[i]);
+        release_tensors(t, N_OF(t));
     }
     fix_free(&f);
     vq_program_free(p);
@@ -1374,14 +1261,8 @@ Test(control, carried_dims_unknown_at_preparation)
 
 Test(control, a_cond_output_declared_known_needs_known_branches)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t unk = -1;
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "y", VQ_F64, 1, &unk);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "o", VQ_F64, 1, S3);
-    int tb = add_block(p, 0), eb = add_block(p, 0);
+    vq_program *p = program_with_vars("f64[3] x; f64[-1] y; bool c; f64[3] o");
+    int tb = new_block(p, 0), eb = new_block(p, 0);
     vq_attr a[4];
     cond_attrs(a, tb, eb, NAMES("x"), NAMES("y"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("o"), 1, a, 4);
@@ -1396,29 +1277,19 @@ Test(control, a_cond_output_declared_known_needs_known_branches)
  * else e = x - w (v unused there: its gradient is zero on that side). */
 static vq_program *cond_loss_program(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     cr_assert_eq(vq_program_add_var(p, 0, "w", VQ_F64, 1, S3, true), 0);
     cr_assert_eq(vq_program_add_var(p, 0, "v", VQ_F64, 1, S3, true), 0);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "c", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    bvar(p, 0, "yy", VQ_F64, 1, S3);
-    bvar(p, 0, "loss", VQ_F64, 0, NULL);
-    int tb = add_block(p, 0), eb = add_block(p, 0);
-    bvar(p, tb, "t1", VQ_F64, 1, S3);
-    bvar(p, tb, "t2", VQ_F64, 1, S3);
-    bvar(p, tb, "t3", VQ_F64, 1, S3);
+    declare_vars(p, 0, "f64[3] x; bool c; f64[3] y yy; f64 loss");
+    int tb = new_block(p, 0), eb = new_block(p, 0);
+    declare_vars(p, tb, "f64[3] t1 t2 t3");
     bvar(p, eb, "e", VQ_F64, 1, S3);
-    bop(p, tb, "mul", NAMES("x", "w"), 2, NAMES("t1"), 1, NULL, 0);
-    bop(p, tb, "mul", NAMES("t1", "w"), 2, NAMES("t2"), 1, NULL, 0);
-    bop(p, tb, "add", NAMES("t2", "v"), 2, NAMES("t3"), 1, NULL, 0);
-    bop(p, eb, "sub", NAMES("x", "w"), 2, NAMES("e"), 1, NULL, 0);
+    add_ops(p, tb, "mul x w -> t1; mul t1 w -> t2; add t2 v -> t3");
+    add_ops(p, eb, "sub x w -> e");
     vq_attr a[4];
     cond_attrs(a, tb, eb, NAMES("t3"), NAMES("e"), 1);
     bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
-    bop(p, 0, "mul", NAMES("y", "y"), 2, NAMES("yy"), 1, NULL, 0);
-    bop(p, 0, "sum", NAMES("yy"), 1, NAMES("loss"), 1, NULL, 0);
+    add_ops(p, 0, "mul y y -> yy; sum yy -> loss");
     return p;
 }
 
@@ -1426,7 +1297,7 @@ static double loss_of(struct fix *f, vq_program *p, vq_feed *feeds, int nfeeds)
 {
     vq_fetch fetch = {"loss", NULL};
     cr_assert_eq(vq_exec_run(f->ex, p, f->s, feeds, nfeeds, &fetch, 1), 0, "%s", vq_errmsg());
-    vq_tensor *h = host(f->e, fetch.tensor);
+    vq_tensor *h = on_host(f->e, fetch.tensor);
     double l = *(double *)vq_tensor_data(h);
     vq_tensor_release(h);
     return l;
@@ -1451,9 +1322,9 @@ static double fd_check(struct fix *f, vq_program *fwd, vq_program *p, vq_feed *f
                  vq_errmsg());
     double worst = 0;
     for (int q = 0; q < np; q++) {
-        vq_tensor *gq = host(f->e, g[q].tensor);
+        vq_tensor *gq = on_host(f->e, g[q].tensor);
         for (int64_t i = 0; i < vq_tensor_numel(gq); i++) {
-            vq_tensor *hp = host(f->e, vq_tensor_retain(vq_scope_get(f->s, params[q])));
+            vq_tensor *hp = on_host(f->e, vq_tensor_retain(vq_scope_get(f->s, params[q])));
             double *d = vq_tensor_data(hp), base = d[i], h = 1e-6;
             d[i] = base + h;
             cr_assert_eq(vq_scope_set(f->s, params[q], hp), 0);
@@ -1484,8 +1355,7 @@ Test(control, autodiff_refuses_a_recomputed_random_op_without_a_seed)
     for (int seeded = 0; seeded < 2; seeded++) {
         vq_program *p = cond_loss_program();
         int tb = 1; /* cond_loss_program's then block */
-        bvar(p, tb, "t4", VQ_F64, 1, S3);
-        bvar(p, tb, "t4m", VQ_F64, 1, S3);
+        declare_vars(p, tb, "f64[3] t4 t4m");
         vq_attr a[2] = {VQ_ATTR_F("p", 0.5), VQ_ATTR_I("seed", 3)};
         bop(p, tb, "dropout", NAMES("t3"), 1, NAMES("t4", "t4m"), 2, a, seeded ? 2 : 1);
         int rc = vq_append_backward(p, "loss", NULL, 0);
@@ -1517,7 +1387,7 @@ Test(control, gradients_through_cond_match_finite_differences)
         vq_tensor_release(v);
         for (int branch = 0; branch < 2; branch++) {
             vq_tensor *x = vec3(1.5, -0.5, 0.75), *c;
-            cr_assert_eq(vq_tensor_new(&c, VQ_BOOL, 0, NULL), 0);
+            c = tensor_new(VQ_BOOL, 0, NULL);
             *(unsigned char *)vq_tensor_data(c) = branch == 0;
             vq_feed feeds[] = {{"x", x}, {"c", c}};
             char what[64];
@@ -1526,7 +1396,7 @@ Test(control, gradients_through_cond_match_finite_differences)
             if (branch == 1) { /* v is not used by the else branch: exactly zero */
                 vq_fetch gv = {"v@GRAD", NULL};
                 cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, &gv, 1), 0, "%s", vq_errmsg());
-                vq_tensor *h = host(f.e, gv.tensor);
+                vq_tensor *h = on_host(f.e, gv.tensor);
                 for (int i = 0; i < 3; i++)
                     cr_assert_eq(((double *)vq_tensor_data(h))[i], 0.0);
                 vq_tensor_release(h);
@@ -1542,40 +1412,29 @@ Test(control, gradients_through_cond_match_finite_differences)
 
 /* ---- gradients through while ---- */
 
+/* while_loss_program's vars and ops before the while (and the block 0
+ * vars extra declares after its own); returns the body block. */
+static int while_loss_parts(vq_program *p, const char *extra)
+{
+    declare_vars(p, 0, "f64[3] w* b* h0*; f64 n one i0 io; bool c0; f64[3] h hh; f64 loss");
+    declare_vars(p, 0, extra);
+    int b = new_block(p, 0);
+    declare_vars(p, b, "f64[3] bh z1 z2 bh2; f64 bi bi2; bool bc");
+    add_ops(p, b,
+            "mul bh w -> z1; add z1 b -> z2; tanh z2 -> bh2; add bi one -> bi2; "
+            "less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    return b;
+}
+
 /* h = h0; i = 0; while i < n: h = tanh(h * w + b); i = i + one;
  * loss = sum(h * h). w, b, h0 are parameters. */
 static vq_program *while_loss_program(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *params[] = {"w", "b", "h0"};
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, S3, true), 0);
-    const char *scalars[] = {"n", "one", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "h", VQ_F64, 1, S3);
-    bvar(p, 0, "hh", VQ_F64, 1, S3);
-    bvar(p, 0, "loss", VQ_F64, 0, NULL);
-    int b = add_block(p, 0);
-    const char *vecs[] = {"bh", "z1", "z2", "bh2"};
-    for (int i = 0; i < N_OF(vecs); i++)
-        bvar(p, b, vecs[i], VQ_F64, 1, S3);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "mul", NAMES("bh", "w"), 2, NAMES("z1"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("z1", "b"), 2, NAMES("z2"), 1, NULL, 0);
-    bop(p, b, "tanh", NAMES("z2"), 1, NAMES("bh2"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[5];
-    while_attrs(a, b, NAMES("bh", "bi"), NAMES("bh2", "bi2"), 2, "bc", -1);
-    bop(p, 0, "while", NAMES("c0", "h0", "i0"), 3, NAMES("h", "io"), 2, a, 5);
-    bop(p, 0, "mul", NAMES("h", "h"), 2, NAMES("hh"), 1, NULL, 0);
-    bop(p, 0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
+    vq_program *p = new_program();
+    int b = while_loss_parts(p, "");
+    add_while(p, 0, b, "c0 h0 i0 -> h io", "bh bi -> bh2 bi2", "bc", -1, NULL);
+    add_ops(p, 0, "mul h h -> hh; sum hh -> loss");
     return p;
 }
 
@@ -1640,30 +1499,17 @@ Test(control, loops_are_cached_plans_and_survive_save_and_load)
 /* while_loss_program's recurrence unrolled n times into block 0. */
 static vq_program *while_loss_unrolled(int n)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *params[] = {"w", "b", "h0"};
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, S3, true), 0);
-    const char *scalars[] = {"n", "one", "i0", "loss"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    char h[16] = "h0", z1[16], z2[16], hn[16];
+    vq_program *p = program_with_vars("f64[3] w* b* h0*; f64 n one i0 loss");
+    char h[16] = "h0";
     for (int k = 0; k < n; k++) {
-        snprintf(z1, sizeof z1, "z1_%d", k);
-        snprintf(z2, sizeof z2, "z2_%d", k);
-        snprintf(hn, sizeof hn, "h_%d", k + 1);
-        bvar(p, 0, z1, VQ_F64, 1, S3);
-        bvar(p, 0, z2, VQ_F64, 1, S3);
-        bvar(p, 0, hn, VQ_F64, 1, S3);
-        bop(p, 0, "mul", (const char *[]){h, "w"}, 2, (const char *[]){z1}, 1, NULL, 0);
-        bop(p, 0, "add", (const char *[]){z1, "b"}, 2, (const char *[]){z2}, 1, NULL, 0);
-        bop(p, 0, "tanh", (const char *[]){z2}, 1, (const char *[]){hn}, 1, NULL, 0);
-        memcpy(h, hn, sizeof h);
+        declare_varsf(p, 0, "f64[3] z1_%d z2_%d h_%d", k, k, k + 1);
+        add_opsf(p, 0, "mul %s w -> z1_%d; add z1_%d b -> z2_%d; tanh z2_%d -> h_%d", h, k, k, k, k,
+                 k + 1);
+        snprintf(h, sizeof h, "h_%d", k + 1);
     }
     bvar(p, 0, "hh", VQ_F64, 1, S3);
     bop(p, 0, "mul", (const char *[]){h, h}, 2, NAMES("hh"), 1, NULL, 0);
-    bop(p, 0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
+    add_ops(p, 0, "sum hh -> loss");
     return p;
 }
 
@@ -1711,8 +1557,7 @@ Test(control, gradients_through_while_equal_the_unrolled_programs)
  * scalars[], in a new program; loss = sum(y * y) is added by nest_loss. */
 static vq_program *nest_program(const char *const *scalars, int nscalars)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     const char *params[] = {"w", "b", "v", "h0"};
     for (int i = 0; i < N_OF(params); i++)
         cr_assert_eq(vq_program_add_var(p, 0, params[i], VQ_F64, 1, S3, true), 0);
@@ -1723,10 +1568,9 @@ static vq_program *nest_program(const char *const *scalars, int nscalars)
 
 static void nest_loss(vq_program *p, const char *y)
 {
-    bvar(p, 0, "yy", VQ_F64, 1, S3);
-    bvar(p, 0, "loss", VQ_F64, 0, NULL);
+    declare_vars(p, 0, "f64[3] yy; f64 loss");
     bop(p, 0, "mul", (const char *[]){y, y}, 2, NAMES("yy"), 1, NULL, 0);
-    bop(p, 0, "sum", NAMES("yy"), 1, NAMES("loss"), 1, NULL, 0);
+    add_ops(p, 0, "sum yy -> loss");
 }
 
 /* In block blk: out = tanh(in * w + b), through vars named <out>.z1/z2. */
@@ -1762,7 +1606,7 @@ static void nest_while(vq_program *p, int blk, const char *pre, const char *x, c
     bvar(p, blk, xo, VQ_F64, 1, S3);
     bvar(p, blk, io, VQ_F64, 0, NULL);
     bop(p, blk, "less", (const char *[]){"i0", lim}, 2, (const char *[]){c0}, 1, NULL, 0);
-    int body = add_block(p, blk);
+    int body = new_block(p, blk);
     bvar(p, body, bx, VQ_F64, 1, S3);
     bvar(p, body, bi, VQ_F64, 0, NULL);
     bvar(p, body, bi2, VQ_F64, 0, NULL);
@@ -1792,7 +1636,7 @@ static void body_cond(vq_program *p, int body, const char *pre, const char *x, c
     bvar(p, body, cb, VQ_BOOL, 0, NULL);
     bvar(p, body, out, VQ_F64, 1, S3);
     bop(p, body, "less", (const char *[]){bi2, "half"}, 2, (const char *[]){cb}, 1, NULL, 0);
-    int tb = add_block(p, body), eb = add_block(p, body);
+    int tb = new_block(p, body), eb = new_block(p, body);
     nest_tanh_step(p, tb, x, t);
     bvar(p, eb, e, VQ_F64, 1, S3);
     bop(p, eb, "mul", (const char *[]){x, "v"}, 2, (const char *[]){e}, 1, NULL, 0);
@@ -1838,20 +1682,18 @@ static vq_program *nest_while_in_while(void)
 static vq_program *nest_in_cond(void)
 {
     vq_program *p = nest_program(NAMES("n", "one", "i0"), 3);
-    bvar(p, 0, "c1", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "c2", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "y", VQ_F64, 1, S3);
-    int tb = add_block(p, 0), eb = add_block(p, 0);
+    declare_vars(p, 0, "bool c1 c2; f64[3] y");
+    int tb = new_block(p, 0), eb = new_block(p, 0);
     bvar(p, tb, "t", VQ_F64, 1, S3);
-    int ttb = add_block(p, tb), teb = add_block(p, tb);
+    int ttb = new_block(p, tb), teb = new_block(p, tb);
     nest_while(p, ttb, "w1", "h0", "n", "tw", "twi", body_tanh);
     bvar(p, teb, "ts", VQ_F64, 1, S3);
-    bop(p, teb, "sub", NAMES("h0", "v"), 2, NAMES("ts"), 1, NULL, 0);
+    add_ops(p, teb, "sub h0 v -> ts");
     vq_attr a2[4];
     cond_attrs(a2, ttb, teb, NAMES("tw"), NAMES("ts"), 1);
     bop(p, tb, "cond", NAMES("c2", "h0"), 2, NAMES("t"), 1, a2, 4);
     bvar(p, eb, "e", VQ_F64, 1, S3);
-    bop(p, eb, "mul", NAMES("h0", "v"), 2, NAMES("e"), 1, NULL, 0);
+    add_ops(p, eb, "mul h0 v -> e");
     vq_attr a1[4];
     cond_attrs(a1, tb, eb, NAMES("t"), NAMES("e"), 1);
     bop(p, 0, "cond", NAMES("c1", "h0"), 2, NAMES("y"), 1, a1, 4);
@@ -1872,8 +1714,7 @@ static void nest_params(struct fix *f)
 
 static vq_tensor *boolean(bool b)
 {
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_new(&t, VQ_BOOL, 0, NULL), 0);
+    vq_tensor *t = tensor_new(VQ_BOOL, 0, NULL);
     *(unsigned char *)vq_tensor_data(t) = b;
     return t;
 }
@@ -1881,97 +1722,100 @@ static vq_tensor *boolean(bool b)
 static const char *const nest_params_names[] = {"w", "b", "v", "h0"};
 static const int nest_setups[] = {0, 2, 3, 5};
 
-Test(control, gradients_through_a_cond_inside_a_while_match_finite_differences)
+/* One case of a nested-gradient check: its feeds and what a failure
+ * names. */
+struct nest_case {
+    vq_tensor *t[5];
+    vq_feed feeds[5];
+    int nfeeds;
+    char what[64];
+};
+
+static void nest_case_feeds(struct nest_case *c, const char *const *names, vq_tensor *const *t,
+                            int n)
 {
-    vq_program *fwd = nest_cond_in_while(), *p = nest_cond_in_while();
+    c->nfeeds = n;
+    for (int i = 0; i < n; i++) {
+        c->t[i] = t[i];
+        c->feeds[i] = (vq_feed){names[i], t[i]};
+    }
+}
+
+/* The largest relative difference between build()'s gradients and finite
+ * differences over ncases cases (make fills case k) on nest_setups. */
+static double nest_fd_worst(vq_program *(*build)(void), int ncases,
+                            void (*make)(struct nest_case *, const char *, int))
+{
+    vq_program *fwd = build(), *p = build();
     cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
     double worst = 0;
     for (int si = 0; si < N_OF(nest_setups); si++) {
         const struct setup *st = &setups[nest_setups[si]];
         struct fix f = fix_new(st);
         nest_params(&f);
-        /* 0 to 6 iterations (past the ring of frames), the first 2 through
-         * the then branch */
-        for (int n = 0; n <= 6; n += 2) {
-            vq_tensor *tn = scalar(n), *one = scalar(1), *i0 = scalar(0), *half = scalar(2.5);
-            vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}, {"half", half}};
-            char what[64];
-            snprintf(what, sizeof what, "%s, %d iterations", st->name, n);
-            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 4, nest_params_names, 4, what));
-            vq_tensor_release(tn);
-            vq_tensor_release(one);
-            vq_tensor_release(i0);
-            vq_tensor_release(half);
+        for (int k = 0; k < ncases; k++) {
+            struct nest_case c;
+            make(&c, st->name, k);
+            worst =
+                fmax(worst, fd_check(&f, fwd, p, c.feeds, c.nfeeds, nest_params_names, 4, c.what));
+            release_tensors(c.t, c.nfeeds);
         }
         fix_free(&f);
     }
-    fprintf(stderr, "gradients through a cond in a while: largest relative difference %.3g\n",
-            worst);
     vq_program_free(p);
     vq_program_free(fwd);
+    return worst;
+}
+
+/* 0 to 6 iterations (past the ring of frames), the first 2 through the
+ * then branch */
+static void cond_in_while_case(struct nest_case *c, const char *setup, int k)
+{
+    int n = 2 * k;
+    nest_case_feeds(c, NAMES("n", "one", "i0", "half"),
+                    (vq_tensor *[]){scalar(n), scalar(1), scalar(0), scalar(2.5)}, 4);
+    snprintf(c->what, sizeof c->what, "%s, %d iterations", setup, n);
+}
+
+Test(control, gradients_through_a_cond_inside_a_while_match_finite_differences)
+{
+    double worst = nest_fd_worst(nest_cond_in_while, 4, cond_in_while_case);
+    fprintf(stderr, "gradients through a cond in a while: largest relative difference %.3g\n",
+            worst);
+}
+
+static void while_in_while_case(struct nest_case *c, const char *setup, int k)
+{
+    const int nm[][2] = {{0, 2}, {1, 0}, {2, 3}, {5, 2}};
+    nest_case_feeds(c, NAMES("n", "m", "one", "i0"),
+                    (vq_tensor *[]){scalar(nm[k][0]), scalar(nm[k][1]), scalar(1), scalar(0)}, 4);
+    snprintf(c->what, sizeof c->what, "%s, %d x %d iterations", setup, nm[k][0], nm[k][1]);
 }
 
 Test(control, gradients_through_a_while_inside_a_while_match_finite_differences)
 {
-    vq_program *fwd = nest_while_in_while(), *p = nest_while_in_while();
-    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
-    double worst = 0;
-    for (int si = 0; si < N_OF(nest_setups); si++) {
-        const struct setup *st = &setups[nest_setups[si]];
-        struct fix f = fix_new(st);
-        nest_params(&f);
-        const int nm[][2] = {{0, 2}, {1, 0}, {2, 3}, {5, 2}};
-        for (int k = 0; k < N_OF(nm); k++) {
-            vq_tensor *tn = scalar(nm[k][0]), *tm = scalar(nm[k][1]), *one = scalar(1),
-                      *i0 = scalar(0);
-            vq_feed feeds[] = {{"n", tn}, {"m", tm}, {"one", one}, {"i0", i0}};
-            char what[64];
-            snprintf(what, sizeof what, "%s, %d x %d iterations", st->name, nm[k][0], nm[k][1]);
-            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 4, nest_params_names, 4, what));
-            vq_tensor_release(tn);
-            vq_tensor_release(tm);
-            vq_tensor_release(one);
-            vq_tensor_release(i0);
-        }
-        fix_free(&f);
-    }
+    double worst = nest_fd_worst(nest_while_in_while, 4, while_in_while_case);
     fprintf(stderr, "gradients through a while in a while: largest relative difference %.3g\n",
             worst);
-    vq_program_free(p);
-    vq_program_free(fwd);
+}
+
+/* case 1: zero iterations of the loop */
+static void in_cond_case(struct nest_case *c, const char *setup, int k)
+{
+    nest_case_feeds(c, NAMES("n", "one", "i0", "c1", "c2"),
+                    (vq_tensor *[]){scalar(k == 1 ? 0 : 3), scalar(1), scalar(0), boolean(k < 3),
+                                    boolean(k < 2)},
+                    5);
+    snprintf(c->what, sizeof c->what, "%s, case %d", setup, k);
 }
 
 Test(control, gradients_through_a_while_and_a_cond_inside_a_cond_match_finite_differences)
 {
-    vq_program *fwd = nest_in_cond(), *p = nest_in_cond();
-    cr_assert_eq(vq_append_backward(p, "loss", NULL, 0), 4, "%s", vq_errmsg());
-    double worst = 0;
-    for (int si = 0; si < N_OF(nest_setups); si++) {
-        const struct setup *st = &setups[nest_setups[si]];
-        struct fix f = fix_new(st);
-        nest_params(&f);
-        for (int k = 0; k < 4; k++) {
-            vq_tensor *tn = scalar(3), *one = scalar(1), *i0 = scalar(0);
-            vq_tensor *c1 = boolean(k < 3), *c2 = boolean(k < 2);
-            if (k == 1) { /* zero iterations of the loop */
-                vq_tensor_release(tn);
-                tn = scalar(0);
-            }
-            vq_feed feeds[] = {{"n", tn}, {"one", one}, {"i0", i0}, {"c1", c1}, {"c2", c2}};
-            char what[64];
-            snprintf(what, sizeof what, "%s, case %d", st->name, k);
-            worst = fmax(worst, fd_check(&f, fwd, p, feeds, 5, nest_params_names, 4, what));
-            vq_tensor *t[] = {tn, one, i0, c1, c2};
-            for (int i = 0; i < 5; i++)
-                vq_tensor_release(t[i]);
-        }
-        fix_free(&f);
-    }
-    fprintf(stderr, "gradients through a cond's nested blocks: largest relative difference "
-                    "%.3g\n",
+    double worst = nest_fd_worst(nest_in_cond, 4, in_cond_case);
+    fprintf(stderr,
+            "gradients through a cond's nested blocks: largest relative difference "
+            "%.3g\n",
             worst);
-    vq_program_free(p);
-    vq_program_free(fwd);
 }
 
 /* nest_while_in_while unrolled into block 0: n times (m tanh steps, then
@@ -2039,33 +1883,10 @@ Test(control, gradients_through_nested_whiles_equal_the_unrolled_programs)
  * f64[?, 3], is f64[?], cs bool[?]. */
 static vq_program *stacking_counter_loop(int64_t max_iters)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    const char *scalars[] = {"n", "one", "half", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(p, 0, "x", VQ_F64, 1, S3);
-    bvar(p, 0, "xo", VQ_F64, 1, S3);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "xs", VQ_F64, 2, (int64_t[]){-1, 3});
-    bvar(p, 0, "is", VQ_F64, 1, (int64_t[]){-1});
-    bvar(p, 0, "cs", VQ_BOOL, 1, (int64_t[]){-1});
-    int b = add_block(p, 0);
-    bvar(p, b, "bx", VQ_F64, 1, S3);
-    bvar(p, b, "bt", VQ_F64, 1, S3);
-    bvar(p, b, "bx2", VQ_F64, 1, S3);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
-    bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[6];
-    while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", max_iters);
-    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("bt", "bi2", "bc"), 3);
-    bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io", "xs", "is", "cs"), 5, a, 6);
+    vq_program *p = new_program();
+    int b = counter_parts_with(p, "f64[-1,3] xs; f64[-1] is; bool[-1] cs");
+    add_while(p, 0, b, "c0 x i0 -> xo io xs is cs", "bx bi -> bx2 bi2", "bc", max_iters,
+              "bt bi2 bc");
     return p;
 }
 
@@ -2073,15 +1894,14 @@ static vq_program *stacking_counter_loop(int64_t max_iters)
 static void run_stacking(struct fix *f, vq_program *p, const char *what, double n,
                          int64_t max_iters)
 {
-    vq_tensor *x = vec3(1.5, -2.25, 1e6), *tn = scalar(n), *one = scalar(1), *half = scalar(0.5),
-              *ti = scalar(0);
-    vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+    struct counter_feeds cf;
+    counter_feeds_make(&cf, vec3(1.5, -2.25, 1e6), n, 0);
     vq_fetch fetches[] = {{"xo", NULL}, {"xs", NULL}, {"is", NULL}, {"cs", NULL}};
-    int rc = vq_exec_run(f->ex, p, f->s, feeds, 5, fetches, 4);
+    int rc = vq_exec_run(f->ex, p, f->s, cf.feeds, 5, fetches, 4);
     cr_assert_eq(rc, 0, "%s: %s", what, vq_errmsg());
     vq_tensor *got[4];
     for (int k = 0; k < 4; k++)
-        got[k] = host(f->e, fetches[k].tensor);
+        got[k] = on_host(f->e, fetches[k].tensor);
     double want[3] = {1.5, -2.25, 1e6}, wi = 0;
     int64_t iters = 0;
     for (; wi < n && (max_iters < 0 || iters < max_iters); iters++) {
@@ -2108,11 +1928,8 @@ static void run_stacking(struct fix *f, vq_program *p, const char *what, double 
     const double *xo = vq_tensor_data(got[0]);
     for (int j = 0; j < 3; j++)
         cr_assert(xo[j] == want[j], "%s: xo[%d]", what, j);
-    for (int k = 0; k < 4; k++)
-        vq_tensor_release(got[k]);
-    vq_tensor *all[] = {x, tn, one, half, ti};
-    for (int i = 0; i < N_OF(all); i++)
-        vq_tensor_release(all[i]);
+    release_tensors(got, 4);
+    counter_feeds_free(&cf);
 }
 
 /* stack_outputs: each iteration's values along a new axis 0, against C,
@@ -2152,8 +1969,7 @@ Test(control, a_while_without_iterations_stacks_an_empty_output)
         cr_assert_eq(vq_tensor_numel(fx.tensor), 0);
         vq_tensor_release(fx.tensor);
         vq_tensor *all[] = {x, tn, one, half, ti};
-        for (int i = 0; i < N_OF(all); i++)
-            vq_tensor_release(all[i]);
+        release_tensors(all, N_OF(all));
         fix_free(&f);
     }
     vq_program_free(p);
@@ -2164,25 +1980,10 @@ Test(control, a_while_without_iterations_stacks_an_empty_output)
  * makes another number fails naming the var; the plan stays usable. */
 Test(control, a_stacked_output_declared_with_its_iterations_checks_them)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    bvar(p, 0, "n", VQ_F64, 0, NULL);
-    bvar(p, 0, "one", VQ_F64, 0, NULL);
-    bvar(p, 0, "i0", VQ_F64, 0, NULL);
-    bvar(p, 0, "io", VQ_F64, 0, NULL);
-    bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-    bvar(p, 0, "is", VQ_F64, 1, (int64_t[]){4});
-    int b = add_block(p, 0);
-    bvar(p, b, "bi", VQ_F64, 0, NULL);
-    bvar(p, b, "bi2", VQ_F64, 0, NULL);
-    bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-    bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[6];
-    while_attrs(a, b, NAMES("bi"), NAMES("bi2"), 1, "bc", -1);
-    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("bi2"), 1);
-    bop(p, 0, "while", NAMES("c0", "i0"), 2, NAMES("io", "is"), 2, a, 6);
+    vq_program *p = program_with_vars("f64 n one i0 io; bool c0; f64[4] is");
+    int b = block_with(p, 0, "f64 bi bi2; bool bc", "add bi one -> bi2; less bi2 n -> bc");
+    add_ops(p, 0, "less i0 n -> c0");
+    add_while(p, 0, b, "c0 i0 -> io is", "bi -> bi2", "bc", -1, "bi2");
     struct fix f = fix_new(&setups[2]);
     for (int k = 0; k < 3; k++) {
         double n = k == 1 ? 3 : 4;
@@ -2226,44 +2027,23 @@ Test(control, bad_stack_outputs_are_errors_naming_the_op_and_var)
          "f64[-1,3], declared f64[-1,4]"},
     };
     for (int k = 0; k < N_OF(cases); k++) {
-        vq_program *p;
-        cr_assert_eq(vq_program_new(&p), 0);
-        const char *scalars[] = {"n", "one", "half", "i0", "io"};
-        for (int i = 0; i < N_OF(scalars); i++)
-            bvar(p, 0, scalars[i], VQ_F64, 0, NULL);
-        bvar(p, 0, "x", VQ_F64, 1, S3);
-        bvar(p, 0, "xo", VQ_F64, 1, S3);
-        bvar(p, 0, "c0", VQ_BOOL, 0, NULL);
-        bvar(p, 0, "xs", VQ_F64, 2, (int64_t[]){-1, cases[k].dim1});
-        bvar(p, 0, "xs2", VQ_F64, 2, (int64_t[]){-1, 3});
-        int b = add_block(p, 0);
-        bvar(p, b, "bx", VQ_F64, 1, S3);
-        bvar(p, b, "bt", VQ_F64, 1, S3);
-        bvar(p, b, "bx2", VQ_F64, 1, S3);
-        bvar(p, b, "bi", VQ_F64, 0, NULL);
-        bvar(p, b, "bi2", VQ_F64, 0, NULL);
-        bvar(p, b, "bc", VQ_BOOL, 0, NULL);
-        bop(p, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-        bop(p, b, "mul", NAMES("bx", "half"), 2, NAMES("bt"), 1, NULL, 0);
-        bop(p, b, "add", NAMES("bt", "bi2"), 2, NAMES("bx2"), 1, NULL, 0);
-        bop(p, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-        bop(p, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
+        vq_program *p = new_program();
+        char extra[64];
+        snprintf(extra, sizeof extra, "f64[-1,%lld] xs; f64[-1,3] xs2", (long long)cases[k].dim1);
+        int b = counter_parts_with(p, extra);
         vq_attr a[6];
         while_attrs(a, b, NAMES("bx", "bi"), NAMES("bx2", "bi2"), 2, "bc", -1);
         a[5] = VQ_ATTR_SS("stack_outputs", cases[k].names, cases[k].n);
         bop(p, 0, "while", NAMES("c0", "x", "i0"), 3, NAMES("xo", "io", "xs", "xs2"), cases[k].nout,
             a, 6);
         struct fix f = fix_new(&setups[2]);
-        vq_tensor *x = vec3(1, 2, 3), *tn = scalar(2), *one = scalar(1), *half = scalar(0.5),
-                  *ti = scalar(0);
-        vq_feed feeds[] = {{"x", x}, {"n", tn}, {"one", one}, {"half", half}, {"i0", ti}};
+        struct counter_feeds cf;
+        counter_feeds_make(&cf, vec3(1, 2, 3), 2, 0);
         vq_fetch fo = {"xo", NULL};
-        cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 5, &fo, 1), VQ_EINVAL, "case %d", k);
+        cr_assert_eq(vq_exec_run(f.ex, p, f.s, cf.feeds, 5, &fo, 1), VQ_EINVAL, "case %d", k);
         cr_assert(strstr(vq_errmsg(), "op 1 (while): ") && strstr(vq_errmsg(), cases[k].msg),
                   "case %d: %s", k, vq_errmsg());
-        vq_tensor *all[] = {x, tn, one, half, ti};
-        for (int i = 0; i < N_OF(all); i++)
-            vq_tensor_release(all[i]);
+        counter_feeds_free(&cf);
         fix_free(&f);
         vq_program_free(p);
     }
@@ -2273,42 +2053,10 @@ Test(control, bad_stack_outputs_are_errors_naming_the_op_and_var)
  * second loss, sum(hs * hs), that depends on it. */
 static vq_program *stacking_loss_program(void)
 {
-    vq_program *q;
-    cr_assert_eq(vq_program_new(&q), 0);
-    const char *params[] = {"w", "b", "h0"};
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(vq_program_add_var(q, 0, params[i], VQ_F64, 1, S3, true), 0);
-    const char *scalars[] = {"n", "one", "i0", "io"};
-    for (int i = 0; i < N_OF(scalars); i++)
-        bvar(q, 0, scalars[i], VQ_F64, 0, NULL);
-    bvar(q, 0, "c0", VQ_BOOL, 0, NULL);
-    bvar(q, 0, "h", VQ_F64, 1, S3);
-    bvar(q, 0, "hh", VQ_F64, 1, S3);
-    bvar(q, 0, "loss", VQ_F64, 0, NULL);
-    bvar(q, 0, "hs", VQ_F64, 2, (int64_t[]){-1, 3});
-    bvar(q, 0, "hs2", VQ_F64, 2, (int64_t[]){-1, 3});
-    bvar(q, 0, "loss2", VQ_F64, 0, NULL);
-    int b = add_block(q, 0);
-    const char *vecs[] = {"bh", "z1", "z2", "bh2"};
-    for (int i = 0; i < N_OF(vecs); i++)
-        bvar(q, b, vecs[i], VQ_F64, 1, S3);
-    bvar(q, b, "bi", VQ_F64, 0, NULL);
-    bvar(q, b, "bi2", VQ_F64, 0, NULL);
-    bvar(q, b, "bc", VQ_BOOL, 0, NULL);
-    bop(q, b, "mul", NAMES("bh", "w"), 2, NAMES("z1"), 1, NULL, 0);
-    bop(q, b, "add", NAMES("z1", "b"), 2, NAMES("z2"), 1, NULL, 0);
-    bop(q, b, "tanh", NAMES("z2"), 1, NAMES("bh2"), 1, NULL, 0);
-    bop(q, b, "add", NAMES("bi", "one"), 2, NAMES("bi2"), 1, NULL, 0);
-    bop(q, b, "less", NAMES("bi2", "n"), 2, NAMES("bc"), 1, NULL, 0);
-    bop(q, 0, "less", NAMES("i0", "n"), 2, NAMES("c0"), 1, NULL, 0);
-    vq_attr a[6];
-    while_attrs(a, b, NAMES("bh", "bi"), NAMES("bh2", "bi2"), 2, "bc", -1);
-    a[5] = VQ_ATTR_SS("stack_outputs", NAMES("z2"), 1);
-    bop(q, 0, "while", NAMES("c0", "h0", "i0"), 3, NAMES("h", "io", "hs"), 3, a, 6);
-    bop(q, 0, "mul", NAMES("h", "h"), 2, NAMES("hh"), 1, NULL, 0);
-    bop(q, 0, "sum", NAMES("hh"), 1, NAMES("loss"), 1, NULL, 0);
-    bop(q, 0, "mul", NAMES("hs", "hs"), 2, NAMES("hs2"), 1, NULL, 0);
-    bop(q, 0, "sum", NAMES("hs2"), 1, NAMES("loss2"), 1, NULL, 0);
+    vq_program *q = new_program();
+    int b = while_loss_parts(q, "f64[-1,3] hs hs2; f64 loss2");
+    add_while(q, 0, b, "c0 h0 i0 -> h io hs", "bh bi -> bh2 bi2", "bc", -1, "z2");
+    add_ops(q, 0, "mul h h -> hh; sum hh -> loss; mul hs hs -> hs2; sum hs2 -> loss2");
     return q;
 }
 
@@ -2338,7 +2086,7 @@ Test(control, autodiff_through_a_stacking_while_refuses_the_stacked_output)
             cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 3, a, 4), 0, "%s", vq_errmsg());
             cr_assert_eq(vq_exec_run(f.ex, plain, f.s, feeds, 3, b, 3), 0, "%s", vq_errmsg());
             for (int q = 0; q < 3; q++) {
-                vq_tensor *x = host(f.e, a[q].tensor), *y = host(f.e, b[q].tensor);
+                vq_tensor *x = on_host(f.e, a[q].tensor), *y = on_host(f.e, b[q].tensor);
                 cr_assert(!memcmp(vq_tensor_data(x), vq_tensor_data(y), 3 * sizeof(double)),
                           "%s, n %d: %s differs", setups[setup_ids[si]].name, n, a[q].name);
                 vq_tensor_release(x);

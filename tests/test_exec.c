@@ -51,6 +51,42 @@ static vq_tensor *direct_mlp(vq_tensor *x, vq_tensor *w, vq_tensor *b)
     return y;
 }
 
+/* mlp_program run once on e: an executor (options o), a scope holding
+ * copies of w and b and a copy of x fed (a tensor belongs to one engine:
+ * each gets its own copies); y must have want's bits. */
+struct mlp_run {
+    vq_exec *ex;
+    vq_scope *s;
+    vq_tensor *xk;
+    vq_fetch fetch;
+};
+
+static void mlp_run(struct mlp_run *r, vq_engine *e, const vq_exec_opts *o, vq_program *p,
+                    vq_tensor *w, vq_tensor *b, vq_tensor *x, vq_tensor *want)
+{
+    vq_tensor *wk = tensor_of(VQ_F64, 2, vq_tensor_shape(w), vq_tensor_data(w));
+    vq_tensor *bk = tensor_of(VQ_F64, 1, vq_tensor_shape(b), vq_tensor_data(b));
+    cr_assert_eq(vq_scope_new(&r->s), 0);
+    cr_assert_eq(vq_scope_set(r->s, "w", wk), 0);
+    cr_assert_eq(vq_scope_set(r->s, "b", bk), 0);
+    vq_tensor_release(wk);
+    vq_tensor_release(bk);
+    cr_assert_eq(vq_exec_new(&r->ex, e, o), 0);
+    r->xk = tensor_of(VQ_F64, 2, vq_tensor_shape(x), vq_tensor_data(x));
+    vq_feed feed = {"x", r->xk};
+    r->fetch = (vq_fetch){"y", NULL};
+    cr_assert_eq(vq_exec_run(r->ex, p, r->s, &feed, 1, &r->fetch, 1), 0, "%s", vq_errmsg());
+    assert_same_bits(r->fetch.tensor, want);
+}
+
+static void mlp_run_free(struct mlp_run *r)
+{
+    vq_tensor_release(r->fetch.tensor);
+    vq_tensor_release(r->xk);
+    vq_exec_free(r->ex);
+    vq_scope_free(r->s);
+}
+
 Test(exec, program_gives_the_direct_results_with_identical_bits_on_every_engine)
 {
     uint64_t rng = oc_seed("exec");
@@ -65,35 +101,14 @@ Test(exec, program_gives_the_direct_results_with_identical_bits_on_every_engine)
         vq_tensor *want = direct_mlp(x, w, b);
         for (int k = 0; k < 4; k++) {
             vq_engine *e = engine(kinds[k][0], kinds[k][1]);
-            vq_scope *s;
-            vq_exec *ex;
-            /* A tensor belongs to one engine: each gets its own copies. */
-            vq_tensor *wk, *bk;
-            cr_assert_eq(vq_tensor_from(&wk, VQ_F64, 2, ws, vq_tensor_data(w)), 0);
-            cr_assert_eq(vq_tensor_from(&bk, VQ_F64, 1, bs, vq_tensor_data(b)), 0);
-            cr_assert_eq(vq_scope_new(&s), 0);
-            cr_assert_eq(vq_scope_set(s, "w", wk), 0);
-            cr_assert_eq(vq_scope_set(s, "b", bk), 0);
-            vq_tensor_release(wk);
-            vq_tensor_release(bk);
-            cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
-            vq_tensor *xk;
-            cr_assert_eq(vq_tensor_from(&xk, VQ_F64, 2, xs, vq_tensor_data(x)), 0);
-            vq_feed feed = {"x", xk};
-            vq_fetch fetch = {"y", NULL};
-            cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
-            assert_same_bits(fetch.tensor, want);
-            vq_tensor_release(fetch.tensor);
-            vq_tensor_release(xk);
-            vq_exec_free(ex);
-            vq_scope_free(s);
+            struct mlp_run r;
+            mlp_run(&r, e, NULL, p, w, b, x, want);
+            mlp_run_free(&r);
             vq_engine_free(e);
         }
-        vq_tensor_release(want);
-        vq_tensor_release(x);
+        release_tensors((vq_tensor *[]){want, x}, 2);
     }
-    vq_tensor_release(w);
-    vq_tensor_release(b);
+    release_tensors((vq_tensor *[]){w, b}, 2);
     vq_program_free(p);
 }
 
@@ -130,12 +145,8 @@ static vq_exec_stats stats(vq_exec *ex)
 /* out = x * 2 + 1 (and also u = relu(x)). */
 static vq_program *small_program(double scale)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t s[1] = {4};
-    var(p, "x", VQ_F32, 1, s, false);
-    var(p, "out", VQ_F32, 1, s, false);
-    var(p, "u", VQ_F32, 1, s, false);
+    vq_program *p = new_program();
+    declare_vars(p, 0, "f32[4] x out u");
     vq_attr a[2] = {VQ_ATTR_F("scale", scale), VQ_ATTR_F("bias", 1)};
     op(p, "scale", NAMES("x"), 1, NAMES("out"), 1, a, 2);
     op(p, "relu", NAMES("x"), 1, NAMES("u"), 1, NULL, 0);
@@ -146,8 +157,7 @@ static vq_tensor *vec4(float a, float b, float c, float d)
 {
     int64_t s[1] = {4};
     float v[4] = {a, b, c, d};
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_from(&t, VQ_F32, 1, s, v), 0);
+    vq_tensor *t = tensor_of(VQ_F32, 1, s, v);
     return t;
 }
 
@@ -217,11 +227,8 @@ Test(exec, the_cache_evicts_the_least_recently_used_plan)
 Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
     int64_t s[1] = {1 << 18}; /* 1 MiB of f32 */
-    var(p, "t0", VQ_F32, 1, s, false);
-    var(p, "w", VQ_F32, 1, s, true);
+    vq_program *p = program_with_vars("f32[262144] t0 w*");
     char name[32], prev[32] = "t0";
     for (int i = 1; i <= 1000; i++) {
         snprintf(name, sizeof name, "t%d", i);
@@ -236,11 +243,9 @@ Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
     }
     /* w = w + t1000: a persistable written in place at the end. */
     op(p, "add", NAMES("w", "t1000"), 2, NAMES("w"), 1, NULL, 0);
-    vq_tensor *w;
-    cr_assert_eq(vq_tensor_new(&w, VQ_F32, 1, s), 0);
+    vq_tensor *w = tensor_new(VQ_F32, 1, s);
     cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
-    vq_tensor *t0;
-    cr_assert_eq(vq_tensor_new(&t0, VQ_F32, 1, s), 0);
+    vq_tensor *t0 = tensor_new(VQ_F32, 1, s);
     vq_feed feed = {"t0", t0};
     vq_fetch fetch[2] = {{"t1000", NULL}, {"t500", NULL}};
     for (int run = 1; run <= 2; run++) {
@@ -268,28 +273,20 @@ Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
 Test(exec, two_persistable_names_of_one_tensor_update_it_in_program_order)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s[1] = {4};
-    var(p, "x", VQ_F32, 1, s, false);
-    var(p, "t1", VQ_F32, 1, s, false);
-    var(p, "t2", VQ_F32, 1, s, false);
-    var(p, "t3", VQ_F32, 1, s, false);
-    var(p, "w", VQ_F32, 1, s, true);
-    var(p, "v", VQ_F32, 1, s, true);
+    declare_vars(p, 0, "f32[4] x t1 t2 t3 w* v*");
     vq_attr ab[2] = {VQ_ATTR_F("scale", 1.0), VQ_ATTR_F("bias", 1.0)};
     op(p, "scale", NAMES("x"), 1, NAMES("t1"), 1, ab, 2);       /* x + 1 */
     op(p, "add", NAMES("w", "t1"), 2, NAMES("w"), 1, NULL, 0);  /* z += x + 1 */
     op(p, "scale", NAMES("t1"), 1, NAMES("t2"), 1, ab, 2);      /* x + 2 */
     op(p, "mul", NAMES("v", "t2"), 2, NAMES("v"), 1, NULL, 0);  /* z *= x + 2 */
     op(p, "add", NAMES("t2", "w"), 2, NAMES("t3"), 1, NULL, 0); /* reads z after */
-    vq_tensor *z;
-    cr_assert_eq(vq_tensor_new(&z, VQ_F32, 1, s), 0);
+    vq_tensor *z = tensor_new(VQ_F32, 1, s);
     cr_assert_eq(vq_scope_set(f.s, "w", z), 0);
     cr_assert_eq(vq_scope_set(f.s, "v", z), 0);
     float xv[4] = {0, 1, 2, 3};
-    vq_tensor *x;
-    cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, s, xv), 0);
+    vq_tensor *x = tensor_of(VQ_F32, 1, s, xv);
     vq_feed feed = {"x", x};
     vq_fetch fetch = {"t3", NULL};
     float want[4] = {0, 0, 0, 0};
@@ -354,6 +351,14 @@ Test(exec, sixteen_async_runs_in_flight_each_report_once_with_their_own_results)
     fixture_free(&f);
 }
 
+/* An i32[2] feed of div_program. */
+static vq_tensor *div_feed(int32_t a, int32_t b)
+{
+    int64_t s[1] = {2};
+    int32_t v[2] = {a, b};
+    return tensor_of(VQ_I32, 1, s, v);
+}
+
 Test(exec, a_failing_op_fails_the_run_with_its_name_and_the_plan_stays_usable)
 {
     struct fixture f = fixture(0);
@@ -361,9 +366,9 @@ Test(exec, a_failing_op_fails_the_run_with_its_name_and_the_plan_stays_usable)
     int64_t s[1] = {2};
     int32_t av[2] = {6, 8}, zero[2] = {1, 0}, two[2] = {2, 2};
     vq_tensor *a, *bz, *b2;
-    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
-    cr_assert_eq(vq_tensor_from(&bz, VQ_I32, 1, s, zero), 0);
-    cr_assert_eq(vq_tensor_from(&b2, VQ_I32, 1, s, two), 0);
+    a = tensor_of(VQ_I32, 1, s, av);
+    bz = tensor_of(VQ_I32, 1, s, zero);
+    b2 = tensor_of(VQ_I32, 1, s, two);
     vq_feed feeds[2] = {{"a", a}, {"b", bz}};
     vq_fetch fetch = {"r", NULL};
     cr_assert_eq(vq_exec_run(f.ex, p, f.s, feeds, 2, &fetch, 1), VQ_EINVAL);
@@ -413,13 +418,11 @@ static void expect_prepare_error(struct fixture *f, vq_program *p, const char *c
 Test(exec, bad_programs_are_errors_naming_the_op_and_var)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s2[2] = {2, 3}, s3[2] = {4, 5}, s1[1] = {3};
     var(p, "x", VQ_F32, 2, s2, false);
     var(p, "y", VQ_F32, 2, s3, false);
-    var(p, "t", VQ_F32, 2, s2, false);
-    var(p, "z", VQ_F32, 2, s2, false);
+    declare_vars(p, 0, "f32[2,3] t z");
     var(p, "k", VQ_F64, 1, s1, false);
     var(p, "w", VQ_F32, 2, s2, true);
     op(p, "matmul", NAMES("x", "y"), 2, NAMES("z"), 1, NULL, 0);
@@ -428,19 +431,14 @@ Test(exec, bad_programs_are_errors_naming_the_op_and_var)
     vq_program_free(p);
 
     cr_assert_eq(vq_program_new(&p), 0);
-    var(p, "x", VQ_F32, 2, s2, false);
-    var(p, "t", VQ_F32, 2, s2, false);
-    var(p, "z", VQ_F32, 2, s2, false);
-    var(p, "w", VQ_F32, 2, s2, true);
+    declare_vars(p, 0, "f32[2,3] x t z w*");
     op(p, "relu", NAMES("t"), 1, NAMES("z"), 1, NULL, 0);
     expect_prepare_error(&f, p, NAMES("x"), 1, "z",
                          "op 0 (relu): reads var t, which no earlier op writes and no feed");
     vq_program_free(p);
 
     cr_assert_eq(vq_program_new(&p), 0);
-    var(p, "x", VQ_F32, 2, s2, false);
-    var(p, "z", VQ_F32, 2, s2, false);
-    var(p, "w", VQ_F32, 2, s2, true);
+    declare_vars(p, 0, "f32[2,3] x z w*");
     op(p, "add", NAMES("x", "w"), 2, NAMES("z"), 1, NULL, 0);
     expect_prepare_error(&f, p, NAMES("x"), 1, "z",
                          "op 0 (add): reads var w, which is persistable but is not in the scope");
@@ -464,12 +462,8 @@ Test(exec, feeds_of_the_wrong_shape_are_refused)
     struct fixture f = fixture(0);
     vq_program *p = small_program(2);
     int64_t s[1] = {5};
-    vq_tensor *x;
-    cr_assert_eq(vq_tensor_new(&x, VQ_F32, 1, s), 0);
-    vq_feed feed = {"x", x};
-    vq_fetch fetch = {"out", NULL};
-    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "feed x: got f32[5], the var is f32[4]"), "%s", vq_errmsg());
+    vq_tensor *x = tensor_new(VQ_F32, 1, s);
+    run_refused(f.ex, p, f.s, "x", x, "out", "feed x: got f32[5], the var is f32[4]");
     vq_tensor_release(x);
     vq_program_free(p);
     fixture_free(&f);
@@ -485,15 +479,14 @@ Test(exec, a_startup_program_creates_persistables_that_the_main_program_updates)
     vq_attr fill[2] = {VQ_ATTR_IS("shape", s, 1), VQ_ATTR_F("value", 2)};
     op(startup, "fill_constant", NULL, 0, NAMES("w"), 1, fill, 2);
     cr_assert_eq(vq_program_new(&main_p), 0);
-    var(main_p, "w", VQ_F32, 1, s, true);
-    var(main_p, "g", VQ_F32, 1, s, false);
+    declare_vars(main_p, 0, "f32[3] w* g");
     vq_attr lr = VQ_ATTR_F("learning_rate", 0.5);
     op(main_p, "sgd", NAMES("w", "g"), 2, NAMES("w"), 1, &lr, 1);
     cr_assert_eq(vq_exec_run(f.ex, startup, f.s, NULL, 0, NULL, 0), 0, "%s", vq_errmsg());
     vq_tensor *g;
     int64_t gs[1] = {3};
     float gv[3] = {1, 2, 3};
-    cr_assert_eq(vq_tensor_from(&g, VQ_F32, 1, gs, gv), 0);
+    g = tensor_of(VQ_F32, 1, gs, gv);
     vq_feed feed = {"g", g};
     vq_fetch fetch = {"w", NULL};
     for (int i = 0; i < 3; i++) {
@@ -523,10 +516,7 @@ Test(exec, gpu_tensors_are_refused_as_feeds)
     vq_tensor *x;
     cr_assert_eq(vq_tensor_new_on(&x, (vq_ctx){VQ_DEV_GPU, 0}, VQ_F32, 1, s), 0, "%s",
                  vq_errmsg());
-    vq_feed feed = {"x", x};
-    vq_fetch fetch = {"out", NULL};
-    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "feed x: the tensor is on GPU 0"), "%s", vq_errmsg());
+    run_refused(f.ex, p, f.s, "x", x, "out", "feed x: the tensor is on GPU 0");
     vq_tensor_release(x);
     vq_program_free(p);
     fixture_free(&f);
@@ -535,22 +525,13 @@ Test(exec, gpu_tensors_are_refused_as_feeds)
 Test(exec, a_feed_whose_imperative_op_failed_fails_the_run_without_hanging)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t s[1] = {2};
-    var(p, "q", VQ_I32, 1, s, false);
-    var(p, "r", VQ_I32, 1, s, false);
-    op(p, "add", NAMES("q", "q"), 2, NAMES("r"), 1, NULL, 0);
-    int32_t a[2] = {4, 6}, zero[2] = {1, 0};
-    vq_tensor *x, *y, *q[1] = {NULL};
-    cr_assert_eq(vq_tensor_from(&x, VQ_I32, 1, s, a), 0);
-    cr_assert_eq(vq_tensor_from(&y, VQ_I32, 1, s, zero), 0);
+    vq_program *p = program_of("i32[2] q r", "add q q -> r");
+    vq_tensor *x = div_feed(4, 6), *y = div_feed(1, 0), *q[1] = {NULL};
     vq_tensor *in[2] = {x, y};
     cr_assert_eq(vq_op_run(f.e, "div", in, 2, q, 1, NULL, 0), 0); /* fails in the kernel */
+    run_refused(f.ex, p, f.s, "q", q[0], "r", "feed q: div: integer division by zero");
     vq_feed feed = {"q", q[0]};
     vq_fetch fetch = {"r", NULL};
-    cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), VQ_EINVAL);
-    cr_assert(strstr(vq_errmsg(), "feed q: div: integer division by zero"), "%s", vq_errmsg());
     /* The error was reported and cleared; the tensor (garbage, but valid)
      * and the plan work again. */
     cr_assert_eq(vq_exec_run(f.ex, p, f.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
@@ -565,16 +546,8 @@ Test(exec, a_feed_whose_imperative_op_failed_fails_the_run_without_hanging)
 Test(exec, a_failed_imperative_op_on_a_scope_tensor_does_not_stop_runs)
 {
     struct fixture f = fixture(0);
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t s[1] = {2};
-    var(p, "w", VQ_I32, 1, s, true);
-    var(p, "r", VQ_I32, 1, s, false);
-    op(p, "add", NAMES("w", "w"), 2, NAMES("r"), 1, NULL, 0);
-    int32_t a[2] = {4, 6}, zero[2] = {1, 0};
-    vq_tensor *w, *y;
-    cr_assert_eq(vq_tensor_from(&w, VQ_I32, 1, s, a), 0);
-    cr_assert_eq(vq_tensor_from(&y, VQ_I32, 1, s, zero), 0);
+    vq_program *p = program_of("i32[2] w* r", "add w w -> r");
+    vq_tensor *w = div_feed(4, 6), *y = div_feed(1, 0);
     cr_assert_eq(vq_scope_set(f.s, "w", w), 0);
     vq_tensor *in[2] = {w, y}, *out[1] = {w};
     cr_assert_eq(vq_op_run(f.e, "div", in, 2, out, 1, NULL, 0), 0); /* fails in the kernel */
@@ -598,8 +571,7 @@ Test(exec, a_failed_imperative_op_on_a_scope_tensor_does_not_stop_runs)
  * used as it is, so it must not be written either). */
 Test(exec, fed_tensors_are_never_written_by_in_place_ops)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s[1] = {4};
     var(p, "x", VQ_F32, 1, s, false);
     op(p, "relu", NAMES("x"), 1, NAMES("x"), 1, NULL, 0);
@@ -666,14 +638,7 @@ Test(exec, fed_tensors_are_never_written_by_in_place_ops)
  * writes fails the run naming the op, output, var and element. */
 Test(exec, the_nan_check_names_the_op_and_var_that_made_a_nan)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
-    int64_t s[1] = {4};
-    var(p, "x", VQ_F32, 1, s, false);
-    var(p, "y", VQ_F32, 1, s, false);
-    var(p, "z", VQ_F32, 1, s, false);
-    op(p, "relu", NAMES("x"), 1, NAMES("y"), 1, NULL, 0);
-    op(p, "log", NAMES("x"), 1, NAMES("z"), 1, NULL, 0);
+    vq_program *p = program_of("f32[4] x y z", "relu x -> y; log x -> z");
     vq_engine *e = engine(VQ_ENGINE_THREADED, 2);
     vq_scope *sc;
     cr_assert_eq(vq_scope_new(&sc), 0);
@@ -734,6 +699,16 @@ static double trace_start(const char *path, const char *name)
     return ts;
 }
 
+/* Writes e's profile to a new file named from path (a mkstemp template,
+ * rewritten in place). */
+static void profiler_dump_tmp(vq_engine *e, char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(vq_profiler_dump(e, path), 0);
+}
+
 /* Op priorities: two independent ops queued behind a long one on one
  * worker start in push order, or the higher-priority one first; the
  * priority is saved and dumped. */
@@ -741,16 +716,12 @@ Test(exec, op_priorities_order_ready_ops)
 {
     int64_t big[2] = {400, 400}, s4[1] = {4};
     for (int prio = 0; prio < 2; prio++) {
-        vq_program *p;
-        cr_assert_eq(vq_program_new(&p), 0);
-        var(p, "m", VQ_F32, 2, big, false);
-        var(p, "mm", VQ_F32, 2, big, false);
+        vq_program *p = new_program();
+        declare_vars(p, 0, "f32[400,400] m mm");
         var(p, "x", VQ_F32, 1, s4, false);
         var(p, "a", VQ_F32, 1, s4, false);
         var(p, "b", VQ_F32, 1, s4, false);
-        op(p, "matmul", NAMES("m", "m"), 2, NAMES("mm"), 1, NULL, 0);
-        op(p, "relu", NAMES("x"), 1, NAMES("a"), 1, NULL, 0);
-        op(p, "sigmoid", NAMES("x"), 1, NAMES("b"), 1, NULL, 0);
+        add_ops(p, 0, "matmul m m -> mm; relu x -> a; sigmoid x -> b");
         if (prio) {
             cr_assert_eq(vq_program_set_op_priority(p, 0, 2, 5), 0);
             cr_assert_eq(vq_program_set_op_priority(p, 0, 3, 5), VQ_EINVAL);
@@ -771,7 +742,7 @@ Test(exec, op_priorities_order_ready_ops)
         vq_scope *sc;
         cr_assert_eq(vq_scope_new(&sc), 0);
         vq_tensor *m, *x = vec4(1, -2, 3, -4);
-        cr_assert_eq(vq_tensor_new(&m, VQ_F32, 2, big), 0);
+        m = tensor_new(VQ_F32, 2, big);
         vq_feed feeds[2] = {{"m", m}, {"x", x}};
         vq_fetch f[2] = {{"a", NULL}, {"b", NULL}};
         cr_assert_eq(vq_exec_prepare(ex, p, sc, (const char *[]){"m", "x"}, 2,
@@ -786,10 +757,7 @@ Test(exec, op_priorities_order_ready_ops)
         cr_assert_eq(vq_wait_all(e), 0);
         cr_assert_eq(res.err, 0);
         char path[] = "/tmp/varq_prio_XXXXXX";
-        int fd = mkstemp(path);
-        cr_assert_geq(fd, 0);
-        close(fd);
-        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        profiler_dump_tmp(e, path);
         double relu = trace_start(path, "relu"), sig = trace_start(path, "sigmoid");
         unlink(path);
         cr_assert(relu >= 0 && sig >= 0);
@@ -808,14 +776,22 @@ Test(exec, op_priorities_order_ready_ops)
     }
 }
 
+/* Opens a profiler trace; key becomes the start of a line naming a span
+ * called name. */
+static FILE *trace_open(const char *path, const char *name, char *key, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    snprintf(key, cap, "{\"name\":\"%s\"", name);
+    return f;
+}
+
 /* Spans named name in a profiler trace: their count, and the first one's
  * start and end (microseconds). */
 static int trace_count(const char *path, const char *name, double *start, double *end)
 {
-    FILE *f = fopen(path, "r");
-    cr_assert(f);
     char line[512], key[64];
-    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    FILE *f = trace_open(path, name, key, sizeof key);
     int n = 0;
     while (fgets(line, sizeof line, f)) {
         const char *t = strstr(line, "\"ts\":"), *d = strstr(line, "\"dur\":");
@@ -847,26 +823,11 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
         vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 1,
                              .flags = VQ_ENGINE_PROFILE};
         cr_assert_eq(vq_engine_new(&e, &eo), 0);
-        vq_exec *ex;
         vq_exec_opts xo = {.flags = noseg ? VQ_EXEC_NO_SEGMENTS : 0};
-        cr_assert_eq(vq_exec_new(&ex, e, &xo), 0);
-        vq_scope *s;
-        cr_assert_eq(vq_scope_new(&s), 0);
-        vq_tensor *wk, *bk, *xk;
-        cr_assert_eq(vq_tensor_from(&wk, VQ_F64, 2, ws, vq_tensor_data(w)), 0);
-        cr_assert_eq(vq_tensor_from(&bk, VQ_F64, 1, bs, vq_tensor_data(b)), 0);
-        cr_assert_eq(vq_tensor_from(&xk, VQ_F64, 2, xs, vq_tensor_data(x)), 0);
-        cr_assert_eq(vq_scope_set(s, "w", wk), 0);
-        cr_assert_eq(vq_scope_set(s, "b", bk), 0);
-        vq_feed feed = {"x", xk};
-        vq_fetch fetch = {"y", NULL};
-        cr_assert_eq(vq_exec_run(ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
-        assert_same_bits(fetch.tensor, want);
+        struct mlp_run r;
+        mlp_run(&r, e, &xo, p, w, b, x, want);
         char path[] = "/tmp/varq_seg_XXXXXX";
-        int fd = mkstemp(path);
-        cr_assert_geq(fd, 0);
-        close(fd);
-        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        profiler_dump_tmp(e, path);
         double s0 = 0, s1 = 0;
         cr_assert_eq(trace_count(path, "segment", &s0, &s1), noseg ? 0 : 1);
         for (int i = 0; i < 5; i++) {
@@ -877,18 +838,10 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
                           "%s [%g, %g] outside the segment [%g, %g]", types[i], t0, t1, s0, s1);
         }
         unlink(path);
-        vq_tensor_release(fetch.tensor);
-        vq_tensor_release(wk);
-        vq_tensor_release(bk);
-        vq_tensor_release(xk);
-        vq_exec_free(ex);
-        vq_scope_free(s);
+        mlp_run_free(&r);
         vq_engine_free(e);
     }
-    vq_tensor_release(want);
-    vq_tensor_release(x);
-    vq_tensor_release(w);
-    vq_tensor_release(b);
+    release_tensors((vq_tensor *[]){want, x, w, b}, 4);
     vq_program_free(p);
 }
 
@@ -896,8 +849,7 @@ Test(exec, a_chain_runs_as_one_segment_with_a_profiler_record_per_op)
  * on n elements. */
 static vq_program *branches_program(int64_t n)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s[1] = {n};
     var(p, "x", VQ_F64, 1, s, false);
     var(p, "y1", VQ_F64, 1, s, false);
@@ -926,8 +878,7 @@ Test(exec, a_block_of_small_ops_runs_as_one_segment_whatever_its_dependences)
         cr_assert_eq(vq_engine_new(&e, &eo), 0);
         vq_exec *ex;
         cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
-        vq_tensor *x;
-        cr_assert_eq(vq_tensor_new(&x, VQ_F64, 1, &n), 0);
+        vq_tensor *x = tensor_new(VQ_F64, 1, &n);
         double *xv = vq_tensor_data(x);
         for (int64_t i = 0; i < n; i++)
             xv[i] = (double)(i % 7) - 3;
@@ -938,10 +889,7 @@ Test(exec, a_block_of_small_ops_runs_as_one_segment_whatever_its_dependences)
         for (int64_t i = 0; i < n; i++)
             cr_assert_eq(z[i], (xv[i] > 0 ? xv[i] : 0) + 2 * xv[i], "z[%lld]", (long long)i);
         char path[] = "/tmp/varq_small_XXXXXX";
-        int fd = mkstemp(path);
-        cr_assert_geq(fd, 0);
-        close(fd);
-        cr_assert_eq(vq_profiler_dump(e, path), 0);
+        profiler_dump_tmp(e, path);
         double s0 = 0, s1 = 0, t0 = 0, t1 = 0;
         int segs = trace_count(path, "segment", &s0, &s1);
         cr_assert_eq(trace_count(path, "relu", &t0, &t1), 1);
@@ -981,7 +929,7 @@ Test(exec, runs_in_flight_keep_their_intermediates_apart_when_segments_name_fewe
         vq_fetch fetch[RUNS][1];
         struct async_result res[RUNS];
         for (int r = 0; r < RUNS; r++) {
-            cr_assert_eq(vq_tensor_new(&x[r], VQ_F64, 1, &n), 0);
+            x[r] = tensor_new(VQ_F64, 1, &n);
             double *xv = vq_tensor_data(x[r]);
             for (int64_t i = 0; i < n; i++)
                 xv[i] = (double)((i + r) % 9) - 4 + r;
@@ -1012,10 +960,8 @@ Test(exec, runs_in_flight_keep_their_intermediates_apart_when_segments_name_fewe
 /* The rows ("tid") of a trace's spans named name, at most max of them. */
 static int trace_rows(const char *path, const char *name, int *rows, int max)
 {
-    FILE *f = fopen(path, "r");
-    cr_assert(f);
     char line[512], key[64];
-    snprintf(key, sizeof key, "{\"name\":\"%s\"", name);
+    FILE *f = trace_open(path, name, key, sizeof key);
     int n = 0;
     while (fgets(line, sizeof line, f)) {
         const char *tid = strstr(line, "\"tid\":");
@@ -1039,11 +985,7 @@ Test(exec, a_synchronous_run_with_free_vars_runs_on_the_calling_thread)
     vq_exec *ex;
     cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
     vq_program *p = div_program();
-    int64_t s[1] = {2};
-    int32_t av[2] = {6, 8}, bv[2] = {2, 2};
-    vq_tensor *a, *b;
-    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
-    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, bv), 0);
+    vq_tensor *a = div_feed(6, 8), *b = div_feed(2, 2);
     vq_feed feeds[2] = {{"a", a}, {"b", b}};
     for (int run = 0; run < 4; run++) {
         vq_fetch fetch = {"r", NULL};
@@ -1052,10 +994,7 @@ Test(exec, a_synchronous_run_with_free_vars_runs_on_the_calling_thread)
         vq_tensor_release(fetch.tensor);
     }
     char path[] = "/tmp/varq_caller_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    cr_assert_eq(vq_profiler_dump(e, path), 0);
+    profiler_dump_tmp(e, path);
     static const char *const names[] = {"feed", "segment", "run_done"};
     for (int k = 0; k < 3; k++) {
         int rows[16];
@@ -1104,11 +1043,7 @@ Test(exec, the_waiting_thread_runs_the_runs_ops_while_the_worker_is_busy)
     vq_exec *ex;
     cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
     vq_program *p = div_program();
-    int64_t s[1] = {2};
-    int32_t av[2] = {6, 8}, bv[2] = {2, 2};
-    vq_tensor *a, *b;
-    cr_assert_eq(vq_tensor_from(&a, VQ_I32, 1, s, av), 0);
-    cr_assert_eq(vq_tensor_from(&b, VQ_I32, 1, s, bv), 0);
+    vq_tensor *a = div_feed(6, 8), *b = div_feed(2, 2);
     vq_feed feeds[2] = {{"a", a}, {"b", b}};
     vq_fetch fetch = {"r", NULL};
     /* once, so that the timed run below needs no preparation */
@@ -1150,8 +1085,7 @@ struct fault_case {
 
 static vq_tensor *scalar_f32(float v)
 {
-    vq_tensor *t;
-    cr_assert_eq(vq_tensor_from(&t, VQ_F32, 0, NULL, &v), 0);
+    vq_tensor *t = tensor_of(VQ_F32, 0, NULL, &v);
     return t;
 }
 
@@ -1167,8 +1101,7 @@ enum { CHAIN = 96 };
 
 static vq_program *chain_program(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s[1] = {4};
     char names[CHAIN + 1][16];
     for (int i = 0; i <= CHAIN; i++) {
@@ -1198,11 +1131,9 @@ enum { WIDTH = 48 };
 
 static vq_program *loop_program(void)
 {
-    vq_program *p;
-    cr_assert_eq(vq_program_new(&p), 0);
+    vq_program *p = new_program();
     int64_t s[1] = {4};
-    var(p, "x", VQ_F32, 1, s, false);
-    var(p, "xo", VQ_F32, 1, s, false);
+    declare_vars(p, 0, "f32[4] x xo");
     const char *scalars[] = {"i0", "n", "one", "io"};
     for (int i = 0; i < 4; i++)
         var(p, scalars[i], VQ_F32, 0, NULL, false);
@@ -1467,8 +1398,8 @@ Test(exec, executors_with_one_seed_draw_one_sequence_on_any_engine, .timeout = 1
             for (int i = 0; i < RANDOM_X; i++)
                 xv[i] = 1.5;
             vq_tensor *in[5];
-            cr_assert_eq(vq_tensor_from(&in[0], VQ_F64, 1, xs, xv), 0);
-            cr_assert_eq(vq_tensor_from(&in[1], VQ_F64, 1, as, zeros), 0);
+            in[0] = tensor_of(VQ_F64, 1, xs, xv);
+            in[1] = tensor_of(VQ_F64, 1, as, zeros);
             for (int i = 0; i < 3; i++)
                 cr_assert_eq(vq_tensor_from(&in[2 + i], VQ_F64, 0, NULL, &scal[i]), 0);
             vq_feed feeds[5] = {{"x", in[0]},

@@ -202,8 +202,8 @@ typedef struct vq__lr_schedule_params {
     int64_t step_size, t_max, total_iters;
 } vq__lr_schedule_params;
 
-/* The rate of schedule p at step t >= 0, in double (ops/cpu/optim.c): the
- * CPU kernel and the CUDA one (a host function, ops/cuda/ops.c) call this
+/* The rate of schedule p at step t >= 0, in double (ops/lr_schedule.c):
+ * the CPU kernel and the CUDA one (a host function, ops/cuda/) call this
  * same code, so they agree bit for bit. */
 double vq__lr_schedule_value(const vq__lr_schedule_params *p, int64_t t);
 

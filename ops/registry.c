@@ -583,6 +583,25 @@ int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
     return d->infer(&c);
 }
 
+int vq__kernel_scratch(const vq__kcall *k, vq_dtype dt, int64_t n, const char *what,
+                       vq_tensor **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    int rc = vq__tensor_empty(out, dt, 1, &n);
+    if (rc < 0)
+        return vq__fail_prefixed(rc, "%s: the %s of %lld elements", k->def->type, what,
+                                 (long long)n);
+    return 0;
+}
+
+int vq__call_slot_fail(int err, const char *type, int i, int nin)
+{
+    return vq__fail_prefixed(err, "%s: %s %d", type, i < nin ? "input" : "output",
+                             i < nin ? i : i - nin);
+}
+
 int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
 {
     /* On a GPU the backend decides: the CPU kernel as stream work on the
@@ -842,9 +861,6 @@ static int call_device(const vq__op_def *d, vq_tensor *const *in, int nin, vq_te
     }
     return 0;
 }
-
-/* Set by capture/ the first time it is used (see ops_internal.h). */
-_Atomic(const vq__capture_hooks *) vq__capture = NULL;
 
 int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
                       vq_tensor **out, int nout, const vq_attr *attrs, int nattrs,

@@ -9,10 +9,12 @@
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
+#include "../tensor/tensor_internal.h" /* vq__mem_trim_hook_add */
 #include "cpu_stats.h"
 #include "leakcheck.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -490,4 +492,29 @@ Test(alloc, the_largest_cache_bound_is_taken_silently, .init = capture_stderr)
     cr_assert_gt(stats().cached_bytes, 0);
     fflush(stderr);
     cr_assert_stderr_eq_str("");
+}
+
+/* A cache outside the allocators (the Winograd path's kept transforms)
+ * registers a trim hook; vq_mem_trim runs the hooks of the device's kind,
+ * each once however often it was registered. */
+static atomic_int cpu_hook_calls, gpu_hook_calls;
+static void cpu_hook(void)
+{
+    atomic_fetch_add(&cpu_hook_calls, 1);
+}
+static void gpu_hook(void)
+{
+    atomic_fetch_add(&gpu_hook_calls, 1);
+}
+
+Test(alloc, trim_runs_the_registered_hooks_of_the_device_kind)
+{
+    cr_assert_eq(vq__mem_trim_hook_add(VQ_DEV_CPU, cpu_hook), 0);
+    cr_assert_eq(vq__mem_trim_hook_add(VQ_DEV_CPU, cpu_hook), 0);
+    cr_assert_eq(vq__mem_trim_hook_add(VQ_DEV_GPU, gpu_hook), 0);
+    cr_assert_eq(vq_mem_trim((vq_ctx){VQ_DEV_CPU, 0}), 0);
+    cr_assert_eq(atomic_load(&cpu_hook_calls), 1);
+    cr_assert_eq(atomic_load(&gpu_hook_calls), 0);
+    cr_assert_eq(vq_mem_trim((vq_ctx){VQ_DEV_CPU, 0}), 0);
+    cr_assert_eq(atomic_load(&cpu_hook_calls), 2);
 }

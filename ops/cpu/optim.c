@@ -377,32 +377,6 @@ static int lr_schedule_infer(vq__infer *c)
     return 0;
 }
 
-static const double pi = 3.141592653589793; /* Python's math.pi */
-
-static double linear_rate(const vq__lr_schedule_params *p, int64_t t)
-{
-    double done = (double)(t < p->total_iters ? t : p->total_iters);
-    return p->base_lr *
-           (p->start_factor + (p->end_factor - p->start_factor) * done / (double)p->total_iters);
-}
-
-static double cosine_rate(const vq__lr_schedule_params *p, int64_t t)
-{
-    return p->eta_min +
-           (p->base_lr - p->eta_min) * (1 + cos(pi * (double)t / (double)p->t_max)) / 2;
-}
-
-double vq__lr_schedule_value(const vq__lr_schedule_params *p, int64_t t)
-{
-    switch (p->kind) {
-    case VQ__LR_STEP: return p->base_lr * pow(p->gamma, (double)(t / p->step_size));
-    case VQ__LR_COSINE: return cosine_rate(p, t);
-    case VQ__LR_LINEAR: return linear_rate(p, t);
-    default:
-        return t < p->total_iters ? linear_rate(p, t) : cosine_rate(p, t - p->total_iters);
-    }
-}
-
 static int lr_schedule_kernel(const vq__kcall *k)
 {
     const vq__lr_schedule_params *p = k->params;

@@ -741,6 +741,9 @@ static size_t wg_held, wg_budget;
 static uint64_t wg_clock;
 static pthread_once_t wg_budget_once = PTHREAD_ONCE_INIT;
 
+/* Also registers the cache's trim hook (vq_mem_trim on the CPU empties
+ * it), before the first entry is kept; a cache that could not register
+ * keeps nothing. */
 static void wg_read_budget(void)
 {
     const char *e = getenv("VARQ_CONV_WINOGRAD_CACHE_MB");
@@ -749,6 +752,8 @@ static void wg_read_budget(void)
     if (e && (end == e || *end))
         mb = 256;
     wg_budget = mb > SIZE_MAX >> 20 ? SIZE_MAX : (size_t)mb << 20;
+    if (vq__mem_trim_hook_add(VQ_DEV_CPU, vq__winograd_trim) < 0)
+        wg_budget = 0;
 }
 
 /* Drops one reference (wg_lock held). */

@@ -27,7 +27,8 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
 /* Empties the cache of weight transforms the Winograd path keeps between
  * calls (winograd.c: per weights address, checked against a copy of the
  * weights each call); entries in use by a running call go when it ends.
- * vq_mem_trim calls it for the CPU. Any thread. */
+ * The cache registers it as the CPU's trim hook (vq__mem_trim_hook_add),
+ * so vq_mem_trim calls it for the CPU. Any thread. */
 void vq__winograd_trim(void);
 
 #endif

@@ -34,8 +34,7 @@
  * reuses and each thread's cached bytes are per thread, written by their
  * thread alone and summed when read. A block's first word links it in a
  * free list while it is cached. */
-#include "cpu/winograd.h"
-#include "ops_internal.h"
+#include "tensor_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -560,6 +559,49 @@ vq__allocator *vq__allocator_of(vq_ctx dev)
     return &cpu.base;
 }
 
+/* ---- trim hooks ----
+ *
+ * Append-only: an entry is written before the count that covers it is
+ * published (release), so a trim reads the entries below the count it
+ * loaded (acquire) without the lock, and calls the hooks holding no lock
+ * of ours (a hook takes its cache's lock; its cache may register while
+ * holding that lock). */
+static pthread_mutex_t trim_hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int dev_kind;
+    void (*fn)(void);
+} trim_hooks[VQ__TRIM_HOOKS_MAX];
+static atomic_int trim_hooks_n;
+
+int vq__mem_trim_hook_add(int dev_kind, void (*fn)(void))
+{
+    int rc = 0;
+    pthread_mutex_lock(&trim_hooks_lock);
+    int n = atomic_load_explicit(&trim_hooks_n, memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (trim_hooks[i].dev_kind == dev_kind && trim_hooks[i].fn == fn)
+            goto out;
+    if (n == VQ__TRIM_HOOKS_MAX) {
+        rc = vq__fail(VQ_ENOMEM, "vq_mem_trim: more than %d trim hooks", VQ__TRIM_HOOKS_MAX);
+        goto out;
+    }
+    trim_hooks[n].dev_kind = dev_kind;
+    trim_hooks[n].fn = fn;
+    /* publishes the entry written above to trim_hooks_run */
+    atomic_store_explicit(&trim_hooks_n, n + 1, memory_order_release);
+out:
+    pthread_mutex_unlock(&trim_hooks_lock);
+    return rc;
+}
+
+static void trim_hooks_run(int dev_kind)
+{
+    int n = atomic_load_explicit(&trim_hooks_n, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (trim_hooks[i].dev_kind == dev_kind)
+            trim_hooks[i].fn();
+}
+
 /* The allocator of dev, or an error with a message naming fn. */
 static int allocator_or_fail(vq_ctx dev, const char *fn, vq__allocator **out)
 {
@@ -600,7 +642,6 @@ VQ_API int vq_mem_trim(vq_ctx dev)
     if (rc < 0)
         return rc;
     a->trim(a);
-    if (dev.kind == VQ_DEV_CPU)
-        vq__winograd_trim();
+    trim_hooks_run(dev.kind);
     return 0;
 }

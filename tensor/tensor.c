@@ -6,11 +6,14 @@
  * a reference until they are done, and the last release frees the storage
  * through a write op on the tensor's var, so that ops a caller pushed
  * directly on that var (vq_tensor_var) finish first. */
-#include "ops_internal.h"
+#include "tensor_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Set by capture/ the first time it is used (see tensor_internal.h). */
+_Atomic(const vq__capture_hooks *) vq__capture = NULL;
 
 static const struct {
     const char *name, *numpy;
@@ -192,19 +195,6 @@ int vq__tensor_empty_at(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, cons
 int vq__tensor_empty(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape)
 {
     return vq__tensor_empty_on(out, (vq_ctx){VQ_DEV_CPU, 0}, dt, ndim, shape, "vq_tensor_new");
-}
-
-int vq__kernel_scratch(const vq__kcall *k, vq_dtype dt, int64_t n, const char *what,
-                       vq_tensor **out)
-{
-    *out = NULL;
-    if (n == 0)
-        return 0;
-    int rc = vq__tensor_empty(out, dt, 1, &n);
-    if (rc < 0)
-        return vq__fail_prefixed(rc, "%s: the %s of %lld elements", k->def->type, what,
-                                 (long long)n);
-    return 0;
 }
 
 VQ_API int vq_tensor_new_on(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim,
@@ -433,12 +423,6 @@ int vq__tensor_var(vq_tensor *t, vq_engine *e, vq_var **out)
     }
     *out = v;
     return 0;
-}
-
-int vq__call_slot_fail(int err, const char *type, int i, int nin)
-{
-    return vq__fail_prefixed(err, "%s: %s %d", type, i < nin ? "input" : "output",
-                             i < nin ? i : i - nin);
 }
 
 VQ_API int vq_tensor_wait(vq_tensor *t)

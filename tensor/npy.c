@@ -16,7 +16,7 @@
  * padded to 64 bytes as numpy does; a regular file is written to a temporary
  * name beside it and renamed over the path, so a failure leaves no partial
  * file and an existing file intact. */
-#include "ops_internal.h"
+#include "tensor_internal.h"
 
 
 #include <errno.h>

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A bump allocator (arena.c): chunks from vq__malloc, everything freed at
  * once by vq__arena_free. Not thread-safe; align is a power of two. The
@@ -123,5 +124,16 @@ int vq__program_copy(const vq_program *p, vq_program **out);
  * frees it. Nothing may modify it (no vq_program_add_*, no attribute
  * changes). */
 int vq__program_freeze(const vq_program *p, vq_program **out);
+
+/* The errors of the calls vq_optimizer_minimize and vq_lr_schedule_build
+ * make for the user (vq_append_backward, the builder's vq_program_add_*)
+ * name the call the user made first: rc, its message prefixed with fn
+ * unless it starts with it. */
+static inline int vq__named_failure(int rc, const char *fn)
+{
+    if (rc < 0 && strncmp(vq_errmsg(), fn, strlen(fn)) != 0)
+        return vq__fail_prefixed(rc, "%s", fn);
+    return rc;
+}
 
 #endif

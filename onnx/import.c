@@ -21,450 +21,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OX_MIN_OPSET 1
 #define OX_MAX_OPSET 18
-
-/* ---- values by name ---- */
-
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
-
-struct ox_val *ox_find(struct ox *x, const char *name)
-{
-    if (!name || !x->index_cap)
-        return NULL;
-    size_t mask = (size_t)x->index_cap - 1;
-    for (size_t i = (size_t)name_hash(name) & mask;; i = (i + 1) & mask) {
-        int k = x->index[i];
-        if (k < 0)
-            return NULL;
-        if (!strcmp(x->vals[k]->name, name))
-            return x->vals[k];
-    }
-}
-
-static int index_put(struct ox *x, int k)
-{
-    size_t mask = (size_t)x->index_cap - 1;
-    size_t i = (size_t)name_hash(x->vals[k]->name) & mask;
-    while (x->index[i] >= 0)
-        i = (i + 1) & mask;
-    x->index[i] = k;
-    return 0;
-}
-
-/* A new value named name (copied), not yet in any var. */
-static int val_new(struct ox *x, const char *name, struct ox_val **out)
-{
-    if (ox_find(x, name))
-        return ox_fail(x, VQ_EINVAL, "value \"%s\" is produced twice", name);
-    if (x->nvals == x->cap) {
-        int cap = x->cap ? 2 * x->cap : 64;
-        struct ox_val **v = vq__realloc(x->vals, (size_t)cap * sizeof *v);
-        if (!v)
-            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-        x->vals = v;
-        x->cap = cap;
-    }
-    if (2 * (x->nvals + 1) > x->index_cap) {
-        int cap = x->index_cap ? 2 * x->index_cap : 128;
-        int *idx = vq__malloc((size_t)cap * sizeof *idx);
-        if (!idx)
-            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-        free(x->index);
-        x->index = idx;
-        x->index_cap = cap;
-        for (int i = 0; i < cap; i++)
-            idx[i] = -1;
-        for (int k = 0; k < x->nvals; k++)
-            index_put(x, k);
-    }
-    struct ox_val *v = vq__calloc(1, sizeof *v);
-    if (!v || !(v->name = vq__strdup(name))) {
-        free(v);
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    }
-    x->vals[x->nvals] = v;
-    index_put(x, x->nvals++);
-    *out = v;
-    return 0;
-}
-
-static void val_free(struct ox_val *v)
-{
-    free(v->name);
-    free(v->var);
-    vq_tensor_release(v->konst);
-    vq_tensor_release(v->offered);
-    free(v);
-}
-
-static void meta_of(vq__meta *m, const vq_tensor *t)
-{
-    m->dtype = t->dtype;
-    m->ndim = t->ndim;
-    memcpy(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
-}
-
-/* ---- messages ---- */
-
-int ox_fail(struct ox *x, int rc, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const Onnx__NodeProto *n = x->node;
-    if (!n)
-        return vq__fail(rc, "onnx: %s", msg);
-    return vq__fail(rc, "onnx: node %d (%s \"%s\"): %s", x->node_index,
-                    n->op_type ? n->op_type : "?", n->name ? n->name : "", msg);
-}
-
-/* ---- what translations use ---- */
-
-int ox_in(struct ox *x, int i, struct ox_val **out)
-{
-    *out = NULL;
-    const Onnx__NodeProto *n = x->node;
-    if (i < 0 || (size_t)i >= n->n_input || !n->input[i] || !*n->input[i])
-        return 0;
-    if (!(*out = ox_find(x, n->input[i])))
-        return ox_fail(x, VQ_EINVAL, "input %d \"%s\" is not a graph input, an initializer or "
-                                     "the output of an earlier node (a cycle, or nodes out of "
-                                     "order)",
-                       i, n->input[i]);
-    return 0;
-}
-
-const char *ox_out(struct ox *x, int j)
-{
-    const Onnx__NodeProto *n = x->node;
-    if (j < 0 || (size_t)j >= n->n_output || !n->output[j] || !*n->output[j])
-        return NULL;
-    return n->output[j];
-}
-
-const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name)
-{
-    const Onnx__NodeProto *n = x->node;
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
-            return n->attribute[i];
-    return NULL;
-}
-
-static int attr_type(struct ox *x, const Onnx__AttributeProto *a, int type, const char *want)
-{
-    if (a->has_type && (int)a->type != type)
-        return ox_fail(x, VQ_EINVAL, "attribute %s is not %s", a->name, want);
-    if (a->ref_attr_name)
-        return ox_fail(x, VQ_ENOSYS, "attribute %s refers to a function attribute", a->name);
-    return 0;
-}
-
-int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    *out = def;
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an int");
-    if (rc == 0)
-        *out = a->i;
-    return rc;
-}
-
-int ox_attr_float(struct ox *x, const char *name, double def, double *out)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    *out = def;
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float");
-    if (rc == 0)
-        *out = a->f;
-    return rc;
-}
-
-int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    *n = -1;
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of ints");
-    if (rc)
-        return rc;
-    if (a->n_ints > (size_t)max)
-        return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", name,
-                       a->n_ints, max);
-    if (a->n_ints) /* an empty list's ints are NULL */
-        memcpy(out, a->ints, a->n_ints * sizeof *out);
-    *n = (int)a->n_ints;
-    return 0;
-}
-
-int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    snprintf(buf, size, "%s", def);
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string");
-    if (rc)
-        return rc;
-    if (a->s.len >= size)
-        return ox_fail(x, VQ_EINVAL, "attribute %s is too long", name);
-    if (a->s.len) /* an empty string's data is NULL */
-        memcpy(buf, a->s.data, a->s.len);
-    buf[a->s.len] = '\0';
-    return 0;
-}
-
-bool ox_known(struct ox *x, struct ox_val *v)
-{
-    if (!v->konst && v->offered) {
-        v->konst = v->offered;
-        v->offered = NULL;
-        if (x->opts->specialized)
-            x->opts->specialized[v->offer] = true;
-    }
-    return v->konst != NULL;
-}
-
-int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int64_t *shape)
-{
-    *t = NULL;
-    int64_t n = vq__numel(ndim, shape);
-    if (n < 0 || n > VQ_ONNX_MADE_MAX_ELEMS)
-        return ox_fail(x, VQ_ENOSYS,
-                       "its translation makes a tensor of %lld elements when the model is "
-                       "imported (sized by the model's dims or values), more than "
-                       "VQ_ONNX_MADE_MAX_ELEMS (%lld)",
-                       (long long)n, (long long)VQ_ONNX_MADE_MAX_ELEMS);
-    int rc = vq_tensor_new(t, dt, ndim, shape);
-    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
-}
-
-int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
-{
-    struct ox_val *v;
-    int rc = ox_in(x, i, &v);
-    *n = -1;
-    if (rc || !v)
-        return rc;
-    if (!ox_known(x, v) && v->too_big)
-        return ox_fail(x, VQ_ENOSYS,
-                       "input %d (%s) \"%s\" must be known when the model is imported, but "
-                       "it is, or is computed from, a value of more than %lld elements, too "
-                       "large to compute then (left to the run)",
-                       i, what, v->name, (long long)VQ_ONNX_FOLD_MAX_ELEMS);
-    if (!ox_known(x, v))
-        return ox_fail(x, VQ_ENOSYS, "input %d (%s) \"%s\" must be known when the model is "
-                                     "imported (an initializer, a Constant, or computed from "
-                                     "known shapes)",
-                       i, what, v->name);
-    const vq_tensor *t = v->konst;
-    if (t->dtype != VQ_I64 && t->dtype != VQ_I32)
-        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not an integer tensor", i, what,
-                       vq_dtype_name(t->dtype));
-    if (t->ndim > 1)
-        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
-    if (t->numel > max)
-        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
-                       (long long)t->numel, max);
-    for (int64_t k = 0; k < t->numel; k++)
-        out[k] = t->dtype == VQ_I64 ? ((const int64_t *)t->data)[k]
-                                    : ((const int32_t *)t->data)[k];
-    *n = (int)t->numel;
-    return 0;
-}
-
-/* Queues name = t (a new reference) for the caller's scope. */
-static int bind_later(struct ox *x, const char *name, vq_tensor *t)
-{
-    struct ox_bind *b = vq__realloc(x->binds, ((size_t)x->nbinds + 1) * sizeof *b);
-    if (!b)
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    x->binds = b;
-    if (!(b[x->nbinds].name = vq__strdup(name)))
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    b[x->nbinds++].t = vq_tensor_retain(t);
-    return 0;
-}
-
-/* A persistable var named name like t, whose tensor is bound in the
- * scope at the end of the import. */
-static int param_var(struct ox *x, const char *name, vq_tensor *t)
-{
-    int rc = vq_program_add_var(x->p, 0, name, t->dtype, t->ndim, t->shape, true);
-    if (rc < 0)
-        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
-    return bind_later(x, name, t);
-}
-
-const vq_tensor *ox_param_value(struct ox *x, const struct ox_val *v)
-{
-    if (v->konst)
-        return v->konst;
-    for (int i = 0; v->var && i < x->nbinds; i++)
-        if (!strcmp(x->binds[i].name, v->var))
-            return x->binds[i].t;
-    return NULL;
-}
-
-/* A program var for v: a known value becomes a persistable var. */
-static int val_var(struct ox *x, struct ox_val *v)
-{
-    if (v->var)
-        return 0;
-    if (!v->konst)
-        return ox_fail(x, VQ_EINVAL, "value \"%s\" has neither a var nor a value", v->name);
-    if (!(v->var = vq__strdup(v->name)))
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    return param_var(x, v->var, v->konst);
-}
-
-int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out)
-{
-    char tmp[300];
-    if (!name) {
-        const char *base = ox_out(x, 0);
-        snprintf(tmp, sizeof tmp, "%s@onnx%d", base ? base : "const", x->ntemps++);
-        name = tmp;
-    }
-    struct ox_val *v;
-    int rc = val_new(x, name, &v);
-    if (rc < 0) {
-        vq_tensor_release(t);
-        return rc;
-    }
-    v->konst = t;
-    meta_of(&v->meta, t);
-    if (out)
-        *out = v;
-    return 0;
-}
-
-int ox_alias(struct ox *x, const char *name, struct ox_val *src)
-{
-    struct ox_val *v;
-    int rc = val_new(x, name, &v);
-    if (rc < 0)
-        return rc;
-    v->meta = src->meta;
-    v->too_big = src->too_big;
-    v->sym = src->sym;
-    v->sym_off = src->sym_off;
-    if (src->konst)
-        v->konst = vq_tensor_retain(src->konst);
-    if (src->var && !(v->var = vq__strdup(src->var)))
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    return 0;
-}
-
-int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
-            const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
-            struct ox_val **out_vals)
-{
-    const vq__op_def *def = vq__op_find(type);
-    if (!def)
-        return ox_fail(x, VQ_ENOSYS, "varq has no op %s", type);
-    if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
-        return ox_fail(x, VQ_ENOSYS, "more than %d inputs or outputs", VQ__MAX_SLOTS);
-    bool known = true, too_big = false, computable = true;
-    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
-    for (int i = 0; i < nin; i++) {
-        im[i] = in[i]->meta;
-        known &= in[i]->konst != NULL;
-        too_big |= in[i]->too_big;
-        computable &= in[i]->konst || in[i]->too_big;
-    }
-    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
-    int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
-    if (rc < 0)
-        return ox_fail(x, rc, "%s", vq_errmsg());
-    /* Folding allocates what the op makes, and a few bytes of model can ask
-     * for any size (fill_constant has no inputs: a ConstantOfShape is always
-     * known): a large result is left to the run, which takes its memory as
-     * the op's and fails like the op when it cannot. */
-    for (int j = 0; known && j < nout; j++) {
-        int64_t n = vq__numel(om[j].ndim, om[j].shape);
-        if (n < 0 || n > VQ_ONNX_FOLD_MAX_ELEMS) {
-            known = false;
-            too_big = true;
-        }
-    }
-    too_big &= computable;
-    char tmp[VQ__MAX_SLOTS][300];
-    struct ox_val *outs[VQ__MAX_SLOTS];
-    const char *names[VQ__MAX_SLOTS];
-    for (int j = 0; j < nout; j++) {
-        names[j] = out_names ? out_names[j] : NULL;
-        if (!names[j]) {
-            const char *base = ox_out(x, 0);
-            snprintf(tmp[j], sizeof tmp[j], "%s@onnx%d", base ? base : "tmp", x->ntemps++);
-            names[j] = tmp[j];
-        }
-    }
-    if (known) {
-        /* every input is known: compute now */
-        vq_tensor *ti[VQ__MAX_SLOTS], *to[VQ__MAX_SLOTS] = {0};
-        for (int i = 0; i < nin; i++)
-            ti[i] = in[i]->konst;
-        if ((rc = vq_op_run(NULL, type, ti, nin, to, nout, attrs, nattrs)) < 0)
-            return ox_fail(x, rc, "%s", vq_errmsg());
-        for (int j = 0; j < nout; j++) {
-            if (rc == 0)
-                rc = ox_const(x, names[j], to[j], &outs[j]);
-            else
-                vq_tensor_release(to[j]);
-        }
-        if (rc < 0)
-            return rc;
-    } else {
-        const char *iv[VQ__MAX_SLOTS];
-        for (int i = 0; i < nin && rc == 0; i++) {
-            rc = val_var(x, in[i]);
-            iv[i] = in[i]->var;
-        }
-        for (int j = 0; j < nout && rc == 0; j++) {
-            if ((rc = val_new(x, names[j], &outs[j])) < 0)
-                break;
-            outs[j]->meta = om[j];
-            outs[j]->too_big = too_big;
-            if (!(outs[j]->var = vq__strdup(names[j])))
-                return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-            rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim,
-                                    om[j].shape, false);
-            if (rc < 0)
-                return ox_fail(x, rc, "declaring \"%s\": %s", names[j], vq_errmsg());
-        }
-        if (rc < 0)
-            return rc;
-        const char *ov[VQ__MAX_SLOTS];
-        for (int j = 0; j < nout; j++)
-            ov[j] = outs[j]->var;
-        rc = vq_program_add_op(x->p, x->block, type, iv, nin, ov, nout, attrs, nattrs);
-        if (rc < 0)
-            return ox_fail(x, rc, "%s", vq_errmsg());
-    }
-    for (int j = 0; out_vals && j < nout; j++)
-        out_vals[j] = outs[j];
-    return 0;
-}
 
 /* ---- the model ---- */
 
@@ -669,7 +231,7 @@ static int translate_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_
     return rc < 0 || fuse ? rc : vq__onnx_translate(x);
 }
 
-int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
+static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
 {
     const Onnx__NodeProto *outer = x->node;
     int outer_index = x->node_index, outer_block = x->block, rc = 0;
@@ -701,27 +263,6 @@ int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
     x->node_index = outer_index;
     x->block = outer_block;
     return rc;
-}
-
-int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_val **out)
-{
-    struct ox_val *v;
-    int rc = val_new(x, name, &v);
-    if (rc < 0)
-        return rc;
-    v->meta = *m;
-    if (!(v->var = vq__strdup(name)))
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    rc = vq_program_add_var(x->p, x->block, name, m->dtype, m->ndim, m->shape, false);
-    if (rc < 0)
-        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
-    *out = v;
-    return 0;
-}
-
-int ox_var_of(struct ox *x, struct ox_val *v)
-{
-    return val_var(x, v);
 }
 
 /* The value offered for graph input v, if any: it must be a CPU tensor of
@@ -786,17 +327,10 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         struct ox_val *val;
         if (v->dtype == VQ_F32 || v->dtype == VQ_F64) {
             /* a parameter: a var only, so that nothing folds it away */
-            rc = val_new(x, t->name, &val);
-            if (rc == 0) {
-                meta_of(&val->meta, v);
-                if (!(val->var = vq__strdup(t->name)))
-                    rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
-            }
-            if (rc == 0)
-                rc = param_var(x, t->name, v);
+            rc = ox_param(x, t->name, v);
             vq_tensor_release(v);
         } else if ((rc = ox_const(x, t->name, v, &val)) == 0) {
-            rc = val_var(x, val);
+            rc = ox_var_of(x, val);
         }
     }
     for (size_t i = 0; i < g->n_input && rc == 0; i++) {
@@ -806,7 +340,7 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         if (is_initializer(g, vi->name))
             continue;
         struct ox_val *v;
-        if ((rc = val_new(x, vi->name, &v)) < 0 || (rc = input_meta(vi, &v->meta)) < 0)
+        if ((rc = ox_val_new(x, vi->name, &v)) < 0 || (rc = input_meta(vi, &v->meta)) < 0)
             return rc;
         if (!(v->var = vq__strdup(vi->name)))
             return vq__fail(VQ_ENOMEM, "onnx: out of memory");
@@ -831,7 +365,7 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         if (v->var && !strcmp(v->var, name))
             continue;
         if (!v->var && v->konst) {
-            rc = val_var(x, v);
+            rc = ox_var_of(x, v);
             continue;
         }
         /* an alias: copy into a var of its name (a reshape that keeps
@@ -846,19 +380,6 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         rc = 0;
     }
     return rc;
-}
-
-static void ox_free(struct ox *x)
-{
-    for (int i = 0; i < x->nvals; i++)
-        val_free(x->vals[i]);
-    free(x->vals);
-    free(x->index);
-    for (int i = 0; i < x->nbinds; i++) {
-        free(x->binds[i].name);
-        vq_tensor_release(x->binds[i].t);
-    }
-    free(x->binds);
 }
 
 /* The offers are usable: names and CPU tensors. */
@@ -885,6 +406,25 @@ static int opts_check(const vq_onnx_opts *o)
     return 0;
 }
 
+/* The ModelProto encoded in buf[0..len), unpacked into *m (free with
+ * onnx__model_proto__free_unpacked and vq__protobuf_allocator) once its
+ * nesting is known to be safe to unpack. */
+static int model_unpack(const void *buf, size_t len, Onnx__ModelProto **m)
+{
+    int rc = vq__onnx_nesting_check(buf, len);
+    if (rc < 0)
+        return rc;
+    unsigned failed = vq__protobuf_failed_allocs();
+    *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
+    if (!*m && vq__protobuf_failed_allocs() != failed)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory while parsing %zu bytes", len);
+    if (!*m)
+        return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
+                                   "a ModelProto: truncated or corrupted?)",
+                        len);
+    return 0;
+}
+
 static int import_model(vq_program **out, vq_scope *params, const void *buf, size_t len,
                         const char *dir, const vq_onnx_opts *opts)
 {
@@ -894,18 +434,11 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     int orc = opts_check(opts);
     if (orc < 0)
         return orc;
-    int nrc = vq__onnx_nesting_check(buf, len);
-    if (nrc < 0)
-        return nrc;
-    unsigned failed = vq__protobuf_failed_allocs();
-    Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
-    if (!m && vq__protobuf_failed_allocs() != failed)
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory while parsing %zu bytes", len);
-    if (!m)
-        return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
-                                   "a ModelProto: truncated or corrupted?)",
-                        len);
-    struct ox x = {.dir = dir, .opts = opts};
+    Onnx__ModelProto *m;
+    int urc = model_unpack(buf, len, &m);
+    if (urc < 0)
+        return urc;
+    struct ox x = {.dir = dir, .opts = opts, .walk = ox_nodes};
     int rc = 0;
     if (!m->graph)
         rc = vq__fail(VQ_EINVAL, "onnx: the model has no graph");
@@ -923,11 +456,11 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0) {
         vq_program_free(x.p);
-        ox_free(&x);
+        ox_release(&x);
         return rc;
     }
     *out = x.p;
-    ox_free(&x);
+    ox_release(&x);
     return 0;
 }
 
@@ -1028,17 +561,10 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
     memset(out, 0, sizeof *out);
-    int nrc = vq__onnx_nesting_check(buf, len);
-    if (nrc < 0)
-        return nrc;
-    unsigned failed = vq__protobuf_failed_allocs();
-    Onnx__ModelProto *m = onnx__model_proto__unpack(&vq__protobuf_allocator, len, buf);
-    if (!m && vq__protobuf_failed_allocs() != failed)
-        return vq__fail(VQ_ENOMEM, "onnx: out of memory while parsing %zu bytes", len);
-    if (!m)
-        return vq__fail(VQ_EINVAL, "onnx: not an ONNX model (%zu bytes that do not decode as "
-                                   "a ModelProto: truncated or corrupted?)",
-                        len);
+    Onnx__ModelProto *m;
+    int urc = model_unpack(buf, len, &m);
+    if (urc < 0)
+        return urc;
     int64_t opset = -1;
     int rc = m->graph ? model_opset(m, &opset) : vq__fail(VQ_EINVAL, "onnx: the model has no "
                                                                      "graph");

@@ -1,7 +1,7 @@
 /* What the ONNX importer's files share: the import's state (every ONNX
- * value by name, what it is known to be), the helpers the per-op
- * translations use (import.c), the tensor codec (tensor.c) and the table
- * of translations (ops.c). */
+ * value by name, what it is known to be), the helpers the import and the
+ * per-op translations use (ox.c), the tensor codec (tensor.c) and the
+ * table of translations (ops.c). */
 #ifndef VARQ_ONNX_INTERNAL_H
 #define VARQ_ONNX_INTERNAL_H
 
@@ -63,6 +63,10 @@ struct ox {
      * conv2d attribute clip [lo, hi] */
     bool fuse;
     double fuse_lo, fuse_hi;
+    /* import.c's walk over a graph's nodes, for the translations of If and
+     * Loop (ox_subgraph): a hook, so that the translations do not call
+     * back into import.c */
+    int (*walk)(struct ox *x, const Onnx__GraphProto *g, int block);
 };
 
 /* Levels of subgraphs (If branches, Loop bodies, inside one another) a
@@ -89,7 +93,17 @@ const char *vq__onnx_type_name(int32_t onnx_type);
 int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *what,
                     vq_tensor **out);
 
-/* ---- import.c: helpers for the translations ---- */
+/* ---- ox.c: values, messages, inputs, attributes, emitting ops ---- */
+
+/* A new value named name (copied), not yet in any var; a name produced
+ * twice fails the node. */
+int ox_val_new(struct ox *x, const char *name, struct ox_val **out);
+/* A float initializer name = t (a new reference): a value held by a
+ * persistable var only, never known at import, so that nothing folds away
+ * a parameter training must reach. */
+int ox_param(struct ox *x, const char *name, vq_tensor *t);
+/* Frees the values and the tensors queued for the caller's scope. */
+void ox_release(struct ox *x);
 
 /* Fails the node being translated: "onnx: node 3 (Conv \"conv1\"): ...". */
 int ox_fail(struct ox *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -140,9 +154,9 @@ int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out);
 /* The node's output j's name, or NULL when absent ("" or past the end). */
 const char *ox_out(struct ox *x, int j);
 
-/* Translates the nodes of g (the model's graph, or an If's or Loop's
- * subgraph) into program block block. */
-int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block);
+/* Translates the nodes of g (an If's or Loop's subgraph) into program
+ * block block, through x->walk. */
+int ox_subgraph(struct ox *x, const Onnx__GraphProto *g, int block);
 /* A new value name held by a new var of the current block, of meta m. */
 int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_val **out);
 /* Makes sure v has a program var (a known value becomes a persistable var

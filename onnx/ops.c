@@ -1215,7 +1215,7 @@ static int t_if(struct ox *x)
     if (c->konst) {
         /* known now: the taken branch's nodes, in this block */
         int taken = *(unsigned char *)c->konst->data ? 0 : 1;
-        if ((rc = ox_nodes(x, g[taken], x->block)) < 0)
+        if ((rc = ox_subgraph(x, g[taken], x->block)) < 0)
             return rc;
         for (int j = 0; j < nout && rc == 0; j++) {
             struct ox_val *v = ox_find(x, g[taken]->output[j]->name);
@@ -1236,7 +1236,7 @@ static int t_if(struct ox *x)
     for (int b = 0; b < 2 && rc == 0; b++) {
         if ((rc = blk[b] = vq_program_add_block(x->p, outer)) < 0)
             break;
-        rc = ox_nodes(x, g[b], blk[b]);
+        rc = ox_subgraph(x, g[b], blk[b]);
         x->block = blk[b];
         for (int j = 0; j < nout && rc == 0; j++) {
             struct ox_val *v = ox_find(x, g[b]->output[j]->name), *own;
@@ -1448,7 +1448,7 @@ static int t_loop(struct ox *x)
     }
     x->block = outer;
     if (rc == 0)
-        rc = ox_nodes(x, g, body);
+        rc = ox_subgraph(x, g, body);
     if (rc)
         return rc;
     x->block = body;

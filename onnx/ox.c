@@ -1,0 +1,497 @@
+/* What the importer's parts share: the import's values by name (struct
+ * ox_val), the messages that name the node being translated, the node's
+ * inputs, outputs and attributes, and ox_emit, through which every
+ * translation adds varq ops (or computes them right away when their inputs
+ * are known). import.c walks the model with these, and so do the
+ * translations (ops.c); neither calls into the other through here, so the
+ * files depend one way: import.c -> ops.c -> ox.c. */
+#include "onnx_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- values by name ---- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603u; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+struct ox_val *ox_find(struct ox *x, const char *name)
+{
+    if (!name || !x->index_cap)
+        return NULL;
+    size_t mask = (size_t)x->index_cap - 1;
+    for (size_t i = (size_t)name_hash(name) & mask;; i = (i + 1) & mask) {
+        int k = x->index[i];
+        if (k < 0)
+            return NULL;
+        if (!strcmp(x->vals[k]->name, name))
+            return x->vals[k];
+    }
+}
+
+static int index_put(struct ox *x, int k)
+{
+    size_t mask = (size_t)x->index_cap - 1;
+    size_t i = (size_t)name_hash(x->vals[k]->name) & mask;
+    while (x->index[i] >= 0)
+        i = (i + 1) & mask;
+    x->index[i] = k;
+    return 0;
+}
+
+int ox_val_new(struct ox *x, const char *name, struct ox_val **out)
+{
+    if (ox_find(x, name))
+        return ox_fail(x, VQ_EINVAL, "value \"%s\" is produced twice", name);
+    if (x->nvals == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 64;
+        struct ox_val **v = vq__realloc(x->vals, (size_t)cap * sizeof *v);
+        if (!v)
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        x->vals = v;
+        x->cap = cap;
+    }
+    if (2 * (x->nvals + 1) > x->index_cap) {
+        int cap = x->index_cap ? 2 * x->index_cap : 128;
+        int *idx = vq__malloc((size_t)cap * sizeof *idx);
+        if (!idx)
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        free(x->index);
+        x->index = idx;
+        x->index_cap = cap;
+        for (int i = 0; i < cap; i++)
+            idx[i] = -1;
+        for (int k = 0; k < x->nvals; k++)
+            index_put(x, k);
+    }
+    struct ox_val *v = vq__calloc(1, sizeof *v);
+    if (!v || !(v->name = vq__strdup(name))) {
+        free(v);
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
+    x->vals[x->nvals] = v;
+    index_put(x, x->nvals++);
+    *out = v;
+    return 0;
+}
+
+static void val_free(struct ox_val *v)
+{
+    free(v->name);
+    free(v->var);
+    vq_tensor_release(v->konst);
+    vq_tensor_release(v->offered);
+    free(v);
+}
+
+static void meta_of(vq__meta *m, const vq_tensor *t)
+{
+    m->dtype = t->dtype;
+    m->ndim = t->ndim;
+    memcpy(m->shape, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+}
+
+/* ---- messages ---- */
+
+int ox_fail(struct ox *x, int rc, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const Onnx__NodeProto *n = x->node;
+    if (!n)
+        return vq__fail(rc, "onnx: %s", msg);
+    return vq__fail(rc, "onnx: node %d (%s \"%s\"): %s", x->node_index,
+                    n->op_type ? n->op_type : "?", n->name ? n->name : "", msg);
+}
+
+/* ---- what translations use ---- */
+
+int ox_in(struct ox *x, int i, struct ox_val **out)
+{
+    *out = NULL;
+    const Onnx__NodeProto *n = x->node;
+    if (i < 0 || (size_t)i >= n->n_input || !n->input[i] || !*n->input[i])
+        return 0;
+    if (!(*out = ox_find(x, n->input[i])))
+        return ox_fail(x, VQ_EINVAL,
+                       "input %d \"%s\" is not a graph input, an initializer or "
+                       "the output of an earlier node (a cycle, or nodes out of "
+                       "order)",
+                       i, n->input[i]);
+    return 0;
+}
+
+const char *ox_out(struct ox *x, int j)
+{
+    const Onnx__NodeProto *n = x->node;
+    if (j < 0 || (size_t)j >= n->n_output || !n->output[j] || !*n->output[j])
+        return NULL;
+    return n->output[j];
+}
+
+const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name)
+{
+    const Onnx__NodeProto *n = x->node;
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
+            return n->attribute[i];
+    return NULL;
+}
+
+static int attr_type(struct ox *x, const Onnx__AttributeProto *a, int type, const char *want)
+{
+    if (a->has_type && (int)a->type != type)
+        return ox_fail(x, VQ_EINVAL, "attribute %s is not %s", a->name, want);
+    if (a->ref_attr_name)
+        return ox_fail(x, VQ_ENOSYS, "attribute %s refers to a function attribute", a->name);
+    return 0;
+}
+
+int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *out = def;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an int");
+    if (rc == 0)
+        *out = a->i;
+    return rc;
+}
+
+int ox_attr_float(struct ox *x, const char *name, double def, double *out)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *out = def;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float");
+    if (rc == 0)
+        *out = a->f;
+    return rc;
+}
+
+int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    *n = -1;
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of ints");
+    if (rc)
+        return rc;
+    if (a->n_ints > (size_t)max)
+        return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", name, a->n_ints,
+                       max);
+    if (a->n_ints) /* an empty list's ints are NULL */
+        memcpy(out, a->ints, a->n_ints * sizeof *out);
+    *n = (int)a->n_ints;
+    return 0;
+}
+
+int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size)
+{
+    const Onnx__AttributeProto *a = ox_attr(x, name);
+    snprintf(buf, size, "%s", def);
+    if (!a)
+        return 0;
+    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string");
+    if (rc)
+        return rc;
+    if (a->s.len >= size)
+        return ox_fail(x, VQ_EINVAL, "attribute %s is too long", name);
+    if (a->s.len) /* an empty string's data is NULL */
+        memcpy(buf, a->s.data, a->s.len);
+    buf[a->s.len] = '\0';
+    return 0;
+}
+
+bool ox_known(struct ox *x, struct ox_val *v)
+{
+    if (!v->konst && v->offered) {
+        v->konst = v->offered;
+        v->offered = NULL;
+        if (x->opts->specialized)
+            x->opts->specialized[v->offer] = true;
+    }
+    return v->konst != NULL;
+}
+
+int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int64_t *shape)
+{
+    *t = NULL;
+    int64_t n = vq__numel(ndim, shape);
+    if (n < 0 || n > VQ_ONNX_MADE_MAX_ELEMS)
+        return ox_fail(x, VQ_ENOSYS,
+                       "its translation makes a tensor of %lld elements when the model is "
+                       "imported (sized by the model's dims or values), more than "
+                       "VQ_ONNX_MADE_MAX_ELEMS (%lld)",
+                       (long long)n, (long long)VQ_ONNX_MADE_MAX_ELEMS);
+    int rc = vq_tensor_new(t, dt, ndim, shape);
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+}
+
+int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
+{
+    struct ox_val *v;
+    int rc = ox_in(x, i, &v);
+    *n = -1;
+    if (rc || !v)
+        return rc;
+    if (!ox_known(x, v) && v->too_big)
+        return ox_fail(x, VQ_ENOSYS,
+                       "input %d (%s) \"%s\" must be known when the model is imported, but "
+                       "it is, or is computed from, a value of more than %lld elements, too "
+                       "large to compute then (left to the run)",
+                       i, what, v->name, (long long)VQ_ONNX_FOLD_MAX_ELEMS);
+    if (!ox_known(x, v))
+        return ox_fail(x, VQ_ENOSYS,
+                       "input %d (%s) \"%s\" must be known when the model is "
+                       "imported (an initializer, a Constant, or computed from "
+                       "known shapes)",
+                       i, what, v->name);
+    const vq_tensor *t = v->konst;
+    if (t->dtype != VQ_I64 && t->dtype != VQ_I32)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not an integer tensor", i, what,
+                       vq_dtype_name(t->dtype));
+    if (t->ndim > 1)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
+    if (t->numel > max)
+        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
+                       (long long)t->numel, max);
+    for (int64_t k = 0; k < t->numel; k++)
+        out[k] = t->dtype == VQ_I64 ? ((const int64_t *)t->data)[k] : ((const int32_t *)t->data)[k];
+    *n = (int)t->numel;
+    return 0;
+}
+
+/* Queues name = t (a new reference) for the caller's scope. */
+static int bind_later(struct ox *x, const char *name, vq_tensor *t)
+{
+    struct ox_bind *b = vq__realloc(x->binds, ((size_t)x->nbinds + 1) * sizeof *b);
+    if (!b)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    x->binds = b;
+    if (!(b[x->nbinds].name = vq__strdup(name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    b[x->nbinds++].t = vq_tensor_retain(t);
+    return 0;
+}
+
+/* A persistable var named name like t, whose tensor is bound in the
+ * scope at the end of the import. */
+static int param_var(struct ox *x, const char *name, vq_tensor *t)
+{
+    int rc = vq_program_add_var(x->p, 0, name, t->dtype, t->ndim, t->shape, true);
+    if (rc < 0)
+        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
+    return bind_later(x, name, t);
+}
+
+int ox_param(struct ox *x, const char *name, vq_tensor *t)
+{
+    struct ox_val *v;
+    int rc = ox_val_new(x, name, &v);
+    if (rc < 0)
+        return rc;
+    meta_of(&v->meta, t);
+    if (!(v->var = vq__strdup(name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return param_var(x, name, t);
+}
+
+const vq_tensor *ox_param_value(struct ox *x, const struct ox_val *v)
+{
+    if (v->konst)
+        return v->konst;
+    for (int i = 0; v->var && i < x->nbinds; i++)
+        if (!strcmp(x->binds[i].name, v->var))
+            return x->binds[i].t;
+    return NULL;
+}
+
+int ox_var_of(struct ox *x, struct ox_val *v)
+{
+    if (v->var)
+        return 0;
+    if (!v->konst)
+        return ox_fail(x, VQ_EINVAL, "value \"%s\" has neither a var nor a value", v->name);
+    if (!(v->var = vq__strdup(v->name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return param_var(x, v->var, v->konst);
+}
+
+int ox_const(struct ox *x, const char *name, vq_tensor *t, struct ox_val **out)
+{
+    char tmp[300];
+    if (!name) {
+        const char *base = ox_out(x, 0);
+        snprintf(tmp, sizeof tmp, "%s@onnx%d", base ? base : "const", x->ntemps++);
+        name = tmp;
+    }
+    struct ox_val *v;
+    int rc = ox_val_new(x, name, &v);
+    if (rc < 0) {
+        vq_tensor_release(t);
+        return rc;
+    }
+    v->konst = t;
+    meta_of(&v->meta, t);
+    if (out)
+        *out = v;
+    return 0;
+}
+
+int ox_alias(struct ox *x, const char *name, struct ox_val *src)
+{
+    struct ox_val *v;
+    int rc = ox_val_new(x, name, &v);
+    if (rc < 0)
+        return rc;
+    v->meta = src->meta;
+    v->too_big = src->too_big;
+    v->sym = src->sym;
+    v->sym_off = src->sym_off;
+    if (src->konst)
+        v->konst = vq_tensor_retain(src->konst);
+    if (src->var && !(v->var = vq__strdup(src->var)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return 0;
+}
+
+int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
+            const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
+            struct ox_val **out_vals)
+{
+    const vq__op_def *def = vq__op_find(type);
+    if (!def)
+        return ox_fail(x, VQ_ENOSYS, "varq has no op %s", type);
+    if (nin > VQ__MAX_SLOTS || nout > VQ__MAX_SLOTS)
+        return ox_fail(x, VQ_ENOSYS, "more than %d inputs or outputs", VQ__MAX_SLOTS);
+    bool known = true, too_big = false, computable = true;
+    vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    for (int i = 0; i < nin; i++) {
+        im[i] = in[i]->meta;
+        known &= in[i]->konst != NULL;
+        too_big |= in[i]->too_big;
+        computable &= in[i]->konst || in[i]->too_big;
+    }
+    _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
+    int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
+    if (rc < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    /* Folding allocates what the op makes, and a few bytes of model can ask
+     * for any size (fill_constant has no inputs: a ConstantOfShape is always
+     * known): a large result is left to the run, which takes its memory as
+     * the op's and fails like the op when it cannot. */
+    for (int j = 0; known && j < nout; j++) {
+        int64_t n = vq__numel(om[j].ndim, om[j].shape);
+        if (n < 0 || n > VQ_ONNX_FOLD_MAX_ELEMS) {
+            known = false;
+            too_big = true;
+        }
+    }
+    too_big &= computable;
+    char tmp[VQ__MAX_SLOTS][300];
+    struct ox_val *outs[VQ__MAX_SLOTS];
+    const char *names[VQ__MAX_SLOTS];
+    for (int j = 0; j < nout; j++) {
+        names[j] = out_names ? out_names[j] : NULL;
+        if (!names[j]) {
+            const char *base = ox_out(x, 0);
+            snprintf(tmp[j], sizeof tmp[j], "%s@onnx%d", base ? base : "tmp", x->ntemps++);
+            names[j] = tmp[j];
+        }
+    }
+    if (known) {
+        /* every input is known: compute now */
+        vq_tensor *ti[VQ__MAX_SLOTS], *to[VQ__MAX_SLOTS] = {0};
+        for (int i = 0; i < nin; i++)
+            ti[i] = in[i]->konst;
+        if ((rc = vq_op_run(NULL, type, ti, nin, to, nout, attrs, nattrs)) < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+        for (int j = 0; j < nout; j++) {
+            if (rc == 0)
+                rc = ox_const(x, names[j], to[j], &outs[j]);
+            else
+                vq_tensor_release(to[j]);
+        }
+        if (rc < 0)
+            return rc;
+    } else {
+        const char *iv[VQ__MAX_SLOTS];
+        for (int i = 0; i < nin && rc == 0; i++) {
+            rc = ox_var_of(x, in[i]);
+            iv[i] = in[i]->var;
+        }
+        for (int j = 0; j < nout && rc == 0; j++) {
+            if ((rc = ox_val_new(x, names[j], &outs[j])) < 0)
+                break;
+            outs[j]->meta = om[j];
+            outs[j]->too_big = too_big;
+            if (!(outs[j]->var = vq__strdup(names[j])))
+                return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+            rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim, om[j].shape,
+                                    false);
+            if (rc < 0)
+                return ox_fail(x, rc, "declaring \"%s\": %s", names[j], vq_errmsg());
+        }
+        if (rc < 0)
+            return rc;
+        const char *ov[VQ__MAX_SLOTS];
+        for (int j = 0; j < nout; j++)
+            ov[j] = outs[j]->var;
+        rc = vq_program_add_op(x->p, x->block, type, iv, nin, ov, nout, attrs, nattrs);
+        if (rc < 0)
+            return ox_fail(x, rc, "%s", vq_errmsg());
+    }
+    for (int j = 0; out_vals && j < nout; j++)
+        out_vals[j] = outs[j];
+    return 0;
+}
+
+/* ---- subgraphs and vars of blocks ---- */
+
+int ox_subgraph(struct ox *x, const Onnx__GraphProto *g, int block)
+{
+    return x->walk(x, g, block);
+}
+
+int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_val **out)
+{
+    struct ox_val *v;
+    int rc = ox_val_new(x, name, &v);
+    if (rc < 0)
+        return rc;
+    v->meta = *m;
+    if (!(v->var = vq__strdup(name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    rc = vq_program_add_var(x->p, x->block, name, m->dtype, m->ndim, m->shape, false);
+    if (rc < 0)
+        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
+    *out = v;
+    return 0;
+}
+
+void ox_release(struct ox *x)
+{
+    for (int i = 0; i < x->nvals; i++)
+        val_free(x->vals[i]);
+    free(x->vals);
+    free(x->index);
+    for (int i = 0; i < x->nbinds; i++) {
+        free(x->binds[i].name);
+        vq_tensor_release(x->binds[i].t);
+    }
+    free(x->binds);
+}

@@ -901,6 +901,145 @@ static vq_opr *opr_make(struct plan *pl, const vq_task *t)
     return o;
 }
 
+/* A saving while's tape: per frame the op that records the carried
+ * values it starts from (head), all writing the tape var. */
+static int build_tape(struct ctl *c)
+{
+    struct plan *pl = c->fop->fr->plan;
+    const struct ctl_info *ci = c->fop->t->ctl;
+    int rc = 0;
+    c->tape.width = ci->nouts;
+    if (!(c->tape_var = vq_var_new(pl->exec->engine, "tape")))
+        rc = vq__fail(VQ_ENOMEM, "out of memory");
+    for (int i = 0; i < c->nframes && rc == 0; i++) {
+        struct frame *prev = &c->frames[(i + c->nframes - 1) % c->nframes];
+        struct evlist in = {0};
+        for (int k = 0; k < ci->nouts && rc == 0; k++)
+            rc = vq__evlist_add(&in, prev->vars[pl->local[ci->outs[0][k]]].ev);
+        vq_task rt = {.fn = ctl_record,
+                      .arg = &c->frames[i],
+                      .reads = in.v,
+                      .nreads = in.n,
+                      .writes = &c->tape_var,
+                      .nwrites = 1,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = "while_record"};
+        if (rc == 0 && !(c->frames[i].head = opr_make(pl, &rt)))
+            rc = VQ_ENOMEM;
+        free(in.v);
+    }
+    return rc;
+}
+
+/* The stack ops of a while with stack_outputs: per frame one that appends
+ * the iteration's stacked values (stack), all writing the stack var. */
+static int build_stack(struct ctl *c)
+{
+    struct plan *pl = c->fop->fr->plan;
+    const struct ctl_info *ci = c->fop->t->ctl;
+    int rc = 0;
+    c->stacked.width = ci->nstack;
+    if (!(c->stack_var = vq_var_new(pl->exec->engine, "stack")))
+        rc = vq__fail(VQ_ENOMEM, "out of memory");
+    for (int i = 0; i < c->nframes && rc == 0; i++) {
+        struct evlist in = {0};
+        for (int s = 0; s < ci->nstack && rc == 0; s++)
+            rc = vq__evlist_add(&in, c->frames[i].vars[pl->local[ci->stack[s]]].ev);
+        vq_task st = {.fn = ctl_stack,
+                      .arg = &c->frames[i],
+                      .reads = in.v,
+                      .nreads = in.n,
+                      .writes = &c->stack_var,
+                      .nwrites = 1,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = "while_stack"};
+        if (rc == 0 && !(c->frames[i].stack = opr_make(pl, &st)))
+            rc = VQ_ENOMEM;
+        free(in.v);
+    }
+    return rc;
+}
+
+/* A replaying while's heads: per frame the op that binds the saved
+ * inputs of the iteration it replays (from the saving loop's tape). */
+static int build_replay(struct ctl *c)
+{
+    struct plan *pl = c->fop->fr->plan;
+    const struct ctl_info *ci = c->fop->t->ctl;
+    int rc = 0;
+    c->replay = c->fop->fr->ops[ci->replay_of].ctl; /* built: an earlier op of the frame */
+    for (int i = 0; i < c->nframes && rc == 0; i++) {
+        struct evlist out = {0};
+        for (int k = 0; k < ci->nreplay && rc == 0; k++)
+            rc = vq__evlist_add(&out, c->frames[i].vars[pl->local[ci->replay_in[k]]].ev);
+        if (rc == 0)
+            rc = vq__evlist_add(&out, c->replay->tape_var);
+        vq_task bt = {.fn = ctl_bind,
+                      .arg = &c->frames[i],
+                      .writes = out.v,
+                      .nwrites = out.n,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = "while_replay"};
+        if (rc == 0 && !(c->frames[i].head = opr_make(pl, &bt)))
+            rc = VQ_ENOMEM;
+        free(out.v);
+    }
+    return rc;
+}
+
+/* The control op's begin and end ops in its frame: the reads it has in
+ * this frame, the outputs. */
+static int build_begin_end(struct fop *f)
+{
+    struct frame *fr = f->fr;
+    struct plan *pl = fr->plan;
+    const struct pop *t = f->t;
+    const struct ctl_info *ci = t->ctl;
+    struct ctl *c = f->ctl;
+    int rc = 0;
+    struct evlist reads = {0}, writes = {0};
+    for (int i = 0; i < t->nin && rc == 0; i++) {
+        bool dep;
+        vq__frame_slot(fr, t->in[i], &dep);
+        if (dep)
+            rc = vq__evlist_add(&reads, f->in[i]->ev);
+    }
+    for (int j = 0; j < t->src->nout && rc == 0; j++)
+        rc = vq__evlist_add(&writes, f->out[j]->ev);
+    if (rc == 0)
+        rc = vq__evlist_add(&writes, c->inst);
+    /* A replaying loop runs after the saving one's end, and the saving
+     * one's next execution after the replaying one's end: its inst var. */
+    if (rc == 0 && c->replay)
+        rc = vq__evlist_add(&writes, c->replay->inst);
+    int nend_reads = reads.n;
+    if (rc == 0)
+        rc = vq__evlist_add(&reads, c->inst); /* begin's: after the last execution's end */
+    if (rc == 0 && c->replay)
+        rc = vq__evlist_add(&reads, c->replay->inst);
+    if (rc == 0) {
+        vq_task bt = {.fn = ctl_begin,
+                      .arg = c,
+                      .reads = reads.v,
+                      .nreads = reads.n,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = ci->is_while ? "while_begin" : "cond_begin"};
+        vq_task nt = {.async_fn = ctl_end,
+                      .arg = c,
+                      .reads = reads.v,
+                      .nreads = nend_reads,
+                      .writes = writes.v,
+                      .nwrites = writes.n,
+                      .props = VQ_PROP_RUN_ON_FAILED,
+                      .name = ci->is_while ? "while_end" : "cond_end"};
+        if (!(c->begin = opr_make(pl, &bt)) || !(c->end = opr_make(pl, &nt)))
+            rc = VQ_ENOMEM;
+    }
+    free(reads.v);
+    free(writes.v);
+    return rc;
+}
+
 int vq__ctl_build(struct fop *f)
 {
     struct frame *fr = f->fr;
@@ -939,60 +1078,12 @@ int vq__ctl_build(struct fop *f)
             rc = VQ_ENOMEM;
         b->tail = b->step;
     }
-    if (rc == 0 && ci->save) {
-        c->tape.width = ci->nouts;
-        if (!(c->tape_var = vq_var_new(pl->exec->engine, "tape")))
-            rc = vq__fail(VQ_ENOMEM, "out of memory");
-        for (int i = 0; i < c->nframes && rc == 0; i++) {
-            struct frame *prev = &c->frames[(i + c->nframes - 1) % c->nframes];
-            struct evlist in = {0};
-            for (int k = 0; k < ci->nouts && rc == 0; k++)
-                rc = vq__evlist_add(&in, prev->vars[pl->local[ci->outs[0][k]]].ev);
-            vq_task rt = {.fn = ctl_record, .arg = &c->frames[i], .reads = in.v,
-                          .nreads = in.n, .writes = &c->tape_var, .nwrites = 1,
-                          .props = VQ_PROP_RUN_ON_FAILED, .name = "while_record"};
-            if (rc == 0 && !(c->frames[i].head = opr_make(pl, &rt)))
-                rc = VQ_ENOMEM;
-            free(in.v);
-        }
-    }
-    if (rc == 0 && ci->nstack > 0) {
-        c->stacked.width = ci->nstack;
-        if (!(c->stack_var = vq_var_new(pl->exec->engine, "stack")))
-            rc = vq__fail(VQ_ENOMEM, "out of memory");
-        for (int i = 0; i < c->nframes && rc == 0; i++) {
-            struct evlist in = {0};
-            for (int s = 0; s < ci->nstack && rc == 0; s++)
-                rc = vq__evlist_add(&in, c->frames[i].vars[pl->local[ci->stack[s]]].ev);
-            vq_task st = {.fn = ctl_stack,
-                          .arg = &c->frames[i],
-                          .reads = in.v,
-                          .nreads = in.n,
-                          .writes = &c->stack_var,
-                          .nwrites = 1,
-                          .props = VQ_PROP_RUN_ON_FAILED,
-                          .name = "while_stack"};
-            if (rc == 0 && !(c->frames[i].stack = opr_make(pl, &st)))
-                rc = VQ_ENOMEM;
-            free(in.v);
-        }
-    }
-    if (rc == 0 && ci->replay_of >= 0) {
-        c->replay = fr->ops[ci->replay_of].ctl; /* built: an earlier op of the frame */
-        for (int i = 0; i < c->nframes && rc == 0; i++) {
-            struct evlist out = {0};
-            for (int k = 0; k < ci->nreplay && rc == 0; k++)
-                rc = vq__evlist_add(&out, c->frames[i].vars[pl->local[ci->replay_in[k]]].ev);
-            if (rc == 0)
-                rc = vq__evlist_add(&out, c->replay->tape_var);
-            vq_task bt = {.fn = ctl_bind, .arg = &c->frames[i], .writes = out.v,
-                          .nwrites = out.n, .props = VQ_PROP_RUN_ON_FAILED,
-                          .name = "while_replay"};
-            if (rc == 0 && !(c->frames[i].head = opr_make(pl, &bt)))
-                rc = VQ_ENOMEM;
-            free(out.v);
-        }
-    }
+    if (rc == 0 && ci->save)
+        rc = build_tape(c);
+    if (rc == 0 && ci->nstack > 0)
+        rc = build_stack(c);
+    if (rc == 0 && ci->replay_of >= 0)
+        rc = build_replay(c);
     for (int x = 0; x < (ci->is_while ? 1 : 2) && rc == 0; x++) {
         struct evlist all = {0};
         for (int i = 0; i < c->nframes && rc == 0; i++)
@@ -1009,39 +1100,8 @@ int vq__ctl_build(struct fop *f)
             c->frames[x].tail = c->exit[x];
         free(all.v);
     }
-    /* begin and end: the reads it has in this frame, the outputs */
-    struct evlist reads = {0}, writes = {0};
-    for (int i = 0; i < t->nin && rc == 0; i++) {
-        bool dep;
-        vq__frame_slot(fr, t->in[i], &dep);
-        if (dep)
-            rc = vq__evlist_add(&reads, f->in[i]->ev);
-    }
-    for (int j = 0; j < t->src->nout && rc == 0; j++)
-        rc = vq__evlist_add(&writes, f->out[j]->ev);
     if (rc == 0)
-        rc = vq__evlist_add(&writes, c->inst);
-    /* A replaying loop runs after the saving one's end, and the saving
-     * one's next execution after the replaying one's end: its inst var. */
-    if (rc == 0 && c->replay)
-        rc = vq__evlist_add(&writes, c->replay->inst);
-    int nend_reads = reads.n;
-    if (rc == 0)
-        rc = vq__evlist_add(&reads, c->inst); /* begin's: after the last execution's end */
-    if (rc == 0 && c->replay)
-        rc = vq__evlist_add(&reads, c->replay->inst);
-    if (rc == 0) {
-        vq_task bt = {.fn = ctl_begin, .arg = c, .reads = reads.v, .nreads = reads.n,
-                      .props = VQ_PROP_RUN_ON_FAILED,
-                      .name = ci->is_while ? "while_begin" : "cond_begin"};
-        vq_task nt = {.async_fn = ctl_end, .arg = c, .reads = reads.v, .nreads = nend_reads,
-                      .writes = writes.v, .nwrites = writes.n, .props = VQ_PROP_RUN_ON_FAILED,
-                      .name = ci->is_while ? "while_end" : "cond_end"};
-        if (!(c->begin = opr_make(pl, &bt)) || !(c->end = opr_make(pl, &nt)))
-            rc = VQ_ENOMEM;
-    }
-    free(reads.v);
-    free(writes.v);
+        rc = build_begin_end(f);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 
 #include "../graph/graph_internal.h"
 #include "onnx.pb-c.h"
+#include "onnx_ops.h"
 
 #include <varq/onnx.h>
 
@@ -67,6 +68,8 @@ struct ox {
      * Loop (ox_subgraph): a hook, so that the translations do not call
      * back into import.c */
     int (*walk)(struct ox *x, const Onnx__GraphProto *g, int block);
+    /* the declared attributes of the node being translated */
+    const struct ox_args *args;
 };
 
 /* Levels of subgraphs (If branches, Loop bodies, inside one another) a
@@ -123,12 +126,10 @@ bool ox_known(struct ox *x, struct ox_val *v);
 const vq_tensor *ox_param_value(struct ox *x, const struct ox_val *v);
 /* The node's attribute name, or NULL. */
 const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name);
-int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out);
+/* The float attribute name of the node, def when absent: for a node not
+ * being translated (import.c's fusion reads a Clip's bounds); a
+ * translation reads its declared attributes (ox_int and friends). */
 int ox_attr_float(struct ox *x, const char *name, double def, double *out);
-/* The ints of attribute name (*n = -1 when absent; max entries). */
-int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n);
-/* The string attribute name into buf ("" default when absent). */
-int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size);
 /* The values of input i, which must be a known integer tensor of at most
  * max elements (*n = -1 when the input is absent). what: for messages. */
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n);
@@ -163,10 +164,141 @@ int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_va
  * of block 0). */
 int ox_var_of(struct ox *x, struct ox_val *v);
 
-/* ---- ops.c ---- */
+/* ---- what an op declares: its inputs and attributes (ox.c reads them) ---- */
 
-/* Translates x->node; VQ_ENOSYS naming the op when there is no
- * translation. */
+enum ox_attr_type {
+    OX_T_INT,
+    OX_T_FLOAT,
+    OX_T_STRING,
+    OX_T_INTS,
+    OX_T_FLOATS,
+    OX_T_GRAPH,
+    OX_T_TENSOR
+};
+
+/* One attribute a translation reads: its name, its type and the ONNX
+ * spec's default (i, f or s). It is read in the opsets [since, until) (0:
+ * no bound), those where ONNX has it; in others it reads as absent, with
+ * its default. From opset changed on, the default is i2 or s2 (Softmax's
+ * axis: 1, and -1 since opset 13). max: the entries a list may have, the
+ * bytes a string may take with its terminator (at most OX_STR_MAX); more
+ * is refused, naming the attribute. Graphs and tensors are not
+ * type-checked: their translations say what they need. */
+struct ox_attr_spec {
+    const char *name;
+    enum ox_attr_type type;
+    int64_t i;
+    double f;
+    const char *s;
+    int max;
+    int since, until;
+    int changed;
+    int64_t i2;
+    const char *s2;
+};
+
+/* Specs, optionally followed by designated fields (.until = 13, .changed
+ * = 13, .i2 = -1): OX_INT("axis", 1, .changed = 13, .i2 = -1). */
+#define OX_INT(n, def, ...)                                    \
+    {                                                          \
+        .name = (n), .type = OX_T_INT, .i = (def), __VA_ARGS__ \
+    }
+#define OX_FLOAT(n, def, ...)                                    \
+    {                                                            \
+        .name = (n), .type = OX_T_FLOAT, .f = (def), __VA_ARGS__ \
+    }
+#define OX_STR(n, def, size, ...)                                                \
+    {                                                                            \
+        .name = (n), .type = OX_T_STRING, .s = (def), .max = (size), __VA_ARGS__ \
+    }
+#define OX_INTS(n, most, ...)                                      \
+    {                                                              \
+        .name = (n), .type = OX_T_INTS, .max = (most), __VA_ARGS__ \
+    }
+#define OX_FLOATS(n, most, ...)                                      \
+    {                                                                \
+        .name = (n), .type = OX_T_FLOATS, .max = (most), __VA_ARGS__ \
+    }
+#define OX_GRAPH(n)                     \
+    {                                   \
+        .name = (n), .type = OX_T_GRAPH \
+    }
+#define OX_TENSOR(n)                     \
+    {                                    \
+        .name = (n), .type = OX_T_TENSOR \
+    }
+/* A row's attribute list (at most OX_MAX_ATTRS). */
+#define OX_ATTRS(...) ((const struct ox_attr_spec[]){__VA_ARGS__, {0}})
+#define OX_MAX_ATTRS 8
+#define OX_STR_MAX 32
+/* max_in of an op with any number of inputs */
+#define OX_ANY (-1)
+
+/* A row of the translate table: the translation, and what it declares. */
+struct ox_op {
+    int (*fn)(struct ox *x);
+    /* the varq op of translations that several ONNX ops share (unary,
+     * binary, ...), or NULL */
+    const char *type;
+    /* inputs: the first min_in must be given (an absent one fails the node
+     * as missing), at most max_in (OX_ANY: any number) may be */
+    int min_in, max_in;
+    bool out0;                        /* output 0 must be named */
+    const struct ox_attr_spec *attrs; /* OX_ATTRS(...), or NULL */
+};
+
+/* The values of a node's declared attributes, read and checked before its
+ * translation runs (vq__onnx_translate). */
+struct ox_args {
+    const struct ox_op *op;
+    struct ox_attr_value {
+        bool given;                 /* the node has it, in an opset that reads it */
+        int64_t i;                  /* OX_T_INT */
+        double f;                   /* OX_T_FLOAT */
+        int n;                      /* OX_T_INTS, OX_T_FLOATS: entries, -1 when absent */
+        const int64_t *ints;        /* n of them (the node's) */
+        const float *floats;        /* n of them (the node's) */
+        const Onnx__GraphProto *g;  /* OX_T_GRAPH, NULL when absent */
+        const Onnx__TensorProto *t; /* OX_T_TENSOR, NULL when absent */
+        char s[OX_STR_MAX];         /* OX_T_STRING */
+    } v[OX_MAX_ATTRS];
+};
+
+/* Checks x->node against op: its inputs (each present one must be a known
+ * value; the first min_in present), output 0 when op->out0, and reads its
+ * declared attributes into *args (type, list length, string length
+ * checked). On success x->args is args. */
+int ox_args_read(struct ox *x, const struct ox_op *op, struct ox_args *args);
+
+/* The declared attributes of the node being translated, already checked:
+ * its value, or its default. name must be declared in the op's row. */
+int64_t ox_int(const struct ox *x, const char *name);
+double ox_float(const struct ox *x, const char *name);
+const char *ox_str(const struct ox *x, const char *name);
+/* A list's entries (*n of them; *n = -1 and no entries when absent). */
+const int64_t *ox_ints(const struct ox *x, const char *name, int *n);
+const float *ox_floats(const struct ox *x, const char *name, int *n);
+const Onnx__GraphProto *ox_graph(const struct ox *x, const char *name);
+const Onnx__TensorProto *ox_tensor(const struct ox *x, const char *name);
+/* Whether the node gives attribute name (for defaults that depend on the
+ * input, such as Shape's end). */
+bool ox_given(const struct ox *x, const char *name);
+/* Input i of the node being translated, checked by ox_args_read: NULL when
+ * absent (past the end, or ""). */
+struct ox_val *ox_input(struct ox *x, int i);
+/* The varq op of the translation's row (struct ox_op.type). */
+const char *ox_type(const struct ox *x);
+
+/* ---- the translate table (ops.c) ---- */
+
+/* The rows, one per op of OX_OPS (onnx_ops.h). */
+#define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
+OX_OPS(OX_DECLARE_ROW)
+#undef OX_DECLARE_ROW
+
+/* Translates x->node: looks up its row, checks and reads what the row
+ * declares, runs its translation; VQ_ENOSYS naming the op when there is
+ * none. */
 int vq__onnx_translate(struct ox *x);
 
 #endif

@@ -15,24 +15,10 @@
 
 /* ---- small helpers ---- */
 
-/* Input i, which the op requires. */
-static int need_in(struct ox *x, int i, struct ox_val **v)
-{
-    int rc = ox_in(x, i, v);
-    if (rc == 0 && !*v)
-        rc = ox_fail(x, VQ_EINVAL, "input %d is missing", i);
-    return rc;
-}
-
 /* Output 0, which the op requires. */
 static const char *out0(struct ox *x)
 {
     return ox_out(x, 0);
-}
-
-static int need_out0(struct ox *x)
-{
-    return out0(x) ? 0 : ox_fail(x, VQ_EINVAL, "output 0 has no name");
 }
 
 /* A scalar constant of dtype dt. */
@@ -79,15 +65,21 @@ static int axis_of(struct ox *x, const char *what, int64_t a, int rank, int *out
     return 0;
 }
 
-/* out0 = type(in0) */
-static int unary(struct ox *x, const char *type)
+/* The entries of the node's declared ints attribute name into out (*n =
+ * -1 when absent; the row's spec bounds *n by out's size). */
+static void ints_of(const struct ox *x, const char *name, int64_t *out, int *n)
 {
-    struct ox_val *a;
-    int rc = need_in(x, 0, &a);
-    if (rc == 0)
-        rc = need_out0(x);
+    const int64_t *v = ox_ints(x, name, n);
+    if (*n > 0)
+        memcpy(out, v, (size_t)*n * sizeof *out);
+}
+
+/* out0 = type(in0), type the row's varq op */
+static int t_unary(struct ox *x)
+{
+    struct ox_val *a = ox_input(x, 0);
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, type, &a, 1, &o, 1, NULL, 0, NULL);
+    return ox_emit(x, ox_type(x), &a, 1, &o, 1, NULL, 0, NULL);
 }
 
 /* One known integer element, into *out. */
@@ -118,25 +110,19 @@ static void sym_sum(struct ox_val *r, const struct ox_val *a, const struct ox_va
     }
 }
 
-/* out0 = type(in0, in1) */
-static int binary(struct ox *x, const char *type)
+/* out0 = type(in0, in1), type the row's varq op */
+static int t_binary(struct ox *x)
 {
-    struct ox_val *in[2], *r;
-    int64_t legacy;
-    int rc = ox_attr_int(x, "axis", -1, &legacy);
-    if (rc == 0 && legacy >= 0)
-        rc = ox_fail(x, VQ_ENOSYS, "broadcasting along axis %lld (opsets before 7) is not "
-                                   "supported",
-                     (long long)legacy);
-    if (rc == 0)
-        rc = need_in(x, 0, &in[0]);
-    if (rc == 0)
-        rc = need_in(x, 1, &in[1]);
-    if (rc == 0)
-        rc = need_out0(x);
-    const char *o = out0(x);
-    if (rc == 0 && (rc = ox_emit(x, type, in, 2, &o, 1, NULL, 0, &r)) == 0 && !r->konst &&
-        (!strcmp(type, "add") || !strcmp(type, "sub")))
+    const char *type = ox_type(x), *o = out0(x);
+    struct ox_val *in[2] = {ox_input(x, 0), ox_input(x, 1)}, *r;
+    int64_t legacy = ox_int(x, "axis");
+    if (legacy >= 0)
+        return ox_fail(x, VQ_ENOSYS,
+                       "broadcasting along axis %lld (opsets before 7) is not "
+                       "supported",
+                       (long long)legacy);
+    int rc = ox_emit(x, type, in, 2, &o, 1, NULL, 0, &r);
+    if (rc == 0 && !r->konst && (!strcmp(type, "add") || !strcmp(type, "sub")))
         sym_sum(r, in[0], in[1], strcmp(type, "add") ? -1 : 1);
     return rc;
 }
@@ -175,63 +161,34 @@ static int reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, co
 
 /* ---- elementwise and activations ---- */
 
-static int t_add(struct ox *x) { return binary(x, "add"); }
-static int t_sub(struct ox *x) { return binary(x, "sub"); }
-static int t_mul(struct ox *x) { return binary(x, "mul"); }
-static int t_div(struct ox *x) { return binary(x, "div"); }
-static int t_equal(struct ox *x) { return binary(x, "equal"); }
-static int t_less(struct ox *x) { return binary(x, "less"); }
-static int t_less_equal(struct ox *x) { return binary(x, "less_equal"); }
-static int t_greater(struct ox *x) { return binary(x, "greater"); }
-static int t_greater_equal(struct ox *x) { return binary(x, "greater_equal"); }
-static int t_and(struct ox *x) { return binary(x, "logical_and"); }
-static int t_or(struct ox *x) { return binary(x, "logical_or"); }
-static int t_not(struct ox *x) { return unary(x, "logical_not"); }
-static int t_relu(struct ox *x) { return unary(x, "relu"); }
-static int t_sigmoid(struct ox *x) { return unary(x, "sigmoid"); }
-static int t_tanh(struct ox *x) { return unary(x, "tanh"); }
-static int t_abs(struct ox *x) { return unary(x, "abs"); }
-
 static int t_where(struct ox *x)
 {
-    struct ox_val *in[3];
-    int rc = 0;
-    for (int i = 0; i < 3 && rc == 0; i++)
-        rc = need_in(x, i, &in[i]);
-    if (rc == 0)
-        rc = need_out0(x);
+    struct ox_val *in[3] = {ox_input(x, 0), ox_input(x, 1), ox_input(x, 2)};
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "where", in, 3, &o, 1, NULL, 0, NULL);
+    return ox_emit(x, "where", in, 3, &o, 1, NULL, 0, NULL);
 }
 
 /* Neg: 0 - X (every dtype). */
 static int t_neg(struct ox *x)
 {
-    struct ox_val *in[2];
-    int rc = need_in(x, 0, &in[1]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = scalar(x, in[1]->meta.dtype, 0, &in[0]);
+    struct ox_val *in[2] = {NULL, ox_input(x, 0)};
     const char *o = out0(x);
+    int rc = scalar(x, in[1]->meta.dtype, 0, &in[0]);
     return rc ? rc : ox_emit(x, "sub", in, 2, &o, 1, NULL, 0, NULL);
 }
 
-/* Max, Min, Sum, Mean: a chain over the inputs (one input: a copy). */
-static int variadic(struct ox *x, const char *type, bool mean)
+/* Max, Min, Sum, Mean: a chain of the row's varq op over the inputs (one
+ * input: a copy); Mean (the row's type "mean") adds, then scales. */
+static int t_variadic(struct ox *x)
 {
-    const Onnx__NodeProto *n = x->node;
-    int rc = need_out0(x);
-    if (rc == 0 && n->n_input == 0)
-        rc = ox_fail(x, VQ_EINVAL, "no inputs");
-    struct ox_val *acc;
-    if (rc == 0)
-        rc = need_in(x, 0, &acc);
-    int count = (int)n->n_input;
+    bool mean = !strcmp(ox_type(x), "mean");
+    const char *type = mean ? "add" : ox_type(x);
+    struct ox_val *acc = ox_input(x, 0);
+    int count = (int)x->node->n_input, rc = 0;
     for (int i = 1; i < count && rc == 0; i++) {
-        struct ox_val *in[2] = {acc, NULL};
-        if ((rc = need_in(x, i, &in[1])) < 0)
-            break;
+        struct ox_val *in[2] = {acc, ox_input(x, i)};
+        if (!in[1])
+            return ox_fail(x, VQ_EINVAL, "input %d is missing", i);
         const char *name = i == count - 1 && !mean ? out0(x) : NULL;
         rc = ox_emit(x, type, in, 2, &name, 1, NULL, 0, &acc);
     }
@@ -247,29 +204,20 @@ static int variadic(struct ox *x, const char *type, bool mean)
     return count == 1 ? ox_alias(x, out0(x), acc) : 0;
 }
 
-static int t_max(struct ox *x) { return variadic(x, "maximum", false); }
-static int t_min(struct ox *x) { return variadic(x, "minimum", false); }
-static int t_sum(struct ox *x) { return variadic(x, "add", false); }
-static int t_mean(struct ox *x) { return variadic(x, "add", true); }
-
 /* Clip(X, min, max): attributes before opset 11, optional inputs since. */
 static int t_clip(struct ox *x)
 {
-    struct ox_val *v, *lo = NULL, *hi = NULL;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && x->opset < 11) {
-        double a, b;
-        if ((rc = ox_attr_float(x, "min", -INFINITY, &a)) == 0 &&
-            (rc = ox_attr_float(x, "max", INFINITY, &b)) == 0) {
-            if (isfinite(a))
-                rc = scalar(x, v->meta.dtype, a, &lo);
-            if (rc == 0 && isfinite(b))
-                rc = scalar(x, v->meta.dtype, b, &hi);
-        }
-    } else if (rc == 0 && (rc = ox_in(x, 1, &lo)) == 0) {
-        rc = ox_in(x, 2, &hi);
+    struct ox_val *v = ox_input(x, 0), *lo = NULL, *hi = NULL;
+    double a = ox_float(x, "min"), b = ox_float(x, "max");
+    int rc = 0;
+    if (x->opset < 11) {
+        if (isfinite(a))
+            rc = scalar(x, v->meta.dtype, a, &lo);
+        if (rc == 0 && isfinite(b))
+            rc = scalar(x, v->meta.dtype, b, &hi);
+    } else {
+        lo = ox_input(x, 1);
+        hi = ox_input(x, 2);
     }
     struct ox_val *cur = v;
     if (rc == 0 && lo) {
@@ -290,23 +238,15 @@ static int t_clip(struct ox *x)
 /* LeakyRelu: where(X < 0, alpha X, X). */
 static int t_leaky_relu(struct ox *x)
 {
-    struct ox_val *v, *zero, *neg, *scaled;
-    double alpha = 0.01;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "alpha", 0.01, &alpha);
-    if (rc == 0)
-        rc = scalar(x, v->meta.dtype, 0, &zero);
-    if (rc == 0)
-        rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg);
-    vq_attr a = VQ_ATTR_F("scale", alpha);
-    if (rc == 0)
-        rc = ox_emit(x, "scale", &v, 1, NULL, 1, &a, 1, &scaled);
+    struct ox_val *v = ox_input(x, 0), *zero, *neg, *scaled;
+    vq_attr a = VQ_ATTR_F("scale", ox_float(x, "alpha"));
     const char *o = out0(x);
-    return rc ? rc
-              : ox_emit(x, "where", (struct ox_val *[]){neg, scaled, v}, 3, &o, 1, NULL, 0, NULL);
+    int rc;
+    if ((rc = scalar(x, v->meta.dtype, 0, &zero)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg)) < 0 ||
+        (rc = ox_emit(x, "scale", &v, 1, NULL, 1, &a, 1, &scaled)) < 0)
+        return rc;
+    return ox_emit(x, "where", (struct ox_val *[]){neg, scaled, v}, 3, &o, 1, NULL, 0, NULL);
 }
 
 /* clamp(alpha X + beta, 0, 1) into name. */
@@ -328,94 +268,20 @@ static int hard_sigmoid(struct ox *x, struct ox_val *v, double alpha, double bet
 
 static int t_hard_sigmoid(struct ox *x)
 {
-    struct ox_val *v;
-    double alpha, beta;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "alpha", 0.2, &alpha);
-    if (rc == 0)
-        rc = ox_attr_float(x, "beta", 0.5, &beta);
-    return rc ? rc : hard_sigmoid(x, v, alpha, beta, out0(x), NULL);
+    return hard_sigmoid(x, ox_input(x, 0), ox_float(x, "alpha"), ox_float(x, "beta"), out0(x),
+                        NULL);
 }
 
 /* HardSwish: X * hard_sigmoid(X; 1/6, 1/2). */
 static int t_hard_swish(struct ox *x)
 {
-    struct ox_val *v, *hs;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = hard_sigmoid(x, v, 1.0 / 6, 0.5, NULL, &hs);
+    struct ox_val *v = ox_input(x, 0), *hs;
     const char *o = out0(x);
+    int rc = hard_sigmoid(x, v, 1.0 / 6, 0.5, NULL, &hs);
     return rc ? rc : ox_emit(x, "mul", (struct ox_val *[]){v, hs}, 2, &o, 1, NULL, 0, NULL);
 }
 
 /* ---- math ---- */
-
-static int t_exp(struct ox *x) { return unary(x, "exp"); }
-static int t_log(struct ox *x) { return unary(x, "log"); }
-static int t_sqrt(struct ox *x) { return unary(x, "sqrt"); }
-static int t_reciprocal(struct ox *x) { return unary(x, "reciprocal"); }
-static int t_erf(struct ox *x) { return unary(x, "erf"); }
-static int t_sin(struct ox *x)
-{
-    return unary(x, "sin");
-}
-static int t_cos(struct ox *x)
-{
-    return unary(x, "cos");
-}
-static int t_tan(struct ox *x)
-{
-    return unary(x, "tan");
-}
-static int t_asin(struct ox *x)
-{
-    return unary(x, "asin");
-}
-static int t_acos(struct ox *x)
-{
-    return unary(x, "acos");
-}
-static int t_atan(struct ox *x)
-{
-    return unary(x, "atan");
-}
-static int t_sinh(struct ox *x)
-{
-    return unary(x, "sinh");
-}
-static int t_cosh(struct ox *x)
-{
-    return unary(x, "cosh");
-}
-static int t_asinh(struct ox *x)
-{
-    return unary(x, "asinh");
-}
-static int t_acosh(struct ox *x)
-{
-    return unary(x, "acosh");
-}
-static int t_atanh(struct ox *x)
-{
-    return unary(x, "atanh");
-}
-static int t_floor(struct ox *x)
-{
-    return unary(x, "floor");
-}
-static int t_ceil(struct ox *x)
-{
-    return unary(x, "ceil");
-}
-static int t_round(struct ox *x)
-{
-    return unary(x, "round");
-}
 
 /* *v cast to dtype (a new value), unless it has that type. */
 static int cast_to(struct ox *x, struct ox_val **v, vq_dtype dtype)
@@ -436,15 +302,9 @@ static int cast_to(struct ox *x, struct ox_val **v, vq_dtype dtype)
  * numpy's astype). */
 static int t_pow(struct ox *x)
 {
-    struct ox_val *v, *e;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_in(x, 1, &e);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0), *e = ox_input(x, 1);
     const char *o = out0(x);
+    int rc;
     if (!is_float(v->meta.dtype)) {
         vq_dtype xt = v->meta.dtype, wide = is_float(e->meta.dtype)          ? VQ_F64
                                             : e->meta.dtype != v->meta.dtype ? VQ_I64
@@ -494,137 +354,94 @@ static int positive(struct ox *x, struct ox_val *v, double threshold, struct ox_
  * alpha. */
 static int elu_like(struct ox *x, double alpha, double gamma)
 {
-    struct ox_val *v, *pos, *e, *neg, *yes;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = positive(x, v, 0, &pos);
-    if (rc == 0)
-        rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e);
-    if (rc == 0)
-        rc = affine(x, e, alpha * gamma, -alpha * gamma, &neg);
-    yes = v;
-    if (rc == 0 && gamma != 1)
-        rc = affine(x, v, gamma, 0, &yes);
-    return rc ? rc : select3(x, pos, yes, neg, out0(x), NULL);
+    struct ox_val *v = ox_input(x, 0), *pos, *e, *neg, *yes = v;
+    int rc;
+    if ((rc = positive(x, v, 0, &pos)) < 0 ||
+        (rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e)) < 0 ||
+        (rc = affine(x, e, alpha * gamma, -alpha * gamma, &neg)) < 0 ||
+        (gamma != 1 && (rc = affine(x, v, gamma, 0, &yes)) < 0))
+        return rc;
+    return select3(x, pos, yes, neg, out0(x), NULL);
 }
 
 static int t_elu(struct ox *x)
 {
-    double alpha;
-    int rc = ox_attr_float(x, "alpha", 1, &alpha);
-    return rc ? rc : elu_like(x, alpha, 1);
+    return elu_like(x, ox_float(x, "alpha"), 1);
 }
 
 static int t_selu(struct ox *x)
 {
-    double alpha, gamma;
-    int rc = ox_attr_float(x, "alpha", 1.67326319217681884765625, &alpha);
-    if (rc == 0)
-        rc = ox_attr_float(x, "gamma", 1.05070102214813232421875, &gamma);
-    return rc ? rc : elu_like(x, alpha, gamma);
+    return elu_like(x, ox_float(x, "alpha"), ox_float(x, "gamma"));
 }
 
 /* Celu: max(0, X) + min(0, alpha (exp(X / alpha) - 1)). */
 static int t_celu(struct ox *x)
 {
-    struct ox_val *v, *zero, *lo, *hi, *e, *s, *en;
-    double alpha;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "alpha", 1, &alpha);
-    if (rc == 0)
-        rc = scalar(x, v->meta.dtype, 0, &zero);
-    if (rc == 0)
-        rc = ox_emit(x, "maximum", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &hi);
-    if (rc == 0)
-        rc = affine(x, v, 1 / alpha, 0, &s);
-    if (rc == 0)
-        rc = ox_emit(x, "exp", &s, 1, NULL, 1, NULL, 0, &e);
-    if (rc == 0)
-        rc = affine(x, e, alpha, -alpha, &en);
-    if (rc == 0)
-        rc = ox_emit(x, "minimum", (struct ox_val *[]){en, zero}, 2, NULL, 1, NULL, 0, &lo);
+    struct ox_val *v = ox_input(x, 0), *zero, *lo, *hi, *e, *s, *en;
+    double alpha = ox_float(x, "alpha");
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "add", (struct ox_val *[]){hi, lo}, 2, &o, 1, NULL, 0, NULL);
+    int rc;
+    if ((rc = scalar(x, v->meta.dtype, 0, &zero)) < 0 ||
+        (rc = ox_emit(x, "maximum", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &hi)) < 0 ||
+        (rc = affine(x, v, 1 / alpha, 0, &s)) < 0 ||
+        (rc = ox_emit(x, "exp", &s, 1, NULL, 1, NULL, 0, &e)) < 0 ||
+        (rc = affine(x, e, alpha, -alpha, &en)) < 0 ||
+        (rc = ox_emit(x, "minimum", (struct ox_val *[]){en, zero}, 2, NULL, 1, NULL, 0, &lo)) < 0)
+        return rc;
+    return ox_emit(x, "add", (struct ox_val *[]){hi, lo}, 2, &o, 1, NULL, 0, NULL);
 }
 
 /* PRelu: X > 0 ? X : slope X (slope broadcast). */
 static int t_prelu(struct ox *x)
 {
-    struct ox_val *v, *slope, *pos, *m;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_in(x, 1, &slope);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = positive(x, v, 0, &pos);
-    if (rc == 0)
-        rc = ox_emit(x, "mul", (struct ox_val *[]){v, slope}, 2, NULL, 1, NULL, 0, &m);
-    return rc ? rc : select3(x, pos, v, m, out0(x), NULL);
+    struct ox_val *v = ox_input(x, 0), *slope = ox_input(x, 1), *pos, *m;
+    int rc;
+    if ((rc = positive(x, v, 0, &pos)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){v, slope}, 2, NULL, 1, NULL, 0, &m)) < 0)
+        return rc;
+    return select3(x, pos, v, m, out0(x), NULL);
 }
 
 /* ThresholdedRelu: X > alpha ? X : 0. */
 static int t_thresholded_relu(struct ox *x)
 {
-    struct ox_val *v, *pos, *zero;
-    double alpha;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "alpha", 1, &alpha);
-    if (rc == 0)
-        rc = positive(x, v, alpha, &pos);
-    if (rc == 0)
-        rc = scalar(x, v->meta.dtype, 0, &zero);
-    return rc ? rc : select3(x, pos, v, zero, out0(x), NULL);
+    struct ox_val *v = ox_input(x, 0), *pos, *zero;
+    int rc;
+    if ((rc = positive(x, v, ox_float(x, "alpha"), &pos)) < 0 ||
+        (rc = scalar(x, v->meta.dtype, 0, &zero)) < 0)
+        return rc;
+    return select3(x, pos, v, zero, out0(x), NULL);
 }
 
 /* Softplus: log(exp(X) + 1); Softsign: X / (1 + |X|). */
 static int t_softplus(struct ox *x)
 {
-    struct ox_val *v, *e, *e1;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e);
-    if (rc == 0)
-        rc = affine(x, e, 1, 1, &e1);
+    struct ox_val *v = ox_input(x, 0), *e, *e1;
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "log", &e1, 1, &o, 1, NULL, 0, NULL);
+    int rc;
+    if ((rc = ox_emit(x, "exp", &v, 1, NULL, 1, NULL, 0, &e)) < 0 ||
+        (rc = affine(x, e, 1, 1, &e1)) < 0)
+        return rc;
+    return ox_emit(x, "log", &e1, 1, &o, 1, NULL, 0, NULL);
 }
 
 static int t_softsign(struct ox *x)
 {
-    struct ox_val *v, *a, *a1;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_emit(x, "abs", &v, 1, NULL, 1, NULL, 0, &a);
-    if (rc == 0)
-        rc = affine(x, a, 1, 1, &a1);
+    struct ox_val *v = ox_input(x, 0), *a, *a1;
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "div", (struct ox_val *[]){v, a1}, 2, &o, 1, NULL, 0, NULL);
+    int rc;
+    if ((rc = ox_emit(x, "abs", &v, 1, NULL, 1, NULL, 0, &a)) < 0 ||
+        (rc = affine(x, a, 1, 1, &a1)) < 0)
+        return rc;
+    return ox_emit(x, "div", (struct ox_val *[]){v, a1}, 2, &o, 1, NULL, 0, NULL);
 }
-
-static int t_xor(struct ox *x) { return binary(x, "not_equal"); }
 
 /* IsNaN: X != X. */
 static int t_isnan(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
+    struct ox_val *v = ox_input(x, 0);
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "not_equal", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
+    return ox_emit(x, "not_equal", (struct ox_val *[]){v, v}, 2, &o, 1, NULL, 0, NULL);
 }
 
 /* ---- convolution nets (NCHW) ---- */
@@ -647,10 +464,8 @@ static int spatial_rank(struct ox *x, const struct ox_val *v, int *sd)
  * each); 3-D windows keep their 3. */
 static int lifted(struct ox *x, const char *name, int sd, int64_t d, int64_t *out)
 {
-    int64_t v[3];
-    int n, rc = ox_attr_ints(x, name, v, 3, &n);
-    if (rc)
-        return rc;
+    int n;
+    const int64_t *v = ox_ints(x, name, &n);
     if (n >= 0 && n != sd)
         return ox_fail(x, VQ_EINVAL, "%s has %d entries for %d spatial dims", name, n, sd);
     if (sd == 3) {
@@ -660,6 +475,26 @@ static int lifted(struct ox *x, const char *name, int sd, int64_t d, int64_t *ou
     }
     out[0] = sd == 1 ? 1 : n < 0 ? d : v[0];
     out[1] = n < 0 ? d : v[sd - 1];
+    return 0;
+}
+
+/* The pads attribute of a window op over sd spatial dims, as the lifted
+ * window's (ONNX's begins then ends: top, left, bottom, right; 3-D:
+ * front, top, left, back, bottom, right; a 1-D window's added dim gets
+ * none) into pads (zeros when absent). */
+static int lifted_pads(struct ox *x, int sd, int64_t *pads)
+{
+    int n, nd = sd == 3 ? 3 : 2; /* the dims of the lifted window */
+    const int64_t *p = ox_ints(x, "pads", &n);
+    memset(pads, 0, (size_t)(2 * nd) * sizeof *pads);
+    if (n >= 0 && n != 2 * sd)
+        return ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
+    if (n > 0 && sd != 1)
+        memcpy(pads, p, (size_t)n * sizeof *p);
+    else if (n > 0) {
+        pads[1] = p[0];
+        pads[3] = p[1];
+    }
     return 0;
 }
 
@@ -685,30 +520,17 @@ static int window_emit(struct ox *x, const char *type, struct ox_val *const *in,
     return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, o, NULL);
 }
 
-/* The pads of a window op on the lifted input v (ONNX's begins then
- * ends: top, left, bottom, right; 3-D: front, top, left, back, bottom,
- * right): the pads attribute, or auto_pad (SAME_UPPER / SAME_LOWER need
- * the spatial dims known at import). */
+/* The pads of a window op on the lifted input v: the pads attribute, or
+ * auto_pad (SAME_UPPER / SAME_LOWER need the spatial dims known at
+ * import). */
 static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64_t *kernel,
                        const int64_t *strides, const int64_t *dil, int64_t *pads)
 {
-    char mode[32];
-    int64_t p[6];
+    const char *mode = ox_str(x, "auto_pad");
     int nd = sd == 3 ? 3 : 2; /* the dims of the lifted window */
-    int n, rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
-    if (rc == 0)
-        rc = ox_attr_ints(x, "pads", p, 6, &n);
+    int rc = lifted_pads(x, sd, pads);
     if (rc)
         return rc;
-    memset(pads, 0, (size_t)(2 * nd) * sizeof *pads);
-    if (n >= 0 && n != 2 * sd)
-        return ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
-    if (n > 0 && sd != 1)
-        memcpy(pads, p, (size_t)n * sizeof *p);
-    else if (n > 0) {
-        pads[1] = p[0];
-        pads[3] = p[1];
-    }
     if (!strcmp(mode, "NOTSET") || !strcmp(mode, "VALID")) {
         if (!strcmp(mode, "VALID"))
             memset(pads, 0, (size_t)(2 * nd) * sizeof *pads);
@@ -749,26 +571,18 @@ static int window_pads(struct ox *x, const struct ox_val *v, int sd, const int64
 /* What Conv and ConvTranspose share: X, W and an optional B (in), the
  * output, the spatial rank, strides, dilations and group, with X and W
  * lifted to 2-D windows (3-D ones stay 3-D: conv3d, conv_transpose3d). */
-static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strides,
-                       int64_t *dil, int64_t *group)
+static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strides, int64_t *dil)
 {
-    int rc = need_in(x, 0, &in[0]);
-    if (rc == 0)
-        rc = need_in(x, 1, &in[1]);
-    if (rc == 0)
-        rc = ox_in(x, 2, &in[2]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = spatial_rank(x, in[0], sd);
+    in[0] = ox_input(x, 0);
+    in[1] = ox_input(x, 1);
+    in[2] = ox_input(x, 2);
+    int rc = spatial_rank(x, in[0], sd);
     if (rc == 0 && in[1]->meta.ndim != *sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", in[1]->meta.ndim, in[0]->meta.ndim);
     if (rc == 0)
         rc = lifted(x, "strides", *sd, 1, strides);
     if (rc == 0)
         rc = lifted(x, "dilations", *sd, 1, dil);
-    if (rc == 0)
-        rc = ox_attr_int(x, "group", 1, group);
     if (rc == 0)
         rc = lift(x, in[0], *sd, &in[0]);
     if (rc == 0)
@@ -779,9 +593,9 @@ static int conv_common(struct ox *x, struct ox_val **in, int *sd, int64_t *strid
 static int t_conv(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[3], dil[3], kernel[3], pads[6], group;
+    int64_t strides[3], dil[3], kernel[3], pads[6];
     int sd = 0;
-    int rc = conv_common(x, in, &sd, strides, dil, &group);
+    int rc = conv_common(x, in, &sd, strides, dil);
     if (rc)
         return rc;
     int nd = sd == 3 ? 3 : 2;
@@ -793,10 +607,46 @@ static int t_conv(struct ox *x)
      * over images: conv2d's clip. */
     double clip[2] = {x->fuse_lo, x->fuse_hi};
     vq_attr a[5] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
-                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group),
+                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", ox_int(x, "group")),
                     VQ_ATTR_FS("clip", clip, 2)};
     return window_emit(x, sd == 3 ? "conv3d" : "conv2d", in, in[2] ? 3 : 2, sd, a,
                        x->fuse && sd == 2 ? 5 : 4);
+}
+
+/* The total padding of a ConvTranspose along lifted dim i (len the input's
+ * size there, k the kernel's) that gives the output size want (may raise
+ * *outpad, for rows past the last window): the model's strides,
+ * dilations, paddings and sizes, each step checked for overflow. */
+static int transpose_pad(struct ox *x, int64_t len, int64_t k, int64_t st, int64_t dil,
+                         int64_t want, bool given, int64_t *outpad, int64_t *out)
+{
+    int64_t total, t1, t2;
+    bool bad = st < 1 || dil < 1 || *outpad < 0;
+    if (!bad && !given)
+        bad = __builtin_mul_overflow(len, st, &want);
+    bad = bad || want < 0 || __builtin_mul_overflow(st, len - 1, &t1) ||
+          __builtin_mul_overflow(k - 1, dil, &t2) || __builtin_add_overflow(t1, t2, &total) ||
+          __builtin_add_overflow(total, *outpad, &total) ||
+          __builtin_sub_overflow(total, want, &total) || __builtin_add_overflow(total, 1, &total) ||
+          (total < 0 && __builtin_sub_overflow(*outpad, total, &t1));
+    if (bad)
+        return ox_fail(x, VQ_EINVAL,
+                       "strides %lld, dilations %lld, output_padding "
+                       "%lld and the output size overflow or are not "
+                       "positive",
+                       (long long)st, (long long)dil, (long long)*outpad);
+    if (total < 0 && *outpad - total < st) {
+        /* rows past the last window: what output_padding adds */
+        *outpad -= total;
+        total = 0;
+    }
+    if (total < 0)
+        return ox_fail(x, VQ_ENOSYS,
+                       "output size %lld is past what the strides and "
+                       "output_padding give (%lld)",
+                       (long long)want, (long long)(want + total));
+    *out = total;
+    return 0;
 }
 
 /* ConvTranspose: X [N, C, spatial], W [C, M / group, kernel]. Its pads
@@ -807,23 +657,17 @@ static int t_conv(struct ox *x)
 static int t_conv_transpose(struct ox *x)
 {
     struct ox_val *in[3];
-    int64_t strides[3], dil[3], outpad[3], pads[6] = {0}, group, want[3], p[6] = {0};
-    int sd = 0, n = -1, nshape = -1;
-    char mode[32];
-    int rc = conv_common(x, in, &sd, strides, dil, &group);
+    int64_t strides[3], dil[3], outpad[3], pads[6] = {0};
+    int sd = 0, nshape;
+    const char *mode = ox_str(x, "auto_pad");
+    const int64_t *shape = ox_ints(x, "output_shape", &nshape);
+    int rc = conv_common(x, in, &sd, strides, dil);
     if (rc == 0)
         rc = lifted(x, "output_padding", sd, 0, outpad);
     if (sd == 1)
         outpad[0] = 0; /* the added dim of a 1-D window gets no padding */
     if (rc == 0)
-        rc = ox_attr_str(x, "auto_pad", "NOTSET", mode, sizeof mode);
-    if (rc == 0)
-        rc = ox_attr_ints(x, "pads", p, 6, &n);
-    int64_t shape[5];
-    if (rc == 0)
-        rc = ox_attr_ints(x, "output_shape", shape, 5, &nshape);
-    if (rc == 0 && n >= 0 && n != 2 * sd)
-        rc = ox_fail(x, VQ_EINVAL, "pads has %d entries for %d spatial dims", n, sd);
+        rc = lifted_pads(x, sd, pads);
     if (rc == 0 && nshape >= 0 && nshape != sd && nshape != sd + 2)
         rc = ox_fail(x, VQ_EINVAL, "output_shape has %d entries for %d spatial dims", nshape,
                      sd);
@@ -835,56 +679,23 @@ static int t_conv_transpose(struct ox *x)
                                      "SAME_LOWER",
                        mode);
     int nd = sd == 3 ? 3 : 2; /* the dims of the lifted window */
-    if (n > 0 && sd != 1)
-        memcpy(pads, p, sizeof p);
-    else if (n > 0) {
-        pads[1] = p[0];
-        pads[3] = p[1];
-    }
-    if (nshape > 0 || same) {
-        for (int i = nd - sd; i < nd; i++) {
-            int64_t len = in[0]->meta.shape[2 + i], k = in[1]->meta.shape[2 + i];
-            if (len < 0 || k < 0)
-                return ox_fail(x, VQ_ENOSYS, "%s needs the spatial dims known when the model is "
-                                             "imported",
-                               nshape > 0 ? "output_shape" : "auto_pad SAME");
-            /* the model's strides, dilations, paddings and sizes: each step
-             * checked for overflow */
-            int64_t total, t1, t2, st = strides[i];
-            bool bad = st < 1 || dil[i] < 1 || outpad[i] < 0;
-            if (!bad && nshape > 0)
-                want[i] = shape[nshape - nd + i];
-            else if (!bad)
-                bad = __builtin_mul_overflow(len, st, &want[i]);
-            bad = bad || want[i] < 0 || __builtin_mul_overflow(st, len - 1, &t1) ||
-                  __builtin_mul_overflow(k - 1, dil[i], &t2) ||
-                  __builtin_add_overflow(t1, t2, &total) ||
-                  __builtin_add_overflow(total, outpad[i], &total) ||
-                  __builtin_sub_overflow(total, want[i], &total) ||
-                  __builtin_add_overflow(total, 1, &total) ||
-                  (total < 0 && __builtin_sub_overflow(outpad[i], total, &t1));
-            if (bad)
-                return ox_fail(x, VQ_EINVAL,
-                               "strides %lld, dilations %lld, output_padding "
-                               "%lld and the output size overflow or are not "
-                               "positive",
-                               (long long)st, (long long)dil[i], (long long)outpad[i]);
-            if (total < 0 && outpad[i] - total < strides[i]) {
-                /* rows past the last window: what output_padding adds */
-                outpad[i] -= total;
-                total = 0;
-            }
-            if (total < 0)
-                return ox_fail(x, VQ_ENOSYS, "output size %lld is past what the strides and "
-                                             "output_padding give (%lld)",
-                               (long long)want[i], (long long)(want[i] + total));
-            bool upper = !strcmp(mode, "SAME_UPPER");
-            pads[i] = upper ? total / 2 : total - total / 2;
-            pads[nd + i] = total - pads[i];
-        }
+    for (int i = nd - sd; (nshape > 0 || same) && i < nd; i++) {
+        int64_t len = in[0]->meta.shape[2 + i], k = in[1]->meta.shape[2 + i], total = 0;
+        if (len < 0 || k < 0)
+            return ox_fail(x, VQ_ENOSYS,
+                           "%s needs the spatial dims known when the model is "
+                           "imported",
+                           nshape > 0 ? "output_shape" : "auto_pad SAME");
+        int64_t want = nshape > 0 ? shape[nshape - nd + i] : 0;
+        if ((rc = transpose_pad(x, len, k, strides[i], dil[i], want, nshape > 0, &outpad[i],
+                                &total)) < 0)
+            return rc;
+        bool upper = !strcmp(mode, "SAME_UPPER");
+        pads[i] = upper ? total / 2 : total - total / 2;
+        pads[nd + i] = total - pads[i];
     }
     vq_attr a[5] = {VQ_ATTR_IS("strides", strides, nd), VQ_ATTR_IS("pads", pads, 2 * nd),
-                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", group),
+                    VQ_ATTR_IS("dilations", dil, nd), VQ_ATTR_I("groups", ox_int(x, "group")),
                     VQ_ATTR_IS("output_padding", outpad, nd)};
     return window_emit(x, sd == 3 ? "conv_transpose3d" : "conv_transpose2d", in, in[2] ? 3 : 2, sd,
                        a, 5);
@@ -944,33 +755,23 @@ static int pool3d(struct ox *x, const char *type, struct ox_val *v, const int64_
     return rc ? rc : reshape_to(x, r, (int64_t[]){0, 0, 0, oh, ow}, 5, out0(x), NULL);
 }
 
-/* MaxPool and AveragePool. */
-static int pool(struct ox *x, bool max)
+/* MaxPool (Indices too) and AveragePool: the row's varq op, max_pool2d or
+ * avg_pool2d. */
+static int t_pool(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t kernel[3], strides[3], dil[3] = {1, 1, 1}, pads[6], ceil, cip, order;
+    bool max = !strcmp(ox_type(x), "max_pool2d");
+    struct ox_val *v = ox_input(x, 0);
+    int64_t kernel[3], strides[3], dil[3] = {1, 1, 1}, pads[6];
     int sd = 0;
-    int rc = need_in(x, 0, &v);
+    int rc = spatial_rank(x, v, &sd);
+    if (rc == 0 && !ox_given(x, "kernel_shape"))
+        rc = ox_fail(x, VQ_EINVAL, "no kernel_shape");
     if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = spatial_rank(x, v, &sd);
-    if (rc == 0) {
-        if (!ox_attr(x, "kernel_shape"))
-            rc = ox_fail(x, VQ_EINVAL, "no kernel_shape");
-        else
-            rc = lifted(x, "kernel_shape", sd, 1, kernel);
-    }
+        rc = lifted(x, "kernel_shape", sd, 1, kernel);
     if (rc == 0)
         rc = lifted(x, "strides", sd, 1, strides);
     if (rc == 0 && max)
         rc = lifted(x, "dilations", sd, 1, dil);
-    if (rc == 0)
-        rc = ox_attr_int(x, "ceil_mode", 0, &ceil);
-    if (rc == 0)
-        rc = ox_attr_int(x, "count_include_pad", 0, &cip);
-    if (rc == 0)
-        rc = ox_attr_int(x, "storage_order", 0, &order);
     if (rc == 0 && ox_out(x, 1) && (!max || sd == 3))
         rc = ox_fail(x, VQ_ENOSYS, "its Indices output is not supported (a 3-D window)");
     if (rc == 0)
@@ -979,45 +780,34 @@ static int pool(struct ox *x, bool max)
         rc = window_pads(x, v, sd, kernel, strides, dil, pads);
     if (rc)
         return rc;
-    if (max) {
-        vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
-                        VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),
-                        VQ_ATTR_IS("dilations", dil, 2)};
-        if (sd == 3)
-            return pool3d(x, "max_pool2d", v, kernel, strides, dil, pads, a, 5);
-        if ((rc = window_emit(x, "max_pool2d", &v, 1, sd, a, 5)) || !ox_out(x, 1))
-            return rc;
-        /* Indices: where each maximum is, flattened over the whole input
-         * (a 1-D pool's lifted [N, C, 1, W] flattens the same) */
-        const char *idx = ox_out(x, 1), *name = sd != 1 ? idx : NULL;
-        struct ox_val *r;
-        vq_attr ai[6] = {a[0], a[1], a[2], a[3], a[4], VQ_ATTR_I("storage_order", order)};
-        if ((rc = ox_emit(x, "max_pool2d_argmax", &v, 1, &name, 1, ai, 6, &r)) || sd != 1)
-            return rc;
-        return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, idx, NULL);
-    }
     vq_attr a[5] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
-                    VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_B("ceil_mode", ceil != 0),
-                    VQ_ATTR_B("count_include_pad", cip != 0)};
+                    VQ_ATTR_IS("pads", pads, 4),
+                    VQ_ATTR_B("ceil_mode", ox_int(x, "ceil_mode") != 0),
+                    max ? VQ_ATTR_IS("dilations", dil, 2)
+                        : VQ_ATTR_B("count_include_pad", ox_int(x, "count_include_pad") != 0)};
     if (sd == 3)
-        return pool3d(x, "avg_pool2d", v, kernel, strides, dil, pads, a, 5);
-    return window_emit(x, "avg_pool2d", &v, 1, sd, a, 5);
+        return pool3d(x, ox_type(x), v, kernel, strides, dil, pads, a, 5);
+    if ((rc = window_emit(x, ox_type(x), &v, 1, sd, a, 5)) || !ox_out(x, 1))
+        return rc;
+    /* Indices: where each maximum is, flattened over the whole input (a
+     * 1-D pool's lifted [N, C, 1, W] flattens the same) */
+    const char *idx = ox_out(x, 1), *name = sd != 1 ? idx : NULL;
+    struct ox_val *r;
+    vq_attr ai[6] = {a[0], a[1], a[2],
+                     a[3], a[4], VQ_ATTR_I("storage_order", ox_int(x, "storage_order"))};
+    if ((rc = ox_emit(x, "max_pool2d_argmax", &v, 1, &name, 1, ai, 6, &r)) || sd != 1)
+        return rc;
+    return reshape_to(x, r, (int64_t[]){0, 0, -1}, 3, idx, NULL);
 }
-
-static int t_max_pool(struct ox *x) { return pool(x, true); }
-static int t_average_pool(struct ox *x) { return pool(x, false); }
 
 static int t_global_average_pool(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && v->meta.ndim < 3)
-        rc = ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)",
-                     v->meta.ndim);
+    struct ox_val *v = ox_input(x, 0);
     const char *o = out0(x);
-    return rc ? rc : ox_emit(x, "global_avg_pool", &v, 1, &o, 1, NULL, 0, NULL);
+    if (v->meta.ndim < 3)
+        return ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)",
+                       v->meta.ndim);
+    return ox_emit(x, "global_avg_pool", &v, 1, &o, 1, NULL, 0, NULL);
 }
 
 /* BatchNormalization: at inference (the running statistics) a batch_norm;
@@ -1029,31 +819,16 @@ static int t_global_average_pool(struct ox *x)
 static int t_batch_norm(struct ox *x)
 {
     struct ox_val *in[5];
-    double eps, momentum;
-    int64_t training = 0, spatial;
-    int rc = 0;
-    for (int i = 0; i < 5 && rc == 0; i++)
-        rc = need_in(x, i, &in[i]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
-    if (rc == 0)
-        rc = ox_attr_float(x, "momentum", 0.9, &momentum);
-    if (rc == 0 && x->opset >= 14)
-        rc = ox_attr_int(x, "training_mode", 0, &training);
-    else if (rc == 0)
-        training = ox_out(x, 1) || ox_out(x, 2);
-    if (rc == 0)
-        rc = ox_attr_int(x, "spatial", 1, &spatial);
-    if (rc == 0 && !spatial)
-        rc = ox_fail(x, VQ_ENOSYS, "spatial 0 is not supported");
-    if (rc == 0 && (ox_out(x, 3) || ox_out(x, 4)))
-        rc = ox_fail(x, VQ_ENOSYS, "its outputs saved_mean and saved_var are not supported");
-    if (rc == 0 && !training && (ox_out(x, 1) || ox_out(x, 2)))
-        rc = ox_fail(x, VQ_EINVAL, "outputs running_mean and running_var need training_mode 1");
-    if (rc)
-        return rc;
+    for (int i = 0; i < 5; i++)
+        in[i] = ox_input(x, i);
+    double eps = ox_float(x, "epsilon"), momentum = ox_float(x, "momentum");
+    bool training = x->opset >= 14 ? ox_int(x, "training_mode") != 0 : ox_out(x, 1) || ox_out(x, 2);
+    if (!ox_int(x, "spatial"))
+        return ox_fail(x, VQ_ENOSYS, "spatial 0 is not supported");
+    if (ox_out(x, 3) || ox_out(x, 4))
+        return ox_fail(x, VQ_ENOSYS, "its outputs saved_mean and saved_var are not supported");
+    if (!training && (ox_out(x, 1) || ox_out(x, 2)))
+        return ox_fail(x, VQ_EINVAL, "outputs running_mean and running_var need training_mode 1");
     if (training) {
         vq_attr a[2] = {VQ_ATTR_F("epsilon", eps), VQ_ATTR_F("momentum", momentum)};
         const char *o[3] = {out0(x), ox_out(x, 1), ox_out(x, 2)};
@@ -1073,31 +848,18 @@ static int t_batch_norm(struct ox *x)
  * ONNX's own function body for it. */
 static int t_layer_norm(struct ox *x)
 {
-    struct ox_val *v, *scale, *bias = NULL, *mean, *d, *sq, *var, *ve, *sd, *inv, *n, *y;
-    int64_t axis, stash;
-    double eps;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_in(x, 1, &scale);
-    if (rc == 0)
-        rc = ox_in(x, 2, &bias);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", -1, &axis);
-    if (rc == 0)
-        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
-    if (rc == 0)
-        rc = ox_attr_int(x, "stash_type", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, &stash);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0), *scale = ox_input(x, 1), *bias = ox_input(x, 2);
+    struct ox_val *mean, *d, *sq, *var, *ve, *sd, *inv, *n, *y;
+    int64_t stash = ox_int(x, "stash_type");
+    double eps = ox_float(x, "epsilon");
+    int rc;
     vq_dtype xt = v->meta.dtype, st;
     if (!is_float(xt))
         return ox_fail(x, VQ_EINVAL, "X is %s, not a floating-point tensor", vq_dtype_name(xt));
     if (!vq__onnx_dtype((int32_t)stash, &st) || !is_float(st))
         return ox_fail(x, VQ_ENOSYS, "stash_type %lld is not float or double", (long long)stash);
     int rank = v->meta.ndim, a0 = 0;
-    if ((rc = axis_of(x, "axis", axis, rank, &a0)) < 0)
+    if ((rc = axis_of(x, "axis", ox_int(x, "axis"), rank, &a0)) < 0)
         return rc;
     int64_t axes[VQ_MAX_DIMS];
     for (int i = a0; i < rank; i++)
@@ -1174,12 +936,6 @@ static int own_var(struct ox *x, struct ox_val *v, const char *const *avoid, int
     return 0;
 }
 
-static const Onnx__GraphProto *graph_attr(struct ox *x, const char *name)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    return a && a->g ? a->g : NULL;
-}
-
 /* A meta that holds both a and b (dims that differ become -1). */
 static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__meta *out, int j)
 {
@@ -1196,12 +952,10 @@ static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__met
 
 static int t_if(struct ox *x)
 {
-    struct ox_val *c;
+    struct ox_val *c = ox_input(x, 0);
     const Onnx__NodeProto *n = x->node;
-    const Onnx__GraphProto *g[2] = {graph_attr(x, "then_branch"), graph_attr(x, "else_branch")};
-    int rc = need_in(x, 0, &c);
-    if (rc)
-        return rc;
+    const Onnx__GraphProto *g[2] = {ox_graph(x, "then_branch"), ox_graph(x, "else_branch")};
+    int rc;
     if (!g[0] || !g[1])
         return ox_fail(x, VQ_EINVAL, "then_branch and else_branch must be graphs");
     int nout = (int)n->n_output;
@@ -1338,38 +1092,46 @@ static int scan_vars(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan,
     return 0;
 }
 
-/* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
- * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
- * is the body's cond_out (and iter < M when M is known only at run time; a
- * known M is max_iters), and stacking the scan values of every iteration
- * (stack_outputs, joined once when the loop ends). A scan output's dim 0,
- * the iterations, is M when the loop runs exactly M iterations (M known at
- * import, cond absent or known true, and cond_out the body's cond_in
- * through Identity nodes), else known only at run time (-1). */
-static int t_loop(struct ox *x)
+/* What t_loop's steps fill in. */
+struct loop {
+    const Onnx__GraphProto *g; /* the body */
+    struct ox_val *m, *cond;   /* the node's inputs M and cond, or NULL */
+    int nv, nscan, nc;         /* carried values v..., scan outputs, nv + 2 */
+    bool exact;                /* the loop runs exactly M times */
+    int64_t max_iters;         /* M when known at import, else -1 */
+    vq__meta im;               /* iter's meta (as the body declares it) */
+    /* the carried values' initial values (iter, cond, v...) and the entry
+     * predicate */
+    struct ox_val *init[VQ__MAX_SLOTS], *entry;
+    int body; /* the body's block */
+    /* the body's vars: inputs, outputs, stacked scan values (of meta bm,
+     * the iterations in front) and its predicate */
+    const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS], *stk[VQ__MAX_SLOTS];
+    vq__meta bm[VQ__MAX_SLOTS];
+    struct ox_val *pred;
+};
+
+/* The counts the body and the node must agree on, and the trip count. */
+static int loop_plan(struct ox *x, struct loop *l)
 {
     const Onnx__NodeProto *n = x->node;
-    const Onnx__GraphProto *g = graph_attr(x, "body");
-    struct ox_val *m, *cond;
-    int rc = ox_in(x, 0, &m);
-    if (rc == 0)
-        rc = ox_in(x, 1, &cond);
-    if (rc)
-        return rc;
+    const Onnx__GraphProto *g = l->g;
     if (!g)
         return ox_fail(x, VQ_EINVAL, "body must be a graph");
-    int nv = n->n_input >= 2 ? (int)n->n_input - 2 : 0;
+    int nv = l->nv = n->n_input >= 2 ? (int)n->n_input - 2 : 0;
     if (g->n_input != (size_t)nv + 2 || g->n_output < (size_t)nv + 1)
         return ox_fail(x, VQ_EINVAL, "the body has %zu inputs and %zu outputs for %d carried "
                                      "values",
                        g->n_input, g->n_output, nv);
-    int nscan = (int)g->n_output - nv - 1;
+    int nscan = l->nscan = (int)g->n_output - nv - 1;
+    l->nc = nv + 2;
     if (n->n_output > (size_t)(nv + nscan))
         return ox_fail(x, VQ_EINVAL, "%zu outputs for %d carried values and %d scan outputs",
                        n->n_output, nv, nscan);
     if (nv + nscan + 2 > VQ__MAX_SLOTS - 1)
         return ox_fail(x, VQ_ENOSYS, "%d carried values and %d scan outputs, more than %d", nv,
                        nscan, VQ__MAX_SLOTS - 3);
+    struct ox_val *m = l->m, *cond = l->cond;
     if (!m && !cond)
         return ox_fail(x, VQ_EINVAL, "neither M nor cond: the loop would never end");
     /* scan outputs with a static dim 0: a loop that runs exactly M times
@@ -1378,128 +1140,151 @@ static int t_loop(struct ox *x)
     if (exact && cond)
         exact = ox_known(x, cond) && cond->konst->numel == 1 && cond->konst->dtype == VQ_BOOL &&
                 *(const uint8_t *)cond->konst->data;
-    exact = exact && ox_known(x, m);
-    int64_t max_iters = -1;
+    l->exact = exact && ox_known(x, m);
+    l->max_iters = -1;
     if (m && m->konst) {
         if (m->konst->numel != 1 || m->konst->dtype != VQ_I64)
             return ox_fail(x, VQ_EINVAL, "M must be one int64");
-        max_iters = *(int64_t *)m->konst->data;
-        if (max_iters < 0)
-            max_iters = 0;
+        l->max_iters = *(int64_t *)m->konst->data;
+        if (l->max_iters < 0)
+            l->max_iters = 0;
     }
-    /* carried: iter (int64, as the body declares it), cond, v... */
-    struct ox_val *init[VQ__MAX_SLOTS];
-    vq__meta im = {.dtype = VQ_I64, .ndim = 0}, cm = {.dtype = VQ_BOOL, .ndim = 0};
-    const Onnx__TypeProto *it = g->input[0]->type;
+    return 0;
+}
+
+/* The carried values' initial values: iter (int64, as the body declares
+ * it), cond, v...; and the entry predicate: cond, and 0 < M when M is
+ * known only at run time. */
+static int loop_inits(struct ox *x, struct loop *l)
+{
+    struct ox_val **init = l->init, *m = l->m;
+    vq__meta cm = {.dtype = VQ_BOOL, .ndim = 0};
+    l->im = (vq__meta){.dtype = VQ_I64, .ndim = 0};
+    const Onnx__TypeProto *it = l->g->input[0]->type;
     if (it && it->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && it->tensor_type->shape &&
         it->tensor_type->shape->n_dim == 1) {
-        im.ndim = cm.ndim = 1;
-        im.shape[0] = cm.shape[0] = 1;
+        l->im.ndim = cm.ndim = 1;
+        l->im.shape[0] = cm.shape[0] = 1;
     }
     vq_tensor *t0, *t1;
-    int64_t zero = 0, one = 1;
+    int64_t zero = 0;
     unsigned char yes = 1;
-    if ((rc = vq_tensor_from(&t0, VQ_I64, im.ndim, im.shape, &zero)) < 0 ||
+    int rc;
+    if ((rc = vq_tensor_from(&t0, VQ_I64, l->im.ndim, l->im.shape, &zero)) < 0 ||
         (rc = ox_const(x, NULL, t0, &init[0])) < 0)
         return rc;
-    if (cond) {
-        init[1] = cond;
+    if (l->cond) {
+        init[1] = l->cond;
     } else if ((rc = vq_tensor_from(&t1, VQ_BOOL, cm.ndim, cm.shape, &yes)) < 0 ||
                (rc = ox_const(x, NULL, t1, &init[1])) < 0) {
         return rc;
     }
     if (init[1]->meta.dtype != VQ_BOOL)
         return ox_fail(x, VQ_EINVAL, "cond must be a bool");
-    for (int k = 0; k < nv; k++)
-        if ((rc = need_in(x, 2 + k, &init[2 + k])) < 0)
-            return rc;
-    /* the entry predicate: cond, and 0 < M when M is known only at run */
-    struct ox_val *entry = init[1];
+    for (int k = 0; k < l->nv; k++)
+        if (!(init[2 + k] = ox_input(x, 2 + k)))
+            return ox_fail(x, VQ_EINVAL, "input %d is missing", 2 + k);
+    l->entry = init[1];
     if (m && !m->konst) {
         struct ox_val *lt;
-        if ((rc = ox_emit(x, "less", (struct ox_val *[]){init[0], m}, 2, NULL, 1, NULL, 0,
-                          &lt)) < 0 ||
-            (rc = ox_emit(x, "logical_and", (struct ox_val *[]){entry, lt}, 2, NULL, 1, NULL, 0,
-                          &entry)) < 0)
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){init[0], m}, 2, NULL, 1, NULL, 0, &lt)) <
+                0 ||
+            (rc = ox_emit(x, "logical_and", (struct ox_val *[]){l->entry, lt}, 2, NULL, 1, NULL, 0,
+                          &l->entry)) < 0)
             return rc;
     }
-    for (int k = 0; k < nv + 2; k++)
+    for (int k = 0; k < l->nc; k++)
         if ((rc = ox_var_of(x, init[k])) < 0)
             return rc;
-    if ((rc = ox_var_of(x, entry)) < 0)
-        return rc;
-    int outer = x->block, body = vq_program_add_block(x->p, outer);
-    if (body < 0)
-        return body;
-    /* the body's inputs, then its nodes */
-    const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS];
-    vq__meta bm[VQ__MAX_SLOTS];
-    x->block = body;
-    for (int k = 0; k < nv + 2 && rc == 0; k++) {
-        struct ox_val *v;
-        const char *nm = g->input[k]->name;
-        vq__meta meta = k == 0 ? im : k == 1 ? init[1]->meta : init[k]->meta;
-        if (!nm || !*nm)
-            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
-        else if ((rc = ox_block_var(x, nm, &meta, &v)) == 0)
-            bin[k] = v->var;
-        if (rc == 0 && k == 0)
-            v->sym = v; /* the iteration number: never negative */
-    }
-    x->block = outer;
-    if (rc == 0)
-        rc = ox_subgraph(x, g, body);
-    if (rc)
-        return rc;
-    x->block = body;
-    struct ox_val *iter_in = ox_find(x, bin[0]), *iter_out, *onev, *next, *own;
+    return ox_var_of(x, l->entry);
+}
+
+/* The body's outputs, in its block: iter + 1, cond_out, v_out..., the
+ * scan values, and the predicate (cond_out, and iter + 1 < M when M is
+ * known only at run time), each in a var none of the body's inputs hold. */
+static int loop_outputs(struct ox *x, struct loop *l)
+{
+    const Onnx__GraphProto *g = l->g;
+    struct ox_val *iter_in = ox_find(x, l->bin[0]), *iter_out, *onev, *next, *own;
     vq_tensor *t;
-    rc = vq_tensor_from(&t, VQ_I64, im.ndim, im.shape, &one);
+    int64_t one = 1;
+    int rc = vq_tensor_from(&t, VQ_I64, l->im.ndim, l->im.shape, &one);
     if (rc == 0)
         rc = ox_const(x, NULL, t, &onev);
     if (rc == 0)
         rc = ox_emit(x, "add", (struct ox_val *[]){iter_in, onev}, 2, NULL, 1, NULL, 0,
                      &iter_out);
-    if (rc == 0)
-        bout[0] = iter_out->var;
-    struct ox_val *cond_out = rc == 0 ? ox_find(x, g->output[0]->name) : NULL;
-    if (rc == 0 && !cond_out)
-        rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
-                     g->output[0]->name);
+    if (rc)
+        return rc;
+    l->bout[0] = iter_out->var;
+    struct ox_val *cond_out = ox_find(x, g->output[0]->name);
+    if (!cond_out)
+        return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                       g->output[0]->name);
     next = cond_out;
-    if (rc == 0 && m && !m->konst) {
+    if (l->m && !l->m->konst) {
         struct ox_val *lt;
-        if ((rc = ox_emit(x, "less", (struct ox_val *[]){iter_out, m}, 2, NULL, 1, NULL, 0,
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){iter_out, l->m}, 2, NULL, 1, NULL, 0,
                           &lt)) == 0)
             rc = ox_emit(x, "logical_and", (struct ox_val *[]){cond_out, lt}, 2, NULL, 1, NULL, 0,
                          &next);
     }
-    if (rc == 0 && (rc = own_var(x, cond_out, bin, nv + 2, &own)) == 0)
-        bout[1] = own->var;
-    for (int k = 0; k < nv && rc == 0; k++) {
+    if (rc == 0 && (rc = own_var(x, cond_out, l->bin, l->nc, &own)) == 0)
+        l->bout[1] = own->var;
+    for (int k = 0; k < l->nv && rc == 0; k++) {
         struct ox_val *v = ox_find(x, g->output[1 + k]->name);
         if (!v)
             rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
                          g->output[1 + k]->name);
-        else if ((rc = own_var(x, v, bin, nv + 2, &own)) == 0)
-            bout[2 + k] = own->var;
+        else if ((rc = own_var(x, v, l->bin, l->nc, &own)) == 0)
+            l->bout[2 + k] = own->var;
     }
-    int nc = nv + 2; /* carried values */
-    const char *stk[VQ__MAX_SLOTS];
     if (rc == 0)
-        rc = scan_vars(x, g, nv, nscan, exact ? max_iters : -1, bin, nc, stk, bm);
-    struct ox_val *pred = NULL;
-    if (rc == 0)
-        rc = own_var(x, next, bin, nc, &pred);
+        rc = scan_vars(x, g, l->nv, l->nscan, l->exact ? l->max_iters : -1, l->bin, l->nc, l->stk,
+                       l->bm);
+    return rc ? rc : own_var(x, next, l->bin, l->nc, &l->pred);
+}
+
+/* The body: a block of its own, with vars for its inputs, its nodes, its
+ * outputs. */
+static int loop_body(struct ox *x, struct loop *l)
+{
+    int outer = x->block, rc = 0;
+    if ((l->body = vq_program_add_block(x->p, outer)) < 0)
+        return l->body;
+    x->block = l->body;
+    for (int k = 0; k < l->nc && rc == 0; k++) {
+        struct ox_val *v;
+        const char *nm = l->g->input[k]->name;
+        vq__meta meta = k == 0 ? l->im : l->init[k]->meta;
+        if (!nm || !*nm)
+            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
+        else if ((rc = ox_block_var(x, nm, &meta, &v)) == 0)
+            l->bin[k] = v->var;
+        if (rc == 0 && k == 0)
+            v->sym = v; /* the iteration number: never negative */
+    }
     x->block = outer;
+    if (rc == 0)
+        rc = ox_subgraph(x, l->g, l->body);
     if (rc)
         return rc;
-    /* the while, its outputs: the final iter and cond (temporaries), v...,
-     * the scan outputs */
+    x->block = l->body;
+    rc = loop_outputs(x, l);
+    x->block = outer;
+    return rc;
+}
+
+/* The while, its outputs: the final iter and cond (temporaries), v...,
+ * the scan outputs. */
+static int loop_emit(struct ox *x, struct loop *l)
+{
+    const Onnx__NodeProto *n = x->node;
+    int nc = l->nc, nscan = l->nscan, rc = 0;
     const char *xin[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
-    xin[0] = entry->var;
+    xin[0] = l->entry->var;
     for (int k = 0; k < nc; k++)
-        xin[1 + k] = init[k]->var;
+        xin[1 + k] = l->init[k]->var;
     char tmp[VQ__MAX_SLOTS][300];
     for (int k = 0; k < nc + nscan && rc == 0; k++) {
         const char *name = k >= 2 ? ox_out(x, k - 2) : NULL;
@@ -1509,17 +1294,40 @@ static int t_loop(struct ox *x)
             name = tmp[k];
         }
         struct ox_val *o;
-        vq__meta meta = k == 0 ? im : k >= nc ? bm[k - nc] : init[k]->meta;
+        vq__meta meta = k == 0 ? l->im : k >= nc ? l->bm[k - nc] : l->init[k]->meta;
         if ((rc = ox_block_var(x, name, &meta, &o)) == 0)
             outs[k] = o->var;
     }
     if (rc)
         return rc;
-    vq_attr a[6] = {VQ_ATTR_I("body_block", body),        VQ_ATTR_SS("body_inputs", bin, nc),
-                    VQ_ATTR_SS("body_outputs", bout, nc), VQ_ATTR_S("body_cond", pred->var),
-                    VQ_ATTR_I("max_iters", max_iters),    VQ_ATTR_SS("stack_outputs", stk, nscan)};
-    rc = vq_program_add_op(x->p, outer, "while", xin, nc + 1, outs, nc + nscan, a, nscan ? 6 : 5);
+    vq_attr a[6] = {VQ_ATTR_I("body_block", l->body),
+                    VQ_ATTR_SS("body_inputs", l->bin, nc),
+                    VQ_ATTR_SS("body_outputs", l->bout, nc),
+                    VQ_ATTR_S("body_cond", l->pred->var),
+                    VQ_ATTR_I("max_iters", l->max_iters),
+                    VQ_ATTR_SS("stack_outputs", l->stk, nscan)};
+    rc =
+        vq_program_add_op(x->p, x->block, "while", xin, nc + 1, outs, nc + nscan, a, nscan ? 6 : 5);
     return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+}
+
+/* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
+ * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
+ * is the body's cond_out (and iter < M when M is known only at run time; a
+ * known M is max_iters), and stacking the scan values of every iteration
+ * (stack_outputs, joined once when the loop ends). A scan output's dim 0,
+ * the iterations, is M when the loop runs exactly M iterations (M known at
+ * import, cond absent or known true, and cond_out the body's cond_in
+ * through Identity nodes), else known only at run time (-1). The steps
+ * below fill a struct loop in turn: its plan, the carried values'
+ * initial values, the body, the while. */
+static int t_loop(struct ox *x)
+{
+    struct loop l = {.g = ox_graph(x, "body"), .m = ox_input(x, 0), .cond = ox_input(x, 1)};
+    int rc;
+    if ((rc = loop_plan(x, &l)) < 0 || (rc = loop_inits(x, &l)) < 0 || (rc = loop_body(x, &l)) < 0)
+        return rc;
+    return loop_emit(x, &l);
 }
 
 /* ---- products ---- */
@@ -1528,14 +1336,8 @@ static int t_loop(struct ox *x)
  * dropped from the result. */
 static int t_matmul(struct ox *x)
 {
-    struct ox_val *a, *b, *prod;
-    int rc = need_in(x, 0, &a);
-    if (rc == 0)
-        rc = need_in(x, 1, &b);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc)
-        return rc;
+    struct ox_val *a = ox_input(x, 0), *b = ox_input(x, 1), *prod;
+    int rc;
     bool a1 = a->meta.ndim == 1, b1 = b->meta.ndim == 1;
     if (a1 && (rc = reshape_to(x, a, (int64_t[]){1, -1}, 2, NULL, &a)) < 0)
         return rc;
@@ -1565,31 +1367,15 @@ static int t_matmul(struct ox *x)
 /* Gemm: alpha op(A) op(B) + beta C. */
 static int t_gemm(struct ox *x)
 {
-    struct ox_val *a, *b, *c, *prod;
-    int64_t ta, tb;
-    double alpha, beta;
-    int rc = need_in(x, 0, &a);
-    if (rc == 0)
-        rc = need_in(x, 1, &b);
-    if (rc == 0)
-        rc = ox_in(x, 2, &c);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "transA", 0, &ta);
-    if (rc == 0)
-        rc = ox_attr_int(x, "transB", 0, &tb);
-    if (rc == 0)
-        rc = ox_attr_float(x, "alpha", 1, &alpha);
-    if (rc == 0)
-        rc = ox_attr_float(x, "beta", 1, &beta);
-    if (rc)
-        return rc;
+    struct ox_val *a = ox_input(x, 0), *b = ox_input(x, 1), *c = ox_input(x, 2), *prod;
+    double beta = ox_float(x, "beta");
+    int rc;
     if (a->meta.ndim != 2 || b->meta.ndim != 2)
         return ox_fail(x, VQ_EINVAL, "A and B must be matrices (ranks %d and %d)", a->meta.ndim,
                        b->meta.ndim);
-    vq_attr at[3] = {VQ_ATTR_B("transpose_x", ta != 0), VQ_ATTR_B("transpose_y", tb != 0),
-                     VQ_ATTR_F("alpha", alpha)};
+    vq_attr at[3] = {VQ_ATTR_B("transpose_x", ox_int(x, "transA") != 0),
+                     VQ_ATTR_B("transpose_y", ox_int(x, "transB") != 0),
+                     VQ_ATTR_F("alpha", ox_float(x, "alpha"))};
     const char *name = c && beta != 0 ? NULL : out0(x);
     if ((rc = ox_emit(x, "matmul", (struct ox_val *[]){a, b}, 2, &name, 1, at, 3, &prod)) < 0)
         return rc;
@@ -1606,24 +1392,18 @@ static int t_gemm(struct ox *x)
 
 /* ---- softmax ---- */
 
-/* Softmax: since opset 13 along one axis (default -1); before, over the
- * dims from axis on (default 1), which is the same when that is the last
- * axis and otherwise goes through a 2-D reshape. */
-static int softmax_like(struct ox *x, const char *type)
+/* Softmax and LogSoftmax (the row's varq op): since opset 13 along one
+ * axis (default -1); before, over the dims from axis on (default 1),
+ * which is the same when that is the last axis and otherwise goes through
+ * a 2-D reshape. */
+static int t_softmax(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    int64_t axis;
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", x->opset >= 13 ? -1 : 1, &axis);
-    int r = v ? v->meta.ndim : 0, ax = 0;
-    if (rc == 0)
-        rc = axis_of(x, "axis", axis, r ? r : 1, &ax);
+    const char *type = ox_type(x), *o = out0(x);
+    struct ox_val *v = ox_input(x, 0);
+    int r = v->meta.ndim, ax = 0;
+    int rc = axis_of(x, "axis", ox_int(x, "axis"), r ? r : 1, &ax);
     if (rc)
         return rc;
-    const char *o = out0(x);
     if (x->opset >= 13 || ax == r - 1 || r == 0) {
         vq_attr a = VQ_ATTR_I("axis", x->opset >= 13 ? ax : -1);
         return ox_emit(x, type, &v, 1, &o, 1, &a, 1, NULL);
@@ -1652,9 +1432,6 @@ static int softmax_like(struct ox *x, const char *type)
     return ox_emit(x, "reshape_grad", (struct ox_val *[]){v, soft}, 2, &o, 1, NULL, 0, NULL);
 }
 
-static int t_softmax(struct ox *x) { return softmax_like(x, "softmax"); }
-static int t_log_softmax(struct ox *x) { return softmax_like(x, "log_softmax"); }
-
 /* ---- shapes ---- */
 
 /* Trilu: X where a known mask of its last two dims holds, else 0; the
@@ -1663,16 +1440,10 @@ static int t_log_softmax(struct ox *x) { return softmax_like(x, "log_softmax"); 
  * at import. */
 static int t_trilu(struct ox *x)
 {
-    struct ox_val *v, *mask, *zero;
-    int64_t upper, k = 0;
+    struct ox_val *v = ox_input(x, 0), *mask, *zero;
+    int64_t upper = ox_int(x, "upper"), k = 0;
     int nk;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "upper", 1, &upper);
-    if (rc == 0)
-        rc = ox_const_ints(x, 1, "k", &k, 1, &nk);
+    int rc = ox_const_ints(x, 1, "k", &k, 1, &nk);
     if (rc)
         return rc;
     if (nk == 0)
@@ -1703,16 +1474,9 @@ static int t_trilu(struct ox *x)
  * the same only for the last axis, the one varq takes there. */
 static int t_hardmax(struct ox *x)
 {
-    struct ox_val *v, *am, *pos, *hot;
-    int64_t axis;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", x->opset >= 13 ? -1 : 1, &axis);
-    int r = v ? v->meta.ndim : 0, a = 0;
-    if (rc == 0)
-        rc = axis_of(x, "axis", axis, r, &a);
+    struct ox_val *v = ox_input(x, 0), *am, *pos, *hot;
+    int r = v->meta.ndim, a = 0;
+    int rc = axis_of(x, "axis", ox_int(x, "axis"), r, &a);
     if (rc)
         return rc;
     if (x->opset < 13 && a != r - 1)
@@ -1742,14 +1506,10 @@ static int t_hardmax(struct ox *x)
 /* GlobalMaxPool: the largest value over the spatial dims, kept as 1s. */
 static int t_global_max_pool(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && v->meta.ndim < 3)
-        rc = ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)", v->meta.ndim);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
+    if (v->meta.ndim < 3)
+        return ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)",
+                       v->meta.ndim);
     int64_t axes[VQ_MAX_DIMS];
     for (int i = 2; i < v->meta.ndim; i++)
         axes[i - 2] = i;
@@ -1763,20 +1523,10 @@ static int t_global_max_pool(struct ox *x)
  * (reshaped to [C, 1, ...] to broadcast). */
 static int t_instance_norm(struct ox *x)
 {
-    struct ox_val *v, *scale, *bias, *mean, *d, *sq, *var, *ve, *sd, *n, *y;
-    double eps;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_in(x, 1, &scale);
-    if (rc == 0)
-        rc = need_in(x, 2, &bias);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "epsilon", 1e-5, &eps);
-    if (rc)
-        return rc;
-    int r = v->meta.ndim;
+    struct ox_val *v = ox_input(x, 0), *scale = ox_input(x, 1), *bias = ox_input(x, 2);
+    struct ox_val *mean, *d, *sq, *var, *ve, *sd, *n, *y;
+    double eps = ox_float(x, "epsilon");
+    int rc, r = v->meta.ndim;
     if (r < 3)
         return ox_fail(x, VQ_EINVAL, "input of rank %d (needs N, C and spatial dims)", r);
     if (!is_float(v->meta.dtype))
@@ -1808,17 +1558,9 @@ static int t_instance_norm(struct ox *x)
 /* IsInf: X equal to +inf (detect_positive) or to -inf (detect_negative). */
 static int t_isinf(struct ox *x)
 {
-    struct ox_val *v, *pinf, *ninf, *p = NULL, *m = NULL;
-    int64_t pos, neg;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "detect_positive", 1, &pos);
-    if (rc == 0)
-        rc = ox_attr_int(x, "detect_negative", 1, &neg);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0), *pinf, *ninf, *p = NULL, *m = NULL;
+    int64_t pos = ox_int(x, "detect_positive"), neg = ox_int(x, "detect_negative");
+    int rc;
     if (!is_float(v->meta.dtype))
         return ox_fail(x, VQ_EINVAL, "the input is %s, not a floating-point tensor",
                        vq_dtype_name(v->meta.dtype));
@@ -1842,17 +1584,9 @@ static int t_isinf(struct ox *x)
 /* Shrink: X < -lambd ? X + bias : X > lambd ? X - bias : 0. */
 static int t_shrink(struct ox *x)
 {
-    struct ox_val *v, *lo, *hi, *zero, *lov, *hiv, *up, *down, *mid;
-    double lambd, bias;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "lambd", 0.5, &lambd);
-    if (rc == 0)
-        rc = ox_attr_float(x, "bias", 0, &bias);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0), *lo, *hi, *zero, *lov, *hiv, *up, *down, *mid;
+    double lambd = ox_float(x, "lambd"), bias = ox_float(x, "bias");
+    int rc;
     vq_dtype dt = v->meta.dtype;
     struct ox_val *vf = v;
     if ((rc = cast_to(x, &vf, is_float(dt) ? dt : VQ_F64)) < 0 ||
@@ -1878,17 +1612,9 @@ static int t_shrink(struct ox *x)
  * of dtype (the input's by default). */
 static int t_eye_like(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t k, dtype = -1;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "k", 0, &k);
-    if (rc == 0 && ox_attr(x, "dtype"))
-        rc = ox_attr_int(x, "dtype", 0, &dtype);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
+    int64_t k = ox_int(x, "k"), dtype = ox_given(x, "dtype") ? ox_int(x, "dtype") : -1;
+    int rc;
     vq_dtype dt = v->meta.dtype;
     if (dtype >= 0 && !vq__onnx_dtype((int32_t)dtype, &dt))
         return ox_fail(x, VQ_ENOSYS, "dtype %lld is not one of varq's", (long long)dtype);
@@ -1923,19 +1649,11 @@ static int t_eye_like(struct ox *x)
 static int t_one_hot(struct ox *x)
 {
     struct ox_val *idx, *vals, *pos, *i64, *neg, *wrapped, *iu, *hot, *on, *off, *dv;
-    int64_t depth, axis;
-    int rc = need_in(x, 0, &idx);
-    if (rc == 0)
-        rc = need_in(x, 2, &vals);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", -1, &axis);
-    if (rc)
-        return rc;
-    struct ox_val *dval;
-    if ((rc = ox_in(x, 1, &dval)) < 0)
-        return rc;
+    int64_t depth;
+    int rc;
+    struct ox_val *dval = ox_input(x, 1);
+    idx = ox_input(x, 0);
+    vals = ox_input(x, 2);
     if (!dval || !ox_known(x, dval) || dval->konst->numel != 1)
         return ox_fail(x, VQ_ENOSYS, "depth is not one value known at import");
     /* the positions 0 .. depth-1 are made here: a bounded count, and a
@@ -1948,7 +1666,7 @@ static int t_one_hot(struct ox *x)
     if (vals->meta.ndim != 1 || vals->meta.shape[0] != 2)
         return ox_fail(x, VQ_EINVAL, "values is not a 2-element vector");
     int r = idx->meta.ndim + 1, a = 0;
-    if ((rc = axis_of(x, "axis", axis, r, &a)) < 0)
+    if ((rc = axis_of(x, "axis", ox_int(x, "axis"), r, &a)) < 0)
         return rc;
     int64_t pshape[VQ_MAX_DIMS], want[VQ_MAX_DIMS];
     int from[VQ_MAX_DIMS];
@@ -1984,21 +1702,16 @@ static int t_one_hot(struct ox *x)
 }
 
 /* DepthToSpace and SpaceToDepth: a reshape, a transpose and a reshape,
- * with N, C, H, W known at import (blocksize b; DCR or CRD mode). */
-static int space_depth(struct ox *x, bool to_space)
+ * with N, C, H, W known at import (blocksize b; DCR or CRD mode, which
+ * SpaceToDepth does not have: DCR). The row's type says which: "to_space"
+ * or "to_depth". */
+static int t_space_depth(struct ox *x)
 {
-    struct ox_val *v, *a, *t;
-    int64_t b;
-    char mode[8] = "DCR";
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "blocksize", 0, &b);
-    if (rc == 0 && to_space)
-        rc = ox_attr_str(x, "mode", "DCR", mode, sizeof mode);
-    if (rc)
-        return rc;
+    bool to_space = !strcmp(ox_type(x), "to_space");
+    struct ox_val *v = ox_input(x, 0), *a, *t;
+    int64_t b = ox_int(x, "blocksize");
+    const char *mode = to_space ? ox_str(x, "mode") : "DCR";
+    int rc;
     if (v->meta.ndim != 4)
         return ox_fail(x, VQ_EINVAL, "the input has rank %d, not 4", v->meta.ndim);
     int64_t n = v->meta.shape[0], c = v->meta.shape[1], h = v->meta.shape[2], w = v->meta.shape[3];
@@ -2044,15 +1757,6 @@ static int space_depth(struct ox *x, bool to_space)
     return reshape_to(x, t, out, 4, out0(x), NULL);
 }
 
-static int t_depth_to_space(struct ox *x)
-{
-    return space_depth(x, true);
-}
-static int t_space_to_depth(struct ox *x)
-{
-    return space_depth(x, false);
-}
-
 /* ---- losses: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss ----
  *
  * Composed of varq ops, so each part has its gradient and GPU kernel:
@@ -2069,14 +1773,10 @@ static int t_space_to_depth(struct ox *x)
 static int nll_loss(struct ox *x, struct ox_val *in, struct ox_val *target, struct ox_val *weight,
                     const char *out_name)
 {
-    char reduction[16];
-    int64_t ii = 0;
-    bool has_ii = ox_attr(x, "ignore_index") != NULL;
-    int rc = ox_attr_str(x, "reduction", "mean", reduction, sizeof reduction);
-    if (rc == 0 && has_ii)
-        rc = ox_attr_int(x, "ignore_index", 0, &ii);
-    if (rc)
-        return rc;
+    const char *reduction = ox_str(x, "reduction");
+    int64_t ii = ox_int(x, "ignore_index");
+    bool has_ii = ox_given(x, "ignore_index");
+    int rc;
     bool none = !strcmp(reduction, "none"), sum = !strcmp(reduction, "sum");
     if (!none && !sum && strcmp(reduction, "mean"))
         return ox_fail(x, VQ_EINVAL, "reduction \"%s\" is not none, sum or mean", reduction);
@@ -2170,58 +1870,34 @@ static int nll_loss(struct ox *x, struct ox_val *in, struct ox_val *target, stru
 
 static int t_nll_loss(struct ox *x)
 {
-    struct ox_val *in, *target, *weight = NULL;
-    int rc = need_in(x, 0, &in);
-    if (rc == 0)
-        rc = need_in(x, 1, &target);
-    if (rc == 0)
-        rc = ox_in(x, 2, &weight);
-    if (rc == 0)
-        rc = need_out0(x);
-    return rc ? rc : nll_loss(x, in, target, weight, out0(x));
+    return nll_loss(x, ox_input(x, 0), ox_input(x, 1), ox_input(x, 2), out0(x));
 }
 
 /* SoftmaxCrossEntropyLoss: the loss above of log_softmax over axis 1,
  * which is the optional second output log_prob. */
 static int t_sce_loss(struct ox *x)
 {
-    struct ox_val *scores, *labels, *weight = NULL, *lp;
-    int rc = need_in(x, 0, &scores);
-    if (rc == 0)
-        rc = need_in(x, 1, &labels);
-    if (rc == 0)
-        rc = ox_in(x, 2, &weight);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc)
-        return rc;
+    struct ox_val *scores = ox_input(x, 0), *lp;
     if (scores->meta.ndim < 2)
         return ox_fail(x, VQ_EINVAL, "the scores have rank %d: want [N, C, ...]",
                        scores->meta.ndim);
     vq_attr a = VQ_ATTR_I("axis", 1);
     const char *lp_name = ox_out(x, 1);
-    if ((rc = ox_emit(x, "log_softmax", &scores, 1, &lp_name, 1, &a, 1, &lp)) < 0)
-        return rc;
-    return nll_loss(x, lp, labels, weight, out0(x));
+    int rc = ox_emit(x, "log_softmax", &scores, 1, &lp_name, 1, &a, 1, &lp);
+    return rc ? rc : nll_loss(x, lp, ox_input(x, 1), ox_input(x, 2), out0(x));
 }
 
 static int t_identity(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    return rc ? rc : ox_alias(x, out0(x), v);
+    return ox_alias(x, out0(x), ox_input(x, 0));
 }
 
 /* Dropout at inference: the identity, and a mask of all true. */
 static int t_dropout(struct ox *x)
 {
-    struct ox_val *v, *training = NULL;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0 && x->opset >= 12)
-        rc = ox_in(x, 2, &training);
-    if (rc == 0 && training) {
+    struct ox_val *v = ox_input(x, 0), *training = x->opset >= 12 ? ox_input(x, 2) : NULL;
+    int rc = 0;
+    if (training) {
         if (!ox_known(x, training) || training->konst->dtype != VQ_BOOL)
             return ox_fail(x, VQ_ENOSYS, "training_mode must be known when the model is "
                                          "imported (a bool constant)");
@@ -2229,9 +1905,7 @@ static int t_dropout(struct ox *x)
             return ox_fail(x, VQ_ENOSYS, "training_mode is true: varq imports Dropout for "
                                          "inference only");
     }
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && ox_out(x, 1)) {
+    if (ox_out(x, 1)) {
         /* not(bool(zeros_like(X))) */
         struct ox_val *z, *b;
         vq_attr a = VQ_ATTR_S("dtype", "bool");
@@ -2245,18 +1919,13 @@ static int t_dropout(struct ox *x)
 
 static int t_reshape(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t shape[MAXI], allowzero;
-    int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && x->opset < 5)
-        rc = ox_attr_ints(x, "shape", shape, MAXI, &n);
-    else if (rc == 0)
+    struct ox_val *v = ox_input(x, 0);
+    int64_t shape[MAXI], allowzero = ox_int(x, "allowzero");
+    int n, rc = 0;
+    if (x->opset < 5)
+        ints_of(x, "shape", shape, &n);
+    else
         rc = ox_const_ints(x, 1, "shape", shape, MAXI, &n);
-    if (rc == 0)
-        rc = ox_attr_int(x, "allowzero", 0, &allowzero);
     if (rc)
         return rc;
     if (n < 0)
@@ -2276,18 +1945,11 @@ static int t_reshape(struct ox *x)
 
 static int t_flatten(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t axis;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 1, &axis);
-    int r = v ? v->meta.ndim : 0, ax = 0;
-    if (rc == 0 && (axis < -r || axis > r))
-        rc = ox_fail(x, VQ_EINVAL, "axis %lld is out of range for rank %d", (long long)axis, r);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
+    int64_t axis = ox_int(x, "axis");
+    int r = v->meta.ndim, ax = 0;
+    if (axis < -r || axis > r)
+        return ox_fail(x, VQ_EINVAL, "axis %lld is out of range for rank %d", (long long)axis, r);
     ax = (int)(axis < 0 ? axis + r : axis);
     int64_t lead = 1, rest = 1;
     for (int i = 0; i < r; i++) {
@@ -2309,16 +1971,10 @@ static int t_flatten(struct ox *x)
 
 static int t_transpose(struct ox *x)
 {
-    struct ox_val *v;
+    struct ox_val *v = ox_input(x, 0);
     int64_t perm[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_ints(x, "perm", perm, MAXI, &n);
-    if (rc)
-        return rc;
+    ints_of(x, "perm", perm, &n);
     if (n < 0) {
         n = v->meta.ndim;
         for (int i = 0; i < n; i++)
@@ -2333,18 +1989,13 @@ static int t_concat(struct ox *x)
 {
     const Onnx__NodeProto *n = x->node;
     struct ox_val *in[VQ__MAX_SLOTS];
-    int64_t axis;
-    int rc = need_out0(x);
-    if (rc == 0) /* required since opset 4; 1 before */
-        rc = ox_attr_int(x, "axis", x->opset < 4 ? 1 : 0, &axis);
-    if (rc == 0 && (n->n_input == 0 || n->n_input > VQ__MAX_SLOTS))
-        rc = ox_fail(x, VQ_ENOSYS, "%zu inputs (varq takes 1 to %d)", n->n_input,
-                     VQ__MAX_SLOTS);
-    for (size_t i = 0; i < n->n_input && rc == 0; i++)
-        rc = need_in(x, (int)i, &in[i]);
+    if (n->n_input > VQ__MAX_SLOTS)
+        return ox_fail(x, VQ_ENOSYS, "%zu inputs (varq takes 1 to %d)", n->n_input, VQ__MAX_SLOTS);
+    for (size_t i = 0; i < n->n_input; i++)
+        if (!(in[i] = ox_input(x, (int)i)))
+            return ox_fail(x, VQ_EINVAL, "input %zu is missing", i);
     int ax = 0;
-    if (rc == 0)
-        rc = axis_of(x, "axis", axis, in[0]->meta.ndim, &ax);
+    int rc = axis_of(x, "axis", ox_int(x, "axis"), in[0]->meta.ndim, &ax);
     if (rc)
         return rc;
     vq_attr a = VQ_ATTR_I("axis", ax);
@@ -2353,24 +2004,23 @@ static int t_concat(struct ox *x)
 }
 
 /* The axes of Squeeze / Unsqueeze / reductions: an attribute before
- * opset 13 (or 18 for the reductions but ReduceSum), an input since. */
-static int axes_of(struct ox *x, int since, int input, int64_t *axes, int *n)
+ * opset since (13, or 18 for the reductions but ReduceSum), input 1
+ * since. */
+static int axes_of(struct ox *x, int since, int64_t *axes, int *n)
 {
-    if (x->opset < since)
-        return ox_attr_ints(x, "axes", axes, MAXI, n);
-    return ox_const_ints(x, input, "axes", axes, MAXI, n);
+    if (x->opset < since) {
+        ints_of(x, "axes", axes, n);
+        return 0;
+    }
+    return ox_const_ints(x, 1, "axes", axes, MAXI, n);
 }
 
 static int t_squeeze(struct ox *x)
 {
-    struct ox_val *v;
+    struct ox_val *v = ox_input(x, 0);
     int64_t axes[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = axes_of(x, 13, 1, axes, &n);
+    int rc = axes_of(x, 13, axes, &n);
     if (rc)
         return rc;
     int r = v->meta.ndim;
@@ -2403,14 +2053,10 @@ static int t_squeeze(struct ox *x)
 
 static int t_unsqueeze(struct ox *x)
 {
-    struct ox_val *v;
+    struct ox_val *v = ox_input(x, 0);
     int64_t axes[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = axes_of(x, 13, 1, axes, &n);
+    int rc = axes_of(x, 13, axes, &n);
     if (rc)
         return rc;
     if (n < 0)
@@ -2457,17 +2103,12 @@ static int t_unsqueeze(struct ox *x)
  * a Slice. */
 static int slice_moving(struct ox *x, struct ox_val *v, bool *done)
 {
-    struct ox_val *s, *e, *a = NULL, *st = NULL;
+    struct ox_val *s = ox_input(x, 1), *e = ox_input(x, 2), *a = ox_input(x, 3);
+    struct ox_val *st = ox_input(x, 4);
     *done = false;
-    int rc = ox_in(x, 1, &s);
-    if (rc == 0)
-        rc = ox_in(x, 2, &e);
-    if (rc == 0)
-        rc = ox_in(x, 3, &a);
-    if (rc == 0)
-        rc = ox_in(x, 4, &st);
-    if (rc || !s || !e || !s->sym || s->sym != e->sym || ox_known(x, s) || ox_known(x, e))
-        return rc;
+    if (!s || !e || !s->sym || s->sym != e->sym || ox_known(x, s) || ox_known(x, e))
+        return 0;
+    int rc;
     int64_t axis = 0, step = 1, len = e->sym_off - s->sym_off;
     if ((a && !known_int1(a, &axis)) || (st && !known_int1(st, &step)) || step != 1 ||
         s->sym_off < 0 || len < 0)
@@ -2498,17 +2139,14 @@ static int slice_moving(struct ox *x, struct ox_val *v, bool *done)
 
 static int t_slice(struct ox *x)
 {
-    struct ox_val *v;
+    struct ox_val *v = ox_input(x, 0);
     int64_t starts[MAXI], ends[MAXI], axes[MAXI], steps[MAXI];
-    int ns, ne, na, nst = -1;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0 && x->opset < 10) {
-        if ((rc = ox_attr_ints(x, "starts", starts, MAXI, &ns)) == 0 &&
-            (rc = ox_attr_ints(x, "ends", ends, MAXI, &ne)) == 0)
-            rc = ox_attr_ints(x, "axes", axes, MAXI, &na);
-    } else if (rc == 0) {
+    int ns, ne, na, nst = -1, rc = 0;
+    if (x->opset < 10) {
+        ints_of(x, "starts", starts, &ns);
+        ints_of(x, "ends", ends, &ne);
+        ints_of(x, "axes", axes, &na);
+    } else {
         bool done;
         if ((rc = slice_moving(x, v, &done)) < 0 || done)
             return rc;
@@ -2588,15 +2226,8 @@ static int t_slice(struct ox *x)
 
 static int t_cast(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t to;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "to", -1, &to);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
+    int64_t to = ox_int(x, "to");
     vq_dtype dt;
     if (!vq__onnx_dtype((int32_t)to, &dt))
         return ox_fail(x, VQ_ENOSYS, "cast to %s", vq__onnx_type_name((int32_t)to));
@@ -2607,57 +2238,30 @@ static int t_cast(struct ox *x)
 
 /* ---- indexing and layout ---- */
 
-/* Gather and GatherElements: gather and gather_elements (type), the
- * same inputs and axis. */
-static int take_along(struct ox *x, const char *type)
+/* Gather and GatherElements: gather and gather_elements (the row's varq
+ * op), the same inputs and axis. */
+static int t_take_along(struct ox *x)
 {
-    struct ox_val *in[2];
-    int64_t axis;
-    int rc = need_in(x, 0, &in[0]);
-    if (rc == 0)
-        rc = need_in(x, 1, &in[1]);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 0, &axis);
-    if (rc)
-        return rc;
-    vq_attr a = VQ_ATTR_I("axis", axis);
+    struct ox_val *in[2] = {ox_input(x, 0), ox_input(x, 1)};
+    vq_attr a = VQ_ATTR_I("axis", ox_int(x, "axis"));
     const char *o = out0(x);
-    return ox_emit(x, type, in, 2, &o, 1, &a, 1, NULL);
-}
-
-static int t_gather(struct ox *x)
-{
-    return take_along(x, "gather");
-}
-static int t_gather_elements(struct ox *x)
-{
-    return take_along(x, "gather_elements");
+    return ox_emit(x, ox_type(x), in, 2, &o, 1, &a, 1, NULL);
 }
 
 /* CumSum(X, axis; exclusive, reverse): cumsum, the axis known at import. */
 static int t_cumsum(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t axis, exclusive, reverse;
+    struct ox_val *v = ox_input(x, 0);
+    int64_t axis;
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_const_ints(x, 1, "axis", &axis, 1, &n);
+    int rc = ox_const_ints(x, 1, "axis", &axis, 1, &n);
     if (rc == 0 && n != 1)
         rc = ox_fail(x, VQ_EINVAL, "input 1 (axis) is %s; CumSum needs one axis",
                      n < 0 ? "missing" : "empty");
-    if (rc == 0)
-        rc = ox_attr_int(x, "exclusive", 0, &exclusive);
-    if (rc == 0)
-        rc = ox_attr_int(x, "reverse", 0, &reverse);
     if (rc)
         return rc;
-    vq_attr at[3] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("exclusive", exclusive != 0),
-                     VQ_ATTR_B("reverse", reverse != 0)};
+    vq_attr at[3] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("exclusive", ox_int(x, "exclusive") != 0),
+                     VQ_ATTR_B("reverse", ox_int(x, "reverse") != 0)};
     const char *o = out0(x);
     return ox_emit(x, "cumsum", &v, 1, &o, 1, at, 3, NULL);
 }
@@ -2666,28 +2270,20 @@ static int t_cumsum(struct ox *x)
  * stay zero, and the gradient is 0 everywhere (X * 0's). */
 static int t_sign(struct ox *x)
 {
-    struct ox_val *v, *zero, *one, *minus, *pos, *neg, *nil, *inner;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0), *zero, *one, *minus, *pos, *neg, *nil, *inner;
     vq_dtype dt = v->meta.dtype;
+    const char *o = out0(x);
+    int rc;
     if (dt == VQ_BOOL)
         return ox_fail(x, VQ_EINVAL, "X is bool; Sign takes numbers");
-    if ((rc = scalar(x, dt, 0, &zero)) == 0 && (rc = scalar(x, dt, 1, &one)) == 0)
-        rc = scalar(x, dt, -1, &minus);
-    if (rc == 0)
-        rc = ox_emit(x, "greater", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &pos);
-    if (rc == 0)
-        rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg);
-    if (rc == 0)
-        rc = ox_emit(x, "mul", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &nil);
-    if (rc == 0)
-        rc = ox_emit(x, "where", (struct ox_val *[]){neg, minus, nil}, 3, NULL, 1, NULL, 0, &inner);
-    const char *o = out0(x);
-    return rc ? rc
-              : ox_emit(x, "where", (struct ox_val *[]){pos, one, inner}, 3, &o, 1, NULL, 0, NULL);
+    if ((rc = scalar(x, dt, 0, &zero)) < 0 || (rc = scalar(x, dt, 1, &one)) < 0 ||
+        (rc = scalar(x, dt, -1, &minus)) < 0 ||
+        (rc = ox_emit(x, "greater", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &pos)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &neg)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){v, zero}, 2, NULL, 1, NULL, 0, &nil)) < 0 ||
+        (rc = select3(x, neg, minus, nil, NULL, &inner)) < 0)
+        return rc;
+    return select3(x, pos, one, inner, o, NULL);
 }
 
 /* Range(start, limit, delta): the three scalars must be known at import,
@@ -2698,11 +2294,9 @@ static int t_range(struct ox *x)
 {
     static const char *const names[3] = {"start", "limit", "delta"};
     const vq_tensor *t[3];
-    int rc = need_out0(x);
+    int rc = 0;
     for (int i = 0; i < 3 && rc == 0; i++) {
-        struct ox_val *v;
-        if ((rc = need_in(x, i, &v)) < 0)
-            break;
+        struct ox_val *v = ox_input(x, i);
         if (!ox_known(x, v))
             rc = ox_fail(x, VQ_ENOSYS,
                          "input %d (%s) \"%s\" must be known when the model is imported "
@@ -2799,26 +2393,20 @@ static int const_floats(struct ox *x, int i, const char *what, double *out, int 
     return 0;
 }
 
+/* How a resize interpolates: its modes and the attributes of cubic and
+ * tf_crop_and_resize. */
+struct resize_how {
+    const char *mode, *ctm, *nearest;
+    double cubic_a, extra;
+    bool exclude;
+};
+
 /* resize of input 0 into output 0 with the given scales (ns entries) or
- * sizes (nz), the modes and the other attributes. */
-static int emit_resize(struct ox *x, const char *mode, const char *ctm, const char *nearest,
-                       const double *scales, int ns, const int64_t *sizes, int nz,
-                       const double *roi, int nroi)
+ * sizes (nz), the modes and the other attributes (how). */
+static int emit_resize(struct ox *x, const struct resize_how *how, const double *scales, int ns,
+                       const int64_t *sizes, int nz, const double *roi, int nroi)
 {
-    struct ox_val *v;
-    double a, extra;
-    int64_t exclude;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_float(x, "cubic_coeff_a", -0.75, &a);
-    if (rc == 0)
-        rc = ox_attr_int(x, "exclude_outside", 0, &exclude);
-    if (rc == 0)
-        rc = ox_attr_float(x, "extrapolation_value", 0, &extra);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
     int r = v->meta.ndim, n = ns > 0 ? ns : nz;
     if (ns > 0 && nz > 0)
         return ox_fail(x, VQ_EINVAL, "both scales and sizes are given; Resize takes one");
@@ -2830,12 +2418,12 @@ static int emit_resize(struct ox *x, const char *mode, const char *ctm, const ch
     vq_attr at[9];
     int na = 0;
     at[na++] = ns > 0 ? VQ_ATTR_FS("scales", scales, ns) : VQ_ATTR_IS("sizes", sizes, nz);
-    at[na++] = VQ_ATTR_S("mode", mode);
-    at[na++] = VQ_ATTR_S("coordinate_transformation_mode", ctm);
-    at[na++] = VQ_ATTR_S("nearest_mode", nearest);
-    at[na++] = VQ_ATTR_F("cubic_coeff_a", a);
-    at[na++] = VQ_ATTR_B("exclude_outside", exclude != 0);
-    at[na++] = VQ_ATTR_F("extrapolation_value", extra);
+    at[na++] = VQ_ATTR_S("mode", how->mode);
+    at[na++] = VQ_ATTR_S("coordinate_transformation_mode", how->ctm);
+    at[na++] = VQ_ATTR_S("nearest_mode", how->nearest);
+    at[na++] = VQ_ATTR_F("cubic_coeff_a", how->cubic_a);
+    at[na++] = VQ_ATTR_B("exclude_outside", how->exclude);
+    at[na++] = VQ_ATTR_F("extrapolation_value", how->extra);
     if (nroi > 0)
         at[na++] = VQ_ATTR_FS("roi", roi, nroi);
     const char *o = out0(x);
@@ -2848,23 +2436,20 @@ static int emit_resize(struct ox *x, const char *mode, const char *ctm, const ch
  * be known at import; an empty scales counts as absent. */
 static int t_resize(struct ox *x)
 {
-    char mode[32], ctm[32], nearest[32];
+    struct resize_how how = {ox_str(x, "mode"),
+                             ox_str(x, "coordinate_transformation_mode"),
+                             ox_str(x, "nearest_mode"),
+                             ox_float(x, "cubic_coeff_a"),
+                             ox_float(x, "extrapolation_value"),
+                             ox_int(x, "exclude_outside") != 0};
     double scales[VQ_MAX_DIMS], roi[2 * VQ_MAX_DIMS];
     int64_t sizes[VQ_MAX_DIMS];
     int ns = -1, nz = -1, nroi = -1;
     bool v10 = x->opset < 11;
-    int rc = ox_attr_str(x, "mode", "nearest", mode, sizeof mode);
-    if (rc == 0)
-        rc = ox_attr_str(x, "coordinate_transformation_mode", v10 ? "asymmetric" : "half_pixel",
-                         ctm, sizeof ctm);
-    if (rc == 0)
-        rc = ox_attr_str(x, "nearest_mode", v10 ? "floor" : "round_prefer_floor", nearest,
-                         sizeof nearest);
-    if (rc == 0)
-        rc = const_floats(x, v10 ? 1 : 2, "scales", scales, VQ_MAX_DIMS, &ns);
+    int rc = const_floats(x, v10 ? 1 : 2, "scales", scales, VQ_MAX_DIMS, &ns);
     if (rc == 0 && !v10)
         rc = ox_const_ints(x, 3, "sizes", sizes, VQ_MAX_DIMS, &nz);
-    if (rc == 0 && !v10 && !strcmp(ctm, "tf_crop_and_resize")) {
+    if (rc == 0 && !v10 && !strcmp(how.ctm, "tf_crop_and_resize")) {
         rc = const_floats(x, 1, "roi", roi, 2 * VQ_MAX_DIMS, &nroi);
         if (rc == 0 && nroi <= 0)
             rc = ox_fail(x, VQ_EINVAL,
@@ -2873,9 +2458,9 @@ static int t_resize(struct ox *x)
     }
     if (rc)
         return rc;
-    if (v10 && strcmp(mode, "nearest") && strcmp(mode, "linear"))
-        return ox_fail(x, VQ_EINVAL, "mode \"%s\" is not nearest or linear (opset 10)", mode);
-    return emit_resize(x, mode, ctm, nearest, scales, ns, sizes, nz, roi, nroi);
+    if (v10 && strcmp(how.mode, "nearest") && strcmp(how.mode, "linear"))
+        return ox_fail(x, VQ_EINVAL, "mode \"%s\" is not nearest or linear (opset 10)", how.mode);
+    return emit_resize(x, &how, scales, ns, sizes, nz, roi, nroi);
 }
 
 /* Upsample (opsets 7 and 9): X resized by scales (the attribute in 7, input
@@ -2883,73 +2468,56 @@ static int t_resize(struct ox *x)
  * output element reads X at floor(o / scale)). */
 static int t_upsample(struct ox *x)
 {
-    char mode[32];
+    struct resize_how how = {ox_str(x, "mode"), "asymmetric", "floor", -0.75, 0, false};
     double scales[VQ_MAX_DIMS];
     int ns = -1;
-    int rc = ox_attr_str(x, "mode", "nearest", mode, sizeof mode);
-    if (rc == 0 && x->opset >= 9) {
-        rc = const_floats(x, 1, "scales", scales, VQ_MAX_DIMS, &ns);
-    } else if (rc == 0) {
-        const Onnx__AttributeProto *a = ox_attr(x, "scales");
-        if (!a || a->n_floats == 0)
+    if (x->opset >= 9) {
+        int rc = const_floats(x, 1, "scales", scales, VQ_MAX_DIMS, &ns);
+        if (rc)
+            return rc;
+    } else {
+        const float *f = ox_floats(x, "scales", &ns);
+        if (ns <= 0)
             return ox_fail(x, VQ_EINVAL, "attribute scales is missing");
-        if (a->n_floats > VQ_MAX_DIMS)
-            return ox_fail(x, VQ_ENOSYS, "attribute scales has %zu entries, more than %d",
-                           a->n_floats, VQ_MAX_DIMS);
-        ns = (int)a->n_floats;
         for (int i = 0; i < ns; i++)
-            scales[i] = a->floats[i];
+            scales[i] = f[i];
     }
-    if (rc)
-        return rc;
-    if (strcmp(mode, "nearest") && strcmp(mode, "linear"))
-        return ox_fail(x, VQ_ENOSYS, "mode \"%s\" is not nearest or linear", mode);
-    return emit_resize(x, mode, "asymmetric", "floor", scales, ns, NULL, -1, NULL, -1);
+    if (strcmp(how.mode, "nearest") && strcmp(how.mode, "linear"))
+        return ox_fail(x, VQ_ENOSYS, "mode \"%s\" is not nearest or linear", how.mode);
+    return emit_resize(x, &how, scales, ns, NULL, -1, NULL, -1);
 }
 
-/* Expand(X, shape) and Tile(X, repeats): the second input known. */
-static int shaped(struct ox *x, const char *type, const char *attr, const char *what)
+/* Expand(X, shape) and Tile(X, repeats): the row's varq op (expand or
+ * tile), the second input known; its name the op's attribute's. */
+static int t_shaped(struct ox *x)
 {
-    struct ox_val *v;
+    const char *type = ox_type(x), *what = strcmp(type, "tile") ? "shape" : "repeats";
+    struct ox_val *v = ox_input(x, 0);
     int64_t vals[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_const_ints(x, 1, what, vals, MAXI, &n);
+    int rc = ox_const_ints(x, 1, what, vals, MAXI, &n);
     if (rc == 0 && n < 0)
         rc = ox_fail(x, VQ_EINVAL, "no %s", what);
     if (rc)
         return rc;
-    vq_attr a = VQ_ATTR_IS(attr, vals, n);
+    vq_attr a = VQ_ATTR_IS(what, vals, n);
     const char *o = out0(x);
     return ox_emit(x, type, &v, 1, &o, 1, &a, 1, NULL);
 }
-
-static int t_expand(struct ox *x) { return shaped(x, "expand", "shape", "shape"); }
-static int t_tile(struct ox *x) { return shaped(x, "tile", "repeats", "repeats"); }
 
 /* Pad: attributes before opset 11; pads, constant_value and (18) axes as
  * inputs since. */
 static int t_pad(struct ox *x)
 {
-    struct ox_val *v, *cv = NULL;
+    struct ox_val *v = ox_input(x, 0), *cv = x->opset >= 11 ? ox_input(x, 2) : NULL;
     int64_t pads[MAXI], axes[MAXI];
-    int n, na = -1;
-    char mode[16];
-    double value = 0;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_str(x, "mode", "constant", mode, sizeof mode);
-    if (rc == 0 && x->opset < 11) {
-        if ((rc = ox_attr_ints(x, x->opset < 2 ? "paddings" : "pads", pads, MAXI, &n)) == 0)
-            rc = ox_attr_float(x, "value", 0, &value);
-    } else if (rc == 0) {
-        if ((rc = ox_const_ints(x, 1, "pads", pads, MAXI, &n)) == 0 &&
-            (rc = ox_in(x, 2, &cv)) == 0)
+    int n, na = -1, rc = 0;
+    const char *mode = ox_str(x, "mode");
+    double value = ox_float(x, "value");
+    if (x->opset < 11) {
+        ints_of(x, x->opset < 2 ? "paddings" : "pads", pads, &n);
+    } else {
+        if ((rc = ox_const_ints(x, 1, "pads", pads, MAXI, &n)) == 0)
             rc = ox_const_ints(x, 3, "axes", axes, MAXI, &na);
         if (rc == 0 && cv) {
             if (!ox_known(x, cv) || cv->konst->numel != 1)
@@ -2987,15 +2555,12 @@ static int t_pad(struct ox *x)
 static int t_split(struct ox *x)
 {
     const Onnx__NodeProto *n = x->node;
-    struct ox_val *v;
-    int64_t axis, sizes[MAXI];
-    int ns = -1;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 0, &axis);
-    if (rc == 0 && x->opset < 13)
-        rc = ox_attr_ints(x, "split", sizes, MAXI, &ns);
-    else if (rc == 0)
+    struct ox_val *v = ox_input(x, 0);
+    int64_t axis = ox_int(x, "axis"), sizes[MAXI];
+    int ns = -1, rc = 0;
+    if (x->opset < 13)
+        ints_of(x, "split", sizes, &ns);
+    else
         rc = ox_const_ints(x, 1, "split", sizes, MAXI, &ns);
     if (rc)
         return rc;
@@ -3022,38 +2587,22 @@ static int t_split(struct ox *x)
     return ox_emit(x, "split", &v, 1, names, nout, a, 2, NULL);
 }
 
-/* ArgMax, ArgMin. */
-static int arg_extreme(struct ox *x, const char *type)
+/* ArgMax, ArgMin: the row's varq op. */
+static int t_arg_extreme(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t axis, keep, last;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_attr_int(x, "axis", 0, &axis);
-    if (rc == 0)
-        rc = ox_attr_int(x, "keepdims", 1, &keep);
-    if (rc == 0)
-        rc = ox_attr_int(x, "select_last_index", 0, &last);
-    if (rc)
-        return rc;
-    vq_attr a[3] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("keepdim", keep != 0),
-                    VQ_ATTR_B("select_last_index", last != 0)};
+    struct ox_val *v = ox_input(x, 0);
+    vq_attr a[3] = {VQ_ATTR_I("axis", ox_int(x, "axis")),
+                    VQ_ATTR_B("keepdim", ox_int(x, "keepdims") != 0),
+                    VQ_ATTR_B("select_last_index", ox_int(x, "select_last_index") != 0)};
     const char *o = out0(x);
-    return ox_emit(x, type, &v, 1, &o, 1, a, 3, NULL);
+    return ox_emit(x, ox_type(x), &v, 1, &o, 1, a, 3, NULL);
 }
-
-static int t_argmax(struct ox *x) { return arg_extreme(x, "argmax"); }
-static int t_argmin(struct ox *x) { return arg_extreme(x, "argmin"); }
 
 /* ---- constants and shapes known at import ---- */
 
 static int t_constant(struct ox *x)
 {
-    int rc = need_out0(x);
-    if (rc)
-        return rc;
+    int rc;
     const Onnx__NodeProto *n = x->node;
     if (n->n_attribute != 1)
         return ox_fail(x, VQ_EINVAL, "Constant takes exactly one attribute, not %zu",
@@ -3083,18 +2632,9 @@ static int t_constant(struct ox *x)
 
 static int t_shape(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t start, end;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    int r = v ? v->meta.ndim : 0;
-    if (rc == 0)
-        rc = ox_attr_int(x, "start", 0, &start);
-    if (rc == 0)
-        rc = ox_attr_int(x, "end", r, &end);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
+    int r = v->meta.ndim, rc;
+    int64_t start = ox_int(x, "start"), end = ox_given(x, "end") ? ox_int(x, "end") : r;
     start = start < 0 ? (start + r < 0 ? 0 : start + r) : (start > r ? r : start);
     end = end < 0 ? (end + r < 0 ? 0 : end + r) : (end > r ? r : end);
     int64_t len = end > start ? end - start : 0;
@@ -3111,28 +2651,20 @@ static int t_shape(struct ox *x)
 
 static int t_size(struct ox *x)
 {
-    struct ox_val *v;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc)
-        return rc;
+    struct ox_val *v = ox_input(x, 0);
     int64_t n = vq__numel(v->meta.ndim, v->meta.shape);
     if (n < 0)
         return ox_fail(x, VQ_ENOSYS, "the size of \"%s\" is known only at run time", v->name);
     vq_tensor *t;
-    if ((rc = vq_tensor_from(&t, VQ_I64, 0, NULL, &n)) < 0)
-        return rc;
-    return ox_const(x, out0(x), t, NULL);
+    int rc = vq_tensor_from(&t, VQ_I64, 0, NULL, &n);
+    return rc < 0 ? rc : ox_const(x, out0(x), t, NULL);
 }
 
 static int t_constant_of_shape(struct ox *x)
 {
     int64_t shape[MAXI];
     int n;
-    int rc = need_out0(x);
-    if (rc == 0)
-        rc = ox_const_ints(x, 0, "shape", shape, MAXI, &n);
+    int rc = ox_const_ints(x, 0, "shape", shape, MAXI, &n);
     if (rc)
         return rc;
     if (n < 0)
@@ -3141,10 +2673,10 @@ static int t_constant_of_shape(struct ox *x)
         return ox_fail(x, VQ_ENOSYS, "rank %d is more than varq's %d", n, VQ_MAX_DIMS);
     vq_dtype dt = VQ_F32;
     double value = 0;
-    const Onnx__AttributeProto *a = ox_attr(x, "value");
-    if (a && a->t) {
+    const Onnx__TensorProto *vt = ox_tensor(x, "value");
+    if (vt) {
         vq_tensor *t;
-        if ((rc = vq__onnx_tensor(a->t, x->dir, "the value of ConstantOfShape", &t)) < 0)
+        if ((rc = vq__onnx_tensor(vt, x->dir, "the value of ConstantOfShape", &t)) < 0)
             return rc;
         dt = t->dtype;
         if (t->numel != 1)
@@ -3163,57 +2695,39 @@ static int t_constant_of_shape(struct ox *x)
 
 /* ---- reductions ---- */
 
-/* ReduceSum (axes an input since opset 13) and ReduceMean (since 18). */
-static int reduce(struct ox *x, const char *type, int axes_input_since)
+/* ReduceSum (axes an input since opset 13), ReduceMean, ReduceMax,
+ * ReduceMin, ReduceProd (since 18): the row's varq op. */
+static int t_reduce(struct ox *x)
 {
-    struct ox_val *v;
-    int64_t axes[MAXI], keep, noop;
+    const char *type = ox_type(x), *o = out0(x);
+    struct ox_val *v = ox_input(x, 0);
+    int64_t axes[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = axes_of(x, axes_input_since, 1, axes, &n);
-    if (rc == 0)
-        rc = ox_attr_int(x, "keepdims", 1, &keep);
-    if (rc == 0)
-        rc = ox_attr_int(x, "noop_with_empty_axes", 0, &noop);
+    int rc = axes_of(x, strcmp(type, "sum") ? 18 : 13, axes, &n);
     if (rc)
         return rc;
-    if (n <= 0 && noop)
-        return ox_alias(x, out0(x), v);
-    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n), VQ_ATTR_B("keepdim", keep != 0)};
-    const char *o = out0(x);
+    if (n <= 0 && ox_int(x, "noop_with_empty_axes"))
+        return ox_alias(x, o, v);
+    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n),
+                    VQ_ATTR_B("keepdim", ox_int(x, "keepdims") != 0)};
     return ox_emit(x, type, &v, 1, &o, 1, a, 2, NULL);
 }
-
-static int t_reduce_sum(struct ox *x) { return reduce(x, "sum", 13); }
-static int t_reduce_max(struct ox *x) { return reduce(x, "reduce_max", 18); }
-static int t_reduce_min(struct ox *x) { return reduce(x, "reduce_min", 18); }
 
 /* ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp: an
  * elementwise op (pre), a sum over the axes (attributes before opset 18),
  * an elementwise op after (post); NULL for none. */
 static int reduce_wrapped(struct ox *x, const char *pre, const char *post)
 {
-    struct ox_val *v, *p, *s;
-    int64_t axes[MAXI], keep;
+    struct ox_val *v = ox_input(x, 0), *p = v, *s;
+    int64_t axes[MAXI];
     int n;
-    int rc = need_in(x, 0, &v);
-    if (rc == 0)
-        rc = need_out0(x);
-    if (rc == 0)
-        rc = axes_of(x, 18, 1, axes, &n);
-    if (rc == 0)
-        rc = ox_attr_int(x, "keepdims", 1, &keep);
-    if (rc)
-        return rc;
-    p = v;
-    if (pre && !strcmp(pre, "square"))
+    int rc = axes_of(x, 18, axes, &n);
+    if (rc == 0 && pre && !strcmp(pre, "square"))
         rc = ox_emit(x, "mul", (struct ox_val *[]){v, v}, 2, NULL, 1, NULL, 0, &p);
-    else if (pre)
+    else if (rc == 0 && pre)
         rc = ox_emit(x, pre, &v, 1, NULL, 1, NULL, 0, &p);
-    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n), VQ_ATTR_B("keepdim", keep != 0)};
+    vq_attr a[2] = {VQ_ATTR_IS("axes", axes, n < 0 ? 0 : n),
+                    VQ_ATTR_B("keepdim", ox_int(x, "keepdims") != 0)};
     const char *o = out0(x), *name = post ? NULL : o;
     if (rc == 0)
         rc = ox_emit(x, "sum", &p, 1, &name, 1, a, 2, &s);
@@ -3224,145 +2738,311 @@ static int t_reduce_sum_square(struct ox *x) { return reduce_wrapped(x, "square"
 static int t_reduce_l1(struct ox *x) { return reduce_wrapped(x, "abs", NULL); }
 static int t_reduce_l2(struct ox *x) { return reduce_wrapped(x, "square", "sqrt"); }
 static int t_reduce_log_sum(struct ox *x) { return reduce_wrapped(x, NULL, "log"); }
-static int t_reduce_log_sum_exp(struct ox *x) { return reduce_wrapped(x, "exp", "log"); }
-static int t_reduce_mean(struct ox *x) { return reduce(x, "mean", 18); }
-static int t_reduce_prod(struct ox *x)
+static int t_reduce_log_sum_exp(struct ox *x)
 {
-    return reduce(x, "reduce_prod", 18);
+    return reduce_wrapped(x, "exp", "log");
 }
+
+/* ---- the rows: what each op declares ---- */
+
+/* Fields: translation, varq op (shared translations), inputs min and max,
+ * output 0 required, attributes. */
+#define UNARY(name, type) const struct ox_op ox_op_##name = {t_unary, type, 1, 1, true, NULL};
+#define BINARY(name, type) \
+    const struct ox_op ox_op_##name = {t_binary, type, 2, 2, true, OX_ATTRS(OX_INT("axis", -1))};
+#define VARIADIC(name, type) \
+    const struct ox_op ox_op_##name = {t_variadic, type, 1, OX_ANY, true, NULL};
+
+UNARY(Abs, "abs")
+UNARY(Acos, "acos")
+UNARY(Acosh, "acosh")
+UNARY(Asin, "asin")
+UNARY(Asinh, "asinh")
+UNARY(Atan, "atan")
+UNARY(Atanh, "atanh")
+UNARY(Ceil, "ceil")
+UNARY(Cos, "cos")
+UNARY(Cosh, "cosh")
+UNARY(Erf, "erf")
+UNARY(Exp, "exp")
+UNARY(Floor, "floor")
+UNARY(Log, "log")
+UNARY(Not, "logical_not")
+UNARY(Reciprocal, "reciprocal")
+UNARY(Relu, "relu")
+UNARY(Round, "round")
+UNARY(Sigmoid, "sigmoid")
+UNARY(Sin, "sin")
+UNARY(Sinh, "sinh")
+UNARY(Sqrt, "sqrt")
+UNARY(Tan, "tan")
+UNARY(Tanh, "tanh")
+BINARY(Add, "add")
+BINARY(And, "logical_and")
+BINARY(Div, "div")
+BINARY(Equal, "equal")
+BINARY(Greater, "greater")
+BINARY(GreaterOrEqual, "greater_equal")
+BINARY(Less, "less")
+BINARY(LessOrEqual, "less_equal")
+BINARY(Mul, "mul")
+BINARY(Or, "logical_or")
+BINARY(Sub, "sub")
+BINARY(Xor, "not_equal")
+VARIADIC(Max, "maximum")
+VARIADIC(Min, "minimum")
+VARIADIC(Sum, "add")
+VARIADIC(Mean, "mean")
+const struct ox_op ox_op_Where = {t_where, NULL, 3, 3, true, NULL};
+const struct ox_op ox_op_Neg = {t_neg, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_Clip =
+    {t_clip,
+     NULL,
+     1,
+     3,
+     true,
+     OX_ATTRS(OX_FLOAT("min", -INFINITY, .until = 11), OX_FLOAT("max", INFINITY, .until = 11))};
+const struct ox_op ox_op_LeakyRelu =
+    {t_leaky_relu, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("alpha", 0.01))};
+const struct ox_op ox_op_HardSigmoid =
+    {t_hard_sigmoid, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("alpha", 0.2), OX_FLOAT("beta", 0.5))};
+const struct ox_op ox_op_HardSwish = {t_hard_swish, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_Pow = {t_pow, NULL, 2, 2, true, NULL};
+const struct ox_op ox_op_Elu = {t_elu, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("alpha", 1))};
+const struct ox_op ox_op_Selu = {t_selu,
+                                 NULL,
+                                 1,
+                                 1,
+                                 true,
+                                 OX_ATTRS(OX_FLOAT("alpha", 1.67326319217681884765625),
+                                          OX_FLOAT("gamma", 1.05070102214813232421875))};
+const struct ox_op ox_op_Celu = {t_celu, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("alpha", 1))};
+const struct ox_op ox_op_PRelu = {t_prelu, NULL, 2, 2, true, NULL};
+const struct ox_op ox_op_ThresholdedRelu =
+    {t_thresholded_relu, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("alpha", 1))};
+const struct ox_op ox_op_Softplus = {t_softplus, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_Softsign = {t_softsign, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_IsNaN = {t_isnan, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_IsInf =
+    {t_isinf, NULL, 1,
+     1,       true, OX_ATTRS(OX_INT("detect_positive", 1), OX_INT("detect_negative", 1))};
+const struct ox_op ox_op_Shrink = {t_shrink, NULL,
+                                   1,        1,
+                                   true,     OX_ATTRS(OX_FLOAT("lambd", 0.5), OX_FLOAT("bias", 0))};
+const struct ox_op ox_op_Sign = {t_sign, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_Cast = {t_cast, NULL, 1, 1, true, OX_ATTRS(OX_INT("to", -1))};
+const struct ox_op ox_op_Identity = {t_identity, NULL, 1, 1, true, NULL};
+
+/* windows (the lifted dims: at most 3, pads 6) */
+#define WINDOW_ATTRS OX_INTS("strides", 3), OX_STR("auto_pad", "NOTSET", 32), OX_INTS("pads", 6)
+const struct ox_op ox_op_Conv =
+    {t_conv, NULL, 2, 3, true, OX_ATTRS(WINDOW_ATTRS, OX_INTS("dilations", 3), OX_INT("group", 1))};
+const struct ox_op ox_op_ConvTranspose = {t_conv_transpose,
+                                          NULL,
+                                          2,
+                                          3,
+                                          true,
+                                          OX_ATTRS(WINDOW_ATTRS, OX_INTS("dilations", 3),
+                                                   OX_INT("group", 1), OX_INTS("output_padding", 3),
+                                                   OX_INTS("output_shape", 5))};
+const struct ox_op ox_op_MaxPool = {t_pool,
+                                    "max_pool2d",
+                                    1,
+                                    1,
+                                    true,
+                                    OX_ATTRS(WINDOW_ATTRS, OX_INTS("kernel_shape", 3),
+                                             OX_INTS("dilations", 3), OX_INT("ceil_mode", 0),
+                                             OX_INT("storage_order", 0))};
+const struct ox_op ox_op_AveragePool = {t_pool,
+                                        "avg_pool2d",
+                                        1,
+                                        1,
+                                        true,
+                                        OX_ATTRS(WINDOW_ATTRS, OX_INTS("kernel_shape", 3),
+                                                 OX_INT("ceil_mode", 0),
+                                                 OX_INT("count_include_pad", 0))};
+const struct ox_op ox_op_GlobalAveragePool = {t_global_average_pool, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_GlobalMaxPool = {t_global_max_pool, NULL, 1, 1, true, NULL};
+const struct ox_op ox_op_BatchNormalization = {t_batch_norm,
+                                               NULL,
+                                               5,
+                                               5,
+                                               true,
+                                               OX_ATTRS(OX_FLOAT("epsilon", 1e-5),
+                                                        OX_FLOAT("momentum", 0.9),
+                                                        OX_INT("training_mode", 0, .since = 14),
+                                                        OX_INT("spatial", 1))};
+const struct ox_op ox_op_LayerNormalization =
+    {t_layer_norm,
+     NULL,
+     2,
+     3,
+     true,
+     OX_ATTRS(OX_INT("axis", -1), OX_FLOAT("epsilon", 1e-5),
+              OX_INT("stash_type", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT))};
+const struct ox_op ox_op_InstanceNormalization =
+    {t_instance_norm, NULL, 3, 3, true, OX_ATTRS(OX_FLOAT("epsilon", 1e-5))};
+const struct ox_op ox_op_MatMul = {t_matmul, NULL, 2, 2, true, NULL};
+const struct ox_op ox_op_Gemm = {t_gemm,
+                                 NULL,
+                                 2,
+                                 3,
+                                 true,
+                                 OX_ATTRS(OX_INT("transA", 0), OX_INT("transB", 0),
+                                          OX_FLOAT("alpha", 1), OX_FLOAT("beta", 1))};
+/* the axis: 1 before opset 13 (the dims from it on), -1 since (one axis) */
+#define SOFTMAX_AXIS OX_INT("axis", 1, .changed = 13, .i2 = -1)
+const struct ox_op ox_op_Softmax = {t_softmax, "softmax", 1, 1, true, OX_ATTRS(SOFTMAX_AXIS)};
+const struct ox_op ox_op_LogSoftmax = {t_softmax, "log_softmax", 1,
+                                       1,         true,          OX_ATTRS(SOFTMAX_AXIS)};
+const struct ox_op ox_op_Hardmax = {t_hardmax, NULL, 1, 1, true, OX_ATTRS(SOFTMAX_AXIS)};
+const struct ox_op ox_op_Dropout = {t_dropout, NULL, 1, 3, true, NULL};
+/* opset 10's Resize transforms as Upsample does: asymmetric, floor */
+const struct ox_op ox_op_Resize = {t_resize,
+                                   NULL,
+                                   1,
+                                   4,
+                                   true,
+                                   OX_ATTRS(OX_STR("mode", "nearest", 32),
+                                            OX_STR("coordinate_transformation_mode", "asymmetric",
+                                                   32, .changed = 11, .s2 = "half_pixel"),
+                                            OX_STR("nearest_mode", "floor", 32, .changed = 11,
+                                                   .s2 = "round_prefer_floor"),
+                                            OX_FLOAT("cubic_coeff_a", -0.75),
+                                            OX_INT("exclude_outside", 0),
+                                            OX_FLOAT("extrapolation_value", 0))};
+const struct ox_op ox_op_Upsample =
+    {t_upsample,
+     NULL,
+     1,
+     2,
+     true,
+     OX_ATTRS(OX_STR("mode", "nearest", 32), OX_FLOATS("scales", VQ_MAX_DIMS, .until = 9))};
+const struct ox_op ox_op_DepthToSpace =
+    {t_space_depth,
+     "to_space",
+     1,
+     1,
+     true,
+     OX_ATTRS(OX_INT("blocksize", 0), OX_STR("mode", "DCR", 8))};
+const struct ox_op ox_op_SpaceToDepth =
+    {t_space_depth, "to_depth", 1, 1, true, OX_ATTRS(OX_INT("blocksize", 0))};
+
+const struct ox_op ox_op_Reshape =
+    {t_reshape, NULL, 1,
+     2,         true, OX_ATTRS(OX_INTS("shape", MAXI, .until = 5), OX_INT("allowzero", 0))};
+const struct ox_op ox_op_Flatten = {t_flatten, NULL, 1, 1, true, OX_ATTRS(OX_INT("axis", 1))};
+const struct ox_op ox_op_Transpose = {t_transpose, NULL, 1,
+                                      1,           true, OX_ATTRS(OX_INTS("perm", MAXI))};
+/* the axis: required since opset 4; 1 before */
+const struct ox_op ox_op_Concat = {t_concat, NULL,
+                                   1,        OX_ANY,
+                                   true,     OX_ATTRS(OX_INT("axis", 1, .changed = 4, .i2 = 0))};
+const struct ox_op ox_op_Squeeze = {t_squeeze, NULL, 1,
+                                    2,         true, OX_ATTRS(OX_INTS("axes", MAXI, .until = 13))};
+const struct ox_op ox_op_Unsqueeze = {t_unsqueeze, NULL,
+                                      1,           2,
+                                      true,        OX_ATTRS(OX_INTS("axes", MAXI, .until = 13))};
+const struct ox_op ox_op_Split =
+    {t_split, NULL, 1, 2, false, OX_ATTRS(OX_INT("axis", 0), OX_INTS("split", MAXI, .until = 13))};
+/* shape or repeats absent: the translation says so */
+const struct ox_op ox_op_Expand = {t_shaped, "expand", 1, 2, true, NULL};
+const struct ox_op ox_op_Tile = {t_shaped, "tile", 1, 2, true, NULL};
+const struct ox_op ox_op_Pad = {t_pad,
+                                NULL,
+                                1,
+                                4,
+                                true,
+                                OX_ATTRS(OX_STR("mode", "constant", 16),
+                                         OX_INTS("paddings", MAXI, .until = 2),
+                                         OX_INTS("pads", MAXI, .since = 2, .until = 11),
+                                         OX_FLOAT("value", 0, .until = 11))};
+const struct ox_op ox_op_Shape = {t_shape, NULL, 1,
+                                  1,       true, OX_ATTRS(OX_INT("start", 0), OX_INT("end", 0))};
+const struct ox_op ox_op_Size = {t_size, NULL, 1, 1, true, NULL};
+/* Constant reads its one attribute itself: which one it is, is the
+ * value's type */
+const struct ox_op ox_op_Constant = {t_constant, NULL, 0, 0, true, NULL};
+const struct ox_op ox_op_ConstantOfShape = {t_constant_of_shape,         NULL, 0, 1, true,
+                                            OX_ATTRS(OX_TENSOR("value"))};
+const struct ox_op ox_op_EyeLike = {t_eye_like, NULL, 1,
+                                    1,          true, OX_ATTRS(OX_INT("k", 0), OX_INT("dtype", 0))};
+const struct ox_op ox_op_Range = {t_range, NULL, 3, 3, true, NULL};
+const struct ox_op ox_op_Trilu = {t_trilu, NULL, 1, 2, true, OX_ATTRS(OX_INT("upper", 1))};
+
+const struct ox_op ox_op_Slice = {t_slice,
+                                  NULL,
+                                  1,
+                                  5,
+                                  true,
+                                  OX_ATTRS(OX_INTS("starts", MAXI, .until = 10),
+                                           OX_INTS("ends", MAXI, .until = 10),
+                                           OX_INTS("axes", MAXI, .until = 10))};
+const struct ox_op ox_op_Gather = {t_take_along, "gather", 2, 2, true, OX_ATTRS(OX_INT("axis", 0))};
+const struct ox_op ox_op_GatherElements = {t_take_along, "gather_elements",          2, 2,
+                                           true,         OX_ATTRS(OX_INT("axis", 0))};
+const struct ox_op ox_op_OneHot = {t_one_hot, NULL, 3, 3, true, OX_ATTRS(OX_INT("axis", -1))};
+/* the axis absent: the translation says so */
+const struct ox_op ox_op_CumSum =
+    {t_cumsum, NULL, 1, 2, true, OX_ATTRS(OX_INT("exclusive", 0), OX_INT("reverse", 0))};
+#define ARG_ATTRS OX_INT("axis", 0), OX_INT("keepdims", 1), OX_INT("select_last_index", 0)
+const struct ox_op ox_op_ArgMax = {t_arg_extreme, "argmax", 1, 1, true, OX_ATTRS(ARG_ATTRS)};
+const struct ox_op ox_op_ArgMin = {t_arg_extreme, "argmin", 1, 1, true, OX_ATTRS(ARG_ATTRS)};
+
+/* axes: an attribute before opset 18 (13 for ReduceSum), an input since */
+#define REDUCE(name, type, last)                                                      \
+    const struct ox_op ox_op_##name = {t_reduce,                                      \
+                                       type,                                          \
+                                       1,                                             \
+                                       2,                                             \
+                                       true,                                          \
+                                       OX_ATTRS(OX_INTS("axes", MAXI, .until = last), \
+                                                OX_INT("keepdims", 1),                \
+                                                OX_INT("noop_with_empty_axes", 0))};
+#define REDUCE_WRAPPED(name, fn) \
+    const struct ox_op           \
+        ox_op_##name =           \
+            {fn, NULL, 1,        \
+             2,  true, OX_ATTRS(OX_INTS("axes", MAXI, .until = 18), OX_INT("keepdims", 1))};
+REDUCE(ReduceSum, "sum", 13)
+REDUCE(ReduceMean, "mean", 18)
+REDUCE(ReduceMax, "reduce_max", 18)
+REDUCE(ReduceMin, "reduce_min", 18)
+REDUCE(ReduceProd, "reduce_prod", 18)
+REDUCE_WRAPPED(ReduceSumSquare, t_reduce_sum_square)
+REDUCE_WRAPPED(ReduceL1, t_reduce_l1)
+REDUCE_WRAPPED(ReduceL2, t_reduce_l2)
+REDUCE_WRAPPED(ReduceLogSum, t_reduce_log_sum)
+REDUCE_WRAPPED(ReduceLogSumExp, t_reduce_log_sum_exp)
+
+#define LOSS_ATTRS OX_STR("reduction", "mean", 16), OX_INT("ignore_index", 0)
+const struct ox_op ox_op_NegativeLogLikelihoodLoss = {t_nll_loss, NULL, 2,
+                                                      3,          true, OX_ATTRS(LOSS_ATTRS)};
+const struct ox_op ox_op_SoftmaxCrossEntropyLoss = {t_sce_loss, NULL, 2,
+                                                    3,          true, OX_ATTRS(LOSS_ATTRS)};
+
+const struct ox_op ox_op_If = {t_if,  NULL,
+                               1,     1,
+                               false, OX_ATTRS(OX_GRAPH("then_branch"), OX_GRAPH("else_branch"))};
+/* M and cond may be absent (""), the carried values any number */
+const struct ox_op ox_op_Loop = {t_loop, NULL, 0, OX_ANY, false, OX_ATTRS(OX_GRAPH("body"))};
 
 /* ---- the table ---- */
 
-struct translation {
-    const char *op;
-    int (*fn)(struct ox *x);
-};
-
-static const struct translation table[] = {
-    {"Abs", t_abs},
-    {"Acos", t_acos},
-    {"Acosh", t_acosh},
-    {"Add", t_add},
-    {"And", t_and},
-    {"ArgMax", t_argmax},
-    {"ArgMin", t_argmin},
-    {"Asin", t_asin},
-    {"Asinh", t_asinh},
-    {"Atan", t_atan},
-    {"Atanh", t_atanh},
-    {"AveragePool", t_average_pool},
-    {"BatchNormalization", t_batch_norm},
-    {"Cast", t_cast},
-    {"Ceil", t_ceil},
-    {"Celu", t_celu},
-    {"Clip", t_clip},
-    {"Concat", t_concat},
-    {"Constant", t_constant},
-    {"ConstantOfShape", t_constant_of_shape},
-    {"Conv", t_conv},
-    {"ConvTranspose", t_conv_transpose},
-    {"Cos", t_cos},
-    {"Cosh", t_cosh},
-    {"CumSum", t_cumsum},
-    {"DepthToSpace", t_depth_to_space},
-    {"Div", t_div},
-    {"Dropout", t_dropout},
-    {"Elu", t_elu},
-    {"Equal", t_equal},
-    {"Erf", t_erf},
-    {"Exp", t_exp},
-    {"Expand", t_expand},
-    {"EyeLike", t_eye_like},
-    {"Flatten", t_flatten},
-    {"Floor", t_floor},
-    {"Gather", t_gather},
-    {"GatherElements", t_gather_elements},
-    {"Gemm", t_gemm},
-    {"GlobalAveragePool", t_global_average_pool},
-    {"GlobalMaxPool", t_global_max_pool},
-    {"Greater", t_greater},
-    {"GreaterOrEqual", t_greater_equal},
-    {"HardSigmoid", t_hard_sigmoid},
-    {"HardSwish", t_hard_swish},
-    {"Hardmax", t_hardmax},
-    {"Identity", t_identity},
-    {"If", t_if},
-    {"InstanceNormalization", t_instance_norm},
-    {"IsInf", t_isinf},
-    {"IsNaN", t_isnan},
-    {"LayerNormalization", t_layer_norm},
-    {"LeakyRelu", t_leaky_relu},
-    {"Less", t_less},
-    {"LessOrEqual", t_less_equal},
-    {"Log", t_log},
-    {"LogSoftmax", t_log_softmax},
-    {"Loop", t_loop},
-    {"MatMul", t_matmul},
-    {"Max", t_max},
-    {"MaxPool", t_max_pool},
-    {"Mean", t_mean},
-    {"Min", t_min},
-    {"Mul", t_mul},
-    {"Neg", t_neg},
-    {"NegativeLogLikelihoodLoss", t_nll_loss},
-    {"Not", t_not},
-    {"OneHot", t_one_hot},
-    {"Or", t_or},
-    {"PRelu", t_prelu},
-    {"Pad", t_pad},
-    {"Pow", t_pow},
-    {"Range", t_range},
-    {"Reciprocal", t_reciprocal},
-    {"ReduceL1", t_reduce_l1},
-    {"ReduceL2", t_reduce_l2},
-    {"ReduceLogSum", t_reduce_log_sum},
-    {"ReduceLogSumExp", t_reduce_log_sum_exp},
-    {"ReduceMax", t_reduce_max},
-    {"ReduceMean", t_reduce_mean},
-    {"ReduceMin", t_reduce_min},
-    {"ReduceProd", t_reduce_prod},
-    {"ReduceSum", t_reduce_sum},
-    {"ReduceSumSquare", t_reduce_sum_square},
-    {"Relu", t_relu},
-    {"Reshape", t_reshape},
-    {"Resize", t_resize},
-    {"Round", t_round},
-    {"Selu", t_selu},
-    {"Shape", t_shape},
-    {"Shrink", t_shrink},
-    {"Sigmoid", t_sigmoid},
-    {"Sign", t_sign},
-    {"Sin", t_sin},
-    {"Sinh", t_sinh},
-    {"Size", t_size},
-    {"Slice", t_slice},
-    {"Softmax", t_softmax},
-    {"SoftmaxCrossEntropyLoss", t_sce_loss},
-    {"Softplus", t_softplus},
-    {"Softsign", t_softsign},
-    {"SpaceToDepth", t_space_to_depth},
-    {"Split", t_split},
-    {"Sqrt", t_sqrt},
-    {"Squeeze", t_squeeze},
-    {"Sub", t_sub},
-    {"Sum", t_sum},
-    {"Tan", t_tan},
-    {"Tanh", t_tanh},
-    {"ThresholdedRelu", t_thresholded_relu},
-    {"Tile", t_tile},
-    {"Transpose", t_transpose},
-    {"Trilu", t_trilu},
-    {"Unsqueeze", t_unsqueeze},
-    {"Upsample", t_upsample},
-    {"Where", t_where},
-    {"Xor", t_xor},
+static const struct {
+    const char *name;
+    const struct ox_op *op;
+} table[] = {
+#define OX_TABLE_ROW(name) {#name, &ox_op_##name},
+    OX_OPS(OX_TABLE_ROW)
+#undef OX_TABLE_ROW
 };
 
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
 VQ_API const char *vq_onnx_op_name(int i)
 {
-    return i >= 0 && i < NTABLE ? table[i].op : NULL;
+    return i >= 0 && i < NTABLE ? table[i].name : NULL;
 }
 
 int vq__onnx_translate(struct ox *x)
@@ -3370,13 +3050,23 @@ int vq__onnx_translate(struct ox *x)
     const char *op = x->node->op_type;
     int lo = 0, hi = NTABLE - 1;
     while (lo <= hi) {
-        int mid = (lo + hi) / 2, c = strcmp(op, table[mid].op);
-        if (c == 0)
-            return table[mid].fn(x);
-        if (c < 0)
+        int mid = (lo + hi) / 2, c = strcmp(op, table[mid].name);
+        if (c < 0) {
             hi = mid - 1;
-        else
+        } else if (c > 0) {
             lo = mid + 1;
+        } else {
+            /* the node's declared attributes live here while it is
+             * translated; an If or Loop translates its subgraphs' nodes in
+             * between, each with its own */
+            const struct ox_args *outer = x->args;
+            struct ox_args args;
+            int rc = ox_args_read(x, table[mid].op, &args);
+            if (rc == 0)
+                rc = table[mid].op->fn(x);
+            x->args = outer;
+            return rc;
+        }
     }
     return ox_fail(x, VQ_ENOSYS, "op %s (domain ai.onnx, opset %lld) is not supported", op,
                    (long long)x->opset);

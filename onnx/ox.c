@@ -3,8 +3,8 @@
  * inputs, outputs and attributes, and ox_emit, through which every
  * translation adds varq ops (or computes them right away when their inputs
  * are known). import.c walks the model with these, and so do the
- * translations (ops.c); neither calls into the other through here, so the
- * files depend one way: import.c -> ops.c -> ox.c. */
+ * translations (t_*.c); neither calls into the other through here, so the
+ * files depend one way: import.c -> the translate table -> t_*.c -> ox.c. */
 #include "onnx_internal.h"
 
 #include <stdarg.h>
@@ -157,18 +157,6 @@ static int attr_type(struct ox *x, const Onnx__AttributeProto *a, int type, cons
     return 0;
 }
 
-int ox_attr_int(struct ox *x, const char *name, int64_t def, int64_t *out)
-{
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    *out = def;
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an int");
-    if (rc == 0)
-        *out = a->i;
-    return rc;
-}
-
 int ox_attr_float(struct ox *x, const char *name, double def, double *out)
 {
     const Onnx__AttributeProto *a = ox_attr(x, name);
@@ -181,39 +169,168 @@ int ox_attr_float(struct ox *x, const char *name, double def, double *out)
     return rc;
 }
 
-int ox_attr_ints(struct ox *x, const char *name, int64_t *out, int max, int *n)
+/* ---- declared inputs and attributes ---- */
+
+static const struct {
+    int proto;
+    const char *what;
+} attr_types[] = {
+    [OX_T_INT] = {ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, "an int"},
+    [OX_T_FLOAT] = {ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT, "a float"},
+    [OX_T_STRING] = {ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string"},
+    [OX_T_INTS] = {ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of ints"},
+    [OX_T_FLOATS] = {ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS, "a list of floats"},
+};
+
+/* Attribute spec of the node into *v: its value when the node gives it in
+ * an opset that reads it, else the default for x's opset. */
+static int attr_read(struct ox *x, const struct ox_attr_spec *spec, struct ox_attr_value *v)
 {
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    *n = -1;
+    static const int64_t no_ints[1];
+    static const float no_floats[1];
+    bool later = spec->changed && x->opset >= spec->changed;
+    const Onnx__AttributeProto *a = ox_attr(x, spec->name);
+    if ((spec->since && x->opset < spec->since) || (spec->until && x->opset >= spec->until))
+        a = NULL;
+    *v = (struct ox_attr_value){.given = a != NULL,
+                                .i = later ? spec->i2 : spec->i,
+                                .f = spec->f,
+                                .n = -1,
+                                .ints = no_ints,
+                                .floats = no_floats};
+    snprintf(v->s, sizeof v->s, "%s",
+             (later ? spec->s2 : spec->s) ? (later ? spec->s2 : spec->s) : "");
     if (!a)
         return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, "a list of ints");
+    if (spec->type == OX_T_GRAPH || spec->type == OX_T_TENSOR) {
+        v->g = a->g;
+        v->t = a->t;
+        return 0;
+    }
+    int rc = attr_type(x, a, attr_types[spec->type].proto, attr_types[spec->type].what);
     if (rc)
         return rc;
-    if (a->n_ints > (size_t)max)
-        return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", name, a->n_ints,
-                       max);
-    if (a->n_ints) /* an empty list's ints are NULL */
-        memcpy(out, a->ints, a->n_ints * sizeof *out);
-    *n = (int)a->n_ints;
-    return 0;
+    size_t n = spec->type == OX_T_INTS ? a->n_ints : a->n_floats;
+    switch (spec->type) {
+    case OX_T_INT: v->i = a->i; return 0;
+    case OX_T_FLOAT: v->f = a->f; return 0;
+    case OX_T_STRING:
+        if (a->s.len >= (size_t)spec->max || a->s.len >= sizeof v->s)
+            return ox_fail(x, VQ_EINVAL, "attribute %s is too long", spec->name);
+        if (a->s.len) /* an empty string's data is NULL */
+            memcpy(v->s, a->s.data, a->s.len);
+        v->s[a->s.len] = '\0';
+        return 0;
+    default: /* a list; an empty one's entries are NULL */
+        if (n > (size_t)spec->max)
+            return ox_fail(x, VQ_ENOSYS, "attribute %s has %zu entries, more than %d", spec->name,
+                           n, spec->max);
+        v->n = (int)n;
+        if (n && spec->type == OX_T_INTS)
+            v->ints = a->ints;
+        else if (n)
+            v->floats = a->floats;
+        return 0;
+    }
 }
 
-int ox_attr_str(struct ox *x, const char *name, const char *def, char *buf, size_t size)
+/* Input i of op's node, present (or not yet required) and known by
+ * name. */
+static int input_check(struct ox *x, const struct ox_op *op, int i)
 {
-    const Onnx__AttributeProto *a = ox_attr(x, name);
-    snprintf(buf, size, "%s", def);
-    if (!a)
-        return 0;
-    int rc = attr_type(x, a, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING, "a string");
-    if (rc)
-        return rc;
-    if (a->s.len >= size)
-        return ox_fail(x, VQ_EINVAL, "attribute %s is too long", name);
-    if (a->s.len) /* an empty string's data is NULL */
-        memcpy(buf, a->s.data, a->s.len);
-    buf[a->s.len] = '\0';
-    return 0;
+    struct ox_val *v;
+    int rc = ox_in(x, i, &v);
+    if (rc == 0 && !v && i < op->min_in)
+        rc = ox_fail(x, VQ_EINVAL, "input %d is missing", i);
+    return rc;
+}
+
+int ox_args_read(struct ox *x, const struct ox_op *op, struct ox_args *args)
+{
+    const Onnx__NodeProto *n = x->node;
+    if (op->max_in != OX_ANY && n->n_input > (size_t)op->max_in)
+        return ox_fail(x, VQ_EINVAL, "%zu inputs; %s takes at most %d", n->n_input, n->op_type,
+                       op->max_in);
+    int rc = 0;
+    for (int i = 0; rc == 0 && (i < op->min_in || (size_t)i < n->n_input); i++)
+        rc = input_check(x, op, i);
+    if (rc == 0 && op->out0 && !ox_out(x, 0))
+        rc = ox_fail(x, VQ_EINVAL, "output 0 has no name");
+    args->op = op;
+    for (int k = 0; rc == 0 && op->attrs && op->attrs[k].name; k++)
+        rc = attr_read(x, &op->attrs[k], &args->v[k]);
+    if (rc == 0)
+        x->args = args;
+    return rc;
+}
+
+/* The value of declared attribute name; a name the row does not declare
+ * reads as absent (n = -1, zeros), which a translation's tests catch. */
+static const struct ox_attr_value *attr_value(const struct ox *x, const char *name)
+{
+    static const struct ox_attr_value absent = {.n = -1};
+    const struct ox_attr_spec *spec = x->args->op->attrs;
+    for (int k = 0; spec && spec[k].name; k++)
+        if (!strcmp(spec[k].name, name))
+            return &x->args->v[k];
+    return &absent;
+}
+
+int64_t ox_int(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->i;
+}
+
+double ox_float(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->f;
+}
+
+const char *ox_str(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->s;
+}
+
+const int64_t *ox_ints(const struct ox *x, const char *name, int *n)
+{
+    const struct ox_attr_value *v = attr_value(x, name);
+    *n = v->n;
+    return v->ints;
+}
+
+const float *ox_floats(const struct ox *x, const char *name, int *n)
+{
+    const struct ox_attr_value *v = attr_value(x, name);
+    *n = v->n;
+    return v->floats;
+}
+
+const Onnx__GraphProto *ox_graph(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->g;
+}
+
+const Onnx__TensorProto *ox_tensor(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->t;
+}
+
+bool ox_given(const struct ox *x, const char *name)
+{
+    return attr_value(x, name)->given;
+}
+
+struct ox_val *ox_input(struct ox *x, int i)
+{
+    const Onnx__NodeProto *n = x->node;
+    if (i < 0 || (size_t)i >= n->n_input || !n->input[i] || !*n->input[i])
+        return NULL;
+    return ox_find(x, n->input[i]);
+}
+
+const char *ox_type(const struct ox *x)
+{
+    return x->args->op->type;
 }
 
 bool ox_known(struct ox *x, struct ox_val *v)

@@ -1,0 +1,129 @@
+/* Every ONNX op type (default domain) the importer translates, in strcmp
+ * order: the translate table (ops.c) is made from this list, looks a
+ * node's op up in it by binary search, and vq_onnx_op_name lists it in
+ * this order (the generated docs/reference/onnx-ops.md). Each op's row,
+ * const struct ox_op ox_op_<Name>, is defined beside its translation in
+ * the family's file. Adding an op: its name here, its row there. */
+#ifndef VARQ_ONNX_OPS_H
+#define VARQ_ONNX_OPS_H
+
+#define OX_OPS(X)                \
+    X(Abs)                       \
+    X(Acos)                      \
+    X(Acosh)                     \
+    X(Add)                       \
+    X(And)                       \
+    X(ArgMax)                    \
+    X(ArgMin)                    \
+    X(Asin)                      \
+    X(Asinh)                     \
+    X(Atan)                      \
+    X(Atanh)                     \
+    X(AveragePool)               \
+    X(BatchNormalization)        \
+    X(Cast)                      \
+    X(Ceil)                      \
+    X(Celu)                      \
+    X(Clip)                      \
+    X(Concat)                    \
+    X(Constant)                  \
+    X(ConstantOfShape)           \
+    X(Conv)                      \
+    X(ConvTranspose)             \
+    X(Cos)                       \
+    X(Cosh)                      \
+    X(CumSum)                    \
+    X(DepthToSpace)              \
+    X(Div)                       \
+    X(Dropout)                   \
+    X(Elu)                       \
+    X(Equal)                     \
+    X(Erf)                       \
+    X(Exp)                       \
+    X(Expand)                    \
+    X(EyeLike)                   \
+    X(Flatten)                   \
+    X(Floor)                     \
+    X(Gather)                    \
+    X(GatherElements)            \
+    X(Gemm)                      \
+    X(GlobalAveragePool)         \
+    X(GlobalMaxPool)             \
+    X(Greater)                   \
+    X(GreaterOrEqual)            \
+    X(HardSigmoid)               \
+    X(HardSwish)                 \
+    X(Hardmax)                   \
+    X(Identity)                  \
+    X(If)                        \
+    X(InstanceNormalization)     \
+    X(IsInf)                     \
+    X(IsNaN)                     \
+    X(LayerNormalization)        \
+    X(LeakyRelu)                 \
+    X(Less)                      \
+    X(LessOrEqual)               \
+    X(Log)                       \
+    X(LogSoftmax)                \
+    X(Loop)                      \
+    X(MatMul)                    \
+    X(Max)                       \
+    X(MaxPool)                   \
+    X(Mean)                      \
+    X(Min)                       \
+    X(Mul)                       \
+    X(Neg)                       \
+    X(NegativeLogLikelihoodLoss) \
+    X(Not)                       \
+    X(OneHot)                    \
+    X(Or)                        \
+    X(PRelu)                     \
+    X(Pad)                       \
+    X(Pow)                       \
+    X(Range)                     \
+    X(Reciprocal)                \
+    X(ReduceL1)                  \
+    X(ReduceL2)                  \
+    X(ReduceLogSum)              \
+    X(ReduceLogSumExp)           \
+    X(ReduceMax)                 \
+    X(ReduceMean)                \
+    X(ReduceMin)                 \
+    X(ReduceProd)                \
+    X(ReduceSum)                 \
+    X(ReduceSumSquare)           \
+    X(Relu)                      \
+    X(Reshape)                   \
+    X(Resize)                    \
+    X(Round)                     \
+    X(Selu)                      \
+    X(Shape)                     \
+    X(Shrink)                    \
+    X(Sigmoid)                   \
+    X(Sign)                      \
+    X(Sin)                       \
+    X(Sinh)                      \
+    X(Size)                      \
+    X(Slice)                     \
+    X(Softmax)                   \
+    X(SoftmaxCrossEntropyLoss)   \
+    X(Softplus)                  \
+    X(Softsign)                  \
+    X(SpaceToDepth)              \
+    X(Split)                     \
+    X(Sqrt)                      \
+    X(Squeeze)                   \
+    X(Sub)                       \
+    X(Sum)                       \
+    X(Tan)                       \
+    X(Tanh)                      \
+    X(ThresholdedRelu)           \
+    X(Tile)                      \
+    X(Transpose)                 \
+    X(Trilu)                     \
+    X(Unsqueeze)                 \
+    X(Upsample)                  \
+    X(Where)                     \
+    X(Xor)
+
+#endif

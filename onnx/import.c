@@ -6,7 +6,7 @@
  * program var holding it. Initializers become persistable vars whose
  * tensors go to the caller's scope; the integer ones (shapes, axes,
  * indices) are also known values, so that translations can read them as
- * attributes. A translation (ops.c) emits varq ops through ox_emit, which
+ * attributes. A translation (t_*.c) emits varq ops through ox_emit, which
  * infers each output's dtype and shape with the op's own inference; when
  * every input of an op is known at import (a Constant, an integer
  * initializer, a Shape of a known shape, and what is computed from those)

@@ -1,7 +1,7 @@
 /* What the ONNX importer's files share: the import's state (every ONNX
  * value by name, what it is known to be), the helpers the import and the
- * per-op translations use (ox.c), the tensor codec (tensor.c) and the
- * table of translations (ops.c). */
+ * per-op translations use (ox.c), the tensor codec (tensor.c), the table
+ * of translations (translate.c) and what each op declares there. */
 #ifndef VARQ_ONNX_INTERNAL_H
 #define VARQ_ONNX_INTERNAL_H
 
@@ -60,7 +60,7 @@ struct ox {
     int nbinds;
     const struct vq_onnx_opts *opts; /* offered input values, or NULL */
     /* import.c's fusion of a Relu or Clip into the Conv before it: while
-     * that Conv (one over images) is translated, t_conv (ops.c) gives its
+     * that Conv (one over images) is translated, t_conv (t_window.c) gives its
      * conv2d attribute clip [lo, hi] */
     bool fuse;
     double fuse_lo, fuse_hi;
@@ -130,6 +130,11 @@ const Onnx__AttributeProto *ox_attr(struct ox *x, const char *name);
  * being translated (import.c's fusion reads a Clip's bounds); a
  * translation reads its declared attributes (ox_int and friends). */
 int ox_attr_float(struct ox *x, const char *name, double def, double *out);
+/* Fails the node unless t, the value of input i (v; what: its role, for
+ * messages), is known (not NULL), of the type it needs (typed; else it
+ * is named as not want), of one dim and at most max entries. */
+int ox_list_value(struct ox *x, int i, const char *what, const struct ox_val *v, const vq_tensor *t,
+                  bool typed, const char *want, int max);
 /* The values of input i, which must be a known integer tensor of at most
  * max elements (*n = -1 when the input is absent). what: for messages. */
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n);
@@ -289,9 +294,57 @@ struct ox_val *ox_input(struct ox *x, int i);
 /* The varq op of the translation's row (struct ox_op.type). */
 const char *ox_type(const struct ox *x);
 
-/* ---- the translate table (ops.c) ---- */
+/* ---- ox.c: what several translations compose ---- */
 
-/* The rows, one per op of OX_OPS (onnx_ops.h). */
+/* Entries of the lists an op reads: a dim per axis, or two (pads). */
+#define OX_MAXI (VQ_MAX_DIMS * 2)
+/* Row initializers: translation, varq op (NULL: none), inputs min and
+ * max, output 0 required, attributes (OX_ATTRS(...) or NULL). */
+#define OX_ROW(fn, type, min_in, max_in, out0, attrs) \
+    {                                                 \
+        fn, type, min_in, max_in, out0, attrs         \
+    }
+
+/* Output 0, which the op requires. */
+const char *ox_out0(struct ox *x);
+/* A scalar constant of dtype dt. */
+int ox_scalar(struct ox *x, vq_dtype dt, double value, struct ox_val **out);
+bool ox_is_float(vq_dtype dt);
+/* The first element of a known tensor, as a double. */
+double ox_first_value(const vq_tensor *t);
+/* An axis in [-rank, rank) as an index. */
+int ox_axis(struct ox *x, const char *what, int64_t a, int rank, int *out);
+/* The entries of the node's declared ints attribute name into out (*n =
+ * -1 when absent; the row's spec bounds *n by out's size). */
+void ox_ints_copy(const struct ox *x, const char *name, int64_t *out, int *n);
+/* One known integer element, into *out. */
+bool ox_known_int1(const struct ox_val *v, int64_t *out);
+/* A reshape of v to shape (entries: a dim, 0 = v's dim there, -1 = the
+ * rest), into name (NULL: a temporary). */
+int ox_reshape(struct ox *x, struct ox_val *v, const int64_t *shape, int n, const char *name,
+               struct ox_val **out);
+/* A reshape of v to rank n with the known dims of want[] (-1: unknown):
+ * each unknown dim is copied from v when v has it at the same place (0),
+ * one other may be left to the count (-1); more is VQ_ENOSYS. */
+int ox_reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const int *from, int n,
+                     const char *name, struct ox_val **out);
+/* *v cast to dtype (a new value), unless it has that type. */
+int ox_cast(struct ox *x, struct ox_val **v, vq_dtype dtype);
+/* y = where(c, a, b) into name. */
+int ox_select(struct ox *x, struct ox_val *c, struct ox_val *a, struct ox_val *b, const char *name,
+              struct ox_val **out);
+/* scale * X + bias into a temporary. */
+int ox_affine(struct ox *x, struct ox_val *v, double scale, double bias, struct ox_val **out);
+/* The axes of Squeeze / Unsqueeze / reductions: an attribute before
+ * opset since (13, or 18 for the reductions but ReduceSum), input 1
+ * since. */
+int ox_axes(struct ox *x, int since, int64_t *axes, int *n);
+
+/* ---- the translate table (translate.c) ---- */
+
+/* The rows, one per op of OX_OPS (onnx_ops.h), each beside its
+ * translation: t_elementwise.c, t_window.c, t_nn.c, t_shape.c, t_index.c,
+ * t_reduce.c, t_loss.c, t_control.c. */
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW

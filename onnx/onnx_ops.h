@@ -1,5 +1,5 @@
 /* Every ONNX op type (default domain) the importer translates, in strcmp
- * order: the translate table (ops.c) is made from this list, looks a
+ * order: the translate table (translate.c) is made from this list, looks a
  * node's op up in it by binary search, and vq_onnx_op_name lists it in
  * this order (the generated docs/reference/onnx-ops.md). Each op's row,
  * const struct ox_op ox_op_<Name>, is defined beside its translation in

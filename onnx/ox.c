@@ -2,11 +2,14 @@
  * ox_val), the messages that name the node being translated, the node's
  * inputs, outputs and attributes, and ox_emit, through which every
  * translation adds varq ops (or computes them right away when their inputs
- * are known). import.c walks the model with these, and so do the
- * translations (t_*.c); neither calls into the other through here, so the
- * files depend one way: import.c -> the translate table -> t_*.c -> ox.c. */
+ * are known); the reading and checking of what an op's row declares; and
+ * the small compositions several translations share (a scalar, a
+ * reshape, a cast, a where). import.c walks the model with these, and so
+ * do the translations (t_*.c); neither calls into the other through here,
+ * so the files depend one way: import.c -> translate.c -> t_*.c -> ox.c. */
 #include "onnx_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,34 +361,43 @@ int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int6
     return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
 }
 
+int ox_list_value(struct ox *x, int i, const char *what, const struct ox_val *v, const vq_tensor *t,
+                  bool typed, const char *want, int max)
+{
+    if (!t)
+        return ox_fail(x, VQ_ENOSYS,
+                       "input %d (%s) \"%s\" must be known when the model is "
+                       "imported (an initializer, a Constant, or computed from "
+                       "known shapes)",
+                       i, what, v->name);
+    if (!typed)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not %s", i, what,
+                       vq_dtype_name(t->dtype), want);
+    if (t->ndim > 1)
+        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
+    if (t->numel > max)
+        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
+                       (long long)t->numel, max);
+    return 0;
+}
+
 int ox_const_ints(struct ox *x, int i, const char *what, int64_t *out, int max, int *n)
 {
-    struct ox_val *v;
-    int rc = ox_in(x, i, &v);
+    struct ox_val *v = ox_input(x, i);
     *n = -1;
-    if (rc || !v)
-        return rc;
+    if (!v)
+        return 0;
     if (!ox_known(x, v) && v->too_big)
         return ox_fail(x, VQ_ENOSYS,
                        "input %d (%s) \"%s\" must be known when the model is imported, but "
                        "it is, or is computed from, a value of more than %lld elements, too "
                        "large to compute then (left to the run)",
                        i, what, v->name, (long long)VQ_ONNX_FOLD_MAX_ELEMS);
-    if (!ox_known(x, v))
-        return ox_fail(x, VQ_ENOSYS,
-                       "input %d (%s) \"%s\" must be known when the model is "
-                       "imported (an initializer, a Constant, or computed from "
-                       "known shapes)",
-                       i, what, v->name);
-    const vq_tensor *t = v->konst;
-    if (t->dtype != VQ_I64 && t->dtype != VQ_I32)
-        return ox_fail(x, VQ_EINVAL, "input %d (%s) is %s, not an integer tensor", i, what,
-                       vq_dtype_name(t->dtype));
-    if (t->ndim > 1)
-        return ox_fail(x, VQ_EINVAL, "input %d (%s) has %d dims, not 1", i, what, t->ndim);
-    if (t->numel > max)
-        return ox_fail(x, VQ_ENOSYS, "input %d (%s) has %lld entries, more than %d", i, what,
-                       (long long)t->numel, max);
+    const vq_tensor *t = ox_known(x, v) ? v->konst : NULL;
+    int rc = ox_list_value(x, i, what, v, t, t && (t->dtype == VQ_I64 || t->dtype == VQ_I32),
+                           "an integer tensor", max);
+    if (rc)
+        return rc;
     for (int64_t k = 0; k < t->numel; k++)
         out[k] = t->dtype == VQ_I64 ? ((const int64_t *)t->data)[k] : ((const int32_t *)t->data)[k];
     *n = (int)t->numel;
@@ -611,4 +623,144 @@ void ox_release(struct ox *x)
         vq_tensor_release(x->binds[i].t);
     }
     free(x->binds);
+}
+
+/* ---- what several translations compose ---- */
+
+/* Output 0, which the op requires. */
+const char *ox_out0(struct ox *x)
+{
+    return ox_out(x, 0);
+}
+
+/* A scalar constant of dtype dt. */
+int ox_scalar(struct ox *x, vq_dtype dt, double value, struct ox_val **out)
+{
+    vq_tensor *t;
+    int rc = vq_tensor_new(&t, dt, 0, NULL);
+    if (rc < 0)
+        return rc;
+    switch (dt) {
+    case VQ_F32: *(float *)vq_tensor_data(t) = (float)value; break;
+    case VQ_F64: *(double *)vq_tensor_data(t) = value; break;
+    case VQ_I32: *(int32_t *)vq_tensor_data(t) = (int32_t)value; break;
+    case VQ_I64: *(int64_t *)vq_tensor_data(t) = (int64_t)value; break;
+    case VQ_BOOL: *(unsigned char *)vq_tensor_data(t) = value != 0; break;
+    }
+    return ox_const(x, NULL, t, out);
+}
+
+bool ox_is_float(vq_dtype dt)
+{
+    return dt == VQ_F32 || dt == VQ_F64;
+}
+
+/* The first element of a known tensor, as a double. */
+double ox_first_value(const vq_tensor *t)
+{
+    switch (t->dtype) {
+    case VQ_F32: return *(const float *)t->data;
+    case VQ_F64: return *(const double *)t->data;
+    case VQ_I32: return *(const int32_t *)t->data;
+    case VQ_I64: return (double)*(const int64_t *)t->data;
+    default: return *(const unsigned char *)t->data;
+    }
+}
+
+/* An axis in [-rank, rank) as an index. */
+int ox_axis(struct ox *x, const char *what, int64_t a, int rank, int *out)
+{
+    if (a < -rank || a >= rank)
+        return ox_fail(x, VQ_EINVAL, "%s %lld is out of range for rank %d", what, (long long)a,
+                       rank);
+    *out = (int)(a < 0 ? a + rank : a);
+    return 0;
+}
+
+/* The entries of the node's declared ints attribute name into out (*n =
+ * -1 when absent; the row's spec bounds *n by out's size). */
+void ox_ints_copy(const struct ox *x, const char *name, int64_t *out, int *n)
+{
+    const int64_t *v = ox_ints(x, name, n);
+    if (*n > 0)
+        memcpy(out, v, (size_t)*n * sizeof *out);
+}
+
+/* One known integer element, into *out. */
+bool ox_known_int1(const struct ox_val *v, int64_t *out)
+{
+    const vq_tensor *t = v->konst;
+    if (!t || t->numel != 1 || (t->dtype != VQ_I64 && t->dtype != VQ_I32))
+        return false;
+    *out = t->dtype == VQ_I64 ? *(const int64_t *)t->data : *(const int32_t *)t->data;
+    return true;
+}
+
+/* A reshape of v to shape (entries: a dim, 0 = v's dim there, -1 = the
+ * rest), into name (NULL: a temporary). */
+int ox_reshape(struct ox *x, struct ox_val *v, const int64_t *shape, int n, const char *name,
+               struct ox_val **out)
+{
+    vq_attr a = VQ_ATTR_IS("shape", shape, n);
+    return ox_emit(x, "reshape", &v, 1, &name, 1, &a, 1, out);
+}
+
+/* A reshape of v to rank n with the known dims of want[] (-1: unknown):
+ * each unknown dim is copied from v when v has it at the same place (0),
+ * one other may be left to the count (-1); more is VQ_ENOSYS. */
+int ox_reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const int *from, int n,
+                     const char *name, struct ox_val **out)
+{
+    int64_t shape[VQ_MAX_DIMS];
+    int free_at = -1;
+    for (int i = 0; i < n; i++) {
+        if (want[i] >= 0)
+            shape[i] = want[i];
+        else if (from[i] == i)
+            shape[i] = 0;
+        else if (free_at < 0)
+            shape[i] = -1, free_at = i;
+        else
+            return ox_fail(x, VQ_ENOSYS,
+                           "the result's dims %d and %d are known only at run "
+                           "time; varq can reshape to one such dim",
+                           free_at, i);
+    }
+    return ox_reshape(x, v, shape, n, name, out);
+}
+
+/* *v cast to dtype (a new value), unless it has that type. */
+int ox_cast(struct ox *x, struct ox_val **v, vq_dtype dtype)
+{
+    if ((*v)->meta.dtype == dtype)
+        return 0;
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(dtype));
+    const char *temp = NULL;
+    return ox_emit(x, "cast", v, 1, &temp, 1, &c, 1, v);
+}
+
+/* y = where(c, a, b) into name. */
+int ox_select(struct ox *x, struct ox_val *c, struct ox_val *a, struct ox_val *b, const char *name,
+              struct ox_val **out)
+{
+    return ox_emit(x, "where", (struct ox_val *[]){c, a, b}, 3, &name, 1, NULL, 0, out);
+}
+
+/* scale * X + bias into a temporary. */
+int ox_affine(struct ox *x, struct ox_val *v, double scale, double bias, struct ox_val **out)
+{
+    vq_attr a[2] = {VQ_ATTR_F("scale", scale), VQ_ATTR_F("bias", bias)};
+    return ox_emit(x, "scale", &v, 1, NULL, 1, a, 2, out);
+}
+
+/* The axes of Squeeze / Unsqueeze / reductions: an attribute before
+ * opset since (13, or 18 for the reductions but ReduceSum), input 1
+ * since. */
+int ox_axes(struct ox *x, int since, int64_t *axes, int *n)
+{
+    if (x->opset < since) {
+        ox_ints_copy(x, "axes", axes, n);
+        return 0;
+    }
+    return ox_const_ints(x, 1, "axes", axes, OX_MAXI, n);
 }

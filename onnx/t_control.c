@@ -1,0 +1,454 @@
+/* ONNX's control flow: If onto varq's cond (or the taken branch's nodes
+ * inline, when the condition is known at import) and Loop onto while
+ * (carrying the iteration number and the condition, stacking the scan
+ * outputs). Their subgraphs are translated into blocks of the program
+ * through ox_subgraph, the walk import.c lends them. */
+#include "onnx_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The block of program var name, or -1. */
+static int var_block(struct ox *x, const char *name)
+{
+    int v = vq__program_find_var(x->p, name);
+    return v < 0 ? -1 : x->p->vars[v].block;
+}
+
+/* A var of the current block holding v under a new name: v's own var when
+ * it is one of this block's and not one of avoid[] (navoid names), else a
+ * copy (a reshape keeping every dim). */
+static int own_var(struct ox *x, struct ox_val *v, const char *const *avoid, int navoid,
+                   struct ox_val **out)
+{
+    int rc = ox_var_of(x, v);
+    if (rc)
+        return rc;
+    bool ok = var_block(x, v->var) == x->block;
+    for (int i = 0; ok && i < navoid; i++)
+        ok = strcmp(v->var, avoid[i]) != 0;
+    if (ok) {
+        *out = v;
+        return 0;
+    }
+    /* a copy into a new var of this block (added directly: ox_emit would
+     * fold a known value instead of giving it a var) */
+    int64_t keep[VQ_MAX_DIMS] = {0};
+    vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
+    const char *in = v->var;
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s@onnx%d", v->name, x->ntemps++);
+    struct ox_val *c;
+    if ((rc = ox_block_var(x, tmp, &v->meta, &c)) < 0)
+        return rc;
+    const char *o = c->var;
+    rc = vq_program_add_op(x->p, x->block, "reshape", &in, 1, &o, 1, &a, 1);
+    if (rc < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    *out = c;
+    return 0;
+}
+
+/* A meta that holds both a and b (dims that differ become -1). */
+static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__meta *out, int j)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim)
+        return ox_fail(x, VQ_EINVAL,
+                       "output %d: the branches give %s of rank %d and %s of rank "
+                       "%d",
+                       j, vq_dtype_name(a->dtype), a->ndim, vq_dtype_name(b->dtype), b->ndim);
+    *out = *a;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            out->shape[i] = -1;
+    return 0;
+}
+
+static int t_if(struct ox *x)
+{
+    struct ox_val *c = ox_input(x, 0);
+    const Onnx__NodeProto *n = x->node;
+    const Onnx__GraphProto *g[2] = {ox_graph(x, "then_branch"), ox_graph(x, "else_branch")};
+    int rc;
+    if (!g[0] || !g[1])
+        return ox_fail(x, VQ_EINVAL, "then_branch and else_branch must be graphs");
+    int nout = (int)n->n_output;
+    if (nout < 1 || nout > VQ__MAX_SLOTS || g[0]->n_output != n->n_output ||
+        g[1]->n_output != n->n_output)
+        return ox_fail(x, VQ_EINVAL,
+                       "%d outputs, branches with %zu and %zu (varq takes 1 to %d, "
+                       "the same in both)",
+                       nout, g[0]->n_output, g[1]->n_output, VQ__MAX_SLOTS);
+    if (c->meta.dtype != VQ_BOOL || vq__numel(c->meta.ndim, c->meta.shape) > 1)
+        return ox_fail(x, VQ_EINVAL, "cond must be one bool");
+    if (c->konst) {
+        /* known now: the taken branch's nodes, in this block */
+        int taken = *(unsigned char *)c->konst->data ? 0 : 1;
+        if ((rc = ox_subgraph(x, g[taken], x->block)) < 0)
+            return rc;
+        for (int j = 0; j < nout && rc == 0; j++) {
+            struct ox_val *v = ox_find(x, g[taken]->output[j]->name);
+            rc = v ? (ox_out(x, j) ? ox_alias(x, ox_out(x, j), v) : 0)
+                   : ox_fail(x, VQ_EINVAL, "branch output \"%s\" is produced by no node",
+                             g[taken]->output[j]->name);
+        }
+        return rc;
+    }
+    if ((rc = ox_var_of(x, c)) < 0)
+        return rc;
+    int outer = x->block, blk[2];
+    char **names[2] = {vq__calloc((size_t)nout, sizeof(char *)),
+                       vq__calloc((size_t)nout, sizeof(char *))};
+    vq__meta metas[2][VQ__MAX_SLOTS];
+    if (!names[0] || !names[1])
+        rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    for (int b = 0; b < 2 && rc == 0; b++) {
+        if ((rc = blk[b] = vq_program_add_block(x->p, outer)) < 0)
+            break;
+        rc = ox_subgraph(x, g[b], blk[b]);
+        x->block = blk[b];
+        for (int j = 0; j < nout && rc == 0; j++) {
+            struct ox_val *v = ox_find(x, g[b]->output[j]->name), *own;
+            if (!v) {
+                rc = ox_fail(x, VQ_EINVAL, "branch output \"%s\" is produced by no node",
+                             g[b]->output[j]->name);
+                break;
+            }
+            if ((rc = own_var(x, v, NULL, 0, &own)) < 0)
+                break;
+            metas[b][j] = own->meta;
+            if (!(names[b][j] = vq__strdup(own->var)))
+                rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        }
+        x->block = outer;
+    }
+    const char *outs[VQ__MAX_SLOTS];
+    char tmp[VQ__MAX_SLOTS][300];
+    for (int j = 0; j < nout && rc == 0; j++) {
+        vq__meta m;
+        struct ox_val *o;
+        if ((rc = meta_join(x, &metas[0][j], &metas[1][j], &m, j)) < 0)
+            break;
+        const char *name = ox_out(x, j);
+        if (!name) {
+            snprintf(tmp[j], sizeof tmp[j], "%s@onnx%d", n->name ? n->name : "if", x->ntemps++);
+            name = tmp[j];
+        }
+        if ((rc = ox_block_var(x, name, &m, &o)) == 0)
+            outs[j] = o->var;
+    }
+    if (rc == 0) {
+        vq_attr a[4] = {VQ_ATTR_I("then_block", blk[0]), VQ_ATTR_I("else_block", blk[1]),
+                        VQ_ATTR_SS("then_outputs", (const char *const *)names[0], nout),
+                        VQ_ATTR_SS("else_outputs", (const char *const *)names[1], nout)};
+        const char *in[2] = {c->var, c->var};
+        rc = vq_program_add_op(x->p, outer, "cond", in, 2, outs, nout, a, 4);
+        rc = rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+    }
+    for (int b = 0; b < 2; b++) {
+        for (int j = 0; names[b] && j < nout; j++)
+            free(names[b][j]);
+        free(names[b]);
+    }
+    return rc;
+}
+
+/* Whether body output 0 (cond_out) is body input 1 (cond_in), directly or
+ * through Identity nodes. */
+static bool cond_passes_through(const Onnx__GraphProto *g)
+{
+    const char *name = g->output[0]->name, *in = g->input[1]->name;
+    for (size_t hops = 0; name && hops <= g->n_node; hops++) {
+        if (in && !strcmp(name, in))
+            return true;
+        const char *from = NULL;
+        for (size_t i = 0; i < g->n_node && !from; i++) {
+            const Onnx__NodeProto *nd = g->node[i];
+            if (nd->n_output >= 1 && nd->output[0] && !strcmp(nd->output[0], name))
+                from = nd->op_type && !strcmp(nd->op_type, "Identity") && nd->n_input == 1
+                           ? nd->input[0]
+                           : "";
+        }
+        if (!from || !*from)
+            return false;
+        name = from;
+    }
+    return false;
+}
+
+/* The scan outputs: for each scan value v (body output 1 + nv + s), a var
+ * of the body that holds it, none of the body inputs bin[0 .. nc) nor an
+ * earlier scan output's (into stk[s]); the while stacks them
+ * (stack_outputs). Each iteration's value with a new dim 0 in front, the
+ * iterations (known when the loop runs exactly iters times, else -1), into
+ * sm[s]. */
+static int scan_vars(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan, int64_t iters,
+                     const char **bin, int nc, const char **stk, vq__meta *sm)
+{
+    const char *avoid[2 * VQ__MAX_SLOTS];
+    memcpy(avoid, bin, (size_t)nc * sizeof *avoid);
+    for (int s = 0; s < nscan; s++) {
+        const char *nm = g->output[1 + nv + s]->name;
+        struct ox_val *v = nm ? ox_find(x, nm) : NULL, *own;
+        if (!v)
+            return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node", nm ? nm : "");
+        if (v->meta.ndim + 1 > VQ_MAX_DIMS)
+            return ox_fail(x, VQ_ENOSYS, "scan output %d has %d dims, more than %d", s,
+                           v->meta.ndim + 1, VQ_MAX_DIMS);
+        int rc = own_var(x, v, avoid, nc + s, &own);
+        if (rc)
+            return rc;
+        stk[s] = avoid[nc + s] = own->var;
+        sm[s] = v->meta;
+        sm[s].ndim = v->meta.ndim + 1;
+        sm[s].shape[0] = iters;
+        memcpy(sm[s].shape + 1, v->meta.shape, (size_t)v->meta.ndim * sizeof(int64_t));
+    }
+    return 0;
+}
+
+/* What t_loop's steps fill in. */
+struct loop {
+    const Onnx__GraphProto *g; /* the body */
+    struct ox_val *m, *cond;   /* the node's inputs M and cond, or NULL */
+    int nv, nscan, nc;         /* carried values v..., scan outputs, nv + 2 */
+    bool exact;                /* the loop runs exactly M times */
+    int64_t max_iters;         /* M when known at import, else -1 */
+    vq__meta im;               /* iter's meta (as the body declares it) */
+    /* the carried values' initial values (iter, cond, v...) and the entry
+     * predicate */
+    struct ox_val *init[VQ__MAX_SLOTS], *entry;
+    int body; /* the body's block */
+    /* the body's vars: inputs, outputs, stacked scan values (of meta bm,
+     * the iterations in front) and its predicate */
+    const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS], *stk[VQ__MAX_SLOTS];
+    vq__meta bm[VQ__MAX_SLOTS];
+    struct ox_val *pred;
+};
+
+/* The counts the body and the node must agree on, and the trip count. */
+static int loop_plan(struct ox *x, struct loop *l)
+{
+    const Onnx__NodeProto *n = x->node;
+    const Onnx__GraphProto *g = l->g;
+    if (!g)
+        return ox_fail(x, VQ_EINVAL, "body must be a graph");
+    int nv = l->nv = n->n_input >= 2 ? (int)n->n_input - 2 : 0;
+    if (g->n_input != (size_t)nv + 2 || g->n_output < (size_t)nv + 1)
+        return ox_fail(x, VQ_EINVAL,
+                       "the body has %zu inputs and %zu outputs for %d carried "
+                       "values",
+                       g->n_input, g->n_output, nv);
+    int nscan = l->nscan = (int)g->n_output - nv - 1;
+    l->nc = nv + 2;
+    if (n->n_output > (size_t)(nv + nscan))
+        return ox_fail(x, VQ_EINVAL, "%zu outputs for %d carried values and %d scan outputs",
+                       n->n_output, nv, nscan);
+    if (nv + nscan + 2 > VQ__MAX_SLOTS - 1)
+        return ox_fail(x, VQ_ENOSYS, "%d carried values and %d scan outputs, more than %d", nv,
+                       nscan, VQ__MAX_SLOTS - 3);
+    struct ox_val *m = l->m, *cond = l->cond;
+    if (!m && !cond)
+        return ox_fail(x, VQ_EINVAL, "neither M nor cond: the loop would never end");
+    /* scan outputs with a static dim 0: a loop that runs exactly M times
+     * (an offered M is used for that) */
+    bool exact = nscan > 0 && m && cond_passes_through(g);
+    if (exact && cond)
+        exact = ox_known(x, cond) && cond->konst->numel == 1 && cond->konst->dtype == VQ_BOOL &&
+                *(const uint8_t *)cond->konst->data;
+    l->exact = exact && ox_known(x, m);
+    l->max_iters = -1;
+    if (m && m->konst) {
+        if (m->konst->numel != 1 || m->konst->dtype != VQ_I64)
+            return ox_fail(x, VQ_EINVAL, "M must be one int64");
+        l->max_iters = *(int64_t *)m->konst->data;
+        if (l->max_iters < 0)
+            l->max_iters = 0;
+    }
+    return 0;
+}
+
+/* The carried values' initial values: iter (int64, as the body declares
+ * it), cond, v...; and the entry predicate: cond, and 0 < M when M is
+ * known only at run time. */
+static int loop_inits(struct ox *x, struct loop *l)
+{
+    struct ox_val **init = l->init, *m = l->m;
+    vq__meta cm = {.dtype = VQ_BOOL, .ndim = 0};
+    l->im = (vq__meta){.dtype = VQ_I64, .ndim = 0};
+    const Onnx__TypeProto *it = l->g->input[0]->type;
+    if (it && it->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && it->tensor_type->shape &&
+        it->tensor_type->shape->n_dim == 1) {
+        l->im.ndim = cm.ndim = 1;
+        l->im.shape[0] = cm.shape[0] = 1;
+    }
+    vq_tensor *t0, *t1;
+    int64_t zero = 0;
+    unsigned char yes = 1;
+    int rc;
+    if ((rc = vq_tensor_from(&t0, VQ_I64, l->im.ndim, l->im.shape, &zero)) < 0 ||
+        (rc = ox_const(x, NULL, t0, &init[0])) < 0)
+        return rc;
+    if (l->cond) {
+        init[1] = l->cond;
+    } else if ((rc = vq_tensor_from(&t1, VQ_BOOL, cm.ndim, cm.shape, &yes)) < 0 ||
+               (rc = ox_const(x, NULL, t1, &init[1])) < 0) {
+        return rc;
+    }
+    if (init[1]->meta.dtype != VQ_BOOL)
+        return ox_fail(x, VQ_EINVAL, "cond must be a bool");
+    for (int k = 0; k < l->nv; k++)
+        if (!(init[2 + k] = ox_input(x, 2 + k)))
+            return ox_fail(x, VQ_EINVAL, "input %d is missing", 2 + k);
+    l->entry = init[1];
+    if (m && !m->konst) {
+        struct ox_val *lt;
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){init[0], m}, 2, NULL, 1, NULL, 0, &lt)) <
+                0 ||
+            (rc = ox_emit(x, "logical_and", (struct ox_val *[]){l->entry, lt}, 2, NULL, 1, NULL, 0,
+                          &l->entry)) < 0)
+            return rc;
+    }
+    for (int k = 0; k < l->nc; k++)
+        if ((rc = ox_var_of(x, init[k])) < 0)
+            return rc;
+    return ox_var_of(x, l->entry);
+}
+
+/* The body's outputs, in its block: iter + 1, cond_out, v_out..., the
+ * scan values, and the predicate (cond_out, and iter + 1 < M when M is
+ * known only at run time), each in a var none of the body's inputs hold. */
+static int loop_outputs(struct ox *x, struct loop *l)
+{
+    const Onnx__GraphProto *g = l->g;
+    struct ox_val *iter_in = ox_find(x, l->bin[0]), *iter_out, *onev, *next, *own;
+    vq_tensor *t;
+    int64_t one = 1;
+    int rc = vq_tensor_from(&t, VQ_I64, l->im.ndim, l->im.shape, &one);
+    if (rc == 0)
+        rc = ox_const(x, NULL, t, &onev);
+    if (rc == 0)
+        rc = ox_emit(x, "add", (struct ox_val *[]){iter_in, onev}, 2, NULL, 1, NULL, 0, &iter_out);
+    if (rc)
+        return rc;
+    l->bout[0] = iter_out->var;
+    struct ox_val *cond_out = ox_find(x, g->output[0]->name);
+    if (!cond_out)
+        return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                       g->output[0]->name);
+    next = cond_out;
+    if (l->m && !l->m->konst) {
+        struct ox_val *lt;
+        if ((rc = ox_emit(x, "less", (struct ox_val *[]){iter_out, l->m}, 2, NULL, 1, NULL, 0,
+                          &lt)) == 0)
+            rc = ox_emit(x, "logical_and", (struct ox_val *[]){cond_out, lt}, 2, NULL, 1, NULL, 0,
+                         &next);
+    }
+    if (rc == 0 && (rc = own_var(x, cond_out, l->bin, l->nc, &own)) == 0)
+        l->bout[1] = own->var;
+    for (int k = 0; k < l->nv && rc == 0; k++) {
+        struct ox_val *v = ox_find(x, g->output[1 + k]->name);
+        if (!v)
+            rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                         g->output[1 + k]->name);
+        else if ((rc = own_var(x, v, l->bin, l->nc, &own)) == 0)
+            l->bout[2 + k] = own->var;
+    }
+    if (rc == 0)
+        rc = scan_vars(x, g, l->nv, l->nscan, l->exact ? l->max_iters : -1, l->bin, l->nc, l->stk,
+                       l->bm);
+    return rc ? rc : own_var(x, next, l->bin, l->nc, &l->pred);
+}
+
+/* The body: a block of its own, with vars for its inputs, its nodes, its
+ * outputs. */
+static int loop_body(struct ox *x, struct loop *l)
+{
+    int outer = x->block, rc = 0;
+    if ((l->body = vq_program_add_block(x->p, outer)) < 0)
+        return l->body;
+    x->block = l->body;
+    for (int k = 0; k < l->nc && rc == 0; k++) {
+        struct ox_val *v;
+        const char *nm = l->g->input[k]->name;
+        vq__meta meta = k == 0 ? l->im : l->init[k]->meta;
+        if (!nm || !*nm)
+            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
+        else if ((rc = ox_block_var(x, nm, &meta, &v)) == 0)
+            l->bin[k] = v->var;
+        if (rc == 0 && k == 0)
+            v->sym = v; /* the iteration number: never negative */
+    }
+    x->block = outer;
+    if (rc == 0)
+        rc = ox_subgraph(x, l->g, l->body);
+    if (rc)
+        return rc;
+    x->block = l->body;
+    rc = loop_outputs(x, l);
+    x->block = outer;
+    return rc;
+}
+
+/* The while, its outputs: the final iter and cond (temporaries), v...,
+ * the scan outputs. */
+static int loop_emit(struct ox *x, struct loop *l)
+{
+    const Onnx__NodeProto *n = x->node;
+    int nc = l->nc, nscan = l->nscan, rc = 0;
+    const char *xin[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
+    xin[0] = l->entry->var;
+    for (int k = 0; k < nc; k++)
+        xin[1 + k] = l->init[k]->var;
+    char tmp[VQ__MAX_SLOTS][300];
+    for (int k = 0; k < nc + nscan && rc == 0; k++) {
+        const char *name = k >= 2 ? ox_out(x, k - 2) : NULL;
+        if (!name) {
+            snprintf(tmp[k], sizeof tmp[k], "%s@onnx%d", n->name ? n->name : "loop", x->ntemps++);
+            name = tmp[k];
+        }
+        struct ox_val *o;
+        vq__meta meta = k == 0 ? l->im : k >= nc ? l->bm[k - nc] : l->init[k]->meta;
+        if ((rc = ox_block_var(x, name, &meta, &o)) == 0)
+            outs[k] = o->var;
+    }
+    if (rc)
+        return rc;
+    vq_attr a[6] = {VQ_ATTR_I("body_block", l->body),
+                    VQ_ATTR_SS("body_inputs", l->bin, nc),
+                    VQ_ATTR_SS("body_outputs", l->bout, nc),
+                    VQ_ATTR_S("body_cond", l->pred->var),
+                    VQ_ATTR_I("max_iters", l->max_iters),
+                    VQ_ATTR_SS("stack_outputs", l->stk, nscan)};
+    rc =
+        vq_program_add_op(x->p, x->block, "while", xin, nc + 1, outs, nc + nscan, a, nscan ? 6 : 5);
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+}
+
+/* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
+ * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
+ * is the body's cond_out (and iter < M when M is known only at run time; a
+ * known M is max_iters), and stacking the scan values of every iteration
+ * (stack_outputs, joined once when the loop ends). A scan output's dim 0,
+ * the iterations, is M when the loop runs exactly M iterations (M known at
+ * import, cond absent or known true, and cond_out the body's cond_in
+ * through Identity nodes), else known only at run time (-1). The steps
+ * below fill a struct loop in turn: its plan, the carried values'
+ * initial values, the body, the while. */
+static int t_loop(struct ox *x)
+{
+    struct loop l = {.g = ox_graph(x, "body"), .m = ox_input(x, 0), .cond = ox_input(x, 1)};
+    int rc;
+    if ((rc = loop_plan(x, &l)) < 0 || (rc = loop_inits(x, &l)) < 0 || (rc = loop_body(x, &l)) < 0)
+        return rc;
+    return loop_emit(x, &l);
+}
+
+/* ---- the rows ---- */
+
+const struct ox_op ox_op_If =
+    OX_ROW(t_if, NULL, 1, 1, false, OX_ATTRS(OX_GRAPH("then_branch"), OX_GRAPH("else_branch")));
+/* M and cond may be absent (""), the carried values any number */
+const struct ox_op ox_op_Loop = OX_ROW(t_loop, NULL, 0, OX_ANY, false, OX_ATTRS(OX_GRAPH("body")));

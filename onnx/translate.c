@@ -1,0 +1,53 @@
+/* The translate table: every op of OX_OPS (onnx_ops.h) with its row, found
+ * by binary search for each node; before a row's translation runs, what
+ * the row declares (inputs, output 0, attributes) is checked and read
+ * (ox_args_read), so a translation starts from valid, typed values. The
+ * rows and translations live in the families' files (t_*.c). */
+#include "onnx_internal.h"
+
+#include <string.h>
+
+/* ---- the table ---- */
+
+static const struct {
+    const char *name;
+    const struct ox_op *op;
+} table[] = {
+#define OX_TABLE_ROW(name) {#name, &ox_op_##name},
+    OX_OPS(OX_TABLE_ROW)
+#undef OX_TABLE_ROW
+};
+
+#define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+VQ_API const char *vq_onnx_op_name(int i)
+{
+    return i >= 0 && i < NTABLE ? table[i].name : NULL;
+}
+
+int vq__onnx_translate(struct ox *x)
+{
+    const char *op = x->node->op_type;
+    int lo = 0, hi = NTABLE - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(op, table[mid].name);
+        if (c < 0) {
+            hi = mid - 1;
+        } else if (c > 0) {
+            lo = mid + 1;
+        } else {
+            /* the node's declared attributes live here while it is
+             * translated; an If or Loop translates its subgraphs' nodes in
+             * between, each with its own */
+            const struct ox_args *outer = x->args;
+            struct ox_args args;
+            int rc = ox_args_read(x, table[mid].op, &args);
+            if (rc == 0)
+                rc = table[mid].op->fn(x);
+            x->args = outer;
+            return rc;
+        }
+    }
+    return ox_fail(x, VQ_ENOSYS, "op %s (domain ai.onnx, opset %lld) is not supported", op,
+                   (long long)x->opset);
+}

@@ -76,50 +76,61 @@ static inline void spec_type(const char *word, vq_dtype *dt, int *ndim, int64_t 
     }
 }
 
-/* Declares vars in block b from statements "TYPE name name ...;" where
- * TYPE is a dtype with an optional shape ("f64", "f32[4]", "f64[-1,5]"); a
- * name written with a trailing '*' is persistable. */
-static inline void declare_vars(vq_program *p, int b, const char *spec)
+/* Calls stmt with the words of each non-empty statement of spec. */
+static inline void spec_each(vq_program *p, int b, const char *spec,
+                             void (*stmt)(vq_program *, int, char **, int))
 {
     char buf[1024], *w[FX_MAX_WORDS];
     int nw;
     while (spec) {
         spec = spec_words(spec, buf, sizeof buf, w, &nw);
-        if (nw == 0)
-            continue;
-        vq_dtype dt;
-        int ndim;
-        int64_t shape[VQ_MAX_DIMS];
-        spec_type(w[0], &dt, &ndim, shape);
-        for (int i = 1; i < nw; i++) {
-            size_t len = strlen(w[i]);
-            bool persistable = w[i][len - 1] == '*';
-            if (persistable)
-                w[i][len - 1] = '\0';
-            cr_assert_eq(vq_program_add_var(p, b, w[i], dt, ndim, ndim ? shape : NULL, persistable),
-                         0, "%s", vq_errmsg());
-        }
+        if (nw > 0)
+            stmt(p, b, w, nw);
     }
+}
+
+/* "TYPE name name ...": see declare_vars. */
+static inline void declare_statement(vq_program *p, int b, char **w, int nw)
+{
+    vq_dtype dt;
+    int ndim;
+    int64_t shape[VQ_MAX_DIMS];
+    spec_type(w[0], &dt, &ndim, shape);
+    for (int i = 1; i < nw; i++) {
+        size_t len = strlen(w[i]);
+        bool persistable = w[i][len - 1] == '*';
+        if (persistable)
+            w[i][len - 1] = '\0';
+        cr_assert_eq(vq_program_add_var(p, b, w[i], dt, ndim, ndim ? shape : NULL, persistable), 0,
+                     "%s", vq_errmsg());
+    }
+}
+
+/* "type in in ... -> out ...": see add_ops. */
+static inline void op_statement(vq_program *p, int b, char **w, int nw)
+{
+    int arrow = 1;
+    while (arrow < nw && strcmp(w[arrow], "->") != 0)
+        arrow++;
+    cr_assert_lt(arrow, nw, "op statement without ->: %s", w[0]);
+    int rc = vq_program_add_op(p, b, w[0], (const char *const *)w + 1, arrow - 1,
+                               (const char *const *)w + arrow + 1, nw - arrow - 1, NULL, 0);
+    cr_assert_geq(rc, 0, "%s", vq_errmsg());
+}
+
+/* Declares vars in block b from statements "TYPE name name ...;" where
+ * TYPE is a dtype with an optional shape ("f64", "f32[4]", "f64[-1,5]"); a
+ * name written with a trailing '*' is persistable. */
+static inline void declare_vars(vq_program *p, int b, const char *spec)
+{
+    spec_each(p, b, spec, declare_statement);
 }
 
 /* Adds ops without attributes to block b from statements
  * "type in in ... -> out ...;" in order. */
 static inline void add_ops(vq_program *p, int b, const char *spec)
 {
-    char buf[1024], *w[FX_MAX_WORDS];
-    int nw;
-    while (spec) {
-        spec = spec_words(spec, buf, sizeof buf, w, &nw);
-        if (nw == 0)
-            continue;
-        int arrow = 1;
-        while (arrow < nw && strcmp(w[arrow], "->") != 0)
-            arrow++;
-        cr_assert_lt(arrow, nw, "op statement without ->: %s", w[0]);
-        int rc = vq_program_add_op(p, b, w[0], (const char *const *)w + 1, arrow - 1,
-                                   (const char *const *)w + arrow + 1, nw - arrow - 1, NULL, 0);
-        cr_assert_geq(rc, 0, "%s", vq_errmsg());
-    }
+    spec_each(p, b, spec, op_statement);
 }
 
 /* A new program whose block 0 declares vars (a declare_vars spec). */
@@ -150,16 +161,19 @@ static inline int block_with(vq_program *p, int parent, const char *vars, const 
 }
 
 /* declare_vars and add_ops with the spec written by printf. */
+#define SPEC_PRINTF(spec, fmt)                            \
+    char spec[1024];                                      \
+    va_list ap;                                           \
+    va_start(ap, fmt);                                    \
+    int spec##_n = vsnprintf(spec, sizeof spec, fmt, ap); \
+    va_end(ap);                                           \
+    cr_assert(spec##_n >= 0 && (size_t)spec##_n < sizeof spec, "spec too long: %s", fmt)
+
 static inline void declare_varsf(vq_program *p, int b, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline void declare_varsf(vq_program *p, int b, const char *fmt, ...)
 {
-    char spec[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(spec, sizeof spec, fmt, ap);
-    va_end(ap);
-    cr_assert(n >= 0 && (size_t)n < sizeof spec, "var spec too long: %s", fmt);
+    SPEC_PRINTF(spec, fmt);
     declare_vars(p, b, spec);
 }
 
@@ -167,12 +181,7 @@ static inline void add_opsf(vq_program *p, int b, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static inline void add_opsf(vq_program *p, int b, const char *fmt, ...)
 {
-    char spec[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(spec, sizeof spec, fmt, ap);
-    va_end(ap);
-    cr_assert(n >= 0 && (size_t)n < sizeof spec, "op spec too long: %s", fmt);
+    SPEC_PRINTF(spec, fmt);
     add_ops(p, b, spec);
 }
 

@@ -80,6 +80,26 @@ static void cond_attrs(vq_attr a[4], int then_b, int else_b, const char *const *
     a[3] = VQ_ATTR_SS("else_outputs", else_out, n);
 }
 
+/* Adds a cond to block blk: op "c x... -> out..." names its inputs and
+ * outputs, then_out and else_out the branches' outputs ("t ..."). */
+static void add_cond(vq_program *p, int blk, int then_b, int else_b, const char *op,
+                     const char *then_out, const char *else_out)
+{
+    char obuf[256], tbuf[256], ebuf[256], *ow[FX_MAX_WORDS], *tw[FX_MAX_WORDS], *ew[FX_MAX_WORDS];
+    int no, nt, ne;
+    spec_words(op, obuf, sizeof obuf, ow, &no);
+    spec_words(then_out, tbuf, sizeof tbuf, tw, &nt);
+    spec_words(else_out, ebuf, sizeof ebuf, ew, &ne);
+    int oa = 0;
+    while (oa < no && strcmp(ow[oa], "->") != 0)
+        oa++;
+    cr_assert(oa < no && nt == ne, "bad cond spec: %s", op);
+    vq_attr a[4];
+    cond_attrs(a, then_b, else_b, (const char *const *)tw, (const char *const *)ew, nt);
+    bop(p, blk, "cond", (const char *const *)ow, oa, (const char *const *)ow + oa + 1, no - oa - 1,
+        a, 4);
+}
+
 /* The counter loop's vars and ops but the while (and the block 0 vars
  * extra declares after its own); returns the body block. */
 static int counter_parts_with(vq_program *p, const char *extra)
@@ -261,9 +281,7 @@ static vq_program *square_if_positive(void)
     bvar(p, tb, "t", VQ_F64, 1, S3);
     add_ops(p, tb, "mul x x -> t");
     add_ops(p, 0, "greater s zero -> c");
-    vq_attr a[4];
-    cond_attrs(a, tb, eb, NAMES("t"), NAMES("x"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> y", "t", "x");
     add_ops(p, 0, "add y x -> z");
     return p;
 }
@@ -307,9 +325,7 @@ static vq_program *halve_or_decrement(void)
     add_ops(p, tb, "mul bx half -> t");
     add_ops(p, eb, "sub bx one -> e");
     add_ops(p, b, "greater bx ten -> cc");
-    vq_attr ca[4];
-    cond_attrs(ca, tb, eb, NAMES("t"), NAMES("e"), 1);
-    bop(p, b, "cond", NAMES("cc", "bx"), 2, NAMES("bx2"), 1, ca, 4);
+    add_cond(p, b, tb, eb, "cc bx -> bx2", "t", "e");
     add_ops(p, b, "add bi one -> bi2; greater bx2 one -> bc");
     add_ops(p, 0, "greater x one -> c0");
     add_while(p, 0, b, "c0 x i0 -> xo io", "bx bi -> bx2 bi2", "bc", -1, NULL);
@@ -469,11 +485,9 @@ Test(control, many_async_runs_with_loops_in_flight)
 static vq_program *failing_loop(void)
 {
     vq_program *p = program_with_vars("i32 n one i0 io q0 qo d; bool c0");
-    int b = new_block(p, 0);
-    declare_vars(p, b, "i32 bi bi2 bq bq2 left den; bool bc");
-    add_ops(p, b,
-            "sub n bi -> left; sub left one -> den; div d den -> bq2; add bi one -> bi2; "
-            "less bi2 n -> bc");
+    int b = block_with(p, 0, "i32 bi bi2 bq bq2 left den; bool bc",
+                       "sub n bi -> left; sub left one -> den; div d den -> bq2; add bi one -> "
+                       "bi2; less bi2 n -> bc");
     add_ops(p, 0, "less i0 n -> c0");
     add_while(p, 0, b, "c0 i0 q0 -> io qo", "bi bq -> bi2 bq2", "bc", -1, NULL);
     return p;
@@ -621,41 +635,35 @@ Test(control, bad_cond_ops_are_errors)
     bvar(p, 0, "w", VQ_F64, 1, &s2);
     bvar(p, tb, "t", VQ_F64, 1, S3);
     add_ops(p, tb, "add x x -> t");
-    vq_attr a[4];
-    cond_attrs(a, tb, eb, NAMES("t"), NAMES("w"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> y", "t", "w");
     expect_error(p, NAMES("x", "w", "c"), 3, "y",
                  "op 0 (cond): output 0: then_outputs[0] t is f64[3], else_outputs[0] w is "
                  "f64[2]");
 
     /* a predicate that is not a bool scalar */
     p = cond_skeleton(&tb, &eb);
-    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
-    bop(p, 0, "cond", NAMES("f", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "f x -> y", "x", "x");
     expect_error(p, NAMES("x", "f"), 2, "y",
                  "op 0 (cond): input Cond f is f64[]; a predicate is a bool scalar");
 
     /* a branch that writes an enclosing var */
     p = cond_skeleton(&tb, &eb);
     add_ops(p, tb, "add x x -> z");
-    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> y", "x", "x");
     expect_error(p, NAMES("x", "c"), 2, "y",
                  "block 1 op 0 (add): writes var z of block 0: an op of a cond or while block "
                  "writes only its own block's vars");
 
     /* one block used by two ops */
     p = cond_skeleton(&tb, &eb);
-    cond_attrs(a, tb, eb, NAMES("x"), NAMES("x"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("z"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> y", "x", "x");
+    add_cond(p, 0, tb, eb, "c x -> z", "x", "x");
     expect_error(p, NAMES("x", "c"), 2, "z",
                  "op 1 (cond): then_block 1 is already the block of op 0 of block 0");
 
     /* then == else */
     p = cond_skeleton(&tb, &eb);
-    cond_attrs(a, tb, tb, NAMES("x"), NAMES("x"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, tb, "c x -> y", "x", "x");
     expect_error(p, NAMES("x", "c"), 2, "y", "else_block 1 is already the block of op 0");
 }
 
@@ -1263,9 +1271,7 @@ Test(control, a_cond_output_declared_known_needs_known_branches)
 {
     vq_program *p = program_with_vars("f64[3] x; f64[-1] y; bool c; f64[3] o");
     int tb = new_block(p, 0), eb = new_block(p, 0);
-    vq_attr a[4];
-    cond_attrs(a, tb, eb, NAMES("x"), NAMES("y"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("o"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> o", "x", "y");
     expect_error(p, NAMES("x", "y", "c"), 3, "o",
                  "op 0 (cond): output Out (slot 0) var o: dim 0 is declared 3 but a branch "
                  "gives it unknown");
@@ -1286,9 +1292,7 @@ static vq_program *cond_loss_program(void)
     bvar(p, eb, "e", VQ_F64, 1, S3);
     add_ops(p, tb, "mul x w -> t1; mul t1 w -> t2; add t2 v -> t3");
     add_ops(p, eb, "sub x w -> e");
-    vq_attr a[4];
-    cond_attrs(a, tb, eb, NAMES("t3"), NAMES("e"), 1);
-    bop(p, 0, "cond", NAMES("c", "x"), 2, NAMES("y"), 1, a, 4);
+    add_cond(p, 0, tb, eb, "c x -> y", "t3", "e");
     add_ops(p, 0, "mul y y -> yy; sum yy -> loss");
     return p;
 }
@@ -1418,11 +1422,9 @@ static int while_loss_parts(vq_program *p, const char *extra)
 {
     declare_vars(p, 0, "f64[3] w* b* h0*; f64 n one i0 io; bool c0; f64[3] h hh; f64 loss");
     declare_vars(p, 0, extra);
-    int b = new_block(p, 0);
-    declare_vars(p, b, "f64[3] bh z1 z2 bh2; f64 bi bi2; bool bc");
-    add_ops(p, b,
-            "mul bh w -> z1; add z1 b -> z2; tanh z2 -> bh2; add bi one -> bi2; "
-            "less bi2 n -> bc");
+    int b = block_with(p, 0, "f64[3] bh z1 z2 bh2; f64 bi bi2; bool bc",
+                       "mul bh w -> z1; add z1 b -> z2; tanh z2 -> bh2; add bi one -> bi2; less "
+                       "bi2 n -> bc");
     add_ops(p, 0, "less i0 n -> c0");
     return b;
 }
@@ -1689,14 +1691,10 @@ static vq_program *nest_in_cond(void)
     nest_while(p, ttb, "w1", "h0", "n", "tw", "twi", body_tanh);
     bvar(p, teb, "ts", VQ_F64, 1, S3);
     add_ops(p, teb, "sub h0 v -> ts");
-    vq_attr a2[4];
-    cond_attrs(a2, ttb, teb, NAMES("tw"), NAMES("ts"), 1);
-    bop(p, tb, "cond", NAMES("c2", "h0"), 2, NAMES("t"), 1, a2, 4);
+    add_cond(p, tb, ttb, teb, "c2 h0 -> t", "tw", "ts");
     bvar(p, eb, "e", VQ_F64, 1, S3);
     add_ops(p, eb, "mul h0 v -> e");
-    vq_attr a1[4];
-    cond_attrs(a1, tb, eb, NAMES("t"), NAMES("e"), 1);
-    bop(p, 0, "cond", NAMES("c1", "h0"), 2, NAMES("y"), 1, a1, 4);
+    add_cond(p, 0, tb, eb, "c1 h0 -> y", "t", "e");
     nest_loss(p, "y");
     return p;
 }

@@ -134,6 +134,13 @@ static void add_init_ints(Onnx__ModelProto *m, const char *name, int n, const in
         tensor(name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, dims, v, (size_t)n * sizeof *v);
 }
 
+/* Graph outputs, one per name; names is NULL-terminated. */
+static void add_outputs(Onnx__ModelProto *m, const char *const *names)
+{
+    for (int i = 0; names[i]; i++)
+        add_output(m, names[i]);
+}
+
 /* A node; ins and outs are NULL-terminated. */
 static Onnx__NodeProto *add_node(Onnx__ModelProto *m, const char *op, const char *name,
                                  const char *const *ins, const char *const *outs)
@@ -173,6 +180,13 @@ static void attr_int(Onnx__NodeProto *n, const char *name, int64_t v)
     Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     a->has_i = 1;
     a->i = v;
+}
+
+static void attr_float(Onnx__NodeProto *n, const char *name, float v)
+{
+    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    a->has_f = 1;
+    a->f = v;
 }
 
 static void attr_ints(Onnx__NodeProto *n, const char *name, int k, const int64_t *v)
@@ -288,20 +302,44 @@ static void run_free(struct run *r)
     vq_engine_free(r->e);
 }
 
+/* A model packed and imported into a new scope. */
+struct imported {
+    Onnx__ModelProto *m;
+    uint8_t *buf;
+    size_t len;
+    vq_scope *s;
+    vq_program *p;
+};
+
+/* Packs m and imports it into a new scope; the import must succeed. */
+static struct imported import_ok(Onnx__ModelProto *m)
+{
+    struct imported im = {.m = m};
+    im.buf = pack(m, &im.len);
+    cr_assert_eq(vq_scope_new(&im.s), 0);
+    cr_assert_eq(vq_program_from_onnx(&im.p, im.s, im.buf, im.len), 0, "%s", vq_errmsg());
+    return im;
+}
+
+/* Frees the program, the scope, the packed bytes and the model (before
+ * run_free: see there). */
+static void imported_free(struct imported *im)
+{
+    vq_scope_free(im->s);
+    vq_program_free(im->p);
+    free(im->buf);
+    onnx__model_proto__free_unpacked(im->m, NULL);
+}
+
 /* ---- tests ---- */
 
 Test(onnx, an_imported_mlp_runs_with_any_batch_and_matches_c)
 {
     Onnx__ModelProto *m = mlp();
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_scope_count(s), 4, "the initializers are in the scope");
+    struct imported im = import_ok(m);
+    cr_assert_eq(vq_scope_count(im.s), 4, "the initializers are in the scope");
     vq_onnx_info info;
-    cr_assert_eq(vq_onnx_info_read(&info, buf, len), 0);
+    cr_assert_eq(vq_onnx_info_read(&info, im.buf, im.len), 0);
     cr_assert_eq(info.opset, 13);
     cr_assert_eq(info.ninputs, 1, "initializers are not feeds");
     cr_assert_str_eq(info.inputs[0], "x");
@@ -316,7 +354,7 @@ Test(onnx, an_imported_mlp_runs_with_any_batch_and_matches_c)
         cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){n, 4}, x), 0);
         vq_feed feed = {"x", tx};
         vq_fetch fetch = {"y", NULL};
-        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
         double want[10];
         mlp_ref(x, n, want);
         const float *got = vq_tensor_data(fetch.tensor);
@@ -327,12 +365,9 @@ Test(onnx, an_imported_mlp_runs_with_any_batch_and_matches_c)
         vq_tensor_release(tx);
         vq_tensor_release(fetch.tensor);
     }
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
     vq_onnx_info_free(&info);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
@@ -347,16 +382,11 @@ Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
     Onnx__NodeProto *rm = add_node(m, "ReduceMean", "mean", NAMES("p1"), NAMES("loss"));
     attr_int(rm, "keepdims", 0);
     add_output(m, "loss");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.5};
     vq_program *startup;
     cr_assert_eq(vq_program_new(&startup), 0);
-    cr_assert_eq(vq_optimizer_minimize(p, startup, "loss", &sgd), 4, "%s", vq_errmsg());
+    cr_assert_eq(vq_optimizer_minimize(im.p, startup, "loss", &sgd), 4, "%s", vq_errmsg());
     struct run r = run_new();
     float x[8 * 4];
     for (int i = 0; i < 32; i++)
@@ -367,7 +397,7 @@ Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
     double first = 0, last = 0;
     for (int step = 0; step < 30; step++) {
         vq_fetch fetch = {"loss", NULL};
-        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
         last = *(float *)vq_tensor_data(fetch.tensor);
         if (step == 0)
             first = last;
@@ -375,15 +405,12 @@ Test(onnx, an_imported_model_trains_with_autodiff_and_sgd)
     }
     cr_assert_lt(last, 0.5 * first, "30 SGD steps on the imported weights: %g -> %g", first,
                  last);
-    const float *w1 = vq_tensor_data(vq_scope_get(s, "w1"));
+    const float *w1 = vq_tensor_data(vq_scope_get(im.s, "w1"));
     cr_assert_neq(w1[0], W1[0][0], "the initializer in the scope was trained");
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
     vq_program_free(startup);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* Imports m and expects error rc with every fragment of msg (NULL ends). */
@@ -735,12 +762,7 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
     add_init_ints(m, "ax", 1, (int64_t[]){1});
     add_node(m, "Unsqueeze", "u", NAMES("flat", "ax"), NAMES("y"));
     add_output(m, "y");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     float x[2 * 2 * 3];
     for (int i = 0; i < 12; i++)
@@ -749,7 +771,7 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){2, 2, 3}, x), 0);
     vq_feed feed = {"x", tx};
     vq_fetch fetch = {"y", NULL};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_tensor_ndim(fetch.tensor), 3);
     const int64_t *sh = vq_tensor_shape(fetch.tensor);
     cr_assert(sh[0] == 2 && sh[1] == 1 && sh[2] == 6);
@@ -760,11 +782,8 @@ Test(onnx, shape_ops_work_with_a_batch_dim_known_only_at_run_time)
                 cr_assert_eq(y[b * 6 + j * 2 + i], x[b * 6 + i * 3 + j]);
     vq_tensor_release(fetch.tensor);
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* Reshape(x, shape) with the shape a graph input: known only when its
@@ -894,12 +913,7 @@ Test(onnx, if_becomes_a_cond_and_a_known_condition_keeps_one_branch)
     attr_graph(n, "then_branch", tb);
     attr_graph(n, "else_branch", eb);
     add_output(m, "y");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *tx, *tc;
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}), 0);
@@ -907,15 +921,12 @@ Test(onnx, if_becomes_a_cond_and_a_known_condition_keeps_one_branch)
         unsigned char b = (unsigned char)c;
         cr_assert_eq(vq_tensor_from(&tc, VQ_BOOL, 0, NULL, &b), 0);
         vq_feed feeds[2] = {{"x", tx}, {"c", tc}};
-        cr_assert_float_eq(run1(&r, p, s, feeds, 2, "y", 2), c ? 9.0f : 2.0f, 1e-6);
+        cr_assert_float_eq(run1(&r, im.p, im.s, feeds, 2, "y", 2), c ? 9.0f : 2.0f, 1e-6);
         vq_tensor_release(tc);
     }
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* levels Ifs inside one another on a fed c: y0 = c ? (c ? ... -x) : x,
@@ -979,12 +990,7 @@ Test(onnx, subgraphs_nested_past_the_limit_are_an_error_not_a_crash)
     expect_error(m, VQ_EINVAL, NAMES("messages nest more than", "TypeProto"));
     /* at the limit: imports and runs */
     m = nested_ifs(64);
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *tx, *tc;
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){2}, (const float[]){1, 2}), 0);
@@ -992,15 +998,12 @@ Test(onnx, subgraphs_nested_past_the_limit_are_an_error_not_a_crash)
         unsigned char b = (unsigned char)c;
         cr_assert_eq(vq_tensor_from(&tc, VQ_BOOL, 0, NULL, &b), 0);
         vq_feed feeds[2] = {{"x", tx}, {"c", tc}};
-        cr_assert_float_eq(run1(&r, p, s, feeds, 2, "y0", 1), c ? -2.0f : 2.0f, 0);
+        cr_assert_float_eq(run1(&r, im.p, im.s, feeds, 2, "y0", 1), c ? -2.0f : 2.0f, 0);
         vq_tensor_release(tc);
     }
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* acc = x; repeat while (sum(acc) < limit) and at most M times: acc *= 2.
@@ -1025,8 +1028,7 @@ static Onnx__ModelProto *doubling_loop(bool known_m)
     attr_int(rs, "keepdims", 0);
     graph_node(b, "Less", NAMES("total", "limit"), NAMES("c_out"));
     Onnx__ModelProto bm = {.graph = b};
-    add_output(&bm, "c_out");
-    add_output(&bm, "acc_out");
+    add_outputs(&bm, NAMES("c_out", "acc_out"));
     Onnx__NodeProto *n = add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y"));
     attr_graph(n, "body", b);
     add_output(m, "y");
@@ -1037,12 +1039,7 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
 {
     for (int known = 0; known < 2; known++) {
         Onnx__ModelProto *m = doubling_loop(known);
-        size_t len;
-        uint8_t *buf = pack(m, &len);
-        vq_scope *s;
-        vq_program *p;
-        cr_assert_eq(vq_scope_new(&s), 0);
-        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        struct imported im = import_ok(m);
         struct run r = run_new();
         vq_tensor *tx;
         cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}),
@@ -1055,16 +1052,13 @@ Test(onnx, loop_becomes_a_while_with_its_trip_count_and_condition)
             cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
             vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
             int iters = (int)(mv < 5 ? mv : 5);
-            cr_assert_float_eq(run1(&r, p, s, feeds, known ? 1 : 2, "y", 0),
+            cr_assert_float_eq(run1(&r, im.p, im.s, feeds, known ? 1 : 2, "y", 0),
                                (float)(1 << iters), 1e-6, "M = %lld", (long long)mv);
             vq_tensor_release(tm);
         }
         vq_tensor_release(tx);
-        vq_scope_free(s);
+        imported_free(&im);
         run_free(&r);
-        vq_program_free(p);
-        free(buf);
-        onnx__model_proto__free_unpacked(m, NULL);
     }
 }
 
@@ -1098,16 +1092,11 @@ static Onnx__ModelProto *scanning_loop(bool early)
              ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
     graph_node(b, "Add", NAMES("acc_out", "fi"), NAMES("s0"));
     Onnx__ModelProto bm = {.graph = b};
-    add_output(&bm, "c_out");
-    add_output(&bm, "acc_out");
-    add_output(&bm, "s0");
-    add_output(&bm, "fi");
+    add_outputs(&bm, NAMES("c_out", "acc_out", "s0", "fi"));
     Onnx__NodeProto *n =
         add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "scan0", "scan1"));
     attr_graph(n, "body", b);
-    add_output(m, "y");
-    add_output(m, "scan0");
-    add_output(m, "scan1");
+    add_outputs(m, NAMES("y", "scan0", "scan1"));
     return m;
 }
 
@@ -1224,16 +1213,11 @@ static Onnx__ModelProto *counting_loop(void)
              ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
     graph_node(b, "Add", NAMES("acc_out", "fi"), NAMES("s0"));
     Onnx__ModelProto bm = {.graph = b};
-    add_output(&bm, "c_out");
-    add_output(&bm, "acc_out");
-    add_output(&bm, "s0");
-    add_output(&bm, "fi");
+    add_outputs(&bm, NAMES("c_out", "acc_out", "s0", "fi"));
     Onnx__NodeProto *n =
         add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "scan0", "scan1"));
     attr_graph(n, "body", b);
-    add_output(m, "y");
-    add_output(m, "scan0");
-    add_output(m, "scan1");
+    add_outputs(m, NAMES("y", "scan0", "scan1"));
     return m;
 }
 
@@ -1315,13 +1299,10 @@ static Onnx__ModelProto *moving_slice_loop(int64_t iters)
     attr_int(rs, "keepdims", 0);
     graph_node(b, "Add", NAMES("acc_in", "wsum"), NAMES("acc_out"));
     Onnx__ModelProto bm = {.graph = b};
-    add_output(&bm, "c_out");
-    add_output(&bm, "acc_out");
-    add_output(&bm, "win");
+    add_outputs(&bm, NAMES("c_out", "acc_out", "win"));
     Onnx__NodeProto *n = add_node(m, "Loop", "loop", NAMES("M", "", "x"), NAMES("y", "wins"));
     attr_graph(n, "body", b);
-    add_output(m, "y");
-    add_output(m, "wins");
+    add_outputs(m, NAMES("y", "wins"));
     return m;
 }
 
@@ -1369,6 +1350,16 @@ Test(onnx, a_slice_moving_with_the_loop_iteration_is_a_gather)
 
 /* ---- batch normalization in training mode ---- */
 
+/* loss = reduce(op(y, t)) (node name, its output mid), to a scalar
+ * (keepdims 0): what the training tests minimize. */
+static void add_loss(Onnx__ModelProto *m, const char *op, const char *name, const char *mid,
+                     const char *reduce)
+{
+    add_node(m, op, name, NAMES("y", "t"), NAMES(mid));
+    Onnx__NodeProto *r = add_node(m, reduce, "l", NAMES(mid), NAMES("loss"));
+    attr_int(r, "keepdims", 0);
+}
+
 /* y, rm, rv = BatchNormalization(x [4, 2, 3], scale, bias, mean, var)
  * with training_mode 1 (opset 15) and momentum 0.8; loss =
  * ReduceSumSquare(y - t). */
@@ -1388,28 +1379,17 @@ static Onnx__ModelProto *bn_training(void)
         add_node(m, "BatchNormalization", "bn", NAMES("x", "scale", "bias", "mean", "var"),
                  NAMES("y", "rm", "rv"));
     attr_int(n, "training_mode", 1);
-    Onnx__AttributeProto *a = attr(n, "momentum", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
-    a->has_f = 1;
-    a->f = 0.8f;
-    add_node(m, "Sub", "d", NAMES("y", "t"), NAMES("e"));
-    Onnx__NodeProto *r = add_node(m, "ReduceSumSquare", "l", NAMES("e"), NAMES("loss"));
-    attr_int(r, "keepdims", 0);
-    add_output(m, "y");
-    add_output(m, "rm");
-    add_output(m, "rv");
-    add_output(m, "loss");
+    attr_float(n, "momentum", 0.8f);
+    add_loss(m, "Sub", "d", "e", "ReduceSumSquare");
+    add_outputs(m, NAMES("y", "rm", "rv", "loss"));
     return m;
 }
 
 Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_statistics)
 {
     Onnx__ModelProto *m = bn_training();
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p, *startup;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
+    vq_program *startup;
     float x[24];
     for (int i = 0; i < 24; i++)
         x[i] = (float)sin(1.1 * i) * (1 + i % 3);
@@ -1425,7 +1405,7 @@ Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_st
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){4, 2, 3}, x), 0);
     vq_feed feed = {"x", tx};
     vq_fetch f[4] = {{"y", NULL}, {"rm", NULL}, {"rv", NULL}, {"loss", NULL}};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 4), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 4), 0, "%s", vq_errmsg());
     const float *y = vq_tensor_data(f[0].tensor), *rm = vq_tensor_data(f[1].tensor),
                 *rv = vq_tensor_data(f[2].tensor);
     for (int i = 0; i < 24; i++) {
@@ -1444,26 +1424,23 @@ Test(onnx, batch_normalization_in_training_mode_uses_and_trains_through_batch_st
      * statistics; the running ones are constants */
     vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.02};
     cr_assert_eq(vq_program_new(&startup), 0);
-    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 3, "%s", vq_errmsg());
+    cr_assert_geq(vq_optimizer_minimize(im.p, startup, "loss", &sgd), 3, "%s", vq_errmsg());
     double last = first;
     for (int step = 0; step < 20; step++) {
         vq_fetch fl = {"loss", NULL};
-        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
         last = *(float *)vq_tensor_data(fl.tensor);
         vq_tensor_release(fl.tensor);
     }
     cr_assert_lt(last, 0.5 * first, "20 SGD steps: %g -> %g", first, last);
-    const float *trained = vq_tensor_data(vq_scope_get(s, "scale"));
+    const float *trained = vq_tensor_data(vq_scope_get(im.s, "scale"));
     cr_assert_neq(trained[0], 1.5f, "the scale was trained");
-    const float *rmean = vq_tensor_data(vq_scope_get(s, "mean"));
+    const float *rmean = vq_tensor_data(vq_scope_get(im.s, "mean"));
     cr_assert_eq(rmean[0], 0.1f, "the running mean is not a parameter");
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
     vq_program_free(startup);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* ---- LayerNormalization ---- */
@@ -1487,28 +1464,17 @@ static Onnx__ModelProto *layer_norm_model(void)
     Onnx__NodeProto *n = add_node(m, "LayerNormalization", "ln", NAMES("x", "scale", "bias"),
                                   NAMES("y", "mean", "inv"));
     attr_int(n, "axis", 1);
-    Onnx__AttributeProto *a = attr(n, "epsilon", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
-    a->has_f = 1;
-    a->f = 0.01f;
-    add_node(m, "Mul", "yt", NAMES("y", "t"), NAMES("p"));
-    Onnx__NodeProto *r = add_node(m, "ReduceSum", "l", NAMES("p"), NAMES("loss"));
-    attr_int(r, "keepdims", 0);
-    add_output(m, "y");
-    add_output(m, "mean");
-    add_output(m, "inv");
-    add_output(m, "loss");
+    attr_float(n, "epsilon", 0.01f);
+    add_loss(m, "Mul", "yt", "p", "ReduceSum");
+    add_outputs(m, NAMES("y", "mean", "inv", "loss"));
     return m;
 }
 
 Test(onnx, layer_normalization_matches_the_formula_and_trains_its_scale_and_bias)
 {
     Onnx__ModelProto *m = layer_norm_model();
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p, *startup;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
+    vq_program *startup;
     float x[24];
     for (int i = 0; i < 24; i++)
         x[i] = (float)sin(1.3 * i) * (1 + i % 5);
@@ -1527,7 +1493,7 @@ Test(onnx, layer_normalization_matches_the_formula_and_trains_its_scale_and_bias
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 3, (int64_t[]){3, 2, 4}, x), 0);
     vq_feed feed = {"x", tx};
     vq_fetch f[3] = {{"y", NULL}, {"mean", NULL}, {"inv", NULL}};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 3), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 3), 0, "%s", vq_errmsg());
     const int64_t *ms = vq_tensor_shape(f[1].tensor);
     cr_assert_eq(vq_tensor_ndim(f[1].tensor), 3);
     cr_assert(ms[0] == 3 && ms[1] == 1 && ms[2] == 1,
@@ -1548,12 +1514,12 @@ Test(onnx, layer_normalization_matches_the_formula_and_trains_its_scale_and_bias
      * d loss / d bias[j] = sum over rows of t */
     vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.1};
     cr_assert_eq(vq_program_new(&startup), 0);
-    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 2, "%s", vq_errmsg());
+    cr_assert_geq(vq_optimizer_minimize(im.p, startup, "loss", &sgd), 2, "%s", vq_errmsg());
     vq_fetch fl = {"loss", NULL};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
     vq_tensor_release(fl.tensor);
-    const float *sc = vq_tensor_data(vq_scope_get(s, "scale")),
-                *bi = vq_tensor_data(vq_scope_get(s, "bias"));
+    const float *sc = vq_tensor_data(vq_scope_get(im.s, "scale")),
+                *bi = vq_tensor_data(vq_scope_get(im.s, "bias"));
     for (int j = 0; j < 8; j++) {
         double gs = 0, gb = 0;
         for (int k = 0; k < 3; k++) {
@@ -1564,12 +1530,9 @@ Test(onnx, layer_normalization_matches_the_formula_and_trains_its_scale_and_bias
         cr_assert_float_eq(bi[j], 0.1 * (j - 3) - 0.1 * gb, 1e-5, "bias[%d]", j);
     }
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
     vq_program_free(startup);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 Test(onnx, layer_normalization_of_integers_or_an_integer_stash_type_is_an_error)
@@ -1613,25 +1576,20 @@ static Onnx__ModelProto *sce_model(void)
     Onnx__NodeProto *n = add_node(m, "SoftmaxCrossEntropyLoss", "sce",
                                   NAMES("logits", "labels", "weights"), NAMES("loss", "lp"));
     attr_int(n, "ignore_index", 2);
-    add_output(m, "loss");
-    add_output(m, "lp");
+    add_outputs(m, NAMES("loss", "lp"));
     return m;
 }
 
 Test(onnx, softmax_cross_entropy_loss_weights_and_ignores_classes_and_trains)
 {
     Onnx__ModelProto *m = sce_model();
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p, *startup;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
+    vq_program *startup;
     float x[12];
     double w[15], lg[4][5], sm[4][5], lp[4][5];
     for (int i = 0; i < 12; i++)
         x[i] = (float)cos(1.7 * i);
-    const float *w0 = vq_tensor_data(vq_scope_get(s, "w"));
+    const float *w0 = vq_tensor_data(vq_scope_get(im.s, "w"));
     for (int i = 0; i < 15; i++)
         w[i] = w0[i];
     double num = 0, den = 0;
@@ -1658,7 +1616,7 @@ Test(onnx, softmax_cross_entropy_loss_weights_and_ignores_classes_and_trains)
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){4, 3}, x), 0);
     vq_feed feed = {"x", tx};
     vq_fetch f[2] = {{"loss", NULL}, {"lp", NULL}};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_tensor_ndim(f[0].tensor), 0, "the mean is a scalar");
     float loss = *(const float *)vq_tensor_data(f[0].tensor);
     cr_assert_float_eq(loss, num / den, 1e-5, "loss %g vs %g", loss, num / den);
@@ -1670,11 +1628,11 @@ Test(onnx, softmax_cross_entropy_loss_weights_and_ignores_classes_and_trains)
     /* one SGD step: d loss / d logits[i][k] = w_i (softmax - one-hot) / sum w */
     vq_optimizer sgd = {.kind = VQ_OPT_SGD, .learning_rate = 0.5};
     cr_assert_eq(vq_program_new(&startup), 0);
-    cr_assert_geq(vq_optimizer_minimize(p, startup, "loss", &sgd), 1, "%s", vq_errmsg());
+    cr_assert_geq(vq_optimizer_minimize(im.p, startup, "loss", &sgd), 1, "%s", vq_errmsg());
     vq_fetch fl = {"loss", NULL};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
     vq_tensor_release(fl.tensor);
-    const float *w1 = vq_tensor_data(vq_scope_get(s, "w"));
+    const float *w1 = vq_tensor_data(vq_scope_get(im.s, "w"));
     for (int j = 0; j < 3; j++)
         for (int k = 0; k < 5; k++) {
             double g = 0;
@@ -1685,12 +1643,9 @@ Test(onnx, softmax_cross_entropy_loss_weights_and_ignores_classes_and_trains)
             cr_assert_float_eq(w1[j * 5 + k], w[j * 5 + k] - 0.5 * g, 1e-5, "w[%d][%d]", j, k);
         }
     vq_tensor_release(tx);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
     vq_program_free(startup);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* An empty string attribute (no bytes: protobuf-c's data is NULL) is
@@ -1812,12 +1767,7 @@ Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
     a->s.data = (uint8_t *)strdup("pytorch_half_pixel");
     a->s.len = strlen("pytorch_half_pixel");
     a->has_s = 1;
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p = NULL;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *x;
     cr_assert_eq(vq_tensor_from(&x, VQ_F32, 4, (int64_t[]){1, 1, 2, 2},
@@ -1827,13 +1777,10 @@ Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
     static const float want[16] = {1,   1.25, 1.75, 2,   1.5, 1.75, 2.25, 2.5,
                                    2.5, 2.75, 3.25, 3.5, 3,   3.25, 3.75, 4};
     for (int i = 0; i < 16; i++)
-        cr_assert_float_eq(run1(&r, p, s, &f, 1, "y", i), want[i], 1e-6, "element %d", i);
+        cr_assert_float_eq(run1(&r, im.p, im.s, &f, 1, "y", i), want[i], 1e-6, "element %d", i);
     vq_tensor_release(x);
-    vq_program_free(p);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
@@ -1847,12 +1794,7 @@ Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
     a->n_floats = 4;
     a->floats = malloc(4 * sizeof *a->floats);
     memcpy(a->floats, (const float[]){1, 1, 2, 3}, 4 * sizeof *a->floats);
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p = NULL;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *x;
     cr_assert_eq(vq_tensor_from(&x, VQ_F32, 4, (int64_t[]){1, 1, 2, 2},
@@ -1862,14 +1804,11 @@ Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
     for (int i = 0; i < 24; i++) {
         int row = i / 6, col = i % 6;
         float want = (float)(1 + 2 * (row / 2) + col / 3);
-        cr_assert_eq(run1(&r, p, s, &f, 1, "y", i), want, "element %d", i);
+        cr_assert_eq(run1(&r, im.p, im.s, &f, 1, "y", i), want, "element %d", i);
     }
     vq_tensor_release(x);
-    vq_program_free(p);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* ---- index arithmetic on the model's extreme values ---- */
@@ -1893,18 +1832,13 @@ Test(onnx, a_slice_with_step_int64_min_takes_onnxs_one_element)
     add_init_ints(m, "spmax", 1, (int64_t[]){INT64_MAX});
     add_node(m, "Slice", "sl0", NAMES("x", "st0", "en0", "ax", "spmax"), NAMES("y0"));
     add_output(m, "y0");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *tx;
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){4}, (const float[]){1, 2, 3, 4}), 0);
     vq_feed feed = {"x", tx};
     vq_fetch f[2] = {{"y", NULL}, {"y0", NULL}};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
     cr_assert_eq(vq_tensor_numel(f[0].tensor), 1);
     cr_assert_eq(((const float *)vq_tensor_data(f[0].tensor))[0], 4.0f);
     cr_assert_eq(vq_tensor_numel(f[1].tensor), 1);
@@ -1912,11 +1846,8 @@ Test(onnx, a_slice_with_step_int64_min_takes_onnxs_one_element)
     vq_tensor_release(f[0].tensor);
     vq_tensor_release(f[1].tensor);
     vq_tensor_release(tx);
-    vq_program_free(p);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* Range over int64 bounds a double cannot hold apart, or whose difference
@@ -1939,23 +1870,15 @@ Test(onnx, an_int64_range_near_the_type_bounds_is_exact)
         add_init_ints(m, "d", 1, &cases[c].delta);
         add_node(m, "Range", "rg", NAMES("a", "b", "d"), NAMES("y"));
         add_output(m, "y");
-        size_t len;
-        uint8_t *buf = pack(m, &len);
-        vq_scope *s;
-        vq_program *p;
-        cr_assert_eq(vq_scope_new(&s), 0);
-        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
-        vq_tensor *y = vq_scope_get(s, "y");
+        struct imported im = import_ok(m);
+        vq_tensor *y = vq_scope_get(im.s, "y");
         cr_assert(y);
         cr_assert_eq(vq_tensor_numel(y), cases[c].n, "case %d: %lld elements", c,
                      (long long)vq_tensor_numel(y));
         const int64_t *v = vq_tensor_data(y);
         cr_assert_eq(v[0], cases[c].first, "case %d", c);
         cr_assert_eq(v[cases[c].n - 1], cases[c].last, "case %d", c);
-        vq_program_free(p);
-        vq_scope_free(s);
-        free(buf);
-        onnx__model_proto__free_unpacked(m, NULL);
+        imported_free(&im);
     }
 }
 
@@ -2080,12 +2003,7 @@ Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)
     add_input(m, "x", 1, (int64_t[]){6});
     add_output(m, "y");
     add_node(m, "Sign", "sg", NAMES("x"), NAMES("y"));
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p = NULL;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     vq_tensor *x;
     cr_assert_eq(vq_tensor_from(&x, VQ_F32, 1, (int64_t[]){6},
@@ -2094,15 +2012,12 @@ Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)
     vq_feed f = {"x", x};
     static const float want[6] = {-1, 0, 0, 1, NAN, -1};
     for (int i = 0; i < 6; i++) {
-        float got = run1(&r, p, s, &f, 1, "y", i);
+        float got = run1(&r, im.p, im.s, &f, 1, "y", i);
         cr_assert(isnan(want[i]) ? isnan(got) : got == want[i], "element %d: %g", i, got);
     }
     vq_tensor_release(x);
-    vq_program_free(p);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 
     m = model_new(13);
     add_input(m, "limit", 0, NULL);
@@ -2140,18 +2055,13 @@ Test(onnx, three_d_max_and_average_pools_match_the_plain_loop)
         attr_ints(n, "strides", 3, st);
         attr_ints(n, "pads", 6, pads);
         add_output(m, "y");
-        size_t len;
-        uint8_t *buf = pack(m, &len);
-        vq_scope *s;
-        vq_program *p;
-        cr_assert_eq(vq_scope_new(&s), 0);
-        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+        struct imported im = import_ok(m);
         struct run r = run_new();
         vq_tensor *tx;
         cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 5, xs, x), 0);
         vq_feed feed = {"x", tx};
         vq_fetch f = {"y", NULL};
-        cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &f, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &f, 1), 0, "%s", vq_errmsg());
         cr_assert_eq(vq_tensor_ndim(f.tensor), 5);
         for (int i = 0; i < 3; i++)
             cr_assert_eq(vq_tensor_shape(f.tensor)[2 + i], os[i], "dim %d", 2 + i);
@@ -2182,11 +2092,8 @@ Test(onnx, three_d_max_and_average_pools_match_the_plain_loop)
                     }
         vq_tensor_release(f.tensor);
         vq_tensor_release(tx);
-        vq_scope_free(s);
+        imported_free(&im);
         run_free(&r);
-        vq_program_free(p);
-        free(buf);
-        onnx__model_proto__free_unpacked(m, NULL);
     }
 }
 
@@ -2225,19 +2132,12 @@ Test(onnx, a_relu_or_clip_after_a_conv_is_fused_into_the_conv2d)
     add_node(m, "Relu", "relu2", NAMES("c2"), NAMES("y2"));
     add_node(m, "Conv", "c3", NAMES("xid", "w", "b"), NAMES("c3"));
     add_node(m, "Relu", "relu3", NAMES("c3"), NAMES("y3"));
-    add_output(m, "y2");
-    add_output(m, "y3");
-    add_output(m, "c3");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    add_outputs(m, NAMES("y2", "y3", "c3"));
+    struct imported im = import_ok(m);
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
-    cr_assert_eq(vq_program_dump(p, f), 0);
+    cr_assert_eq(vq_program_dump(im.p, f), 0);
     fclose(f);
     int clipped = 0, relus = 0;
     for (const char *at = text; (at = strstr(at, "clip=")); at++)
@@ -2260,7 +2160,7 @@ Test(onnx, a_relu_or_clip_after_a_conv_is_fused_into_the_conv2d)
     cr_assert_eq(vq_tensor_from(&tw2, VQ_F32, 4, (int64_t[]){3, 1, 3, 3}, w2), 0);
     vq_feed feed = {"x", tx};
     vq_fetch fetch[3] = {{"y2", NULL}, {"y3", NULL}, {"c3", NULL}};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, fetch, 3), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, fetch, 3), 0, "%s", vq_errmsg());
     static const int64_t pads[4] = {1, 1, 1, 1};
     vq_attr pa = VQ_ATTR_IS("pads", pads, 4), ga = VQ_ATTR_I("groups", 3);
     vq_tensor *c1 = NULL, *c2 = NULL;
@@ -2281,11 +2181,8 @@ Test(onnx, a_relu_or_clip_after_a_conv_is_fused_into_the_conv2d)
     vq_tensor *tmp[] = {tx, tw, tb, tw2, c1, c2, fetch[0].tensor, fetch[1].tensor, fetch[2].tensor};
     for (int i = 0; i < 9; i++)
         vq_tensor_release(tmp[i]);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* Only conv2d takes the clip: a Relu after a Conv over volumes (conv3d)
@@ -2301,12 +2198,7 @@ Test(onnx, a_relu_after_a_3d_conv_stays_a_relu)
     add_node(m, "Conv", "c", NAMES("x", "w"), NAMES("c"));
     add_node(m, "Relu", "relu", NAMES("c"), NAMES("y"));
     add_output(m, "y");
-    size_t len;
-    uint8_t *buf = pack(m, &len);
-    vq_scope *s;
-    vq_program *p;
-    cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct imported im = import_ok(m);
     struct run r = run_new();
     float xv[27];
     for (int i = 0; i < 27; i++)
@@ -2316,7 +2208,7 @@ Test(onnx, a_relu_after_a_3d_conv_stays_a_relu)
     cr_assert_eq(vq_tensor_from(&tw, VQ_F32, 5, (int64_t[]){2, 1, 2, 2, 2}, w), 0);
     vq_feed feed = {"x", tx};
     vq_fetch fetch = {"y", NULL};
-    cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
     vq_tensor *c = NULL;
     cr_assert_eq(vq_op_run(NULL, "conv3d", (vq_tensor *[]){tx, tw}, 2, &c, 1, NULL, 0), 0, "%s",
                  vq_errmsg());
@@ -2332,11 +2224,8 @@ Test(onnx, a_relu_after_a_3d_conv_stays_a_relu)
     vq_tensor_release(tx);
     vq_tensor_release(tw);
     vq_tensor_release(fetch.tensor);
-    vq_scope_free(s);
+    imported_free(&im);
     run_free(&r);
-    vq_program_free(p);
-    free(buf);
-    onnx__model_proto__free_unpacked(m, NULL);
 }
 
 /* An empty batch lets channels times depth pass 2^63: an error, not a
@@ -2540,24 +2429,16 @@ Test(onnx, a_small_constant_of_shape_is_computed_at_import)
     const int64_t sizes[3] = {6, VQ_ONNX_FOLD_MAX_ELEMS, VQ_ONNX_FOLD_MAX_ELEMS + 1};
     for (int k = 0; k < 3; k++) {
         Onnx__ModelProto *m = constant_of_shape(1, &sizes[k], 2.5f);
-        size_t len;
-        uint8_t *buf = pack(m, &len);
-        vq_scope *s;
-        vq_program *p;
-        cr_assert_eq(vq_scope_new(&s), 0);
-        cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
-        cr_assert_eq(vq_program_nops(p, 0), k == 2, "%lld elements", (long long)sizes[k]);
+        struct imported im = import_ok(m);
+        cr_assert_eq(vq_program_nops(im.p, 0), k == 2, "%lld elements", (long long)sizes[k]);
         vq_fetch fy = {"y", NULL};
-        cr_assert_eq(vq_exec_run(r.ex, p, s, NULL, 0, &fy, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, NULL, 0, &fy, 1), 0, "%s", vq_errmsg());
         cr_assert_eq(vq_tensor_numel(fy.tensor), sizes[k]);
         const float *y = vq_tensor_data(fy.tensor);
         for (int64_t i = 0; i < vq_tensor_numel(fy.tensor); i++)
             cr_assert(y[i] == 2.5f, "y[%lld] = %g", (long long)i, y[i]);
         vq_tensor_release(fy.tensor);
-        vq_scope_free(s);
-        vq_program_free(p);
-        free(buf);
-        onnx__model_proto__free_unpacked(m, NULL);
+        imported_free(&im);
     }
     run_free(&r);
 }

@@ -1904,8 +1904,8 @@ Test(onnx, a_tensor_made_at_import_past_the_bound_is_refused_naming_the_node)
         add_input(m, "x", 2, (int64_t[]){INT64_C(1) << 20, INT64_C(1) << 20});
         add_node(m, ops[i], "big", NAMES("x"), NAMES("y"));
         add_output(m, "y");
-        expect_error(m, VQ_ENOSYS, NAMES("big", "1099511627776 elements",
-                                         "VQ_ONNX_MADE_MAX_ELEMS"));
+        expect_error(m, VQ_ENOSYS,
+                     NAMES("big", "1099511627776 elements", "VQ_ONNX_MADE_MAX_ELEMS"));
     }
 
     m = model_new(13);

@@ -155,7 +155,8 @@ typedef struct vq__op_def {
      * and params stay valid until then, k itself only during the call. */
     void (*kernel_async)(const vq__kcall *k, vq_op_done *done);
     const struct vq__user_op *user; /* registered ops: their copied definition */
-    /* Built-in ops on the CUDA backend: the op's launches (ops/cuda/ops.c),
+    /* Built-in ops on the CUDA backend: the op's launches
+     * (ops/cuda/<family>_host.c),
      * which kernel[VQ_DEV_GPU], the dispatcher vq__cuda_run, calls after
      * the launch prologue. Set in the registry's copy of the op when the
      * registry is built (vq__gpu_kernel_pick); NULL in a build without
@@ -421,7 +422,7 @@ int vq__gpu_kernel_of(const vq__op_def *def, int (**fn)(const vq__kcall *k));
 
 /* (gpu.c) Picks the CUDA kernel of the built-in op def, once, when the
  * registry is built (registry.c, on its own copy of def): when def's GPU
- * slot is empty and ops/cuda/ops.c has launches for its type, def->cuda
+ * slot is empty and ops/cuda/launch.c has launches for its type, def->cuda
  * becomes them and the GPU slot the dispatcher vq__cuda_run. Nothing in a
  * build without CUDA. */
 void vq__gpu_kernel_pick(vq__op_def *def);

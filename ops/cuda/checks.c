@@ -1,5 +1,5 @@
 /* The pool of device-side checks of the CUDA backend's GPU kernel
- * functions (ops.c), and the host functions that read them.
+ * functions (launch.c, <family>_host.c), and the host functions that read them.
  *
  * Errors found only on the device. An integer division by zero, a label
  * out of range, a gather index out of range and the executor's NaN check

@@ -1,6 +1,6 @@
 /* CUDA kernels for the sliding-window ops and batch_norm: im2col and
  * col2im for conv2d (whose products are cuBLAS's, through
- * vq__cuda_matmul: ops/cuda/ops.c strings them together), the bias add,
+ * vq__cuda_matmul: ops/cuda/conv_host.c strings them together), the bias add,
  * the fused clip and its gradient's mask,
  * max_pool2d and avg_pool2d with their gradients (ops/cpu/conv.c,
  * ops/cpu/pool.c), and batch_norm with its gradient (ops/cpu/norm.c).

@@ -1,5 +1,5 @@
 /* CUDA kernels for the 3-D convolutions (ops/cpu/conv3d.c): vol2col and
- * col2vol, whose products are cuBLAS's (vq__cuda_matmul: ops/cuda/ops.c
+ * col2vol, whose products are cuBLAS's (vq__cuda_matmul: ops/cuda/conv3d_host.c
  * strings them together, as for conv2d). The geometry, which element a
  * column entry reads and the gather of col2vol are ops/vol_shared.h's,
  * the code the CPU kernels run: col2vol is one thread per input element,

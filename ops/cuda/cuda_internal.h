@@ -1,9 +1,11 @@
-/* What ops/cuda's two C files share: ops.c (the GPU kernel functions and
- * their dispatcher) and checks.c (the pool of device-side checks). One
- * call's launch state as the dispatcher's prologue found it, the wording of
- * a failed CUDA runtime call as the op's error, and the checks a call takes
- * when its errors are found only on the device (see checks.c). Plain C
- * against cudart, like ops.c; the .cu files do not include it. */
+/* What ops/cuda's C files share: launch.c (the launch prologue and the
+ * dispatcher), the op families' host glue (<family>_host.c) and checks.c
+ * (the pool of device-side checks). One call's launch state as the
+ * dispatcher's prologue found it, the wording of a failed launch or CUDA
+ * runtime call as the op's error, the few helpers more than one family
+ * uses, and the checks a call takes when its errors are found only on the
+ * device (see checks.c). Plain C against cudart; the .cu files do not
+ * include it. */
 #ifndef VARQ_OPS_CUDA_INTERNAL_H
 #define VARQ_OPS_CUDA_INTERNAL_H
 
@@ -13,9 +15,9 @@
 
 #include <cuda_runtime_api.h>
 
-/* ---- one call's launches (ops.c) ---- */
+/* ---- one call's launches (launch.c) ---- */
 
-/* What the launch prologue (ops.c's launch_begin, run once per call by
+/* What the launch prologue (launch.c's launch_begin, run once per call by
  * the dispatcher vq__cuda_run) found: the call, its native stream, and its
  * device, which is then the current one. */
 typedef struct vq__cuda_launch {
@@ -30,6 +32,25 @@ typedef struct vq__cuda_launch {
 /* A CUDA runtime call of ours (a memset, a copy) as the op's result: 0, or
  * VQ_EIO naming the op, what was called and CUDA's error (cleared). */
 int vq__cuda_op_called(const vq__kcall *k, cudaError_t e, const char *what);
+
+/* A launcher's result as the op's: 0, or its code with a message naming
+ * the op (VQ_EIO: CUDA's error; VQ_ENOSYS: why; else: dims past the
+ * kernels' limits). */
+int vq__cuda_launched(const vq__kcall *k, int rc);
+
+/* ---- helpers of more than one family ---- */
+
+/* shape_host.c: t's strides when contiguous, in elements; and element e of
+ * t, as a pointer (for the boxes of vq__cuda_strided_copy). */
+void vq__cuda_contiguous_strides(const vq_tensor *t, int64_t *stride);
+char *vq__cuda_element(const vq_tensor *t, int64_t e);
+
+/* conv_host.c: conv2d's im2col buffer for one image in the op's stream
+ * order (*out NULL for a direct product), and image n of t when each
+ * holds per_image elements. */
+int vq__cuda_columns(const vq__kcall *k, const vq__cuda_launch *l, const vq__conv *d, vq_dtype dt,
+                     vq_tensor **out);
+const char *vq__cuda_image(const vq_tensor *t, int64_t n, int64_t per_image);
 
 /* ---- checks: what the kernels found on the device, read on the host
  * (checks.c) ---- */

@@ -4,7 +4,7 @@
  * device-side index check, argmax / argmin, reduce_max / reduce_min and
  * their gradient, tile and pad and their gradients. split, its gradient and
  * expand are vq__cuda_strided_copy boxes (shape.cu), put together by
- * ops/cuda/ops.c. Launchers: kernels.h.
+ * ops/cuda/index_host.c and layout_host.c. Launchers: kernels.h.
  *
  * The gradients of tile and pad gather, one thread per element of dX,
  * the elements of dOut that read it, in the order of dOut's elements, which

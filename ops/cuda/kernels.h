@@ -1,7 +1,8 @@
 /* CUDA kernels for the op registry's GPU slot: C-callable launchers, one
- * family per kind of op, that the GPU kernel functions of ops/cuda/ops.c
- * (vq__kcall -> launch) call with the tensors' device pointers and the op's
- * params, the lookup of those functions by op type, and their dispatcher.
+ * family per kind of op, that the op families' host glue
+ * (ops/cuda/<family>_host.c: vq__kcall -> launch) calls with the tensors'
+ * device pointers and the op's params, the lookup of those functions by op
+ * type, and their dispatcher.
  * Built only when the CUDA toolkit is found (have_cuda: see
  * ops/cuda/meson.build); this header is plain C for the C side and
  * extern "C" for the .cu files.
@@ -53,14 +54,14 @@
 extern "C" {
 #endif
 
-/* ---- the GPU kernel functions (ops/cuda/ops.c) ---- */
+/* ---- the GPU kernel functions (ops/cuda/launch.c) ---- */
 
 struct vq__kcall;
 struct vq__cuda_launch;
 
 /* An op's launches on the CUDA backend: enqueues them on the stream l
  * holds (l: the launch prologue's result, ops/cuda/cuda_internal.h) and
- * returns (see ops.c). */
+ * returns (see launch.c). */
 typedef int (*vq__cuda_op_fn)(const struct vq__kcall *k, const struct vq__cuda_launch *l);
 
 /* The launches of op type, or NULL when it has none. Read once per op
@@ -90,7 +91,7 @@ const char *vq__cuda_last_error(void);
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */
 
 /* op for vq__cuda_binary and vq__cuda_binary_grad: params.h's
- * VQ__BINARY_* (ops.c checks that they agree). */
+ * VQ__BINARY_* (elementwise_host.c checks that they agree). */
 enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3, VQ__CUDA_POW = 4 };
 
 /* out = x op y with numpy broadcasting, for f32, f64, i32 and i64. The
@@ -130,7 +131,7 @@ int vq__cuda_scale(int dtype, const void *x, void *out, int64_t n, double scale,
 /* ---- predicates and selects (ops/cpu/compare.c; compare.cu) ---- */
 
 /* op for vq__cuda_compare and minmax_grad's vq__cuda_sum_grad: params.h's
- * VQ__CMP_* (ops.c checks that they agree). */
+ * VQ__CMP_* (compare_host.c checks that they agree). */
 enum {
     VQ__CUDA_LESS = 0, VQ__CUDA_LESS_EQUAL = 1, VQ__CUDA_GREATER = 2, VQ__CUDA_GREATER_EQUAL = 3,
     VQ__CUDA_EQUAL = 4, VQ__CUDA_NOT_EQUAL = 5, VQ__CUDA_AND = 6, VQ__CUDA_OR = 7,
@@ -353,7 +354,7 @@ int vq__cuda_momentum(int dtype, const void *param, const void *grad, const void
  * computes them (the kernel rounds them to the parameter's dtype, as
  * adam_kernel does). ok == 0 (a bad step count) makes the kernel write
  * nothing, as the CPU op fails before writing. Who computes them, and
- * when, is the caller's: ops.c does it on the host in stream order (see
+ * when, is the caller's: optim_host.c does it on the host in stream order (see
  * adam_gpu there). */
 typedef struct vq__cuda_adam_consts {
     double step_size, inv_sqrt_c2;
@@ -562,8 +563,8 @@ int vq__cuda_batch_norm_train_grad(int wrt, int dtype, const void *x, const void
 /* ---- indexing, extrema, layout (ops/cpu/index.c, extremum.c, layout.c;
  * index.cu) ---- */
 
-/* op for the extrema launchers: params.h's VQ__EXTREMUM_* (ops.c checks
- * that they agree). */
+/* op for the extrema launchers: params.h's VQ__EXTREMUM_*
+ * (extremum_host.c checks that they agree). */
 enum { VQ__CUDA_EXTREMUM_MAX = 0, VQ__CUDA_EXTREMUM_MIN = 1 };
 
 /* Records in *bad_at, with atomicMin, the smallest j < n whose index

@@ -5,8 +5,8 @@
  * every input of its element before writing any output, so the outputs may
  * be the state inputs themselves (in place). A LearningRate input is read
  * from device memory by sgd's and momentum's kernels; adam's enters only
- * its step size, computed on the host in stream order (ops.c's adam_gpu).
- * lr_schedule has no kernel here: ops.c computes it the same way. Launchers:
+ * its step size, computed on the host in stream order (optim_host.c's vq__adam_gpu).
+ * lr_schedule has no kernel here: optim_host.c computes it the same way. Launchers:
  * kernels.h. */
 #include "kernels.h"
 

@@ -38,7 +38,7 @@
  * vq_capture_begin or its exit, and never touches the freed engine. */
 #include "capture_internal.h"
 
-#include "../engine/engine_services.h"
+#include "engine_services.h"
 
 #include <pthread.h>
 #include <stdlib.h>

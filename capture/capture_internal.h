@@ -9,8 +9,8 @@
 
 #include <varq/capture.h>
 
-#include "../engine/spinlock.h"
-#include "../graph/graph_internal.h"
+#include "graph_services.h"
+#include "spinlock.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -4,7 +4,7 @@
  * segment replays the recorded calls' kernels from it. */
 #include "capture_internal.h"
 
-#include "../engine/engine_services.h" /* a var's carried failure */
+#include "engine_services.h" /* a var's carried failure */
 
 #include <stdlib.h>
 #include <string.h>

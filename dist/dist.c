@@ -35,7 +35,7 @@
  * engine. */
 #include "dist_internal.h"
 
-#include "../ops/ops_internal.h" /* vq__fail, vq__malloc */
+#include "engine_services.h" /* vq__fail, vq__malloc */
 
 #include <errno.h>
 #include <limits.h>

@@ -23,7 +23,7 @@
  * the graph layer's private program structure (graph/graph_internal.h). */
 #include "dist_internal.h"
 
-#include "../graph/graph_internal.h"
+#include "graph_services.h"
 
 #include <pthread.h>
 #include <stdio.h>

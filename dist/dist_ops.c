@@ -6,8 +6,8 @@
  * to the communication thread (dist.c); the engine's arg_free frees it. */
 #include "dist_internal.h"
 
-#include "../engine/engine_services.h" /* a var's carried failure */
-#include "../ops/ops_internal.h"    /* a tensor's failure message (fail_msg) */
+#include "engine_services.h" /* a var's carried failure */
+#include "tensor_services.h" /* a tensor's failure message (fail_msg) */
 
 #include <limits.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * work, so programs link the same either way. */
 #include <varq/dist.h>
 
-#include "../ops/ops_internal.h" /* vq__fail */
+#include "engine_services.h" /* vq__fail */
 
 static int no_mpi(const char *fn)
 {

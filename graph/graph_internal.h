@@ -11,7 +11,7 @@
 
 #include <varq/graph.h>
 
-#include "../ops/ops_internal.h"
+#include "ops_services.h"
 
 #include <pthread.h>
 #include <stdbool.h>

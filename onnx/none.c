@@ -1,6 +1,6 @@
 /* The ONNX importer's functions in a build without it (meson found no
  * onnx.proto, or onnx=disabled): each says so with VQ_ENOSYS. */
-#include "../ops/ops_internal.h"
+#include "engine_services.h" /* vq__fail */
 
 #include <varq/onnx.h>
 

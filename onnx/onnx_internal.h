@@ -5,7 +5,7 @@
 #ifndef VARQ_ONNX_INTERNAL_H
 #define VARQ_ONNX_INTERNAL_H
 
-#include "../graph/graph_internal.h"
+#include "graph_services.h"
 #include "onnx.pb-c.h"
 #include "onnx_ops.h"
 

@@ -29,7 +29,6 @@ double vq__lr_schedule_value(const vq__lr_schedule_params *p, int64_t t)
     case VQ__LR_STEP: return p->base_lr * pow(p->gamma, (double)(t / p->step_size));
     case VQ__LR_COSINE: return cosine_rate(p, t);
     case VQ__LR_LINEAR: return linear_rate(p, t);
-    default:
-        return t < p->total_iters ? linear_rate(p, t) : cosine_rate(p, t - p->total_iters);
+    default: return t < p->total_iters ? linear_rate(p, t) : cosine_rate(p, t - p->total_iters);
     }
 }

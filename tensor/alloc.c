@@ -34,7 +34,7 @@
  * reuses and each thread's cached bytes are per thread, written by their
  * thread alone and summed when read. A block's first word links it in a
  * free list while it is cached. */
-#include "tensor_internal.h"
+#include "tensor_services.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -156,9 +156,9 @@ static void own_sub(atomic_size_t *c, size_t by)
 static void note_peak(struct cpu_alloc *a, size_t live)
 {
     size_t p = atomic_load_explicit(&a->peak, memory_order_relaxed);
-    while (live > p && !atomic_compare_exchange_weak_explicit(&a->peak, &p, live,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed))
+    while (live > p &&
+           !atomic_compare_exchange_weak_explicit(&a->peak, &p, live, memory_order_relaxed,
+                                                  memory_order_relaxed))
         ;
 }
 

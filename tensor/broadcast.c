@@ -4,7 +4,7 @@
  * where it is broadcast. Dims of size 1 are dropped and dims that stay
  * contiguous for every operand are merged first, so two same-shape operands
  * make a single row and a [N,C] + [C] add makes N rows of C. */
-#include "tensor_internal.h"
+#include "tensor_services.h"
 
 #include <string.h>
 

@@ -7,7 +7,7 @@
  * with no write permission at all, is refused. Through a symlink, the
  * target is what is replaced; a device or a FIFO (/dev/stdout) is written
  * in place and never removed. */
-#include "tensor_internal.h"
+#include "tensor_services.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,7 +18,7 @@
  * of the ops on the tensor's var); with no stream known, on the private
  * stream. The backend's pool does the caching (cudaMallocAsync), so
  * cached_bytes stays 0 and system_bytes equals live_bytes. */
-#include "tensor_internal.h"
+#include "tensor_services.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -63,9 +63,9 @@ int vq__gpu_backend(const struct vq__stream_backend **out)
 static void note_peak(struct gpu_alloc *a, size_t live)
 {
     size_t p = atomic_load_explicit(&a->peak, memory_order_relaxed);
-    while (live > p && !atomic_compare_exchange_weak_explicit(&a->peak, &p, live,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed))
+    while (live > p &&
+           !atomic_compare_exchange_weak_explicit(&a->peak, &p, live, memory_order_relaxed,
+                                                  memory_order_relaxed))
         ;
 }
 
@@ -260,8 +260,8 @@ bool vq__gpu_last_failure(int id, char *buf, size_t size)
     return any;
 }
 
-int vq__gpu_work_failed(int id, int err, void (*defer)(void *user, void *tag, int err,
-                                                       const char *msg),
+int vq__gpu_work_failed(int id, int err,
+                        void (*defer)(void *user, void *tag, int err, const char *msg),
                         void *defer_user, void *defer_tag)
 {
     if (defer) {
@@ -449,8 +449,7 @@ static int copy_run(void *arg, const vq_exec_ctx *x)
     int rc = vq__gpu_backend(&be);
     if (rc < 0)
         return rc;
-    return copy_async(be, c->dst->data, c->src->data, c->src->nbytes, c->kind,
-                      vq__gpu_op_stream());
+    return copy_async(be, c->dst->data, c->src->data, c->src->nbytes, c->kind, vq__gpu_op_stream());
 }
 
 static void copy_free(void *arg)
@@ -471,8 +470,7 @@ VQ_API int vq_tensor_copy_to(vq_engine *e, vq_tensor *src, vq_ctx dev, vq_tensor
     if (gpu && !e)
         return vq__fail(VQ_EINVAL, "vq_tensor_copy_to: a copy to or from a GPU needs an engine");
     vq_tensor *dst;
-    int rc = vq__tensor_empty_on(&dst, dev, src->dtype, src->ndim, src->shape,
-                                 "vq_tensor_copy_to");
+    int rc = vq__tensor_empty_on(&dst, dev, src->dtype, src->ndim, src->shape, "vq_tensor_copy_to");
     if (rc < 0)
         return rc;
     if (!e) {

@@ -16,8 +16,7 @@
  * padded to 64 bytes as numpy does; a regular file is written to a temporary
  * name beside it and renamed over the path, so a failure leaves no partial
  * file and an existing file intact. */
-#include "tensor_internal.h"
-
+#include "tensor_services.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,14 +46,13 @@ struct npy_header {
     vq_dtype dtype;
     int ndim;
     int64_t shape[VQ_MAX_DIMS];
-    size_t nbytes;     /* numel * itemsize */
+    size_t nbytes; /* numel * itemsize */
 };
 
 /* ---- prefix ---- */
 
 /* Parses the prefix at buf (len bytes available, len may be short). */
-static int prefix_parse(const char *src, const unsigned char *buf, size_t len,
-                        struct npy_header *h)
+static int prefix_parse(const char *src, const unsigned char *buf, size_t len, struct npy_header *h)
 {
     size_t m = len < sizeof npy_magic ? len : sizeof npy_magic;
     if (memcmp(buf, npy_magic, m) != 0)
@@ -72,8 +70,8 @@ static int prefix_parse(const char *src, const unsigned char *buf, size_t len,
     if (major == 1)
         h->header_len = (size_t)buf[8] | (size_t)buf[9] << 8;
     else
-        h->header_len = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 |
-                        (size_t)buf[11] << 24;
+        h->header_len =
+            (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
     return 0;
 }
 
@@ -167,8 +165,10 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
 {
     skip_space(c);
     if (c->p < c->end && *c->p == '[')
-        return vq__fail(VQ_EINVAL, "%s: structured dtype (a list descr) is not supported "
-                        "(f4, f8, i4, i8, b1)", c->src);
+        return vq__fail(VQ_EINVAL,
+                        "%s: structured dtype (a list descr) is not supported "
+                        "(f4, f8, i4, i8, b1)",
+                        c->src);
     const char *s;
     size_t n;
     int rc = parse_string(c, &s, &n);
@@ -188,9 +188,10 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
                 return 0;
             }
             if (s[0] == '>')
-                return vq__fail(VQ_EINVAL, "%s: big-endian dtype '%.3s' is not supported "
-                                "(save it little-endian, e.g. a.astype('<%.2s'))", c->src, s,
-                                s + 1);
+                return vq__fail(VQ_EINVAL,
+                                "%s: big-endian dtype '%.3s' is not supported "
+                                "(save it little-endian, e.g. a.astype('<%.2s'))",
+                                c->src, s, s + 1);
             break; /* '|f4': numpy never writes a multi-byte dtype as byte-order-free */
         }
     /* the descr as it is, a NUL or another control byte shown escaped */
@@ -318,10 +319,14 @@ static int header_parse(const char *src, const char *text, size_t len, struct np
         return malformed(&c, "bytes after the dict");
     if (seen != (DESCR | FORTRAN | SHAPE))
         return vq__fail(VQ_EINVAL, "%s: malformed header: no '%s' key", src,
-                        !(seen & DESCR) ? "descr" : !(seen & FORTRAN) ? "fortran_order" : "shape");
+                        !(seen & DESCR)     ? "descr"
+                        : !(seen & FORTRAN) ? "fortran_order"
+                                            : "shape");
     if (fortran)
-        return vq__fail(VQ_EINVAL, "%s: Fortran order (fortran_order: True) is not supported; "
-                        "save a C-order array (numpy.ascontiguousarray)", src);
+        return vq__fail(VQ_EINVAL,
+                        "%s: Fortran order (fortran_order: True) is not supported; "
+                        "save a C-order array (numpy.ascontiguousarray)",
+                        src);
     /* numel * itemsize, refusing any product past what memory could hold.
      * A zero dim makes the array empty, but the other dims must still be
      * sane: numpy could not have made the array otherwise. */
@@ -517,8 +522,10 @@ static size_t header_build(const vq_tensor *t, char *buf, size_t size)
         [VQ_F32] = "<f4", [VQ_F64] = "<f8", [VQ_I32] = "<i4", [VQ_I64] = "<i8", [VQ_BOOL] = "|b1",
     };
     char dict[64 + VQ_MAX_DIMS * 22];
-    size_t n = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, "
-                                "'shape': (", descr[t->dtype]);
+    size_t n = (size_t)snprintf(dict, sizeof dict,
+                                "{'descr': '%s', 'fortran_order': False, "
+                                "'shape': (",
+                                descr[t->dtype]);
     for (int i = 0; i < t->ndim; i++)
         n += (size_t)snprintf(dict + n, sizeof dict - n, i ? ", %lld" : "%lld",
                               (long long)t->shape[i]);

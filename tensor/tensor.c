@@ -6,23 +6,21 @@
  * a reference until they are done, and the last release frees the storage
  * through a write op on the tensor's var, so that ops a caller pushed
  * directly on that var (vq_tensor_var) finish first. */
-#include "tensor_internal.h"
+#include "tensor_services.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Set by capture/ the first time it is used (see tensor_internal.h). */
+/* Set by capture/ the first time it is used (see tensor_services.h). */
 _Atomic(const vq__capture_hooks *) vq__capture = NULL;
 
 static const struct {
     const char *name, *numpy;
     size_t size;
 } dtypes[VQ_DTYPE_COUNT] = {
-    [VQ_F32] = {"f32", "float32", 4},
-    [VQ_F64] = {"f64", "float64", 8},
-    [VQ_I32] = {"i32", "int32", 4},
-    [VQ_I64] = {"i64", "int64", 8},
+    [VQ_F32] = {"f32", "float32", 4}, [VQ_F64] = {"f64", "float64", 8},
+    [VQ_I32] = {"i32", "int32", 4},   [VQ_I64] = {"i64", "int64", 8},
     [VQ_BOOL] = {"bool", "bool", 1},
 };
 
@@ -237,8 +235,8 @@ VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t 
     if (dt == VQ_BOOL)
         for (size_t i = 0; i < bytes; i++)
             if (((const unsigned char *)data)[i] > 1)
-                return vq__fail(VQ_EINVAL, "vq_tensor_from: bool element %zu is %u, not 0 or 1",
-                                i, ((const unsigned char *)data)[i]);
+                return vq__fail(VQ_EINVAL, "vq_tensor_from: bool element %zu is %u, not 0 or 1", i,
+                                ((const unsigned char *)data)[i]);
     rc = vq__tensor_empty(out, dt, ndim, shape);
     if (rc == 0 && bytes)
         memcpy((*out)->data, data, bytes);
@@ -321,8 +319,12 @@ static void last_reference(vq_tensor *t)
     vq_var *w[1] = {v};
     /* arg_free runs whether the op runs or is skipped because an earlier
      * writer failed. */
-    vq_task task = {.fn = no_work, .arg = t, .arg_free = tensor_destroy_arg, .writes = w,
-                    .nwrites = 1, .name = "tensor_free"};
+    vq_task task = {.fn = no_work,
+                    .arg = t,
+                    .arg_free = tensor_destroy_arg,
+                    .writes = w,
+                    .nwrites = 1,
+                    .name = "tensor_free"};
     if (t->dev.kind == VQ_DEV_GPU) {
         task.fn = gpu_free_run;
         task.ctx = t->dev;
@@ -450,8 +452,9 @@ VQ_API int vq_tensor_wait(vq_tensor *t)
         vq__fail(err, "an op this tensor depends on failed: %s", vq__fail_note_text(note));
     } else if (t->dev.kind == VQ_DEV_GPU && vq__gpu_last_failure(t->dev.id, last, sizeof last)) {
         /* Failures in stream work carry no tensor: name the device's last. */
-        vq__fail(err, "an op this tensor depends on failed (%s) on GPU %d; the last kernel that "
-                      "failed there: %s",
+        vq__fail(err,
+                 "an op this tensor depends on failed (%s) on GPU %d; the last kernel that "
+                 "failed there: %s",
                  vq_strerror(err), t->dev.id, last);
     } else {
         vq__fail(err, "an op this tensor depends on failed (%s)", vq_strerror(err));

@@ -18,7 +18,7 @@
  * that many children run (the suite's form); --full tries every N. */
 #include <varq/varq.h>
 
-#include "../engine/fault.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <execinfo.h>

@@ -9,7 +9,7 @@
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
-#include "../tensor/tensor_internal.h" /* vq__mem_trim_hook_add */
+#include "tensor_services.h" /* vq__mem_trim_hook_add */
 #include "cpu_stats.h"
 #include "leakcheck.h"
 

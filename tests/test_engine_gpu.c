@@ -18,7 +18,7 @@
 
 #include "../engine/engine_internal.h"
 #include "stream.h"
-#include "../engine/fault.h"
+#include "fault.h"
 
 #include <criterion/criterion.h>
 #include <stdatomic.h>

@@ -3,7 +3,7 @@
  * engine; the plan cache; release by reference count (peak memory); async
  * runs in flight; errors naming the op; a push the engine cannot take.
  * (Scopes are test_scope.c.) */
-#include "../engine/fault.h" /* vq__fault_arm */
+#include "fault.h" /* vq__fault_arm */
 #include "leakcheck.h"
 #include "opcheck.h"
 #include "programs.h"

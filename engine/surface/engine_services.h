@@ -61,8 +61,7 @@ bool vq__engine_runs_inline(const vq_engine *e);
  * as long as the engine. (engine/profiler.c) */
 bool vq__engine_profiling(const vq_engine *e);
 uint64_t vq__now_ns(void);
-void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns,
-                   int worker);
+void vq__prof_span(vq_engine *e, const char *name, uint64_t start_ns, uint64_t end_ns, int worker);
 
 /* For a thread outside the engine's ops that waits for the engine's work
  * (the executor's vq_exec_run): runs one queued ready CPU op of e on the

@@ -1,15 +1,16 @@
-/* Private structures of the tensor runtime (tensor/): the tensor object,
+/* The tensor runtime's surface (tensor/), for the layers above it (ops/,
+ * graph/, capture/, onnx/, dist/): the tensor object,
  * the allocator interface and the allocators' trim hooks, GPU memory
  * (the backend, per-device allocators, copies between host and devices),
  * the broadcasting walk and atomic file writes. The op runtime (ops/)
  * builds on it; nothing here knows of op definitions or kernels. */
-#ifndef VARQ_TENSOR_INTERNAL_H
-#define VARQ_TENSOR_INTERNAL_H
+#ifndef VARQ_TENSOR_SERVICES_H
+#define VARQ_TENSOR_SERVICES_H
 
 #include <varq/ops.h> /* vq_attr, for capture's op_run hook */
 #include <varq/tensor.h>
 
-#include "../engine/engine_services.h" /* vq__fail, vq__malloc & co., the GPU op's stream */
+#include "engine_services.h" /* vq__fail, vq__malloc & co., the GPU op's stream */
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -97,8 +98,8 @@ bool vq__gpu_last_failure(int id, char *buf, size_t size);
  * stream stays usable); without, the message is kept as GPU id's last
  * failure and err is returned, to become the stream's sticky error. Makes
  * no backend calls, so host functions may call it. Thread-safe. */
-int vq__gpu_work_failed(int id, int err, void (*defer)(void *user, void *tag, int err,
-                                                       const char *msg),
+int vq__gpu_work_failed(int id, int err,
+                        void (*defer)(void *user, void *tag, int err, const char *msg),
                         void *defer_user, void *defer_tag);
 
 /* ---- tensors (tensor.c) ---- */
@@ -207,7 +208,7 @@ static inline void vq__capture_cut(vq_tensor *t, int cause)
  * contiguous. */
 typedef struct vq__bcast {
     int ndim;
-    int64_t shape[VQ_MAX_DIMS];    /* output shape */
+    int64_t shape[VQ_MAX_DIMS];     /* output shape */
     int64_t stride[2][VQ_MAX_DIMS]; /* per input, in elements, 0 where broadcast */
 } vq__bcast;
 
@@ -247,6 +248,5 @@ void vq__file_inject_fault(int after, int kind);
 
 /* Syncs the directory holding path (best effort). */
 void vq__file_sync_dir_of(const char *path);
-
 
 #endif

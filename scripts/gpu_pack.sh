@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 b=${1:?usage: scripts/gpu_pack.sh BUILD_DIR OUT.tar.xz}
 out=${2:?usage: scripts/gpu_pack.sh BUILD_DIR OUT.tar.xz}
-bins=(tests/test_stream tests/test_engine_gpu tests/test_ops_gpu_kernels tests/test_exec_gpu
+bins=(tests/engine/test_stream tests/engine/test_engine_gpu tests/test_ops_gpu_kernels tests/test_exec_gpu
   tests/test_capture tests/test_train tests/exec_stress examples/mlp_digits
   bench/train_bench bench/gpu_bench bench/capture_bench tools/onnx_check tools/varq)
 files=()

@@ -84,6 +84,26 @@ flags=$(PKG_CONFIG_PATH="$PWD/build/meson-uninstalled" pkg-config --cflags --lib
    -o engine_stress $flags -Wl,-rpath,"$OLDPWD/build")
 "$out/engine_stress" 50000
 
+# The engine alone (meson_options.txt: engine_only): its library and
+# tests configure, build and pass where pkg-config can find every package
+# but BLAS, protobuf-c, xxHash and MPI (a search path of links to the
+# other .pc files), and no test program loads one.
+section "the engine alone, without BLAS, protobuf-c or xxHash (build-engine)"
+mkdir "$out/pc"
+for pcdir in $(pkg-config --variable pc_path pkg-config | tr ':' ' '); do
+  for f in "$pcdir"/*.pc; do
+    case $(basename "$f" .pc) in *blas* | *lapack* | libprotobuf-c | libxxhash | ompi* | mpi*) ;;
+      *) [ -e "$f" ] && ln -sf "$f" "$out/pc/" ;; esac
+  done
+done
+PKG_CONFIG_LIBDIR="$out/pc" configure build-engine -Dengine_only=true
+ninja -C build-engine >/dev/null
+meson test -C build-engine --print-errorlogs | grep -E '^(Ok|Fail|Timeout):'
+if { ldd build-engine/tests/engine/* 2>/dev/null || true; } | grep -E 'blas|protobuf|xxhash|mpi'; then
+  echo "an engine test loads a library the engine should not need" >&2
+  exit 1
+fi
+
 section "the layout of the C lines changed since .clang-format (scripts/format_check.sh)"
 scripts/format_check.sh
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds and runs the whole test suite three times: a normal build (build/),
-# an AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/) and a
-# ThreadSanitizer build (build-tsan/), each with `meson test`; in the normal
+# Builds and runs the whole test suite three times: a normal build (build/,
+# gcc), an AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/,
+# clang, with the libFuzzer targets) and a ThreadSanitizer build
+# (build-tsan/), each with `meson test`; in the normal
 # build, the numeric suites (ops, onnx, train, graph) run again at every
-# VARQ_ISA level below the CPU's. Any failing
+# VARQ_ISA level below the CPU's; the engine builds and passes alone
+# (build-engine/), and the fuzzers run a fixed set of inputs. Any failing
 # test or sanitizer report fails the script. Between them it checks the
 # public API against ../shared/checks/api_shape.c and builds the random
 # serial-equivalence program outside the tree against varq.pc, and
@@ -98,7 +100,11 @@ for pcdir in $(pkg-config --variable pc_path pkg-config | tr ':' ' '); do
 done
 PKG_CONFIG_LIBDIR="$out/pc" configure build-engine -Dengine_only=true
 ninja -C build-engine >/dev/null
-meson test -C build-engine --print-errorlogs | grep -E '^(Ok|Fail|Timeout):'
+if ! meson test -C build-engine --print-errorlogs >"$out/engine.log" 2>&1; then
+  cat "$out/engine.log"
+  exit 1
+fi
+grep -E '^(Ok|Fail|Timeout):' "$out/engine.log"
 if { ldd build-engine/tests/engine/* 2>/dev/null || true; } | grep -E 'blas|protobuf|xxhash|mpi'; then
   echo "an engine test loads a library the engine should not need" >&2
   exit 1
@@ -126,12 +132,24 @@ fi
 section "the var queue, model-checked (spin)"
 scripts/spin_check.sh
 
-suite "AddressSanitizer + UndefinedBehaviorSanitizer" build-asan \
-  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled
+# The ASan + UBSan build is clang's, with the fuzzers (option fuzz) in it:
+# one sanitizer build of the library instead of two, the suite compiled
+# by clang as the normal build is by gcc. Without clang: gcc, no fuzzers.
+# A build-asan made by another compiler is made anew.
+asan_cc=gcc asan_opts=()
+if command -v clang >/dev/null; then
+  asan_cc=clang asan_opts=(-Dfuzz=true)
+fi
+if [ -f build-asan/meson-info/intro-compilers.json ] &&
+    ! grep -q "\"$asan_cc\"" build-asan/meson-info/intro-compilers.json; then
+  rm -rf build-asan
+fi
+CC=$asan_cc suite "AddressSanitizer + UndefinedBehaviorSanitizer ($asan_cc)" build-asan \
+  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled "${asan_opts[@]}"
 suite ThreadSanitizer build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled
 
-# The libFuzzer targets (tests/fuzz_*.c) in a clang build of their own
-# (option fuzz instruments the whole build), each for a fixed number of
+# The libFuzzer targets (tests/fuzz_*.c), built in build-asan (above),
+# each for a fixed number of
 # inputs from a fixed seed: the same inputs on every machine, so the suite
 # passes or fails by the commit, not by luck (a timed run explores a
 # different stretch each time and once failed CI on a defect no commit had
@@ -139,16 +157,13 @@ suite ThreadSanitizer build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=dis
 # the script, leaving the input as crash-*/leak-*/oom-*/timeout-* here.
 # Exploring further is a separate, open-ended job: the same command with
 # another -seed, a larger -runs or -max_total_time, and a kept corpus.
-section "fuzzers (build-fuzz, clang with libFuzzer)"
-if command -v clang >/dev/null; then
-  CC=clang configure build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dcuda=disabled
-  ninja -C build-fuzz tests/fuzz_program examples/newton_sqrt
+section "fuzzers (build-asan, clang with libFuzzer)"
+if [ "$asan_cc" = clang ]; then
   corpus=$(mktemp -d)
   onnx_corpus=$(mktemp -d)
   trap 'rm -rf "$out" "$corpus" "$onnx_corpus"' EXIT
-  build-fuzz/examples/newton_sqrt "$corpus/newton.pb" >/dev/null
-  if ! VARQ_FUZZ_SEEDS="$corpus" build-fuzz/tests/fuzz_program -seed=1 -runs=200000 -timeout=10 \
+  build-asan/examples/newton_sqrt "$corpus/newton.pb" >/dev/null
+  if ! VARQ_FUZZ_SEEDS="$corpus" build-asan/tests/fuzz_program -seed=1 -runs=200000 -timeout=10 \
       -rss_limit_mb=2048 -print_final_stats=1 "$corpus" >"$out/fuzz_program.log" 2>&1; then
     tail -n 60 "$out/fuzz_program.log"
     exit 1
@@ -157,15 +172,15 @@ if command -v clang >/dev/null; then
   # The ONNX importer (when built), seeded with ONNX's backend test models
   # (the normal suite's onnx_conformance generated them into
   # build/onnx-tests) and the models tests/test_onnx.c builds.
-  if ninja -C build-fuzz -t query tests/fuzz_onnx >/dev/null 2>&1; then
-    ninja -C build-fuzz tests/fuzz_onnx
+  if ninja -C build-asan -t query tests/fuzz_onnx >/dev/null 2>&1; then
+    ninja -C build-asan tests/fuzz_onnx
     VARQ_ONNX_SEEDS="$onnx_corpus" build/tests/test_onnx >/dev/null 2>&1 || true
     if [ -d build/onnx-tests ]; then
       find build/onnx-tests -name model.onnx | while read -r m; do
         cp "$m" "$onnx_corpus/$(basename "$(dirname "$m")").onnx"
       done
     fi
-    if ! build-fuzz/tests/fuzz_onnx -seed=1 -runs=100000 -timeout=10 -rss_limit_mb=2048 \
+    if ! build-asan/tests/fuzz_onnx -seed=1 -runs=100000 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 "$onnx_corpus" >"$out/fuzz_onnx.log" 2>&1; then
       tail -n 60 "$out/fuzz_onnx.log"
       exit 1

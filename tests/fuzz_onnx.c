@@ -3,19 +3,21 @@
  * into a fresh scope, and for a model that imports: the program's text
  * dump and its encoding decoded again. Each may refuse the model with an
  * error; a crash, a sanitizer report, a leak, a hang or an allocation past
- * libFuzzer's -malloc_limit_mb (the import computes only small values:
- * VQ_ONNX_FOLD_MAX_ELEMS) is a bug. Nothing runs: a model's loop may never
+ * libFuzzer's -malloc_limit_mb (the import computes only small values,
+ * VQ_ONNX_FOLD_MAX_ELEMS, and makes tensors of at most
+ * VQ_ONNX_MADE_MAX_ELEMS) is a bug. Nothing runs: a model's loop may never
  * end and its shapes may be huge.
  *
- * Built only in a clang build with -Dfuzz=true (tests/meson.build);
- * scripts/test.sh runs it briefly under "== fuzzers", seeded with ONNX's
+ * Built only in a clang build with -Dfuzz=true (tests/meson.build:
+ * scripts/test.sh's build-asan); scripts/test.sh runs it on a fixed set of
+ * inputs under "== fuzzers", seeded with ONNX's
  * backend test models (scripts/onnx_conformance.sh generates them into
  * BUILD/onnx-tests) and the models tests/test_onnx.c builds (it writes
  * each into the directory VARQ_ONNX_SEEDS names):
  *
  *   VARQ_ONNX_SEEDS=corpus build/tests/test_onnx
  *   cp build/onnx-tests/WHAT/model.onnx corpus/WHAT.onnx ...
- *   build-fuzz/tests/fuzz_onnx corpus
+ *   build-asan/tests/fuzz_onnx corpus
  */
 #include <varq/varq.h>
 

@@ -7,12 +7,13 @@
  * error; a crash, a sanitizer report, a leak or a hang is a bug. Nothing
  * runs: a decoded loop may never end and a decoded shape may be huge.
  *
- * Built only in a clang build with -Dfuzz=true (tests/meson.build);
- * scripts/test.sh runs it briefly under "== fuzzers". With VARQ_FUZZ_SEEDS
+ * Built only in a clang build with -Dfuzz=true (tests/meson.build:
+ * scripts/test.sh's build-asan); scripts/test.sh runs it on a fixed set of
+ * inputs under "== fuzzers". With VARQ_FUZZ_SEEDS
  * set to a directory, it first writes seed programs there (a training
  * step, a cond and a while, each encoded as vq_program_save writes it):
  *
- *   VARQ_FUZZ_SEEDS=corpus build-fuzz/tests/fuzz_program corpus
+ *   VARQ_FUZZ_SEEDS=corpus build-asan/tests/fuzz_program corpus
  */
 #include <varq/varq.h>
 

@@ -532,7 +532,7 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
     }
     too_big &= computable;
     char tmp[VQ__MAX_SLOTS][300];
-    struct ox_val *outs[VQ__MAX_SLOTS];
+    struct ox_val *outs[VQ__MAX_SLOTS] = {0};
     const char *names[VQ__MAX_SLOTS];
     for (int j = 0; j < nout; j++) {
         names[j] = out_names ? out_names[j] : NULL;

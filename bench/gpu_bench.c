@@ -15,7 +15,7 @@
  *                event: what the engine does for a chain that changes
  *                streams, minus the engine.
  * The CUDA raw loops are in gpu_kernels.cu (built when have_cuda); the
- * emulated ones call the backend table of engine/stream.h, which is why
+ * emulated ones call the backend table of engine/surface/stream.h, which is why
  * this program links the static library (its internals are hidden in the
  * shared one).
  *

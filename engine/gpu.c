@@ -1,4 +1,4 @@
-/* GPU execution on the stream backend (docs/design/gpu.md, engine/stream.h).
+/* GPU execution on the stream backend (docs/design/gpu.md, engine/surface/stream.h).
  *
  * The engine's GPU state is created by the first GPU push (vq__gpu_check),
  * so that an engine that only runs CPU ops never touches a GPU runtime. It

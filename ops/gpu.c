@@ -1,6 +1,6 @@
 /* Ops on GPUs (docs/design/gpu.md): which kernel an op on a GPU runs (on
  * the emulated backend its CPU kernel, run as stream work; on CUDA its
- * CUDA kernel, ops/cuda/ops.c, picked once per op when the registry is
+ * CUDA kernel (ops/cuda/<family>_host.c), picked once per op when the registry is
  * built: vq__gpu_kernel_pick), and the executor's NaN check of a GPU op's
  * outputs. GPU memory and copies are the tensor runtime's (tensor/gpu.c). */
 #include "ops_internal.h"

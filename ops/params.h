@@ -2,7 +2,7 @@
  * small structs of parsed attributes that each op's infer fills (see
  * ops_internal.h) and its kernels read, and the op codes (vq__op_def.code) they
  * carry. The CPU kernels (ops/cpu) and the CUDA kernel functions
- * (ops/cuda/ops.c) read the same params, so the structs live here, once;
+ * (ops/cuda/<family>_host.c) read the same params, so the structs live here, once;
  * each one is filled only by the infer of the file named above it. */
 #ifndef VARQ_OPS_PARAMS_H
 #define VARQ_OPS_PARAMS_H

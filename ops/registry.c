@@ -220,7 +220,7 @@ VQ_API int vq_op_traits(const char *type)
         traits |= VQ_OP_HAS_GPU;
     if (d->kernel_async)
         traits |= VQ_OP_HAS_ASYNC;
-    /* autodiff differentiates cond and while itself (graph/train.c) */
+    /* autodiff differentiates cond and while itself (graph/autodiff_control.c) */
     if (d->grad || (d->flags & VQ__CONTROL))
         traits |= VQ_OP_HAS_GRAD;
     if (d->flags & VQ__CONTROL)

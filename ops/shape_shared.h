@@ -3,7 +3,7 @@
  * strided box that transpose, concat, slice and their gradients copy
  * (ops/cpu/shape.c, ops/cuda/shape.cu), cast's float-to-integer
  * conversions, a tensor's lines around an axis (softmax, gather, argmax),
- * and matmul's products (ops/cpu/matmul.c, ops/cuda/ops.c). Plain C, and
+ * and matmul's products (ops/cpu/matmul.c, ops/cuda/<family>_host.c). Plain C, and
  * __host__ __device__ under nvcc (VQ__SHARED_FN, which the other
  * *_shared.h headers take from here). */
 #ifndef VARQ_OPS_SHAPE_SHARED_H
@@ -81,7 +81,7 @@ VQ__SHARED_FN int64_t vq__to_i64(double v)
 
 /* A tensor of ndim dims seen as [outer, len, inner] around axis: the lines
  * along the axis that softmax, log_softmax, gather and argmax walk
- * (ops/cpu/activation.c, index.c, extremum.c; ops/cuda/ops.c). */
+ * (ops/cpu/activation.c, index.c, extremum.c; ops/cuda/<family>_host.c). */
 VQ__SHARED_FN void vq__lines_of(int ndim, const int64_t *shape, int axis, int64_t *outer,
                                 int64_t *len, int64_t *inner)
 {
@@ -93,7 +93,7 @@ VQ__SHARED_FN void vq__lines_of(int ndim, const int64_t *shape, int axis, int64_
         *inner *= shape[i];
 }
 
-/* One matmul call's matrices (ops/cpu/matmul.c, ops/cuda/ops.c): batch
+/* One matmul call's matrices (ops/cpu/matmul.c, ops/cuda/<family>_host.c): batch
  * products of op(X_b) [m, k] by op(Y_b) [k, n]. */
 typedef struct vq__matmul_dims {
     int64_t batch, m, n, k;

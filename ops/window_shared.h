@@ -156,7 +156,7 @@ VQ__WINDOW_ARGMAX(vq__window_argmax_f32, float)
 VQ__WINDOW_ARGMAX(vq__window_argmax_f64, double)
 
 /* One conv2d call's shapes, for the CPU kernels (ops/cpu/conv.c) and the
- * CUDA ones (ops/cuda/ops.c) alike: the window over all of X's channels
+ * CUDA ones (ops/cuda/<family>_host.c) alike: the window over all of X's channels
  * and the matrices of one group's product, Out_g [mg, plane] = W_g [mg,
  * rows] times the group's columns [rows, plane]. */
 typedef struct vq__conv {

@@ -30,7 +30,7 @@
 /* The data bytes are copied as they are: .npy little-endian is the host's
  * order. A big-endian host would need to swap here. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "ops/npy.c assumes a little-endian host"
+#error "tensor/npy.c assumes a little-endian host"
 #endif
 
 static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};

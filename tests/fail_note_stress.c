@@ -1,6 +1,6 @@
 /* Failure notes under concurrency, without a test framework, so that it
  * runs under ThreadSanitizer too (Criterion cannot): the note that names
- * the op that failed first (engine/engine_services.h) is made on the
+ * the op that failed first (engine/surface/engine_services.h) is made on the
  * worker that runs the failed op, passed on by skipped ops running at once
  * on other workers, taken by waiters on the pushing threads and dropped
  * with vars that nobody waits for, by whichever thread frees them.

@@ -647,7 +647,7 @@ Test(capture, released_tensors_and_tensors_kept_across_segments)
 }
 
 /* A temporary of one step is handed to the same call of the next step
- * (capture/capture.c, spare_put): the values, the errors and their
+ * (capture/replay.c, spare_put): the values, the errors and their
  * messages must still be the eager ones, whether the reused tensor failed
  * before, and whether the caller keeps it this time. */
 Test(capture, temporaries_reused_by_the_next_step_keep_eager_values_and_errors)

@@ -268,7 +268,7 @@ Test(exec, a_long_chain_of_temporaries_peaks_at_a_few_tensors)
 }
 
 /* Two persistable vars bound to one scope tensor share its engine var: the
- * segments' map (plan.c) keys them as one, and the updates through both
+ * segments' map (graph/segments.c) keys them as one, and the updates through both
  * names apply in program order. */
 Test(exec, two_persistable_names_of_one_tensor_update_it_in_program_order)
 {

@@ -1,4 +1,4 @@
-/* .npy reading and writing (ops/npy.c): round trips through varq, files
+/* .npy reading and writing (tensor/npy.c): round trips through varq, files
  * exchanged with numpy both ways, every kind of rejection with its message,
  * and a fuzz run of the parser on truncated and mutated encodings.
  *

@@ -1,4 +1,4 @@
-/* The stream backends (engine/stream.h): stream order, events across
+/* The stream backends (engine/surface/stream.h): stream order, events across
  * streams and devices, query and synchronize, sticky errors, stream-ordered
  * memory and clean shutdown, on the host-emulated backend; the same
  * backend-neutral checks on CUDA where a GPU is present (skipped, with a

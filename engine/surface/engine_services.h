@@ -198,7 +198,7 @@ void vq__engine_note_fail(vq_engine *e, int err);
 
 /* ---- freeing an idle var at once (engine.c) ----
  *
- * For the last release of a tensor (ops/tensor.c): when nothing is queued
+ * For the last release of a tensor (tensor/tensor.c): when nothing is queued
  * on v (no write pending, no read granted and unfinished) and no GPU work
  * follows its last op, frees v now and returns true, so that the tensor's
  * storage can go at once instead of after two pushed ops (a free op and

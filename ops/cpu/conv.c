@@ -19,7 +19,7 @@
  * a direct stencil per output plane (conv_depthwise below; 3x3 taps from
  * a zero-padded copy of the plane, with AVX-512 where the CPU has it). The
  * column buffer is one group's, reused for every image and group, and
- * comes from the CPU allocator's cache (ops/alloc.c), so a loop that runs
+ * comes from the CPU allocator's cache (tensor/alloc.c), so a loop that runs
  * the same layer every step stops allocating.
  *
  * Large f32 3x3 layers of stride 1, dilation 1 and one group (most of

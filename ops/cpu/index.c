@@ -11,7 +11,7 @@
  * message naming the op, the index and its element in Indices: the first
  * bad one in Indices' order, found before anything is written, always
  * (even when X or Out is empty). The CUDA kernels (ops/cuda/index.cu) name
- * the same element (ops/cuda/ops.c's device-side checks).
+ * the same element (the CUDA kernels' device-side checks).
  *
  * gather_grad(X, Indices, dOut; axis) -> dX is zeros of X's shape with each
  * row of dOut added at the row of X its index picked, so repeated indices

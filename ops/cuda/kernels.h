@@ -95,7 +95,7 @@ const char *vq__cuda_last_error(void);
 enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3, VQ__CUDA_POW = 4 };
 
 /* out = x op y with numpy broadcasting, for f32, f64, i32 and i64. The
- * broadcast is described as vq__bcast_init (ops/broadcast.c) leaves it:
+ * broadcast is described as vq__bcast_init (tensor/broadcast.c) leaves it:
  * pass b.ndim, b.shape, b.stride[0], b.stride[1]. out is contiguous with
  * prod(shape) elements; xstride/ystride are per-dim strides in elements (0
  * where broadcast); ndim 0 is one element. Integers wrap; an integer

@@ -1649,7 +1649,8 @@ Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
             cr_expect_not_null(vq__cuda_op_kernel(vq_op_name(i)), "op %s has no CUDA kernel",
                                vq_op_name(i));
     cr_assert_eq(vq__cuda_op_kernel_count(), vq_op_count() - N_CONTROL_OPS,
-                 "ops/cuda/launch.c's table has kernels for %d op types, the registry has %d besides "
+                 "ops/cuda/launch.c's table has kernels for %d op types, the registry has %d "
+                 "besides "
                  "the control ops",
                  vq__cuda_op_kernel_count(), vq_op_count() - N_CONTROL_OPS);
     cr_assert_null(vq__cuda_op_kernel("no_such_op"));

@@ -1,7 +1,8 @@
 /* Ops on GPUs (docs/design/gpu.md): which kernel an op on a GPU runs (on
  * the emulated backend its CPU kernel, run as stream work; on CUDA its
- * CUDA kernel (ops/cuda/<family>_host.c), picked once per op when the registry is
- * built: vq__gpu_kernel_pick), and the executor's NaN check of a GPU op's
+ * CUDA kernel, the launches its definition names (ops/cuda/cuda_ops.h)
+ * behind the dispatcher, set once per op when the registry is built:
+ * vq__gpu_kernel_pick), and the executor's NaN check of a GPU op's
  * outputs. GPU memory and copies are the tensor runtime's (tensor/gpu.c). */
 #include "ops_internal.h"
 
@@ -18,7 +19,7 @@
 void vq__gpu_kernel_pick(vq__op_def *def)
 {
 #ifdef VARQ_HAVE_CUDA
-    if (!def->kernel[VQ_DEV_GPU] && (def->cuda = vq__cuda_op_kernel(def->type)) != NULL)
+    if (!def->kernel[VQ_DEV_GPU] && def->cuda) /* named by the definition: cuda/cuda_ops.h */
         def->kernel[VQ_DEV_GPU] = vq__cuda_run;
 #else
     (void)def;

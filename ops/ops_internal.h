@@ -183,9 +183,8 @@ int vq__emit_xy_grads(const vq__grad *g, const char *grad_type);
 
 /* (gpu.c) Picks the CUDA kernel of the built-in op def, once, when the
  * registry is built (registry.c, on its own copy of def): when def's GPU
- * slot is empty and ops/cuda/launch.c has launches for its type, def->cuda
- * becomes them and the GPU slot the dispatcher vq__cuda_run. Nothing in a
- * build without CUDA. */
+ * slot is empty and def names its launches (def->cuda), the GPU slot
+ * becomes the dispatcher vq__cuda_run. Nothing in a build without CUDA. */
 void vq__gpu_kernel_pick(vq__op_def *def);
 
 /* (gpu.c) Runs def's CPU kernel as stream work of the GPU op k->x (the

@@ -3,8 +3,8 @@
  * strided box that transpose, concat, slice and their gradients copy
  * (ops/cpu/shape.c, ops/cuda/shape.cu), cast's float-to-integer
  * conversions, a tensor's lines around an axis (softmax, gather, argmax),
- * and matmul's products (ops/cpu/matmul.c, ops/cuda/<family>_host.c). Plain C, and
- * __host__ __device__ under nvcc (VQ__SHARED_FN, which the other
+ * and matmul's products (ops/cpu/matmul.c, ops/cuda/matmul_host.c). Plain C,
+ * and __host__ __device__ under nvcc (VQ__SHARED_FN, which the other
  * *_shared.h headers take from here). */
 #ifndef VARQ_OPS_SHAPE_SHARED_H
 #define VARQ_OPS_SHAPE_SHARED_H
@@ -93,8 +93,8 @@ VQ__SHARED_FN void vq__lines_of(int ndim, const int64_t *shape, int axis, int64_
         *inner *= shape[i];
 }
 
-/* One matmul call's matrices (ops/cpu/matmul.c, ops/cuda/<family>_host.c): batch
- * products of op(X_b) [m, k] by op(Y_b) [k, n]. */
+/* One matmul call's matrices (ops/cpu/matmul.c, ops/cuda/matmul_host.c):
+ * batch products of op(X_b) [m, k] by op(Y_b) [k, n]. */
 typedef struct vq__matmul_dims {
     int64_t batch, m, n, k;
     bool shared; /* one Y (2-D) for every batch */

@@ -16,6 +16,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The code (vq__op_def.code) of max_pool2d, avg_pool2d and their
+ * gradients: which pool, for the CUDA launches the two share
+ * (ops/cuda/pool_host.c). */
+enum { VQ__POOL_MAX = 1, VQ__POOL_AVG = 2 };
+
 /* One call's geometry. conv2d: c is all of X's channels and kh, kw are
  * W's last two dims; the pools have no groups and avg_pool2d no dilation
  * (dh = dw = 1). */
@@ -156,7 +161,7 @@ VQ__WINDOW_ARGMAX(vq__window_argmax_f32, float)
 VQ__WINDOW_ARGMAX(vq__window_argmax_f64, double)
 
 /* One conv2d call's shapes, for the CPU kernels (ops/cpu/conv.c) and the
- * CUDA ones (ops/cuda/<family>_host.c) alike: the window over all of X's channels
+ * CUDA ones (ops/cuda/conv_host.c) alike: the window over all of X's channels
  * and the matrices of one group's product, Out_g [mg, plane] = W_g [mg,
  * rows] times the group's columns [rows, plane]. */
 typedef struct vq__conv {

@@ -12,6 +12,7 @@
  * which is what makes running in place safe. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
 #include "isa.h"
 
@@ -429,17 +430,21 @@ static int log_softmax_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
+#define UNARY_OP(name, c)                                                                       \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),            \
+        .infer = unary_infer, .kernel = {unary_kernel}, .cuda = VQ__CUDA_OP(vq__unary_gpu),     \
+        .grad = unary_grad                                                                      \
+    }
 
-#define UNARY_OP(name, c)                                                                   \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),           \
-     .infer = unary_infer, .kernel = {unary_kernel}, .grad = unary_grad}
-
-#define UNARY_GRAD_OP(name, c)                                                              \
-    {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,              \
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .code = c,                                   \
-     .params_size = sizeof(vq__unary_params), .infer = unary_grad_infer,                    \
-     .kernel = {unary_grad_kernel}}
+#define UNARY_GRAD_OP(name, c)                                                                     \
+    {                                                                                              \
+        .type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),               \
+        .infer = unary_grad_infer, .kernel = {unary_grad_kernel},                                  \
+        .cuda = VQ__CUDA_OP(vq__unary_grad_gpu)                                                    \
+    }
 
 const vq__op_def vq__ops_activation[] = {
     UNARY_OP("relu", VQ__ACT_RELU),
@@ -448,21 +453,53 @@ const vq__op_def vq__ops_activation[] = {
     UNARY_GRAD_OP("relu_grad", VQ__ACT_RELU),
     UNARY_GRAD_OP("sigmoid_grad", VQ__ACT_SIGMOID),
     UNARY_GRAD_OP("tanh_grad", VQ__ACT_TANH),
-    {.type = "softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = softmax_infer,
-     .kernel = {softmax_kernel}, .grad = softmax_grad},
-    {.type = "softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,
-     .kernel = {softmax_grad_kernel}},
-    {.type = "log_softmax", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = softmax_infer,
-     .kernel = {log_softmax_kernel}, .grad = softmax_grad},
-    {.type = "log_softmax_grad", .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = axis_attrs, .nattrs = 1,
-     .params_size = sizeof(vq__softmax_params), .infer = softmax_grad_infer,
-     .kernel = {log_softmax_grad_kernel}},
+    {.type = "softmax",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .attrs = axis_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params),
+     .infer = softmax_infer,
+     .kernel = {softmax_kernel},
+     .cuda = VQ__CUDA_OP(vq__softmax_gpu),
+     .grad = softmax_grad},
+    {.type = "softmax_grad",
+     .in_slots = grad_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .attrs = axis_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params),
+     .infer = softmax_grad_infer,
+     .kernel = {softmax_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__softmax_grad_gpu)},
+    {.type = "log_softmax",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .attrs = axis_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params),
+     .infer = softmax_infer,
+     .kernel = {log_softmax_kernel},
+     .cuda = VQ__CUDA_OP(vq__log_softmax_gpu),
+     .grad = softmax_grad},
+    {.type = "log_softmax_grad",
+     .in_slots = grad_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .attrs = axis_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__softmax_params),
+     .infer = softmax_grad_infer,
+     .kernel = {log_softmax_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__log_softmax_grad_gpu)},
     {0},
 };

@@ -18,6 +18,7 @@
  * never differentiates. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <string.h>
 
@@ -456,14 +457,19 @@ static const vq__attr_spec where_grad_attrs[] = {
     {"wrt", VQ_ATTR_INT, true, NULL},
 };
 
-#define COMPARE(name, c)                                                                      \
-    {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .code = c, .infer = binary_infer, .kernel = {binary_kernel}}
+#define COMPARE(name, c)                                                                         \
+    {                                                                                            \
+        .type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
+        .code = c, .infer = binary_infer, .kernel = {binary_kernel},                             \
+        .cuda = VQ__CUDA_OP(vq__compare_gpu)                                                     \
+    }
 
-#define MINMAX(name, c)                                                                       \
-    {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .infer = binary_infer, .kernel = {binary_kernel},    \
-     .grad = minmax_grad}
+#define MINMAX(name, c)                                                                          \
+    {                                                                                            \
+        .type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .infer = binary_infer, .kernel = {binary_kernel},    \
+        .cuda = VQ__CUDA_OP(vq__compare_gpu), .grad = minmax_grad                                \
+    }
 
 const vq__op_def vq__ops_compare[] = {
     COMPARE("less", CMP_LESS),
@@ -474,25 +480,67 @@ const vq__op_def vq__ops_compare[] = {
     COMPARE("not_equal", CMP_NOT_EQUAL),
     COMPARE("logical_and", LOGIC_AND),
     COMPARE("logical_or", LOGIC_OR),
-    {.type = "logical_not", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot,
-     .nout_slots = 1, .flags = VQ__INPLACE_OK, .code = BOOL_ONLY, .infer = unary_infer,
-     .kernel = {not_kernel}},
+    {.type = "logical_not",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .code = BOOL_ONLY,
+     .infer = unary_infer,
+     .kernel = {not_kernel},
+     .cuda = VQ__CUDA_OP(vq__not_gpu)},
     MINMAX("maximum", MINMAX_MAX),
     MINMAX("minimum", MINMAX_MIN),
-    {.type = "minmax_grad", .in_slots = minmax_grad_in, .nin_slots = 3, .out_slots = grad3_out,
-     .nout_slots = 1, .attrs = minmax_grad_attrs, .nattrs = 2,
+    {.type = "minmax_grad",
+     .in_slots = minmax_grad_in,
+     .nin_slots = 3,
+     .out_slots = grad3_out,
+     .nout_slots = 1,
+     .attrs = minmax_grad_attrs,
+     .nattrs = 2,
      .params_size = sizeof(vq__select_grad_params),
-     .infer = minmax_grad_infer, .kernel = {minmax_grad_kernel}},
-    {.type = "where", .in_slots = where_in, .nin_slots = 3, .out_slots = out_slot,
-     .nout_slots = 1, .infer = where_infer, .kernel = {where_kernel}, .grad = where_grad},
-    {.type = "where_grad", .in_slots = where_grad_in, .nin_slots = 3, .out_slots = grad3_out,
-     .nout_slots = 1, .attrs = where_grad_attrs, .nattrs = 1,
+     .infer = minmax_grad_infer,
+     .kernel = {minmax_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__minmax_grad_gpu)},
+    {.type = "where",
+     .in_slots = where_in,
+     .nin_slots = 3,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .infer = where_infer,
+     .kernel = {where_kernel},
+     .cuda = VQ__CUDA_OP(vq__where_gpu),
+     .grad = where_grad},
+    {.type = "where_grad",
+     .in_slots = where_grad_in,
+     .nin_slots = 3,
+     .out_slots = grad3_out,
+     .nout_slots = 1,
+     .attrs = where_grad_attrs,
+     .nattrs = 1,
      .params_size = sizeof(vq__select_grad_params),
-     .infer = where_grad_infer, .kernel = {where_grad_kernel}},
-    {.type = "abs", .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,
-     .flags = VQ__INPLACE_OK, .code = VQ__NUMERIC, .infer = unary_infer,
-     .kernel = {abs_kernel}, .grad = abs_grad},
-    {.type = "abs_grad", .in_slots = abs_grad_in, .nin_slots = 2, .out_slots = abs_grad_out,
-     .nout_slots = 1, .infer = abs_grad_infer, .kernel = {abs_grad_kernel}},
+     .infer = where_grad_infer,
+     .kernel = {where_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__where_grad_gpu)},
+    {.type = "abs",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .code = VQ__NUMERIC,
+     .infer = unary_infer,
+     .kernel = {abs_kernel},
+     .cuda = VQ__CUDA_OP(vq__abs_gpu),
+     .grad = abs_grad},
+    {.type = "abs_grad",
+     .in_slots = abs_grad_in,
+     .nin_slots = 2,
+     .out_slots = abs_grad_out,
+     .nout_slots = 1,
+     .infer = abs_grad_infer,
+     .kernel = {abs_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__abs_grad_gpu)},
     {0},
 };

@@ -48,6 +48,7 @@
  * emits one conv2d_grad per wanted input. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../window_shared.h"
 #include "isa.h"
 #include "sgemm512.h"
@@ -1530,6 +1531,7 @@ const vq__op_def vq__ops_conv[] = {
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_infer,
      .kernel = {conv2d_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv2d_gpu),
      .grad = conv2d_grad},
     {.type = "conv2d_grad",
      .in_slots = grad_in,
@@ -1541,7 +1543,8 @@ const vq__op_def vq__ops_conv[] = {
      .nattrs = 6,
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_grad_infer,
-     .kernel = {conv2d_grad_kernel}},
+     .kernel = {conv2d_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv2d_grad_gpu)},
     {.type = "conv_transpose2d",
      .in_slots = conv_in,
      .nin_slots = 2,
@@ -1553,6 +1556,7 @@ const vq__op_def vq__ops_conv[] = {
      .params_size = sizeof(vq__window_params),
      .infer = conv_transpose2d_infer,
      .kernel = {conv_transpose2d_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv_transpose2d_gpu),
      .grad = conv_transpose2d_grad},
     {0},
 };

@@ -28,6 +28,7 @@
  * 1, dB = the sum of dOut over all dims but the channels. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../vol_shared.h"
 #include "../window_shared.h" /* vq__window_out */
 
@@ -560,6 +561,7 @@ const vq__op_def vq__ops_conv3d[] = {
      .params_size = sizeof(vq__conv3d_params),
      .infer = conv3d_infer,
      .kernel = {conv3d_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv3d_gpu),
      .grad = conv3d_grad},
     {.type = "conv3d_grad",
      .in_slots = grad_in,
@@ -570,7 +572,8 @@ const vq__op_def vq__ops_conv3d[] = {
      .nattrs = 5,
      .params_size = sizeof(vq__conv3d_params),
      .infer = conv3d_grad_infer,
-     .kernel = {conv3d_grad_kernel}},
+     .kernel = {conv3d_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv3d_grad_gpu)},
     {.type = "conv_transpose3d",
      .in_slots = conv_in,
      .nin_slots = 2,
@@ -582,6 +585,7 @@ const vq__op_def vq__ops_conv3d[] = {
      .params_size = sizeof(vq__conv3d_params),
      .infer = conv_transpose3d_infer,
      .kernel = {conv_transpose3d_kernel},
+     .cuda = VQ__CUDA_OP(vq__conv_transpose3d_gpu),
      .grad = conv_transpose3d_grad},
     {0},
 };

@@ -15,6 +15,7 @@
  * bits. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
 
 #include <string.h>
@@ -118,6 +119,7 @@ const vq__op_def vq__ops_cumsum[] = {
      .params_size = sizeof(vq__cumsum_params),
      .infer = cumsum_infer,
      .kernel = {cumsum_kernel},
+     .cuda = VQ__CUDA_OP(vq__cumsum_gpu),
      .grad = cumsum_grad},
     {0},
 };

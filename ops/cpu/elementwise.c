@@ -10,6 +10,7 @@
  * negative power is an error like division by zero. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -368,10 +369,13 @@ static const vq__attr_spec grad_attrs[] = {
     {"wrt", VQ_ATTR_INT, true, NULL},
 };
 
-#define BINARY(name, c)                                                                     \
-    {.type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__binary_params),          \
-     .infer = binary_infer, .kernel = {binary_kernel}, .grad = binary_grad}
+#define BINARY(name, c)                                                                          \
+    {                                                                                            \
+        .type = name, .in_slots = xy_in, .nin_slots = 2, .out_slots = out_slot, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__binary_params),            \
+        .infer = binary_infer, .kernel = {binary_kernel}, .cuda = VQ__CUDA_OP(vq__binary_gpu),   \
+        .grad = binary_grad                                                                      \
+    }
 
 const vq__op_def vq__ops_elementwise[] = {
     BINARY("add", VQ__BINARY_ADD),
@@ -388,7 +392,8 @@ const vq__op_def vq__ops_elementwise[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__binary_grad_params),
      .infer = grad_infer,
-     .kernel = {grad_kernel}},
+     .kernel = {grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__binary_grad_gpu)},
     {.type = "scale",
      .in_slots = xy_in,
      .nin_slots = 1,
@@ -400,6 +405,7 @@ const vq__op_def vq__ops_elementwise[] = {
      .params_size = sizeof(vq__scale_params),
      .infer = scale_infer,
      .kernel = {scale_kernel},
+     .cuda = VQ__CUDA_OP(vq__scale_gpu),
      .grad = scale_grad},
     {0},
 };

@@ -27,6 +27,7 @@
  * have it. The others get 0. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
 
 #include <math.h>
@@ -355,25 +356,36 @@ static int extremum_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-#define ARG(name, c)                                                                       \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .attrs = arg_attrs, .nattrs = 3, .code = c, .params_size = sizeof(vq__arg_params),    \
-     .infer = arg_infer, .kernel = {arg_kernel}}
+#define ARG(name, c)                                                                            \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .attrs = arg_attrs, .nattrs = 3, .code = c, .params_size = sizeof(vq__arg_params),      \
+        .infer = arg_infer, .kernel = {arg_kernel}, .cuda = VQ__CUDA_OP(vq__arg_gpu)            \
+    }
 
-#define EXTREMUM(name, c)                                                                  \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .attrs = reduce_attrs, .nattrs = 2, .code = c,                                        \
-     .params_size = sizeof(vq__extremum_params), .infer = extremum_infer,                  \
-     .kernel = {extremum_kernel}, .grad = extremum_grad}
+#define EXTREMUM(name, c)                                                                          \
+    {                                                                                              \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,    \
+        .attrs = reduce_attrs, .nattrs = 2, .code = c, .params_size = sizeof(vq__extremum_params), \
+        .infer = extremum_infer, .kernel = {extremum_kernel},                                      \
+        .cuda = VQ__CUDA_OP(vq__extremum_gpu), .grad = extremum_grad                               \
+    }
 
 const vq__op_def vq__ops_extremum[] = {
     ARG("argmax", VQ__EXTREMUM_MAX),
     ARG("argmin", VQ__EXTREMUM_MIN),
     EXTREMUM("reduce_max", VQ__EXTREMUM_MAX),
     EXTREMUM("reduce_min", VQ__EXTREMUM_MIN),
-    {.type = "reduce_minmax_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = grad_attrs, .nattrs = 3,
-     .params_size = sizeof(vq__extremum_params), .infer = extremum_grad_infer,
-     .kernel = {extremum_grad_kernel}},
+    {.type = "reduce_minmax_grad",
+     .in_slots = grad_in,
+     .nin_slots = 3,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .attrs = grad_attrs,
+     .nattrs = 3,
+     .params_size = sizeof(vq__extremum_params),
+     .infer = extremum_grad_infer,
+     .kernel = {extremum_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__extremum_grad_gpu)},
     {0},
 };

@@ -11,7 +11,7 @@
  * message naming the op, the index and its element in Indices: the first
  * bad one in Indices' order, found before anything is written, always
  * (even when X or Out is empty). The CUDA kernels (ops/cuda/index.cu) name
- * the same element (the CUDA kernels' device-side checks).
+ * the same element (ops/cuda/index_host.c's device-side checks).
  *
  * gather_grad(X, Indices, dOut; axis) -> dX is zeros of X's shape with each
  * row of dOut added at the row of X its index picked, so repeated indices
@@ -40,6 +40,7 @@
  * pass has run. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
 
 #include <stdio.h>
@@ -506,6 +507,7 @@ const vq__op_def vq__ops_index[] = {
      .params_size = sizeof(vq__gather_params),
      .infer = gather_infer,
      .kernel = {gather_kernel},
+     .cuda = VQ__CUDA_OP(vq__gather_gpu),
      .grad = gathers_grad},
     {.type = "gather_grad",
      .in_slots = gather_grad_in,
@@ -516,7 +518,8 @@ const vq__op_def vq__ops_index[] = {
      .nattrs = 1,
      .params_size = sizeof(vq__gather_params),
      .infer = gather_grad_infer,
-     .kernel = {gather_grad_kernel}},
+     .kernel = {gather_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__gather_gpu)},
     {.type = "gather_elements",
      .in_slots = gather_in,
      .nin_slots = 2,
@@ -527,6 +530,7 @@ const vq__op_def vq__ops_index[] = {
      .params_size = sizeof(vq__gather_params),
      .infer = elements_infer,
      .kernel = {gather_elements_kernel},
+     .cuda = VQ__CUDA_OP(vq__gather_elements_gpu),
      .grad = gathers_grad},
     {.type = "gather_elements_grad",
      .in_slots = gather_grad_in,
@@ -537,7 +541,8 @@ const vq__op_def vq__ops_index[] = {
      .nattrs = 1,
      .params_size = sizeof(vq__gather_params),
      .infer = elements_grad_infer,
-     .kernel = {gather_elements_grad_kernel}},
+     .kernel = {gather_elements_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__gather_elements_gpu)},
     {.type = "split",
      .in_slots = x_in,
      .nin_slots = 1,
@@ -549,6 +554,7 @@ const vq__op_def vq__ops_index[] = {
      .params_size = sizeof(vq__split_params),
      .infer = split_infer,
      .kernel = {split_kernel},
+     .cuda = VQ__CUDA_OP(vq__split_gpu),
      .grad = split_grad},
     {.type = "split_grad",
      .in_slots = split_grad_in,
@@ -560,6 +566,7 @@ const vq__op_def vq__ops_index[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__split_params),
      .infer = split_grad_infer,
-     .kernel = {split_grad_kernel}},
+     .kernel = {split_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__split_grad_gpu)},
     {0},
 };

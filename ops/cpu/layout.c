@@ -30,6 +30,7 @@
 #include "../ops_internal.h"
 #include "../layout_shared.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -548,22 +549,30 @@ static int pad_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-#define UNARY_DEF(name, at, nat, ps, inf, kern, gr)                                          \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},         \
-     .grad = gr}
+#define UNARY_DEF(name, at, nat, ps, inf, kern, gr, cuda_)                                      \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},          \
+        .cuda = VQ__CUDA_OP(cuda_), .grad = gr                                                  \
+    }
 
-#define GRAD_DEF(name, at, nat, ps, inf, kern)                                                \
-    {.type = name, .in_slots = x_dout_in, .nin_slots = 2, .out_slots = dx_out,                \
-     .nout_slots = 1, .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf,            \
-     .kernel = {kern}}
+#define GRAD_DEF(name, at, nat, ps, inf, kern, cuda_)                                              \
+    {                                                                                              \
+        .type = name, .in_slots = x_dout_in, .nin_slots = 2, .out_slots = dx_out, .nout_slots = 1, \
+        .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},             \
+        .cuda = VQ__CUDA_OP(cuda_)                                                                 \
+    }
 
 const vq__op_def vq__ops_layout[] = {
-    UNARY_DEF("expand", expand_attrs, 1, 0, expand_infer, expand_kernel, expand_grad),
-    UNARY_DEF("tile", tile_attrs, 1, 0, tile_infer, tile_kernel, tile_grad),
-    GRAD_DEF("tile_grad", tile_attrs, 1, 0, tile_grad_infer, tile_grad_kernel),
-    UNARY_DEF("pad", pad_attrs, 3, sizeof(vq__pad_params), pad_infer, pad_kernel, pad_grad),
-    GRAD_DEF("pad_grad", pad_attrs, 3, sizeof(vq__pad_params), pad_grad_infer,
-             pad_grad_kernel),
+    UNARY_DEF("expand", expand_attrs, 1, 0, expand_infer, expand_kernel, expand_grad,
+              VQ__CUDA_OP(vq__expand_gpu)),
+    UNARY_DEF("tile", tile_attrs, 1, 0, tile_infer, tile_kernel, tile_grad,
+              VQ__CUDA_OP(vq__tile_gpu)),
+    GRAD_DEF("tile_grad", tile_attrs, 1, 0, tile_grad_infer, tile_grad_kernel,
+             VQ__CUDA_OP(vq__tile_grad_gpu)),
+    UNARY_DEF("pad", pad_attrs, 3, sizeof(vq__pad_params), pad_infer, pad_kernel, pad_grad,
+              VQ__CUDA_OP(vq__pad_gpu)),
+    GRAD_DEF("pad_grad", pad_attrs, 3, sizeof(vq__pad_params), pad_grad_infer, pad_grad_kernel,
+             VQ__CUDA_OP(vq__pad_grad_gpu)),
     {0},
 };

@@ -11,6 +11,7 @@
  * (log_softmax is with softmax, activation.c.) */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -236,11 +237,13 @@ static int grad_kernel(const vq__kcall *k)
 
 /* ---- the table ---- */
 
-#define MATH_OP(name, c, at, nat)                                                           \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .flags = VQ__INPLACE_OK, .code = c, .attrs = at, .nattrs = nat,                        \
-     .params_size = sizeof(vq__math_params), .infer = math_infer, .kernel = {math_kernel},  \
-     .grad = math_grad}
+#define MATH_OP(name, c, at, nat)                                                               \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .attrs = at, .nattrs = nat,                         \
+        .params_size = sizeof(vq__math_params), .infer = math_infer, .kernel = {math_kernel},   \
+        .cuda = VQ__CUDA_OP(vq__math_gpu), .grad = math_grad                                    \
+    }
 
 const vq__op_def vq__ops_math[] = {
     MATH_OP("exp", VQ__MATH_EXP, NULL, 0),
@@ -273,6 +276,7 @@ const vq__op_def vq__ops_math[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__math_params),
      .infer = grad_infer,
-     .kernel = {grad_kernel}},
+     .kernel = {grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__math_grad_gpu)},
     {0},
 };

@@ -10,6 +10,7 @@
  * fight its workers for the cores. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__matmul_dims_of */
 #include "sgemm512.h"
 
@@ -337,11 +338,28 @@ static const vq__attr_spec matmul_attrs[] = {
 };
 
 const vq__op_def vq__ops_matmul[] = {
-    {.type = "matmul", .in_slots = mm_in, .nin_slots = 2, .out_slots = mm_out, .nout_slots = 1,
-     .attrs = matmul_attrs, .nattrs = 3, .params_size = sizeof(vq__matmul_params),
-     .infer = matmul_infer, .kernel = {matmul_kernel}, .grad = matmul_grad},
-    {.type = "matmul_grad", .in_slots = grad_in, .nin_slots = 3, .out_slots = grad_out,
-     .nout_slots = 1, .attrs = matmul_attrs, .nattrs = 4,
-     .params_size = sizeof(vq__matmul_params), .infer = grad_infer, .kernel = {grad_kernel}},
+    {.type = "matmul",
+     .in_slots = mm_in,
+     .nin_slots = 2,
+     .out_slots = mm_out,
+     .nout_slots = 1,
+     .attrs = matmul_attrs,
+     .nattrs = 3,
+     .params_size = sizeof(vq__matmul_params),
+     .infer = matmul_infer,
+     .kernel = {matmul_kernel},
+     .cuda = VQ__CUDA_OP(vq__matmul_gpu),
+     .grad = matmul_grad},
+    {.type = "matmul_grad",
+     .in_slots = grad_in,
+     .nin_slots = 3,
+     .out_slots = grad_out,
+     .nout_slots = 1,
+     .attrs = matmul_attrs,
+     .nattrs = 4,
+     .params_size = sizeof(vq__matmul_params),
+     .infer = grad_infer,
+     .kernel = {grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__matmul_grad_gpu)},
     {0},
 };

@@ -44,6 +44,7 @@
  * the same double sums: the CPU's results to rounding. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 
@@ -508,6 +509,7 @@ const vq__op_def vq__ops_norm[] = {
      .params_size = sizeof(vq__batch_norm_params),
      .infer = bn_infer,
      .kernel = {bn_kernel},
+     .cuda = VQ__CUDA_OP(vq__batch_norm_gpu),
      .grad = bn_grad},
     {.type = "batch_norm_grad",
      .in_slots = grad_in,
@@ -518,7 +520,8 @@ const vq__op_def vq__ops_norm[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__batch_norm_params),
      .infer = bn_grad_infer,
-     .kernel = {bn_grad_kernel}},
+     .kernel = {bn_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__batch_norm_grad_gpu)},
     {.type = "batch_norm_train",
      .in_slots = bn_in,
      .nin_slots = 5,
@@ -530,6 +533,7 @@ const vq__op_def vq__ops_norm[] = {
      .params_size = sizeof(vq__batch_norm_params),
      .infer = bn_train_infer,
      .kernel = {bn_train_kernel},
+     .cuda = VQ__CUDA_OP(vq__batch_norm_train_gpu),
      .grad = bn_train_grad},
     {.type = "batch_norm_train_grad",
      .in_slots = train_grad_in,
@@ -541,6 +545,7 @@ const vq__op_def vq__ops_norm[] = {
      .nattrs = 4,
      .params_size = sizeof(vq__batch_norm_params),
      .infer = bn_train_grad_infer,
-     .kernel = {bn_train_grad_kernel}},
+     .kernel = {bn_train_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__batch_norm_train_grad_gpu)},
     {0},
 };

@@ -20,6 +20,7 @@
  * as PyTorch does (see ADAM). */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -396,19 +397,31 @@ static int lr_schedule_kernel(const vq__kcall *k)
 static const char *const lr_schedule_in[] = {"Step"};
 static const char *const lr_schedule_out[] = {"LearningRate", "StepOut"};
 
-#define OPTIM(name, c, ins, nins, outs, nouts, schema, nschema)                            \
-    {.type = name, .in_slots = ins, .nin_slots = nins, .out_slots = outs, .nout_slots = nouts, \
-     .flags = VQ__INPLACE_OK | VQ__OPTIONAL_IN, .attrs = schema, .nattrs = nschema,        \
-     .code = c, .params_size = sizeof(vq__optim_params), .infer = optim_infer,             \
-     .kernel = {optim_kernel}}
+#define OPTIM(name, c, ins, nins, outs, nouts, schema, nschema, cuda_)                            \
+    {                                                                                             \
+        .type = name, .in_slots = ins, .nin_slots = nins, .out_slots = outs, .nout_slots = nouts, \
+        .flags = VQ__INPLACE_OK | VQ__OPTIONAL_IN, .attrs = schema, .nattrs = nschema, .code = c, \
+        .params_size = sizeof(vq__optim_params), .infer = optim_infer, .kernel = {optim_kernel},  \
+        .cuda = VQ__CUDA_OP(cuda_)                                                                \
+    }
 
 const vq__op_def vq__ops_optim[] = {
-    OPTIM("adam", VQ__OPTIM_ADAM, adam_in, 6, adam_out, 4, adam_attrs, 4),
-    {.type = "lr_schedule", .in_slots = lr_schedule_in, .nin_slots = 1,
-     .out_slots = lr_schedule_out, .nout_slots = 2, .flags = VQ__INPLACE_OK,
-     .attrs = lr_attrs, .nattrs = N_LR_ATTRS, .params_size = sizeof(vq__lr_schedule_params),
-     .infer = lr_schedule_infer, .kernel = {lr_schedule_kernel}},
-    OPTIM("momentum", VQ__OPTIM_MOMENTUM, momentum_in, 4, momentum_out, 2, momentum_attrs, 3),
-    OPTIM("sgd", VQ__OPTIM_SGD, sgd_in, 3, sgd_out, 1, sgd_attrs, 1),
+    OPTIM("adam", VQ__OPTIM_ADAM, adam_in, 6, adam_out, 4, adam_attrs, 4,
+          VQ__CUDA_OP(vq__adam_gpu)),
+    {.type = "lr_schedule",
+     .in_slots = lr_schedule_in,
+     .nin_slots = 1,
+     .out_slots = lr_schedule_out,
+     .nout_slots = 2,
+     .flags = VQ__INPLACE_OK,
+     .attrs = lr_attrs,
+     .nattrs = N_LR_ATTRS,
+     .params_size = sizeof(vq__lr_schedule_params),
+     .infer = lr_schedule_infer,
+     .kernel = {lr_schedule_kernel},
+     .cuda = VQ__CUDA_OP(vq__lr_schedule_gpu)},
+    OPTIM("momentum", VQ__OPTIM_MOMENTUM, momentum_in, 4, momentum_out, 2, momentum_attrs, 3,
+          VQ__CUDA_OP(vq__momentum_gpu)),
+    OPTIM("sgd", VQ__OPTIM_SGD, sgd_in, 3, sgd_out, 1, sgd_attrs, 1, VQ__CUDA_OP(vq__sgd_gpu)),
     {0},
 };

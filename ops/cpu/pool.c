@@ -20,6 +20,7 @@
  * spread over the plane, as reduce.c's mean_grad computes it. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../window_shared.h"
 #include "isa.h"
 
@@ -626,19 +627,23 @@ static const vq__attr_spec avg_pool_attrs[] = {
     {"count_include_pad", VQ_ATTR_BOOL, false, "0"},
 };
 
-#define POOL(name, attrs_, kern, grad_)                                                      \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .attrs = attrs_, .nattrs = 5, .params_size = sizeof(vq__window_params),                 \
-     .infer = pool_infer, .kernel = {kern}, .grad = grad_}
+#define POOL(name, c, attrs_, kern, grad_)                                                      \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .attrs = attrs_, .nattrs = 5, .code = c, .params_size = sizeof(vq__window_params),      \
+        .infer = pool_infer, .kernel = {kern}, .cuda = VQ__CUDA_OP(vq__pool_gpu), .grad = grad_ \
+    }
 
-#define POOL_GRAD(name, attrs_, kern)                                                        \
-    {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,               \
-     .nout_slots = 1, .attrs = attrs_, .nattrs = 5, .params_size = sizeof(vq__window_params), \
-     .infer = pool_grad_infer, .kernel = {kern}}
+#define POOL_GRAD(name, c, attrs_, kern)                                                           \
+    {                                                                                              \
+        .type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 1, \
+        .attrs = attrs_, .nattrs = 5, .code = c, .params_size = sizeof(vq__window_params),         \
+        .infer = pool_grad_infer, .kernel = {kern}, .cuda = VQ__CUDA_OP(vq__pool_grad_gpu)         \
+    }
 
 const vq__op_def vq__ops_pool[] = {
-    POOL("max_pool2d", max_pool_attrs, max_pool_kernel, pool_grad),
-    POOL_GRAD("max_pool2d_grad", max_pool_attrs, max_pool_grad_kernel),
+    POOL("max_pool2d", VQ__POOL_MAX, max_pool_attrs, max_pool_kernel, pool_grad),
+    POOL_GRAD("max_pool2d_grad", VQ__POOL_MAX, max_pool_attrs, max_pool_grad_kernel),
     /* no gradient: indices */
     {.type = "max_pool2d_argmax",
      .in_slots = x_in,
@@ -649,9 +654,10 @@ const vq__op_def vq__ops_pool[] = {
      .nattrs = 6,
      .params_size = sizeof(vq__window_params),
      .infer = argmax_infer,
-     .kernel = {max_pool_argmax_kernel}},
-    POOL("avg_pool2d", avg_pool_attrs, avg_pool_kernel, pool_grad),
-    POOL_GRAD("avg_pool2d_grad", avg_pool_attrs, avg_pool_grad_kernel),
+     .kernel = {max_pool_argmax_kernel},
+     .cuda = VQ__CUDA_OP(vq__max_pool_argmax_gpu)},
+    POOL("avg_pool2d", VQ__POOL_AVG, avg_pool_attrs, avg_pool_kernel, pool_grad),
+    POOL_GRAD("avg_pool2d_grad", VQ__POOL_AVG, avg_pool_attrs, avg_pool_grad_kernel),
     {.type = "global_avg_pool",
      .in_slots = x_in,
      .nin_slots = 1,
@@ -659,6 +665,7 @@ const vq__op_def vq__ops_pool[] = {
      .nout_slots = 1,
      .infer = global_infer,
      .kernel = {global_kernel},
+     .cuda = VQ__CUDA_OP(vq__global_pool_gpu),
      .grad = global_grad},
     {.type = "global_avg_pool_grad",
      .in_slots = grad_in,
@@ -666,6 +673,7 @@ const vq__op_def vq__ops_pool[] = {
      .out_slots = grad_out,
      .nout_slots = 1,
      .infer = global_grad_infer,
-     .kernel = {global_grad_kernel}},
+     .kernel = {global_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__global_pool_grad_gpu)},
     {0},
 };

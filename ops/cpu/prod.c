@@ -18,6 +18,7 @@
  * (ops/cuda/prod.cu) multiply in the same order: the CPU's bits. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <string.h>
 
@@ -197,6 +198,7 @@ const vq__op_def vq__ops_prod[] = {
      .params_size = sizeof(vq__reduce_params),
      .infer = prod_infer,
      .kernel = {prod_kernel},
+     .cuda = VQ__CUDA_OP(vq__reduce_prod_gpu),
      .grad = prod_grad},
     {.type = "reduce_prod_grad",
      .in_slots = grad_in,
@@ -207,6 +209,7 @@ const vq__op_def vq__ops_prod[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__reduce_params),
      .infer = prod_grad_infer,
-     .kernel = {prod_grad_kernel}},
+     .kernel = {prod_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__reduce_prod_gpu)},
     {0},
 };

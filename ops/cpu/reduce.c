@@ -14,6 +14,7 @@
  * numpy: 0 / 0. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -263,17 +264,21 @@ static const vq__attr_spec reduce_attrs[] = {
     {"keepdim", VQ_ATTR_BOOL, false, "false"},
 };
 
-#define REDUCE(name, c)                                                                       \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
-     .attrs = reduce_attrs, .nattrs = 2, .code = c,                                           \
-     .params_size = sizeof(vq__reduce_params), .infer = reduce_infer,                         \
-     .kernel = {reduce_kernel}, .grad = reduce_grad}
+#define REDUCE(name, c)                                                                          \
+    {                                                                                            \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
+        .attrs = reduce_attrs, .nattrs = 2, .code = c, .params_size = sizeof(vq__reduce_params), \
+        .infer = reduce_infer, .kernel = {reduce_kernel}, .cuda = VQ__CUDA_OP(vq__reduce_gpu),   \
+        .grad = reduce_grad                                                                      \
+    }
 
-#define REDUCE_GRAD(name, c)                                                                  \
-    {.type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out,                \
-     .nout_slots = 1, .attrs = reduce_attrs, .nattrs = 2, .code = c,                          \
-     .params_size = sizeof(vq__reduce_params), .infer = reduce_grad_infer,                    \
-     .kernel = {reduce_grad_kernel}}
+#define REDUCE_GRAD(name, c)                                                                       \
+    {                                                                                              \
+        .type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 1, \
+        .attrs = reduce_attrs, .nattrs = 2, .code = c, .params_size = sizeof(vq__reduce_params),   \
+        .infer = reduce_grad_infer, .kernel = {reduce_grad_kernel},                                \
+        .cuda = VQ__CUDA_OP(vq__reduce_grad_gpu)                                                   \
+    }
 
 const vq__op_def vq__ops_reduce[] = {
     REDUCE("sum", VQ__REDUCE_SUM),

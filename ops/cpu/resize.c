@@ -24,6 +24,7 @@
  * elements add nothing. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../resize_shared.h"
 
 #include <math.h>
@@ -537,6 +538,7 @@ const vq__op_def vq__ops_resize[] = {
      .params_size = sizeof(vq__resize_params),
      .infer = resize_infer,
      .kernel = {resize_kernel},
+     .cuda = VQ__CUDA_OP(vq__resize_gpu),
      .grad = resize_grad},
     {.type = "resize_grad",
      .in_slots = x_dout_in,
@@ -547,6 +549,7 @@ const vq__op_def vq__ops_resize[] = {
      .nattrs = 9,
      .params_size = sizeof(vq__resize_params),
      .infer = resize_grad_infer,
-     .kernel = {resize_grad_kernel}},
+     .kernel = {resize_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__resize_grad_gpu)},
     {0},
 };

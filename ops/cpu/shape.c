@@ -18,6 +18,7 @@
  * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../shape_shared.h"
 
 #include <math.h>
@@ -675,21 +676,27 @@ static int cast_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-#define UNARY_DEF(name, at, nat, ps, inf, kern, gr)                                          \
-    {.type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-     .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},         \
-     .grad = gr}
+#define UNARY_DEF(name, at, nat, ps, inf, kern, gr, cuda_)                                      \
+    {                                                                                           \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
+        .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},          \
+        .cuda = VQ__CUDA_OP(cuda_), .grad = gr                                                  \
+    }
 
-#define GRAD_DEF(name, at, nat, ps, inf, kern)                                                \
-    {.type = name, .in_slots = x_dout_in, .nin_slots = 2, .out_slots = dx_out,                \
-     .nout_slots = 1, .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf,            \
-     .kernel = {kern}}
+#define GRAD_DEF(name, at, nat, ps, inf, kern, cuda_)                                              \
+    {                                                                                              \
+        .type = name, .in_slots = x_dout_in, .nin_slots = 2, .out_slots = dx_out, .nout_slots = 1, \
+        .attrs = at, .nattrs = nat, .params_size = ps, .infer = inf, .kernel = {kern},             \
+        .cuda = VQ__CUDA_OP(cuda_)                                                                 \
+    }
 
 const vq__op_def vq__ops_shape[] = {
     UNARY_DEF("transpose", transpose_attrs, 1, sizeof(vq__transpose_params), transpose_infer,
-              transpose_kernel, transpose_grad),
-    UNARY_DEF("reshape", reshape_attrs, 2, 0, reshape_infer, copy_kernel, reshape_grad),
-    GRAD_DEF("reshape_grad", NULL, 0, 0, reshape_grad_infer, copy_kernel),
+              transpose_kernel, transpose_grad, VQ__CUDA_OP(vq__transpose_gpu)),
+    UNARY_DEF("reshape", reshape_attrs, 2, 0, reshape_infer, copy_kernel, reshape_grad,
+              VQ__CUDA_OP(vq__copy_gpu)),
+    GRAD_DEF("reshape_grad", NULL, 0, 0, reshape_grad_infer, copy_kernel,
+             VQ__CUDA_OP(vq__copy_gpu)),
     {.type = "concat",
      .in_slots = x_in,
      .nin_slots = 1,
@@ -701,6 +708,7 @@ const vq__op_def vq__ops_shape[] = {
      .params_size = sizeof(vq__concat_params),
      .infer = concat_infer,
      .kernel = {concat_kernel},
+     .cuda = VQ__CUDA_OP(vq__concat_gpu),
      .grad = concat_grad},
     {.type = "concat_grad",
      .in_slots = concat_grad_in,
@@ -712,12 +720,15 @@ const vq__op_def vq__ops_shape[] = {
      .nattrs = 2,
      .params_size = sizeof(vq__concat_params),
      .infer = concat_grad_infer,
-     .kernel = {concat_grad_kernel}},
+     .kernel = {concat_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__concat_grad_gpu)},
     UNARY_DEF("slice", slice_attrs, 3, sizeof(vq__slice_params), slice_infer, slice_kernel,
-              slice_grad),
+              slice_grad, VQ__CUDA_OP(vq__slice_gpu)),
     GRAD_DEF("slice_grad", slice_attrs, 3, sizeof(vq__slice_params), slice_grad_infer,
-             slice_grad_kernel),
-    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel, cast_grad),
-    GRAD_DEF("cast_grad", NULL, 0, 0, cast_grad_infer, cast_grad_kernel),
+             slice_grad_kernel, VQ__CUDA_OP(vq__slice_grad_gpu)),
+    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel, cast_grad,
+              VQ__CUDA_OP(vq__cast_gpu)),
+    GRAD_DEF("cast_grad", NULL, 0, 0, cast_grad_infer, cast_grad_kernel,
+             VQ__CUDA_OP(vq__cast_grad_gpu)),
     {0},
 };

@@ -101,11 +101,9 @@ VQ__CUDA_LAUNCHES(vq__conv3d_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__conv_transpose3d_gpu);
 
 /* pool_host.c */
-VQ__CUDA_LAUNCHES(vq__max_pool_gpu);
-VQ__CUDA_LAUNCHES(vq__max_pool_grad_gpu);
+VQ__CUDA_LAUNCHES(vq__pool_gpu);
+VQ__CUDA_LAUNCHES(vq__pool_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__max_pool_argmax_gpu);
-VQ__CUDA_LAUNCHES(vq__avg_pool_gpu);
-VQ__CUDA_LAUNCHES(vq__avg_pool_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__global_pool_gpu);
 VQ__CUDA_LAUNCHES(vq__global_pool_grad_gpu);
 

@@ -1,8 +1,7 @@
 /* CUDA kernels for the op registry's GPU slot: C-callable launchers, one
  * family per kind of op, that the op families' host glue
  * (ops/cuda/<family>_host.c: vq__kcall -> launch) calls with the tensors'
- * device pointers and the op's params, the lookup of those functions by op
- * type, and their dispatcher.
+ * device pointers and the op's params, and their dispatcher.
  * Built only when the CUDA toolkit is found (have_cuda: see
  * ops/cuda/meson.build); this header is plain C for the C side and
  * extern "C" for the .cu files.
@@ -59,24 +58,11 @@ extern "C" {
 struct vq__kcall;
 struct vq__cuda_launch;
 
-/* An op's launches on the CUDA backend: enqueues them on the stream l
- * holds (l: the launch prologue's result, ops/cuda/cuda_internal.h) and
- * returns (see launch.c). */
-typedef int (*vq__cuda_op_fn)(const struct vq__kcall *k, const struct vq__cuda_launch *l);
-
-/* The launches of op type, or NULL when it has none. Read once per op
- * type, when the registry is built (gpu.c's vq__gpu_kernel_pick).
- * Thread-safe. */
-vq__cuda_op_fn vq__cuda_op_kernel(const char *type);
-
 /* The CUDA kernel of every op that has launches (its definition's GPU
  * slot): the launch prologue (the op's stream and device, made current),
- * then k->def->cuda, the op's launches. */
+ * then k->def->cuda, the op's launches (named by its definition: see
+ * cuda_ops.h). */
 int vq__cuda_run(const struct vq__kcall *k);
-
-/* How many op types have a CUDA kernel (for the tests: every registered op
- * has one, and nothing else). */
-int vq__cuda_op_kernel_count(void);
 
 /* gpu.c's vq__gpu_check_finite on CUDA: after the call's kernels, the
  * first NaN or infinity of output j is found on the device and a host

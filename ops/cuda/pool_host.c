@@ -12,9 +12,10 @@ static vq__window pool_window(const vq__window_params *p, const vq_tensor *x, co
                            p->dilation);
 }
 
-/* max_pool2d (max) and avg_pool2d. */
-static int pool_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
+/* max_pool2d and avg_pool2d (the definition's code says which). */
+int vq__pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
+    bool max = k->def->code == VQ__POOL_MAX;
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
     if (o->numel == 0)
@@ -26,8 +27,10 @@ static int pool_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
                                                   p->count_include_pad, l->s));
 }
 
-static int pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
+/* Their gradients. */
+int vq__pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
+    bool max = k->def->code == VQ__POOL_MAX;
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *g = k->in[1], *dx = k->out[0];
     if (dx->numel == 0)
@@ -40,16 +43,6 @@ static int pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l, bool max)
                                                        p->count_include_pad, l->s));
 }
 
-int vq__max_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
-{
-    return pool_gpu(k, l, true);
-}
-
-int vq__max_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
-{
-    return pool_grad_gpu(k, l, true);
-}
-
 int vq__max_pool_argmax_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     vq_tensor *x = k->in[0], *o = k->out[0];
@@ -59,16 +52,6 @@ int vq__max_pool_argmax_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     const vq__window_params *p = k->params;
     return vq__cuda_launched(k, vq__cuda_max_pool_argmax(x->dtype, x->data, o->data, &w,
                                                          p->column_major, l->s));
-}
-
-int vq__avg_pool_gpu(const vq__kcall *k, const vq__cuda_launch *l)
-{
-    return pool_gpu(k, l, false);
-}
-
-int vq__avg_pool_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
-{
-    return pool_grad_gpu(k, l, false);
 }
 
 /* global_avg_pool: reduce.c's mean over X seen as [N * C, the rest]. */

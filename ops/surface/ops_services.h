@@ -147,11 +147,11 @@ typedef struct vq__op_def {
     void (*kernel_async)(const vq__kcall *k, vq_op_done *done);
     const struct vq__user_op *user; /* registered ops: their copied definition */
     /* Built-in ops on the CUDA backend: the op's launches
-     * (ops/cuda/<family>_host.c),
-     * which kernel[VQ_DEV_GPU], the dispatcher vq__cuda_run, calls after
-     * the launch prologue. Set in the registry's copy of the op when the
-     * registry is built (vq__gpu_kernel_pick); NULL in a build without
-     * CUDA and for ops without CUDA kernels. */
+     * (ops/cuda/<family>_host.c), which kernel[VQ_DEV_GPU], the dispatcher
+     * vq__cuda_run, calls after the launch prologue. Named by the
+     * definition itself (VQ__CUDA_OP, ops/cuda/cuda_ops.h), so the table of
+     * definitions is the one kernel table; NULL in a build without CUDA
+     * and for ops without CUDA kernels. */
     int (*cuda)(const vq__kcall *k, const struct vq__cuda_launch *l);
 } vq__op_def;
 

@@ -1,4 +1,4 @@
-/* VARQ_ISA (ops/cpu/isa.c): the level varq's own kernels use is the CPU's,
+/* VARQ_ISA (ops/math/isa.c): the level varq's own kernels use is the CPU's,
  * capped by the variable; a bad value is ignored with a message. Criterion
  * runs each test in its own process, and the level is read at the first
  * call, so each test sets the variable before anything asks. The kernels'
@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "../ops/cpu/isa.h"
-#include "../ops/cpu/sgemm512.h"
+#include "../ops/math/isa.h"
+#include "../ops/math/sgemm512.h"
 
 static enum vq__isa_level cpu_level(void)
 {

@@ -9,8 +9,8 @@
  * with a biased conv that is encoded, decoded, run and differentiated. */
 #include "opcheck.h"
 
-#include "../ops/cpu/sgemm512.h"
-#include "../ops/cpu/winograd.h"
+#include "../ops/math/sgemm512.h"
+#include "../ops/math/winograd.h"
 #include "../ops/ops_internal.h"
 
 #include <criterion/criterion.h>
@@ -412,7 +412,7 @@ Test(ops_conv, conv2d_clip_equals_maximum_then_minimum_bit_for_bit_serial_and_sh
     vq_engine_free(e);
 }
 
-/* ---- conv2d's Winograd path (ops/cpu/winograd.c) ----
+/* ---- conv2d's Winograd path (ops/math/winograd.c) ----
  *
  * F(4x4, 3x3) against the plain loop in double on 3x3 stride-1 shapes of
  * every kind, called directly (the kernel runs any such shape; conv2d
@@ -643,7 +643,7 @@ Test(ops_conv, conv2d_through_winograd_matches_the_plain_loop_serial_and_shared)
 }
 
 /* The Winograd path keeps each weights' transform between calls, checked
- * against a copy of the weights (ops/cpu/winograd.c): the same weights
+ * against a copy of the weights (ops/math/winograd.c): the same weights
  * give the same bits again; weights changed in place, as training does,
  * give what a fresh tensor with the new values gives, change after change
  * (past the point where their address is no longer cached), and so after

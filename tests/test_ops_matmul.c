@@ -3,7 +3,7 @@
  * against finite differences; shape errors; OpenBLAS kept single-threaded. */
 #include "opcheck.h"
 
-#include "../ops/cpu/sgemm512.h"
+#include "../ops/math/sgemm512.h"
 #include "../ops/ops_internal.h"
 
 #include <cblas.h>
@@ -161,7 +161,7 @@ Test(ops_matmul, small_products_match_double_in_every_form)
 }
 
 /* Products past the small loops (OpenBLAS, or on CPUs with AVX-512 varq's
- * own kernel, ops/cpu/sgemm512.c): sizes across its tile edges (8 rows,
+ * own kernel, ops/math/sgemm512.c): sizes across its tile edges (8 rows,
  * 16 and 32 columns) and its blocks of k (256) and of columns (256), each
  * transpose form, alpha, beta 1, and beta 0 over NaN, C's rows past n, in
  * f32 against double. Then the AVX-512 kernel directly where it runs: the

@@ -14,7 +14,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
-#include "isa.h"
+#include "../math/isa.h"
 
 #include <math.h>
 #include <stdio.h>

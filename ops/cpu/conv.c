@@ -24,7 +24,7 @@
  *
  * Large f32 3x3 layers of stride 1, dilation 1 and one group (most of
  * ResNet's multiply-adds) take Winograd's F(4x4, 3x3) instead
- * (cpu/winograd.c): about a quarter of the multiplies. The environment
+ * (ops/math/winograd.c): about a quarter of the multiplies. The environment
  * variable VARQ_CONV_WINOGRAD=0 keeps them on im2col.
  *
  * Attribute clip [lo, hi] (optional; lo <= hi, either may be infinite)
@@ -50,9 +50,9 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../window_shared.h"
-#include "isa.h"
-#include "sgemm512.h"
-#include "winograd.h"
+#include "../math/isa.h"
+#include "../math/sgemm512.h"
+#include "../math/winograd.h"
 
 #include <limits.h>
 #include <math.h>
@@ -951,7 +951,7 @@ static int64_t ceil_div(int64_t a, int64_t b)
  * takes (conv_gemm_rows), or half of them when there are fewer than twice
  * this many: each block packs the whole of the other operand (the
  * columns) again, so small blocks spend their time copying. One core,
- * AVX-512 (ops/cpu/sgemm512.c), ResNet-18's 14x14 layers' product
+ * AVX-512 (ops/math/sgemm512.c), ResNet-18's 14x14 layers' product
  * (2304 x 196 columns): 32 channels 179 GFLOP/s, 128 232, 256 243; its 7x7
  * ones (4608 x 49): 64 156, 128 181. */
 #define CONV_MIN_ROW_BLOCK 128

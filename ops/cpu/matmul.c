@@ -12,7 +12,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__matmul_dims_of */
-#include "sgemm512.h"
+#include "../math/sgemm512.h"
 
 #include <cblas.h>
 #include <limits.h>

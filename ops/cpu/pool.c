@@ -22,7 +22,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../window_shared.h"
-#include "isa.h"
+#include "../math/isa.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -34,7 +34,7 @@ typedef struct vq__allocator {
 vq__allocator *vq__allocator_of(vq_ctx dev);
 
 /* A cache that holds memory outside the allocators (a kernel's kept
- * transforms, ops/cpu/winograd.c) registers fn here, so that vq_mem_trim
+ * transforms, ops/math/winograd.c) registers fn here, so that vq_mem_trim
  * on a device of kind dev_kind (VQ_DEV_CPU or VQ_DEV_GPU) empties it too,
  * after the allocator's own trim; the allocator then need not know the
  * cache. fn must be callable from any thread at any time and live for the

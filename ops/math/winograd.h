@@ -1,4 +1,4 @@
-/* conv2d's Winograd F(4x4, 3x3) path on the CPU (ops/cpu/winograd.c), for
+/* conv2d's Winograd F(4x4, 3x3) path on the CPU (ops/math/winograd.c), for
  * conv2d_kernel in ops/cpu/conv.c: which calls take it, and the kernel. */
 #ifndef VARQ_OPS_CPU_WINOGRAD_H
 #define VARQ_OPS_CPU_WINOGRAD_H

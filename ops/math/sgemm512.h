@@ -1,4 +1,4 @@
-/* varq's own f32 matrix product for CPUs with AVX-512 (ops/cpu/sgemm512.c),
+/* varq's own f32 matrix product for CPUs with AVX-512 (ops/math/sgemm512.c),
  * which vq__gemm_ldc (ops/cpu/matmul.c) takes instead of OpenBLAS's sgemm
  * where it applies: why, and the two calls. */
 #ifndef VARQ_OPS_CPU_SGEMM512_H

@@ -63,8 +63,8 @@
  * the blocking call (comm_start says why). */
 #define BLOCKING_MIN_BYTES ((size_t)256 << 10)
 /* Up to this size the pusher of a ready collective makes the blocking
- * call itself (start_here): about 2 ms of its time at most on the
- * VM of docs/perf/mpi.md (the 16 MiB all-reduce); a larger one returns from its push
+ * call itself (start_here): a few ms of its time at most (the 16 MiB
+ * all-reduce of docs/perf/mpi.md); a larger one returns from its push
  * once the call is handed to the communication thread, so that what the
  * pusher pushes next overlaps it. */
 #define PUSHER_BLOCKING_MAX_BYTES ((size_t)16 << 20)
@@ -576,24 +576,23 @@ _Thread_local const vq__comm *vq__comm_releasing;
  * calls MPI itself would. It polls every size, for the spell plus what the
  * data takes at 1 GB/s (at most PUSHER_SPIN_MAX_S; with the plain spell a
  * 4 to 64 KiB op often outlasted it on one rank and went to the
- * communication thread: 15 to 66 us instead of 6 to 15), and for at least
+ * communication thread, several times slower), and for at least
  * PUSHER_MIN_POLLS polls: with more ranks than cores the clock runs on
  * while this rank is descheduled (MPI_Test yields the core), which says
  * nothing about the peers, and a spell measured in time alone sent most
- * small ops to the thread (4 ranks on 2 cores, 4 B: 39-45 us per op with
- * time alone, 5.6-8.6 with the polls; MPI_Allreduce 3.9-5.3). And it makes the
+ * small ops to the thread (with more ranks than cores, a small op took
+ * several times MPI_Allreduce's own time). And it makes the
  * blocking call of a large collective (stage 3) itself, up to
- * PUSHER_BLOCKING_MAX_BYTES: on the thread, the same call took 10 to 20%
- * longer at 1 to 16 MiB, and the handoff there and back added ~100 us.
+ * PUSHER_BLOCKING_MAX_BYTES: on the thread the same call took longer,
+ * and the handoff there and back added a fixed cost.
  * The pusher is outside the engine's ops, so no op waits for it; it only
  * pushes its next op later (the bounds keep that delay short; a larger
  * transfer goes to the thread and overlaps what the pusher pushes next).
  * The blocking call is as safe here as on the thread: after the signature
  * exchange every rank has issued the collective and nothing else of its
  * communication is in flight (comm_start), and G.mpi is held through it
- * as the thread holds it. Measured on 2 ranks (docs/perf/mpi.md), waiting for each
- * op: 4 B 19-29 -> 1.9-2.0 us (MPI_Allreduce 0.7-0.9), 1 MiB 206-221 ->
- * 95-100 us (94-98), 16 MiB 2.39-2.52 -> 2.02-2.08 ms (1.99-2.10).
+ * as the thread holds it. With it, an all-reduce waited for op by op
+ * costs about what MPI_Allreduce costs at every size (docs/perf/mpi.md).
  * Returns false, touching nothing, when c is for the thread.
  * hot path: no malloc (but a fused op's buffer, as on the thread); G.mpi
  * only when free */

@@ -7,7 +7,7 @@
  * and the environment can hold it to an older one (OPENBLAS_CORETYPE; on
  * the machines this project runs on it is pinned to Haswell's AVX2
  * kernel, half of an AVX-512 core's multiply-adds per cycle). Convolution
- * is 93-95% of ResNet-18's and MobileNetV2's time (docs/perf/models.md),
+ * is nearly all of ResNet-18's and MobileNetV2's time (docs/perf/models.md),
  * so varq keeps its own kernel for the one form they use,
  * B not transposed, and leaves every other form, and CPUs without
  * AVX-512, to OpenBLAS. VARQ_GEMM=openblas turns it off.
@@ -64,7 +64,7 @@ bool vq__sgemm512_ok(void)
  * SG_NR columns: panel q at bp + q * kc * SG_NR, row p of it at
  * + p * SG_NR, zeros past nc. With AVX-512 each row of a panel is two
  * (masked) loads and two stores: a call to memcpy per row cost more than
- * the copy (8% of ResNet-18's time at batch 1). */
+ * the copy itself, a visible part of ResNet-18's time at batch 1. */
 #ifdef SG_HAVE
 __attribute__((target("avx512f"))) static void sg_pack(int64_t kc, int64_t nc, const float *b,
                                                        int64_t ldb, float *bp)
@@ -145,8 +145,8 @@ static SG_ATTR void sg_tile(int64_t kc, const float *const r[SG_MR], int64_t acs
         for (int64_t p = 0; p < kc; p++, off += acs, bp += SG_NR) {
             /* A's rows 128 floats ahead, a line per row every 16 steps:
              * the 8 short runs of a tile are more than the hardware's
-             * prefetcher follows (+5-7% on ResNet-18's 7x7 layers' product
-             * with A coming from memory) */
+             * prefetcher follows (it pays on ResNet-18's 7x7 layers'
+             * product with A coming from memory) */
             if (acs == 1 && (p & 15) == 0) {
 #define SG_PREFETCH(i) _mm_prefetch((const char *)(r##i + off + 128), _MM_HINT_T0);
                 SG_ROWS(SG_PREFETCH)

@@ -61,28 +61,23 @@
 
 /* Tiles (input channels for U) one vector step handles. */
 #define WG_LANES 8
-/* Below these, im2col's single product costs as much or less (2 workers;
- * docs/perf/cpu-kernels.md): with 8 input channels the input transform
- * outweighs the product it saves (56x56, 8 to 32 channels: 0.109 ms
- * against 0.094), with 16 it pays (16 to 8: 0.072 against 0.081); 4
- * output channels break even (64 to 4 channels). A call of 16 tiles
- * (ResNet-18's 256-channel 14x14 layers at batch 1) reads U, 9.4 MB (4x
- * the weights), for 16 tiles' products: with the portable transforms and
- * V and m at 4 KiB strides it lost (0.68 against 0.62 ms with im2col);
- * with the AVX-512 transforms and wg_stride it pays (WG_MIN_TILES_WIDE),
- * 0.81 against 0.93 ms in the model (0.53 against 1.02 alone, U then in
- * the cache). 4 tiles (the 512-channel 7x7 layers) would read 37.7 MB of
- * U for 49 outputs: no. */
+/* Below these, im2col's single product costs as much or less (measured
+ * in docs/perf/cpu-kernels.md): with 8 input channels the input transform
+ * outweighs the product it saves, with 16 it pays; 4 output channels
+ * break even. A call of few tiles (ResNet-18's 256-channel 14x14 layers
+ * at batch 1: 16) reads all of U, 4x the weights, for those tiles'
+ * products: the portable transforms lose there, the AVX-512 ones with
+ * wg_stride win (WG_MIN_TILES_WIDE). 4 tiles (the 512-channel 7x7
+ * layers) would read 37.7 MB of U for 49 outputs: never. */
 #define WG_MIN_IN_CHANNELS 16
 #define WG_MIN_OUT_CHANNELS 8
 #define WG_MIN_TILES 32
 #define WG_MIN_TILES_WIDE 16
 /* The most floats of V and m together one block keeps (32 MB), and
  * about the most tiles of a block. Few tiles make 36 small products, each
- * packing its U again (OpenBLAS's copy routines): at ResNet-18's 512
- * channels, blocks of 56 tiles took 1.2x the time of one of 128 (26.2
- * against 21.5 ms); many tiles fall out of the caches: at 64 channels,
- * blocks of 900 tiles took 1.1x the time of 450 (batch 32, 2 workers). */
+ * packing its U again (OpenBLAS's copy routines), so blocks must not be
+ * small; too many tiles fall out of the caches, so they must not be huge
+ * either (both measured at ResNet-18's channel counts, batch 32). */
 #define WG_BLOCK_FLOATS ((int64_t)1 << 23)
 #define WG_BLOCK_TILES 512
 
@@ -257,8 +252,7 @@ static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy
  * and the products' bits are vq__sgemm512's either way, so both paths give
  * the same bits (checked on ResNet-18's output). Taken where varq's
  * AVX-512 product is (vq__sgemm512_ok: an AVX-512 CPU and VARQ_GEMM not
- * "openblas"). The layer above: 0.736 ms before, 0.447 after, with
- * wg_stride's padding (2 workers, one Zen 5 machine). */
+ * "openblas"). What it gained is in docs/perf/cpu-kernels.md. */
 #ifdef WG_WIDE
 
 #define WG_AVX __attribute__((target("avx512f")))
@@ -708,9 +702,9 @@ static int wg_output(void *arg, int64_t lo, int64_t hi, int slot)
 
 /* ---- U kept between calls ----
  *
- * An inference calls each layer with the same weights every time, and U
- * cost about a quarter of the Winograd layers' time at batch 1 (ResNet-18:
- * wg_weights and wg_filter, 5.5% of all perf samples). So U is kept per
+ * An inference calls each layer with the same weights every time, and
+ * computing U was about a quarter of the Winograd layers' time at batch 1
+ * (docs/perf/cpu-kernels.md). So U is kept per
  * weights address and shape, with a copy of the weights it came from: a
  * call whose weights equal that copy (memcmp, so exactly; a new tensor at
  * a freed one's address with other values does not match) reads the kept

@@ -183,7 +183,7 @@ bool freed[NBLOCKS];            /* given back to the pool */
 bool offq[NBLOCKS];             /* taken off the queue by a completer, not yet freed */
 
 /* ---- the spinlock (spinlock.h vq__spin_lock / vq__spin_unlock) ----
- * @C engine/spinlock.h:20 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
+ * @C engine/surface/spinlock.h:20 vq__spin_lock `atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire)`
  * Taking it is one test-and-set that waits while the flag is set. Nothing
  * locks a var after it was destroyed. */
 inline spin_lock(v)
@@ -222,8 +222,8 @@ inline vblock_free(x)
 
 /* ---- appending (var.c), inside the d_step of push(): the caller holds
  * every lock of the op ----
- * @C engine/var.c:73 enqueue `struct vq__vblock *b = v->head;`
- * @C engine/var.c:74 enqueue `b->trigger = op; b->write = write; b->next = nb; nb->next = NULL; v->head = nb;`
+ * @C engine/var.c:76 enqueue `struct vq__vblock *b = v->head;`
+ * @C engine/var.c:77 enqueue `b->trigger = op; b->write = write; b->next = nb; nb->next = NULL; v->head = nb;`
  * The access goes into the sentinel; nb becomes the new sentinel. Sets b
  * (the pusher's local) to the block the access went into. */
 inline enqueue(v, o, w, nb)
@@ -237,8 +237,8 @@ inline enqueue(v, o, w, nb)
     var[v].head = nb
 }
 
-/* @C engine/var.c:85 vq__var_append_read `if (!v->pending_write) { v->num_pending_reads++; return true; }`
- * @C engine/var.c:89 vq__var_append_read `enqueue(v, op, false, *spare); *spare = NULL; return false;`
+/* @C engine/var.c:88 vq__var_append_read `if (!v->pending_write) { v->num_pending_reads++; return true; }`
+ * @C engine/var.c:92 vq__var_append_read `enqueue(v, op, false, *spare); *spare = NULL; return false;`
  * Granted at once unless a write is pending; else it queues in the spare
  * block (sp, the next of the op's blocks). */
 inline append_read(v, o)
@@ -258,8 +258,8 @@ inline append_read(v, o)
     fi
 }
 
-/* @C engine/var.c:97 vq__var_append_write `struct vq__vblock *b = v->head; enqueue(v, op, true, nb); if (v->pending_write) return false;`
- * @C engine/var.c:102 vq__var_append_write `v->pending_write = b; v->write_triggered = v->num_pending_reads == 0; return v->write_triggered;`
+/* @C engine/var.c:100 vq__var_append_write `struct vq__vblock *b = v->head; enqueue(v, op, true, nb); if (v->pending_write) return false;`
+ * @C engine/var.c:105 vq__var_append_write `v->pending_write = b; v->write_triggered = v->num_pending_reads == 0; return v->write_triggered;`
  * A write always queues (in the sentinel; its spare block sp becomes the
  * new sentinel); it is granted at once when it is the oldest write and no
  * read runs. */
@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:703 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:712 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */
@@ -305,7 +305,7 @@ inline dep_granted(t)
 }
 
 /* ---- completing (var.c) ----
- * @C engine/var.c:194 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
+ * @C engine/var.c:197 vq__var_complete_read `vq__spin_lock(&v->lock); VQ__ASSERT(v->num_pending_reads > 0); if (--v->num_pending_reads == 0 && v->pending_write && !v->write_triggered) { v->write_triggered = true; grant = v->pending_write->trigger; } vq__spin_unlock(&v->lock); if (grant) vq__op_dep_granted(grant, r);`
  * The last read to complete grants the pending write; the grant happens
  * after the unlock. slot: the access, for the ghost released[]. */
 inline complete_read(v, slot)
@@ -331,12 +331,12 @@ inline complete_read(v, slot)
     fi
 }
 
-/* @C engine/var.c:214 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
- * @C engine/var.c:217 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
- * @C engine/var.c:223 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
- * @C engine/var.c:227 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
- * @C engine/var.c:236 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
- * @C engine/var.c:237 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
+/* @C engine/var.c:217 vq__var_complete_write `struct vq__vblock *done = v->pending_write; struct vq__vblock *first_read = done->next, *end = first_read;`
+ * @C engine/var.c:220 vq__var_complete_write `while (end != v->head && !end->write) { end = end->next; nreads++; } v->num_pending_reads += nreads;`
+ * @C engine/var.c:226 vq__var_complete_write `if (end == v->head) { v->pending_write = NULL; v->write_triggered = false; }`
+ * @C engine/var.c:230 vq__var_complete_write `v->pending_write = end; v->write_triggered = nreads == 0; if (v->write_triggered) grant_write = end->trigger;`
+ * @C engine/var.c:239 vq__var_complete_write `vq__pool_free(VQ__POOL_VBLOCK, done);`
+ * @C engine/var.c:240 vq__var_complete_write `for (struct vq__vblock *b = first_read; b != end;) { struct vq__vblock *next = b->next; vq__op_dep_granted(b->trigger, r); vq__pool_free(VQ__POOL_VBLOCK, b); b = next; } if (grant_write) vq__op_dep_granted(grant_write, r);`
  * Under the lock: the run of reads after the completed write is counted as
  * running, and the next write becomes pending (granted at once when no
  * read precedes it). After the unlock: the reads' blocks, off the queue
@@ -424,9 +424,9 @@ inline complete_write(v, slot)
 }
 
 /* ---- pushing (engine.c op_enqueue, var_append.h vq__var_append_op) ----
- * @C engine/engine.c:705 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
- * @C engine/engine.c:706 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
- * @C engine/engine.c:723 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
+ * @C engine/engine.c:694 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
+ * @C engine/engine.c:695 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
+ * @C engine/engine.c:712 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
  * (own is 1 here; a held push, VQ__OPR_HELD, takes own = 0 and drops the
  * pusher's 1 later in push_release, dispatching or running the op when that
  * brings the count to zero: the same decrement split in two, with grants
@@ -443,7 +443,7 @@ inline complete_write(v, slot)
  * @C engine/var_append.h:113 vq__var_append_op `for (int i = o->nexcl; i < n; i++) {`
  * @C engine/var_append.h:116 vq__var_append_op `if (vq__var_append_read(o->vars[i], op, spare)) granted++;`
  * @C engine/var_append.h:126 vq__var_append_op `for (int i = n - 1; i >= 0; i--) vq__spin_unlock(&order[i]->lock);`
- * @C engine/var.c:184 vq__var_sort `for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)`
+ * @C engine/var.c:187 vq__var_sort `for (; j > 0 && (uintptr_t)vars[j - 1] > (uintptr_t)v; j--)`
  * The pieces, then the push itself (push, below). */
 /* The unlocks of vq__var_append_op, in reverse lock order (i = n). */
 inline unlock_all(o)
@@ -584,7 +584,7 @@ inline push(o)
         op[o].wait = old - (granted + 1);
         if
         :: old == granted + 1 ->
-            /* @C engine/engine.c:570 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
+            /* @C engine/engine.c:559 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
             assert(!dispatched[o]);
             dispatched[o] = 1;
             inq[o] = 1;
@@ -596,9 +596,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1292 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1300 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
- * @C engine/engine.c:1299 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/engine.c:1309 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/engine.c:1317 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
+ * @C engine/engine.c:1316 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -715,10 +715,10 @@ inline op_end(o)
  * @C engine/threaded.c:481 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
  * @C engine/threaded.c:490 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:468 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:1204 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:1209 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
- * @C engine/engine.c:1180 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
- * @C engine/engine.c:272 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
+ * @C engine/engine.c:1221 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:1226 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
+ * @C engine/engine.c:1197 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
+ * @C engine/engine.c:247 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * (Light ops, engine_internal.h, have no vars: nothing here concerns them.)
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's
  * function observes its vars as it starts and stores its writes as it

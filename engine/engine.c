@@ -1,5 +1,7 @@
-/* The engine's public face: creating engines and vars, pushing ops, waiting,
- * and the life of one op from push to completion.
+/* The engine's hot path: pushing ops (vq_push, prebuilt ops, held pushes),
+ * dispatching them, and the life of one op from push to completion. Its
+ * neighbours: creating and freeing engines and vars (engine_new.c), and
+ * deleting vars and waiting (wait.c), which pushes its ops through here.
  *
  * A push validates the task, builds an op (struct vq__op) from the pools,
  * merges duplicate vars, appends one access per var to the var queues
@@ -23,315 +25,22 @@
 #include "engine_internal.h"
 #include "var_append.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <sched.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 VQ__TLS int vq__in_op;
 /* vq_op_wait_error() of the op whose fn runs on this thread. */
 static VQ__TLS int cur_wait_err;
 
-/* ---- lists of live vars and oprs, so vq_engine_free reclaims them ---- */
-
-static void list_add(vq_engine *e, struct vq__link **head, struct vq__link *l)
-{
-    pthread_mutex_lock(&e->list_lock);
-    l->prev = NULL;
-    l->next = *head;
-    if (*head)
-        (*head)->prev = l;
-    *head = l;
-    pthread_mutex_unlock(&e->list_lock);
-}
-
-static void list_del(vq_engine *e, struct vq__link **head, struct vq__link *l)
-{
-    pthread_mutex_lock(&e->list_lock);
-    if (l->prev)
-        l->prev->next = l->next;
-    else
-        *head = l->next;
-    if (l->next)
-        l->next->prev = l->prev;
-    pthread_mutex_unlock(&e->list_lock);
-}
-
 /* The push path's steps, inlined into each push call (one function body
  * instead of a chain of calls, each saving and restoring registers). */
 #define HOT inline __attribute__((always_inline))
 
-#define CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+/* ---- building and pushing ops ---- */
 
-/* ---- options and environment ---- */
-
-static int env_int(const char *name, int lo, int hi, int *out)
-{
-    const char *s = getenv(name);
-    if (!s)
-        return 0;
-    /* digits only: strtol alone would take " 2" and "+3" */
-    bool digits = *s != '\0' && strspn(s, "0123456789") == strlen(s);
-    char *end;
-    long v = digits ? strtol(s, &end, 10) : 0;
-    if (!digits || v < lo || v > hi)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: %s=\"%s\" is not an integer in %d..%d", name, s,
-                        lo, hi);
-    *out = (int)v;
-    return 1;
-}
-
-static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
-{
-    static const vq_engine_opts defaults;
-    if (!o)
-        o = &defaults;
-    if (o->kind < 0 || o->kind > VQ_ENGINE_NAIVE)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: unknown engine kind %d", o->kind);
-    if (o->cpu_workers < 0 || o->cpu_workers > 1024)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_workers is %d, not in 0..1024",
-                        o->cpu_workers);
-    if (o->cpu_prio_workers < 0 || o->cpu_prio_workers > 1024)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_prio_workers is %d, not in 0..1024",
-                        o->cpu_prio_workers);
-    if (o->gpu_streams < 0 || o->gpu_streams > 64)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: gpu_streams is %d, not in 0..64",
-                        o->gpu_streams);
-    if (o->cpu_bind < 0 || o->cpu_bind > VQ_CPU_BIND_CLOSE)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: cpu_bind is %d, not a VQ_CPU_BIND_* value",
-                        o->cpu_bind);
-    if (o->flags & ~(unsigned)VQ_ENGINE_PROFILE)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: unknown flags 0x%x",
-                        o->flags & ~(unsigned)VQ_ENGINE_PROFILE);
-
-    /* The environment is checked whenever it is set, even where opts
-     * override it: a typo must not pass silently. */
-    int env_kind = VQ_ENGINE_THREADED;
-    const char *ek = getenv("VARQ_ENGINE");
-    if (ek) {
-        if (strcmp(ek, "threaded") == 0)
-            env_kind = VQ_ENGINE_THREADED;
-        else if (strcmp(ek, "naive") == 0)
-            env_kind = VQ_ENGINE_NAIVE;
-        else
-            return vq__fail(VQ_EINVAL,
-                            "vq_engine_new: VARQ_ENGINE=\"%s\" is neither \"threaded\" nor \"naive\"",
-                            ek);
-    }
-    long ncores = sysconf(_SC_NPROCESSORS_ONLN);
-    int env_workers = ncores < 1 ? 1 : ncores > 1024 ? 1024 : (int)ncores;
-    int rc = env_int("VARQ_CPU_WORKERS", 1, 1024, &env_workers);
-    if (rc < 0)
-        return rc;
-    int env_bind = VQ_CPU_BIND_SPREAD;
-    const char *eb = getenv("VARQ_CPU_BIND");
-    if (eb) {
-        if (!strcmp(eb, "none"))
-            env_bind = VQ_CPU_BIND_NONE;
-        else if (!strcmp(eb, "spread"))
-            env_bind = VQ_CPU_BIND_SPREAD;
-        else if (!strcmp(eb, "close"))
-            env_bind = VQ_CPU_BIND_CLOSE;
-        else
-            return vq__fail(VQ_EINVAL,
-                            "vq_engine_new: VARQ_CPU_BIND=\"%s\" is none of \"none\", "
-                            "\"spread\", \"close\"",
-                            eb);
-    }
-    const char *ep = getenv("VARQ_PROFILE");
-    if (ep) {
-        if (*ep == '\0')
-            return vq__fail(VQ_EINVAL, "vq_engine_new: VARQ_PROFILE is set but empty");
-        /* writable when the engine is freed: checked now, so that a path
-         * that cannot be is an error rather than a lost trace */
-        if ((rc = vq__trace_path_check("vq_engine_new: VARQ_PROFILE=", ep)) < 0)
-            return rc;
-        e->profile_path = vq__strdup(ep);
-        if (!e->profile_path)
-            return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
-    }
-
-    e->kind = o->kind ? o->kind : env_kind;
-    e->cpu_workers = o->cpu_workers ? o->cpu_workers : env_workers;
-    e->cpu_prio_workers = o->cpu_prio_workers;
-    e->cpu_bind = o->cpu_bind ? o->cpu_bind : env_bind;
-    e->max_pending = 4096;
-    e->gpu_streams = o->gpu_streams ? o->gpu_streams : 2;
-    e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;
-    return 0;
-}
-
-VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
-{
-    if (!out)
-        return vq__fail(VQ_EINVAL, "vq_engine_new: out is NULL");
-    *out = NULL;
-    vq_engine *e = vq__aligned_alloc(VQ__CACHELINE, (sizeof *e + VQ__CACHELINE - 1) &
-                                                    ~(size_t)(VQ__CACHELINE - 1));
-    if (!e)
-        return vq__fail(VQ_ENOMEM, "vq_engine_new: out of memory");
-    memset(e, 0, sizeof *e);
-    int rc = resolve_opts(e, opts);
-    if (rc < 0) {
-        free(e->profile_path);
-        free(e);
-        return rc;
-    }
-    pthread_mutex_init(&e->wait_lock, NULL);
-    pthread_cond_init(&e->wait_cond, NULL);
-    pthread_mutex_init(&e->list_lock, NULL);
-    pthread_mutex_init(&e->naive_lock, NULL);
-    pthread_mutex_init(&e->gpu_lock, NULL);
-    vq__prof_buf_init(&e->ext_prof);
-    e->t0_ns = vq__now_ns();
-    if (e->kind == VQ_ENGINE_THREADED) {
-        vq_ctx cpu0 = {VQ_DEV_CPU, 0};
-        rc = vq__pool_start(e, &e->cpu, e->cpu_workers, 0, cpu0, NULL);
-        if (rc == 0 && e->cpu_prio_workers > 0) {
-            rc = vq__pool_start(e, &e->prio, e->cpu_prio_workers, e->cpu_workers, cpu0, NULL);
-            if (rc < 0)
-                vq__pool_stop(&e->cpu);
-            e->has_prio = rc == 0;
-        }
-        if (rc < 0) {
-            vq__fail_prefixed(rc, "vq_engine_new");
-            vq__prof_buf_destroy(&e->ext_prof);
-            pthread_mutex_destroy(&e->wait_lock);
-            pthread_cond_destroy(&e->wait_cond);
-            pthread_mutex_destroy(&e->list_lock);
-            pthread_mutex_destroy(&e->naive_lock);
-            pthread_mutex_destroy(&e->gpu_lock);
-            free(e->profile_path);
-            free(e);
-            return rc;
-        }
-    }
-    *out = e;
-    return 0;
-}
-
-/* True when no op is pending. completed is read first: pushed only grows
- * and never trails completed (an op is counted pushed before it can run), so
- * equal readings mean nothing was pending when completed was read. */
-static bool quiescent(vq_engine *e)
-{
-    unsigned long done = atomic_load(&e->completed);
-    return atomic_load(&e->pushed) == done;
-}
-
-static void wait_pending(vq_engine *e)
-{
-    if (quiescent(e))
-        return;
-    pthread_mutex_lock(&e->wait_lock);
-    /* seq_cst pair with op_completed: either it sees a waiter, or we see
-     * its count. */
-    atomic_fetch_add(&e->waiters, 1);
-    while (!quiescent(e))
-        pthread_cond_wait(&e->wait_cond, &e->wait_lock);
-    atomic_fetch_sub(&e->waiters, 1);
-    pthread_mutex_unlock(&e->wait_lock);
-}
-
-static void var_destroy(vq_engine *e, vq_var *v)
-{
-    list_del(e, &e->vars, &v->link);
-    if (v->gpu_ev)
-        vq__gpu_var_release(v);
-    if (v->fail_note) /* a failure nobody waited for */
-        vq__fail_note_unref(v->fail_note);
-    vq__pool_free(VQ__POOL_VBLOCK, v->head);
-    v->head = NULL;
-    atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);
-    vq__pool_free(VQ__POOL_VAR, v);
-}
-
-static void opr_destroy(vq_opr *o)
-{
-    if (o->desc.arg_free)
-        o->desc.arg_free(o->desc.arg);
-    vq__op *spare = atomic_load_explicit(&o->spare, memory_order_relaxed);
-    if (spare)
-        vq__pool_free(VQ__POOL_OP, spare);
-    free(o->desc.vars);
-    free(o);
-}
-
-/* acquire/release: the hook's own setup (capture's registry) is seen by
- * the freeing thread that finds the hook. */
-static _Atomic(vq__engine_free_fn) free_hook;
-
-void vq__engine_on_free(vq__engine_free_fn fn)
-{
-    atomic_store_explicit(&free_hook, fn, memory_order_release);
-}
-
-VQ_API void vq_engine_free(vq_engine *e)
-{
-    if (!e)
-        return;
-    /* First, what the layers above still hold for e (open captures' recorded
-     * calls), so that it is pushed and drained with the rest. */
-    vq__engine_free_fn hook = atomic_load_explicit(&free_hook, memory_order_acquire);
-    if (hook)
-        hook(e);
-    wait_pending(e);
-    if (e->profile_path && vq_profiler_dump(e, e->profile_path) < 0)
-        /* vq_engine_free returns nothing: the one place the library
-         * prints, so that a lost trace is never silent (engine.h). */
-        fprintf(stderr, "varq: the VARQ_PROFILE trace was not written: %s\n", vq_errmsg());
-    if (e->kind == VQ_ENGINE_THREADED) {
-        vq__pool_stop(&e->cpu);
-        if (e->has_prio)
-            vq__pool_stop(&e->prio);
-    }
-    vq__gpu_stop(e);
-    /* A vq_done_finish on a foreign thread may still be on its way out
-     * after its op counted as complete. */
-    while (atomic_load(&e->finishers) != 0)
-        sched_yield();
-    while (e->vars)
-        var_destroy(e, CONTAINER(e->vars, vq_var, link));
-    while (e->oprs) {
-        vq_opr *o = CONTAINER(e->oprs, vq_opr, link);
-        list_del(e, &e->oprs, &o->link);
-        opr_destroy(o);
-    }
-    vq__gpu_free(e); /* the vars gave their events back */
-    vq__prof_buf_destroy(&e->ext_prof);
-    pthread_mutex_destroy(&e->wait_lock);
-    pthread_cond_destroy(&e->wait_cond);
-    pthread_mutex_destroy(&e->list_lock);
-    pthread_mutex_destroy(&e->naive_lock);
-    pthread_mutex_destroy(&e->gpu_lock);
-    free(e->profile_path);
-    free(e);
-}
-
-/* ---- vars ---- */
-
-VQ_API vq_var *vq_var_new(vq_engine *e, const char *name)
-{
-    if (!e) {
-        vq__fail(VQ_EINVAL, "vq_var_new: engine is NULL");
-        return NULL;
-    }
-    vq_var *v = vq__pool_alloc(VQ__POOL_VAR);
-    if (!v || vq__var_init(v, e, name) < 0) {
-        if (v)
-            vq__pool_free(VQ__POOL_VAR, v);
-        vq__fail(VQ_ENOMEM, "vq_var_new: out of memory");
-        return NULL;
-    }
-    list_add(e, &e->vars, &v->link);
-    return v;
-}
-
-static int check_var(vq_engine *e, const vq_var *v, const char *fn, const char *what, int i)
+int vq__check_var(vq_engine *e, const vq_var *v, const char *fn, const char *what, int i)
 {
     if (!v)
         return vq__fail(VQ_EINVAL, "%s: %s[%d] is NULL", fn, what, i);
@@ -342,8 +51,6 @@ static int check_var(vq_engine *e, const vq_var *v, const char *fn, const char *
         return vq__fail(VQ_EINVAL, "%s: %s[%d] (\"%s\") has been freed", fn, what, i, v->name);
     return 0;
 }
-
-/* ---- building and pushing ops ---- */
 
 static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
 {
@@ -390,12 +97,12 @@ static int validate_task(vq_engine *e, const vq_task *t, const char *fn)
                             t->name ? t->name : "");
     }
     for (int i = 0; i < t->nreads; i++) {
-        int rc = check_var(e, t->reads[i], fn, "reads", i);
+        int rc = vq__check_var(e, t->reads[i], fn, "reads", i);
         if (rc < 0)
             return rc;
     }
     for (int i = 0; i < t->nwrites; i++) {
-        int rc = check_var(e, t->writes[i], fn, "writes", i);
+        int rc = vq__check_var(e, t->writes[i], fn, "writes", i);
         if (rc < 0)
             return rc;
     }
@@ -544,7 +251,7 @@ static HOT int opr_fill(struct vq__desc *restrict o, vq_engine *e, const vq_task
         flags |= VQ__OPR_GROUPABLE;
     o->flags = flags;
     if (rc == 0 && (flags & VQ__OPR_SORTED)) {
-        /* vars has room for 2n (see push_task and vq_opr_new) */
+        /* vars has room for 2n (see vq__push_task and vq_opr_new) */
         int n = nw + nr;
         memcpy(vars + n, vars, (size_t)n * sizeof *vars);
         vq__var_sort(vars + n, n);
@@ -609,12 +316,13 @@ static HOT bool vblocks_take(int n, struct vq__vblock **list)
 /* The calling thread's last push joined a group (see op_enqueue). */
 static VQ__TLS bool joined_last;
 
-/* The calling thread's last push: its place in the engine's push order. */
-static VQ__TLS unsigned long push_ticket;
+/* The calling thread's last push: its place in the engine's push order
+ * (also set by wait.c for the ops it does at once). */
+VQ__TLS unsigned long vq__last_ticket;
 
 unsigned long vq__push_ticket(void)
 {
-    return push_ticket;
+    return vq__last_ticket;
 }
 
 /* A synchronous caller's first ready op (vq__defer_begin): kept from the
@@ -692,11 +400,11 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
         order = sorted;
     }
     atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);
-    int granted = vq__var_append_op(op, order, &spare, &push_ticket);
+    int granted = vq__var_append_op(op, order, &spare, &vq__last_ticket);
     if (__builtin_expect(granted == VQ__APPEND_NO_BLOCKS, 0)) {
         if (!vblocks_take(n, &spare))
             return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
-        granted = vq__var_append_op(op, order, &spare, &push_ticket);
+        granted = vq__var_append_op(op, order, &spare, &vq__last_ticket);
     }
     vblocks_free(spare);
     joined_last = granted == VQ__APPEND_JOINED;
@@ -707,7 +415,7 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
     if (joined_last)
         return 0; /* joined the group of the op queued last on its vars */
     /* The pusher's own count goes with the accesses granted above; a held
-     * op's stays until push_release (it joins no group: not groupable). */
+     * op's stays until vq__push_release_until (it joins no group: not groupable). */
     int own = o->flags & VQ__OPR_HELD ? 0 : 1;
     int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel);
     VQ__ASSERT(wait >= granted + 1); /* a grant counted here is not granted again */
@@ -721,7 +429,7 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
  * for it, runs it at once, without a worker's wake-up and the handoff
  * back; an op that needs a worker's stream (a GPU op) goes to its pool.
  * Otherwise the access granted last dispatches it, as for any op. */
-static void push_release(vq_engine *e, vq__op *op, const atomic_bool *until)
+void vq__push_release_until(vq_engine *e, vq__op *op, const atomic_bool *until)
 {
     if (atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel) != 1)
         return;
@@ -744,9 +452,8 @@ static vq__op *op_alloc(const char *fn)
 
 /* Pushes a task that has been validated. flags: VQ__OPR_* for internal ops;
  * fn: the API call, for messages. With VQ__OPR_HELD (a threaded engine
- * only), *held gets the op, which stays unready until push_release. */
-static HOT int push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn,
-                         vq__op **held)
+ * only), *held gets the op, which stays unready until vq__push_release_until. */
+HOT int vq__push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn, vq__op **held)
 {
     vq__op *op = op_alloc(fn);
     if (!op)
@@ -874,13 +581,11 @@ static inline bool push_light(vq_engine *e, const vq_task *t)
         return false;
     struct vq__light l = {.fn = t->fn, .arg = t->arg, .arg_free = t->arg_free, .engine = e};
     struct vq__wpool *p = (t->props & VQ_PROP_CPU_PRIORITIZED) && e->has_prio ? &e->prio : &e->cpu;
-    if (!vq__pool_submit_light(p, &l, &e->pushed, &push_ticket))
+    if (!vq__pool_submit_light(p, &l, &e->pushed, &vq__last_ticket))
         return false;
     joined_last = false;
     return true;
 }
-
-static void op_completed(vq_engine *e, unsigned long n);
 
 /* Runs a light op as vq__op_run runs its op: no vars to skip it, wait for
  * or release, no group (it joins none), so the function, the engine's
@@ -894,7 +599,7 @@ void vq__light_run(const struct vq__light *l, const vq_exec_ctx *x)
         vq__engine_note_fail(e, err);
     if (l->arg_free)
         l->arg_free(l->arg);
-    op_completed(e, 1);
+    vq__op_completed(e, 1);
     vq__in_op--;
 }
 
@@ -919,7 +624,7 @@ VQ_API int vq_push(vq_engine *e, const vq_task *t)
         if (push_light(e, t))
             return 0;
     }
-    return push_task(e, t, 0, "vq_push", NULL); /* checks the vars while merging them */
+    return vq__push_task(e, t, 0, "vq_push", NULL); /* checks the vars while merging them */
 }
 
 int vq__push_held(vq_engine *e, const vq_task *t, void **held)
@@ -930,7 +635,7 @@ int vq__push_held(vq_engine *e, const vq_task *t, void **held)
         return vq_push(e, t); /* no var to hold it back, or checked and pushed as usual */
     pace(e);
     vq__op *op = NULL;
-    int rc = push_task(e, t, VQ__OPR_HELD, "vq_push", &op);
+    int rc = vq__push_task(e, t, VQ__OPR_HELD, "vq_push", &op);
     if (rc == 0)
         *held = op;
     return rc;
@@ -939,7 +644,7 @@ int vq__push_held(vq_engine *e, const vq_task *t, void **held)
 void vq__push_release(vq_engine *e, void *held)
 {
     if (held)
-        push_release(e, held, NULL);
+        vq__push_release_until(e, held, NULL);
 }
 
 VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
@@ -962,7 +667,7 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
     atomic_init(&o->spare, spare);
     atomic_init(&o->pushes, 0);
     atomic_init(&o->remaining, 0);
-    list_add(e, &e->oprs, &o->link);
+    vq__list_add(e, &e->oprs, &o->link);
     return o;
 }
 
@@ -970,8 +675,8 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
 static void opr_last_reference(vq_opr *o)
 {
     vq_engine *e = o->desc.engine;
-    list_del(e, &e->oprs, &o->link);
-    opr_destroy(o);
+    vq__list_del(e, &e->oprs, &o->link);
+    vq__opr_destroy(o);
 }
 
 /* One push of o has completed. remaining starts at 0, each completion
@@ -997,7 +702,7 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
                         d->name ? d->name : "");
     for (int i = 0; i < d->nwrites + d->nreads; i++)
         if (__builtin_expect(!var_ok(e, d->vars[i]), 0))
-            return check_var(e, d->vars[i], "vq_push_opr", "vars", i);
+            return vq__check_var(e, d->vars[i], "vq_push_opr", "vars", i);
     pace(e);
     if (run_undeferred(e, d->fn, d->arg, d->nreads + d->nwrites, d->flags))
         return 0;
@@ -1189,21 +894,6 @@ void vq__op_run(vq__op *op, const vq_exec_ctx *x, vq__ready *r)
     vq__in_op--;
 }
 
-/* n ops completed: an op and the members of its group. */
-static void op_completed(vq_engine *e, unsigned long n)
-{
-    /* seq_cst pair with wait_pending: either we see the waiter, or it sees
-     * our count. Only the completion that leaves nothing pending wakes it. */
-    unsigned long done = atomic_fetch_add(&e->completed, n) + n;
-    /* pushed never trails completed: an op is counted pushed before it runs */
-    VQ__ASSERT(atomic_load_explicit(&e->pushed, memory_order_relaxed) - done <= ULONG_MAX / 2);
-    if (atomic_load(&e->waiters) > 0 && atomic_load(&e->pushed) == done) {
-        pthread_mutex_lock(&e->wait_lock);
-        pthread_cond_broadcast(&e->wait_cond);
-        pthread_mutex_unlock(&e->wait_lock);
-    }
-}
-
 /* hot path: no malloc; the var spinlocks of the op's accesses, one at a
  * time. Beyond an ordinary op: a deletion takes list_lock, the profiler
  * its buffer's lock, and the completion that leaves a waiter nothing
@@ -1227,11 +917,11 @@ void vq__op_finish(vq__op *op, int err, vq__ready *r)
         /* vq_var_free marked it; nothing else makes a deletion op */
         VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) ==
                    VQ__VAR_DELETING);
-        var_destroy(e, o->vars[0]);
+        vq__var_destroy(e, o->vars[0]);
     }
     op_release(op);
     if (r)
-        op_completed(e, n);
+        vq__op_completed(e, n);
 }
 
 VQ_API void vq_done_finish(vq_done *d, int err)
@@ -1267,214 +957,4 @@ VQ_API int vq_thread_in_op(void)
 VQ_API int vq_op_wait_error(void)
 {
     return cur_wait_err;
-}
-
-/* ---- deleting vars and waiting ---- */
-
-/* Nothing queued on v (no write pending, no granted read unfinished) and
- * no GPU work after its last op. Under v's lock. */
-static inline bool var_idle(const vq_var *v)
-{
-    return !v->pending_write && v->num_pending_reads == 0 && !v->gpu_ev;
-}
-
-/* Deletes v, which its caller marked VQ__VAR_DELETING, now when nothing
- * is queued on it: its deletion op would run at its push, so the var goes
- * here, numbered and counted like that op (as vq_wait_var's answer on an
- * idle var). False, and v untouched, otherwise. */
-static bool delete_if_idle(vq_engine *e, vq_var *v)
-{
-    if (e->kind != VQ_ENGINE_THREADED)
-        return false;
-    vq__spin_lock(&v->lock);
-    bool idle = var_idle(v);
-    if (idle)
-        push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
-    vq__spin_unlock(&v->lock);
-    if (!idle)
-        return false;
-    var_destroy(e, v);
-    op_completed(e, 1);
-    return true;
-}
-
-VQ_API int vq_var_free(vq_engine *e, vq_var *v)
-{
-    if (!e)
-        return vq__fail(VQ_EINVAL, "vq_var_free: engine is NULL");
-    int rc = check_var(e, v, "vq_var_free", "var", 0);
-    if (rc < 0)
-        return rc;
-    int live = VQ__VAR_LIVE;
-    if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))
-        return vq__fail(VQ_EINVAL, "vq_var_free: var \"%s\" has been freed", v->name);
-    /* A plan's thousands of idle vars go with the plan instead of as that
-     * many ops for the workers. */
-    if (delete_if_idle(e, v))
-        return 0;
-    vq_var *w[1] = {v};
-    vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};
-    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);
-    if (rc < 0)
-        atomic_store(&v->state, VQ__VAR_LIVE);
-    return rc;
-}
-
-bool vq__var_free_idle(vq_engine *e, vq_var *v)
-{
-    int live = VQ__VAR_LIVE;
-    if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))
-        return false;
-    if (delete_if_idle(e, v))
-        return true;
-    atomic_store(&v->state, VQ__VAR_LIVE);
-    return false;
-}
-
-static int wait_forbidden(const char *fn)
-{
-    if (vq__in_op || vq__self())
-        return vq__fail(VQ_EDEADLK, "%s: called from inside an op, where it would never return",
-                        fn);
-    return 0;
-}
-
-struct var_waiter {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    vq_var *v;
-    atomic_bool answered; /* set under lock, also read without it by the waiter's spin */
-    int err;
-    struct vq__fail_note *note; /* taken with err */
-};
-
-/* The body of the write op vq_wait_var pushes: every earlier op on the var
- * has completed, and none after it has started. */
-static int take_var_error(void *arg, const vq_exec_ctx *x)
-{
-    (void)x;
-    struct var_waiter *w = arg;
-    /* GPU work on the var is part of what is waited for. */
-    int gpu_err = w->v->gpu_ev ? vq__gpu_var_settle(w->v) : 0;
-    int err = w->v->err ? w->v->err : gpu_err;
-    struct vq__fail_note *note = w->v->fail_note;
-    w->v->err = 0;
-    w->v->fail_note = NULL;
-    pthread_mutex_lock(&w->lock);
-    w->err = err;
-    w->note = note;
-    /* release: the waiter that sees it without the lock sees err too */
-    atomic_store_explicit(&w->answered, true, memory_order_release);
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-    return 0;
-}
-
-int vq__wait_var_note(vq_engine *e, vq_var *v, struct vq__fail_note **note)
-{
-    *note = NULL;
-    if (!e)
-        return vq__fail(VQ_EINVAL, "vq_wait_var: engine is NULL");
-    int rc = check_var(e, v, "vq_wait_var", "var", 0);
-    if (rc < 0)
-        return rc;
-    if ((rc = wait_forbidden("vq_wait_var")) < 0)
-        return rc;
-    if (e->kind == VQ_ENGINE_NAIVE)
-        return vq__naive_wait_var(e, v, note);
-    /* Nothing queued on v and no GPU work after its last op: the wait op
-     * would be granted at its push and answered at once, so it is done
-     * here under v's lock instead, at the same instant in the engine's
-     * order: numbered like a push (the ticket, taken with every var of the
-     * "op" locked, as vq__var_append_op takes it) and counted complete
-     * right after, so that vq_wait_all and the throttle see a pushed op
-     * that completed. The lock orders the check after the completions of
-     * v's earlier ops; an op pushed meanwhile comes after the wait. */
-    vq__spin_lock(&v->lock);
-    if (var_idle(v)) {
-        push_ticket = atomic_fetch_add_explicit(&e->pushed, 1, memory_order_relaxed);
-        int err = v->err;
-        if (__builtin_expect(err != 0, 0)) {
-            *note = v->fail_note;
-            v->fail_note = NULL;
-            v->err = 0;
-        }
-        vq__spin_unlock(&v->lock);
-        op_completed(e, 1);
-        return err;
-    }
-    vq__spin_unlock(&v->lock);
-    struct var_waiter w = {.v = v, .err = 0, .note = NULL};
-    atomic_init(&w.answered, false);
-    pthread_mutex_init(&w.lock, NULL);
-    pthread_cond_init(&w.cond, NULL);
-    vq_var *wv[1] = {v};
-    /* Highest priority: once the var allows it, the waiter is answered
-     * before any other ready op runs. */
-    vq_task t = {.fn = take_var_error, .arg = &w, .writes = wv, .nwrites = 1,
-                 .priority = INT_MAX, .name = "vq_wait_var"};
-    vq__op *op = NULL;
-    rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_HELD, "vq_wait_var", &op);
-    if (rc == 0) {
-        /* Held: when the var is settled already, the answer is taken
-         * here and now, not by a worker woken for it. */
-        push_release(e, op, &w.answered);
-        /* The waiter helps before it sleeps: it runs queued ready CPU ops
-         * itself, as the throttle does, and spins a little as a worker
-         * does (yielding now and then to a thread on its core) before it
-         * sleeps. A host read after a push (a captured segment, a chain's
-         * last ops) then often runs in this thread or is answered while
-         * it spins, without the wake-ups of a handoff to a sleeping worker
-         * and back. */
-        for (int i = 0;
-             i < VQ__SPIN_LOOKS && !atomic_load_explicit(&w.answered, memory_order_acquire); i++) {
-            if (vq__run_here(&e->cpu, &w.answered))
-                i = 0;
-            else
-                vq__spin_pause(i);
-        }
-        pthread_mutex_lock(&w.lock);
-        while (!atomic_load_explicit(&w.answered, memory_order_relaxed)) /* under w.lock */
-            pthread_cond_wait(&w.cond, &w.lock);
-        pthread_mutex_unlock(&w.lock);
-        rc = w.err;
-        *note = w.note;
-    }
-    pthread_mutex_destroy(&w.lock);
-    pthread_cond_destroy(&w.cond);
-    return rc;
-}
-
-VQ_API int vq_wait_var(vq_engine *e, vq_var *v)
-{
-    struct vq__fail_note *note;
-    int err = vq__wait_var_note(e, v, &note);
-    if (note) /* (only with an error of the var: the calls' own carry none) */
-        vq__fail(err, "var \"%s\": an op it depends on failed: %s", v->name,
-                 vq__fail_note_text(note));
-    vq__fail_note_unref(note);
-    return err;
-}
-
-bool vq__engine_help(vq_engine *e, const atomic_bool *until)
-{
-    return e && e->kind == VQ_ENGINE_THREADED && !vq__in_op && vq__run_here(&e->cpu, until);
-}
-
-VQ_API int vq_wait_all(vq_engine *e)
-{
-    if (!e)
-        return vq__fail(VQ_EINVAL, "vq_wait_all: engine is NULL");
-    int rc = wait_forbidden("vq_wait_all");
-    if (rc < 0)
-        return rc;
-    wait_pending(e);
-    int err = atomic_exchange(&e->first_err, 0);
-    /* Every op has completed, GPU ops at launch: wait for their streams. */
-    if (atomic_load_explicit(&e->gpu_on, memory_order_acquire)) {
-        int gpu_err = vq__gpu_sync_all(e);
-        if (!err)
-            err = gpu_err;
-    }
-    return err;
 }

@@ -20,6 +20,7 @@
 #include "engine_services.h" /* vq__fail & co., fault.h's allocation */
 #include "spinlock.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -587,7 +588,7 @@ void *vq__gpu_naive_stream(vq_engine *e, int id);
 /* vq_wait_all's GPU part: synchronizes every stream; the first error. */
 int vq__gpu_sync_all(vq_engine *e);
 
-/* ---- engine (engine.c) ---- */
+/* ---- engine (engine.c: pushing, running and completing ops) ---- */
 
 /* Lock order. The rule: a thread holds at most one of the engine's locks,
  * and holds none while it waits for another, with three exceptions, each
@@ -668,6 +669,47 @@ int vq__op_skip_error(const struct vq__desc *o);
  * deadlock; the naive engine defers a push made inside one). */
 extern VQ__TLS int vq__in_op __attribute__((visibility("hidden")));
 
+/* n ops completed: an op and the members of its group. Inline for the
+ * completion path (vq__op_finish, vq__light_run); wait.c counts with it the
+ * waits and deletions it does at once. */
+static inline void vq__op_completed(vq_engine *e, unsigned long n)
+{
+    /* seq_cst pair with vq__wait_pending: either we see the waiter, or it sees
+     * our count. Only the completion that leaves nothing pending wakes it. */
+    unsigned long done = atomic_fetch_add(&e->completed, n) + n;
+    /* pushed never trails completed: an op is counted pushed before it runs */
+    VQ__ASSERT(atomic_load_explicit(&e->pushed, memory_order_relaxed) - done <= ULONG_MAX / 2);
+    if (atomic_load(&e->waiters) > 0 && atomic_load(&e->pushed) == done) {
+        pthread_mutex_lock(&e->wait_lock);
+        pthread_cond_broadcast(&e->wait_cond);
+        pthread_mutex_unlock(&e->wait_lock);
+    }
+}
+
+/* Pushes t, validated, with VQ__OPR_* flags (also wait.c's deletion and wait
+ * ops); with VQ__OPR_HELD, *held gets the op, unready until released. */
+int vq__push_task(vq_engine *e, const vq_task *t, unsigned flags, const char *fn, vq__op **held);
+/* vq__push_release with until, the waiter's flag, as for vq__run_op_here. */
+void vq__push_release_until(vq_engine *e, vq__op *op, const atomic_bool *until);
+/* 0, or VQ_EINVAL naming fn and what[i] when v is NULL, foreign or freed. */
+int vq__check_var(vq_engine *e, const vq_var *v, const char *fn, const char *what, int i);
+
+/* ---- creating and freeing engines (engine_new.c) ---- */
+
+/* Links l into e's list of live vars or prebuilt ops (under list_lock). */
+void vq__list_add(vq_engine *e, struct vq__link **head, struct vq__link *l);
+/* Unlinks l from that list (under list_lock). */
+void vq__list_del(vq_engine *e, struct vq__link **head, struct vq__link *l);
+/* Frees v for good: unlisted, its GPU event and failure note dropped, DEAD. */
+void vq__var_destroy(vq_engine *e, vq_var *v);
+/* Frees a prebuilt op the caller has unlisted: its arg, spare op and vars. */
+void vq__opr_destroy(vq_opr *o);
+
+/* ---- deleting vars and waiting (wait.c) ---- */
+
+/* Returns once every op pushed on e has completed (vq__op_completed wakes it). */
+void vq__wait_pending(vq_engine *e);
+
 /* ---- the naive engine (naive.c) ----
  *
  * The serial oracle (MXNet's naive_engine.cc): each op runs in the pushing
@@ -695,6 +737,9 @@ int vq__naive_wait_var(vq_engine *e, vq_var *v, struct vq__fail_note **note);
  * the op at once (a sync op with no vars, past the throttle) or after ops
  * nested on this thread pushed meanwhile. */
 unsigned long vq__push_ticket(void);
+/* Its value, set by every push (engine.c) and by the waits and deletions
+ * that wait.c does at once, numbered like the op they save. */
+extern VQ__TLS unsigned long vq__last_ticket __attribute__((visibility("hidden")));
 
 /* Hands the ready ops of r to the engine (queues and wake-ups). */
 void vq__ready_flush(vq__ready *r);

@@ -4,7 +4,7 @@
  * complete read, complete write, the grant of the next run of blocks), the
  * op's wait counter of engine.c and engine_internal.h, the push that appends an op
  * on all its vars at once (vq__var_append_op), the worker loop of threaded.c
- * and var deletion (vq_var_free's deletion op and var_destroy), written with
+ * and var deletion (vq_var_free's deletion op and vq__var_destroy), written with
  * the C code's own field and state names so that the two read side by side.
  * scripts/spin_check.sh checks it exhaustively, for every interleaving of
  * two pushers and two workers over the configurations at the end of this
@@ -280,7 +280,7 @@ inline append_write(v, o)
 }
 
 /* ---- granting (engine_internal.h vq__op_dep_granted) ----
- * @C engine/engine_internal.h:712 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
+ * @C engine/engine_internal.h:757 vq__op_dep_granted `int wait = atomic_fetch_sub_explicit(&op->wait, 1, memory_order_acq_rel); VQ__ASSERT(wait >= 1); if (wait == 1) vq__ready_add(r, op);`
  * One atomic fetch_sub; whoever brings the counter to zero adds the op to
  * its batch (rmask, local to the worker: vq__ready). The ghost checks: the
  * counter never goes below zero, and an op is dispatched once. */
@@ -424,11 +424,11 @@ inline complete_write(v, slot)
 }
 
 /* ---- pushing (engine.c op_enqueue, var_append.h vq__var_append_op) ----
- * @C engine/engine.c:694 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
- * @C engine/engine.c:695 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &push_ticket);`
- * @C engine/engine.c:712 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
+ * @C engine/engine.c:402 op_enqueue `atomic_store_explicit(&op->wait, n + 1, memory_order_relaxed);`
+ * @C engine/engine.c:403 op_enqueue `int granted = vq__var_append_op(op, order, &spare, &vq__last_ticket);`
+ * @C engine/engine.c:420 op_enqueue `int wait = atomic_fetch_sub_explicit(&op->wait, granted + own, memory_order_acq_rel); VQ__ASSERT(wait >= granted + 1); if (wait == granted + own) dispatch_pushed(e, op);`
  * (own is 1 here; a held push, VQ__OPR_HELD, takes own = 0 and drops the
- * pusher's 1 later in push_release, dispatching or running the op when that
+ * pusher's 1 later in vq__push_release_until, dispatching or running the op when that
  * brings the count to zero: the same decrement split in two, with grants
  * from other threads free to come between, as they already may come
  * between the append's unlocks and this decrement; whoever brings the
@@ -462,7 +462,7 @@ inline unlock_all(o)
 }
 
 /* What comes before the op's first lock: vq_var_free's compare-and-swap
- * LIVE -> DELETING for a deletion, the contract (check_var: no push on a
+ * LIVE -> DELETING for a deletion, the contract (vq__check_var: no push on a
  * var being freed) for the others; and the op's wait counter, n + 1 (the
  * op is on no queue yet: nobody else sees it). One step with the first
  * lock (FINE=1: a step of its own): nothing else reads what it writes
@@ -584,7 +584,7 @@ inline push(o)
         op[o].wait = old - (granted + 1);
         if
         :: old == granted + 1 ->
-            /* @C engine/engine.c:559 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
+            /* @C engine/engine.c:266 dispatch `vq__pool_submit(vq__pool_of(e, op), &op, 1, vq__self() == NULL);` */
             assert(!dispatched[o]);
             dispatched[o] = 1;
             inq[o] = 1;
@@ -596,9 +596,9 @@ inline push(o)
     }
 }
 
-/* @C engine/engine.c:1309 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
- * @C engine/engine.c:1317 vq_var_free `rc = push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
- * @C engine/engine.c:1316 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
+/* @C engine/wait.c:76 vq_var_free `if (!atomic_compare_exchange_strong(&v->state, &live, VQ__VAR_DELETING))`
+ * @C engine/wait.c:84 vq_var_free `rc = vq__push_task(e, &t, VQ__OPR_NOSKIP | VQ__OPR_DELETE, "vq_var_free", NULL);`
+ * @C engine/wait.c:83 vq_var_free `vq_task t = {.writes = w, .nwrites = 1, .name = "vq_var_free"};`
  * A pusher: its program of pushes, in order. A deletion marks the var
  * DELETING (one compare-and-swap), then pushes a write op on it that
  * destroys it when it completes. */
@@ -715,10 +715,10 @@ inline op_end(o)
  * @C engine/threaded.c:481 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
  * @C engine/threaded.c:490 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:468 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
- * @C engine/engine.c:1221 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
- * @C engine/engine.c:1226 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); var_destroy(e, o->vars[0]); }`
- * @C engine/engine.c:1197 op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
- * @C engine/engine.c:247 var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
+ * @C engine/engine.c:911 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`
+ * @C engine/engine.c:916 vq__op_finish `if (o->flags & VQ__OPR_DELETE) { VQ__ASSERT(atomic_load_explicit(&o->vars[0]->state, memory_order_relaxed) == VQ__VAR_DELETING); vq__var_destroy(e, o->vars[0]); }`
+ * @C engine/engine_internal.h:679 vq__op_completed `unsigned long done = atomic_fetch_add(&e->completed, n) + n;`
+ * @C engine/engine_new.c:199 vq__var_destroy `vq__pool_free(VQ__POOL_VBLOCK, v->head); v->head = NULL; atomic_store_explicit(&v->state, VQ__VAR_DEAD, memory_order_release);`
  * (Light ops, engine_internal.h, have no vars: nothing here concerns them.)
  * A worker runs its kept successor (nxt: w->next) or any ready op; the op's
  * function observes its vars as it starts and stores its writes as it
@@ -728,7 +728,7 @@ inline op_end(o)
  * higher priority), the rest go to the ready queue.
  * Not modelled: groups (var.c, bulk execution). A push that joins a group
  * queues no access; its op runs inside the head's run, and the head counts
- * it completed with itself (op_completed's n), which is the model's op
+ * it completed with itself (vq__op_completed's n), which is the model's op
  * with a longer function. */
 proctype worker(byte w)
 {

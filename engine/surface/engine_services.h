@@ -108,7 +108,7 @@ void vq__defer_end(vq_engine *e, const atomic_bool *until);
  * the start of every vq_engine_free(e), on the freeing thread, before the
  * engine drains, so fn may still push on e and must forget e for good.
  * One fn per process, set once (a later call replaces it); any thread.
- * (engine.c) */
+ * (engine_new.c) */
 typedef void (*vq__engine_free_fn)(vq_engine *e);
 void vq__engine_on_free(vq__engine_free_fn fn);
 
@@ -196,7 +196,7 @@ int vq__wait_var_note(vq_engine *e, vq_var *v, struct vq__fail_note **note);
  * as a failed op does. Any thread. */
 void vq__engine_note_fail(vq_engine *e, int err);
 
-/* ---- freeing an idle var at once (engine.c) ----
+/* ---- freeing an idle var at once (wait.c) ----
  *
  * For the last release of a tensor (tensor/tensor.c): when nothing is queued
  * on v (no write pending, no read granted and unfinished) and no GPU work

@@ -136,7 +136,7 @@ int vq__window_attrs(const vq__infer *c, struct vq__window_params *p);
 int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int64_t h, int64_t w,
                       int64_t kh, int64_t kw, bool ceil_mode, int64_t out[2]);
 
-/* (cpu/conv.c) The gradient maker of conv_transpose2d and conv_transpose3d
+/* (cpu/conv_grad.c) The gradient maker of conv_transpose2d and conv_transpose3d
  * (conv: "conv2d" or "conv3d", the forward convolution of the same rank;
  * rank: X's, 4 or 5): dX = conv(dOut, W), dW = <conv>_grad(dOut, W, X;
  * wrt 1), both with the op's attributes but output_padding, and the

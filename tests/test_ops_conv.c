@@ -79,7 +79,7 @@ static const struct conv_case conv_cases[] = {
     {2, 4, 7, 6, 4, 3, 3, 4, {2, 1}, {2, 1, 0, 2}, {2, 2}, true},    /* depthwise, dilated */
     {1, 3, 4, 4, 3, 5, 5, 3, {1, 1}, {2, 2, 2, 2}, {1, 1}, false},   /* depthwise, k > input */
     {2, 5, 9, 19, 5, 3, 3, 5, {1, 1}, {1, 1, 1, 1}, {1, 1}, true},   /* depthwise, long rows */
-    /* depthwise 3x3 at stride 2 (the parity planes of conv.c's padded
+    /* depthwise 3x3 at stride 2 (the parity planes of conv_depthwise.c's padded
      * path): odd and even sizes, asymmetric and no pads */
     {2, 4, 7, 9, 4, 3, 3, 4, {2, 2}, {0, 1, 2, 0}, {1, 1}, true},
     {1, 3, 8, 5, 6, 3, 3, 3, {2, 2}, {1, 0, 0, 1}, {1, 1}, false},
@@ -210,7 +210,7 @@ Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
     vq_engine_free(e);
 }
 
-/* Depthwise 3x3 planes go through a zero-padded copy (conv.c,
+/* Depthwise 3x3 planes go through a zero-padded copy (conv_depthwise.c,
  * dw_padded): a weight that is not finite must not meet a padded zero
  * there (Inf * 0 = NaN), so such a plane takes the path that skips the
  * taps outside X, as the formula does. Here w[0] = +Inf touches X only

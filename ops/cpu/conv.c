@@ -1,8 +1,11 @@
 /* 2-D convolution: conv2d (NCHW, strides, asymmetric pads, dilations,
- * groups, an optional bias) and its gradient op conv2d_grad, on the CPU
- * through im2col and OpenBLAS's gemm (vq__gemm, cpu/matmul.c). Also the
- * attribute checks and the output-size rule that the pools (cpu/pool.c)
- * share: vq__window_attrs and vq__window_out_hw (ops_internal.h).
+ * groups, an optional bias) on the CPU through im2col and OpenBLAS's gemm
+ * (vq__gemm, cpu/matmul.c), and the shape checks and op table of conv2d,
+ * its gradient op conv2d_grad and conv_transpose2d. Also the attribute
+ * checks and the output-size rule that the pools (cpu/pool.c) share:
+ * vq__window_attrs and vq__window_out_hw (ops_internal.h). The depthwise
+ * stencils are in conv_depthwise.c; conv2d_grad's and conv_transpose2d's
+ * kernels, with col2im, in conv_grad.c; what the three share in conv.h.
  *
  * conv2d(X, W[, B]) -> Out: X [N, C, H, W], W [M, C/groups, kH, kW], B
  * [M]. The bias is optional, and the registry has no optional slots: W is
@@ -16,7 +19,7 @@
  * W_g [M/groups, C/groups * kH * kW] times that matrix. A 1x1 kernel with
  * stride 1 and no padding needs no copy: X's plane is the matrix. A
  * depthwise call (groups > 1, one input channel per group) skips both:
- * a direct stencil per output plane (conv_depthwise below; 3x3 taps from
+ * a direct stencil per output plane (conv_depthwise.c; 3x3 taps from
  * a zero-padded copy of the plane, with AVX-512 where the CPU has it). The
  * column buffer is one group's, reused for every image and group, and
  * comes from the CPU allocator's cache (tensor/alloc.c), so a loop that runs
@@ -35,30 +38,17 @@
  * into the Conv before it this way, saving one or two passes over the
  * output and their buffers. The CUDA kernels refuse it (ENOSYS).
  *
- * conv2d_grad(X, W, dOut[, Out]) -> dZ with wrt (and the forward op's
- * attributes): wrt 0 is dX = col2im(W_g^T dOut_g) per image and group,
- * col2im adding each column entry back into the input element its tap
- * read; wrt 1 is dW_g = sum over images of dOut_g im2col(X)^T, one gemm per
- * image adding into dW (beta 1 after the first); wrt 2 is dB, the sum of
- * dOut over N, Ho and Wo (in double), which needs only dOut: X and W are
- * read for their shapes. With clip, it also takes the forward op's Out and
- * first passes dOut through the clip: dOut where lo < Out < hi, else 0
- * (relu_grad's rule; maximum's and minimum's gradients would also pass it
- * where the pre-activation equals lo or hi exactly). The gradient maker
- * emits one conv2d_grad per wanted input. */
-#include "../ops_internal.h"
-#include "../params.h"
+ * conv2d_grad (dX by col2im, dW by im2col, dB, each through the clip when
+ * the forward op has one) is told with its kernel in conv_grad.c. */
+#include "conv.h"
 #include "../cuda/cuda_ops.h"
-#include "../window_shared.h"
 #include "../math/isa.h"
 #include "../math/sgemm512.h"
 #include "../math/winograd.h"
 
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char *const conv_in[] = {"X", "W"};
@@ -140,10 +130,7 @@ int vq__window_out_hw(const vq__infer *c, const vq__window_params *p, int64_t h,
 
 /* "conv2d: input B (slot 2): ...": the variadic slot's third tensor is the
  * bias, which vq__in_fail would call W. */
-static int bias_fail(const vq__infer *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static int bias_fail(const vq__infer *c, const char *fmt, ...)
+int vq__conv_bias_fail(const vq__infer *c, const char *fmt, ...)
 {
     char msg[200];
     va_list ap;
@@ -153,12 +140,9 @@ static int bias_fail(const vq__infer *c, const char *fmt, ...)
     return vq__op_fail(c->def, "input B (slot 2): %s", msg);
 }
 
-/* Checks X (slot 0), W (slot 1) and, when bias_slot > 0, the bias there
- * against the attributes: fills p (but wrt) and Out's meta; -1 for Out's
- * dims that depend on unknown ones. */
 /* What conv2d and conv_transpose2d check alike: X and W float 4-D tensors
  * of one dtype, the window attributes and groups (into p). */
-static int conv_common(const vq__infer *c, vq__window_params *p)
+int vq__conv_common(const vq__infer *c, vq__window_params *p)
 {
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
@@ -172,9 +156,12 @@ static int conv_common(const vq__infer *c, vq__window_params *p)
     return 0;
 }
 
+/* Checks X (slot 0), W (slot 1) and, when bias_slot > 0, the bias there
+ * against the attributes: fills p (but wrt) and Out's meta; -1 for Out's
+ * dims that depend on unknown ones. */
 static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq__meta *out)
 {
-    int rc = conv_common(c, p);
+    int rc = vq__conv_common(c, p);
     if (rc < 0)
         return rc;
     int64_t groups = p->groups;
@@ -224,12 +211,13 @@ static int conv_meta(const vq__infer *c, vq__window_params *p, int bias_slot, vq
     if (bias_slot > 0) {
         const vq__meta *b = &c->in[bias_slot];
         if (b->dtype != x->dtype)
-            return bias_fail(c, "dtype %s differs from X's %s", vq_dtype_name(b->dtype),
-                             vq_dtype_name(x->dtype));
+            return vq__conv_bias_fail(c, "dtype %s differs from X's %s", vq_dtype_name(b->dtype),
+                                      vq_dtype_name(x->dtype));
         if (b->ndim != 1 || !vq__dim_match(b->shape[0], M)) {
             char sb[100];
-            return bias_fail(c, "shape %s is not [M] for W's M = %lld output channels",
-                             vq__shape_str(sb, sizeof sb, b->ndim, b->shape), (long long)M);
+            return vq__conv_bias_fail(c, "shape %s is not [M] for W's M = %lld output channels",
+                                      vq__shape_str(sb, sizeof sb, b->ndim, b->shape),
+                                      (long long)M);
         }
         if (out->shape[1] < 0)
             out->shape[1] = b->shape[0];
@@ -296,15 +284,7 @@ static int conv2d_grad_infer(vq__infer *c)
     return 0;
 }
 
-/* ---- im2col and col2im ---- */
-
-/* GCC's -O2 vectorizes only loops that need no scalar remainder: these
- * passes are worth the remainder (4-8 lanes a step). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define VECTORIZE __attribute__((optimize("vect-cost-model=cheap")))
-#else
-#define VECTORIZE
-#endif
+/* ---- im2col ---- */
 
 /* col [channels * kh * kw, oh * ow] from the planes x [channels, h, w]:
  * row (c, i, j) holds tap (i, j) of every window, 0 in the padding. Rows
@@ -343,31 +323,6 @@ static int conv2d_grad_infer(vq__infer *c)
                 }                                                                              \
     }
 
-/* The reverse: adds each entry of col back into the element of x its tap
- * read (entries in the padding are dropped). An element of x gets its
- * terms in the order of the taps (i, j), as conv.cu's col2im adds them. */
-#define COL2IM(T)                                                                     \
-    static void col2im_##T(const T *col, T *x, const vq__window *w, int64_t channels) \
-    {                                                                                 \
-        int64_t plane = w->oh * w->ow;                                                \
-        for (int64_t c = 0; c < channels; c++)                                        \
-            for (int64_t i = 0; i < w->kh; i++)                                       \
-                for (int64_t j = 0; j < w->kw; j++) {                                 \
-                    const T *row = col + ((c * w->kh + i) * w->kw + j) * plane;       \
-                    int64_t off = j * w->dw - w->pl, lo, hi;                          \
-                    vq__window_taps(off, w->sw, w->w, w->ow, &lo, &hi);               \
-                    for (int64_t oh = 0; oh < w->oh; oh++) {                          \
-                        int64_t ih = oh * w->sh - w->pt + i * w->dh;                  \
-                        if (ih < 0 || ih >= w->h)                                     \
-                            continue;                                                 \
-                        const T *r = row + oh * w->ow;                                \
-                        T *xr = x + (c * w->h + ih) * w->w;                           \
-                        for (int64_t o = lo; o < hi; o++)                             \
-                            xr[o * w->sw + off] += r[o];                              \
-                    }                                                                 \
-                }                                                                     \
-    }
-
 IM2COL(float, im2col_float, )
 IM2COL(double, im2col_double, )
 /* With AVX-512 (chosen at run time) the strided rows (the stem's 7x7
@@ -377,10 +332,8 @@ IM2COL(double, im2col_double, )
 #define IM2COL_AVX512 1
 IM2COL(float, im2col_float_avx512, __attribute__((target("avx512f"))))
 #endif
-COL2IM(float)
-COL2IM(double)
 
-static void im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, int64_t channels)
+void vq__conv_im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, int64_t channels)
 {
 #ifdef IM2COL_AVX512
     if (dt == VQ_F32 && vq__isa() >= VQ__ISA_AVX512) {
@@ -394,28 +347,7 @@ static void im2col(vq_dtype dt, const void *x, void *col, const vq__window *w, i
         im2col_double(x, col, w, channels);
 }
 
-static void col2im(vq_dtype dt, const void *col, void *x, const vq__window *w, int64_t channels)
-{
-    if (dt == VQ_F32)
-        col2im_float(col, x, w, channels);
-    else
-        col2im_double(col, x, w, channels);
-}
-
 /* ---- kernels ---- */
-
-#define ADD_BIAS(T)                                                                 \
-    static void add_bias_##T(T *o, const T *b, int64_t n, int64_t m, int64_t plane) \
-    {                                                                               \
-        for (int64_t i = 0; i < n * m; i++) {                                       \
-            T v = b[i % m], *r = o + i * plane;                                     \
-            for (int64_t j = 0; j < plane; j++)                                     \
-                r[j] += v;                                                          \
-        }                                                                           \
-    }
-
-ADD_BIAS(float)
-ADD_BIAS(double)
 
 /* max(v, lo) then min(., hi) with maximum's and minimum's results: v <=
  * lo is false for NaN, which stays; at v == lo (-0 and +0 too) lo wins.
@@ -463,30 +395,10 @@ static inline double clamp_double(double v, double lo, double hi)
 EPILOGUE(float)
 EPILOGUE(double)
 
-/* One conv2d call's work, shared by the participants of its parallel
- * loops (engine_services.h, vq__parallel_for). */
-struct conv_job {
-    const vq__conv *cv;
-    const vq__window_params *p; /* clip, clip_lo, clip_hi */
-    vq_dtype dt;
-    size_t es;
-    const char *x, *w, *b; /* b: NULL without a bias */
-    char *o;
-    const char *xg;                     /* one image's group, for the loops within it */
-    char *wg_out;                       /* its output planes */
-    const char *wg;                     /* its weights */
-    void *col;                          /* its columns (X's planes when direct) */
-    int64_t band;                       /* output rows per band (conv_bands) */
-    float *pan;                         /* the columns as panels (sgemm512.h) */
-    float *pad, *flat;                  /* conv_flat's padded X and wide output */
-    int64_t hp, wp;                     /* the padded planes' height and width */
-    vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */
-};
-
 /* conv2d's output pass (EPILOGUE) on columns [c0, c0 + ncol) of output
  * channels [ch0, ch0 + nch); o is channel ch0's plane. */
-static void conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
-                          int64_t ncol)
+void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
+                       int64_t ncol)
 {
     const vq__window_params *p = j->p;
     if (!j->b && !p->clip)
@@ -525,7 +437,7 @@ static void conv_product(const struct conv_job *j, int64_t ch0, int64_t m, const
             return;
     }
     vq__gemm_ldc(j->dt, false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, o, cv->plane);
-    conv_epilogue(j, plane0, ch0, m, c0, n);
+    vq__conv_epilogue(j, plane0, ch0, m, c0, n);
 }
 
 /* Whole (image, group) items, item = n * groups + g, each participant
@@ -544,7 +456,7 @@ static int conv_items(void *arg, int64_t lo, int64_t hi, int slot)
                 if (vq__tensor_empty(&j->cols[slot], j->dt, 1, &len) < 0)
                     return VQ_ENOMEM;
             }
-            im2col(j->dt, xg, j->cols[slot]->data, &cv->w, cv->cg);
+            vq__conv_im2col(j->dt, xg, j->cols[slot]->data, &cv->w, cv->cg);
             src = j->cols[slot]->data;
         }
         char *og = vq__elem_at(j->o, (n * cv->m + g * cv->mg) * cv->plane, j->es);
@@ -561,8 +473,8 @@ static int conv_im2col_part(void *arg, int64_t lo, int64_t hi, int slot)
     struct conv_job *j = arg;
     const vq__conv *cv = j->cv;
     int64_t taps = cv->w.kh * cv->w.kw;
-    im2col(j->dt, vq__elem_at(j->xg, lo * cv->w.h * cv->w.w, j->es),
-           vq__elem_at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
+    vq__conv_im2col(j->dt, vq__elem_at(j->xg, lo * cv->w.h * cv->w.w, j->es),
+                    vq__elem_at(j->col, lo * taps * cv->plane, j->es), &cv->w, hi - lo);
     return 0;
 }
 
@@ -588,7 +500,7 @@ static int conv_bands(void *arg, int64_t lo, int64_t hi, int slot)
         vq__window v = cv->w;
         v.oh = y1 - y0;
         v.pt = cv->w.pt - y0 * cv->w.sh;
-        im2col(j->dt, j->xg, j->cols[slot]->data, &v, cv->cg);
+        vq__conv_im2col(j->dt, j->xg, j->cols[slot]->data, &v, cv->cg);
         conv_product(j, 0, cv->mg, j->wg, j->cols[slot]->data, ncol, j->wg_out, y0 * ow, ncol);
     }
     return 0;
@@ -637,297 +549,7 @@ static int conv_gemm_rows(void *arg, int64_t lo, int64_t hi, int slot)
     vq__gemm(j->dt, false, false, hi - lo, cv->plane, cv->rows, 1,
              vq__elem_at(j->wg, lo * cv->rows, j->es), cv->rows, j->col, cv->plane, 0,
              vq__elem_at(j->wg_out, lo * cv->plane, j->es));
-    conv_epilogue(j, vq__elem_at(j->wg_out, lo * cv->plane, j->es), lo, hi - lo, 0, cv->plane);
-    return 0;
-}
-
-/* ---- depthwise: one input channel per output channel ----
- *
- * groups > 1 with one input channel per group (MobileNet's 3x3 layers):
- * each output plane is a small stencil over one input plane, which im2col
- * and a one-row product handle poorly (a 9-row copy of the plane, and a
- * gemm call per channel). Here each output row starts at 0 and adds one
- * tap at a time over its valid columns (vq__window_taps), in tap order
- * (i, j): a row of products, which vectorizes along the row at stride 1.
- * Then the same output pass (bias, clip) as the gemm path. A plane's sum
- * order is fixed, so the result does not depend on how the planes are
- * shared. */
-/* The columns of kw 3: tap j reads input column c * stride + off[j] for
- * output columns [lo[j], hi[j]); all three read the input in [a, b). */
-struct dw_cols {
-    int64_t lo[3], hi[3], off[3], a, b;
-};
-
-static void dw_cols_of(const vq__window *v, struct dw_cols *k)
-{
-    for (int j = 0; j < 3; j++) {
-        k->off[j] = j * v->dw - v->pl;
-        vq__window_taps(k->off[j], v->sw, v->w, v->ow, &k->lo[j], &k->hi[j]);
-    }
-    int64_t a = k->lo[0] > k->lo[1] ? k->lo[0] : k->lo[1];
-    int64_t b = k->hi[0] < k->hi[1] ? k->hi[0] : k->hi[1];
-    a = a > k->lo[2] ? a : k->lo[2];
-    b = b < k->hi[2] ? b : k->hi[2];
-    if (a > b)
-        a = b = 0;
-    k->a = a;
-    k->b = b;
-}
-
-/* One input row's three taps (kw 3) into the output row r, in tap order
- * like the general loop, so the same sums: columns that all three taps
- * read from the input in one pass, the others tap by tap. */
-#define DEPTHWISE_ROW3(T)                                                                       \
-    VECTORIZE static void dw_row3_##T(const T *restrict xr, const T *restrict w, T *restrict r, \
-                                      const struct dw_cols *k, int64_t s)                       \
-    {                                                                                           \
-        const int64_t *lo = k->lo, *hi = k->hi, *off = k->off, a = k->a, b = k->b;              \
-        for (int j = 0; j < 3; j++) { /* the columns before a and from b on */                  \
-            for (int64_t c = lo[j]; c < hi[j] && c < a; c++)                                    \
-                r[c] += w[j] * xr[c * s + off[j]];                                              \
-            for (int64_t c = lo[j] > b ? lo[j] : b; c < hi[j]; c++)                             \
-                r[c] += w[j] * xr[c * s + off[j]];                                              \
-        }                                                                                       \
-        T w0 = w[0], w1 = w[1], w2 = w[2];                                                      \
-        if (s == 1) {                                                                           \
-            const T *x0 = xr + off[0], *x1 = xr + off[1], *x2 = xr + off[2];                    \
-            for (int64_t c = a; c < b; c++)                                                     \
-                r[c] = r[c] + w0 * x0[c] + w1 * x1[c] + w2 * x2[c];                             \
-        } else {                                                                                \
-            for (int64_t c = a; c < b; c++)                                                     \
-                r[c] = r[c] + w0 * xr[c * s + off[0]] + w1 * xr[c * s + off[1]] +               \
-                       w2 * xr[c * s + off[2]];                                                 \
-        }                                                                                       \
-    }
-
-DEPTHWISE_ROW3(float)
-DEPTHWISE_ROW3(double)
-
-#define DEPTHWISE_PLANE(T)                                                                      \
-    VECTORIZE static void dw_plane_##T(const T *restrict x, const T *restrict w, T *restrict o, \
-                                       const vq__window *v)                                     \
-    {                                                                                           \
-        memset(o, 0, (size_t)(v->oh * v->ow) * sizeof(T));                                      \
-        struct dw_cols cols;                                                                    \
-        if (v->kw == 3)                                                                         \
-            dw_cols_of(v, &cols);                                                               \
-        for (int64_t oh = 0; oh < v->oh; oh++) {                                                \
-            T *restrict r = o + oh * v->ow;                                                     \
-            for (int64_t i = 0; i < v->kh; i++) {                                               \
-                int64_t ih = oh * v->sh - v->pt + i * v->dh;                                    \
-                if (ih < 0 || ih >= v->h)                                                       \
-                    continue;                                                                   \
-                const T *restrict xr = x + ih * v->w;                                           \
-                if (v->kw == 3) {                                                               \
-                    dw_row3_##T(xr, w + i * 3, r, &cols, v->sw);                                \
-                    continue;                                                                   \
-                }                                                                               \
-                for (int64_t j = 0; j < v->kw; j++) {                                           \
-                    T wv = w[i * v->kw + j];                                                    \
-                    int64_t off = j * v->dw - v->pl, lo, hi;                                    \
-                    vq__window_taps(off, v->sw, v->w, v->ow, &lo, &hi);                         \
-                    if (v->sw == 1) {                                                           \
-                        const T *restrict xs = xr + off;                                        \
-                        for (int64_t c = lo; c < hi; c++)                                       \
-                            r[c] += wv * xs[c];                                                 \
-                    } else {                                                                    \
-                        for (int64_t c = lo; c < hi; c++)                                       \
-                            r[c] += wv * xr[c * v->sw + off];                                   \
-                    }                                                                           \
-                }                                                                               \
-            }                                                                                   \
-        }                                                                                       \
-    }
-
-DEPTHWISE_PLANE(float)
-DEPTHWISE_PLANE(double)
-
-/* 3x3 taps at dilation 1 (MobileNet's depthwise layers), the plane's
- * general path's per-row and per-tap set-up (the valid columns of each
- * tap, the edges tap by tap) cost more than the nine products on the small
- * planes of the later layers (7x7 and 14x14: 2.4 and 4.6 G multiply-adds/s
- * on one core). So the plane is first copied into pad, zero-filled to
- * cover every tap of every output: then each output is its nine taps in
- * one expression, with no bounds to test, vectorized along the row. The
- * sums are those of the general path: its taps in the same order, with
- * w * 0 added for a tap that falls in the padding, which changes no value
- * (only the sign of a zero result may differ), as long as the weights are
- * finite (the caller checks: Inf * 0 would be NaN). pad holds
- * dw_pad_len(v) elements. */
-static int64_t dw_pad_len(const vq__window *v)
-{
-    int64_t pw = (v->ow - 1) * v->sw + 3, n = ((v->oh - 1) * v->sh + 3) * pw;
-    /* the padded plane; at stride 1 the outputs at its row width, at
-     * stride 2 its four parity planes and the outputs at their width */
-    if (v->sh == 1 && v->sw == 1)
-        return n + v->oh * pw;
-    if (v->sh == 2 && v->sw == 2)
-        return n + 5 * (v->oh + 1) * (v->ow + 1);
-    return n;
-}
-
-static bool dw_padded_fits(const vq__window *v)
-{
-    return v->kh == 3 && v->kw == 3 && v->dh == 1 && v->dw == 1;
-}
-
-#define DEPTHWISE_PADDED(T, NAME, ATTR)                                                              \
-    VECTORIZE ATTR static void NAME(const T *restrict x, const T *restrict w, T *restrict o,         \
-                                    const vq__window *v, T *restrict pad)                            \
-    {                                                                                                \
-        int64_t ph = (v->oh - 1) * v->sh + 3, pw = (v->ow - 1) * v->sw + 3;                          \
-        /* pad[y][c] = x[y - pt][c - pl], 0 outside X */                                             \
-        int64_t c0 = v->pl < pw ? v->pl : pw, c1 = v->pl + v->w < pw ? v->pl + v->w : pw;            \
-        for (int64_t y = 0; y < ph; y++) {                                                           \
-            T *restrict row = pad + y * pw;                                                          \
-            int64_t iy = y - v->pt;                                                                  \
-            if (iy < 0 || iy >= v->h) {                                                              \
-                memset(row, 0, (size_t)pw * sizeof(T));                                              \
-                continue;                                                                            \
-            }                                                                                        \
-            for (int64_t c = 0; c < c0; c++)                                                         \
-                row[c] = 0;                                                                          \
-            if (c1 > c0)                                                                             \
-                memcpy(row + c0, x + iy * v->w, (size_t)(c1 - c0) * sizeof(T));                      \
-            for (int64_t c = c1 > c0 ? c1 : c0; c < pw; c++)                                         \
-                row[c] = 0;                                                                          \
-        }                                                                                            \
-        T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7],    \
-          w8 = w[8];                                                                                 \
-        if (v->sh == 1 && v->sw == 1) {                                                              \
-            /* Output (r, c) is the stencil at pad[r * pw + c], so the whole                       \
-             * plane is one loop over pad's positions (a row's last two are                        \
-             * not outputs), long enough to vectorize on a 7x7 plane, into                         \
-             * flat, whose rows are then the output's. */ \
-            T *restrict flat = pad + ph * pw;                                                        \
-            const T *restrict q = pad;                                                               \
-            int64_t n = (v->oh - 1) * pw + v->ow, a = pw, b = 2 * pw;                                \
-            for (int64_t k = 0; k < n; k++)                                                          \
-                flat[k] = (T)0 + w0 * q[k] + w1 * q[k + 1] + w2 * q[k + 2] + w3 * q[k + a] +         \
-                          w4 * q[k + a + 1] + w5 * q[k + a + 2] + w6 * q[k + b] +                    \
-                          w7 * q[k + b + 1] + w8 * q[k + b + 2];                                     \
-            for (int64_t r = 0; r < v->oh; r++)                                                      \
-                memcpy(o + r * v->ow, flat + r * pw, (size_t)v->ow * sizeof(T));                     \
-            return;                                                                                  \
-        }                                                                                            \
-        if (v->sh == 2 && v->sw == 2) {                                                              \
-            /* pad split by the parity of its rows and columns, ee[rr][cc] =                       \
-             * pad[2rr][2cc], eo = [2rr][2cc + 1], oe = [2rr + 1][2cc], oo, each                   \
-             * W = ow + 1 wide (0 past pad's edge): output (r, c)'s taps are at                    \
-             * fixed offsets from r * W + c in them, and the plane is again one                    \
-             * loop, with unit strides. */ \
-            int64_t W = v->ow + 1, n2 = (v->oh + 1) * W;                                             \
-            T *restrict ee = pad + ph * pw, *restrict eo = ee + n2, *restrict oe = eo + n2,          \
-                        *restrict oo = oe + n2, *restrict flat = oo + n2;                            \
-            for (int64_t y = 0; y < 2 * (v->oh + 1); y++) {                                          \
-                T *restrict se = (y & 1 ? oe : ee) + (y >> 1) * W;                                   \
-                T *restrict so = (y & 1 ? oo : eo) + (y >> 1) * W;                                   \
-                if (y >= ph) {                                                                       \
-                    for (int64_t c = 0; c < W; c++)                                                  \
-                        se[c] = so[c] = 0;                                                           \
-                    continue;                                                                        \
-                }                                                                                    \
-                const T *restrict prow = pad + y * pw;                                               \
-                for (int64_t c = 0; c < v->ow; c++) {                                                \
-                    se[c] = prow[2 * c];                                                             \
-                    so[c] = prow[2 * c + 1];                                                         \
-                }                                                                                    \
-                se[v->ow] = prow[2 * v->ow]; /* pw = 2 ow + 1 */                                     \
-                so[v->ow] = 0;                                                                       \
-            }                                                                                        \
-            int64_t n = (v->oh - 1) * W + v->ow;                                                     \
-            for (int64_t k = 0; k < n; k++)                                                          \
-                flat[k] = (T)0 + w0 * ee[k] + w1 * eo[k] + w2 * ee[k + 1] + w3 * oe[k] +             \
-                          w4 * oo[k] + w5 * oe[k + 1] + w6 * ee[k + W] + w7 * eo[k + W] +            \
-                          w8 * ee[k + W + 1];                                                        \
-            for (int64_t r = 0; r < v->oh; r++)                                                      \
-                memcpy(o + r * v->ow, flat + r * W, (size_t)v->ow * sizeof(T));                      \
-            return;                                                                                  \
-        }                                                                                            \
-        for (int64_t r = 0; r < v->oh; r++) {                                                        \
-            const T *restrict p0 = pad + r * v->sh * pw, *restrict p1 = p0 + pw,                     \
-                              *restrict p2 = p1 + pw;                                                \
-            T *restrict out = o + r * v->ow;                                                         \
-            int64_t s = v->sw;                                                                       \
-            for (int64_t c = 0; c < v->ow; c++) {                                                    \
-                int64_t k = c * s;                                                                   \
-                out[c] = (T)0 + w0 * p0[k] + w1 * p0[k + 1] + w2 * p0[k + 2] + w3 * p1[k] +          \
-                         w4 * p1[k + 1] + w5 * p1[k + 2] + w6 * p2[k] + w7 * p2[k + 1] +             \
-                         w8 * p2[k + 2];                                                             \
-            }                                                                                        \
-        }                                                                                            \
-    }
-
-DEPTHWISE_PADDED(float, dw_padded_float, )
-DEPTHWISE_PADDED(double, dw_padded_double, )
-
-/* The same loops for AVX-512 (16 floats a step, 4 with the SSE2 the
- * library is built for): chosen at run time when the CPU has it, for
- * strides 1 and 2 (other strides load with a stride, and gained nothing). The
- * multiplies and adds stay separate (gcc's C11 mode contracts nothing;
- * clang is told so below), so the results are the same bits either way.
- * Measured (one core, one image, f32, the layers of MobileNetV2; general
- * path -> padded -> padded with AVX-512, us): 960 channels 7x7 175 -> 78
- * -> 63, 576 x 14x14 219 -> 130 -> 100, 144 x 56x56 434 -> 300 -> 172,
- * 32 x 112x112 299 -> 255 -> 140; at stride 2, through the parity planes
- * and AVX-512 (before them: strided loads, SSE2), 96 x 112x112 521 -> 470
- * -> 245, 144 x 56x56 185 -> 106, 192 x 28x28 76 -> 58, 576 x 14x14 83 ->
- * 87. */
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#ifdef __clang__
-#pragma clang fp contract(off)
-#endif
-#define DW_AVX512 1
-DEPTHWISE_PADDED(float, dw_padded_float_avx512, __attribute__((target("avx512f"))))
-#endif
-
-static void dw_padded_float_best(const float *x, const float *w, float *o, const vq__window *v,
-                                 float *pad)
-{
-#ifdef DW_AVX512
-    if (v->sw == v->sh && v->sw <= 2 && vq__isa() >= VQ__ISA_AVX512) {
-        dw_padded_float_avx512(x, w, o, v, pad);
-        return;
-    }
-#endif
-    dw_padded_float(x, w, o, v, pad);
-}
-
-static bool finite9(vq_dtype dt, const void *w)
-{
-    for (int i = 0; i < 9; i++)
-        if (dt == VQ_F32 ? !isfinite(((const float *)w)[i]) : !isfinite(((const double *)w)[i]))
-            return false;
-    return true;
-}
-
-/* Output planes [lo, hi) of all images, plane = n * m + channel. */
-static int conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
-{
-    (void)slot;
-    struct conv_job *j = arg;
-    const vq__conv *cv = j->cv;
-    int64_t in_plane = cv->w.h * cv->w.w, taps = cv->w.kh * cv->w.kw;
-    /* one padded plane for this share of the planes; without it (out of
-     * memory) the general path, which needs none */
-    void *pad = dw_padded_fits(&cv->w) ? vq__malloc((size_t)dw_pad_len(&cv->w) * j->es) : NULL;
-    for (int64_t p = lo; p < hi; p++) {
-        int64_t n = p / cv->m, ch = p % cv->m, g = ch / cv->mg;
-        const char *x = vq__elem_at(j->x, (n * cv->w.c + g) * in_plane, j->es);
-        const char *w = vq__elem_at(j->w, ch * taps, j->es);
-        char *o = vq__elem_at(j->o, p * cv->plane, j->es);
-        bool padded = pad && finite9(j->dt, w);
-        if (j->dt == VQ_F32 && padded)
-            dw_padded_float_best((const float *)x, (const float *)w, (float *)o, &cv->w, pad);
-        else if (j->dt == VQ_F32)
-            dw_plane_float((const float *)x, (const float *)w, (float *)o, &cv->w);
-        else if (padded)
-            dw_padded_double((const double *)x, (const double *)w, (double *)o, &cv->w, pad);
-        else
-            dw_plane_double((const double *)x, (const double *)w, (double *)o, &cv->w);
-        conv_epilogue(j, o, ch, 1, 0, cv->plane);
-    }
-    free(pad);
+    vq__conv_epilogue(j, vq__elem_at(j->wg_out, lo * cv->plane, j->es), lo, hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -1134,9 +756,9 @@ static int conv2d_kernel(const vq__kcall *k)
     if (cv.groups > 1 && cv.cg == 1) {
         /* depthwise: output planes, in blocks of about CONV_BLOCKS per worker */
         int64_t planes = cv.w.n * cv.m;
-        return share
-                   ? vq__parallel_for(planes, ceil_div(planes, 4 * CONV_BLOCKS), conv_depthwise, &j)
-                   : conv_depthwise(&j, 0, planes, 0);
+        return share ? vq__parallel_for(planes, ceil_div(planes, 4 * CONV_BLOCKS),
+                                        vq__conv_depthwise, &j)
+                     : vq__conv_depthwise(&j, 0, planes, 0);
     }
     int rc = 0;
     int64_t band = share && items == 1 ? conv_band_rows(&cv) : 0;
@@ -1200,310 +822,6 @@ static int conv2d_kernel(const vq__kcall *k)
     return 0;
 }
 
-/* dX: per image and group, W_g^T dOut_g is the gradient of the group's
- * columns, which col2im adds back into dX's planes (zeroed first); a
- * direct product's columns are dX's planes themselves. */
-static int conv_dx(const vq__kcall *k, const vq__conv *cv, const vq_tensor *w, const vq_tensor *gr,
-                   vq_tensor *dx)
-{
-    vq_dtype dt = dx->dtype;
-    size_t es = vq_dtype_size(dt);
-    vq_tensor *col = NULL;
-    int rc =
-        cv->direct ? 0 : vq__kernel_scratch(k, dt, cv->rows * cv->plane, "im2col buffer", &col);
-    if (rc < 0)
-        return rc;
-    if (col)
-        memset(dx->data, 0, dx->nbytes);
-    for (int64_t n = 0; n < cv->w.n; n++)
-        for (int64_t g = 0; g < cv->groups; g++) {
-            char *dxg = vq__elem_at(dx->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
-            vq__gemm(dt, true, false, cv->rows, cv->plane, cv->mg, 1,
-                     vq__elem_at(w->data, g * cv->mg * cv->rows, es), cv->rows,
-                     vq__elem_at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane, 0,
-                     col ? col->data : dxg);
-            if (col)
-                col2im(dt, col->data, dxg, &cv->w, cv->cg);
-        }
-    vq_tensor_release(col);
-    return 0;
-}
-
-/* dW_g = sum over images of dOut_g [mg, plane] times the group's columns
- * transposed [plane, rows]: the first image's product is written, the
- * others add (beta 1). No images: zeros. */
-static int conv_dw(const vq__kcall *k, const vq__conv *cv, const vq_tensor *gr)
-{
-    vq_tensor *x = k->in[0], *dw = k->out[0];
-    vq_dtype dt = dw->dtype;
-    size_t es = vq_dtype_size(dt);
-    if (cv->w.n == 0) {
-        memset(dw->data, 0, dw->nbytes);
-        return 0;
-    }
-    vq_tensor *col = NULL;
-    int rc =
-        cv->direct ? 0 : vq__kernel_scratch(k, dt, cv->rows * cv->plane, "im2col buffer", &col);
-    if (rc < 0)
-        return rc;
-    for (int64_t n = 0; n < cv->w.n; n++)
-        for (int64_t g = 0; g < cv->groups; g++) {
-            const char *xg =
-                vq__elem_at(x->data, (n * cv->w.c + g * cv->cg) * cv->w.h * cv->w.w, es);
-            const void *src = xg;
-            if (col) {
-                im2col(dt, xg, col->data, &cv->w, cv->cg);
-                src = col->data;
-            }
-            vq__gemm(dt, false, true, cv->mg, cv->rows, cv->plane, 1,
-                     vq__elem_at(gr->data, (n * cv->m + g * cv->mg) * cv->plane, es), cv->plane,
-                     src, cv->plane, n ? 1 : 0, vq__elem_at(dw->data, g * cv->mg * cv->rows, es));
-        }
-    vq_tensor_release(col);
-    return 0;
-}
-
-/* dB[m] = the sum of dOut[:, m, :, :], in double, images in order. */
-#define CONV_DB(T)                                                                  \
-    static void conv_db_##T(const T *g, T *db, int64_t n, int64_t m, int64_t plane) \
-    {                                                                               \
-        for (int64_t c = 0; c < m; c++) {                                           \
-            double s = 0;                                                           \
-            for (int64_t i = 0; i < n; i++) {                                       \
-                const T *r = g + (i * m + c) * plane;                               \
-                for (int64_t j = 0; j < plane; j++)                                 \
-                    s += r[j];                                                      \
-            }                                                                       \
-            db[c] = (T)s;                                                           \
-        }                                                                           \
-    }
-
-CONV_DB(float)
-CONV_DB(double)
-
-/* A clipped conv2d's dOut through the clip: g where lo < out < hi, else
- * 0 (relu_grad's rule at lo = 0, hi = inf). */
-#define CLIP_MASK(T)                                                                 \
-    static void clip_mask_##T(const T *g, const T *out, T *m, int64_t n, T lo, T hi) \
-    {                                                                                \
-        for (int64_t i = 0; i < n; i++)                                              \
-            m[i] = out[i] > lo && out[i] < hi ? g[i] : 0;                            \
-    }
-
-CLIP_MASK(float)
-CLIP_MASK(double)
-
-static int conv2d_grad_kernel(const vq__kcall *k)
-{
-    const vq__window_params *p = k->params;
-    vq_tensor *x = k->in[0], *w = k->in[1], *gr = k->in[2], *dz = k->out[0], *masked = NULL;
-    if (dz->numel == 0)
-        return 0;
-    vq__conv cv =
-        vq__conv_of(x->shape, w->shape, p->groups, gr->shape, p->stride, p->pad, p->dilation);
-    if (p->clip && gr->numel > 0) {
-        int rc = vq__tensor_empty(&masked, gr->dtype, gr->ndim, gr->shape);
-        if (rc < 0)
-            return vq__fail_prefixed(rc, "conv2d_grad: dOut through the clip");
-        if (gr->dtype == VQ_F32)
-            clip_mask_float(gr->data, k->in[3]->data, masked->data, gr->numel, (float)p->clip_lo,
-                            (float)p->clip_hi);
-        else
-            clip_mask_double(gr->data, k->in[3]->data, masked->data, gr->numel, p->clip_lo,
-                             p->clip_hi);
-        gr = masked;
-    }
-    int rc = 0;
-    switch (p->wrt) {
-    case 0: rc = conv_dx(k, &cv, w, gr, dz); break;
-    case 1: rc = conv_dw(k, &cv, gr); break;
-    default:
-        if (dz->dtype == VQ_F32)
-            conv_db_float(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
-        else
-            conv_db_double(gr->data, dz->data, cv.w.n, cv.m, cv.plane);
-    }
-    vq_tensor_release(masked);
-    return rc;
-}
-
-/* One conv2d_grad per wanted input (X, W, the bias), each reading X, W and
- * dOut, with the forward op's attributes and wrt. */
-static int conv2d_grad(const vq__grad *g)
-{
-    int wanted = vq__grad_wanted(g);
-    if (wanted <= 0)
-        return wanted;
-    /* conv2d's schema has five attributes, each given at most once. */
-    if (g->nattrs < 0 || g->nattrs > 5)
-        return vq__op_fail(g->def, "%d attributes; conv2d has 5", g->nattrs);
-    vq_attr attrs[6];
-    int n = 0;
-    bool clip = false;
-    for (int i = 0; i < g->nattrs; i++) {
-        clip |= !strcmp(g->attrs[i].name, "clip");
-        attrs[n++] = g->attrs[i];
-    }
-    for (int i = 0; i < g->nin && i < 3; i++) {
-        if (!g->din[i])
-            continue;
-        attrs[n] = VQ_ATTR_I("wrt", i);
-        /* a clipped conv2d's gradient ops also read its Out */
-        const char *in[4] = {g->in[0], g->in[1], g->dout[0], g->out[0]};
-        int rc = vq__emit(g, "conv2d_grad", in, clip ? 4 : 3, &g->din[i], 1, attrs, n + 1);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-/* ---- conv_transpose2d: conv2d's gradient with respect to X, as an op ----
- *
- * ONNX's ConvTranspose: X [N, C, H, W], W [C, M/groups, kh, kw] (a
- * conv2d's weights from M to C channels, read the other way), an optional
- * bias B [M]; Out [N, M, OH, OW] with OH = stride (H - 1) + output_padding
- * + dilation (kh - 1) + 1 - pad_top - pad_bottom (the same for the width).
- * Out is exactly what conv2d_grad's dX would be for a conv2d over Out's
- * shape whose dOut is X: the same columns (W_g^T X_g) and col2im. Rows
- * that output_padding adds past the last window stay zero (plus the
- * bias). Its gradients are conv2d ops: dX = conv2d(dOut, W), dW =
- * conv2d_grad(dOut, W, X) with respect to W, dB = the sum of dOut over
- * all dims but the channels. */
-
-static int conv_transpose2d_infer(vq__infer *c)
-{
-    vq__window_params *p = c->params;
-    if (c->nin > 3)
-        return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
-    int rc = conv_common(c, p);
-    if (rc < 0)
-        return rc;
-    int64_t groups = p->groups;
-    int64_t op[2] = {0, 0};
-    const vq_attr *a = vq__attr_find(c, "output_padding");
-    if (a && a->n != 2)
-        return vq__attr_fail(c, "output_padding", "has %d values, not 2", a->n);
-    for (int i = 0; a && i < 2; i++) {
-        op[i] = a->ints[i];
-        if (op[i] < 0 || op[i] >= p->stride[i])
-            return vq__attr_fail(c, "output_padding", "%lld is outside [0, stride %lld)",
-                                 (long long)op[i], (long long)p->stride[i]);
-    }
-    const vq__meta *x = &c->in[0], *w = &c->in[1];
-    char sx[100], sw[100];
-    vq__shape_str(sx, sizeof sx, x->ndim, x->shape);
-    vq__shape_str(sw, sizeof sw, w->ndim, w->shape);
-    int64_t C = x->shape[1], mg = w->shape[1], k[2] = {w->shape[2], w->shape[3]};
-    if (C >= 0 && C % groups != 0)
-        return vq__in_fail(c, 0,
-                           "has %lld channels (dim 1), which groups %lld does not divide: "
-                           "X is %s",
-                           (long long)C, (long long)groups, sx);
-    if (!vq__dim_match(w->shape[0], C))
-        return vq__in_fail(c, 1, "has %lld input channels (dim 0), X has %lld: X is %s, W is %s",
-                           (long long)w->shape[0], (long long)C, sx, sw);
-    for (int i = 0; i < 2; i++)
-        if ((k[i] >= 0 && k[i] < 1) || k[i] > INT32_MAX)
-            return vq__in_fail(c, 1,
-                               "kernel %lldx%lld (dims 2 and 3): each must be in [1, "
-                               "2^31): W is %s",
-                               (long long)k[0], (long long)k[1], sw);
-    c->out[0].dtype = x->dtype;
-    c->out[0].ndim = 4;
-    c->out[0].shape[0] = x->shape[0];
-    c->out[0].shape[1] = mg >= 0 ? mg * groups : -1;
-    for (int i = 0; i < 2; i++) {
-        int64_t in = x->shape[2 + i];
-        if (in < 0 || k[i] < 0) {
-            c->out[0].shape[2 + i] = -1;
-            continue;
-        }
-        /* bounded: dims, strides, dilations and pads are all below 2^31 */
-        int64_t o = p->stride[i] * (in - 1) + op[i] + p->dilation[i] * (k[i] - 1) + 1 - p->pad[i] -
-                    p->pad[2 + i];
-        if (in < 1 || o < 1)
-            return vq__op_fail(c->def,
-                               "X %s and W %s with these strides, pads and dilations "
-                               "make an output %s of %lld",
-                               sx, sw, i ? "width" : "height", (long long)o);
-        c->out[0].shape[2 + i] = o;
-    }
-    int64_t rows = mg >= 0 && k[0] >= 0 && k[1] >= 0 ? mg * k[0] * k[1] : -1;
-    int64_t plane = x->shape[2] >= 0 && x->shape[3] >= 0 ? x->shape[2] * x->shape[3] : -1;
-    if (rows > INT_MAX || plane > INT_MAX || (C >= 0 && C / groups > INT_MAX))
-        return vq__op_fail(c->def, "X %s and W %s make a product past BLAS's int sizes", sx, sw);
-    if (c->nin == 3) {
-        const vq__meta *b = &c->in[2];
-        int64_t M = c->out[0].shape[1];
-        if (b->dtype != x->dtype)
-            return bias_fail(c, "dtype %s differs from X's %s", vq_dtype_name(b->dtype),
-                             vq_dtype_name(x->dtype));
-        if (b->ndim != 1 || !vq__dim_match(b->shape[0], M)) {
-            char sb[100];
-            return bias_fail(c, "shape %s is not [M] for the M = %lld output channels",
-                             vq__shape_str(sb, sizeof sb, b->ndim, b->shape), (long long)M);
-        }
-        if (M < 0)
-            c->out[0].shape[1] = b->shape[0];
-    }
-    return 0;
-}
-
-static int conv_transpose2d_kernel(const vq__kcall *k)
-{
-    const vq__window_params *p = k->params;
-    vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
-    if (o->numel == 0)
-        return 0;
-    /* the conv2d whose dX this is: over Out's shape, with X as its dOut */
-    vq__conv cv =
-        vq__conv_of(o->shape, w->shape, p->groups, x->shape, p->stride, p->pad, p->dilation);
-    int rc = 0;
-    if (x->numel == 0)
-        memset(o->data, 0, o->nbytes);
-    else
-        rc = conv_dx(k, &cv, w, x, o);
-    if (rc == 0 && b && o->dtype == VQ_F32)
-        add_bias_float(o->data, b->data, cv.w.n, o->shape[1], o->shape[2] * o->shape[3]);
-    else if (rc == 0 && b)
-        add_bias_double(o->data, b->data, cv.w.n, o->shape[1], o->shape[2] * o->shape[3]);
-    return rc;
-}
-
-int vq__conv_transpose_grad(const vq__grad *g, const char *conv, int rank)
-{
-    int wanted = vq__grad_wanted(g);
-    if (wanted <= 0)
-        return wanted;
-    vq_attr attrs[8];
-    int n = 0;
-    for (int i = 0; i < g->nattrs && n < 7; i++)
-        if (strcmp(g->attrs[i].name, "output_padding")) /* conv2d and conv3d have none */
-            attrs[n++] = g->attrs[i];
-    char grad[16];
-    snprintf(grad, sizeof grad, "%s_grad", conv);
-    int rc = 0;
-    if (g->din[0])
-        rc = vq__emit(g, conv, (const char *const[]){g->dout[0], g->in[1]}, 2, &g->din[0], 1, attrs,
-                      n);
-    if (rc == 0 && g->din[1]) {
-        attrs[n] = VQ_ATTR_I("wrt", 1);
-        rc = vq__emit(g, grad, (const char *const[]){g->dout[0], g->in[1], g->in[0]}, 3, &g->din[1],
-                      1, attrs, n + 1);
-    }
-    if (rc == 0 && g->nin > 2 && g->din[2]) {
-        static const int64_t axes[] = {0, 2, 3, 4};
-        vq_attr sum = VQ_ATTR_IS("axes", axes, rank - 1);
-        rc = vq__emit(g, "sum", &g->dout[0], 1, &g->din[2], 1, &sum, 1);
-    }
-    return rc;
-}
-
-static int conv_transpose2d_grad(const vq__grad *g)
-{
-    return vq__conv_transpose_grad(g, "conv2d", 4);
-}
-
 static const vq__attr_spec conv_transpose_attrs[] = {
     {"strides", VQ_ATTR_INTS, false, "[1,1]"},        {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
     {"dilations", VQ_ATTR_INTS, false, "[1,1]"},      {"groups", VQ_ATTR_INT, false, "1"},
@@ -1532,7 +850,7 @@ const vq__op_def vq__ops_conv[] = {
      .infer = conv2d_infer,
      .kernel = {conv2d_kernel},
      .cuda = VQ__CUDA_OP(vq__conv2d_gpu),
-     .grad = conv2d_grad},
+     .grad = vq__conv2d_grad},
     {.type = "conv2d_grad",
      .in_slots = grad_in,
      .nin_slots = 4,
@@ -1543,7 +861,7 @@ const vq__op_def vq__ops_conv[] = {
      .nattrs = 6,
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_grad_infer,
-     .kernel = {conv2d_grad_kernel},
+     .kernel = {vq__conv2d_grad_kernel},
      .cuda = VQ__CUDA_OP(vq__conv2d_grad_gpu)},
     {.type = "conv_transpose2d",
      .in_slots = conv_in,
@@ -1554,9 +872,9 @@ const vq__op_def vq__ops_conv[] = {
      .attrs = conv_transpose_attrs,
      .nattrs = 5,
      .params_size = sizeof(vq__window_params),
-     .infer = conv_transpose2d_infer,
-     .kernel = {conv_transpose2d_kernel},
+     .infer = vq__conv_transpose2d_infer,
+     .kernel = {vq__conv_transpose2d_kernel},
      .cuda = VQ__CUDA_OP(vq__conv_transpose2d_gpu),
-     .grad = conv_transpose2d_grad},
+     .grad = vq__conv_transpose2d_grad},
     {0},
 };

@@ -70,7 +70,7 @@ int vq__conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 
 static int conv2d_grad_products(const vq__kcall *k, const vq__cuda_launch *l, vq_tensor *g);
 
-/* conv.c's gradients: wrt 0, per image, W_g^T dOut_g into the columns,
+/* conv_grad.c's gradients: wrt 0, per image, W_g^T dOut_g into the columns,
  * then col2im into dX (direct: into dX itself); wrt 1, per image, im2col
  * and dOut_g times the columns transposed, added into dW after the first
  * image; wrt 2, the sum of dOut over every dim but the channels. */
@@ -83,7 +83,7 @@ int vq__conv2d_grad_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_dtype dt = dz->dtype;
     vq_tensor *masked = NULL;
     if (p->clip && g->numel > 0) {
-        /* dOut through the clip first (conv.c): where lo < Out < hi */
+        /* dOut through the clip first (conv_grad.c): where lo < Out < hi */
         int rc = vq__tensor_empty_at(&masked, k->x->ctx, dt, g->ndim, g->shape, l->bs);
         if (rc < 0)
             return vq__fail_prefixed(rc, "conv2d_grad: dOut through the clip");
@@ -144,7 +144,7 @@ static int conv2d_grad_products(const vq__kcall *k, const vq__cuda_launch *l, vq
     return rc;
 }
 
-/* conv.c's conv_transpose2d: conv2d_grad's dX for a conv2d over Out's
+/* conv_grad.c's conv_transpose2d: conv2d_grad's dX for a conv2d over Out's
  * shape whose dOut is X, then the bias. */
 int vq__conv_transpose2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {

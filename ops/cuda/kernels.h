@@ -451,7 +451,7 @@ int vq__cuda_blas_load(void);
 int vq__cuda_im2col(int dtype, const void *x, void *col, const vq__window *w, void *stream);
 
 /* x [c, h, w] = for each element, the sum of the entries of col whose tap
- * read it, in the order of the taps, from 0: conv.c's col2im into a
+ * read it, in the order of the taps, from 0: conv_grad.c's col2im into a
  * zeroed image, bit for bit. Writes every element of x; one thread per
  * element of x. */
 int vq__cuda_col2im(int dtype, const void *col, void *x, const vq__window *w, void *stream);

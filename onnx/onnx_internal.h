@@ -344,7 +344,7 @@ int ox_axes(struct ox *x, int since, int64_t *axes, int *n);
 
 /* The rows, one per op of OX_OPS (onnx_ops.h), each beside its
  * translation: t_elementwise.c, t_window.c, t_nn.c, t_shape.c, t_index.c,
- * t_reduce.c, t_loss.c, t_control.c. */
+ * t_reduce.c, t_loss.c, t_control.c, t_rnn.c. */
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW

@@ -44,6 +44,7 @@
     X(EyeLike)                   \
     X(Flatten)                   \
     X(Floor)                     \
+    X(GRU)                       \
     X(Gather)                    \
     X(GatherElements)            \
     X(Gemm)                      \
@@ -59,6 +60,7 @@
     X(InstanceNormalization)     \
     X(IsInf)                     \
     X(IsNaN)                     \
+    X(LSTM)                      \
     X(LayerNormalization)        \
     X(LeakyRelu)                 \
     X(Less)                      \
@@ -80,6 +82,7 @@
     X(PRelu)                     \
     X(Pad)                       \
     X(Pow)                       \
+    X(RNN)                       \
     X(Range)                     \
     X(Reciprocal)                \
     X(ReduceL1)                  \

@@ -21,6 +21,18 @@
 #include "spinlock.h"
 
 #include <limits.h>
+
+/* VQ__ASAN: built with AddressSanitizer, by gcc (__SANITIZE_ADDRESS__) or
+ * clang (which says so only through __has_feature): the object pools then
+ * hand every object to malloc and free, so that ASan sees each use after
+ * free, and poison what they keep. */
+#ifdef VQ__ASAN
+#define VQ__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VQ__ASAN 1
+#endif
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -109,7 +121,7 @@ size_t vq__pool_slabs(void);
  * of memory. */
 static inline void *vq__pool_alloc(int kind)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ__ASAN
     return vq__pool_alloc_slow(kind);
 #else
     struct vq__free_obj *o = vq__cache.head[kind];
@@ -129,7 +141,7 @@ static inline void *vq__pool_alloc(int kind)
 
 static inline void vq__pool_free(int kind, void *p)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ__ASAN
     vq__pool_free_slow(kind, p);
 #else
     if (__builtin_expect(vq__cache.count[kind] >= 2 * VQ__MAG, 0)) {

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ__ASAN
 #include <sanitizer/asan_interface.h>
 #define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
@@ -179,7 +179,7 @@ void vq__pool_free_slow(int kind, void *p)
  * of their own. */
 void *vq__obj_alloc(void)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ__ASAN
     return vq__aligned_alloc(VQ__CACHELINE, VQ__OBJ_SIZE);
 #else
     return vq__pool_alloc(VQ__POOL_OBJ);
@@ -188,7 +188,7 @@ void *vq__obj_alloc(void)
 
 void vq__obj_free(void *p)
 {
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ__ASAN
     free(p);
 #else
     vq__pool_free(VQ__POOL_OBJ, p);

@@ -8,12 +8,9 @@
 
 #include <stdlib.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define VQ_TEST_LSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
+#include "sanitizer.h"
+
+#ifdef VQ_TEST_ASAN
 #define VQ_TEST_LSAN 1
 #endif
 

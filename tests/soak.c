@@ -61,6 +61,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* when built outside the tree */
 #endif
+#include "sanitizer.h"
 #include "workload.h"
 
 #include <varq/varq.h>
@@ -79,9 +80,9 @@
 #include <unistd.h>
 
 /* Work per round: a round should take about a second in every build. */
-#if defined(__SANITIZE_THREAD__)
+#ifdef VQ_TEST_TSAN
 #define SLOW 10
-#elif defined(__SANITIZE_ADDRESS__)
+#elif defined(VQ_TEST_ASAN)
 #define SLOW 4
 #else
 #define SLOW 1
@@ -110,7 +111,7 @@
  * allocator maps), in runs of SANITIZER_LONG_S seconds or more (the
  * suite's one-minute runs report it: pools still fill then); the RSS and
  * the allocator's mapped heap are reported beside it. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef VQ_TEST_SANITIZER
 #define SANITIZER_LONG_S 600
 #define SANITIZER 1
 #else
@@ -118,7 +119,7 @@
 #define SANITIZER 0
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ_TEST_ASAN
 /* ASan keeps freed blocks in a quarantine, 256 MiB by default, to catch
  * uses after free; the resident set grows until it is full, which would
  * take minutes here and look like a leak. 16 MiB fills in the warm-up and
@@ -223,7 +224,7 @@ static double rss_mib(void)
     return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef VQ_TEST_SANITIZER
 /* The sanitizer allocator's own figures (sanitizer/allocator_interface.h,
  * which gcc 12 does not install). */
 size_t __sanitizer_get_current_allocated_bytes(void);

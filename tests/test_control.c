@@ -9,6 +9,7 @@
 
 #include "fixtures.h"
 #include "leakcheck.h"
+#include "sanitizer.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -397,7 +398,7 @@ static size_t vector_loop_peak(struct fix *f, vq_program *p, int64_t len, double
     return st.last_peak_bytes;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef VQ_TEST_SANITIZER
 #define LONG_LOOP 10000
 #else
 #define LONG_LOOP 100000

@@ -12,6 +12,7 @@
  * instead (tests/gpu_spin.cu): CUDA may run the host functions of all
  * streams one after another (it did on an H200), so sleeps prove nothing
  * there. */
+#include "sanitizer.h"
 #include "workload.h"
 
 #include <varq/varq.h>
@@ -700,7 +701,7 @@ Test(engine_gpu, a_failed_lazy_start_names_the_push_not_engine_new)
 
 /* ---- random workloads with GPU ops ---- */
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef VQ_TEST_ASAN
 #define DEFAULT_OPS 10000
 #else
 #define DEFAULT_OPS 40000

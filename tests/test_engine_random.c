@@ -3,6 +3,7 @@
  *
  * VARQ_TEST_SEED=N replays a seed (every failure names it); VARQ_TEST_OPS=N
  * sets the ops per run (default 350000, 20000 under sanitizers). */
+#include "sanitizer.h"
 #include "workload.h"
 
 #include <varq/varq.h>
@@ -12,8 +13,7 @@
 
 TestSuite(engine_random, .fini = leak_check);
 
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#ifdef VQ_TEST_SANITIZER
 #define DEFAULT_OPS 20000
 #else
 #define DEFAULT_OPS 350000

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static _Thread_local char errmsg[256];
+static _Thread_local char errmsg[VQ__ERRMSG_MAX];
 static _Thread_local unsigned errgen; /* messages set in this thread so far */
 
 VQ_API const char *vq_strerror(int err)

@@ -27,6 +27,11 @@
 
 /* ---- errors (error.c) ---- */
 
+/* The size of the thread-local message (vq_errmsg), its terminator
+ * included: longer ones are cut. Room for a list, such as the ONNX op
+ * types a model uses that varq does not translate (onnx/census.c). */
+#define VQ__ERRMSG_MAX 2048
+
 /* Sets the thread-local message (vq_errmsg) and returns err. Not for the
  * hot path. */
 int vq__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

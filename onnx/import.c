@@ -250,10 +250,13 @@ static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
         if (!n->op_type || !*n->op_type)
             rc = ox_fail(x, VQ_EINVAL, "the node has no op type");
         else if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
-            rc = ox_fail(x, VQ_ENOSYS,
-                         "op %s of domain %s is not supported (varq reads the "
-                         "default domain ai.onnx, opset %lld)",
-                         n->op_type, n->domain, (long long)x->opset);
+            /* the census counted it: the error lists every op type varq
+             * does not translate */
+            rc = x->unsupported ? vq__onnx_ops_fail(x->unsupported, x->opset)
+                                : ox_fail(x, VQ_ENOSYS,
+                                          "op %s of domain %s is not supported (varq reads the "
+                                          "default domain ai.onnx, opset %lld)",
+                                          n->op_type, n->domain, (long long)x->opset);
         else
             rc = translate_at(x, g, i, deferred);
     }
@@ -439,11 +442,21 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     if (urc < 0)
         return urc;
     struct ox x = {.dir = dir, .opts = opts, .walk = ox_nodes};
+    vq_onnx_ops census = {0};
     int rc = 0;
     if (!m->graph)
         rc = vq__fail(VQ_EINVAL, "onnx: the model has no graph");
     if (rc == 0)
         rc = model_opset(m, &x.opset);
+    /* Every op type, before translating: when some are not translated, the
+     * error names them all where the translation meets the first. Not
+     * refused here: an If whose condition is known at import translates
+     * only the branch it takes, and the other may hold any op. */
+    if (rc == 0)
+        rc = vq__onnx_census(m->graph, false, &census);
+    for (int i = 0; rc == 0 && i < census.nops && !x.unsupported; i++)
+        if (!census.ops[i].supported)
+            x.unsupported = &census;
     if (rc == 0)
         rc = vq_program_new(&x.p);
     if (rc == 0)
@@ -453,6 +466,7 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
                                  "be a scope to hold them");
     for (int i = 0; rc == 0 && i < x.nbinds; i++)
         rc = vq_scope_set(params, x.binds[i].name, x.binds[i].t);
+    vq__onnx_ops_release(&census);
     onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0) {
         vq_program_free(x.p);
@@ -590,5 +604,26 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0)
         vq_onnx_info_free(out);
+    return rc;
+}
+
+VQ_API void vq_onnx_ops_free(vq_onnx_ops *ops)
+{
+    if (ops)
+        vq__onnx_ops_release(ops);
+}
+
+VQ_API int vq_onnx_ops_read(vq_onnx_ops *out, const void *buf, size_t len)
+{
+    if (!out || (!buf && len))
+        return vq__fail(VQ_EINVAL, "vq_onnx_ops_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    Onnx__ModelProto *m;
+    int rc = model_unpack(buf, len, &m);
+    if (rc < 0)
+        return rc;
+    rc = m->graph ? vq__onnx_census(m->graph, true, out)
+                  : vq__fail(VQ_EINVAL, "onnx: the model has no graph");
+    onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     return rc;
 }

@@ -59,6 +59,20 @@ VQ_API void vq_onnx_info_free(vq_onnx_info *info)
         memset(info, 0, sizeof *info);
 }
 
+VQ_API int vq_onnx_ops_read(vq_onnx_ops *out, const void *buf, size_t len)
+{
+    (void)buf, (void)len;
+    if (out)
+        memset(out, 0, sizeof *out);
+    return NOT_BUILT("vq_onnx_ops_read");
+}
+
+VQ_API void vq_onnx_ops_free(vq_onnx_ops *ops)
+{
+    if (ops)
+        memset(ops, 0, sizeof *ops);
+}
+
 VQ_API const char *vq_onnx_op_name(int i)
 {
     (void)i;

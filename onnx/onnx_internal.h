@@ -70,6 +70,9 @@ struct ox {
     int (*walk)(struct ox *x, const Onnx__GraphProto *g, int block);
     /* the declared attributes of the node being translated */
     const struct ox_args *args;
+    /* the model's op types (census.c) when some are not translated, else
+     * NULL: what the error names when the translation meets one */
+    const vq_onnx_ops *unsupported;
 };
 
 /* Levels of subgraphs (If branches, Loop bodies, inside one another) a
@@ -85,6 +88,22 @@ struct ox {
  * may safely recurse; read without unpacking (0 for bytes that are not a
  * model: unpack refuses those). */
 int vq__onnx_nesting_check(const void *buf, size_t len);
+
+/* ---- census.c: the op types a model uses ---- */
+
+/* The op types of g and of every subgraph in its nodes' attributes, into
+ * *out (released with vq__onnx_ops_release; see vq_onnx_ops_read). strict:
+ * a node with no op type is VQ_EINVAL (else it is left to the
+ * translation, which refuses it where it meets it). */
+int vq__onnx_census(const Onnx__GraphProto *g, bool strict, vq_onnx_ops *out);
+void vq__onnx_ops_release(vq_onnx_ops *ops);
+/* Whether the translate table has type, of domain domain (NULL, "" and
+ * "ai.onnx" are the default domain, the only one varq reads). */
+bool vq__onnx_translatable(const char *domain, const char *type);
+/* VQ_ENOSYS with the message that lists the types of ops that are not
+ * translated (at most 32, and as many as the message holds, then "and N
+ * more"), each with its count and first node, and what to do. */
+int vq__onnx_ops_fail(const vq_onnx_ops *ops, int64_t opset);
 
 /* ---- tensor.c ---- */
 
@@ -348,6 +367,9 @@ int ox_axes(struct ox *x, int since, int64_t *axes, int *n);
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW
+
+/* The row of op type type (default domain), or NULL. */
+const struct ox_op *vq__onnx_op_find(const char *type);
 
 /* Translates x->node: looks up its row, checks and reads what the row
  * declares, runs its translation; VQ_ENOSYS naming the op when there is

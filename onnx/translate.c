@@ -1,5 +1,6 @@
 /* The translate table: every op of OX_OPS (onnx_ops.h) with its row, found
- * by binary search for each node; before a row's translation runs, what
+ * by binary search for each node (and by the census, census.c, for every
+ * node before the translation starts); before a row's translation runs, what
  * the row declares (inputs, output 0, attributes) is checked and read
  * (ox_args_read), so a translation starts from valid, typed values. The
  * rows and translations live in the families' files (t_*.c). */
@@ -25,29 +26,40 @@ VQ_API const char *vq_onnx_op_name(int i)
     return i >= 0 && i < NTABLE ? table[i].name : NULL;
 }
 
+const struct ox_op *vq__onnx_op_find(const char *type)
+{
+    int lo = 0, hi = NTABLE - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2, c = strcmp(type, table[mid].name);
+        if (c < 0)
+            hi = mid - 1;
+        else if (c > 0)
+            lo = mid + 1;
+        else
+            return table[mid].op;
+    }
+    return NULL;
+}
+
 int vq__onnx_translate(struct ox *x)
 {
     const char *op = x->node->op_type;
-    int lo = 0, hi = NTABLE - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2, c = strcmp(op, table[mid].name);
-        if (c < 0) {
-            hi = mid - 1;
-        } else if (c > 0) {
-            lo = mid + 1;
-        } else {
-            /* the node's declared attributes live here while it is
-             * translated; an If or Loop translates its subgraphs' nodes in
-             * between, each with its own */
-            const struct ox_args *outer = x->args;
-            struct ox_args args;
-            int rc = ox_args_read(x, table[mid].op, &args);
-            if (rc == 0)
-                rc = table[mid].op->fn(x);
-            x->args = outer;
-            return rc;
-        }
+    const struct ox_op *row = vq__onnx_op_find(op);
+    if (!row) {
+        /* the census taken before translating names every such op */
+        if (x->unsupported)
+            return vq__onnx_ops_fail(x->unsupported, x->opset);
+        return ox_fail(x, VQ_ENOSYS, "op %s (domain ai.onnx, opset %lld) is not supported", op,
+                       (long long)x->opset);
     }
-    return ox_fail(x, VQ_ENOSYS, "op %s (domain ai.onnx, opset %lld) is not supported", op,
-                   (long long)x->opset);
+    /* the node's declared attributes live here while it is translated; an
+     * If or Loop translates its subgraphs' nodes in between, each with its
+     * own */
+    const struct ox_args *outer = x->args;
+    struct ox_args args;
+    int rc = ox_args_read(x, row, &args);
+    if (rc == 0)
+        rc = row->fn(x);
+    x->args = outer;
+    return rc;
 }

@@ -66,6 +66,11 @@ def main():
         m = re.search(r"op (\w+) \(domain", msg)
         if m:
             culprit = m.group(1)
+        # the import's list of the op types it does not translate: the
+        # first listed (a case of one op type lists that one)
+        m = re.search(r"that varq does not translate: (\w+)", msg)
+        if m:
+            culprit = m.group(1)
         limit = None
         if status == "unsupported":
             for text, label in LIMITS:

@@ -321,4 +321,30 @@ static inline void attr_floats(Onnx__NodeProto *n, const char *name, int k, cons
     memcpy(a->floats, v, (size_t)k * sizeof *v);
 }
 
+/* ---- subgraphs (If branches, Loop bodies) ---- */
+
+static inline Onnx__GraphProto *subgraph(const char *name)
+{
+    Onnx__GraphProto *g = calloc(1, sizeof *g);
+    onnx__graph_proto__init(g);
+    g->name = strdup(name);
+    return g;
+}
+
+static inline void attr_graph(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *g)
+{
+    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    a->g = g;
+}
+
+/* Adds a node to a graph (add_node works on a model), named for its op. */
+static inline Onnx__NodeProto *graph_node(Onnx__GraphProto *g, const char *op,
+                                          const char *const *ins, const char *const *outs)
+{
+    Onnx__ModelProto shell;
+    onnx__model_proto__init(&shell);
+    shell.graph = g;
+    return add_node(&shell, op, op, ins, outs);
+}
+
 #endif

@@ -180,17 +180,21 @@ static void expect_error(Onnx__ModelProto *m, int rc, const char *const *frags)
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* (tests/test_onnx_errors.c: models with several such ops) */
 Test(onnx, an_unknown_op_names_itself_its_domain_opset_and_node)
 {
     Onnx__ModelProto *m = mlp();
     add_node(m, "FrobNicate", "the_node", NAMES("y"), NAMES("y2"));
     expect_error(m, VQ_ENOSYS,
-                 NAMES("node 5 (FrobNicate \"the_node\")", "op FrobNicate (domain ai.onnx, "
-                                                          "opset 13) is not supported"));
+                 NAMES("the model (opset 13 of ai.onnx) uses 1 op type that varq does not "
+                       "translate: FrobNicate (1 node: node 5 \"the_node\")",
+                       "`varq onnx-ops` lists the ops varq translates"));
     m = mlp();
     Onnx__NodeProto *n = add_node(m, "Foo", "custom", NAMES("y"), NAMES("y2"));
     n->domain = strdup("com.example");
-    expect_error(m, VQ_ENOSYS, NAMES("op Foo of domain com.example is not supported"));
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("Foo of domain com.example (1 node: node 5 \"custom\"; varq reads only "
+                       "the default domain ai.onnx)"));
 }
 
 Test(onnx, undefined_inputs_and_nodes_out_of_order_are_errors)
@@ -596,30 +600,6 @@ Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_va
 /* ---- If and Loop ---- */
 
 /* A bare graph (for an If branch or a Loop body). */
-static Onnx__GraphProto *subgraph(const char *name)
-{
-    Onnx__GraphProto *g = calloc(1, sizeof *g);
-    onnx__graph_proto__init(g);
-    g->name = strdup(name);
-    return g;
-}
-
-static void attr_graph(Onnx__NodeProto *n, const char *name, Onnx__GraphProto *g)
-{
-    Onnx__AttributeProto *a = attr(n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
-    a->g = g;
-}
-
-/* Adds a node to a graph (add_node works on a model). */
-static Onnx__NodeProto *graph_node(Onnx__GraphProto *g, const char *op, const char *const *ins,
-                                   const char *const *outs)
-{
-    Onnx__ModelProto shell;
-    onnx__model_proto__init(&shell);
-    shell.graph = g;
-    return add_node(&shell, op, op, ins, outs);
-}
-
 static void graph_io(Onnx__ValueInfoProto ***arr, size_t *n, const char *name, int32_t elem,
                      int ndim, const int64_t *dims)
 {

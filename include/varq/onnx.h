@@ -27,8 +27,11 @@
  * VQ_ENOSYS naming the tensor and its type.
  *
  * Errors never crash and never leave anything behind: a file that is not
- * an ONNX model, a truncated or corrupted one, a node of an unknown op (the
- * message names the op, its domain and opset, and the node), an attribute
+ * an ONNX model, a truncated or corrupted one, nodes of ops varq does not
+ * translate (VQ_ENOSYS; the message lists every such op type of the model,
+ * in its graph and subgraphs, with its domain when not the default one, the
+ * number of its nodes and where the first is, up to 32 types and as many as
+ * the message holds, then how many more), an attribute
  * value that is not supported, an input no node produces, a cycle, a shape
  * whose size overflows, subgraphs (If, Loop) nested more than 64 levels
  * deep, an external-data file that is missing or too short:
@@ -140,6 +143,41 @@ VQ_API void vq_onnx_info_free(vq_onnx_info *info);
  * strings. Which cases of each pass ONNX's backend tests is in
  * docs/onnx-conformance.md. */
 VQ_API const char *vq_onnx_op_name(int i);
+
+/* One op type a model uses (vq_onnx_ops_read). */
+typedef struct vq_onnx_op_use {
+    char *domain;   /* its domain; "" for ONNX's default (written "" or "ai.onnx") */
+    char *type;     /* the op type, as the model writes it */
+    int64_t count;  /* its nodes, in the graph and every subgraph */
+    bool supported; /* whether the importer translates it (vq_onnx_op_name lists it) */
+    /* where its first node is (in the order of the graph, each node
+     * followed by its subgraphs), as messages say it: 'node 4 "name"', or
+     * 'node 4 (output "y")' for a node without a name, then the graphs
+     * around it, as in 'node 0 "n" in body of node 2 (Loop "loop")'; names
+     * cut at 48 bytes, control characters printed as '?' */
+    char *first;
+} vq_onnx_op_use;
+
+/* The op types a model uses (vq_onnx_ops_read). */
+typedef struct vq_onnx_ops {
+    int nops;            /* distinct op types */
+    vq_onnx_op_use *ops; /* nops of them, by domain and then type (strcmp order) */
+} vq_onnx_ops;
+
+/* Reads which op types the model buf[0..len) uses, in its graph and in
+ * every subgraph (If, Loop, Scan or any node's graph attributes), into *out:
+ * each with its count, where its first node is and whether the importer
+ * translates it (what `varq onnx-ops MODEL.onnx` prints). The arrays and
+ * strings are owned by *out: free them with vq_onnx_ops_free. Checks only
+ * that the model decodes, has a graph and gives each node an op type
+ * (VQ_EINVAL otherwise, *out then empty); it does not check opsets or
+ * types, which the import does. buf is only read during the call.
+ * Thread-safe: it shares nothing. */
+VQ_API int vq_onnx_ops_read(vq_onnx_ops *out, const void *buf, size_t len);
+
+/* Frees what vq_onnx_ops_read put in ops (not ops itself) and zeroes it.
+ * NULL is ignored. */
+VQ_API void vq_onnx_ops_free(vq_onnx_ops *ops);
 
 /* Decodes a serialized ONNX TensorProto (the input_0.pb / output_0.pb
  * files of ONNX's test cases) into a new CPU tensor *out that the caller

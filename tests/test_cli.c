@@ -896,3 +896,112 @@ Test(cli, a_failing_op_exits_1_naming_the_op)
         cr_assert_neq(access(in_dir("loss.npy"), F_OK), 0, "a failed run wrote its fetch");
     }
 }
+
+/* Two models for `varq onnx-ops MODEL.onnx` (ModelProto bytes, opset 13,
+ * made with python3-onnx's helper): RELU2 is two Relu nodes, the second
+ * named "r1"; UNSUPPORTED is a Relu of graph input x (f32 [3]), a NonZero
+ * named "nz", an unnamed NonZero (output "n2") and a Foo of domain
+ * com.example (output "f"). */
+static const unsigned char RELU2_ONNX[] = {0x08, 0x08, 0x3a, 0x23, 0x0a, 0x0c, 0x0a, 0x01, 0x78,
+                                           0x12, 0x01, 0x61, 0x22, 0x04, 0x52, 0x65, 0x6c, 0x75,
+                                           0x0a, 0x10, 0x0a, 0x01, 0x61, 0x12, 0x01, 0x62, 0x1a,
+                                           0x02, 0x72, 0x31, 0x22, 0x04, 0x52, 0x65, 0x6c, 0x75,
+                                           0x12, 0x01, 0x67, 0x42, 0x04, 0x0a, 0x00, 0x10, 0x0d};
+static const unsigned char UNSUPPORTED_ONNX[] =
+    {0x08, 0x08, 0x3a, 0x64, 0x0a, 0x0c, 0x0a, 0x01, 0x78, 0x12, 0x01, 0x61, 0x22, 0x04, 0x52, 0x65,
+     0x6c, 0x75, 0x0a, 0x14, 0x0a, 0x01, 0x61, 0x12, 0x02, 0x6e, 0x31, 0x1a, 0x02, 0x6e, 0x7a, 0x22,
+     0x07, 0x4e, 0x6f, 0x6e, 0x5a, 0x65, 0x72, 0x6f, 0x0a, 0x10, 0x0a, 0x01, 0x61, 0x12, 0x02, 0x6e,
+     0x32, 0x22, 0x07, 0x4e, 0x6f, 0x6e, 0x5a, 0x65, 0x72, 0x6f, 0x0a, 0x18, 0x0a, 0x01, 0x61, 0x12,
+     0x01, 0x66, 0x22, 0x03, 0x46, 0x6f, 0x6f, 0x3a, 0x0b, 0x63, 0x6f, 0x6d, 0x2e, 0x65, 0x78, 0x61,
+     0x6d, 0x70, 0x6c, 0x65, 0x12, 0x01, 0x67, 0x5a, 0x0f, 0x0a, 0x01, 0x78, 0x12, 0x0a, 0x0a, 0x08,
+     0x08, 0x01, 0x12, 0x04, 0x0a, 0x02, 0x08, 0x03, 0x42, 0x04, 0x0a, 0x00, 0x10, 0x0d};
+
+static void write_bytes(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+/* The line of stdout that starts with start, or NULL. */
+static const char *line_starting(const char *out, const char *start)
+{
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, start, strlen(start)) == 0)
+            return l;
+    return NULL;
+}
+
+Test(cli, onnx_ops_of_a_model_of_translated_ops_counts_them_and_exits_0)
+{
+    if (!vq_onnx_op_name(0))
+        cr_skip_test("no ONNX importer in this build");
+    char model[192];
+    snprintf(model, sizeof model, "%s", in_dir("relu2.onnx"));
+    write_bytes(model, RELU2_ONNX, sizeof RELU2_ONNX);
+    struct result r = VARQ("onnx-ops", model);
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_str_empty(r.err);
+    const char *relu = line_starting(r.out, "  Relu ");
+    cr_assert_not_null(relu, "%s", r.out);
+    char count[16], yes[8];
+    cr_assert_eq(sscanf(relu, " Relu %15s %7s", count, yes), 2, "%s", relu);
+    cr_assert_str_eq(count, "2");
+    cr_assert_str_eq(yes, "yes");
+    cr_assert_not_null(strstr(r.out, "\n1 op type, 0 not translated by varq\n"), "%s", r.out);
+    result_free(&r);
+}
+
+Test(cli, onnx_ops_of_a_model_marks_the_untranslated_types_and_exits_1)
+{
+    if (!vq_onnx_op_name(0))
+        cr_skip_test("no ONNX importer in this build");
+    char model[192];
+    snprintf(model, sizeof model, "%s", in_dir("unsupported.onnx"));
+    write_bytes(model, UNSUPPORTED_ONNX, sizeof UNSUPPORTED_ONNX);
+    struct result r = VARQ("onnx-ops", model);
+    cr_assert_eq(r.status, 1, "exit %d, stdout: %s, stderr: %s", r.status, r.out, r.err);
+    const char *want[][3] = {{"  NonZero ", "2", "no"},
+                             {"  Relu ", "1", "yes"},
+                             {"  com.example:Foo ", "1", "no"}};
+    for (int i = 0; i < 3; i++) {
+        const char *l = line_starting(r.out, want[i][0]);
+        cr_assert_not_null(l, "no line %s in: %s", want[i][0], r.out);
+        char count[16], mark[8];
+        cr_assert_eq(sscanf(l + strlen(want[i][0]), "%15s %7s", count, mark), 2, "%s", l);
+        cr_assert_str_eq(count, want[i][1], "%s", l);
+        cr_assert_str_eq(mark, want[i][2], "%s", l);
+    }
+    cr_assert_not_null(strstr(line_starting(r.out, "  NonZero "), "first: node 1 \"nz\"\n"), "%s",
+                       r.out);
+    cr_assert_not_null(strstr(r.out, "first: node 3 (output \"f\")\n"), "%s", r.out);
+    cr_assert_not_null(strstr(r.out, "\n3 op types, 2 not translated by varq"), "%s", r.out);
+    result_free(&r);
+    /* the import says the same, in one line */
+    r = VARQ("import", model, "-o", in_dir("unsupported.pb"));
+    cr_assert_not_null(strstr(r.err, "NonZero (2 nodes, the first: node 1 \"nz\")"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "Foo of domain com.example"), "%s", r.err);
+    assert_run_failure(r);
+}
+
+Test(cli, onnx_ops_of_a_missing_or_malformed_model_exits_2)
+{
+    if (!vq_onnx_op_name(0))
+        cr_skip_test("no ONNX importer in this build");
+    struct result r = VARQ("onnx-ops", in_dir("missing.onnx"));
+    cr_assert_eq(r.status, 2, "exit %d, stderr: %s", r.status, r.err);
+    assert_one_line_message(&r);
+    cr_assert_not_null(strstr(r.err, "missing.onnx"), "%s", r.err);
+    cr_assert_str_empty(r.out);
+    result_free(&r);
+    char model[192];
+    snprintf(model, sizeof model, "%s", in_dir("garbage.onnx"));
+    write_bytes(model, (const unsigned char *)"garbage", 7);
+    r = VARQ("onnx-ops", model);
+    cr_assert_eq(r.status, 2, "exit %d, stderr: %s", r.status, r.err);
+    assert_one_line_message(&r);
+    cr_assert_not_null(strstr(r.err, "not an ONNX model"), "%s", r.err);
+    result_free(&r);
+    assert_usage_error(VARQ("onnx-ops", model, "--markdown"));
+}

@@ -3,7 +3,9 @@
  * It shows a saved program (`varq dump prog.pb`), lists the registered ops
  * (`varq ops`) and the ONNX ops the importer translates (`varq onnx-ops`),
  * also as the Markdown pages docs/reference/ holds (`--markdown`:
- * scripts/gen_docs.sh writes them and checks they are current),
+ * scripts/gen_docs.sh writes them and checks they are current), lists the
+ * op types a model uses, marked translated or not (`varq onnx-ops
+ * model.onnx`),
  * turns an ONNX model into a saved program and its parameters (`varq
  * import model.onnx -o model.pb --save-scope params/`), and runs a
  * program's main block, or an ONNX model, on a threaded engine
@@ -22,8 +24,10 @@
  * missing or malformed value), with one line "varq: ..." and a pointer to
  * --help on stderr; 1 when loading, running or writing fails (a missing or
  * malformed file, a feed that does not fit, a failing op, a trace that
- * cannot be written), with one line "varq: <what>: <vq_errmsg()>". Every
- * path releases what it acquired.
+ * cannot be written), with one line "varq: <what>: <vq_errmsg()>". `varq
+ * onnx-ops MODEL.onnx` answers with its status, as diff does: 0 when varq
+ * translates every op type of the model, 1 when not, 2 when the model
+ * cannot be read. Every path releases what it acquired.
  *
  * `varq run` checks where its traces go (--profile, and VARQ_PROFILE, which
  * it takes over from the engine: that one's own failure at vq_engine_free
@@ -69,6 +73,9 @@ static const char usage_text[] =
     "  ops [--markdown]          list the registered ops with their slots and attributes\n"
     "                            (--markdown: as a table with kernels and gradients)\n"
     "  onnx-ops [--markdown]     list the ONNX ops the importer translates\n"
+    "  onnx-ops MODEL.onnx       list the model's op types, each with its count and\n"
+    "                            whether it is translated (exit 0: all are, 1: some\n"
+    "                            are not, 2: the model cannot be read)\n"
     "  help, --help, -h          show this text\n"
     "  --version                 print varq's version\n"
     "\n"
@@ -101,7 +108,8 @@ static const char usage_text[] =
     "example:\n"
     "  varq run model.pb --scope params --feed x=x.npy --fetch y=y.npy --repeat 10\n"
     "\n"
-    "exit status: 0 success, 1 a failed load, run or write, 2 bad usage\n";
+    "exit status: 0 success, 1 a failed load, run or write, 2 bad usage (onnx-ops\n"
+    "MODEL.onnx: 0 all translated, 1 some not, 2 an unreadable model or bad usage)\n";
 
 /* Reports bad usage: one line, then the hint. Returns EXIT_USAGE. */
 static int usage_error(const char *fmt, ...)
@@ -179,17 +187,114 @@ static int markdown_flag(const char *cmd, int argc, char **argv)
     return 0;
 }
 
+/* The whole file at path, malloc'd into *buf (*n bytes). Returns EXIT_OK,
+ * or EXIT_FAILED after saying why. */
+static int read_whole(const char *path, char **buf, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        fprintf(stderr, "varq: reading %s: %s\n", path, strerror(errno));
+        return EXIT_FAILED;
+    }
+    size_t cap = 1 << 16;
+    char *b = malloc(cap);
+    *n = 0;
+    while (b != NULL && (*n += fread(b + *n, 1, cap - *n, f)) == cap) {
+        char *nb = realloc(b, cap *= 2);
+        if (nb == NULL)
+            free(b);
+        b = nb;
+    }
+    bool bad = b != NULL && ferror(f);
+    fclose(f);
+    if (b == NULL) {
+        fputs("varq: out of memory\n", stderr);
+        return EXIT_FAILED;
+    }
+    if (bad) {
+        free(b);
+        fprintf(stderr, "varq: reading %s: read error\n", path);
+        return EXIT_FAILED;
+    }
+    *buf = b;
+    return EXIT_OK;
+}
+
+/* Most bytes of a model's op type or domain that a listing prints. */
+#define NAME_PRINT_MAX 48
+
+/* s as a listing prints it: cut at NAME_PRINT_MAX bytes (then "..."),
+ * control bytes as '?' (the names come from the model). Returns its width. */
+static int print_name(const char *s)
+{
+    size_t n = strlen(s), keep = n > NAME_PRINT_MAX ? NAME_PRINT_MAX - 3 : n;
+    for (size_t i = 0; i < keep; i++)
+        putchar((unsigned char)s[i] < 0x20 || s[i] == 0x7F ? '?' : s[i]);
+    if (keep < n)
+        fputs("...", stdout);
+    return (int)(keep < n ? keep + 3 : n);
+}
+
+/* `varq onnx-ops MODEL.onnx`: the model's op types, each with its count,
+ * whether varq translates it and, when not, where its first node is. Exit
+ * 0 when every type is translated, 1 when some are not, 2 when the model
+ * cannot be read (as diff and cmp do: 1 is an answer, 2 trouble). */
+static int onnx_ops_of_model(const char *path)
+{
+    char *buf;
+    size_t len;
+    if (read_whole(path, &buf, &len) != EXIT_OK)
+        return EXIT_USAGE;
+    vq_onnx_ops ops;
+    int rc = vq_onnx_ops_read(&ops, buf, len);
+    free(buf);
+    if (rc != 0) {
+        failed(rc, "reading %s", path);
+        return EXIT_USAGE;
+    }
+    int bad = 0, width = 16;
+    for (int i = 0; i < ops.nops; i++) {
+        const vq_onnx_op_use *u = &ops.ops[i];
+        size_t w = strlen(u->type) + (*u->domain ? strlen(u->domain) + 1 : 0);
+        if (w > (size_t)width)
+            width = w > 2 * NAME_PRINT_MAX + 1 ? 2 * NAME_PRINT_MAX + 1 : (int)w;
+        bad += !u->supported;
+    }
+    for (int i = 0; i < ops.nops; i++) {
+        const vq_onnx_op_use *u = &ops.ops[i];
+        fputs("  ", stdout);
+        int w = 0;
+        if (*u->domain) {
+            w = print_name(u->domain) + 1;
+            putchar(':');
+        }
+        w += print_name(u->type);
+        printf("%*s %6" PRId64 "  %s", width - w > 0 ? width - w : 0, "", u->count,
+               u->supported ? "yes" : "no ");
+        if (!u->supported)
+            printf("  first: %s", u->first);
+        putchar('\n');
+    }
+    printf("%d op type%s, %d not translated by varq%s\n", ops.nops, ops.nops == 1 ? "" : "s", bad,
+           bad ? " (`varq onnx-ops` lists those that are)" : "");
+    vq_onnx_ops_free(&ops);
+    return finish_stdout(bad ? EXIT_FAILED : EXIT_OK);
+}
+
 static int cmd_onnx_ops(int argc, char **argv)
 {
-    int markdown = markdown_flag("onnx-ops", argc, argv);
+    const char *model = argc == 1 && argv[0][0] != '-' ? argv[0] : NULL;
+    int markdown = model ? 0 : markdown_flag("onnx-ops", argc, argv);
     if (markdown == EXIT_USAGE)
         return EXIT_USAGE;
     if (!vq_onnx_op_name(0)) {
         fputs("varq: this build has no ONNX importer (install libonnx-dev and reconfigure "
               "with meson -Donnx=auto)\n",
               stderr);
-        return EXIT_FAILED;
+        return model ? EXIT_USAGE : EXIT_FAILED;
     }
+    if (model)
+        return onnx_ops_of_model(model);
     if (!markdown) {
         for (int i = 0; vq_onnx_op_name(i); i++)
             puts(vq_onnx_op_name(i));
@@ -203,9 +308,10 @@ static int cmd_onnx_ops(int argc, char **argv)
     printf("The %d ONNX op types (default domain, `ai.onnx`) that `vq_program_from_onnx` and\n"
            "`varq import` / `varq run MODEL.onnx` translate into varq ops\n"
            "(`include/varq/onnx.h`). A model with a node of any other type is refused,\n"
-           "the message naming the op, its domain and opset, and the node. An op listed\n"
-           "here may still refuse some of its attribute values or input types: the\n"
-           "message then says which.\n"
+           "the message listing every such type with its domain, count and first node\n"
+           "(`varq onnx-ops MODEL.onnx` lists a model's types, marked translated or not).\n"
+           "An op listed here may still refuse some of its attribute values or input\n"
+           "types: the message then says which.\n"
            "\n"
            "| ONNX op | its definition |\n"
            "|---|---|\n",
@@ -609,22 +715,10 @@ static bool is_onnx(const char *path)
 /* The graph outputs of the ONNX model at path into s->info. */
 static int onnx_outputs(const char *path, struct run_state *s)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return failed(VQ_EIO, "reading %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf != NULL && (n += fread(buf + n, 1, cap - n, f)) == cap) {
-        char *nb = realloc(buf, cap *= 2);
-        if (nb == NULL)
-            free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    if (buf == NULL) {
-        fputs("varq: out of memory\n", stderr);
+    char *buf;
+    size_t n;
+    if (read_whole(path, &buf, &n) != EXIT_OK)
         return EXIT_FAILED;
-    }
     int rc = vq_onnx_info_read(&s->info, buf, n);
     free(buf);
     if (rc != 0)

@@ -2,7 +2,8 @@
  * process, over and over until a deadline, with the process's memory
  * watched. No test framework and only the public API, so that it runs in
  * the normal, ASan+UBSan and TSan builds alike; scripts/soak.sh runs it for
- * 30 minutes per build, the suite for 20 s or a minute (tests/meson.build).
+ * 30 minutes per build, the suite for 20 s (normal build) or 30 s
+ * (sanitizers; tests/meson.build).
  *
  * Each round, in the main thread (the stress parts that spawn threads of
  * their own say so):
@@ -109,7 +110,7 @@
  * quarantine stopped. So under a sanitizer the bound applies to those live
  * bytes (__sanitizer_get_current_allocated_bytes: exact, whatever the
  * allocator maps), in runs of SANITIZER_LONG_S seconds or more (the
- * suite's one-minute runs report it: pools still fill then); the RSS and
+ * suite's short runs report it: pools still fill then); the RSS and
  * the allocator's mapped heap are reported beside it. */
 #ifdef VQ_TEST_SANITIZER
 #define SANITIZER_LONG_S 600

@@ -140,6 +140,20 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     return 0;
 }
 
+/* Undoes vq_engine_new's initialization, once its workers are stopped:
+ * the failure path of vq_engine_new and the end of vq_engine_free. */
+static void engine_destroy(vq_engine *e)
+{
+    vq__prof_buf_destroy(&e->ext_prof);
+    pthread_mutex_destroy(&e->wait_lock);
+    pthread_cond_destroy(&e->wait_cond);
+    pthread_mutex_destroy(&e->list_lock);
+    pthread_mutex_destroy(&e->naive_lock);
+    pthread_mutex_destroy(&e->gpu_lock);
+    free(e->profile_path);
+    free(e);
+}
+
 VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
 {
     if (!out)
@@ -174,14 +188,7 @@ VQ_API int vq_engine_new(vq_engine **out, const vq_engine_opts *opts)
         }
         if (rc < 0) {
             vq__fail_prefixed(rc, "vq_engine_new");
-            vq__prof_buf_destroy(&e->ext_prof);
-            pthread_mutex_destroy(&e->wait_lock);
-            pthread_cond_destroy(&e->wait_cond);
-            pthread_mutex_destroy(&e->list_lock);
-            pthread_mutex_destroy(&e->naive_lock);
-            pthread_mutex_destroy(&e->gpu_lock);
-            free(e->profile_path);
-            free(e);
+            engine_destroy(e);
             return rc;
         }
     }
@@ -254,14 +261,7 @@ VQ_API void vq_engine_free(vq_engine *e)
         vq__opr_destroy(o);
     }
     vq__gpu_free(e); /* the vars gave their events back */
-    vq__prof_buf_destroy(&e->ext_prof);
-    pthread_mutex_destroy(&e->wait_lock);
-    pthread_cond_destroy(&e->wait_cond);
-    pthread_mutex_destroy(&e->list_lock);
-    pthread_mutex_destroy(&e->naive_lock);
-    pthread_mutex_destroy(&e->gpu_lock);
-    free(e->profile_path);
-    free(e);
+    engine_destroy(e);
 }
 
 /* ---- vars ---- */

@@ -21,24 +21,24 @@
 #include "spinlock.h"
 
 #include <limits.h>
-
-/* VQ__ASAN: built with AddressSanitizer, by gcc (__SANITIZE_ADDRESS__) or
- * clang (which says so only through __has_feature): the object pools then
- * hand every object to malloc and free, so that ASan sees each use after
- * free, and poison what they keep. */
-#ifdef VQ__ASAN
-#define VQ__ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define VQ__ASAN 1
-#endif
-#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* VQ__ASAN: built with AddressSanitizer, by gcc (__SANITIZE_ADDRESS__) or
+ * clang (which says so only through __has_feature): the object pools then
+ * hand every object to malloc and free, so that ASan sees each use after
+ * free, and poison what they keep. */
+#if defined(__SANITIZE_ADDRESS__)
+#define VQ__ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VQ__ASAN 1
+#endif
+#endif
 
 #define VQ__CACHELINE 64
 #define VQ__ALIGNED _Alignas(VQ__CACHELINE)

@@ -488,8 +488,13 @@ static int attrs_decode(const vq__op_def *d, Varq__Attr *const *msgs, size_t n, 
                         const char *where, vq_attr **out)
 {
     *out = NULL;
-    if (n == 0)
-        return 0;
+    if (n == 0) {
+        /* nothing to copy, but a known op's required attributes are
+         * still missing (a cond without its blocks must not reach
+         * preparation) */
+        int rc = d ? vq__attrs_check(d, NULL, 0) : 0;
+        return rc < 0 ? vq__fail_prefixed(rc, "%s", where) : 0;
+    }
     if (n > MAX_OP_ATTRS)
         return vq__fail(VQ_EINVAL, "%s: %zu attributes (at most %d)", where, n, MAX_OP_ATTRS);
     vq_attr views[MAX_OP_ATTRS];

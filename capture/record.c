@@ -407,6 +407,13 @@ int vq__capture_record(struct state *S, const char *type, vq_tensor *const *in, 
     vq_engine *e = S->e;
     vq_ctx dev = {VQ_DEV_CPU, 0};
     bool other_engine = false;
+    const vq__op_def *vd = type ? vq__op_find(type) : NULL;
+    if (vd && vq__reads_values(vd, nin)) {
+        /* its output shapes depend on its inputs' values, which a replay
+         * could not re-read: it runs eagerly, after the work it reads */
+        vq__capture_seg_cut(S, VQ_CAPTURE_CUT_FALLBACK);
+        return VQ__CAPTURE_EAGER;
+    }
     bool simple =
         record_simple(S, type, in, nin, out, nout, attrs, nattrs, dev_hint, &dev, &other_engine);
     vq__meta om_buf[VQ__MAX_SLOTS];

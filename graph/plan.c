@@ -306,7 +306,7 @@ static int walk_infer(struct walk *w, struct pop *t)
     int rc = vq__op_infer(t->def, src->attrs, src->nattrs, src->nin, im, src->nout, om, params);
     if (rc)
         return vq__pop_error(t, rc);
-    bool known = true;
+    bool known = !vq__reads_values(t->def, src->nin); /* those infer with the values */
     for (int i = 0; i < src->nin && known; i++)
         for (int d = 0; d < im[i].ndim && known; d++)
             known = im[i].shape[d] >= 0;

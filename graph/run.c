@@ -280,7 +280,11 @@ static int op_begin(struct op_state *s, void *stream)
         for (int i = 0; i < src->nin; i++)
             vq__meta_of_tensor(&im[i], s->in[i]);
         vq__meta *cache = f->infer_cache;
-        bool hit = cache != NULL;
+        /* an op whose shapes depend on its inputs' values infers every
+         * time, with those values (GPU ones copied to the host: the
+         * inputs' writers are done, as for a loop's predicate) */
+        bool values = vq__reads_values(op->def, src->nin);
+        bool hit = cache != NULL && !values;
         for (int i = 0; hit && i < src->nin; i++)
             hit = metas_equal(&cache[i], &im[i]);
         if (hit) { /* the shapes of the last execution: its inference holds */
@@ -289,10 +293,35 @@ static int op_begin(struct op_state *s, void *stream)
         } else {
             memset(s->pbuf, 0, op->def->params_size);
             memset(om, 0, (size_t)src->nout * sizeof om[0]);
-            vq__infer c = {.def = op->def, .attrs = src->attrs, .nattrs = src->nattrs,
-                           .nin = src->nin, .in = im, .nout = src->nout, .out = om,
-                           .params = s->pbuf};
-            err = op->def->infer(&c);
+            vq_tensor *val[VQ__MAX_SLOTS];
+            if (values)
+                err = vq__values_host(op->def, s->in, src->nin, stream, val);
+            vq__infer c = {.def = op->def,
+                           .attrs = src->attrs,
+                           .nattrs = src->nattrs,
+                           .nin = src->nin,
+                           .in = im,
+                           .nout = src->nout,
+                           .out = om,
+                           .params = s->pbuf,
+                           .val = values ? val : NULL};
+            if (err == 0)
+                err = op->def->infer(&c);
+            if (values)
+                vq__values_release(op->def, s->in, src->nin, val);
+            /* what preparation could not check: the shapes the program
+             * declares for the outputs, against the real ones */
+            for (int j = 0; err == 0 && j < src->nout; j++)
+                if (!vq__meta_compatible(&om[j], &pl->vars[src->out[j]].meta)) {
+                    char a[140], d[140];
+                    vq__meta_str(a, sizeof a, &om[j]);
+                    vq__meta_str(d, sizeof d, &pl->vars[src->out[j]].meta);
+                    err = vq__fail(VQ_EINVAL,
+                                   "output %s (slot %d) var %s: the run's inputs give "
+                                   "%s, the program declares %s",
+                                   vq__op_out_slot(op->def, j), j, pl->prog->vars[src->out[j]].name,
+                                   a, d);
+                }
             size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
             if (err == 0 && !cache)
                 cache = f->infer_cache = vq__malloc(metas + op->def->params_size);

@@ -190,7 +190,36 @@ VQ_API const char *vq_scope_name(vq_scope *s, int i)
 
 static bool name_ok_for_file(const char *name)
 {
-    return *name && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+    return *name && strcmp(name, ".") && strcmp(name, "..");
+}
+
+/* A var's name as a file name and back: '/' (ONNX exporters name values
+ * "/layer/Constant_output_0") and '%' are written %2F and %25; nothing
+ * else changes, so names without them keep their plain files. out holds
+ * 3 * strlen(name) + 1 bytes. */
+static void name_to_file(const char *name, char *out)
+{
+    for (; *name; name++) {
+        if (*name == '/' || *name == '%')
+            out += sprintf(out, "%%%02X", (unsigned char)*name);
+        else
+            *out++ = *name;
+    }
+    *out = '\0';
+}
+
+static void file_to_name(char *name)
+{
+    char *w = name;
+    for (const char *r = name; *r;) {
+        if (r[0] == '%' && r[1] == '2' && (r[2] == 'F' || r[2] == '5')) {
+            *w++ = r[2] == 'F' ? '/' : '%';
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
 }
 
 static bool is_npy_name(const char *name)
@@ -377,11 +406,13 @@ VQ_API int vq_scope_save(vq_scope *s, const char *dir_arg)
             rc = vq__fail(VQ_EINVAL, "vq_scope_save: \"%s\" cannot be a file name",
                           snap[i].name);
         if (rc == 0) {
-            size_t len = strlen(tmp) + strlen(snap[i].name) + 6;
+            size_t len = strlen(tmp) + 3 * strlen(snap[i].name) + 6;
             if (!(path = vq__malloc(len))) {
                 rc = vq__fail(VQ_ENOMEM, "vq_scope_save: out of memory");
             } else {
-                snprintf(path, len, "%s/%s.npy", tmp, snap[i].name);
+                int at = snprintf(path, len, "%s/", tmp);
+                name_to_file(snap[i].name, path + at);
+                strcat(path, ".npy");
                 if ((rc = vq_npy_save(path, snap[i].t)) < 0) {
                     char msg[256];
                     snprintf(msg, sizeof msg, "%s", vq_errmsg());
@@ -435,6 +466,7 @@ VQ_API int vq_scope_load(vq_scope *s, const char *dir)
             rc = vq__fail(VQ_ENOMEM, "vq_scope_load: out of memory");
         } else {
             snprintf(path, plen, "%s/%s", dir, ent->d_name);
+            file_to_name(name);
             vq_tensor *t;
             rc = vq_npy_load(path, &t);
             if (rc == 0) {

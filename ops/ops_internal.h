@@ -50,6 +50,7 @@ extern const vq__op_def vq__ops_extremum[];
 extern const vq__op_def vq__ops_layout[];
 extern const vq__op_def vq__ops_resize[];
 extern const vq__op_def vq__ops_cumsum[];
+extern const vq__op_def vq__ops_shape_value[];
 extern const vq__op_def vq__ops_prod[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
@@ -71,6 +72,14 @@ double vq__attr_float(const vq__infer *c, const char *name, double dflt);
 bool vq__attr_bool(const vq__infer *c, const char *name, bool dflt);
 /* A dtype attribute given as a name ("f32", "float32", ...). */
 int vq__attr_dtype(const vq__infer *c, const char *name, vq_dtype dflt, vq_dtype *out);
+
+/* An int list an op takes either from attribute attr or, when the call
+ * has input slot (a 1-D i64 or i32 tensor in def->value_in), from that
+ * input's value: its entries into out (at most max), *n of them; 0. Both
+ * given, neither, or an input of another type or rank: VQ_EINVAL naming
+ * them. 1 when the input's value is not known (preparation): *n is then
+ * its length, -1 when that is unknown too, and out is not set. */
+int vq__ints_arg(const vq__infer *c, int slot, const char *attr, int64_t *out, int max, int *n);
 
 /* Input slot must have one of the dtypes in mask (bit 1 << dtype). */
 #define VQ__FLOATS ((1u << VQ_F32) | (1u << VQ_F64))

@@ -337,4 +337,17 @@ typedef struct vq__cumsum_params {
     int axis, exclusive, reverse;
 } vq__cumsum_params;
 
+/* ---- shape and range (ops/cpu/shape_value.c) ---- */
+
+/* shape: the first dim of X it reports, and how many. */
+typedef struct vq__shape_params {
+    int start, count;
+} vq__shape_params;
+
+/* range: Start and Delta, as doubles (f32, f64) and integers (i32, i64). */
+typedef struct vq__range_params {
+    double start, delta;
+    int64_t istart, idelta;
+} vq__range_params;
+
 #endif

@@ -21,11 +21,11 @@
 /* ---- the table ---- */
 
 static const vq__op_def *const family[] = {
-    vq__ops_elementwise, vq__ops_activation, vq__ops_loss,   vq__ops_reduce,  vq__ops_shape,
-    vq__ops_matmul,      vq__ops_init,       vq__ops_optim,  vq__ops_compare, vq__ops_control,
-    vq__ops_math,        vq__ops_conv,       vq__ops_pool,   vq__ops_norm,    vq__ops_index,
-    vq__ops_extremum,    vq__ops_layout,     vq__ops_conv3d, vq__ops_resize,  vq__ops_cumsum,
-    vq__ops_prod,
+    vq__ops_elementwise, vq__ops_activation,  vq__ops_loss,   vq__ops_reduce,  vq__ops_shape,
+    vq__ops_matmul,      vq__ops_init,        vq__ops_optim,  vq__ops_compare, vq__ops_control,
+    vq__ops_math,        vq__ops_conv,        vq__ops_pool,   vq__ops_norm,    vq__ops_index,
+    vq__ops_extremum,    vq__ops_layout,      vq__ops_conv3d, vq__ops_resize,  vq__ops_cumsum,
+    vq__ops_prod,        vq__ops_shape_value,
 };
 
 #define MAX_OPS 256 /* built-in ones */
@@ -565,6 +565,13 @@ int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *
 int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
                  const vq__meta *in, int nout, vq__meta *out, void *params)
 {
+    return vq__op_infer_vals(d, attrs, nattrs, nin, in, NULL, nout, out, params);
+}
+
+int vq__op_infer_vals(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
+                      const vq__meta *in, vq_tensor *const *val, int nout, vq__meta *out,
+                      void *params)
+{
     int rc = vq__op_check_arity(d, nin, nout);
     if (rc < 0)
         return rc;
@@ -578,9 +585,84 @@ int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
         return vq__fail(VQ_EINVAL, "%s: params too large", d->type);
     memset(params, 0, d->params_size);
     memset(out, 0, (size_t)nout * sizeof *out);
-    vq__infer c = {.def = d, .attrs = attrs, .nattrs = nattrs, .nin = nin, .in = in,
-                   .nout = nout, .out = out, .params = params};
+    vq__infer c = {.def = d,
+                   .attrs = attrs,
+                   .nattrs = nattrs,
+                   .nin = nin,
+                   .in = in,
+                   .nout = nout,
+                   .out = out,
+                   .params = params,
+                   .val = val};
     return d->infer(&c);
+}
+
+int vq__values_host(const vq__op_def *d, vq_tensor *const *in, int nin, void *stream,
+                    vq_tensor **host)
+{
+    int rc = 0;
+    for (int i = 0; i < nin; i++)
+        host[i] = NULL;
+    for (int i = 0; i < nin && rc == 0; i++) {
+        int slot = i < d->nin_slots ? i : d->nin_slots - 1;
+        if (!(d->value_in & (1u << slot)) || !in[i])
+            continue;
+        if (in[i]->dev.kind == VQ_DEV_CPU) {
+            host[i] = in[i];
+            continue;
+        }
+        if ((rc = vq__tensor_empty(&host[i], in[i]->dtype, in[i]->ndim, in[i]->shape)) == 0)
+            rc = stream ? vq__tensor_read_on(host[i], in[i], stream)
+                        : vq__tensor_copy_sync(host[i], in[i]);
+    }
+    if (rc < 0)
+        vq__values_release(d, in, nin, host);
+    return rc;
+}
+
+void vq__values_release(const vq__op_def *d, vq_tensor *const *in, int nin, vq_tensor **host)
+{
+    (void)d;
+    for (int i = 0; i < nin; i++) {
+        if (host[i] && host[i] != in[i])
+            vq_tensor_release(host[i]);
+        host[i] = NULL;
+    }
+}
+
+int vq__ints_arg(const vq__infer *c, int slot, const char *attr, int64_t *out, int max, int *n)
+{
+    *n = -1;
+    if (slot >= c->nin) {
+        const vq_attr *a = vq__attr_find(c, attr);
+        if (!a)
+            return vq__op_fail(c->def, "needs attribute %s or input %s", attr,
+                               vq__op_in_slot(c->def, slot));
+        if (a->n > max)
+            return vq__attr_fail(c, attr, "has %d dims, more than %d", a->n, max);
+        memcpy(out, a->ints, (size_t)a->n * sizeof *out);
+        *n = a->n;
+        return 0;
+    }
+    if (vq__attr_find(c, attr))
+        return vq__attr_fail(c, attr, "is given, and so is input %s: give one",
+                             vq__op_in_slot(c->def, slot));
+    const vq__meta *m = &c->in[slot];
+    if (m->dtype != VQ_I64 && m->dtype != VQ_I32)
+        return vq__in_fail(c, slot, "is %s, not i64 or i32", vq_dtype_name(m->dtype));
+    if (m->ndim != 1)
+        return vq__in_fail(c, slot, "has %d dims, not 1", m->ndim);
+    if (m->shape[0] > max)
+        return vq__in_fail(c, slot, "has %lld dims, more than %d", (long long)m->shape[0], max);
+    const vq_tensor *t = c->val ? c->val[slot] : NULL;
+    if (!t) {
+        *n = (int)m->shape[0]; /* -1 when even its length is unknown */
+        return 1;
+    }
+    for (int64_t k = 0; k < t->numel; k++)
+        out[k] = t->dtype == VQ_I64 ? ((const int64_t *)t->data)[k] : ((const int32_t *)t->data)[k];
+    *n = (int)t->numel;
+    return 0;
 }
 
 int vq__kernel_scratch(const vq__kcall *k, vq_dtype dt, int64_t n, const char *what,
@@ -894,7 +976,23 @@ int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int 
     } else if ((rc = vq__cpu_kernel_check(d)) < 0) {
         return rc;
     }
-    rc = vq__op_infer(d, attrs, nattrs, nin, im, nout, om, params);
+    vq_tensor *val[VQ__MAX_SLOTS] = {0};
+    bool values = vq__reads_values(d, nin);
+    if (values) {
+        /* the shapes of the outputs depend on these inputs' values: wait
+         * for them, as reading their bytes would */
+        for (int i = 0; i < nin && rc == 0; i++) {
+            int slot = i < d->nin_slots ? i : d->nin_slots - 1;
+            if ((d->value_in & (1u << slot)) && e && (rc = vq_tensor_wait(in[i])) < 0)
+                rc = vq__call_slot_fail(rc, d->type, i, nin);
+        }
+        if (rc == 0)
+            rc = vq__values_host(d, in, nin, NULL, val);
+        if (rc < 0)
+            return rc;
+    }
+    rc = vq__op_infer_vals(d, attrs, nattrs, nin, im, values ? val : NULL, nout, om, params);
+    vq__values_release(d, in, nin, val);
     if (rc == 0)
         rc = outputs_check(d, in, nin, out, nout, om);
     if (rc == 0)

@@ -245,6 +245,17 @@ int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
     return copy_async(be, dst->data, src->data, src->nbytes, kind, stream);
 }
 
+int vq__tensor_read_on(vq_tensor *dst, const vq_tensor *src, void *stream)
+{
+    int rc = vq__tensor_copy_async(dst, src, stream);
+    if (rc < 0)
+        return rc;
+    const struct vq__stream_backend *be;
+    if ((rc = vq__gpu_backend(&be)) < 0)
+        return rc;
+    return be->stream_synchronize(stream);
+}
+
 /* The message of the last kernel that failed in stream work, per device. */
 static pthread_mutex_t failure_lock = PTHREAD_MUTEX_INITIALIZER;
 static char failures[MAX_GPUS][256];

@@ -605,6 +605,13 @@ static void case_reshape(struct run *r)
         vq_tensor *in[2] = {rnd(r, dt, -100, 100, DIMS(2, 3, 4)),
                             grad ? rnd(r, dt, -1, 1, DIMS(4, 6)) : NULL};
         check(r, in, grad ? 2 : 1, 1, &at, grad ? 0 : 1, EXACT);
+        if (grad)
+            continue;
+        in[0] = rnd(r, dt, -100, 100, DIMS(2, 3, 4)); /* the shape as an input */
+        cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, 1, (const int64_t[]){2},
+                                    (const int64_t[]){4, -1}),
+                     0);
+        check(r, in, 2, 1, NULL, 0, EXACT);
     }
 }
 
@@ -780,7 +787,44 @@ static void case_fill(struct run *r)
                          : dt == VQ_I32               ? VQ_ATTR_I("value", -7)
                                                       : VQ_ATTR_I("value", 1)};
         check(r, NULL, 0, 1, at, 3, EXACT);
+        /* the shape as an input, read when the op runs */
+        vq_tensor *shape = NULL;
+        cr_assert_eq(vq_tensor_from(&shape, VQ_I64, 1, (const int64_t[]){3},
+                                    (const int64_t[]){2, 0 + 3, 4}),
+                     0);
+        check(r, &shape, 1, 1, at + 1, 2, EXACT);
     }
+}
+
+/* shape: X's dims, in part, for several ranks. */
+static void case_shape(struct run *r)
+{
+    static const int64_t s[4][2] = {{0, 99}, {1, 3}, {-2, 99}, {2, 1}};
+    for (int c = 0; c < 4; c++) {
+        describe(r, "start %lld, end %lld", (long long)s[c][0], (long long)s[c][1]);
+        vq_attr at[2] = {VQ_ATTR_I("start", s[c][0]), VQ_ATTR_I("end", s[c][1])};
+        vq_tensor *in[1] = {rnd(r, VQ_F32, -1, 1, DIMS(2, 3, 4))};
+        check(r, in, 1, 1, at, s[c][1] == 99 ? 1 : 2, EXACT);
+    }
+}
+
+/* range in every numeric dtype, rising and falling, empty. */
+static void case_range(struct run *r)
+{
+    static const double b[4][3] = {{0, 7, 1}, {10, -3, -2.5}, {1, 2, 0.125}, {4, 4, 1}};
+    for (int c = 0; c < 4; c++)
+        for (int d = 0; d < N_OF(numerics); d++) {
+            vq_dtype dt = numerics[d];
+            if (dt != VQ_F32 && dt != VQ_F64 && (b[c][2] != (int)b[c][2]))
+                continue;
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_tensor *in[3];
+            for (int i = 0; i < 3; i++) {
+                double v = b[c][i];
+                in[i] = oc_from(dt, 0, NULL, &v);
+            }
+            check(r, in, 3, 1, NULL, 0, EXACT);
+        }
 }
 
 static vq_tensor *state_tensor(int64_t seed, int64_t counter)
@@ -1420,8 +1464,12 @@ static void case_expand(struct run *r)
         for (int d = 0; d < N_OF(all_dtypes); d++) {
             describe(r, "%s, case %d", vq_dtype_name(all_dtypes[d]), c);
             vq_attr at = VQ_ATTR_IS("shape", ex[c].shape, ex[c].ns);
-            vq_tensor *in[1] = {rnd(r, all_dtypes[d], -5, 5, ex[c].nx, ex[c].x)};
+            vq_tensor *in[2] = {rnd(r, all_dtypes[d], -5, 5, ex[c].nx, ex[c].x)};
             check(r, in, 1, 1, &at, 1, EXACT);
+            in[0] = rnd(r, all_dtypes[d], -5, 5, ex[c].nx, ex[c].x); /* the shape as an input */
+            int64_t ns = ex[c].ns;
+            cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, 1, &ns, ex[c].shape), 0);
+            check(r, in, 2, 1, NULL, 0, EXACT);
         }
 }
 
@@ -1545,6 +1593,8 @@ static const struct op_case {
     {"matmul", case_matmul},
     {"matmul_grad", case_matmul},
     {"fill_constant", case_fill},
+    {"shape", case_shape},
+    {"range", case_range},
     {"zeros_like", case_zeros_like},
     {"uniform_random", case_random},
     {"gaussian_random", case_random},

@@ -1315,7 +1315,7 @@ Test(ops_index, signatures_list_slots_and_attributes)
         {"reduce_min", "reduce_min(X) -> Out; axes:ints=[] keepdim:bool=false"},
         {"reduce_minmax_grad",
          "reduce_minmax_grad(X, Out, dOut) -> dX; op:string axes:ints=[] keepdim:bool=false"},
-        {"expand", "expand(X) -> Out; shape:ints"},
+        {"expand", "expand(X, Shape?) -> Out; shape:ints=none"},
         {"tile", "tile(X) -> Out; repeats:ints"},
         {"tile_grad", "tile_grad(X, dOut) -> dX; repeats:ints"},
         {"pad", "pad(X) -> Out; pads:ints mode:string=constant value:float=0"},

@@ -108,7 +108,7 @@ Test(ops_init, fill_constant_rejects_values_the_dtype_cannot_hold)
     expect_error("fill_constant", at, 3, "fill_constant: attribute dtype: unknown dtype \"f16\"");
     at[0] = VQ_ATTR_IS("shape", neg, 2);
     expect_error("fill_constant", at, 1, "fill_constant: attribute shape: dim 1 is -2");
-    expect_error("fill_constant", NULL, 0, "fill_constant: attribute shape (ints) is required");
+    expect_error("fill_constant", NULL, 0, "fill_constant: needs attribute shape or input Shape");
 }
 
 /* Random123's kat_vectors: philox4x32 10 with counter {0,0,0,0}, key {0,0}. */
@@ -312,8 +312,10 @@ Test(ops_init, init_ops_have_no_inputs_but_the_state_and_no_gradient)
         const vq__op_def *d = vq__op_find(ops[i]);
         cr_assert(d, "%s", ops[i]);
         cr_assert_null(d->grad);
-        if (i == 0) {
-            cr_assert_eq(d->nin_slots, 0);
+        if (i == 0) { /* the optional shape, read when the op runs */
+            cr_assert_eq(d->nin_slots, 1);
+            cr_assert_str_eq(d->in_slots[0], "Shape");
+            cr_assert(d->flags & VQ__OPTIONAL_IN && d->value_in == 1u);
             continue;
         }
         /* The random fills' only input is the optional generator state. */

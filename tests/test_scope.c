@@ -65,7 +65,21 @@ Test(scope, scopes_save_and_load_a_directory_of_npy_files)
     cr_assert_str_eq(vq_scope_name(t, 0), "bias");
     assert_same_bits(vq_scope_get(t, "weight"), a);
     assert_same_bits(vq_scope_get(t, "bias"), b);
-    cr_assert_eq(vq_scope_set(s, "a/b", a), 0);
+    /* names with '/' (ONNX exporters' "/layer/Constant_output_0") and '%'
+     * are written %2F and %25 and read back */
+    cr_assert_eq(vq_scope_set(s, "/l0/Constant_output_0", a), 0);
+    cr_assert_eq(vq_scope_set(s, "50%/x%2F", b), 0);
+    cr_assert_eq(vq_scope_save(s, dir), 0, "%s", vq_errmsg());
+    char file[128];
+    snprintf(file, sizeof file, "%s/%%2Fl0%%2FConstant_output_0.npy", dir);
+    cr_assert_eq(access(file, F_OK), 0, "%s", file);
+    vq_scope_free(t);
+    cr_assert_eq(vq_scope_new(&t), 0);
+    cr_assert_eq(vq_scope_load(t, dir), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_scope_count(t), 4);
+    assert_same_bits(vq_scope_get(t, "/l0/Constant_output_0"), a);
+    assert_same_bits(vq_scope_get(t, "50%/x%2F"), b);
+    cr_assert_eq(vq_scope_set(s, "..", a), 0);
     cr_assert_eq(vq_scope_save(s, dir), VQ_EINVAL);
     char cmd[64];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

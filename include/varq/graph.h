@@ -201,7 +201,7 @@ VQ_API vq_tensor *vq_scope_get(vq_scope *s, const char *name);
 VQ_API int vq_scope_count(vq_scope *s);
 VQ_API const char *vq_scope_name(vq_scope *s, int i);
 
-/* Saves every tensor as dir/<name>.npy (names with '/' are refused) after
+/* Saves every tensor as dir/<name>.npy (see below for '/' in names) after
  * waiting for the ops writing them, as one checkpoint: the files go to a
  * new directory beside dir, synced to the disk, which then replaces dir in
  * one step (renameat2 RENAME_EXCHANGE; where the file system cannot, dir
@@ -211,8 +211,10 @@ VQ_API const char *vq_scope_name(vq_scope *s, int i);
  * what it wrote. dir holds exactly the saved tensors afterwards, so an
  * existing dir must hold nothing but .npy files (VQ_EINVAL otherwise,
  * naming one) and none of them read-only (VQ_EIO). Not concurrently with
- * another save to the same dir. vq_scope_load binds every *.npy file of dir
- * under its name without ".npy".
+ * another save to the same dir. A tensor's file is its name with ".npy",
+ * '/' and '%' written %2F and %25 (ONNX exporters put '/' in names);
+ * vq_scope_load binds every *.npy file of dir under its name without
+ * ".npy", %2F and %25 read back.
  *
  * dir may be a symbolic link to a directory, or have links on its path:
  * the checkpoint replaced is the directory the path names (the link's

@@ -36,19 +36,33 @@ static const char *const out_slot[] = {"Out"};
 static const char *const x_in[] = {"X"};
 
 /* Checks the shape attribute and fills out's shape from it. */
-static int shape_attr(vq__infer *c, vq__meta *out)
+/* Out's shape: attribute shape, or the value of input slot (a fill
+ * whose shape a model computes: ONNX's ConstantOfShape); slot -1: the
+ * attribute only. An unknown value (preparation) gives unknown dims. */
+static int shape_attr(vq__infer *c, int slot, vq__meta *out)
 {
-    const vq_attr *a = vq__attr_find(c, "shape");
-    if (a->n > VQ_MAX_DIMS)
-        return vq__attr_fail(c, "shape", "has %d dims, more than %d", a->n, VQ_MAX_DIMS);
-    for (int i = 0; i < a->n; i++)
-        if (a->ints[i] < 0)
-            return vq__attr_fail(c, "shape", "dim %d is %lld", i, (long long)a->ints[i]);
-    out->ndim = a->n;
-    for (int i = 0; i < a->n; i++)
-        out->shape[i] = a->ints[i];
-    if (vq__numel(a->n, a->ints) == INT64_MAX)
-        return vq__attr_fail(c, "shape", "has too many elements");
+    int64_t dims[VQ_MAX_DIMS];
+    int n;
+    int rc = vq__ints_arg(c, slot < 0 ? c->nin : slot, "shape", dims, VQ_MAX_DIMS, &n);
+    if (rc < 0)
+        return rc;
+    if (rc == 1) {
+        if (n < 0)
+            return vq__in_fail(c, slot, "has an unknown length: Out's rank would be unknown");
+        out->ndim = n;
+        for (int i = 0; i < n; i++)
+            out->shape[i] = -1;
+        return 0;
+    }
+    const char *what = slot < 0 || slot >= c->nin ? "attribute shape" : "input Shape";
+    for (int i = 0; i < n; i++)
+        if (dims[i] < 0)
+            return vq__op_fail(c->def, "%s: dim %d is %lld", what, i, (long long)dims[i]);
+    out->ndim = n;
+    for (int i = 0; i < n; i++)
+        out->shape[i] = dims[i];
+    if (vq__numel(n, dims) == INT64_MAX)
+        return vq__op_fail(c->def, "%s: has too many elements", what);
     return 0;
 }
 
@@ -63,7 +77,7 @@ static int fill_infer(vq__infer *c)
 {
     vq__fill_params *p = c->params;
     int rc;
-    if ((rc = shape_attr(c, &c->out[0])) < 0 ||
+    if ((rc = shape_attr(c, 0, &c->out[0])) < 0 ||
         (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
         return rc;
     double v = vq__attr_float(c, "value", 0.0);
@@ -223,7 +237,7 @@ static int random_common(vq__infer *c)
 {
     vq__random_params *p = c->params;
     int rc;
-    if ((rc = shape_attr(c, &c->out[0])) < 0 ||
+    if ((rc = shape_attr(c, -1, &c->out[0])) < 0 ||
         (rc = vq__attr_dtype(c, "dtype", VQ_F32, &c->out[0].dtype)) < 0)
         return rc;
     if (c->out[0].dtype != VQ_F32 && c->out[0].dtype != VQ_F64)
@@ -412,8 +426,10 @@ static int dropout_grad(const vq__grad *g)
 
 /* seed: no default; without it (and without State) the op draws from the
  * caller's default generator (the file head). */
+static const char *const shape_in[] = {"Shape"};
+
 static const vq__attr_spec fill_attrs[] = {
-    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"shape", VQ_ATTR_INTS, false, "none"},
     {"dtype", VQ_ATTR_STRING, false, "f32"},
     {"value", VQ_ATTR_FLOAT, false, "0"},
 };
@@ -446,8 +462,12 @@ static const vq__attr_spec gaussian_attrs[] = {
 
 const vq__op_def vq__ops_init[] = {
     {.type = "fill_constant",
+     .in_slots = shape_in,
+     .nin_slots = 1,
      .out_slots = out_slot,
      .nout_slots = 1,
+     .flags = VQ__OPTIONAL_IN,
+     .value_in = 1u << 0,
      .attrs = fill_attrs,
      .nattrs = 3,
      .params_size = sizeof(vq__fill_params),

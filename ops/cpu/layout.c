@@ -62,40 +62,59 @@ static inline void move_element(void *dst, const void *src, size_t es)
 
 /* ---- expand ---- */
 
+static const char *const expand_in[] = {"X", "Shape"};
+
 static const vq__attr_spec expand_attrs[] = {
-    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"shape", VQ_ATTR_INTS, false, "none"},
 };
 
+/* Out = X broadcast with the shape of attribute shape, or of input Shape's
+ * value (ONNX's Expand, whose shape a model computes): numpy's rules both
+ * ways, so a 1 in the shape keeps X's dim. */
 static int expand_infer(vq__infer *c)
 {
     const vq__meta *x = &c->in[0];
-    const vq_attr *shape = vq__attr_find(c, "shape");
+    int64_t ints[VQ_MAX_DIMS];
+    int ns;
     int rc = vq__check_dtype(c, 0, VQ__ANY);
-    if (rc < 0)
+    if (rc < 0 || (rc = vq__ints_arg(c, 1, "shape", ints, VQ_MAX_DIMS, &ns)) < 0)
         return rc;
-    if (shape->n > VQ_MAX_DIMS)
-        return vq__attr_fail(c, "shape", "has %d dims, more than %d", shape->n, VQ_MAX_DIMS);
-    for (int i = 0; i < shape->n; i++)
-        if (shape->ints[i] < 0)
-            return vq__attr_fail(c, "shape", "entry %d is %lld", i, (long long)shape->ints[i]);
+    const char *what = c->nin > 1 ? "input Shape" : "attribute shape";
     vq__meta *out = &c->out[0];
-    int n = x->ndim > shape->n ? x->ndim : shape->n;
+    if (rc == 1) { /* the value is known when the op runs */
+        if (ns < 0)
+            return vq__in_fail(c, 1, "has an unknown length: Out's rank would be unknown");
+        int n = x->ndim > ns ? x->ndim : ns;
+        out->dtype = x->dtype;
+        out->ndim = n;
+        for (int i = 0; i < n; i++) {
+            int ix = x->ndim - n + i;
+            int64_t dx = ix >= 0 ? x->shape[ix] : 1;
+            out->shape[i] = dx > 1 ? dx : -1; /* only a 1 (or unknown) takes the shape's */
+        }
+        return 0;
+    }
+    for (int i = 0; i < ns; i++)
+        if (ints[i] < 0)
+            return vq__op_fail(c->def, "%s: entry %d is %lld", what, i, (long long)ints[i]);
+    int n = x->ndim > ns ? x->ndim : ns;
     out->dtype = x->dtype;
     out->ndim = n;
     for (int i = 0; i < n; i++) {
-        int ix = x->ndim - n + i, is = shape->n - n + i;
-        int64_t dx = ix >= 0 ? x->shape[ix] : 1, ds = is >= 0 ? shape->ints[is] : 1;
+        int ix = x->ndim - n + i, is = ns - n + i;
+        int64_t dx = ix >= 0 ? x->shape[ix] : 1, ds = is >= 0 ? ints[is] : 1;
         if (dx == ds || ds == 1)
             out->shape[i] = dx;
         else if (dx == 1 || dx < 0) /* an unknown dim must be 1 or ds */
             out->shape[i] = ds;
         else {
             char sx[100], ss[100];
-            return vq__attr_fail(c, "shape", "%s does not broadcast with X's %s (dim %d: %lld "
-                                             "vs %lld)",
-                                 vq__shape_str(ss, sizeof ss, shape->n, shape->ints),
-                                 vq__shape_str(sx, sizeof sx, x->ndim, x->shape), i,
-                                 (long long)dx, (long long)ds);
+            return vq__op_fail(c->def,
+                               "%s: %s does not broadcast with X's %s (dim %d: %lld "
+                               "vs %lld)",
+                               what, vq__shape_str(ss, sizeof ss, ns, ints),
+                               vq__shape_str(sx, sizeof sx, x->ndim, x->shape), i, (long long)dx,
+                               (long long)ds);
         }
     }
     return 0;
@@ -564,8 +583,19 @@ static int pad_grad_kernel(const vq__kcall *k)
     }
 
 const vq__op_def vq__ops_layout[] = {
-    UNARY_DEF("expand", expand_attrs, 1, 0, expand_infer, expand_kernel, expand_grad,
-              VQ__CUDA_OP(vq__expand_gpu)),
+    {.type = "expand",
+     .in_slots = expand_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__OPTIONAL_IN,
+     .value_in = 1u << 1,
+     .attrs = expand_attrs,
+     .nattrs = 1,
+     .infer = expand_infer,
+     .kernel = {expand_kernel},
+     .cuda = VQ__CUDA_OP(vq__expand_gpu),
+     .grad = expand_grad},
     UNARY_DEF("tile", tile_attrs, 1, 0, tile_infer, tile_kernel, tile_grad,
               VQ__CUDA_OP(vq__tile_gpu)),
     GRAD_DEF("tile_grad", tile_attrs, 1, 0, tile_grad_infer, tile_grad_kernel,

@@ -162,27 +162,41 @@ static int transpose_grad(const vq__grad *g)
 
 /* ---- reshape ---- */
 
+static const char *const reshape_in[] = {"X", "Shape"};
+
 static const vq__attr_spec reshape_attrs[] = {
-    {"shape", VQ_ATTR_INTS, true, NULL},
+    {"shape", VQ_ATTR_INTS, false, "none"},
     {"allowzero", VQ_ATTR_INT, false, "0"},
 };
 
-/* Out's shape from the attribute: 0 copies X's dim at that index (with
- * allowzero, ONNX's: 0 is an empty dim), one -1 takes whatever count is
- * left. Unknown X dims give -1 where Out's dim depends on them. */
+/* Out's shape from the attribute shape, or from the value of input Shape
+ * (ONNX's Reshape, whose shape a model computes): 0 copies X's dim at
+ * that index (with allowzero, ONNX's: 0 is an empty dim), one -1 takes
+ * whatever count is left. Unknown X dims give -1 where Out's dim depends
+ * on them; an unknown Shape value (preparation) unknown dims. */
 static int reshape_infer(vq__infer *c)
 {
     const vq__meta *x = &c->in[0];
-    const vq_attr *shape = vq__attr_find(c, "shape");
+    int64_t ints[VQ_MAX_DIMS];
+    int n;
     vq__meta *out = &c->out[0];
     char sx[100];
-    if (shape->n > VQ_MAX_DIMS)
-        return vq__attr_fail(c, "shape", "has %d dims, more than %d", shape->n, VQ_MAX_DIMS);
+    int rc = vq__ints_arg(c, 1, "shape", ints, VQ_MAX_DIMS, &n);
+    if (rc < 0)
+        return rc;
     out->dtype = x->dtype;
-    out->ndim = shape->n;
+    if (rc == 1) { /* the value is known when the op runs */
+        if (n < 0)
+            return vq__in_fail(c, 1, "has an unknown length: Out's rank would be unknown");
+        out->ndim = n;
+        for (int i = 0; i < n; i++)
+            out->shape[i] = -1;
+        return 0;
+    }
+    out->ndim = n;
     int infer_at = -1;
-    for (int i = 0; i < shape->n; i++) {
-        int64_t d = shape->ints[i];
+    for (int i = 0; i < n; i++) {
+        int64_t d = ints[i];
         if (d == -1) {
             if (infer_at >= 0)
                 return vq__attr_fail(c, "shape", "has more than one -1 (entries %d and %d)",
@@ -224,10 +238,12 @@ static int reshape_infer(vq__infer *c)
     return 0;
 }
 
-/* reshape and reshape_grad: the same bytes under another shape. */
+/* reshape and reshape_grad: the same bytes under another shape (the
+ * definition's code is the slot of the source: X, or reshape_grad's
+ * dOut). */
 static int copy_kernel(const vq__kcall *k)
 {
-    vq_tensor *x = k->in[k->nin - 1], *out = k->out[0];
+    vq_tensor *x = k->in[k->def->code], *out = k->out[0];
     if (out->nbytes)
         memcpy(out->data, x->data, out->nbytes);
     return 0;
@@ -693,10 +709,28 @@ static int cast_grad_kernel(const vq__kcall *k)
 const vq__op_def vq__ops_shape[] = {
     UNARY_DEF("transpose", transpose_attrs, 1, sizeof(vq__transpose_params), transpose_infer,
               transpose_kernel, transpose_grad, VQ__CUDA_OP(vq__transpose_gpu)),
-    UNARY_DEF("reshape", reshape_attrs, 2, 0, reshape_infer, copy_kernel, reshape_grad,
-              VQ__CUDA_OP(vq__copy_gpu)),
-    GRAD_DEF("reshape_grad", NULL, 0, 0, reshape_grad_infer, copy_kernel,
-             VQ__CUDA_OP(vq__copy_gpu)),
+    {.type = "reshape",
+     .in_slots = reshape_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__OPTIONAL_IN,
+     .value_in = 1u << 1,
+     .attrs = reshape_attrs,
+     .nattrs = 2,
+     .infer = reshape_infer,
+     .kernel = {copy_kernel},
+     .cuda = VQ__CUDA_OP(vq__copy_gpu),
+     .grad = reshape_grad},
+    {.type = "reshape_grad",
+     .in_slots = x_dout_in,
+     .nin_slots = 2,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .code = 1,
+     .infer = reshape_grad_infer,
+     .kernel = {copy_kernel},
+     .cuda = VQ__CUDA_OP(vq__copy_gpu)},
     {.type = "concat",
      .in_slots = x_in,
      .nin_slots = 1,

@@ -138,6 +138,10 @@ VQ__CUDA_LAUNCHES(vq__resize_grad_gpu);
 /* cumsum_host.c */
 VQ__CUDA_LAUNCHES(vq__cumsum_gpu);
 
+/* shape_value_host.c */
+VQ__CUDA_LAUNCHES(vq__shape_gpu);
+VQ__CUDA_LAUNCHES(vq__range_gpu);
+
 /* prod_host.c */
 VQ__CUDA_LAUNCHES(vq__reduce_prod_gpu);
 

@@ -670,6 +670,12 @@ int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_ge
 int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
                     int exclusive, int reverse, void *stream);
 
+/* range (ops/cpu/shape_value.c), f32, f64, i32, i64: out[i] = start +
+ * i * delta for i < n (istart, idelta for the integers), the CPU's
+ * expression in the CPU's dtype: its bits. */
+int vq__cuda_range(int dtype, void *out, int64_t n, double start, double delta, int64_t istart,
+                   int64_t idelta, void *stream);
+
 /* reduce_prod (ops/cpu/prod.c), f32, f64, i32 and i64: out (X's kept
  * dims) = the product of each group of x (ndim dims, shape; bit d of mask
  * reduces dim d) in X's order, in double for floats and wrapping unsigned

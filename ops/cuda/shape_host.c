@@ -39,7 +39,7 @@ int vq__transpose_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 /* reshape and reshape_grad: the same bytes under another shape. */
 int vq__copy_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
-    vq_tensor *x = k->in[k->nin - 1], *o = k->out[0];
+    vq_tensor *x = k->in[k->def->code], *o = k->out[0];
     if (!o->nbytes)
         return 0;
     return vq__cuda_op_called(k,

@@ -57,6 +57,11 @@ typedef struct vq__infer {
     int nout;
     vq__meta *out; /* to fill */
     void *params;  /* def->params_size zeroed bytes to fill */
+    /* The values of the input slots the op reads during inference
+     * (vq__op_def.value_in), as host tensors; NULL, or a NULL entry, when
+     * not known yet: at preparation, where inference leaves the dims they
+     * decide unknown (-1), to be inferred again when the op runs. */
+    vq_tensor *const *val;
 } vq__infer;
 
 typedef struct vq__kcall {
@@ -153,6 +158,13 @@ typedef struct vq__op_def {
      * definitions is the one kernel table; NULL in a build without CUDA
      * and for ops without CUDA kernels. */
     int (*cuda)(const vq__kcall *k, const struct vq__cuda_launch *l);
+    /* Bit i set: inference reads the value of input slot i (a shape, a
+     * range's bounds), not only its dtype and shape, so the shapes of the
+     * outputs depend on data. Callers pass those values (vq__infer.val):
+     * the executor when the op runs (the tensor of a GPU input copied to
+     * the host), vq_op_run after waiting for them. Such an op's output
+     * shapes are never fixed at preparation. */
+    unsigned value_in;
 } vq__op_def;
 
 /* The completion handle an async kernel gets: each caller embeds one in
@@ -177,6 +189,30 @@ int vq__cpu_kernel_check(const vq__op_def *def);
  * check of one call. Errors name the op and the slot or attribute. */
 int vq__op_infer(const vq__op_def *def, const vq_attr *attrs, int nattrs, int nin,
                  const vq__meta *in, int nout, vq__meta *out, void *params);
+
+/* Whether a call of def with nin inputs gives an input whose value its
+ * inference reads (def->value_in): a fill_constant given its shape as an
+ * attribute reads none. */
+static inline bool vq__reads_values(const vq__op_def *def, int nin)
+{
+    return nin > 0 && (def->value_in & ((nin >= 32 ? 0u : 1u << nin) - 1u)) != 0;
+}
+
+/* vq__op_infer with the values of the inputs inference reads (val[i] for
+ * slot i in def->value_in; NULL, or NULL entries, when unknown). */
+int vq__op_infer_vals(const vq__op_def *def, const vq_attr *attrs, int nattrs, int nin,
+                      const vq__meta *in, vq_tensor *const *val, int nout, vq__meta *out,
+                      void *params);
+
+/* The host copies of a call's value inputs (def->value_in) among in[]:
+ * host[i] = in[i] for a CPU tensor, a new host copy for a GPU one, NULL
+ * for the slots inference does not read. stream: the GPU op's stream,
+ * which the copy joins and waits for (vq__tensor_read_on); NULL: a
+ * synchronous copy (vq__tensor_copy_sync: the caller has waited for the
+ * tensor's writer). vq__values_release drops the copies. */
+int vq__values_host(const vq__op_def *def, vq_tensor *const *in, int nin, void *stream,
+                    vq_tensor **host);
+void vq__values_release(const vq__op_def *def, vq_tensor *const *in, int nin, vq_tensor **host);
 
 /* Checks attrs against def's schema (names known and unique, types fit,
  * required ones present, lists and strings well formed): VQ_EINVAL naming

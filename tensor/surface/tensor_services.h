@@ -81,6 +81,12 @@ int vq__tensor_stack_sync(vq_tensor *dst, vq_tensor *const *parts, int stride, i
  * op's stream: the source must stay valid until the stream reaches it. */
 int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream);
 
+/* Copies src (on a GPU) into the host tensor dst on stream, a GPU op's
+ * stream, and waits for the stream: what a GPU op that must read a value
+ * on the host (an input giving a shape) calls, its stream being ordered
+ * after the value's writer. Not from the stream's own host work. */
+int vq__tensor_read_on(vq_tensor *dst, const vq_tensor *src, void *stream);
+
 /* Copies between host and device memory go through pinned staging
  * buffers (ops/gpu.c): how many copies used one, and how many buffers were
  * allocated, since the process started. Thread-safe. */

@@ -36,6 +36,11 @@ struct ox_val {
      * computed from, has more than VQ_ONNX_FOLD_MAX_ELEMS elements (ox_emit
      * left it to the run); what messages say when it is needed at import. */
     bool too_big;
+    /* A small integer value made at run time (0-D or 1-D, at most
+     * VQ_MAX_DIMS entries) with entries known at import (part.c): bit i
+     * of pmask says entry i is pv[i]. 0: none known. */
+    unsigned pmask;
+    int64_t pv[VQ_MAX_DIMS];
 };
 
 struct ox {
@@ -342,9 +347,10 @@ bool ox_known_int1(const struct ox_val *v, int64_t *out);
  * rest), into name (NULL: a temporary). */
 int ox_reshape(struct ox *x, struct ox_val *v, const int64_t *shape, int n, const char *name,
                struct ox_val **out);
-/* A reshape of v to rank n with the known dims of want[] (-1: unknown):
- * each unknown dim is copied from v when v has it at the same place (0),
- * one other may be left to the count (-1); more is VQ_ENOSYS. */
+/* A reshape of v to rank n with the known dims of want[] (-1: unknown,
+ * v's dim from[i] when from[i] >= 0): each unknown dim is copied from v
+ * when v has it at the same place (0), one other may be left to the count
+ * (-1); with more, the target is computed at run time from v's dims. */
 int ox_reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const int *from, int n,
                      const char *name, struct ox_val **out);
 /* *v cast to dtype (a new value), unless it has that type. */
@@ -358,6 +364,25 @@ int ox_affine(struct ox *x, struct ox_val *v, double scale, double bias, struct 
  * opset since (13, or 18 for the reductions but ReduceSum), input 1
  * since. */
 int ox_axes(struct ox *x, int since, int64_t *axes, int *n);
+
+/* ---- part.c: shapes partly known at import ---- */
+
+/* The entries of v, a small integer value (0-D or 1-D, at most
+ * VQ_MAX_DIMS entries, of a known length): *n of them into vals, bit i of
+ * *mask set where entry i is known (all, for a known value). false when v
+ * is not such a value. */
+bool ox_entries(const struct ox_val *v, int64_t *vals, unsigned *mask, int *n);
+/* After ox_emit added varq op type over in[] into out: the entries of out
+ * known from the known entries of the inputs (for the ops shape arithmetic
+ * uses: reshape, cast, gather, slice, concat, add, sub, mul, div,
+ * maximum, minimum); out becomes known when all are. 0, or an error. */
+int ox_part_emitted(struct ox *x, const char *type, struct ox_val *const *in, int nin,
+                    struct ox_val *out, const vq_attr *attrs, int nattrs);
+/* The meta of a reshape of x (NULL: not a reshape, a fill) to the value
+ * of shape, as far as import knows it: a known entry is that dim (0
+ * copies x's, unless allowzero), another -1. -1 when shape is not a 1-D
+ * small integer value. */
+int ox_shape_meta(const struct ox_val *shape, const vq__meta *x, bool allowzero, vq__meta *out);
 
 /* ---- the translate table (translate.c) ---- */
 

@@ -583,6 +583,8 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         rc = vq_program_add_op(x->p, x->block, type, iv, nin, ov, nout, attrs, nattrs);
         if (rc < 0)
             return ox_fail(x, rc, "%s", vq_errmsg());
+        if (nout == 1 && (rc = ox_part_emitted(x, type, in, nin, outs[0], attrs, nattrs)) < 0)
+            return rc;
     }
     for (int j = 0; out_vals && j < nout; j++)
         out_vals[j] = outs[j];
@@ -705,9 +707,47 @@ int ox_reshape(struct ox *x, struct ox_val *v, const int64_t *shape, int n, cons
     return ox_emit(x, "reshape", &v, 1, &name, 1, &a, 1, out);
 }
 
+/* A reshape of v to the shape want[] whose unknown dims (-1) are v's dims
+ * from[] (moved: an Unsqueeze of [batch, seq] at 0), built at run time:
+ * a concat of the known dims and of shape ops reading v's dims. */
+static int reshape_run(struct ox *x, struct ox_val *v, const int64_t *want, const int *from, int n,
+                       const char *name, struct ox_val **out)
+{
+    struct ox_val *parts[VQ_MAX_DIMS], *shape;
+    const char *tmp = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (want[i] >= 0) {
+            vq_tensor *t;
+            int64_t one = 1;
+            if ((rc = vq_tensor_from(&t, VQ_I64, 1, &one, &want[i])) == 0)
+                rc = ox_const(x, NULL, t, &parts[i]);
+        } else if (from[i] < 0) {
+            return ox_fail(x, VQ_ENOSYS, "dim %d of the result is known only at run time", i);
+        } else {
+            vq_attr a[2] = {VQ_ATTR_I("start", from[i]), VQ_ATTR_I("end", from[i] + 1)};
+            rc = ox_emit(x, "shape", &v, 1, &tmp, 1, a, 2, &parts[i]);
+        }
+    }
+    vq_attr axis = VQ_ATTR_I("axis", 0);
+    if (rc == 0)
+        rc = ox_emit(x, "concat", parts, n, &tmp, 1, &axis, 1, &shape);
+    if (rc < 0)
+        return rc;
+    struct ox_val *in[2] = {v, shape}, *res;
+    if ((rc = ox_emit(x, "reshape", in, 2, &name, 1, NULL, 0, &res)) < 0)
+        return rc;
+    for (int i = 0; i < n; i++) /* what import knows of the dims */
+        res->meta.shape[i] = want[i] >= 0 ? want[i] : v->meta.shape[from[i]];
+    if (out)
+        *out = res;
+    return 0;
+}
+
 /* A reshape of v to rank n with the known dims of want[] (-1: unknown):
  * each unknown dim is copied from v when v has it at the same place (0),
- * one other may be left to the count (-1); more is VQ_ENOSYS. */
+ * one other may be left to the count (-1); with more, the shape is built
+ * at run time from v's dims (reshape_run). */
 int ox_reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const int *from, int n,
                      const char *name, struct ox_val **out)
 {
@@ -721,10 +761,7 @@ int ox_reshape_known(struct ox *x, struct ox_val *v, const int64_t *want, const 
         else if (free_at < 0)
             shape[i] = -1, free_at = i;
         else
-            return ox_fail(x, VQ_ENOSYS,
-                           "the result's dims %d and %d are known only at run "
-                           "time; varq can reshape to one such dim",
-                           free_at, i);
+            return reshape_run(x, v, want, from, n, name, out);
     }
     return ox_reshape(x, v, shape, n, name, out);
 }

@@ -23,11 +23,48 @@ static int shape_given(struct ox *x, int rc, int n)
     return 0;
 }
 
+/* A reshape, expand or fill_constant (type) of v (NULL for the fill) to a
+ * shape computed at run time: the op reads it when it runs, and the
+ * result's dims are what import knows of the shape's entries (part.c).
+ * The shape must be a 1-D integer value of a known length. */
+static int shape_from_run(struct ox *x, const char *type, struct ox_val *v, struct ox_val *shape,
+                          bool allowzero)
+{
+    vq__meta m;
+    if (ox_shape_meta(shape, v && strcmp(type, "expand") ? &v->meta : NULL, allowzero, &m) < 0)
+        return ox_fail(x, VQ_ENOSYS,
+                       "the shape \"%s\" is computed at run time and is not a 1-D integer "
+                       "tensor of a length known at import (at most %d entries)",
+                       shape->name, VQ_MAX_DIMS);
+    struct ox_val *in[2] = {v, shape}, *res;
+    const char *o = ox_out0(x);
+    vq_attr a = VQ_ATTR_I("allowzero", 1);
+    int rc = ox_emit(x, type, v ? in : in + 1, v ? 2 : 1, &o, 1, &a, allowzero ? 1 : 0, &res);
+    if (rc < 0)
+        return rc;
+    if (!strcmp(type, "expand")) { /* numpy's broadcast, both ways */
+        int r = m.ndim > v->meta.ndim ? m.ndim : v->meta.ndim;
+        vq__meta e = {.dtype = v->meta.dtype, .ndim = r};
+        for (int i = 0; i < r; i++) {
+            int is = i - (r - m.ndim), ix = i - (r - v->meta.ndim);
+            int64_t ds = is >= 0 ? m.shape[is] : 1, dx = ix >= 0 ? v->meta.shape[ix] : 1;
+            e.shape[i] = ds == 1 ? dx : dx > 1 ? dx : ds;
+        }
+        m = e;
+    }
+    for (int i = 0; i < m.ndim; i++)
+        if (res->meta.shape[i] < 0)
+            res->meta.shape[i] = m.shape[i];
+    return 0;
+}
+
 static int t_reshape(struct ox *x)
 {
     struct ox_val *v = ox_input(x, 0);
     int64_t shape[OX_MAXI], allowzero = ox_int(x, "allowzero");
     int n, rc = 0;
+    if (x->opset >= 5 && !ox_known(x, ox_input(x, 1)))
+        return shape_from_run(x, "reshape", v, ox_input(x, 1), allowzero);
     if (x->opset < 5)
         ox_ints_copy(x, "shape", shape, &n);
     else
@@ -224,6 +261,8 @@ static int t_shaped(struct ox *x)
     struct ox_val *v = ox_input(x, 0);
     int64_t vals[OX_MAXI];
     int n;
+    if (!strcmp(type, "expand") && ox_input(x, 1) && !ox_known(x, ox_input(x, 1)))
+        return shape_from_run(x, "expand", v, ox_input(x, 1), false);
     int rc = ox_const_ints(x, 1, what, vals, OX_MAXI, &n);
     if (rc == 0 && n < 0)
         rc = ox_fail(x, VQ_EINVAL, "no %s", what);
@@ -374,12 +413,22 @@ static int t_shape(struct ox *x)
     start = start < 0 ? (start + r < 0 ? 0 : start + r) : (start > r ? r : start);
     end = end < 0 ? (end + r < 0 ? 0 : end + r) : (end > r ? r : end);
     int64_t len = end > start ? end - start : 0;
+    bool known = true;
     for (int64_t i = start; i < start + len; i++)
-        if (v->meta.shape[i] < 0)
-            return ox_fail(x, VQ_ENOSYS,
-                           "dim %lld of \"%s\" is known only at run time; varq "
-                           "computes Shape when the model is imported",
-                           (long long)i, v->name);
+        known &= v->meta.shape[i] >= 0;
+    if (!known) {
+        /* a dim the feed gives: the shape op computes it at run time, the
+         * entries the model fixes stay known here (part.c) */
+        struct ox_val *res;
+        vq_attr a[2] = {VQ_ATTR_I("start", start), VQ_ATTR_I("end", end)};
+        const char *o = ox_out0(x);
+        if ((rc = ox_emit(x, "shape", &v, 1, &o, 1, a, 2, &res)) < 0)
+            return rc;
+        for (int64_t i = 0; i < len; i++)
+            if ((res->pv[i] = v->meta.shape[start + i]) >= 0)
+                res->pmask |= 1u << i;
+        return 0;
+    }
     vq_tensor *t;
     if ((rc = vq_tensor_from(&t, VQ_I64, 1, &len, v->meta.shape + start)) < 0)
         return rc;
@@ -400,9 +449,12 @@ static int t_size(struct ox *x)
 static int t_constant_of_shape(struct ox *x)
 {
     int64_t shape[OX_MAXI];
-    int n;
-    int rc = ox_const_ints(x, 0, "shape", shape, OX_MAXI, &n);
-    if ((rc = shape_given(x, rc, n)) < 0)
+    int n, rc = 0;
+    struct ox_val *sv = ox_input(x, 0);
+    bool run = sv && !ox_known(x, sv);
+    if (!run)
+        rc = ox_const_ints(x, 0, "shape", shape, OX_MAXI, &n);
+    if (!run && (rc = shape_given(x, rc, n)) < 0)
         return rc;
     vq_dtype dt = VQ_F32;
     double value = 0;
@@ -420,10 +472,25 @@ static int t_constant_of_shape(struct ox *x)
         if (rc)
             return rc;
     }
-    vq_attr at[3] = {VQ_ATTR_IS("shape", shape, n), VQ_ATTR_S("dtype", vq_dtype_name(dt)),
-                     VQ_ATTR_F("value", value)};
+    vq_attr at[3] = {VQ_ATTR_S("dtype", vq_dtype_name(dt)), VQ_ATTR_F("value", value),
+                     VQ_ATTR_IS("shape", shape, n)};
     const char *o = ox_out0(x);
-    return ox_emit(x, "fill_constant", NULL, 0, &o, 1, at, 3, NULL);
+    struct ox_val *res;
+    if (!run)
+        return ox_emit(x, "fill_constant", NULL, 0, &o, 1, at, 3, NULL);
+    /* the shape computed at run time: the fill reads it then */
+    vq__meta m;
+    if (ox_shape_meta(sv, NULL, true, &m) < 0)
+        return ox_fail(x, VQ_ENOSYS,
+                       "the shape \"%s\" is computed at run time and is not a 1-D integer "
+                       "tensor of a length known at import (at most %d entries)",
+                       sv->name, VQ_MAX_DIMS);
+    if ((rc = ox_emit(x, "fill_constant", &sv, 1, &o, 1, at, 2, &res)) < 0)
+        return rc;
+    for (int i = 0; i < m.ndim; i++)
+        if (res->meta.shape[i] < 0)
+            res->meta.shape[i] = m.shape[i];
+    return 0;
 }
 
 /* EyeLike: a known matrix of the input's 2-D shape, ones on diagonal k,
@@ -470,6 +537,13 @@ static int t_range(struct ox *x)
     static const char *const names[3] = {"start", "limit", "delta"};
     const vq_tensor *t[3];
     int rc = 0;
+    struct ox_val *in[3] = {ox_input(x, 0), ox_input(x, 1), ox_input(x, 2)};
+    if (!ox_known(x, in[0]) || !ox_known(x, in[1]) || !ox_known(x, in[2])) {
+        /* bounds computed at run time (a sequence length): the range op,
+         * whose length is known when it runs */
+        const char *o = ox_out0(x);
+        return ox_emit(x, "range", in, 3, &o, 1, NULL, 0, NULL);
+    }
     for (int i = 0; i < 3 && rc == 0; i++) {
         struct ox_val *v = ox_input(x, i);
         if (!ox_known(x, v))
@@ -535,6 +609,41 @@ static int t_range(struct ox *x)
     return ox_const(x, ox_out0(x), out, NULL);
 }
 
+/* Trilu of v whose last two dims are known only at run time (a causal
+ * mask of the sequence length): the mask is computed then, from the rows'
+ * and columns' numbers, range(0, n) as [n, 1] and range(0, m) as [1, m]:
+ * keep where col - row >= k (upper) or <= k (lower). */
+static int trilu_run(struct ox *x, struct ox_val *v, bool upper, int64_t k)
+{
+    int r = v->meta.ndim, rc = 0;
+    const char *tmp = NULL;
+    struct ox_val *zero, *one, *idx[2], *kv, *diff, *mask, *zv;
+    if (k > ((int64_t)1 << 53) || k < -((int64_t)1 << 53)) /* a diagonal past any dim */
+        k = k > 0 ? ((int64_t)1 << 53) : -((int64_t)1 << 53);
+    if ((rc = ox_scalar(x, VQ_I64, 0, &zero)) < 0 || (rc = ox_scalar(x, VQ_I64, 1, &one)) < 0 ||
+        (rc = ox_scalar(x, VQ_I64, (double)k, &kv)) < 0)
+        return rc;
+    for (int j = 0; j < 2 && rc == 0; j++) {
+        struct ox_val *len, *seq;
+        vq_attr a[2] = {VQ_ATTR_I("start", r - 2 + j), VQ_ATTR_I("end", r - 1 + j)};
+        int64_t none = 0, to[2] = {j ? 1 : -1, j ? -1 : 1};
+        if ((rc = ox_emit(x, "shape", &v, 1, &tmp, 1, a, 2, &len)) < 0 ||
+            (rc = ox_reshape(x, len, &none, 0, NULL, &len)) < 0 ||
+            (rc = ox_emit(x, "range", (struct ox_val *[]){zero, len, one}, 3, &tmp, 1, NULL, 0,
+                          &seq)) < 0)
+            break;
+        rc = ox_reshape(x, seq, to, 2, NULL, &idx[j]);
+    }
+    if (rc == 0)
+        rc = ox_emit(x, "sub", (struct ox_val *[]){idx[1], idx[0]}, 2, &tmp, 1, NULL, 0, &diff);
+    if (rc == 0)
+        rc = ox_emit(x, upper ? "greater_equal" : "less_equal", (struct ox_val *[]){diff, kv}, 2,
+                     &tmp, 1, NULL, 0, &mask);
+    if (rc == 0)
+        rc = ox_scalar(x, v->meta.dtype, 0, &zv);
+    return rc < 0 ? rc : ox_select(x, mask, v, zv, ox_out0(x), NULL);
+}
+
 /* Trilu: X where a known mask of its last two dims holds, else 0; the
  * mask keeps column j of row i when j - i >= k (upper) or j - i <= k
  * (lower). Those two dims and k (an input, 0 when absent) must be known
@@ -556,7 +665,7 @@ static int t_trilu(struct ox *x)
         return ox_fail(x, VQ_EINVAL, "the input has rank %d; Trilu needs at least 2", r);
     int64_t n = v->meta.shape[r - 2], m = v->meta.shape[r - 1];
     if (n < 0 || m < 0)
-        return ox_fail(x, VQ_ENOSYS, "the last two dims are not known at import");
+        return trilu_run(x, v, upper, k);
     vq_tensor *t;
     if ((rc = ox_tensor_new(x, &t, VQ_BOOL, 2, (int64_t[]){n, m})) < 0)
         return rc;

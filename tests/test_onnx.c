@@ -245,12 +245,15 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     add_node(m, "Slice", "strided", NAMES("y", "st", "en", "ax", "sp"), NAMES("ys"));
     expect_error(m, VQ_ENOSYS,
                  NAMES("node 5 (Slice \"strided\")", "step 2 on axis 0", "known only at run time"));
-    /* a shape input known only at run time */
+    /* a shape fed at run time whose length (the result's rank) is not
+     * known either */
     m = mlp();
-    add_input(m, "shape", 1, (int64_t[]){2});
+    add_input(m, "shape", 1, (int64_t[]){-1});
     m->graph->input[1]->type->tensor_type->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
     add_node(m, "Reshape", "dyn", NAMES("y", "shape"), NAMES("yr"));
-    expect_error(m, VQ_ENOSYS, NAMES("node 5 (Reshape \"dyn\")", "must be known"));
+    expect_error(m, VQ_ENOSYS,
+                 NAMES("node 5 (Reshape \"dyn\")", "\"shape\" is computed at run time",
+                       "of a length known at import"));
     /* an opset out of range */
     m = mlp();
     m->opset_import[0]->version = 30;
@@ -550,15 +553,28 @@ Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_va
     vq_scope *s;
     vq_program *p;
     cr_assert_eq(vq_scope_new(&s), 0);
-    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "must be known when the model is imported"), "%s", vq_errmsg());
-
     float x[12];
     for (int i = 0; i < 12; i++)
         x[i] = (float)i;
-    vq_tensor *tx, *tshape, *tbad;
+    vq_tensor *tx, *tshape, *tbad, *tother;
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){2, 6}, x), 0);
     cr_assert_eq(vq_tensor_from(&tshape, VQ_I64, 1, (int64_t[]){2}, (int64_t[]){3, 4}), 0);
+    cr_assert_eq(vq_tensor_from(&tother, VQ_I64, 1, (int64_t[]){2}, (int64_t[]){6, 2}), 0);
+    /* no offer: the reshape reads the fed shape when it runs, any shape */
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), 0, "%s", vq_errmsg());
+    struct run r0 = run_new();
+    for (int k = 0; k < 2; k++) {
+        vq_feed fd[2] = {{"x", tx}, {"shape", k ? tother : tshape}};
+        vq_fetch ft = {"y", NULL};
+        cr_assert_eq(vq_exec_run(r0.ex, p, s, fd, 2, &ft, 1), 0, "%s", vq_errmsg());
+        cr_assert_eq(vq_tensor_shape(ft.tensor)[0], k ? 6 : 3);
+        cr_assert_eq(memcmp(vq_tensor_data(ft.tensor), x, sizeof x), 0);
+        vq_tensor_release(ft.tensor);
+    }
+    run_free(&r0);
+    vq_program_free(p);
+    vq_tensor_release(tother);
+
     cr_assert_eq(vq_tensor_from(&tbad, VQ_F32, 1, (int64_t[]){2}, (float[]){3, 4}), 0);
     vq_onnx_value offers[2] = {{"x", tx}, {"shape", tshape}};
     bool spec[2] = {true, false};
@@ -1718,6 +1734,81 @@ Test(onnx, window_and_index_attributes_at_the_int64_extremes_are_errors_or_exact
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* ---- dims known only from the feed ---- */
+
+/* A model exported with a dynamic batch and sequence (x [N, N, 4]) that
+ * computes its shapes from them as exporters do: Shape, Gather,
+ * Unsqueeze, Concat into a Reshape; a Range of the sequence length; a
+ * causal mask (ConstantOfShape, Trilu); an Expand to x's shape. One
+ * import, one executor, one prepared plan for every size. */
+Test(onnx, a_model_with_dynamic_batch_and_sequence_runs_at_every_size_through_one_plan)
+{
+    Onnx__ModelProto *m = model_new(17);
+    add_input(m, "x", 3, (int64_t[]){-1, -1, 4});
+    const int64_t zero = 0, one = 1, two[1] = {2}, ax0[1] = {0};
+    add_init_of(m, "i0", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 8, 0, NULL, &zero);
+    add_init_of(m, "i1", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 8, 0, NULL, &one);
+    add_init_ints(m, "c2", 1, two);
+    add_init_ints(m, "ax0", 1, ax0);
+    const float bias[4] = {0.5f, -1, 2, 0.25f};
+    add_init(m, "bias", 3, (int64_t[]){1, 1, 4}, bias);
+    add_node(m, "Shape", "s", NAMES("x"), NAMES("s"));
+    add_node(m, "Gather", "b", NAMES("s", "i0"), NAMES("b"));
+    add_node(m, "Gather", "t", NAMES("s", "i1"), NAMES("t"));
+    add_node(m, "Unsqueeze", "bu", NAMES("b", "ax0"), NAMES("bu"));
+    add_node(m, "Unsqueeze", "tu", NAMES("t", "ax0"), NAMES("tu"));
+    attr_int(add_node(m, "Concat", "shp", NAMES("bu", "tu", "c2", "c2"), NAMES("shp")), "axis", 0);
+    add_node(m, "Reshape", "y1", NAMES("x", "shp"), NAMES("y1"));
+    add_node(m, "Range", "r", NAMES("i0", "t", "i1"), NAMES("r"));
+    attr_int(add_node(m, "Concat", "tt", NAMES("tu", "tu"), NAMES("tt")), "axis", 0);
+    Onnx__NodeProto *c = add_node(m, "ConstantOfShape", "ones", NAMES("tt"), NAMES("ones"));
+    const float fone = 1;
+    attr(c, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t =
+        tensor("v", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, 1, (int64_t[]){1}, &fone, sizeof fone);
+    add_node(m, "Trilu", "mask", NAMES("ones"), NAMES("mask"));
+    add_node(m, "Expand", "e", NAMES("bias", "s"), NAMES("e"));
+    add_node(m, "Add", "y3", NAMES("x", "e"), NAMES("y3"));
+    add_outputs(m, NAMES("y1", "r", "mask", "y3", NULL));
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    static const int64_t sizes[4][2] = {{1, 3}, {2, 5}, {3, 2}, {1, 3}};
+    uint64_t rng = 11;
+    for (int k = 0; k < 4; k++) {
+        int64_t b = sizes[k][0], t = sizes[k][1], xs[3] = {b, t, 4};
+        vq_tensor *x;
+        cr_assert_eq(vq_tensor_new(&x, VQ_F32, 3, xs), 0);
+        for (int64_t i = 0; i < b * t * 4; i++)
+            ((float *)vq_tensor_data(x))[i] = (float)(rng++ % 17) - 8;
+        vq_feed fd = {"x", x};
+        vq_fetch ft[4] = {{"y1", NULL}, {"r", NULL}, {"mask", NULL}, {"y3", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &fd, 1, ft, 4), 0, "%s", vq_errmsg());
+        int64_t want1[4] = {b, t, 2, 2};
+        cr_assert_eq(memcmp(vq_tensor_shape(ft[0].tensor), want1, sizeof want1), 0);
+        cr_assert_eq(memcmp(vq_tensor_data(ft[0].tensor), vq_tensor_data(x),
+                            (size_t)(b * t * 4) * sizeof(float)),
+                     0);
+        cr_assert_eq(vq_tensor_shape(ft[1].tensor)[0], t);
+        for (int64_t i = 0; i < t; i++)
+            cr_assert_eq(((const int64_t *)vq_tensor_data(ft[1].tensor))[i], i);
+        cr_assert(vq_tensor_shape(ft[2].tensor)[0] == t && vq_tensor_shape(ft[2].tensor)[1] == t);
+        for (int64_t i = 0; i < t * t; i++)
+            cr_assert_eq(((const float *)vq_tensor_data(ft[2].tensor))[i], i % t >= i / t,
+                         "mask entry %lld", (long long)i);
+        cr_assert_eq(memcmp(vq_tensor_shape(ft[3].tensor), xs, sizeof xs), 0);
+        for (int64_t i = 0; i < b * t * 4; i++)
+            cr_assert_eq(((const float *)vq_tensor_data(ft[3].tensor))[i],
+                         ((const float *)vq_tensor_data(x))[i] + bias[i % 4]);
+        for (int j = 0; j < 4; j++)
+            vq_tensor_release(ft[j].tensor);
+        vq_tensor_release(x);
+    }
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(r.ex, &st), 0);
+    cr_assert_eq(st.prepares, 1, "%llu plans prepared", (unsigned long long)st.prepares);
+    imported_free(&im);
+    run_free(&r);
+}
+
 /* ---- Sign and Range ---- */
 
 Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)
@@ -1747,9 +1838,10 @@ Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)
     add_init_ints(m, "start", 1, (const int64_t[]){0});
     add_output(m, "y");
     add_node(m, "Range", "rg", NAMES("start", "limit", "start"), NAMES("y"));
-    expect_error(m, VQ_ENOSYS,
-                 NAMES("node 0 (Range \"rg\")", "input 1 (limit) \"limit\" must be known when "
-                                                "the model is imported"));
+    /* a fed bound: the range op runs then, its inputs of one dtype */
+    expect_error(m, VQ_EINVAL,
+                 NAMES("node 0 (Range \"rg\")", "input Limit (slot 1): dtype f32 differs from "
+                                                "Start's i64"));
 }
 
 /* ---- 3-D pools ---- */
@@ -2179,8 +2271,10 @@ Test(onnx, a_shape_too_large_to_compute_at_import_is_an_error_saying_so)
     add_init_ints(m, "first", 1, (int64_t[]){0});
     add_init_ints(m, "two", 1, (int64_t[]){2});
     add_node(m, "Slice", "two_ones", NAMES("ones", "first", "two"), NAMES("shape"));
-    add_node(m, "Reshape", "r", NAMES("y", "shape"), NAMES("yr"));
+    /* (a Reshape reads such a shape when it runs; a Tile's repeats must be
+     * known at import) */
+    add_node(m, "Tile", "r", NAMES("y", "shape"), NAMES("yr"));
     expect_error(m, VQ_ENOSYS,
-                 NAMES("node 7 (Reshape \"r\")", "input 1 (shape) \"shape\"",
+                 NAMES("node 7 (Tile \"r\")", "input 1 (repeats) \"shape\"",
                        "too large to compute"));
 }

@@ -349,5 +349,13 @@ typedef struct vq__range_params {
     double start, delta;
     int64_t istart, idelta;
 } vq__range_params;
+/* ---- scatter_elements, scatter_nd, gather_nd (ops/cpu/scatter.c) ---- */
+
+/* axis (scatter_elements, normalized), batch_dims (scatter_nd,
+ * gather_nd) and reduction (the scatters: scatter_shared.h's
+ * VQ__SCATTER_*). */
+typedef struct vq__scatter_params {
+    int axis, batch_dims, reduction;
+} vq__scatter_params;
 
 #endif

@@ -1255,6 +1255,84 @@ static void case_gather_elements(struct run *r)
             }
 }
 
+/* scatter_elements with every reduction (none in every dtype, the others
+ * in the numeric ones) and both index dtypes, indices from [-dim, dim)
+ * repeating along the axis: one thread per lane on the device, in the
+ * CPU's order, so duplicates resolve and sums round alike: EXACT. */
+static void case_scatter_elements(struct run *r)
+{
+    static const char *const reds[] = {"none", "add", "mul", "max", "min"};
+    for (int c = 0; c < N_OF(elements_gpu_cases); c++)
+        for (int m = 0; m < N_OF(reds); m++)
+            for (int d = 0; d < (m ? N_OF(numerics) : N_OF(all_dtypes)); d++)
+                for (int t = 0; t < 2; t++) {
+                    const struct elements_gpu_case *k = &elements_gpu_cases[c];
+                    vq_dtype dt = m ? numerics[d] : all_dtypes[d], it = t ? VQ_I64 : VQ_I32;
+                    int axis = (int)(k->axis < 0 ? k->axis + k->n : k->axis);
+                    double dim = (double)k->x[axis];
+                    describe(r, "%s, reduction %s, indices %s, case %d", vq_dtype_name(dt), reds[m],
+                             vq_dtype_name(it), c);
+                    vq_attr at[2] = {VQ_ATTR_I("axis", k->axis), VQ_ATTR_S("reduction", reds[m])};
+                    vq_tensor *in[3] = {rnd(r, dt, -5, 5, k->n, k->x),
+                                        rnd(r, it, -dim, dim, k->n, k->idx),
+                                        rnd(r, dt, -5, 5, k->n, k->idx)};
+                    check(r, in, 3, 1, at, 2, EXACT);
+                }
+}
+
+/* X's shape, Indices' shape and batch_dims of scatter_nd and gather_nd. */
+static const struct nd_gpu_case {
+    int nx, ni;
+    int64_t x[3], idx[3];
+    int batch;
+} nd_gpu_cases[] = {
+    {2, 2, {4, 3}, {6, 1}, 0},    {3, 2, {2, 3, 4}, {5, 2}, 0}, {3, 3, {2, 3, 4}, {2, 4, 1}, 1},
+    {2, 2, {3, 4}, {7, 2}, 0},    {2, 2, {3, 4}, {0, 1}, 0},    {3, 3, {2, 3, 2}, {2, 3, 2}, 1},
+    {2, 3, {3, 2}, {2, 3, 1}, 0},
+};
+
+/* Random tuples of case k: entry j from [-dim, dim) of the dim it
+ * indexes, so that tuples repeat. */
+static vq_tensor *nd_gpu_indices(struct run *r, const struct nd_gpu_case *k, vq_dtype it)
+{
+    vq_tensor *t = rnd(r, it, 0, 1, k->ni, k->idx);
+    int e = (int)k->idx[k->ni - 1];
+    for (int64_t i = 0; i < vq_tensor_numel(t); i++) {
+        double dim = (double)k->x[k->batch + i % e];
+        oc_set(t, i, floor(oc_uniform(&r->rng, -dim, dim)));
+    }
+    return t;
+}
+
+/* scatter_nd with every reduction (as scatter_elements) and gather_nd in
+ * every dtype, both index dtypes: EXACT (one thread per batch and slice
+ * position, the tuples in order). */
+static void case_nd(struct run *r)
+{
+    static const char *const reds[] = {"none", "add", "mul", "max", "min"};
+    bool gather = !strcmp(r->op, "gather_nd");
+    for (int c = 0; c < N_OF(nd_gpu_cases); c++)
+        for (int m = 0; m < (gather ? 1 : N_OF(reds)); m++)
+            for (int d = 0; d < (m ? N_OF(numerics) : N_OF(all_dtypes)); d++)
+                for (int t = 0; t < 2; t++) {
+                    const struct nd_gpu_case *k = &nd_gpu_cases[c];
+                    vq_dtype dt = m ? numerics[d] : all_dtypes[d], it = t ? VQ_I64 : VQ_I32;
+                    int64_t us[VQ_MAX_DIMS], kk = k->idx[k->ni - 1];
+                    int nu = 0;
+                    for (int i = 0; i < k->ni - 1; i++)
+                        us[nu++] = k->idx[i];
+                    for (int i = k->batch + (int)kk; i < k->nx; i++)
+                        us[nu++] = k->x[i];
+                    describe(r, "%s, reduction %s, indices %s, case %d", vq_dtype_name(dt),
+                             gather ? "-" : reds[m], vq_dtype_name(it), c);
+                    vq_attr at[2] = {VQ_ATTR_I("batch_dims", k->batch),
+                                     VQ_ATTR_S("reduction", reds[m])};
+                    vq_tensor *in[3] = {rnd(r, dt, -5, 5, k->nx, k->x), nd_gpu_indices(r, k, it),
+                                        gather ? NULL : rnd(r, dt, -5, 5, nu, us)};
+                    check(r, in, gather ? 2 : 3, 1, at, gather ? 1 : 2, EXACT);
+                }
+}
+
 /* resize in every mode (nearest in every dtype) and transformation, by
  * scales and by sizes, up and down; its gradient (floats, with atomics on
  * the device). */
@@ -1640,6 +1718,9 @@ static const struct op_case {
     {"gather_grad", case_gather},
     {"gather_elements", case_gather_elements},
     {"gather_elements_grad", case_gather_elements},
+    {"scatter_elements", case_scatter_elements},
+    {"scatter_nd", case_nd},
+    {"gather_nd", case_nd},
     {"resize", case_resize},
     {"resize_grad", case_resize},
     {"cumsum", case_cumsum},
@@ -1893,4 +1974,27 @@ Test(ops_gpu_kernels, gather_indices_out_of_range_fail_with_the_cpu_message)
             vq_attr at = VQ_ATTR_I("axis", 1);
             same_failure(grad ? "gather_grad" : "gather", in, grad ? 3 : 2, 1, &at, 1);
         }
+}
+
+Test(ops_gpu_kernels, scatter_indices_out_of_range_fail_with_the_cpu_message)
+{
+    need_gpu();
+    uint64_t rng = 17;
+    for (int t = 0; t < 2; t++) {
+        vq_dtype it = t ? VQ_I64 : VQ_I32;
+        /* scatter_elements along axis 1 (dim 4): elements 3 and 5 are bad */
+        double ie[6] = {0, -4, 3, 4, 1, -5};
+        vq_tensor *in[3] = {oc_rand(&rng, VQ_F32, DIMS(2, 4), -1, 1), oc_from(it, DIMS(2, 3), ie),
+                            oc_rand(&rng, VQ_F32, DIMS(2, 3), -1, 1)};
+        vq_attr at = VQ_ATTR_I("axis", 1);
+        same_failure("scatter_elements", in, 3, 1, &at, 1);
+        /* tuples of 2 into X [3, 4]: element 3 (4 in dim 1) is the first
+         * bad one, element 4 (-4 in dim 0) the next */
+        double in2[6] = {0, 1, -3, 4, -4, 0};
+        vq_tensor *nd[3] = {oc_rand(&rng, VQ_F64, DIMS(3, 4), -1, 1), oc_from(it, DIMS(3, 2), in2),
+                            oc_rand(&rng, VQ_F64, DIMS(3), -1, 1)};
+        same_failure("scatter_nd", nd, 3, 1, NULL, 0);
+        vq_tensor *g[2] = {oc_rand(&rng, VQ_F64, DIMS(3, 4), -1, 1), oc_from(it, DIMS(3, 2), in2)};
+        same_failure("gather_nd", g, 2, 1, NULL, 0);
+    }
 }

@@ -2,7 +2,7 @@
  * functions (launch.c, <family>_host.c), and the host functions that read them.
  *
  * Errors found only on the device. An integer division by zero, a label
- * out of range, a gather index out of range and the executor's NaN check
+ * out of range, a gather or scatter index out of range and the executor's NaN check
  * (VQ_EXEC_CHECK_NAN) are seen by the kernels,
  * and the adam step counter lives in device memory, yet the op must fail
  * with the CPU op's message. Each such call takes a check from a
@@ -90,7 +90,8 @@ int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_che
     c->defer_user = k->defer_user;
     c->defer_tag = k->defer_tag;
     if (kind == VQ__CUDA_CHECK_DIV || kind == VQ__CUDA_CHECK_POW || kind == VQ__CUDA_CHECK_LABEL ||
-        kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_FINITE) {
+        kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_INDEX_ND ||
+        kind == VQ__CUDA_CHECK_FINITE) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = vq__cuda_op_called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
                                 "cudaMemsetAsync");
@@ -126,6 +127,14 @@ static int check_run(void *arg)
                          "index %lld at Indices element %lld is outside [-%lld, %lld) (X's dim "
                          "%d)",
                          f->label, (long long)f->bad, c->dim, c->dim, c->axis);
+    else if (c->kind == VQ__CUDA_CHECK_INDEX_ND && f->bad != ULLONG_MAX)
+        /* scatter.c's nd_indices_check, word for word: the entry's dim */
+        rc =
+            vq__op_fail(c->def,
+                        "index %lld at Indices element %lld is outside [-%lld, %lld) (X's dim "
+                        "%d)",
+                        f->label, (long long)f->bad, c->dims[f->bad % (unsigned)c->k],
+                        c->dims[f->bad % (unsigned)c->k], c->axis + (int)(f->bad % (unsigned)c->k));
     else if (c->kind == VQ__CUDA_CHECK_FINITE && f->bad != ULLONG_MAX)
         rc = vq__nonfinite_fail(c->slot, c->var, f->value, (int64_t)f->bad);
     if (rc < 0)

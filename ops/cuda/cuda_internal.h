@@ -52,6 +52,16 @@ int vq__cuda_columns(const vq__kcall *k, const vq__cuda_launch *l, const vq__con
                      vq_tensor **out);
 const char *vq__cuda_image(const vq_tensor *t, int64_t n, int64_t per_image);
 
+struct vq__cuda_check;
+
+/* index_host.c: begins the device-side check (VQ__CUDA_CHECK_INDEX) of
+ * the indices idx of gather, gather_elements or scatter_elements against
+ * X's dim along axis: the first bad element and the index there, for the
+ * CPU op's message (vq__cuda_check_finish reports it). *c is NULL when the
+ * check could not begin; otherwise the caller finishes it. */
+int vq__cuda_index_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
+                                int64_t dim, int axis, struct vq__cuda_check **c);
+
 /* ---- checks: what the kernels found on the device, read on the host
  * (checks.c) ---- */
 
@@ -81,7 +91,8 @@ enum {
     VQ__CUDA_CHECK_INDEX,
     VQ__CUDA_CHECK_LR_SCHEDULE,
     VQ__CUDA_CHECK_FINITE,
-    VQ__CUDA_CHECK_POW
+    VQ__CUDA_CHECK_POW,
+    VQ__CUDA_CHECK_INDEX_ND
 };
 
 /* One checked call's check, from its device's pool (checks.c). */
@@ -95,7 +106,11 @@ struct vq__cuda_check {
     int kind;
     long long classes;
     long long dim;          /* gather: X's dim along the axis */
-    int axis;               /* gather: the axis */
+    int axis;               /* gather: the axis; scatter_nd, gather_nd: batch_dims */
+    /* scatter_nd, gather_nd: the index tuples' length and X's dim that
+     * each entry indexes */
+    int k;
+    long long dims[VQ_MAX_DIMS];
     const char *slot, *var; /* the NaN check: the output's slot and var */
     double lr, beta1, beta2;
     int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */

@@ -141,6 +141,10 @@ VQ__CUDA_LAUNCHES(vq__cumsum_gpu);
 /* shape_value_host.c */
 VQ__CUDA_LAUNCHES(vq__shape_gpu);
 VQ__CUDA_LAUNCHES(vq__range_gpu);
+/* scatter_host.c */
+VQ__CUDA_LAUNCHES(vq__scatter_elements_gpu);
+VQ__CUDA_LAUNCHES(vq__scatter_nd_gpu);
+VQ__CUDA_LAUNCHES(vq__gather_nd_gpu);
 
 /* prod_host.c */
 VQ__CUDA_LAUNCHES(vq__reduce_prod_gpu);

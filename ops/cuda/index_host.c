@@ -3,17 +3,15 @@
  * op, the function its definition names (cuda_ops.h), which calls the
  * launchers of kernels.h with the tensors' device pointers and the op's
  * params on the op's stream (launch.c: how a call runs). gather's indices
- * are checked on the device (checks.c). Compiled only when CUDA is found
+ * are checked on the device (checks.c), as scatter_elements' are
+ * (scatter_host.c). Compiled only when CUDA is found
  * (have_cuda). */
 #include "cuda_internal.h"
 #include "../shape_shared.h" /* vq__lines_of */
 
-/* Begins the device-side check of gather's and gather_elements' indices
- * idx against X's dim along axis: the first bad element and the index
- * there, for index.c's message (vq__cuda_check_finish reports it). *c is
- * NULL when the check could not begin; otherwise the caller finishes it. */
-static int index_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
-                              int64_t dim, int axis, struct vq__cuda_check **c)
+/* (cuda_internal.h) */
+int vq__cuda_index_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
+                                int64_t dim, int axis, struct vq__cuda_check **c)
 {
     int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_INDEX, c);
     if (rc < 0) {
@@ -41,7 +39,7 @@ int vq__gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     int64_t outer, dim, inner;
     vq__lines_of(x->ndim, x->shape, p->axis, &outer, &dim, &inner);
     struct vq__cuda_check *c;
-    int rc = index_check_launch(k, l, idx, dim, p->axis, &c);
+    int rc = vq__cuda_index_check_launch(k, l, idx, dim, p->axis, &c);
     if (!c)
         return rc;
     if (rc == 0 && grad)
@@ -56,7 +54,7 @@ int vq__gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 }
 
 /* gather_elements and its gradient: the indices checked on the device as
- * gather's (index_check_launch), against X's dim along the axis. */
+ * gather's (vq__cuda_index_check_launch), against X's dim along the axis. */
 int vq__gather_elements_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__gather_params *p = k->params;
@@ -64,7 +62,7 @@ int vq__gather_elements_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *idx = k->in[1], *o = k->out[0];
     vq_tensor *x = grad ? o : k->in[0]; /* X's shape: dX's for the gradient */
     struct vq__cuda_check *c;
-    int rc = index_check_launch(k, l, idx, x->shape[p->axis], p->axis, &c);
+    int rc = vq__cuda_index_check_launch(k, l, idx, x->shape[p->axis], p->axis, &c);
     if (!c)
         return rc;
     if (rc == 0 && grad)

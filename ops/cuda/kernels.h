@@ -48,6 +48,7 @@
 #include "../window_shared.h" /* vq__window */
 #include "../vol_shared.h"    /* vq__vol */
 #include "../resize_shared.h" /* vq__resize_geom */
+#include "../scatter_shared.h" /* vq__elements_geom, vq__nd_geom */
 
 #ifdef __cplusplus
 extern "C" {
@@ -675,6 +676,37 @@ int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t 
  * expression in the CPU's dtype: its bits. */
 int vq__cuda_range(int dtype, void *out, int64_t n, double start, double delta, int64_t istart,
                    int64_t idelta, void *stream);
+/* ---- scatter_elements, scatter_nd, gather_nd (ops/cpu/scatter.c) ---- */
+
+/* vq__cuda_index_check for the index tuples of scatter_nd and gather_nd:
+ * the smallest j < n whose index idx[j] is outside [-dim, dim), dim =
+ * geo->dim[j % geo->k] (the dim that tuple entry indexes). */
+int vq__cuda_index_nd_check(int index_dtype, const void *idx, int64_t n, const vq__nd_geom *geo,
+                            unsigned long long *bad_at, void *stream);
+
+/* scatter_elements: out = x (nx elements, copied on the stream), then each
+ * element of upd lands on out as geo and reduction (scatter_shared.h's
+ * VQ__SCATTER_*) say; dtype f32, f64, i32, i64, or bool with reduction
+ * none; bad indices skipped (vq__cuda_index_check reports them). One
+ * thread per lane of geo, its elements in order: the CPU's bits, the
+ * last of duplicate indices winning with reduction none. */
+int vq__cuda_scatter_elements(int dtype, int index_dtype, int reduction, const void *x,
+                              const void *idx, const void *upd, void *out, int64_t nx,
+                              const vq__elements_geom *geo, void *stream);
+
+/* scatter_nd: out = x (nx elements), then each slice of upd lands on the
+ * slice of out its index tuple addresses (geo), combined as reduction
+ * says; dtypes as scatter_elements'; bad tuples skipped. One thread per
+ * batch and position in the slice, the tuples in order: the CPU's bits. */
+int vq__cuda_scatter_nd(int dtype, int index_dtype, int reduction, const void *x, const void *idx,
+                        const void *upd, void *out, int64_t nx, const vq__nd_geom *geo,
+                        void *stream);
+
+/* gather_nd: out's slice t (elements of esize bytes: 1, 4 or 8) is x's
+ * slice that index tuple t addresses (geo); a bad tuple's slice is zero
+ * bytes. One thread per element of out. The CPU's bits. */
+int vq__cuda_gather_nd(int esize, int index_dtype, const void *x, const void *idx, void *out,
+                       const vq__nd_geom *geo, void *stream);
 
 /* reduce_prod (ops/cpu/prod.c), f32, f64, i32 and i64: out (X's kept
  * dims) = the product of each group of x (ndim dims, shape; bit d of mask

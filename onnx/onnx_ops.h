@@ -47,6 +47,7 @@
     X(GRU)                       \
     X(Gather)                    \
     X(GatherElements)            \
+    X(GatherND)                  \
     X(Gemm)                      \
     X(GlobalAveragePool)         \
     X(GlobalMaxPool)             \
@@ -99,6 +100,9 @@
     X(Reshape)                   \
     X(Resize)                    \
     X(Round)                     \
+    X(Scatter)                   \
+    X(ScatterElements)           \
+    X(ScatterND)                 \
     X(Selu)                      \
     X(Shape)                     \
     X(Shrink)                    \

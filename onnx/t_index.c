@@ -1,7 +1,8 @@
 /* ONNX's indexing ops: Slice (step 1 as varq's slice, other steps of
  * known dims as gathers, and a window that moves with a Loop's iteration
- * as a gather of moving indices), Gather, GatherElements, OneHot, CumSum,
- * ArgMax and ArgMin. */
+ * as a gather of moving indices), Gather, GatherElements, GatherND,
+ * Scatter, ScatterElements, ScatterND, OneHot, CumSum, ArgMax and
+ * ArgMin. */
 #include "onnx_internal.h"
 
 #include <math.h>
@@ -150,6 +151,35 @@ static int t_take_along(struct ox *x)
     return ox_emit(x, ox_type(x), in, 2, &o, 1, &a, 1, NULL);
 }
 
+/* GatherND: gather_nd, with batch_dims (opset 12 on; 0 before). */
+static int t_gather_nd(struct ox *x)
+{
+    struct ox_val *in[2] = {ox_input(x, 0), ox_input(x, 1)};
+    vq_attr a = VQ_ATTR_I("batch_dims", ox_int(x, "batch_dims"));
+    const char *o = ox_out0(x);
+    return ox_emit(x, "gather_nd", in, 2, &o, 1, &a, 1, NULL);
+}
+
+/* Scatter (opsets 9 and 10: ScatterElements without reduction),
+ * ScatterElements and ScatterND: the row's varq op on the same inputs,
+ * with the axis (not ScatterND's) and the reduction (from opset 16, none
+ * before; varq takes max and min, opset 18's, in any opset). Duplicate
+ * indices, which ONNX leaves undefined with reduction none, resolve as
+ * varq's ops say: the last one in Indices' order wins. */
+static int t_scatter(struct ox *x)
+{
+    struct ox_val *in[3] = {ox_input(x, 0), ox_input(x, 1), ox_input(x, 2)};
+    const struct ox_op *row = x->args->op;
+    vq_attr a[2];
+    int n = 0;
+    if (row != &ox_op_ScatterND)
+        a[n++] = VQ_ATTR_I("axis", ox_int(x, "axis"));
+    if (row != &ox_op_Scatter)
+        a[n++] = VQ_ATTR_S("reduction", ox_str(x, "reduction"));
+    const char *o = ox_out0(x);
+    return ox_emit(x, ox_type(x), in, 3, &o, 1, a, n, NULL);
+}
+
 /* OneHot: values[1] where the position along the new axis equals the
  * index (negative ones count from depth), values[0] elsewhere; depth must
  * be known at import. */
@@ -248,6 +278,15 @@ const struct ox_op ox_op_Gather =
     OX_ROW(t_take_along, "gather", 2, 2, true, OX_ATTRS(OX_INT("axis", 0)));
 const struct ox_op ox_op_GatherElements =
     OX_ROW(t_take_along, "gather_elements", 2, 2, true, OX_ATTRS(OX_INT("axis", 0)));
+const struct ox_op ox_op_GatherND =
+    OX_ROW(t_gather_nd, "gather_nd", 2, 2, true, OX_ATTRS(OX_INT("batch_dims", 0, .since = 12)));
+const struct ox_op ox_op_Scatter =
+    OX_ROW(t_scatter, "scatter_elements", 3, 3, true, OX_ATTRS(OX_INT("axis", 0)));
+const struct ox_op ox_op_ScatterElements =
+    OX_ROW(t_scatter, "scatter_elements", 3, 3, true,
+           OX_ATTRS(OX_INT("axis", 0), OX_STR("reduction", "none", 8, .since = 16)));
+const struct ox_op ox_op_ScatterND = OX_ROW(t_scatter, "scatter_nd", 3, 3, true,
+                                            OX_ATTRS(OX_STR("reduction", "none", 8, .since = 16)));
 const struct ox_op ox_op_OneHot = OX_ROW(t_one_hot, NULL, 3, 3, true, OX_ATTRS(OX_INT("axis", -1)));
 /* the axis absent: the translation says so */
 const struct ox_op ox_op_CumSum =

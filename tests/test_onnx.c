@@ -197,6 +197,18 @@ Test(onnx, an_unknown_op_names_itself_its_domain_opset_and_node)
                        "the default domain ai.onnx)"));
 }
 
+/* The translate table is looked up by binary search (onnx/translate.c):
+ * onnx/onnx_ops.h must list the ops in strcmp order, or some would not be
+ * found. */
+Test(onnx, the_translated_ops_are_listed_in_strcmp_order)
+{
+    int n = 0;
+    for (; vq_onnx_op_name(n + 1); n++)
+        cr_assert_lt(strcmp(vq_onnx_op_name(n), vq_onnx_op_name(n + 1)), 0, "%s before %s",
+                     vq_onnx_op_name(n), vq_onnx_op_name(n + 1));
+    cr_assert_gt(n, 100);
+}
+
 Test(onnx, undefined_inputs_and_nodes_out_of_order_are_errors)
 {
     Onnx__ModelProto *m = mlp();

@@ -21,10 +21,10 @@
 /* ---- the table ---- */
 
 static const vq__op_def *const family[] = {
-    vq__ops_elementwise, vq__ops_activation,  vq__ops_loss,    vq__ops_reduce,  vq__ops_shape,
-    vq__ops_matmul,      vq__ops_init,        vq__ops_optim,   vq__ops_compare, vq__ops_control,
-    vq__ops_math,        vq__ops_conv,        vq__ops_pool,    vq__ops_norm,    vq__ops_index,
-    vq__ops_extremum,    vq__ops_layout,      vq__ops_conv3d,  vq__ops_resize,  vq__ops_cumsum,
+    vq__ops_elementwise, vq__ops_activation,  vq__ops_loss,   vq__ops_reduce,  vq__ops_shape,
+    vq__ops_matmul,      vq__ops_init,        vq__ops_optim,  vq__ops_compare, vq__ops_control,
+    vq__ops_math,        vq__ops_conv,        vq__ops_pool,   vq__ops_norm,    vq__ops_index,
+    vq__ops_extremum,    vq__ops_layout,      vq__ops_conv3d, vq__ops_resize,  vq__ops_cumsum,
     vq__ops_prod,        vq__ops_shape_value, vq__ops_scatter,
 };
 
@@ -77,7 +77,7 @@ static void put_slots(char *buf, size_t size, size_t *at, const char *const *slo
 {
     for (int i = 0; i < n && *at < size; i++)
         *at += (size_t)snprintf(buf + *at, size - *at, "%s%s%s", i ? ", " : "", slots[i],
-                                i < n - 1  ? ""
+                                i < n - 1 ? ""
                                 : variadic ? "..."
                                 : optional ? "?"
                                            : "");
@@ -170,7 +170,8 @@ int vq__op_table_add(const vq__op_def *d)
         free(n);
         free(ops);
         if (at >= 0)
-            return vq__fail(VQ_EINVAL, "vq_op_register: op \"%s\" is already registered", d->type);
+            return vq__fail(VQ_EINVAL, "vq_op_register: op \"%s\" is already registered",
+                            d->type);
         return vq__fail(VQ_ENOMEM, "vq_op_register: out of memory");
     }
     at = -at - 1;
@@ -242,7 +243,8 @@ const char *vq__op_out_slot(const vq__op_def *d, int i)
 {
     if (i < d->nout_slots)
         return d->out_slots[i];
-    return (d->flags & VQ__VARIADIC_OUT) && d->nout_slots ? d->out_slots[d->nout_slots - 1] : "?";
+    return (d->flags & VQ__VARIADIC_OUT) && d->nout_slots ? d->out_slots[d->nout_slots - 1]
+                                                          : "?";
 }
 
 /* A slot list of n slots takes exactly n tensors; a variadic one at least
@@ -254,8 +256,8 @@ static int arity_check(const vq__op_def *d, const char *what, int got, int n, bo
         return 0;
     if (optional)
         return vq__fail(VQ_EINVAL, "%s: takes %d or %d %s, got %d", d->type, n - 1, n, what, got);
-    return vq__fail(VQ_EINVAL, "%s: takes %s%d %s, got %d", d->type, variadic ? "at least " : "", n,
-                    what, got);
+    return vq__fail(VQ_EINVAL, "%s: takes %s%d %s, got %d", d->type, variadic ? "at least " : "",
+                    n, what, got);
 }
 
 int vq__op_check_arity(const vq__op_def *d, int nin, int nout)
@@ -309,9 +311,8 @@ static int attrs_check(const vq__op_def *d, const vq_attr *attrs, int nattrs)
                             d->nattrs ? known : "none");
         }
         if ((unsigned)a->type > VQ_ATTR_BOOLS)
-            return vq__fail(VQ_EINVAL,
-                            "%s: attribute %s: expected %s, got type %d, which is "
-                            "no vq_attr_type",
+            return vq__fail(VQ_EINVAL, "%s: attribute %s: expected %s, got type %d, which is "
+                                       "no vq_attr_type",
                             d->type, a->name, attr_type_name(s->type), (int)a->type);
         if (!attr_type_fits(s->type, a))
             return vq__fail(VQ_EINVAL, "%s: attribute %s: expected %s, got %s", d->type, a->name,
@@ -483,9 +484,8 @@ int vq__check_shape_is(const vq__infer *c, int slot, const vq__meta *want, const
     if (same)
         return 0;
     char a[100], b[100];
-    return vq__in_fail(c, slot, "shape %s is not %s %s",
-                       vq__shape_str(a, sizeof a, g->ndim, g->shape), what,
-                       vq__shape_str(b, sizeof b, want->ndim, want->shape));
+    return vq__in_fail(c, slot, "shape %s is not %s %s", vq__shape_str(a, sizeof a, g->ndim, g->shape),
+                       what, vq__shape_str(b, sizeof b, want->ndim, want->shape));
 }
 
 int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out)
@@ -504,8 +504,7 @@ int vq__broadcast_shapes(const vq__infer *c, int a, int b, vq__meta *out)
             d = dx < 0 ? dy : dx; /* the unknown one must be 1 or equal */
         else {
             char sx[100], sy[100];
-            return vq__in_fail(c, b,
-                               "shape %s does not broadcast with %s's %s (dim %d: %lld vs %lld)",
+            return vq__in_fail(c, b, "shape %s does not broadcast with %s's %s (dim %d: %lld vs %lld)",
                                vq__shape_str(sy, sizeof sy, y->ndim, y->shape),
                                vq__op_in_slot(c->def, a),
                                vq__shape_str(sx, sizeof sx, x->ndim, x->shape), i, (long long)dx,
@@ -555,16 +554,16 @@ int vq__emit_xy_grads(const vq__grad *g, const char *grad_type)
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out)
 {
     if (axis < -ndim || axis >= (ndim ? ndim : 1))
-        return vq__attr_fail(c, attr, "axis %lld is outside [%d, %d) for %d dims", (long long)axis,
-                             -ndim, ndim, ndim);
+        return vq__attr_fail(c, attr, "axis %lld is outside [%d, %d) for %d dims",
+                             (long long)axis, -ndim, ndim, ndim);
     *out = (int)(axis < 0 ? axis + ndim : axis);
     return 0;
 }
 
 /* ---- one call's static check ---- */
 
-int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin, const vq__meta *in,
-                 int nout, vq__meta *out, void *params)
+int vq__op_infer(const vq__op_def *d, const vq_attr *attrs, int nattrs, int nin,
+                 const vq__meta *in, int nout, vq__meta *out, void *params)
 {
     return vq__op_infer_vals(d, attrs, nattrs, nin, in, NULL, nout, out, params);
 }
@@ -695,7 +694,8 @@ int vq__kernel_run(const vq__kcall *k, vq_ctx dev)
         int rc = vq__gpu_kernel_of(k->def, &gpu);
         return rc < 0 ? rc : gpu(k);
     }
-    int (*fn)(const vq__kcall *) = (unsigned)dev.kind < VQ__NDEV ? k->def->kernel[dev.kind] : NULL;
+    int (*fn)(const vq__kcall *) =
+        (unsigned)dev.kind < VQ__NDEV ? k->def->kernel[dev.kind] : NULL;
     if (!fn)
         return vq__op_fail(k->def, "no kernel for device kind %d in this build", dev.kind);
     return fn(k);
@@ -1000,8 +1000,8 @@ int vq__op_call_check(vq_engine *e, const char *type, vq_tensor *const *in, int 
     return rc;
 }
 
-VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin, vq_tensor **out,
-                     int nout, const vq_attr *attrs, int nattrs)
+VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int nin,
+                     vq_tensor **out, int nout, const vq_attr *attrs, int nattrs)
 {
     /* Capture, when it is in use: records the call, or first pushes the
      * recorded work on its tensors (a layer above; see ops_internal.h). */
@@ -1064,15 +1064,9 @@ VQ_API int vq_op_run(vq_engine *e, const char *type, vq_tensor *const *in, int n
             if (created[i])
                 out[i] = vq_tensor_retain(c->t[nin + i]);
         bool async = dev.kind == VQ_DEV_CPU && d->kernel_async;
-        vq_task t = {.fn = async ? NULL : call_run,
-                     .async_fn = async ? call_async : NULL,
-                     .arg = c,
-                     .arg_free = call_free,
-                     .ctx = dev,
-                     .reads = vars,
-                     .nreads = nin,
-                     .writes = vars + nin,
-                     .nwrites = nout,
+        vq_task t = {.fn = async ? NULL : call_run, .async_fn = async ? call_async : NULL,
+                     .arg = c, .arg_free = call_free, .ctx = dev,
+                     .reads = vars, .nreads = nin, .writes = vars + nin, .nwrites = nout,
                      .name = d->type};
         rc = vq_push(e, &t);
         if (rc == 0)

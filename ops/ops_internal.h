@@ -53,6 +53,7 @@ extern const vq__op_def vq__ops_cumsum[];
 extern const vq__op_def vq__ops_shape_value[];
 extern const vq__op_def vq__ops_prod[];
 extern const vq__op_def vq__ops_scatter[];
+extern const vq__op_def vq__ops_lrn[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.

@@ -357,5 +357,13 @@ typedef struct vq__range_params {
 typedef struct vq__scatter_params {
     int axis, batch_dims, reduction;
 } vq__scatter_params;
+/* ---- lrn (ops/cpu/lrn.c) ---- */
+
+/* lrn, lrn_grad: the window (size channels: lo before, hi after each),
+ * alpha / size (scale), beta and bias (ops/lrn_shared.h's formulas). */
+typedef struct vq__lrn_params {
+    int64_t size, lo, hi;
+    double scale, beta, bias;
+} vq__lrn_params;
 
 #endif

@@ -1402,6 +1402,27 @@ static void case_cumsum(struct run *r)
             }
 }
 
+/* lrn and lrn_grad: odd and even sizes, one channel, a window wider than
+ * the channels (pow is each side's own: close, not bit for bit). */
+static void case_lrn(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[4], size;
+    } ls[] = {{4, {2, 5, 3, 3}, 3}, {3, {2, 6, 4}, 4}, {2, {3, 1}, 5}, {4, {1, 3, 2, 2}, 9}};
+    bool grad = !strcmp(r->op, "lrn_grad");
+    for (int c = 0; c < N_OF(ls); c++)
+        for (int d = 0; d < N_OF(floats); d++) {
+            describe(r, "%s, case %d", vq_dtype_name(floats[d]), c);
+            vq_attr at[4] = {VQ_ATTR_I("size", ls[c].size), VQ_ATTR_F("alpha", 0.3),
+                             VQ_ATTR_F("beta", 0.75), VQ_ATTR_F("bias", 1.5)};
+            vq_tensor *in[2] = {rnd(r, floats[d], -3, 3, ls[c].n, ls[c].x), NULL};
+            if (grad)
+                in[1] = rnd(r, floats[d], -1, 1, ls[c].n, ls[c].x);
+            check(r, in, grad ? 2 : 1, 1, at, 4, CLOSE);
+        }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1724,6 +1745,8 @@ static const struct op_case {
     {"resize", case_resize},
     {"resize_grad", case_resize},
     {"cumsum", case_cumsum},
+    {"lrn", case_lrn},
+    {"lrn_grad", case_lrn},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},

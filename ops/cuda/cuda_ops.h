@@ -145,6 +145,8 @@ VQ__CUDA_LAUNCHES(vq__range_gpu);
 VQ__CUDA_LAUNCHES(vq__scatter_elements_gpu);
 VQ__CUDA_LAUNCHES(vq__scatter_nd_gpu);
 VQ__CUDA_LAUNCHES(vq__gather_nd_gpu);
+/* lrn_host.c */
+VQ__CUDA_LAUNCHES(vq__lrn_gpu);
 
 /* prod_host.c */
 VQ__CUDA_LAUNCHES(vq__reduce_prod_gpu);

@@ -49,6 +49,7 @@
 #include "../vol_shared.h"    /* vq__vol */
 #include "../resize_shared.h" /* vq__resize_geom */
 #include "../scatter_shared.h" /* vq__elements_geom, vq__nd_geom */
+#include "../lrn_shared.h"    /* vq__lrn_geom */
 
 #ifdef __cplusplus
 extern "C" {
@@ -721,6 +722,12 @@ int vq__cuda_reduce_prod(int dtype, const void *x, void *out, int ndim, const in
  * nonzero elements and count of zeros). The CPU's bits. */
 int vq__cuda_reduce_prod_grad(int dtype, const void *x, const void *g, void *dx, double *scratch,
                               int ndim, const int64_t *shape, unsigned mask, void *stream);
+
+/* lrn and lrn_grad (ops/cpu/lrn.c), f32 and f64: out ([n, g->c,
+ * g->inner]) = lrn of x, or (dy not NULL) its gradient given dOut dy; one
+ * thread per element with ops/lrn_shared.h's functions, as the CPU's. */
+int vq__cuda_lrn(int dtype, const void *x, const void *dy, void *out, int64_t n,
+                 const vq__lrn_geom *g, void *stream);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,7 @@
     X(InstanceNormalization)     \
     X(IsInf)                     \
     X(IsNaN)                     \
+    X(LRN)                       \
     X(LSTM)                      \
     X(LayerNormalization)        \
     X(LeakyRelu)                 \
@@ -73,6 +74,7 @@
     X(Max)                       \
     X(MaxPool)                   \
     X(Mean)                      \
+    X(MeanVarianceNormalization) \
     X(Min)                       \
     X(Mul)                       \
     X(Neg)                       \

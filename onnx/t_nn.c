@@ -1,5 +1,6 @@
 /* ONNX's network layers other than windows: the normalizations
- * (BatchNormalization, LayerNormalization, InstanceNormalization), the
+ * (BatchNormalization, LayerNormalization, InstanceNormalization,
+ * MeanVarianceNormalization, LRN), the
  * products (MatMul, Gemm), Softmax, LogSoftmax and Hardmax, Dropout at
  * inference, and Resize / Upsample. The normalizations varq has no op for
  * are composed of varq's (the ops of ONNX's own function bodies). */
@@ -127,6 +128,56 @@ static int t_instance_norm(struct ox *x)
         (rc = ox_emit(x, "mul", (struct ox_val *[]){n, scale}, 2, NULL, 1, NULL, 0, &y)) < 0)
         return rc;
     return ox_emit(x, "add", (struct ox_val *[]){y, bias}, 2, &o, 1, NULL, 0, NULL);
+}
+
+/* LRN: varq's lrn (ONNX's window and formula; opsets 1 and 13 alike). */
+static int t_lrn(struct ox *x)
+{
+    struct ox_val *v = ox_input(x, 0);
+    if (!ox_given(x, "size"))
+        return ox_fail(x, VQ_EINVAL, "attribute size is missing");
+    vq_attr at[4] = {VQ_ATTR_I("size", ox_int(x, "size")), VQ_ATTR_F("alpha", ox_float(x, "alpha")),
+                     VQ_ATTR_F("beta", ox_float(x, "beta")),
+                     VQ_ATTR_F("bias", ox_float(x, "bias"))};
+    const char *o = ox_out0(x);
+    return ox_emit(x, "lrn", &v, 1, &o, 1, at, 4, NULL);
+}
+
+/* MeanVarianceNormalization: ONNX's function body, op for op, over axes
+ * (default [0, 2, 3]): (X - mean(X)) / (sqrt(mean(X^2) - mean(X)^2) +
+ * 1e-9), so that it trains and runs wherever those ops do. */
+static int t_mvn(struct ox *x)
+{
+    struct ox_val *v = ox_input(x, 0), *mean, *mean2, *sq, *msq, *var, *sd, *sde, *d;
+    int n, rc, r = v->meta.ndim;
+    int64_t axes[VQ_MAX_DIMS] = {0, 2, 3};
+    const int64_t *given = ox_ints(x, "axes", &n);
+    if (!ox_is_float(v->meta.dtype))
+        return ox_fail(x, VQ_EINVAL, "the input is %s, not a floating-point tensor",
+                       vq_dtype_name(v->meta.dtype));
+    bool dflt = n < 0;
+    if (dflt)
+        n = 3;
+    for (int i = 0; i < n; i++) {
+        int a;
+        if ((rc = ox_axis(x, "axes", dflt ? axes[i] : given[i], r, &a)) < 0)
+            return rc;
+        axes[i] = a;
+    }
+    vq_attr ra[2] = {VQ_ATTR_IS("axes", axes, n), VQ_ATTR_B("keepdim", true)};
+    vq_attr ea[2] = {VQ_ATTR_F("scale", 1), VQ_ATTR_F("bias", 1e-9)};
+    const char *o = ox_out0(x);
+    if ((rc = ox_emit(x, "mean", &v, 1, NULL, 1, ra, 2, &mean)) < 0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){mean, mean}, 2, NULL, 1, NULL, 0, &mean2)) <
+            0 ||
+        (rc = ox_emit(x, "mul", (struct ox_val *[]){v, v}, 2, NULL, 1, NULL, 0, &sq)) < 0 ||
+        (rc = ox_emit(x, "mean", &sq, 1, NULL, 1, ra, 2, &msq)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){msq, mean2}, 2, NULL, 1, NULL, 0, &var)) < 0 ||
+        (rc = ox_emit(x, "sqrt", &var, 1, NULL, 1, NULL, 0, &sd)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){v, mean}, 2, NULL, 1, NULL, 0, &d)) < 0 ||
+        (rc = ox_emit(x, "scale", &sd, 1, NULL, 1, ea, 2, &sde)) < 0)
+        return rc;
+    return ox_emit(x, "div", (struct ox_val *[]){d, sde}, 2, &o, 1, NULL, 0, NULL);
 }
 
 /* MatMul, numpy's: a 1-D operand is a row (A) or a column (B) whose dim is
@@ -415,6 +466,11 @@ const struct ox_op ox_op_LayerNormalization =
                     OX_INT("stash_type", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)));
 const struct ox_op ox_op_InstanceNormalization =
     OX_ROW(t_instance_norm, NULL, 3, 3, true, OX_ATTRS(OX_FLOAT("epsilon", 1e-5)));
+const struct ox_op ox_op_LRN = OX_ROW(t_lrn, NULL, 1, 1, true,
+                                      OX_ATTRS(OX_INT("size", 0), OX_FLOAT("alpha", 1e-4),
+                                               OX_FLOAT("beta", 0.75), OX_FLOAT("bias", 1)));
+const struct ox_op ox_op_MeanVarianceNormalization =
+    OX_ROW(t_mvn, NULL, 1, 1, true, OX_ATTRS(OX_INTS("axes", VQ_MAX_DIMS)));
 const struct ox_op ox_op_MatMul = OX_ROW(t_matmul, NULL, 2, 2, true, NULL);
 const struct ox_op ox_op_Gemm = OX_ROW(t_gemm, NULL, 2, 3, true,
                                        OX_ATTRS(OX_INT("transA", 0), OX_INT("transB", 0),

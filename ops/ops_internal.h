@@ -54,6 +54,7 @@ extern const vq__op_def vq__ops_shape_value[];
 extern const vq__op_def vq__ops_prod[];
 extern const vq__op_def vq__ops_scatter[];
 extern const vq__op_def vq__ops_lrn[];
+extern const vq__op_def vq__ops_sequence[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.
@@ -171,6 +172,13 @@ void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, do
 void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
                   const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
                   int64_t ldc);
+
+/* (cpu/sequence.c) Fails k's op unless every element of idx (i32 or i64)
+ * lies in [lo, hi): "<what> <v> at <slot> element <j> is outside [lo,
+ * hi)", naming the first that does not (the CUDA side's range check,
+ * ops/cuda/checks.c, words it alike). */
+int vq__range_check(const vq__kcall *k, const vq_tensor *idx, int64_t lo, int64_t hi,
+                    const char *what, const char *slot);
 
 /* ---- grad maker helpers (registry.c) ---- */
 

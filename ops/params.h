@@ -366,4 +366,11 @@ typedef struct vq__lrn_params {
     double scale, beta, bias;
 } vq__lrn_params;
 
+/* ---- reverse_sequence (ops/cpu/sequence.c) ---- */
+
+/* reverse_sequence: the batch axis, 0 or 1 (the time axis is the other). */
+typedef struct vq__reverse_sequence_params {
+    int batch_axis;
+} vq__reverse_sequence_params;
+
 #endif

@@ -1423,6 +1423,29 @@ static void case_lrn(struct run *r)
         }
 }
 
+/* reverse_sequence time- and batch-major in every dtype, lengths 0 to T
+ * in i32 and i64. */
+static void case_reverse_sequence(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[3];
+        int batch_axis;
+    } rs[] = {{2, {5, 4}, 1}, {3, {3, 6, 2}, 0}, {3, {7, 2, 3}, 1}};
+    for (int c = 0; c < N_OF(rs); c++)
+        for (int d = 0; d < N_OF(all_dtypes); d++)
+            for (int li = 0; li < 2; li++) {
+                describe(r, "%s, case %d, lengths %s", vq_dtype_name(all_dtypes[d]), c,
+                         li ? "i64" : "i32");
+                int64_t nb = rs[c].x[rs[c].batch_axis], nt = rs[c].x[1 - rs[c].batch_axis];
+                vq_attr at[2] = {VQ_ATTR_I("batch_axis", rs[c].batch_axis),
+                                 VQ_ATTR_I("time_axis", 1 - rs[c].batch_axis)};
+                vq_tensor *in[2] = {rnd(r, all_dtypes[d], -5, 5, rs[c].n, rs[c].x),
+                                    rnd(r, li ? VQ_I64 : VQ_I32, 0, (double)nt + 1, 1, &nb)};
+                check(r, in, 2, 1, at, 2, EXACT);
+            }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1747,6 +1770,7 @@ static const struct op_case {
     {"cumsum", case_cumsum},
     {"lrn", case_lrn},
     {"lrn_grad", case_lrn},
+    {"reverse_sequence", case_reverse_sequence},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},
@@ -1981,6 +2005,17 @@ Test(ops_gpu_kernels, a_bad_schedule_step_fails_with_the_cpu_message)
                      VQ_ATTR_I("t_max", 10), VQ_ATTR_S("dtype", "f64")};
     vq_tensor *in[1] = {step_tensor(-4)};
     same_failure("lr_schedule", in, 1, 2, at, 4);
+}
+
+Test(ops_gpu_kernels, sequence_lengths_out_of_range_fail_with_the_cpu_message)
+{
+    need_gpu();
+    for (int li = 0; li < 2; li++) {
+        /* elements 1 and 2 are bad: the message names 1 and its length */
+        vq_tensor *in[2] = {oc_from(VQ_F32, DIMS(3, 3), (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9}),
+                            oc_from(li ? VQ_I64 : VQ_I32, DIMS(3), (double[]){2, 4, -1})};
+        same_failure("reverse_sequence", in, 2, 1, NULL, 0);
+    }
 }
 
 Test(ops_gpu_kernels, gather_indices_out_of_range_fail_with_the_cpu_message)

@@ -93,6 +93,7 @@ enum {
     VQ__CUDA_CHECK_FINITE,
     VQ__CUDA_CHECK_POW,
     VQ__CUDA_CHECK_INDEX_ND
+    VQ__CUDA_CHECK_RANGE
 };
 
 /* One checked call's check, from its device's pool (checks.c). */
@@ -111,6 +112,11 @@ struct vq__cuda_check {
      * each entry indexes */
     int k;
     long long dims[VQ_MAX_DIMS];
+    int axis;               /* gather: the axis */
+    /* the range check: what the values are and their input slot (static
+     * strings), and the range [lo, hi) */
+    const char *what, *in_slot;
+    long long lo, hi;
     const char *slot, *var; /* the NaN check: the output's slot and var */
     double lr, beta1, beta2;
     int lr_input; /* adam: LearningRate's dtype when that input gives the rate; -1: lr */
@@ -129,5 +135,13 @@ int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_che
  * that reads it (reading nothing after a failed launch) and puts the check
  * back. Returns rc, or the error of enqueueing. */
 int vq__cuda_check_finish(const vq__cuda_launch *l, struct vq__cuda_check *c, int rc);
+
+/* (index_host.c) Begins the device-side check that every element of idx
+ * lies in [lo, hi), what and slot naming them in the message as
+ * vq__range_check (ops_internal.h) does. *c is NULL when the check could
+ * not begin; otherwise the caller finishes it after its kernels. */
+int vq__cuda_range_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
+                                int64_t lo, int64_t hi, const char *what, const char *slot,
+                                struct vq__cuda_check **c);
 
 #endif

@@ -148,6 +148,9 @@ VQ__CUDA_LAUNCHES(vq__gather_nd_gpu);
 /* lrn_host.c */
 VQ__CUDA_LAUNCHES(vq__lrn_gpu);
 
+/* sequence_host.c */
+VQ__CUDA_LAUNCHES(vq__reverse_sequence_gpu);
+
 /* prod_host.c */
 VQ__CUDA_LAUNCHES(vq__reduce_prod_gpu);
 

@@ -119,6 +119,38 @@ extern "C" int vq__cuda_index_check(int index_dtype, const void *idx, int64_t n,
     return vq__cuda_launched();
 }
 
+template <typename I>
+__global__ void range_check_kernel(const I *idx, int64_t n, int64_t lo, int64_t hi,
+                                   unsigned long long *bad)
+{
+    GRID_LOOP(j, n)
+    {
+        int64_t v = (int64_t)idx[j];
+        if (v < lo || v >= hi)
+            atomicMin(bad, (unsigned long long)j);
+    }
+}
+
+extern "C" int vq__cuda_range_check(int index_dtype, const void *idx, int64_t n, int64_t lo,
+                                    int64_t hi, unsigned long long *bad_at, void *stream)
+{
+    if (n < 0 || !bad_at)
+        return VQ_EINVAL;
+    if (n == 0)
+        return 0;
+    cudaStream_t s = VQ__CUDA_STREAM(stream);
+    unsigned g = vq__cuda_blocks(n);
+    if (index_dtype == VQ_I32)
+        range_check_kernel<int32_t>
+            <<<g, VQ__CUDA_THREADS, 0, s>>>((const int32_t *)idx, n, lo, hi, bad_at);
+    else if (index_dtype == VQ_I64)
+        range_check_kernel<int64_t>
+            <<<g, VQ__CUDA_THREADS, 0, s>>>((const int64_t *)idx, n, lo, hi, bad_at);
+    else
+        return VQ_EINVAL;
+    return vq__cuda_launched();
+}
+
 template <typename E, typename I>
 __global__ void gather_kernel(const E *x, const I *idx, E *out, int64_t total, int64_t dim,
                               int64_t inner, int64_t n)

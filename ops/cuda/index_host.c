@@ -28,6 +28,27 @@ int vq__cuda_index_check_launch(const vq__kcall *k, const vq__cuda_launch *l, co
     return rc;
 }
 
+int vq__cuda_range_check_launch(const vq__kcall *k, const vq__cuda_launch *l, const vq_tensor *idx,
+                                int64_t lo, int64_t hi, const char *what, const char *slot,
+                                struct vq__cuda_check **c)
+{
+    int rc = vq__cuda_check_begin(l, VQ__CUDA_CHECK_RANGE, c);
+    if (rc < 0) {
+        *c = NULL;
+        return rc;
+    }
+    (*c)->what = what;
+    (*c)->in_slot = slot;
+    (*c)->lo = lo;
+    (*c)->hi = hi;
+    rc = vq__cuda_launched(k, vq__cuda_range_check(idx->dtype, idx->data, idx->numel, lo, hi,
+                                                   &(*c)->d->bad, l->s));
+    if (rc == 0)
+        rc = vq__cuda_launched(k, vq__cuda_label_fetch(idx->dtype, idx->data, &(*c)->d->bad,
+                                                       &(*c)->d->label, l->s));
+    return rc;
+}
+
 /* gather and gather_grad: the indices are checked on the device; the
  * kernels skip a bad index's rows. */
 int vq__gather_gpu(const vq__kcall *k, const vq__cuda_launch *l)

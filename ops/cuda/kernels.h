@@ -563,6 +563,11 @@ enum { VQ__CUDA_EXTREMUM_MAX = 0, VQ__CUDA_EXTREMUM_MIN = 1 };
 int vq__cuda_index_check(int index_dtype, const void *idx, int64_t n, int64_t dim,
                          unsigned long long *bad_at, void *stream);
 
+/* The same for the range [lo, hi) (reverse_sequence's lengths,
+ * max_unpool2d's indices): the smallest j < n with idx[j] outside it. */
+int vq__cuda_range_check(int index_dtype, const void *idx, int64_t n, int64_t lo, int64_t hi,
+                         unsigned long long *bad_at, void *stream);
+
 /* gather: x [outer, dim, inner] of elements of esize bytes (1, 4 or 8),
  * out [outer, n, inner]: row (o, j) of out is row (o, idx[j]) of x, a
  * negative index counting from the end; a row of a bad index is written
@@ -728,6 +733,15 @@ int vq__cuda_reduce_prod_grad(int dtype, const void *x, const void *g, void *dx,
  * thread per element with ops/lrn_shared.h's functions, as the CPU's. */
 int vq__cuda_lrn(int dtype, const void *x, const void *dy, void *out, int64_t n,
                  const vq__lrn_geom *g, void *stream);
+
+/* reverse_sequence (ops/cpu/sequence.c): out = x ([d0, d1, inner],
+ * elements of esize bytes: 1, 4 or 8) with the first lens[b] steps of each
+ * batch entry b reversed in time (batch_axis 1: x is [T, B, inner]; 0:
+ * [B, T, inner]); lens (len_dtype VQ_I32 or VQ_I64) outside [0, T]
+ * reverse nothing (vq__cuda_range_check reports them). One thread per
+ * element. The CPU's bytes. */
+int vq__cuda_reverse_sequence(int esize, int len_dtype, const void *x, const void *lens, void *out,
+                              int64_t d0, int64_t d1, int64_t inner, int batch_axis, void *stream);
 
 #ifdef __cplusplus
 }

@@ -101,6 +101,7 @@
     X(Relu)                      \
     X(Reshape)                   \
     X(Resize)                    \
+    X(ReverseSequence)           \
     X(Round)                     \
     X(Scatter)                   \
     X(ScatterElements)           \

@@ -3,6 +3,8 @@
  * as a gather of moving indices), Gather, GatherElements, GatherND,
  * Scatter, ScatterElements, ScatterND, OneHot, CumSum, ArgMax and
  * ArgMin. */
+ * as a gather of moving indices), Gather, GatherElements, OneHot, CumSum,
+ * ReverseSequence, ArgMax and ArgMin. */
 #include "onnx_internal.h"
 
 #include <math.h>
@@ -256,6 +258,17 @@ static int t_cumsum(struct ox *x)
     return ox_emit(x, "cumsum", &v, 1, &o, 1, at, 3, NULL);
 }
 
+/* ReverseSequence(input, sequence_lens; batch_axis, time_axis): varq's
+ * reverse_sequence, which checks the axes and lengths. */
+static int t_reverse_sequence(struct ox *x)
+{
+    struct ox_val *in[2] = {ox_input(x, 0), ox_input(x, 1)};
+    vq_attr at[2] = {VQ_ATTR_I("batch_axis", ox_int(x, "batch_axis")),
+                     VQ_ATTR_I("time_axis", ox_int(x, "time_axis"))};
+    const char *o = ox_out0(x);
+    return ox_emit(x, "reverse_sequence", in, 2, &o, 1, at, 2, NULL);
+}
+
 /* ArgMax, ArgMin: the row's varq op. */
 static int t_arg_extreme(struct ox *x)
 {
@@ -291,6 +304,9 @@ const struct ox_op ox_op_OneHot = OX_ROW(t_one_hot, NULL, 3, 3, true, OX_ATTRS(O
 /* the axis absent: the translation says so */
 const struct ox_op ox_op_CumSum =
     OX_ROW(t_cumsum, NULL, 1, 2, true, OX_ATTRS(OX_INT("exclusive", 0), OX_INT("reverse", 0)));
+const struct ox_op ox_op_ReverseSequence =
+    OX_ROW(t_reverse_sequence, NULL, 2, 2, true,
+           OX_ATTRS(OX_INT("batch_axis", 1), OX_INT("time_axis", 0)));
 #define ARG_ATTRS OX_INT("axis", 0), OX_INT("keepdims", 1), OX_INT("select_last_index", 0)
 const struct ox_op ox_op_ArgMax = OX_ROW(t_arg_extreme, "argmax", 1, 1, true, OX_ATTRS(ARG_ATTRS));
 const struct ox_op ox_op_ArgMin = OX_ROW(t_arg_extreme, "argmin", 1, 1, true, OX_ATTRS(ARG_ATTRS));

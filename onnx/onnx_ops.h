@@ -21,6 +21,7 @@
     X(Atanh)                     \
     X(AveragePool)               \
     X(BatchNormalization)        \
+    X(BlackmanWindow)            \
     X(Cast)                      \
     X(Ceil)                      \
     X(Celu)                      \
@@ -53,6 +54,8 @@
     X(GlobalMaxPool)             \
     X(Greater)                   \
     X(GreaterOrEqual)            \
+    X(HammingWindow)             \
+    X(HannWindow)                \
     X(HardSigmoid)               \
     X(HardSwish)                 \
     X(Hardmax)                   \
@@ -75,6 +78,7 @@
     X(MaxPool)                   \
     X(Mean)                      \
     X(MeanVarianceNormalization) \
+    X(MelWeightMatrix)           \
     X(Min)                       \
     X(Mul)                       \
     X(Neg)                       \

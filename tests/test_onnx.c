@@ -2290,3 +2290,64 @@ Test(onnx, a_shape_too_large_to_compute_at_import_is_an_error_saying_so)
                  NAMES("node 7 (Tile \"r\")", "input 1 (repeats) \"shape\"",
                        "too large to compute"));
 }
+
+/* ---- signal generators, computed at import ---- */
+
+/* A symmetric HammingWindow in f64 and a periodic BlackmanWindow in f32,
+ * their sizes initializers: numpy's values of the spec's formulas (Hamming
+ * 25/46 and 21/46, not numpy's 0.54 and 0.46). */
+Test(onnx, windows_of_a_known_size_are_the_specs_formulas)
+{
+    Onnx__ModelProto *m = model_new(17);
+    int32_t five = 5;
+    int64_t four = 4;
+    add_init_of(m, "n5", ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 4, 0, NULL, &five);
+    add_init_of(m, "n4", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 8, 0, NULL, &four);
+    Onnx__NodeProto *h = add_node(m, "HammingWindow", "h", NAMES("n5"), NAMES("ham"));
+    attr_int(h, "periodic", 0);
+    attr_int(h, "output_datatype", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE);
+    add_node(m, "BlackmanWindow", "b", NAMES("n4"), NAMES("bla"));
+    add_outputs(m, NAMES("ham", "bla"));
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    vq_fetch f[2] = {{"ham", NULL}, {"bla", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, NULL, 0, f, 2), 0, "%s", vq_errmsg());
+    static const double ham[5] = {0.086956521739130377, 0.54347826086956519, 1, 0.5434782608695653,
+                                  0.086956521739130377};
+    static const float bla[4] = {-1.38777878e-17f, 0.340000004f, 1, 0.340000004f};
+    cr_assert_eq(vq_tensor_dtype(f[0].tensor), VQ_F64);
+    cr_assert_eq(vq_tensor_numel(f[0].tensor), 5);
+    cr_assert_eq(vq_tensor_dtype(f[1].tensor), VQ_F32);
+    cr_assert_eq(vq_tensor_numel(f[1].tensor), 4);
+    for (int i = 0; i < 5; i++)
+        cr_assert_float_eq(((const double *)vq_tensor_data(f[0].tensor))[i], ham[i], 1e-15,
+                           "hamming[%d]", i);
+    for (int i = 0; i < 4; i++)
+        cr_assert_float_eq(((const float *)vq_tensor_data(f[1].tensor))[i], bla[i], 1e-7,
+                           "blackman[%d]", i);
+    vq_tensor_release(f[0].tensor);
+    vq_tensor_release(f[1].tensor);
+    imported_free(&im);
+    run_free(&r);
+}
+
+/* A window's size fed at run time is an import error naming the input. */
+Test(onnx, a_window_whose_size_is_not_known_at_import_names_the_input)
+{
+    Onnx__ModelProto *m = model_new(17);
+    add_input_of(m, "size", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL);
+    add_node(m, "HannWindow", "w", NAMES("size"), NAMES("y"));
+    add_outputs(m, NAMES("y"));
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "node 0 (HannWindow \"w\"): input 0 (size) \"size\" must be "
+                                  "known when the model is imported"),
+              "%s", vq_errmsg());
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}

@@ -1,10 +1,8 @@
 /* ONNX's indexing ops: Slice (step 1 as varq's slice, other steps of
  * known dims as gathers, and a window that moves with a Loop's iteration
  * as a gather of moving indices), Gather, GatherElements, GatherND,
- * Scatter, ScatterElements, ScatterND, OneHot, CumSum, ArgMax and
- * ArgMin. */
- * as a gather of moving indices), Gather, GatherElements, OneHot, CumSum,
- * ReverseSequence, ArgMax and ArgMin. */
+ * Scatter, ScatterElements, ScatterND, OneHot, CumSum, ReverseSequence,
+ * ArgMax and ArgMin. */
 #include "onnx_internal.h"
 
 #include <math.h>

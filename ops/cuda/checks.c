@@ -91,9 +91,7 @@ int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_che
     c->defer_tag = k->defer_tag;
     if (kind == VQ__CUDA_CHECK_DIV || kind == VQ__CUDA_CHECK_POW || kind == VQ__CUDA_CHECK_LABEL ||
         kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_INDEX_ND ||
-        kind == VQ__CUDA_CHECK_FINITE) {
-        kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_FINITE ||
-        kind == VQ__CUDA_CHECK_RANGE) {
+        kind == VQ__CUDA_CHECK_FINITE || kind == VQ__CUDA_CHECK_RANGE) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = vq__cuda_op_called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
                                 "cudaMemsetAsync");

@@ -92,7 +92,7 @@ enum {
     VQ__CUDA_CHECK_LR_SCHEDULE,
     VQ__CUDA_CHECK_FINITE,
     VQ__CUDA_CHECK_POW,
-    VQ__CUDA_CHECK_INDEX_ND
+    VQ__CUDA_CHECK_INDEX_ND,
     VQ__CUDA_CHECK_RANGE
 };
 
@@ -112,7 +112,6 @@ struct vq__cuda_check {
      * each entry indexes */
     int k;
     long long dims[VQ_MAX_DIMS];
-    int axis;               /* gather: the axis */
     /* the range check: what the values are and their input slot (static
      * strings), and the range [lo, hi) */
     const char *what, *in_slot;

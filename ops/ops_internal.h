@@ -55,6 +55,7 @@ extern const vq__op_def vq__ops_prod[];
 extern const vq__op_def vq__ops_scatter[];
 extern const vq__op_def vq__ops_lrn[];
 extern const vq__op_def vq__ops_sequence[];
+extern const vq__op_def vq__ops_sample[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.

@@ -372,5 +372,27 @@ typedef struct vq__lrn_params {
 typedef struct vq__reverse_sequence_params {
     int batch_axis;
 } vq__reverse_sequence_params;
+/* ---- grid_sample, roi_align (ops/cpu/sample.c) ---- */
+
+/* grid_sample's mode and padding_mode, in the order of their names in
+ * sample.c (ops/sample_shared.h reads them). */
+enum { VQ__GRID_BILINEAR, VQ__GRID_NEAREST, VQ__GRID_BICUBIC };
+enum { VQ__GRID_ZEROS, VQ__GRID_BORDER, VQ__GRID_REFLECTION };
+
+/* grid_sample, grid_sample_grad: the modes above, align_corners; wrt (the
+ * gradient op only): 0 dX, 1 dGrid. */
+typedef struct vq__grid_sample_params {
+    int mode, padding, align, wrt;
+} vq__grid_sample_params;
+
+/* roi_align, roi_align_grad: mode (0 avg, 1 max), half_pixel (1) or
+ * output_half_pixel (0), the output's height and width, sampling_ratio
+ * (0: adaptive) and spatial_scale. */
+enum { VQ__ROI_AVG, VQ__ROI_MAX };
+typedef struct vq__roi_align_params {
+    int mode, half_pixel;
+    int64_t oh, ow, ratio;
+    double scale;
+} vq__roi_align_params;
 
 #endif

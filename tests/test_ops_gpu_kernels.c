@@ -1444,6 +1444,64 @@ static void case_reverse_sequence(struct run *r)
                                     rnd(r, li ? VQ_I64 : VQ_I32, 0, (double)nt + 1, 1, &nb)};
                 check(r, in, 2, 1, at, 2, EXACT);
             }
+/* grid_sample in every mode, padding and align_corners, the grid past
+ * X's edges; its gradient wrt X (atomics on the device: CLOSE) and wrt
+ * Grid (a thread per point, the CPU's order: EXACT). */
+static void case_grid_sample(struct run *r)
+{
+    static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+    static const char *const pads[] = {"zeros", "border", "reflection"};
+    bool grad = !strcmp(r->op, "grid_sample_grad");
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 3; p++)
+            for (int a = 0; a < 2; a++)
+                for (int d = 0; d < N_OF(floats); d++)
+                    for (int wrt = 0; wrt < (grad ? 2 : 1); wrt++) {
+                        vq_dtype dt = floats[d];
+                        describe(r, "%s, %s, %s, align_corners %d, wrt %d", vq_dtype_name(dt),
+                                 modes[m], pads[p], a, wrt);
+                        vq_attr at[4] = {VQ_ATTR_S("mode", modes[m]),
+                                         VQ_ATTR_S("padding_mode", pads[p]),
+                                         VQ_ATTR_B("align_corners", a), VQ_ATTR_I("wrt", wrt)};
+                        vq_tensor *in[3] = {rnd(r, dt, -2, 2, DIMS(2, 3, 5, 6)),
+                                            rnd(r, dt, -1.4, 1.4, DIMS(2, 4, 7, 2)),
+                                            grad ? rnd(r, dt, -1, 1, DIMS(2, 3, 4, 7)) : NULL};
+                        check(r, in, grad ? 3 : 2, 1, at, grad ? 4 : 3,
+                              grad && wrt == 0 ? CLOSE : EXACT);
+                    }
+}
+
+/* roi_align in both modes and transformations, fixed and adaptive
+ * sampling, RoIs inside, across and outside X; its gradient (avg, atomics
+ * on the device). */
+static void case_roi_align(struct run *r)
+{
+    static const double rois[20] = {0,   0, 5,   4, 1.2, 0.7, 3.3, 4.9, -2, -1.5,
+                                    2.5, 3, 3.5, 4, 9,   12,  4,   1,   1,  3};
+    static const double batch[5] = {0, 1, 1, 0, 1};
+    bool grad = !strcmp(r->op, "roi_align_grad");
+    for (int m = 0; m < (grad ? 1 : 2); m++)
+        for (int h = 0; h < 2; h++)
+            for (int ratio = 0; ratio < 3; ratio += 2)
+                for (int d = 0; d < N_OF(floats); d++)
+                    for (int bt = 0; bt < 2; bt++) {
+                        vq_dtype dt = floats[d];
+                        describe(r, "%s, %s, %s, sampling_ratio %d, batch indices %s",
+                                 vq_dtype_name(dt), m ? "max" : "avg",
+                                 h ? "half_pixel" : "output_half_pixel", ratio, bt ? "i64" : "i32");
+                        vq_attr at[6] = {VQ_ATTR_S("mode", m ? "max" : "avg"),
+                                         VQ_ATTR_I("output_height", 3),
+                                         VQ_ATTR_I("output_width", 2),
+                                         VQ_ATTR_I("sampling_ratio", ratio),
+                                         VQ_ATTR_F("spatial_scale", ratio ? 0.5 : 1),
+                                         VQ_ATTR_S("coordinate_transformation_mode",
+                                                   h ? "half_pixel" : "output_half_pixel")};
+                        vq_tensor *in[4] = {rnd(r, dt, -2, 2, DIMS(2, 3, 6, 5)),
+                                            oc_from(dt, DIMS(5, 4), rois),
+                                            oc_from(bt ? VQ_I64 : VQ_I32, DIMS(5), batch),
+                                            grad ? rnd(r, dt, -1, 1, DIMS(5, 3, 3, 2)) : NULL};
+                        check(r, in, grad ? 4 : 3, 1, at, 6, grad ? CLOSE : EXACT);
+                    }
 }
 
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
@@ -1771,6 +1829,10 @@ static const struct op_case {
     {"lrn", case_lrn},
     {"lrn_grad", case_lrn},
     {"reverse_sequence", case_reverse_sequence},
+    {"grid_sample", case_grid_sample},
+    {"grid_sample_grad", case_grid_sample},
+    {"roi_align", case_roi_align},
+    {"roi_align_grad", case_roi_align},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},
@@ -2055,4 +2117,18 @@ Test(ops_gpu_kernels, scatter_indices_out_of_range_fail_with_the_cpu_message)
         vq_tensor *g[2] = {oc_rand(&rng, VQ_F64, DIMS(3, 4), -1, 1), oc_from(it, DIMS(3, 2), in2)};
         same_failure("gather_nd", g, 2, 1, NULL, 0);
     }
+Test(ops_gpu_kernels, roi_batch_indices_out_of_range_fail_with_the_cpu_message)
+{
+    need_gpu();
+    uint64_t rng = 17;
+    for (int grad = 0; grad < 2; grad++)
+        for (int t = 0; t < 2; t++) {
+            /* RoIs 1 and 3 are bad: the message names RoI 1 and its index */
+            double idx[4] = {0, 2, 1, -1};
+            vq_tensor *in[4] = {oc_rand(&rng, VQ_F32, DIMS(2, 3, 4, 4), -1, 1),
+                                oc_rand(&rng, VQ_F32, DIMS(4, 4), 0, 3),
+                                oc_from(t ? VQ_I64 : VQ_I32, DIMS(4), idx),
+                                grad ? oc_rand(&rng, VQ_F32, DIMS(4, 3, 1, 1), -1, 1) : NULL};
+            same_failure(grad ? "roi_align_grad" : "roi_align", in, grad ? 4 : 3, 1, NULL, 0);
+        }
 }

@@ -91,7 +91,8 @@ int vq__cuda_check_begin(const vq__cuda_launch *l, int kind, struct vq__cuda_che
     c->defer_tag = k->defer_tag;
     if (kind == VQ__CUDA_CHECK_DIV || kind == VQ__CUDA_CHECK_POW || kind == VQ__CUDA_CHECK_LABEL ||
         kind == VQ__CUDA_CHECK_INDEX || kind == VQ__CUDA_CHECK_INDEX_ND ||
-        kind == VQ__CUDA_CHECK_FINITE || kind == VQ__CUDA_CHECK_RANGE) {
+        kind == VQ__CUDA_CHECK_FINITE || kind == VQ__CUDA_CHECK_RANGE ||
+        kind == VQ__CUDA_CHECK_BATCH) {
         /* bad and label to all ones: ULLONG_MAX, "nothing found" */
         rc = vq__cuda_op_called(k, cudaMemsetAsync(c->d, 0xff, 2 * sizeof(long long), l->s),
                                 "cudaMemsetAsync");
@@ -139,6 +140,11 @@ static int check_run(void *arg)
         /* vq__range_fail's words (ops/cpu/sequence.c) */
         rc = vq__op_fail(c->def, "%s %lld at %s element %lld is outside [%lld, %lld)", c->what,
                          f->label, c->in_slot, (long long)f->bad, c->lo, c->hi);
+    else if (c->kind == VQ__CUDA_CHECK_BATCH && f->bad != ULLONG_MAX)
+        /* sample.c's batch_check, word for word */
+        rc = vq__op_fail(c->def,
+                         "batch index %lld of RoI %lld is outside [0, %lld) (X's batch size)",
+                         f->label, (long long)f->bad, c->classes);
     else if (c->kind == VQ__CUDA_CHECK_FINITE && f->bad != ULLONG_MAX)
         rc = vq__nonfinite_fail(c->slot, c->var, f->value, (int64_t)f->bad);
     if (rc < 0)

@@ -93,7 +93,8 @@ enum {
     VQ__CUDA_CHECK_FINITE,
     VQ__CUDA_CHECK_POW,
     VQ__CUDA_CHECK_INDEX_ND,
-    VQ__CUDA_CHECK_RANGE
+    VQ__CUDA_CHECK_RANGE,
+    VQ__CUDA_CHECK_BATCH
 };
 
 /* One checked call's check, from its device's pool (checks.c). */
@@ -105,7 +106,7 @@ struct vq__cuda_check {
     /* What the host functions need; the call is gone by the time they run. */
     const vq__op_def *def;
     int kind;
-    long long classes;
+    long long classes;      /* roi_align: X's batch size */
     long long dim;          /* gather: X's dim along the axis */
     int axis;               /* gather: the axis; scatter_nd, gather_nd: batch_dims */
     /* scatter_nd, gather_nd: the index tuples' length and X's dim that

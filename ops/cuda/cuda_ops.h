@@ -154,4 +154,10 @@ VQ__CUDA_LAUNCHES(vq__reverse_sequence_gpu);
 /* prod_host.c */
 VQ__CUDA_LAUNCHES(vq__reduce_prod_gpu);
 
+/* sample_host.c */
+VQ__CUDA_LAUNCHES(vq__grid_sample_gpu);
+VQ__CUDA_LAUNCHES(vq__grid_sample_grad_gpu);
+VQ__CUDA_LAUNCHES(vq__roi_align_gpu);
+VQ__CUDA_LAUNCHES(vq__roi_align_grad_gpu);
+
 #endif

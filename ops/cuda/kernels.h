@@ -50,6 +50,7 @@
 #include "../resize_shared.h" /* vq__resize_geom */
 #include "../scatter_shared.h" /* vq__elements_geom, vq__nd_geom */
 #include "../lrn_shared.h"    /* vq__lrn_geom */
+#include "../params.h"        /* vq__grid_sample_params, vq__roi_align_params */
 
 #ifdef __cplusplus
 extern "C" {
@@ -713,6 +714,42 @@ int vq__cuda_scatter_nd(int dtype, int index_dtype, int reduction, const void *x
  * bytes. One thread per element of out. The CPU's bits. */
 int vq__cuda_gather_nd(int esize, int index_dtype, const void *x, const void *idx, void *out,
                        const vq__nd_geom *geo, void *stream);
+/* grid_sample (ops/cpu/sample.c, ops/sample_shared.h's rules), f32 and
+ * f64: x [n, c, h, w], grid [n, np, 2] (np output points per batch entry),
+ * out [n, c, np]; one thread per grid point, over the channels. The CPU's
+ * bits. */
+int vq__cuda_grid_sample(int dtype, const void *x, const void *grid, void *out, int64_t n,
+                         int64_t c, int64_t h, int64_t w, int64_t np,
+                         const vq__grid_sample_params *p, void *stream);
+
+/* grid_sample_grad, the same dims, dout [n, c, np]: p->wrt 0, d (x's
+ * shape) = zeros, then what each point adds at its taps (channel by
+ * channel) with atomicAdd: the CPU's sums to rounding; p->wrt 1, d
+ * [n, np, 2] = each point's derivative, one thread per point summing the
+ * channels in the CPU's order: the CPU's bits. */
+int vq__cuda_grid_sample_grad(int dtype, const void *x, const void *grid, const void *dout, void *d,
+                              int64_t n, int64_t c, int64_t h, int64_t w, int64_t np,
+                              const vq__grid_sample_params *p, void *stream);
+
+/* roi_align (ops/cpu/sample.c), f32 and f64: x [n, c, h, w], rois
+ * [nroi, 4], batch [nroi] (batch_dtype VQ_I32 or VQ_I64), out
+ * [nroi, c, p->oh, p->ow]; one thread per element of out: the CPU's bits.
+ * A RoI whose batch index is outside [0, n) gets zeros, and the smallest
+ * such RoI goes to *bad_row (atomicMin; reset to all ones by the caller;
+ * vq__cuda_label_fetch reads its index). */
+int vq__cuda_roi_align(int dtype, int batch_dtype, const void *x, const void *rois,
+                       const void *batch, void *out, int64_t n, int64_t c, int64_t h, int64_t w,
+                       int64_t nroi, const vq__roi_align_params *p, unsigned long long *bad_row,
+                       void *stream);
+
+/* roi_align_grad (avg), the same dims, dout [nroi, c, p->oh, p->ow]: dx
+ * = zeros, then each bin's sampling points' taps' shares added with
+ * atomicAdd (the CPU's sums to rounding); bad batch indices as roi_align's
+ * (their RoIs add nothing). */
+int vq__cuda_roi_align_grad(int dtype, int batch_dtype, const void *rois, const void *batch,
+                            const void *dout, void *dx, int64_t n, int64_t c, int64_t h, int64_t w,
+                            int64_t nroi, const vq__roi_align_params *p,
+                            unsigned long long *bad_row, void *stream);
 
 /* reduce_prod (ops/cpu/prod.c), f32, f64, i32 and i64: out (X's kept
  * dims) = the product of each group of x (ndim dims, shape; bit d of mask

@@ -54,6 +54,7 @@
     X(GlobalMaxPool)             \
     X(Greater)                   \
     X(GreaterOrEqual)            \
+    X(GridSample)                \
     X(HammingWindow)             \
     X(HannWindow)                \
     X(HardSigmoid)               \
@@ -106,6 +107,7 @@
     X(Reshape)                   \
     X(Resize)                    \
     X(ReverseSequence)           \
+    X(RoiAlign)                  \
     X(Round)                     \
     X(Scatter)                   \
     X(ScatterElements)           \

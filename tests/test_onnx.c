@@ -1534,6 +1534,49 @@ Test(onnx, resize_reads_float_initializer_scales_at_import_and_runs)
     run_free(&r);
 }
 
+/* ---- RoiAlign, GridSample ---- */
+
+/* RoiAlign of opset 10 has no coordinate_transformation_mode and samples
+ * as output_half_pixel; opset 16's default is half_pixel: a 1 x 1 bin over
+ * [0, 2) x [0, 2) of x = 0 .. 15 (4 x 4) with one sampling point reads
+ * x at (1, 1) = 5 in opset 10, at (0.5, 0.5) = 2.5 in opset 16. */
+Test(onnx, roi_align_of_opset_10_is_output_half_pixel_and_of_16_half_pixel)
+{
+    for (int v16 = 0; v16 < 2; v16++) {
+        Onnx__ModelProto *m = model_new(v16 ? 16 : 10);
+        add_input(m, "x", 4, (int64_t[]){1, 1, 4, 4});
+        add_output(m, "y");
+        add_init(m, "rois", 2, (int64_t[]){1, 4}, (const float[]){0, 0, 2, 2});
+        add_init_of(m, "idx", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, sizeof(int64_t), 1,
+                    (int64_t[]){1}, (const int64_t[]){0});
+        Onnx__NodeProto *n = add_node(m, "RoiAlign", "roi", NAMES("x", "rois", "idx"), NAMES("y"));
+        attr_int(n, "sampling_ratio", 1);
+        struct imported im = import_ok(m);
+        struct run r = run_new();
+        float xv[16];
+        for (int i = 0; i < 16; i++)
+            xv[i] = (float)i;
+        vq_tensor *x;
+        cr_assert_eq(vq_tensor_from(&x, VQ_F32, 4, (int64_t[]){1, 1, 4, 4}, xv), 0);
+        vq_feed f = {"x", x};
+        cr_assert_float_eq(run1(&r, im.p, im.s, &f, 1, "y", 0), v16 ? 2.5f : 5.0f, 1e-6, "opset %d",
+                           v16 ? 16 : 10);
+        vq_tensor_release(x);
+        imported_free(&im);
+        run_free(&r);
+    }
+}
+
+Test(onnx, grid_sample_samples_4d_input_only)
+{
+    Onnx__ModelProto *m = model_new(16);
+    add_input(m, "x", 5, (int64_t[]){1, 1, 2, 2, 2});
+    add_input(m, "g", 5, (int64_t[]){1, 2, 2, 2, 3});
+    add_output(m, "y");
+    add_node(m, "GridSample", "gs", NAMES("x", "g"), NAMES("y"));
+    expect_error(m, VQ_ENOSYS, NAMES("GridSample \"gs\"", "varq samples 4-D (NCHW) input"));
+}
+
 Test(onnx, upsample_of_opset_7_reads_its_scales_attribute)
 {
     /* x [1, 1, 2, 2] nearest by [1, 1, 2, 3]: each element repeated 2 x 3 */

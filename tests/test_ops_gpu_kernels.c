@@ -1444,6 +1444,8 @@ static void case_reverse_sequence(struct run *r)
                                     rnd(r, li ? VQ_I64 : VQ_I32, 0, (double)nt + 1, 1, &nb)};
                 check(r, in, 2, 1, at, 2, EXACT);
             }
+}
+
 /* grid_sample in every mode, padding and align_corners, the grid past
  * X's edges; its gradient wrt X (atomics on the device: CLOSE) and wrt
  * Grid (a thread per point, the CPU's order: EXACT). */
@@ -2117,6 +2119,8 @@ Test(ops_gpu_kernels, scatter_indices_out_of_range_fail_with_the_cpu_message)
         vq_tensor *g[2] = {oc_rand(&rng, VQ_F64, DIMS(3, 4), -1, 1), oc_from(it, DIMS(3, 2), in2)};
         same_failure("gather_nd", g, 2, 1, NULL, 0);
     }
+}
+
 Test(ops_gpu_kernels, roi_batch_indices_out_of_range_fail_with_the_cpu_message)
 {
     need_gpu();

@@ -81,6 +81,7 @@
     X(MeanVarianceNormalization) \
     X(MelWeightMatrix)           \
     X(Min)                       \
+    X(Mod)                       \
     X(Mul)                       \
     X(Neg)                       \
     X(NegativeLogLikelihoodLoss) \

@@ -395,6 +395,16 @@ static int t_cast(struct ox *x)
     return ox_emit(x, "cast", &v, 1, &o, 1, &a, 1, NULL);
 }
 
+/* Mod(A, B; fmod): mod, whose fmod false is Python's % and true C's fmod,
+ * as ONNX's. */
+static int t_mod(struct ox *x)
+{
+    struct ox_val *in[2] = {ox_input(x, 0), ox_input(x, 1)};
+    vq_attr a = VQ_ATTR_B("fmod", ox_int(x, "fmod") != 0);
+    const char *o = ox_out0(x);
+    return ox_emit(x, "mod", in, 2, &o, 1, &a, 1, NULL);
+}
+
 static int t_identity(struct ox *x)
 {
     return ox_alias(x, ox_out0(x), ox_input(x, 0));
@@ -481,4 +491,5 @@ const struct ox_op ox_op_Shrink =
     OX_ROW(t_shrink, NULL, 1, 1, true, OX_ATTRS(OX_FLOAT("lambd", 0.5), OX_FLOAT("bias", 0)));
 const struct ox_op ox_op_Sign = OX_ROW(t_sign, NULL, 1, 1, true, NULL);
 const struct ox_op ox_op_Cast = OX_ROW(t_cast, NULL, 1, 1, true, OX_ATTRS(OX_INT("to", -1)));
+const struct ox_op ox_op_Mod = OX_ROW(t_mod, NULL, 2, 2, true, OX_ATTRS(OX_INT("fmod", 0)));
 const struct ox_op ox_op_Identity = OX_ROW(t_identity, NULL, 1, 1, true, NULL);

@@ -14,9 +14,19 @@
 
 /* ---- elementwise (ops/cpu/elementwise.c) ---- */
 
-/* add, sub, mul, div: vq__op_def.code and vq__binary_params.op; also the
- * op of elementwise_grad. Equal to kernels.h's VQ__CUDA_ADD ... */
-enum { VQ__BINARY_ADD, VQ__BINARY_SUB, VQ__BINARY_MUL, VQ__BINARY_DIV, VQ__BINARY_POW };
+/* add, sub, mul, div, pow, and mod's two kinds (MOD: the sign of the
+ * divisor, Python's %; FMOD: the sign of the dividend, C's fmod and %):
+ * vq__op_def.code and vq__binary_params.op; also the op of
+ * elementwise_grad. Equal to kernels.h's VQ__CUDA_ADD ... */
+enum {
+    VQ__BINARY_ADD,
+    VQ__BINARY_SUB,
+    VQ__BINARY_MUL,
+    VQ__BINARY_DIV,
+    VQ__BINARY_POW,
+    VQ__BINARY_MOD,
+    VQ__BINARY_FMOD,
+};
 
 typedef struct vq__binary_params {
     int op;

@@ -267,3 +267,133 @@ Test(ops_elementwise, long_calls_shared_by_two_workers_equal_the_serial_call)
     }
     vq_engine_free(e);
 }
+
+/* mod against numpy (remainder: fmod false; fmod: fmod true), the same
+ * elements in f32 and f64, signed zeros included. */
+Test(ops_elementwise, mod_and_fmod_match_numpy_remainder_and_fmod_with_their_signs)
+{
+    static const double x[12] = {5.5, -5.5, 5.5,  -5.5,  7.0,  -7.0,
+                                 0.0, -0.0, 3.25, -1e-3, 1e10, 2.0};
+    static const double y[12] = {2.0, 2.0,  -2.0, -2.0, 3.5,  -3.5,
+                                 3.0, -3.0, 0.75, 4.0,  -3.0, INFINITY};
+    /* np.remainder(x, y) and np.fmod(x, y) (f64; f32 rounds element 9) */
+    static const double rem[12] = {1.5, 0.5,  -0.5, -1.5,  0.0,  -0.0,
+                                   0.0, -0.0, 0.25, 3.999, -2.0, 2.0};
+    static const double fm[12] = {1.5, -1.5, 1.5,  -1.5,   0.0, -0.0,
+                                  0.0, -0.0, 0.25, -0.001, 1.0, 2.0};
+    int64_t n = 12;
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_F64 : VQ_F32;
+        for (int f = 0; f < 2; f++) {
+            vq_tensor *in[2] = {oc_from(dt, 1, &n, x), oc_from(dt, 1, &n, y)};
+            vq_attr at = VQ_ATTR_B("fmod", f);
+            vq_tensor *o = oc_run1("mod", in, 2, &at, 1);
+            const double *want = f ? fm : rem;
+            for (int i = 0; i < 12; i++) {
+                double g = oc_get(o, i), w = want[i];
+                if (dt == VQ_F32 && i == 9)
+                    w = f ? (double)fmodf(-1e-3f, 4.0f) : 3.999000072479248;
+                if (dt == VQ_F32 && i == 10)
+                    w = f ? (double)fmodf(1e10f, -3.0f) : (double)fmodf(1e10f, -3.0f) - 3.0;
+                cr_assert(g == w && signbit(g) == signbit(w),
+                          "%s fmod %d element %d: %.17g, want %.17g", vq_dtype_name(dt), f, i, g,
+                          w);
+            }
+            vq_tensor_release(o);
+            vq_tensor_release(in[0]);
+            vq_tensor_release(in[1]);
+        }
+    }
+}
+
+/* Integer mod with broadcasting against floor and truncated division
+ * written out (Python's a - b * (a // b), C's a - b * (a / b)); mixed
+ * signs, x mod -1 (INT_MIN's too) is 0. */
+Test(ops_elementwise, integer_mod_takes_the_divisors_sign_and_fmod_the_dividends)
+{
+    for (int d = 0; d < 2; d++) {
+        vq_dtype dt = d ? VQ_I64 : VQ_I32;
+        for (int f = 0; f < 2; f++)
+            for (int c = 0; c < oc_nbcast_cases; c++) {
+                const struct oc_bcast_case *s = &oc_bcast_cases[c];
+                vq_tensor *x = oc_rand(&rng, dt, s->nx, s->x, -40, 40);
+                vq_tensor *y = oc_rand(&rng, dt, s->ny, s->y, -9, 9);
+                for (int64_t i = 0; i < vq_tensor_numel(y); i++)
+                    if (oc_get(y, i) == 0)
+                        oc_set(y, i, 7);
+                vq_tensor *in[2] = {x, y};
+                vq_attr at = VQ_ATTR_B("fmod", f);
+                vq_tensor *o = oc_run1("mod", in, 2, &at, 1);
+                int64_t no = 1;
+                for (int k = 0; k < s->no; k++)
+                    no *= s->o[k];
+                double want[64];
+                for (int64_t i = 0; i < no; i++) {
+                    int64_t a = (int64_t)oc_get(x, oc_bcast_index(i, s->no, s->o, s->nx, s->x));
+                    int64_t b = (int64_t)oc_get(y, oc_bcast_index(i, s->no, s->o, s->ny, s->y));
+                    int64_t q = a / b;
+                    if (!f && (a % b != 0) && ((a < 0) != (b < 0)))
+                        q -= 1; /* floor division */
+                    want[i] = (double)(a - b * q);
+                }
+                oc_assert_close(o, s->no, s->o, want, 0, 0);
+                vq_tensor_release(o);
+                vq_tensor_release(x);
+                vq_tensor_release(y);
+            }
+        int64_t two = 2;
+        vq_tensor *in[2] = {oc_from(dt, 1, &two, (double[]){d ? (double)INT64_MIN : INT32_MIN, 9}),
+                            oc_from(dt, 1, &two, (double[]){-1, -1})};
+        vq_tensor *o = oc_run1("mod", in, 2, NULL, 0);
+        oc_assert_close(o, 1, &two, (double[]){0, 0}, 0, 0);
+        vq_tensor_release(o);
+        vq_tensor_release(in[1]);
+        in[1] = oc_from(dt, 1, &two, (double[]){3, 0});
+        vq_attr at = VQ_ATTR_B("fmod", d);
+        cr_assert_eq(oc_try("mod", in, 2, 1, &at, 1), VQ_EINVAL);
+        cr_assert(strstr(vq_errmsg(),
+                         "mod: integer division by zero (or overflow) at output element 1"),
+                  "%s", vq_errmsg());
+        vq_tensor_release(in[0]);
+        vq_tensor_release(in[1]);
+    }
+}
+
+/* The gradients of mod: 1 for X, -floor(X / Y) (fmod: -trunc) for Y,
+ * against finite differences away from the jumps (X / Y a quarter to
+ * three quarters past an integer), broadcasting summed. */
+Test(ops_elementwise, mod_gradients_match_finite_differences)
+{
+    for (int f = 0; f < 2; f++)
+        for (int c = 0; c < oc_nbcast_cases; c++) {
+            const struct oc_bcast_case *s = &oc_bcast_cases[c];
+            vq_tensor *y = oc_rand(&rng, VQ_F64, s->ny, s->y, 0.5, 2);
+            for (int64_t i = 0; i < vq_tensor_numel(y); i++)
+                if (i % 2)
+                    oc_set(y, i, -oc_get(y, i));
+            /* draws X until no quotient is near a jump */
+            int64_t no = 1;
+            for (int k = 0; k < s->no; k++)
+                no *= s->o[k];
+            vq_tensor *x = NULL;
+            bool ok = false;
+            for (int tries = 0; tries < 1000 && !ok; tries++) {
+                vq_tensor_release(x);
+                x = oc_rand(&rng, VQ_F64, s->nx, s->x, -3, 3);
+                ok = true;
+                for (int64_t i = 0; i < no && ok; i++) {
+                    double a = oc_get(x, oc_bcast_index(i, s->no, s->o, s->nx, s->x));
+                    double b = oc_get(y, oc_bcast_index(i, s->no, s->o, s->ny, s->y));
+                    double fr = a / b - floor(a / b);
+                    ok = fr > 0.05 && fr < 0.95;
+                }
+            }
+            cr_assert(ok, "case %d: no X away from the jumps", c);
+            vq_tensor *in[2] = {x, y};
+            vq_attr at = VQ_ATTR_B("fmod", f);
+            double err = oc_grad_check("mod", in, 2, 1, &at, 1, 3, &rng);
+            cr_assert_lt(err, 1e-6, "fmod %d case %d: %g", f, c, err);
+            vq_tensor_release(x);
+            vq_tensor_release(y);
+        }
+}

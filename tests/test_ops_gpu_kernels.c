@@ -229,8 +229,29 @@ static void case_xy_grad(struct run *r, const char *const *ops, int nops, double
 
 static void case_elementwise_grad(struct run *r)
 {
-    static const char *const ops[] = {"add", "sub", "mul", "div"};
-    case_xy_grad(r, ops, 4, 0.5); /* div: Y away from 0 */
+    static const char *const ops[] = {"add", "sub", "mul", "div", "mod", "fmod"};
+    case_xy_grad(r, ops, 6, 0.5); /* div, mod: Y away from 0 */
+}
+
+/* mod, both kinds, in every numeric dtype: mixed signs, integer divisors
+ * other than 0 (-1 among them). */
+static void case_mod(struct run *r)
+{
+    for (int f = 0; f < 2; f++)
+        for (int d = 0; d < N_OF(numerics); d++)
+            for (int s = 0; s < N_OF(pairs); s++) {
+                vq_dtype dt = numerics[d];
+                bool ints = dt == VQ_I32 || dt == VQ_I64;
+                const struct pair *p = &pairs[s];
+                describe(r, "%s, fmod %d, shape pair %d", vq_dtype_name(dt), f, s);
+                vq_tensor *in[2] = {rnd(r, dt, ints ? -50 : -5, ints ? 50 : 5, p->nx, p->x),
+                                    rnd(r, dt, ints ? -9 : -2, ints ? 9 : 2, p->ny, p->y)};
+                for (int64_t i = 0; i < vq_tensor_numel(in[1]); i++)
+                    if (oc_get(in[1], i) == 0)
+                        oc_set(in[1], i, -1);
+                vq_attr at = VQ_ATTR_B("fmod", f);
+                check(r, in, 2, 1, &at, 1, EXACT);
+            }
 }
 
 /* pow of a positive base (a negative one with a fractional exponent is
@@ -1835,6 +1856,7 @@ static const struct op_case {
     {"grid_sample_grad", case_grid_sample},
     {"roi_align", case_roi_align},
     {"roi_align_grad", case_roi_align},
+    {"mod", case_mod},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},
@@ -2027,6 +2049,14 @@ Test(ops_gpu_kernels, integer_division_by_zero_fails_with_the_cpu_message)
     cr_assert_eq(vq_tensor_from(&in[0], VQ_I32, DIMS(4), px), 0);
     cr_assert_eq(vq_tensor_from(&in[1], VQ_I32, DIMS(4), py), 0);
     same_failure("pow", in, 2, 1, NULL, 0);
+    /* integer mod by zero, both kinds, at element 1 */
+    for (int f = 0; f < 2; f++) {
+        int64_t ax[3] = {7, -7, 9}, ay[3] = {-1, 0, 0};
+        cr_assert_eq(vq_tensor_from(&in[0], VQ_I64, DIMS(3), ax), 0);
+        cr_assert_eq(vq_tensor_from(&in[1], VQ_I64, DIMS(3), ay), 0);
+        vq_attr at = VQ_ATTR_B("fmod", f);
+        same_failure("mod", in, 2, 1, &at, 1);
+    }
 }
 
 Test(ops_gpu_kernels, labels_out_of_range_fail_with_the_cpu_message)

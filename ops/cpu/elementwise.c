@@ -1,5 +1,5 @@
-/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div, pow),
- * scale, and the gradient op of the five binary ones (floats).
+/* Binary elementwise ops with numpy broadcasting (add, sub, mul, div, pow,
+ * mod), scale, and the gradient op of the binary ones (floats).
  *
  * Kernels walk the output in rows (broadcast.c) and run one tight loop per
  * row whose inputs each step by 0 or 1. Integer arithmetic wraps (it is done
@@ -7,7 +7,14 @@
  * by zero is an error of the op, not a crash. Integer pow multiplies by
  * squaring (wrapping too); a negative exponent gives the truncated
  * quotient 1 / x^-y (1 or -1 for x = 1 or -1, else 0), and 0 to a
- * negative power is an error like division by zero. */
+ * negative power is an error like division by zero.
+ *
+ * mod(X, Y; fmod) is ONNX's Mod: with fmod false the remainder takes the
+ * divisor's sign (Python's %, numpy's remainder, torch.remainder), with
+ * fmod true the dividend's (C's fmod and %, torch.fmod); in every dtype,
+ * an integer mod by zero an error like division by zero (x mod -1 is 0,
+ * INT_MIN's too). Its gradients are 1 for X and -floor(X / Y) (fmod:
+ * -trunc(X / Y)) for Y, as torch's. */
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
@@ -15,7 +22,9 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const op_names[] = {"add", "sub", "mul", "div", "pow"};
+/* elementwise_grad's op attribute, by VQ__BINARY_* code. */
+static const char *const op_names[] = {"add", "sub", "mul", "div", "pow", "mod", "fmod"};
+#define NOPS ((int)(sizeof op_names / sizeof op_names[0]))
 
 static const char *const xy_in[] = {"X", "Y"};
 static const char *const out_slot[] = {"Out"};
@@ -30,6 +39,29 @@ static int binary_infer(vq__infer *c)
     return vq__broadcast_shapes(c, 0, 1, &c->out[0]);
 }
 
+/* Float remainders: C's fmod (exact), moved to the divisor's sign for
+ * Python's % (a zero remainder takes the divisor's sign, as numpy's);
+ * elementwise.cu's python_mod does the same. */
+static inline float mod_float(bool python, float a, float b)
+{
+    float r = fmodf(a, b);
+    if (!python)
+        return r;
+    if (r != 0)
+        return (b < 0) != (r < 0) ? r + b : r;
+    return copysignf(r, b);
+}
+
+static inline double mod_double(bool python, double a, double b)
+{
+    double r = fmod(a, b);
+    if (!python)
+        return r;
+    if (r != 0)
+        return (b < 0) != (r < 0) ? r + b : r;
+    return copysign(r, b);
+}
+
 struct rows {
     const void *x, *y;
     void *out;
@@ -41,28 +73,33 @@ struct rows {
 /* The loops of one row, with the strides as constants where the common
  * cases allow (1: contiguous, 0: a broadcast scalar) so that they
  * vectorize, and as variables otherwise. */
-#define FLOAT_ROW_LOOP(T, XS, YS)                \
-    switch (r->op) {                             \
-    case VQ__BINARY_ADD:                         \
-        for (int64_t i = 0; i < n; i++)          \
-            o[i] = x[i * XS] + y[i * YS];        \
-        break;                                   \
-    case VQ__BINARY_SUB:                         \
-        for (int64_t i = 0; i < n; i++)          \
-            o[i] = x[i * XS] - y[i * YS];        \
-        break;                                   \
-    case VQ__BINARY_MUL:                         \
-        for (int64_t i = 0; i < n; i++)          \
-            o[i] = x[i * XS] * y[i * YS];        \
-        break;                                   \
-    case VQ__BINARY_DIV:                         \
-        for (int64_t i = 0; i < n; i++)          \
-            o[i] = x[i * XS] / y[i * YS];        \
-        break;                                   \
-    default:                                     \
-        for (int64_t i = 0; i < n; i++)          \
-            o[i] = (T)pow(x[i * XS], y[i * YS]); \
-        break;                                   \
+#define FLOAT_ROW_LOOP(T, XS, YS)                                          \
+    switch (r->op) {                                                       \
+    case VQ__BINARY_ADD:                                                   \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = x[i * XS] + y[i * YS];                                  \
+        break;                                                             \
+    case VQ__BINARY_SUB:                                                   \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = x[i * XS] - y[i * YS];                                  \
+        break;                                                             \
+    case VQ__BINARY_MUL:                                                   \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = x[i * XS] * y[i * YS];                                  \
+        break;                                                             \
+    case VQ__BINARY_DIV:                                                   \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = x[i * XS] / y[i * YS];                                  \
+        break;                                                             \
+    case VQ__BINARY_MOD:                                                   \
+    case VQ__BINARY_FMOD:                                                  \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = mod_##T(r->op == VQ__BINARY_MOD, x[i * XS], y[i * YS]); \
+        break;                                                             \
+    default:                                                               \
+        for (int64_t i = 0; i < n; i++)                                    \
+            o[i] = (T)pow(x[i * XS], y[i * YS]);                           \
+        break;                                                             \
     }
 
 #define FLOAT_ROW(T)                                                                       \
@@ -83,60 +120,78 @@ struct rows {
         }                                                                                 \
     }
 
-#define INT_ROW(T, U, MIN)                                                                     \
-    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n, int64_t xs, \
-                        int64_t ys)                                                            \
-    {                                                                                          \
-        struct rows *r = user;                                                                 \
-        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                          \
-        T *o = (T *)r->out + oo;                                                               \
-        switch (r->op) {                                                                       \
-        case VQ__BINARY_ADD:                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);                                       \
-            break;                                                                             \
-        case VQ__BINARY_SUB:                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);                                       \
-            break;                                                                             \
-        case VQ__BINARY_MUL:                                                                   \
-            for (int64_t i = 0; i < n; i++)                                                    \
-                o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);                                       \
-            break;                                                                             \
-        case VQ__BINARY_POW:                                                                   \
-            for (int64_t i = 0; i < n; i++) {                                                  \
-                T a = x[i * xs], b = y[i * ys];                                                \
-                if (b < 0) {                                                                   \
-                    if (a == 0 && !r->err) {                                                   \
-                        r->err = 1;                                                            \
-                        r->bad = oo + i;                                                       \
-                    }                                                                          \
-                    o[i] = a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;                      \
-                    continue;                                                                  \
-                }                                                                              \
-                U base = (U)a, p = 1;                                                          \
-                for (U e = (U)b; e; e >>= 1) {                                                 \
-                    if (e & 1)                                                                 \
-                        p *= base;                                                             \
-                    base *= base;                                                              \
-                }                                                                              \
-                o[i] = (T)p;                                                                   \
-            }                                                                                  \
-            break;                                                                             \
-        default:                                                                               \
-            for (int64_t i = 0; i < n; i++) {                                                  \
-                T a = x[i * xs], b = y[i * ys];                                                \
-                if (b == 0 || (a == MIN && b == -1)) {                                         \
-                    if (!r->err) {                                                             \
-                        r->err = 1;                                                            \
-                        r->bad = oo + i;                                                       \
-                    }                                                                          \
-                    o[i] = 0;                                                                  \
-                } else {                                                                       \
-                    o[i] = a / b;                                                              \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
+#define INT_ROW(T, U, MIN)                                                                        \
+    static void row_##T(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n, int64_t xs,    \
+                        int64_t ys)                                                               \
+    {                                                                                             \
+        struct rows *r = user;                                                                    \
+        const T *x = (const T *)r->x + xo, *y = (const T *)r->y + yo;                             \
+        T *o = (T *)r->out + oo;                                                                  \
+        switch (r->op) {                                                                          \
+        case VQ__BINARY_ADD:                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                o[i] = (T)((U)x[i * xs] + (U)y[i * ys]);                                          \
+            break;                                                                                \
+        case VQ__BINARY_SUB:                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                o[i] = (T)((U)x[i * xs] - (U)y[i * ys]);                                          \
+            break;                                                                                \
+        case VQ__BINARY_MUL:                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                       \
+                o[i] = (T)((U)x[i * xs] * (U)y[i * ys]);                                          \
+            break;                                                                                \
+        case VQ__BINARY_POW:                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                     \
+                T a = x[i * xs], b = y[i * ys];                                                   \
+                if (b < 0) {                                                                      \
+                    if (a == 0 && !r->err) {                                                      \
+                        r->err = 1;                                                               \
+                        r->bad = oo + i;                                                          \
+                    }                                                                             \
+                    o[i] = a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;                         \
+                    continue;                                                                     \
+                }                                                                                 \
+                U base = (U)a, p = 1;                                                             \
+                for (U e = (U)b; e; e >>= 1) {                                                    \
+                    if (e & 1)                                                                    \
+                        p *= base;                                                                \
+                    base *= base;                                                                 \
+                }                                                                                 \
+                o[i] = (T)p;                                                                      \
+            }                                                                                     \
+            break;                                                                                \
+        case VQ__BINARY_MOD:                                                                      \
+        case VQ__BINARY_FMOD:                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                     \
+                T a = x[i * xs], b = y[i * ys];                                                   \
+                if (b == 0) {                                                                     \
+                    if (!r->err) {                                                                \
+                        r->err = 1;                                                               \
+                        r->bad = oo + i;                                                          \
+                    }                                                                             \
+                    o[i] = 0;                                                                     \
+                } else if (b == -1) { /* INT_MIN % -1 would trap */                               \
+                    o[i] = 0;                                                                     \
+                } else {                                                                          \
+                    T m = a % b;                                                                  \
+                    o[i] = r->op == VQ__BINARY_MOD && m != 0 && ((m < 0) != (b < 0)) ? m + b : m; \
+                }                                                                                 \
+            }                                                                                     \
+            break;                                                                                \
+        default:                                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                     \
+                T a = x[i * xs], b = y[i * ys];                                                   \
+                if (b == 0 || (a == MIN && b == -1)) {                                            \
+                    if (!r->err) {                                                                \
+                        r->err = 1;                                                               \
+                        r->bad = oo + i;                                                          \
+                    }                                                                             \
+                    o[i] = 0;                                                                     \
+                } else {                                                                          \
+                    o[i] = a / b;                                                                 \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
     }
 
 FLOAT_ROW(float)
@@ -209,11 +264,11 @@ static int grad_infer(vq__infer *c)
     vq__binary_grad_params *p = c->params;
     const vq_attr *op = vq__attr_find(c, "op");
     p->op = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NOPS; i++)
         if (!strcmp(op->s, op_names[i]))
             p->op = i;
     if (p->op < 0)
-        return vq__attr_fail(c, "op", "\"%s\" is not add, sub, mul, div or pow", op->s);
+        return vq__attr_fail(c, "op", "\"%s\" is not add, sub, mul, div, pow, mod or fmod", op->s);
     int64_t wrt = vq__attr_int(c, "wrt", 0);
     if (wrt != 0 && wrt != 1)
         return vq__attr_fail(c, "wrt", "is %lld, not 0 (X) or 1 (Y)", (long long)wrt);
@@ -261,6 +316,8 @@ struct grad_rows {
             switch (r->op) {                                                                     \
             case VQ__BINARY_MUL: d = g[i] * (r->wrt ? a : b); break;                             \
             case VQ__BINARY_DIV: d = r->wrt ? -g[i] * a / (b * b) : g[i] / b; break;             \
+            case VQ__BINARY_MOD: d = r->wrt ? -g[i] * (T)floor(a / b) : g[i]; break;             \
+            case VQ__BINARY_FMOD: d = r->wrt ? -g[i] * (T)trunc(a / b) : g[i]; break;            \
             default: /* pow: b a^(b-1) for X, a^b ln a for Y */                                  \
                 d = r->wrt ? g[i] * (T)pow(a, b) * (T)log(a)                                     \
                            : g[i] * b * (T)pow(a, (double)(b - 1));                              \
@@ -315,6 +372,40 @@ static int grad_kernel(const vq__kcall *k)
 static int binary_grad(const vq__grad *g)
 {
     return vq__emit_xy_grads(g, "elementwise_grad");
+}
+
+/* ---- mod ---- */
+
+static const vq__attr_spec mod_attrs[] = {
+    {"fmod", VQ_ATTR_BOOL, false, "false"},
+};
+
+static int mod_infer(vq__infer *c)
+{
+    int rc = binary_infer(c);
+    ((vq__binary_params *)c->params)->op =
+        vq__attr_bool(c, "fmod", false) ? VQ__BINARY_FMOD : VQ__BINARY_MOD;
+    return rc;
+}
+
+/* elementwise_grad with op "mod" or "fmod" (the kind is an attribute of
+ * mod, but elementwise_grad's op names it). */
+static int mod_grad(const vq__grad *g)
+{
+    bool fmod_kind = false;
+    for (int i = 0; i < g->nattrs; i++)
+        if (!strcmp(g->attrs[i].name, "fmod"))
+            fmod_kind = g->attrs[i].i != 0;
+    for (int i = 0; i < 2; i++) {
+        if (!g->din[i])
+            continue;
+        const char *in[3] = {g->dout[0], g->in[0], g->in[1]};
+        vq_attr at[2] = {VQ_ATTR_S("op", fmod_kind ? "fmod" : "mod"), VQ_ATTR_I("wrt", i)};
+        int rc = vq__emit(g, "elementwise_grad", in, 3, &g->din[i], 1, at, 2);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }
 
 /* ---- scale: Out = scale * X + bias ---- */
@@ -383,6 +474,20 @@ const vq__op_def vq__ops_elementwise[] = {
     BINARY("mul", VQ__BINARY_MUL),
     BINARY("div", VQ__BINARY_DIV),
     BINARY("pow", VQ__BINARY_POW),
+    {.type = "mod",
+     .in_slots = xy_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__INPLACE_OK,
+     .attrs = mod_attrs,
+     .nattrs = 1,
+     .code = VQ__BINARY_MOD,
+     .params_size = sizeof(vq__binary_params),
+     .infer = mod_infer,
+     .kernel = {binary_kernel},
+     .cuda = VQ__CUDA_OP(vq__binary_gpu),
+     .grad = mod_grad},
     {.type = "elementwise_grad",
      .in_slots = grad_in,
      .nin_slots = 3,

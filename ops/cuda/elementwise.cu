@@ -1,5 +1,5 @@
-/* CUDA kernels for the one-thread-per-element ops: binary add/sub/mul/div/pow
- * with broadcasting, their gradient elementwise_grad (one thread per
+/* CUDA kernels for the one-thread-per-element ops: binary
+ * add/sub/mul/div/pow/mod with broadcasting, their gradient elementwise_grad (one thread per
  * element of the gradient, summing over the broadcast dims) and scale
  * (ops/cpu/elementwise.c), relu/sigmoid/tanh and their gradients
  * (ops/cpu/activation.c), square_error and the elementwise gradients of the
@@ -50,6 +50,21 @@ template <typename T> __device__ inline T min_of() { return 0; }
 template <> __device__ inline int32_t min_of<int32_t>() { return INT32_MIN; }
 template <> __device__ inline int64_t min_of<int64_t>() { return INT64_MIN; }
 
+__device__ inline float fmod_of(float a, float b) { return fmodf(a, b); }
+__device__ inline double fmod_of(double a, double b) { return fmod(a, b); }
+
+/* elementwise.c's float_mod: C's fmod (exact), moved to the divisor's sign
+ * for Python's % (a zero takes the divisor's sign, as numpy's). */
+template <typename T> __device__ inline T python_mod(bool python, T a, T b)
+{
+    T r = fmod_of(a, b);
+    if (!python)
+        return r;
+    if (r != 0)
+        return (b < 0) != (r < 0) ? r + b : r;
+    return copysign(r, b);
+}
+
 template <typename T>
 __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n, bcast b,
                               unsigned long long *bad_at)
@@ -86,6 +101,24 @@ __global__ void binary_kernel(int op, const T *x, const T *y, T *out, int64_t n,
                 r = (T)p;
             }
             break;
+        case VQ__CUDA_MOD:
+        case VQ__CUDA_FMOD:
+            if constexpr (std::is_integral<T>::value) { /* elementwise.c's INT_ROW */
+                if (c == 0) {
+                    if (bad_at)
+                        atomicMin(bad_at, (unsigned long long)o);
+                    r = 0;
+                } else if (c == (T)-1) {
+                    r = 0;
+                } else {
+                    r = a % c;
+                    if (op == VQ__CUDA_MOD && r != 0 && ((r < 0) != (c < 0)))
+                        r += c;
+                }
+            } else {
+                r = python_mod(op == VQ__CUDA_MOD, a, c);
+            }
+            break;
         default:
             if (is_int<T>() && (c == 0 || (a == min_of<T>() && c == (T)-1))) {
                 if (bad_at)
@@ -105,7 +138,7 @@ extern "C" int vq__cuda_binary(int op, int dtype, const void *x, const void *y, 
                                const int64_t *ystride, unsigned long long *bad_at,
                                void *stream)
 {
-    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || ndim < 0 || ndim > VQ_MAX_DIMS)
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_FMOD || ndim < 0 || ndim > VQ_MAX_DIMS)
         return VQ_EINVAL;
     bcast b;
     b.ndim = ndim;
@@ -161,6 +194,11 @@ struct grad_walk {
     int64_t count; /* terms per element of dz: the product of sshape */
 };
 
+__device__ inline float floor_of(float v) { return floorf(v); }
+__device__ inline double floor_of(double v) { return floor(v); }
+__device__ inline float trunc_of(float v) { return truncf(v); }
+__device__ inline double trunc_of(double v) { return trunc(v); }
+
 /* elementwise.c's GRAD_ROW term: g times d op / d operand wrt, in T. */
 template <typename T> __device__ inline T grad_term(int op, int wrt, T g, T a, T b)
 {
@@ -169,6 +207,8 @@ template <typename T> __device__ inline T grad_term(int op, int wrt, T g, T a, T
     case VQ__CUDA_SUB: return wrt ? -g : g;
     case VQ__CUDA_MUL: return g * (wrt ? a : b);
     case VQ__CUDA_DIV: return wrt ? -g * a / (b * b) : g / b;
+    case VQ__CUDA_MOD: return wrt ? -g * floor_of(a / b) : g;
+    case VQ__CUDA_FMOD: return wrt ? -g * trunc_of(a / b) : g;
     default: /* pow, in double as the CPU's */
         return wrt ? g * (T)pow((double)a, (double)b) * (T)log((double)a)
                    : g * b * (T)pow((double)a, (double)(b - 1));
@@ -222,7 +262,7 @@ extern "C" int vq__cuda_binary_grad(int op, int wrt, int dtype, const void *g, c
                                     const int64_t *shape, const int64_t *xstride,
                                     const int64_t *ystride, void *stream)
 {
-    if (op < VQ__CUDA_ADD || op > VQ__CUDA_POW || (wrt != 0 && wrt != 1) || nz < 0 ||
+    if (op < VQ__CUDA_ADD || op > VQ__CUDA_FMOD || (wrt != 0 && wrt != 1) || nz < 0 ||
         ndim < 0 || ndim > VQ_MAX_DIMS || (dtype != VQ_F32 && dtype != VQ_F64))
         return VQ_EINVAL;
     if (nz == 0)

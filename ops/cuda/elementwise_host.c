@@ -11,7 +11,9 @@ _Static_assert((int)VQ__BINARY_ADD == (int)VQ__CUDA_ADD &&
                    (int)VQ__BINARY_SUB == (int)VQ__CUDA_SUB &&
                    (int)VQ__BINARY_MUL == (int)VQ__CUDA_MUL &&
                    (int)VQ__BINARY_DIV == (int)VQ__CUDA_DIV &&
-                   (int)VQ__BINARY_POW == (int)VQ__CUDA_POW,
+                   (int)VQ__BINARY_POW == (int)VQ__CUDA_POW &&
+                   (int)VQ__BINARY_MOD == (int)VQ__CUDA_MOD &&
+                   (int)VQ__BINARY_FMOD == (int)VQ__CUDA_FMOD,
                "params.h's binary ops are kernels.h's");
 
 int vq__binary_gpu(const vq__kcall *k, const vq__cuda_launch *l)
@@ -20,16 +22,16 @@ int vq__binary_gpu(const vq__kcall *k, const vq__cuda_launch *l)
     vq_tensor *x = k->in[0], *y = k->in[1], *out = k->out[0];
     vq__bcast b;
     vq__bcast_init(&b, out, x, y);
-    if ((p->op != VQ__BINARY_DIV && p->op != VQ__BINARY_POW) ||
+    if (p->op == VQ__BINARY_ADD || p->op == VQ__BINARY_SUB || p->op == VQ__BINARY_MUL ||
         (out->dtype != VQ_I32 && out->dtype != VQ_I64))
         return vq__cuda_launched(k, vq__cuda_binary(p->op, out->dtype, x->data, y->data, out->data,
                                                     b.ndim, b.shape, b.stride[0], b.stride[1], NULL,
                                                     l->s));
-    /* Integer division or pow: a zero divisor (0 to a negative power) is
-     * found on the device. */
+    /* Integer division, mod or pow: a zero divisor (0 to a negative
+     * power) is found on the device. */
     struct vq__cuda_check *c;
     int rc =
-        vq__cuda_check_begin(l, p->op == VQ__BINARY_DIV ? VQ__CUDA_CHECK_DIV : VQ__CUDA_CHECK_POW,
+        vq__cuda_check_begin(l, p->op == VQ__BINARY_POW ? VQ__CUDA_CHECK_POW : VQ__CUDA_CHECK_DIV,
                              &c);
     if (rc < 0)
         return rc;

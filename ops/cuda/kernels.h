@@ -81,15 +81,23 @@ const char *vq__cuda_last_error(void);
 
 /* op for vq__cuda_binary and vq__cuda_binary_grad: params.h's
  * VQ__BINARY_* (elementwise_host.c checks that they agree). */
-enum { VQ__CUDA_ADD = 0, VQ__CUDA_SUB = 1, VQ__CUDA_MUL = 2, VQ__CUDA_DIV = 3, VQ__CUDA_POW = 4 };
+enum {
+    VQ__CUDA_ADD = 0,
+    VQ__CUDA_SUB = 1,
+    VQ__CUDA_MUL = 2,
+    VQ__CUDA_DIV = 3,
+    VQ__CUDA_POW = 4,
+    VQ__CUDA_MOD = 5,
+    VQ__CUDA_FMOD = 6,
+};
 
 /* out = x op y with numpy broadcasting, for f32, f64, i32 and i64. The
  * broadcast is described as vq__bcast_init (tensor/broadcast.c) leaves it:
  * pass b.ndim, b.shape, b.stride[0], b.stride[1]. out is contiguous with
  * prod(shape) elements; xstride/ystride are per-dim strides in elements (0
  * where broadcast); ndim 0 is one element. Integers wrap; an integer
- * division by zero (or INT_MIN / -1), or integer 0 to a negative power
- * (pow: elementwise.c's integer pow), writes 0 to that element and, if
+ * division by zero (or INT_MIN / -1), an integer mod or fmod by zero, or
+ * integer 0 to a negative power (pow: elementwise.c's integer pow), writes 0 to that element and, if
  * bad_at is not NULL, records the element's index there with atomicMin:
  * *bad_at is a device unsigned long long the caller sets to UINT64_MAX
  * before the launch and reads after it (the smallest index is the element

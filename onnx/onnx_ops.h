@@ -23,6 +23,7 @@
     X(BatchNormalization)        \
     X(BlackmanWindow)            \
     X(Cast)                      \
+    X(CastLike)                  \
     X(Ceil)                      \
     X(Celu)                      \
     X(Clip)                      \

@@ -405,6 +405,16 @@ static int t_mod(struct ox *x)
     return ox_emit(x, "mod", in, 2, &o, 1, &a, 1, NULL);
 }
 
+/* CastLike(input, target_type): cast to the dtype of target_type, whose
+ * values are not read. */
+static int t_cast_like(struct ox *x)
+{
+    struct ox_val *v = ox_input(x, 0);
+    vq_attr a = VQ_ATTR_S("dtype", vq_dtype_name(ox_input(x, 1)->meta.dtype));
+    const char *o = ox_out0(x);
+    return ox_emit(x, "cast", &v, 1, &o, 1, &a, 1, NULL);
+}
+
 static int t_identity(struct ox *x)
 {
     return ox_alias(x, ox_out0(x), ox_input(x, 0));
@@ -492,4 +502,5 @@ const struct ox_op ox_op_Shrink =
 const struct ox_op ox_op_Sign = OX_ROW(t_sign, NULL, 1, 1, true, NULL);
 const struct ox_op ox_op_Cast = OX_ROW(t_cast, NULL, 1, 1, true, OX_ATTRS(OX_INT("to", -1)));
 const struct ox_op ox_op_Mod = OX_ROW(t_mod, NULL, 2, 2, true, OX_ATTRS(OX_INT("fmod", 0)));
+const struct ox_op ox_op_CastLike = OX_ROW(t_cast_like, NULL, 2, 2, true, NULL);
 const struct ox_op ox_op_Identity = OX_ROW(t_identity, NULL, 1, 1, true, NULL);

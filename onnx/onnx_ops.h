@@ -38,6 +38,7 @@
     X(DepthToSpace)              \
     X(Div)                       \
     X(Dropout)                   \
+    X(Einsum)                    \
     X(Elu)                       \
     X(Equal)                     \
     X(Erf)                       \

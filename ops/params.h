@@ -404,5 +404,21 @@ typedef struct vq__roi_align_params {
     int64_t oh, ow, ratio;
     double scale;
 } vq__roi_align_params;
+/* ---- einsum (ops/cpu/einsum.c) ---- */
+
+/* The operands einsum takes (the shape donor included). */
+#define VQ__EINSUM_MAX_IN 8
+
+/* einsum's equation as infer parsed it against the inputs' ranks: each
+ * input's and Out's dims as labels (0-25: 'A'-'Z', 26-51: 'a'-'z', so that
+ * their order is the characters'; 52 + j: the j-th dim of the ellipsis
+ * from its right end, so that ellipses broadcast from the right);
+ * shape_of: the input that only gives Out its shape (-1: none). */
+typedef struct vq__einsum_params {
+    int nin, nout, shape_of;
+    int8_t rank[VQ__EINSUM_MAX_IN];
+    uint8_t label[VQ__EINSUM_MAX_IN][VQ_MAX_DIMS];
+    uint8_t out[VQ_MAX_DIMS];
+} vq__einsum_params;
 
 #endif

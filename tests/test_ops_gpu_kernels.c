@@ -1527,6 +1527,41 @@ static void case_roi_align(struct run *r)
                     }
 }
 
+/* einsum: products on GEMM (floats: cuBLAS's rounding, CLOSE) and on the
+ * loop, diagonals, sums, ellipses, three operands, a shape donor; the
+ * integers (the loop alone) bit for bit. */
+static void case_einsum(struct run *r)
+{
+    static const struct {
+        const char *eq;
+        int nin, so;
+        int n[3];
+        int64_t s[3][4];
+    } cs[] = {
+        {"ij,jk->ik", 2, -1, {2, 2}, {{3, 4}, {4, 5}}},
+        {"bhqd,bhkd->bhqk", 2, -1, {4, 4}, {{2, 3, 16, 8}, {2, 3, 12, 8}}},
+        {"bqhd,bkhd->bhqk", 2, -1, {4, 4}, {{2, 16, 3, 8}, {2, 12, 3, 8}}},
+        {"ij,jk->ki", 2, -1, {2, 2}, {{24, 17}, {17, 30}}},
+        {"...ii->...i", 1, -1, {3}, {{3, 4, 4}}},
+        {"ij->", 1, -1, {2}, {{3, 4}}},
+        {"...ij,...jk", 2, -1, {4, 3}, {{2, 1, 3, 4}, {5, 4, 2}}},
+        {"iij,jk->ik", 2, -1, {3, 2}, {{4, 4, 30}, {30, 40}}},
+        {"ij,jk,kl->il", 3, -1, {2, 2, 2}, {{3, 4}, {4, 5}, {5, 2}}},
+        {"i,ii->ii", 2, 1, {1, 2}, {{5}, {5, 5}}},
+        {"ij,jk->ik", 2, -1, {2, 2}, {{0, 40}, {40, 50}}},
+    };
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int d = 0; d < N_OF(numerics); d++) {
+            vq_dtype dt = numerics[d];
+            describe(r, "%s, %s", vq_dtype_name(dt), cs[c].eq);
+            vq_tensor *in[3];
+            for (int i = 0; i < cs[c].nin; i++)
+                in[i] = rnd(r, dt, -3, 3, cs[c].n[i], cs[c].s[i]);
+            vq_attr at[2] = {VQ_ATTR_S("equation", cs[c].eq), VQ_ATTR_I("shape_of", cs[c].so)};
+            check(r, in, cs[c].nin, 1, at, 2, dt == VQ_F32 || dt == VQ_F64 ? CLOSE : EXACT);
+        }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1857,6 +1892,7 @@ static const struct op_case {
     {"roi_align", case_roi_align},
     {"roi_align_grad", case_roi_align},
     {"mod", case_mod},
+    {"einsum", case_einsum},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},

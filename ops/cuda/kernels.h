@@ -51,6 +51,7 @@
 #include "../scatter_shared.h" /* vq__elements_geom, vq__nd_geom */
 #include "../lrn_shared.h"    /* vq__lrn_geom */
 #include "../params.h"        /* vq__grid_sample_params, vq__roi_align_params */
+#include "../einsum_shared.h" /* vq__es_loop */
 
 #ifdef __cplusplus
 extern "C" {
@@ -787,6 +788,13 @@ int vq__cuda_lrn(int dtype, const void *x, const void *dy, void *out, int64_t n,
  * element. The CPU's bytes. */
 int vq__cuda_reverse_sequence(int esize, int len_dtype, const void *x, const void *lens, void *out,
                               int64_t d0, int64_t d1, int64_t inner, int batch_axis, void *stream);
+/* einsum's loop step (ops/cpu/einsum.c, ops/einsum_shared.h), f32, f64,
+ * i32 and i64 (integers wrap): out (lp's output strides) = for each output
+ * element, the sum over lp's summed labels of a (times b when lp->nop is
+ * 2), in T from 0 in the CPU's order, or the product itself with nothing
+ * summed. One thread per output element. The CPU's bits. */
+int vq__cuda_einsum_loop(int dtype, const void *a, const void *b, void *out, const vq__es_loop *lp,
+                         void *stream);
 
 #ifdef __cplusplus
 }

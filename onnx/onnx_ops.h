@@ -36,6 +36,7 @@
     X(Cosh)                      \
     X(CumSum)                    \
     X(DepthToSpace)              \
+    X(Det)                       \
     X(Div)                       \
     X(Dropout)                   \
     X(Einsum)                    \

@@ -32,4 +32,13 @@ static int t_einsum(struct ox *x)
     return ox_emit(x, "einsum", in, nin, &o, 1, &at, 1, NULL);
 }
 
+/* Det(X): det. */
+static int t_det(struct ox *x)
+{
+    struct ox_val *v = ox_input(x, 0);
+    const char *o = ox_out0(x);
+    return ox_emit(x, "det", &v, 1, &o, 1, NULL, 0, NULL);
+}
+
+const struct ox_op ox_op_Det = OX_ROW(t_det, NULL, 1, 1, true, NULL);
 const struct ox_op ox_op_Einsum = OX_ROW(t_einsum, NULL, 1, OX_ANY, true, NULL);

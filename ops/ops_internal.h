@@ -57,6 +57,7 @@ extern const vq__op_def vq__ops_lrn[];
 extern const vq__op_def vq__ops_sequence[];
 extern const vq__op_def vq__ops_sample[];
 extern const vq__op_def vq__ops_einsum[];
+extern const vq__op_def vq__ops_det[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.

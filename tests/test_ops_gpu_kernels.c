@@ -1562,6 +1562,24 @@ static void case_einsum(struct run *r)
         }
 }
 
+/* det and det_grad over batches of sizes 0 to 5, a singular matrix among
+ * them (two equal rows): the same LU in double, bit for bit. */
+static void case_det(struct run *r)
+{
+    bool grad = !strcmp(r->op, "det_grad");
+    for (int n = 0; n <= 5; n++)
+        for (int d = 0; d < N_OF(floats); d++) {
+            describe(r, "%s, %d x %d", vq_dtype_name(floats[d]), n, n);
+            vq_tensor *in[2] = {rnd(r, floats[d], -2, 2, DIMS(2, 3, n, n)),
+                                rnd(r, floats[d], -2, 2, DIMS(2, 3))};
+            for (int j = 0; n >= 2 && j < n; j++)
+                oc_set(in[0], n * n + n + j, oc_get(in[0], n * n + j));
+            if (!grad)
+                vq_tensor_release(in[1]);
+            check(r, in, grad ? 2 : 1, 1, NULL, 0, EXACT);
+        }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1893,6 +1911,8 @@ static const struct op_case {
     {"roi_align_grad", case_roi_align},
     {"mod", case_mod},
     {"einsum", case_einsum},
+    {"det", case_det},
+    {"det_grad", case_det},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},
     {"split", case_split},

@@ -135,6 +135,10 @@ VQ__CUDA_LAUNCHES(vq__pad_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__resize_gpu);
 VQ__CUDA_LAUNCHES(vq__resize_grad_gpu);
 
+/* det_host.c */
+VQ__CUDA_LAUNCHES(vq__det_gpu);
+VQ__CUDA_LAUNCHES(vq__det_grad_gpu);
+
 /* einsum_host.c */
 VQ__CUDA_LAUNCHES(vq__einsum_gpu);
 

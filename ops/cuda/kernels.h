@@ -793,6 +793,16 @@ int vq__cuda_reverse_sequence(int esize, int len_dtype, const void *x, const voi
  * element, the sum over lp's summed labels of a (times b when lp->nop is
  * 2), in T from 0 in the CPU's order, or the product itself with nothing
  * summed. One thread per output element. The CPU's bits. */
+/* det and det_grad (ops/cpu/det.c), f32 and f64, batch matrices of n x n:
+ * one thread per matrix runs ops/linalg_shared.h's LU (det: out[b]) or
+ * cofactors times g[b] (det_grad: dx) in double on its slice of scratch
+ * (det: n^2 + n doubles per matrix; det_grad: 4 n^2 + 2 n). The CPU's
+ * bits. */
+int vq__cuda_det(int dtype, const void *x, void *out, double *scratch, int64_t batch, int64_t n,
+                 void *stream);
+int vq__cuda_det_grad(int dtype, const void *x, const void *g, void *dx, double *scratch,
+                      int64_t batch, int64_t n, void *stream);
+
 int vq__cuda_einsum_loop(int dtype, const void *a, const void *b, void *out, const vq__es_loop *lp,
                          void *stream);
 

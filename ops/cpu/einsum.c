@@ -529,7 +529,7 @@ static int pair_step(struct planner *pl, struct val *cur, const struct val *b, u
         ta = ta2;
         tb = tb2;
     }
-    struct val A = *cur, B = *b, C;
+    struct val A = *cur, B = *b, C = {.buf = VQ__ES_OUT};
     uint8_t lab[VQ__ES_MAX_LOOP];
     int rc;
     if (!a1) {
@@ -544,11 +544,8 @@ static int pair_step(struct planner *pl, struct val *cur, const struct val *b, u
     }
     int nc = cat3(lab, bat, nb, m, nm, n, nn);
     bool direct = last && pl->out_plain && nc == pl->nol && !memcmp(lab, pl->ol, (size_t)nc);
-    if (direct) {
-        C.buf = VQ__ES_OUT;
-    } else if ((rc = tmp_new(pl, lab, nc, &C)) < 0) {
+    if (!direct && (rc = tmp_new(pl, lab, nc, &C)) < 0)
         return rc;
-    }
     vq__es_step *s = step_new(pl);
     s->kind = VQ__ES_GEMM;
     s->in[0] = A.buf;

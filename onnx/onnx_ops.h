@@ -21,6 +21,7 @@
     X(Atanh)                     \
     X(AveragePool)               \
     X(BatchNormalization)        \
+    X(Bernoulli)                 \
     X(BlackmanWindow)            \
     X(Cast)                      \
     X(CastLike)                  \
@@ -95,6 +96,7 @@
     X(Pad)                       \
     X(Pow)                       \
     X(RNN)                       \
+    X(RandomUniformLike)         \
     X(Range)                     \
     X(Reciprocal)                \
     X(ReduceL1)                  \

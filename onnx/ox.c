@@ -519,6 +519,9 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
     int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
     if (rc < 0)
         return ox_fail(x, rc, "%s", vq_errmsg());
+    /* a random op without a seed draws anew at each run: never folded */
+    if (vq__draws_default(def, params))
+        known = false;
     /* Folding allocates what the op makes, and a few bytes of model can ask
      * for any size (fill_constant has no inputs: a ConstantOfShape is always
      * known): a large result is left to the run, which takes its memory as

@@ -341,6 +341,60 @@ static int t_dropout(struct ox *x)
     return rc ? rc : ox_alias(x, ox_out0(x), v);
 }
 
+/* uniform_random in [low, high) of input v's shape (which must be known
+ * at import) and dtype dt, seeded when the node gives a seed (ONNX's
+ * float, truncated), else drawing from the executor's default generator
+ * at each run. */
+static int uniform_like(struct ox *x, struct ox_val *v, vq_dtype dt, double low, double high,
+                        const char *name, struct ox_val **out)
+{
+    int64_t shape[VQ_MAX_DIMS];
+    for (int d = 0; d < v->meta.ndim; d++)
+        if ((shape[d] = v->meta.shape[d]) < 0)
+            return ox_fail(x, VQ_ENOSYS, "input 0's dim %d is known only at run time", d);
+    vq_attr at[5] = {VQ_ATTR_IS("shape", shape, v->meta.ndim),
+                     VQ_ATTR_S("dtype", vq_dtype_name(dt)), VQ_ATTR_F("min", low),
+                     VQ_ATTR_F("max", high), VQ_ATTR_I("seed", (int64_t)ox_float(x, "seed"))};
+    return ox_emit(x, "uniform_random", NULL, 0, &name, 1, at, ox_given(x, "seed") ? 5 : 4, out);
+}
+
+/* The node's dtype attribute, else the dtype of input 0. */
+static int dtype_attr(struct ox *x, vq_dtype *dt)
+{
+    *dt = ox_input(x, 0)->meta.dtype;
+    if (ox_given(x, "dtype") && !vq__onnx_dtype((int32_t)ox_int(x, "dtype"), dt))
+        return ox_fail(x, VQ_ENOSYS, "dtype %s", vq__onnx_type_name((int32_t)ox_int(x, "dtype")));
+    return 0;
+}
+
+/* RandomUniformLike(input; dtype, high, low, seed): uniform_random. */
+static int t_random_uniform_like(struct ox *x)
+{
+    vq_dtype dt;
+    int rc = dtype_attr(x, &dt);
+    if (rc == 0 && dt != VQ_F32 && dt != VQ_F64)
+        rc = ox_fail(x, VQ_ENOSYS, "a random %s tensor (f32 and f64 only)", vq_dtype_name(dt));
+    return rc ? rc
+              : uniform_like(x, ox_input(x, 0), dt, ox_float(x, "low"), ox_float(x, "high"),
+                             ox_out0(x), NULL);
+}
+
+/* Bernoulli(input; dtype, seed): uniform_random in [0, 1) less than the
+ * probabilities (in their dtype, as ONNX's reference draws), cast to
+ * dtype. */
+static int t_bernoulli(struct ox *x)
+{
+    struct ox_val *p = ox_input(x, 0), *u, *lt;
+    vq_dtype dt;
+    int rc = dtype_attr(x, &dt);
+    if (rc < 0 || (rc = uniform_like(x, p, p->meta.dtype, 0, 1, NULL, &u)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){u, p}, 2, NULL, 1, NULL, 0, &lt)) < 0)
+        return rc;
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+    const char *o = ox_out0(x);
+    return ox_emit(x, "cast", &lt, 1, &o, 1, &c, 1, NULL);
+}
+
 /* The values of input i as doubles, which must be a known f32 or f64
  * tensor, or a float initializer (its imported value), of at most max
  * elements (*n = -1 when the input is absent). */
@@ -482,6 +536,12 @@ const struct ox_op ox_op_LogSoftmax =
     OX_ROW(t_softmax, "log_softmax", 1, 1, true, OX_ATTRS(SOFTMAX_AXIS));
 const struct ox_op ox_op_Hardmax = OX_ROW(t_hardmax, NULL, 1, 1, true, OX_ATTRS(SOFTMAX_AXIS));
 const struct ox_op ox_op_Dropout = OX_ROW(t_dropout, NULL, 1, 3, true, NULL);
+const struct ox_op ox_op_RandomUniformLike =
+    OX_ROW(t_random_uniform_like, NULL, 1, 1, true,
+           OX_ATTRS(OX_INT("dtype", 0), OX_FLOAT("high", 1), OX_FLOAT("low", 0),
+                    OX_FLOAT("seed", 0)));
+const struct ox_op ox_op_Bernoulli =
+    OX_ROW(t_bernoulli, NULL, 1, 1, true, OX_ATTRS(OX_INT("dtype", 0), OX_FLOAT("seed", 0)));
 /* opset 10's Resize transforms as Upsample does: asymmetric, floor */
 const struct ox_op ox_op_Resize =
     OX_ROW(t_resize, NULL, 1, 4, true,

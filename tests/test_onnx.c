@@ -2394,3 +2394,40 @@ Test(onnx, a_window_whose_size_is_not_known_at_import_names_the_input)
     free(buf);
     onnx__model_proto__free_unpacked(m, NULL);
 }
+/* Bernoulli of known probabilities: zeros and ones about p of the time;
+ * without a seed each run draws anew (the random op is not folded at
+ * import into a constant), with one two runs agree. */
+Test(onnx, bernoulli_draws_anew_each_run_unless_seeded)
+{
+    struct run r = run_new();
+    float p[1000];
+    for (int i = 0; i < 1000; i++)
+        p[i] = 0.3f;
+    for (int seeded = 0; seeded < 2; seeded++) {
+        Onnx__ModelProto *m = model_new(15);
+        add_init(m, "p", 1, (int64_t[]){1000}, p);
+        Onnx__NodeProto *n = add_node(m, "Bernoulli", "b", NAMES("p"), NAMES("y"));
+        if (seeded)
+            attr_float(n, "seed", 7);
+        add_output(m, "y");
+        struct imported im = import_ok(m);
+        float runs[2][1000];
+        for (int k = 0; k < 2; k++) {
+            vq_fetch fy = {"y", NULL};
+            cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, NULL, 0, &fy, 1), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_numel(fy.tensor), 1000);
+            memcpy(runs[k], vq_tensor_data(fy.tensor), sizeof runs[k]);
+            double ones = 0;
+            for (int i = 0; i < 1000; i++) {
+                cr_assert(runs[k][i] == 0 || runs[k][i] == 1, "y[%d] = %g", i, runs[k][i]);
+                ones += runs[k][i];
+            }
+            cr_assert(ones > 230 && ones < 370, "%g ones of 1000 for p 0.3", ones);
+            vq_tensor_release(fy.tensor);
+        }
+        bool same = !memcmp(runs[0], runs[1], sizeof runs[0]);
+        cr_assert_eq(same, seeded, "seeded %d: two runs %s", seeded, same ? "agree" : "differ");
+        imported_free(&im);
+    }
+    run_free(&r);
+}

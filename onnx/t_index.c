@@ -54,6 +54,113 @@ static int slice_moving(struct ox *x, struct ox_val *v, bool *done)
     return 0;
 }
 
+/* Whether a Slice node (opset 10 on, its axes and steps known) has a step
+ * other than 1 along a dim known only at run time: that takes the
+ * run-time path too. */
+static bool slice_steps_unknown_dim(struct ox *x, const struct ox_val *v)
+{
+    int64_t axes[OX_MAXI], steps[OX_MAXI];
+    int na = -1, nst = -1;
+    struct ox_val *av = ox_input(x, 3), *pv = ox_input(x, 4);
+    if (!pv || !ox_known(x, pv) || (av && !ox_known(x, av)) ||
+        ox_const_ints(x, 4, "steps", steps, OX_MAXI, &nst) < 0 ||
+        (av && ox_const_ints(x, 3, "axes", axes, OX_MAXI, &na) < 0))
+        return false;
+    for (int i = 0; i < nst; i++) {
+        int64_t ax = na >= 0 && i < na ? axes[i] : i;
+        ax = ax < 0 ? ax + v->meta.ndim : ax;
+        if (steps[i] != 1 && ax >= 0 && ax < v->meta.ndim && v->meta.shape[ax] < 0)
+            return true;
+    }
+    return false;
+}
+
+/* A scalar i64 value: entry i of the 1-D value v (a Slice's starts or
+ * ends), or a known one. */
+static int slice_entry(struct ox *x, struct ox_val *v, int i, struct ox_val **out)
+{
+    struct ox_val *in[2] = {v, NULL};
+    int rc = ox_cast(x, &in[0], VQ_I64);
+    if (rc == 0)
+        rc = ox_scalar(x, VQ_I64, i, &in[1]);
+    const char *tmp = NULL;
+    vq_attr a = VQ_ATTR_I("axis", 0);
+    return rc < 0 ? rc : ox_emit(x, "gather", in, 2, &tmp, 1, &a, 1, out);
+}
+
+/* b = op(a, c) for scalars, into a temporary. */
+static int scalar_op(struct ox *x, const char *op, struct ox_val *a, struct ox_val *c,
+                     struct ox_val **out)
+{
+    const char *tmp = NULL;
+    return ox_emit(x, op, (struct ox_val *[]){a, c}, 2, &tmp, 1, NULL, 0, out);
+}
+
+/* ONNX's bound p of a slice along a dim of size dim (a scalar value):
+ * p + dim when negative, then clamped to [0, dim] going up (step > 0),
+ * [-1, dim - 1] going down. */
+static int slice_bound(struct ox *x, struct ox_val *p, struct ox_val *dim, bool up,
+                       struct ox_val **out)
+{
+    struct ox_val *zero, *neg, *shifted, *lo, *hi, *t;
+    int rc = ox_scalar(x, VQ_I64, up ? 0 : -1, &lo);
+    if (rc == 0)
+        rc = ox_scalar(x, VQ_I64, 0, &zero);
+    if (rc == 0)
+        rc = scalar_op(x, "less", p, zero, &neg);
+    if (rc == 0)
+        rc = scalar_op(x, "add", p, dim, &shifted);
+    if (rc == 0)
+        rc = ox_select(x, neg, shifted, p, NULL, &t);
+    struct ox_val *one;
+    if (rc == 0 && up)
+        hi = dim;
+    else if (rc == 0 && (rc = ox_scalar(x, VQ_I64, 1, &one)) == 0)
+        rc = scalar_op(x, "sub", dim, one, &hi);
+    if (rc == 0)
+        rc = scalar_op(x, "maximum", t, lo, &t);
+    return rc < 0 ? rc : scalar_op(x, "minimum", t, hi, out);
+}
+
+/* Slice whose starts or ends are computed at run time (x[:, :seq]), or
+ * with a step along a dim known only then: per axis, the bounds ONNX
+ * clamps, computed by ops, and a gather of range(start, end, step) along
+ * the axis. The axes and steps must be known at import. */
+static int slice_run(struct ox *x, struct ox_val *v, struct ox_val *sv, struct ox_val *ev,
+                     const int64_t *axes, const int64_t *steps, int n)
+{
+    struct ox_val *cur = v;
+    const char *o = ox_out0(x), *tmp = NULL;
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        int64_t ax = axes[i] < 0 ? axes[i] + v->meta.ndim : axes[i], st = steps ? steps[i] : 1;
+        if (ax < 0 || ax >= v->meta.ndim)
+            return ox_fail(x, VQ_EINVAL, "axis %lld of a rank-%d input", (long long)axes[i],
+                           v->meta.ndim);
+        if (st == 0)
+            return ox_fail(x, VQ_EINVAL, "step 0 on axis %lld", (long long)axes[i]);
+        struct ox_val *dim, *s, *e, *step, *idx;
+        vq_attr a[2] = {VQ_ATTR_I("start", ax), VQ_ATTR_I("end", ax + 1)};
+        int64_t scalar = 0;
+        if ((rc = ox_emit(x, "shape", &cur, 1, &tmp, 1, a, 2, &dim)) < 0 ||
+            (rc = ox_reshape(x, dim, &scalar, 0, NULL, &dim)) < 0 ||
+            (rc = slice_entry(x, sv, i, &s)) < 0 || (rc = slice_entry(x, ev, i, &e)) < 0 ||
+            (rc = slice_bound(x, s, dim, st > 0, &s)) < 0 ||
+            (rc = slice_bound(x, e, dim, st > 0, &e)) < 0 ||
+            (rc = ox_scalar(x, VQ_I64, (double)st, &step)) < 0)
+            return rc;
+        if (st != (int64_t)(double)st)
+            return ox_fail(x, VQ_ENOSYS, "step %lld is not exact as a double", (long long)st);
+        if ((rc = ox_emit(x, "range", (struct ox_val *[]){s, e, step}, 3, &tmp, 1, NULL, 0, &idx)) <
+            0)
+            return rc;
+        vq_attr g = VQ_ATTR_I("axis", ax);
+        rc = ox_emit(x, "gather", (struct ox_val *[]){cur, idx}, 2, i + 1 == n ? &o : &tmp, 1, &g,
+                     1, &cur);
+    }
+    return rc;
+}
+
 static int t_slice(struct ox *x)
 {
     struct ox_val *v = ox_input(x, 0);
@@ -67,6 +174,23 @@ static int t_slice(struct ox *x)
         bool done;
         if ((rc = slice_moving(x, v, &done)) < 0 || done)
             return rc;
+        struct ox_val *sv = ox_input(x, 1), *ev = ox_input(x, 2);
+        if (!ox_known(x, sv) || !ox_known(x, ev) || slice_steps_unknown_dim(x, v)) {
+            /* bounds computed at run time: axes and steps must be known */
+            int64_t len = sv->meta.ndim == 1 ? sv->meta.shape[0] : -1;
+            if (len < 0 || len > OX_MAXI || ev->meta.ndim != 1 || ev->meta.shape[0] != len)
+                return ox_fail(x, VQ_ENOSYS,
+                               "starts and ends computed at run time must be 1-D "
+                               "of one length known at import");
+            if ((rc = ox_const_ints(x, 3, "axes", axes, OX_MAXI, &na)) < 0 ||
+                (rc = ox_const_ints(x, 4, "steps", steps, OX_MAXI, &nst)) < 0)
+                return rc;
+            if ((na >= 0 && na != len) || (nst >= 0 && nst != len))
+                return ox_fail(x, VQ_EINVAL, "starts, ends, axes and steps differ in length");
+            for (int i = 0; na < 0 && i < len; i++)
+                axes[i] = i;
+            return slice_run(x, v, sv, ev, axes, nst < 0 ? NULL : steps, (int)len);
+        }
         if ((rc = ox_const_ints(x, 1, "starts", starts, OX_MAXI, &ns)) == 0 &&
             (rc = ox_const_ints(x, 2, "ends", ends, OX_MAXI, &ne)) == 0 &&
             (rc = ox_const_ints(x, 3, "axes", axes, OX_MAXI, &na)) == 0)

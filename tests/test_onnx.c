@@ -247,16 +247,13 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     m = mlp();
     m->graph->initializer[1]->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
     expect_error(m, VQ_ENOSYS, NAMES("initializer \"b1\" has element type FLOAT16"));
-    /* a value varq cannot express: a Slice with step 2 along the batch,
-     * a dim known only at run time */
+    /* a Slice whose bounds are computed at run time needs their length
+     * (the axes' count) at import */
     m = mlp();
-    add_init_ints(m, "st", 1, (int64_t[]){0});
+    add_input_of(m, "st", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (int64_t[]){-1});
     add_init_ints(m, "en", 1, (int64_t[]){2});
-    add_init_ints(m, "ax", 1, (int64_t[]){0});
-    add_init_ints(m, "sp", 1, (int64_t[]){2});
-    add_node(m, "Slice", "strided", NAMES("y", "st", "en", "ax", "sp"), NAMES("ys"));
-    expect_error(m, VQ_ENOSYS,
-                 NAMES("node 5 (Slice \"strided\")", "step 2 on axis 0", "known only at run time"));
+    add_node(m, "Slice", "sl", NAMES("y", "st", "en"), NAMES("ys"));
+    expect_error(m, VQ_ENOSYS, NAMES("node 5 (Slice \"sl\")", "1-D of one length known at import"));
     /* a shape fed at run time whose length (the result's rank) is not
      * known either */
     m = mlp();
@@ -1860,6 +1857,56 @@ Test(onnx, a_model_with_dynamic_batch_and_sequence_runs_at_every_size_through_on
     vq_exec_stats st;
     cr_assert_eq(vq_exec_get_stats(r.ex, &st), 0);
     cr_assert_eq(st.prepares, 1, "%llu plans prepared", (unsigned long long)st.prepares);
+    imported_free(&im);
+    run_free(&r);
+}
+
+/* Slices of a dim known only from the feed, with bounds computed from it
+ * (x[1 : n - 1]) and with a step (x[::-2]): gathers of the indices ONNX's
+ * clamped bounds give, computed when the model runs. */
+Test(onnx, slices_of_run_time_bounds_and_steps_follow_onnxs_clamps_at_every_size)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 2, (int64_t[]){-1, 3});
+    const int64_t zero = 0;
+    add_init_of(m, "i0", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 8, 0, NULL, &zero);
+    add_init_ints(m, "one", 1, (int64_t[]){1});
+    add_init_ints(m, "ax0", 1, (int64_t[]){0});
+    add_init_ints(m, "last", 1, (int64_t[]){-1});
+    add_init_ints(m, "first", 1, (int64_t[]){INT64_MIN});
+    add_init_ints(m, "back2", 1, (int64_t[]){-2});
+    add_node(m, "Shape", "s", NAMES("x"), NAMES("s"));
+    add_node(m, "Gather", "n", NAMES("s", "i0"), NAMES("n"));
+    add_node(m, "Unsqueeze", "nu", NAMES("n", "ax0"), NAMES("nu"));
+    add_node(m, "Sub", "end", NAMES("nu", "one"), NAMES("end"));
+    add_node(m, "Slice", "inner", NAMES("x", "one", "end", "ax0"), NAMES("inner"));
+    add_node(m, "Slice", "rev", NAMES("x", "last", "first", "ax0", "back2"), NAMES("rev"));
+    add_outputs(m, NAMES("inner", "rev", NULL));
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    for (int n = 1; n <= 6; n += (n < 2 ? 1 : 3)) {
+        float xv[18];
+        for (int i = 0; i < 3 * n; i++)
+            xv[i] = (float)i;
+        vq_tensor *x;
+        cr_assert_eq(vq_tensor_from(&x, VQ_F32, 2, (int64_t[]){n, 3}, xv), 0);
+        vq_feed fd = {"x", x};
+        vq_fetch ft[2] = {{"inner", NULL}, {"rev", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &fd, 1, ft, 2), 0, "n %d: %s", n, vq_errmsg());
+        int64_t rows = n > 2 ? n - 2 : 0; /* rows 1 .. n-2 */
+        cr_assert_eq(vq_tensor_shape(ft[0].tensor)[0], rows, "n %d", n);
+        for (int64_t i = 0; i < rows * 3; i++)
+            cr_assert_eq(((const float *)vq_tensor_data(ft[0].tensor))[i], xv[3 + i]);
+        int64_t back = (n + 1) / 2; /* rows n-1, n-3, ... */
+        cr_assert_eq(vq_tensor_shape(ft[1].tensor)[0], back, "n %d", n);
+        for (int64_t k = 0; k < back; k++)
+            for (int c = 0; c < 3; c++)
+                cr_assert_eq(((const float *)vq_tensor_data(ft[1].tensor))[k * 3 + c],
+                             xv[(n - 1 - 2 * k) * 3 + c]);
+        vq_tensor_release(ft[0].tensor);
+        vq_tensor_release(ft[1].tensor);
+        vq_tensor_release(x);
+    }
     imported_free(&im);
     run_free(&r);
 }

@@ -49,9 +49,9 @@
 #include "../vol_shared.h"    /* vq__vol */
 #include "../resize_shared.h" /* vq__resize_geom */
 #include "../scatter_shared.h" /* vq__elements_geom, vq__nd_geom */
-#include "../lrn_shared.h"    /* vq__lrn_geom */
-#include "../params.h"        /* vq__grid_sample_params, vq__roi_align_params */
-#include "../einsum_shared.h" /* vq__es_loop */
+#include "../lrn_shared.h"     /* vq__lrn_geom */
+#include "../params.h"         /* vq__grid_sample_params, vq__roi_align_params */
+#include "../einsum_shared.h"  /* vq__es_loop */
 
 #ifdef __cplusplus
 extern "C" {

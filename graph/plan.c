@@ -56,6 +56,7 @@ void vq__plan_destroy(struct plan *pl)
         vq_opr_free(e, pl->final_all);
     for (int v = 0; pl->vars && v < pl->nvars; v++) {
         vq_tensor_release(pl->vars[v].value);
+        vq_tensor_release(pl->vars[v].pval);
         if (pl->vars[v].own_ev)
             vq_var_free(e, pl->vars[v].ev);
     }
@@ -67,6 +68,7 @@ void vq__plan_destroy(struct plan *pl)
     free(pl->local);
     free(pl->block_nvars);
     free(pl->feeds);
+    free(pl->feed_metas);
     free(pl->fetches);
     free(pl->key_names);
     vq_program_free(pl->prog);
@@ -293,6 +295,95 @@ static int walk_input(struct walk *w, struct pop *t, int i, int block, struct va
     return 0;
 }
 
+/* ---- shape values at preparation ---- */
+
+/* The most elements a value preparation computes may have: shapes,
+ * bounds, a few indices. */
+#define PVAL_MAX_ELEMS 64
+
+static bool meta_known(const vq__meta *m)
+{
+    for (int d = 0; d < m->ndim; d++)
+        if (m->shape[d] < 0)
+            return false;
+    return true;
+}
+
+static bool pval_size_ok(const vq__meta *m)
+{
+    int64_t n = vq__numel(m->ndim, m->shape);
+    return n >= 0 && n <= PVAL_MAX_ELEMS;
+}
+
+/* The value preparation knows for var v read by an op of block 0: one it
+ * computed, or a small integer scope tensor on the host that no op of the
+ * program writes (the importer's constants: shape arithmetic reads them;
+ * binding another tensor to the name prepares again, plan_cache.c). */
+static vq_tensor *pval_of(struct walk *w, int v)
+{
+    struct pvar *pv = &w->pl->vars[v];
+    if (pv->pval || !pv->persistable || w->written[v] || !pv->value)
+        return pv->pval;
+    const vq_tensor *t = pv->value;
+    if ((t->dtype == VQ_I64 || t->dtype == VQ_I32) && t->dev.kind == VQ_DEV_CPU &&
+        t->numel <= PVAL_MAX_ELEMS)
+        pv->pval = vq_tensor_retain(pv->value);
+    return pv->pval;
+}
+
+/* After op t of block 0 inferred om (params): its outputs' values when
+ * preparation can compute them, small ones of a deterministic op with a
+ * CPU kernel, from its inputs' values, or for an op whose kernel reads only
+ * its inputs' shapes (VQ__META_ONLY: shape) from their metas; the values
+ * its outputs held before are dropped (a var written twice). A failure
+ * computing one only leaves it unknown: the op computes it when it runs. */
+static void pval_compute(struct walk *w, const struct pop *t, vq_tensor *const *val,
+                         const vq__meta *im, const vq__meta *om, const void *params)
+{
+    struct plan *pl = w->pl;
+    const vq__pop *src = t->src;
+    const vq__op_def *d = t->def;
+    for (int j = 0; j < src->nout; j++) {
+        vq_tensor_release(pl->vars[src->out[j]].pval);
+        pl->vars[src->out[j]].pval = NULL;
+    }
+    if ((d->flags & (VQ__CONTROL | VQ__RANDOM)) || !d->kernel[VQ_DEV_CPU] || d->kernel_async ||
+        d->user)
+        return;
+    bool ok = true;
+    for (int j = 0; j < src->nout && ok; j++)
+        ok = meta_known(&om[j]) && pval_size_ok(&om[j]);
+    vq_tensor fake[VQ__MAX_SLOTS];
+    vq_tensor *in[VQ__MAX_SLOTS];
+    for (int i = 0; i < src->nin && ok; i++) {
+        if ((d->flags & VQ__META_ONLY) && meta_known(&im[i])) {
+            /* the kernel reads the shape only: a header without data */
+            fake[i] = (vq_tensor){.dtype = im[i].dtype,
+                                  .ndim = im[i].ndim,
+                                  .numel = vq__numel(im[i].ndim, im[i].shape),
+                                  .dev = {VQ_DEV_CPU, 0}};
+            memcpy(fake[i].shape, im[i].shape, sizeof im[i].shape);
+            in[i] = &fake[i];
+        } else {
+            ok = (in[i] = val[i]) != NULL;
+        }
+    }
+    vq_tensor *out[VQ__MAX_SLOTS] = {0};
+    for (int j = 0; j < src->nout && ok; j++)
+        ok = vq__tensor_empty(&out[j], om[j].dtype, om[j].ndim, om[j].shape) == 0;
+    if (ok) {
+        vq__kcall k =
+            {.def = d, .params = params, .in = in, .nin = src->nin, .out = out, .nout = src->nout};
+        ok = d->kernel[VQ_DEV_CPU](&k) == 0;
+    }
+    for (int j = 0; j < src->nout; j++) {
+        if (ok)
+            pl->vars[src->out[j]].pval = out[j];
+        else
+            vq_tensor_release(out[j]);
+    }
+}
+
 /* A kernel op's shapes: inference, the fixed metas, the outputs' checks. */
 static int walk_infer(struct walk *w, struct pop *t)
 {
@@ -301,12 +392,24 @@ static int walk_infer(struct walk *w, struct pop *t)
     const vq__pop *src = t->src;
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
-    for (int i = 0; i < src->nin; i++)
+    vq_tensor *val[VQ__MAX_SLOTS];
+    bool root = t->block == 0;
+    for (int i = 0; i < src->nin; i++) {
         im[i] = pl->vars[src->in[i]].meta;
-    int rc = vq__op_infer(t->def, src->attrs, src->nattrs, src->nin, im, src->nout, om, params);
+        val[i] = root ? pval_of(w, src->in[i]) : NULL;
+    }
+    int rc = vq__op_infer_vals(t->def, src->attrs, src->nattrs, src->nin, im, val, src->nout, om,
+                               params);
     if (rc)
         return vq__pop_error(t, rc);
-    bool known = !vq__reads_values(t->def, src->nin); /* those infer with the values */
+    /* an op reading values is fixed when preparation knew them */
+    bool known = true;
+    for (int i = 0; i < src->nin && known; i++) {
+        int slot = i < t->def->nin_slots ? i : t->def->nin_slots - 1;
+        known = !(t->def->value_in & (1u << slot)) || val[i];
+    }
+    if (root)
+        pval_compute(w, t, val, im, om, params);
     for (int i = 0; i < src->nin && known; i++)
         for (int d = 0; d < im[i].ndim && known; d++)
             known = im[i].shape[d] >= 0;
@@ -490,14 +593,36 @@ int vq__walk_block(struct walk *w, int block, struct varset *ext)
 }
 
 /* Before block 0: the feeds have values, read by the ops that follow. */
-static void walk_feeds(struct walk *w)
+static int walk_feeds(struct walk *w)
 {
     struct plan *pl = w->pl;
     for (int i = 0; i < pl->nfeeds; i++) {
         struct vrec *r = &w->rec[pl->feeds[i]];
         r->has = r->used = true;
         r->owner = &pl->vars[pl->feeds[i]].init_readers;
+        vq__meta *m = &pl->vars[pl->feeds[i]].meta;
+        if (!pl->feed_metas)
+            continue;
+        /* a plan for these feeds' shapes: the dims the program leaves
+         * open are theirs (feed_bind checks each run's feeds against) */
+        if (!vq__meta_compatible(&pl->feed_metas[i], m)) {
+            char a[140], d[140];
+            vq__meta_str(a, sizeof a, &pl->feed_metas[i]);
+            vq__meta_str(d, sizeof d, m);
+            return vq__fail(VQ_EINVAL, "feed %s: got %s, the var is %s",
+                            pl->prog->vars[pl->feeds[i]].name, a, d);
+        }
+        *m = pl->feed_metas[i];
     }
+    return 0;
+}
+
+bool vq__program_reads_values(const vq_program *p)
+{
+    for (int k = 0; k < p->nops; k++)
+        if (p->ops[k].def && vq__reads_values(p->ops[k].def, p->ops[k].nin))
+            return true;
+    return false;
 }
 
 /* After block 0: each fetch has a value. A fetched version counts the
@@ -533,13 +658,17 @@ static int plan_walk(struct plan *pl)
     vq_program *p = pl->prog;
     struct walk w = {.pl = pl,
                      .rec = pl->rec,
-                     .block_user = vq__malloc((size_t)p->nblocks * sizeof *w.block_user)};
+                     .block_user = vq__malloc((size_t)p->nblocks * sizeof *w.block_user),
+                     .written = vq__calloc((size_t)(pl->nvars ? pl->nvars : 1), 1)};
     struct varset ext = {0};
     pl->ops = vq__calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
     pl->nops = p->nops;
     int rc = 0;
-    if (!w.block_user || !pl->ops)
+    if (!w.block_user || !pl->ops || !w.written)
         rc = vq__fail(VQ_ENOMEM, "out of memory");
+    for (int k = 0; rc == 0 && k < p->nops; k++)
+        for (int j = 0; j < p->ops[k].nout; j++)
+            w.written[p->ops[k].out[j]] = 1;
     for (int b = 0; rc == 0 && b < p->nblocks; b++)
         w.block_user[b] = -1;
     /* before any recursion into blocks: each level costs stack here and in
@@ -549,14 +678,15 @@ static int plan_walk(struct plan *pl)
             rc = vq__fail(VQ_EINVAL,
                           "block %d is nested more than VQ_MAX_BLOCK_DEPTH (%d) levels deep", b,
                           VQ_MAX_BLOCK_DEPTH);
-    if (rc == 0) {
-        walk_feeds(&w);
+    if (rc == 0)
+        rc = walk_feeds(&w);
+    if (rc == 0)
         rc = vq__walk_block(&w, 0, &ext);
-    }
     if (rc == 0)
         rc = walk_fetches(&w);
     free(ext.v);
     free(w.block_user);
+    free(w.written);
     return rc;
 }
 
@@ -775,7 +905,8 @@ static int plan_build_ops(struct plan *pl)
     return rc < 0 ? rc : n < 0 ? n : 0;
 }
 int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
-                 int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
+                 int nfeeds, const vq__meta *feed_metas, const char *const *fetches, int nfetches,
+                 struct plan **out)
 {
     struct plan *pl = vq__calloc(1, sizeof *pl);
     if (!pl)
@@ -824,6 +955,14 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
     }
     if (rc == 0 && (rc = find_names(pl->prog, "feed", feeds, nfeeds, &pl->feeds)) == 0)
         pl->nfeeds = nfeeds;
+    if (rc == 0)
+        pl->dynamic = vq__program_reads_values(pl->prog);
+    if (rc == 0 && feed_metas && nfeeds) {
+        if (!(pl->feed_metas = vq__malloc((size_t)nfeeds * sizeof *pl->feed_metas)))
+            rc = vq__fail(VQ_ENOMEM, "out of memory");
+        else
+            memcpy(pl->feed_metas, feed_metas, (size_t)nfeeds * sizeof *feed_metas);
+    }
     for (int i = 0; rc == 0 && i < pl->nfeeds; i++)
         if (pl->vars[pl->feeds[i]].persistable)
             rc = vq__fail(VQ_EINVAL, "feed %s: the var is persistable; set it in the scope",

@@ -99,6 +99,12 @@ struct pvar {
      * place writes a new tensor instead (copy on write) */
     bool borrowed;
     bool persistable;
+    /* The value preparation computed (block 0's shape arithmetic: a shape
+     * op of known dims, small integer ops of known values, small integer
+     * scope tensors no op writes), one reference, or NULL: what the ops
+     * reading a shape from this var infer with, so that they and the ops
+     * after them get fixed metas. */
+    vq_tensor *pval;
 };
 
 /* Per engine var of a frame, what its segments know (segments.c): the last op
@@ -303,6 +309,12 @@ struct plan {
     struct plan *lru_prev, *lru_next;
     int refs; /* the cache's one plus one per run in flight; under exec lock */
 
+    /* Some op reads an input's value to infer (vq__program_reads_values);
+     * feed_metas: the feeds' dtypes and shapes this plan was prepared for
+     * (a specialized plan), or NULL */
+    bool dynamic;
+    vq__meta *feed_metas;
+
     vq_exec *exec;
     vq_program *prog; /* the plan's own copy (frozen: one arena) */
     /* The per-op records of preparation (pop's in_counts and fixed; fop's
@@ -365,6 +377,7 @@ struct walk {
     struct plan *pl;
     struct vrec *rec; /* pl->rec */
     int *block_user; /* block -> the program op whose block it is, or -1 */
+    unsigned char *written; /* var -> some op of the program writes it */
 };
 
 struct varset {
@@ -462,7 +475,11 @@ int vq__root_ev(struct plan *pl, int v);
 /* Prepares a new plan (plan.c), refs 0, not in the cache: 0, or the
  * failure (message set; a plan half made is buried). Called locked. */
 int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
-                 int nfeeds, const char *const *fetches, int nfetches, struct plan **out);
+                 int nfeeds, const vq__meta *feed_metas, const char *const *fetches, int nfetches,
+                 struct plan **out);
+/* Whether some op of p reads an input's value to infer (vq__reads_values):
+ * its plans are specialized on the feeds' shapes (plan_cache.c). */
+bool vq__program_reads_values(const vq_program *p);
 void vq__plan_destroy(struct plan *pl);
 /* Hands pl to ex's dead list, destroyed outside the lock (plan_cache.c:
  * bury and reap). Called locked. */
@@ -474,8 +491,8 @@ void vq__plan_bury(vq_exec *ex, struct plan *pl);
  * and pins it (one more reference, which vq__plan_unpin drops). Takes the
  * executor's lock. who: the public call, in front of a failure's message. */
 int vq__plan_acquire(vq_exec *ex, const char *who, const vq_program *p, vq_scope *s,
-                     const char *const *feeds, int nfeeds, const char *const *fetches,
-                     int nfetches, struct plan **out);
+                     const char *const *feeds, int nfeeds, const vq_feed *feed_tensors,
+                     const char *const *fetches, int nfetches, struct plan **out);
 void vq__plan_unpin(vq_exec *ex, struct plan *pl);
 void vq__meta_of_tensor(vq__meta *m, const vq_tensor *t);
 

@@ -39,13 +39,16 @@ static void reap(vq_exec *ex)
 /* ---- the plan cache ---- */
 
 /* The names part of a key: feeds, then fetches, each NUL terminated, with
- * the counts in front so that (a | b) and (a b |) differ. Written into
- * buf (size bytes) when it fits, else into a new allocation; NULL when
- * out of memory. */
+ * the counts in front so that (a | b) and (a b |) differ; then, for a plan
+ * specialized on the feeds' shapes, each feed's dtype, rank and dims.
+ * Written into buf (size bytes) when it fits, else into a new allocation;
+ * NULL when out of memory. */
 static char *key_names(char *buf, size_t size, const char *const *feeds, int nfeeds,
-                       const char *const *fetches, int nfetches, size_t *len)
+                       const char *const *fetches, int nfetches, const vq__meta *metas, size_t *len)
 {
     size_t n = sizeof nfeeds + sizeof nfetches;
+    for (int i = 0; metas && i < nfeeds; i++)
+        n += 2 * sizeof(int) + (size_t)metas[i].ndim * sizeof(int64_t);
     for (int i = 0; i < nfeeds; i++)
         n += strlen(feeds[i]) + 1;
     for (int i = 0; i < nfetches; i++)
@@ -61,6 +64,14 @@ static char *key_names(char *buf, size_t size, const char *const *feeds, int nfe
         size_t l = strlen(nm) + 1;
         memcpy(buf + at, nm, l);
         at += l;
+    }
+    for (int i = 0; metas && i < nfeeds; i++) {
+        int dt = (int)metas[i].dtype, nd = metas[i].ndim;
+        memcpy(buf + at, &dt, sizeof dt);
+        memcpy(buf + at + sizeof dt, &nd, sizeof nd);
+        at += 2 * sizeof(int);
+        memcpy(buf + at, metas[i].shape, (size_t)nd * sizeof(int64_t));
+        at += (size_t)nd * sizeof(int64_t);
     }
     *len = at;
     return buf;
@@ -107,18 +118,35 @@ static void lru_trim(vq_exec *ex)
     }
 }
 
-/* Finds or builds the plan and pins it (refs + 1). Called locked. */
+/* Whether p's plans are specialized on the feeds' shapes: a cached plan of
+ * p knows (any of them: the flag is the program's), else a look at p's
+ * ops. Called locked. */
+static bool program_dynamic(vq_exec *ex, const vq_program *p, uint64_t ph)
+{
+    for (struct plan *pl = ex->lru_head; pl; pl = pl->lru_next)
+        if (pl->prog_hash == ph)
+            return pl->dynamic;
+    return vq__program_reads_values(p);
+}
+
+/* Finds or builds the plan and pins it (refs + 1). Called locked.
+ * metas: the feeds' metas, for a program whose shapes follow values (a
+ * plan per feed-shape signature, its shape arithmetic computed when it is
+ * prepared), or NULL. */
 static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
-                    int nfeeds, const char *const *fetches, int nfetches, struct plan **out)
+                    int nfeeds, const vq__meta *metas, const char *const *fetches, int nfetches,
+                    struct plan **out)
 {
     /* A cache hit (every run) keeps the names on the stack; a new plan
      * keeps a copy. */
-    char stack[256];
+    char stack[512];
     size_t nlen;
-    char *names = key_names(stack, sizeof stack, feeds, nfeeds, fetches, nfetches, &nlen);
+    uint64_t ph = vq_program_hash(p);
+    if (metas && !program_dynamic(ex, p, ph))
+        metas = NULL;
+    char *names = key_names(stack, sizeof stack, feeds, nfeeds, fetches, nfetches, metas, &nlen);
     if (!names)
         return vq__fail(VQ_ENOMEM, "out of memory");
-    uint64_t ph = vq_program_hash(p);
     /* The program's hash and the device seed the hash of the names. */
     uint64_t dev = (uint64_t)(unsigned)ex->device.kind << 32 | (unsigned)ex->device.id;
     uint64_t seed = ph ^ dev * 0x9e3779b97f4a7c15ull;
@@ -161,7 +189,7 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
             return vq__fail(VQ_ENOMEM, "out of memory");
         memcpy(names, stack, nlen);
     }
-    int rc = vq__plan_new(ex, p, s, feeds, nfeeds, fetches, nfetches, &pl);
+    int rc = vq__plan_new(ex, p, s, feeds, nfeeds, metas, fetches, nfetches, &pl);
     if (rc) {
         free(names);
         return rc;
@@ -181,11 +209,28 @@ static int plan_get(vq_exec *ex, const vq_program *p, vq_scope *s, const char *c
 }
 
 int vq__plan_acquire(vq_exec *ex, const char *who, const vq_program *p, vq_scope *s,
-                     const char *const *feeds, int nfeeds, const char *const *fetches, int nfetches,
-                     struct plan **out)
+                     const char *const *feeds, int nfeeds, const vq_feed *feed_tensors,
+                     const char *const *fetches, int nfetches, struct plan **out)
 {
+    vq__meta stack[16], *metas = NULL;
+    if (feed_tensors && nfeeds > 0) {
+        metas = nfeeds <= 16 ? stack : vq__malloc((size_t)nfeeds * sizeof *metas);
+        if (!metas)
+            return vq__fail(VQ_ENOMEM, "%s: out of memory", who);
+        for (int i = 0; i < nfeeds; i++) {
+            if (!feed_tensors[i].tensor) { /* feed_bind says so */
+                if (metas != stack)
+                    free(metas);
+                metas = NULL;
+                break;
+            }
+            vq__meta_of_tensor(&metas[i], feed_tensors[i].tensor);
+        }
+    }
     pthread_mutex_lock(&ex->lock);
-    int rc = plan_get(ex, p, s, feeds, nfeeds, fetches, nfetches, out);
+    int rc = plan_get(ex, p, s, feeds, nfeeds, metas, fetches, nfetches, out);
+    if (metas && metas != stack)
+        free(metas);
     pthread_mutex_unlock(&ex->lock);
     reap(ex);
     /* Preparation's messages say what and where ("op 3 (add): reads var
@@ -308,7 +353,8 @@ VQ_API int vq_exec_prepare(vq_exec *ex, const vq_program *p, vq_scope *s, const 
         if (!fetches[i])
             return vq__fail(VQ_EINVAL, "vq_exec_prepare: fetch %d is NULL", i);
     struct plan *pl;
-    int rc = vq__plan_acquire(ex, "vq_exec_prepare", p, s, feeds, nfeeds, fetches, nfetches, &pl);
+    int rc =
+        vq__plan_acquire(ex, "vq_exec_prepare", p, s, feeds, nfeeds, NULL, fetches, nfetches, &pl);
     if (rc == 0)
         vq__plan_unpin(ex, pl);
     return rc;

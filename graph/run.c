@@ -906,7 +906,7 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
     if ((rc = names_take(&names, who, feeds, nfeeds, fetches, nfetches)) < 0)
         goto fail_run;
     for (;;) {
-        rc = vq__plan_acquire(ex, who, p, s, names.feeds, nfeeds, names.fetches, nfetches,
+        rc = vq__plan_acquire(ex, who, p, s, names.feeds, nfeeds, feeds, names.fetches, nfetches,
                               &pl);
         if (rc < 0)
             goto fail_run;

@@ -153,6 +153,7 @@ const vq__op_def vq__ops_shape_value[] = {
      .nin_slots = 1,
      .out_slots = out_slot,
      .nout_slots = 1,
+     .flags = VQ__META_ONLY,
      .attrs = shape_attrs,
      .nattrs = 2,
      .params_size = sizeof(vq__shape_params),

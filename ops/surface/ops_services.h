@@ -125,6 +125,11 @@ enum {
  * (ops/cpu/init.c's file head). */
 enum { VQ__RANDOM = 1u << 6 };
 
+/* A flag too: the CPU kernel reads only its inputs' dtypes and shapes,
+ * never their data (shape): the graph computes its small outputs when it
+ * prepares a plan whose shapes it knows, from tensor headers without data. */
+enum { VQ__META_ONLY = 1u << 7 };
+
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
 
 struct vq__cuda_launch; /* ops/cuda/cuda_internal.h */

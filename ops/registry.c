@@ -641,7 +641,8 @@ int vq__ints_arg(const vq__infer *c, int slot, const char *attr, int64_t *out, i
                                vq__op_in_slot(c->def, slot));
         if (a->n > max)
             return vq__attr_fail(c, attr, "has %d dims, more than %d", a->n, max);
-        memcpy(out, a->ints, (size_t)a->n * sizeof *out);
+        if (a->n > 0) /* a list of none may come without an array */
+            memcpy(out, a->ints, (size_t)a->n * sizeof *out);
         *n = a->n;
         return 0;
     }

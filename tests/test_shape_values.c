@@ -105,7 +105,7 @@ Test(shape_values, range_refuses_a_zero_delta_and_bounds_that_are_not_scalars)
     cr_assert_eq(oc_try("range", in, 3, 1, NULL, 0), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "Delta"), "%s", vq_errmsg());
     vq_tensor_release(in[2]);
-    static const int64_t two[1] = {2};
+    static const int64_t two[2] = {2, 2};
     in[2] = ints(2, two);
     cr_assert_eq(oc_try("range", in, 3, 1, NULL, 0), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "scalar"), "%s", vq_errmsg());

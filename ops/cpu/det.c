@@ -69,7 +69,8 @@ static int det_kernel(const vq__kcall *k)
     int rc = vq__kernel_scratch(k, VQ_F64, nn + n, "LU", &w);
     if (rc < 0)
         return rc;
-    double *lu = w ? w->data : NULL;
+    double none[1]; /* 0 x 0 matrices take no scratch: a valid pointer all the same */
+    double *lu = w ? w->data : none;
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < nn; i++)
             lu[i] = x->dtype == VQ_F32 ? (double)((const float *)x->data)[b * nn + i]
@@ -92,7 +93,8 @@ static int det_grad_kernel(const vq__kcall *k)
     int rc = vq__kernel_scratch(k, VQ_F64, 4 * nn + 2 * n, "cofactors", &w);
     if (rc < 0)
         return rc;
-    double *xm = w ? w->data : NULL, *c = xm + nn, *scratch = c + nn;
+    double none[1]; /* 0 x 0 matrices take no scratch: a valid pointer all the same */
+    double *xm = w ? w->data : none, *c = xm + nn, *scratch = c + nn;
     bool f32 = x->dtype == VQ_F32;
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < nn; i++)

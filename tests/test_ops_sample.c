@@ -27,7 +27,9 @@ TestSuite(ops_sample, .init = setup, .fini = leak_check);
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const int64_t gs_x_shape[4] = {GS_X}, gs_g_shape[4] = {GS_G};
-static const int64_t gs_out_shape[4] = {gs_x_shape[0], gs_x_shape[1], gs_g_shape[1], gs_g_shape[2]};
+/* (block-scope compound literals: C wants constants in a static's initializer) */
+#define gs_out_shape \
+    ((const int64_t[4]){gs_x_shape[0], gs_x_shape[1], gs_g_shape[1], gs_g_shape[2]})
 
 /* f64: torch's own order of operations, so a few ulps at most; f32: the
  * same values rounded to float on the way (the refs are float64's). */
@@ -147,7 +149,7 @@ Test(ops_sample, shared_calls_give_the_serial_bits)
 
 static const int64_t ra_x_shape[4] = {RA_X}, ra_rois_shape[2] = {RA_R, 4},
                      ra_batch_shape[1] = {RA_R};
-static const int64_t ra_out_shape[4] = {RA_R, ra_x_shape[1], 3, 2};
+#define ra_out_shape ((const int64_t[4]){RA_R, ra_x_shape[1], 3, 2})
 
 static void ra_attrs(const struct ra_ref *r, const char *mode, vq_attr *at)
 {

@@ -314,20 +314,30 @@ static int t_hardmax(struct ox *x)
     return ox_emit(x, "cast", &hot, 1, &o, 1, &c, 1, NULL);
 }
 
-/* Dropout at inference: the identity, and a mask of all true. */
+/* Dropout at inference: the identity, and a mask of all true. So is a
+ * Dropout in training mode whose ratio is 0 (ONNX's reference drops
+ * nothing then): PyTorch exports F.dropout(x, p=0.0), whose training
+ * argument defaults to true, that way (torchvision's swin_t). */
 static int t_dropout(struct ox *x)
 {
     struct ox_val *v = ox_input(x, 0), *training = x->opset >= 12 ? ox_input(x, 2) : NULL;
+    struct ox_val *ratio = x->opset >= 12 ? ox_input(x, 1) : NULL;
     int rc = 0;
     if (training) {
         if (!ox_known(x, training) || training->konst->dtype != VQ_BOOL)
             return ox_fail(x, VQ_ENOSYS,
                            "training_mode must be known when the model is "
                            "imported (a bool constant)");
-        if (*(unsigned char *)training->konst->data)
+        /* the ratio as imported: a known (or offered) value, or an
+         * initializer, which is a parameter rather than a known value */
+        const vq_tensor *r = !ratio               ? NULL
+                             : ox_known(x, ratio) ? ratio->konst
+                                                  : ox_param_value(x, ratio);
+        bool none = r && r->numel == 1 && ox_is_float(r->dtype) && ox_first_value(r) == 0;
+        if (*(unsigned char *)training->konst->data && !none)
             return ox_fail(x, VQ_ENOSYS,
-                           "training_mode is true: varq imports Dropout for "
-                           "inference only");
+                           "training_mode is true and the ratio is not a known 0: varq "
+                           "imports Dropout for inference only");
     }
     if (ox_out(x, 1)) {
         /* not(bool(zeros_like(X))) */

@@ -2479,3 +2479,57 @@ Test(onnx, bernoulli_draws_anew_each_run_unless_seeded)
     }
     run_free(&r);
 }
+
+/* ---- Dropout in training mode ---- */
+
+/* PyTorch exports F.dropout(x, p=0.0) (its training argument defaults to
+ * true: torchvision's swin_t) as a Dropout with training_mode true and
+ * ratio 0, which drops nothing (ONNX's reference): the identity and a mask
+ * of all true. A nonzero ratio in training mode stays refused. */
+Test(onnx, dropout_in_training_mode_with_ratio_zero_is_the_identity)
+{
+    struct run r = run_new();
+    const float x[6] = {1.5f, -2, 0, 3.25f, -0.5f, 7};
+    for (int k = 0; k < 2; k++) {
+        Onnx__ModelProto *m = model_new(13);
+        add_input(m, "x", 2, (int64_t[]){-1, 3});
+        const float ratio = k == 0 ? 0.0f : 0.25f;
+        const unsigned char on = 1;
+        add_init(m, "ratio", 0, NULL, &ratio);
+        add_init_of(m, "training", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL, 1, 0, NULL, &on);
+        add_node(m, "Dropout", "drop", NAMES("x", "ratio", "training"), NAMES("y", "mask"));
+        add_outputs(m, NAMES("y", "mask", NULL));
+        size_t len;
+        uint8_t *buf = pack(m, &len);
+        vq_scope *s;
+        vq_program *p = NULL;
+        cr_assert_eq(vq_scope_new(&s), 0);
+        int rc = vq_program_from_onnx(&p, s, buf, len);
+        if (k == 1) {
+            cr_assert_eq(rc, VQ_ENOSYS, "ratio 0.25 in training mode: %d", rc);
+            cr_assert(strstr(vq_errmsg(), "training_mode is true"), "%s", vq_errmsg());
+        } else {
+            cr_assert_eq(rc, 0, "%s", vq_errmsg());
+            vq_tensor *tx;
+            cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 2, (int64_t[]){2, 3}, x), 0);
+            vq_feed feed = {"x", tx};
+            vq_fetch f[2] = {{"y", NULL}, {"mask", NULL}};
+            cr_assert_eq(vq_exec_run(r.ex, p, s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+            cr_assert_eq(vq_tensor_dtype(f[1].tensor), VQ_BOOL);
+            cr_assert_eq(vq_tensor_numel(f[0].tensor), 6);
+            cr_assert_eq(vq_tensor_numel(f[1].tensor), 6);
+            for (int i = 0; i < 6; i++) {
+                cr_assert_eq(((const float *)vq_tensor_data(f[0].tensor))[i], x[i]);
+                cr_assert_eq(((const unsigned char *)vq_tensor_data(f[1].tensor))[i], 1);
+            }
+            vq_tensor_release(f[0].tensor);
+            vq_tensor_release(f[1].tensor);
+            vq_tensor_release(tx);
+        }
+        vq_program_free(p);
+        vq_scope_free(s);
+        free(buf);
+        onnx__model_proto__free_unpacked(m, NULL);
+    }
+    run_free(&r);
+}

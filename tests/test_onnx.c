@@ -2533,3 +2533,94 @@ Test(onnx, dropout_in_training_mode_with_ratio_zero_is_the_identity)
     }
     run_free(&r);
 }
+
+/* ---- Slice of bounds computed at run time ---- */
+
+/* t, on the host (released when copied). */
+static vq_tensor *host_of(vq_engine *e, vq_tensor *t)
+{
+    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return t;
+    vq_tensor *h;
+    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+    vq_tensor_release(t);
+    return h;
+}
+
+/* torch's x.chunk(2, dim=1) after a reshape to [batch, -1, ...] (what
+ * shufflenet's channel shuffle exports with a dynamic batch): the reshape
+ * leaves dim 1 unknown at import, so the Slice's end, Shape(Y)[1] / 2, is
+ * computed at run time. And a Slice of X's rows from 1 - N (wrapped to 1
+ * when negative) to 10 N (clamped to N), as ONNX reads bounds. One plan
+ * serves every batch, on the CPU and on the emulated GPU. */
+Test(onnx, slice_bounds_computed_at_run_time_are_wrapped_and_clamped_as_onnx_reads_them)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 0);
+    Onnx__ModelProto *m = model_new(17);
+    add_input(m, "x", 3, (int64_t[]){-1, 4, 3});
+    const int64_t zero[1] = {0}, minus1[1] = {-1}, one[1] = {1}, two[1] = {2}, ten[1] = {10};
+    add_init_ints(m, "zero", 1, zero);
+    add_init_ints(m, "minus1", 1, minus1);
+    add_init_ints(m, "one", 1, one);
+    add_init_ints(m, "two", 1, two);
+    add_init_ints(m, "ten", 1, ten);
+    add_node(m, "Shape", "s", NAMES("x"), NAMES("s"));
+    attr_int(add_node(m, "Gather", "n", NAMES("s", "zero"), NAMES("n")), "axis", 0);
+    attr_int(add_node(m, "Concat", "target", NAMES("n", "minus1"), NAMES("target")), "axis", 0);
+    add_node(m, "Reshape", "y", NAMES("x", "target"), NAMES("y"));
+    add_node(m, "Shape", "sy", NAMES("y"), NAMES("sy"));
+    attr_int(add_node(m, "Gather", "w", NAMES("sy", "one"), NAMES("w")), "axis", 0);
+    add_node(m, "Div", "half", NAMES("w", "two"), NAMES("half"));
+    add_node(m, "Slice", "z", NAMES("y", "zero", "half", "one"), NAMES("z"));
+    add_node(m, "Sub", "lo", NAMES("one", "n"), NAMES("lo"));
+    add_node(m, "Mul", "hi", NAMES("n", "ten"), NAMES("hi"));
+    add_node(m, "Slice", "rows", NAMES("x", "lo", "hi", "zero"), NAMES("rows"));
+    add_outputs(m, NAMES("z", "rows", NULL));
+    struct imported im = import_ok(m);
+    /* one engine for both: the scope's tensors are its vars until freed */
+    vq_engine *e;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    cr_assert_eq(vq_engine_new(&e, &eo), 0, "%s", vq_errmsg());
+    for (int gpu = 0; gpu < 2; gpu++) {
+        vq_exec *ex;
+        vq_exec_opts xo = {.device = {gpu ? VQ_DEV_GPU : VQ_DEV_CPU, 0}};
+        cr_assert_eq(vq_exec_new(&ex, e, &xo), 0, "%s", vq_errmsg());
+        for (int64_t n = 1; n <= 4; n++) {
+            float xs[4 * 12];
+            for (int i = 0; i < n * 12; i++)
+                xs[i] = (float)(i * 7 % 23) - 11;
+            vq_tensor *x, *xd;
+            cr_assert_eq(vq_tensor_from(&x, VQ_F32, 3, (int64_t[]){n, 4, 3}, xs), 0);
+            cr_assert_eq(vq_tensor_copy_to(e, x, xo.device, &xd), 0, "%s", vq_errmsg());
+            vq_feed feed = {"x", xd};
+            vq_fetch f[2] = {{"z", NULL}, {"rows", NULL}};
+            cr_assert_eq(vq_exec_run(ex, im.p, im.s, &feed, 1, f, 2), 0, "gpu %d: %s", gpu,
+                         vq_errmsg());
+            vq_tensor *z = host_of(e, f[0].tensor), *rows = host_of(e, f[1].tensor);
+            const int64_t *zs = vq_tensor_shape(z);
+            cr_assert(vq_tensor_ndim(z) == 2 && zs[0] == n && zs[1] == 6, "z of batch %lld",
+                      (long long)n);
+            for (int b = 0; b < n; b++)
+                for (int j = 0; j < 6; j++)
+                    cr_assert_eq(((const float *)vq_tensor_data(z))[b * 6 + j], xs[b * 12 + j]);
+            int64_t first = n == 1 ? 0 : 1; /* 1 - n, plus n when negative */
+            cr_assert_eq(vq_tensor_shape(rows)[0], n - first);
+            cr_assert_eq(memcmp(vq_tensor_data(rows), xs + first * 12,
+                                (size_t)(n - first) * 12 * sizeof(float)),
+                         0, "gpu %d: rows of batch %lld", gpu, (long long)n);
+            vq_tensor_release(z);
+            vq_tensor_release(rows);
+            vq_tensor_release(xd);
+            vq_tensor_release(x);
+        }
+        vq_exec_stats st;
+        cr_assert_eq(vq_exec_get_stats(ex, &st), 0);
+        /* a plan per batch size (the program's shapes follow its values) */
+        cr_assert_eq(st.prepares, 4, "gpu %d: %llu plans prepared", gpu,
+                     (unsigned long long)st.prepares);
+        vq_exec_free(ex);
+    }
+    imported_free(&im);
+    vq_engine_free(e);
+}

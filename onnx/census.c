@@ -71,14 +71,14 @@ static void text_name(struct text *t, const char *s)
 
 /* ---- which ops translate ---- */
 
-static bool default_domain(const char *domain)
+bool vq__onnx_default_domain(const char *domain)
 {
     return !domain || !*domain || !strcmp(domain, "ai.onnx");
 }
 
 bool vq__onnx_translatable(const char *domain, const char *type)
 {
-    return default_domain(domain) && vq__onnx_op_find(type) != NULL;
+    return vq__onnx_op_find(domain, type) != NULL;
 }
 
 /* ---- the census ---- */
@@ -111,8 +111,8 @@ static int walk_count(struct census *c, const Onnx__GraphProto *g, int depth)
                 c->refs = r;
                 c->cap = cap;
             }
-            c->refs[c->n] =
-                (struct node_ref){default_domain(n->domain) ? "" : n->domain, n->op_type, c->n};
+            c->refs[c->n] = (struct node_ref){vq__onnx_default_domain(n->domain) ? "" : n->domain,
+                                              n->op_type, c->n};
             c->n++;
         } else if (c->strict) {
             return vq__fail(VQ_EINVAL, "onnx: node %zu%s has no op type", i,
@@ -330,7 +330,10 @@ int vq__onnx_ops_fail(const vq_onnx_ops *ops, int64_t opset)
         else
             text_printf(&et, " (%lld nodes, the first: %s", (long long)u->count,
                         u->first ? u->first : "?");
-        text_printf(&et, "%s)", *u->domain ? "; varq reads only the default domain ai.onnx" : "");
+        text_printf(&et, "%s)",
+                    *u->domain && strcmp(u->domain, OX_TRAINING)
+                        ? "; varq reads only the default domain ai.onnx and " OX_TRAINING
+                        : "");
         /* room for this entry, "and N more" and the tail */
         if (listed == LIST_MAX || t.len + et.len + 32 + strlen(tail) >= t.cap)
             break;

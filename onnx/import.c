@@ -30,15 +30,28 @@
 
 /* ---- the model ---- */
 
-static int model_opset(const Onnx__ModelProto *m, int64_t *out)
+/* The versions of the operator sets the model imports that varq reads:
+ * *out that of the default domain (ai.onnx), *training that of
+ * ai.onnx.preview.training (0 when not imported). A model may import only
+ * the latter (its nodes all of that domain, as ONNX's tests of Adam and
+ * friends): *out is then 0, and a node of the default domain is refused
+ * where it is met (ox_nodes). */
+static int model_opset(const Onnx__ModelProto *m, int64_t *out, int64_t *training)
 {
     *out = -1;
+    *training = 0;
     bool found = false;
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
         if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version) {
             *out = o->version;
             found = true;
+        } else if (o->domain && !strcmp(o->domain, OX_TRAINING) && o->has_version) {
+            if (o->version != 1)
+                return vq__fail(VQ_ENOSYS,
+                                "onnx: the model uses opset %lld of " OX_TRAINING "; varq reads 1",
+                                (long long)o->version);
+            *training = 1;
         }
     }
     if (found && *out < 0)
@@ -46,10 +59,15 @@ static int model_opset(const Onnx__ModelProto *m, int64_t *out)
                         "onnx: opset %lld of ai.onnx is not valid (versions start "
                         "at 1)",
                         (long long)*out);
+    if (!found && *training) {
+        *out = 0;
+        return 0;
+    }
     if (!found && m->n_opset_import > 0 && m->opset_import[0]->domain &&
         *m->opset_import[0]->domain)
-        return vq__fail(VQ_ENOSYS, "onnx: the model uses only other operator sets than ai.onnx "
-                                   "(%s first); varq reads ai.onnx",
+        return vq__fail(VQ_ENOSYS,
+                        "onnx: the model uses only other operator sets than ai.onnx "
+                        "and " OX_TRAINING " (%s first); varq reads those two",
                         m->opset_import[0]->domain);
     if (!found)
         return vq__fail(VQ_EINVAL, "onnx: the model imports no version of the default operator "
@@ -249,7 +267,8 @@ static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
         x->node_index = (int)i;
         if (!n->op_type || !*n->op_type)
             rc = ox_fail(x, VQ_EINVAL, "the node has no op type");
-        else if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
+        else if (!vq__onnx_default_domain(n->domain) &&
+                 !vq__onnx_translatable(n->domain, n->op_type))
             /* the census counted it: the error lists every op type varq
              * does not translate */
             rc = x->unsupported ? vq__onnx_ops_fail(x->unsupported, x->opset)
@@ -257,6 +276,10 @@ static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
                                           "op %s of domain %s is not supported (varq reads the "
                                           "default domain ai.onnx, opset %lld)",
                                           n->op_type, n->domain, (long long)x->opset);
+        else if (vq__onnx_translatable(n->domain, n->op_type) &&
+                 (vq__onnx_default_domain(n->domain) ? x->opset == 0 : !x->training_opset))
+            rc = ox_fail(x, VQ_EINVAL, "the model imports no version of the op's domain %s",
+                         vq__onnx_default_domain(n->domain) ? "ai.onnx" : n->domain);
         else
             rc = translate_at(x, g, i, deferred);
     }
@@ -447,7 +470,7 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
     if (!m->graph)
         rc = vq__fail(VQ_EINVAL, "onnx: the model has no graph");
     if (rc == 0)
-        rc = model_opset(m, &x.opset);
+        rc = model_opset(m, &x.opset, &x.training_opset);
     /* Every op type, before translating: when some are not translated, the
      * error names them all where the translation meets the first. Not
      * refused here: an If whose condition is known at import translates
@@ -579,9 +602,10 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     int urc = model_unpack(buf, len, &m);
     if (urc < 0)
         return urc;
-    int64_t opset = -1;
-    int rc = m->graph ? model_opset(m, &opset) : vq__fail(VQ_EINVAL, "onnx: the model has no "
-                                                                     "graph");
+    int64_t opset = -1, training;
+    int rc = m->graph ? model_opset(m, &opset, &training)
+                      : vq__fail(VQ_EINVAL, "onnx: the model has no "
+                                            "graph");
     const Onnx__GraphProto *g = m->graph;
     if (rc == 0) {
         out->opset = (int)opset;

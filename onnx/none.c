@@ -79,6 +79,12 @@ VQ_API const char *vq_onnx_op_name(int i)
     return NULL;
 }
 
+VQ_API const char *vq_onnx_op_domain(int i)
+{
+    (void)i;
+    return NULL;
+}
+
 VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, size_t len)
 {
     (void)buf, (void)len;

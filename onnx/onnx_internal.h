@@ -46,7 +46,8 @@ struct ox_val {
 struct ox {
     vq_program *p;
     vq_scope *scope;
-    int64_t opset;       /* of the default domain */
+    int64_t opset;          /* of the default domain (0: the model imports only OX_TRAINING) */
+    int64_t training_opset; /* of OX_TRAINING: 1, or 0 when the model does not import it */
     const char *dir;     /* the model's directory (external data), or NULL */
     struct ox_val **vals;
     int nvals, cap;
@@ -102,8 +103,13 @@ int vq__onnx_nesting_check(const void *buf, size_t len);
  * translation, which refuses it where it meets it). */
 int vq__onnx_census(const Onnx__GraphProto *g, bool strict, vq_onnx_ops *out);
 void vq__onnx_ops_release(vq_onnx_ops *ops);
-/* Whether the translate table has type, of domain domain (NULL, "" and
- * "ai.onnx" are the default domain, the only one varq reads). */
+/* The one domain besides the default that varq reads (opset 1): the
+ * optimizers Adagrad, Adam and Momentum (t_optim.c). */
+#define OX_TRAINING "ai.onnx.preview.training"
+/* Whether domain is the default one (NULL, "" and "ai.onnx"). */
+bool vq__onnx_default_domain(const char *domain);
+/* Whether the translate table has type, of domain domain (the default
+ * domain, or OX_TRAINING for the rows that name it). */
 bool vq__onnx_translatable(const char *domain, const char *type);
 /* VQ_ENOSYS with the message that lists the types of ops that are not
  * translated (at most 32, and as many as the message holds, then "and N
@@ -274,6 +280,9 @@ struct ox_op {
     int min_in, max_in;
     bool out0;                        /* output 0 must be named */
     const struct ox_attr_spec *attrs; /* OX_ATTRS(...), or NULL */
+    /* the op's domain: NULL for the default one, else OX_TRAINING (no
+     * other op type of either domain has the same name) */
+    const char *domain;
 };
 
 /* The values of a node's declared attributes, read and checked before its
@@ -326,7 +335,7 @@ const char *ox_type(const struct ox *x);
  * max, output 0 required, attributes (OX_ATTRS(...) or NULL). */
 #define OX_ROW(fn, type, min_in, max_in, out0, attrs) \
     {                                                 \
-        fn, type, min_in, max_in, out0, attrs         \
+        fn, type, min_in, max_in, out0, attrs, NULL   \
     }
 
 /* Output 0, which the op requires. */
@@ -389,13 +398,14 @@ int ox_shape_meta(const struct ox_val *shape, const vq__meta *x, bool allowzero,
 /* The rows, one per op of OX_OPS (onnx_ops.h), each beside its
  * translation: t_elementwise.c, t_window.c, t_nn.c, t_shape.c, t_index.c,
  * t_reduce.c, t_loss.c, t_control.c, t_rnn.c, t_signal.c, t_sample.c,
- * t_linalg.c. */
+ * t_linalg.c, t_optim.c. */
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW
 
-/* The row of op type type (default domain), or NULL. */
-const struct ox_op *vq__onnx_op_find(const char *type);
+/* The row of op type type of domain domain (NULL, "" or "ai.onnx": the
+ * default), or NULL. */
+const struct ox_op *vq__onnx_op_find(const char *domain, const char *type);
 
 /* Translates x->node: looks up its row, checks and reads what the row
  * declares, runs its translation; VQ_ENOSYS naming the op when there is

@@ -1,5 +1,6 @@
-/* Every ONNX op type (default domain) the importer translates, in strcmp
- * order: the translate table (translate.c) is made from this list, looks a
+/* Every ONNX op type the importer translates (of the default domain, and
+ * the three optimizers of ai.onnx.preview.training: their rows name that
+ * domain), in strcmp order: the translate table (translate.c) is made from this list, looks a
  * node's op up in it by binary search, and vq_onnx_op_name lists it in
  * this order (the generated docs/reference/onnx-ops.md). Each op's row,
  * const struct ox_op ox_op_<Name>, is defined beside its translation in
@@ -11,6 +12,8 @@
     X(Abs)                       \
     X(Acos)                      \
     X(Acosh)                     \
+    X(Adagrad)                   \
+    X(Adam)                      \
     X(Add)                       \
     X(And)                       \
     X(ArgMax)                    \
@@ -86,6 +89,7 @@
     X(MelWeightMatrix)           \
     X(Min)                       \
     X(Mod)                       \
+    X(Momentum)                  \
     X(Mul)                       \
     X(Neg)                       \
     X(NegativeLogLikelihoodLoss) \

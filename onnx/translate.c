@@ -26,7 +26,12 @@ VQ_API const char *vq_onnx_op_name(int i)
     return i >= 0 && i < NTABLE ? table[i].name : NULL;
 }
 
-const struct ox_op *vq__onnx_op_find(const char *type)
+VQ_API const char *vq_onnx_op_domain(int i)
+{
+    return i >= 0 && i < NTABLE ? table[i].op->domain ? table[i].op->domain : "" : NULL;
+}
+
+const struct ox_op *vq__onnx_op_find(const char *domain, const char *type)
 {
     int lo = 0, hi = NTABLE - 1;
     while (lo <= hi) {
@@ -35,8 +40,10 @@ const struct ox_op *vq__onnx_op_find(const char *type)
             hi = mid - 1;
         else if (c > 0)
             lo = mid + 1;
+        else if (!table[mid].op->domain)
+            return vq__onnx_default_domain(domain) ? table[mid].op : NULL;
         else
-            return table[mid].op;
+            return domain && !strcmp(domain, table[mid].op->domain) ? table[mid].op : NULL;
     }
     return NULL;
 }
@@ -44,7 +51,7 @@ const struct ox_op *vq__onnx_op_find(const char *type)
 int vq__onnx_translate(struct ox *x)
 {
     const char *op = x->node->op_type;
-    const struct ox_op *row = vq__onnx_op_find(op);
+    const struct ox_op *row = vq__onnx_op_find(x->node->domain, op);
     if (!row) {
         /* the census taken before translating names every such op */
         if (x->unsupported)

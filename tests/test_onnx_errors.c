@@ -75,7 +75,7 @@ Test(onnx_errors, every_unsupported_type_is_listed_with_its_count_and_first_node
         "NonZero (2 nodes, the first: node 1 \"nz\")",
         "TopK (1 node: node 0 (output \"v\") in body of node 3 (Loop \"loop\"))",
         "Foo of domain com.example (1 node: node 4 (output \"f\"); varq reads only the default "
-        "domain ai.onnx)",
+        "domain ai.onnx and ai.onnx.preview.training)",
         "`varq onnx-ops` lists the ops varq translates, `varq onnx-ops MODEL.onnx` every op of "
         "the model",
     };

@@ -305,7 +305,8 @@ static int cmd_onnx_ops(int argc, char **argv)
         n++;
     fputs(GENERATED_BY("onnx-ops"), stdout);
     fputs("\n# ONNX ops the importer translates\n\n", stdout);
-    printf("The %d ONNX op types (default domain, `ai.onnx`) that `vq_program_from_onnx` and\n"
+    printf("The %d ONNX op types (of the default domain, `ai.onnx`, and the optimizers of\n"
+           "`ai.onnx.preview.training`, its opset 1) that `vq_program_from_onnx` and\n"
            "`varq import` / `varq run MODEL.onnx` translate into varq ops\n"
            "(`include/varq/onnx.h`). A model with a node of any other type is refused,\n"
            "the message listing every such type with its domain, count and first node\n"
@@ -316,9 +317,12 @@ static int cmd_onnx_ops(int argc, char **argv)
            "| ONNX op | its definition |\n"
            "|---|---|\n",
            n);
-    for (int i = 0; i < n; i++)
-        printf("| `%s` | [onnx.ai](https://onnx.ai/onnx/operators/onnx__%s.html) |\n",
-               vq_onnx_op_name(i), vq_onnx_op_name(i));
+    for (int i = 0; i < n; i++) {
+        bool training = *vq_onnx_op_domain(i) != '\0';
+        printf("| `%s`%s | [onnx.ai](https://onnx.ai/onnx/operators/onnx_%s_%s.html) |\n",
+               vq_onnx_op_name(i), training ? " (`ai.onnx.preview.training`)" : "",
+               training ? "aionnxpreviewtraining" : "", vq_onnx_op_name(i));
+    }
     return finish_stdout(EXIT_OK);
 }
 

@@ -122,7 +122,8 @@ VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, co
 /* What a caller needs to run an imported model: the names to feed and to
  * fetch, in the model's order. */
 typedef struct vq_onnx_info {
-    int opset;      /* version of the default ("ai.onnx") operator set */
+    int opset;      /* version of the default ("ai.onnx") operator set; 0 when the
+                     * model imports only ai.onnx.preview.training */
     int ninputs;    /* graph inputs that are not initializers: the feeds */
     char **inputs;  /* their names, ninputs of them */
     int noutputs;   /* graph outputs: the fetches */
@@ -143,6 +144,11 @@ VQ_API void vq_onnx_info_free(vq_onnx_info *info);
  * strings. Which cases of each pass ONNX's backend tests is in
  * docs/onnx-conformance.md. */
 VQ_API const char *vq_onnx_op_name(int i);
+
+/* The domain of vq_onnx_op_name(i): "" for the default (ai.onnx), else
+ * "ai.onnx.preview.training" (Adagrad, Adam and Momentum, its opset 1);
+ * NULL past the end (or when not built). Static strings; thread-safe. */
+VQ_API const char *vq_onnx_op_domain(int i);
 
 /* One op type a model uses (vq_onnx_ops_read). */
 typedef struct vq_onnx_op_use {

@@ -84,6 +84,7 @@
     X(MatMul)                    \
     X(Max)                       \
     X(MaxPool)                   \
+    X(MaxUnpool)                 \
     X(Mean)                      \
     X(MeanVarianceNormalization) \
     X(MelWeightMatrix)           \

@@ -1,5 +1,5 @@
 /* ONNX's windows over images (NCHW): Conv, ConvTranspose, MaxPool,
- * AveragePool and the global pools, as varq's 2-D and 3-D window ops. A
+ * MaxUnpool, AveragePool and the global pools, as varq's 2-D and 3-D window ops. A
  * 1-D window runs as a 2-D one of height 1, its attributes lifted; a 3-D
  * pool as two 2-D ones; the pads come from pads or auto_pad (and, for
  * ConvTranspose, output_shape), computed here with every step checked for
@@ -366,6 +366,99 @@ static int t_pool(struct ox *x)
     return ox_reshape(x, r, (int64_t[]){0, 0, -1}, 3, idx, NULL);
 }
 
+/* MaxUnpool as ONNX's reference computes it: max_unpool2d of X and I
+ * into MaxPool's inverse size along each spatial dim, (in - 1) stride -
+ * pads + kernel, I's indices flat over that; then, when output_shape
+ * (input 2, known at import) asks for more, zeros after the end of each
+ * dim (the reference's test_maxunpool_export_with_output_shape; ONNX
+ * Runtime instead reads the indices as flat over output_shape). A 1-D one
+ * runs lifted, as the pools; a 3-D one as a 2-D one over [N, C, D H, W]
+ * (the same flat indices) of that size, which needs X's spatial dims
+ * known at import, as does output_shape. */
+static int t_max_unpool(struct ox *x)
+{
+    struct ox_val *v = ox_input(x, 0), *idx = ox_input(x, 1);
+    int64_t kernel[3], strides[3], pads[6], shape[VQ_MAX_DIMS], size[3];
+    int sd = 0, nshape;
+    int rc = spatial_rank(x, v, &sd);
+    if (rc == 0 && !ox_given(x, "kernel_shape"))
+        rc = ox_fail(x, VQ_EINVAL, "no kernel_shape");
+    if (rc == 0)
+        rc = lifted(x, "kernel_shape", sd, 1, kernel);
+    if (rc == 0)
+        rc = lifted(x, "strides", sd, 1, strides);
+    if (rc == 0)
+        rc = lifted_pads(x, sd, pads);
+    if (rc == 0)
+        rc = ox_const_ints(x, 2, "output_shape", shape, VQ_MAX_DIMS, &nshape);
+    if (rc)
+        return rc;
+    if (idx->meta.ndim != v->meta.ndim)
+        return ox_fail(x, VQ_EINVAL, "I has rank %d, X %d", idx->meta.ndim, v->meta.ndim);
+    if (nshape >= 0 && nshape != sd + 2)
+        return ox_fail(x, VQ_EINVAL, "output_shape has %d entries for X of rank %d", nshape,
+                       sd + 2);
+    for (int d = 0; nshape >= 0 && d < 2; d++)
+        if (v->meta.shape[d] >= 0 && shape[d] != v->meta.shape[d])
+            return ox_fail(x, VQ_EINVAL, "output_shape's dim %d is %lld, X's %lld", d,
+                           (long long)shape[d], (long long)v->meta.shape[d]);
+    /* the inverse size along the lifted window's dims (-1: unknown) */
+    int nd = sd == 3 ? 3 : 2;
+    bool known = true;
+    for (int i = 0; i < nd; i++) {
+        int64_t in = sd == 1 && i == 0 ? 1 : v->meta.shape[v->meta.ndim - nd + i];
+        if (in < 0) {
+            size[i] = -1;
+            known = false;
+        } else if (__builtin_mul_overflow(in > 0 ? in - 1 : 0, strides[i], &size[i]) ||
+                   __builtin_add_overflow(size[i], kernel[i] - pads[i] - pads[nd + i], &size[i])) {
+            return ox_fail(x, VQ_EINVAL, "the output size overflows");
+        }
+    }
+    if (!known && (sd == 3 || nshape >= 0))
+        return ox_fail(x, VQ_ENOSYS, "%s needs X's spatial dims known when the model is imported",
+                       sd == 3 ? "a 3-D MaxUnpool" : "output_shape");
+    /* zeros after the end of each spatial dim, for output_shape */
+    int64_t ends[2 * VQ_MAX_DIMS] = {0};
+    bool grow = false;
+    for (int i = 0; nshape >= 0 && i < sd; i++) {
+        int64_t inferred = size[nd - sd + i];
+        if (shape[2 + i] < inferred)
+            return ox_fail(x, VQ_EINVAL,
+                           "output_shape's dim %d is %lld, less than the unpooled %lld", 2 + i,
+                           (long long)shape[2 + i], (long long)inferred);
+        ends[sd + 2 + 2 + i] = shape[2 + i] - inferred;
+        grow |= shape[2 + i] > inferred;
+    }
+    const char *o = ox_out0(x), *name = grow ? NULL : o;
+    struct ox_val *in[2], *r;
+    if (sd == 3) {
+        int64_t flat = v->meta.shape[4], out2[2], ones[2] = {1, 1};
+        if (__builtin_mul_overflow(size[0], size[1], &out2[0]))
+            return ox_fail(x, VQ_EINVAL, "the output size overflows");
+        out2[1] = size[2];
+        vq_attr a[2] = {VQ_ATTR_IS("kernel", ones, 2), VQ_ATTR_IS("output_size", out2, 2)};
+        const char *tmp = NULL;
+        if ((rc = ox_reshape(x, v, (int64_t[]){0, 0, -1, flat}, 4, NULL, &in[0])) < 0 ||
+            (rc = ox_reshape(x, idx, (int64_t[]){0, 0, -1, flat}, 4, NULL, &in[1])) < 0 ||
+            (rc = ox_emit(x, "max_unpool2d", in, 2, &tmp, 1, a, 2, &r)) < 0 ||
+            (rc = ox_reshape(x, r, (int64_t[]){0, 0, size[0], size[1], size[2]}, 5, name, &r)) < 0)
+            return rc;
+    } else {
+        vq_attr a[3] = {VQ_ATTR_IS("kernel", kernel, 2), VQ_ATTR_IS("strides", strides, 2),
+                        VQ_ATTR_IS("pads", pads, 4)};
+        const char *tmp = NULL;
+        if ((rc = lift(x, v, sd, &in[0])) < 0 || (rc = lift(x, idx, sd, &in[1])) < 0 ||
+            (rc = ox_emit(x, "max_unpool2d", in, 2, sd == 1 ? &tmp : &name, 1, a, 3, &r)) < 0 ||
+            (sd == 1 && (rc = ox_reshape(x, r, (int64_t[]){0, 0, -1}, 3, name, &r)) < 0))
+            return rc;
+    }
+    if (!grow)
+        return 0;
+    vq_attr pa[1] = {VQ_ATTR_IS("pads", ends, 2 * (sd + 2))};
+    return ox_emit(x, "pad", &r, 1, &o, 1, pa, 1, NULL);
+}
+
 static int t_global_average_pool(struct ox *x)
 {
     struct ox_val *v = ox_input(x, 0);
@@ -411,5 +504,8 @@ const struct ox_op ox_op_AveragePool =
     OX_ROW(t_pool, "avg_pool2d", 1, 1, true,
            OX_ATTRS(WINDOW_ATTRS, OX_INTS("kernel_shape", 3), OX_INT("ceil_mode", 0),
                     OX_INT("count_include_pad", 0)));
+const struct ox_op ox_op_MaxUnpool =
+    OX_ROW(t_max_unpool, NULL, 2, 3, true,
+           OX_ATTRS(OX_INTS("kernel_shape", 3), OX_INTS("pads", 6), OX_INTS("strides", 3)));
 const struct ox_op ox_op_GlobalAveragePool = OX_ROW(t_global_average_pool, NULL, 1, 1, true, NULL);
 const struct ox_op ox_op_GlobalMaxPool = OX_ROW(t_global_max_pool, NULL, 1, 1, true, NULL);

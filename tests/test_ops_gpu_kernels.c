@@ -1580,6 +1580,34 @@ static void case_det(struct run *r)
         }
 }
 
+/* max_unpool2d and its gradient, i32 and i64 indices drawn at random over
+ * Out (repeats among them: the last writer wins on both sides), with and
+ * without output_size, and one index per place (a max pool's). */
+static void case_max_unpool(struct run *r)
+{
+    bool grad = !strcmp(r->op, "max_unpool2d_grad");
+    static const vq_dtype idt[2] = {VQ_I32, VQ_I64};
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int i = 0; i < 2; i++)
+            for (int sized = 0; sized < 2; sized++) {
+                describe(r, "%s, %s indices%s", vq_dtype_name(floats[d]), vq_dtype_name(idt[i]),
+                         sized ? ", output_size 7 x 5" : "");
+                int64_t oh = sized ? 7 : 6, ow = sized ? 5 : 4, nout = 2 * 3 * oh * ow;
+                vq_tensor *x = rnd(r, floats[d], -2, 2, DIMS(2, 3, 3, 2));
+                vq_tensor *idx = rnd(r, idt[i], 0, (double)nout, DIMS(2, 3, 3, 2));
+                if (sized) /* distinct places: plane p's element q at 2 q + p */
+                    for (int64_t e = 0; e < 36; e++)
+                        oc_set(idx, e, (double)(e / 6 * oh * ow + e % 6 * 2 + e / 6 % 2));
+                int64_t two[2] = {2, 2}, size[2] = {oh, ow};
+                vq_attr at[3] = {VQ_ATTR_IS("kernel", two, 2), VQ_ATTR_IS("strides", two, 2),
+                                 VQ_ATTR_IS("output_size", size, 2)};
+                vq_tensor *in[3] = {x, idx, rnd(r, floats[d], -2, 2, DIMS(2, 3, oh, ow))};
+                if (!grad)
+                    vq_tensor_release(in[2]);
+                check(r, in, grad ? 3 : 2, 1, at, sized ? 3 : 2, EXACT);
+            }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1912,6 +1940,8 @@ static const struct op_case {
     {"mod", case_mod},
     {"einsum", case_einsum},
     {"det", case_det},
+    {"max_unpool2d", case_max_unpool},
+    {"max_unpool2d_grad", case_max_unpool},
     {"det_grad", case_det},
     {"reduce_prod", case_reduce_prod},
     {"reduce_prod_grad", case_reduce_prod},

@@ -139,6 +139,10 @@ VQ__CUDA_LAUNCHES(vq__resize_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__det_gpu);
 VQ__CUDA_LAUNCHES(vq__det_grad_gpu);
 
+/* unpool_host.c */
+VQ__CUDA_LAUNCHES(vq__max_unpool_gpu);
+VQ__CUDA_LAUNCHES(vq__max_unpool_grad_gpu);
+
 /* einsum_host.c */
 VQ__CUDA_LAUNCHES(vq__einsum_gpu);
 

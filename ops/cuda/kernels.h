@@ -687,6 +687,18 @@ int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_ge
 int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
                     int exclusive, int reverse, void *stream);
 
+/* max_unpool2d and max_unpool2d_grad (ops/cpu/unpool.c), f32 and f64
+ * values, i32 or i64 indices, n of them (x's and dx's elements) into nout
+ * places of out (g's elements): owner (nout of them, the caller's
+ * scratch) first gets, for each place, 1 + the last i whose idx[i] is
+ * there (0: none; an index outside [0, nout) is skipped, the range check
+ * reports it); then out = owner ? x[owner - 1] : 0, and dx[i] =
+ * g[idx[i]] where owner there is i + 1, else 0: the CPU's bits. */
+int vq__cuda_max_unpool(int dtype, int index_dtype, const void *x, const void *idx, void *out,
+                        unsigned long long *owner, int64_t n, int64_t nout, void *stream);
+int vq__cuda_max_unpool_grad(int dtype, int index_dtype, const void *idx, const void *g, void *dx,
+                             unsigned long long *owner, int64_t n, int64_t nout, void *stream);
+
 /* range (ops/cpu/shape_value.c), f32, f64, i32, i64: out[i] = start +
  * i * delta for i < n (istart, idelta for the integers), the CPU's
  * expression in the CPU's dtype: its bits. */

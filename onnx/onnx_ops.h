@@ -39,6 +39,7 @@
     X(Cos)                       \
     X(Cosh)                      \
     X(CumSum)                    \
+    X(DFT)                       \
     X(DepthToSpace)              \
     X(Det)                       \
     X(Div)                       \
@@ -120,6 +121,7 @@
     X(ReverseSequence)           \
     X(RoiAlign)                  \
     X(Round)                     \
+    X(STFT)                      \
     X(Scatter)                   \
     X(ScatterElements)           \
     X(ScatterND)                 \

@@ -347,6 +347,16 @@ typedef struct vq__cumsum_params {
     int axis, exclusive, reverse;
 } vq__cumsum_params;
 
+/* ---- dft (ops/cpu/dft.c) ---- */
+
+/* dft: the signal's axis (normalized, never the last), inverse, onesided,
+ * and the transform's length n (the axis' size unless attribute length
+ * says otherwise). */
+typedef struct vq__dft_params {
+    int axis, inverse, onesided;
+    int64_t length;
+} vq__dft_params;
+
 /* ---- shape and range (ops/cpu/shape_value.c) ---- */
 
 /* shape: the first dim of X it reports, and how many. */

@@ -1608,6 +1608,29 @@ static void case_max_unpool(struct run *r)
             }
 }
 
+/* dft of real and complex signals, lengths that are powers of two (the
+ * CPU's FFT) and not (its sums), padded and cut, an inner dim, onesided,
+ * inverse: the GPU sums each bin directly, equal to rounding. */
+static void case_dft(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[4];
+        int axis, inverse, onesided;
+        int64_t length;
+    } cs[] = {{3, {2, 8, 1}, 1, 0, 0, 0}, {3, {3, 6, 2}, 1, 1, 0, 0}, {4, {2, 5, 3, 1}, 1, 0, 1, 8},
+              {3, {1, 7, 2}, 1, 0, 0, 4}, {3, {6, 2, 2}, 0, 0, 1, 0}, {3, {2, 0, 1}, 1, 0, 0, 5}};
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int d = 0; d < N_OF(floats); d++) {
+            describe(r, "%s, case %d", vq_dtype_name(floats[d]), c);
+            vq_attr at[4] = {VQ_ATTR_I("axis", cs[c].axis), VQ_ATTR_B("inverse", cs[c].inverse),
+                             VQ_ATTR_B("onesided", cs[c].onesided),
+                             VQ_ATTR_I("length", cs[c].length)};
+            vq_tensor *in[1] = {rnd(r, floats[d], -2, 2, cs[c].n, cs[c].x)};
+            check(r, in, 1, 1, at, 4, CLOSE);
+        }
+}
+
 /* reduce_prod over sets of axes in every numeric dtype, its gradient with
  * zeros in some groups. */
 static void case_reduce_prod(struct run *r)
@@ -1941,6 +1964,7 @@ static const struct op_case {
     {"einsum", case_einsum},
     {"det", case_det},
     {"max_unpool2d", case_max_unpool},
+    {"dft", case_dft},
     {"max_unpool2d_grad", case_max_unpool},
     {"det_grad", case_det},
     {"reduce_prod", case_reduce_prod},

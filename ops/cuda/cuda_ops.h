@@ -143,6 +143,9 @@ VQ__CUDA_LAUNCHES(vq__det_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__max_unpool_gpu);
 VQ__CUDA_LAUNCHES(vq__max_unpool_grad_gpu);
 
+/* dft_host.c */
+VQ__CUDA_LAUNCHES(vq__dft_gpu);
+
 /* einsum_host.c */
 VQ__CUDA_LAUNCHES(vq__einsum_gpu);
 

@@ -699,6 +699,13 @@ int vq__cuda_max_unpool(int dtype, int index_dtype, const void *x, const void *i
 int vq__cuda_max_unpool_grad(int dtype, int index_dtype, const void *idx, const void *g, void *dx,
                              unsigned long long *owner, int64_t n, int64_t nout, void *stream);
 
+/* dft (ops/cpu/dft.c), f32 and f64: x [outer, len, inner, parts] (parts
+ * 1: real, 2: complex) to out [outer, nout, inner, 2]: out's bin k of
+ * each line is sum_j<min(len, n) x[j] exp(sign 2 pi i (j k mod n) / n)
+ * times scale, in double, one thread per bin: the CPU's to rounding. */
+int vq__cuda_dft(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
+                 int64_t parts, int64_t n, int64_t nout, int inverse, void *stream);
+
 /* range (ops/cpu/shape_value.c), f32, f64, i32, i64: out[i] = start +
  * i * delta for i < n (istart, idelta for the integers), the CPU's
  * expression in the CPU's dtype: its bits. */

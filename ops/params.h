@@ -431,4 +431,22 @@ typedef struct vq__einsum_params {
     uint8_t out[VQ_MAX_DIMS];
 } vq__einsum_params;
 
+/* ---- ops with data-dependent output shapes (ops/cpu/dynamic.c) ---- */
+
+/* top_k: the axis, and whether the largest come first. */
+typedef struct vq__top_k_params {
+    int axis, largest;
+} vq__top_k_params;
+
+/* compress, compress_grad and unique: the axis, -1 for X flattened;
+ * unique's sorted. */
+typedef struct vq__select_params {
+    int axis, sorted;
+} vq__select_params;
+
+/* non_max_suppression: the box format (center_point_box). */
+typedef struct vq__nms_params {
+    int center;
+} vq__nms_params;
+
 #endif

@@ -16,7 +16,8 @@
  * work (so it checks the dispatch and the plumbing); run it with
  * VARQ_GPU_BACKEND=cuda, or without the variable on a machine with a GPU,
  * to check the CUDA kernels. Without a GPU backend the GPU tests skip,
- * saying why. VARQ_TEST_SEED replays a seed (failures print it). */
+ * saying why. VARQ_TEST_SEED replays a seed (failures print it);
+ * VARQ_TEST_OPS=a,b runs only the cases of ops a and b. */
 #include <varq/varq.h>
 
 #ifdef VARQ_HAVE_CUDA
@@ -1799,7 +1800,155 @@ static void case_tile(struct run *r)
             vq_tensor *in[2] = {rnd(r, dt, -5, 5, tl[c].nx, tl[c].x),
                                 grad ? rnd(r, dt, -1, 1, tl[c].nx, os) : NULL};
             check(r, in, grad ? 2 : 1, 1, &at, 1, EXACT);
+            /* the repeats as an input's value (tile), or from the shapes
+             * (tile_grad without the attribute) */
+            describe(r, "%s, case %d, repeats from %s", vq_dtype_name(dt), c,
+                     grad ? "the shapes" : "input Repeats");
+            vq_tensor *v[2] = {rnd(r, dt, -5, 5, tl[c].nx, tl[c].x),
+                               grad ? rnd(r, dt, -1, 1, tl[c].nx, os) : NULL};
+            if (!grad) {
+                double reps[3];
+                for (int i = 0; i < tl[c].nx; i++)
+                    reps[i] = (double)tl[c].reps[i];
+                v[1] = oc_from(VQ_I64, 1, (const int64_t[]){tl[c].nx}, reps);
+            }
+            if (tl[c].nx > 0)
+                check(r, v, 2, 1, NULL, 0, EXACT);
+            else
+                release(v, 2);
         }
+}
+
+/* ---- data-dependent output shapes (ops/cpu/dynamic.c) ---- */
+
+/* nonzero in every dtype: about half zeros (floor of [-1, 1)), a NaN,
+ * several ranks, a scalar, an empty tensor. */
+static void case_nonzero(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[4];
+    } cs[] = {{1, {300}}, {2, {7, 9}}, {3, {2, 3, 4}}, {4, {2, 2, 3, 2}}, {0, {0}}, {2, {0, 3}}};
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int d = 0; d < N_OF(all_dtypes); d++) {
+            vq_dtype dt = all_dtypes[d];
+            describe(r, "%s, case %d", vq_dtype_name(dt), c);
+            vq_tensor *in[1] = {
+                rnd(r, dt, dt == VQ_BOOL ? 0 : -1, dt == VQ_BOOL ? 2 : 1, cs[c].n, cs[c].x)};
+            for (int64_t i = 0; i < vq_tensor_numel(in[0]) && dt != VQ_BOOL; i++)
+                oc_set(in[0], i, floor(oc_get(in[0], i)));
+            if ((dt == VQ_F32 || dt == VQ_F64) && vq_tensor_numel(in[0]) > 3)
+                oc_set(in[0], 3, NAN);
+            check(r, in, 1, 1, NULL, 0, EXACT);
+        }
+}
+
+/* top_k along each axis, largest and smallest, values from few integers
+ * (ties), K from 0 to the dim; a NaN among floats. */
+static void case_top_k(struct run *r)
+{
+    static const struct {
+        int n;
+        int64_t x[3], k;
+    } cs[] = {{1, {50}, 7}, {2, {6, 9}, 3}, {3, {3, 5, 4}, 3}, {2, {4, 3}, 0}, {2, {0, 5}, 0}};
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int d = 0; d < N_OF(numerics); d++)
+            for (int axis = 0; axis < cs[c].n; axis++)
+                for (int largest = 0; largest < 2; largest++) {
+                    vq_dtype dt = numerics[d];
+                    int64_t k = cs[c].k < cs[c].x[axis] ? cs[c].k : cs[c].x[axis];
+                    describe(r, "%s, case %d, axis %d, largest %d", vq_dtype_name(dt), c, axis,
+                             largest);
+                    double kv = (double)k;
+                    vq_tensor *in[2] = {rnd(r, dt, -4, 4, cs[c].n, cs[c].x),
+                                        oc_from(VQ_I64, 1, (const int64_t[]){1}, &kv)};
+                    for (int64_t i = 0; i < vq_tensor_numel(in[0]); i++)
+                        oc_set(in[0], i, floor(oc_get(in[0], i)));
+                    if ((dt == VQ_F32 || dt == VQ_F64) && vq_tensor_numel(in[0]) > 3)
+                        oc_set(in[0], 2, NAN);
+                    vq_attr at[2] = {VQ_ATTR_I("axis", axis), VQ_ATTR_B("largest", largest)};
+                    check(r, in, 2, 2, at, 2, EXACT);
+                }
+}
+
+/* unique of few distinct values, flattened and along each axis, sorted
+ * and not, every dtype. */
+static void case_unique(struct run *r)
+{
+    static const int64_t xs[3] = {3, 6, 2};
+    for (int d = 0; d < N_OF(all_dtypes); d++)
+        for (int axis = -1; axis < 3; axis++)
+            for (int sorted = 0; sorted < 2; sorted++) {
+                vq_dtype dt = all_dtypes[d];
+                describe(r, "%s, axis %d, sorted %d", vq_dtype_name(dt), axis, sorted);
+                vq_tensor *in[1] = {rnd(r, dt, 0, dt == VQ_BOOL ? 2 : 3, 3, xs)};
+                for (int64_t i = 0; i < 36; i++)
+                    oc_set(in[0], i, floor(oc_get(in[0], i)));
+                vq_attr at[2] = {VQ_ATTR_B("sorted", sorted), VQ_ATTR_I("axis", axis)};
+                check(r, in, 1, 4, at, axis < 0 ? 1 : 2, EXACT);
+            }
+}
+
+/* compress along each axis and flattened, conditions shorter than, as
+ * long as and longer than the dim (false past it); compress_grad with
+ * dOut of compress's output shape. */
+static void case_compress(struct run *r)
+{
+    static const int64_t xs[3] = {3, 5, 4};
+    bool grad = !strcmp(r->op, "compress_grad");
+    for (int d = 0; d < (grad ? N_OF(floats) : N_OF(all_dtypes)); d++)
+        for (int axis = -1; axis < 3; axis++)
+            for (int lc = 0; lc < 3; lc++) {
+                vq_dtype dt = grad ? floats[d] : all_dtypes[d];
+                int64_t dim = axis < 0 ? 60 : xs[axis], len = lc == 0 ? dim - 1 : dim + lc - 1;
+                double cond[64];
+                int64_t kept = 0;
+                for (int64_t i = 0; i < len; i++) {
+                    cond[i] = i < dim && oc_uniform(&r->rng, 0, 1) < 0.6;
+                    kept += cond[i] != 0;
+                }
+                describe(r, "%s, axis %d, condition of %lld", vq_dtype_name(dt), axis,
+                         (long long)len);
+                vq_attr at = VQ_ATTR_I("axis", axis);
+                int64_t os[3] = {xs[0], xs[1], xs[2]};
+                if (axis >= 0)
+                    os[axis] = kept;
+                vq_tensor *in[3] = {rnd(r, dt, -5, 5, 3, xs),
+                                    oc_from(VQ_BOOL, 1, (const int64_t[]){len}, cond),
+                                    grad ? axis < 0 ? rnd(r, dt, -1, 1, 1, &kept)
+                                                    : rnd(r, dt, -1, 1, 3, os)
+                                         : NULL};
+                check(r, in, grad ? 3 : 2, 1, &at, axis < 0 ? 0 : 1, EXACT);
+            }
+}
+
+/* non_max_suppression on random boxes in both formats, scores from a few
+ * values (ties), with and without a score threshold. */
+static void case_nms(struct run *r)
+{
+    static const struct {
+        int64_t b, c, s, max_out;
+    } cs[] = {{1, 1, 6, 3}, {2, 3, 40, 5}, {1, 2, 100, 100}, {2, 1, 10, 0}};
+    for (int c = 0; c < N_OF(cs); c++)
+        for (int center = 0; center < 2; center++)
+            for (int thr = 0; thr < 2; thr++) {
+                describe(r, "case %d, center %d, threshold %d", c, center, thr);
+                vq_tensor *b = rnd(r, VQ_F32, 0, 10, 3, (const int64_t[]){cs[c].b, cs[c].s, 4});
+                for (int64_t i = 0; i < vq_tensor_numel(b); i += 4) /* sizes in [0.5, 4) */
+                    for (int j = 2; j < 4; j++)
+                        oc_set(b, i + j,
+                               (center ? 0 : oc_get(b, i + j - 2)) + oc_uniform(&r->rng, 0.5, 4));
+                vq_tensor *sc =
+                    rnd(r, VQ_F32, 0, 8, 3, (const int64_t[]){cs[c].b, cs[c].c, cs[c].s});
+                for (int64_t i = 0; i < vq_tensor_numel(sc); i++)
+                    oc_set(sc, i, floor(oc_get(sc, i)) / 8);
+                double mo = (double)cs[c].max_out, iou = 0.4, st = 0.3;
+                vq_tensor *in[5] = {b, sc, oc_from(VQ_I64, 1, (const int64_t[]){1}, &mo),
+                                    oc_from(VQ_F32, 0, NULL, &iou),
+                                    thr ? oc_from(VQ_F32, 1, (const int64_t[]){1}, &st) : NULL};
+                vq_attr at = VQ_ATTR_I("center_point_box", center);
+                check(r, in, thr ? 5 : 4, 1, &at, 1, EXACT);
+            }
 }
 
 static void case_pad(struct run *r)
@@ -1981,6 +2130,12 @@ static const struct op_case {
     {"tile_grad", case_tile},
     {"pad", case_pad},
     {"pad_grad", case_pad},
+    {"nonzero", case_nonzero},
+    {"top_k", case_top_k},
+    {"unique", case_unique},
+    {"compress", case_compress},
+    {"compress_grad", case_compress},
+    {"non_max_suppression", case_nms},
 };
 
 /* Control-flow ops have no kernel: the executor runs their blocks
@@ -2087,13 +2242,25 @@ Test(ops_gpu_kernels, the_registry_picks_each_cuda_kernel_once)
 #endif
 }
 
+/* Whether name is an entry of the comma-separated list. */
+static bool listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0))
+            return true;
+    return false;
+}
+
 Test(ops_gpu_kernels, every_op_on_gpu_matches_the_cpu)
 {
     need_gpu();
     struct run r = {.e = engine(), .seed = oc_seed("ops_gpu_kernels")};
     r.rng = r.seed;
+    /* VARQ_TEST_OPS=a,b,c: only those ops (a quick check of a few) */
+    const char *only = getenv("VARQ_TEST_OPS");
     for (int i = 0; i < vq_op_count(); i++) {
-        if (is_control_op(vq_op_name(i)))
+        if (is_control_op(vq_op_name(i)) || (only && !listed(only, vq_op_name(i))))
             continue;
         const struct op_case *c = case_of(vq_op_name(i));
         cr_assert_not_null(c, "op %s has no case", vq_op_name(i));

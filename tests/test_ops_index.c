@@ -1316,8 +1316,8 @@ Test(ops_index, signatures_list_slots_and_attributes)
         {"reduce_minmax_grad",
          "reduce_minmax_grad(X, Out, dOut) -> dX; op:string axes:ints=[] keepdim:bool=false"},
         {"expand", "expand(X, Shape?) -> Out; shape:ints=none"},
-        {"tile", "tile(X) -> Out; repeats:ints"},
-        {"tile_grad", "tile_grad(X, dOut) -> dX; repeats:ints"},
+        {"tile", "tile(X, Repeats?) -> Out; repeats:ints=none"},
+        {"tile_grad", "tile_grad(X, dOut) -> dX; repeats:ints=none"},
         {"pad", "pad(X) -> Out; pads:ints mode:string=constant value:float=0"},
         {"pad_grad", "pad_grad(X, dOut) -> dX; pads:ints mode:string=constant value:float=0"},
     };

@@ -11,10 +11,13 @@
  * maker emits elementwise_grad(dOut, X, Out; op add, wrt 0), Out standing
  * for the shape X was broadcast to.
  *
- * tile(X; repeats) -> Out: Out's dim d is X's times repeats[d] (one entry
- * per dim, each >= 0); Out's coordinate c reads X's c mod X's dim.
+ * tile(X[, Repeats]; repeats) -> Out: Out's dim d is X's times repeats[d]
+ * (one entry per dim, each >= 0), the repeats given as the attribute or
+ * as the value of input Repeats (i64 or i32, 1-D: vq__op_def.value_in, as
+ * reshape's Shape); Out's coordinate c reads X's c mod X's dim.
  * tile_grad(X, dOut; repeats) -> dX sums dOut over the tiles, adding in the
- * order of dOut's elements (the CUDA kernel adds in the same order).
+ * order of dOut's elements (the CUDA kernel adds in the same order); without
+ * the attribute it takes the repeats from dOut's dims over X's.
  *
  * pad(X; pads, mode, value) -> Out: pads holds every dim's begin, then
  * every dim's end (2 * rank entries, ONNX's order); a negative pad crops.
@@ -184,33 +187,48 @@ static int expand_grad(const vq__grad *g)
 
 /* ---- tile ---- */
 
+static const char *const tile_in[] = {"X", "Repeats"};
+
 static const vq__attr_spec tile_attrs[] = {
-    {"repeats", VQ_ATTR_INTS, true, NULL},
+    {"repeats", VQ_ATTR_INTS, false, "none"},
 };
 
-static int tile_meta(const vq__infer *c, vq__meta *out)
+/* Out's meta from X (slot 0) and the n repeats rep (what names where they
+ * come from); unknown (NULL) repeats leave every dim but X's empty ones
+ * unknown. */
+static int tile_meta(const vq__infer *c, const int64_t *rep, int n, const char *what, vq__meta *out)
 {
     const vq__meta *x = &c->in[0];
-    const vq_attr *rep = vq__attr_find(c, "repeats");
-    if (rep->n != x->ndim)
-        return vq__attr_fail(c, "repeats", "has %d entries for X's %d dims", rep->n, x->ndim);
+    if (n >= 0 && n != x->ndim)
+        return vq__op_fail(c->def, "%s: has %d entries for X's %d dims", what, n, x->ndim);
     *out = *x;
     for (int d = 0; d < x->ndim; d++) {
-        int64_t r = rep->ints[d], xd = x->shape[d];
+        int64_t r = rep ? rep[d] : -1, xd = x->shape[d];
+        if (!rep) {
+            out->shape[d] = xd == 0 ? 0 : -1;
+            continue;
+        }
         if (r < 0)
-            return vq__attr_fail(c, "repeats", "entry %d is %lld, below 0", d, (long long)r);
+            return vq__op_fail(c->def, "%s: entry %d is %lld, below 0", what, d, (long long)r);
         if (xd > 0 && r > ((int64_t)1 << 62) / xd)
-            return vq__attr_fail(c, "repeats", "entry %d (%lld) times X's dim %lld is past 2^62",
-                                 d, (long long)r, (long long)xd);
+            return vq__op_fail(c->def, "%s: entry %d (%lld) times X's dim %lld is past 2^62", what,
+                               d, (long long)r, (long long)xd);
         out->shape[d] = r == 0 ? 0 : xd < 0 ? -1 : xd * r;
     }
     return 0;
 }
 
+/* The repeats from attribute repeats or from input Repeats' value (ONNX's
+ * Tile, whose repeats a model may compute). */
 static int tile_infer(vq__infer *c)
 {
+    int64_t rep[VQ_MAX_DIMS];
+    int n;
     int rc = vq__check_dtype(c, 0, VQ__ANY);
-    return rc < 0 ? rc : tile_meta(c, &c->out[0]);
+    if (rc < 0 || (rc = vq__ints_arg(c, 1, "repeats", rep, VQ_MAX_DIMS, &n)) < 0)
+        return rc;
+    return tile_meta(c, rc == 1 ? NULL : rep, n, c->nin > 1 ? "input Repeats" : "attribute repeats",
+                     &c->out[0]);
 }
 
 /* For each row of Out (every dim but the last), the offset of the X row it
@@ -272,24 +290,40 @@ static int tile_kernel(const vq__kcall *k)
 
 static int tile_grad(const vq__grad *g)
 {
-    int wanted = vq__grad_wanted(g);
-    if (wanted <= 0)
-        return wanted;
+    if (!g->din[0]) /* Repeats have no gradient */
+        return 0;
+    if (!g->dout[0])
+        return vq__op_fail(g->def, "no gradient flows into output Out");
     const char *in[2] = {g->in[0], g->dout[0]};
-    /* tile_grad has exactly tile's attributes. */
+    /* tile_grad has exactly tile's attributes; with a Repeats input it
+     * reads them from the shapes of X and dOut */
     return vq__emit(g, "tile_grad", in, 2, &g->din[0], 1, g->attrs, g->nattrs);
 }
 
-/* tile_grad(X, dOut; repeats) -> dX. */
+/* tile_grad(X, dOut; repeats) -> dX: the repeats from the attribute, or
+ * (absent) dOut's dims over X's. */
 static int tile_grad_infer(vq__infer *c)
 {
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
-    vq__meta want;
-    if ((rc = tile_meta(c, &want)) < 0 ||
-        (rc = vq__check_shape_is(c, 1, &want, "tile's output shape")) < 0)
-        return rc;
+    const vq_attr *rep = vq__attr_find(c, "repeats");
+    const vq__meta *x = &c->in[0], *g = &c->in[1];
+    if (rep) {
+        vq__meta want;
+        if ((rc = tile_meta(c, rep->ints, rep->n, "attribute repeats", &want)) < 0 ||
+            (rc = vq__check_shape_is(c, 1, &want, "tile's output shape")) < 0)
+            return rc;
+    } else {
+        if (g->ndim != x->ndim)
+            return vq__in_fail(c, 1, "has %d dims, X %d: not a tile of X", g->ndim, x->ndim);
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t xd = x->shape[d], gd = g->shape[d];
+            if (xd >= 0 && gd >= 0 && (xd == 0 ? gd != 0 : gd % xd != 0))
+                return vq__in_fail(c, 1, "dim %d is %lld, not a multiple of X's %lld", d,
+                                   (long long)gd, (long long)xd);
+        }
+    }
     c->out[0] = c->in[0];
     return 0;
 }
@@ -596,8 +630,19 @@ const vq__op_def vq__ops_layout[] = {
      .kernel = {expand_kernel},
      .cuda = VQ__CUDA_OP(vq__expand_gpu),
      .grad = expand_grad},
-    UNARY_DEF("tile", tile_attrs, 1, 0, tile_infer, tile_kernel, tile_grad,
-              VQ__CUDA_OP(vq__tile_gpu)),
+    {.type = "tile",
+     .in_slots = tile_in,
+     .nin_slots = 2,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__OPTIONAL_IN,
+     .value_in = 1u << 1,
+     .attrs = tile_attrs,
+     .nattrs = 1,
+     .infer = tile_infer,
+     .kernel = {tile_kernel},
+     .cuda = VQ__CUDA_OP(vq__tile_gpu),
+     .grad = tile_grad},
     GRAD_DEF("tile_grad", tile_attrs, 1, 0, tile_grad_infer, tile_grad_kernel,
              VQ__CUDA_OP(vq__tile_grad_gpu)),
     UNARY_DEF("pad", pad_attrs, 3, sizeof(vq__pad_params), pad_infer, pad_kernel, pad_grad,

@@ -152,6 +152,14 @@ VQ__CUDA_LAUNCHES(vq__einsum_gpu);
 /* cumsum_host.c */
 VQ__CUDA_LAUNCHES(vq__cumsum_gpu);
 
+/* dynamic_host.c */
+VQ__CUDA_LAUNCHES(vq__nonzero_gpu);
+VQ__CUDA_LAUNCHES(vq__top_k_gpu);
+VQ__CUDA_LAUNCHES(vq__unique_gpu);
+VQ__CUDA_LAUNCHES(vq__compress_gpu);
+VQ__CUDA_LAUNCHES(vq__compress_grad_gpu);
+VQ__CUDA_LAUNCHES(vq__nms_gpu);
+
 /* shape_value_host.c */
 VQ__CUDA_LAUNCHES(vq__shape_gpu);
 VQ__CUDA_LAUNCHES(vq__range_gpu);

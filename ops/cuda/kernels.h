@@ -52,6 +52,7 @@
 #include "../lrn_shared.h"     /* vq__lrn_geom */
 #include "../params.h"         /* vq__grid_sample_params, vq__roi_align_params */
 #include "../einsum_shared.h"  /* vq__es_loop */
+#include "../dynamic_shared.h" /* vq__unique_geom, vq__nms_problem */
 
 #ifdef __cplusplus
 extern "C" {
@@ -824,6 +825,46 @@ int vq__cuda_det_grad(int dtype, const void *x, const void *g, void *dx, double 
 
 int vq__cuda_einsum_loop(int dtype, const void *a, const void *b, void *out, const vq__es_loop *lp,
                          void *stream);
+
+/* ---- ops with data-dependent output shapes (ops/cpu/dynamic.c) ---- */
+
+/* nonzero: out [rank, count] (rank >= 1; a scalar's is 1) = the
+ * coordinates of the nonzero elements of x (n elements of dtype, dims
+ * shape[0..ndim)), row-major. One block: each thread counts a contiguous
+ * chunk, a scan of the counts, then each writes its chunk's. */
+int vq__cuda_nonzero(int dtype, const void *x, int64_t n, int ndim, const int64_t *shape,
+                     int64_t *out, int64_t count, void *stream);
+
+/* top_k: x [outer, n, inner] (f32, f64, i32, i64) -> vals, idx [outer, k,
+ * inner]: one thread per slice runs ops/dynamic_shared.h's selection on
+ * its k entries of heap (outer * inner * k). The CPU's bits. */
+int vq__cuda_top_k(int dtype, const void *x, void *vals, int64_t *idx, int64_t *heap, int64_t outer,
+                   int64_t n, int64_t inner, int64_t k, int largest, void *stream);
+
+/* unique: one thread runs ops/dynamic_shared.h's vq__unique_run on w (4 m
+ * integers). The CPU's bits. */
+int vq__cuda_unique(const void *x, vq__unique_geom g, int64_t *w, void *y, int esize,
+                    int64_t *first, int64_t *inverse, int64_t *counts, void *stream);
+
+/* compress: out [outer, n, inner] = the slices j < len of x [outer, dim,
+ * inner] (elements of esize bytes) where cond[j]; pos (len integers)
+ * takes each one's place, by one thread, then one thread per element
+ * moves it. compress_grad (f32, f64): dx [outer, dim, inner] = g's slice
+ * at pos[j] where cond[j], else 0. */
+int vq__cuda_compress(const uint8_t *cond, int64_t len, int64_t *pos, const void *x, void *out,
+                      int esize, int64_t outer, int64_t dim, int64_t inner, int64_t n,
+                      void *stream);
+int vq__cuda_compress_grad(int dtype, const uint8_t *cond, int64_t len, int64_t *pos, const void *g,
+                           void *dx, int64_t outer, int64_t dim, int64_t inner, int64_t n,
+                           void *stream);
+
+/* non_max_suppression: one thread reads the thresholds (max_out of
+ * max_dtype VQ_I32 or VQ_I64; thr NULL: none) into p and runs
+ * ops/dynamic_shared.h's vq__nms_run on w (2 * spatial integers), writing
+ * out. The CPU's bits. */
+int vq__cuda_nms(const float *boxes, const float *scores, const void *max_out, int max_dtype,
+                 const float *iou, const float *thr, vq__nms_problem p, int64_t *w, int64_t *out,
+                 void *stream);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,7 @@
     X(Ceil)                      \
     X(Celu)                      \
     X(Clip)                      \
+    X(Compress)                  \
     X(Concat)                    \
     X(Constant)                  \
     X(ConstantOfShape)           \
@@ -95,6 +96,8 @@
     X(Mul)                       \
     X(Neg)                       \
     X(NegativeLogLikelihoodLoss) \
+    X(NonMaxSuppression)         \
+    X(NonZero)                   \
     X(Not)                       \
     X(OneHot)                    \
     X(Or)                        \
@@ -148,8 +151,10 @@
     X(Tanh)                      \
     X(ThresholdedRelu)           \
     X(Tile)                      \
+    X(TopK)                      \
     X(Transpose)                 \
     X(Trilu)                     \
+    X(Unique)                    \
     X(Unsqueeze)                 \
     X(Upsample)                  \
     X(Where)                     \

@@ -254,7 +254,8 @@ static int t_split(struct ox *x)
 }
 
 /* Expand(X, shape) and Tile(X, repeats): the row's varq op (expand or
- * tile), the second input known; its name the op's attribute's. */
+ * tile), the second input known (its name the op's attribute's), or read
+ * by the op when it runs. */
 static int t_shaped(struct ox *x)
 {
     const char *type = ox_type(x), *what = strcmp(type, "tile") ? "shape" : "repeats";
@@ -263,6 +264,14 @@ static int t_shaped(struct ox *x)
     int n;
     if (!strcmp(type, "expand") && ox_input(x, 1) && !ox_known(x, ox_input(x, 1)))
         return shape_from_run(x, "expand", v, ox_input(x, 1), false);
+    if (!strcmp(type, "tile") && ox_input(x, 1) && !ox_known(x, ox_input(x, 1))) {
+        /* repeats computed at run time: tile reads its Repeats input's
+         * value when it runs */
+        struct ox_val *in[2] = {v, ox_input(x, 1)};
+        const char *o = ox_out0(x);
+        int rc = ox_cast(x, &in[1], VQ_I64);
+        return rc < 0 ? rc : ox_emit(x, "tile", in, 2, &o, 1, NULL, 0, NULL);
+    }
     int rc = ox_const_ints(x, 1, what, vals, OX_MAXI, &n);
     if (rc == 0 && n < 0)
         rc = ox_fail(x, VQ_EINVAL, "no %s", what);

@@ -1912,6 +1912,64 @@ Test(onnx, slices_of_run_time_bounds_and_steps_follow_onnxs_clamps_at_every_size
     run_free(&r);
 }
 
+/* Tile whose repeats the model computes (Shape of x), TopK whose K is a
+ * feed, NonZero: ops whose output shapes depend on values, imported with
+ * those dims unknown and run at two sizes through one plan. */
+Test(onnx, tile_repeats_topk_k_and_nonzero_computed_at_run_time_share_one_plan)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 2, (int64_t[]){-1, -1});
+    add_input_of(m, "k", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, (int64_t[]){1});
+    add_node(m, "Shape", "s", NAMES("x"), NAMES("s"));
+    add_node(m, "Tile", "t", NAMES("x", "s"), NAMES("t"));
+    add_node(m, "TopK", "top", NAMES("x", "k"), NAMES("v", "i"));
+    add_node(m, "NonZero", "nz", NAMES("x"), NAMES("nz"));
+    add_outputs(m, NAMES("t", "v", "i", "nz", NULL));
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    for (int round = 0; round < 2; round++) {
+        int64_t rows = 2 + round, cols = 3 + round, xs[2] = {rows, cols}, kv = 2 + round;
+        vq_tensor *x, *k;
+        cr_assert_eq(vq_tensor_new(&x, VQ_F32, 2, xs), 0);
+        cr_assert_eq(vq_tensor_from(&k, VQ_I64, 1, (int64_t[]){1}, &kv), 0);
+        float *xd = vq_tensor_data(x);
+        int64_t nonzero = 0;
+        for (int64_t i = 0; i < rows * cols; i++) {
+            xd[i] = (float)((i * 7) % 5) - 1; /* distinct enough, some zeros */
+            nonzero += xd[i] != 0;
+        }
+        vq_feed fd[2] = {{"x", x}, {"k", k}};
+        vq_fetch ft[4] = {{"t", NULL}, {"v", NULL}, {"i", NULL}, {"nz", NULL}};
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, fd, 2, ft, 4), 0, "%s", vq_errmsg());
+        const int64_t *ts = vq_tensor_shape(ft[0].tensor);
+        cr_assert(ts[0] == rows * rows && ts[1] == cols * cols);
+        const float *t = vq_tensor_data(ft[0].tensor);
+        for (int64_t a = 0; a < ts[0]; a++)
+            for (int64_t b = 0; b < ts[1]; b++)
+                cr_assert_eq(t[a * ts[1] + b], xd[(a % rows) * cols + b % cols]);
+        cr_assert(vq_tensor_shape(ft[1].tensor)[0] == rows &&
+                  vq_tensor_shape(ft[1].tensor)[1] == kv);
+        const float *v = vq_tensor_data(ft[1].tensor);
+        const int64_t *ix = vq_tensor_data(ft[2].tensor);
+        for (int64_t a = 0; a < rows; a++)
+            for (int64_t j = 0; j < kv; j++) {
+                cr_assert_eq(v[a * kv + j], xd[a * cols + ix[a * kv + j]]);
+                cr_assert(j == 0 || v[a * kv + j] <= v[a * kv + j - 1]);
+            }
+        cr_assert(vq_tensor_shape(ft[3].tensor)[0] == 2 &&
+                  vq_tensor_shape(ft[3].tensor)[1] == nonzero);
+        for (int j = 0; j < 4; j++)
+            vq_tensor_release(ft[j].tensor);
+        vq_tensor_release(x);
+        vq_tensor_release(k);
+    }
+    vq_exec_stats st;
+    cr_assert_eq(vq_exec_get_stats(r.ex, &st), 0);
+    cr_assert_eq(st.prepares, 1, "%llu plans prepared", (unsigned long long)st.prepares);
+    imported_free(&im);
+    run_free(&r);
+}
+
 /* ---- Sign and Range ---- */
 
 Test(onnx, sign_keeps_nan_and_zeros_and_range_needs_known_inputs)

@@ -91,7 +91,7 @@ static int root_eps(struct ox *x, struct ox_val *h, struct ox_val **out)
  * H_new = H + g g; X_new = X - r g / (sqrt(H_new) + epsilon). */
 static int t_adagrad(struct ox *x)
 {
-    int n, rc = tensors(x, "Adagrad", 3, &n);
+    int n = 0, rc = tensors(x, "Adagrad", 3, &n);
     for (int i = 0; rc == 0 && i < n; i++) {
         struct ox_val *v = ox_input(x, 2 + i), *g = ox_input(x, 2 + n + i),
                       *h = ox_input(x, 2 + 2 * n + i);
@@ -118,7 +118,7 @@ static int t_adam(struct ox *x)
 {
     double alpha = ox_float(x, "alpha"), beta = ox_float(x, "beta");
     double post = ox_float(x, "norm_coefficient_post");
-    int n, rc = tensors(x, "Adam", 4, &n);
+    int n = 0, rc = tensors(x, "Adam", 4, &n);
     for (int i = 0; rc == 0 && i < n; i++) {
         struct ox_val *v = ox_input(x, 2 + i), *g = ox_input(x, 2 + n + i),
                       *m = ox_input(x, 2 + 2 * n + i), *h = ox_input(x, 2 + 3 * n + i);
@@ -174,7 +174,7 @@ static int t_momentum(struct ox *x)
     if (!nesterov && strcmp(mode, "standard"))
         return ox_fail(x, VQ_EINVAL, "mode is \"%s\", not \"standard\" or \"nesterov\"", mode);
     double alpha = ox_float(x, "alpha"), beta = ox_float(x, "beta");
-    int n, rc = tensors(x, "Momentum", 3, &n);
+    int n = 0, rc = tensors(x, "Momentum", 3, &n);
     for (int i = 0; rc == 0 && i < n; i++) {
         struct ox_val *v = ox_input(x, 2 + i), *g = ox_input(x, 2 + n + i),
                       *m = ox_input(x, 2 + 2 * n + i);

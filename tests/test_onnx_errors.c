@@ -44,19 +44,19 @@ static void unname(Onnx__NodeProto *n)
     n->name = NULL;
 }
 
-/* x -> Relu -> NonZero "nz", NonZero (unnamed, output "nz2"), a Loop
- * "loop" whose body holds an unnamed TopK (output "v"), and a Foo of
- * domain com.example: three types varq does not translate, NonZero twice,
- * TopK only inside the body. */
+/* x -> Relu -> StringNormalizer "nz", StringNormalizer (unnamed, output "nz2"), a Loop
+ * "loop" whose body holds an unnamed TfIdfVectorizer (output "v"), and a Foo of
+ * domain com.example: three types varq does not translate, StringNormalizer twice,
+ * TfIdfVectorizer only inside the body. */
 static Onnx__ModelProto *three_unsupported(void)
 {
     Onnx__ModelProto *m = model_new(17);
     add_input(m, "x", 1, (int64_t[]){4});
     add_node(m, "Relu", "relu", NAMES("x"), NAMES("a"));
-    add_node(m, "NonZero", "nz", NAMES("a"), NAMES("nz1"));
-    unname(add_node(m, "NonZero", "", NAMES("a"), NAMES("nz2")));
+    add_node(m, "StringNormalizer", "nz", NAMES("a"), NAMES("nz1"));
+    unname(add_node(m, "StringNormalizer", "", NAMES("a"), NAMES("nz2")));
     Onnx__GraphProto *body = subgraph("body");
-    unname(graph_node(body, "TopK", NAMES("a", "k"), NAMES("v", "i")));
+    unname(graph_node(body, "TfIdfVectorizer", NAMES("a", "k"), NAMES("v", "i")));
     graph_node(body, "Identity", NAMES("c"), NAMES("c2"));
     Onnx__NodeProto *loop = add_node(m, "Loop", "loop", NAMES("", "cond"), NAMES("l"));
     attr_graph(loop, "body", body);
@@ -72,8 +72,8 @@ Test(onnx_errors, every_unsupported_type_is_listed_with_its_count_and_first_node
     char *msg = import_refused(three_unsupported());
     const char *want[] = {
         "onnx: the model (opset 17 of ai.onnx) uses 3 op types that varq does not translate: ",
-        "NonZero (2 nodes, the first: node 1 \"nz\")",
-        "TopK (1 node: node 0 (output \"v\") in body of node 3 (Loop \"loop\"))",
+        "StringNormalizer (2 nodes, the first: node 1 \"nz\")",
+        "TfIdfVectorizer (1 node: node 0 (output \"v\") in body of node 3 (Loop \"loop\"))",
         "Foo of domain com.example (1 node: node 4 (output \"f\"); varq reads only the default "
         "domain ai.onnx and ai.onnx.preview.training)",
         "`varq onnx-ops` lists the ops varq translates, `varq onnx-ops MODEL.onnx` every op of "
@@ -102,9 +102,10 @@ Test(onnx_errors, the_census_counts_every_type_of_every_graph)
     } want[] = {
         {"", "Identity", 1, true, "node 1 \"Identity\" in body of node 3 (Loop \"loop\")"},
         {"", "Loop", 1, true, "node 3 \"loop\""},
-        {"", "NonZero", 2, false, "node 1 \"nz\""},
         {"", "Relu", 1, true, "node 0 \"relu\""},
-        {"", "TopK", 1, false, "node 0 (output \"v\") in body of node 3 (Loop \"loop\")"},
+        {"", "StringNormalizer", 2, false, "node 1 \"nz\""},
+        {"", "TfIdfVectorizer", 1, false,
+         "node 0 (output \"v\") in body of node 3 (Loop \"loop\")"},
         {"com.example", "Foo", 1, false, "node 4 (output \"f\")"},
     };
     cr_assert_eq(ops.nops, 6);
@@ -173,7 +174,7 @@ Test(onnx_errors, an_unsupported_op_in_a_branch_not_taken_does_not_refuse_the_mo
     Onnx__GraphProto *tb = subgraph("then"), *eb = subgraph("else");
     graph_node(tb, "Neg", NAMES("x"), NAMES("t"));
     add_output(&(Onnx__ModelProto){.graph = tb}, "t");
-    graph_node(eb, "NonZero", NAMES("x"), NAMES("e"));
+    graph_node(eb, "StringNormalizer", NAMES("x"), NAMES("e"));
     add_output(&(Onnx__ModelProto){.graph = eb}, "e");
     Onnx__NodeProto *n = add_node(m, "If", "branch", NAMES("c"), NAMES("y"));
     attr_graph(n, "then_branch", tb);

@@ -509,14 +509,16 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
         return ox_fail(x, VQ_ENOSYS, "more than %d inputs or outputs", VQ__MAX_SLOTS);
     bool known = true, too_big = false, computable = true;
     vq__meta im[VQ__MAX_SLOTS], om[VQ__MAX_SLOTS];
+    vq_tensor *val[VQ__MAX_SLOTS];
     for (int i = 0; i < nin; i++) {
         im[i] = in[i]->meta;
+        val[i] = in[i]->konst; /* what an op sized by values reads: known ones fold */
         known &= in[i]->konst != NULL;
         too_big |= in[i]->too_big;
         computable &= in[i]->konst || in[i]->too_big;
     }
     _Alignas(16) unsigned char params[VQ__MAX_PARAMS];
-    int rc = vq__op_infer(def, attrs, nattrs, nin, im, nout, om, params);
+    int rc = vq__op_infer_vals(def, attrs, nattrs, nin, im, val, nout, om, params);
     if (rc < 0)
         return ox_fail(x, rc, "%s", vq_errmsg());
     /* a random op without a seed draws anew at each run: never folded */

@@ -1862,6 +1862,29 @@ Test(onnx, a_model_with_dynamic_batch_and_sequence_runs_at_every_size)
     run_free(&r);
 }
 
+/* An op sized by its inputs' values (NonZero, Range) whose inputs are all
+ * known at import is computed then, like any other: nothing of it is left
+ * to the run. */
+Test(onnx, a_data_sized_op_of_known_inputs_folds_at_import)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_init_ints(m, "c", 5, (int64_t[]){0, 3, 0, -2, 7});
+    add_node(m, "NonZero", "nz", NAMES("c"), NAMES("nz"));
+    add_output(m, "nz");
+    struct imported im = import_ok(m);
+    cr_assert_eq(vq_program_nops(im.p, 0), 0, "%d ops left to the run", vq_program_nops(im.p, 0));
+    struct run r = run_new();
+    vq_fetch ft = {"nz", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, NULL, 0, &ft, 1), 0, "%s", vq_errmsg());
+    cr_assert(vq_tensor_ndim(ft.tensor) == 2 && vq_tensor_shape(ft.tensor)[0] == 1 &&
+              vq_tensor_shape(ft.tensor)[1] == 3);
+    const int64_t *v = vq_tensor_data(ft.tensor);
+    cr_assert(v[0] == 1 && v[1] == 3 && v[2] == 4);
+    vq_tensor_release(ft.tensor);
+    imported_free(&im);
+    run_free(&r);
+}
+
 /* Slices of a dim known only from the feed, with bounds computed from it
  * (x[1 : n - 1]) and with a step (x[::-2]): gathers of the indices ONNX's
  * clamped bounds give, computed when the model runs. */

@@ -322,10 +322,11 @@ static int op_begin(struct op_state *s, void *stream)
                                    vq__op_out_slot(op->def, j), j, pl->prog->vars[src->out[j]].name,
                                    a, d);
                 }
+            /* an op reading values infers on every execution: no cache */
             size_t metas = (size_t)(src->nin + src->nout) * sizeof *cache;
-            if (err == 0 && !cache)
+            if (err == 0 && !cache && !values)
                 cache = f->infer_cache = vq__malloc(metas + op->def->params_size);
-            if (err == 0 && cache) { /* no room: infer again next time */
+            if (err == 0 && cache && !values) { /* no room: infer again next time */
                 memcpy(cache, im, (size_t)src->nin * sizeof *cache);
                 memcpy(cache + src->nin, om, (size_t)src->nout * sizeof *cache);
                 memcpy(cache + src->nin + src->nout, s->pbuf, op->def->params_size);

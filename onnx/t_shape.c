@@ -26,9 +26,10 @@ static int shape_given(struct ox *x, int rc, int n)
 /* A reshape, expand or fill_constant (type) of v (NULL for the fill) to a
  * shape computed at run time: the op reads it when it runs, and the
  * result's dims are what import knows of the shape's entries (part.c).
- * The shape must be a 1-D integer value of a known length. */
+ * The shape must be a 1-D integer value of a known length; attrs are the
+ * op's others (reshape's allowzero, the fill's dtype and value). */
 static int shape_from_run(struct ox *x, const char *type, struct ox_val *v, struct ox_val *shape,
-                          bool allowzero)
+                          bool allowzero, const vq_attr *attrs, int nattrs)
 {
     vq__meta m;
     if (ox_shape_meta(shape, v && strcmp(type, "expand") ? &v->meta : NULL, allowzero, &m) < 0)
@@ -38,8 +39,7 @@ static int shape_from_run(struct ox *x, const char *type, struct ox_val *v, stru
                        shape->name, VQ_MAX_DIMS);
     struct ox_val *in[2] = {v, shape}, *res;
     const char *o = ox_out0(x);
-    vq_attr a = VQ_ATTR_I("allowzero", 1);
-    int rc = ox_emit(x, type, v ? in : in + 1, v ? 2 : 1, &o, 1, &a, allowzero ? 1 : 0, &res);
+    int rc = ox_emit(x, type, v ? in : in + 1, v ? 2 : 1, &o, 1, attrs, nattrs, &res);
     if (rc < 0)
         return rc;
     if (!strcmp(type, "expand")) { /* numpy's broadcast, both ways */
@@ -64,7 +64,8 @@ static int t_reshape(struct ox *x)
     int64_t shape[OX_MAXI], allowzero = ox_int(x, "allowzero");
     int n, rc = 0;
     if (x->opset >= 5 && !ox_known(x, ox_input(x, 1)))
-        return shape_from_run(x, "reshape", v, ox_input(x, 1), allowzero);
+        return shape_from_run(x, "reshape", v, ox_input(x, 1), allowzero,
+                              &VQ_ATTR_I("allowzero", 1), allowzero ? 1 : 0);
     if (x->opset < 5)
         ox_ints_copy(x, "shape", shape, &n);
     else
@@ -263,7 +264,7 @@ static int t_shaped(struct ox *x)
     int64_t vals[OX_MAXI];
     int n;
     if (!strcmp(type, "expand") && ox_input(x, 1) && !ox_known(x, ox_input(x, 1)))
-        return shape_from_run(x, "expand", v, ox_input(x, 1), false);
+        return shape_from_run(x, "expand", v, ox_input(x, 1), false, NULL, 0);
     if (!strcmp(type, "tile") && ox_input(x, 1) && !ox_known(x, ox_input(x, 1))) {
         /* repeats computed at run time: tile reads its Repeats input's
          * value when it runs */
@@ -484,22 +485,10 @@ static int t_constant_of_shape(struct ox *x)
     vq_attr at[3] = {VQ_ATTR_S("dtype", vq_dtype_name(dt)), VQ_ATTR_F("value", value),
                      VQ_ATTR_IS("shape", shape, n)};
     const char *o = ox_out0(x);
-    struct ox_val *res;
     if (!run)
         return ox_emit(x, "fill_constant", NULL, 0, &o, 1, at, 3, NULL);
     /* the shape computed at run time: the fill reads it then */
-    vq__meta m;
-    if (ox_shape_meta(sv, NULL, true, &m) < 0)
-        return ox_fail(x, VQ_ENOSYS,
-                       "the shape \"%s\" is computed at run time and is not a 1-D integer "
-                       "tensor of a length known at import (at most %d entries)",
-                       sv->name, VQ_MAX_DIMS);
-    if ((rc = ox_emit(x, "fill_constant", &sv, 1, &o, 1, at, 2, &res)) < 0)
-        return rc;
-    for (int i = 0; i < m.ndim; i++)
-        if (res->meta.shape[i] < 0)
-            res->meta.shape[i] = m.shape[i];
-    return 0;
+    return shape_from_run(x, "fill_constant", NULL, sv, true, at, 2);
 }
 
 /* EyeLike: a known matrix of the input's 2-D shape, ones on diagonal k,

@@ -175,7 +175,7 @@ static int t_slice(struct ox *x)
         if ((rc = slice_moving(x, v, &done)) < 0 || done)
             return rc;
         struct ox_val *sv = ox_input(x, 1), *ev = ox_input(x, 2);
-        if (!ox_known(x, sv) || !ox_known(x, ev) || slice_steps_unknown_dim(x, v)) {
+        if (sv && ev && (!ox_known(x, sv) || !ox_known(x, ev) || slice_steps_unknown_dim(x, v))) {
             /* bounds computed at run time: axes and steps must be known */
             int64_t len = sv->meta.ndim == 1 ? sv->meta.shape[0] : -1;
             if (len < 0 || len > OX_MAXI || ev->meta.ndim != 1 || ev->meta.shape[0] != len)

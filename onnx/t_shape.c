@@ -63,7 +63,7 @@ static int t_reshape(struct ox *x)
     struct ox_val *v = ox_input(x, 0);
     int64_t shape[OX_MAXI], allowzero = ox_int(x, "allowzero");
     int n, rc = 0;
-    if (x->opset >= 5 && !ox_known(x, ox_input(x, 1)))
+    if (x->opset >= 5 && ox_input(x, 1) && !ox_known(x, ox_input(x, 1)))
         return shape_from_run(x, "reshape", v, ox_input(x, 1), allowzero,
                               &VQ_ATTR_I("allowzero", 1), allowzero ? 1 : 0);
     if (x->opset < 5)

@@ -247,6 +247,14 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     m = mlp();
     m->graph->initializer[1]->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16;
     expect_error(m, VQ_ENOSYS, NAMES("initializer \"b1\" has element type FLOAT16"));
+    /* a Reshape without its shape, a Slice without its bounds (the fuzzer
+     * found both read as values computed at run time) */
+    m = mlp();
+    add_node(m, "Reshape", "noshape", NAMES("y"), NAMES("yr"));
+    expect_error(m, VQ_EINVAL, NAMES("node 5 (Reshape \"noshape\")", "no shape"));
+    m = mlp();
+    add_node(m, "Slice", "nobounds", NAMES("y"), NAMES("ys"));
+    expect_error(m, VQ_EINVAL, NAMES("node 5 (Slice \"nobounds\")"));
     /* a Slice whose bounds are computed at run time needs their length
      * (the axes' count) at import */
     m = mlp();

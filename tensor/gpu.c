@@ -16,8 +16,10 @@
  * A block is freed with free_async on the stream of its last user (the free
  * op of a released tensor runs on a stream of the device, after the events
  * of the ops on the tensor's var); with no stream known, on the private
- * stream. The backend's pool does the caching (cudaMallocAsync), so
- * cached_bytes stays 0 and system_bytes equals live_bytes. */
+ * stream. A shared reference let go of on a stream leaves an event there
+ * that the freeing stream waits for (vq__gpu_use_note). The backend's
+ * pool does the caching (cudaMallocAsync), so cached_bytes stays 0 and
+ * system_bytes equals live_bytes. */
 #include "tensor_services.h"
 
 #include <pthread.h>
@@ -37,6 +39,17 @@ struct gpu_alloc {
     void *stream; /* private: allocations, and frees with no stream */
     atomic_size_t live, peak;
     atomic_uint_least64_t allocs;
+    /* Spent use records (vq__gpu_uses_settle), their events kept for the
+     * next vq__gpu_use_note: a shared temporary is let go of on a stream
+     * every run of a loop. */
+    pthread_mutex_t use_lock;
+    struct vq__tensor_use *spare;
+};
+
+/* A use of a GPU tensor's storage by a stream's work (vq__gpu_use_note). */
+struct vq__tensor_use {
+    void *ev;
+    struct vq__tensor_use *next;
 };
 
 static pthread_mutex_t gpu_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -151,6 +164,7 @@ int vq__gpu_allocator(int id, vq__allocator **out)
                                       gpu_trim};
             a->id = id;
             a->be = be;
+            pthread_mutex_init(&a->use_lock, NULL);
             atomic_store_explicit(&gpus[id], a, memory_order_release);
         }
     }
@@ -243,6 +257,57 @@ int vq__tensor_copy_async(vq_tensor *dst, const vq_tensor *src, void *stream)
                : dg     ? VQ__MEMCPY_H2D
                         : VQ__MEMCPY_H2H;
     return copy_async(be, dst->data, src->data, src->nbytes, kind, stream);
+}
+
+void vq__gpu_use_note(vq_tensor *t, void *stream)
+{
+    struct gpu_alloc *a = (struct gpu_alloc *)t->alloc;
+    pthread_mutex_lock(&a->use_lock);
+    struct vq__tensor_use *u = a->spare;
+    if (u)
+        a->spare = u->next;
+    pthread_mutex_unlock(&a->use_lock);
+    if (!u && (u = malloc(sizeof *u)) != NULL && a->be->event_new(a->id, &u->ev) < 0) {
+        free(u);
+        u = NULL;
+    }
+    if (!u || a->be->event_record(u->ev, stream) < 0) {
+        if (u) {
+            a->be->event_free(u->ev);
+            free(u);
+        }
+        /* No event: the host waits for the work instead (a GPU op's fn,
+         * never the stream's own host work). Its error, if any, is the
+         * stream's and surfaces through the ops' events. */
+        (void)a->be->stream_synchronize(stream);
+        return;
+    }
+    /* release: the last reference's acquire sees the record */
+    u->next = atomic_load_explicit(&t->uses, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&t->uses, &u->next, u, memory_order_release,
+                                                  memory_order_relaxed))
+        ;
+}
+
+void vq__gpu_uses_settle(vq_tensor *t, void *stream)
+{
+    struct gpu_alloc *a = (struct gpu_alloc *)t->alloc;
+    void *s = stream ? stream : a->stream;
+    struct vq__tensor_use *u = atomic_exchange_explicit(&t->uses, NULL, memory_order_acquire);
+    struct vq__tensor_use *last = u;
+    for (struct vq__tensor_use *i = u; i; i = i->next) {
+        /* A failed wait: the host waits for the work itself. */
+        if (a->be->stream_wait_event(s, i->ev) < 0)
+            (void)a->be->event_synchronize(i->ev);
+        last = i;
+    }
+    if (!u)
+        return;
+    /* Re-recorded later: a wait already enqueued keeps the record it saw. */
+    pthread_mutex_lock(&a->use_lock);
+    last->next = a->spare;
+    a->spare = u;
+    pthread_mutex_unlock(&a->use_lock);
 }
 
 int vq__tensor_read_on(vq_tensor *dst, const vq_tensor *src, void *stream)

@@ -174,6 +174,7 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     atomic_init(&t->fail_msg, NULL);
     atomic_init(&t->capture, NULL);
     t->capture_slot = 0;
+    atomic_init(&t->uses, NULL);
     *out = t;
     return 0;
 }
@@ -254,6 +255,8 @@ static void tensor_destroy(vq_tensor *t)
 {
     /* A GPU tensor's storage went in its free op (gpu_free_run) unless that
      * op was skipped; then it goes on the allocator's own stream. */
+    if (atomic_load_explicit(&t->uses, memory_order_relaxed))
+        vq__gpu_uses_settle(t, NULL); /* after the last reference: no pusher left */
     if (t->data)
         t->alloc->free(t->alloc, t->data, t->nbytes, NULL);
     free(atomic_load(&t->fail_msg));
@@ -274,6 +277,8 @@ static int gpu_free_run(void *arg, const vq_exec_ctx *x)
 {
     vq_tensor *t = arg;
     (void)x;
+    if (atomic_load_explicit(&t->uses, memory_order_relaxed))
+        vq__gpu_uses_settle(t, vq__gpu_op_stream());
     t->alloc->free(t->alloc, t->data, t->nbytes, vq__gpu_op_stream());
     t->data = NULL;
     return 0;
@@ -341,10 +346,18 @@ void vq__tensor_release_on(vq_tensor *t, void *stream)
 {
     if (!t)
         return;
-    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1 && /* as vq_tensor_release */
-        atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
-        return;
+    if (atomic_load_explicit(&t->refs, memory_order_acquire) != 1) { /* as vq_tensor_release */
+        /* Shared: the work this reference's holder enqueued on stream
+         * must be done before whichever stream frees the storage. Pushed
+         * before the decrement, which publishes it to the last one. */
+        if (stream && t->dev.kind == VQ_DEV_GPU)
+            vq__gpu_use_note(t, stream);
+        if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+            return;
+    }
     if (stream && !atomic_load_explicit(&t->var, memory_order_acquire)) {
+        if (atomic_load_explicit(&t->uses, memory_order_relaxed))
+            vq__gpu_uses_settle(t, stream);
         t->alloc->free(t->alloc, t->data, t->nbytes, stream);
         t->data = NULL;
     }

@@ -133,6 +133,11 @@ struct vq_tensor {
      * lock; read by anyone (the cut hooks below). */
     _Atomic(void *) capture;
     int capture_slot;
+    /* GPU tensors: events recorded on the streams of the GPU ops that let
+     * go of a shared reference (vq__tensor_release_on while others held
+     * one), which the stream that frees the storage waits for first.
+     * Pushed lock-free; taken by the last reference only. */
+    _Atomic(struct vq__tensor_use *) uses;
 };
 
 /* vq_tensor_var without the capture cut: for capture itself, which pushes
@@ -163,9 +168,21 @@ int vq__tensor_empty_at(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, cons
 /* vq_tensor_release for a tensor that has no engine var (the graph
  * executor's temporaries), from a GPU op on stream: the last reference
  * frees the storage in stream order on stream, after the work enqueued
- * there so far (which must include every use of the storage: the caller's
- * ordering). stream NULL: vq_tensor_release. */
+ * there so far, which must include every use made through this
+ * reference (the caller's ordering). A reference that is not the last
+ * records an event on stream that the free waits for: two slots holding
+ * one tensor (a control op's result) are read by ops on streams that
+ * nothing else orders. stream NULL: vq_tensor_release. */
 void vq__tensor_release_on(vq_tensor *t, void *stream);
+
+/* For tensor.c: the GPU side of vq__tensor_release_on. vq__gpu_use_note
+ * records an event on stream after the work enqueued there so far and
+ * pushes it on t->uses (when no event can be had, it waits for the
+ * stream instead); vq__gpu_uses_settle makes the stream t's storage is
+ * freed on (stream, or the allocator's own when NULL) wait for every
+ * event on t->uses, and frees them. */
+void vq__gpu_use_note(vq_tensor *t, void *stream);
+void vq__gpu_uses_settle(vq_tensor *t, void *stream);
 
 /* Elements of a shape; -1 if a dim is negative (unknown), INT64_MAX past
  * 2^62 elements. */

@@ -125,6 +125,7 @@
     X(RoiAlign)                  \
     X(Round)                     \
     X(STFT)                      \
+    X(Scan)                      \
     X(Scatter)                   \
     X(ScatterElements)           \
     X(ScatterND)                 \

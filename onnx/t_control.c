@@ -1,7 +1,8 @@
 /* ONNX's control flow: If onto varq's cond (or the taken branch's nodes
- * inline, when the condition is known at import) and Loop onto while
+ * inline, when the condition is known at import), Loop onto while
  * (carrying the iteration number and the condition, stacking the scan
- * outputs). Their subgraphs are translated into blocks of the program
+ * outputs) and Scan onto while (carrying the iteration number, slicing the
+ * scan inputs by it). Their subgraphs are translated into blocks of the program
  * through ox_subgraph, the walk import.c lends them. */
 #include "onnx_internal.h"
 
@@ -178,19 +179,19 @@ static bool cond_passes_through(const Onnx__GraphProto *g)
     return false;
 }
 
-/* The scan outputs: for each scan value v (body output 1 + nv + s), a var
+/* The scan outputs: for each scan value v (body output first + s), a var
  * of the body that holds it, none of the body inputs bin[0 .. nc) nor an
  * earlier scan output's (into stk[s]); the while stacks them
  * (stack_outputs). Each iteration's value with a new dim 0 in front, the
  * iterations (known when the loop runs exactly iters times, else -1), into
  * sm[s]. */
-static int scan_vars(struct ox *x, const Onnx__GraphProto *g, int nv, int nscan, int64_t iters,
+static int scan_vars(struct ox *x, const Onnx__GraphProto *g, int first, int nscan, int64_t iters,
                      const char **bin, int nc, const char **stk, vq__meta *sm)
 {
     const char *avoid[2 * VQ__MAX_SLOTS];
     memcpy(avoid, bin, (size_t)nc * sizeof *avoid);
     for (int s = 0; s < nscan; s++) {
-        const char *nm = g->output[1 + nv + s]->name;
+        const char *nm = g->output[first + s]->name;
         struct ox_val *v = nm ? ox_find(x, nm) : NULL, *own;
         if (!v)
             return ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node", nm ? nm : "");
@@ -357,8 +358,8 @@ static int loop_outputs(struct ox *x, struct loop *l)
             l->bout[2 + k] = own->var;
     }
     if (rc == 0)
-        rc = scan_vars(x, g, l->nv, l->nscan, l->exact ? l->max_iters : -1, l->bin, l->nc, l->stk,
-                       l->bm);
+        rc = scan_vars(x, g, 1 + l->nv, l->nscan, l->exact ? l->max_iters : -1, l->bin, l->nc,
+                       l->stk, l->bm);
     return rc ? rc : own_var(x, next, l->bin, l->nc, &l->pred);
 }
 
@@ -446,9 +447,438 @@ static int t_loop(struct ox *x)
     return loop_emit(x, &l);
 }
 
+/* ---- Scan ---- */
+
+/* One scan (what t_scan's steps fill in): the opset 9 form, which the
+ * opset 8 form runs once per batch element. */
+struct scan {
+    const Onnx__GraphProto *g; /* the body */
+    int n, m, k;               /* states, scan inputs, scan outputs */
+    /* the scan inputs with their scanned axis moved to dim 0, and whether
+     * each is read from its end */
+    struct ox_val *xs[VQ__MAX_SLOTS];
+    bool rev_in[VQ__MAX_SLOTS];
+    /* the outputs' names (NULL: temporaries); whether each scan output is
+     * stacked back to front, and the axis it is stacked on (may be
+     * negative, as ONNX gives it) */
+    const char *names[VQ__MAX_SLOTS];
+    bool rev_out[VQ__MAX_SLOTS];
+    int64_t ax_out[VQ__MAX_SLOTS];
+    int64_t iters;                              /* the scanned length when known, else -1 */
+    struct ox_val *len, *last;                  /* it, and it - 1, as int64 scalars */
+    struct ox_val *init[VQ__MAX_SLOTS], *entry; /* iter 0, states...; 0 < len */
+    int body;
+    const char *bin[VQ__MAX_SLOTS], *bout[VQ__MAX_SLOTS], *stk[VQ__MAX_SLOTS];
+    vq__meta bm[VQ__MAX_SLOTS];
+    struct ox_val *pred;
+    struct ox_val *res[VQ__MAX_SLOTS]; /* the final states, the scan outputs */
+};
+
+/* v's entry dim (known at import or not) as an int64 scalar. */
+static int dim_value(struct ox *x, struct ox_val *v, int dim, struct ox_val **out)
+{
+    if (v->meta.shape[dim] >= 0)
+        return ox_scalar(x, VQ_I64, (double)v->meta.shape[dim], out);
+    struct ox_val *sh, *zero;
+    vq_attr a[2] = {VQ_ATTR_I("start", dim), VQ_ATTR_I("end", dim + 1)};
+    vq_attr g = VQ_ATTR_I("axis", 0);
+    int rc;
+    if ((rc = ox_emit(x, "shape", &v, 1, NULL, 1, a, 2, &sh)) < 0 ||
+        (rc = ox_scalar(x, VQ_I64, 0, &zero)) < 0)
+        return rc;
+    return ox_emit(x, "gather", (struct ox_val *[]){sh, zero}, 2, NULL, 1, &g, 1, out);
+}
+
+/* v with dim from moved to dim to (the others in order), into name
+ * (NULL: a temporary); v itself when from == to and name is NULL. */
+static int move_dim(struct ox *x, struct ox_val *v, int from, int to, const char *name,
+                    struct ox_val **out)
+{
+    if (from == to && !name) {
+        *out = v;
+        return 0;
+    }
+    int64_t perm[VQ_MAX_DIMS];
+    for (int i = 0, j = 0; i < v->meta.ndim; i++) {
+        if (j == from)
+            j++;
+        perm[i] = i == to ? from : j++;
+    }
+    vq_attr a = VQ_ATTR_IS("perm", perm, v->meta.ndim);
+    return ox_emit(x, "transpose", &v, 1, &name, 1, &a, 1, out);
+}
+
+/* v's slice at index idx (an int64 scalar) of dim 0. */
+static int slice_at(struct ox *x, struct ox_val *v, struct ox_val *idx, struct ox_val **out)
+{
+    vq_attr a = VQ_ATTR_I("axis", 0);
+    return ox_emit(x, "gather", (struct ox_val *[]){v, idx}, 2, NULL, 1, &a, 1, out);
+}
+
+/* The directions of the scan inputs or outputs (attribute name, n of
+ * them): 0 forward, 1 reverse. */
+static int scan_dirs(struct ox *x, const char *name, int n, bool *rev)
+{
+    int nd;
+    const int64_t *d = ox_ints(x, name, &nd);
+    if (nd >= 0 && nd != n)
+        return ox_fail(x, VQ_EINVAL, "%s has %d entries for %d values", name, nd, n);
+    for (int i = 0; i < n; i++) {
+        if (nd >= 0 && d[i] != 0 && d[i] != 1)
+            return ox_fail(x, VQ_EINVAL, "%s[%d] is %lld: 0 (forward) or 1 (reverse)", name, i,
+                           (long long)d[i]);
+        rev[i] = nd >= 0 && d[i] == 1;
+    }
+    return 0;
+}
+
+/* The scan's length (the scan inputs' dim 0, which must agree), the
+ * carried values' initial values (iter 0, the states) and the entry
+ * predicate 0 < len. */
+static int scan_prepare(struct ox *x, struct scan *c)
+{
+    c->iters = -1;
+    struct ox_val *first = c->xs[0], *zero, *one;
+    for (int s = 0; s < c->m; s++) {
+        int64_t len = c->xs[s]->meta.shape[0];
+        if (len >= 0 && c->iters >= 0 && len != c->iters)
+            return ox_fail(x, VQ_EINVAL, "scan input %d has %lld steps, an earlier one %lld", s,
+                           (long long)len, (long long)c->iters);
+        if (len >= 0) {
+            c->iters = len;
+            first = c->xs[s];
+        }
+    }
+    int rc;
+    if ((rc = dim_value(x, first, 0, &c->len)) < 0 || (rc = ox_scalar(x, VQ_I64, 0, &zero)) < 0 ||
+        (rc = ox_scalar(x, VQ_I64, 1, &one)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){c->len, one}, 2, NULL, 1, NULL, 0, &c->last)) <
+            0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){zero, c->len}, 2, NULL, 1, NULL, 0,
+                      &c->entry)) < 0)
+        return rc;
+    c->init[0] = zero;
+    for (int k = 0; k <= c->n; k++)
+        if ((rc = ox_var_of(x, c->init[k])) < 0)
+            return rc;
+    return ox_var_of(x, c->entry);
+}
+
+/* A temporary var name for the node's scan machinery, into buf. */
+static const char *scan_temp(struct ox *x, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s@onnx%d", x->node->name && *x->node->name ? x->node->name : "scan",
+             x->ntemps++);
+    return buf;
+}
+
+/* The body, a block of its own: vars for the iteration number and the
+ * states, each scan input's slice (at the iteration, or at len - 1 -
+ * iteration in reverse) under the body's input name, its nodes, then its
+ * outputs: iter + 1, the states, the scan values and the predicate
+ * iter + 1 < len. */
+static int scan_body(struct ox *x, struct scan *c)
+{
+    const Onnx__GraphProto *g = c->g;
+    int outer = x->block, rc = 0, nc = c->n + 1;
+    if ((c->body = vq_program_add_block(x->p, outer)) < 0)
+        return c->body;
+    x->block = c->body;
+    struct ox_val *iter = NULL, *one, *next = NULL, *lt;
+    char tmp[300];
+    vq__meta im = {.dtype = VQ_I64, .ndim = 0};
+    if ((rc = ox_block_var(x, scan_temp(x, tmp, sizeof tmp), &im, &iter)) == 0) {
+        iter->sym = iter; /* never negative */
+        c->bin[0] = iter->var;
+    }
+    for (int k = 0; k < c->n && rc == 0; k++) {
+        struct ox_val *v;
+        const char *nm = g->input[k]->name;
+        if (!nm || !*nm)
+            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", k);
+        else if ((rc = ox_block_var(x, nm, &c->init[1 + k]->meta, &v)) == 0)
+            c->bin[1 + k] = v->var;
+    }
+    for (int s = 0; s < c->m && rc == 0; s++) {
+        const char *nm = g->input[c->n + s]->name;
+        struct ox_val *idx = iter, *slice;
+        if (!nm || !*nm)
+            rc = ox_fail(x, VQ_EINVAL, "body input %d has no name", c->n + s);
+        else if (c->rev_in[s])
+            rc = ox_emit(x, "sub", (struct ox_val *[]){c->last, iter}, 2, NULL, 1, NULL, 0, &idx);
+        if (rc == 0 && (rc = slice_at(x, c->xs[s], idx, &slice)) == 0)
+            rc = ox_alias(x, nm, slice);
+    }
+    if (rc == 0)
+        rc = ox_subgraph(x, g, c->body);
+    if (rc == 0 && (rc = ox_scalar(x, VQ_I64, 1, &one)) == 0 &&
+        (rc = ox_emit(x, "add", (struct ox_val *[]){iter, one}, 2, NULL, 1, NULL, 0, &next)) == 0)
+        c->bout[0] = next->var;
+    for (int k = 0; k < c->n && rc == 0; k++) {
+        struct ox_val *v = ox_find(x, g->output[k]->name), *own;
+        if (!v)
+            rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                         g->output[k]->name);
+        else if ((rc = own_var(x, v, c->bin, nc, &own)) == 0)
+            c->bout[1 + k] = own->var;
+    }
+    if (rc == 0)
+        rc = scan_vars(x, g, c->n, c->k, c->iters, c->bin, nc, c->stk, c->bm);
+    if (rc == 0 &&
+        (rc = ox_emit(x, "less", (struct ox_val *[]){next, c->len}, 2, NULL, 1, NULL, 0, &lt)) == 0)
+        rc = own_var(x, lt, c->bin, nc, &c->pred);
+    x->block = outer;
+    return rc;
+}
+
+/* The while and its results: the final states, and each scan output
+ * stacked along dim 0, gathered back to front when reversed, its dim 0
+ * moved to its axis. */
+static int scan_emit(struct ox *x, struct scan *c)
+{
+    int nc = c->n + 1, rc = 0, ax[VQ__MAX_SLOTS];
+    for (int s = 0; s < c->k; s++)
+        if ((rc = ox_axis(x, "scan_output_axes", c->ax_out[s], c->bm[s].ndim, &ax[s])) < 0)
+            return rc;
+    const char *xin[VQ__MAX_SLOTS], *outs[VQ__MAX_SLOTS];
+    xin[0] = c->entry->var;
+    for (int k = 0; k < nc; k++)
+        xin[1 + k] = c->init[k]->var;
+    char tmp[VQ__MAX_SLOTS][300];
+    for (int k = 0; k < nc + c->k && rc == 0; k++) {
+        int j = k - 1, s = k - nc;
+        bool direct = k >= 1 && (s < 0 || (!c->rev_out[s] && ax[s] == 0));
+        const char *name = direct ? c->names[j] : NULL;
+        if (!name)
+            name = scan_temp(x, tmp[k], sizeof tmp[k]);
+        vq__meta meta = k == 0  ? (vq__meta){.dtype = VQ_I64, .ndim = 0}
+                        : s < 0 ? c->init[k]->meta
+                                : c->bm[s];
+        struct ox_val *o;
+        if ((rc = ox_block_var(x, name, &meta, &o)) == 0) {
+            outs[k] = o->var;
+            if (j >= 0)
+                c->res[j] = o;
+        }
+    }
+    if (rc)
+        return rc;
+    vq_attr a[6] = {VQ_ATTR_I("body_block", c->body),
+                    VQ_ATTR_SS("body_inputs", c->bin, nc),
+                    VQ_ATTR_SS("body_outputs", c->bout, nc),
+                    VQ_ATTR_S("body_cond", c->pred->var),
+                    VQ_ATTR_I("max_iters", c->iters),
+                    VQ_ATTR_SS("stack_outputs", c->stk, c->k)};
+    rc = vq_program_add_op(x->p, x->block, "while", xin, nc + 1, outs, nc + c->k, a, c->k ? 6 : 5);
+    if (rc < 0)
+        return ox_fail(x, rc, "%s", vq_errmsg());
+    for (int s = 0; s < c->k; s++) {
+        struct ox_val **v = &c->res[c->n + s], *stop, *step, *idx;
+        const char *name = c->names[c->n + s], *to = ax[s] == 0 ? name : NULL;
+        vq_attr g = VQ_ATTR_I("axis", 0);
+        if (c->rev_out[s] &&
+            ((rc = ox_scalar(x, VQ_I64, -1, &stop)) < 0 ||
+             (rc = ox_scalar(x, VQ_I64, -1, &step)) < 0 ||
+             (rc = ox_emit(x, "range", (struct ox_val *[]){c->last, stop, step}, 3, NULL, 1, NULL,
+                           0, &idx)) < 0 ||
+             (rc = ox_emit(x, "gather", (struct ox_val *[]){*v, idx}, 2, &to, 1, &g, 1, v)) < 0))
+            return rc;
+        if (ax[s] != 0 && (rc = move_dim(x, *v, 0, ax[s], name, v)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* One scan: its length and initial values, its body, its while. */
+static int scan_run(struct ox *x, struct scan *c)
+{
+    int rc;
+    if ((rc = scan_prepare(x, c)) < 0 || (rc = scan_body(x, c)) < 0)
+        return rc;
+    return scan_emit(x, c);
+}
+
+/* The node's counts and its body's, which must agree. */
+static int scan_counts(struct ox *x, struct scan *c, int first)
+{
+    const Onnx__NodeProto *nd = x->node;
+    const Onnx__GraphProto *g = c->g;
+    if (!g)
+        return ox_fail(x, VQ_EINVAL, "body must be a graph");
+    int m = c->m = (int)ox_int(x, "num_scan_inputs");
+    int n = c->n = (int)nd->n_input - first - m;
+    if (m < 1 || n < 0)
+        return ox_fail(x, VQ_EINVAL, "num_scan_inputs %d for %zu inputs", m, nd->n_input);
+    if (g->n_input != (size_t)(n + m) || g->n_output < (size_t)n)
+        return ox_fail(x, VQ_EINVAL,
+                       "the body has %zu inputs and %zu outputs for %d states and %d scan inputs",
+                       g->n_input, g->n_output, n, m);
+    c->k = (int)g->n_output - n;
+    if (nd->n_output > (size_t)(n + c->k))
+        return ox_fail(x, VQ_EINVAL, "%zu outputs for %d states and %d scan outputs", nd->n_output,
+                       n, c->k);
+    if (n + c->k + 2 > VQ__MAX_SLOTS - 1 || m > VQ__MAX_SLOTS)
+        return ox_fail(x, VQ_ENOSYS, "%d states, %d scan inputs and %d scan outputs: too many", n,
+                       m, c->k);
+    for (int k = 0; k < n + m; k++)
+        if (!ox_input(x, first + k))
+            return ox_fail(x, VQ_EINVAL, "input %d is missing", first + k);
+    return 0;
+}
+
+/* Scan since opset 9: states..., scan inputs... (each scanned along its
+ * scan_input_axes entry). */
+static int scan9(struct ox *x, struct scan *c)
+{
+    int rc, na, no;
+    if ((rc = scan_counts(x, c, 0)) < 0 ||
+        (rc = scan_dirs(x, "scan_input_directions", c->m, c->rev_in)) < 0 ||
+        (rc = scan_dirs(x, "scan_output_directions", c->k, c->rev_out)) < 0)
+        return rc;
+    const int64_t *axes = ox_ints(x, "scan_input_axes", &na),
+                  *oaxes = ox_ints(x, "scan_output_axes", &no);
+    if ((na >= 0 && na != c->m) || (no >= 0 && no != c->k))
+        return ox_fail(x, VQ_EINVAL,
+                       "scan_input_axes / scan_output_axes have %d / %d entries "
+                       "for %d scan inputs and %d scan outputs",
+                       na, no, c->m, c->k);
+    for (int s = 0; s < c->m; s++) {
+        struct ox_val *v = ox_input(x, c->n + s);
+        int ax = 0;
+        if (v->meta.ndim < 1)
+            return ox_fail(x, VQ_EINVAL, "scan input %d is a scalar: nothing to scan", s);
+        if ((rc = ox_axis(x, "scan_input_axes", na >= 0 ? axes[s] : 0, v->meta.ndim, &ax)) < 0 ||
+            (rc = move_dim(x, v, ax, 0, NULL, &c->xs[s])) < 0)
+            return rc;
+    }
+    for (int k = 0; k < c->n; k++)
+        c->init[1 + k] = ox_input(x, k);
+    for (int j = 0; j < c->n + c->k; j++)
+        c->names[j] = ox_out(x, j);
+    for (int s = 0; s < c->k; s++)
+        c->ax_out[s] = no >= 0 ? oaxes[s] : 0;
+    return scan_run(x, c);
+}
+
+/* Scan of opset 8: sequence_lens, then states [batch, ...] and scan
+ * inputs [batch, sequence, ...]; the body sees one batch element. A
+ * while over the batch runs the opset 9 scan of each element's values in
+ * its body and stacks its results into the outputs. */
+static int scan8(struct ox *x, struct scan *c)
+{
+    int rc;
+    struct ox_val *lens = ox_input(x, 0);
+    if ((rc = scan_counts(x, c, 1)) < 0 || (rc = scan_dirs(x, "directions", c->m, c->rev_in)) < 0)
+        return rc;
+    if (lens)
+        return ox_fail(x, VQ_ENOSYS,
+                       "sequence_lens (Scan of opset 8) is not supported: sequences "
+                       "of the batch's full length are");
+    struct ox_val *vals[VQ__MAX_SLOTS], *zero, *one, *nb, *entry;
+    for (int k = 0; k < c->n + c->m; k++) {
+        vals[k] = ox_input(x, 1 + k);
+        if (vals[k]->meta.ndim < (k < c->n ? 1 : 2))
+            return ox_fail(x, VQ_EINVAL, "input %d has %d dims: too few for a batch%s", 1 + k,
+                           vals[k]->meta.ndim, k < c->n ? "" : " and a sequence");
+    }
+    if ((rc = dim_value(x, vals[0], 0, &nb)) < 0 || (rc = ox_scalar(x, VQ_I64, 0, &zero)) < 0 ||
+        (rc = ox_scalar(x, VQ_I64, 1, &one)) < 0 ||
+        (rc = ox_emit(x, "less", (struct ox_val *[]){zero, nb}, 2, NULL, 1, NULL, 0, &entry)) < 0 ||
+        (rc = ox_var_of(x, zero)) < 0 || (rc = ox_var_of(x, entry)) < 0)
+        return rc;
+    /* the batch loop's body: element b of every input, the scan, b + 1 */
+    int outer = x->block, body = vq_program_add_block(x->p, outer);
+    if (body < 0)
+        return body;
+    x->block = body;
+    char tmp[VQ__MAX_SLOTS + 2][300];
+    struct ox_val *b = NULL, *next, *lt, *pred;
+    vq__meta im = {.dtype = VQ_I64, .ndim = 0};
+    const char *bin = NULL, *stk[VQ__MAX_SLOTS];
+    vq__meta sm[VQ__MAX_SLOTS];
+    if ((rc = ox_block_var(x, scan_temp(x, tmp[0], sizeof tmp[0]), &im, &b)) == 0) {
+        b->sym = b;
+        bin = b->var;
+    }
+    for (int k = 0; k < c->n + c->m && rc == 0; k++) {
+        struct ox_val *e;
+        if ((rc = slice_at(x, vals[k], b, &e)) == 0) {
+            if (k < c->n)
+                c->init[1 + k] = e;
+            else
+                c->xs[k - c->n] = e;
+        }
+    }
+    if (rc == 0)
+        rc = scan_run(x, c);
+    for (int j = 0; j < c->n + c->k && rc == 0; j++) {
+        struct ox_val *own, *v = c->res[j];
+        if ((rc = own_var(x, v, &bin, 1, &own)) < 0)
+            break;
+        stk[j] = own->var;
+        sm[j] = v->meta;
+        sm[j].ndim = v->meta.ndim + 1;
+        sm[j].shape[0] = nb->konst ? *(const int64_t *)nb->konst->data : -1;
+        memcpy(sm[j].shape + 1, v->meta.shape, (size_t)v->meta.ndim * sizeof(int64_t));
+    }
+    if (rc == 0 &&
+        (rc = ox_emit(x, "add", (struct ox_val *[]){b, one}, 2, NULL, 1, NULL, 0, &next)) == 0 &&
+        (rc = ox_emit(x, "less", (struct ox_val *[]){next, nb}, 2, NULL, 1, NULL, 0, &lt)) == 0)
+        rc = own_var(x, lt, &bin, 1, &pred);
+    x->block = outer;
+    if (rc)
+        return rc;
+    const char *xin[2] = {entry->var, zero->var}, *outs[VQ__MAX_SLOTS], *bout = next->var;
+    struct ox_val *o;
+    if ((rc = ox_block_var(x, scan_temp(x, tmp[1], sizeof tmp[1]), &im, &o)) < 0)
+        return rc;
+    outs[0] = o->var;
+    for (int j = 0; j < c->n + c->k; j++) {
+        const char *name = ox_out(x, j);
+        if (!name)
+            name = scan_temp(x, tmp[2 + j], sizeof tmp[2 + j]);
+        if ((rc = ox_block_var(x, name, &sm[j], &o)) < 0)
+            return rc;
+        outs[1 + j] = o->var;
+    }
+    vq_attr a[6] = {VQ_ATTR_I("body_block", body),
+                    VQ_ATTR_SS("body_inputs", &bin, 1),
+                    VQ_ATTR_SS("body_outputs", &bout, 1),
+                    VQ_ATTR_S("body_cond", pred->var),
+                    VQ_ATTR_I("max_iters", sm[0].shape[0]),
+                    VQ_ATTR_SS("stack_outputs", stk, c->n + c->k)};
+    rc = vq_program_add_op(x->p, x->block, "while", xin, 2, outs, 1 + c->n + c->k, a, 6);
+    return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
+}
+
+/* Scan(states..., scan inputs...) with body (states..., slices...) ->
+ * (states..., scan values...), since opset 9: a while carrying the
+ * iteration number and the states, whose body gathers each scan input's
+ * slice at the iteration (from the end for a reversed input), run len
+ * times (the scanned axis' length, known at import or read when the
+ * while starts), stacking the scan values; a reversed scan output is
+ * gathered back to front, and a scan output axis other than 0 is a
+ * transpose after. Opset 8's batched form is that scan per batch
+ * element, in a while over the batch. */
+static int t_scan(struct ox *x)
+{
+    struct scan c = {.g = ox_graph(x, "body")};
+    return x->opset < 9 ? scan8(x, &c) : scan9(x, &c);
+}
+
 /* ---- the rows ---- */
 
 const struct ox_op ox_op_If =
     OX_ROW(t_if, NULL, 1, 1, false, OX_ATTRS(OX_GRAPH("then_branch"), OX_GRAPH("else_branch")));
 /* M and cond may be absent (""), the carried values any number */
 const struct ox_op ox_op_Loop = OX_ROW(t_loop, NULL, 0, OX_ANY, false, OX_ATTRS(OX_GRAPH("body")));
+/* states and scan inputs: any number (num_scan_inputs of them scanned),
+ * after opset 8's optional sequence_lens */
+const struct ox_op ox_op_Scan =
+    OX_ROW(t_scan, NULL, 0, OX_ANY, false,
+           OX_ATTRS(OX_GRAPH("body"), OX_INT("num_scan_inputs", 0),
+                    OX_INTS("directions", VQ__MAX_SLOTS, .until = 9),
+                    OX_INTS("scan_input_directions", VQ__MAX_SLOTS, .since = 9),
+                    OX_INTS("scan_output_directions", VQ__MAX_SLOTS, .since = 9),
+                    OX_INTS("scan_input_axes", VQ__MAX_SLOTS, .since = 11),
+                    OX_INTS("scan_output_axes", VQ__MAX_SLOTS, .since = 11)));

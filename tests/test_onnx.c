@@ -1104,6 +1104,193 @@ Test(onnx, a_slice_moving_with_the_loop_iteration_is_a_gather)
     run_free(&r);
 }
 
+/* t, on the host (released when copied). */
+static vq_tensor *host_of(vq_engine *e, vq_tensor *t)
+{
+    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
+        return t;
+    vq_tensor *h;
+    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
+    vq_tensor_release(t);
+    return h;
+}
+
+/* Scan (opset 16) with a state and two scan inputs: A [T, 2] forward
+ * along axis 0, B [2, T] reversed along axis 1; the body's state
+ * s + a * b is output 0 and scan output Y0 (forward, axis 0), a - b is
+ * scan output Y1 (reversed, axis 1: [2, T]). With T fixed in the model
+ * and with T a dim the feed gives (the scanned length read when the
+ * while starts), on the CPU and the emulated GPU, against a plain loop. */
+static Onnx__ModelProto *scan_model(int64_t ta, int64_t tb)
+{
+    Onnx__ModelProto *m = model_new(16);
+    add_input(m, "s0", 1, (int64_t[]){2});
+    add_input(m, "A", 2, (int64_t[]){ta, 2});
+    add_input(m, "B", 2, (int64_t[]){2, tb});
+    Onnx__GraphProto *b = subgraph("body");
+    const int32_t f = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    graph_io(&b->input, &b->n_input, "s_in", f, 1, (int64_t[]){2});
+    graph_io(&b->input, &b->n_input, "a", f, 1, (int64_t[]){2});
+    graph_io(&b->input, &b->n_input, "b", f, 1, (int64_t[]){2});
+    graph_node(b, "Mul", NAMES("a", "b"), NAMES("ab"));
+    graph_node(b, "Add", NAMES("s_in", "ab"), NAMES("s_out"));
+    graph_node(b, "Identity", NAMES("s_out"), NAMES("y0"));
+    graph_node(b, "Sub", NAMES("a", "b"), NAMES("y1"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_outputs(&bm, NAMES("s_out", "y0", "y1"));
+    Onnx__NodeProto *n = add_node(m, "Scan", "scan", NAMES("s0", "A", "B"), NAMES("s", "Y0", "Y1"));
+    attr_graph(n, "body", b);
+    attr_int(n, "num_scan_inputs", 2);
+    attr_ints(n, "scan_input_directions", 2, (const int64_t[]){0, 1});
+    attr_ints(n, "scan_input_axes", 2, (const int64_t[]){0, 1});
+    attr_ints(n, "scan_output_directions", 2, (const int64_t[]){0, 1});
+    attr_ints(n, "scan_output_axes", 2, (const int64_t[]){0, -1});
+    add_outputs(m, NAMES("s", "Y0", "Y1"));
+    return m;
+}
+
+Test(onnx, scan_slices_its_inputs_in_either_direction_and_stacks_its_outputs_on_any_axis)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 0);
+    vq_engine *e;
+    vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+    cr_assert_eq(vq_engine_new(&e, &eo), 0, "%s", vq_errmsg());
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        struct imported im = import_ok(dynamic ? scan_model(-1, -1) : scan_model(5, 5));
+        for (int gpu = 0; gpu < 2; gpu++) {
+            vq_exec *ex;
+            vq_exec_opts xo = {.device = {gpu ? VQ_DEV_GPU : VQ_DEV_CPU, 0}};
+            cr_assert_eq(vq_exec_new(&ex, e, &xo), 0, "%s", vq_errmsg());
+            for (int64_t t = dynamic ? 1 : 5; t <= 5; t += 2) {
+                float s0[2] = {0.5f, -1}, a[10], bb[10];
+                for (int i = 0; i < 2 * t; i++) {
+                    a[i] = (float)(i * 5 % 7) - 3;
+                    bb[i] = (float)(i * 3 % 11) * 0.25f;
+                }
+                /* the reference: b_i = B[:, t - 1 - i] */
+                float s[2] = {s0[0], s0[1]}, y0[10], y1[10];
+                for (int64_t i = 0; i < t; i++)
+                    for (int j = 0; j < 2; j++) {
+                        float av = a[i * 2 + j], bv = bb[j * t + (t - 1 - i)];
+                        s[j] += av * bv;
+                        y0[i * 2 + j] = s[j];
+                        y1[j * t + (t - 1 - i)] = av - bv; /* reversed, dim 0 moved last */
+                    }
+                vq_tensor *in[3], *dev[3];
+                cr_assert_eq(vq_tensor_from(&in[0], VQ_F32, 1, (int64_t[]){2}, s0), 0);
+                cr_assert_eq(vq_tensor_from(&in[1], VQ_F32, 2, (int64_t[]){t, 2}, a), 0);
+                cr_assert_eq(vq_tensor_from(&in[2], VQ_F32, 2, (int64_t[]){2, t}, bb), 0);
+                for (int i = 0; i < 3; i++)
+                    cr_assert_eq(vq_tensor_copy_to(e, in[i], xo.device, &dev[i]), 0, "%s",
+                                 vq_errmsg());
+                vq_feed feeds[3] = {{"s0", dev[0]}, {"A", dev[1]}, {"B", dev[2]}};
+                vq_fetch fo[3] = {{"s", NULL}, {"Y0", NULL}, {"Y1", NULL}};
+                cr_assert_eq(vq_exec_run(ex, im.p, im.s, feeds, 3, fo, 3), 0,
+                             "dynamic %d gpu %d: %s", dynamic, gpu, vq_errmsg());
+                const float *want[3] = {s, y0, y1};
+                const int64_t shapes[3][2] = {{2, 0}, {t, 2}, {2, t}};
+                for (int k = 0; k < 3; k++) {
+                    vq_tensor *h = host_of(e, fo[k].tensor);
+                    cr_assert_eq(vq_tensor_ndim(h), k ? 2 : 1);
+                    for (int d = 0; d < vq_tensor_ndim(h); d++)
+                        cr_assert_eq(vq_tensor_shape(h)[d], shapes[k][d],
+                                     "output %d dim %d, T %lld", k, d, (long long)t);
+                    const float *got = vq_tensor_data(h);
+                    for (int64_t i = 0; i < vq_tensor_numel(h); i++)
+                        cr_assert_float_eq(got[i], want[k][i], 1e-6,
+                                           "dynamic %d gpu %d T %lld output %d [%lld]", dynamic,
+                                           gpu, (long long)t, k, (long long)i);
+                    vq_tensor_release(h);
+                }
+                for (int i = 0; i < 3; i++) {
+                    vq_tensor_release(in[i]);
+                    vq_tensor_release(dev[i]);
+                }
+            }
+            vq_exec_free(ex);
+        }
+        imported_free(&im);
+    }
+    vq_engine_free(e);
+}
+
+/* Scan of opset 8: states [batch, 2], scan inputs [batch, T, 2] (the
+ * second reversed); each batch element scanned on its own, as a while
+ * over the batch around the scan. */
+Test(onnx, scan_of_opset_8_scans_each_batch_element)
+{
+    const int64_t nb = 3, t = 4;
+    Onnx__ModelProto *m = model_new(8);
+    add_input(m, "s0", 2, (int64_t[]){nb, 2});
+    add_input(m, "A", 3, (int64_t[]){nb, t, 2});
+    add_input(m, "B", 3, (int64_t[]){nb, t, 2});
+    Onnx__GraphProto *b = subgraph("body");
+    const int32_t f = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    graph_io(&b->input, &b->n_input, "s_in", f, 1, (int64_t[]){2});
+    graph_io(&b->input, &b->n_input, "a", f, 1, (int64_t[]){2});
+    graph_io(&b->input, &b->n_input, "b", f, 1, (int64_t[]){2});
+    graph_node(b, "Mul", NAMES("a", "b"), NAMES("ab"));
+    graph_node(b, "Add", NAMES("s_in", "ab"), NAMES("s_out"));
+    graph_node(b, "Sub", NAMES("a", "b"), NAMES("y"));
+    Onnx__ModelProto bm = {.graph = b};
+    add_outputs(&bm, NAMES("s_out", "y"));
+    Onnx__NodeProto *n = add_node(m, "Scan", "scan", NAMES("", "s0", "A", "B"), NAMES("s", "Y"));
+    attr_graph(n, "body", b);
+    attr_int(n, "num_scan_inputs", 2);
+    attr_ints(n, "directions", 2, (const int64_t[]){0, 1});
+    add_outputs(m, NAMES("s", "Y"));
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    float s0[6], a[24], bb[24], s[6], y[24];
+    for (int i = 0; i < 24; i++) {
+        a[i] = (float)(i * 5 % 7) - 3;
+        bb[i] = (float)(i * 3 % 11) * 0.25f;
+    }
+    for (int i = 0; i < 6; i++)
+        s[i] = s0[i] = (float)i - 2.5f;
+    for (int e = 0; e < nb; e++)
+        for (int i = 0; i < t; i++)
+            for (int j = 0; j < 2; j++) {
+                float av = a[(e * t + i) * 2 + j], bv = bb[(e * t + (t - 1 - i)) * 2 + j];
+                s[e * 2 + j] += av * bv;
+                y[(e * t + i) * 2 + j] = av - bv;
+            }
+    vq_tensor *in[3];
+    cr_assert_eq(vq_tensor_from(&in[0], VQ_F32, 2, (int64_t[]){nb, 2}, s0), 0);
+    cr_assert_eq(vq_tensor_from(&in[1], VQ_F32, 3, (int64_t[]){nb, t, 2}, a), 0);
+    cr_assert_eq(vq_tensor_from(&in[2], VQ_F32, 3, (int64_t[]){nb, t, 2}, bb), 0);
+    vq_feed feeds[3] = {{"s0", in[0]}, {"A", in[1]}, {"B", in[2]}};
+    vq_fetch fo[2] = {{"s", NULL}, {"Y", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, feeds, 3, fo, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(fo[0].tensor), 6);
+    cr_assert_eq(vq_tensor_ndim(fo[1].tensor), 3);
+    cr_assert_eq(vq_tensor_shape(fo[1].tensor)[1], t);
+    cr_assert_eq(memcmp(vq_tensor_data(fo[0].tensor), s, sizeof s), 0);
+    cr_assert_eq(memcmp(vq_tensor_data(fo[1].tensor), y, sizeof y), 0);
+    for (int i = 0; i < 3; i++)
+        vq_tensor_release(in[i]);
+    for (int i = 0; i < 2; i++)
+        vq_tensor_release(fo[i].tensor);
+    imported_free(&im);
+    run_free(&r);
+}
+
+Test(onnx, scan_inputs_of_different_lengths_are_refused)
+{
+    Onnx__ModelProto *m = scan_model(5, 4);
+    size_t len;
+    uint8_t *buf = pack(m, &len);
+    vq_scope *s;
+    vq_program *p = NULL;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    cr_assert_eq(vq_program_from_onnx(&p, s, buf, len), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "scan input 1 has 4 steps, an earlier one 5"), "%s", vq_errmsg());
+    vq_scope_free(s);
+    free(buf);
+    onnx__model_proto__free_unpacked(m, NULL);
+}
+
 /* ---- batch normalization in training mode ---- */
 
 /* loss = reduce(op(y, t)) (node name, its output mid), to a scalar
@@ -2624,18 +2811,6 @@ Test(onnx, dropout_in_training_mode_with_ratio_zero_is_the_identity)
 }
 
 /* ---- Slice of bounds computed at run time ---- */
-
-/* t, on the host (released when copied). */
-static vq_tensor *host_of(vq_engine *e, vq_tensor *t)
-{
-    if (vq_tensor_device(t).kind == VQ_DEV_CPU)
-        return t;
-    vq_tensor *h;
-    cr_assert_eq(vq_tensor_copy_to(e, t, (vq_ctx){VQ_DEV_CPU, 0}, &h), 0, "%s", vq_errmsg());
-    cr_assert_eq(vq_tensor_wait(h), 0, "%s", vq_errmsg());
-    vq_tensor_release(t);
-    return h;
-}
 
 /* torch's x.chunk(2, dim=1) after a reshape to [batch, -1, ...] (what
  * shufflenet's channel shuffle exports with a dynamic batch): the reshape

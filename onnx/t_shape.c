@@ -124,22 +124,33 @@ static int t_transpose(struct ox *x)
     return ox_emit(x, "transpose", &v, 1, &o, 1, &a, 1, NULL);
 }
 
+/* Concat: one concat, or, past the inputs a varq op takes, concats of
+ * up to VQ__MAX_SLOTS inputs each, then one of their results (exporters
+ * write a node with an input per class or per feature level). */
 static int t_concat(struct ox *x)
 {
     const Onnx__NodeProto *n = x->node;
-    struct ox_val *in[VQ__MAX_SLOTS];
-    if (n->n_input > VQ__MAX_SLOTS)
-        return ox_fail(x, VQ_ENOSYS, "%zu inputs (varq takes 1 to %d)", n->n_input, VQ__MAX_SLOTS);
-    for (size_t i = 0; i < n->n_input; i++)
-        if (!(in[i] = ox_input(x, (int)i)))
-            return ox_fail(x, VQ_EINVAL, "input %zu is missing", i);
-    int ax = 0;
-    int rc = ox_axis(x, "axis", ox_int(x, "axis"), in[0]->meta.ndim, &ax);
-    if (rc)
+    int nin = (int)n->n_input, max = VQ__MAX_SLOTS;
+    if (nin > max * max)
+        return ox_fail(x, VQ_ENOSYS, "%d inputs (varq takes 1 to %d)", nin, max * max);
+    struct ox_val *in[VQ__MAX_SLOTS], *part[VQ__MAX_SLOTS];
+    int ax = 0, rc = 0, nparts = (nin + max - 1) / max;
+    for (int p = 0; p < nparts && rc == 0; p++) {
+        int first = p * max, cnt = nin - first < max ? nin - first : max;
+        for (int i = 0; i < cnt; i++)
+            if (!(in[i] = ox_input(x, first + i)))
+                return ox_fail(x, VQ_EINVAL, "input %d is missing", first + i);
+        if (p == 0 && (rc = ox_axis(x, "axis", ox_int(x, "axis"), in[0]->meta.ndim, &ax)) < 0)
+            return rc;
+        vq_attr a = VQ_ATTR_I("axis", ax);
+        const char *o = nparts == 1 ? ox_out0(x) : NULL;
+        rc = ox_emit(x, "concat", in, cnt, &o, 1, &a, 1, &part[p]);
+    }
+    if (rc || nparts == 1)
         return rc;
     vq_attr a = VQ_ATTR_I("axis", ax);
     const char *o = ox_out0(x);
-    return ox_emit(x, "concat", in, (int)n->n_input, &o, 1, &a, 1, NULL);
+    return ox_emit(x, "concat", part, nparts, &o, 1, &a, 1, NULL);
 }
 
 static int t_squeeze(struct ox *x)

@@ -314,6 +314,29 @@ typedef struct vq__nms_problem {
     float iou, score_thr;
 } vq__nms_problem;
 
+/* The candidates of one class (scores s of ns boxes) into ord, in score
+ * order; returns how many. */
+VQ__SHARED_FN int64_t vq__nms_order(const float *s, int64_t ns, const vq__nms_problem *p,
+                                    int64_t *ord)
+{
+    int64_t n = 0;
+    for (int64_t i = 0; i < ns; i++)
+        if (!p->has_thr || s[i] > p->score_thr)
+            ord[n++] = i;
+    /* heap sort: the last in the order at the root, moved to the end */
+    for (int64_t i = n / 2 - 1; i >= 0; i--)
+        vq__nms_sift(ord, n, i, s);
+    for (int64_t end = n - 1; end > 0; end--) {
+        int64_t t = ord[0];
+        ord[0] = ord[end];
+        ord[end] = t;
+        vq__nms_sift(ord, end, 0, s);
+    }
+    return n;
+}
+
+/* Every candidate against every box kept before it: what the CUDA kernel
+ * runs (ops/cpu/dynamic.c has the CPU's faster equivalent). */
 VQ__SHARED_FN int64_t vq__nms_run(const float *boxes, const float *scores, const vq__nms_problem *p,
                                   int64_t *w, int64_t *out)
 {
@@ -323,19 +346,7 @@ VQ__SHARED_FN int64_t vq__nms_run(const float *boxes, const float *scores, const
     for (int64_t b = 0; b < p->batches; b++)
         for (int64_t c = 0; c < p->classes; c++) {
             const float *s = scores + (b * p->classes + c) * ns, *bx = boxes + b * ns * 4;
-            int64_t n = 0;
-            for (int64_t i = 0; i < ns; i++)
-                if (!p->has_thr || s[i] > p->score_thr)
-                    ord[n++] = i;
-            /* heap sort: the last in the order at the root, moved to the end */
-            for (int64_t i = n / 2 - 1; i >= 0; i--)
-                vq__nms_sift(ord, n, i, s);
-            for (int64_t end = n - 1; end > 0; end--) {
-                int64_t t = ord[0];
-                ord[0] = ord[end];
-                ord[end] = t;
-                vq__nms_sift(ord, end, 0, s);
-            }
+            int64_t n = vq__nms_order(s, ns, p, ord);
             int64_t kept = 0;
             for (int64_t j = 0; j < n && kept < p->max_out; j++) {
                 bool keep = true;

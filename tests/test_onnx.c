@@ -630,6 +630,40 @@ Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_va
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
+/* A Concat of more inputs than a varq op takes (ssdlite exports one of
+ * 90, an input per class): concats of up to 64, then one of those. */
+Test(onnx, a_concat_of_more_inputs_than_an_op_takes_is_a_tree_of_concats)
+{
+    enum { N = 150 };
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){2});
+    add_input(m, "y", 1, (int64_t[]){2});
+    const char *names[N + 1];
+    for (int i = 0; i < N; i++)
+        names[i] = i % 3 ? "x" : "y";
+    names[N] = NULL;
+    attr_int(add_node(m, "Concat", "cat", names, NAMES("z")), "axis", 0);
+    add_output(m, "z");
+    struct imported im = import_ok(m);
+    struct run r = run_new();
+    vq_tensor *tx, *ty;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){2}, (const float[]){1, 2}), 0);
+    cr_assert_eq(vq_tensor_from(&ty, VQ_F32, 1, (int64_t[]){2}, (const float[]){-3, -4}), 0);
+    vq_feed feeds[2] = {{"x", tx}, {"y", ty}};
+    vq_fetch f = {"z", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, feeds, 2, &f, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_numel(f.tensor), 2 * N);
+    const float *z = vq_tensor_data(f.tensor);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < 2; j++)
+            cr_assert_eq(z[2 * i + j], i % 3 ? (float)(j + 1) : (float)(-3 - j), "[%d]", 2 * i + j);
+    vq_tensor_release(f.tensor);
+    vq_tensor_release(tx);
+    vq_tensor_release(ty);
+    imported_free(&im);
+    run_free(&r);
+}
+
 /* ---- If and Loop ---- */
 
 /* A bare graph (for an If branch or a Loop body). */

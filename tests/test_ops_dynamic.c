@@ -618,6 +618,63 @@ Test(ops_dynamic, non_max_suppression_matches_a_plain_loop_on_random_boxes)
     vq_tensor_release(o);
 }
 
+/* torchvision's batched_nms: one NMS over every class, each class' boxes
+ * shifted apart, thousands kept; against the plain loop. The CPU kernel
+ * compares a candidate only with kept boxes near it in x (ops/cpu/
+ * dynamic.c), which must not change what it keeps: boxes of one class
+ * overlap, some have no width, and with a NaN box every pair is
+ * compared. */
+Test(ops_dynamic, non_max_suppression_of_many_shifted_classes_keeps_what_a_plain_loop_keeps)
+{
+    enum { S = 3000, GROUPS = 60 };
+    static float boxes[S * 4], scores[S];
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        for (int i = 0; i < S; i++) {
+            float off = (float)(i % GROUPS) * 1000;
+            float y = (float)oc_uniform(&rng, 0, 50) + off,
+                  x = (float)oc_uniform(&rng, 0, 50) + off;
+            float h = (float)oc_uniform(&rng, 1, 20),
+                  w = i % 97 ? (float)oc_uniform(&rng, 1, 20) : 0;
+            float v[4] = {y, x, y + h, x + w};
+            memcpy(boxes + 4 * i, v, sizeof v);
+            scores[i] = (float)oc_uniform(&rng, 0, 1);
+        }
+        if (with_nan)
+            boxes[4 * 17 + 1] = NAN;
+        const double iou = 0.5;
+        vq_tensor *o = nms(boxes, scores, 1, 1, S, 100000, iou, 0, 0);
+        static bool done[S];
+        static int kept[S];
+        memset(done, 0, sizeof done);
+        int nk = 0;
+        int64_t row = 0;
+        for (;;) {
+            int best = -1;
+            for (int i = 0; i < S; i++)
+                if (!done[i] && scores[i] > 0 && (best < 0 || scores[i] > scores[best]))
+                    best = i;
+            if (best < 0)
+                break;
+            done[best] = true;
+            bool keep = true;
+            for (int q = 0; q < nk && keep; q++) {
+                double v = iou_of(boxes + best * 4, boxes + kept[q] * 4);
+                cr_assert(fabs(v - iou) > 1e-5, "an IoU at the threshold: pick another seed");
+                keep = !(v > iou);
+            }
+            if (!keep)
+                continue;
+            kept[nk++] = best;
+            cr_assert_lt(row, vq_tensor_shape(o)[0]);
+            cr_assert_eq(oc_get(o, 3 * row + 2), best, "nan %d row %lld", with_nan, (long long)row);
+            row++;
+        }
+        cr_assert_eq(row, vq_tensor_shape(o)[0]);
+        cr_assert_gt(row, S / 4, "only %lld kept", (long long)row);
+        vq_tensor_release(o);
+    }
+}
+
 Test(ops_dynamic, non_max_suppression_refuses_bad_shapes_and_thresholds)
 {
     vq_tensor *in[4] = {f32s(3, (const int64_t[]){1, 6, 4}, onnx_boxes),

@@ -59,6 +59,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -459,6 +460,151 @@ static vq__nms_problem nms_problem(const vq__nms_params *p, vq_tensor *const *in
     return q;
 }
 
+/* vq__nms_run's selection without comparing boxes that cannot overlap.
+ * Exporters run NMS over every class at once with each class' boxes
+ * shifted apart (torchvision's batched_nms), so thousands of boxes are
+ * kept and a candidate checked against each of them would cost n * kept
+ * IoUs (seconds for a detection model). Kept boxes go into buckets by
+ * their left edge, each bucket as wide as the widest candidate: a kept
+ * box that overlaps a candidate in x has its left edge within one width
+ * of the candidate's, so only the buckets around it are looked at (one
+ * more on each side absorbs rounding), and of those only boxes that
+ * overlap it in x and y reach the IoU. The decision per pair is
+ * vq__nms_suppresses', so the result is vq__nms_run's; candidates with a
+ * coordinate that is not finite take the plain loop. Returns the count,
+ * or -1 when out of memory. */
+struct nms_grid {
+    int64_t *ord, *sel, *next, *head;
+    float *x0, *x1, *y0, *y1;
+};
+
+/* Box j's extent as vq__nms_suppresses computes it (the same float
+ * operations, so the same values); false when a coordinate is not
+ * finite. */
+static bool nms_extent(struct nms_grid *g, const float *a, int center, int64_t j)
+{
+    if (center == 0) {
+        g->x0[j] = fminf(a[1], a[3]), g->x1[j] = fmaxf(a[1], a[3]);
+        g->y0[j] = fminf(a[0], a[2]), g->y1[j] = fmaxf(a[0], a[2]);
+    } else {
+        float w = a[2] / 2, h = a[3] / 2;
+        g->x0[j] = a[0] - w, g->x1[j] = a[0] + w;
+        g->y0[j] = a[1] - h, g->y1[j] = a[1] + h;
+    }
+    return isfinite(g->x0[j]) && isfinite(g->x1[j]) && isfinite(g->y0[j]) && isfinite(g->y1[j]) &&
+           isfinite(a[0]) && isfinite(a[1]) && isfinite(a[2]) && isfinite(a[3]);
+}
+
+/* The kept boxes that may suppress candidate box j, then whether one does. */
+static bool nms_grid_suppressed(const struct nms_grid *g, const float *bx, int64_t j,
+                                const vq__nms_problem *p, float minx, float width, int64_t nb)
+{
+    float lo = g->x0[j] - width, hi = g->x1[j];
+    int64_t first = lo <= minx ? 0 : (int64_t)((lo - minx) / width) - 1;
+    int64_t last = (int64_t)((hi - minx) / width) + 1;
+    first = first < 0 ? 0 : first;
+    last = last >= nb ? nb - 1 : last;
+    for (int64_t k = first; k <= last; k++)
+        for (int64_t q = g->head[k]; q >= 0; q = g->next[q]) {
+            int64_t i = g->sel[q];
+            /* apart in x or y: vq__nms_suppresses says no */
+            if (g->x1[i] <= g->x0[j] || g->x1[j] <= g->x0[i] || g->y1[i] <= g->y0[j] ||
+                g->y1[j] <= g->y0[i])
+                continue;
+            if (vq__nms_suppresses(bx + j * 4, bx + i * 4, p->center, p->iou))
+                return true;
+        }
+    return false;
+}
+
+static int64_t nms_grid_class(struct nms_grid *g, const float *bx, const float *s,
+                              const vq__nms_problem *p, int64_t b, int64_t c, int64_t *out,
+                              int64_t total)
+{
+    int64_t ns = p->spatial, n = vq__nms_order(s, ns, p, g->ord), kept = 0;
+    float minx = INFINITY, maxx = -INFINITY, width = 0;
+    bool finite = true;
+    for (int64_t i = 0; i < n && finite; i++) {
+        int64_t j = g->ord[i];
+        finite = nms_extent(g, bx + j * 4, p->center, j);
+        minx = fminf(minx, g->x0[j]);
+        maxx = fmaxf(maxx, g->x0[j]);
+        width = fmaxf(width, g->x1[j] - g->x0[j]);
+    }
+    /* buckets: at most about 4 per candidate (wider ones past that) */
+    int64_t nb = 1;
+    if (finite && n > 0) {
+        if (!(width > 0))
+            width = 1; /* nothing has area: nothing suppresses */
+        double span = ((double)maxx - minx) / width;
+        if (span > 4.0 * (double)n + 16)
+            width = (float)(((double)maxx - minx) / (4.0 * (double)n + 16)) * 1.001f;
+        nb = (int64_t)(((double)maxx - minx) / width) + 1;
+    }
+    for (int64_t k = 0; k < nb; k++)
+        g->head[k] = -1;
+    for (int64_t i = 0; i < n && kept < p->max_out; i++) {
+        int64_t j = g->ord[i];
+        bool sup = false;
+        if (finite) {
+            sup = nms_grid_suppressed(g, bx, j, p, minx, width, nb);
+        } else {
+            for (int64_t q = 0; q < kept && !sup; q++)
+                sup = vq__nms_suppresses(bx + j * 4, bx + g->sel[q] * 4, p->center, p->iou);
+        }
+        if (sup)
+            continue;
+        if (finite) {
+            int64_t k = (int64_t)((g->x0[j] - minx) / width);
+            k = k >= nb ? nb - 1 : k;
+            g->next[kept] = g->head[k];
+            g->head[k] = kept;
+        }
+        g->sel[kept++] = j;
+        if (out) {
+            out[total * 3] = b;
+            out[total * 3 + 1] = c;
+            out[total * 3 + 2] = j;
+        }
+        total++;
+    }
+    return total;
+}
+
+static int64_t nms_fast(const float *boxes, const float *scores, const vq__nms_problem *p,
+                        int64_t *out)
+{
+    if (p->max_out <= 0 || p->spatial <= 0)
+        return 0;
+    size_t ns = (size_t)p->spatial, heads = 4 * ns + 17;
+    struct nms_grid g = {.ord = vq__malloc(ns * sizeof(int64_t)),
+                         .sel = vq__malloc(ns * sizeof(int64_t)),
+                         .next = vq__malloc(ns * sizeof(int64_t)),
+                         .head = vq__malloc(heads * sizeof(int64_t)),
+                         .x0 = vq__malloc(ns * sizeof(float)),
+                         .x1 = vq__malloc(ns * sizeof(float)),
+                         .y0 = vq__malloc(ns * sizeof(float)),
+                         .y1 = vq__malloc(ns * sizeof(float))};
+    int64_t total = -1;
+    if (g.ord && g.sel && g.next && g.head && g.x0 && g.x1 && g.y0 && g.y1) {
+        total = 0;
+        for (int64_t b = 0; b < p->batches; b++)
+            for (int64_t c = 0; c < p->classes; c++)
+                total =
+                    nms_grid_class(&g, boxes + b * p->spatial * 4,
+                                   scores + (b * p->classes + c) * p->spatial, p, b, c, out, total);
+    }
+    free(g.ord);
+    free(g.sel);
+    free(g.next);
+    free(g.head);
+    free(g.x0);
+    free(g.x1);
+    free(g.y0);
+    free(g.y1);
+    return total;
+}
+
 static int nms_infer(vq__infer *c)
 {
     vq__nms_params *p = c->params;
@@ -493,23 +639,18 @@ static int nms_infer(vq__infer *c)
     vq__nms_problem q = nms_problem(p, c->val, c->nin);
     if (!(q.iou >= 0 && q.iou <= 1))
         return vq__in_fail(c, 3, "is %g, not in [0, 1]", (double)q.iou);
-    int64_t *w = q.spatial > 0 ? vq__malloc((size_t)(2 * q.spatial) * sizeof *w) : NULL;
-    if (q.spatial > 0 && !w)
+    int64_t n = nms_fast(c->val[0]->data, c->val[1]->data, &q, NULL);
+    if (n < 0)
         return vq__op_fail(c->def, "out of memory for %lld boxes", (long long)q.spatial);
-    c->out[0].shape[0] = vq__nms_run(c->val[0]->data, c->val[1]->data, &q, w, NULL);
-    free(w);
+    c->out[0].shape[0] = n;
     return 0;
 }
 
 static int nms_kernel(const vq__kcall *k)
 {
     vq__nms_problem q = nms_problem(k->params, k->in, k->nin);
-    vq_tensor *w;
-    int rc = vq__kernel_scratch(k, VQ_I64, 2 * q.spatial, "sort scratch", &w);
-    if (rc < 0)
-        return rc;
-    vq__nms_run(k->in[0]->data, k->in[1]->data, &q, w ? w->data : NULL, k->out[0]->data);
-    vq_tensor_release(w);
+    if (nms_fast(k->in[0]->data, k->in[1]->data, &q, k->out[0]->data) < 0)
+        return vq__op_fail(k->def, "out of memory for %lld boxes", (long long)q.spatial);
     return 0;
 }
 

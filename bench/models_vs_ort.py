@@ -44,15 +44,18 @@ with PyTorch's: "max |varq - torch| / max |torch|" (ORT's too, in the
 log). A model varq fails to import or run gets its error in the table and
 the others go on.
 
---profile-worst N writes a Chrome trace of varq's runs (`varq run
---profile`) for the N models with the lowest ORT/varq ratio and prints
-their top ops by time (and writes them under the table with --out).
+--profile-worst N profiles the N models with the lowest ORT/varq ratio
+in both, with their own profilers (`varq run --profile`, ORT's
+enableProfiling through ort_peer.mjs --profile), over 6 runs of which the
+first is left out, and prints the top ops by time of each (under the
+table in --out too).
 --quick: 3 rounds of about 0.5 s per peer (default 5 rounds of 2 s).
 Exit 0 when the table was made (whatever varq's results), 1 when a peer
 other than varq cannot run at all, 77 (skipped) without torch.
 """
 import argparse
 import datetime
+import glob
 import inspect
 import json
 import os
@@ -241,12 +244,14 @@ def varq_run(args, onnx_path, xp, warmup, repeat, fetch=None, profile=None):
     return mean, mean, rss
 
 
-def ort_run(args, onnx_path, xp, warmup, repeat, fetch=None):
+def ort_run(args, onnx_path, xp, warmup, repeat, fetch=None, profile=None):
     cmd = ["node", os.path.join(HERE, "ort_peer.mjs"), "--module", args.ort_module,
            "--model", onnx_path, "--feed", f"input={xp}", "--threads", str(THREADS),
            "--inter", "1", "--warmup", str(warmup), "--repeat", str(repeat)]
     if fetch:
         cmd += ["--fetch", f"output={fetch}"]
+    if profile:
+        cmd += ["--profile", profile]
     rc, out, err, rss = run_child(cmd)
     line = next((l for l in out.splitlines() if l.startswith("ort_peer ")), None)
     if rc != 0 or line is None:
@@ -254,8 +259,9 @@ def ort_run(args, onnx_path, xp, warmup, repeat, fetch=None):
     kv = dict(f.split("=", 1) for f in line.split()[1:])
     # node's own VmHWM where /usr/bin/time is missing
     stat = "median_ms" if args.onnx_time else "mean_ms"
-    return (float(kv[stat]), float(kv["min_ms"]), rss or int(kv["peak_rss_kb"]),
-            int(kv["base_rss_kb"]))
+    res = (float(kv[stat]), float(kv["min_ms"]), rss or int(kv["peak_rss_kb"]),
+           int(kv["base_rss_kb"]))
+    return res + (kv.get("profile"),) if profile else res
 
 
 def torch_run(args, model, x, warmup, repeat):
@@ -361,32 +367,76 @@ def bench_model(args, name, batch):
     return row
 
 
-def summarize_trace(path):
+def summarize_varq_trace(path):
+    """{op: (calls, µs)} over the runs after the first of a `varq run
+    --profile` trace (the first prepares the plan and packs weights)."""
     events = json.load(open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
+    done = sorted(e["ts"] + e.get("dur", 0) for e in events if e.get("name") == "run_done")
+    first_end = done[0] if done else float("-inf")
     # Ops only: a "segment" span holds the spans of the ops it ran, and
     # "parallel_for" spans are slices of an op's loop run by other workers
     # inside that op's span; counting them too would count time twice.
     by = {}
     for e in events:
-        if e.get("ph") != "X" or e.get("name") in ("segment", "parallel_for"):
+        if (e.get("ph") != "X" or e.get("name") in ("segment", "parallel_for", "run_done") or
+                e["ts"] < first_end):
             continue
-        n = e.get("name")
+        c, dur = by.get(e["name"], (0, 0.0))
+        by[e["name"]] = (c + 1, dur + e.get("dur", 0))
+    return by, max(len(done) - 1, 1)
+
+
+def summarize_ort_trace(path):
+    """The same from ONNX Runtime's profile: each node's kernel time by op
+    type (ORT's fused ops keep their own names: FusedConv, ...)."""
+    events = json.load(open(path))
+    runs = sorted(e["ts"] + e.get("dur", 0) for e in events if e.get("name") == "model_run")
+    first_end = runs[0] if runs else float("-inf")
+    by = {}
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        if e["ts"] < first_end:
+            continue
+        n = e.get("args", {}).get("op_name", "?")
         c, dur = by.get(n, (0, 0.0))
         by[n] = (c + 1, dur + e.get("dur", 0))
-    return by
+    return by, max(len(runs) - 1, 1)
 
 
-def profile(args, row, runs=5):
-    trace = row["path"][:-5] + "_varq_trace.json"
-    varq_run(args, row["path"], row["xp"], 0, runs, profile=trace)
-    by = summarize_trace(trace)
+def op_table(by, runs, top):
     total = sum(d for _, d in by.values())
-    lines = [f"#### {row['model']} batch {row['batch']}: varq's ops over {runs} runs "
-             f"(the first prepares the plan), {total / 1e3 / runs:.2f} ms of op time per run",
-             "", "| op | calls per run | ms per run | share |", "|---|---:|---:|---:|"]
-    for n, (c, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:args.profile_top]:
-        lines.append(f"| {n} | {c / runs:.0f} | {d / 1e3 / runs:.3f} | {100 * d / total:.1f}% |")
+    lines = ["| op | calls per run | ms per run | share |", "|---|---:|---:|---:|"]
+    for n, (c, d) in sorted(by.items(), key=lambda kv: -kv[1][1])[:top]:
+        lines.append(f"| {n} | {c / runs:.0f} | {d / 1e3 / runs:.3f} | "
+                     f"{100 * d / total if total else 0:.1f}% |")
+    return total / 1e3 / runs, lines
+
+
+def profile(args, row, runs=6):
+    """varq's and ORT's op times for one model, from their own profilers:
+    `runs` runs each, the first left out."""
+    base = row["path"][:-5]
+    trace = base + "_varq_trace.json"
+    varq_run(args, row["path"], row["xp"], 0, runs, profile=trace)
+    by, n = summarize_varq_trace(trace)
+    total, vl = op_table(by, n, args.profile_top)
+    lines = [f"#### {row['model']} batch {row['batch']} (ORT/varq {row['ratio']:.2f})", "",
+             f"varq (`varq run --profile`, {n} runs after the first): {total:.2f} ms of op "
+             "time per run (summed over workers: ops of a branch may overlap)", ""] + vl
+    try:
+        for old in glob.glob(base + "_ort_prof_*.json"):
+            os.remove(old)
+        _, _, _, _, prof = ort_run(args, row["path"], row["xp"], 0, runs,
+                                   profile=base + "_ort_prof")
+        if prof:
+            by, n = summarize_ort_trace(prof)
+            total, ol = op_table(by, n, args.profile_top)
+            lines += ["", f"ONNX Runtime (enableProfiling, {n} runs after the first): "
+                      f"{total:.2f} ms of kernel time per run", ""] + ol
+    except RuntimeError as exc:
+        lines += ["", f"ONNX Runtime's profile: {exc}"]
     return "\n".join(lines)
 
 

@@ -8,11 +8,15 @@
 // usage: node bench/ort_peer.mjs --module DIR --model M.onnx
 //          --feed NAME=X.npy ... [--fetch NAME=Y.npy ...]
 //          [--repeat N] [--warmup W] [--threads T] [--inter 1]
+//          [--profile PREFIX]
 // Output (one line on stdout, key=value separated by spaces):
 //   ort_peer runs=N median_ms= min_ms= max_ms= p10_ms= p90_ms= mean_ms=
 //            load_ms= base_rss_kb= peak_rss_kb=
 // base_rss_kb is the process's resident set before the session was made
 // (node itself), peak_rss_kb its high-water mark (VmHWM) at the end.
+// --profile PREFIX turns on ONNX Runtime's own profiler (every node's
+// kernel time, Chrome trace format) and adds profile=FILE to the line:
+// ORT names the file PREFIX_<date and time>.json.
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -38,6 +42,7 @@ for (let i = 0; i < argv.length; i++) {
     case '--warmup': args.warmup = parseInt(v, 10); break;
     case '--threads': args.threads = parseInt(v, 10); break;
     case '--inter': args.inter = parseInt(v, 10); break;
+    case '--profile': args.profile = v; break;
     default: usage(`unknown option ${k}`);
   }
 }
@@ -111,6 +116,7 @@ const session = await ort.InferenceSession.create(args.model, {
   interOpNumThreads: args.inter,
   graphOptimizationLevel: 'all',
   executionMode: 'sequential',
+  ...(args.profile ? { enableProfiling: true, profileFilePrefix: args.profile } : {}),
 });
 const loadMs = performance.now() - t0;
 
@@ -130,6 +136,19 @@ for (const f of args.fetch) {
   writeNpy(f.slice(eq + 1), out[name]);
 }
 
+let profileFile = '';
+if (args.profile) {
+  // endProfiling writes the file; the binding does not hand its name back
+  const before = new Date();
+  session.endProfiling();
+  const dir = path.dirname(path.resolve(args.profile));
+  const base = path.basename(args.profile);
+  const made = fs.readdirSync(dir).filter((f) => f.startsWith(`${base}_`) && f.endsWith('.json'))
+    .map((f) => path.join(dir, f)).filter((f) => fs.statSync(f).mtime >= new Date(before - 60e3))
+    .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+  profileFile = made.length ? ` profile=${made[0]}` : '';
+}
+
 times.sort((a, b) => a - b);
 const q = (p) => times[Math.min(times.length - 1, Math.floor(p * (times.length - 1) + 0.5))];
 const mean = times.reduce((a, b) => a + b, 0) / Math.max(1, times.length);
@@ -137,4 +156,4 @@ const fx = (x) => (x === undefined ? 'nan' : x.toFixed(4));
 process.stdout.write(`ort_peer runs=${times.length} median_ms=${fx(q(0.5))} min_ms=${fx(times[0])} ` +
   `max_ms=${fx(times[times.length - 1])} p10_ms=${fx(q(0.1))} p90_ms=${fx(q(0.9))} ` +
   `mean_ms=${fx(mean)} load_ms=${loadMs.toFixed(1)} base_rss_kb=${baseRss} ` +
-  `peak_rss_kb=${vmKb('VmHWM')}\n`);
+  `peak_rss_kb=${vmKb('VmHWM')}${profileFile}\n`);

@@ -8,7 +8,7 @@
 // usage: node bench/ort_peer.mjs --module DIR --model M.onnx
 //          --feed NAME=X.npy ... [--fetch NAME=Y.npy ...]
 //          [--repeat N] [--warmup W] [--threads T] [--inter 1]
-//          [--profile PREFIX]
+//          [--profile PREFIX] [--spin 0|1]
 // Output (one line on stdout, key=value separated by spaces):
 //   ort_peer runs=N median_ms= min_ms= max_ms= p10_ms= p90_ms= mean_ms=
 //            load_ms= base_rss_kb= peak_rss_kb=
@@ -17,6 +17,9 @@
 // --profile PREFIX turns on ONNX Runtime's own profiler (every node's
 // kernel time, Chrome trace format) and adds profile=FILE to the line:
 // ORT names the file PREFIX_<date and time>.json.
+// --spin 0 sets session.intra_op.allow_spinning to 0: idle intra-op
+// threads sleep instead of spinning (ORT's default, 1, spins a while after
+// each parallel section, which on a shared machine takes cores from others).
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -43,6 +46,7 @@ for (let i = 0; i < argv.length; i++) {
     case '--threads': args.threads = parseInt(v, 10); break;
     case '--inter': args.inter = parseInt(v, 10); break;
     case '--profile': args.profile = v; break;
+    case '--spin': args.spin = v; break;
     default: usage(`unknown option ${k}`);
   }
 }
@@ -117,6 +121,7 @@ const session = await ort.InferenceSession.create(args.model, {
   graphOptimizationLevel: 'all',
   executionMode: 'sequential',
   ...(args.profile ? { enableProfiling: true, profileFilePrefix: args.profile } : {}),
+  ...(args.spin !== undefined ? { extra: { session: { intra_op: { allow_spinning: args.spin } } } } : {}),
 });
 const loadMs = performance.now() - t0;
 

@@ -20,8 +20,13 @@ blocks, d 128, 4 heads, causal mask, vocabulary 256, tokens [B, 32]);
 lstm and gru (nn.LSTM / nn.GRU, 2 layers, input 32, hidden 64, input
 [20, 4, 32]: seq 20, batch 4). Batch 1 for all but the RNNs (4); --batch8
 adds batch 8 for the CNNs, --batches 8 runs only that (--batches takes a
-list: 1,8). --ort-spin 0 makes ORT's idle intra-op threads sleep
-(session.intra_op.allow_spinning; ORT's default spins).
+list: 1,8).
+
+ORT runs with session.intra_op.allow_spinning 0 (--ort-spin 1: ORT's
+default): its idle intra-op threads sleep, as PyTorch's do under
+OMP_WAIT_POLICY=PASSIVE and varq's after a short spin. On a shared 2-core
+machine ORT's spinning threads take the cores its own workers wait for
+(resnet18 here: 97-126 ms a run spinning, 49-62 ms not).
 
 Peers, 2 threads each, on the same input:
   varq     bench/onnx_time (build/bench/onnx_time, --onnx-time): the
@@ -252,8 +257,7 @@ def ort_run(args, onnx_path, xp, warmup, repeat, fetch=None, profile=None):
            "--inter", "1", "--warmup", str(warmup), "--repeat", str(repeat)]
     if fetch:
         cmd += ["--fetch", f"output={fetch}"]
-    if args.ort_spin is not None:
-        cmd += ["--spin", str(args.ort_spin)]
+    cmd += ["--spin", str(args.ort_spin)]
     if profile:
         cmd += ["--profile", profile]
     rc, out, err, rss = run_child(cmd)
@@ -473,8 +477,8 @@ def main():
     ap.add_argument("--batch8", action="store_true", help="also batch 8 for the CNNs")
     ap.add_argument("--batches", default="1",
                     help="batches to run (the CNNs take any; the others only 1)")
-    ap.add_argument("--ort-spin", type=int, choices=(0, 1),
-                    help="ORT's session.intra_op.allow_spinning (default: ORT's own, 1)")
+    ap.add_argument("--ort-spin", type=int, choices=(0, 1), default=0,
+                    help="ORT's session.intra_op.allow_spinning (default 0; ORT's own is 1)")
     ap.add_argument("--quick", action="store_true", help="3 rounds of ~0.5 s per peer")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--seconds", type=float, help="about this long per peer per round")
@@ -530,7 +534,7 @@ def main():
              f"varq {args.onnx_time or args.varq} (--workers {THREADS}); ONNX Runtime "
              f"{os.path.basename(os.path.dirname(os.path.dirname(args.ort_module)))} (node "
              f"binding, {THREADS} intra-op threads"
-             f"{'' if args.ort_spin is None else f', allow_spinning {args.ort_spin}'}); PyTorch {torch.__version__} eager "
+             f", allow_spinning {args.ort_spin}); PyTorch {torch.__version__} eager "
              f"({THREADS} threads). {args.rounds} alternated rounds per model, each sample "
              f"the {'median' if args.onnx_time else 'mean'} of R runs (~{args.seconds:g} s) "
              f"after warm-up; ms is the median "

@@ -25,8 +25,8 @@ list: 1,8).
 ORT runs with session.intra_op.allow_spinning 0 (--ort-spin 1: ORT's
 default): its idle intra-op threads sleep, as PyTorch's do under
 OMP_WAIT_POLICY=PASSIVE and varq's after a short spin. On a shared 2-core
-machine ORT's spinning threads take the cores its own workers wait for
-(resnet18 here: 97-126 ms a run spinning, 49-62 ms not).
+machine ORT's spinning threads take the cores its own workers wait for,
+which slows ORT down more than the wake-ups cost.
 
 Peers, 2 threads each, on the same input:
   varq     bench/onnx_time (build/bench/onnx_time, --onnx-time): the
@@ -45,8 +45,8 @@ falls on all three. The table shows each peer's median sample and, after
 "±", half the range of its samples relative to that median; ORT/varq is
 the ratio of the medians (above 1: varq is faster). Peak RSS is the
 process's high-water mark (/usr/bin/time's %M, else its VmHWM) for varq
-and for node, the largest over the rounds: node's includes node's own
-~50 MB. Before timing, varq's output (--fetch output=FILE) is compared
+and for node, the largest over the rounds: node's includes node itself
+(its resident set before ORT loads, which the header gives). Before timing, varq's output (--fetch output=FILE) is compared
 with PyTorch's: "max |varq - torch| / max |torch|" (ORT's too, in the
 log). A model varq fails to import or run gets its error in the table and
 the others go on.

@@ -371,7 +371,9 @@ def bench_model(args, name, batch):
     # the fastest single run of each: what each does when the machine
     # leaves it alone, a second view on a loaded machine
     row["best"] = {k: min(b) if b else None for k, b in best.items()}
-    row["best_ratio"] = row["best"]["ort"] / row["best"]["varq"] if v and o else None
+    # (not with `varq run`, whose one figure is a mean)
+    row["best_ratio"] = (row["best"]["ort"] / row["best"]["varq"]
+                         if v and o and args.onnx_time else None)
     return row
 
 

@@ -46,7 +46,7 @@ case "$arch" in
   *) narch=$arch ;;
 esac
 bindir="$mod/bin/napi-v6/linux/$narch"
-lib=$(ls "$bindir"/libonnxruntime.so* 2>/dev/null | sort | tail -n 1 || true)
+lib=$(find "$bindir" -maxdepth 1 -name 'libonnxruntime.so*' 2>/dev/null | sort | tail -n 1)
 if [ -z "$lib" ]; then
   lib=$(find "$mod" -name 'libonnxruntime.so*' ! -name '*providers*' 2>/dev/null | sort | tail -n 1)
 fi

@@ -892,3 +892,26 @@ VQ_API uint64_t vq_program_hash(const vq_program *p)
     __atomic_store_n(&cache->hash_valid, true, __ATOMIC_RELEASE); /* publishes hash */
     return h;
 }
+
+/* ---- declarations, for bindings ---- */
+
+VQ_API int vq_program_var_info(const vq_program *p, const char *name, vq_dtype *dt, int *ndim,
+                               int64_t *shape, bool *persistable)
+{
+    if (!p || !name)
+        return vq__fail(VQ_EINVAL, "vq_program_var_info: %s is NULL", p ? "name" : "program");
+    int v = vq__program_find_var(p, name);
+    if (v < 0)
+        return vq__fail(VQ_EINVAL, "vq_program_var_info: the program declares no var '%s'", name);
+    const vq__pvar *d = &p->vars[v];
+    if (dt)
+        *dt = d->dtype;
+    if (ndim)
+        *ndim = d->ndim;
+    if (shape)
+        for (int i = 0; i < d->ndim; i++)
+            shape[i] = d->shape[i];
+    if (persistable)
+        *persistable = d->persistable;
+    return 0;
+}

@@ -244,6 +244,72 @@ VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t 
     return rc;
 }
 
+/* A wrapped tensor's "allocator" is its own: the header's alloc points at
+ * one of these, whose free hands the memory back to its owner (release)
+ * and frees itself. Every path that frees storage goes through
+ * t->alloc->free, so none of them needs to know the tensor is wrapped. */
+typedef struct wrap_owner {
+    vq__allocator base; /* first: t->alloc points here */
+    void (*release)(void *user);
+    void *user;
+} wrap_owner;
+
+static void wrap_free(vq__allocator *a, void *p, size_t bytes, void *stream)
+{
+    (void)p;
+    (void)bytes;
+    (void)stream;
+    wrap_owner *w = (wrap_owner *)a;
+    if (w->release)
+        w->release(w->user);
+    free(w);
+}
+
+VQ_API int vq_tensor_wrap(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape, void *data,
+                          void (*release)(void *user), void *user)
+{
+    if (!out)
+        return vq__fail(VQ_EINVAL, "vq_tensor_wrap: out is NULL");
+    *out = NULL;
+    int64_t numel = 0; /* set by check_shape_numel on success */
+    int rc = check_shape_numel("vq_tensor_wrap", dt, ndim, shape, &numel);
+    if (rc < 0)
+        return rc;
+    size_t size = dtypes[dt].size;
+    if (!data && numel > 0)
+        return vq__fail(VQ_EINVAL, "vq_tensor_wrap: data is NULL");
+    if ((uintptr_t)data % size)
+        return vq__fail(VQ_EINVAL,
+                        "vq_tensor_wrap: data %p is not aligned to the %zu bytes of a %s element",
+                        data, size, dtypes[dt].name);
+    wrap_owner *w = malloc(sizeof *w);
+    vq_tensor *t = w ? vq__obj_alloc() : NULL;
+    if (!t) {
+        free(w);
+        return vq__fail(VQ_ENOMEM, "vq_tensor_wrap: out of memory");
+    }
+    *w = (wrap_owner){.base = {.free = wrap_free}, .release = release, .user = user};
+    atomic_init(&t->refs, 1);
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < VQ_MAX_DIMS; i++)
+        t->shape[i] = i < ndim ? shape[i] : 0;
+    t->numel = numel;
+    t->nbytes = (size_t)numel * size;
+    /* never NULL: tensor_destroy frees storage only when data is set */
+    t->data = data ? data : (void *)w;
+    t->dev = (vq_ctx){VQ_DEV_CPU, 0};
+    t->alloc = &w->base;
+    atomic_init(&t->var, NULL);
+    atomic_init(&t->engine, NULL);
+    atomic_init(&t->fail_msg, NULL);
+    atomic_init(&t->capture, NULL);
+    t->capture_slot = 0;
+    atomic_init(&t->uses, NULL);
+    *out = t;
+    return 0;
+}
+
 VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t)
 {
     if (t)

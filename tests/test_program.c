@@ -145,6 +145,27 @@ Test(program, counts_blocks_ops_and_vars)
     vq_program_free(NULL);
 }
 
+Test(program, var_info_reports_declarations)
+{
+    vq_program *p = sample();
+    vq_dtype dt = VQ_I64;
+    int ndim = 0;
+    int64_t shape[VQ_MAX_DIMS] = {0};
+    bool pers = true;
+    cr_assert_eq(vq_program_var_info(p, "r", &dt, &ndim, shape, &pers), 0, "%s", vq_errmsg());
+    cr_assert_eq(dt, VQ_F32);
+    cr_assert_eq(ndim, 2);
+    cr_assert_eq(shape[0], -1, "an unknown dim is -1");
+    cr_assert_eq(shape[1], 4);
+    cr_assert_eq(pers, false);
+    cr_assert_eq(vq_program_var_info(p, "w", NULL, NULL, NULL, &pers), 0);
+    cr_assert_eq(pers, true);
+    cr_assert_eq(vq_program_var_info(p, "nope", &dt, NULL, NULL, NULL), VQ_EINVAL);
+    cr_assert(strstr(vq_errmsg(), "'nope'"), "%s", vq_errmsg());
+    cr_assert_eq(vq_program_var_info(p, NULL, NULL, NULL, NULL, NULL), VQ_EINVAL);
+    vq_program_free(p);
+}
+
 Test(program, dump_matches_expected_text)
 {
     vq_program *p = sample();

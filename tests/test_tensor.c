@@ -8,6 +8,8 @@
 #include <criterion/parameterized.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
 #include "leakcheck.h"
 
 TestSuite(tensor, .fini = leak_check);
@@ -138,4 +140,94 @@ ParameterizedTest(struct wait_case *c, tensor, a_wait_names_the_op_that_failed_t
     snprintf(want, sizeof want, "an op this tensor depends on failed: op 'div' (%s)", what);
     cr_assert_str_eq(inherited, want);
     cr_assert_str_eq(later, want, "after a wait elsewhere, three skipped ops on");
+}
+
+/* ---- vq_tensor_wrap: the caller's memory as a tensor ---- */
+
+static int wrap_released;
+
+static void count_release(void *user)
+{
+    *(int *)user += 1;
+}
+
+Test(tensor, wrap_shares_the_callers_memory_and_releases_it_once)
+{
+    double buf[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    int released = 0;
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_wrap(&t, VQ_F64, 2, shape, buf, count_release, &released), 0, "%s",
+                 vq_errmsg());
+    cr_assert_eq(vq_tensor_data(t), (void *)buf, "no copy: the tensor's bytes are the buffer");
+    cr_assert_eq(vq_tensor_numel(t), 6);
+    cr_assert_eq(vq_tensor_nbytes(t), 48);
+    buf[4] = 50;
+    cr_assert_eq(((double *)vq_tensor_data(t))[4], 50.0);
+    vq_tensor_retain(t);
+    vq_tensor_release(t);
+    cr_assert_eq(released, 0, "a reference is still held");
+    vq_tensor_release(t);
+    cr_assert_eq(released, 1);
+}
+
+/* An op reads the wrapped bytes and writes a wrapped output in place; the
+ * release waits for the ops pushed on the tensor (one still sleeping when
+ * the caller lets go). */
+static int sleep_then_read(void *arg, const vq_exec_ctx *x)
+{
+    (void)x;
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    cr_assert_eq(wrap_released, 0, "released while an op on it ran");
+    *(float *)arg = 7.0f;
+    return 0;
+}
+
+Test(tensor, wrap_is_released_after_the_ops_pushed_on_it)
+{
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, NULL), 0);
+    float a[4] = {1, 2, 3, 4}, out[4] = {0};
+    int64_t n = 4;
+    vq_tensor *ta, *to;
+    wrap_released = 0;
+    cr_assert_eq(vq_tensor_wrap(&ta, VQ_F32, 1, &n, a, count_release, &wrap_released), 0);
+    cr_assert_eq(vq_tensor_wrap(&to, VQ_F32, 1, &n, out, NULL, NULL), 0);
+    vq_tensor *in[2] = {ta, ta}, *o[1] = {to};
+    cr_assert_eq(vq_op_run(e, "add", in, 2, o, 1, NULL, 0), 0, "%s", vq_errmsg());
+    cr_assert_eq(o[0], to, "the given output is written in place");
+    cr_assert_eq(vq_tensor_wait(to), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(out[i], 2.0f * a[i]);
+    vq_var *v = vq_tensor_var(ta, e);
+    cr_assert_not_null(v);
+    vq_task task = {.fn = sleep_then_read, .arg = &a[0], .writes = &v, .nwrites = 1};
+    cr_assert_eq(vq_push(e, &task), 0);
+    vq_tensor_release(ta);
+    cr_assert_eq(vq_wait_all(e), 0);
+    cr_assert_eq(wrap_released, 1);
+    cr_assert_eq(a[0], 7.0f);
+    vq_tensor_release(to);
+    vq_engine_free(e);
+}
+
+Test(tensor, wrap_refuses_bad_arguments_without_releasing)
+{
+    int released = 0;
+    int64_t n = 2, bad = -1;
+    char raw[16] = {0};
+    vq_tensor *t = (vq_tensor *)raw;
+    cr_assert_eq(vq_tensor_wrap(&t, VQ_I32, 1, &n, raw + 1, count_release, &released), VQ_EINVAL);
+    cr_assert_null(t);
+    cr_assert(strstr(vq_errmsg(), "aligned"), "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_wrap(&t, VQ_I32, 1, &n, NULL, count_release, &released), VQ_EINVAL);
+    cr_assert_eq(vq_tensor_wrap(&t, VQ_I32, 1, &bad, raw, count_release, &released), VQ_EINVAL);
+    cr_assert_eq(vq_tensor_wrap(&t, (vq_dtype)9, 1, &n, raw, count_release, &released), VQ_EINVAL);
+    cr_assert_eq(released, 0);
+    /* an empty tensor needs no memory */
+    int64_t zero = 0;
+    cr_assert_eq(vq_tensor_wrap(&t, VQ_F32, 1, &zero, NULL, count_release, &released), 0);
+    vq_tensor_release(t);
+    cr_assert_eq(released, 1);
 }

@@ -143,6 +143,17 @@ VQ_API int vq_program_add_op(vq_program *p, int block, const char *type,
                              const char *const *inputs, int nin, const char *const *outputs,
                              int nout, const vq_attr *attrs, int nattrs);
 
+/* The declaration of var name (in any block): its dtype, its ndim and its
+ * dims (-1 for a dim unknown until the program is prepared with a feed;
+ * shape must have room for VQ_MAX_DIMS entries), and whether it is
+ * persistable. Any of dt, ndim, shape and persistable may be NULL. What a
+ * binding reports as a model's input and output types (an imported ONNX
+ * model's feeds and fetches are block 0's vars of their names). VQ_EINVAL
+ * for NULL p or name, or a name the program does not declare. Thread-safe
+ * as reading a program is (see the head of this file). */
+VQ_API int vq_program_var_info(const vq_program *p, const char *name, vq_dtype *dt, int *ndim,
+                               int64_t *shape, bool *persistable);
+
 /* Counts, for callers that walk a program. */
 VQ_API int vq_program_nblocks(const vq_program *p);
 VQ_API int vq_program_nops(const vq_program *p, int block);

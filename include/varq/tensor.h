@@ -70,6 +70,32 @@ VQ_API int vq_tensor_new(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *
 VQ_API int vq_tensor_from(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape,
                           const void *data);
 
+/* Wraps memory the caller owns as a CPU tensor, without copying: the
+ * tensor's bytes are data[0 .. numel * vq_dtype_size(dt)), row-major and
+ * contiguous, aligned to at least the element size (varq's kernels do not
+ * need more; vq_tensor_data returns data itself). What language bindings
+ * use to share a numpy array or a DLPack tensor with varq.
+ *
+ * Ownership: on success *out holds one reference, and the memory belongs
+ * to the tensor until release(user) is called, exactly once, when the last
+ * reference is gone and every op pushed on the tensor is done; the caller
+ * keeps the memory valid until then (for a binding: the producer object
+ * stays alive until release drops it). release may be NULL (the memory
+ * outlives the tensor by other means). On failure release is NOT called and
+ * *out is NULL. The memory is not counted by vq_mem_get_stats.
+ *
+ * Ops may write a wrapped tensor like any other (an op whose output it is,
+ * vq_op_run with it as an output); the executor never writes its feeds. The
+ * caller must not touch the bytes while ops use them (vq_tensor_wait).
+ *
+ * Thread-safety: release runs on whichever thread drops the last reference
+ * or runs the tensor's free op (an engine worker), so it must be callable
+ * from any thread (a Python binding takes the GIL in it). VQ_EINVAL for a
+ * bad dtype or shape, NULL data with a non-zero size, or data not aligned
+ * to the element size; VQ_ENOMEM. Thread-safe. */
+VQ_API int vq_tensor_wrap(vq_tensor **out, vq_dtype dt, int ndim, const int64_t *shape, void *data,
+                          void (*release)(void *user), void *user);
+
 /* Adds a reference and returns t. Thread-safe. */
 VQ_API vq_tensor *vq_tensor_retain(vq_tensor *t);
 
@@ -93,7 +119,8 @@ VQ_API int64_t vq_tensor_numel(const vq_tensor *t);
 /* The size of the bytes: numel * vq_dtype_size(dtype). Thread-safe. */
 VQ_API size_t vq_tensor_nbytes(const vq_tensor *t);
 
-/* The bytes (numel * dtype size), 64-byte aligned, valid as long as the
+/* The bytes (numel * dtype size), 64-byte aligned (a wrapped tensor's are
+ * the caller's, aligned as vq_tensor_wrap says), valid as long as the
  * caller holds a reference. Not ordered with pushed ops: call
  * vq_tensor_wait first. For a tensor on a GPU this is the device pointer
  * (host memory only on the emulated backend): the host must not dereference

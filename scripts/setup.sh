@@ -10,6 +10,7 @@ pkgs=(
   libcriterion-dev libopenblas-dev libstarpu-dev libomp-dev
   python3-numpy python3-torch python3-sklearn libtorch-dev
   libonnx-dev python3-onnx python3-torchvision
+  python3-dev python3-pytest
   spin valgrind bc doxygen
   libopenmpi-dev openmpi-bin
 )
@@ -32,3 +33,21 @@ else
   meson setup build --buildtype=release >/dev/null
 fi
 ninja -C build
+
+# The Python package (python/): `import varq` for Debian's /usr/bin/python3
+# (the interpreter that sees python3-numpy, -torch and -onnx) from this
+# build, through a .pth file in the user's site-packages naming
+# build/python. Why a .pth and not pip: Debian 12's pip refuses to install
+# into the system's Python (PEP 668, "externally-managed-environment"),
+# and a --user install would need --break-system-packages and a copy
+# that goes stale at every rebuild; a .pth file is plain site machinery
+# (no registry, no root, no build isolation), and every later
+# `ninja -C build` is what the import sees. Done only when the build made
+# the package (python3-dev found); a .pth left by another checkout is
+# replaced.
+if [ -d build/python/varq ]; then
+  user_site=$(/usr/bin/python3 -m site --user-site)
+  mkdir -p "$user_site"
+  echo "$PWD/build/python" >"$user_site/varq-build.pth"
+  /usr/bin/python3 -c 'import varq; print("import varq:", varq.__version__, "from", varq.__file__)'
+fi

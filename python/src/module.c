@@ -1,0 +1,144 @@
+/* The _varq extension module: its types (tensor.c, engine.c, session.c),
+ * its functions, and varq's errors as Python exceptions: varq.Error with
+ * a subclass per negative code (also deriving from the built-in exception
+ * that says the same, so `except ValueError` catches VQ_EINVAL), each
+ * raised with vq_errmsg()'s sentence and the code in its .code. */
+#include "varq_py.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+PyObject *vqpy_error;
+
+/* One exception class per code; the builtin base is looked up at init. */
+static struct {
+    int code;
+    const char *name;
+    const char *doc;
+    PyObject **builtin;
+    PyObject *cls;
+} errors[] = {
+    {VQ_EINVAL, "InvalidArgument", "VQ_EINVAL: a bad argument (a wrong name, dtype or shape)",
+     &PyExc_ValueError, NULL},
+    {VQ_ENOMEM, "OutOfMemory", "VQ_ENOMEM: out of memory", &PyExc_MemoryError, NULL},
+    {VQ_EIO, "OperationFailed", "VQ_EIO: an op or a file operation failed", NULL, NULL},
+    {VQ_EBUSY, "Busy", "VQ_EBUSY: a resource is still in use", NULL, NULL},
+    {VQ_EDEADLK, "Deadlock", "VQ_EDEADLK: the wait would deadlock (waiting inside an op)", NULL,
+     NULL},
+    {VQ_ENOSYS, "NotAvailable", "VQ_ENOSYS: not available in this build (a GPU without CUDA)",
+     &PyExc_NotImplementedError, NULL},
+    {VQ_ETIMEDOUT, "TimedOut", "VQ_ETIMEDOUT: a run's deadline passed", &PyExc_TimeoutError, NULL},
+    {VQ_ECANCELED, "Cancelled", "VQ_ECANCELED: cancelled, or skipped after a failure", NULL, NULL},
+};
+
+static PyObject *raise_text(int rc, const char *msg)
+{
+    PyObject *cls = vqpy_error;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == rc)
+            cls = errors[i].cls;
+    PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+    if (!exc)
+        return NULL;
+    PyObject *code = PyLong_FromLong(rc);
+    if (code) {
+        PyObject_SetAttrString(exc, "code", code);
+        Py_DECREF(code);
+    }
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+PyObject *vqpy_raise(int rc)
+{
+    const char *msg = vq_errmsg();
+    return raise_text(rc, msg && *msg ? msg : vq_strerror(rc));
+}
+
+PyObject *vqpy_raise_msg(int rc, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return raise_text(rc, buf);
+}
+
+static PyObject *version_fn(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(vq_version());
+}
+
+static PyMethodDef module_methods[] = {
+    {"version", version_fn, METH_NOARGS, "The version of the varq library loaded."},
+    {"from_dlpack", vqpy_from_dlpack, METH_O,
+     "from_dlpack(x) -> Tensor: shares the memory of a CPU tensor exported by DLPack "
+     "(x.__dlpack__() or a capsule): numpy arrays, torch tensors. x stays alive as long as "
+     "the Tensor."},
+    {"tensor", vqpy_tensor_fn, METH_O,
+     "tensor(x) -> Tensor: a varq.Tensor of x, sharing its memory when x is a C-contiguous "
+     "array of a varq dtype (numpy, anything with the buffer protocol, DLPack), copied "
+     "otherwise (numpy.ascontiguousarray)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_varq",
+    .m_doc = "varq's C extension (see the varq package for the documented API).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+static int add_type(PyObject *m, PyTypeObject *type, const char *name)
+{
+    if (PyType_Ready(type) < 0)
+        return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(m, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__varq(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    vqpy_error = PyErr_NewExceptionWithDoc("varq.Error",
+                                           "A varq call failed: .code is its negative VQ_* code, "
+                                           "the message vq_errmsg()'s "
+                                           "sentence.",
+                                           PyExc_RuntimeError, NULL);
+    if (!vqpy_error || PyModule_AddObject(m, "Error", Py_NewRef(vqpy_error)) < 0)
+        goto fail;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        char qual[64];
+        snprintf(qual, sizeof qual, "varq.%s", errors[i].name);
+        PyObject *bases = errors[i].builtin ? PyTuple_Pack(2, vqpy_error, *errors[i].builtin)
+                                            : PyTuple_Pack(1, vqpy_error);
+        if (!bases)
+            goto fail;
+        errors[i].cls = PyErr_NewExceptionWithDoc(qual, errors[i].doc, bases, NULL);
+        Py_DECREF(bases);
+        if (!errors[i].cls || PyModule_AddObject(m, errors[i].name, Py_NewRef(errors[i].cls)) < 0)
+            goto fail;
+    }
+    if (add_type(m, &vqpy_tensor_type, "Tensor") < 0 ||
+        add_type(m, &vqpy_engine_type, "Engine") < 0 || add_type(m, &vqpy_var_type, "Var") < 0 ||
+        add_type(m, &vqpy_session_type, "_Session") < 0)
+        goto fail;
+    if (PyModule_AddStringConstant(m, "__version__", vq_version()) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DIMS", VQ_MAX_DIMS) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

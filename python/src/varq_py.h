@@ -1,0 +1,85 @@
+/* The Python extension _varq's private interface between its files: the
+ * object layouts (Tensor, Engine, Var, Session) and the helpers they share
+ * (raising a varq error, wrapping Python buffers and DLPack capsules as
+ * tensors). The extension is a thin layer over include/varq: every blocking
+ * call is made with the GIL released, and every callback from varq's
+ * threads (an op's Python function, the release of a wrapped buffer) takes
+ * the GIL itself with PyGILState_Ensure.
+ *
+ * Why the GIL is released even around calls that do not wait (vq_push,
+ * vq_tensor_release): past the engine's throttle a pushing thread runs ops
+ * itself and waits for half of those in flight, and an op that calls Python
+ * (or releases a wrapped numpy buffer) needs the GIL: holding it there
+ * would deadlock. */
+#ifndef VARQ_PY_H
+#define VARQ_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <varq/varq.h>
+
+#include <stdbool.h>
+
+/* varq.Engine: one vq_engine. Tensors made by runs on it (and Vars) hold a
+ * reference to it, so the engine is freed only after the last of them: the
+ * engine's rule that tensors used with it are released first. */
+typedef struct {
+    PyObject_HEAD vq_engine *engine;
+    PyObject *weakrefs;
+    /* The exceptions of failed Python ops, by the vq_var they wrote (its
+     * address as an int), until a wait_var of that var raises it. */
+    PyObject *failures;
+} vqpy_engine;
+
+/* varq.Tensor: one reference to a vq_tensor, and the engine it may be used
+ * with (NULL when none yet), kept alive by it. shape and strides are the
+ * buffer protocol's view of the tensor, filled once. */
+typedef struct {
+    PyObject_HEAD vq_tensor *t;
+    PyObject *engine; /* a vqpy_engine, or NULL */
+    int ndim;
+    Py_ssize_t shape[VQ_MAX_DIMS];
+    Py_ssize_t strides[VQ_MAX_DIMS];
+} vqpy_tensor;
+
+extern PyTypeObject vqpy_tensor_type;
+extern PyTypeObject vqpy_engine_type;
+extern PyTypeObject vqpy_var_type;
+extern PyTypeObject vqpy_session_type;
+
+/* varq.Error and its subclasses, one per negative code (module.c). */
+extern PyObject *vqpy_error;
+
+/* Raises the exception of rc (a negative VQ_* code) with vq_errmsg()'s
+ * sentence, read now: call it in the thread of the failed call, before any
+ * other varq call. Returns NULL. */
+PyObject *vqpy_raise(int rc);
+/* The same with a message of the caller's. */
+PyObject *vqpy_raise_msg(int rc, const char *fmt, ...);
+
+/* A new varq.Tensor owning the reference t (taken even on failure);
+ * engine (may be NULL) is kept alive by it. */
+PyObject *vqpy_tensor_new(vq_tensor *t, PyObject *engine);
+
+/* A vq_tensor sharing obj's memory when obj is a varq.Tensor (retained),
+ * or exports a C-contiguous buffer of a varq dtype (a numpy array, with
+ * the buffer held until the tensor is freed); otherwise, when
+ * allow_convert, numpy.ascontiguousarray(obj) (a copy) wrapped the same
+ * way. NULL with an exception set on failure. */
+vq_tensor *vqpy_tensor_from_object(PyObject *obj, bool allow_convert);
+
+/* The dtype of a buffer format and item size; false when varq has none. */
+bool vqpy_dtype_of_format(const char *format, Py_ssize_t itemsize, vq_dtype *out);
+
+/* numpy's name of dt ("float32"). */
+const char *vqpy_dtype_numpy(vq_dtype dt);
+
+/* numpy.asarray(obj): zero-copy for a varq.Tensor (the buffer protocol). */
+PyObject *vqpy_numpy_asarray(PyObject *obj);
+
+/* Module functions defined in tensor.c. */
+PyObject *vqpy_from_dlpack(PyObject *self, PyObject *obj);
+PyObject *vqpy_tensor_fn(PyObject *self, PyObject *obj);
+
+#endif

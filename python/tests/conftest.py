@@ -1,0 +1,58 @@
+"""Shared fixtures of the varq package's tests: small ONNX models made with
+python3-onnx's helper, and their numpy references."""
+import os
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+# Under AddressSanitizer (python/meson.build preloads its runtime) torch is
+# not imported: its own libraries are far slower there, and what its tests
+# check of varq is checked through numpy as well.
+SANITIZED = os.environ.get("VARQ_PY_SANITIZED") == "1"
+
+
+def mlp_model(batch="N"):
+    """y = relu(x @ W + b), x: float32 [batch, 4]; returns (bytes, reference)."""
+    rng = np.random.RandomState(0)
+    W = rng.randn(4, 3).astype(np.float32)
+    b = rng.randn(3).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"]),
+         helper.make_node("Add", ["h", "b"], ["a"]),
+         helper.make_node("Relu", ["a"], ["y"])],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        [numpy_helper.from_array(W, "W"), numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return m.SerializeToString(), (lambda x: np.maximum(x @ W + b, 0))
+
+
+def two_output_model():
+    """s = a + b (int64 [2, 3]), m = a * b; two outputs in that order."""
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["s"]), helper.make_node("Mul", ["a", "b"], ["m"])],
+        "two",
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.INT64, [2, 3])],
+        [helper.make_tensor_value_info("s", TensorProto.INT64, [2, 3]),
+         helper.make_tensor_value_info("m", TensorProto.INT64, [2, 3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def failing_model():
+    """z = a / b on int32: dividing by zero fails the run in varq's kernel."""
+    g = helper.make_graph(
+        [helper.make_node("Div", ["a", "b"], ["z"])], "div",
+        [helper.make_tensor_value_info("a", TensorProto.INT32, [3]),
+         helper.make_tensor_value_info("b", TensorProto.INT32, [3])],
+        [helper.make_tensor_value_info("z", TensorProto.INT32, [3])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.fixture
+def mlp():
+    return mlp_model()

@@ -1,0 +1,135 @@
+"""varq.Engine: Python callables as ops on worker threads, ordered by the
+vars they read and write; failures, waits, and lifetimes."""
+import gc
+import threading
+import time
+
+import pytest
+
+import varq
+
+
+def test_writes_to_one_var_run_in_push_order():
+    e = varq.Engine(workers=4)
+    v = e.new_var("log")
+    log = []
+    for i in range(2000):
+        e.push(lambda i=i: log.append(i), writes=[v])
+    e.wait_var(v)
+    assert log == list(range(2000))
+
+
+def test_ops_run_on_workers_and_reads_wait_for_the_write_before_them():
+    e = varq.Engine(workers=4)
+    v = e.new_var()
+    state = {"x": 0}
+    seen, threads = [], set()
+
+    def write(val):
+        time.sleep(0.002)
+        state["x"] = val
+        threads.add(threading.get_ident())
+
+    def read():
+        seen.append(state["x"])
+
+    for k in range(1, 21):
+        e.push(lambda k=k: write(k), writes=[v])
+        for _ in range(3):
+            e.push(read, reads=[v])
+    e.wait_all()
+    assert seen == [k for k in range(1, 21) for _ in range(3)]
+    assert threading.get_ident() not in threads or len(threads) > 1
+
+
+def test_independent_vars_run_in_parallel():
+    e = varq.Engine(workers=2)
+    a, b = e.new_var(), e.new_var()
+    both = threading.Barrier(2, timeout=10)
+    e.push(both.wait, writes=[a])
+    e.push(both.wait, writes=[b])  # would time out if run one after the other
+    e.wait_all()
+
+
+def test_an_exception_fails_the_op_and_what_depends_on_it():
+    e = varq.Engine(workers=2)
+    v, w = e.new_var("v"), e.new_var("w")
+    ran = []
+
+    def boom():
+        raise KeyError("missing thing")
+
+    e.push(boom, writes=[v])
+    e.push(lambda: ran.append("skipped"), reads=[v], writes=[w])
+    with pytest.raises(varq.OperationFailed, match="missing thing") as exc:
+        e.wait_var(v)
+    assert isinstance(exc.value.__cause__, KeyError)
+    assert exc.value.code == -5
+    with pytest.raises(varq.Error):
+        e.wait_var(w)  # the failure passed on to what the skipped op writes
+    assert ran == []
+    e.push(lambda: ran.append("again"), writes=[v])  # cleared by the wait
+    e.wait_var(v)
+    assert ran == ["again"]
+    with pytest.raises(varq.Error):
+        e.push(boom)
+        e.wait_all()
+    e.wait_all()  # the record was cleared
+
+
+def test_bad_arguments():
+    e, other = varq.Engine(workers=1), varq.Engine(workers=1)
+    v = other.new_var()
+    with pytest.raises(varq.InvalidArgument, match="not a Var of this engine"):
+        e.push(lambda: None, writes=[v])
+    with pytest.raises(varq.InvalidArgument):
+        e.wait_var(v)
+    with pytest.raises(TypeError):
+        e.push(42)
+    with pytest.raises(varq.InvalidArgument):
+        varq.Engine(workers=0)
+
+
+def test_an_engine_dropped_with_ops_in_flight_runs_them_first():
+    done = []
+    e = varq.Engine(workers=2)
+    v = e.new_var()
+    for i in range(100):
+        e.push(lambda i=i: (time.sleep(0.0005), done.append(i)), writes=[v])
+    del v, e
+    gc.collect()
+    assert done == list(range(100))
+
+
+def test_pushes_from_several_threads_and_from_inside_ops():
+    e = varq.Engine(workers=4)
+    v = e.new_var()
+    count = {"n": 0}
+
+    def bump():
+        count["n"] += 1
+
+    def pusher():
+        for _ in range(500):
+            e.push(bump, writes=[v])
+
+    def nested():
+        e.push(bump, writes=[v])
+
+    threads = [threading.Thread(target=pusher) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    e.push(nested)
+    e.wait_all()
+    e.wait_all()  # the nested push may land after the first wait_all began
+    assert count["n"] == 2001
+
+
+def test_naive_engine_runs_ops_in_the_pushing_thread():
+    e = varq.Engine(naive=True)
+    where = []
+    e.push(lambda: where.append(threading.get_ident()))
+    e.wait_all()
+    assert where == [threading.get_ident()]

@@ -1,17 +1,9 @@
 """Shared fixtures of the varq package's tests: small ONNX models made with
-python3-onnx's helper, and their numpy references."""
-import os
-
+python3-onnx's helper, and their numpy references. numpy, onnx and torch
+are Debian's (scripts/setup.sh): missing, the tests fail rather than skip."""
 import numpy as np
 import pytest
-
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-# Under AddressSanitizer (python/meson.build preloads its runtime) torch is
-# not imported: its own libraries are far slower there, and what its tests
-# check of varq is checked through numpy as well.
-SANITIZED = os.environ.get("VARQ_PY_SANITIZED") == "1"
+from onnx import TensorProto, helper, numpy_helper  # python3-onnx (scripts/setup.sh)
 
 
 def mlp_model(batch="N"):

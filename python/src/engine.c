@@ -143,6 +143,8 @@ static int py_op_run(void *arg, const vq_exec_ctx *x)
     (void)x;
     py_op *op = arg;
     int rc = 0;
+    if (vqpy_no_gil_for_callback())
+        return vq_error_set(VQ_ECANCELED, "the Python interpreter is exiting");
     PyGILState_STATE g = PyGILState_Ensure();
     PyObject *r = PyObject_CallNoArgs(op->fn);
     if (r) {
@@ -176,6 +178,10 @@ static int py_op_run(void *arg, const vq_exec_ctx *x)
 static void py_op_free(void *arg)
 {
     py_op *op = arg;
+    if (vqpy_no_gil_for_callback()) {
+        free(op); /* fn is left to the exiting interpreter */
+        return;
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     Py_DECREF(op->fn);
     PyGILState_Release(g);

@@ -363,6 +363,11 @@ static PyObject *session_run(vqpy_session *self, PyObject *args)
         vq_tensor *t = feed_tensor(&self->inputs[k], value);
         if (!t)
             goto out;
+        /* A varq.Tensor fed here belongs to this engine from now on (the
+         * executor gives it a var of the engine): it holds the engine, so
+         * that its last release never pushes on a freed one. */
+        if (PyObject_TypeCheck(value, &vqpy_tensor_type) && !((vqpy_tensor *)value)->engine)
+            ((vqpy_tensor *)value)->engine = Py_NewRef(self->engine);
         feeds[nfed++] = (vq_feed){self->inputs[k].name, t};
     }
     if (nfed < self->ninputs) {

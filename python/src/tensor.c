@@ -274,6 +274,10 @@ typedef struct {
 static void dl_ctx_free(dl_ctx *ctx)
 {
     /* The consumer may call the deleter from any thread. */
+    if (vqpy_no_gil_for_callback()) {
+        free(ctx);
+        return;
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     Py_DECREF(ctx->owner);
     PyGILState_Release(g);
@@ -395,6 +399,8 @@ static PyObject *tensor_dlpack_device(vqpy_tensor *self, PyObject *unused)
 static void buffer_release(void *user)
 {
     Py_buffer *view = user;
+    if (vqpy_no_gil_for_callback())
+        return;
     PyGILState_STATE g = PyGILState_Ensure();
     PyBuffer_Release(view);
     PyGILState_Release(g);
@@ -507,6 +513,10 @@ typedef struct {
 static void dl_import_release(void *user)
 {
     dl_import *imp = user;
+    if (vqpy_no_gil_for_callback()) {
+        free(imp);
+        return;
+    }
     PyGILState_STATE g = PyGILState_Ensure();
     if (imp->versioned) {
         DLManagedTensorVersioned *m = imp->managed;

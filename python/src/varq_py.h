@@ -48,6 +48,21 @@ extern PyTypeObject vqpy_engine_type;
 extern PyTypeObject vqpy_var_type;
 extern PyTypeObject vqpy_session_type;
 
+/* Whether a callback on a thread of varq's (a worker) must not take the
+ * GIL: the interpreter is finalizing, when a thread other than the
+ * finalizing one that asks for the GIL is ended on the spot (which would
+ * leave the engine waiting for its op forever). The callbacks then skip
+ * the Python part (an op fails with VQ_ECANCELED; a release leaks what the
+ * exiting process frees anyway). */
+static inline bool vqpy_no_gil_for_callback(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() && !PyGILState_Check();
+#else
+    return _Py_IsFinalizing() && !PyGILState_Check();
+#endif
+}
+
 /* varq.Error and its subclasses, one per negative code (module.c). */
 extern PyObject *vqpy_error;
 

@@ -48,3 +48,25 @@ def failing_model():
 @pytest.fixture
 def mlp():
     return mlp_model()
+
+
+def run_script(tmp_path, text, env=None):
+    """Runs text as a script in a new /usr/bin/python3 process that imports
+    the same varq (and this folder's conftest); returns its stdout, and
+    fails the test on a non-zero exit (stderr shown)."""
+    import os
+    import subprocess
+    import sys
+
+    import varq
+
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    full = dict(os.environ, **(env or {}))
+    full["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(__file__), os.path.dirname(os.path.dirname(varq.__file__))]
+        + [p for p in full.get("PYTHONPATH", "").split(os.pathsep) if p])
+    r = subprocess.run([sys.executable, str(script)], env=full, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout

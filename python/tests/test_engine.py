@@ -7,6 +7,7 @@ import time
 import pytest
 
 import varq
+from conftest import run_script
 
 
 def test_writes_to_one_var_run_in_push_order():
@@ -133,3 +134,23 @@ def test_naive_engine_runs_ops_in_the_pushing_thread():
     e.push(lambda: where.append(threading.get_ident()))
     e.wait_all()
     assert where == [threading.get_ident()]
+
+
+def test_the_interpreter_exits_with_engines_sessions_and_arrays_alive(tmp_path):
+    out = run_script(
+        tmp_path,
+        "import time, numpy as np, varq\n"
+        "from conftest import mlp_model\n"
+        "s = varq.InferenceSession(mlp_model()[0])\n"
+        "ys = [s.run(None, {'x': np.ones((3, 4), np.float32)}) for _ in range(50)]\n"
+        "e = varq.Engine(workers=2)\n"
+        "v = e.new_var()\n"
+        "for i in range(100):\n"
+        "    e.push(lambda: time.sleep(0.001), writes=[v])\n"
+        "t = varq.tensor(np.arange(5.0))\n"
+        "class Holder: pass\n"
+        "h = Holder(); h.e = varq.Engine(workers=2); h.v = h.e.new_var(); h.me = h\n"
+        "for i in range(20):\n"
+        "    h.e.push(lambda: time.sleep(0.01), writes=[h.v])\n"
+        "print('exiting')\n")
+    assert out == "exiting\n"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import varq
-from conftest import failing_model, mlp_model, two_output_model
+from conftest import failing_model, mlp_model, run_script, two_output_model
 
 
 def test_runs_like_numpy(mlp):
@@ -190,3 +190,32 @@ def test_a_fixed_batch_dim_is_checked():
     assert s.get_inputs()[0].shape == [2, 4]
     with pytest.raises(varq.InvalidArgument, match="\\(2, 4\\)"):
         s.run(None, {"x": np.zeros((3, 4), np.float32)})
+
+
+def test_a_fed_varq_tensor_outlives_the_session(mlp):
+    t = varq.tensor(np.ones((2, 4), np.float32))
+    s = varq.InferenceSession(mlp[0])
+    s.run(None, {"x": t})
+    del s
+    gc.collect()
+    np.testing.assert_array_equal(t.numpy(), np.ones((2, 4)))
+    del t  # its last release goes through the session's engine, still alive
+    gc.collect()
+
+
+def test_gpu_sessions_on_the_emulated_backend(tmp_path):
+    out = run_script(
+        tmp_path,
+        "import numpy as np, varq\n"
+        "from conftest import mlp_model\n"
+        "model, ref = mlp_model()\n"
+        "s = varq.InferenceSession(model, gpu=0)\n"
+        "x = np.random.RandomState(0).randn(3, 4).astype(np.float32)\n"
+        "(y,) = s.run(None, {'x': x})\n"
+        "np.testing.assert_allclose(y, ref(x), rtol=1e-5, atol=1e-6)\n"
+        "try:\n"
+        "    varq.InferenceSession(model, gpu=5)\n"
+        "except varq.InvalidArgument as e:\n"
+        "    print('no GPU 5:', 'GPU 5' in str(e))\n",
+        env={"VARQ_GPU_BACKEND": "emulated"})
+    assert out == "no GPU 5: True\n"

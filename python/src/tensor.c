@@ -130,6 +130,7 @@ PyObject *vqpy_tensor_new(vq_tensor *t, PyObject *engine)
     }
     self->t = t;
     self->engine = Py_XNewRef(engine);
+    self->readonly = false;
     self->ndim = vq_tensor_ndim(t);
     const int64_t *shape = vq_tensor_shape(t);
     Py_ssize_t stride = (Py_ssize_t)vq_dtype_size(vq_tensor_dtype(t));
@@ -179,12 +180,17 @@ static int tensor_getbuffer(vqpy_tensor *self, Py_buffer *view, int flags)
         view->obj = NULL;
         return -1;
     }
+    if (self->readonly && (flags & PyBUF_WRITABLE)) {
+        PyErr_SetString(PyExc_BufferError, "the tensor wraps read-only memory");
+        view->obj = NULL;
+        return -1;
+    }
     vq_dtype dt = vq_tensor_dtype(self->t);
     view->buf = data;
     view->obj = Py_NewRef(self);
     view->len = (Py_ssize_t)vq_tensor_nbytes(self->t);
     view->itemsize = (Py_ssize_t)vq_dtype_size(dt);
-    view->readonly = 0;
+    view->readonly = self->readonly;
     view->format = (flags & PyBUF_FORMAT) ? (char *)dtypes[dt].format : NULL;
     view->ndim = self->ndim;
     view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
@@ -241,7 +247,7 @@ static PyObject *tensor_get_array_interface(vqpy_tensor *self, void *closure)
         return NULL;
     return Py_BuildValue("{s:N,s:s,s:(N,O),s:i,s:O}", "shape", shape_tuple(self), "typestr",
                          dtypes[vq_tensor_dtype(self->t)].typestr, "data", PyLong_FromVoidPtr(data),
-                         Py_False, "version", 3, "strides", Py_None);
+                         self->readonly ? Py_True : Py_False, "version", 3, "strides", Py_None);
 }
 
 static PyObject *tensor_numpy(vqpy_tensor *self, PyObject *unused)
@@ -364,6 +370,7 @@ static PyObject *tensor_dlpack(vqpy_tensor *self, PyObject *args, PyObject *kw)
             return PyErr_NoMemory();
         }
         m->version = (DLPackVersion){1, 0};
+        m->flags = self->readonly ? 1 : 0; /* DLPACK_FLAG_BITMASK_READ_ONLY */
         m->manager_ctx = ctx;
         m->deleter = dl_delete_versioned;
         dl_fill(&m->dl_tensor, self, data, ctx);
@@ -410,7 +417,7 @@ static void buffer_release(void *user)
 /* Wraps the C-contiguous buffer obj exports; NULL without an exception
  * set when obj has no such buffer of a varq dtype (the caller may then
  * convert), with one when something else failed. */
-static vq_tensor *wrap_buffer(PyObject *obj, bool *unsupported)
+static vq_tensor *wrap_buffer(PyObject *obj, bool *unsupported, bool *readonly)
 {
     *unsupported = false;
     Py_buffer *view = PyMem_RawMalloc(sizeof *view);
@@ -434,6 +441,7 @@ static vq_tensor *wrap_buffer(PyObject *obj, bool *unsupported)
     int64_t shape[VQ_MAX_DIMS];
     for (int i = 0; i < view->ndim; i++)
         shape[i] = view->shape ? view->shape[i] : view->len / view->itemsize;
+    *readonly = view->readonly;
     vq_tensor *t;
     int rc = vq_tensor_wrap(&t, dt, view->ndim, shape, view->buf, buffer_release, view);
     if (rc < 0) {
@@ -461,10 +469,19 @@ PyObject *vqpy_numpy_asarray(PyObject *obj)
 
 vq_tensor *vqpy_tensor_from_object(PyObject *obj, bool allow_convert)
 {
-    if (PyObject_TypeCheck(obj, &vqpy_tensor_type))
+    bool readonly;
+    return vqpy_tensor_from_object_ro(obj, allow_convert, &readonly);
+}
+
+vq_tensor *vqpy_tensor_from_object_ro(PyObject *obj, bool allow_convert, bool *readonly)
+{
+    *readonly = false;
+    if (PyObject_TypeCheck(obj, &vqpy_tensor_type)) {
+        *readonly = ((vqpy_tensor *)obj)->readonly;
         return vq_tensor_retain(((vqpy_tensor *)obj)->t);
+    }
     bool unsupported;
-    vq_tensor *t = wrap_buffer(obj, &unsupported);
+    vq_tensor *t = wrap_buffer(obj, &unsupported, readonly);
     if (t || !unsupported)
         return t;
     if (!allow_convert) {
@@ -479,7 +496,7 @@ vq_tensor *vqpy_tensor_from_object(PyObject *obj, bool allow_convert)
     Py_DECREF(np);
     if (!arr)
         return NULL;
-    t = wrap_buffer(arr, &unsupported);
+    t = wrap_buffer(arr, &unsupported, readonly);
     if (!t && unsupported) {
         PyObject *dt = PyObject_GetAttrString(arr, "dtype");
         PyErr_Format(PyExc_TypeError,
@@ -500,8 +517,12 @@ PyObject *vqpy_tensor_fn(PyObject *self, PyObject *obj)
     /* A torch tensor exports no buffer, but DLPack. */
     if (!PyObject_CheckBuffer(obj) && PyObject_HasAttrString(obj, "__dlpack__"))
         return vqpy_from_dlpack(NULL, obj);
-    vq_tensor *t = vqpy_tensor_from_object(obj, true);
-    return t ? vqpy_tensor_new(t, NULL) : NULL;
+    bool readonly;
+    vq_tensor *t = vqpy_tensor_from_object_ro(obj, true, &readonly);
+    PyObject *r = t ? vqpy_tensor_new(t, NULL) : NULL;
+    if (r)
+        ((vqpy_tensor *)r)->readonly = readonly;
+    return r;
 }
 
 /* The DLPack managed tensor a wrapped tensor came from. */
@@ -595,10 +616,14 @@ PyObject *vqpy_from_dlpack(PyObject *self, PyObject *obj)
         Py_DECREF(cap);
         return vqpy_raise(rc);
     }
+    bool readonly = versioned && (((DLManagedTensorVersioned *)managed)->flags & 1);
     /* Consumed: the capsule no longer owns the managed tensor. */
     PyCapsule_SetName(cap, versioned ? "used_dltensor_versioned" : "used_dltensor");
     Py_DECREF(cap);
-    return vqpy_tensor_new(t, NULL);
+    PyObject *r = vqpy_tensor_new(t, NULL);
+    if (r)
+        ((vqpy_tensor *)r)->readonly = readonly;
+    return r;
 }
 
 static PyObject *tensor_new(PyTypeObject *type, PyObject *args, PyObject *kw)

@@ -38,6 +38,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD vq_tensor *t;
     PyObject *engine; /* a vqpy_engine, or NULL */
+    bool readonly;    /* wraps memory its producer exports read-only */
     int ndim;
     Py_ssize_t shape[VQ_MAX_DIMS];
     Py_ssize_t strides[VQ_MAX_DIMS];
@@ -83,6 +84,9 @@ PyObject *vqpy_tensor_new(vq_tensor *t, PyObject *engine);
  * allow_convert, numpy.ascontiguousarray(obj) (a copy) wrapped the same
  * way. NULL with an exception set on failure. */
 vq_tensor *vqpy_tensor_from_object(PyObject *obj, bool allow_convert);
+/* The same, also saying whether the memory is read-only for Python (its
+ * producer exported it so: a numpy array with writeable=False, bytes). */
+vq_tensor *vqpy_tensor_from_object_ro(PyObject *obj, bool allow_convert, bool *readonly);
 
 /* The dtype of a buffer format and item size; false when varq has none. */
 bool vqpy_dtype_of_format(const char *format, Py_ssize_t itemsize, vq_dtype *out);

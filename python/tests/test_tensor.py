@@ -151,3 +151,17 @@ def test_torch_shares_memory_both_ways():
         assert torch.equal(torch.from_dlpack(vz), z)
     with pytest.raises(varq.InvalidArgument, match="contiguous"):
         varq.from_dlpack(torch.ones(3, 4).t())
+
+
+def test_read_only_memory_stays_read_only():
+    a = np.arange(4, dtype=np.float64)
+    a.flags.writeable = False
+    t = varq.tensor(a)
+    assert t.__array_interface__["data"] == (addr(a), True)
+    v = t.numpy()
+    assert addr(v) == addr(a) and not v.flags.writeable
+    with pytest.raises(ValueError):
+        v[0] = 1
+    b = varq.tensor(np.frombuffer(b"\0" * 16, np.int32))
+    assert not b.numpy().flags.writeable
+    assert varq.tensor(np.zeros(2)).numpy().flags.writeable

@@ -154,3 +154,26 @@ def test_the_interpreter_exits_with_engines_sessions_and_arrays_alive(tmp_path):
         "    h.e.push(lambda: time.sleep(0.01), writes=[h.v])\n"
         "print('exiting')\n")
     assert out == "exiting\n"
+
+
+def test_an_engine_whose_last_reference_goes_inside_an_op_neither_deadlocks_nor_crashes():
+    import weakref
+
+    e = varq.Engine(workers=1)
+    ref = weakref.ref(e)
+    holder = [e]
+    ran = threading.Event()
+
+    def drop():
+        holder.clear()  # the engine's last reference, inside its own op
+        ran.set()
+
+    e.push(drop)
+    del e
+    assert ran.wait(10)
+    for _ in range(20):  # the main thread frees it at a pending-call check
+        time.sleep(0.01)
+    assert ref() is None
+    e2 = varq.Engine(workers=1)  # and the process goes on using engines
+    e2.push(lambda: None)
+    e2.wait_all()

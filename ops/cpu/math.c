@@ -8,10 +8,13 @@
  * the output, so that each derivative is computed from whichever is
  * exact: exp's from Out, log's from X, sqrt's and reciprocal's from Out,
  * erf's, power's and the others' from X, except tan's (1 + Out^2).
- * (log_softmax is with softmax, activation.c.) */
+ * (log_softmax is with softmax, activation.c.) The f32 exp, log and erf
+ * are ops/math/vmath.c's vectorized functions (within 1 ulp); the rest,
+ * and f64, call libm per element. */
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
+#include "../math/vmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -103,7 +106,14 @@ static int math_kernel(const vq__kcall *k)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    if (x->dtype == VQ_F32)
+    const struct vq__vmath *vm = vq__vmath();
+    vq__vmath_fn f32 = p->op == VQ__MATH_EXP   ? vm->exp
+                       : p->op == VQ__MATH_LOG ? vm->log
+                       : p->op == VQ__MATH_ERF ? vm->erf
+                                               : NULL;
+    if (x->dtype == VQ_F32 && f32)
+        f32(x->data, o->data, x->numel);
+    else if (x->dtype == VQ_F32)
         math_float(p->op, (float)p->exponent, x->data, o->data, x->numel);
     else
         math_double(p->op, p->exponent, x->data, o->data, x->numel);

@@ -1,0 +1,307 @@
+/* The vectorized f32 transcendentals (vmath.h): one body per function,
+ * inlined into a portable, an AVX2 and an AVX-512 variant.
+ *
+ * Each function walks its array in chunks of CHUNK floats through two
+ * local buffers: the loop over a chunk has a constant trip count and
+ * cannot alias the caller's arrays, so gcc vectorizes it also at -O2 (its
+ * cheap cost model refuses a loop that needs an alias check or a scalar
+ * epilogue), and an in-place call (x == o) stays vectorized. The copies
+ * cost little next to the arithmetic.
+ *
+ * Every body converts the float to double, works in double with a
+ * polynomial whose relative error is below 1e-9, and rounds to float
+ * once; double has the range for every intermediate (2^k for |k| <= 151),
+ * so only the final rounding over- or underflows, as the exact result
+ * would. exp_core is the shared piece: y = k ln2 + r, |r| <= ln2/2, with
+ * k from rounding by the 1.5 * 2^52 shifter and 2^k from the exponent
+ * bits; expm1(r) by its Taylor series to r^9/9! (truncation below 1e-11,
+ * relative). */
+#include "vmath.h"
+
+#include <string.h>
+
+#define CHUNK 256
+
+#define INLINE __attribute__((always_inline)) static inline
+
+INLINE uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+INLINE float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+INLINE uint64_t d2u(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+INLINE double u2d(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* a where mask is all ones, b where it is zero */
+INLINE uint32_t sel32(uint32_t mask, uint32_t a, uint32_t b)
+{
+    return (a & mask) | (b & ~mask);
+}
+
+INLINE uint32_t min32(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
+#define SIGN 0x80000000u
+#define ABS 0x7fffffffu
+#define INF 0x7f800000u
+
+/* all ones where the float with these bits is a NaN */
+INLINE uint32_t nan_mask(uint32_t xb)
+{
+    return 0u - (uint32_t)((xb & ABS) > INF);
+}
+
+/* expm1(r) for |r| <= ln2/2, by its Taylor series to r^9/9! (relative
+ * truncation below 1e-11), nested from the highest term. */
+INLINE double expm1_taylor(double r)
+{
+    double p = 1. / 40320 + r / 362880;
+    p = 1. / 5040 + r * p;
+    p = 1. / 720 + r * p;
+    p = 1. / 120 + r * p;
+    p = 1. / 24 + r * p;
+    p = 1. / 6 + r * p;
+    p = 1. / 2 + r * p;
+    p = 1 + r * p;
+    return r * p;
+}
+
+/* exp(y) for |y| <= 700 (the result stays a normal double). */
+INLINE double exp_core(double y)
+{
+    const double shifter = 0x1.8p52, ln2_hi = 0x1.62e42fee00000p-1, ln2_lo = 0x1.a39ef35793c76p-33;
+    const uint64_t shifter_bits = 0x4338000000000000u;
+    double t = y * 0x1.71547652b82fep0 + shifter; /* y / ln2, rounded, + shifter */
+    double k = t - shifter;
+    double r = (y - k * ln2_hi) - k * ln2_lo;
+    double p = expm1_taylor(r);
+    double s = u2d((d2u(t) - shifter_bits + 1023) << 52); /* 2^k */
+    return s * p + s;
+}
+
+/* exp: x clamped to [-104, 89] (exp is 0 below -103.98 and +inf above
+ * 88.73 in float), so that exp_core's k stays small. */
+INLINE float exp_one(float xf)
+{
+    uint32_t xb = f2u(xf), ab = xb & ABS;
+    uint32_t lim = (xb & SIGN) ? 0x42d00000u : 0x42b20000u; /* 104, 89 */
+    float xc = u2f(min32(ab, lim) | (xb & SIGN));
+    float r = (float)exp_core(xc);
+    return u2f(sel32(nan_mask(xb), xb, f2u(r)));
+}
+
+/* sigmoid = 1 / (1 + exp(-x)), |x| clamped to 104 (sigmoid is 0 below
+ * -103.98 and 1 above 17 in float). */
+INLINE float sigmoid_one(float xf)
+{
+    uint32_t xb = f2u(xf), ab = xb & ABS;
+    float xc = u2f(min32(ab, 0x42d00000u) | (xb & SIGN));
+    float r = (float)(1 / (1 + exp_core(-(double)xc)));
+    return u2f(sel32(nan_mask(xb), xb, f2u(r)));
+}
+
+/* silu = x / (1 + exp(-x)): the exponent's |x| clamped to 120 and a
+ * negative numerator too (x e^x rounds to -0 below -120), a positive
+ * numerator kept (silu(x) = x above 17); -inf gives NaN. */
+INLINE float silu_one(float xf)
+{
+    uint32_t xb = f2u(xf), ab = xb & ABS;
+    uint32_t cb = min32(ab, 0x42f00000u) | (xb & SIGN); /* 120 */
+    float xc = u2f(cb), num = u2f((xb & SIGN) ? cb : xb);
+    float r = (float)((double)num / (1 + exp_core(-(double)xc)));
+    uint32_t ninf = 0u - (uint32_t)(xb == 0xff800000u);
+    return u2f(sel32(nan_mask(xb), xb, sel32(ninf, 0xffc00000u, f2u(r))));
+}
+
+/* tanh|x| = m / (m + 2), m = expm1(2|x|) = 2^k (p(r) + 1) - 1, |x|
+ * clamped to 10 (tanh is 1 from 9.1 on in float); the sign copied back. */
+INLINE float tanh_one(float xf)
+{
+    uint32_t xb = f2u(xf), ab = xb & ABS;
+    double y = 2.0 * u2f(min32(ab, 0x41200000u)); /* 10 */
+    const double shifter = 0x1.8p52, ln2_hi = 0x1.62e42fee00000p-1, ln2_lo = 0x1.a39ef35793c76p-33;
+    const uint64_t shifter_bits = 0x4338000000000000u;
+    double t = y * 0x1.71547652b82fep0 + shifter;
+    double k = t - shifter;
+    double r = (y - k * ln2_hi) - k * ln2_lo;
+    double p = expm1_taylor(r);
+    double s = u2d((d2u(t) - shifter_bits + 1023) << 52);
+    double m = s * p + (s - 1); /* expm1(y), accurate also where y is small */
+    float th = (float)(m / (m + 2));
+    return u2f(sel32(nan_mask(xb), xb, f2u(th) | (xb & SIGN)));
+}
+
+/* erf|x|: below 1, |x| P(2x^2 - 1) with P a degree-7 Chebyshev fit of
+ * erf(sqrt(t)) / sqrt(t) on t in [0, 1] (relative error 4e-11); from 1 on,
+ * 1 - exp(-x^2) Q((|x| - 2.5) / 1.5) with Q a degree-14 fit of erfcx on
+ * [1, 4] (relative 2e-10); |x| clamped to 4 (erf is 1 from 3.92 on in
+ * float). Both are computed and one is picked, without a branch; x^2 is
+ * exact in double. The sign copied back. */
+INLINE float erf_one(float xf)
+{
+    uint32_t xb = f2u(xf), ab = xb & ABS, cb = min32(ab, 0x40800000u); /* 4 */
+    double a = u2f(cb), t = a * a, v = 2 * t - 1;
+    double pa = -0x1.445f480000000p-24;
+    pa = 0x1.4a9da1c200000p-20 + v * pa;
+    pa = -0x1.2638790ec0000p-16 + v * pa;
+    pa = 0x1.c827dc5998000p-13 + v * pa;
+    pa = -0x1.2b902beb7b700p-9 + v * pa;
+    pa = 0x1.4543691d90848p-6 + v * pa;
+    pa = -0x1.1fd1629207163p-3 + v * pa;
+    pa = 0x1.ee51eb238477fp-1 + v * pa;
+    double u = (a - 2.5) * (1 / 1.5);
+    double qb = 0x1.d7ef800000000p-20;
+    qb = -0x1.5322faaaaaaabp-18 + u * qb;
+    qb = 0x1.0134f27777777p-17 + u * qb;
+    qb = -0x1.580319edddddfp-16 + u * qb;
+    qb = 0x1.09f52b0155553p-14 + u * qb;
+    qb = -0x1.58efcd9755555p-13 + u * qb;
+    qb = 0x1.ac97c7fc71111p-12 + u * qb;
+    qb = -0x1.0766f7894b556p-10 + u * qb;
+    qb = 0x1.3b0f81e660bbdp-9 + u * qb;
+    qb = -0x1.6d189fa75759ap-8 + u * qb;
+    qb = 0x1.99406769df5bcp-7 + u * qb;
+    qb = -0x1.ba7456838bb3ep-6 + u * qb;
+    qb = 0x1.cba83be340710p-5 + u * qb;
+    qb = -0x1.c8ca440df4f46p-4 + u * qb;
+    qb = 0x1.afbb3f3b73467p-3 + u * qb;
+    uint32_t small = 0u - (uint32_t)(cb < 0x3f800000u); /* |x| < 1 */
+    float ra = (float)(a * pa), rb = (float)(1 - exp_core(-t) * qb);
+    uint32_t r = sel32(small, f2u(ra), f2u(rb)) | (xb & SIGN);
+    return u2f(sel32(nan_mask(xb), xb, r));
+}
+
+/* log x = e ln2 + log m with x = m 2^e, m in (sqrt(1/2), sqrt(2)] (a
+ * denormal float is a normal double), log m = 2 atanh(s), s = (m - 1) /
+ * (m + 1), |s| <= 0.172, by its series to s^13/13 (truncation below
+ * 2e-12, relative). +-0 gives -inf, x < 0 NaN, +inf and NaN themselves. */
+INLINE float log_one(float xf)
+{
+    uint32_t xb = f2u(xf);
+    uint64_t db = d2u((double)u2f(xb & ABS)), mant = db & 0x000fffffffffffffu;
+    /* the mantissa of sqrt(2): above it, halve m and add one to e */
+    uint64_t up = (uint64_t)(mant > 0x6a09e667f3bcdu);
+    int64_t e = (int64_t)(db >> 52) - 1023 + (int64_t)up;
+    double m = u2d(mant | (1023 - up) << 52);
+    double s = (m - 1) / (m + 1), s2 = s * s;
+    double q = 1. / 11 + s2 * (1. / 13);
+    q = 1. / 9 + s2 * q;
+    q = 1. / 7 + s2 * q;
+    q = 1. / 5 + s2 * q;
+    q = 1. / 3 + s2 * q;
+    double l = 2 * s * (1 + s2 * q);
+    float r = (float)((double)e * 0x1.62e42fefa39efp-1 + l);
+    uint32_t zero = 0u - (uint32_t)((xb & ABS) == 0);
+    uint32_t neg = 0u - (xb >> 31);
+    uint32_t rb = sel32(zero, 0xff800000u, sel32(neg, 0x7fc00000u, f2u(r)));
+    uint32_t keep = 0u - (uint32_t)(xb == INF);
+    return u2f(sel32(nan_mask(xb) | keep, xb, rb));
+}
+
+/* fn over n floats in chunks (see the file head) */
+#define CHUNKED(name)                                                \
+    INLINE void name##_chunks(const float *x, float *o, int64_t n)   \
+    {                                                                \
+        float in[CHUNK], out[CHUNK];                                 \
+        for (int64_t i = 0; i < n; i += CHUNK) {                     \
+            int64_t m = n - i < CHUNK ? n - i : CHUNK;               \
+            memcpy(in, x + i, (size_t)m * sizeof *in);               \
+            if (m < CHUNK)                                           \
+                memset(in + m, 0, (size_t)(CHUNK - m) * sizeof *in); \
+            for (int j = 0; j < CHUNK; j++)                          \
+                out[j] = name##_one(in[j]);                          \
+            memcpy(o + i, out, (size_t)m * sizeof *out);             \
+        }                                                            \
+    }
+
+CHUNKED(exp)
+CHUNKED(log)
+CHUNKED(erf)
+CHUNKED(tanh)
+CHUNKED(sigmoid)
+CHUNKED(silu)
+
+/* One level's six functions, each the chunked body under target ATTR. */
+#define LEVEL(lv, ATTR)                                                            \
+    ATTR static void exp_##lv(const float *x, float *o, int64_t n)                 \
+    {                                                                              \
+        exp_chunks(x, o, n);                                                       \
+    }                                                                              \
+    ATTR static void log_##lv(const float *x, float *o, int64_t n)                 \
+    {                                                                              \
+        log_chunks(x, o, n);                                                       \
+    }                                                                              \
+    ATTR static void erf_##lv(const float *x, float *o, int64_t n)                 \
+    {                                                                              \
+        erf_chunks(x, o, n);                                                       \
+    }                                                                              \
+    ATTR static void tanh_##lv(const float *x, float *o, int64_t n)                \
+    {                                                                              \
+        tanh_chunks(x, o, n);                                                      \
+    }                                                                              \
+    ATTR static void sigmoid_##lv(const float *x, float *o, int64_t n)             \
+    {                                                                              \
+        sigmoid_chunks(x, o, n);                                                   \
+    }                                                                              \
+    ATTR static void silu_##lv(const float *x, float *o, int64_t n)                \
+    {                                                                              \
+        silu_chunks(x, o, n);                                                      \
+    }                                                                              \
+    static const struct vq__vmath vmath_##lv = {exp_##lv,  log_##lv,     erf_##lv, \
+                                                tanh_##lv, sigmoid_##lv, silu_##lv};
+
+LEVEL(portable, )
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define VMATH_X86 1
+/* FMA is allowed but never used: ISO C mode contracts no a * b + c. gcc
+ * would split 512-bit loops in two 256-bit halves for some CPUs; the
+ * option keeps the whole width (clang's generic tuning does already). */
+#ifdef __clang__
+#define TARGET_AVX512 __attribute__((target("avx512f")))
+#else
+#define TARGET_AVX512 __attribute__((target("avx512f,prefer-vector-width=512")))
+#endif
+LEVEL(avx2, __attribute__((target("avx2,fma"))))
+LEVEL(avx512, TARGET_AVX512)
+#endif
+
+const struct vq__vmath *vq__vmath_at(enum vq__isa_level l)
+{
+#ifdef VMATH_X86
+    if (l >= VQ__ISA_AVX512)
+        return &vmath_avx512;
+    if (l >= VQ__ISA_AVX2)
+        return &vmath_avx2;
+#else
+    (void)l;
+#endif
+    return &vmath_portable;
+}
+
+const struct vq__vmath *vq__vmath(void)
+{
+    return vq__vmath_at(vq__isa());
+}

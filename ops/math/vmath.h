@@ -1,0 +1,49 @@
+/* Vectorized f32 transcendentals for the elementwise kernels: exp, log,
+ * erf, tanh, the logistic sigmoid and SiLU (x sigmoid(x)) over arrays of
+ * floats, without a libm call per element. Each has one body of C that
+ * gcc and clang vectorize, compiled three times (the build's baseline,
+ * AVX2 + FMA, AVX-512 F) and picked at run time by vq__isa() (isa.h), as
+ * the other kernels with AVX2 / AVX-512 variants are.
+ *
+ * Every element is computed in double from the float input and rounded to
+ * float once, so each result is within 1 ulp of the correctly rounded one
+ * (tests/test_vmath.c measures it at each level against double libm, over
+ * a dense sample of all floats and the edges: denormals, +-0, +-inf, NaN,
+ * overflow and underflow). The body has no libm call and no branch: the
+ * range checks are integer compares on the float's bits (gcc does not
+ * if-convert float compares under its default -ftrapping-math, and the
+ * loop would stay scalar), and ISO C mode contracts nothing into FMAs, so
+ * the three variants give the same bits.
+ *
+ * Special values: exp(+inf) = +inf, exp(-inf) = +0, log(+-0) = -inf,
+ * log(x < 0) = NaN, erf(+-inf) = +-1, tanh(+-inf) = +-1, sigmoid(+inf) =
+ * 1, sigmoid(-inf) = 0, silu(+inf) = +inf, silu(-inf) = NaN (as the
+ * composition -inf * sigmoid(-inf) = -inf * 0 gives); a NaN input gives
+ * that NaN back.
+ *
+ * All functions are pure and thread-safe; x and o may be the same array
+ * (each element is read before it is written) but must not otherwise
+ * overlap. */
+#ifndef VARQ_OPS_MATH_VMATH_H
+#define VARQ_OPS_MATH_VMATH_H
+
+#include <stdint.h>
+
+#include "isa.h"
+
+typedef void (*vq__vmath_fn)(const float *x, float *o, int64_t n);
+
+/* One level's functions: o[i] = f(x[i]) for i < n. */
+struct vq__vmath {
+    vq__vmath_fn exp, log, erf, tanh, sigmoid, silu;
+};
+
+/* The functions at level l, or at the highest level below it that this
+ * build compiled (a build for another architecture has the portable ones
+ * only). Tests and benchmarks call every level; kernels call vq__vmath(). */
+const struct vq__vmath *vq__vmath_at(enum vq__isa_level l);
+
+/* The functions at vq__isa()'s level. */
+const struct vq__vmath *vq__vmath(void);
+
+#endif

@@ -60,12 +60,23 @@ typedef struct vq__select_grad_params {
 
 /* ---- activations (ops/cpu/activation.c) ---- */
 
-/* relu, sigmoid, tanh and their _grad ops: vq__op_def.code and
- * vq__unary_params.op. Equal to kernels.h's VQ__CUDA_RELU ... */
-enum { VQ__ACT_RELU, VQ__ACT_SIGMOID, VQ__ACT_TANH };
+/* relu, sigmoid, tanh, silu, hard_sigmoid, hard_swish and their _grad
+ * ops: vq__op_def.code and vq__unary_params.op. Equal to kernels.h's
+ * VQ__CUDA_RELU ... */
+enum {
+    VQ__ACT_RELU,
+    VQ__ACT_SIGMOID,
+    VQ__ACT_TANH,
+    VQ__ACT_SILU,
+    VQ__ACT_HARD_SIGMOID,
+    VQ__ACT_HARD_SWISH
+};
 
+/* alpha and beta: hard_sigmoid's clamp(alpha X + beta, 0, 1) (hard_swish
+ * has 1/6 and 1/2; the others ignore them). */
 typedef struct vq__unary_params {
     int op;
+    double alpha, beta;
 } vq__unary_params;
 
 /* softmax, softmax_grad: the axis, normalized to [0, ndim). */

@@ -198,8 +198,9 @@ Test(ops_activation, softmax_stays_finite_for_large_inputs)
 Test(ops_activation, activations_run_in_place)
 {
     const int64_t s[2] = {2, 5};
-    const char *ops[] = {"relu", "sigmoid", "tanh", "softmax"};
-    for (int o = 0; o < 4; o++) {
+    const char *ops[] = {"relu", "sigmoid",      "tanh",      "softmax",
+                         "silu", "hard_sigmoid", "hard_swish"};
+    for (int o = 0; o < 7; o++) {
         vq_tensor *x = oc_rand(&rng, VQ_F32, 2, s, -4, 4);
         vq_tensor *fresh = oc_run1(ops[o], &x, 1, NULL, 0);
         vq_tensor *out[1] = {x};
@@ -208,6 +209,68 @@ Test(ops_activation, activations_run_in_place)
         oc_assert_close(x, 2, s, want, 0, 0);
         free(want);
         vq_tensor_release(fresh);
+        vq_tensor_release(x);
+    }
+}
+
+static int64_t ulps(float a, float b);
+
+/* silu, hard_sigmoid (its defaults and its own alpha and beta) and
+ * hard_swish against plain loops, across the hard ones' kinks. */
+static double hard_sigmoid_ref(double x, double a, double b)
+{
+    double l = a * x + b;
+    return l < 0 ? 0 : l > 1 ? 1 : l;
+}
+
+Test(ops_activation, silu_and_the_hard_ones_match_reference_in_f32_and_f64)
+{
+    vq_attr ab[2] = {VQ_ATTR_F("alpha", 0.3), VQ_ATTR_F("beta", 0.4)};
+    for (int c = 0; c < 4; c++)
+        for (int d = 0; d < 2; d++)
+            for (size_t s = 0; s < NSHAPES; s++) {
+                const char *op = c == 0 ? "silu" : c == 3 ? "hard_swish" : "hard_sigmoid";
+                vq_tensor *x = oc_rand(&rng, floats[d], shapes[s].ndim, shapes[s].d, -6, 6);
+                vq_tensor *y = oc_run1(op, &x, 1, c == 2 ? ab : NULL, c == 2 ? 2 : 0);
+                double *want = values(x);
+                for (int64_t i = 0; i < vq_tensor_numel(x); i++) {
+                    double v = want[i];
+                    want[i] = c == 0   ? v / (1 + exp(-v))
+                              : c == 1 ? hard_sigmoid_ref(v, 0.2, 0.5)
+                              : c == 2 ? hard_sigmoid_ref(v, 0.3, 0.4)
+                                       : v * hard_sigmoid_ref(v, 1.0 / 6, 0.5);
+                }
+                oc_assert_close(y, shapes[s].ndim, shapes[s].d, want, tol(floats[d]), 1e-7);
+                free(want);
+                vq_tensor_release(y);
+                vq_tensor_release(x);
+            }
+}
+
+/* The f32 sigmoid, tanh and silu over a tensor large enough to be split
+ * among the workers, and exp, log and erf: each element within 1 ulp of
+ * the double function rounded to float (ops/math/vmath.c at the level
+ * VARQ_ISA leaves; scripts/test.sh runs this at each). */
+Test(ops_activation, f32_transcendental_ops_are_within_one_ulp_on_a_large_tensor)
+{
+    const char *ops[] = {"sigmoid", "tanh", "silu", "exp", "log", "erf"};
+    const int64_t n[1] = {300007};
+    for (int o = 0; o < 6; o++) {
+        vq_tensor *x = oc_rand(&rng, VQ_F32, 1, n, o == 4 ? 0 : -30, 30);
+        vq_tensor *y = oc_run1(ops[o], &x, 1, NULL, 0);
+        const float *xv = vq_tensor_data(x), *yv = vq_tensor_data(y);
+        for (int64_t i = 0; i < n[0]; i++) {
+            double v = xv[i];
+            double w = o == 0   ? 1 / (1 + exp(-v))
+                       : o == 1 ? tanh(v)
+                       : o == 2 ? v / (1 + exp(-v))
+                       : o == 3 ? exp(v)
+                       : o == 4 ? log(v)
+                                : erf(v);
+            float want = (float)w;
+            cr_assert_leq(ulps(yv[i], want), 1, "%s(%a) = %a, want %a", ops[o], xv[i], yv[i], want);
+        }
+        vq_tensor_release(y);
         vq_tensor_release(x);
     }
 }
@@ -278,6 +341,35 @@ Test(ops_activation, softmax_grad_matches_reference_on_every_axis)
         }
 }
 
+Test(ops_activation, x_gradient_ops_match_reference_in_f32_and_f64)
+{
+    const char *ops[] = {"silu_grad", "hard_sigmoid_grad", "hard_swish_grad"};
+    vq_attr ab[2] = {VQ_ATTR_F("alpha", 0.3), VQ_ATTR_F("beta", 0.4)};
+    for (int o = 0; o < 3; o++)
+        for (int d = 0; d < 2; d++)
+            for (size_t s = 0; s < NSHAPES; s++) {
+                const struct shape *sh = &shapes[s];
+                vq_tensor *x = oc_rand(&rng, floats[d], sh->ndim, sh->d, -6, 6);
+                vq_tensor *g = oc_rand(&rng, floats[d], sh->ndim, sh->d, -2, 2);
+                vq_tensor *in[2] = {x, g};
+                vq_tensor *dx = oc_run1(ops[o], in, 2, o == 1 ? ab : NULL, o == 1 ? 2 : 0);
+                double *want = values(x);
+                for (int64_t i = 0; i < vq_tensor_numel(x); i++) {
+                    double v = oc_get(x, i), b = oc_get(g, i), sg = 1 / (1 + exp(-v));
+                    double l1 = 0.3 * v + 0.4, l2 = v / 6 + 0.5;
+                    want[i] = o == 0   ? b * sg * (1 + v * (1 - sg))
+                              : o == 1 ? (l1 > 0 && l1 < 1 ? b * 0.3 : 0)
+                                       : b * (hard_sigmoid_ref(v, 1.0 / 6, 0.5) +
+                                              (l2 > 0 && l2 < 1 ? v / 6 : 0));
+                }
+                oc_assert_close(dx, sh->ndim, sh->d, want, tol(floats[d]), 1e-6);
+                free(want);
+                vq_tensor_release(dx);
+                vq_tensor_release(x);
+                vq_tensor_release(g);
+            }
+}
+
 /* Values uniform in +-[0.05, 2]: away from relu's kink at 0. */
 static vq_tensor *away_from_zero(int ndim, const int64_t *shape)
 {
@@ -290,11 +382,21 @@ static vq_tensor *away_from_zero(int ndim, const int64_t *shape)
 
 Test(ops_activation, gradients_match_finite_differences)
 {
-    const char *ops[] = {"relu", "sigmoid", "tanh"};
-    for (int o = 0; o < 3; o++)
+    const char *ops[] = {"relu", "sigmoid", "tanh", "silu", "hard_sigmoid", "hard_swish"};
+    vq_attr ab[2] = {VQ_ATTR_F("alpha", 0.3), VQ_ATTR_F("beta", 0.4)};
+    for (int o = 0; o < 6; o++)
         for (size_t s = 0; s < NSHAPES; s++) {
             vq_tensor *x = away_from_zero(shapes[s].ndim, shapes[s].d);
             oc_grad_check(ops[o], &x, 1, 1, NULL, 0, 1, &rng);
+            /* the hard ones' flat parts too: x scaled past their kinks
+             * (+-2.5 for the default hard_sigmoid, +-3 for hard_swish, -4/3
+             * and 2 for alpha 0.3, beta 0.4) */
+            if (o >= 4) {
+                for (int64_t i = 0; i < vq_tensor_numel(x); i++)
+                    oc_set(x, i, oc_get(x, i) * 2.4);
+                oc_grad_check(ops[o], &x, 1, 1, NULL, 0, 1, &rng);
+                oc_grad_check(ops[o], &x, 1, 1, ab, o == 4 ? 2 : 0, 1, &rng);
+            }
             vq_tensor_release(x);
         }
     for (size_t s = 0; s < NSHAPES; s++)

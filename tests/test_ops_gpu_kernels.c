@@ -403,7 +403,9 @@ static void case_abs_grad(struct run *r)
 
 static void case_unary(struct run *r)
 {
-    enum match m = !strcmp(r->op, "relu") ? EXACT : CLOSE; /* expf, tanh: the device's */
+    /* expf, tanh: the device's; the hard ones' products and sums round as
+     * the CPU's (--fmad=false) */
+    enum match m = !strcmp(r->op, "relu") || !strncmp(r->op, "hard_", 5) ? EXACT : CLOSE;
     for (int d = 0; d < N_OF(floats); d++) {
         describe(r, "%s", vq_dtype_name(floats[d]));
         vq_tensor *in[1] = {rnd(r, floats[d], -4, 4, DIMS(5, 7))};
@@ -418,6 +420,22 @@ static void case_unary_grad(struct run *r)
         vq_tensor *in[2] = {rnd(r, floats[d], -1, 1, DIMS(5, 7)),
                             rnd(r, floats[d], -2, 2, DIMS(5, 7))};
         check(r, in, 2, 1, NULL, 0, EXACT);
+    }
+}
+
+/* silu_grad, hard_sigmoid_grad, hard_swish_grad (X, dOut): X across the
+ * hard ones' kinks (+-2.5, +-3); hard_sigmoid_grad also with its own
+ * alpha and beta. silu's exp is the device's. */
+static void case_x_grad(struct run *r)
+{
+    enum match m = !strcmp(r->op, "silu_grad") ? CLOSE : EXACT;
+    vq_attr at[2] = {VQ_ATTR_F("alpha", 0.3), VQ_ATTR_F("beta", 0.4)};
+    int nat = !strcmp(r->op, "hard_sigmoid_grad") ? 2 : 0;
+    for (int d = 0; d < N_OF(floats); d++) {
+        describe(r, "%s", vq_dtype_name(floats[d]));
+        vq_tensor *in[2] = {rnd(r, floats[d], -5, 5, DIMS(5, 7)),
+                            rnd(r, floats[d], -2, 2, DIMS(5, 7))};
+        check(r, in, 2, 1, at, nat, m);
     }
 }
 
@@ -2000,6 +2018,12 @@ static const struct op_case {
     {"relu_grad", case_unary_grad},
     {"sigmoid_grad", case_unary_grad},
     {"tanh_grad", case_unary_grad},
+    {"silu", case_unary},
+    {"hard_sigmoid", case_unary},
+    {"hard_swish", case_unary},
+    {"silu_grad", case_x_grad},
+    {"hard_sigmoid_grad", case_x_grad},
+    {"hard_swish_grad", case_x_grad},
     {"softmax", case_softmax},
     {"softmax_grad", case_softmax},
     {"exp", case_math},

@@ -1,9 +1,12 @@
-/* Activations: relu, sigmoid and tanh elementwise, softmax and log_softmax
- * along one axis, and their gradient ops.
+/* Activations: relu, sigmoid, tanh, silu, hard_sigmoid and hard_swish
+ * elementwise, softmax and log_softmax along one axis, and their gradient
+ * ops. The f32 sigmoid, tanh and silu are ops/math/vmath.c's vectorized
+ * functions (AVX-512, AVX2 or portable by vq__isa()).
  *
- * The gradient ops take the forward op's output, not its input (relu_grad,
+ * Most gradient ops take the forward op's output, not its input (relu_grad,
  * sigmoid_grad, tanh_grad, softmax_grad all have a closed form in Out), so
- * autodiff keeps one tensor alive per activation instead of two.
+ * autodiff keeps one tensor alive per activation instead of two; silu's,
+ * hard_sigmoid's and hard_swish's take the input.
  *
  * Softmax subtracts the max along the axis before exponentiating, so no exp
  * overflows, and sums in double also for f32. The softmax kernels walk each
@@ -14,16 +17,17 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__lines_of */
-#include "../math/isa.h"
+#include "../math/vmath.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 static const char *const x_in[] = {"X"};
 static const char *const out_slot[] = {"Out"};
 static const char *const grad_in[] = {"Out", "dOut"};
+static const char *const x_grad_in[] = {"X", "dOut"};
 static const char *const grad_out[] = {"dX"};
 
 /* Shape of a and b, which infer checked to match: each dim from whichever
@@ -36,24 +40,51 @@ static void merge_known_dims(const vq__meta *a, const vq__meta *b, vq__meta *out
             out->shape[i] = b->shape[i];
 }
 
-/* ---- relu, sigmoid, tanh ---- */
+/* ---- relu, sigmoid, tanh, silu, hard_sigmoid, hard_swish ---- */
+
+static const vq__attr_spec hard_sigmoid_attrs[] = {
+    {"alpha", VQ_ATTR_FLOAT, false, "0.2"},
+    {"beta", VQ_ATTR_FLOAT, false, "0.5"},
+};
+
+/* The op's code, and hard_sigmoid's alpha and beta (hard_swish's fixed
+ * 1/6 and 1/2, ONNX's HardSwish). */
+static void unary_params_of(vq__infer *c)
+{
+    vq__unary_params *p = c->params;
+    p->op = c->def->code;
+    p->alpha = 1.0 / 6;
+    p->beta = 0.5;
+    if (p->op == VQ__ACT_HARD_SIGMOID) {
+        p->alpha = vq__attr_float(c, "alpha", 0.2);
+        p->beta = vq__attr_float(c, "beta", 0.5);
+    }
+}
 
 static int unary_infer(vq__infer *c)
 {
     int rc = vq__check_dtype(c, 0, VQ__FLOATS);
     if (rc < 0)
         return rc;
-    ((vq__unary_params *)c->params)->op = c->def->code;
+    unary_params_of(c);
     c->out[0] = c->in[0];
     return 0;
 }
 
-/* relu keeps NaN (x < 0 is false for it); sigmoid never exponentiates a
- * positive number, so it cannot overflow for large |x|. */
-#define UNARY(T, EXP, TANH)                                                        \
-    static void unary_##T(int op, const T *x, T *o, int64_t n)                    \
+/* clamp(a x + b, 0, 1), NaN kept (both compares are false for it); the
+ * product and sum in T, as ONNX's reference computes them. */
+#define HARD_SIGMOID(T, x, a, b) \
+    ((T)(a) * (x) + (T)(b) < 0 ? (T)0 : (T)(a) * (x) + (T)(b) > 1 ? (T)1 : (T)(a) * (x) + (T)(b))
+
+/* The plain loops: f64 all of them, f32 relu and the hard ones (the f32
+ * transcendentals are ops/math/vmath.c's). relu keeps NaN (x < 0 is false
+ * for it); sigmoid never exponentiates a positive number, so it cannot
+ * overflow for large |x|; silu's exp(-x) overflows to inf for x below
+ * -709, giving x / inf = -0. */
+#define UNARY(T, EXP, TANH)                                                       \
+    static void unary_##T(const vq__unary_params *p, const T *x, T *o, int64_t n) \
     {                                                                             \
-        switch (op) {                                                             \
+        switch (p->op) {                                                          \
         case VQ__ACT_RELU:                                                        \
             for (int64_t i = 0; i < n; i++)                                       \
                 o[i] = x[i] < 0 ? (T)0 : x[i];                                    \
@@ -69,6 +100,18 @@ static int unary_infer(vq__infer *c)
                 }                                                                 \
             }                                                                     \
             break;                                                                \
+        case VQ__ACT_SILU:                                                        \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = x[i] / ((T)1 + EXP(-x[i]));                                \
+            break;                                                                \
+        case VQ__ACT_HARD_SIGMOID:                                                \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = HARD_SIGMOID(T, x[i], p->alpha, p->beta);                  \
+            break;                                                                \
+        case VQ__ACT_HARD_SWISH:                                                  \
+            for (int64_t i = 0; i < n; i++)                                       \
+                o[i] = x[i] * HARD_SIGMOID(T, x[i], p->alpha, p->beta);           \
+            break;                                                                \
         default:                                                                  \
             for (int64_t i = 0; i < n; i++)                                       \
                 o[i] = TANH(x[i]);                                                \
@@ -79,84 +122,6 @@ static int unary_infer(vq__infer *c)
 UNARY(float, expf, tanhf)
 UNARY(double, exp, tanh)
 
-/* tanh of n floats without a libm call, so that the loop vectorizes
- * (gcc and clang, SSE2): libm's tanhf costs about 8 ns an element here (a
- * call to expm1f each), this 1.4 to 3. Each element is computed in double
- * and rounded once, so the result is within 1 ulp of tanh
- * (tests/test_ops_activation.c compares every float of [-10, 10] at a
- * stride, and the edge cases, with the double tanh). With y = 2|x|,
- * tanh|x| = m / (m + 2) for m = expm1(y) = 2^k (p(r) + 1) - 1, where
- * y = k ln2 + r, |r| <= ln2/2, and p(r) = expm1(r) by its Taylor series to
- * r^9/9! (truncation below 1e-10, relative). k comes from rounding with
- * the 1.5 * 2^52 shifter, 2^k from the exponent bits. |x| stops at 10
- * (tanh is 1.0f from 9.1 on), the sign is copied back and NaN kept. The
- * selects are on integer bits: gcc does not if-convert float compares
- * under its default -ftrapping-math, and the loop would stay scalar. */
-/* The body is inlined into two functions: one for the build's baseline
- * and, where the compiler targets x86-64, one for AVX2, which vq__isa()
- * picks at run time: 1.4 ns an element instead of 3.1 with SSE2 (the
- * divisions). The same operations in the same order (ISO C mode contracts
- * nothing into FMAs, and target("avx2") does not enable them): the same
- * bits either way. */
-__attribute__((always_inline)) static inline void tanh_f32_body(const float *x, float *o, int64_t n)
-{
-    const double shifter = 0x1.8p52, ln2_hi = 0x1.62e42fee00000p-1,
-                 ln2_lo = 0x1.a39ef35793c76p-33;
-    const uint32_t ten = 0x41200000u, inf = 0x7f800000u; /* 10.0f, +inf */
-    uint64_t shifter_bits;
-    memcpy(&shifter_bits, &shifter, sizeof shifter);
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t xb, ab, cb, tb32;
-        memcpy(&xb, &x[i], sizeof xb);
-        ab = xb & 0x7fffffffu;
-        cb = ab < ten ? ab : ten;
-        float af;
-        memcpy(&af, &cb, sizeof af);
-        double y = 2.0 * af;
-        double t = y * 0x1.71547652b82fep0 + shifter; /* y / ln2, rounded, + shifter */
-        double k = t - shifter;
-        double r = (y - k * ln2_hi) - k * ln2_lo;
-        double p = r * (1 + r * (1. / 2 + r * (1. / 6 + r * (1. / 24 + r * (1. / 120 +
-                   r * (1. / 720 + r * (1. / 5040 + r * (1. / 40320 + r / 362880))))))));
-        uint64_t tb, sb;
-        memcpy(&tb, &t, sizeof t);
-        sb = (tb - shifter_bits + 1023) << 52; /* 2^k */
-        double s;
-        memcpy(&s, &sb, sizeof s);
-        double m = s * p + (s - 1);
-        float th = (float)(m / (m + 2));
-        memcpy(&tb32, &th, sizeof th);
-        tb32 |= xb & 0x80000000u;
-        uint32_t nan = 0u - (uint32_t)(ab > inf); /* all ones for NaN */
-        uint32_t ob = (xb & nan) | (tb32 & ~nan);
-        memcpy(&o[i], &ob, sizeof ob);
-    }
-}
-
-static void tanh_f32_portable(const float *x, float *o, int64_t n)
-{
-    tanh_f32_body(x, o, n);
-}
-
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define TANH_AVX2 1
-__attribute__((target("avx2"))) static void tanh_f32_avx2(const float *x, float *o, int64_t n)
-{
-    tanh_f32_body(x, o, n);
-}
-#endif
-
-static void tanh_f32(const float *x, float *o, int64_t n)
-{
-#ifdef TANH_AVX2
-    if (vq__isa() >= VQ__ISA_AVX2) {
-        tanh_f32_avx2(x, o, n);
-        return;
-    }
-#endif
-    tanh_f32_portable(x, o, n);
-}
-
 /* Elements [lo, hi) of a unary op's call (k). */
 static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
 {
@@ -164,12 +129,19 @@ static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__kcall *k = arg;
     const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    if (x->dtype == VQ_F32 && p->op == VQ__ACT_TANH)
-        tanh_f32((const float *)x->data + lo, (float *)o->data + lo, hi - lo);
-    else if (x->dtype == VQ_F32)
-        unary_float(p->op, (const float *)x->data + lo, (float *)o->data + lo, hi - lo);
-    else
-        unary_double(p->op, (const double *)x->data + lo, (double *)o->data + lo, hi - lo);
+    if (x->dtype == VQ_F64) {
+        unary_double(p, (const double *)x->data + lo, (double *)o->data + lo, hi - lo);
+        return 0;
+    }
+    const float *xf = (const float *)x->data + lo;
+    float *of = (float *)o->data + lo;
+    const struct vq__vmath *vm = vq__vmath();
+    switch (p->op) {
+    case VQ__ACT_SIGMOID: vm->sigmoid(xf, of, hi - lo); break;
+    case VQ__ACT_TANH: vm->tanh(xf, of, hi - lo); break;
+    case VQ__ACT_SILU: vm->silu(xf, of, hi - lo); break;
+    default: unary_float(p, xf, of, hi - lo); break;
+    }
     return 0;
 }
 
@@ -181,62 +153,87 @@ static int unary_kernel(const vq__kcall *k)
     return unary_part((void *)k, 0, n, 0);
 }
 
-/* relu_grad / sigmoid_grad / tanh_grad (Out, dOut) -> dX. */
+/* relu_grad / sigmoid_grad / tanh_grad (Out, dOut) -> dX, and silu_grad /
+ * hard_sigmoid_grad / hard_swish_grad (X, dOut) -> dX: the first three
+ * have a closed form in Out, the last three do not (silu and hard_swish
+ * are not one to one, and hard_sigmoid's is as cheap from X). */
 static int unary_grad_infer(vq__infer *c)
 {
     int rc;
     if ((rc = vq__check_dtype(c, 0, VQ__FLOATS)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0 ||
         (rc = vq__check_same_shape(c, 0, 1)) < 0)
         return rc;
-    ((vq__unary_params *)c->params)->op = c->def->code;
+    unary_params_of(c);
     merge_known_dims(&c->in[0], &c->in[1], &c->out[0]);
     return 0;
 }
 
-#define UNARY_GRAD(T)                                                           \
-    static void unary_grad_##T(int op, const T *y, const T *g, T *d, int64_t n) \
-    {                                                                           \
-        switch (op) {                                                           \
-        case VQ__ACT_RELU: /* g[i] read either way: a select, vectorized */     \
-            for (int64_t i = 0; i < n; i++) {                                   \
-                T gi = g[i];                                                    \
-                d[i] = y[i] > 0 ? gi : (T)0;                                    \
-            }                                                                   \
-            break;                                                              \
-        case VQ__ACT_SIGMOID:                                                   \
-            for (int64_t i = 0; i < n; i++)                                     \
-                d[i] = g[i] * y[i] * ((T)1 - y[i]);                             \
-            break;                                                              \
-        default:                                                                \
-            for (int64_t i = 0; i < n; i++)                                     \
-                d[i] = g[i] * ((T)1 - y[i] * y[i]);                             \
-            break;                                                              \
-        }                                                                       \
+/* y is Out for relu, sigmoid and tanh, X for the others. The slope of
+ * hard_sigmoid is alpha where 0 < alpha x + beta < 1, else 0; hard_swish's
+ * is hard_sigmoid(x) plus x times that. */
+#define UNARY_GRAD(T, EXP)                                                                         \
+    static void unary_grad_##T(const vq__unary_params *p, const T *y, const T *g, T *d, int64_t n) \
+    {                                                                                              \
+        T a = (T)p->alpha, b = (T)p->beta;                                                         \
+        switch (p->op) {                                                                           \
+        case VQ__ACT_RELU: /* g[i] read either way: a select, vectorized */                        \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T gi = g[i];                                                                       \
+                d[i] = y[i] > 0 ? gi : (T)0;                                                       \
+            }                                                                                      \
+            break;                                                                                 \
+        case VQ__ACT_SIGMOID:                                                                      \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                d[i] = g[i] * y[i] * ((T)1 - y[i]);                                                \
+            break;                                                                                 \
+        case VQ__ACT_SILU:                                                                         \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T s = (T)1 / ((T)1 + EXP(-y[i]));                                                  \
+                d[i] = g[i] * s * ((T)1 + y[i] * ((T)1 - s));                                      \
+            }                                                                                      \
+            break;                                                                                 \
+        case VQ__ACT_HARD_SIGMOID:                                                                 \
+        case VQ__ACT_HARD_SWISH:                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                T l = a * y[i] + b, in = l > 0 && l < 1 ? a : (T)0;                                \
+                d[i] = p->op == VQ__ACT_HARD_SIGMOID                                               \
+                           ? g[i] * in                                                             \
+                           : g[i] * (HARD_SIGMOID(T, y[i], a, b) + y[i] * in);                     \
+            }                                                                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            for (int64_t i = 0; i < n; i++)                                                        \
+                d[i] = g[i] * ((T)1 - y[i] * y[i]);                                                \
+            break;                                                                                 \
+        }                                                                                          \
     }
 
-UNARY_GRAD(float)
-UNARY_GRAD(double)
+UNARY_GRAD(float, expf)
+UNARY_GRAD(double, exp)
 
 static int unary_grad_kernel(const vq__kcall *k)
 {
     const vq__unary_params *p = k->params;
     vq_tensor *y = k->in[0], *g = k->in[1], *d = k->out[0];
     if (y->dtype == VQ_F32)
-        unary_grad_float(p->op, y->data, g->data, d->data, y->numel);
+        unary_grad_float(p, y->data, g->data, d->data, y->numel);
     else
-        unary_grad_double(p->op, y->data, g->data, d->data, y->numel);
+        unary_grad_double(p, y->data, g->data, d->data, y->numel);
     return 0;
 }
 
-static const char *const unary_grad_names[] = {"relu_grad", "sigmoid_grad", "tanh_grad"};
+static const char *const unary_grad_names[] = {"relu_grad", "sigmoid_grad",      "tanh_grad",
+                                               "silu_grad", "hard_sigmoid_grad", "hard_swish_grad"};
 
 static int unary_grad(const vq__grad *g)
 {
     int wanted = vq__grad_wanted(g);
     if (wanted <= 0)
         return wanted;
-    const char *in[2] = {g->out[0], g->dout[0]};
-    return vq__emit(g, unary_grad_names[g->def->code], in, 2, &g->din[0], 1, NULL, 0);
+    int op = g->def->code;
+    bool from_x = op >= VQ__ACT_SILU;
+    const char *in[2] = {from_x ? g->in[0] : g->out[0], g->dout[0]};
+    return vq__emit(g, unary_grad_names[op], in, 2, &g->din[0], 1, g->attrs, g->nattrs);
 }
 
 /* ---- softmax ---- */
@@ -430,29 +427,39 @@ static int log_softmax_grad_kernel(const vq__kcall *k)
     return 0;
 }
 
-#define UNARY_OP(name, c)                                                                       \
-    {                                                                                           \
-        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1, \
-        .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),            \
-        .infer = unary_infer, .kernel = {unary_kernel}, .cuda = VQ__CUDA_OP(vq__unary_gpu),     \
-        .grad = unary_grad                                                                      \
+#define UNARY_OP(name, c, at, nat)                                                               \
+    {                                                                                            \
+        .type = name, .in_slots = x_in, .nin_slots = 1, .out_slots = out_slot, .nout_slots = 1,  \
+        .flags = VQ__INPLACE_OK, .code = c, .attrs = at, .nattrs = nat,                          \
+        .params_size = sizeof(vq__unary_params), .infer = unary_infer, .kernel = {unary_kernel}, \
+        .cuda = VQ__CUDA_OP(vq__unary_gpu), .grad = unary_grad                                   \
     }
 
-#define UNARY_GRAD_OP(name, c)                                                                     \
-    {                                                                                              \
-        .type = name, .in_slots = grad_in, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 1, \
-        .flags = VQ__INPLACE_OK, .code = c, .params_size = sizeof(vq__unary_params),               \
-        .infer = unary_grad_infer, .kernel = {unary_grad_kernel},                                  \
-        .cuda = VQ__CUDA_OP(vq__unary_grad_gpu)                                                    \
+/* slots: grad_in (Out, dOut) or x_grad_in (X, dOut) */
+#define UNARY_GRAD_OP(name, c, slots, at, nat)                                                   \
+    {                                                                                            \
+        .type = name, .in_slots = slots, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 1, \
+        .flags = VQ__INPLACE_OK, .code = c, .attrs = at, .nattrs = nat,                          \
+        .params_size = sizeof(vq__unary_params), .infer = unary_grad_infer,                      \
+        .kernel = {unary_grad_kernel}, .cuda = VQ__CUDA_OP(vq__unary_grad_gpu)                   \
     }
 
 const vq__op_def vq__ops_activation[] = {
-    UNARY_OP("relu", VQ__ACT_RELU),
-    UNARY_OP("sigmoid", VQ__ACT_SIGMOID),
-    UNARY_OP("tanh", VQ__ACT_TANH),
-    UNARY_GRAD_OP("relu_grad", VQ__ACT_RELU),
-    UNARY_GRAD_OP("sigmoid_grad", VQ__ACT_SIGMOID),
-    UNARY_GRAD_OP("tanh_grad", VQ__ACT_TANH),
+    UNARY_OP("relu", VQ__ACT_RELU, NULL, 0),
+    UNARY_OP("sigmoid", VQ__ACT_SIGMOID, NULL, 0),
+    UNARY_OP("tanh", VQ__ACT_TANH, NULL, 0),
+    /* x sigmoid(x) (SiLU, swish), one rounding in f32 */
+    UNARY_OP("silu", VQ__ACT_SILU, NULL, 0),
+    /* clamp(alpha x + beta, 0, 1), ONNX's HardSigmoid */
+    UNARY_OP("hard_sigmoid", VQ__ACT_HARD_SIGMOID, hard_sigmoid_attrs, 2),
+    /* x clamp(x / 6 + 1/2, 0, 1), ONNX's HardSwish */
+    UNARY_OP("hard_swish", VQ__ACT_HARD_SWISH, NULL, 0),
+    UNARY_GRAD_OP("relu_grad", VQ__ACT_RELU, grad_in, NULL, 0),
+    UNARY_GRAD_OP("sigmoid_grad", VQ__ACT_SIGMOID, grad_in, NULL, 0),
+    UNARY_GRAD_OP("tanh_grad", VQ__ACT_TANH, grad_in, NULL, 0),
+    UNARY_GRAD_OP("silu_grad", VQ__ACT_SILU, x_grad_in, NULL, 0),
+    UNARY_GRAD_OP("hard_sigmoid_grad", VQ__ACT_HARD_SIGMOID, x_grad_in, hard_sigmoid_attrs, 2),
+    UNARY_GRAD_OP("hard_swish_grad", VQ__ACT_HARD_SWISH, x_grad_in, NULL, 0),
     {.type = "softmax",
      .in_slots = x_in,
      .nin_slots = 1,

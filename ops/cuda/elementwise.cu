@@ -352,7 +352,15 @@ __device__ inline double exp_of(double v) { return exp(v); }
 __device__ inline float tanh_of(float v) { return tanhf(v); }
 __device__ inline double tanh_of(double v) { return tanh(v); }
 
-template <typename T> __global__ void unary_kernel(int op, const T *x, T *o, int64_t n)
+/* clamp(a x + b, 0, 1), NaN kept, in T (activation.c's HARD_SIGMOID) */
+template <typename T> __device__ inline T hard_sigmoid_of(T v, T a, T b)
+{
+    T l = a * v + b;
+    return l < 0 ? (T)0 : l > 1 ? (T)1 : l;
+}
+
+template <typename T>
+__global__ void unary_kernel(int op, const T *x, T *o, int64_t n, T a, T b)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -367,13 +375,17 @@ template <typename T> __global__ void unary_kernel(int op, const T *x, T *o, int
                 o[i] = e / ((T)1 + e);
             }
             break;
+        case VQ__CUDA_SILU: o[i] = v / ((T)1 + exp_of(-v)); break;
+        case VQ__CUDA_HARD_SIGMOID: o[i] = hard_sigmoid_of(v, a, b); break;
+        case VQ__CUDA_HARD_SWISH: o[i] = v * hard_sigmoid_of(v, a, b); break;
         default: o[i] = tanh_of(v); break;
         }
     }
 }
 
+/* y: the forward output for relu, sigmoid, tanh; its input for the rest */
 template <typename T>
-__global__ void unary_grad_kernel(int op, const T *y, const T *g, T *d, int64_t n)
+__global__ void unary_grad_kernel(int op, const T *y, const T *g, T *d, int64_t n, T a, T b)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -381,45 +393,58 @@ __global__ void unary_grad_kernel(int op, const T *y, const T *g, T *d, int64_t 
         switch (op) {
         case VQ__CUDA_RELU: d[i] = yi > 0 ? gi : (T)0; break;
         case VQ__CUDA_SIGMOID: d[i] = gi * yi * ((T)1 - yi); break;
+        case VQ__CUDA_SILU: {
+            T s = (T)1 / ((T)1 + exp_of(-yi));
+            d[i] = gi * s * ((T)1 + yi * ((T)1 - s));
+            break;
+        }
+        case VQ__CUDA_HARD_SIGMOID:
+        case VQ__CUDA_HARD_SWISH: {
+            T l = a * yi + b, in = l > 0 && l < 1 ? a : (T)0;
+            d[i] = op == VQ__CUDA_HARD_SIGMOID ? gi * in
+                                               : gi * (hard_sigmoid_of(yi, a, b) + yi * in);
+            break;
+        }
         default: d[i] = gi * ((T)1 - yi * yi); break;
         }
     }
 }
 
 extern "C" int vq__cuda_unary(int op, int dtype, const void *x, void *out, int64_t n,
-                              void *stream)
+                              double alpha, double beta, void *stream)
 {
-    if (op < VQ__CUDA_RELU || op > VQ__CUDA_TANH || n < 0)
+    if (op < VQ__CUDA_RELU || op > VQ__CUDA_HARD_SWISH || n < 0)
         return VQ_EINVAL;
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
     if (dtype == VQ_F32)
-        unary_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const float *)x, (float *)out, n);
+        unary_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const float *)x, (float *)out, n,
+                                                          (float)alpha, (float)beta);
     else if (dtype == VQ_F64)
         unary_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const double *)x,
-                                                           (double *)out, n);
+                                                           (double *)out, n, alpha, beta);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();
 }
 
 extern "C" int vq__cuda_unary_grad(int op, int dtype, const void *y, const void *gr, void *dx,
-                                   int64_t n, void *stream)
+                                   int64_t n, double alpha, double beta, void *stream)
 {
-    if (op < VQ__CUDA_RELU || op > VQ__CUDA_TANH || n < 0)
+    if (op < VQ__CUDA_RELU || op > VQ__CUDA_HARD_SWISH || n < 0)
         return VQ_EINVAL;
     if (n == 0)
         return 0;
     cudaStream_t s = VQ__CUDA_STREAM(stream);
     unsigned g = vq__cuda_blocks(n);
     if (dtype == VQ_F32)
-        unary_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(op, (const float *)y,
-                                                               (const float *)gr, (float *)dx, n);
+        unary_grad_kernel<float><<<g, VQ__CUDA_THREADS, 0, s>>>(
+            op, (const float *)y, (const float *)gr, (float *)dx, n, (float)alpha, (float)beta);
     else if (dtype == VQ_F64)
         unary_grad_kernel<double><<<g, VQ__CUDA_THREADS, 0, s>>>(
-            op, (const double *)y, (const double *)gr, (double *)dx, n);
+            op, (const double *)y, (const double *)gr, (double *)dx, n, alpha, beta);
     else
         return VQ_EINVAL;
     return vq__cuda_launched();

@@ -174,15 +174,25 @@ int vq__cuda_sum_grad(int op, int wrt, int dtype, const void *g, const void *p, 
 /* ---- activations (ops/cpu/activation.c) ---- */
 
 /* op for vq__cuda_unary / vq__cuda_unary_grad: params.h's VQ__ACT_*. */
-enum { VQ__CUDA_RELU = 0, VQ__CUDA_SIGMOID = 1, VQ__CUDA_TANH = 2 };
+enum {
+    VQ__CUDA_RELU = 0,
+    VQ__CUDA_SIGMOID = 1,
+    VQ__CUDA_TANH = 2,
+    VQ__CUDA_SILU = 3,
+    VQ__CUDA_HARD_SIGMOID = 4,
+    VQ__CUDA_HARD_SWISH = 5
+};
 
-/* out = relu / sigmoid / tanh of x. */
-int vq__cuda_unary(int op, int dtype, const void *x, void *out, int64_t n, void *stream);
+/* out = relu / sigmoid / tanh / silu / hard_sigmoid / hard_swish of x;
+ * alpha and beta are the hard ones' clamp(alpha x + beta, 0, 1). */
+int vq__cuda_unary(int op, int dtype, const void *x, void *out, int64_t n, double alpha,
+                   double beta, void *stream);
 
-/* dx from the forward output y and its gradient g: relu: g where y > 0;
- * sigmoid: g y (1 - y); tanh: g (1 - y^2). */
+/* dx from y and the output's gradient g, y the forward output for relu
+ * (g where y > 0), sigmoid (g y (1 - y)) and tanh (g (1 - y^2)), the
+ * forward input for silu, hard_sigmoid and hard_swish. */
 int vq__cuda_unary_grad(int op, int dtype, const void *y, const void *g, void *dx, int64_t n,
-                        void *stream);
+                        double alpha, double beta, void *stream);
 
 /* ---- math (ops/cpu/math.c; math.cu) ---- */
 

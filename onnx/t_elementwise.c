@@ -1,7 +1,7 @@
 /* ONNX's elementwise ops and activations as varq ops: the unary and
  * binary ones map one to one (the row names the varq op), Max / Min / Sum
  * / Mean chain a binary op over their inputs, and the activations varq
- * has no op for (LeakyRelu, HardSigmoid, Elu, Selu, Celu, PRelu, Shrink,
+ * has no op for (LeakyRelu, Elu, Selu, Celu, PRelu, Shrink,
  * Sign, ...) are composed of varq's, so each part has its gradient and
  * its GPU kernel. */
 #include "onnx_internal.h"
@@ -141,36 +141,22 @@ static int t_leaky_relu(struct ox *x)
     return ox_emit(x, "where", (struct ox_val *[]){neg, scaled, v}, 3, &o, 1, NULL, 0, NULL);
 }
 
-/* clamp(alpha X + beta, 0, 1) into name. */
-static int hard_sigmoid(struct ox *x, struct ox_val *v, double alpha, double beta, const char *name,
-                        struct ox_val **out)
-{
-    struct ox_val *lin, *zero, *one, *top;
-    vq_attr a[2] = {VQ_ATTR_F("scale", alpha), VQ_ATTR_F("bias", beta)};
-    int rc = ox_emit(x, "scale", &v, 1, NULL, 1, a, 2, &lin);
-    if (rc == 0)
-        rc = ox_scalar(x, v->meta.dtype, 0, &zero);
-    if (rc == 0)
-        rc = ox_scalar(x, v->meta.dtype, 1, &one);
-    if (rc == 0)
-        rc = ox_emit(x, "minimum", (struct ox_val *[]){lin, one}, 2, NULL, 1, NULL, 0, &top);
-    return rc ? rc
-              : ox_emit(x, "maximum", (struct ox_val *[]){top, zero}, 2, &name, 1, NULL, 0, out);
-}
-
+/* HardSigmoid: varq's hard_sigmoid, clamp(alpha X + beta, 0, 1). */
 static int t_hard_sigmoid(struct ox *x)
 {
-    return hard_sigmoid(x, ox_input(x, 0), ox_float(x, "alpha"), ox_float(x, "beta"), ox_out0(x),
-                        NULL);
+    struct ox_val *v = ox_input(x, 0);
+    const char *o = ox_out0(x);
+    vq_attr a[2] = {VQ_ATTR_F("alpha", ox_float(x, "alpha")),
+                    VQ_ATTR_F("beta", ox_float(x, "beta"))};
+    return ox_emit(x, "hard_sigmoid", &v, 1, &o, 1, a, 2, NULL);
 }
 
-/* HardSwish: X * hard_sigmoid(X; 1/6, 1/2). */
+/* HardSwish: varq's hard_swish, X hard_sigmoid(X; 1/6, 1/2). */
 static int t_hard_swish(struct ox *x)
 {
-    struct ox_val *v = ox_input(x, 0), *hs;
+    struct ox_val *v = ox_input(x, 0);
     const char *o = ox_out0(x);
-    int rc = hard_sigmoid(x, v, 1.0 / 6, 0.5, NULL, &hs);
-    return rc ? rc : ox_emit(x, "mul", (struct ox_val *[]){v, hs}, 2, &o, 1, NULL, 0, NULL);
+    return ox_emit(x, "hard_swish", &v, 1, &o, 1, NULL, 0, NULL);
 }
 
 /* Pow(X, Y), the output of X's type. Float X: with Y a known scalar,

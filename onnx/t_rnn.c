@@ -244,11 +244,10 @@ static int activate(struct ox *x, const struct rnn *n, struct act *a, struct ox_
         if ((rc = ox_affine(x, v, a->beta, 0, &t)) < 0 || (rc = emit1(x, "tanh", t, &u)) < 0)
             return rc;
         return ox_affine(x, u, a->alpha, 0, out);
-    case ACT_HARD_SIGMOID: /* max(min(alpha v + beta, 1), 0) */
-        if ((rc = ox_affine(x, v, a->alpha, a->beta, &t)) < 0 ||
-            (rc = emit2(x, "minimum", t, n->one, &u)) < 0)
-            return rc;
-        return emit2(x, "maximum", u, n->zero, out);
+    case ACT_HARD_SIGMOID: { /* clamp(alpha v + beta, 0, 1) */
+        vq_attr ab[2] = {VQ_ATTR_F("alpha", a->alpha), VQ_ATTR_F("beta", a->beta)};
+        return ox_emit(x, "hard_sigmoid", &v, 1, NULL, 1, ab, 2, out);
+    }
     case ACT_ELU: /* where(v > 0, v, alpha (exp(min(v, 0)) - 1)): the exp of
                    * the branch not taken never overflows, so that its
                    * gradient, zero, is not inf * 0 */

@@ -2922,3 +2922,40 @@ Test(onnx, slice_bounds_computed_at_run_time_are_wrapped_and_clamped_as_onnx_rea
     imported_free(&im);
     vq_engine_free(e);
 }
+
+/* HardSigmoid and HardSwish import as one op each (hard_sigmoid with the
+ * node's alpha and beta, hard_swish), not as a chain of scale, minimum,
+ * maximum and mul; their values against the spec's formulas. */
+Test(onnx, hard_sigmoid_and_hard_swish_are_one_op_each)
+{
+    Onnx__ModelProto *m = model_new(14);
+    add_input(m, "x", 1, (int64_t[]){8});
+    Onnx__NodeProto *n = add_node(m, "HardSigmoid", "hs", NAMES("x"), NAMES("hs"));
+    attr_float(n, "alpha", 0.3f);
+    attr_float(n, "beta", 0.4f);
+    add_node(m, "HardSwish", "hw", NAMES("x"), NAMES("hw"));
+    add_output(m, "hs");
+    add_output(m, "hw");
+    struct imported im = import_ok(m);
+    cr_assert_eq(vq_program_nops(im.p, 0), 2, "%d ops", vq_program_nops(im.p, 0));
+    const float x[8] = {-5, -3, -2.5f, -1, 0, 0.5f, 3, NAN};
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){8}, x), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch ft[2] = {{"hs", NULL}, {"hw", NULL}};
+    struct run r = run_new();
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, ft, 2), 0, "%s", vq_errmsg());
+    const float *hs = vq_tensor_data(ft[0].tensor), *hw = vq_tensor_data(ft[1].tensor);
+    for (int i = 0; i < 7; i++) {
+        float l = 0.3f * x[i] + 0.4f, s = x[i] * (1.0f / 6) + 0.5f;
+        float want_hs = l < 0 ? 0 : l > 1 ? 1 : l, want_hw = x[i] * (s < 0 ? 0 : s > 1 ? 1 : s);
+        cr_assert_eq(hs[i], want_hs, "HardSigmoid(%g) = %g, want %g", x[i], hs[i], want_hs);
+        cr_assert_eq(hw[i], want_hw, "HardSwish(%g) = %g, want %g", x[i], hw[i], want_hw);
+    }
+    cr_assert(isnan(hs[7]) && isnan(hw[7]), "NaN stays NaN");
+    for (int j = 0; j < 2; j++)
+        vq_tensor_release(ft[j].tensor);
+    vq_tensor_release(tx);
+    imported_free(&im);
+    run_free(&r);
+}

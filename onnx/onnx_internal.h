@@ -70,6 +70,9 @@ struct ox {
      * conv2d attribute clip [lo, hi] */
     bool fuse;
     double fuse_lo, fuse_hi;
+    /* import.c's fusion of x * Sigmoid(x): while that Sigmoid is
+     * translated (writing the Mul's output), it emits silu */
+    bool silu;
     /* import.c's walk over a graph's nodes, for the translations of If and
      * Loop (ox_subgraph): a hook, so that the translations do not call
      * back into import.c */

@@ -18,6 +18,15 @@ static int t_unary(struct ox *x)
     return ox_emit(x, ox_type(x), &a, 1, &o, 1, NULL, 0, NULL);
 }
 
+/* Sigmoid: sigmoid, or silu where import.c pairs it with the Mul of its
+ * input by it (x->silu; the node then writes the Mul's output). */
+static int t_sigmoid(struct ox *x)
+{
+    struct ox_val *a = ox_input(x, 0);
+    const char *o = ox_out0(x);
+    return ox_emit(x, x->silu ? "silu" : "sigmoid", &a, 1, &o, 1, NULL, 0, NULL);
+}
+
 /* r = a + sign * b (add, sub): r follows a's sym (ox_val.sym) when b is one
  * known integer, or b's when a is and sign is 1. */
 static void sym_sum(struct ox_val *r, const struct ox_val *a, const struct ox_val *b, int sign)
@@ -434,7 +443,7 @@ UNARY(Not, "logical_not")
 UNARY(Reciprocal, "reciprocal")
 UNARY(Relu, "relu")
 UNARY(Round, "round")
-UNARY(Sigmoid, "sigmoid")
+const struct ox_op ox_op_Sigmoid = OX_ROW(t_sigmoid, NULL, 1, 1, true, NULL);
 UNARY(Sin, "sin")
 UNARY(Sinh, "sinh")
 UNARY(Sqrt, "sqrt")

@@ -2959,3 +2959,47 @@ Test(onnx, hard_sigmoid_and_hard_swish_are_one_op_each)
     imported_free(&im);
     run_free(&r);
 }
+
+/* x * Sigmoid(x) (SiLU, as torch exports it) imports as one silu op, in
+ * either order of Mul's inputs; a Sigmoid read by anything else too, or a
+ * Mul of it by another value, stays a sigmoid and a mul. */
+Test(onnx, mul_of_x_by_its_sigmoid_is_one_silu_op)
+{
+    for (int c = 0; c < 4; c++) {
+        Onnx__ModelProto *m = model_new(13);
+        add_input(m, "x", 1, (int64_t[]){6});
+        add_input(m, "y", 1, (int64_t[]){6});
+        add_node(m, "Sigmoid", "s", NAMES("x"), NAMES("s"));
+        if (c == 0)
+            add_node(m, "Mul", "m", NAMES("x", "s"), NAMES("out"));
+        else if (c == 1)
+            add_node(m, "Mul", "m", NAMES("s", "x"), NAMES("out"));
+        else
+            add_node(m, "Mul", "m", NAMES(c == 2 ? "x" : "y", "s"), NAMES("out"));
+        add_output(m, "out");
+        if (c == 2)
+            add_output(m, "s"); /* a second reader of the Sigmoid */
+        struct imported im = import_ok(m);
+        cr_assert_eq(vq_program_nops(im.p, 0), c < 2 ? 1 : 2, "case %d: %d ops", c,
+                     vq_program_nops(im.p, 0));
+        const float xv[6] = {-120, -4, -0.5f, 0, 3, 90}, yv[6] = {1, 2, 3, 4, 5, 6};
+        vq_tensor *tx, *ty;
+        cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){6}, xv), 0);
+        cr_assert_eq(vq_tensor_from(&ty, VQ_F32, 1, (int64_t[]){6}, yv), 0);
+        vq_feed feed[2] = {{"x", tx}, {"y", ty}};
+        vq_fetch ft = {"out", NULL};
+        struct run r = run_new();
+        cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, feed, 2, &ft, 1), 0, "%s", vq_errmsg());
+        const float *o = vq_tensor_data(ft.tensor);
+        for (int i = 0; i < 6; i++) {
+            double s = 1 / (1 + exp(-(double)xv[i])), want = (c == 3 ? yv[i] : xv[i]) * s;
+            cr_assert(fabs(o[i] - want) <= 2e-7 * fabs(want) + 1e-45,
+                      "case %d: f(%g) = %g, want %g", c, xv[i], o[i], want);
+        }
+        vq_tensor_release(ft.tensor);
+        vq_tensor_release(tx);
+        vq_tensor_release(ty);
+        imported_free(&im);
+        run_free(&r);
+    }
+}

@@ -275,6 +275,33 @@ Test(ops_activation, f32_transcendental_ops_are_within_one_ulp_on_a_large_tensor
     }
 }
 
+/* softmax and log_softmax of f32 along a contiguous axis (vmath's
+ * exp_sub), long lines and short, against the double formulas. */
+Test(ops_activation, f32_softmax_of_contiguous_lines_matches_double_reference)
+{
+    const int64_t shapes2[3][2] = {{3, 1000}, {50, 7}, {2, 1}};
+    for (int s = 0; s < 3; s++)
+        for (int lg = 0; lg < 2; lg++) {
+            vq_tensor *x = oc_rand(&rng, VQ_F32, 2, shapes2[s], -20, 20);
+            vq_tensor *y = oc_run1(lg ? "log_softmax" : "softmax", &x, 1, NULL, 0);
+            double *want = values(x);
+            int64_t rows = shapes2[s][0], len = shapes2[s][1];
+            for (int64_t r = 0; r < rows; r++) {
+                double max = -INFINITY, sum = 0, *w = want + r * len;
+                for (int64_t j = 0; j < len; j++)
+                    max = w[j] > max ? w[j] : max;
+                for (int64_t j = 0; j < len; j++)
+                    sum += exp(w[j] - max);
+                for (int64_t j = 0; j < len; j++)
+                    w[j] = lg ? w[j] - max - log(sum) : exp(w[j] - max) / sum;
+            }
+            oc_assert_close(y, 2, shapes2[s], want, 1e-6, 1e-30);
+            free(want);
+            vq_tensor_release(y);
+            vq_tensor_release(x);
+        }
+}
+
 /* ---- gradient ops ---- */
 
 Test(ops_activation, gradient_ops_match_reference_in_f32_and_f64)

@@ -215,3 +215,39 @@ Test(vmath, levels_agree_in_place_and_at_every_length)
             }
         }
 }
+
+/* exp_sub (softmax's exp(x - m), the difference in double) at every
+ * level: every 4099th float against m = 0, a line max of 3.5, -80 and
+ * 100, within 2 ulp of exp of the exact difference; NaN for NaN and for
+ * inf - inf. */
+Test(vmath, exp_sub_within_2_ulp_at_every_level)
+{
+    const float ms[] = {0, 3.5f, -80, 100};
+    static float x[BATCH], o[BATCH];
+    for (int l = VQ__ISA_PORTABLE; l <= (int)cpu_level(); l++) {
+        int64_t worst = 0;
+        for (int k = 0; k < 4; k++) {
+            int n = 0;
+            for (uint64_t b = 0; b <= 0xffffffffu; b += 4099) {
+                uint32_t b32 = (uint32_t)b;
+                memcpy(&x[n++], &b32, sizeof b32);
+                if (n < BATCH && b + 4099 <= 0xffffffffu)
+                    continue;
+                vq__vmath_at((enum vq__isa_level)l)->exp_sub(x, ms[k], o, n);
+                for (int i = 0; i < n; i++) {
+                    float want = (float)exp((double)x[i] - ms[k]);
+                    int64_t u = ulps(o[i], want);
+                    worst = u > worst ? u : worst;
+                    cr_assert_leq(u, 2, "exp_sub at %s: exp(%a - %a) = %a, want %a",
+                                  vq__isa_name((enum vq__isa_level)l), x[i], ms[k], o[i], want);
+                }
+                n = 0;
+            }
+        }
+        const float inf[2] = {INFINITY, NAN};
+        vq__vmath_at((enum vq__isa_level)l)->exp_sub(inf, INFINITY, o, 2);
+        cr_assert(isnan(o[0]) && isnan(o[1]));
+        printf("vmath exp_sub at %s: at most %lld ulp from the correctly rounded result\n",
+               vq__isa_name((enum vq__isa_level)l), (long long)worst);
+    }
+}

@@ -112,6 +112,19 @@ INLINE float exp_one(float xf)
     return u2f(sel32(nan_mask(xb), xb, f2u(r)));
 }
 
+/* exp(x - m) with y = x - m in double, clamped to [-104, 89] by its bits
+ * (sign and magnitude: the larger magnitude, the larger the bits); NaN
+ * for a NaN difference (a NaN x, or inf - inf). */
+INLINE float exp_sub_one(float xf, double m)
+{
+    const uint64_t sign = 0x8000000000000000u, abs = ~sign;
+    uint64_t yb = d2u((double)xf - m), ab = yb & abs;
+    uint64_t lim = (yb & sign) ? 0x405a000000000000u : 0x4056400000000000u; /* 104, 89 */
+    double yc = u2d((ab < lim ? ab : lim) | (yb & sign));
+    uint32_t nan = 0u - (uint32_t)(ab > 0x7ff0000000000000u);
+    return u2f(sel32(nan, 0x7fc00000u, f2u((float)exp_core(yc))));
+}
+
 /* sigmoid = 1 / (1 + exp(-x)), |x| clamped to 104 (sigmoid is 0 below
  * -103.98 and 1 above 17 in float). */
 INLINE float sigmoid_one(float xf)
@@ -237,40 +250,58 @@ INLINE float log_one(float xf)
     }
 
 CHUNKED(exp)
+
+INLINE void exp_sub_chunks(const float *x, float m, float *o, int64_t n)
+{
+    float in[CHUNK], out[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t k = n - i < CHUNK ? n - i : CHUNK;
+        memcpy(in, x + i, (size_t)k * sizeof *in);
+        if (k < CHUNK)
+            memset(in + k, 0, (size_t)(CHUNK - k) * sizeof *in);
+        for (int j = 0; j < CHUNK; j++)
+            out[j] = exp_sub_one(in[j], m);
+        memcpy(o + i, out, (size_t)k * sizeof *out);
+    }
+}
 CHUNKED(log)
 CHUNKED(erf)
 CHUNKED(tanh)
 CHUNKED(sigmoid)
 CHUNKED(silu)
 
-/* One level's six functions, each the chunked body under target ATTR. */
-#define LEVEL(lv, ATTR)                                                            \
-    ATTR static void exp_##lv(const float *x, float *o, int64_t n)                 \
-    {                                                                              \
-        exp_chunks(x, o, n);                                                       \
-    }                                                                              \
-    ATTR static void log_##lv(const float *x, float *o, int64_t n)                 \
-    {                                                                              \
-        log_chunks(x, o, n);                                                       \
-    }                                                                              \
-    ATTR static void erf_##lv(const float *x, float *o, int64_t n)                 \
-    {                                                                              \
-        erf_chunks(x, o, n);                                                       \
-    }                                                                              \
-    ATTR static void tanh_##lv(const float *x, float *o, int64_t n)                \
-    {                                                                              \
-        tanh_chunks(x, o, n);                                                      \
-    }                                                                              \
-    ATTR static void sigmoid_##lv(const float *x, float *o, int64_t n)             \
-    {                                                                              \
-        sigmoid_chunks(x, o, n);                                                   \
-    }                                                                              \
-    ATTR static void silu_##lv(const float *x, float *o, int64_t n)                \
-    {                                                                              \
-        silu_chunks(x, o, n);                                                      \
-    }                                                                              \
-    static const struct vq__vmath vmath_##lv = {exp_##lv,  log_##lv,     erf_##lv, \
-                                                tanh_##lv, sigmoid_##lv, silu_##lv};
+/* One level's functions, each the chunked body under target ATTR. */
+#define LEVEL(lv, ATTR)                                                                          \
+    ATTR static void exp_##lv(const float *x, float *o, int64_t n)                               \
+    {                                                                                            \
+        exp_chunks(x, o, n);                                                                     \
+    }                                                                                            \
+    ATTR static void log_##lv(const float *x, float *o, int64_t n)                               \
+    {                                                                                            \
+        log_chunks(x, o, n);                                                                     \
+    }                                                                                            \
+    ATTR static void erf_##lv(const float *x, float *o, int64_t n)                               \
+    {                                                                                            \
+        erf_chunks(x, o, n);                                                                     \
+    }                                                                                            \
+    ATTR static void tanh_##lv(const float *x, float *o, int64_t n)                              \
+    {                                                                                            \
+        tanh_chunks(x, o, n);                                                                    \
+    }                                                                                            \
+    ATTR static void sigmoid_##lv(const float *x, float *o, int64_t n)                           \
+    {                                                                                            \
+        sigmoid_chunks(x, o, n);                                                                 \
+    }                                                                                            \
+    ATTR static void silu_##lv(const float *x, float *o, int64_t n)                              \
+    {                                                                                            \
+        silu_chunks(x, o, n);                                                                    \
+    }                                                                                            \
+    ATTR static void exp_sub_##lv(const float *x, float m, float *o, int64_t n)                  \
+    {                                                                                            \
+        exp_sub_chunks(x, m, o, n);                                                              \
+    }                                                                                            \
+    static const struct vq__vmath vmath_##lv = {exp_##lv,     log_##lv,  erf_##lv,    tanh_##lv, \
+                                                sigmoid_##lv, silu_##lv, exp_sub_##lv};
 
 LEVEL(portable, )
 

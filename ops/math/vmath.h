@@ -32,10 +32,15 @@
 #include "isa.h"
 
 typedef void (*vq__vmath_fn)(const float *x, float *o, int64_t n);
+typedef void (*vq__vmath_sub_fn)(const float *x, float m, float *o, int64_t n);
 
-/* One level's functions: o[i] = f(x[i]) for i < n. */
+/* One level's functions: o[i] = f(x[i]) for i < n; exp_sub: o[i] =
+ * exp(x[i] - m), the difference taken in double (softmax's exponentials
+ * of a line shifted by its max: x[i] - m is exact there, and the result
+ * is exp's, within 1 ulp). */
 struct vq__vmath {
     vq__vmath_fn exp, log, erf, tanh, sigmoid, silu;
+    vq__vmath_sub_fn exp_sub;
 };
 
 /* The functions at level l, or at the highest level below it that this

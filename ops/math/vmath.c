@@ -120,8 +120,9 @@ INLINE float exp_sub_one(float xf, double m)
     const uint64_t sign = 0x8000000000000000u, abs = ~sign;
     uint64_t yb = d2u((double)xf - m), ab = yb & abs;
     uint64_t lim = (yb & sign) ? 0x405a000000000000u : 0x4056400000000000u; /* 104, 89 */
-    double yc = u2d((ab < lim ? ab : lim) | (yb & sign));
-    uint32_t nan = 0u - (uint32_t)(ab > 0x7ff0000000000000u);
+    /* signed compares (both below 2^63): AVX2 has those, not unsigned */
+    double yc = u2d(((int64_t)ab < (int64_t)lim ? ab : lim) | (yb & sign));
+    uint32_t nan = 0u - (uint32_t)((int64_t)ab > (int64_t)0x7ff0000000000000u);
     return u2f(sel32(nan, 0x7fc00000u, f2u((float)exp_core(yc))));
 }
 
@@ -215,8 +216,10 @@ INLINE float log_one(float xf)
     uint32_t xb = f2u(xf);
     uint64_t db = d2u((double)u2f(xb & ABS)), mant = db & 0x000fffffffffffffu;
     /* the mantissa of sqrt(2): above it, halve m and add one to e */
-    uint64_t up = (uint64_t)(mant > 0x6a09e667f3bcdu);
-    int64_t e = (int64_t)(db >> 52) - 1023 + (int64_t)up;
+    uint64_t up = (uint64_t)((int64_t)mant > (int64_t)0x6a09e667f3bcdu);
+    /* e as a double without an int64 conversion (none in AVX2): the
+     * biased exponent in the low bits of 2^52's mantissa */
+    double e = u2d(0x4330000000000000u | ((db >> 52) + up)) - (0x1p52 + 1023);
     double m = u2d(mant | (1023 - up) << 52);
     double s = (m - 1) / (m + 1), s2 = s * s;
     double q = 1. / 11 + s2 * (1. / 13);
@@ -225,7 +228,7 @@ INLINE float log_one(float xf)
     q = 1. / 5 + s2 * q;
     q = 1. / 3 + s2 * q;
     double l = 2 * s * (1 + s2 * q);
-    float r = (float)((double)e * 0x1.62e42fefa39efp-1 + l);
+    float r = (float)(e * 0x1.62e42fefa39efp-1 + l);
     uint32_t zero = 0u - (uint32_t)((xb & ABS) == 0);
     uint32_t neg = 0u - (xb >> 31);
     uint32_t rb = sel32(zero, 0xff800000u, sel32(neg, 0x7fc00000u, f2u(r)));

@@ -18,6 +18,7 @@
  * relative). */
 #include "vmath.h"
 
+#include <math.h>
 #include <string.h>
 
 #define CHUNK 256
@@ -303,10 +304,31 @@ CHUNKED(silu)
     {                                                                                            \
         exp_sub_chunks(x, m, o, n);                                                              \
     }                                                                                            \
-    static const struct vq__vmath vmath_##lv = {exp_##lv,     log_##lv,  erf_##lv,    tanh_##lv, \
-                                                sigmoid_##lv, silu_##lv, exp_sub_##lv};
+    __attribute__((unused)) static const struct vq__vmath vmath_##lv = {exp_##lv,     log_##lv,  \
+                                                                        erf_##lv,     tanh_##lv, \
+                                                                        sigmoid_##lv, silu_##lv, \
+                                                                        exp_sub_##lv};
 
 LEVEL(portable, )
+
+/* The portable level takes exp and log from libm: with SSE2's two doubles
+ * a vector (and, for log, no 64-bit compare to vectorize with) their
+ * bodies are slower than glibc's expf and logf, which are as accurate. */
+static void exp_libm(const float *x, float *o, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] = expf(x[i]);
+}
+
+static void log_libm(const float *x, float *o, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] = logf(x[i]);
+}
+
+static const struct vq__vmath vmath_baseline = {exp_libm,        log_libm,         erf_portable,
+                                                tanh_portable,   sigmoid_portable, silu_portable,
+                                                exp_sub_portable};
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define VMATH_X86 1
@@ -332,7 +354,7 @@ const struct vq__vmath *vq__vmath_at(enum vq__isa_level l)
 #else
     (void)l;
 #endif
-    return &vmath_portable;
+    return &vmath_baseline;
 }
 
 const struct vq__vmath *vq__vmath(void)

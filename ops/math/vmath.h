@@ -7,13 +7,15 @@
  *
  * Every element is computed in double from the float input and rounded to
  * float once, so each result is within 1 ulp of the correctly rounded one
+ * (the portable level's exp and log are libm's expf and logf: with SSE2
+ * alone the bodies are slower than those)
  * (tests/test_vmath.c measures it at each level against double libm, over
  * a dense sample of all floats and the edges: denormals, +-0, +-inf, NaN,
  * overflow and underflow). The body has no libm call and no branch: the
  * range checks are integer compares on the float's bits (gcc does not
  * if-convert float compares under its default -ftrapping-math, and the
  * loop would stay scalar), and ISO C mode contracts nothing into FMAs, so
- * the three variants give the same bits.
+ * the variants give the same bits (but for libm's exp and log).
  *
  * Special values: exp(+inf) = +inf, exp(-inf) = +0, log(+-0) = -inf,
  * log(x < 0) = NaN, erf(+-inf) = +-1, tanh(+-inf) = +-1, sigmoid(+inf) =

@@ -61,6 +61,7 @@ extern const vq__op_def vq__ops_det[];
 extern const vq__op_def vq__ops_unpool[];
 extern const vq__op_def vq__ops_dft[];
 extern const vq__op_def vq__ops_dynamic[];
+extern const vq__op_def vq__ops_rnn[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.

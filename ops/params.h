@@ -358,6 +358,20 @@ typedef struct vq__cumsum_params {
     int axis, exclusive, reverse;
 } vq__cumsum_params;
 
+/* ---- recurrent layers (ops/cpu/rnn.c) ---- */
+
+enum { VQ__RNN_LSTM, VQ__RNN_GRU, VQ__RNN_TANH, VQ__RNN_RELU };
+
+/* lstm, gru, rnn and their gradient ops: the cell (above), hidden size,
+ * layers, directions (1 or 2), whether the weights include biases and
+ * the call gives H0 (and C0), whether the forward call writes Reserve;
+ * the gradient op's grads (bits: dY 1, dHN 2, dCN 4 among its inputs);
+ * X's dims T, B and I (-1 unknown). */
+typedef struct vq__rnn_params {
+    int cell, hidden, layers, dirs, bias, states, reserve, grads;
+    int64_t steps, batch, input;
+} vq__rnn_params;
+
 /* ---- dft (ops/cpu/dft.c) ---- */
 
 /* dft: the signal's axis (normalized, never the last), inverse, onesided,

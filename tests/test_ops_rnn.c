@@ -351,3 +351,98 @@ Test(ops_rnn, bad_calls_fail_with_messages)
     vq_tensor_release(h0);
     release_all(in, nin);
 }
+
+/* In a program, autodiff through lstm: loss = mean(Y) + mean(CN), with
+ * and without Reserve among the op's outputs (without it the gradient
+ * maker runs the forward op again); the executor's gradients are those
+ * of lstm_grad called directly with dY and dCN of 1 / numel. */
+Test(ops_rnn, autodiff_through_lstm_in_a_program_with_and_without_reserve)
+{
+    const struct rnn_case *c = &cases[0];
+    vq_tensor *in[MAX_IN];
+    int nin = case_inputs(c, VQ_F64, in);
+    vq_attr at[6];
+    int na = case_attrs(c, at);
+    /* the reference: lstm_grad with the gradients of the two means */
+    vq_tensor *ref[4], *gin[MAX_IN], *gref[MAX_IN];
+    oc_run("lstm", in, nin, ref, 4, at, na);
+    memcpy(gin, in, sizeof(vq_tensor *) * (size_t)nin);
+    gin[nin] = ref[3];
+    int64_t ny = vq_tensor_numel(ref[0]), nc = vq_tensor_numel(ref[2]);
+    double *dy = malloc((size_t)ny * sizeof *dy), *dc = malloc((size_t)nc * sizeof *dc);
+    cr_assert(dy && dc);
+    for (int64_t i = 0; i < ny; i++)
+        dy[i] = 1.0 / (double)ny;
+    for (int64_t i = 0; i < nc; i++)
+        dc[i] = 1.0 / (double)nc;
+    gin[nin + 1] = oc_from(VQ_F64, 3, vq_tensor_shape(ref[0]), dy);
+    gin[nin + 2] = oc_from(VQ_F64, 3, vq_tensor_shape(ref[2]), dc);
+    at[na] = VQ_ATTR_I("grads", 5);
+    oc_run("lstm_grad", gin, nin + 3, gref, nin, at, na + 1);
+
+    for (int r = 0; r < 2; r++) {
+        vq_program *p;
+        cr_assert_eq(vq_program_new(&p), 0);
+        char names[MAX_IN][16];
+        const char *op_in[MAX_IN];
+        for (int i = 0; i < nin; i++) {
+            snprintf(names[i], 16, i == 0 ? "x" : "p%d", i);
+            op_in[i] = names[i];
+            cr_assert_eq(vq_program_add_var(p, 0, names[i], VQ_F64, vq_tensor_ndim(in[i]),
+                                            vq_tensor_shape(in[i]), i > 0),
+                         0, "%s", vq_errmsg());
+        }
+        const char *outs[4] = {"y", "hn", "cn", "reserve"}, *loss[3] = {"my", "mc", "loss"};
+        for (int j = 0; j < 3 + r; j++)
+            cr_assert_eq(vq_program_add_var(p, 0, outs[j], VQ_F64, vq_tensor_ndim(ref[j]),
+                                            vq_tensor_shape(ref[j]), false),
+                         0);
+        for (int j = 0; j < 3; j++)
+            cr_assert_eq(vq_program_add_var(p, 0, loss[j], VQ_F64, 0, NULL, false), 0);
+        cr_assert_geq(vq_program_add_op(p, 0, "lstm", op_in, nin, outs, 3 + r, at, na), 0, "%s",
+                      vq_errmsg());
+        cr_assert_geq(vq_program_add_op(p, 0, "mean", &outs[0], 1, &loss[0], 1, NULL, 0), 0);
+        cr_assert_geq(vq_program_add_op(p, 0, "mean", &outs[2], 1, &loss[1], 1, NULL, 0), 0);
+        cr_assert_geq(vq_program_add_op(p, 0, "add", loss, 2, &loss[2], 1, NULL, 0), 0);
+        cr_assert_geq(vq_append_backward(p, "loss", NULL, 0), 0, "%s", vq_errmsg());
+        vq_engine *e;
+        vq_exec *ex;
+        vq_scope *sc;
+        cr_assert_eq(vq_engine_new(&e, NULL), 0);
+        cr_assert_eq(vq_exec_new(&ex, e, NULL), 0);
+        cr_assert_eq(vq_scope_new(&sc), 0);
+        vq_tensor *ein[MAX_IN];
+        case_inputs(c, VQ_F64, ein);
+        for (int i = 1; i < nin; i++)
+            cr_assert_eq(vq_scope_set(sc, names[i], ein[i]), 0);
+        vq_feed feed = {"x", ein[0]};
+        char gname[MAX_IN][24];
+        vq_fetch f[MAX_IN];
+        /* the parameters' gradients (autodiff gives the fed x none) */
+        for (int i = 1; i < nin; i++) {
+            snprintf(gname[i], 24, "%.15s@GRAD", names[i]);
+            f[i] = (vq_fetch){gname[i], NULL};
+        }
+        cr_assert_eq(vq_exec_run(ex, p, sc, &feed, 1, f + 1, nin - 1), 0, "%s", vq_errmsg());
+        for (int i = 1; i < nin; i++) {
+            char what[48];
+            snprintf(what, sizeof what, "%.22s (reserve %d)", gname[i], r);
+            for (int64_t k = 0; k < vq_tensor_numel(gref[i]); k++)
+                cr_assert(fabs(oc_get(f[i].tensor, k) - oc_get(gref[i], k)) <= 1e-12,
+                          "%s[%lld]: program %.17g, lstm_grad %.17g", what, (long long)k,
+                          oc_get(f[i].tensor, k), oc_get(gref[i], k));
+            vq_tensor_release(f[i].tensor);
+        }
+        release_all(ein, nin); /* before their engine goes */
+        vq_scope_free(sc);
+        vq_exec_free(ex);
+        vq_engine_free(e);
+        vq_program_free(p);
+    }
+    free(dy);
+    free(dc);
+    release_all(gref, nin);
+    release_all(&gin[nin + 1], 2);
+    release_all(ref, 4);
+    release_all(in, nin);
+}

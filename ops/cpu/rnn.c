@@ -445,6 +445,7 @@ typedef struct rnn_call {
     char *res;           /* Reserve, NULL without it */
     char *scr;           /* scratch, `per` elements per direction */
     int64_t per;
+    int64_t max_in; /* the widest layer input: max(I, D*H) */
     /* the layer being run */
     int layer;
     const char *in; /* the layer's input [T, B, in_w] */
@@ -524,9 +525,21 @@ static const char *c_prev(const rnn_call *c, int d, int64_t s, const char *saved
     return AT(saved, tp * c->B * c->S + 4 * c->H);
 }
 
+/* m rows of n elements (src) into n rows of m (dst). */
+static void transpose(const rnn_call *c, int64_t m, int64_t n, const void *src, char *dst)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            if (c->dt == VQ_F32)
+                ((float *)dst)[j * m + i] = ((const float *)src)[i * n + j];
+            else
+                ((double *)dst)[j * m + i] = ((const double *)src)[i * n + j];
+        }
+}
+
 /* One direction of the current layer. Scratch: the input projection [TB,
- * GH], h W_hh^T [B, GH], the folded biases [GH + H], and without Reserve
- * the cells of one step [B, S]. */
+ * GH], h W_hh^T [B, GH], the folded biases [GH + H], W_ih^T and W_hh^T,
+ * and without Reserve the cells of one step [B, S]. */
 static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
@@ -535,16 +548,20 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t T = c->T, B = c->B, H = c->H, GH = c->GH, DH = p->dirs * H;
     for (int d = (int)lo; d < hi; d++) {
         char *xp = AT(c->scr, d * c->per), *hp = AT(xp, c->TB * GH), *bx = AT(hp, B * GH),
-             *bn = AT(bx, GH), *cells = AT(bn, H);
+             *bn = AT(bx, GH), *wih = AT(bn, H), *whh = AT(wih, c->max_in * GH),
+             *cells = AT(whh, H * GH);
         char *saved = c->res ? res_saved(c, c->layer, d) : cells;
-        const void *wih = weight(c, c->layer, d, 0), *whh = weight(c, c->layer, d, 1);
         fold_biases(c, d, bx);
-        vq__gemm(c->dt, false, true, c->TB, GH, c->in_w, 1, c->in, c->in_w, wih, c->in_w, 0, xp);
+        /* W^T in scratch: the products then take B untransposed, the form
+         * varq's own f32 kernel runs (vq__gemm) */
+        transpose(c, GH, c->in_w, weight(c, c->layer, d, 0), wih);
+        transpose(c, GH, H, weight(c, c->layer, d, 1), whh);
+        vq__gemm(c->dt, false, false, c->TB, GH, c->in_w, 1, c->in, c->in_w, wih, GH, 0, xp);
         for (int64_t s = 0; s < T; s++) {
             int64_t t = d ? T - 1 - s : s, ldh, ldc = 0;
             const char *hprev = h_prev(c, d, s, &ldh), *cprev = NULL;
             if (hprev)
-                vq__gemm(c->dt, false, true, B, GH, H, 1, hprev, ldh, whh, H, 0, hp);
+                vq__gemm(c->dt, false, false, B, GH, H, 1, hprev, ldh, whh, GH, 0, hp);
             else
                 memset(hp, 0, (size_t)(B * GH) * c->es);
             char *cur = c->res ? AT(saved, t * B * c->S) : cells;
@@ -633,7 +650,9 @@ static int rnn_kernel(const vq__kcall *k)
     c->cn = ns == 2 ? k->out[2]->data : NULL;
     c->res = p->reserve ? k->out[1 + ns]->data : NULL;
     int64_t DH = p->dirs * c->H, ybufs = !c->res && p->layers > 1 ? 2 * c->TB * DH : 0;
-    c->per = c->TB * c->GH + c->B * c->GH + c->GH + c->H + (c->res ? 0 : c->B * c->S);
+    c->max_in = x->shape[2] > DH ? x->shape[2] : DH;
+    c->per = c->TB * c->GH + c->B * c->GH + c->GH + c->H + c->max_in * c->GH + c->H * c->GH +
+             (c->res ? 0 : c->B * c->S);
     vq_tensor *scr;
     int rc = vq__kernel_scratch(k, x->dtype, p->dirs * c->per + ybufs, "recurrence scratch", &scr);
     if (rc < 0)

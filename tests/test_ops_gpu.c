@@ -1,8 +1,9 @@
 /* Tensors and ops on GPUs, on the host-emulated stream backend with two
- * devices: copies host -> device -> host, add / matmul / softmax / adam run
- * with vq_op_run on device 0 and device 1 of a threaded engine and compared
- * bit for bit with the same ops on the CPU, device mixing refused naming the
- * slot, the GPU allocator's counters, and no backend -> VQ_ENOSYS. */
+ * devices: copies host -> device -> host, add / matmul / softmax / adam and
+ * lstm / lstm_grad run with vq_op_run on device 0 and device 1 of a
+ * threaded engine and compared bit for bit with the same ops on the CPU,
+ * device mixing refused naming the slot, the GPU allocator's counters,
+ * and no backend -> VQ_ENOSYS. */
 #include <varq/varq.h>
 
 #include "../engine/engine_internal.h"
@@ -379,5 +380,59 @@ Test(ops_gpu, a_kernel_error_in_stream_work_reaches_vq_tensor_wait)
     vq_tensor_release(x);
     vq_tensor_release(l);
     cr_assert_eq(vq_wait_all(e), VQ_EINVAL); /* the stream's sticky error */
+    vq_engine_free(e);
+}
+
+/* lstm (2 layers, bidirectional, with H0 and C0) and lstm_grad on the
+ * emulated GPU: the CPU kernel as stream work, the CPU's bits. */
+Test(ops_gpu, lstm_and_its_gradient_on_a_gpu_match_the_cpu_bit_for_bit)
+{
+    vq_engine *e = engine();
+    enum { T = 6, B = 3, I = 5, H = 4, G = 4, NW = 16 };
+    vq_tensor *in[NW + 3], *gin[NW + 3];
+    int n = 0;
+    in[n++] = rand_f32(3, (int64_t[]){T, B, I}, -1, 1);
+    for (int l = 0; l < 2; l++)
+        for (int d = 0; d < 2; d++) {
+            in[n++] = rand_f32(2, (int64_t[]){G * H, l ? 2 * H : I}, -0.5, 0.5);
+            in[n++] = rand_f32(2, (int64_t[]){G * H, H}, -0.5, 0.5);
+            in[n++] = rand_f32(1, (int64_t[]){G * H}, -0.5, 0.5);
+            in[n++] = rand_f32(1, (int64_t[]){G * H}, -0.5, 0.5);
+        }
+    in[n++] = rand_f32(3, (int64_t[]){4, B, H}, -0.5, 0.5);
+    in[n++] = rand_f32(3, (int64_t[]){4, B, H}, -0.5, 0.5);
+    vq_attr at[3] = {VQ_ATTR_I("hidden_size", H), VQ_ATTR_I("num_layers", 2),
+                     VQ_ATTR_B("bidirectional", true)};
+    vq_attr gat[4] = {at[0], at[1], at[2], VQ_ATTR_I("grads", 1)};
+    vq_tensor *c_out[4] = {0}, *g_out[4] = {0}, *c_d[NW + 3] = {0}, *g_d[NW + 3] = {0};
+    run(e, "lstm", in, n, c_out, 4, at, 3);
+    vq_tensor *cg[NW + 5];
+    memcpy(cg, in, sizeof in);
+    cg[n] = c_out[3];
+    cg[n + 1] = c_out[0]; /* dY: any tensor of Y's shape */
+    run(e, "lstm_grad", cg, n + 2, c_d, n, gat, 4);
+    for (int i = 0; i < n; i++)
+        gin[i] = to(e, in[i], gpu(0));
+    run(e, "lstm", gin, n, g_out, 4, at, 3);
+    vq_tensor *gg[NW + 5];
+    memcpy(gg, gin, sizeof gin);
+    gg[n] = g_out[3];
+    gg[n + 1] = g_out[0];
+    run(e, "lstm_grad", gg, n + 2, g_d, n, gat, 4);
+    for (int j = 0; j < 4; j++)
+        assert_same(e, g_out[j], c_out[j], "lstm");
+    for (int i = 0; i < n; i++)
+        assert_same(e, g_d[i], c_d[i], "lstm_grad");
+    for (int i = 0; i < n; i++) {
+        vq_tensor_release(in[i]);
+        vq_tensor_release(gin[i]);
+        vq_tensor_release(c_d[i]);
+        vq_tensor_release(g_d[i]);
+    }
+    for (int j = 0; j < 4; j++) {
+        vq_tensor_release(c_out[j]);
+        vq_tensor_release(g_out[j]);
+    }
+    cr_assert_eq(vq_wait_all(e), 0, "%s", vq_errmsg());
     vq_engine_free(e);
 }

@@ -446,3 +446,45 @@ Test(ops_rnn, autodiff_through_lstm_in_a_program_with_and_without_reserve)
     release_all(ref, 4);
     release_all(in, nin);
 }
+
+/* Zero steps: Y is empty, HN and CN are H0 and C0, and the gradient
+ * passes dHN and dCN through to dH0 and dC0 with zeros for the weights;
+ * an empty batch gives empty outputs. */
+Test(ops_rnn, zero_steps_and_an_empty_batch)
+{
+    struct rnn_case c = cases[0];
+    c.T = 0;
+    vq_tensor *in[MAX_IN], *out[4], *g[MAX_IN], *gin[MAX_IN];
+    int nin = case_inputs(&c, VQ_F64, in), nw = nin - 3;
+    vq_attr at[6];
+    int na = case_attrs(&c, at);
+    oc_run("lstm", in, nin, out, 4, at, na);
+    cr_assert_eq(vq_tensor_numel(out[0]), 0);
+    cr_assert_eq(vq_tensor_numel(out[3]), 0);
+    assert_near(out[1], c.h0, 0, "T=0", "HN");
+    assert_near(out[2], c.c0, 0, "T=0", "CN");
+    memcpy(gin, in, sizeof(vq_tensor *) * (size_t)nin);
+    gin[nin] = out[3];
+    gin[nin + 1] = out[1]; /* dHN: H0's values */
+    gin[nin + 2] = out[2]; /* dCN: C0's */
+    at[na] = VQ_ATTR_I("grads", 6);
+    oc_run("lstm_grad", gin, nin + 3, g, nin, at, na + 1);
+    for (int j = 1; j <= nw; j++)
+        for (int64_t i = 0; i < vq_tensor_numel(g[j]); i++)
+            cr_assert_eq(oc_get(g[j], i), 0, "dW %d [%lld]", j, (long long)i);
+    assert_near(g[1 + nw], c.h0, 0, "T=0", "dH0");
+    assert_near(g[2 + nw], c.c0, 0, "T=0", "dC0");
+    release_all(g, nin);
+    release_all(out, 4);
+    release_all(in, nin);
+
+    c = cases[2]; /* gru, no states */
+    c.B = 0;
+    nin = case_inputs(&c, VQ_F32, in);
+    na = case_attrs(&c, at);
+    oc_run("gru", in, nin, out, 3, at, na);
+    for (int j = 0; j < 3; j++)
+        cr_assert_eq(vq_tensor_numel(out[j]), 0);
+    release_all(out, 3);
+    release_all(in, nin);
+}

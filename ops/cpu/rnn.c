@@ -190,6 +190,11 @@ static int infer_common(vq__infer *c, vq__rnn_params *p)
     p->steps = c->in[0].shape[0];
     p->batch = c->in[0].shape[1];
     p->input = c->in[0].shape[2];
+    /* the products' dims are BLAS ints: T * B rows, I columns */
+    if ((p->steps > 0 && p->batch > INT32_MAX / p->steps) || p->input > INT32_MAX)
+        return vq__in_fail(c, 0, "T * B = %lld rows or I = %lld is past BLAS's limit of %d",
+                           (long long)p->steps * (long long)p->batch, (long long)p->input,
+                           INT32_MAX);
     if (c->nin < 1 + nweights(p))
         return vq__op_fail(c->def,
                            "%d layer(s) of %d direction(s) take %d weights (%s per layer and "

@@ -333,7 +333,7 @@ Test(ops_rnn, bad_calls_fail_with_messages)
     assert_fails("lstm", in, nin, 3, bad, na, "attribute hidden_size");
     bad[0] = at[0];
     bad[na] = VQ_ATTR_S("nonlinearity", "relu");
-    assert_fails("lstm", in, nin, 3, bad, na + 1, "nonlinearity: is rnn's alone");
+    assert_fails("lstm", in, nin, 3, bad, na + 1, "unknown attribute 'nonlinearity'");
     bad[na] = VQ_ATTR_S("nonlinearity", "sigmoid");
     assert_fails("rnn", in, 17, 2, bad, na + 1, "not \"tanh\" or \"relu\"");
     assert_fails("lstm", in, nin, 1, at, na, "outputs");

@@ -62,13 +62,20 @@ static const char *const lstm_out[] = {"Y", "HN", "CN", "Reserve"};
 static const char *const gru_out[] = {"Y", "HN", "Reserve"};
 static const char *const grad_out[] = {"dX", "dW"};
 
-static const vq__attr_spec rnn_attrs[] = {
+/* lstm and gru take the first 4, their gradient ops all 5 */
+static const vq__attr_spec cell_attrs[] = {
     {"hidden_size", VQ_ATTR_INT, true, NULL},
     {"num_layers", VQ_ATTR_INT, false, "1"},
     {"bidirectional", VQ_ATTR_BOOL, false, "false"},
     {"bias", VQ_ATTR_BOOL, false, "true"},
-    {"nonlinearity", VQ_ATTR_STRING, false, "tanh"}, /* rnn only */
-    {"grads", VQ_ATTR_INT, true, NULL},              /* the gradient ops only */
+    {"grads", VQ_ATTR_INT, true, NULL},
+};
+
+/* rnn the first 5, rnn_grad all 6 */
+static const vq__attr_spec rnn_attrs[] = {
+    {"hidden_size", VQ_ATTR_INT, true, NULL},        {"num_layers", VQ_ATTR_INT, false, "1"},
+    {"bidirectional", VQ_ATTR_BOOL, false, "false"}, {"bias", VQ_ATTR_BOOL, false, "true"},
+    {"nonlinearity", VQ_ATTR_STRING, false, "tanh"}, {"grads", VQ_ATTR_INT, true, NULL},
 };
 
 /* ---- shapes ---- */
@@ -172,9 +179,7 @@ static int infer_common(vq__infer *c, vq__rnn_params *p)
     p->layers = (int)l;
     p->dirs = vq__attr_bool(c, "bidirectional", false) ? 2 : 1;
     p->bias = vq__attr_bool(c, "bias", true);
-    const vq_attr *nl = vq__attr_find(c, "nonlinearity");
-    if (nl && p->cell != VQ__RNN_TANH && p->cell != VQ__RNN_RELU)
-        return vq__attr_fail(c, "nonlinearity", "is rnn's alone");
+    const vq_attr *nl = vq__attr_find(c, "nonlinearity"); /* rnn's schema alone has it */
     if (nl && !strcmp(nl->s, "relu"))
         p->cell = VQ__RNN_RELU;
     else if (nl && strcmp(nl->s, "tanh"))
@@ -881,28 +886,81 @@ static int rnn_grad(const vq__grad *g)
     return vq__emit(g, type, in, nin, out, g->nin, attrs, na);
 }
 
-#define RNN_OP(name, cell, outs, nouts)                                                           \
-    {                                                                                             \
-        .type = name, .in_slots = x_w_in, .nin_slots = 2, .out_slots = outs, .nout_slots = nouts, \
-        .flags = VQ__VARIADIC_IN | VQ__OPTIONAL_OUT, .attrs = rnn_attrs, .nattrs = 5,             \
-        .code = cell, .params_size = sizeof(vq__rnn_params), .infer = rnn_infer,                  \
-        .kernel = {rnn_kernel}, .grad = rnn_grad                                                  \
-    }
-#define RNN_GRAD_OP(name, cell)                                                                   \
-    {                                                                                             \
-        .type = name, .in_slots = x_w_in, .nin_slots = 2, .out_slots = grad_out, .nout_slots = 2, \
-        .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT, .attrs = rnn_attrs, .nattrs = 6,             \
-        .code = cell, .params_size = sizeof(vq__rnn_params), .infer = rnn_grad_infer, .kernel = { \
-            rnn_grad_kernel                                                                       \
-        }                                                                                         \
-    }
-
 const vq__op_def vq__ops_rnn[] = {
-    RNN_OP("lstm", VQ__RNN_LSTM, lstm_out, 4),
-    RNN_OP("gru", VQ__RNN_GRU, gru_out, 3),
-    RNN_OP("rnn", VQ__RNN_TANH, gru_out, 3),
-    RNN_GRAD_OP("lstm_grad", VQ__RNN_LSTM),
-    RNN_GRAD_OP("gru_grad", VQ__RNN_GRU),
-    RNN_GRAD_OP("rnn_grad", VQ__RNN_TANH),
+    {.type = "lstm",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = lstm_out,
+     .nout_slots = 4,
+     .flags = VQ__VARIADIC_IN | VQ__OPTIONAL_OUT,
+     .attrs = cell_attrs,
+     .nattrs = 4,
+     .code = VQ__RNN_LSTM,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_infer,
+     .kernel = {rnn_kernel},
+     .grad = rnn_grad},
+    {.type = "gru",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = gru_out,
+     .nout_slots = 3,
+     .flags = VQ__VARIADIC_IN | VQ__OPTIONAL_OUT,
+     .attrs = cell_attrs,
+     .nattrs = 4,
+     .code = VQ__RNN_GRU,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_infer,
+     .kernel = {rnn_kernel},
+     .grad = rnn_grad},
+    {.type = "rnn",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = gru_out,
+     .nout_slots = 3,
+     .flags = VQ__VARIADIC_IN | VQ__OPTIONAL_OUT,
+     .attrs = rnn_attrs,
+     .nattrs = 5,
+     .code = VQ__RNN_TANH,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_infer,
+     .kernel = {rnn_kernel},
+     .grad = rnn_grad},
+    {.type = "lstm_grad",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 2,
+     .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT,
+     .attrs = cell_attrs,
+     .nattrs = 5,
+     .code = VQ__RNN_LSTM,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_grad_infer,
+     .kernel = {rnn_grad_kernel}},
+    {.type = "gru_grad",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 2,
+     .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT,
+     .attrs = cell_attrs,
+     .nattrs = 5,
+     .code = VQ__RNN_GRU,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_grad_infer,
+     .kernel = {rnn_grad_kernel}},
+    {.type = "rnn_grad",
+     .in_slots = x_w_in,
+     .nin_slots = 2,
+     .out_slots = grad_out,
+     .nout_slots = 2,
+     .flags = VQ__VARIADIC_IN | VQ__VARIADIC_OUT,
+     .attrs = rnn_attrs,
+     .nattrs = 6,
+     .code = VQ__RNN_TANH,
+     .params_size = sizeof(vq__rnn_params),
+     .infer = rnn_grad_infer,
+     .kernel = {rnn_grad_kernel}},
     {0},
 };

@@ -1422,6 +1422,57 @@ static void case_resize(struct run *r)
                 }
 }
 
+/* lstm, gru, rnn (tanh and relu): one layer, both directions and one,
+ * with and without biases, states and Reserve, within check()'s 8 inputs;
+ * their gradient ops one-directional without biases (gru and rnn with and
+ * without H0; lstm without, for check()'s 4 outputs), Reserve from the CPU
+ * forward call. */
+static void case_rnn(struct run *r)
+{
+    char cell[8];
+    bool grad = strstr(r->op, "_grad") != NULL;
+    snprintf(cell, sizeof cell, "%.*s", (int)strcspn(r->op, "_"), r->op);
+    int g = !strcmp(cell, "lstm") ? 4 : !strcmp(cell, "gru") ? 3 : 1;
+    int ns = g == 4 ? 2 : 1;
+    const int64_t T = 5, B = 3, I = 4, H = 6;
+    for (int d = 0; d < N_OF(floats); d++)
+        for (int v = 0; v < (grad ? 2 : 6); v++) {
+            int bias = !grad && v >= 2 && v < 4, dirs = grad || bias ? 1 : 1 + (v & 1),
+                states = grad ? v && ns == 1 : v >= 4, relu = v & 1;
+            describe(r, "%s, %d direction(s), bias %d, states %d", vq_dtype_name(floats[d]), dirs,
+                     bias, states);
+            vq_attr at[5] = {VQ_ATTR_I("hidden_size", H), VQ_ATTR_B("bidirectional", dirs == 2),
+                             VQ_ATTR_B("bias", bias)};
+            int na = 3;
+            if (g == 1)
+                at[na++] = VQ_ATTR_S("nonlinearity", relu ? "relu" : "tanh");
+            vq_tensor *in[8];
+            int n = 0;
+            in[n++] = rnd(r, floats[d], -1, 1, DIMS(T, B, I));
+            for (int k = 0; k < dirs; k++) {
+                in[n++] = rnd(r, floats[d], -0.5, 0.5, DIMS(g * H, I));
+                in[n++] = rnd(r, floats[d], -0.5, 0.5, DIMS(g * H, H));
+                for (int b = 0; bias && b < 2; b++)
+                    in[n++] = rnd(r, floats[d], -0.5, 0.5, DIMS(g * H));
+            }
+            for (int s = 0; states && s < ns; s++)
+                in[n++] = rnd(r, floats[d], -0.5, 0.5, DIMS(dirs, B, H));
+            if (!grad) {
+                check(r, in, n, 1 + ns + (v & 1), at, na, CLOSE);
+                continue;
+            }
+            /* Reserve from the CPU forward call, then dY */
+            vq_tensor *out[4] = {NULL};
+            cr_assert_eq(vq_op_run(NULL, cell, in, n, out, 2 + ns, at, na), 0, "%s", vq_errmsg());
+            int nfwd = n;
+            in[n++] = vq_tensor_retain(out[1 + ns]);
+            in[n++] = rnd(r, floats[d], -1, 1, DIMS(T, B, H));
+            release(out, 2 + ns);
+            at[na++] = VQ_ATTR_I("grads", 1);
+            check(r, in, n, nfwd, at, na, CLOSE);
+        }
+}
+
 /* cumsum on every axis, exclusive and reverse, in every numeric dtype. */
 static void case_cumsum(struct run *r)
 {
@@ -2126,6 +2177,12 @@ static const struct op_case {
     {"resize", case_resize},
     {"resize_grad", case_resize},
     {"cumsum", case_cumsum},
+    {"lstm", case_rnn},
+    {"gru", case_rnn},
+    {"rnn", case_rnn},
+    {"lstm_grad", case_rnn},
+    {"gru_grad", case_rnn},
+    {"rnn_grad", case_rnn},
     {"lrn", case_lrn},
     {"lrn_grad", case_lrn},
     {"reverse_sequence", case_reverse_sequence},

@@ -358,13 +358,17 @@ static int t_dropout(struct ox *x)
 static int uniform_like(struct ox *x, struct ox_val *v, vq_dtype dt, double low, double high,
                         const char *name, struct ox_val **out)
 {
+    /* truncated to an integer: one outside int64's range (or NaN) has none */
+    double seed = ox_float(x, "seed");
+    if (!(seed > -9.2e18 && seed < 9.2e18))
+        return ox_fail(x, VQ_EINVAL, "seed %g is not a number an int64 holds", seed);
     int64_t shape[VQ_MAX_DIMS];
     for (int d = 0; d < v->meta.ndim; d++)
         if ((shape[d] = v->meta.shape[d]) < 0)
             return ox_fail(x, VQ_ENOSYS, "input 0's dim %d is known only at run time", d);
     vq_attr at[5] = {VQ_ATTR_IS("shape", shape, v->meta.ndim),
                      VQ_ATTR_S("dtype", vq_dtype_name(dt)), VQ_ATTR_F("min", low),
-                     VQ_ATTR_F("max", high), VQ_ATTR_I("seed", (int64_t)ox_float(x, "seed"))};
+                     VQ_ATTR_F("max", high), VQ_ATTR_I("seed", (int64_t)seed)};
     return ox_emit(x, "uniform_random", NULL, 0, &name, 1, at, ox_given(x, "seed") ? 5 : 4, out);
 }
 

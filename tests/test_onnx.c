@@ -255,6 +255,14 @@ Test(onnx, bad_tensors_and_unsupported_values_are_errors)
     m = mlp();
     add_node(m, "Slice", "nobounds", NAMES("y"), NAMES("ys"));
     expect_error(m, VQ_EINVAL, NAMES("node 5 (Slice \"nobounds\")"));
+    /* a Bernoulli whose seed no int64 holds (the fuzzer's NaN: a cast
+     * UBSan caught) */
+    m = mlp();
+    attr_float(add_node(m, "Bernoulli", "coin", NAMES("y"), NAMES("yb")), "seed", NAN);
+    expect_error(m, VQ_EINVAL, NAMES("node 5 (Bernoulli \"coin\")", "seed nan"));
+    m = mlp();
+    attr_float(add_node(m, "Bernoulli", "coin", NAMES("y"), NAMES("yb")), "seed", 1e30f);
+    expect_error(m, VQ_EINVAL, NAMES("node 5 (Bernoulli \"coin\")", "seed 1e+30"));
     /* a Slice whose bounds are computed at run time needs their length
      * (the axes' count) at import */
     m = mlp();

@@ -704,6 +704,114 @@ static int emit_outputs(struct ox *x, const struct rnn *n, struct ox_val ***ys, 
     return 0;
 }
 
+/* ---- onto varq's own recurrent ops ---- */
+
+/* Whether the node means exactly what PyTorch's layer computes, which is
+ * what varq's lstm, gru and rnn ops run: the default activations (an RNN's
+ * Tanh or Relu, the same for both directions), no clip, no peepholes, no
+ * input_forget, GRU's linear_before_reset, every sequence at its full
+ * length, forward or bidirectional, and initial states given together. */
+static bool native_fits(struct ox *x, const struct rnn *n)
+{
+    static const enum act_kind defaults[3][3] = {
+        [KIND_RNN] = {ACT_TANH},
+        [KIND_GRU] = {ACT_SIGMOID, ACT_TANH},
+        [KIND_LSTM] = {ACT_SIGMOID, ACT_TANH, ACT_TANH},
+    };
+    if (n->clip > 0 || n->p || n->input_forget || n->lens || n->reverse ||
+        (n->kind == KIND_GRU && !n->lbr) || (n->kind == KIND_LSTM && !n->h0 != !n->c0))
+        return false;
+    for (int d = 0; d < n->dirs; d++)
+        for (int k = 0; k < n->nacts; k++) {
+            enum act_kind a = n->act[d][k].kind, want = defaults[n->kind][k];
+            bool relu = n->kind == KIND_RNN && a == ACT_RELU && n->act[0][0].kind == ACT_RELU;
+            if (a != want && !relu)
+                return false;
+        }
+    (void)x;
+    return true;
+}
+
+/* Direction d's G blocks of H rows of v (W, R [D, G*H, ...] or B [D, 2 G*H]
+ * from column first), along axis 1, as [G*H, ...] or [G*H] in PyTorch's
+ * gate order: ONNX's LSTM is i, o, f, c
+ * and PyTorch's i, f, g, o; ONNX's GRU z, r, h and PyTorch's r, z, n. */
+static int torch_gates(struct ox *x, const struct rnn *n, struct ox_val *v, int d, int axis,
+                       int64_t first, struct ox_val **out)
+{
+    static const int lstm[4] = {0, 2, 3, 1}, gru[3] = {1, 0, 2};
+    const int *from = n->kind == KIND_LSTM ? lstm : n->kind == KIND_GRU ? gru : NULL;
+    int64_t h = n->hidden;
+    struct ox_val *blocks[4];
+    int rc = 0;
+    for (int g = 0; g < n->gates && rc == 0; g++) {
+        int64_t lo = first + (from ? from[g] : g) * h;
+        rc = cut(x, v, d, axis, lo, lo + h, &blocks[g]);
+    }
+    if (rc)
+        return rc;
+    /* a [1, rows, cols] or [1, G*H] piece: the direction's dim dropped */
+    struct ox_val *cat;
+    if (n->gates == 1)
+        cat = blocks[0];
+    else if ((rc = concat_all(x, blocks, n->gates, axis, NULL, &cat)) < 0)
+        return rc;
+    int64_t shape[2] = {n->gates * h, -1};
+    return ox_reshape(x, cat, shape, v->meta.ndim - 1, NULL, out);
+}
+
+/* The node as one lstm, gru or rnn op: X, then per direction PyTorch's
+ * weight_ih, weight_hh (and bias_ih, bias_hh) cut from W, R and B in its
+ * gate order, then initial_h (and initial_c); its Y [T, B, D*H] reshaped
+ * and transposed into ONNX's [T, D, B, H] (or layout 1's [B, T, D, H]),
+ * its HN (and CN) ONNX's Y_h (and Y_c). */
+static int native(struct ox *x, const struct rnn *n)
+{
+    static const char *const types[] =
+        {[KIND_RNN] = "rnn", [KIND_GRU] = "gru", [KIND_LSTM] = "lstm"};
+    struct ox_val *in[16];
+    int nin = 0, rc = 0;
+    in[nin++] = n->x;
+    for (int d = 0; d < n->dirs && rc == 0; d++) {
+        int64_t gh = n->gates * n->hidden;
+        if ((rc = torch_gates(x, n, n->w, d, 1, 0, &in[nin++])) < 0 ||
+            (rc = torch_gates(x, n, n->r, d, 1, 0, &in[nin++])) < 0)
+            break;
+        if (n->b && ((rc = torch_gates(x, n, n->b, d, 1, 0, &in[nin++])) < 0 ||
+                     (rc = torch_gates(x, n, n->b, d, 1, gh, &in[nin++])) < 0))
+            break;
+    }
+    if (rc)
+        return rc;
+    if (n->h0)
+        in[nin++] = n->h0;
+    if (n->c0)
+        in[nin++] = n->c0;
+    vq_attr a[5] = {VQ_ATTR_I("hidden_size", n->hidden), VQ_ATTR_I("num_layers", 1),
+                    VQ_ATTR_B("bidirectional", n->dirs == 2), VQ_ATTR_B("bias", n->b != NULL),
+                    VQ_ATTR_S("nonlinearity", n->act[0][0].kind == ACT_RELU ? "relu" : "tanh")};
+    bool layout1 = ox_int(x, "layout") != 0;
+    int nout = n->kind == KIND_LSTM ? 3 : 2;
+    const char *names[3] = {NULL, layout1 ? NULL : ox_out(x, 1),
+                            layout1 || nout < 3 ? NULL : ox_out(x, 2)};
+    struct ox_val *out[3];
+    if ((rc = ox_emit(x, types[n->kind], in, nin, names, nout, a, n->kind == KIND_RNN ? 5 : 4,
+                      out)) < 0)
+        return rc;
+    int64_t swap[3] = {1, 0, 2};
+    for (int k = 1; layout1 && k < nout; k++)
+        if (ox_out(x, k) && (rc = permute(x, out[k], swap, ox_out(x, k), NULL)) < 0)
+            return rc;
+    const char *yname = ox_out(x, 0);
+    if (!yname)
+        return 0;
+    struct ox_val *y4;
+    int64_t perm0[4] = {0, 2, 1, 3}, perm1[4] = {1, 0, 2, 3};
+    if ((rc = ox_reshape(x, out[0], (int64_t[]){0, 0, n->dirs, n->hidden}, 4, NULL, &y4)) < 0)
+        return rc;
+    return permute(x, y4, layout1 ? perm1 : perm0, yname, NULL);
+}
+
 static int recurrent(struct ox *x, enum rnn_kind kind)
 {
     static const int gates[] = {[KIND_RNN] = 1, [KIND_GRU] = 3, [KIND_LSTM] = 4};
@@ -712,6 +820,8 @@ static int recurrent(struct ox *x, enum rnn_kind kind)
     int rc = read_node(x, &n);
     if (rc)
         return rc;
+    if (native_fits(x, &n) && !getenv("VARQ_ONNX_UNROLL_RNN"))
+        return native(x, &n);
     size_t t = (size_t)n.steps;
     n.masks = vq__calloc(t, sizeof *n.masks);
     n.xs = vq__calloc(t, sizeof *n.xs);

@@ -457,30 +457,38 @@ static void lstm_step_vf(int64_t nb, int64_t H, const float *xp, const float *hp
                          const float *cprev, int64_t ldc, float *cur, int64_t sv, float *h,
                          int64_t ldh)
 {
+    /* chunks of VCH (row, unit) pairs across the rows, so that each call
+     * of a gate function covers many elements even for narrow layers */
     const struct vq__vmath *vm = vq__vmath();
-    float a[4][VCH], tc[VCH];
-    for (int64_t b = 0; b < nb; b++) {
-        const float *x = xp + b * 4 * H, *r = hp + b * 4 * H;
-        const float *cp = cprev ? cprev + b * ldc : NULL;
-        float *s = cur + b * sv, *ho = h + b * ldh;
-        for (int64_t j0 = 0; j0 < H; j0 += VCH) {
-            int64_t n = H - j0 < VCH ? H - j0 : VCH;
+    float a[4][VCH], o[4][VCH], c[VCH], tc[VCH];
+    int64_t total = nb * H;
+    for (int64_t f0 = 0; f0 < total; f0 += VCH) {
+        int64_t n = total - f0 < VCH ? total - f0 : VCH;
+        int64_t b = f0 / H, j = f0 % H;
+        for (int64_t k = 0; k < n; k++) {
+            const float *x = xp + b * 4 * H, *r = hp + b * 4 * H;
             for (int g = 0; g < 4; g++)
-                for (int64_t j = 0; j < n; j++) {
-                    int64_t k = g * H + j0 + j;
-                    a[g][j] = x[k] + r[k] + bx[k];
-                }
-            float *si = s + j0, *sf = s + H + j0, *sg = s + 2 * H + j0, *so = s + 3 * H + j0,
-                  *sc = s + 4 * H + j0;
-            vm->sigmoid(a[0], si, n);
-            vm->sigmoid(a[1], sf, n);
-            vm->tanh(a[2], sg, n);
-            vm->sigmoid(a[3], so, n);
-            for (int64_t j = 0; j < n; j++)
-                sc[j] = sf[j] * (cp ? cp[j0 + j] : 0.0f) + si[j] * sg[j];
-            vm->tanh(sc, tc, n);
-            for (int64_t j = 0; j < n; j++)
-                ho[j0 + j] = so[j] * tc[j];
+                a[g][k] = x[g * H + j] + r[g * H + j] + bx[g * H + j];
+            c[k] = cprev ? cprev[b * ldc + j] : 0.0f;
+            if (++j == H)
+                j = 0, b++;
+        }
+        vm->sigmoid(a[0], o[0], n);
+        vm->sigmoid(a[1], o[1], n);
+        vm->tanh(a[2], o[2], n);
+        vm->sigmoid(a[3], o[3], n);
+        for (int64_t k = 0; k < n; k++)
+            c[k] = o[1][k] * c[k] + o[0][k] * o[2][k];
+        vm->tanh(c, tc, n);
+        b = f0 / H, j = f0 % H;
+        for (int64_t k = 0; k < n; k++) {
+            float *s = cur + b * sv;
+            for (int g = 0; g < 4; g++)
+                s[g * H + j] = o[g][k];
+            s[4 * H + j] = c[k];
+            h[b * ldh + j] = o[3][k] * tc[k];
+            if (++j == H)
+                j = 0, b++;
         }
     }
 }

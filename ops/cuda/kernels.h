@@ -449,6 +449,17 @@ int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t m, int64_t
                     double alpha, const void *x, int x_shared, const void *y, int y_shared,
                     double beta, void *out, void *stream);
 
+/* C (m x n, rows ldc apart) = alpha op(A) op(B) + beta C, row-major as
+ * vq__gemm_ldc (ops_internal.h) takes it: op(A) is [m, k] (A stored [k,
+ * m] when ta), op(B) [k, n] (B stored [n, k] when tb), lda and ldb the
+ * stored rows' strides. beta 0 (C not read) or 1. One cuBLAS product on
+ * the stream's handle, as vq__cuda_matmul; k == 0 writes beta * C. Dims
+ * or strides past INT_MAX, or ldc < n, are VQ_EINVAL; the errors
+ * otherwise are vq__cuda_matmul's. */
+int vq__cuda_gemm(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k, double alpha,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                  int64_t ldc, void *stream);
+
 /* Destroys every cached cuBLAS handle (at shutdown, when no stream uses
  * them). */
 void vq__cuda_blas_release(void);

@@ -28,6 +28,12 @@ extern "C" int vq__cuda_matmul(int, int, int, int64_t, int64_t, int64_t, int64_t
     return vq__cuda_blas_load();
 }
 
+extern "C" int vq__cuda_gemm(int, int, int, int64_t, int64_t, int64_t, double, const void *,
+                             int64_t, const void *, int64_t, double, void *, int64_t, void *)
+{
+    return vq__cuda_blas_load();
+}
+
 extern "C" void vq__cuda_blas_release(void) {}
 
 extern "C" int vq__cuda_blas_load(void)
@@ -207,6 +213,50 @@ extern "C" int vq__cuda_matmul(int dtype, int tx, int ty, int64_t batch, int64_t
         double a = alpha, b = beta;
         st = blas.dgemm(h, ta, tb, (int)n, (int)m, (int)k, &a, (const double *)y, lda, sa,
                         (const double *)x, ldb, sb, &b, (double *)out, (int)n, sc, (int)batch);
+    }
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : vq__cuda_fail(blas.status_string(st));
+}
+
+/* One product with leading dimensions, row-major as vq__gemm_ldc: handed
+ * to cuBLAS transposed as vq__cuda_matmul does (C^T = op(B)^T op(A)^T),
+ * through the strided-batched entry point with a batch of one, so that no
+ * other cuBLAS function needs resolving. */
+extern "C" int vq__cuda_gemm(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                             double alpha, const void *a, int64_t lda, const void *b,
+                             int64_t ldb, double beta, void *c, int64_t ldc, void *stream)
+{
+    if ((dtype != VQ_F32 && dtype != VQ_F64) || m < 0 || n < 0 || k < 0 || m > INT_MAX ||
+        n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX ||
+        ldc < n || (beta != 0 && beta != 1))
+        return VQ_EINVAL;
+    if (m == 0 || n == 0)
+        return 0;
+    size_t es = dtype == VQ_F32 ? 4 : 8;
+    if (k == 0) { /* an empty sum: beta * C */
+        if (beta != 0)
+            return 0;
+        return vq__cuda_called(cudaMemset2DAsync(c, (size_t)ldc * es, 0, (size_t)n * es,
+                                                 (size_t)m, (cudaStream_t)stream));
+    }
+    cublasHandle_t h = handle_for((cudaStream_t)stream);
+    if (!h) {
+        int rc = vq__cuda_blas_load();
+        if (rc < 0)
+            return rc;
+        return vq__cuda_fail("no cuBLAS handle (cublasCreate failed, or 64 streams have one)");
+    }
+    /* column-major: C^T (n x m, ldc) = op(B)^T (n x k) * op(A)^T (k x m) */
+    cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t st;
+    if (dtype == VQ_F32) {
+        float al = (float)alpha, be = (float)beta;
+        st = blas.sgemm(h, opb, opa, (int)n, (int)m, (int)k, &al, (const float *)b, (int)ldb, 0,
+                        (const float *)a, (int)lda, 0, &be, (float *)c, (int)ldc, 0, 1);
+    } else {
+        double al = alpha, be = beta;
+        st = blas.dgemm(h, opb, opa, (int)n, (int)m, (int)k, &al, (const double *)b, (int)ldb,
+                        0, (const double *)a, (int)lda, 0, &be, (double *)c, (int)ldc, 0, 1);
     }
     return st == CUBLAS_STATUS_SUCCESS ? 0 : vq__cuda_fail(blas.status_string(st));
 }

@@ -49,9 +49,12 @@
  * run as two chunks of vq__parallel_for (the idle workers take one), the
  * bits the same however they run. The gradient runs the steps backwards,
  * keeping the gates' gradients of every step, and then forms dW_ih, dW_hh,
- * the biases' gradients and dX as whole-sequence products. */
+ * the biases' gradients and dX as whole-sequence products. The CUDA
+ * kernels (ops/cuda/rnn_host.c) walk the same way on the op's stream, the
+ * products on cuBLAS and one thread per element in the cells. */
 #include "../ops_internal.h"
 #include "../params.h"
+#include "../cuda/cuda_ops.h"
 #include "../math/vmath.h"
 
 #include <math.h>
@@ -998,6 +1001,7 @@ const vq__op_def vq__ops_rnn[] = {
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_infer,
      .kernel = {rnn_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_gpu),
      .grad = rnn_grad},
     {.type = "gru",
      .in_slots = x_w_in,
@@ -1011,6 +1015,7 @@ const vq__op_def vq__ops_rnn[] = {
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_infer,
      .kernel = {rnn_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_gpu),
      .grad = rnn_grad},
     {.type = "rnn",
      .in_slots = x_w_in,
@@ -1024,6 +1029,7 @@ const vq__op_def vq__ops_rnn[] = {
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_infer,
      .kernel = {rnn_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_gpu),
      .grad = rnn_grad},
     {.type = "lstm_grad",
      .in_slots = x_w_in,
@@ -1036,7 +1042,8 @@ const vq__op_def vq__ops_rnn[] = {
      .code = VQ__RNN_LSTM,
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_grad_infer,
-     .kernel = {rnn_grad_kernel}},
+     .kernel = {rnn_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_grad_gpu)},
     {.type = "gru_grad",
      .in_slots = x_w_in,
      .nin_slots = 2,
@@ -1048,7 +1055,8 @@ const vq__op_def vq__ops_rnn[] = {
      .code = VQ__RNN_GRU,
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_grad_infer,
-     .kernel = {rnn_grad_kernel}},
+     .kernel = {rnn_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_grad_gpu)},
     {.type = "rnn_grad",
      .in_slots = x_w_in,
      .nin_slots = 2,
@@ -1060,6 +1068,7 @@ const vq__op_def vq__ops_rnn[] = {
      .code = VQ__RNN_TANH,
      .params_size = sizeof(vq__rnn_params),
      .infer = rnn_grad_infer,
-     .kernel = {rnn_grad_kernel}},
+     .kernel = {rnn_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__rnn_grad_gpu)},
     {0},
 };

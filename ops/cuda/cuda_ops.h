@@ -152,6 +152,10 @@ VQ__CUDA_LAUNCHES(vq__einsum_gpu);
 /* cumsum_host.c */
 VQ__CUDA_LAUNCHES(vq__cumsum_gpu);
 
+/* rnn_host.c */
+VQ__CUDA_LAUNCHES(vq__rnn_gpu);
+VQ__CUDA_LAUNCHES(vq__rnn_grad_gpu);
+
 /* dynamic_host.c */
 VQ__CUDA_LAUNCHES(vq__nonzero_gpu);
 VQ__CUDA_LAUNCHES(vq__top_k_gpu);

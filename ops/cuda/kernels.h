@@ -709,6 +709,41 @@ int vq__cuda_resize_grad(int dtype, const void *g, void *dx, const vq__resize_ge
 int vq__cuda_cumsum(int dtype, const void *x, void *out, int64_t outer, int64_t len, int64_t inner,
                     int exclusive, int reverse, void *stream);
 
+/* ---- recurrent layers (ops/cpu/rnn.c; rnn.cu), f32 and f64 ---- */
+
+/* cell: params.h's VQ__RNN_*. The biases a step adds, folded as rnn.c's
+ * fold_biases: bx[GH + H] = bias_ih + bias_hh for the gates both sides
+ * add (gru: r and z; the n part bias_ih's alone), then gru's b_hn; bi and
+ * bh may be NULL (no biases: zeros). f32 adds in float, as the CPU. */
+int vq__cuda_rnn_bias(int dtype, int cell, int64_t H, int64_t GH, const void *bi, const void *bh,
+                      void *bx, void *stream);
+
+/* One step of nb batch rows, rnn.c's lstm_step, gru_step or plain_step
+ * element by element (one thread each, the CPU's order): xp and hp the
+ * input and hidden projections (rows G*H apart), bx the folded biases
+ * (gru's b_hn at bx + 3H), prev the previous c (lstm) or h (gru; rows ldp
+ * apart; NULL: zeros; lstm's may be cur + 4H: each element is read before
+ * it is written), cur the saved cells (rows sv apart; not read or written
+ * by rnn), h the new state (rows ldh apart). */
+int vq__cuda_rnn_step(int dtype, int cell, int64_t nb, int64_t H, const void *xp, const void *hp,
+                      const void *bx, const void *prev, int64_t ldp, void *cur, int64_t sv, void *h,
+                      int64_t ldh, void *stream);
+
+/* One step backwards: dh [nb, H] (the gradient into h_t) plus dy's rows
+ * (ldy apart; NULL: none), then rnn.c's lstm_back (cur, sv, prev: c_{t-1}
+ * rows ldp apart or NULL; dc updated; the gates into dgx), gru_back (prev:
+ * h_{t-1}; dgx and dgh; dh becomes dh z) or plain_back (hout: h_t, rows
+ * ldo apart; dgx). lstm and rnn leave dh with dy added (the product that
+ * follows overwrites it). */
+int vq__cuda_rnn_back(int dtype, int cell, int64_t nb, int64_t H, const void *dy, int64_t ldy,
+                      const void *cur, int64_t sv, const void *prev, int64_t ldp, const void *hout,
+                      int64_t ldo, void *dh, void *dc, void *dgx, void *dgh, void *stream);
+
+/* dst[j] = the sum of the n rows of src [n, m] at column j, from 0 in
+ * row order (rnn.c's col_sums: the CPU's bits); one thread per column. */
+int vq__cuda_rnn_col_sums(int dtype, int64_t n, int64_t m, const void *src, void *dst,
+                          void *stream);
+
 /* max_unpool2d and max_unpool2d_grad (ops/cpu/unpool.c), f32 and f64
  * values, i32 or i64 indices, n of them (x's and dx's elements) into nout
  * places of out (g's elements): owner (nout of them, the caller's

@@ -106,19 +106,6 @@ static void time_fn(vq__vmath_fn f, const float *x, float *o, int64_t n, int rep
     free(t);
 }
 
-static enum vq__isa_level cpu_level(void)
-{
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f"))
-        return VQ__ISA_AVX512;
-    if (avx2)
-        return VQ__ISA_AVX2;
-#endif
-    return VQ__ISA_PORTABLE;
-}
-
 int main(int argc, char **argv)
 {
     int64_t n = 1 << 20;
@@ -153,7 +140,7 @@ int main(int argc, char **argv)
         x[i] = (float)(u * 16 - 8);
         xl[i] = (float)(1e-3 + u * 100);
     }
-    int top = cpu_level();
+    int top = vq__isa_cpu();
     printf("%lld f32 elements, %d repetitions; ns per element, minimum (median)\n", (long long)n,
            reps);
     printf("%-8s %17s", "", "scalar");

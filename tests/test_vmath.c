@@ -21,19 +21,6 @@
 
 #include "../ops/math/vmath.h"
 
-static enum vq__isa_level cpu_level(void)
-{
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2 && __builtin_cpu_supports("avx512f"))
-        return VQ__ISA_AVX512;
-    if (avx2)
-        return VQ__ISA_AVX2;
-#endif
-    return VQ__ISA_PORTABLE;
-}
-
 static double ref_sigmoid(double x)
 {
     return 1 / (1 + exp(-x));
@@ -118,7 +105,7 @@ static void check_range(const struct fn *f, enum vq__isa_level l, uint64_t lo, u
 
 static void check_fn(const struct fn *f)
 {
-    for (int l = VQ__ISA_PORTABLE; l <= (int)cpu_level(); l++) {
+    for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
         int64_t worst = 0;
         check_range(f, l, 0, 0xffffffffu, 61, &worst);
         /* windows: both signs of 0 and the denormals' top, then the edges */
@@ -174,7 +161,7 @@ Test(vmath, special_values)
 {
     const float x[] = {0.f, -0.f, INFINITY, -INFINITY, -1.f, NAN};
     float o[6];
-    const struct vq__vmath *m = vq__vmath_at(cpu_level());
+    const struct vq__vmath *m = vq__vmath_at(vq__isa_cpu());
     m->exp(x, o, 6);
     cr_assert(o[0] == 1 && o[1] == 1 && o[2] == INFINITY && o[3] == 0 && !signbit(o[3]));
     cr_assert(isnan(o[5]));
@@ -208,8 +195,8 @@ Test(vmath, levels_agree_in_place_and_at_every_length)
             /* the portable exp and log are libm's: within 1 ulp, not the
              * same bits */
             bool libm = !strcmp(fns[f].name, "exp") || !strcmp(fns[f].name, "log");
-            fn_at(&fns[f], cpu_level())(x, ref, n);
-            for (int l = libm ? VQ__ISA_AVX2 : VQ__ISA_PORTABLE; l <= (int)cpu_level(); l++) {
+            fn_at(&fns[f], vq__isa_cpu())(x, ref, n);
+            for (int l = libm ? VQ__ISA_AVX2 : VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
                 memcpy(got, x, sizeof got);
                 fn_at(&fns[f], l)(got, got, n);
                 cr_assert_arr_eq(got, ref, (size_t)n * sizeof *got, "%s at %s, n = %d", fns[f].name,
@@ -228,7 +215,7 @@ Test(vmath, exp_sub_within_2_ulp_at_every_level)
 {
     const float ms[] = {0, 3.5f, -80, 100};
     static float x[BATCH], o[BATCH];
-    for (int l = VQ__ISA_PORTABLE; l <= (int)cpu_level(); l++) {
+    for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
         int64_t worst = 0;
         for (int k = 0; k < 4; k++) {
             int n = 0;

@@ -13,7 +13,7 @@ static enum vq__isa_level isa_level;
 
 static const char *const isa_names[] = {"portable", "avx2", "avx512"};
 
-static enum vq__isa_level isa_cpu(void)
+enum vq__isa_level vq__isa_cpu(void)
 {
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
     __builtin_cpu_init();
@@ -28,7 +28,7 @@ static enum vq__isa_level isa_cpu(void)
 
 static void isa_init(void)
 {
-    isa_level = isa_cpu();
+    isa_level = vq__isa_cpu();
     const char *e = getenv("VARQ_ISA");
     if (!e || !*e)
         return;

@@ -23,4 +23,8 @@ enum vq__isa_level vq__isa(void);
 /* The level's name, as VARQ_ISA spells it. */
 const char *vq__isa_name(enum vq__isa_level l);
 
+/* The CPU's own level, VARQ_ISA left aside: what tests and benchmarks
+ * that walk every level up to the machine's read. Thread-safe. */
+enum vq__isa_level vq__isa_cpu(void);
+
 #endif

@@ -131,6 +131,28 @@ static void header_put(vq_tensor *t)
     vq__obj_free(t);
 }
 
+/* Every field of a new header but data: one reference, no var, engine,
+ * failure, capture or stream uses. dt was checked. */
+static void header_init(vq_tensor *t, vq_dtype dt, int ndim, const int64_t *shape, int64_t numel,
+                        vq_ctx dev, vq__allocator *alloc)
+{
+    atomic_init(&t->refs, 1);
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < VQ_MAX_DIMS; i++)
+        t->shape[i] = i < ndim ? shape[i] : 0;
+    t->numel = numel;
+    t->nbytes = (size_t)numel * dtypes[dt].size;
+    t->dev = dev;
+    t->alloc = alloc;
+    atomic_init(&t->var, NULL);
+    atomic_init(&t->engine, NULL);
+    atomic_init(&t->fail_msg, NULL);
+    atomic_init(&t->capture, NULL);
+    t->capture_slot = 0;
+    atomic_init(&t->uses, NULL);
+}
+
 static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const int64_t *shape,
                        const char *fn, void *stream)
 {
@@ -153,15 +175,7 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
     vq_tensor *t = vq__obj_alloc();
     if (!t)
         return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
-    atomic_init(&t->refs, 1);
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int i = 0; i < VQ_MAX_DIMS; i++)
-        t->shape[i] = i < ndim ? shape[i] : 0;
-    t->numel = numel;
-    t->nbytes = (size_t)numel * dtypes[dt].size; /* dt checked */
-    t->dev = dev;
-    t->alloc = alloc;
+    header_init(t, dt, ndim, shape, numel, dev, alloc);
     t->data = t->alloc->alloc(t->alloc, t->nbytes, stream);
     if (!t->data) {
         size_t bytes = t->nbytes;
@@ -169,12 +183,6 @@ static int tensor_make(vq_tensor **out, vq_ctx dev, vq_dtype dt, int ndim, const
         return vq__fail(VQ_ENOMEM, "%s: out of memory for %zu bytes%s", fn, bytes,
                         dev.kind == VQ_DEV_GPU ? " on the GPU" : "");
     }
-    atomic_init(&t->var, NULL);
-    atomic_init(&t->engine, NULL);
-    atomic_init(&t->fail_msg, NULL);
-    atomic_init(&t->capture, NULL);
-    t->capture_slot = 0;
-    atomic_init(&t->uses, NULL);
     *out = t;
     return 0;
 }
@@ -289,23 +297,9 @@ VQ_API int vq_tensor_wrap(vq_tensor **out, vq_dtype dt, int ndim, const int64_t 
         return vq__fail(VQ_ENOMEM, "vq_tensor_wrap: out of memory");
     }
     *w = (wrap_owner){.base = {.free = wrap_free}, .release = release, .user = user};
-    atomic_init(&t->refs, 1);
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int i = 0; i < VQ_MAX_DIMS; i++)
-        t->shape[i] = i < ndim ? shape[i] : 0;
-    t->numel = numel;
-    t->nbytes = (size_t)numel * size;
+    header_init(t, dt, ndim, shape, numel, (vq_ctx){VQ_DEV_CPU, 0}, &w->base);
     /* never NULL: tensor_destroy frees storage only when data is set */
     t->data = data ? data : (void *)w;
-    t->dev = (vq_ctx){VQ_DEV_CPU, 0};
-    t->alloc = &w->base;
-    atomic_init(&t->var, NULL);
-    atomic_init(&t->engine, NULL);
-    atomic_init(&t->fail_msg, NULL);
-    atomic_init(&t->capture, NULL);
-    t->capture_slot = 0;
-    atomic_init(&t->uses, NULL);
     *out = t;
     return 0;
 }

@@ -85,6 +85,20 @@ static const struct conv_case conv_cases[] = {
     {1, 3, 8, 5, 6, 3, 3, 3, {2, 2}, {1, 0, 0, 1}, {1, 1}, false},
     {1, 2, 3, 3, 2, 3, 3, 2, {2, 2}, {0, 0, 0, 0}, {1, 1}, true},
     {1, 2, 5, 4, 2, 3, 3, 2, {1, 2}, {1, 1, 1, 1}, {1, 1}, true}, /* strides differ */
+    /* depthwise k x k other than 3x3 at dilation 1 (the s * s padded planes
+     * of conv_depthwise.c's kxk path): 5x5 and 7x7 at strides 1 and 2,
+     * dilated 3x3, a tap row the path takes tap by tap (kw 4), kh != kw, a
+     * kernel past the input, a channel multiplier of 2 */
+    {2, 3, 9, 11, 3, 5, 5, 3, {1, 1}, {2, 2, 2, 2}, {1, 1}, true},
+    {1, 4, 10, 9, 4, 5, 5, 4, {2, 2}, {2, 1, 1, 2}, {1, 1}, false},
+    {1, 2, 8, 8, 2, 7, 7, 2, {1, 1}, {3, 3, 3, 3}, {1, 1}, true},
+    {2, 2, 13, 12, 4, 7, 7, 2, {2, 2}, {3, 3, 3, 3}, {1, 1}, true},
+    {1, 3, 9, 9, 3, 3, 3, 3, {1, 1}, {2, 2, 2, 2}, {2, 2}, false},
+    {1, 3, 11, 10, 3, 3, 3, 3, {2, 2}, {2, 1, 0, 2}, {2, 3}, true},
+    {1, 2, 7, 9, 2, 4, 4, 2, {1, 1}, {1, 2, 2, 1}, {1, 1}, true},
+    {1, 2, 8, 7, 2, 3, 5, 2, {2, 2}, {1, 2, 1, 2}, {1, 1}, false},
+    {1, 2, 3, 4, 2, 5, 5, 2, {1, 1}, {2, 2, 2, 2}, {1, 1}, true},
+    {1, 2, 6, 6, 4, 5, 5, 2, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},
 };
 #define NCONV (sizeof conv_cases / sizeof conv_cases[0])
 
@@ -177,6 +191,7 @@ static const struct conv_case shared_cases[] = {
     {1, 64, 16, 16, 64, 1, 1, 1, {1, 1}, {0, 0, 0, 0}, {1, 1}, true},  /* 1x1, by columns */
     {1, 64, 48, 48, 64, 3, 3, 64, {1, 1}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise */
     {2, 32, 56, 56, 64, 3, 3, 32, {2, 2}, {1, 1, 1, 1}, {1, 1}, true}, /* depthwise x2, s2 */
+    {1, 64, 28, 28, 64, 5, 5, 64, {1, 1}, {2, 2, 2, 2}, {1, 1}, true}, /* depthwise 5x5 */
 };
 
 Test(ops_conv, conv2d_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
@@ -260,6 +275,74 @@ Test(ops_conv, depthwise_with_an_infinite_weight_skips_the_padding_as_the_formul
             vq_tensor_release(x);
             vq_tensor_release(w);
         }
+}
+
+/* The depthwise kernels' padded paths (3x3 and k x k) add a plane's taps
+ * in tap order (i, j) from 0, skipping none (a tap in the padding adds
+ * w * 0), then the bias: with finite weights, the same bits as the sum
+ * that visits only the taps on X, in the dtype, which this computes. Run
+ * at every VARQ_ISA level by scripts/test.sh, so the portable, AVX2 and
+ * AVX-512 variants each meet it. */
+#define TAP_ORDER_REF(T)                                                                       \
+    static void tap_order_##T(const struct conv_case *cc, const T *x, const T *w, const T *b,  \
+                              T *out)                                                          \
+    {                                                                                          \
+        int64_t os[4];                                                                         \
+        conv_out_shape(cc, os);                                                                \
+        int64_t mg = cc->m / cc->groups;                                                       \
+        for (int64_t n = 0; n < os[0]; n++)                                                    \
+            for (int64_t m = 0; m < os[1]; m++)                                                \
+                for (int64_t oh = 0; oh < os[2]; oh++)                                         \
+                    for (int64_t ow = 0; ow < os[3]; ow++) {                                   \
+                        T r = 0;                                                               \
+                        for (int64_t i = 0; i < cc->kh; i++)                                   \
+                            for (int64_t j = 0; j < cc->kw; j++) {                             \
+                                int64_t ih = oh * cc->stride[0] - cc->pad[0] + i * cc->dil[0]; \
+                                int64_t iw = ow * cc->stride[1] - cc->pad[1] + j * cc->dil[1]; \
+                                if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w)            \
+                                    continue;                                                  \
+                                T p = w[(m * cc->kh + i) * cc->kw + j] *                       \
+                                      x[((n * cc->c + m / mg) * cc->h + ih) * cc->w + iw];     \
+                                r = r + p;                                                     \
+                            }                                                                  \
+                        if (b)                                                                 \
+                            r = r + b[m];                                                      \
+                        out[((n * os[1] + m) * os[2] + oh) * os[3] + ow] = r;                  \
+                    }                                                                          \
+    }
+
+TAP_ORDER_REF(float)
+TAP_ORDER_REF(double)
+
+Test(ops_conv, depthwise_padded_paths_equal_the_tap_order_sum_bit_for_bit)
+{
+    for (size_t k = 0; k < NCONV; k++) {
+        const struct conv_case *cc = &conv_cases[k];
+        if (cc->groups != cc->c || cc->groups == 1)
+            continue;
+        for (int d = 0; d < 2; d++) {
+            vq_tensor *in[3], *out = NULL;
+            int nin = conv_inputs(cc, floats[d], in);
+            vq_attr at[4];
+            int na = conv_attrs(cc, at);
+            cr_assert_eq(vq_op_run(NULL, "conv2d", in, nin, &out, 1, at, na), 0, "%s", vq_errmsg());
+            size_t n = (size_t)vq_tensor_numel(out), es = vq_dtype_size(floats[d]);
+            void *want = malloc(n * es);
+            cr_assert(want);
+            const void *b = nin == 3 ? vq_tensor_data(in[2]) : NULL;
+            if (floats[d] == VQ_F32)
+                tap_order_float(cc, vq_tensor_data(in[0]), vq_tensor_data(in[1]), b, want);
+            else
+                tap_order_double(cc, vq_tensor_data(in[0]), vq_tensor_data(in[1]), b, want);
+            cr_assert_eq(memcmp(vq_tensor_data(out), want, n * es), 0,
+                         "case %zu (%lldx%lld, stride %lld), %s: not the tap-order sums", k,
+                         (long long)cc->kh, (long long)cc->kw, (long long)cc->stride[0],
+                         floats[d] == VQ_F32 ? "f32" : "f64");
+            free(want);
+            vq_tensor_release(out);
+            release_all(in, nin);
+        }
+    }
 }
 
 Test(ops_conv, large_pools_shared_by_two_workers_equal_the_serial_call)

@@ -8,7 +8,8 @@
  * (vq__window_taps), in tap order (i, j): a row of products, which
  * vectorizes along the row at stride 1. Then the same output pass (bias,
  * clip) as the gemm path. A plane's sum order is fixed, so the result
- * does not depend on how the planes are shared.
+ * does not depend on how the planes are shared. Faster paths for 3x3 and
+ * for any k x k at stride 1 or 2 (below) keep that order: the same bits.
  *
  * A kernel family of its own, apart from conv.c's gemm paths: it shares
  * only the call's job and the output pass with them (conv.h). */
@@ -246,6 +247,7 @@ DEPTHWISE_PADDED(double, dw_padded_double, )
 #endif
 #define DW_AVX512 1
 DEPTHWISE_PADDED(float, dw_padded_float_avx512, __attribute__((target("avx512f"))))
+DEPTHWISE_PADDED(float, dw_padded_float_avx2, __attribute__((target("avx2"))))
 #endif
 
 static void dw_padded_float_best(const float *x, const float *w, float *o, const vq__window *v,
@@ -256,13 +258,169 @@ static void dw_padded_float_best(const float *x, const float *w, float *o, const
         dw_padded_float_avx512(x, w, o, v, pad);
         return;
     }
+    if (v->sw == v->sh && v->sw <= 2 && vq__isa() >= VQ__ISA_AVX2) {
+        dw_padded_float_avx2(x, w, o, v, pad);
+        return;
+    }
 #endif
     dw_padded_float(x, w, o, v, pad);
 }
 
-static bool finite9(vq_dtype dt, const void *w)
+/* Any other kh x kw at one stride s of 1 or 2 for both dims and any
+ * dilation (EfficientNet's and MNASNet's 5x5, ConvNeXt's 7x7, dilated
+ * 3x3): the general path's per-row, per-tap set-up and short rows cost it
+ * most of its time on the small planes of the later layers. As for 3x3,
+ * the plane is first copied into zero-padded planes: s * s of them, by
+ * the parity of row and column at stride 2 (plane (py, px) holds
+ * X[s rr + py - pt][s cc + px - pl] at [rr][cc]), so that every tap of
+ * every output is a fixed offset from the output's position r * W + c in
+ * one of them. The plane's outputs are then one flat loop per row of
+ * taps, each adding that row's kw products in tap order, vectorized along
+ * the flat index; the rows are copied out at the end. The sums are the
+ * general path's (its taps in the same order from 0, w * 0 for a tap in
+ * the padding), so the bits do not depend on the path; weights must be
+ * finite, as for 3x3. */
+#define DW_MAXKW 16
+
+static bool dw_taps_fits(const vq__window *v)
 {
-    for (int i = 0; i < 9; i++)
+    return v->sh == v->sw && v->sh <= 2 && v->kw <= DW_MAXKW && !dw_padded_fits(v);
+}
+
+/* The padded planes' height and width, and the flat loop's length. */
+static void dw_taps_geom(const vq__window *v, int64_t *H, int64_t *W, int64_t *n)
+{
+    int64_t s = v->sh;
+    *H = v->oh + (v->kh - 1) * v->dh / s;
+    *W = v->ow + (v->kw - 1) * v->dw / s;
+    *n = (v->oh - 1) * *W + v->ow;
+}
+
+static int64_t dw_taps_len(const vq__window *v)
+{
+    int64_t H, W, n;
+    dw_taps_geom(v, &H, &W, &n);
+    return v->sh * v->sh * H * W + n;
+}
+
+/* A row's taps go four at a time into flat: flat + t0 + t1 + t2 + t3 is
+ * ((flat + t0) + t1) + ..., the same sums as one tap at a time, in fewer
+ * passes; each pass a function of its own so that restrict tells the
+ * vectorizer its inputs do not overlap flat. */
+#define DEPTHWISE_TAPS(T, NAME, ATTR)                                                              \
+    VECTORIZE ATTR static void NAME##_add4(T *restrict f, int64_t n, const T *restrict p0,         \
+                                           const T *restrict p1, const T *restrict p2,             \
+                                           const T *restrict p3, const T *w)                       \
+    {                                                                                              \
+        T w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];                                              \
+        for (int64_t k = 0; k < n; k++)                                                            \
+            f[k] = f[k] + w0 * p0[k] + w1 * p1[k] + w2 * p2[k] + w3 * p3[k];                       \
+    }                                                                                              \
+    VECTORIZE ATTR static void NAME##_add3(T *restrict f, int64_t n, const T *restrict p0,         \
+                                           const T *restrict p1, const T *restrict p2, const T *w) \
+    {                                                                                              \
+        T w0 = w[0], w1 = w[1], w2 = w[2];                                                         \
+        for (int64_t k = 0; k < n; k++)                                                            \
+            f[k] = f[k] + w0 * p0[k] + w1 * p1[k] + w2 * p2[k];                                    \
+    }                                                                                              \
+    VECTORIZE ATTR static void NAME##_add2(T *restrict f, int64_t n, const T *restrict p0,         \
+                                           const T *restrict p1, const T *w)                       \
+    {                                                                                              \
+        T w0 = w[0], w1 = w[1];                                                                    \
+        for (int64_t k = 0; k < n; k++)                                                            \
+            f[k] = f[k] + w0 * p0[k] + w1 * p1[k];                                                 \
+    }                                                                                              \
+    VECTORIZE ATTR static void NAME##_add1(T *restrict f, int64_t n, const T *restrict p0,         \
+                                           const T *w)                                             \
+    {                                                                                              \
+        T w0 = w[0];                                                                               \
+        for (int64_t k = 0; k < n; k++)                                                            \
+            f[k] = f[k] + w0 * p0[k];                                                              \
+    }                                                                                              \
+    VECTORIZE ATTR static void NAME(const T *restrict x, const T *restrict w, T *restrict o,       \
+                                    const vq__window *v, T *restrict work)                         \
+    {                                                                                              \
+        int64_t s = v->sh, H, W, n;                                                                \
+        dw_taps_geom(v, &H, &W, &n);                                                               \
+        int64_t np = H * W;                                                                        \
+        for (int64_t py = 0; py < s; py++)                                                         \
+            for (int64_t px = 0; px < s; px++) {                                                   \
+                T *restrict pp = work + (py * s + px) * np;                                        \
+                for (int64_t rr = 0; rr < H; rr++) {                                               \
+                    T *restrict row = pp + rr * W;                                                 \
+                    int64_t iy = s * rr + py - v->pt;                                              \
+                    if (iy < 0 || iy >= v->h) {                                                    \
+                        memset(row, 0, (size_t)W * sizeof(T));                                     \
+                        continue;                                                                  \
+                    }                                                                              \
+                    const T *xr = x + iy * v->w;                                                   \
+                    if (s == 1) {                                                                  \
+                        int64_t c0 = v->pl < W ? v->pl : W;                                        \
+                        int64_t c1 = v->pl + v->w < W ? v->pl + v->w : W;                          \
+                        for (int64_t c = 0; c < c0; c++)                                           \
+                            row[c] = 0;                                                            \
+                        if (c1 > c0)                                                               \
+                            memcpy(row + c0, xr, (size_t)(c1 - c0) * sizeof(T));                   \
+                        for (int64_t c = c1 > c0 ? c1 : c0; c < W; c++)                            \
+                            row[c] = 0;                                                            \
+                        continue;                                                                  \
+                    }                                                                              \
+                    for (int64_t c = 0; c < W; c++) {                                              \
+                        int64_t ix = s * c + px - v->pl;                                           \
+                        row[c] = ix >= 0 && ix < v->w ? xr[ix] : (T)0;                             \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        T *restrict flat = work + s * s * np;                                                      \
+        memset(flat, 0, (size_t)n * sizeof(T));                                                    \
+        for (int64_t i = 0; i < v->kh; i++) {                                                      \
+            const T *p[DW_MAXKW];                                                                  \
+            int64_t ri = i * v->dh;                                                                \
+            for (int64_t j = 0; j < v->kw; j++) {                                                  \
+                int64_t cj = j * v->dw;                                                            \
+                p[j] = work + ((ri % s) * s + cj % s) * np + (ri / s) * W + cj / s;                \
+            }                                                                                      \
+            const T *wr = w + i * v->kw;                                                           \
+            int64_t j = 0;                                                                         \
+            for (; j + 4 <= v->kw; j += 4)                                                         \
+                NAME##_add4(flat, n, p[j], p[j + 1], p[j + 2], p[j + 3], wr + j);                  \
+            if (v->kw - j == 3)                                                                    \
+                NAME##_add3(flat, n, p[j], p[j + 1], p[j + 2], wr + j);                            \
+            else if (v->kw - j == 2)                                                               \
+                NAME##_add2(flat, n, p[j], p[j + 1], wr + j);                                      \
+            else if (v->kw - j == 1)                                                               \
+                NAME##_add1(flat, n, p[j], wr + j);                                                \
+        }                                                                                          \
+        for (int64_t r = 0; r < v->oh; r++)                                                        \
+            memcpy(o + r * v->ow, flat + r * W, (size_t)v->ow * sizeof(T));                        \
+    }
+
+DEPTHWISE_TAPS(float, dw_taps_float, )
+DEPTHWISE_TAPS(double, dw_taps_double, )
+#ifdef DW_AVX512
+DEPTHWISE_TAPS(float, dw_taps_float_avx2, __attribute__((target("avx2"))))
+DEPTHWISE_TAPS(float, dw_taps_float_avx512, __attribute__((target("avx512f"))))
+#endif
+
+static void dw_taps_float_best(const float *x, const float *w, float *o, const vq__window *v,
+                               float *work)
+{
+#ifdef DW_AVX512
+    if (vq__isa() >= VQ__ISA_AVX512) {
+        dw_taps_float_avx512(x, w, o, v, work);
+        return;
+    }
+    if (vq__isa() >= VQ__ISA_AVX2) {
+        dw_taps_float_avx2(x, w, o, v, work);
+        return;
+    }
+#endif
+    dw_taps_float(x, w, o, v, work);
+}
+
+static bool finite_taps(vq_dtype dt, const void *w, int64_t taps)
+{
+    for (int64_t i = 0; i < taps; i++)
         if (dt == VQ_F32 ? !isfinite(((const float *)w)[i]) : !isfinite(((const double *)w)[i]))
             return false;
     return true;
@@ -277,14 +435,20 @@ int vq__conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t in_plane = cv->w.h * cv->w.w, taps = cv->w.kh * cv->w.kw;
     /* one padded plane for this share of the planes; without it (out of
      * memory) the general path, which needs none */
-    void *pad = dw_padded_fits(&cv->w) ? vq__malloc((size_t)dw_pad_len(&cv->w) * j->es) : NULL;
+    bool nine = dw_padded_fits(&cv->w), kxk = dw_taps_fits(&cv->w);
+    int64_t len = nine ? dw_pad_len(&cv->w) : kxk ? dw_taps_len(&cv->w) : 0;
+    void *pad = len ? vq__malloc((size_t)len * j->es) : NULL;
     for (int64_t p = lo; p < hi; p++) {
         int64_t n = p / cv->m, ch = p % cv->m, g = ch / cv->mg;
         const char *x = vq__elem_at(j->x, (n * cv->w.c + g) * in_plane, j->es);
         const char *w = vq__elem_at(j->w, ch * taps, j->es);
         char *o = vq__elem_at(j->o, p * cv->plane, j->es);
-        bool padded = pad && finite9(j->dt, w);
-        if (j->dt == VQ_F32 && padded)
+        bool padded = pad && finite_taps(j->dt, w, taps);
+        if (kxk && padded && j->dt == VQ_F32)
+            dw_taps_float_best((const float *)x, (const float *)w, (float *)o, &cv->w, pad);
+        else if (kxk && padded)
+            dw_taps_double((const double *)x, (const double *)w, (double *)o, &cv->w, pad);
+        else if (j->dt == VQ_F32 && padded)
             dw_padded_float_best((const float *)x, (const float *)w, (float *)o, &cv->w, pad);
         else if (j->dt == VQ_F32)
             dw_plane_float((const float *)x, (const float *)w, (float *)o, &cv->w);

@@ -78,7 +78,7 @@ INLINE uint32_t nan_mask(uint32_t xb)
  * truncation below 1e-11), nested from the highest term. */
 INLINE double expm1_taylor(double r)
 {
-    double p = 1. / 40320 + r / 362880;
+    double p = 1. / 40320 + r * (1. / 362880);
     p = 1. / 5040 + r * p;
     p = 1. / 720 + r * p;
     p = 1. / 120 + r * p;

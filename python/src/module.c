@@ -1,5 +1,5 @@
-/* The _varq extension module: its types (tensor.c, engine.c, session.c),
- * its functions, and varq's errors as Python exceptions: varq.Error with
+/* The _varq extension module: its types (tensor.c, engine.c, session.c,
+ * future.c), its functions, and varq's errors as Python exceptions: varq.Error with
  * a subclass per negative code (also deriving from the built-in exception
  * that says the same, so `except ValueError` catches VQ_EINVAL), each
  * raised with vq_errmsg()'s sentence and the code in its .code. */
@@ -132,7 +132,8 @@ PyMODINIT_FUNC PyInit__varq(void)
     }
     if (add_type(m, &vqpy_tensor_type, "Tensor") < 0 ||
         add_type(m, &vqpy_engine_type, "Engine") < 0 || add_type(m, &vqpy_var_type, "Var") < 0 ||
-        add_type(m, &vqpy_session_type, "_Session") < 0)
+        add_type(m, &vqpy_session_type, "_Session") < 0 ||
+        add_type(m, &vqpy_future_type, "RunFuture") < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "__version__", vq_version()) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DIMS", VQ_MAX_DIMS) < 0)

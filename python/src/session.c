@@ -296,8 +296,11 @@ static void release_all(vq_feed *feeds, int n)
     Py_END_ALLOW_THREADS;
 }
 
-/* run(output_names, feeds) -> list of numpy arrays. */
-static PyObject *session_run(vqpy_session *self, PyObject *args)
+/* run(output_names, feeds) -> list of numpy arrays; with async_run, the
+ * same as a varq.RunFuture: the run is pushed with vq_exec_run_async and
+ * its feeds and fetches live in a vqpy_async_run (future.c) until it is
+ * done, while the future holds this session. */
+static PyObject *session_run_impl(vqpy_session *self, PyObject *args, bool async_run)
 {
     PyObject *names, *feed_map;
     if (!PyArg_ParseTuple(args, "OO!", &names, &PyDict_Type, &feed_map))
@@ -313,11 +316,20 @@ static PyObject *session_run(vqpy_session *self, PyObject *args)
             return NULL;
         nfetch = (int)PySequence_Fast_GET_SIZE(name_seq);
     }
-    vq_fetch *fetches = calloc((size_t)(nfetch ? nfetch : 1), sizeof *fetches);
-    vq_feed *feeds = calloc((size_t)(self->ninputs ? self->ninputs : 1), sizeof *feeds);
+    vqpy_async_run *arun = async_run ? vqpy_async_new(self->ninputs, nfetch) : NULL;
+    vq_fetch *fetches =
+        arun ? arun->fetches : calloc((size_t)(nfetch ? nfetch : 1), sizeof *fetches);
+    vq_feed *feeds =
+        arun ? arun->feeds : calloc((size_t)(self->ninputs ? self->ninputs : 1), sizeof *feeds);
     PyObject *result = NULL;
     int nfed = 0;
-    if (!fetches || !feeds) {
+    if (!fetches || !feeds || (async_run && !arun)) {
+        if (!arun) {
+            free(fetches);
+            free(feeds);
+            fetches = NULL;
+            feeds = NULL;
+        }
         PyErr_NoMemory();
         goto out;
     }
@@ -383,6 +395,31 @@ static PyObject *session_run(vqpy_session *self, PyObject *args)
     }
 
     int rc;
+    if (arun) {
+        /* The run's reference for its done callback, dropped here when the
+         * call fails (done is not called then). The names point into
+         * self->inputs and outputs, which the future keeps alive. */
+        arun->nfeeds = nfed;
+        arun->nfetches = nfetch;
+        atomic_fetch_add_explicit(&arun->refs, 1, memory_order_relaxed);
+        Py_BEGIN_ALLOW_THREADS;
+        rc = vq_exec_run_async(self->exec, self->program, self->scope, feeds, nfed, fetches, nfetch,
+                               vqpy_async_done, arun);
+        if (rc < 0)
+            vqpy_async_drop(arun);
+        Py_END_ALLOW_THREADS;
+        if (rc < 0)
+            vqpy_raise(rc);
+        else
+            result = vqpy_future_new(arun, self->engine, (PyObject *)self, true);
+        if (rc < 0) {
+            Py_BEGIN_ALLOW_THREADS;
+            vqpy_async_drop(arun);
+            Py_END_ALLOW_THREADS;
+        }
+        Py_XDECREF(name_seq);
+        return result;
+    }
     self->busy++;
     Py_BEGIN_ALLOW_THREADS;
     rc = vq_exec_run(self->exec, self->program, self->scope, feeds, nfed, fetches, nfetch);
@@ -414,6 +451,14 @@ static PyObject *session_run(vqpy_session *self, PyObject *args)
     if (self->closed && self->busy == 0)
         session_free_parts(self);
 out:
+    if (arun) { /* failed before the push: the run owns what was collected */
+        arun->nfeeds = nfed;
+        Py_BEGIN_ALLOW_THREADS;
+        vqpy_async_drop(arun);
+        Py_END_ALLOW_THREADS;
+        Py_XDECREF(name_seq);
+        return NULL;
+    }
     if (feeds)
         release_all(feeds, nfed);
     for (int i = 0; fetches && i < nfetch; i++)
@@ -426,6 +471,16 @@ out:
     free(fetches);
     Py_XDECREF(name_seq);
     return result;
+}
+
+static PyObject *session_run(vqpy_session *self, PyObject *args)
+{
+    return session_run_impl(self, args, false);
+}
+
+static PyObject *session_run_async(vqpy_session *self, PyObject *args)
+{
+    return session_run_impl(self, args, true);
 }
 
 static PyObject *session_close(vqpy_session *self, PyObject *unused)
@@ -452,6 +507,8 @@ static PyMethodDef session_methods[] = {
      "[(name, dtype, shape)] of the model's outputs."},
     {"run", (PyCFunction)session_run, METH_VARARGS,
      "run(output_names_or_None, {name: array}) -> [numpy.ndarray]"},
+    {"run_async", (PyCFunction)session_run_async, METH_VARARGS,
+     "run_async(output_names_or_None, {name: array}) -> RunFuture"},
     {"close", (PyCFunction)session_close, METH_NOARGS,
      "Frees the executor and the model once the runs in flight are done."},
     {NULL, NULL, 0, NULL},

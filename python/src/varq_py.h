@@ -19,6 +19,8 @@
 
 #include <varq/varq.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 /* varq.Engine: one vq_engine. Tensors made by runs on it (and Vars) hold a
@@ -96,6 +98,38 @@ const char *vqpy_dtype_numpy(vq_dtype dt);
 
 /* numpy.asarray(obj): zero-copy for a varq.Tensor (the buffer protocol). */
 PyObject *vqpy_numpy_asarray(PyObject *obj);
+
+/* One run pushed by vq_exec_run_async (future.c): shared by the run and
+ * its varq.RunFuture (refs), the last of which frees the feeds' and the
+ * fetches' tensors and names (owned: names[0..nnames) are malloc'd strings
+ * the feeds and fetches may point into). done, rc and msg are written by
+ * the done callback under mu, without the GIL. */
+typedef struct vqpy_async_run {
+    atomic_int refs;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+    char msg[1024];
+    int nfeeds, nfetches, nnames;
+    vq_feed *feeds;
+    vq_fetch *fetches;
+    char **names;
+} vqpy_async_run;
+
+extern PyTypeObject vqpy_future_type;
+
+/* A run with room for nfeeds feeds, nfetches fetches and as many names,
+ * one reference held by the caller; NULL when out of memory. */
+vqpy_async_run *vqpy_async_new(int nfeeds, int nfetches);
+/* Drops a reference (without the GIL: tensor releases may take it). */
+void vqpy_async_drop(vqpy_async_run *r);
+/* vq_exec_run_async's done callback: user is the run, whose reference
+ * (taken for the run before the call) it drops. */
+void vqpy_async_done(void *user, int err);
+/* A new varq.RunFuture taking the caller's reference to r (dropped even on
+ * failure), holding engine and owner. numpy: results as numpy arrays. */
+PyObject *vqpy_future_new(vqpy_async_run *r, PyObject *engine, PyObject *owner, bool numpy);
 
 /* Module functions defined in tensor.c. */
 PyObject *vqpy_from_dlpack(PyObject *self, PyObject *obj);

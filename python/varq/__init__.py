@@ -16,6 +16,7 @@ from ._varq import (  # noqa: F401  (the public names of the package)
     NotAvailable,
     OperationFailed,
     OutOfMemory,
+    RunFuture,
     Tensor,
     TimedOut,
     Var,
@@ -28,7 +29,7 @@ from . import _varq
 __all__ = [
     "Busy", "Cancelled", "Deadlock", "Engine", "Error", "InferenceSession",
     "InvalidArgument", "NodeArg", "NotAvailable", "OperationFailed", "OutOfMemory",
-    "Tensor", "TimedOut", "Var", "__version__", "from_dlpack", "tensor",
+    "RunFuture", "Tensor", "TimedOut", "Var", "__version__", "from_dlpack", "tensor",
 ]
 
 # ONNX Runtime's names of the element types (NodeArg.type).
@@ -83,13 +84,30 @@ class InferenceSession:
         self._outputs = [NodeArg(*d) for d in self._s.outputs()]
 
     def get_inputs(self):
+        """The model's feeds as NodeArgs, in the model's order (a new list;
+        thread-safe)."""
         return list(self._inputs)
 
     def get_outputs(self):
+        """The model's outputs as NodeArgs, in the model's order (a new
+        list; thread-safe)."""
         return list(self._outputs)
 
     def run(self, output_names, input_feed, run_options=None):
+        """The fetches named by output_names (None: every output) as a list
+        of numpy arrays the caller owns (over the run's own memory, which
+        they keep alive). See the class's note on feeds and threads."""
         return self._s.run(output_names, input_feed)
+
+    def run_async(self, output_names, input_feed, run_options=None):
+        """Pushes the run and returns at once with a varq.RunFuture, whose
+        result(timeout=None) is what run would have returned (or raises what
+        it would have raised). The feeds are held (not copied) until the run
+        is done: do not write them meanwhile. The run is completed by the
+        engine's done callback on a worker, which never takes the GIL; many
+        runs may be in flight at once, from any threads (past 64 in flight
+        the call waits for the oldest, GIL released). Thread-safe."""
+        return self._s.run_async(output_names, input_feed)
 
     def close(self):
         """Frees the model and the executor (after the runs in flight); run

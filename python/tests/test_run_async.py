@@ -1,0 +1,139 @@
+"""InferenceSession.run_async: futures completed by the engine's done
+callback; results equal numpy's and the serial run's, many runs in flight
+from many threads, failures raised by result() and returned by
+exception(), timeouts, feeds held until the run is done."""
+import gc
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import varq
+from conftest import failing_model, two_output_model
+
+
+def test_result_equals_numpy_and_run(mlp):
+    model, ref = mlp
+    s = varq.InferenceSession(model, workers=2)
+    x = np.random.RandomState(1).randn(7, 4).astype(np.float32)
+    f = s.run_async(None, {"x": x})
+    assert isinstance(f, varq.RunFuture)
+    (y,) = f.result(timeout=30)
+    assert f.done() and not f.running() and not f.cancelled()
+    assert f.exception() is None
+    np.testing.assert_allclose(y, ref(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y, s.run(None, {"x": x})[0])
+    assert f.result() is f.result()  # one list, made once
+
+
+def test_many_runs_in_flight_from_many_threads():
+    s = varq.InferenceSession(two_output_model(), workers=2)
+    rng = np.random.RandomState(0)
+    feeds = [(rng.randint(-50, 50, (2, 3)), rng.randint(-50, 50, (2, 3))) for _ in range(64)]
+    results = {}
+
+    def worker(k):
+        futs = [(i, s.run_async(["m", "s"], {"a": a, "b": b}))
+                for i, (a, b) in enumerate(feeds) if i % 8 == k]
+        for i, f in futs:
+            results[i] = f.result(timeout=60)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == len(feeds)
+    for i, (a, b) in enumerate(feeds):
+        m, sm = results[i]
+        np.testing.assert_array_equal(m, a * b)
+        np.testing.assert_array_equal(sm, a + b)
+    # 500 at once from one thread: past the executor's 64 in flight the call waits
+    futs = [s.run_async(["s"], {"a": a, "b": b}) for a, b in feeds * 8]
+    for f, (a, b) in zip(futs, feeds * 8):
+        np.testing.assert_array_equal(f.result(timeout=60)[0], a + b)
+
+
+def test_a_failing_run_raises_from_result_and_is_the_exception():
+    s = varq.InferenceSession(failing_model())
+    a = np.array([1, 2, 3], np.int32)
+    f = s.run_async(None, {"a": a, "b": np.array([1, 0, 1], np.int32)})
+    with pytest.raises(varq.Error, match="division by zero") as ei:
+        f.result(timeout=30)
+    e = f.exception()
+    assert isinstance(e, varq.Error) and e.code == ei.value.code < 0
+    with pytest.raises(varq.Error):  # every call raises it
+        f.result()
+    # the session still runs
+    (z,) = s.run_async(None, {"a": a, "b": np.array([1, 2, 3], np.int32)}).result()
+    np.testing.assert_array_equal(z, [1, 1, 1])
+
+
+def test_bad_calls_raise_at_the_call():
+    s = varq.InferenceSession(two_output_model())
+    a = np.zeros((2, 3), np.int64)
+    with pytest.raises(varq.InvalidArgument, match="no input named 'c'"):
+        s.run_async(None, {"a": a, "b": a, "c": a})
+    with pytest.raises(varq.InvalidArgument, match="no output named 'q'"):
+        s.run_async(["q"], {"a": a, "b": a})
+    with pytest.raises(varq.InvalidArgument, match="wants int64"):
+        s.run_async(None, {"a": a.astype(np.float32), "b": a})
+    with pytest.raises(varq.InvalidArgument, match="not fed"):
+        s.run_async(None, {"a": a})
+    s.close()
+    with pytest.raises(varq.InvalidArgument, match="closed"):
+        s.run_async(None, {"a": a, "b": a})
+
+
+def test_timeout_and_a_run_that_is_slow(tmp_path):
+    """A Python op holds an engine worker busy; a session sharing nothing
+    with it still completes, and result(timeout=0) of a pending run raises
+    TimeoutError without cancelling it."""
+    from onnx import TensorProto, helper
+    # a chain of 200 adds over a [256, 256] tensor: long enough to be pending at once
+    nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i}", "x"], [f"t{i + 1}"])
+             for i in range(200)]
+    g = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info("t200", TensorProto.FLOAT, [256, 256])])
+    s = varq.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
+        workers=1)
+    x = np.ones((256, 256), np.float32)
+    f = s.run_async(None, {"x": x})
+    if not f.done():
+        with pytest.raises(TimeoutError):
+            f.result(timeout=0)
+    assert f.wait(timeout=60)
+    np.testing.assert_array_equal(f.result()[0], np.full((256, 256), 201, np.float32))
+
+
+def test_feeds_are_held_until_done_and_released_after(mlp):
+    s = varq.InferenceSession(mlp[0])
+    x = np.ones((3, 4), np.float32)
+    base = sys.getrefcount(x)
+    futs = [s.run_async(None, {"x": x}) for _ in range(100)]
+    for f in futs:
+        f.result(timeout=30)
+    del futs, f
+    gc.collect()
+    assert sys.getrefcount(x) == base
+    # a future dropped before its run is done: the run still ends, its feed is released
+    for _ in range(100):
+        s.run_async(None, {"x": x})
+    s.close()  # waits for the runs in flight
+    gc.collect()
+    assert sys.getrefcount(x) == base
+
+
+def test_results_outlive_the_session_and_future(mlp):
+    model, ref = mlp
+    s = varq.InferenceSession(model)
+    x = np.ones((2, 4), np.float32)
+    f = s.run_async(None, {"x": x})
+    del s
+    (y,) = f.result()
+    del f
+    gc.collect()
+    np.testing.assert_allclose(y, ref(x), rtol=1e-5)

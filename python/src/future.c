@@ -87,6 +87,9 @@ void vqpy_async_done(void *user, int err)
         const char *m = vq_errmsg();
         snprintf(r->msg, sizeof r->msg, "%s", m && *m ? m : vq_strerror(err));
     }
+    for (int i = 0; i < 2; i++)
+        if (r->busy[i]) /* before done: a waiter woken may edit the program at once */
+            atomic_fetch_sub(r->busy[i], 1);
     r->done = true;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);

@@ -1,5 +1,5 @@
 /* The _varq extension module: its types (tensor.c, engine.c, session.c,
- * future.c), its functions, and varq's errors as Python exceptions: varq.Error with
+ * future.c, program.c), its functions, and varq's errors as Python exceptions: varq.Error with
  * a subclass per negative code (also deriving from the built-in exception
  * that says the same, so `except ValueError` catches VQ_EINVAL), each
  * raised with vq_errmsg()'s sentence and the code in its .code. */
@@ -83,6 +83,15 @@ static PyMethodDef module_methods[] = {
      "tensor(x) -> Tensor: a varq.Tensor of x, sharing its memory when x is a C-contiguous "
      "array of a varq dtype (numpy, anything with the buffer protocol, DLPack), copied "
      "otherwise (numpy.ascontiguousarray)."},
+    {"append_backward", (PyCFunction)(void (*)(void))vqpy_append_backward,
+     METH_VARARGS | METH_KEYWORDS,
+     "append_backward(program, loss, no_grad=()) -> int: vq_append_backward."},
+    {"_optimizer_minimize", (PyCFunction)(void (*)(void))vqpy_optimizer_minimize,
+     METH_VARARGS | METH_KEYWORDS, "vq_optimizer_minimize (see varq.SGD, Momentum, Adam)."},
+    {"_lr_schedule_build", (PyCFunction)(void (*)(void))vqpy_lr_schedule_build,
+     METH_VARARGS | METH_KEYWORDS, "vq_lr_schedule_build (see varq.lr_schedule)."},
+    {"_layer", (PyCFunction)(void (*)(void))vqpy_layer, METH_VARARGS | METH_KEYWORDS,
+     "The vq_layer_* functions (see varq.layers)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -133,7 +142,10 @@ PyMODINIT_FUNC PyInit__varq(void)
     if (add_type(m, &vqpy_tensor_type, "Tensor") < 0 ||
         add_type(m, &vqpy_engine_type, "Engine") < 0 || add_type(m, &vqpy_var_type, "Var") < 0 ||
         add_type(m, &vqpy_session_type, "_Session") < 0 ||
-        add_type(m, &vqpy_future_type, "RunFuture") < 0)
+        add_type(m, &vqpy_future_type, "RunFuture") < 0 ||
+        add_type(m, &vqpy_program_type, "Program") < 0 ||
+        add_type(m, &vqpy_scope_type, "Scope") < 0 ||
+        add_type(m, &vqpy_executor_type, "Executor") < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "__version__", vq_version()) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DIMS", VQ_MAX_DIMS) < 0)

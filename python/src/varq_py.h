@@ -115,9 +115,21 @@ typedef struct vqpy_async_run {
     vq_feed *feeds;
     vq_fetch *fetches;
     char **names;
+    /* Counters of the runs using a program and a scope (program.c), each
+     * decremented by the done callback; NULL when not counted. */
+    atomic_int *busy[2];
 } vqpy_async_run;
 
 extern PyTypeObject vqpy_future_type;
+extern PyTypeObject vqpy_program_type;
+extern PyTypeObject vqpy_scope_type;
+extern PyTypeObject vqpy_executor_type;
+
+/* Module functions defined in program.c (train.h) and ops.c. */
+PyObject *vqpy_append_backward(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *vqpy_optimizer_minimize(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *vqpy_lr_schedule_build(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *vqpy_layer(PyObject *self, PyObject *args, PyObject *kw);
 
 /* A run with room for nfeeds feeds, nfetches fetches and as many names,
  * one reference held by the caller; NULL when out of memory. */
@@ -130,6 +142,26 @@ void vqpy_async_done(void *user, int err);
 /* A new varq.RunFuture taking the caller's reference to r (dropped even on
  * failure), holding engine and owner. numpy: results as numpy arrays. */
 PyObject *vqpy_future_new(vqpy_async_run *r, PyObject *engine, PyObject *owner, bool numpy);
+
+/* Attributes converted from a dict (attrs.c): v[0..n) point into keep (a
+ * copy of the dict) and into arrays of their own. */
+typedef struct {
+    vq_attr *v;
+    int n;
+    PyObject *keep;
+} vqpy_attrs;
+/* Converts dict (None: no attributes) for op type op, each value typed as
+ * the op's schema says; -1 with an exception set. Call vqpy_attrs_free
+ * afterwards either way. */
+int vqpy_attrs_from_dict(const char *op, PyObject *dict, vqpy_attrs *out);
+void vqpy_attrs_free(vqpy_attrs *a);
+
+/* A vq_tensor (a new reference) of obj: a varq.Tensor, anything
+ * vqpy_tensor_from_object takes (a copy only for non-contiguous arrays or
+ * other dtypes), or a DLPack exporter (a torch tensor); NULL with an
+ * exception set. When obj is a varq.Tensor without an engine, it is given
+ * engine (it may be used with it from now on). */
+vq_tensor *vqpy_tensor_any(PyObject *obj, PyObject *engine);
 
 /* Module functions defined in tensor.c. */
 PyObject *vqpy_from_dlpack(PyObject *self, PyObject *obj);

@@ -1053,7 +1053,7 @@ PyObject *vqpy_optimizer_minimize(PyObject *self, PyObject *args, PyObject *kw)
     const char *loss, *lr_var = NULL;
     vq_optimizer o = {0};
     int kind = 0, nesterov = 0, decoupled = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|$idzdpdddddpddO", names, &mo, &so, &loss, &kind,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOs|$idzdpddddpddO", names, &mo, &so, &loss, &kind,
                                      &o.learning_rate, &lr_var, &o.mu, &nesterov, &o.beta1,
                                      &o.beta2, &o.epsilon, &o.weight_decay, &decoupled,
                                      &o.clip_value, &o.clip_norm, &params))

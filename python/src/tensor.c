@@ -131,6 +131,7 @@ PyObject *vqpy_tensor_new(vq_tensor *t, PyObject *engine)
     self->t = t;
     self->engine = Py_XNewRef(engine);
     self->readonly = false;
+    self->error = NULL;
     self->ndim = vq_tensor_ndim(t);
     const int64_t *shape = vq_tensor_shape(t);
     Py_ssize_t stride = (Py_ssize_t)vq_dtype_size(vq_tensor_dtype(t));
@@ -151,6 +152,7 @@ static void tensor_dealloc(vqpy_tensor *self)
     vq_tensor_release(t);
     Py_END_ALLOW_THREADS;
     Py_XDECREF(self->engine);
+    Py_XDECREF(self->error);
     PyObject_Free(self);
 }
 
@@ -162,12 +164,21 @@ static void *tensor_ready(vqpy_tensor *self)
                        vq_tensor_device(self->t).id);
         return NULL;
     }
+    if (self->error) {
+        PyErr_SetObject((PyObject *)Py_TYPE(self->error), self->error);
+        return NULL;
+    }
     int rc;
     Py_BEGIN_ALLOW_THREADS;
     rc = vq_tensor_wait(self->t);
     Py_END_ALLOW_THREADS;
     if (rc < 0) {
         vqpy_raise(rc);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        self->error = Py_XNewRef(value);
+        PyErr_Restore(type, value, tb);
         return NULL;
     }
     return vq_tensor_data(self->t);

@@ -41,6 +41,12 @@ typedef struct {
     PyObject_HEAD vq_tensor *t;
     PyObject *engine; /* a vqpy_engine, or NULL */
     bool readonly;    /* wraps memory its producer exports read-only */
+    /* The failure of the op that wrote the tensor, once a read found it:
+     * vq_tensor_wait takes a tensor's error (a second wait returns 0), so
+     * it is kept here and raised by every later read (numpy tries the
+     * buffer protocol and then __array_interface__, and must not get the
+     * bytes of a failed op on its second try). */
+    PyObject *error;
     int ndim;
     Py_ssize_t shape[VQ_MAX_DIMS];
     Py_ssize_t strides[VQ_MAX_DIMS];

@@ -1,5 +1,5 @@
 /* The _varq extension module: its types (tensor.c, engine.c, session.c,
- * future.c, program.c), its functions, and varq's errors as Python exceptions: varq.Error with
+ * future.c, program.c), its functions (ops.c among them), and varq's errors as Python exceptions: varq.Error with
  * a subclass per negative code (also deriving from the built-in exception
  * that says the same, so `except ValueError` catches VQ_EINVAL), each
  * raised with vq_errmsg()'s sentence and the code in its .code. */
@@ -92,6 +92,15 @@ static PyMethodDef module_methods[] = {
      METH_VARARGS | METH_KEYWORDS, "vq_lr_schedule_build (see varq.lr_schedule)."},
     {"_layer", (PyCFunction)(void (*)(void))vqpy_layer, METH_VARARGS | METH_KEYWORDS,
      "The vq_layer_* functions (see varq.layers)."},
+    {"_op_run", vqpy_op_run, METH_VARARGS,
+     "_op_run(engine, type, inputs, outputs, attrs) -> tuple: vq_op_run (see varq.ops)."},
+    {"_op_names", vqpy_op_names, METH_NOARGS, "The registered op types, sorted."},
+    {"_op_signature", vqpy_op_signature, METH_O, "vq_op_signature(type)."},
+    {"_capture_begin", vqpy_capture_begin, METH_O, "vq_capture_begin (see varq.capture)."},
+    {"_capture_end", vqpy_capture_end, METH_O, "vq_capture_end (see varq.capture)."},
+    {"_capture_backward", vqpy_capture_backward, METH_VARARGS,
+     "vq_capture_backward (see varq.capture.backward)."},
+    {"_capture_stats", vqpy_capture_stats, METH_O, "vq_capture_get_stats."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -136,6 +136,13 @@ PyObject *vqpy_append_backward(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *vqpy_optimizer_minimize(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *vqpy_lr_schedule_build(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *vqpy_layer(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *vqpy_op_run(PyObject *self, PyObject *args);
+PyObject *vqpy_op_names(PyObject *self, PyObject *unused);
+PyObject *vqpy_op_signature(PyObject *self, PyObject *arg);
+PyObject *vqpy_capture_begin(PyObject *self, PyObject *engine);
+PyObject *vqpy_capture_end(PyObject *self, PyObject *engine);
+PyObject *vqpy_capture_backward(PyObject *self, PyObject *args);
+PyObject *vqpy_capture_stats(PyObject *self, PyObject *engine);
 
 /* A run with room for nfeeds feeds, nfetches fetches and as many names,
  * one reference held by the caller; NULL when out of memory. */

@@ -29,13 +29,15 @@ from ._varq import (  # noqa: F401  (the public names of the package)
     tensor,
 )
 from . import _varq
+from . import ops
+from .ops import capture
 
 __all__ = [
     "Adam", "AdamW", "Busy", "Cancelled", "Deadlock", "Engine", "Error", "Executor",
     "InferenceSession", "InvalidArgument", "Momentum", "NodeArg", "NotAvailable",
     "OperationFailed", "Optimizer", "OutOfMemory", "Program", "RunFuture", "SGD", "Scope",
-    "Tensor", "TimedOut", "Var", "__version__", "append_backward", "from_dlpack", "layers",
-    "lr_schedule", "tensor",
+    "Tensor", "TimedOut", "Var", "__version__", "append_backward", "capture", "from_dlpack",
+    "layers", "lr_schedule", "ops", "tensor",
 ]
 
 # ONNX Runtime's names of the element types (NodeArg.type).

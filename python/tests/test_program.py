@@ -241,3 +241,35 @@ def test_torch_feeds_share_memory():
     x = torch.randn(2, 4)
     (y,) = varq.Executor(workers=1).run(p, {"x": x}, ["y"], s)
     np.testing.assert_allclose(y, np.maximum(x.numpy() @ w + b, 0), rtol=1e-5, atol=1e-6)
+
+
+def rss():
+    import os
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leak_over_many_runs_and_op_calls():
+    import gc
+    import sys
+    p = affine_program()
+    w, b = params()
+    s = varq.Scope()
+    s["w"], s["b"] = w, b
+    ex = varq.Executor(workers=2)
+    x = np.ones((2, 4), np.float32)
+    base = sys.getrefcount(x), sys.getrefcount(w)
+
+    def burst(k):
+        for _ in range(k):
+            ex.run(p, {"x": x}, ["y"], s)
+            ex.run_async(p, {"x": x}, ["y"], s).result()
+            np.asarray(varq.ops.matmul(x, w, engine=ex.engine))
+
+    burst(2000)
+    gc.collect()
+    r0 = rss()
+    burst(20000)
+    gc.collect()
+    assert (sys.getrefcount(x), sys.getrefcount(w)) == base
+    assert rss() - r0 < 8 << 20, rss() - r0

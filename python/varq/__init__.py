@@ -125,12 +125,15 @@ class InferenceSession:
 
     @property
     def closed(self):
+        """Whether close() was called (thread-safe)."""
         return self._s.closed
 
     def __enter__(self):
+        """The session itself; leaving the block closes it."""
         return self
 
     def __exit__(self, *exc):
+        """close(): runs in flight finish first."""
         self.close()
 
 
@@ -293,6 +296,11 @@ class Optimizer:
                             **rule)
 
     def minimize(self, main, startup, loss):
+        """vq_optimizer_minimize(main, startup, loss, this optimizer):
+        edits both programs (from the thread building them, not while a
+        run of them is in flight: varq.Busy); the number of parameters
+        updated. The optimizer object itself is a plain value: reusable,
+        shareable between threads."""
         return _varq._optimizer_minimize(main, startup, loss, kind=self._kind, **self.options)
 
     def __repr__(self):

@@ -120,11 +120,17 @@ class capture:
         self._thread = None
 
     def __enter__(self):
+        """vq_capture_begin on the calling thread; the capture object.
+        Raises varq.InvalidArgument when this thread captures on the
+        engine already."""
         _varq._capture_begin(self.engine)
         self._thread = threading.get_ident()
         return self
 
     def __exit__(self, *exc):
+        """vq_capture_end: pushes what is recorded (even when the block
+        raised; the exception propagates). RuntimeError on another
+        thread than the one that entered."""
         if threading.get_ident() != self._thread:
             raise RuntimeError("capture: left on another thread than the one that entered it")
         self._thread = None

@@ -6,6 +6,11 @@
    `varq run MODEL --repeat N` (the executor alone): the difference is the
    binding's overhead per call (feeds wrapped, the GIL released and taken
    back, results wrapped as numpy arrays).
+   The same model's run_async + result() per call, ONNX Runtime through
+   its node binding (bench/ort_peer.mjs, the module scripts/ort_fetch.sh
+   installed, when it is there: the closest measurable peer; its mean of
+   per-call times, so the timer's own cost is in it), and PyTorch eager
+   (torch.relu(x @ W + b) with the same weights, 2 threads) from Python.
 2. Engine.push of an empty Python callable (then wait_all), without vars
    and writing one var (each op ordered after the one before), against
    concurrent.futures.ThreadPoolExecutor.submit of the same callable (then
@@ -50,6 +55,53 @@ def tiny_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
 
 
+def peers(model, x, n, args, py):
+    """ONNX Runtime's node binding and PyTorch eager on the tiny model, each
+    printed against varq's py (seconds per call from Python)."""
+    import numpy as np
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    found = subprocess.run(["bash", os.path.join(root, "scripts", "ort_fetch.sh"), "--quiet"],
+                           capture_output=True, text=True)
+    module = dict(ln.split("=", 1) for ln in found.stdout.split() if "=" in ln).get(
+        "ort_node_module")
+    if found.returncode == 0 and module:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "tiny.onnx")
+            with open(path, "wb") as f:
+                f.write(model)
+            np.save(os.path.join(d, "x.npy"), x)
+            best = None
+            for _ in range(3):
+                out = subprocess.run(
+                    ["node", os.path.join(root, "bench", "ort_peer.mjs"), "--module", module,
+                     "--model", path, "--feed", "x=" + os.path.join(d, "x.npy"), "--repeat",
+                     str(n), "--warmup", "200", "--threads", str(args.workers)],
+                    capture_output=True, text=True, check=True).stdout
+                kv = dict(w.split("=", 1) for w in out.split() if "=" in w)
+                mean = float(kv["mean_ms"]) * 1e-3
+                best = mean if best is None else min(best, mean)
+        print(f"ONNX Runtime (onnxruntime-node), tiny model: {best * 1e6:.2f} us per "
+              f"session.run from JavaScript; varq from Python is {best / py:.2f}x its speed")
+    else:
+        print("ONNX Runtime's node binding: not measured (scripts/ort_fetch.sh found none)")
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch eager: not measured (no torch)")
+        return
+    from onnx import numpy_helper, load_from_string
+    init = {t.name: numpy_helper.to_array(t) for t in load_from_string(model).graph.initializer}
+    torch.set_num_threads(args.workers)
+    W, b = torch.from_numpy(init["W"].copy()), torch.from_numpy(init["b"].copy())
+    xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        for _ in range(200):
+            torch.relu(xt @ W + b).numpy()
+        te = best_of(5, lambda: [torch.relu(xt @ W + b).numpy() for _ in range(n)]) / n
+    print(f"PyTorch eager, the same model from Python (inference_mode, .numpy()): "
+          f"{te * 1e6:.2f} us per call; varq is {te / py:.2f}x its speed")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
@@ -91,6 +143,9 @@ def main():
     print(f"InferenceSession.run, tiny model: {py * 1e6:.2f} us per call from Python, "
           f"{c * 1e6:.2f} us from C (varq run --repeat): "
           f"{(py - c) * 1e6:.2f} us of binding per call")
+    pa = best_of(5, lambda: [s.run_async(None, {"x": x}).result() for _ in range(n)]) / n
+    print(f"InferenceSession.run_async + result(), tiny model: {pa * 1e6:.2f} us per call")
+    peers(model, x, n, args, py)
 
     # 2. push of an empty callable
     def empty():

@@ -19,6 +19,7 @@
 #include "varq_py.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,10 @@ typedef struct {
     PyObject *value;  /* the list of results, once made */
     PyObject *error;  /* the exception, once made */
     bool numpy;       /* results as numpy arrays (else varq.Tensor) */
+    /* A thread is making value: numpy.asarray waits for each tensor with
+     * the GIL released, so another thread's result() may come in between
+     * and must wait for this one's list instead of making its own. */
+    bool settling;
 } vqpy_future;
 
 vqpy_async_run *vqpy_async_new(int nfeeds, int nfetches)
@@ -111,6 +116,7 @@ PyObject *vqpy_future_new(vqpy_async_run *r, PyObject *engine, PyObject *owner, 
     f->value = NULL;
     f->error = NULL;
     f->numpy = numpy;
+    f->settling = false;
     return (PyObject *)f;
 }
 
@@ -168,6 +174,11 @@ static int future_wait_for(vqpy_future *self, PyObject *timeout)
 /* Makes self->value or self->error from the finished run (once). */
 static int future_settle(vqpy_future *self)
 {
+    while (self->settling && !self->value && !self->error) {
+        Py_BEGIN_ALLOW_THREADS;
+        sched_yield();
+        Py_END_ALLOW_THREADS;
+    }
     if (self->value || self->error)
         return 0;
     vqpy_async_run *r = self->run;
@@ -181,6 +192,7 @@ static int future_settle(vqpy_future *self)
         self->error = value;
         return self->error ? 0 : -1;
     }
+    self->settling = true;
     PyObject *list = PyList_New(r->nfetches);
     for (int i = 0; list && i < r->nfetches; i++) {
         /* the Tensor takes the run's reference */
@@ -195,6 +207,15 @@ static int future_settle(vqpy_future *self)
         PyList_SET_ITEM(list, i, item);
     }
     self->value = list;
+    if (!list) { /* an exception for every caller from now on */
+        PyObject *type, *tb;
+        PyErr_Fetch(&type, &self->error, &tb);
+        PyErr_NormalizeException(&type, &self->error, &tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        PyErr_SetObject((PyObject *)Py_TYPE(self->error), self->error);
+    }
+    self->settling = false;
     return list ? 0 : -1;
 }
 

@@ -137,3 +137,19 @@ def test_results_outlive_the_session_and_future(mlp):
     del f
     gc.collect()
     np.testing.assert_allclose(y, ref(x), rtol=1e-5)
+
+
+def test_threads_asking_one_future_get_one_list():
+    s = varq.InferenceSession(two_output_model(), workers=2)
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    for _ in range(50):
+        f = s.run_async(None, {"a": a, "b": a})
+        got = []
+        th = [threading.Thread(target=lambda: got.append(f.result(timeout=30)))
+              for _ in range(4)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        assert len(got) == 4 and all(g is got[0] for g in got)
+        np.testing.assert_array_equal(got[0][1], a * a)

@@ -910,9 +910,12 @@ static PyObject *executor_prepare(vqpy_executor *self, PyObject *args, PyObject 
         scope_use_engine((vqpy_scope *)scopeo, self->engine) == 0) {
         int rc;
         vq_scope *s = ((vqpy_scope *)scopeo)->s;
+        vqpy_program *program = (vqpy_program *)prog;
+        atomic_fetch_add(&program->busy, 1); /* it is read with the GIL released */
         Py_BEGIN_ALLOW_THREADS;
         rc = vq_exec_prepare(self->x, p, s, fn, nf, tn, nt);
         Py_END_ALLOW_THREADS;
+        atomic_fetch_sub(&program->busy, 1);
         result = rc < 0 ? vqpy_raise(rc) : Py_NewRef(Py_None);
     }
     free(fn);

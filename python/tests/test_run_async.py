@@ -153,3 +153,26 @@ def test_threads_asking_one_future_get_one_list():
             t.join()
         assert len(got) == 4 and all(g is got[0] for g in got)
         np.testing.assert_array_equal(got[0][1], a * a)
+
+
+def test_runs_complete_while_this_thread_keeps_the_gil(mlp):
+    """With a switch interval of 100 s this thread keeps the GIL while it
+    polls done(); the runs complete anyway: neither the engine's workers
+    nor the done callback take the GIL."""
+    model, ref = mlp
+    s = varq.InferenceSession(model, workers=2)
+    x = np.ones((3, 4), np.float32)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(100.0)
+    try:
+        import time
+        futs = [s.run_async(None, {"x": x}) for _ in range(20)]
+        t0 = time.monotonic()
+        while not all(f.done() for f in futs) and time.monotonic() - t0 < 20:
+            pass
+        took = time.monotonic() - t0
+    finally:
+        sys.setswitchinterval(old)
+    assert took < 20 and all(f.done() for f in futs)
+    for f in futs:
+        np.testing.assert_allclose(f.result()[0], ref(x), rtol=1e-5)

@@ -12,7 +12,10 @@
  * Engines: the executor gives scope and feed tensors vars of its engine,
  * whose free must come after the tensors' last release. A Scope therefore
  * holds every engine it was run with (engines, a list), released after
- * vq_scope_free; Tensors handed out hold one. */
+ * vq_scope_free; the Tensors it hands out (and those set into it) hold the
+ * list itself, so an engine that a later run adds is held by them too
+ * (a Tensor got before the scope's first run would otherwise outlive the
+ * engine that run gave its tensor a var of). */
 #include "varq_py.h"
 
 #include <stdio.h>
@@ -503,8 +506,7 @@ static PyObject *scope_set(vqpy_scope *self, PyObject *args)
         return NULL;
     if (atomic_load(&self->busy))
         return busy_error("scope");
-    PyObject *engine = PyList_GET_SIZE(self->engines) ? PyList_GET_ITEM(self->engines, 0) : NULL;
-    vq_tensor *t = vqpy_tensor_any(value, engine);
+    vq_tensor *t = vqpy_tensor_any(value, self->engines);
     if (!t)
         return NULL;
     if (PyObject_TypeCheck(value, &vqpy_tensor_type) && ((vqpy_tensor *)value)->engine &&
@@ -531,8 +533,9 @@ static PyObject *scope_get(vqpy_scope *self, PyObject *arg)
         PyErr_Format(PyExc_KeyError, "%s", name);
         return NULL;
     }
-    PyObject *engine = PyList_GET_SIZE(self->engines) ? PyList_GET_ITEM(self->engines, 0) : NULL;
-    return vqpy_tensor_new(vq_tensor_retain(t), engine);
+    /* The Tensor holds the scope's list of engines, to which a later run
+     * with another engine adds it: the tensor may get a var there. */
+    return vqpy_tensor_new(vq_tensor_retain(t), self->engines);
 }
 
 static PyObject *scope_names(vqpy_scope *self, PyObject *unused)

@@ -39,7 +39,7 @@ typedef struct {
  * buffer protocol's view of the tensor, filled once. */
 typedef struct {
     PyObject_HEAD vq_tensor *t;
-    PyObject *engine; /* a vqpy_engine, or NULL */
+    PyObject *engine; /* a vqpy_engine, a list of them (a Scope's), or NULL */
     bool readonly;    /* wraps memory its producer exports read-only */
     /* The failure of the op that wrote the tensor, once a read found it:
      * vq_tensor_wait takes a tensor's error (a second wait returns 0), so

@@ -97,9 +97,9 @@ PyObject *vqpy_op_run(PyObject *self, PyObject *args)
             vqpy_raise_msg(VQ_EINVAL, "%s: out[%zd] wraps read-only memory", type, i);
             goto done;
         }
+        if (vqpy_tensor_hold_engine(o, (PyObject *)eng) < 0)
+            goto done;
         out[i] = vq_tensor_retain(((vqpy_tensor *)o)->t);
-        if (!((vqpy_tensor *)o)->engine)
-            ((vqpy_tensor *)o)->engine = Py_NewRef((PyObject *)eng);
     }
     got_out = (int)nout;
     if (vqpy_attrs_from_dict(type, attro, &at) < 0)

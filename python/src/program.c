@@ -53,6 +53,28 @@ static bool program_editable(vqpy_program *self)
     return true;
 }
 
+int vqpy_tensor_hold_engine(PyObject *obj, PyObject *engine)
+{
+    vqpy_tensor *t = (vqpy_tensor *)obj;
+    if (!engine || t->engine == engine)
+        return 0;
+    if (!t->engine) {
+        t->engine = Py_NewRef(engine);
+        return 0;
+    }
+    if (PyList_Check(t->engine)) {
+        int has = PySequence_Contains(t->engine, engine);
+        return has < 0 ? -1 : has ? 0 : PyList_Append(t->engine, engine);
+    }
+    PyObject *both = PyList_New(2);
+    if (!both)
+        return -1;
+    PyList_SET_ITEM(both, 0, t->engine); /* the Tensor's reference moves in */
+    PyList_SET_ITEM(both, 1, Py_NewRef(engine));
+    t->engine = both;
+    return 0;
+}
+
 vq_tensor *vqpy_tensor_any(PyObject *obj, PyObject *engine)
 {
     if (!PyObject_TypeCheck(obj, &vqpy_tensor_type) && !PyObject_CheckBuffer(obj) &&
@@ -65,8 +87,13 @@ vq_tensor *vqpy_tensor_any(PyObject *obj, PyObject *engine)
         return r;
     }
     vq_tensor *t = vqpy_tensor_from_object(obj, true);
-    if (t && engine && PyObject_TypeCheck(obj, &vqpy_tensor_type) && !((vqpy_tensor *)obj)->engine)
-        ((vqpy_tensor *)obj)->engine = Py_NewRef(engine);
+    if (t && PyObject_TypeCheck(obj, &vqpy_tensor_type) &&
+        vqpy_tensor_hold_engine(obj, engine) < 0) {
+        Py_BEGIN_ALLOW_THREADS;
+        vq_tensor_release(t);
+        Py_END_ALLOW_THREADS;
+        return NULL;
+    }
     return t;
 }
 

@@ -378,8 +378,13 @@ static PyObject *session_run_impl(vqpy_session *self, PyObject *args, bool async
         /* A varq.Tensor fed here belongs to this engine from now on (the
          * executor gives it a var of the engine): it holds the engine, so
          * that its last release never pushes on a freed one. */
-        if (PyObject_TypeCheck(value, &vqpy_tensor_type) && !((vqpy_tensor *)value)->engine)
-            ((vqpy_tensor *)value)->engine = Py_NewRef(self->engine);
+        if (PyObject_TypeCheck(value, &vqpy_tensor_type) &&
+            vqpy_tensor_hold_engine(value, self->engine) < 0) {
+            Py_BEGIN_ALLOW_THREADS;
+            vq_tensor_release(t);
+            Py_END_ALLOW_THREADS;
+            goto out;
+        }
         feeds[nfed++] = (vq_feed){self->inputs[k].name, t};
     }
     if (nfed < self->ninputs) {

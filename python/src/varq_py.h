@@ -169,11 +169,17 @@ typedef struct {
 int vqpy_attrs_from_dict(const char *op, PyObject *dict, vqpy_attrs *out);
 void vqpy_attrs_free(vqpy_attrs *a);
 
+/* Makes the varq.Tensor obj hold engine (a vqpy_engine or a list of
+ * them; NULL: nothing) besides what it holds already (its engine field
+ * becomes a list when it holds several): the tensor may get a var of that
+ * engine, which must then outlive it. 0, or -1 with an exception. */
+int vqpy_tensor_hold_engine(PyObject *obj, PyObject *engine);
+
 /* A vq_tensor (a new reference) of obj: a varq.Tensor, anything
  * vqpy_tensor_from_object takes (a copy only for non-contiguous arrays or
  * other dtypes), or a DLPack exporter (a torch tensor); NULL with an
- * exception set. When obj is a varq.Tensor without an engine, it is given
- * engine (it may be used with it from now on). */
+ * exception set. When obj is a varq.Tensor it is made to hold engine
+ * (vqpy_tensor_hold_engine: it is used with it from now on). */
 vq_tensor *vqpy_tensor_any(PyObject *obj, PyObject *engine);
 
 /* Module functions defined in tensor.c. */

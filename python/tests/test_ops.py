@@ -176,3 +176,24 @@ def test_capture_left_on_another_thread_is_refused(eng):
     t.join()
     assert err
     cap.__exit__(None, None, None)
+
+
+def test_a_tensor_keeps_its_engine_and_refuses_another():
+    """A Tensor made on engine a holds a (its var is a's) after the caller
+    dropped a; varq refuses it on engine b (one engine per tensor), and an
+    output given on b then holds b. ASan checks that no push reaches a
+    freed engine."""
+    import gc
+    a, b = varq.Engine(workers=1), varq.Engine(workers=1)
+    x = np.arange(6, dtype=np.float64).reshape(2, 3) - 2
+    t = ops.relu(x, engine=a)
+    with pytest.raises(varq.InvalidArgument, match="another engine"):
+        ops.scale(t, scale=3.0, engine=b)
+    w = varq.tensor(np.zeros((2, 3)))
+    ops.relu(x, engine=b, out=[w])
+    del a, b
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(t), np.maximum(x, 0))
+    np.testing.assert_array_equal(np.asarray(w), np.maximum(x, 0))
+    del t, w
+    gc.collect()

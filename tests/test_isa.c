@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "../ops/math/isa.h"
-#include "../ops/math/sgemm512.h"
+#include "../ops/math/sgemm.h"
 
 static enum vq__isa_level cpu_level(void)
 {
@@ -42,14 +42,14 @@ Test(isa, portable_caps_everything)
 {
     setenv("VARQ_ISA", "portable", 1);
     cr_assert_eq(vq__isa(), VQ__ISA_PORTABLE);
-    cr_assert_not(vq__sgemm512_ok(), "the AVX-512 product off below avx512");
+    cr_assert_not(vq__sgemm_ok(), "varq's own product off: OpenBLAS");
 }
 
 Test(isa, avx2_caps_avx512)
 {
     setenv("VARQ_ISA", "avx2", 1);
     cr_assert_eq(vq__isa(), lower(VQ__ISA_AVX2, cpu_level()));
-    cr_assert_not(vq__sgemm512_ok());
+    cr_assert_not(vq__sgemm_ok());
 }
 
 Test(isa, above_the_cpu_gives_the_cpu)

@@ -43,7 +43,7 @@
 #include "conv.h"
 #include "../cuda/cuda_ops.h"
 #include "../math/isa.h"
-#include "../math/sgemm512.h"
+#include "../math/sgemm.h"
 #include "../math/winograd.h"
 
 #include <limits.h>
@@ -412,7 +412,7 @@ void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t n
 }
 
 /* conv2d's output pass for the AVX-512 product to do as it stores
- * (sgemm512.h), for output channels from ch0 on. */
+ * (sgemm.h), for output channels from ch0 on. */
 static vq__sg_epilogue conv_sg_epilogue(const struct conv_job *j, int64_t ch0)
 {
     return (vq__sg_epilogue){.bias = j->b ? (const float *)j->b + ch0 : NULL,
@@ -430,10 +430,10 @@ static void conv_product(const struct conv_job *j, int64_t ch0, int64_t m, const
 {
     const vq__conv *cv = j->cv;
     char *o = vq__elem_at(plane0, c0, j->es);
-    if (j->dt == VQ_F32 && vq__sgemm512_ok()) {
+    if (j->dt == VQ_F32 && vq__sgemm_ok()) {
         vq__sg_epilogue ep = conv_sg_epilogue(j, ch0);
-        if (vq__sgemm512(false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, (float *)o, cv->plane,
-                         ep.bias || ep.clip ? &ep : NULL))
+        if (vq__sgemm(false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, (float *)o,
+                      cv->plane, ep.bias || ep.clip ? &ep : NULL))
             return;
     }
     vq__gemm_ldc(j->dt, false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, o, cv->plane);
@@ -522,7 +522,7 @@ static int conv_pack_part(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     struct conv_job *j = arg;
-    vq__sgemm512_pack(j->cv->rows, j->cv->plane, j->col, j->cv->plane, j->pan, lo, hi);
+    vq__sgemm_pack(j->cv->rows, j->cv->plane, j->col, j->cv->plane, j->pan, lo, hi);
     return 0;
 }
 
@@ -535,8 +535,8 @@ static int conv_gemm_panels(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__conv *cv = j->cv;
     float *o = (float *)j->wg_out + lo * cv->plane;
     vq__sg_epilogue ep = conv_sg_epilogue(j, lo);
-    vq__sgemm512_panels(hi - lo, cv->plane, cv->rows, (const float *)j->wg + lo * cv->rows,
-                        cv->rows, j->pan, o, cv->plane, ep.bias || ep.clip ? &ep : NULL);
+    vq__sgemm_panels(hi - lo, cv->plane, cv->rows, (const float *)j->wg + lo * cv->rows, cv->rows,
+                     j->pan, o, cv->plane, ep.bias || ep.clip ? &ep : NULL);
     return 0;
 }
 
@@ -573,7 +573,7 @@ static int64_t ceil_div(int64_t a, int64_t b)
  * takes (conv_gemm_rows), or half of them when there are fewer than twice
  * this many: each block packs the whole of the other operand (the
  * columns) again, so small blocks spend their time copying. One core,
- * AVX-512 (ops/math/sgemm512.c), ResNet-18's 14x14 layers' product
+ * AVX-512 (ops/math/sgemm.c), ResNet-18's 14x14 layers' product
  * (2304 x 196 columns): 32 channels 179 GFLOP/s, 128 232, 256 243; its 7x7
  * ones (4608 x 49): 64 156, 128 181. */
 #define CONV_MIN_ROW_BLOCK 128
@@ -677,8 +677,8 @@ static int conv_flat_gemm(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__window *v = &cv->w;
     int64_t n = v->oh * j->wp;
     vq__sg_epilogue ep = conv_sg_epilogue(j, lo);
-    vq__sgemm512_panels(hi - lo, n, cv->rows, (const float *)j->wg + lo * cv->rows, cv->rows,
-                        j->pan, j->flat + lo * n, n, ep.bias || ep.clip ? &ep : NULL);
+    vq__sgemm_panels(hi - lo, n, cv->rows, (const float *)j->wg + lo * cv->rows, cv->rows, j->pan,
+                     j->flat + lo * n, n, ep.bias || ep.clip ? &ep : NULL);
     for (int64_t ch = lo; ch < hi; ch++)
         for (int64_t y = 0; y < v->oh; y++)
             memcpy((float *)j->wg_out + ch * cv->plane + y * v->ow, j->flat + ch * n + y * j->wp,
@@ -784,7 +784,7 @@ static int conv2d_kernel(const vq__kcall *k)
     j.wg = w->data;
     j.wg_out = o->data;
     if (!cv.direct && cv.plane < cv.mg && cv.w.sh == 1 && cv.w.sw == 1 && j.dt == VQ_F32 &&
-        vq__sgemm512_ok() &&
+        vq__sgemm_ok() &&
         conv_vectors(cv.w.oh * (cv.w.ow + (cv.w.kw - 1) * cv.w.dw)) * 8 <=
             conv_vectors(cv.plane) * 9)
         return conv_flat(k, &j);
@@ -801,7 +801,7 @@ static int conv2d_kernel(const vq__kcall *k)
     if (cv.plane >= cv.mg) {
         vq__parallel_for(cv.plane, ceil_div(ceil_div(cv.plane, CONV_BLOCKS), 16) * 16,
                          conv_gemm_cols, &j);
-    } else if (j.dt == VQ_F32 && vq__sgemm512_ok()) {
+    } else if (j.dt == VQ_F32 && vq__sgemm_ok()) {
         /* every block of channels reads all the columns: copy them into
          * the kernel's panels once, not once per block */
         int64_t npan = ceil_div(cv.plane, VQ__SG_PANEL);

@@ -33,7 +33,7 @@ struct conv_job {
     const char *wg;                     /* its weights */
     void *col;                          /* its columns (X's planes when direct) */
     int64_t band;                       /* output rows per band (conv_bands) */
-    float *pan;                         /* the columns as panels (sgemm512.h) */
+    float *pan;                         /* the columns as panels (sgemm.h) */
     float *pad, *flat;                  /* conv_flat's padded X and wide output */
     int64_t hp, wp;                     /* the padded planes' height and width */
     vq_tensor *cols[VQ__PAR_MAX_SLOTS]; /* per participant, for whole items */

@@ -33,7 +33,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../einsum_shared.h"
-#include "../math/sgemm512.h" /* vq__sgemm512_ok */
+#include "../math/sgemm.h" /* vq__sgemm_ok */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -732,10 +732,11 @@ static int einsum_kernel(const vq__kcall *k)
     vq__es_plan *plan = vq__malloc(sizeof *plan);
     if (!plan)
         return vq__fail(VQ_ENOMEM, "einsum: out of memory for its plan");
-    /* varq's own f32 GEMM (math/sgemm512.c) reads B untransposed only */
+    /* varq's own f32 GEMM (math/sgemm.c) packs B untransposed by plain
+     * copies, transposed by 8 x 8 transposes: the plain form is cheaper */
     bool f32 = out->dtype == VQ_F32;
     int flags = f32 || out->dtype == VQ_F64 ? VQ__ES_GEMM_OK : 0;
-    if (f32 && vq__sgemm512_ok())
+    if (f32 && vq__sgemm_ok())
         flags |= VQ__ES_B_PLAIN;
     int rc = vq__einsum_plan(p, k->def->type, rank, shape, out->shape, flags, plan);
     vq_tensor *tmp[VQ__ES_MAX_STEPS] = {NULL};

@@ -12,7 +12,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../shape_shared.h" /* vq__matmul_dims_of */
-#include "../math/sgemm512.h"
+#include "../math/sgemm.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -231,13 +231,12 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
             memset((char *)c + (size_t)(i * ldc) * es, 0, (size_t)n * es);
         return;
     }
-    if (dt == VQ_F32 && !tb && vq__sgemm512_ok() &&
-        vq__sgemm512(ta, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
+    if (dt == VQ_F32 && !tb && vq__sgemm_ok() &&
+        vq__sgemm(ta, false, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
         return;
-    if (dt == VQ_F32 && tb && !ta && m <= 4 && vq__sgemm512_ok()) {
-        vq__sgemm512_dots(m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc);
+    if (dt == VQ_F32 && tb && !ta && m <= VQ__SG_FEW && vq__sgemm_ok() &&
+        vq__sgemm(false, true, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
         return;
-    }
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == VQ_F32)
         cblas_sgemm(CblasRowMajor, opa, opb, (blasint)m, (blasint)n, (blasint)k, (float)alpha, a,

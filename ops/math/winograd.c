@@ -46,7 +46,7 @@
  * transforms mix the whole patch (infinity - infinity is NaN). */
 #include "winograd.h"
 
-#include "sgemm512.h"
+#include "sgemm.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -111,7 +111,7 @@ bool vq__winograd_fits(const vq__conv *cv, vq_dtype dt)
     if (!env_on)
         return false;
     int64_t tiles = v->n * ceil_div(v->oh, 4) * ceil_div(v->ow, 4);
-    int64_t least = vq__sgemm512_ok() ? WG_MIN_TILES_WIDE : WG_MIN_TILES;
+    int64_t least = vq__sgemm_level() >= VQ__ISA_AVX512 ? WG_MIN_TILES_WIDE : WG_MIN_TILES;
     return cv->cg >= WG_MIN_IN_CHANNELS && cv->m >= WG_MIN_OUT_CHANNELS && tiles >= least;
 }
 
@@ -249,10 +249,10 @@ static void tile_at(const struct wg_job *j, int64_t t, int64_t *img, int64_t *oy
  * unpacks and lane shuffles. V is written in the product's panels, so the products
  * skip their copy of it. The arithmetic is the portable path's, operation
  * for operation (the same sums in the same order, no fused multiply-adds),
- * and the products' bits are vq__sgemm512's either way, so both paths give
+ * and the products' bits are vq__sgemm's either way, so both paths give
  * the same bits (checked on ResNet-18's output). Taken where varq's
- * AVX-512 product is (vq__sgemm512_ok: an AVX-512 CPU and VARQ_GEMM not
- * "openblas"). What it gained is in docs/perf/cpu-kernels.md. */
+ * product runs at AVX-512 (vq__sgemm_level: an AVX-512 CPU, VARQ_ISA not
+ * below avx512 and VARQ_GEMM not "openblas"). What it gained is in docs/perf/cpu-kernels.md. */
 #ifdef WG_WIDE
 
 #define WG_AVX __attribute__((target("avx512f")))
@@ -354,11 +354,11 @@ WG_AVX static void wg_input_group(const vq__window *v, const float *x, int64_t i
     }
 }
 
-/* The block's V for input channels [lo, hi) in vq__sgemm512_panels'
+/* The block's V for input channels [lo, hi) in vq__sgemm_panels'
  * layout, so that the products need not copy it there: element e's
  * [C][nb] at v + e * vs, tile u of channel c at panel u / 32, row c,
  * column u % 32 (ld a multiple of 32; zeros past nb, as
- * vq__sgemm512_pack leaves them, rather than whatever the scratch held:
+ * vq__sgemm_pack leaves them, rather than whatever the scratch held:
  * those columns' sums are not stored, but need not start from a NaN or a
  * denormal either). */
 WG_AVX static int wg_input_wide(const struct wg_job *j, int64_t lo, int64_t hi)
@@ -600,8 +600,8 @@ static int wg_products(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t C = j->cv->cg, K = j->cv->m;
     if (j->wide) {
         for (int64_t e = lo; e < hi; e++)
-            vq__sgemm512_panels(K, j->nb, C, j->u + e * K * C, C, j->v + e * j->vs,
-                                j->m + e * j->ms, j->ld, NULL);
+            vq__sgemm_panels(K, j->nb, C, j->u + e * K * C, C, j->v + e * j->vs, j->m + e * j->ms,
+                             j->ld, NULL);
         return 0;
     }
     for (int64_t e = lo; e < hi; e++)
@@ -905,7 +905,7 @@ int vq__conv_winograd(const vq__kcall *k, const vq__conv *cv, const vq__window_p
     int64_t C = cv->cg, K = cv->m;
     int64_t tw = ceil_div(v->ow, 4), tpi = ceil_div(v->oh, 4) * tw, tiles = v->n * tpi;
 #ifdef WG_WIDE
-    bool wide = vq__sgemm512_ok();
+    bool wide = vq__sgemm_level() >= VQ__ISA_AVX512;
 #else
     bool wide = false;
 #endif

@@ -48,8 +48,11 @@ Test(isa, portable_caps_everything)
 Test(isa, avx2_caps_avx512)
 {
     setenv("VARQ_ISA", "avx2", 1);
+    unsetenv("VARQ_GEMM");
     cr_assert_eq(vq__isa(), lower(VQ__ISA_AVX2, cpu_level()));
-    cr_assert_not(vq__sgemm_ok());
+    cr_assert_eq(vq__sgemm_level(),
+                 lower(VQ__ISA_AVX2, cpu_level()) == VQ__ISA_AVX2 ? VQ__ISA_AVX2 : VQ__ISA_PORTABLE,
+                 "the product at AVX2 width");
 }
 
 Test(isa, above_the_cpu_gives_the_cpu)

@@ -1,6 +1,9 @@
 /* Matrix products: matmul (batched, optionally transposed operands, scaled
- * by alpha) and its gradient op matmul_grad, both on OpenBLAS's gemm (f32
- * products too small for its per-call cost on plain loops, sgemm_small).
+ * by alpha) and its gradient op matmul_grad, both through vq__gemm_ldc:
+ * f32 on varq's own kernel where the CPU has AVX2 + FMA (ops/math/sgemm.c,
+ * every transpose form; VARQ_GEMM=openblas turns it off), f64 and the
+ * rest on OpenBLAS's gemm, f32 products too small for either's per-call
+ * cost on plain loops (sgemm_small).
  *
  * X holds matrices [..., M, K] ([..., K, M] with transpose_x), Y [..., K, N]
  * ([..., N, K] with transpose_y); Out is [..., M, N]. The leading (batch)
@@ -231,11 +234,8 @@ void vq__gemm_ldc(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k
             memset((char *)c + (size_t)(i * ldc) * es, 0, (size_t)n * es);
         return;
     }
-    if (dt == VQ_F32 && !tb && vq__sgemm_ok() &&
-        vq__sgemm(ta, false, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
-        return;
-    if (dt == VQ_F32 && tb && !ta && m <= VQ__SG_FEW && vq__sgemm_ok() &&
-        vq__sgemm(false, true, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
+    if (dt == VQ_F32 && vq__sgemm_ok() &&
+        vq__sgemm(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc, NULL))
         return;
     enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
     if (dt == VQ_F32)

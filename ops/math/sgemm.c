@@ -54,7 +54,7 @@ static void sg_init(void)
     sg_keyed = pthread_key_create(&sg_key, free) == 0;
     const char *e = getenv("VARQ_GEMM");
     enum vq__isa_level l = vq__isa();
-    if (sg_keyed && l >= VQ__ISA_AVX512 && !(e && !strcmp(e, "openblas")))
+    if (sg_keyed && l >= VQ__ISA_AVX2 && !(e && !strcmp(e, "openblas")))
         sg_level = l;
 #endif
 }

@@ -44,7 +44,7 @@ typedef struct vq__sg_epilogue {
 } vq__sg_epilogue;
 
 /* The width varq's own product runs at here: vq__isa()'s level when that
- * is VQ__ISA_AVX512 (the AVX2 width is there for vq__sgemm_at only), the build is x86-64 by gcc or clang
+ * is VQ__ISA_AVX2 or VQ__ISA_AVX512, the build is x86-64 by gcc or clang
  * and the environment variable VARQ_GEMM is not "openblas" (read once per
  * process); else VQ__ISA_PORTABLE, and the callers take OpenBLAS. Any
  * thread. */

@@ -163,9 +163,10 @@ int vq__window_out_hw(const vq__infer *c, const struct vq__window_params *p, int
 int vq__conv_transpose_grad(const vq__grad *g, const char *conv, int rank);
 
 /* (cpu/matmul.c) Row-major C[m,n] = alpha * op(A) op(B) + beta * C on
- * OpenBLAS's gemm with one BLAS thread, beta 0 or 1, sizes up to INT_MAX
- * (the caller checks); empty products write beta * C (zeros for beta 0)
- * and never reach OpenBLAS. */
+ * the calling thread: f32 on varq's own kernel where it runs
+ * (math/sgemm.h), else on OpenBLAS's gemm with one BLAS thread; beta 0 or
+ * 1, sizes up to INT_MAX (the caller checks); empty products write beta *
+ * C (zeros for beta 0) and never reach OpenBLAS. */
 void vq__gemm(vq_dtype dt, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c);
 /* Elementwise kernels of at least 2 * VQ__PAR_ELEMS elements share the

@@ -114,6 +114,53 @@ Test(ops_matmul, matches_the_triple_loop_for_every_transpose_and_dtype)
     check_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* Products of at least 2^20 multiply-adds are cut into blocks of Out's
+ * columns (or rows, when there are more) that the engine's workers share
+ * (cpu/matmul.c): two workers give the serial call's bits, and the triple
+ * loop's values, in every form, for one product and for a batch, a linear
+ * layer at batch 1 among them. */
+Test(ops_matmul, a_product_shared_by_two_workers_equals_the_serial_call_bit_for_bit)
+{
+    static const struct mm_case cases[] = {
+        {0, {0}, 1, 2048, 1000, false}, /* by columns, the streaming kernel */
+        {0, {0}, 700, 200, 30, false},  /* by rows */
+        {1, {3}, 40, 130, 300, true},   /* batches of blocks */
+        {0, {0}, 64, 256, 257, false},  /* a last block of one column */
+    };
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED, .cpu_workers = 2}),
+                 0, "%s", vq_errmsg());
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int d = 0; d < 2; d++)
+            for (int tr = 0; tr < 4; tr++) {
+                vq_dtype dt = d ? VQ_F64 : VQ_F32;
+                bool tx = tr & 1, ty = tr & 2;
+                const struct mm_case *c = &cases[ci];
+                struct mm_tensors t = make(c, dt, tx, ty);
+                vq_attr at[3] = {VQ_ATTR_B("transpose_x", tx), VQ_ATTR_B("transpose_y", ty),
+                                 VQ_ATTR_F("alpha", 0.5)};
+                vq_tensor *in[2] = {t.x, t.y}, *par = NULL;
+                vq_tensor *ser = oc_run1("matmul", in, 2, at, 3);
+                cr_assert_eq(vq_op_run(e, "matmul", in, 2, &par, 1, at, 3), 0, "%s", vq_errmsg());
+                cr_assert_eq(vq_tensor_wait(par), 0, "%s", vq_errmsg());
+                cr_assert_eq(memcmp(vq_tensor_data(par), vq_tensor_data(ser),
+                                    (size_t)vq_tensor_numel(ser) * vq_dtype_size(dt)),
+                             0, "case %zu %s tx=%d ty=%d: the shared call differs", ci,
+                             vq_dtype_name(dt), tx, ty);
+                double *want = malloc((size_t)(t.nbatch * c->m * c->n) * sizeof *want);
+                cr_assert(want);
+                reference(c, &t, tx, ty, 0.5, want);
+                double tol = dt == VQ_F32 ? 1e-5 * (double)c->k : 1e-13 * (double)c->k;
+                oc_assert_close(par, t.ndim, t.oshape, want, tol, tol);
+                free(want);
+                vq_tensor_release(par);
+                vq_tensor_release(ser);
+                vq_tensor_release(t.x);
+                vq_tensor_release(t.y);
+            }
+    vq_engine_free(e);
+}
+
 /* want = alpha op(A) op(B) (+ C with acc) in double, C's rows ldc apart. */
 static void ref_product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, double alpha,
                         const float *a, int64_t lda, const float *b, int64_t ldb, bool acc,

@@ -153,7 +153,7 @@ static int run(int argc, char **argv, struct state *s)
             s->nfeeds = i;
             return failed(rc, "loading a feed");
         }
-        offers[i] = (vq_onnx_value){feeds[i].name, s->feeds[i].tensor};
+        offers[i] = (vq_onnx_value){.name = feeds[i].name, .tensor = s->feeds[i].tensor};
     }
     /* As `varq run` imports it: the feeds offered, so that shapes computed
      * from an input's dims specialize on the value fed. */

@@ -87,15 +87,37 @@ static bool is_initializer(const Onnx__GraphProto *g, const char *name)
     return false;
 }
 
-/* A graph input's declared type: a tensor of a varq dtype with a shape
- * (dims given by name are -1). */
-static int input_meta(const Onnx__ValueInfoProto *vi, vq__meta *m)
+/* What a value of type tp is: a tensor, a sequence of tensors or an
+ * optional of either (anything else reads as a tensor, which input_meta
+ * then refuses); *inner gets the tensor type within. */
+static vq_onnx_kind value_kind(const Onnx__TypeProto *tp, const Onnx__TypeProto **inner)
 {
-    const char *name = vi->name;
-    const Onnx__TypeProto *tp = vi->type;
+    vq_onnx_kind k = VQ_ONNX_TENSOR;
+    if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE && tp->optional_type &&
+        tp->optional_type->elem_type) {
+        k = VQ_ONNX_OPTIONAL;
+        tp = tp->optional_type->elem_type;
+    }
+    if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE && tp->sequence_type &&
+        tp->sequence_type->elem_type) {
+        k = k == VQ_ONNX_OPTIONAL ? VQ_ONNX_OPTIONAL_SEQUENCE : VQ_ONNX_SEQUENCE;
+        tp = tp->sequence_type->elem_type;
+    }
+    *inner = tp;
+    return k;
+}
+
+/* A graph input's declared type: a tensor of a varq dtype with a shape
+ * (dims given by name are -1). tp: its tensor type (the element type of a
+ * sequence); rank: the rank to take when tp gives no shape (a sequence's
+ * element, from the offered value), or -1. */
+static int input_meta(const char *name, const Onnx__TypeProto *tp, int rank, vq__meta *m)
+{
     if (!tp || tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" is not a tensor (sequences, maps "
-                                   "and optionals are not supported)",
+        return vq__fail(VQ_ENOSYS,
+                        "onnx: graph input \"%s\" is not a tensor, a sequence of "
+                        "tensors or an optional of either (maps and sparse tensors "
+                        "are not supported)",
                         name);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int32_t et = tt->has_elem_type ? tt->elem_type : 0;
@@ -103,6 +125,12 @@ static int input_meta(const Onnx__ValueInfoProto *vi, vq__meta *m)
         return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has element type %s; varq has "
                                    "float, double, int32, int64 and bool",
                         name, vq__onnx_type_name(et));
+    if (!tt->shape && rank >= 0) {
+        m->ndim = rank;
+        for (int i = 0; i < rank; i++)
+            m->shape[i] = -1;
+        return 0;
+    }
     if (!tt->shape)
         return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has no shape (its rank must be "
                                    "known)",
@@ -376,6 +404,139 @@ static int offers_check(const struct ox *x, const Onnx__GraphProto *g)
     return 0;
 }
 
+/* The offer for graph input name (its index in *at), or NULL. */
+static const vq_onnx_value *offer_of(const struct ox *x, const char *name, int *at)
+{
+    for (int i = 0; x->opts && i < x->opts->nvalues; i++)
+        if (!strcmp(x->opts->values[i].name, name)) {
+            *at = i;
+            return &x->opts->values[i];
+        }
+    return NULL;
+}
+
+/* A feed var for v (a graph input, or a sequence input's element). */
+static int feed_var(struct ox *x, struct ox_val *v)
+{
+    if (!(v->var = vq__strdup(v->name)))
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    int rc = vq_program_add_var(x->p, 0, v->var, v->meta.dtype, v->meta.ndim, v->meta.shape, false);
+    return rc < 0 ? vq__fail(rc, "onnx: graph input \"%s\": %s", v->name, vq_errmsg()) : 0;
+}
+
+/* A graph input that is a sequence or an optional (kind; tp its tensor
+ * type): an optional offered as holding nothing is a none value; a
+ * sequence is its offered elements, each a feed NAME[i] (t_sequence.c
+ * says why sequences are resolved at import); an optional tensor is a
+ * tensor feed. */
+static int container_input(struct ox *x, const char *name, vq_onnx_kind kind,
+                           const Onnx__TypeProto *tp)
+{
+    int at = -1, rc;
+    const vq_onnx_value *o = offer_of(x, name, &at);
+    struct ox_val *v;
+    bool seq = kind == VQ_ONNX_SEQUENCE || kind == VQ_ONNX_OPTIONAL_SEQUENCE;
+    if (o && o->none && kind == VQ_ONNX_SEQUENCE)
+        return vq__fail(VQ_EINVAL,
+                        "onnx: graph input \"%s\" is a sequence, not an optional: "
+                        "it cannot be offered as holding nothing",
+                        name);
+    if (o && o->none) {
+        vq__meta m;
+        if ((rc = input_meta(name, tp, 0, &m)) < 0 || (rc = ox_val_new(x, name, &v)) < 0)
+            return rc;
+        v->none = true;
+        v->seq = seq;
+        v->meta = (vq__meta){.dtype = m.dtype, .ndim = 0};
+        return 0;
+    }
+    if (!seq) {
+        if ((rc = ox_val_new(x, name, &v)) < 0 || (rc = input_meta(name, tp, -1, &v->meta)) < 0)
+            return rc;
+        if (o && o->tensor) {
+            v->offered = vq_tensor_retain(o->tensor);
+            v->offer = at;
+        }
+        return feed_var(x, v);
+    }
+    if (!o || !o->sequence)
+        return vq__fail(VQ_ENOSYS,
+                        "onnx: graph input \"%s\" is a sequence: varq resolves sequences when "
+                        "the model is imported, so its value must be offered then "
+                        "(vq_onnx_opts; its elements are then fed as \"%s[0]\" and on)",
+                        name, name);
+    if (o->nelems < 0 || (o->nelems && !o->elems))
+        return vq__fail(VQ_EINVAL, "onnx: the sequence offered for \"%s\" has %d elements at %p",
+                        name, o->nelems, (const void *)o->elems);
+    struct ox_val **e = vq__calloc((size_t)o->nelems + 1, sizeof *e);
+    if (!e)
+        return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    vq__meta em = {0};
+    rc = input_meta(name, tp, 0, &em);
+    for (int i = 0; i < o->nelems && rc == 0; i++) {
+        const vq_tensor *t = o->elems[i];
+        char en[512];
+        snprintf(en, sizeof en, "%s[%d]", name, i);
+        if (!t || t->dev.kind != VQ_DEV_CPU) {
+            rc = vq__fail(VQ_EINVAL, "onnx: element %d offered for \"%s\" is %s", i, name,
+                          t ? "not on the CPU" : "NULL");
+            break;
+        }
+        if ((rc = ox_val_new(x, en, &e[i])) < 0 ||
+            (rc = input_meta(name, tp, t->ndim, &e[i]->meta)) < 0)
+            break;
+        bool fits = t->dtype == e[i]->meta.dtype && t->ndim == e[i]->meta.ndim;
+        for (int d = 0; fits && d < t->ndim; d++)
+            fits = e[i]->meta.shape[d] < 0 || e[i]->meta.shape[d] == t->shape[d];
+        if (!fits) {
+            char a[96], b[96];
+            rc = vq__fail(VQ_EINVAL,
+                          "onnx: element %d offered for graph input \"%s\" is %s%s; the model "
+                          "declares %s%s",
+                          i, name, vq_dtype_name(t->dtype),
+                          vq__shape_str(a, sizeof a, t->ndim, t->shape),
+                          vq_dtype_name(e[i]->meta.dtype),
+                          vq__shape_str(b, sizeof b, e[i]->meta.ndim, e[i]->meta.shape));
+            break;
+        }
+        e[i]->offered = vq_tensor_retain((vq_tensor *)t);
+        e[i]->offer = at;
+        rc = feed_var(x, e[i]);
+    }
+    if (rc == 0 && (rc = ox_val_new(x, name, &v)) == 0) {
+        v->seq = true;
+        v->meta = (vq__meta){.dtype = em.dtype, .ndim = 0};
+        v->seq_n = o->nelems;
+        v->elems = e;
+        e = NULL;
+    }
+    free(e);
+    return rc;
+}
+
+/* Graph output name, v: a var of that name (a copy when v is held in
+ * another var). */
+static int output_var(struct ox *x, const char *name, struct ox_val *v)
+{
+    if (v->var && !strcmp(v->var, name))
+        return 0;
+    if (!v->var && v->konst && !strcmp(v->name, name))
+        return ox_var_of(x, v);
+    int rc = ox_var_of(x, v);
+    if (rc < 0)
+        return rc;
+    /* an alias: copy into a var of its name (a reshape that keeps every
+     * dim) */
+    int64_t keep[VQ_MAX_DIMS] = {0};
+    vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
+    const char *in = v->var;
+    if ((rc = vq_program_add_var(x->p, 0, name, v->meta.dtype, v->meta.ndim, v->meta.shape,
+                                 false)) < 0 ||
+        (rc = vq_program_add_op(x->p, 0, "reshape", &in, 1, &name, 1, &a, 1)) < 0)
+        return vq__fail(rc, "onnx: graph output \"%s\": %s", name, vq_errmsg());
+    return 0;
+}
+
 static int import_graph(struct ox *x, const Onnx__GraphProto *g)
 {
     int rc = offers_check(x, g);
@@ -404,44 +565,37 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         if (is_initializer(g, vi->name))
             continue;
         struct ox_val *v;
-        if ((rc = ox_val_new(x, vi->name, &v)) < 0 || (rc = input_meta(vi, &v->meta)) < 0)
+        const Onnx__TypeProto *tp;
+        vq_onnx_kind kind = value_kind(vi->type, &tp);
+        if (kind != VQ_ONNX_TENSOR) {
+            if ((rc = container_input(x, vi->name, kind, tp)) < 0)
+                return rc;
+            continue;
+        }
+        if ((rc = ox_val_new(x, vi->name, &v)) < 0 ||
+            (rc = input_meta(vi->name, vi->type, -1, &v->meta)) < 0)
             return rc;
-        if (!(v->var = vq__strdup(vi->name)))
-            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-        if ((rc = offer_attach(x, v)) < 0)
+        if ((rc = offer_attach(x, v)) < 0 || (rc = feed_var(x, v)) < 0)
             return rc;
-        rc = vq_program_add_var(x->p, 0, v->var, v->meta.dtype, v->meta.ndim, v->meta.shape,
-                                false);
-        if (rc < 0)
-            return vq__fail(rc, "onnx: graph input \"%s\": %s", vi->name, vq_errmsg());
-        rc = 0;
     }
     if (rc == 0)
         rc = ox_nodes(x, g, 0);
     x->node = NULL;
-    /* outputs: vars under their own names */
+    /* outputs: vars under their own names; a sequence's elements as
+     * NAME[i], an optional that holds nothing as none */
     for (size_t i = 0; i < g->n_output && rc == 0; i++) {
         const char *name = g->output[i]->name;
         struct ox_val *v = name ? ox_find(x, name) : NULL;
         if (!v)
             return vq__fail(VQ_EINVAL, "onnx: graph output \"%s\" is produced by no node",
                             name ? name : "");
-        if (v->var && !strcmp(v->var, name))
-            continue;
-        if (!v->var && v->konst) {
-            rc = ox_var_of(x, v);
-            continue;
+        for (int k = 0; v->seq && k < v->seq_n && rc == 0; k++) {
+            char en[512];
+            snprintf(en, sizeof en, "%s[%d]", name, k);
+            rc = output_var(x, en, v->elems[k]);
         }
-        /* an alias: copy into a var of its name (a reshape that keeps
-         * every dim) */
-        int64_t keep[VQ_MAX_DIMS] = {0};
-        vq_attr a = VQ_ATTR_IS("shape", keep, v->meta.ndim);
-        const char *in = v->var;
-        if ((rc = vq_program_add_var(x->p, 0, name, v->meta.dtype, v->meta.ndim, v->meta.shape,
-                                     false)) < 0 ||
-            (rc = vq_program_add_op(x->p, 0, "reshape", &in, 1, &name, 1, &a, 1)) < 0)
-            return vq__fail(rc, "onnx: graph output \"%s\": %s", name, vq_errmsg());
-        rc = 0;
+        if (!v->seq && !v->none)
+            rc = output_var(x, name, v);
     }
     return rc;
 }
@@ -456,10 +610,10 @@ static int opts_check(const vq_onnx_opts *o)
                         (const void *)o->values);
     for (int i = 0; i < o->nvalues; i++) {
         const vq_onnx_value *v = &o->values[i];
-        if (!v->name || !v->tensor)
+        if (!v->name || (!v->tensor && !v->sequence && !v->none))
             return vq__fail(VQ_EINVAL, "vq_program_from_onnx_opts: value %d has no %s", i,
                             v->name ? "tensor" : "name");
-        if (v->tensor->dev.kind != VQ_DEV_CPU)
+        if (v->tensor && v->tensor->dev.kind != VQ_DEV_CPU)
             return vq__fail(VQ_EINVAL,
                             "vq_program_from_onnx_opts: value %d (\"%s\") is not on "
                             "the CPU",
@@ -628,6 +782,8 @@ VQ_API void vq_onnx_info_free(vq_onnx_info *info)
         free(info->outputs[i]);
     free(info->inputs);
     free(info->outputs);
+    free(info->input_kinds);
+    free(info->output_kinds);
     memset(info, 0, sizeof *info);
 }
 
@@ -649,20 +805,27 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
         out->opset = (int)opset;
         out->inputs = vq__calloc(g->n_input + 1, sizeof *out->inputs);
         out->outputs = vq__calloc(g->n_output + 1, sizeof *out->outputs);
-        if (!out->inputs || !out->outputs)
+        out->input_kinds = vq__calloc(g->n_input + 1, sizeof *out->input_kinds);
+        out->output_kinds = vq__calloc(g->n_output + 1, sizeof *out->output_kinds);
+        if (!out->inputs || !out->outputs || !out->input_kinds || !out->output_kinds)
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
     }
     for (size_t i = 0; rc == 0 && i < g->n_input; i++) {
         const char *nm = g->input[i]->name ? g->input[i]->name : "";
         if (is_initializer(g, nm))
             continue;
+        const Onnx__TypeProto *tp;
+        out->input_kinds[out->ninputs] = value_kind(g->input[i]->type, &tp);
         if (!(out->inputs[out->ninputs++] = vq__strdup(nm)))
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
     }
-    for (size_t i = 0; rc == 0 && i < g->n_output; i++)
+    for (size_t i = 0; rc == 0 && i < g->n_output; i++) {
+        const Onnx__TypeProto *tp;
+        out->output_kinds[out->noutputs] = value_kind(g->output[i]->type, &tp);
         if (!(out->outputs[out->noutputs++] = vq__strdup(g->output[i]->name ? g->output[i]->name
                                                                         : "")))
             rc = vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    }
     onnx__model_proto__free_unpacked(m, &vq__protobuf_allocator);
     if (rc < 0)
         vq_onnx_info_free(out);

@@ -94,3 +94,17 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
         *name = NULL;
     return NOT_BUILT("vq_tensor_from_onnx");
 }
+
+VQ_API int vq_onnx_data_read(vq_onnx_data *out, vq_onnx_kind kind, const void *buf, size_t len)
+{
+    (void)kind, (void)buf, (void)len;
+    if (out)
+        memset(out, 0, sizeof *out);
+    return NOT_BUILT("vq_onnx_data_read");
+}
+
+VQ_API void vq_onnx_data_free(vq_onnx_data *d)
+{
+    if (d)
+        memset(d, 0, sizeof *d);
+}

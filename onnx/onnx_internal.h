@@ -41,6 +41,29 @@ struct ox_val {
      * of pmask says entry i is pv[i]. 0: none known. */
     unsigned pmask;
     int64_t pv[VQ_MAX_DIMS];
+    /* A sequence (t_sequence.c): its elements, values of their own, seq_n
+     * of them, in order; meta.dtype is their dtype (an empty sequence has
+     * one too). It has no var and no konst: the importer resolves every
+     * sequence to its elements, so its length is always known here. */
+    bool seq;
+    int seq_n;
+    struct ox_val **elems;
+    /* An optional that holds nothing (Optional without an input, an
+     * optional graph input offered empty): no var, no konst; meta.dtype
+     * and seq say what it would hold. A present optional is its value. */
+    bool none;
+};
+
+/* Names a subgraph translated more than once (a Loop that carries a
+ * sequence, unrolled at import; a SequenceMap's body, once per element)
+ * produces in one pass: each is stored under a name of its own, name#k,
+ * and looked up through the innermost frame that maps it (ox_find), so
+ * that the passes neither clash nor see each other's values. */
+struct ox_frame {
+    struct ox_frame *up;
+    int tag;
+    int n, cap;
+    char **from, **to;
 };
 
 struct ox {
@@ -82,6 +105,10 @@ struct ox {
     /* the model's op types (census.c) when some are not translated, else
      * NULL: what the error names when the translation meets one */
     const vq_onnx_ops *unsupported;
+    /* the innermost pass of a subgraph translated repeatedly, or NULL;
+     * nframes: tags given so far */
+    struct ox_frame *frame;
+    int nframes;
 };
 
 /* Levels of subgraphs (If branches, Loop bodies, inside one another) a
@@ -185,7 +212,8 @@ int ox_tensor_new(struct ox *x, vq_tensor **t, vq_dtype dt, int ndim, const int6
 int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
             const char *const *out_names, int nout, const vq_attr *attrs, int nattrs,
             struct ox_val **out_vals);
-/* Makes the ONNX value name another name for v (Identity and friends). */
+/* Makes the ONNX value name another name for v (Identity and friends);
+ * a sequence's alias has the same elements, an empty optional's is one. */
 int ox_alias(struct ox *x, const char *name, struct ox_val *v);
 /* A new known value (takes the reference t) under name, or a temporary
  * when name is NULL. */
@@ -201,6 +229,15 @@ int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_va
 /* Makes sure v has a program var (a known value becomes a persistable var
  * of block 0). */
 int ox_var_of(struct ox *x, struct ox_val *v);
+
+/* A pass of a subgraph translated repeatedly (struct ox_frame): between
+ * ox_frame_push and ox_frame_pop, the values made are named anew. f is
+ * the caller's (zeroed); pop frees what push and the names took. */
+void ox_frame_push(struct ox *x, struct ox_frame *f);
+void ox_frame_pop(struct ox *x);
+/* Whether v is a tensor, and if not, fails the node: input i (what: its
+ * role) is a sequence or an optional holding nothing. */
+int ox_tensor_in(struct ox *x, int i, const struct ox_val *v);
 
 /* ---- what an op declares: its inputs and attributes (ox.c reads them) ---- */
 
@@ -286,6 +323,10 @@ struct ox_op {
     /* the op's domain: NULL for the default one, else OX_TRAINING (no
      * other op type of either domain has the same name) */
     const char *domain;
+    /* the translation takes sequences and empty optionals as inputs (the
+     * Sequence and Optional ops, Identity, If, Loop); other rows are
+     * given tensors only, which vq__onnx_translate checks */
+    bool containers;
 };
 
 /* The values of a node's declared attributes, read and checked before its
@@ -336,9 +377,9 @@ const char *ox_type(const struct ox *x);
 #define OX_MAXI (VQ_MAX_DIMS * 2)
 /* Row initializers: translation, varq op (NULL: none), inputs min and
  * max, output 0 required, attributes (OX_ATTRS(...) or NULL). */
-#define OX_ROW(fn, type, min_in, max_in, out0, attrs) \
-    {                                                 \
-        fn, type, min_in, max_in, out0, attrs, NULL   \
+#define OX_ROW(fn, type, min_in, max_in, out0, attrs)      \
+    {                                                      \
+        fn, type, min_in, max_in, out0, attrs, NULL, false \
     }
 
 /* Output 0, which the op requires. */

@@ -33,6 +33,7 @@
     X(Clip)                      \
     X(Compress)                  \
     X(Concat)                    \
+    X(ConcatFromSequence)        \
     X(Constant)                  \
     X(ConstantOfShape)           \
     X(Conv)                      \
@@ -100,6 +101,9 @@
     X(NonZero)                   \
     X(Not)                       \
     X(OneHot)                    \
+    X(Optional)                  \
+    X(OptionalGetElement)        \
+    X(OptionalHasElement)        \
     X(Or)                        \
     X(PRelu)                     \
     X(Pad)                       \
@@ -130,6 +134,13 @@
     X(ScatterElements)           \
     X(ScatterND)                 \
     X(Selu)                      \
+    X(SequenceAt)                \
+    X(SequenceConstruct)         \
+    X(SequenceEmpty)             \
+    X(SequenceErase)             \
+    X(SequenceInsert)            \
+    X(SequenceLength)            \
+    X(SequenceMap)               \
     X(Shape)                     \
     X(Shrink)                    \
     X(Sigmoid)                   \
@@ -144,6 +155,7 @@
     X(Softsign)                  \
     X(SpaceToDepth)              \
     X(Split)                     \
+    X(SplitToSequence)           \
     X(Sqrt)                      \
     X(Squeeze)                   \
     X(Sub)                       \

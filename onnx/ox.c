@@ -25,7 +25,7 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
-struct ox_val *ox_find(struct ox *x, const char *name)
+static struct ox_val *find_stored(struct ox *x, const char *name)
 {
     if (!name || !x->index_cap)
         return NULL;
@@ -37,6 +37,87 @@ struct ox_val *ox_find(struct ox *x, const char *name)
         if (!strcmp(x->vals[k]->name, name))
             return x->vals[k];
     }
+}
+
+struct ox_val *ox_find(struct ox *x, const char *name)
+{
+    /* the innermost pass that made name holds it under its own name (the
+     * latest mapping wins: a pass may only make a name once) */
+    for (const struct ox_frame *f = x->frame; f && name; f = f->up)
+        for (int i = f->n - 1; i >= 0; i--)
+            if (!strcmp(f->from[i], name))
+                return find_stored(x, f->to[i]);
+    return find_stored(x, name);
+}
+
+void ox_frame_push(struct ox *x, struct ox_frame *f)
+{
+    f->up = x->frame;
+    f->tag = x->nframes++;
+    x->frame = f;
+}
+
+void ox_frame_pop(struct ox *x)
+{
+    struct ox_frame *f = x->frame;
+    if (!f)
+        return;
+    for (int i = 0; i < f->n; i++) {
+        free(f->from[i]);
+        free(f->to[i]);
+    }
+    free(f->from);
+    free(f->to);
+    x->frame = f->up;
+    *f = (struct ox_frame){0};
+}
+
+/* The name a value made now is stored under: name itself, or in a pass
+ * (struct ox_frame) name#tag, remembered in the pass's map; NULL without
+ * memory (the message set). The caller frees it. */
+static char *stored_name(struct ox *x, const char *name)
+{
+    struct ox_frame *f = x->frame;
+    if (!f) {
+        char *s = vq__strdup(name);
+        if (!s)
+            vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        return s;
+    }
+    size_t len = strlen(name) + 24;
+    char *to = vq__malloc(len), *from = vq__strdup(name);
+    if (f->n == f->cap) {
+        int cap = f->cap ? 2 * f->cap : 16;
+        char **a = vq__realloc(f->from, (size_t)cap * sizeof *a);
+        if (a)
+            f->from = a;
+        char **b = a ? vq__realloc(f->to, (size_t)cap * sizeof *b) : NULL;
+        if (b) {
+            f->to = b;
+            f->cap = cap;
+        }
+    }
+    if (!to || !from || f->n == f->cap) {
+        free(to);
+        free(from);
+        vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        return NULL;
+    }
+    snprintf(to, len, "%s#%d", name, f->tag);
+    f->from[f->n] = from;
+    f->to[f->n++] = to;
+    char *s = vq__strdup(to);
+    if (!s)
+        vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    return s;
+}
+
+int ox_tensor_in(struct ox *x, int i, const struct ox_val *v)
+{
+    if (!v || (!v->seq && !v->none))
+        return 0;
+    return ox_fail(x, VQ_EINVAL, "input %d \"%s\" is %s; the op takes a tensor", i, v->name,
+                   v->seq ? "a sequence" : "an optional that holds nothing");
 }
 
 static int index_put(struct ox *x, int k)
@@ -75,9 +156,11 @@ int ox_val_new(struct ox *x, const char *name, struct ox_val **out)
             index_put(x, k);
     }
     struct ox_val *v = vq__calloc(1, sizeof *v);
-    if (!v || !(v->name = vq__strdup(name))) {
-        free(v);
+    if (!v)
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+    if (!(v->name = stored_name(x, name))) {
+        free(v);
+        return VQ_ENOMEM;
     }
     x->vals[x->nvals] = v;
     index_put(x, x->nvals++);
@@ -91,6 +174,7 @@ static void val_free(struct ox_val *v)
     free(v->var);
     vq_tensor_release(v->konst);
     vq_tensor_release(v->offered);
+    free(v->elems);
     free(v);
 }
 
@@ -493,6 +577,14 @@ int ox_alias(struct ox *x, const char *name, struct ox_val *src)
     v->sym_off = src->sym_off;
     if (src->konst)
         v->konst = vq_tensor_retain(src->konst);
+    v->none = src->none;
+    v->seq = src->seq;
+    v->seq_n = src->seq_n;
+    if (src->seq_n > 0) {
+        if (!(v->elems = vq__malloc((size_t)src->seq_n * sizeof *v->elems)))
+            return vq__fail(VQ_ENOMEM, "onnx: out of memory");
+        memcpy(v->elems, src->elems, (size_t)src->seq_n * sizeof *v->elems);
+    }
     if (src->var && !(v->var = vq__strdup(src->var)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
     return 0;
@@ -573,10 +665,10 @@ int ox_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin,
                 break;
             outs[j]->meta = om[j];
             outs[j]->too_big = too_big;
-            if (!(outs[j]->var = vq__strdup(names[j])))
+            if (!(outs[j]->var = vq__strdup(outs[j]->name)))
                 return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-            rc = vq_program_add_var(x->p, x->block, names[j], om[j].dtype, om[j].ndim, om[j].shape,
-                                    false);
+            rc = vq_program_add_var(x->p, x->block, outs[j]->var, om[j].dtype, om[j].ndim,
+                                    om[j].shape, false);
             if (rc < 0)
                 return ox_fail(x, rc, "declaring \"%s\": %s", names[j], vq_errmsg());
         }
@@ -610,11 +702,11 @@ int ox_block_var(struct ox *x, const char *name, const vq__meta *m, struct ox_va
     if (rc < 0)
         return rc;
     v->meta = *m;
-    if (!(v->var = vq__strdup(name)))
+    if (!(v->var = vq__strdup(v->name)))
         return vq__fail(VQ_ENOMEM, "onnx: out of memory");
-    rc = vq_program_add_var(x->p, x->block, name, m->dtype, m->ndim, m->shape, false);
+    rc = vq_program_add_var(x->p, x->block, v->var, m->dtype, m->ndim, m->shape, false);
     if (rc < 0)
-        return ox_fail(x, rc, "declaring \"%s\": %s", name, vq_errmsg());
+        return ox_fail(x, rc, "declaring \"%s\": %s", v->var, vq_errmsg());
     *out = v;
     return 0;
 }

@@ -67,6 +67,18 @@ static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__met
     return 0;
 }
 
+/* Whether a graph output of g is declared a sequence or an optional. */
+static bool gives_containers(const Onnx__GraphProto *g)
+{
+    for (size_t j = 0; j < g->n_output; j++) {
+        const Onnx__TypeProto *tp = g->output[j]->type;
+        if (tp && (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||
+                   tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE))
+            return true;
+    }
+    return false;
+}
+
 static int t_if(struct ox *x)
 {
     struct ox_val *c = ox_input(x, 0);
@@ -84,6 +96,11 @@ static int t_if(struct ox *x)
                        nout, g[0]->n_output, g[1]->n_output, VQ__MAX_SLOTS);
     if (c->meta.dtype != VQ_BOOL || vq__numel(c->meta.ndim, c->meta.shape) > 1)
         return ox_fail(x, VQ_EINVAL, "cond must be one bool");
+    /* branches that give sequences or optionals: the condition is needed
+     * at import (an offered one is taken), since those are resolved then
+     * (t_sequence.c) */
+    if (!c->konst && (gives_containers(g[0]) || gives_containers(g[1])))
+        ox_known(x, c);
     if (c->konst) {
         /* known now: the taken branch's nodes, in this block */
         int taken = *(unsigned char *)c->konst->data ? 0 : 1;
@@ -115,6 +132,14 @@ static int t_if(struct ox *x)
             if (!v) {
                 rc = ox_fail(x, VQ_EINVAL, "branch output \"%s\" is produced by no node",
                              g[b]->output[j]->name);
+                break;
+            }
+            if (v->seq || v->none) {
+                rc = ox_fail(x, VQ_ENOSYS,
+                             "output %d is %s, and the condition is known only at run time: "
+                             "varq resolves sequences and optionals when the model is "
+                             "imported (offer the condition's input at import)",
+                             j, v->seq ? "a sequence" : "an optional that may hold nothing");
                 break;
             }
             if ((rc = own_var(x, v, NULL, 0, &own)) < 0)
@@ -428,6 +453,105 @@ static int loop_emit(struct ox *x, struct loop *l)
     return rc < 0 ? ox_fail(x, rc, "%s", vq_errmsg()) : 0;
 }
 
+/* The most iterations loop_unrolled translates the body for: each adds
+ * the body's ops to the program. */
+#define OX_UNROLL_MAX 4096
+
+/* A Loop that carries a sequence or an optional (carried value k, the
+ * first): unrolled at import. A sequence is a list of values the import
+ * knows (t_sequence.c), and a while's carried vars are tensors of one
+ * meta, so the body is translated once per iteration instead, into the
+ * current block, each pass in a frame of its own (its names made anew),
+ * given the iteration number and condition as known values and the
+ * previous pass's carried values. This needs M and cond known at import
+ * (constants, or inputs offered then) and the body's cond_out known in
+ * every pass; a sequence grown over a count known only at run time would
+ * need a run-time list, and fails naming the node. */
+static int loop_unrolled(struct ox *x, struct loop *l, int k0)
+{
+    const Onnx__GraphProto *g = l->g;
+    int nv = l->nv, rc = 0;
+    int64_t m = -1;
+    bool go = true;
+    if (l->m && (!ox_known(x, l->m) || !ox_known_int1(l->m, &m)))
+        return ox_fail(x, VQ_ENOSYS,
+                       "carried value %d is a %s, and the trip count M is known only at run "
+                       "time: varq resolves sequences when the model is imported, so a loop "
+                       "that carries one is unrolled then and needs M known (a constant, or "
+                       "an input offered at import)",
+                       k0, ox_input(x, 2 + k0)->seq ? "sequence" : "optional");
+    if (l->cond && (!ox_known(x, l->cond) || l->cond->konst->numel != 1))
+        return ox_fail(x, VQ_ENOSYS,
+                       "carried value %d is a sequence or an optional, and cond is known only "
+                       "at run time: a loop that carries one is unrolled at import and needs "
+                       "its condition known then",
+                       k0);
+    if (l->cond)
+        go = ox_first_value(l->cond->konst) != 0;
+    if (l->nscan > 0)
+        return ox_fail(x, VQ_ENOSYS,
+                       "a loop that carries a sequence or an optional is unrolled at import; "
+                       "varq does not stack scan outputs there (%d of them)",
+                       l->nscan);
+    struct ox_val *cur[VQ__MAX_SLOTS], *cond = l->cond;
+    for (int k = 0; k < nv; k++)
+        if (!(cur[k] = ox_input(x, 2 + k)))
+            return ox_fail(x, VQ_EINVAL, "input %d is missing", 2 + k);
+    const Onnx__TypeProto *it = g->input[0]->type;
+    int ndim = it && it->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE &&
+                       it->tensor_type->shape && it->tensor_type->shape->n_dim == 1
+                   ? 1
+                   : 0;
+    int64_t one = 1;
+    for (int64_t i = 0; go && (m < 0 || i < m) && rc == 0; i++) {
+        if (i >= OX_UNROLL_MAX)
+            return ox_fail(x, VQ_ENOSYS,
+                           "a loop that carries a sequence or an optional is unrolled at "
+                           "import, at most %d iterations",
+                           OX_UNROLL_MAX);
+        struct ox_frame f = {0};
+        ox_frame_push(x, &f);
+        vq_tensor *ti = NULL, *tc = NULL;
+        unsigned char yes = 1;
+        struct ox_val *iv;
+        rc = vq_tensor_from(&ti, VQ_I64, ndim, &one, &i);
+        if (rc == 0)
+            rc = ox_const(x, g->input[0]->name, ti, &iv);
+        if (rc == 0 && !cond && (rc = vq_tensor_from(&tc, VQ_BOOL, 0, NULL, &yes)) == 0)
+            rc = ox_const(x, NULL, tc, &cond);
+        if (rc == 0)
+            rc = ox_alias(x, g->input[1]->name, cond);
+        for (int k = 0; k < nv && rc == 0; k++)
+            rc = ox_alias(x, g->input[2 + k]->name, cur[k]);
+        const Onnx__NodeProto *node = x->node;
+        int index = x->node_index;
+        if (rc == 0)
+            rc = ox_subgraph(x, g, x->block);
+        x->node = node;
+        x->node_index = index;
+        for (int j = 0; j <= nv && rc == 0; j++) {
+            struct ox_val *o = ox_find(x, g->output[j]->name);
+            if (!o)
+                rc = ox_fail(x, VQ_EINVAL, "body output \"%s\" is produced by no node",
+                             g->output[j]->name);
+            else if (j > 0)
+                cur[j - 1] = o;
+            else if (!ox_known(x, o) || o->konst->numel != 1)
+                rc = ox_fail(x, VQ_ENOSYS,
+                             "the body's condition is known only at run time: a loop that "
+                             "carries a sequence or an optional is unrolled at import and "
+                             "needs it known then");
+            else
+                go = ox_first_value((cond = o)->konst) != 0;
+        }
+        ox_frame_pop(x);
+    }
+    for (int k = 0; k < nv && rc == 0; k++)
+        if (ox_out(x, k))
+            rc = ox_alias(x, ox_out(x, k), cur[k]);
+    return rc;
+}
+
 /* Loop(M, cond, v...) with body (iter, cond_in, v_in...) -> (cond_out,
  * v_out..., scan...): a while carrying (iter, cond, v...), whose predicate
  * is the body's cond_out (and iter < M when M is known only at run time; a
@@ -442,7 +566,15 @@ static int t_loop(struct ox *x)
 {
     struct loop l = {.g = ox_graph(x, "body"), .m = ox_input(x, 0), .cond = ox_input(x, 1)};
     int rc;
-    if ((rc = loop_plan(x, &l)) < 0 || (rc = loop_inits(x, &l)) < 0 || (rc = loop_body(x, &l)) < 0)
+    if ((rc = loop_plan(x, &l)) < 0)
+        return rc;
+    for (int k = 0; k < l.nv; k++) {
+        struct ox_val *v = ox_input(x, 2 + k);
+        if (v && (v->seq || v->none))
+            return loop_unrolled(x, &l, k);
+    }
+    if ((rc = ox_tensor_in(x, 0, l.m)) < 0 || (rc = ox_tensor_in(x, 1, l.cond)) < 0 ||
+        (rc = loop_inits(x, &l)) < 0 || (rc = loop_body(x, &l)) < 0)
         return rc;
     return loop_emit(x, &l);
 }
@@ -871,7 +1003,12 @@ static int t_scan(struct ox *x)
 const struct ox_op ox_op_If =
     OX_ROW(t_if, NULL, 1, 1, false, OX_ATTRS(OX_GRAPH("then_branch"), OX_GRAPH("else_branch")));
 /* M and cond may be absent (""), the carried values any number */
-const struct ox_op ox_op_Loop = OX_ROW(t_loop, NULL, 0, OX_ANY, false, OX_ATTRS(OX_GRAPH("body")));
+/* carried values may be sequences and optionals (loop_unrolled) */
+const struct ox_op ox_op_Loop = {.fn = t_loop,
+                                 .min_in = 0,
+                                 .max_in = OX_ANY,
+                                 .attrs = OX_ATTRS(OX_GRAPH("body")),
+                                 .containers = true};
 /* states and scan inputs: any number (num_scan_inputs of them scanned),
  * after opset 8's optional sequence_lens */
 const struct ox_op ox_op_Scan =

@@ -498,4 +498,9 @@ const struct ox_op ox_op_Sign = OX_ROW(t_sign, NULL, 1, 1, true, NULL);
 const struct ox_op ox_op_Cast = OX_ROW(t_cast, NULL, 1, 1, true, OX_ATTRS(OX_INT("to", -1)));
 const struct ox_op ox_op_Mod = OX_ROW(t_mod, NULL, 2, 2, true, OX_ATTRS(OX_INT("fmod", 0)));
 const struct ox_op ox_op_CastLike = OX_ROW(t_cast_like, NULL, 2, 2, true, NULL);
-const struct ox_op ox_op_Identity = OX_ROW(t_identity, NULL, 1, 1, true, NULL);
+/* a sequence or an optional too: its alias */
+const struct ox_op ox_op_Identity = {.fn = t_identity,
+                                     .min_in = 1,
+                                     .max_in = 1,
+                                     .out0 = true,
+                                     .containers = true};

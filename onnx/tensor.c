@@ -276,3 +276,149 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
     onnx__tensor_proto__free_unpacked(t, &vq__protobuf_allocator);
     return rc;
 }
+
+/* ---- SequenceProto and OptionalProto (onnx-data.proto, which the
+ * onnx.proto varq compiles lacks): read straight off the wire ---- */
+
+/* A varint at *p (< end), advancing *p; false when cut off. */
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* The next field at *p: its number, wire type, and for a varint its value
+ * (*v), for a length-delimited one its bytes (*f, *flen); false at a
+ * malformed one. */
+static bool wire_field(const uint8_t **p, const uint8_t *end, uint64_t *num, int *wt, uint64_t *v,
+                       const uint8_t **f, size_t *flen)
+{
+    uint64_t key;
+    if (!wire_varint(p, end, &key))
+        return false;
+    *num = key >> 3;
+    *wt = (int)(key & 7);
+    switch (*wt) {
+    case 0: return wire_varint(p, end, v);
+    case 1:
+    case 5: {
+        size_t k = *wt == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < k)
+            return false;
+        *p += k;
+        return true;
+    }
+    case 2:
+        if (!wire_varint(p, end, v) || *v > (uint64_t)(end - *p))
+            return false;
+        *f = *p;
+        *flen = (size_t)*v;
+        *p += *flen;
+        return true;
+    default: return false;
+    }
+}
+
+/* Appends the TensorProto buf[0..len) to d's elements. */
+static int data_elem(vq_onnx_data *d, const uint8_t *buf, size_t len)
+{
+    vq_tensor **e = vq__realloc(d->elems, (size_t)(d->nelems + 1) * sizeof *e);
+    if (!e)
+        return vq__fail(VQ_ENOMEM, "vq_onnx_data_read: out of memory");
+    d->elems = e;
+    int rc = vq_tensor_from_onnx(&e[d->nelems], NULL, buf, len);
+    if (rc == 0)
+        d->nelems++;
+    return rc;
+}
+
+/* A SequenceProto of tensors into d. */
+static int data_sequence(vq_onnx_data *d, const uint8_t *p, const uint8_t *end)
+{
+    d->sequence = true;
+    while (p < end) {
+        uint64_t num, v;
+        int wt, rc;
+        const uint8_t *f = NULL;
+        size_t flen = 0;
+        if (!wire_field(&p, end, &num, &wt, &v, &f, &flen))
+            return vq__fail(VQ_EINVAL, "vq_onnx_data_read: not a SequenceProto");
+        if (num == 2 && wt == 0 && v != 0 && v != 1)
+            return vq__fail(VQ_ENOSYS,
+                            "vq_onnx_data_read: a sequence of element kind %llu; "
+                            "varq reads sequences of tensors",
+                            (unsigned long long)v);
+        if (num >= 4 && num <= 7 && wt == 2)
+            return vq__fail(VQ_ENOSYS, "vq_onnx_data_read: a sequence of sparse tensors, "
+                                       "sequences, maps or optionals; varq reads sequences of "
+                                       "tensors");
+        if (num == 3 && wt == 2 && (rc = data_elem(d, f, flen)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* An OptionalProto of a tensor or a sequence of tensors into d. */
+static int data_optional(vq_onnx_data *d, const uint8_t *p, const uint8_t *end)
+{
+    d->none = true;
+    while (p < end) {
+        uint64_t num, v;
+        int wt, rc;
+        const uint8_t *f = NULL;
+        size_t flen = 0;
+        if (!wire_field(&p, end, &num, &wt, &v, &f, &flen))
+            return vq__fail(VQ_EINVAL, "vq_onnx_data_read: not an OptionalProto");
+        if (num == 3 && wt == 2) {
+            vq_tensor_release(d->tensor);
+            if ((rc = vq_tensor_from_onnx(&d->tensor, NULL, f, flen)) < 0)
+                return rc;
+            d->none = false;
+        } else if (num == 5 && wt == 2) {
+            if ((rc = data_sequence(d, f, f + flen)) < 0)
+                return rc;
+            d->none = false;
+        } else if (num >= 4 && num <= 7 && wt == 2) {
+            return vq__fail(VQ_ENOSYS, "vq_onnx_data_read: an optional of a sparse tensor, a "
+                                       "map or an optional; varq reads optional tensors and "
+                                       "sequences");
+        }
+    }
+    return 0;
+}
+
+VQ_API int vq_onnx_data_read(vq_onnx_data *out, vq_onnx_kind kind, const void *buf, size_t len)
+{
+    if (!out || (!buf && len))
+        return vq__fail(VQ_EINVAL, "vq_onnx_data_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    const uint8_t *p = buf, *end = p + len;
+    int rc;
+    switch (kind) {
+    case VQ_ONNX_TENSOR: rc = vq_tensor_from_onnx(&out->tensor, NULL, buf, len); break;
+    case VQ_ONNX_SEQUENCE: rc = data_sequence(out, p, end); break;
+    case VQ_ONNX_OPTIONAL:
+    case VQ_ONNX_OPTIONAL_SEQUENCE: rc = data_optional(out, p, end); break;
+    default: rc = vq__fail(VQ_EINVAL, "vq_onnx_data_read: kind %d", (int)kind);
+    }
+    if (rc < 0)
+        vq_onnx_data_free(out);
+    return rc;
+}
+
+VQ_API void vq_onnx_data_free(vq_onnx_data *d)
+{
+    if (!d)
+        return;
+    vq_tensor_release(d->tensor);
+    for (int i = 0; i < d->nelems; i++)
+        vq_tensor_release(d->elems[i]);
+    free(d->elems);
+    memset(d, 0, sizeof *d);
+}

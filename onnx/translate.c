@@ -65,6 +65,8 @@ int vq__onnx_translate(struct ox *x)
     const struct ox_args *outer = x->args;
     struct ox_args args;
     int rc = ox_args_read(x, row, &args);
+    for (int i = 0; rc == 0 && !row->containers && (size_t)i < x->node->n_input; i++)
+        rc = ox_tensor_in(x, i, ox_input(x, i));
     if (rc == 0)
         rc = row->fn(x);
     x->args = outer;

@@ -601,7 +601,7 @@ Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_va
     vq_tensor_release(tother);
 
     cr_assert_eq(vq_tensor_from(&tbad, VQ_F32, 1, (int64_t[]){2}, (float[]){3, 4}), 0);
-    vq_onnx_value offers[2] = {{"x", tx}, {"shape", tshape}};
+    vq_onnx_value offers[2] = {{.name = "x", .tensor = tx}, {.name = "shape", .tensor = tshape}};
     bool spec[2] = {true, false};
     vq_onnx_opts o = {.values = offers, .nvalues = 2, .specialized = spec};
     cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), 0, "%s", vq_errmsg());
@@ -617,14 +617,14 @@ Test(onnx, an_input_that_gives_a_shape_specializes_the_program_on_its_offered_va
     vq_program_free(p);
 
     /* an offer that does not fit, or names no graph input */
-    vq_onnx_value bad[1] = {{"shape", tbad}};
+    vq_onnx_value bad[1] = {{.name = "shape", .tensor = tbad}};
     o = (vq_onnx_opts){.values = bad, .nvalues = 1};
     p = (vq_program *)buf;
     cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), VQ_EINVAL);
     cr_assert_null(p);
     cr_assert(strstr(vq_errmsg(), "\"shape\" is f32[2]; the model declares i64[2]"), "%s",
               vq_errmsg());
-    vq_onnx_value none[1] = {{"nope", tshape}};
+    vq_onnx_value none[1] = {{.name = "nope", .tensor = tshape}};
     o = (vq_onnx_opts){.values = none, .nvalues = 1};
     cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &o), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "\"nope\", which is not a graph input"), "%s", vq_errmsg());
@@ -911,7 +911,7 @@ Test(onnx, loop_scan_outputs_stack_each_iterations_values)
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, (const float[]){1, 2, 3}), 0);
     for (int64_t mv = 0; mv < 5; mv += 4) {
         cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
-        vq_onnx_value offer = {"M", tm};
+        vq_onnx_value offer = {.name = "M", .tensor = tm};
         vq_onnx_opts opts = {.values = &offer, .nvalues = 1};
         cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());
         vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
@@ -963,7 +963,7 @@ Test(onnx, loop_scan_outputs_stack_each_iterations_values)
     buf = pack(m, &len);
     int64_t ten = 10;
     cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &ten), 0);
-    vq_onnx_value offer = {"M", tm};
+    vq_onnx_value offer = {.name = "M", .tensor = tm};
     vq_onnx_opts opts = {.values = &offer, .nvalues = 1};
     cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());
     vq_feed feeds[2] = {{"x", tx}, {"M", tm}};
@@ -1037,7 +1037,7 @@ Test(onnx, a_loop_of_ten_thousand_iterations_scans_every_one, .timeout = 120)
     cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, x), 0);
     cr_assert_eq(vq_tensor_from(&tm, VQ_I64, 0, NULL, &mv), 0);
     for (int offered = 0; offered < 2; offered++) {
-        vq_onnx_value offer = {"M", tm};
+        vq_onnx_value offer = {.name = "M", .tensor = tm};
         vq_onnx_opts opts = {.values = &offer, .nvalues = offered};
         vq_program *p;
         cr_assert_eq(vq_program_from_onnx_opts(&p, s, buf, len, &opts), 0, "%s", vq_errmsg());

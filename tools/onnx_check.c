@@ -76,17 +76,6 @@ static int read_all(const char *path, void **buf, size_t *len)
     return 0;
 }
 
-static int load_tensor(const char *path, vq_tensor **t)
-{
-    void *buf;
-    size_t len;
-    if (read_all(path, &buf, &len) < 0)
-        return VQ_EIO;
-    int rc = vq_tensor_from_onnx(t, NULL, buf, len);
-    free(buf);
-    return rc;
-}
-
 static double value_at(vq_tensor *t, int64_t i)
 {
     const void *d = vq_tensor_data(t);
@@ -132,18 +121,66 @@ static int compare(vq_tensor *got, vq_tensor *want, const char *name, bool rando
     return 0;
 }
 
-/* Runs one data set directory of a case. */
+/* The data of input or output file path, of kind (a tensor, a sequence
+ * or an optional: ONNX's test files are TensorProtos, SequenceProtos and
+ * OptionalProtos by the graph's declared type). */
+static int load_data(const char *path, vq_onnx_kind kind, vq_onnx_data *d)
+{
+    void *buf;
+    size_t len;
+    memset(d, 0, sizeof *d);
+    if (read_all(path, &buf, &len) < 0)
+        return VQ_EIO;
+    int rc = vq_onnx_data_read(d, kind, buf, len);
+    free(buf);
+    return rc;
+}
+
+/* The names the program gives value name's parts: name itself for a
+ * tensor, name[k] for a sequence's element k. */
+static char *part_name(const char *name, int k)
+{
+    char buf[8300];
+    if (k < 0)
+        fmt(buf, sizeof buf, "%s", name);
+    else
+        fmt(buf, sizeof buf, "%s[%d]", name, k);
+    return strdup(buf);
+}
+
+static bool has_var(vq_program *p, const char *name)
+{
+    vq_dtype dt;
+    int nd;
+    int64_t shape[16];
+    bool pers;
+    return vq_program_var_info(p, name, &dt, &nd, shape, &pers) == 0;
+}
+
+/* Runs one data set directory of a case: each input fed (a sequence's
+ * elements as NAME[k], an optional holding nothing not at all), each
+ * output fetched likewise and compared; a sequence output must have the
+ * expected length (no var NAME[n]), an optional one holding nothing no
+ * var. */
 static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *info,
                    const char *set_dir, bool random, char *msg, size_t size)
 {
-    vq_feed *feeds = calloc((size_t)info->ninputs + 1, sizeof *feeds);
-    vq_fetch *fetches = calloc((size_t)info->noutputs + 1, sizeof *fetches);
-    int status = PASS, nfeeds = 0;
+    int cap = 1024, nfeeds = 0, nfetches = 0, status = PASS, rc;
+    vq_feed *feeds = calloc((size_t)cap, sizeof *feeds);
+    vq_fetch *fetches = calloc((size_t)cap, sizeof *fetches);
+    char **names = calloc((size_t)cap * 2, sizeof *names);
+    vq_tensor **wants = calloc((size_t)cap, sizeof *wants);
+    int nnames = 0;
     char path[8192];
+    vq_onnx_data *want = calloc((size_t)info->noutputs + 1, sizeof *want);
+    if (!feeds || !fetches || !names || !wants || !want) {
+        fmt(msg, size, "out of memory");
+        status = FAIL;
+    }
     for (int i = 0; i < info->ninputs && status == PASS; i++) {
         fmt(path, sizeof path, "%s/input_%d.pb", set_dir, i);
-        vq_tensor *t;
-        int rc = load_tensor(path, &t);
+        vq_onnx_data d;
+        rc = load_data(path, info->input_kinds[i], &d);
         if (rc == VQ_EIO)
             continue; /* optional inputs may be left out */
         if (rc < 0) {
@@ -151,42 +188,88 @@ static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *
             status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
             break;
         }
-        feeds[nfeeds++] = (vq_feed){info->inputs[i], t};
-    }
-    for (int j = 0; j < info->noutputs; j++)
-        fetches[j] = (vq_fetch){info->outputs[j], NULL};
-    if (status == PASS) {
-        int rc = vq_exec_run(ex, p, s, feeds, nfeeds, fetches, info->noutputs);
-        if (rc < 0) {
-            fmt(msg, size, "run: %s", vq_errmsg());
-            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+        int parts = d.sequence ? d.nelems : d.none ? 0 : 1;
+        for (int k = 0; k < parts && status == PASS; k++) {
+            if (nfeeds == cap || nnames == 2 * cap) {
+                fmt(msg, size, "more than %d feeds", cap);
+                status = FAIL;
+                break;
+            }
+            char *nm = names[nnames++] = part_name(info->inputs[i], d.sequence ? k : -1);
+            vq_tensor *t = d.sequence ? d.elems[k] : d.tensor;
+            feeds[nfeeds++] = (vq_feed){nm, vq_tensor_retain(t)};
         }
+        vq_onnx_data_free(&d);
     }
     for (int j = 0; j < info->noutputs && status == PASS; j++) {
         fmt(path, sizeof path, "%s/output_%d.pb", set_dir, j);
-        vq_tensor *want;
-        int rc = load_tensor(path, &want);
+        vq_onnx_data *d = &want[j];
+        rc = load_data(path, info->output_kinds[j], d);
         if (rc < 0) {
             fmt(msg, size, "%s: %s", path, rc == VQ_EIO ? "cannot read" : vq_errmsg());
             status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
             break;
         }
+        int parts = d->sequence ? d->nelems : d->none ? 0 : 1;
+        char *end = part_name(info->outputs[j], d->sequence ? parts : -1);
+        bool extra = d->sequence || d->none ? has_var(p, end) : false;
+        free(end);
+        if (d->none && !extra) {
+            end = part_name(info->outputs[j], 0);
+            extra = has_var(p, end);
+            free(end);
+        }
+        if (extra) {
+            fmt(msg, size, "%s: %s", info->outputs[j],
+                d->none ? "holds a value, expected none" : "has more elements than expected");
+            status = FAIL;
+        }
+        for (int k = 0; k < parts && status == PASS; k++) {
+            if (nfetches == cap || nnames == 2 * cap) {
+                fmt(msg, size, "more than %d fetches", cap);
+                status = FAIL;
+                break;
+            }
+            char *nm = names[nnames++] = part_name(info->outputs[j], d->sequence ? k : -1);
+            if (!has_var(p, nm)) {
+                fmt(msg, size, "%s: no such output (fewer elements than expected?)", nm);
+                status = FAIL;
+                break;
+            }
+            wants[nfetches] = d->sequence ? d->elems[k] : d->tensor;
+            fetches[nfetches++] = (vq_fetch){nm, NULL};
+        }
+    }
+    if (status == PASS) {
+        rc = vq_exec_run(ex, p, s, feeds, nfeeds, fetches, nfetches);
+        if (rc < 0) {
+            fmt(msg, size, "run: %s", vq_errmsg());
+            status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
+        }
+    }
+    for (int j = 0; j < nfetches && status == PASS; j++) {
         vq_tensor *got = fetches[j].tensor, *host = NULL;
         if (vq_tensor_device(got).kind != VQ_DEV_CPU &&
             ((rc = vq_tensor_copy_to(the_engine, got, (vq_ctx){VQ_DEV_CPU, 0}, &host)) < 0 ||
              (rc = vq_tensor_wait(host)) < 0)) {
-            fmt(msg, size, "%s: copying to the host: %s", info->outputs[j], vq_errmsg());
+            fmt(msg, size, "%s: copying to the host: %s", fetches[j].name, vq_errmsg());
             status = FAIL;
-        } else if (compare(host ? host : got, want, info->outputs[j], random, msg, size) < 0) {
+        } else if (compare(host ? host : got, wants[j], fetches[j].name, random, msg, size) < 0) {
             status = FAIL;
         }
         vq_tensor_release(host);
-        vq_tensor_release(want);
     }
     for (int i = 0; i < nfeeds; i++)
         vq_tensor_release(feeds[i].tensor);
-    for (int j = 0; j < info->noutputs; j++)
+    for (int j = 0; j < nfetches; j++)
         vq_tensor_release(fetches[j].tensor);
+    for (int j = 0; want && j < info->noutputs; j++)
+        vq_onnx_data_free(&want[j]);
+    for (int i = 0; i < nnames; i++)
+        free(names[i]);
+    free(names);
+    free(wants);
+    free(want);
     free(feeds);
     free(fetches);
     return status;
@@ -234,12 +317,19 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
             continue;
         fmt(path, sizeof path, "%s/%s", dir, e->d_name);
         vq_onnx_value *offers = calloc((size_t)info.ninputs + 1, sizeof *offers);
+        vq_onnx_data *data = calloc((size_t)info.ninputs + 1, sizeof *data);
         int noffers = 0;
-        for (int i = 0; offers && i < info.ninputs; i++) {
+        for (int i = 0; offers && data && i < info.ninputs; i++) {
             char in[8300];
             fmt(in, sizeof in, "%s/input_%d.pb", path, i);
-            if (load_tensor(in, &offers[noffers].tensor) == 0)
-                offers[noffers++].name = info.inputs[i];
+            vq_onnx_data *dd = &data[noffers];
+            if (load_data(in, info.input_kinds[i], dd) == 0)
+                offers[noffers++] = (vq_onnx_value){.name = info.inputs[i],
+                                                    .tensor = dd->tensor,
+                                                    .sequence = dd->sequence,
+                                                    .nelems = dd->nelems,
+                                                    .elems = dd->elems,
+                                                    .none = dd->none};
         }
         vq_onnx_opts opts = {.values = offers, .nvalues = noffers};
         if ((rc = vq_scope_new(&s)) < 0 ||
@@ -249,8 +339,9 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
         } else {
             status = run_set(ex, p, s, &info, path, random, msg, size);
         }
-        for (int i = 0; i < noffers; i++)
-            vq_tensor_release(offers[i].tensor);
+        for (int i = 0; data && i < noffers; i++)
+            vq_onnx_data_free(&data[i]);
+        free(data);
         free(offers);
         vq_program_free(p);
         vq_scope_free(s);

@@ -794,7 +794,7 @@ static int run_program(const struct run_args *a, struct run_state *s)
          * the model on the value fed (include/varq/onnx.h) */
         vq_onnx_value *offers = calloc((size_t)s->nfeeds + 1, sizeof *offers);
         for (int i = 0; offers && i < s->nfeeds; i++)
-            offers[i] = (vq_onnx_value){s->feeds[i].name, s->feeds[i].tensor};
+            offers[i] = (vq_onnx_value){.name = s->feeds[i].name, .tensor = s->feeds[i].tensor};
         vq_onnx_opts o = {.values = offers, .nvalues = offers ? s->nfeeds : 0};
         rc = vq_program_from_onnx_file_opts(&s->program, s->scope, a->program, &o);
         free(offers);

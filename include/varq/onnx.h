@@ -94,9 +94,23 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
  * tensors at build time). The input stays a feed, and a run must feed it
  * the same value; an offered input whose value no translation needs stays
  * an ordinary feed. */
+/* Sequences and optionals. varq resolves them when the model is
+ * imported (docs/onnx.md): a graph input that is a sequence of n tensors
+ * becomes n feeds named NAME[0] ... NAME[n-1], n taken from the value
+ * offered for it (an offer is then required); a graph output that is a
+ * sequence becomes the fetches NAME[0] ... (vq_program_var_info says how
+ * many: the first index it does not find). An optional input offered as
+ * holding nothing (none) has no feed, one offered as holding a value is
+ * that value's feed(s), one not offered is taken to hold a value; an
+ * optional output that holds nothing has no var. */
 typedef struct vq_onnx_value {
     const char *name;  /* a graph input that is not an initializer */
-    vq_tensor *tensor; /* its value, on the CPU, of the input's dtype and rank */
+    vq_tensor *tensor; /* its value, on the CPU, of the input's dtype and rank
+                        * (NULL for a sequence or a none) */
+    bool sequence;     /* a sequence of nelems tensors elems[] (CPU tensors) */
+    int nelems;
+    vq_tensor *const *elems;
+    bool none; /* an optional input that holds nothing */
 } vq_onnx_value;
 
 /* Import options (vq_program_from_onnx_opts); all zero: none. */
@@ -121,6 +135,14 @@ VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, co
 
 /* What a caller needs to run an imported model: the names to feed and to
  * fetch, in the model's order. */
+/* What an ONNX value is (vq_onnx_info, vq_onnx_data_read). */
+typedef enum vq_onnx_kind {
+    VQ_ONNX_TENSOR = 0,
+    VQ_ONNX_SEQUENCE,         /* a sequence of tensors */
+    VQ_ONNX_OPTIONAL,         /* an optional tensor */
+    VQ_ONNX_OPTIONAL_SEQUENCE /* an optional sequence of tensors */
+} vq_onnx_kind;
+
 typedef struct vq_onnx_info {
     int opset;      /* version of the default ("ai.onnx") operator set; 0 when the
                      * model imports only ai.onnx.preview.training */
@@ -128,6 +150,8 @@ typedef struct vq_onnx_info {
     char **inputs;  /* their names, ninputs of them */
     int noutputs;   /* graph outputs: the fetches */
     char **outputs; /* their names, noutputs of them */
+    vq_onnx_kind *input_kinds;  /* what each input is, ninputs of them */
+    vq_onnx_kind *output_kinds; /* what each output is, noutputs of them */
 } vq_onnx_info;
 
 /* Reads the feeds and fetches of the model buf[0..len) into *out (its
@@ -191,6 +215,28 @@ VQ_API void vq_onnx_ops_free(vq_onnx_ops *ops);
  * "" when it has none; the caller frees it). Raw and typed data are both
  * read; external data is VQ_EINVAL. */
 VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, size_t len);
+
+/* A value of ONNX's test data (vq_onnx_data_read). */
+typedef struct vq_onnx_data {
+    vq_tensor *tensor; /* a tensor (or an optional's), else NULL */
+    bool sequence;     /* a sequence (or an optional's): nelems elems */
+    int nelems;
+    vq_tensor **elems;
+    bool none; /* an optional that holds nothing */
+} vq_onnx_data;
+
+/* Decodes buf[0..len), a serialized TensorProto (kind VQ_ONNX_TENSOR),
+ * SequenceProto of tensors (VQ_ONNX_SEQUENCE) or OptionalProto of a
+ * tensor or such a sequence (the optional kinds), as ONNX's test cases
+ * store a graph input or output of that kind, into *out: new CPU tensors
+ * the caller frees with vq_onnx_data_free. VQ_EINVAL for bytes that do
+ * not decode, VQ_ENOSYS for an element type varq does not have or a
+ * sequence of something other than tensors. buf is only read. */
+VQ_API int vq_onnx_data_read(vq_onnx_data *out, vq_onnx_kind kind, const void *buf, size_t len);
+
+/* Releases what vq_onnx_data_read put in d (not d itself) and zeroes it.
+ * NULL is ignored. */
+VQ_API void vq_onnx_data_free(vq_onnx_data *d);
 
 #ifdef __cplusplus
 }

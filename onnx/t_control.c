@@ -67,9 +67,19 @@ static int meta_join(struct ox *x, const vq__meta *a, const vq__meta *b, vq__met
     return 0;
 }
 
-/* Whether a graph output of g is declared a sequence or an optional. */
+/* Whether g may give a sequence or an optional: an output declared one,
+ * or a node of an op that makes one. */
 static bool gives_containers(const Onnx__GraphProto *g)
 {
+    static const char *const makers[] = {"Sequence", "Optional", "SplitToSequence"};
+    for (size_t i = 0; i < g->n_node; i++)
+        for (size_t k = 0; k < sizeof makers / sizeof *makers; k++)
+            if (g->node[i]->op_type &&
+                !strncmp(g->node[i]->op_type, makers[k], strlen(makers[k])) &&
+                strcmp(g->node[i]->op_type, "SequenceLength") &&
+                strcmp(g->node[i]->op_type, "SequenceAt") &&
+                strcmp(g->node[i]->op_type, "OptionalHasElement"))
+                return true;
     for (size_t j = 0; j < g->n_output; j++) {
         const Onnx__TypeProto *tp = g->output[j]->type;
         if (tp && (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE ||

@@ -314,10 +314,52 @@ static int t_hardmax(struct ox *x)
     return ox_emit(x, "cast", &hot, 1, &o, 1, &c, 1, NULL);
 }
 
+/* Dropout in training mode with a ratio that drops: ONNX's reference,
+ * mask = uniform(0, 1) >= ratio, Y = X * mask / (1 - ratio), with
+ * uniform_random (seeded by the node's seed when it gives one). The draws
+ * are varq's (Philox), not numpy's, so the elements dropped differ from
+ * ONNX's reference outputs; which are kept and their scale do not. X's
+ * shape must be known at import (uniform_random's). */
+static int dropout_training(struct ox *x, struct ox_val *v, struct ox_val *ratio)
+{
+    int64_t shape[VQ_MAX_DIMS];
+    for (int d = 0; d < v->meta.ndim; d++)
+        if ((shape[d] = v->meta.shape[d]) < 0)
+            return ox_fail(x, VQ_ENOSYS,
+                           "training_mode is true and input 0's dim %d is known only at run "
+                           "time (the random mask needs X's shape when the model is imported)",
+                           d);
+    if (!ox_is_float(v->meta.dtype))
+        return ox_fail(x, VQ_ENOSYS, "training_mode with a %s input", vq_dtype_name(v->meta.dtype));
+    vq_dtype dt = v->meta.dtype;
+    struct ox_val *r = ratio, *u, *keep, *one, *left, *scaled, *fkeep;
+    int rc = 0;
+    if (!r && (rc = ox_scalar(x, dt, 0.5, &r)) < 0)
+        return rc;
+    if ((rc = ox_cast(x, &r, dt)) < 0)
+        return rc;
+    vq_attr at[5] = {VQ_ATTR_IS("shape", shape, v->meta.ndim),
+                     VQ_ATTR_S("dtype", vq_dtype_name(dt)), VQ_ATTR_F("min", 0),
+                     VQ_ATTR_F("max", 1), VQ_ATTR_I("seed", ox_int(x, "seed"))};
+    vq_attr c = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+    const char *y = ox_out0(x), *mask = ox_out(x, 1);
+    if ((rc = ox_emit(x, "uniform_random", NULL, 0, NULL, 1, at, ox_given(x, "seed") ? 5 : 4, &u)) <
+            0 ||
+        (rc = ox_emit(x, "greater_equal", (struct ox_val *[]){u, r}, 2, &mask, 1, NULL, 0, &keep)) <
+            0 ||
+        (rc = ox_scalar(x, dt, 1, &one)) < 0 ||
+        (rc = ox_emit(x, "sub", (struct ox_val *[]){one, r}, 2, NULL, 1, NULL, 0, &left)) < 0 ||
+        (rc = ox_emit(x, "div", (struct ox_val *[]){v, left}, 2, NULL, 1, NULL, 0, &scaled)) < 0 ||
+        (rc = ox_emit(x, "cast", &keep, 1, NULL, 1, &c, 1, &fkeep)) < 0)
+        return rc;
+    return ox_emit(x, "mul", (struct ox_val *[]){scaled, fkeep}, 2, &y, 1, NULL, 0, NULL);
+}
+
 /* Dropout at inference: the identity, and a mask of all true. So is a
  * Dropout in training mode whose ratio is 0 (ONNX's reference drops
  * nothing then): PyTorch exports F.dropout(x, p=0.0), whose training
- * argument defaults to true, that way (torchvision's swin_t). */
+ * argument defaults to true, that way (torchvision's swin_t). In training
+ * mode with another ratio: dropout_training. */
 static int t_dropout(struct ox *x)
 {
     struct ox_val *v = ox_input(x, 0), *training = x->opset >= 12 ? ox_input(x, 2) : NULL;
@@ -335,9 +377,7 @@ static int t_dropout(struct ox *x)
                                                   : ox_param_value(x, ratio);
         bool none = r && r->numel == 1 && ox_is_float(r->dtype) && ox_first_value(r) == 0;
         if (*(unsigned char *)training->konst->data && !none)
-            return ox_fail(x, VQ_ENOSYS,
-                           "training_mode is true and the ratio is not a known 0: varq "
-                           "imports Dropout for inference only");
+            return dropout_training(x, v, ratio);
     }
     if (ox_out(x, 1)) {
         /* not(bool(zeros_like(X))) */
@@ -549,7 +589,8 @@ const struct ox_op ox_op_Softmax = OX_ROW(t_softmax, "softmax", 1, 1, true, OX_A
 const struct ox_op ox_op_LogSoftmax =
     OX_ROW(t_softmax, "log_softmax", 1, 1, true, OX_ATTRS(SOFTMAX_AXIS));
 const struct ox_op ox_op_Hardmax = OX_ROW(t_hardmax, NULL, 1, 1, true, OX_ATTRS(SOFTMAX_AXIS));
-const struct ox_op ox_op_Dropout = OX_ROW(t_dropout, NULL, 1, 3, true, NULL);
+const struct ox_op ox_op_Dropout =
+    OX_ROW(t_dropout, NULL, 1, 3, true, OX_ATTRS(OX_INT("seed", 0, .since = 12)));
 const struct ox_op ox_op_RandomUniformLike =
     OX_ROW(t_random_uniform_like, NULL, 1, 1, true,
            OX_ATTRS(OX_INT("dtype", 0), OX_FLOAT("high", 1), OX_FLOAT("low", 0),

@@ -120,8 +120,7 @@ Test(onnx_sequence, split_to_sequence_and_concat_from_sequence_undo_each_other)
     add_input(m, "x", 2, (int64_t[]){2, 5});
     add_init_ints(m, "sizes", 2, (const int64_t[]){2, 3});
     add_init_of(m, "last", I64, sizeof(int64_t), 0, NULL, (const int64_t[]){-1});
-    attr_int(add_node(m, "SplitToSequence", "split1", NAMES("x", "sizes"), NAMES("s1")), "axis",
-             1);
+    attr_int(add_node(m, "SplitToSequence", "split1", NAMES("x", "sizes"), NAMES("s1")), "axis", 1);
     Onnx__NodeProto *n = add_node(m, "SplitToSequence", "split0", NAMES("x"), NAMES("s0"));
     attr_int(n, "keepdims", 0);
     attr_int(add_node(m, "ConcatFromSequence", "cat", NAMES("s1"), NAMES("y")), "axis", 1);

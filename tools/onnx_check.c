@@ -7,7 +7,10 @@
  * that draws random numbers (Bernoulli, RandomUniform, RandomNormal and
  * their Like forms, Multinomial) are compared by dtype and shape only:
  * ONNX made their expected values with numpy's generator, which varq's
- * (Philox) does not reproduce.
+ * (Philox) does not reproduce. Nor does a Dropout in training mode: in a
+ * model with Dropout, an output that does not match exactly is compared
+ * where neither value is 0 (the elements both kept: their scale 1 / (1 -
+ * ratio)), a bool one (the mask) by shape only.
  *
  * usage: onnx_check [--workers N] [--gpu ID] CASE_DIR...
  *        onnx_check --fuzz N CASE_DIR...
@@ -88,11 +91,15 @@ static double value_at(vq_tensor *t, int64_t i)
     }
 }
 
-/* 0 when got matches want (random: in dtype and shape only); else a
- * message in msg. */
-static int compare(vq_tensor *got, vq_tensor *want, const char *name, bool random, char *msg,
+/* How outputs are compared: exactly (with the tolerance), by dtype and
+ * shape (a random op's), or where both are nonzero (a Dropout's). */
+enum { EXACT, RANDOM, DROPOUT };
+
+/* 0 when got matches want as mode says; else a message in msg. */
+static int compare(vq_tensor *got, vq_tensor *want, const char *name, int mode, char *msg,
                    size_t size)
 {
+    bool random = mode == RANDOM;
     if (vq_tensor_dtype(got) != vq_tensor_dtype(want)) {
         fmt(msg, size, "%s: dtype %s, expected %s", name,
                  vq_dtype_name(vq_tensor_dtype(got)), vq_dtype_name(vq_tensor_dtype(want)));
@@ -113,6 +120,12 @@ static int compare(vq_tensor *got, vq_tensor *want, const char *name, bool rando
         if (isnan(a) && isnan(b))
             continue;
         bool ok = exact ? a == b : (a == b || fabs(a - b) <= 1e-7 + 1e-3 * fabs(b));
+        if (!ok && mode == DROPOUT) {
+            /* dropped in one of the two draws, or a mask (bools): shape only */
+            if (vq_tensor_dtype(got) == VQ_BOOL)
+                break;
+            ok = a == 0 || b == 0;
+        }
         if (!ok) {
             fmt(msg, size, "%s[%lld]: %.9g, expected %.9g", name, (long long)i, a, b);
             return -1;
@@ -163,7 +176,7 @@ static bool has_var(vq_program *p, const char *name)
  * expected length (no var NAME[n]), an optional one holding nothing no
  * var. */
 static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *info,
-                   const char *set_dir, bool random, char *msg, size_t size)
+                   const char *set_dir, int mode, char *msg, size_t size)
 {
     int cap = 1024, nfeeds = 0, nfetches = 0, status = PASS, rc;
     vq_feed *feeds = calloc((size_t)cap, sizeof *feeds);
@@ -254,7 +267,7 @@ static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *
              (rc = vq_tensor_wait(host)) < 0)) {
             fmt(msg, size, "%s: copying to the host: %s", fetches[j].name, vq_errmsg());
             status = FAIL;
-        } else if (compare(host ? host : got, wants[j], fetches[j].name, random, msg, size) < 0) {
+        } else if (compare(host ? host : got, wants[j], fetches[j].name, mode, msg, size) < 0) {
             status = FAIL;
         }
         vq_tensor_release(host);
@@ -292,12 +305,16 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
     static const char *const random_ops[] = {"Bernoulli",     "Multinomial",
                                              "RandomNormal",  "RandomNormalLike",
                                              "RandomUniform", "RandomUniformLike"};
-    bool random = false;
+    int mode = EXACT;
     vq_onnx_ops ops = {0};
     if (vq_onnx_ops_read(&ops, buf, len) == 0)
-        for (int i = 0; i < ops.nops; i++)
+        for (int i = 0; i < ops.nops; i++) {
             for (size_t k = 0; k < sizeof random_ops / sizeof *random_ops; k++)
-                random |= !strcmp(ops.ops[i].type, random_ops[k]) && !*ops.ops[i].domain;
+                if (!strcmp(ops.ops[i].type, random_ops[k]) && !*ops.ops[i].domain)
+                    mode = RANDOM;
+            if (!strcmp(ops.ops[i].type, "Dropout") && !*ops.ops[i].domain && mode == EXACT)
+                mode = DROPOUT;
+        }
     vq_onnx_ops_free(&ops);
     int rc = vq_onnx_info_read(&info, buf, len);
     free(buf);
@@ -337,7 +354,7 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
             fmt(msg, size, "%s", vq_errmsg());
             status = rc == VQ_ENOSYS ? UNSUPPORTED : FAIL;
         } else {
-            status = run_set(ex, p, s, &info, path, random, msg, size);
+            status = run_set(ex, p, s, &info, path, mode, msg, size);
         }
         for (int i = 0; data && i < noffers; i++)
             vq_onnx_data_free(&data[i]);
@@ -413,7 +430,7 @@ static int fuzz_case(vq_exec *ex, const char *dir, int n, uint64_t *rng, int *im
         if (rc == 0 && have_info) {
             char msg[256];
             ++*imported;
-            run_set(ex, p, s, &info, set, false, msg, sizeof msg); /* any result but a crash */
+            run_set(ex, p, s, &info, set, EXACT, msg, sizeof msg); /* any result but a crash */
         }
         vq_program_free(p);
         vq_scope_free(s);

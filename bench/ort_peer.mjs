@@ -17,6 +17,13 @@
 // --profile PREFIX turns on ONNX Runtime's own profiler (every node's
 // kernel time, Chrome trace format) and adds profile=FILE to the line:
 // ORT names the file PREFIX_<date and time>.json.
+// --decode N instead greedy-decodes N tokens: the one feed holds int64
+// token ids [1, L]; each step runs the model on the whole sequence, takes
+// the argmax of the first output's last position and appends it (no
+// cache, as scripts/dynamic_models_check.py does with varq and PyTorch),
+// after one warm-up run; prints
+//   ort_peer decode=N secs= tokens_per_s= tokens=ID,ID,...
+// (the whole final sequence).
 // --spin 0 sets session.intra_op.allow_spinning to 0: idle intra-op
 // threads sleep instead of spinning (ORT's default, 1, spins a while after
 // each parallel section, which on a shared machine takes cores from others).
@@ -47,6 +54,7 @@ for (let i = 0; i < argv.length; i++) {
     case '--inter': args.inter = parseInt(v, 10); break;
     case '--profile': args.profile = v; break;
     case '--spin': args.spin = v; break;
+    case '--decode': args.decode = parseInt(v, 10); break;
     default: usage(`unknown option ${k}`);
   }
 }
@@ -124,6 +132,26 @@ const session = await ort.InferenceSession.create(args.model, {
   ...(args.spin !== undefined ? { extra: { session: { intra_op: { allow_spinning: args.spin } } } } : {}),
 });
 const loadMs = performance.now() - t0;
+
+if (args.decode > 0) {
+  const name = Object.keys(feeds)[0];
+  let ids = Array.from(feeds[name].data);
+  await session.run(feeds); // warm-up
+  const s = performance.now();
+  for (let step = 0; step < args.decode; step++) {
+    const res = await session.run({ [name]: new ort.Tensor('int64', BigInt64Array.from(ids), [1, ids.length]) });
+    const y = res[session.outputNames[0]];
+    const vocab = y.dims[y.dims.length - 1];
+    const last = y.data.subarray(y.data.length - vocab);
+    let best = 0;
+    for (let k = 1; k < vocab; k++) if (last[k] > last[best]) best = k;
+    ids.push(BigInt(best));
+  }
+  const secs = (performance.now() - s) / 1e3;
+  process.stdout.write(`ort_peer decode=${args.decode} secs=${secs.toFixed(4)} ` +
+    `tokens_per_s=${(args.decode / secs).toFixed(2)} tokens=${ids.join(',')}\n`);
+  process.exit(0);
+}
 
 let out;
 for (let i = 0; i < args.warmup; i++) out = await session.run(feeds);

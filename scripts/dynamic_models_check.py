@@ -29,7 +29,11 @@ imported GPT program re-run on the growing sequence (one `varq run` per
 step) must choose the same tokens as PyTorch's greedy decoding; it prints
 tokens/s of both (varq's per-step time includes starting the process and
 loading the program, so `varq run --repeat` on the final length is printed
-too; PyTorch eager with 2 threads).
+too; PyTorch eager with 2 threads), and ONNX Runtime's (bench/ort_peer.mjs
+--decode: onnxruntime-node from scripts/ort_fetch.sh, 2 intra-op threads,
+in one process like PyTorch; left out with a message when node or the
+package is missing; --ort-module DIR names the package) and varq's in one
+process too (its Python binding, varq.InferenceSession, 2 workers).
 
 usage: dynamic_models_check.py --varq BUILD/tools/varq [--models a,b,...]
                                [--big] [--decode N] [--side S] [--dir DIR]
@@ -311,6 +315,8 @@ def decode(args, d):
             torch_ms[threads] = (time.perf_counter() - t0) * 1e3 / 20
     torch.set_num_threads(2)
     n = args.decode
+    ort_line = ort_decode(args, d, prompt.numpy(), want)
+    inproc_line, inproc_ok = varq_decode_in_process(args, d, prompt.numpy(), want)
     print(f"decode: greedy {n} new tokens after a {prompt.shape[1]}-token prompt: tokens "
           f"{'agree' if same else 'DIFFER'} with PyTorch's")
     if not same:
@@ -322,7 +328,65 @@ def decode(args, d):
           f"with 2 threads, {n / torch_secs[1]:.1f} with 1")
     print(f"  at the final length {seq.shape[1] - 1}: varq run --repeat 20 mean {rep} ms; "
           f"PyTorch eager {torch_ms[2]:.2f} ms (2 threads), {torch_ms[1]:.2f} ms (1) per forward")
-    return same
+    print(f"  {inproc_line}")
+    print(f"  {ort_line}")
+    return same and inproc_ok
+
+
+def varq_decode_in_process(args, d, prompt, want):
+    """The same greedy decoding through varq's Python binding (the build's
+    python/ folder beside tools/), one process like PyTorch and ONNX
+    Runtime: varq.InferenceSession with 2 workers, each new length one
+    preparation (cached by shape). A line with tokens/s, and whether the
+    tokens agree with PyTorch's (True when the binding is not built)."""
+    pkg = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.varq))), "python")
+    sys.path.insert(0, pkg)
+    try:
+        import varq as vq
+    except ImportError as e:
+        return f"varq in one process: left out (no Python binding in {pkg}: {e})", True
+    finally:
+        sys.path.remove(pkg)
+    sess = vq.InferenceSession(os.path.join(d, "gpt_decode.onnx"), workers=2)
+    seq = prompt
+    sess.run(None, {"input": seq})  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(args.decode):
+        y = sess.run(None, {"input": seq})[0]
+        nxt = y[:, -1].argmax(axis=-1).astype(seq.dtype)
+        seq = np.concatenate([seq, nxt[:, None]], axis=1)
+    secs = time.perf_counter() - t0
+    sess.close()
+    agree = np.array_equal(seq, want)
+    return (f"varq in one process (Python binding, 2 workers): {args.decode / secs:.1f} "
+            f"tokens/s, tokens {'agree' if agree else 'DIFFER'} with PyTorch's"), agree
+
+
+def ort_decode(args, d, prompt, want):
+    """The same greedy decoding in ONNX Runtime (bench/ort_peer.mjs --decode,
+    2 intra-op threads, one process): a line saying its tokens/s and
+    whether its tokens agree with PyTorch's."""
+    module = args.ort_module
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "ort_peer.mjs")
+    if not module or not os.path.isdir(module):
+        return f"ONNX Runtime: left out (no onnxruntime-node at {module}: scripts/ort_fetch.sh)"
+    xp = os.path.join(d, "decode_prompt.npy")
+    np.save(xp, prompt)
+    try:
+        r = subprocess.run(["node", peer, "--module", module, "--model",
+                            os.path.join(d, "gpt_decode.onnx"), "--feed", f"input={xp}",
+                            "--threads", "2", "--spin", "0", "--decode", str(args.decode)],
+                           capture_output=True, text=True)
+    except FileNotFoundError:
+        return "ONNX Runtime: left out (no node)"
+    line = next((l for l in r.stdout.splitlines() if l.startswith("ort_peer decode=")), None)
+    if r.returncode != 0 or not line:
+        return f"ONNX Runtime: failed: {r.stderr.strip()[-300:]}"
+    kv = dict(f.split("=", 1) for f in line.split()[1:])
+    toks = [int(t) for t in kv["tokens"].split(",")]
+    agree = toks == want[0].tolist()
+    return (f"ONNX Runtime (2 intra-op threads, one process): {float(kv['tokens_per_s']):.1f} "
+            f"tokens/s, tokens {'agree' if agree else 'DIFFER'} with PyTorch's")
 
 
 def main():
@@ -332,6 +396,10 @@ def main():
     ap.add_argument("--big", action="store_true", help="also vit_b_16 and swin_t")
     ap.add_argument("--decode", type=int, default=32, help="new tokens to decode (0: none)")
     ap.add_argument("--dir")
+    ap.add_argument("--ort-module", default=os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "varq-peers",
+        "onnxruntime-node-1.30.0", "node_modules", "onnxruntime-node"),
+        help="the onnxruntime-node package (scripts/ort_fetch.sh)")
     ap.add_argument("--side", type=int, default=64,
                     help="image side for shufflenet and resnet50 (vit and swin take 224)")
     args = ap.parse_args()

@@ -93,8 +93,9 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
  * per value of a compile-time constant argument, and TensorRT needs shape
  * tensors at build time). The input stays a feed, and a run must feed it
  * the same value; an offered input whose value no translation needs stays
- * an ordinary feed. */
-/* Sequences and optionals. varq resolves them when the model is
+ * an ordinary feed.
+ *
+ * Sequences and optionals: varq resolves them when the model is
  * imported (docs/onnx.md): a graph input that is a sequence of n tensors
  * becomes n feeds named NAME[0] ... NAME[n-1], n taken from the value
  * offered for it (an offer is then required); a graph output that is a
@@ -104,13 +105,14 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
  * that value's feed(s), one not offered is taken to hold a value; an
  * optional output that holds nothing has no var. */
 typedef struct vq_onnx_value {
-    const char *name;  /* a graph input that is not an initializer */
-    vq_tensor *tensor; /* its value, on the CPU, of the input's dtype and rank
-                        * (NULL for a sequence or a none) */
-    bool sequence;     /* a sequence of nelems tensors elems[] (CPU tensors) */
-    int nelems;
-    vq_tensor *const *elems;
-    bool none; /* an optional input that holds nothing */
+    const char *name;        /* a graph input that is not an initializer */
+    /* its value, on the CPU, of the input's dtype and rank (NULL for a
+     * sequence or a none) */
+    vq_tensor *tensor;
+    bool sequence;           /* a sequence of nelems tensors elems[] (CPU tensors) */
+    int nelems;              /* a sequence's length */
+    vq_tensor *const *elems; /* its elements (only read) */
+    bool none;               /* an optional input that holds nothing */
 } vq_onnx_value;
 
 /* Import options (vq_program_from_onnx_opts); all zero: none. */
@@ -133,23 +135,24 @@ VQ_API int vq_program_from_onnx_opts(vq_program **out, vq_scope *params, const v
 VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, const char *path,
                                           const vq_onnx_opts *opts);
 
-/* What a caller needs to run an imported model: the names to feed and to
- * fetch, in the model's order. */
 /* What an ONNX value is (vq_onnx_info, vq_onnx_data_read). */
 typedef enum vq_onnx_kind {
-    VQ_ONNX_TENSOR = 0,
+    VQ_ONNX_TENSOR = 0,       /* a tensor */
     VQ_ONNX_SEQUENCE,         /* a sequence of tensors */
     VQ_ONNX_OPTIONAL,         /* an optional tensor */
     VQ_ONNX_OPTIONAL_SEQUENCE /* an optional sequence of tensors */
 } vq_onnx_kind;
 
+/* What a caller needs to run an imported model: the names to feed and to
+ * fetch, in the model's order, and what each is (a sequence's elements
+ * are fed and fetched as NAME[i]: vq_onnx_value). */
 typedef struct vq_onnx_info {
-    int opset;      /* version of the default ("ai.onnx") operator set; 0 when the
+    int opset;                  /* version of the default ("ai.onnx") operator set; 0 when the
                      * model imports only ai.onnx.preview.training */
-    int ninputs;    /* graph inputs that are not initializers: the feeds */
-    char **inputs;  /* their names, ninputs of them */
-    int noutputs;   /* graph outputs: the fetches */
-    char **outputs; /* their names, noutputs of them */
+    int ninputs;                /* graph inputs that are not initializers: the feeds */
+    char **inputs;              /* their names, ninputs of them */
+    int noutputs;               /* graph outputs: the fetches */
+    char **outputs;             /* their names, noutputs of them */
     vq_onnx_kind *input_kinds;  /* what each input is, ninputs of them */
     vq_onnx_kind *output_kinds; /* what each output is, noutputs of them */
 } vq_onnx_info;
@@ -220,9 +223,9 @@ VQ_API int vq_tensor_from_onnx(vq_tensor **out, char **name, const void *buf, si
 typedef struct vq_onnx_data {
     vq_tensor *tensor; /* a tensor (or an optional's), else NULL */
     bool sequence;     /* a sequence (or an optional's): nelems elems */
-    int nelems;
-    vq_tensor **elems;
-    bool none; /* an optional that holds nothing */
+    int nelems;        /* a sequence's length */
+    vq_tensor **elems; /* its elements (owned: vq_onnx_data_free) */
+    bool none;         /* an optional that holds nothing */
 } vq_onnx_data;
 
 /* Decodes buf[0..len), a serialized TensorProto (kind VQ_ONNX_TENSOR),

@@ -71,16 +71,24 @@ static vq_program *import_expect(Onnx__ModelProto *m, vq_scope *s, const vq_onnx
     return p;
 }
 
-/* Fetches names[0..n) with x fed, on the CPU (gpu 0) or the emulated GPU,
- * checking each against want[k] (nums[k] floats, shape shapes[k]). */
-static void run_check(vq_program *p, vq_scope *s, const char *feed, vq_tensor *x,
-                      const char *const *names, int n, const float *const *want,
-                      const int64_t (*shapes)[2], const int *ranks)
+/* A threaded engine for run_check, on which the emulated GPU is there;
+ * freed after the scopes whose tensors its runs used (their last release
+ * pushes on it: engine.h). */
+static vq_engine *engine_new(void)
 {
     setenv("VARQ_GPU_BACKEND", "emulated", 0);
     vq_engine *e;
     vq_engine_opts eo = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
     cr_assert_eq(vq_engine_new(&e, &eo), 0, "%s", vq_errmsg());
+    return e;
+}
+
+/* Fetches names[0..n) with x fed, on the CPU (gpu 0) or the emulated GPU,
+ * checking each against want[k] (of shape shapes[k], rank ranks[k]). */
+static void run_check(vq_engine *e, vq_program *p, vq_scope *s, const char *feed, vq_tensor *x,
+                      const char *const *names, int n, const float *const *want,
+                      const int64_t (*shapes)[2], const int *ranks)
+{
     for (int gpu = 0; gpu < 2; gpu++) {
         vq_exec *ex;
         vq_exec_opts xo = {.device = {gpu ? VQ_DEV_GPU : VQ_DEV_CPU, 0}};
@@ -106,7 +114,6 @@ static void run_check(vq_program *p, vq_scope *s, const char *feed, vq_tensor *x
         vq_tensor_release(dx);
         vq_exec_free(ex);
     }
-    vq_engine_free(e);
 }
 
 /* x [2, 5]: SplitToSequence along axis 1 in parts [2, 3] (split an
@@ -152,7 +159,8 @@ Test(onnx_sequence, split_to_sequence_and_concat_from_sequence_undo_each_other)
     vq_tensor *x;
     cr_assert_eq(vq_tensor_from(&x, VQ_F32, 2, (int64_t[]){2, 5}, xv), 0);
     const int64_t shapes[4][2] = {{2, 5}, {2, 5}, {2, 3}, {2, 2}};
-    run_check(p, s, "x", x, NAMES("y", "z", "tail", "head[0]"), 4,
+    vq_engine *e = engine_new();
+    run_check(e, p, s, "x", x, NAMES("y", "z", "tail", "head[0]"), 4,
               (const float *const[]){xv, xv, tail, head}, shapes, (const int[]){2, 2, 2, 2});
     /* SequenceLength is known at import: a persistable var */
     vq_tensor *nv = vq_scope_get(s, "n");
@@ -160,6 +168,7 @@ Test(onnx_sequence, split_to_sequence_and_concat_from_sequence_undo_each_other)
     vq_tensor_release(x);
     vq_program_free(p);
     vq_scope_free(s);
+    vq_engine_free(e);
     onnx__model_proto__free_unpacked(m, NULL);
 }
 
@@ -194,6 +203,7 @@ Test(onnx_sequence, a_loop_growing_a_sequence_unrolls_over_a_trip_count_offered_
 {
     const float xv[3] = {1.5f, -2, 0.25f};
     for (int64_t mv = 0; mv <= 4; mv += 4) {
+        vq_engine *e = NULL;
         Onnx__ModelProto *m = growing_loop();
         vq_scope *s;
         cr_assert_eq(vq_scope_new(&s), 0);
@@ -213,7 +223,8 @@ Test(onnx_sequence, a_loop_growing_a_sequence_unrolls_over_a_trip_count_offered_
                 for (int j = 0; j < 3; j++)
                     y[i * 3 + j] = xv[j] * (float)i;
             const int64_t shapes[3][2] = {{4, 3}, {3}, {3}};
-            run_check(p, s, "x", x, NAMES("y", "s[0]", "s[3]"), 3,
+            e = engine_new();
+            run_check(e, p, s, "x", x, NAMES("y", "s[0]", "s[3]"), 3,
                       (const float *const[]){y, y, y + 9}, shapes, (const int[]){2, 1, 1});
             vq_dtype dt;
             int nd;
@@ -225,6 +236,7 @@ Test(onnx_sequence, a_loop_growing_a_sequence_unrolls_over_a_trip_count_offered_
         vq_tensor_release(tm);
         vq_tensor_release(x);
         vq_scope_free(s);
+        vq_engine_free(e); /* after the scope */
         onnx__model_proto__free_unpacked(m, NULL);
     }
 }

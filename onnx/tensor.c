@@ -343,7 +343,7 @@ static int data_sequence(vq_onnx_data *d, const uint8_t *p, const uint8_t *end)
 {
     d->sequence = true;
     while (p < end) {
-        uint64_t num, v;
+        uint64_t num = 0, v = 0;
         int wt, rc;
         const uint8_t *f = NULL;
         size_t flen = 0;
@@ -369,7 +369,7 @@ static int data_optional(vq_onnx_data *d, const uint8_t *p, const uint8_t *end)
 {
     d->none = true;
     while (p < end) {
-        uint64_t num, v;
+        uint64_t num = 0, v = 0;
         int wt, rc;
         const uint8_t *f = NULL;
         size_t flen = 0;

@@ -442,7 +442,7 @@ int ox_shape_meta(const struct ox_val *shape, const vq__meta *x, bool allowzero,
 /* The rows, one per op of OX_OPS (onnx_ops.h), each beside its
  * translation: t_elementwise.c, t_window.c, t_nn.c, t_shape.c, t_index.c,
  * t_reduce.c, t_loss.c, t_control.c, t_rnn.c, t_signal.c, t_sample.c,
- * t_linalg.c, t_optim.c, t_dft.c. */
+ * t_linalg.c, t_optim.c, t_dft.c, t_sequence.c. */
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW

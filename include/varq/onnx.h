@@ -105,7 +105,7 @@ VQ_API int vq_program_from_onnx_file(vq_program **out, vq_scope *params, const c
  * that value's feed(s), one not offered is taken to hold a value; an
  * optional output that holds nothing has no var. */
 typedef struct vq_onnx_value {
-    const char *name;        /* a graph input that is not an initializer */
+    const char *name; /* a graph input that is not an initializer */
     /* its value, on the CPU, of the input's dtype and rank (NULL for a
      * sequence or a none) */
     vq_tensor *tensor;

@@ -117,6 +117,15 @@ static MPI_Datatype mpi_type(vq_dtype dt)
     case VQ_F64: return MPI_DOUBLE;
     case VQ_I32: return MPI_INT32_T;
     case VQ_I64: return MPI_INT64_T;
+    case VQ_I8: return MPI_INT8_T;
+    case VQ_U8: return MPI_UINT8_T;
+    case VQ_I16: return MPI_INT16_T;
+    case VQ_U32: return MPI_UINT32_T;
+    case VQ_U64: return MPI_UINT64_T;
+    /* only moved (check_red refuses their reductions): 16-bit patterns */
+    case VQ_U16:
+    case VQ_F16:
+    case VQ_BF16: return MPI_UINT16_T;
     default: return MPI_UNSIGNED_CHAR; /* VQ_BOOL: 0 or 1, reduced by MAX (or) */
     }
 }

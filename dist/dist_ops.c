@@ -156,6 +156,12 @@ static int check_red(const char *fn, vq_reduce_op op, vq_dtype dt)
         return vq__fail(VQ_EINVAL, "%s: reduction %d is not a vq_reduce_op", fn, (int)op);
     if (op == VQ_REDUCE_MEAN && dt == VQ_BOOL)
         return vq__fail(VQ_EINVAL, "%s: the mean of bool tensors is not defined", fn);
+    /* MPI has no sum of f16 or bf16, and divide() knows the first five */
+    if (dt > VQ_BOOL)
+        return vq__fail(VQ_ENOSYS,
+                        "%s: dtype %s is not supported by reductions (f32, f64, i32, "
+                        "i64, bool; broadcast, allgather, send and recv move any dtype)",
+                        fn, vq_dtype_name(dt));
     return 0;
 }
 

@@ -122,8 +122,9 @@ static int input_meta(const char *name, const Onnx__TypeProto *tp, int rank, vq_
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int32_t et = tt->has_elem_type ? tt->elem_type : 0;
     if (!vq__onnx_dtype(et, &m->dtype))
-        return vq__fail(VQ_ENOSYS, "onnx: graph input \"%s\" has element type %s; varq has "
-                                   "float, double, int32, int64 and bool",
+        return vq__fail(VQ_ENOSYS,
+                        "onnx: graph input \"%s\" has element type %s; varq has "
+                        "float, double, float16, bfloat16, bool and the integers of 8 to 64 bits",
                         name, vq__onnx_type_name(et));
     if (!tt->shape && rank >= 0) {
         m->ndim = rank;

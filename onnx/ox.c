@@ -739,13 +739,7 @@ int ox_scalar(struct ox *x, vq_dtype dt, double value, struct ox_val **out)
     int rc = vq_tensor_new(&t, dt, 0, NULL);
     if (rc < 0)
         return rc;
-    switch (dt) {
-    case VQ_F32: *(float *)vq_tensor_data(t) = (float)value; break;
-    case VQ_F64: *(double *)vq_tensor_data(t) = value; break;
-    case VQ_I32: *(int32_t *)vq_tensor_data(t) = (int32_t)value; break;
-    case VQ_I64: *(int64_t *)vq_tensor_data(t) = (int64_t)value; break;
-    case VQ_BOOL: *(unsigned char *)vq_tensor_data(t) = value != 0; break;
-    }
+    vq__elem_set(dt, vq_tensor_data(t), 0, value);
     return ox_const(x, NULL, t, out);
 }
 
@@ -757,13 +751,7 @@ bool ox_is_float(vq_dtype dt)
 /* The first element of a known tensor, as a double. */
 double ox_first_value(const vq_tensor *t)
 {
-    switch (t->dtype) {
-    case VQ_F32: return *(const float *)t->data;
-    case VQ_F64: return *(const double *)t->data;
-    case VQ_I32: return *(const int32_t *)t->data;
-    case VQ_I64: return (double)*(const int64_t *)t->data;
-    default: return *(const unsigned char *)t->data;
-    }
+    return vq__elem_get(t->dtype, t->data, 0);
 }
 
 /* An axis in [-rank, rank) as an index. */

@@ -526,13 +526,7 @@ static int t_eye_like(struct ox *x)
         if (__builtin_add_overflow(i, k, &j) || j < 0 || j >= m)
             continue;
         char *at = (char *)vq_tensor_data(t) + (size_t)(i * m + j) * vq_dtype_size(dt);
-        switch (dt) {
-        case VQ_F32: *(float *)at = 1; break;
-        case VQ_F64: *(double *)at = 1; break;
-        case VQ_I32: *(int32_t *)at = 1; break;
-        case VQ_I64: *(int64_t *)at = 1; break;
-        case VQ_BOOL: *(unsigned char *)at = 1; break;
-        }
+        vq__elem_set(dt, at, 0, 1);
     }
     return ox_const(x, ox_out0(x), t, NULL);
 }

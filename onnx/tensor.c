@@ -24,6 +24,14 @@ bool vq__onnx_dtype(int32_t onnx_type, vq_dtype *out)
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = VQ_I32; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT64: *out = VQ_I64; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = VQ_BOOL; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16: *out = VQ_F16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16: *out = VQ_BF16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = VQ_I8; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8: *out = VQ_U8; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__INT16: *out = VQ_I16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = VQ_U16; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT32: *out = VQ_U32; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__UINT64: *out = VQ_U64; return true;
     default: return false;
     }
 }
@@ -184,8 +192,10 @@ int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *wha
     int32_t type = t->has_data_type ? t->data_type : 0;
     vq_dtype dt;
     if (!vq__onnx_dtype(type, &dt))
-        return vq__fail(VQ_ENOSYS, "onnx: %s has element type %s (%d); varq has float, "
-                                   "double, int32, int64 and bool",
+        return vq__fail(VQ_ENOSYS,
+                        "onnx: %s has element type %s (%d); varq has float, "
+                        "double, float16, bfloat16, bool and the integers of "
+                        "8 to 64 bits",
                         what, vq__onnx_type_name(type), (int)type);
     if (t->n_dims > VQ_MAX_DIMS)
         return vq__fail(VQ_ENOSYS, "onnx: %s has %zu dims; varq has at most %d", what,
@@ -213,10 +223,14 @@ int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *wha
         return vq__fail(VQ_EINVAL, "onnx: %s: %zu bytes of raw data, the shape needs %zu", what,
                         t->raw_data.len, nbytes);
     if (!external && !t->has_raw_data) {
-        size_t have = dt == VQ_F32   ? t->n_float_data
-                      : dt == VQ_F64 ? t->n_double_data
-                      : dt == VQ_I64 ? t->n_int64_data
-                                     : t->n_int32_data; /* int32 and bool */
+        /* the typed field ONNX's TensorProto says each type uses: int32_data
+         * carries the types of 16 bits and fewer (f16 and bf16 as their bit
+         * patterns), uint64_data the unsigned types of 32 and 64 bits */
+        size_t have = dt == VQ_F32                   ? t->n_float_data
+                      : dt == VQ_F64                 ? t->n_double_data
+                      : dt == VQ_I64                 ? t->n_int64_data
+                      : dt == VQ_U32 || dt == VQ_U64 ? t->n_uint64_data
+                                                     : t->n_int32_data;
         if (have != (size_t)numel)
             return vq__fail(VQ_EINVAL, "onnx: %s: %zu values for a shape of %lld elements", what,
                             have, (long long)numel);
@@ -237,6 +251,24 @@ int vq__onnx_tensor(const Onnx__TensorProto *t, const char *dir, const char *wha
             for (int64_t i = 0; i < numel; i++)
                 ((unsigned char *)v->data)[i] = t->int32_data[i] != 0;
             break;
+        /* each value's low bits, as ONNX's writers store them */
+        case VQ_I8:
+        case VQ_U8:
+            for (int64_t i = 0; i < numel; i++)
+                ((uint8_t *)v->data)[i] = (uint8_t)(uint32_t)t->int32_data[i];
+            break;
+        case VQ_F16:
+        case VQ_BF16:
+        case VQ_I16:
+        case VQ_U16:
+            for (int64_t i = 0; i < numel; i++)
+                ((uint16_t *)v->data)[i] = (uint16_t)(uint32_t)t->int32_data[i];
+            break;
+        case VQ_U32:
+            for (int64_t i = 0; i < numel; i++)
+                ((uint32_t *)v->data)[i] = (uint32_t)t->uint64_data[i];
+            break;
+        case VQ_U64: memcpy(v->data, t->uint64_data, nbytes); break;
         }
     }
     if (rc == 0 && dt == VQ_BOOL)

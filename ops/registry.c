@@ -439,9 +439,9 @@ int vq__check_dtype(const vq__infer *c, int slot, unsigned mask)
     vq_dtype dt = c->in[slot].dtype;
     if (mask & (1u << dt))
         return 0;
-    char allowed[64] = "";
+    char allowed[128] = "";
     size_t at = 0;
-    for (int i = 0; i < VQ_DTYPE_COUNT; i++)
+    for (int i = 0; i < VQ_DTYPE_COUNT && at < sizeof allowed; i++)
         if (mask & (1u << i))
             at += (size_t)snprintf(allowed + at, sizeof allowed - at, "%s%s", at ? ", " : "",
                                    vq_dtype_name((vq_dtype)i));
@@ -585,6 +585,8 @@ int vq__op_infer_vals(const vq__op_def *d, const vq_attr *attrs, int nattrs, int
                             vq__op_in_slot(d, i), i);
     if (d->params_size > VQ__MAX_PARAMS)
         return vq__fail(VQ_EINVAL, "%s: params too large", d->type);
+    if ((rc = vq__dtype_gate(d, nin, in, 0, NULL)) < 0)
+        return rc;
     memset(params, 0, d->params_size);
     memset(out, 0, (size_t)nout * sizeof *out);
     vq__infer c = {.def = d,
@@ -596,7 +598,29 @@ int vq__op_infer_vals(const vq__op_def *d, const vq_attr *attrs, int nattrs, int
                    .out = out,
                    .params = params,
                    .val = val};
-    return d->infer(&c);
+    if ((rc = d->infer(&c)) < 0)
+        return rc;
+    return vq__dtype_gate(d, 0, NULL, nout, out);
+}
+
+int vq__dtype_gate(const vq__op_def *d, int nin, const vq__meta *in, int nout, const vq__meta *out)
+{
+    if (d->user || (d->flags & VQ__EXT_DTYPES))
+        return 0;
+    for (int i = 0; i < nin; i++)
+        if (!(VQ__BASE_DTYPES & (1u << in[i].dtype)))
+            return vq__fail(VQ_ENOSYS,
+                            "%s: input %s (slot %d): dtype %s is not supported by %s "
+                            "(f32, f64, i32, i64, bool)",
+                            d->type, vq__op_in_slot(d, i), i, vq_dtype_name(in[i].dtype), d->type);
+    for (int j = 0; j < nout; j++)
+        if (!(VQ__BASE_DTYPES & (1u << out[j].dtype)))
+            return vq__fail(VQ_ENOSYS,
+                            "%s: output %s (slot %d): dtype %s is not supported by %s "
+                            "(f32, f64, i32, i64, bool)",
+                            d->type, vq__op_out_slot(d, j), j, vq_dtype_name(out[j].dtype),
+                            d->type);
+    return 0;
 }
 
 int vq__values_host(const vq__op_def *d, vq_tensor *const *in, int nin, void *stream,

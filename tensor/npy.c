@@ -167,7 +167,7 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
     if (c->p < c->end && *c->p == '[')
         return vq__fail(VQ_EINVAL,
                         "%s: structured dtype (a list descr) is not supported "
-                        "(f4, f8, i4, i8, b1)",
+                        "(f4, f8, i4, i8, b1, f2, V2, i1, u1, i2, u2, u4, u8)",
                         c->src);
     const char *s;
     size_t n;
@@ -177,12 +177,16 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
     static const struct {
         const char *code;
         vq_dtype dt;
-    } codes[] = {{"f4", VQ_F32}, {"f8", VQ_F64}, {"i4", VQ_I32}, {"i8", VQ_I64}, {"b1", VQ_BOOL}};
+    } codes[] = {{"f4", VQ_F32}, {"f8", VQ_F64},  {"i4", VQ_I32}, {"i8", VQ_I64}, {"b1", VQ_BOOL},
+                 {"f2", VQ_F16}, {"V2", VQ_BF16}, {"i1", VQ_I8},  {"u1", VQ_U8},  {"i2", VQ_I16},
+                 {"u2", VQ_U16}, {"u4", VQ_U32},  {"u8", VQ_U64}};
     if (n == 3 && (s[0] == '<' || s[0] == '=' || s[0] == '|' || s[0] == '>'))
         for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
             if (memcmp(s + 1, codes[i].code, 2) != 0)
                 continue;
-            bool byte_sized = codes[i].dt == VQ_BOOL;
+            /* bf16's void bytes have no byte order in numpy's eyes ('|V2'),
+             * but they are varq's little-endian 16-bit patterns */
+            bool byte_sized = vq_dtype_size(codes[i].dt) == 1 || codes[i].dt == VQ_BF16;
             if (byte_sized || s[0] == '<' || s[0] == '=') {
                 *out = codes[i].dt;
                 return 0;
@@ -205,7 +209,9 @@ static int parse_descr(struct cursor *c, vq_dtype *out)
             at += (size_t)snprintf(shown + at, sizeof shown - at, "\\x%02x", ch);
     }
     shown[at] = '\0';
-    return vq__fail(VQ_EINVAL, "%s: dtype '%s%s' is not supported (<f4, <f8, <i4, <i8, |b1)",
+    return vq__fail(VQ_EINVAL,
+                    "%s: dtype '%s%s' is not supported (<f4, <f8, <i4, <i8, |b1, <f2, |V2 "
+                    "(bf16), |i1, |u1, <i2, <u2, <u4, <u8)",
                     c->src, shown, n > 32 ? "..." : "");
 }
 
@@ -519,7 +525,9 @@ VQ_API int vq_npy_load(const char *path, vq_tensor **out)
 static size_t header_build(const vq_tensor *t, char *buf, size_t size)
 {
     static const char *const descr[VQ_DTYPE_COUNT] = {
-        [VQ_F32] = "<f4", [VQ_F64] = "<f8", [VQ_I32] = "<i4", [VQ_I64] = "<i8", [VQ_BOOL] = "|b1",
+        [VQ_F32] = "<f4", [VQ_F64] = "<f8",  [VQ_I32] = "<i4", [VQ_I64] = "<i8", [VQ_BOOL] = "|b1",
+        [VQ_F16] = "<f2", [VQ_BF16] = "|V2", [VQ_I8] = "|i1",  [VQ_U8] = "|u1",  [VQ_I16] = "<i2",
+        [VQ_U16] = "<u2", [VQ_U32] = "<u4",  [VQ_U64] = "<u8",
     };
     char dict[64 + VQ_MAX_DIMS * 22];
     size_t n = (size_t)snprintf(dict, sizeof dict,

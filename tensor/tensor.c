@@ -19,9 +19,13 @@ static const struct {
     const char *name, *numpy;
     size_t size;
 } dtypes[VQ_DTYPE_COUNT] = {
-    [VQ_F32] = {"f32", "float32", 4}, [VQ_F64] = {"f64", "float64", 8},
-    [VQ_I32] = {"i32", "int32", 4},   [VQ_I64] = {"i64", "int64", 8},
-    [VQ_BOOL] = {"bool", "bool", 1},
+    [VQ_F32] = {"f32", "float32", 4},    [VQ_F64] = {"f64", "float64", 8},
+    [VQ_I32] = {"i32", "int32", 4},      [VQ_I64] = {"i64", "int64", 8},
+    [VQ_BOOL] = {"bool", "bool", 1},     [VQ_F16] = {"f16", "float16", 2},
+    [VQ_BF16] = {"bf16", "bfloat16", 2}, [VQ_I8] = {"i8", "int8", 1},
+    [VQ_U8] = {"u8", "uint8", 1},        [VQ_I16] = {"i16", "int16", 2},
+    [VQ_U16] = {"u16", "uint16", 2},     [VQ_U32] = {"u32", "uint32", 4},
+    [VQ_U64] = {"u64", "uint64", 8},
 };
 
 static bool dtype_ok(vq_dtype dt)
@@ -48,7 +52,10 @@ VQ_API int vq_dtype_parse(const char *name, vq_dtype *out)
             *out = (vq_dtype)i;
             return 0;
         }
-    return vq__fail(VQ_EINVAL, "unknown dtype \"%s\" (f32, f64, i32, i64, bool)", name);
+    return vq__fail(VQ_EINVAL,
+                    "unknown dtype \"%s\" (f32, f64, i32, i64, bool, f16, bf16, "
+                    "i8, u8, i16, u16, u32, u64)",
+                    name);
 }
 
 int64_t vq__numel(int ndim, const int64_t *shape)

@@ -73,7 +73,8 @@ double oc_get(vq_tensor *t, int64_t i)
     case VQ_F64: return ((double *)d)[i];
     case VQ_I32: return ((int32_t *)d)[i];
     case VQ_I64: return (double)((int64_t *)d)[i];
-    default: return ((uint8_t *)d)[i];
+    case VQ_BOOL: return ((uint8_t *)d)[i];
+    default: return vq__elem_get(vq_tensor_dtype(t), d, i); /* the added dtypes */
     }
 }
 
@@ -85,7 +86,8 @@ void oc_set(vq_tensor *t, int64_t i, double v)
     case VQ_F64: ((double *)d)[i] = v; break;
     case VQ_I32: ((int32_t *)d)[i] = (int32_t)floor(v); break;
     case VQ_I64: ((int64_t *)d)[i] = (int64_t)floor(v); break;
-    default: ((uint8_t *)d)[i] = v != 0; break;
+    case VQ_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    default: vq__elem_set(vq_tensor_dtype(t), d, i, v); break; /* rounded as cast rounds */
     }
 }
 

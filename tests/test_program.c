@@ -709,7 +709,7 @@ Test(program, builder_errors_name_the_op_slot_and_var)
     cr_assert_eq(vq_program_add_var(p, 0, "x", VQ_F32, 0, NULL, false), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "\"x\" is already declared"), "%s", vq_errmsg());
     cr_assert_eq(vq_program_add_var(p, 1, "x", VQ_F32, 0, NULL, false), VQ_EINVAL);
-    cr_assert_eq(vq_program_add_var(p, 0, "bad", (vq_dtype)9, 0, NULL, false), VQ_EINVAL);
+    cr_assert_eq(vq_program_add_var(p, 0, "bad", (vq_dtype)99, 0, NULL, false), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "\"bad\""), "%s", vq_errmsg());
     cr_assert_eq(vq_program_add_var(p, 0, "bad", VQ_F32, DIMS(2, -2), false), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "dim 1 is -2"), "%s", vq_errmsg());
@@ -1078,10 +1078,10 @@ Test(program, decode_refuses_bad_vars_and_blocks)
 
     prog.n = block.n = 0;
     pb_int(&block, 1, -1);
-    v = var_msg("a", 7, 0, NULL);
+    v = var_msg("a", 13, 0, NULL);
     pb_msg(&block, 2, &v);
     pb_msg(&prog, 1, &block);
-    assert_bytes_refused(&prog, "dtype 7");
+    assert_bytes_refused(&prog, "dtype 13");
 
     prog.n = block.n = 0;
     pb_int(&block, 1, -1);

@@ -51,7 +51,7 @@ Test(tensor, bad_arguments_are_errors)
     cr_assert_eq(vq_tensor_new(&t, VQ_F32, 1, neg), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "dim 0 is -1"), "%s", vq_errmsg());
     cr_assert_eq(vq_tensor_new(&t, VQ_F32, 9, nine), VQ_EINVAL);
-    cr_assert_eq(vq_tensor_new(&t, (vq_dtype)7, 1, nine), VQ_EINVAL);
+    cr_assert_eq(vq_tensor_new(&t, (vq_dtype)VQ_DTYPE_COUNT, 1, nine), VQ_EINVAL);
     cr_assert_eq(vq_tensor_new(&t, VQ_F32, 2, big), VQ_ENOMEM);
     cr_assert_eq(vq_tensor_new(NULL, VQ_F32, 1, nine), VQ_EINVAL);
     unsigned char b[2] = {1, 2};
@@ -70,8 +70,18 @@ Test(tensor, dtype_names_round_trip)
     vq_dtype d;
     cr_assert_eq(vq_dtype_parse("float64", &d), 0);
     cr_assert_eq(d, VQ_F64);
-    cr_assert_eq(vq_dtype_parse("float16", &d), VQ_EINVAL);
+    cr_assert_eq(vq_dtype_parse("float16", &d), 0);
+    cr_assert_eq(d, VQ_F16);
+    cr_assert_eq(vq_dtype_parse("bfloat16", &d), 0);
+    cr_assert_eq(d, VQ_BF16);
+    cr_assert_eq(vq_dtype_parse("uint8", &d), 0);
+    cr_assert_eq(d, VQ_U8);
+    cr_assert_eq(vq_dtype_parse("float8", &d), VQ_EINVAL);
     cr_assert_eq(vq_dtype_size(VQ_BOOL), 1);
+    static const size_t sizes[VQ_DTYPE_COUNT] = {4, 8, 4, 8, 1, 2, 2, 1, 1, 2, 2, 4, 8};
+    for (int i = 0; i < VQ_DTYPE_COUNT; i++)
+        cr_assert_eq(vq_dtype_size((vq_dtype)i), sizes[i], "%s", vq_dtype_name((vq_dtype)i));
+    cr_assert_eq(vq_dtype_size((vq_dtype)VQ_DTYPE_COUNT), 0);
 }
 
 /* ---- the failure a tensor inherited (vq_tensor_wait, tensor.h) ---- */
@@ -223,7 +233,7 @@ Test(tensor, wrap_refuses_bad_arguments_without_releasing)
     cr_assert(strstr(vq_errmsg(), "aligned"), "%s", vq_errmsg());
     cr_assert_eq(vq_tensor_wrap(&t, VQ_I32, 1, &n, NULL, count_release, &released), VQ_EINVAL);
     cr_assert_eq(vq_tensor_wrap(&t, VQ_I32, 1, &bad, raw, count_release, &released), VQ_EINVAL);
-    cr_assert_eq(vq_tensor_wrap(&t, (vq_dtype)9, 1, &n, raw, count_release, &released), VQ_EINVAL);
+    cr_assert_eq(vq_tensor_wrap(&t, (vq_dtype)99, 1, &n, raw, count_release, &released), VQ_EINVAL);
     cr_assert_eq(released, 0);
     /* an empty tensor needs no memory */
     int64_t zero = 0;

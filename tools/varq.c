@@ -688,6 +688,16 @@ static void print_tensor(const char *name, vq_tensor *t)
         case VQ_BOOL:
             fputs(((const uint8_t *)data)[i] ? "true" : "false", stdout);
             break;
+        case VQ_F16: /* the shortest form that reads back as the same f16 */
+            printf("%.5g", (double)vq_f16_to_f32(((const uint16_t *)data)[i]));
+            break;
+        case VQ_BF16: printf("%.4g", (double)vq_bf16_to_f32(((const uint16_t *)data)[i])); break;
+        case VQ_I8: printf("%" PRId8, ((const int8_t *)data)[i]); break;
+        case VQ_U8: printf("%" PRIu8, ((const uint8_t *)data)[i]); break;
+        case VQ_I16: printf("%" PRId16, ((const int16_t *)data)[i]); break;
+        case VQ_U16: printf("%" PRIu16, ((const uint16_t *)data)[i]); break;
+        case VQ_U32: printf("%" PRIu32, ((const uint32_t *)data)[i]); break;
+        case VQ_U64: printf("%" PRIu64, ((const uint64_t *)data)[i]); break;
         }
     }
     printf("%s]\n", numel > shown ? ", ..." : "");

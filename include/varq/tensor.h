@@ -32,18 +32,35 @@ extern "C" {
 #endif
 
 /* The element types of tensors (Paddle's and numpy's names: float32,
- * float64, int32, int64, bool). The values are part of the ABI and of the
- * program file format. */
+ * float64, int32, int64, bool, float16, bfloat16, int8, uint8, int16,
+ * uint16, uint32, uint64). The values are part of the ABI and of the
+ * program file format: new ones are appended.
+ *
+ * VQ_F16 is IEEE 754 binary16 and VQ_BF16 bfloat16 (the top 16 bits of an
+ * f32), both stored as their 16-bit patterns. They are storage types:
+ * the ops that take them compute in f32 and round the result once
+ * (vq_op_run reports the ops that do not take a dtype: VQ_ENOSYS naming
+ * the op and the dtype). cast converts between every pair (ops.h's cast:
+ * floats round to nearest even, float to integer truncates and
+ * saturates, integer to integer wraps). */
 typedef enum vq_dtype {
     VQ_F32 = 0,
     VQ_F64 = 1,
     VQ_I32 = 2,
     VQ_I64 = 3,
     VQ_BOOL = 4, /* one byte per element, 0 or 1 */
+    VQ_F16 = 5,  /* IEEE binary16: 1 sign, 5 exponent, 10 fraction bits */
+    VQ_BF16 = 6, /* bfloat16: 1 sign, 8 exponent, 7 fraction bits */
+    VQ_I8 = 7,
+    VQ_U8 = 8,
+    VQ_I16 = 9,
+    VQ_U16 = 10,
+    VQ_U32 = 11,
+    VQ_U64 = 12,
 } vq_dtype;
 
-#define VQ_DTYPE_COUNT 5 /* the number of vq_dtype values: 0 to VQ_DTYPE_COUNT - 1 */
-#define VQ_MAX_DIMS 8    /* the most dimensions a tensor has */
+#define VQ_DTYPE_COUNT 13 /* the number of vq_dtype values: 0 to VQ_DTYPE_COUNT - 1 */
+#define VQ_MAX_DIMS 8     /* the most dimensions a tensor has */
 
 /* A tensor: an opaque handle, reference counted (see the head of this
  * file). */
@@ -52,13 +69,28 @@ typedef struct vq_tensor vq_tensor;
 /* Size in bytes of one element; 0 for a value that is not a vq_dtype. */
 VQ_API size_t vq_dtype_size(vq_dtype dt);
 
-/* Short name: "f32", "f64", "i32", "i64", "bool"; "?" for a bad value.
- * Static string. */
+/* Short name: "f32", "f64", "i32", "i64", "bool", "f16", "bf16", "i8",
+ * "u8", "i16", "u16", "u32", "u64"; "?" for a bad value. Static string. */
 VQ_API const char *vq_dtype_name(vq_dtype dt);
 
 /* Parses a dtype name: the short names above or numpy's ("float32",
- * "float64", "int32", "int64", "bool"). VQ_EINVAL for anything else. */
+ * "float64", "int32", "int64", "bool", "float16", "bfloat16", "int8",
+ * "uint8", "int16", "uint16", "uint32", "uint64"). VQ_EINVAL for anything
+ * else. */
 VQ_API int vq_dtype_parse(const char *name, vq_dtype *out);
+
+/* The 16-bit floats' values (VQ_F16: IEEE binary16, VQ_BF16: bfloat16,
+ * each element its 16-bit pattern). To f16 or bf16: rounded to nearest,
+ * ties to even, once from the exact value (subnormals included); past the
+ * largest finite value, infinity; NaN stays NaN, quiet, with the top of its
+ * payload (what F16C and AVX512-BF16 do). To f32: exact (a NaN made
+ * quiet). Pure functions: thread-safe. */
+VQ_API uint16_t vq_f32_to_f16(float f);
+VQ_API uint16_t vq_f64_to_f16(double d);
+VQ_API uint16_t vq_f32_to_bf16(float f);
+VQ_API uint16_t vq_f64_to_bf16(double d);
+VQ_API float vq_f16_to_f32(uint16_t h);
+VQ_API float vq_bf16_to_f32(uint16_t h);
 
 /* A new CPU tensor filled with zeros. ndim is 0 (a scalar) to VQ_MAX_DIMS;
  * every dim is >= 0 (a zero dim makes an empty tensor). On success *out
@@ -231,8 +263,15 @@ VQ_API int vq_mem_trim(vq_ctx dev);
 /* ---- .npy files ---- */
 
 /* Reads a .npy file (format versions 1.0, 2.0 and 3.0; little-endian or
- * byte-sized dtypes f4, f8, i4, i8, b1; C order; at most VQ_MAX_DIMS dims)
- * into a new CPU tensor. A truncated or malformed file, Fortran order,
+ * byte-sized dtypes f4, f8, i4, i8, b1, f2, i1, u1, i2, u2, u4, u8, and V2
+ * for bf16; C order; at most VQ_MAX_DIMS dims) into a new CPU tensor.
+ *
+ * bf16, which numpy lacks, is stored as descr '|V2' (numpy's 2-byte void):
+ * each element is the bf16's 16-bit pattern, little-endian. numpy loads
+ * such a file as void bytes; a.view('<u2') gives the patterns and
+ * a.view(ml_dtypes.bfloat16) the values, and an array of ml_dtypes'
+ * bfloat16 viewed as 'V2' saves a file varq reads as bf16. varq reads
+ * '|V2' (and '<V2') as bf16 and writes bf16 tensors so. A truncated or malformed file, Fortran order,
  * another dtype, or a big-endian file is VQ_EINVAL with a message naming the
  * file and the problem; an unreadable file is VQ_EIO. */
 VQ_API int vq_npy_load(const char *path, vq_tensor **out);

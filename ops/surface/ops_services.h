@@ -130,6 +130,16 @@ enum { VQ__RANDOM = 1u << 6 };
  * prepares a plan whose shapes it knows, from tensor headers without data. */
 enum { VQ__META_ONLY = 1u << 7 };
 
+/* A flag too: the op takes the dtypes added after the first five (f16,
+ * bf16, i8, u8, i16, u16, u32, u64; VQ__BASE_DTYPES are the five), its
+ * inference checking which (vq__check_dtype). Without it vq__op_infer
+ * refuses them before the op's own inference runs (VQ_ENOSYS naming the
+ * op, the slot and the dtype), so a kernel written for the first five
+ * never meets one it would misread. */
+enum { VQ__EXT_DTYPES = 1u << 8 };
+#define VQ__BASE_DTYPES \
+    ((1u << VQ_F32) | (1u << VQ_F64) | (1u << VQ_I32) | (1u << VQ_I64) | (1u << VQ_BOOL))
+
 #define VQ__NDEV 2 /* kernel table index: VQ_DEV_CPU, VQ_DEV_GPU */
 
 struct vq__cuda_launch; /* ops/cuda/cuda_internal.h */
@@ -189,6 +199,12 @@ const vq__op_def *vq__op_find(const char *type);
 /* The op can run on the CPU: it has a CPU or an async kernel. Else
  * VQ_ENOSYS naming it. */
 int vq__cpu_kernel_check(const vq__op_def *def);
+
+/* The refusal VQ__EXT_DTYPES describes, for a call's inputs (in, nin)
+ * and, after inference, its outputs (out, nout; NULL before): 0 when the
+ * op takes them. Registered ops check their own dtypes. */
+int vq__dtype_gate(const vq__op_def *def, int nin, const vq__meta *in, int nout,
+                   const vq__meta *out);
 
 /* Checks attrs against def's schema and calls def->infer: the whole static
  * check of one call. Errors name the op and the slot or attribute. */

@@ -26,7 +26,7 @@
 /* ---- DLPack (the spec's dlpack.h, the parts used) ---- */
 
 enum { DL_CPU = 1, DL_CUDA_HOST = 3 };
-enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BOOL = 6 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
 
 typedef struct {
     int32_t device_type;
@@ -79,6 +79,16 @@ static const struct {
     [VQ_I32] = {"int32", "<i4", "i", {DL_INT, 32, 1}},
     [VQ_I64] = {"int64", "<i8", "q", {DL_INT, 64, 1}},
     [VQ_BOOL] = {"bool", "|b1", "?", {DL_BOOL, 8, 1}},
+    [VQ_F16] = {"float16", "<f2", "e", {DL_FLOAT, 16, 1}},
+    /* numpy has no bfloat16: its bytes are 2-byte voids, as .npy files
+     * store them (tensor.h) */
+    [VQ_BF16] = {"bfloat16", "|V2", "2x", {DL_BFLOAT, 16, 1}},
+    [VQ_I8] = {"int8", "|i1", "b", {DL_INT, 8, 1}},
+    [VQ_U8] = {"uint8", "|u1", "B", {DL_UINT, 8, 1}},
+    [VQ_I16] = {"int16", "<i2", "h", {DL_INT, 16, 1}},
+    [VQ_U16] = {"uint16", "<u2", "H", {DL_UINT, 16, 1}},
+    [VQ_U32] = {"uint32", "<u4", "I", {DL_UINT, 32, 1}},
+    [VQ_U64] = {"uint64", "<u8", "Q", {DL_UINT, 64, 1}},
 };
 
 const char *vqpy_dtype_numpy(vq_dtype dt)
@@ -101,6 +111,14 @@ bool vqpy_dtype_of_format(const char *format, Py_ssize_t itemsize, vq_dtype *out
     case 'l':
     case 'q': *out = itemsize == 4 ? VQ_I32 : VQ_I64; return itemsize == 4 || itemsize == 8;
     case '?': *out = VQ_BOOL; return itemsize == 1;
+    case 'e': *out = VQ_F16; return itemsize == 2;
+    case 'b': *out = VQ_I8; return itemsize == 1;
+    case 'B': *out = VQ_U8; return itemsize == 1;
+    case 'h': *out = VQ_I16; return itemsize == 2;
+    case 'H': *out = VQ_U16; return itemsize == 2;
+    case 'I':
+    case 'L':
+    case 'Q': *out = itemsize == 4 ? VQ_U32 : VQ_U64; return itemsize == 4 || itemsize == 8;
     default: return false;
     }
 }

@@ -81,7 +81,7 @@ def test_bad_feeds_and_names_raise_clear_errors(mlp):
         assert e.value.code == -22
         assert isinstance(e.value, ValueError)
     with pytest.raises(TypeError):
-        s.run(None, {"x": np.zeros((2, 4), np.uint8)})
+        s.run(None, {"x": np.zeros((2, 4), np.complex64)})
     with pytest.raises(TypeError):
         s.run(None, [x])
     (y,) = s.run(None, {"x": x})  # still usable

@@ -96,10 +96,18 @@ def test_non_contiguous_and_other_inputs_are_copied():
 
 
 def test_unsupported_dtypes_are_refused():
-    with pytest.raises(TypeError, match="uint8"):
-        varq.tensor(np.zeros(3, np.uint8))
+    with pytest.raises(TypeError, match="complex64"):
+        varq.tensor(np.zeros(3, np.complex64))
     with pytest.raises(varq.InvalidArgument, match="dtype"):
-        varq.from_dlpack(np.zeros(3, np.float16))
+        varq.from_dlpack(np.zeros(3, np.complex64))
+
+
+def test_added_dtypes_round_trip_through_numpy():
+    for dt in (np.float16, np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.uint64):
+        a = (np.arange(6) * 3 + 1).astype(dt).reshape(2, 3)
+        t = varq.tensor(a)
+        assert t.dtype == np.dtype(dt).name
+        assert np.array_equal(np.asarray(t), a) and np.asarray(t).dtype == a.dtype
 
 
 def test_from_dlpack_of_numpy_shares_memory():

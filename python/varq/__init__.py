@@ -47,6 +47,14 @@ _ORT_TYPES = {
     "int32": "tensor(int32)",
     "int64": "tensor(int64)",
     "bool": "tensor(bool)",
+    "float16": "tensor(float16)",
+    "bfloat16": "tensor(bfloat16)",
+    "int8": "tensor(int8)",
+    "uint8": "tensor(uint8)",
+    "int16": "tensor(int16)",
+    "uint16": "tensor(uint16)",
+    "uint32": "tensor(uint32)",
+    "uint64": "tensor(uint64)",
 }
 
 

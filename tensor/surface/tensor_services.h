@@ -188,6 +188,19 @@ void vq__gpu_uses_settle(vq_tensor *t, void *stream);
  * 2^62 elements. */
 int64_t vq__numel(int ndim, const int64_t *shape);
 
+/* The integer (-1)^neg * magnitude rounded to f16 or bf16 as vq_f64_to_f16
+ * rounds (exactly: no detour through a double). (half.c) */
+uint16_t vq__int_to_f16(bool neg, uint64_t magnitude);
+uint16_t vq__int_to_bf16(bool neg, uint64_t magnitude);
+
+/* Element i of data (dtype dt) as a double (exact but for the 64-bit
+ * integers past 2^53), and a double stored as element i: rounded as cast
+ * rounds (ops/cpu/shape.c), integers truncated toward zero and saturated,
+ * NaN to 0. For the layers' small constants and printing, not for
+ * kernels. (half.c) */
+double vq__elem_get(vq_dtype dt, const void *data, int64_t i);
+void vq__elem_set(vq_dtype dt, void *data, int64_t i, double v);
+
 /* Writes "[2,3,4]" into buf (always terminated). Returns buf. */
 char *vq__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 

@@ -37,6 +37,56 @@ except ImportError as exc:
 # onnx/onnx#7749, fixed by onnx/onnx#7763 in the same way.
 FIXES = [("test_adam_multiple", "Adam", "epsilon", 1e-2)]
 
+# Cast and CastLike to bfloat16: ONNX 1.12's generator computed the
+# expected outputs by truncating each float32 to its top 16 bits; the Cast
+# spec and later ONNX releases' reference (numpy_helper's
+# float32_to_bfloat16) round to nearest even, as varq does. The outputs
+# are recomputed from the inputs so (idempotent). Like all bfloat16 data
+# of ONNX 1.12's cases, they are UINT16 tensors of the bit patterns.
+BF16_RNE = ["test_cast_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16",
+            "test_castlike_FLOAT_to_BFLOAT16_expanded"]
+
+# CastLike from or to bfloat16: the model declares input "like" with the
+# shape of "input" ([3, 4]) while its data has shape [1], as in the other
+# CastLike cases, whose models declare [1]; the declaration is set to the
+# data's shape.
+LIKE_SHAPE = ["test_castlike_FLOAT_to_BFLOAT16", "test_castlike_FLOAT_to_BFLOAT16_expanded",
+              "test_castlike_BFLOAT16_to_FLOAT", "test_castlike_BFLOAT16_to_FLOAT_expanded"]
+
+
+def bf16_rne(x):
+    b = x.astype("<f4").view("<u4").astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    r[nan] = ((b[nan] >> 16) | 0x40).astype(np.uint16)
+    return r
+
+
+def fix_data(outdir):
+    from onnx import numpy_helper
+    import glob
+    for case in BF16_RNE:
+        for d in glob.glob(os.path.join(outdir, "node", case, "test_data_set_*")):
+            x = numpy_helper.to_array(onnx.load_tensor(os.path.join(d, "input_0.pb")))
+            out = os.path.join(d, "output_0.pb")
+            t = onnx.load_tensor(out)
+            r = numpy_helper.from_array(bf16_rne(x).reshape(x.shape), t.name)
+            onnx.save_tensor(r, out)
+    for case in LIKE_SHAPE:
+        path = os.path.join(outdir, "node", case, "model.onnx")
+        data = os.path.join(outdir, "node", case, "test_data_set_0", "input_1.pb")
+        if not os.path.exists(path) or not os.path.exists(data):
+            continue
+        dims = list(onnx.load_tensor(data).dims)
+        model = onnx.load(path)
+        for i in model.graph.input:
+            if i.name == "like":
+                shape = i.type.tensor_type.shape
+                del shape.dim[:]
+                for v in dims:
+                    shape.dim.add().dim_value = v
+        onnx.save(model, path)
+
 
 def fix(outdir):
     for case, op, name, value in FIXES:
@@ -51,6 +101,7 @@ def fix(outdir):
                 changed = True
         if changed:
             onnx.save(model, path)
+    fix_data(outdir)
 
 
 args = sys.argv[1:]

@@ -37,6 +37,7 @@ LIMITS = [
     ("must be known when the model is imported", "known at import"),
     ("element type", "type"),
     ("cast to", "type"),
+    ("is not supported by", "type"),  # an op that does not take the dtype (ops/registry.c)
     ("scan outputs are not supported", "extra outputs"),
     ("its Indices output is not supported", "extra outputs"),
     ("storage_order", "extra outputs"),

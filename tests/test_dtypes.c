@@ -49,3 +49,323 @@ Test(dtypes, ops_without_the_dtype_refuse_it_naming_op_slot_and_dtype)
     cr_assert(strstr(vq_errmsg(), "fill_constant") && strstr(vq_errmsg(), "dtype u8"), "%s",
               vq_errmsg());
 }
+
+/* ---- the 16-bit floats: every pattern, every conversion level ---- */
+
+#include "../ops/math/half.h"
+
+#define PYTHON "/usr/bin/python3"
+
+static char tmpdir[] = "/tmp/varq_dtypes_XXXXXX";
+
+static void dir_make(void)
+{
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void dir_remove(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs a numpy script with the temporary directory as argv[1]. */
+static void python(const char *script)
+{
+    char path[256], cmd[512];
+    snprintf(path, sizeof path, "%s/script.py", tmpdir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("import sys, os\nimport numpy as np\nd = sys.argv[1]\n", f);
+    fputs(script, f);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof cmd, PYTHON " '%s' '%s'", path, tmpdir);
+    cr_assert_eq(system(cmd), 0, "the numpy script failed");
+}
+
+static vq_tensor *load(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    vq_tensor *t;
+    cr_assert_eq(vq_npy_load(path, &t), 0, "%s", vq_errmsg());
+    return t;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+static float bits_f32(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* bf16 of an f32 pattern by integer rounding (to nearest, ties to even: the
+ * carry into the exponent is right, up to infinity), NaN quiet */
+static uint16_t bf16_ref(uint32_t b)
+{
+    if ((b & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(b >> 16 | 0x40);
+    return (uint16_t)((b + 0x7fffu + (b >> 16 & 1)) >> 16);
+}
+
+static const enum vq__isa_level levels[] = {VQ__ISA_PORTABLE, VQ__ISA_AVX2, VQ__ISA_AVX512};
+
+/* Every f16 and bf16 pattern to f32: numpy's float16 values (NaN for NaN)
+ * and the shifted pattern for bf16, the same bits at every level. */
+Test(dtypes, every_16_bit_pattern_to_f32_is_exact_at_every_level, .init = dir_make,
+     .fini = dir_remove)
+{
+    python("np.save(os.path.join(d, 'h.npy'), np.arange(65536, dtype='<u2').view('<f2')"
+           ".astype('<f4'))\n");
+    /* the instructions are what the vector levels use, where the CPU has them */
+    __builtin_cpu_init();
+    if (vq__isa_cpu() >= VQ__ISA_AVX512 && __builtin_cpu_supports("avx512bf16"))
+        cr_assert_str_eq(vq__half_at(VQ__ISA_AVX512)->name, "avx512bf16");
+    if (vq__isa_cpu() >= VQ__ISA_AVX2 && __builtin_cpu_supports("f16c"))
+        cr_assert_str_eq(vq__half_at(VQ__ISA_AVX2)->name, "f16c");
+    vq_tensor *ref = load("h.npy");
+    const float *want = vq_tensor_data(ref);
+    static uint16_t all[65536];
+    static float got[65536];
+    for (int i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        const struct vq__half_conv *h = vq__half_at(levels[l]);
+        h->f16_to_f32(all, got, 65536);
+        for (int i = 0; i < 65536; i++) {
+            bool nan = isnan(want[i]);
+            cr_assert(nan ? isnan(got[i]) && (f32_bits(got[i]) & 0x400000u)
+                          : f32_bits(got[i]) == f32_bits(want[i]),
+                      "%s: f16 0x%04x gives %a, numpy %a", h->name, i, got[i], want[i]);
+            if (nan) /* quiet, sign and payload's top kept */
+                cr_assert_eq(f32_bits(got[i]),
+                             (uint32_t)(i & 0x8000) << 16 | 0x7fc00000u |
+                                 (uint32_t)(i & 0x3ff) << 13,
+                             "%s: f16 0x%04x", h->name, i);
+            cr_assert_eq(f32_bits(got[i]), f32_bits(vq_f16_to_f32((uint16_t)i)));
+        }
+        h->bf16_to_f32(all, got, 65536);
+        for (int i = 0; i < 65536; i++) {
+            uint32_t b = (uint32_t)i << 16;
+            if ((b & 0x7fffffffu) > 0x7f800000u)
+                b |= 0x400000u;
+            cr_assert_eq(f32_bits(got[i]), b, "%s: bf16 0x%04x gives %a", h->name, i, got[i]);
+        }
+    }
+    vq_tensor_release(ref);
+}
+
+/* f32 values that probe the rounding: every f16 and bf16 value, the
+ * midpoints between neighbours (ties) and one f32 ulp either side, the
+ * overflow thresholds, f32 subnormals, and a walk over all f32 patterns
+ * with a prime stride. */
+static int64_t probe_values(float *out)
+{
+    int64_t n = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        float a = vq_f16_to_f32((uint16_t)i), b = vq_f16_to_f32((uint16_t)(i + 1));
+        out[n++] = a;
+        if (isfinite(a) && isfinite(b) && (i & 0x7fff) != 0x7bff && (i & 0x7fff) != 0x7fff) {
+            float m = (float)(((double)a + b) / 2); /* exact in f32 */
+            out[n++] = m;
+            out[n++] = nextafterf(m, INFINITY);
+            out[n++] = nextafterf(m, -INFINITY);
+        }
+        uint32_t hb = i << 16; /* bf16 ties: the pattern with only bit 15 set below */
+        out[n++] = bits_f32(hb);
+        out[n++] = bits_f32(hb | 0x8000u);
+        out[n++] = bits_f32(hb | 0x8001u);
+        out[n++] = bits_f32(hb | 0x7fffu);
+    }
+    static const float edge[] = {65504,     65519.99f,        65520,     65536,
+                                 1e9f,      3.4028235e38f,    INFINITY,  0x1p-24f,
+                                 0x1p-25f,  0x1.000002p-25f,  0x1p-26f,  1e-45f,
+                                 0x1p-149f, 0x1.fffffcp-127f, 0x1p-126f, 0x1.ff8p-127f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        out[n++] = edge[i];
+        out[n++] = -edge[i];
+    }
+    for (uint64_t b = 0; b < (UINT64_C(1) << 32); b += 65521)
+        out[n++] = bits_f32((uint32_t)b);
+    return n;
+}
+
+#define NPROBE (65536 * 8 + 64 + 65600)
+
+Test(dtypes, f32_to_16_bit_floats_rounds_to_nearest_even_at_every_level, .init = dir_make,
+     .fini = dir_remove)
+{
+    static float x[NPROBE];
+    int64_t n = probe_values(x);
+    cr_assert_leq(n, NPROBE);
+    vq_tensor *xt;
+    cr_assert_eq(vq_tensor_from(&xt, VQ_F32, 1, &n, x), 0);
+    char path[256];
+    snprintf(path, sizeof path, "%s/x.npy", tmpdir);
+    cr_assert_eq(vq_npy_save(path, xt), 0);
+    vq_tensor_release(xt);
+    python("np.save(os.path.join(d, 'h.npy'), np.load(os.path.join(d, 'x.npy')).astype('<f2')"
+           ".view('<u2'))\n");
+    vq_tensor *ref = load("h.npy");
+    const uint16_t *want = vq_tensor_data(ref);
+    static uint16_t got[NPROBE];
+    for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+        const struct vq__half_conv *h = vq__half_at(levels[l]);
+        h->f32_to_f16(x, got, n);
+        for (int64_t i = 0; i < n; i++) {
+            bool nan = isnan(x[i]);
+            cr_assert(nan ? (got[i] & 0x7c00) == 0x7c00 && (got[i] & 0x200) : got[i] == want[i],
+                      "%s: f32 %a (0x%08x) gives f16 0x%04x, numpy 0x%04x", h->name, x[i],
+                      f32_bits(x[i]), got[i], want[i]);
+            cr_assert_eq(got[i], vq_f32_to_f16(x[i]), "%s: %a: not the portable bits", h->name,
+                         x[i]);
+        }
+        h->f32_to_bf16(x, got, n);
+        for (int64_t i = 0; i < n; i++)
+            cr_assert_eq(got[i], bf16_ref(f32_bits(x[i])), "%s: f32 %a (0x%08x) gives bf16 0x%04x",
+                         h->name, x[i], f32_bits(x[i]), got[i]);
+    }
+    vq_tensor_release(ref);
+}
+
+/* f64 rounds once: a double just past an f16 or bf16 tie goes up, where a
+ * detour through f32 would make it the tie and round to even. */
+Test(dtypes, f64_to_16_bit_floats_rounds_once, .init = dir_make, .fini = dir_remove)
+{
+    python("x = np.array([1 + 2**-11 + 2**-40, 1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11 + 2**-40),"
+           " 65519.999, 65520.0, 2**-25, 2**-25 + 2**-60, 2**-26, 1e-300, 1e300, 0.1, 1/3.],"
+           " dtype='<f8')\n"
+           "np.save(os.path.join(d, 'x.npy'), x)\n"
+           "np.save(os.path.join(d, 'h.npy'), x.astype('<f2').view('<u2'))\n");
+    vq_tensor *x = load("x.npy"), *want = load("h.npy");
+    const double *xv = vq_tensor_data(x);
+    for (int64_t i = 0; i < vq_tensor_numel(x); i++)
+        cr_assert_eq(vq_f64_to_f16(xv[i]), ((uint16_t *)vq_tensor_data(want))[i],
+                     "%a: 0x%04x, numpy 0x%04x", xv[i], vq_f64_to_f16(xv[i]),
+                     ((uint16_t *)vq_tensor_data(want))[i]);
+    /* bf16: 1 + 2^-8 is a tie (to 1), a hair above goes up */
+    cr_assert_eq(vq_f64_to_bf16(1 + 0x1p-8), 0x3f80);
+    cr_assert_eq(vq_f64_to_bf16(1 + 0x1p-8 + 0x1p-40), 0x3f81);
+    cr_assert_eq(vq_f64_to_bf16(1 + 0x3p-8), 0x3f82);
+    cr_assert_eq(vq_f64_to_bf16(0x1.ffp127), 0x7f80); /* past the largest finite: inf */
+    cr_assert_eq(vq_f64_to_bf16(-1e300), 0xff80);
+    cr_assert_eq(vq_f64_to_bf16(1e-300), 0);
+    vq_tensor_release(x);
+    vq_tensor_release(want);
+}
+
+/* ---- cast: every pair ---- */
+
+static const struct {
+    vq_dtype dt;
+    const char *np; /* numpy's name; NULL for bf16 */
+} cast_types[] = {
+    {VQ_F32, "float32"}, {VQ_F64, "float64"}, {VQ_I32, "int32"},  {VQ_I64, "int64"},
+    {VQ_BOOL, "bool"},   {VQ_F16, "float16"}, {VQ_BF16, NULL},    {VQ_I8, "int8"},
+    {VQ_U8, "uint8"},    {VQ_I16, "int16"},   {VQ_U16, "uint16"}, {VQ_U32, "uint32"},
+    {VQ_U64, "uint64"},
+};
+#define NCAST (int)(sizeof cast_types / sizeof cast_types[0])
+
+/* Each source array (values exact in its dtype, inside every integer's
+ * range when they are floats, so numpy's astype is defined) and numpy's
+ * astype to every other dtype; bf16 as f32 values rounded by bf16_rne, and
+ * read through its f32 values. */
+static const char *cast_script =
+    "def bf16_rne(x):\n"
+    "    b = x.astype('<f4').view('<u4').astype(np.uint64)\n"
+    "    return ((b + 0x7fff + ((b >> 16) & 1)) >> 16).astype('<u2')\n"
+    "fl = [-0.75, 0.0, 0.5, 1.5, 2.5, 101.0, 127.5, 3.25, -0.0, 126.75]\n"
+    "def values(t):\n"
+    "    if t == 'bool': return np.array([0, 1, 1, 0], dtype=bool)\n"
+    "    if t in ('float32', 'float64', 'float16', 'bf16'): return np.array(fl, dtype='float64')\n"
+    "    i = np.iinfo(t)\n"
+    "    v = [0, 1, 100, int(i.max), int(i.max) - 1] + ([int(i.min), -1000 % (int(i.max) + 1) - "
+    "(int(i.max) + 1) if i.min else 0, -1] if i.min else [])\n"
+    "    return np.array(v, dtype=t)\n"
+    "names = ['float32', 'float64', 'int32', 'int64', 'bool', 'float16', 'bf16', 'int8', 'uint8',"
+    " 'int16', 'uint16', 'uint32', 'uint64']\n"
+    "for s in names:\n"
+    "    v = values(s)\n"
+    "    src = bf16_rne(v).view('V2') if s == 'bf16' else v.astype(s)\n"
+    "    np.save(os.path.join(d, 's_%s.npy' % s), src)\n"
+    "    vals = (bf16_rne(v).astype('<u4') << 16).view('<f4') if s == 'bf16' else src\n"
+    "    for t in names:\n"
+    "        out = bf16_rne(vals.astype('float32')).view('V2') if t == 'bf16' else vals.astype(t)\n"
+    "        np.save(os.path.join(d, 'c_%s_%s.npy' % (s, t)), out)\n";
+
+/* cast between every pair of the 13 dtypes against numpy's astype (bf16:
+ * the reference's integer rounding), the integer extremes included:
+ * narrowing integers wrap, integers round to the floats once. */
+Test(dtypes, cast_between_every_pair_matches_numpy, .init = dir_make, .fini = dir_remove)
+{
+    python(cast_script);
+    for (int s = 0; s < NCAST; s++) {
+        char name[64];
+        const char *sn = cast_types[s].np ? cast_types[s].np : "bf16";
+        snprintf(name, sizeof name, "s_%s.npy", sn);
+        vq_tensor *x = load(name);
+        cr_assert_eq(vq_tensor_dtype(x), cast_types[s].dt);
+        for (int t = 0; t < NCAST; t++) {
+            const char *tn = cast_types[t].np ? cast_types[t].np : "bf16";
+            snprintf(name, sizeof name, "c_%s_%s.npy", sn, tn);
+            vq_tensor *want = load(name);
+            vq_attr at = VQ_ATTR_S("dtype", vq_dtype_name(cast_types[t].dt));
+            vq_tensor *got = oc_run1("cast", &x, 1, &at, 1);
+            cr_assert_eq(vq_tensor_dtype(got), cast_types[t].dt);
+            size_t es = vq_dtype_size(cast_types[t].dt);
+            for (int64_t i = 0; i < vq_tensor_numel(x); i++)
+                cr_assert(!memcmp((char *)vq_tensor_data(got) + i * es,
+                                  (char *)vq_tensor_data(want) + i * es, es),
+                          "%s to %s, element %lld: %.17g, numpy %.17g", sn, tn, (long long)i,
+                          oc_get(got, i), oc_get(want, i));
+            vq_tensor_release(got);
+            vq_tensor_release(want);
+        }
+        vq_tensor_release(x);
+    }
+}
+
+/* What numpy leaves undefined, as cast documents it: floats to integers
+ * saturate (negative to 0 for the unsigned), NaN gives 0; NaN stays NaN
+ * and overflow gives infinity in the 16-bit floats. */
+Test(dtypes, cast_saturates_floats_to_integers_and_overflows_to_infinity)
+{
+    double v[] = {NAN, 1e30, -1e30, 300.7, -300.7, -0.9, 65520, -65519.9, 1e39};
+    vq_tensor *x = oc_from(VQ_F64, 1, (int64_t[]){9}, v);
+    struct {
+        const char *to;
+        double want[9];
+    } rows[] = {
+        {"i8", {0, 127, -128, 127, -128, 0, 127, -128, 127}},
+        {"u8", {0, 255, 0, 255, 0, 0, 255, 0, 255}},
+        {"i16", {0, 32767, -32768, 300, -300, 0, 32767, -32768, 32767}},
+        {"u16", {0, 65535, 0, 300, 0, 0, 65520, 0, 65535}},
+        {"u32", {0, 4294967295.0, 0, 300, 0, 0, 65520, 0, 4294967295.0}},
+        {"u64", {0, 18446744073709551615.0, 0, 300, 0, 0, 65520, 0, 18446744073709551615.0}},
+        {"f16",
+         {NAN, INFINITY, -INFINITY, 300.75, -300.75, -0.89990234375, INFINITY, -65504, INFINITY}},
+        {"bf16",
+         {NAN, 1.0002555517425873e30, -1.0002555517425873e30, 300, -300, -0.8984375, 65536, -65536,
+          INFINITY}},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        vq_attr at = VQ_ATTR_S("dtype", rows[r].to);
+        vq_tensor *got = oc_run1("cast", &x, 1, &at, 1);
+        for (int i = 0; i < 9; i++) {
+            double g = oc_get(got, i), w = rows[r].want[i];
+            cr_assert(g == w || (isnan(g) && isnan(w)), "%g to %s: %.17g, want %.17g", v[i],
+                      rows[r].to, g, w);
+        }
+        vq_tensor_release(got);
+    }
+    vq_tensor_release(x);
+}

@@ -738,7 +738,25 @@ static vq_tensor *cast_input(vq_dtype dt)
     case VQ_F64: rc = vq_tensor_from(&t, dt, DIMS(N_OF(fv)), fv); break;
     case VQ_I32: rc = vq_tensor_from(&t, dt, DIMS(N_OF(iv)), iv); break;
     case VQ_I64: rc = vq_tensor_from(&t, dt, DIMS(N_OF(lv)), lv); break;
-    default: rc = vq_tensor_from(&t, dt, DIMS(N_OF(bv)), bv); break;
+    case VQ_BOOL: rc = vq_tensor_from(&t, dt, DIMS(N_OF(bv)), bv); break;
+    default: {
+        /* the added dtypes: fv cast on the CPU (NaN, infinities,
+         * saturation), then every byte pattern of a few elements (every
+         * pattern is a value: NaNs and subnormals for f16 and bf16) */
+        vq_tensor *f64, *c = NULL;
+        vq_attr at = VQ_ATTR_S("dtype", vq_dtype_name(dt));
+        cr_assert_eq(vq_tensor_from(&f64, VQ_F64, DIMS(N_OF(fv)), fv), 0);
+        cr_assert_eq(vq_op_run(NULL, "cast", &f64, 1, &c, 1, &at, 1), 0, "%s", vq_errmsg());
+        size_t es = vq_dtype_size(dt), nb = N_OF(fv) * es;
+        unsigned char raw[N_OF(fv) * 8 + 256];
+        memcpy(raw, vq_tensor_data(c), nb);
+        for (size_t i = 0; i < 256; i++)
+            raw[nb + i] = (unsigned char)(i * 167 + 13);
+        rc = vq_tensor_from(&t, dt, DIMS((int64_t)((nb + 256) / es)), raw);
+        vq_tensor_release(f64);
+        vq_tensor_release(c);
+        break;
+    }
     }
     cr_assert_eq(rc, 0, "%s", vq_errmsg());
     return t;
@@ -746,23 +764,25 @@ static vq_tensor *cast_input(vq_dtype dt)
 
 static void case_cast(struct run *r)
 {
-    for (int f = 0; f < N_OF(all_dtypes); f++)
-        for (int t = 0; t < N_OF(all_dtypes); t++) {
-            describe(r, "%s to %s", vq_dtype_name(all_dtypes[f]), vq_dtype_name(all_dtypes[t]));
-            vq_attr at = VQ_ATTR_S("dtype", vq_dtype_name(all_dtypes[t]));
-            vq_tensor *in[1] = {cast_input(all_dtypes[f])};
+    for (int f = 0; f < VQ_DTYPE_COUNT; f++)
+        for (int t = 0; t < VQ_DTYPE_COUNT; t++) {
+            describe(r, "%s to %s", vq_dtype_name((vq_dtype)f), vq_dtype_name((vq_dtype)t));
+            vq_attr at = VQ_ATTR_S("dtype", vq_dtype_name((vq_dtype)t));
+            vq_tensor *in[1] = {cast_input((vq_dtype)f)};
             check(r, in, 1, 1, &at, 1, EXACT);
         }
 }
 
 static void case_cast_grad(struct run *r)
 {
-    for (int a = 0; a < N_OF(floats); a++)
-        for (int b = 0; b < N_OF(floats); b++) {
-            describe(r, "X %s, dOut %s", vq_dtype_name(floats[a]), vq_dtype_name(floats[b]));
-            vq_tensor *g = cast_input(floats[b]);
+    static const vq_dtype all_floats[] = {VQ_F32, VQ_F64, VQ_F16, VQ_BF16};
+    for (int a = 0; a < N_OF(all_floats); a++)
+        for (int b = 0; b < N_OF(all_floats); b++) {
+            describe(r, "X %s, dOut %s", vq_dtype_name(all_floats[a]),
+                     vq_dtype_name(all_floats[b]));
+            vq_tensor *g = cast_input(all_floats[b]);
             int64_t n = vq_tensor_numel(g);
-            vq_tensor *in[2] = {rnd(r, floats[a], -1, 1, 1, &n), g};
+            vq_tensor *in[2] = {rnd(r, all_floats[a], -1, 1, 1, &n), g};
             check(r, in, 2, 1, NULL, 0, EXACT);
         }
 }

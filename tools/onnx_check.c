@@ -87,8 +87,52 @@ static double value_at(vq_tensor *t, int64_t i)
     case VQ_F64: return ((const double *)d)[i];
     case VQ_I32: return ((const int32_t *)d)[i];
     case VQ_I64: return (double)((const int64_t *)d)[i];
-    default: return ((const unsigned char *)d)[i];
+    case VQ_F16: return vq_f16_to_f32(((const uint16_t *)d)[i]);
+    case VQ_BF16: return vq_bf16_to_f32(((const uint16_t *)d)[i]);
+    case VQ_I8: return ((const int8_t *)d)[i];
+    case VQ_I16: return ((const int16_t *)d)[i];
+    case VQ_U16: return ((const uint16_t *)d)[i];
+    case VQ_U32: return ((const uint32_t *)d)[i];
+    case VQ_U64: return (double)((const uint64_t *)d)[i];
+    default: return ((const unsigned char *)d)[i]; /* bool, u8 */
     }
+}
+
+/* ONNX's generator writes bfloat16 data as uint16 tensors (numpy has no
+ * bfloat16): *t, a u16 tensor, becomes the bf16 tensor of its bits. */
+static int as_bf16(vq_tensor **t)
+{
+    vq_tensor *b;
+    int rc =
+        vq_tensor_from(&b, VQ_BF16, vq_tensor_ndim(*t), vq_tensor_shape(*t), vq_tensor_data(*t));
+    if (rc < 0)
+        return rc;
+    vq_tensor_release(*t);
+    *t = b;
+    return 0;
+}
+
+/* The graph inputs the model declares bf16 whose offered values are u16
+ * (as_bf16): the model imported once without offers tells their dtypes. */
+static void offers_retype(const char *model, vq_onnx_value *offers, int n)
+{
+    bool any = false;
+    for (int i = 0; i < n; i++)
+        any |= vq_tensor_dtype(offers[i].tensor) == VQ_U16;
+    vq_scope *s;
+    vq_program *p;
+    if (!any || vq_scope_new(&s) < 0)
+        return;
+    if (vq_program_from_onnx_file(&p, s, model) == 0) {
+        for (int i = 0; i < n; i++) {
+            vq_dtype dt;
+            if (vq_tensor_dtype(offers[i].tensor) == VQ_U16 &&
+                vq_program_var_info(p, offers[i].name, &dt, NULL, NULL, NULL) == 0 && dt == VQ_BF16)
+                as_bf16(&offers[i].tensor);
+        }
+        vq_program_free(p);
+    }
+    vq_scope_free(s);
 }
 
 /* How outputs are compared: exactly (with the tolerance), by dtype and
@@ -114,7 +158,8 @@ static int compare(vq_tensor *got, vq_tensor *want, const char *name, int mode, 
                  vq_tensor_ndim(want));
         return -1;
     }
-    bool exact = vq_tensor_dtype(got) != VQ_F32 && vq_tensor_dtype(got) != VQ_F64;
+    vq_dtype gdt = vq_tensor_dtype(got);
+    bool exact = gdt != VQ_F32 && gdt != VQ_F64 && gdt != VQ_F16 && gdt != VQ_BF16;
     for (int64_t i = 0; !random && i < vq_tensor_numel(got); i++) {
         double a = value_at(got, i), b = value_at(want, i);
         if (isnan(a) && isnan(b))
@@ -209,8 +254,12 @@ static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *
                 break;
             }
             char *nm = names[nnames++] = part_name(info->inputs[i], d.sequence ? k : -1);
-            vq_tensor *t = d.sequence ? d.elems[k] : d.tensor;
-            feeds[nfeeds++] = (vq_feed){nm, vq_tensor_retain(t)};
+            vq_tensor *t = vq_tensor_retain(d.sequence ? d.elems[k] : d.tensor);
+            vq_dtype dt;
+            if (vq_tensor_dtype(t) == VQ_U16 &&
+                vq_program_var_info(p, nm, &dt, NULL, NULL, NULL) == 0 && dt == VQ_BF16)
+                as_bf16(&t);
+            feeds[nfeeds++] = (vq_feed){nm, t};
         }
         vq_onnx_data_free(&d);
     }
@@ -261,16 +310,27 @@ static int run_set(vq_exec *ex, vq_program *p, vq_scope *s, const vq_onnx_info *
         }
     }
     for (int j = 0; j < nfetches && status == PASS; j++) {
-        vq_tensor *got = fetches[j].tensor, *host = NULL;
+        vq_tensor *got = fetches[j].tensor, *host = NULL, *w = wants[j], *wb = NULL;
+        /* the expected bf16 data, as ONNX writes it (u16), read as bf16 */
+        if (vq_tensor_dtype(w) == VQ_U16 && got && vq_tensor_dtype(got) == VQ_BF16) {
+            if ((rc = vq_tensor_from(&wb, VQ_BF16, vq_tensor_ndim(w), vq_tensor_shape(w),
+                                     vq_tensor_data(w))) < 0) {
+                fmt(msg, size, "%s: %s", fetches[j].name, vq_errmsg());
+                status = FAIL;
+                break;
+            }
+            w = wb;
+        }
         if (vq_tensor_device(got).kind != VQ_DEV_CPU &&
             ((rc = vq_tensor_copy_to(the_engine, got, (vq_ctx){VQ_DEV_CPU, 0}, &host)) < 0 ||
              (rc = vq_tensor_wait(host)) < 0)) {
             fmt(msg, size, "%s: copying to the host: %s", fetches[j].name, vq_errmsg());
             status = FAIL;
-        } else if (compare(host ? host : got, wants[j], fetches[j].name, mode, msg, size) < 0) {
+        } else if (compare(host ? host : got, w, fetches[j].name, mode, msg, size) < 0) {
             status = FAIL;
         }
         vq_tensor_release(host);
+        vq_tensor_release(wb);
     }
     for (int i = 0; i < nfeeds; i++)
         vq_tensor_release(feeds[i].tensor);
@@ -348,6 +408,7 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
                                                     .elems = dd->elems,
                                                     .none = dd->none};
         }
+        offers_retype(model, offers, noffers);
         vq_onnx_opts opts = {.values = offers, .nvalues = noffers};
         if ((rc = vq_scope_new(&s)) < 0 ||
             (rc = vq_program_from_onnx_file_opts(&p, s, model, &opts)) < 0) {

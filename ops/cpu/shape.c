@@ -10,16 +10,23 @@
  * dims; only a transpose that moves the last dim copies element by
  * element.
  *
- * cast converts between all five dtypes. Float to integer truncates toward
- * zero and saturates: values past the integer's range give its min or max,
- * and NaN gives 0 (C leaves these conversions undefined; numpy leaves them
- * unspecified). Integer to narrower integer wraps. Anything to bool is
- * x != 0 (so NaN is true). f64 to f32 rounds, and overflows to +-inf as
- * IEEE 754 (C's Annex F, which gcc and clang follow) defines. */
+ * cast converts between all dtypes. Float to integer truncates toward
+ * zero and saturates: values past the integer's range give its min or max
+ * (negative values give 0 for the unsigned types), and NaN gives 0 (C
+ * leaves these conversions undefined; numpy and ONNX leave them
+ * unspecified). Integer to narrower integer wraps (keeps the low bits),
+ * and so does between signed and unsigned of one width. Anything to bool
+ * is x != 0 (so NaN is true). Float to a narrower float (f64 to f32, f16
+ * or bf16; f32 to f16 or bf16) and an integer to a float round to nearest
+ * even once from the exact value, and overflow to +-inf as IEEE 754
+ * defines; NaN stays NaN (quiet). The first five dtypes among themselves
+ * take the direct loops below; any pair with another dtype takes
+ * cast_any. */
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../shape_shared.h"
+#include "../math/half.h"
 
 #include <math.h>
 #include <string.h>
@@ -612,6 +619,103 @@ static int cast_infer(vq__infer *c)
 #define uint8_t_TO_I32(v) ((int32_t)(v))
 #define uint8_t_TO_I64(v) AS_I64(v)
 
+/* A cast that involves a dtype beyond the first five: in chunks, each read
+ * into the widest type of its kind (a double, or a 64-bit integer pattern)
+ * and written from there (shape_shared.h's vq__cast_*: one rounding from
+ * the exact value), with the switches over dtypes outside the loops; f32
+ * to and from f16 and bf16 in bulk by the CPU's conversion instructions
+ * (ops/math/half.h), which round exactly as vq__cast_* do. */
+#define CAST_CHUNK 256
+
+#define CAST_CASE(DT, STMT) \
+    case DT: STMT; break;
+/* STMT for each dtype D as a compile-time constant, so that the inlined
+ * switch in each vq__cast_* folds away */
+#define CAST_EACH(dt, STMT)       \
+    switch (dt) {                 \
+        CAST_CASE(VQ_F32, {       \
+            enum { D = VQ_F32 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_F64, {       \
+            enum { D = VQ_F64 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_I32, {       \
+            enum { D = VQ_I32 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_I64, {       \
+            enum { D = VQ_I64 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_BOOL, {      \
+            enum { D = VQ_BOOL }; \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_F16, {       \
+            enum { D = VQ_F16 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_BF16, {      \
+            enum { D = VQ_BF16 }; \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_I8, {        \
+            enum { D = VQ_I8 };   \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_U8, {        \
+            enum { D = VQ_U8 };   \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_I16, {       \
+            enum { D = VQ_I16 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_U16, {       \
+            enum { D = VQ_U16 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_U32, {       \
+            enum { D = VQ_U32 };  \
+            STMT;                 \
+        })                        \
+        CAST_CASE(VQ_U64, {       \
+            enum { D = VQ_U64 };  \
+            STMT;                 \
+        })                        \
+    }
+
+static void cast_any(vq_dtype sdt, const void *src, vq_dtype ddt, void *dst, int64_t n)
+{
+    const struct vq__half_conv *h = vq__half();
+    if (sdt == VQ_F32 && (ddt == VQ_F16 || ddt == VQ_BF16)) {
+        (ddt == VQ_F16 ? h->f32_to_f16 : h->f32_to_bf16)(src, dst, n);
+        return;
+    }
+    if ((sdt == VQ_F16 || sdt == VQ_BF16) && ddt == VQ_F32) {
+        (sdt == VQ_F16 ? h->f16_to_f32 : h->bf16_to_f32)(src, dst, n);
+        return;
+    }
+    size_t ss = vq_dtype_size(sdt), ds = vq_dtype_size(ddt);
+    bool from_float = vq__cast_is_float(sdt), sgn = vq__cast_is_signed(sdt);
+    for (int64_t at = 0; at < n; at += CAST_CHUNK) {
+        int64_t m = n - at < CAST_CHUNK ? n - at : CAST_CHUNK;
+        const char *s = (const char *)src + (size_t)at * ss;
+        char *d = (char *)dst + (size_t)at * ds;
+        if (from_float) {
+            double w[CAST_CHUNK];
+            CAST_EACH(sdt, for (int64_t j = 0; j < m; j++) w[j] = vq__cast_load_float(D, s, j))
+            CAST_EACH(ddt, for (int64_t j = 0; j < m; j++) vq__cast_store_float(D, d, j, w[j]))
+        } else {
+            uint64_t w[CAST_CHUNK];
+            CAST_EACH(sdt, for (int64_t j = 0; j < m; j++) w[j] = vq__cast_load_int(D, s, j))
+            CAST_EACH(ddt, for (int64_t j = 0; j < m; j++) vq__cast_store_int(D, d, j, w[j], sgn))
+        }
+    }
+}
+
 static int cast_kernel(const vq__kcall *k)
 {
     const vq__cast_params *p = k->params;
@@ -620,6 +724,10 @@ static int cast_kernel(const vq__kcall *k)
     if (x->dtype == out->dtype) {
         if (x->nbytes)
             memcpy(out->data, x->data, x->nbytes);
+        return 0;
+    }
+    if (x->dtype > VQ_BOOL || out->dtype > VQ_BOOL) {
+        cast_any(x->dtype, x->data, out->dtype, out->data, n);
         return 0;
     }
     switch (x->dtype) {
@@ -634,7 +742,7 @@ static int cast_kernel(const vq__kcall *k)
 
 static bool is_float(vq_dtype dt)
 {
-    return dt == VQ_F32 || dt == VQ_F64;
+    return vq__cast_is_float(dt);
 }
 
 static int cast_grad(const vq__grad *g)
@@ -678,6 +786,8 @@ static int cast_grad_kernel(const vq__kcall *k)
     if (g->dtype == dx->dtype) {
         if (g->nbytes)
             memcpy(dx->data, g->data, g->nbytes);
+    } else if (g->dtype > VQ_BOOL || dx->dtype > VQ_BOOL) {
+        cast_any(g->dtype, g->data, dx->dtype, dx->data, n);
     } else if (dx->dtype == VQ_F32) {
         const double *s = g->data;
         float *d = dx->data;
@@ -760,9 +870,27 @@ const vq__op_def vq__ops_shape[] = {
               slice_grad, VQ__CUDA_OP(vq__slice_gpu)),
     GRAD_DEF("slice_grad", slice_attrs, 3, sizeof(vq__slice_params), slice_grad_infer,
              slice_grad_kernel, VQ__CUDA_OP(vq__slice_grad_gpu)),
-    UNARY_DEF("cast", cast_attrs, 1, sizeof(vq__cast_params), cast_infer, cast_kernel, cast_grad,
-              VQ__CUDA_OP(vq__cast_gpu)),
-    GRAD_DEF("cast_grad", NULL, 0, 0, cast_grad_infer, cast_grad_kernel,
-             VQ__CUDA_OP(vq__cast_grad_gpu)),
+    {.type = "cast",
+     .in_slots = x_in,
+     .nin_slots = 1,
+     .out_slots = out_slot,
+     .nout_slots = 1,
+     .flags = VQ__EXT_DTYPES, /* every dtype to every dtype */
+     .attrs = cast_attrs,
+     .nattrs = 1,
+     .params_size = sizeof(vq__cast_params),
+     .infer = cast_infer,
+     .kernel = {cast_kernel},
+     .cuda = VQ__CUDA_OP(vq__cast_gpu),
+     .grad = cast_grad},
+    {.type = "cast_grad",
+     .in_slots = x_dout_in,
+     .nin_slots = 2,
+     .out_slots = dx_out,
+     .nout_slots = 1,
+     .flags = VQ__EXT_DTYPES, /* the float dtypes (cast_grad_infer) */
+     .infer = cast_grad_infer,
+     .kernel = {cast_grad_kernel},
+     .cuda = VQ__CUDA_OP(vq__cast_grad_gpu)},
     {0},
 };

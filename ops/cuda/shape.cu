@@ -1,6 +1,6 @@
 /* CUDA kernels for the ops that move elements without computing on them
  * (ops/cpu/shape.c): one strided box copy that transpose, concat, slice and
- * their gradients are all made of, as on the CPU, and cast between the five
+ * their gradients are all made of, as on the CPU, and cast between all
  * dtypes with shape.c's conversion rules. reshape and the equal-dtype casts
  * are plain device-to-device copies. Launchers: kernels.h. */
 #include "kernels.h"
@@ -127,12 +127,31 @@ static size_t dtype_bytes(int dt)
 {
     switch (dt) {
     case VQ_F32:
-    case VQ_I32: return 4;
+    case VQ_I32:
+    case VQ_U32: return 4;
     case VQ_F64:
-    case VQ_I64: return 8;
-    case VQ_BOOL: return 1;
+    case VQ_I64:
+    case VQ_U64: return 8;
+    case VQ_BOOL:
+    case VQ_I8:
+    case VQ_U8: return 1;
+    case VQ_F16:
+    case VQ_BF16:
+    case VQ_I16:
+    case VQ_U16: return 2;
     default: return 0;
     }
+}
+
+/* A cast with a dtype beyond the first five: each element through
+ * shape_shared.h's vq__cast_one, the CPU's cast_any conversions (one
+ * rounding from the exact value), so the bits agree with the CPU's. The
+ * switches over the dtypes are uniform across a launch. */
+__global__ void cast_any_kernel(int from, const void *x, int to, void *o, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        vq__cast_one(from, x, to, o, i);
 }
 
 extern "C" int vq__cuda_cast(int from, int to, const void *x, void *out, int64_t n, void *stream)
@@ -146,6 +165,10 @@ extern "C" int vq__cuda_cast(int from, int to, const void *x, void *out, int64_t
         return vq__cuda_called(
             cudaMemcpyAsync(out, x, (size_t)n * dtype_bytes(from), cudaMemcpyDeviceToDevice, s));
     unsigned g = vq__cuda_blocks(n);
+    if (from > VQ_BOOL || to > VQ_BOOL) {
+        cast_any_kernel<<<g, VQ__CUDA_THREADS, 0, s>>>(from, x, to, out, n);
+        return vq__cuda_launched();
+    }
     switch (from) {
     case VQ_F32: return cast_from<float>(to, x, out, n, g, s);
     case VQ_F64: return cast_from<double>(to, x, out, n, g, s);

@@ -338,6 +338,40 @@ Test(cli, printing_a_large_fetch_shows_the_first_ten_values)
     result_free(&r);
 }
 
+/* A uint8 image fed from a .npy file, cast to f32 and to f16 (printed as
+ * the f16 values), saved in the program file with its u8 var. */
+Test(cli, run_feeds_a_uint8_npy_and_prints_f16_fetches)
+{
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    int64_t s[2] = {2, 3};
+    cr_assert_eq(vq_program_add_var(p, 0, "img", VQ_U8, 2, s, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "f", VQ_F32, 2, s, false), 0);
+    cr_assert_eq(vq_program_add_var(p, 0, "h", VQ_F16, 2, s, false), 0);
+    vq_attr to32 = VQ_ATTR_S("dtype", "float32"), to16 = VQ_ATTR_S("dtype", "f16");
+    cr_assert_geq(vq_program_add_op(p, 0, "cast", NAMES("img"), 1, NAMES("f"), 1, &to32, 1), 0,
+                  "%s", vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, "cast", NAMES("img"), 1, NAMES("h"), 1, &to16, 1), 0,
+                  "%s", vq_errmsg());
+    cr_assert_eq(vq_program_save(p, in_dir("u8.pb")), 0, "%s", vq_errmsg());
+    vq_program_free(p);
+    const uint8_t px[6] = {0, 1, 127, 128, 254, 255};
+    vq_tensor *img;
+    cr_assert_eq(vq_tensor_from(&img, VQ_U8, 2, s, px), 0);
+    write_npy(in_dir("img.npy"), img);
+    vq_tensor_release(img);
+    struct result r = VARQ("run", in_dir("u8.pb"), "--feed", fmt("img=%s", in_dir("img.npy")),
+                           "--fetch", "f", "--fetch", "h", "--workers", "1");
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert_str_eq(r.out, "f: f32[2,3] = [0, 1, 127, 128, 254, 255]\n"
+                            "h: f16[2,3] = [0, 1, 127, 128, 254, 255]\n");
+    result_free(&r);
+    r = VARQ("dump", in_dir("u8.pb"));
+    cr_assert_eq(r.status, 0, "exit %d, stderr: %s", r.status, r.err);
+    cr_assert(strstr(r.out, "var img : u8[2,3]") && strstr(r.out, "var h : f16[2,3]"), "%s", r.out);
+    result_free(&r);
+}
+
 /* dir/newton.pb, saved by the newton_sqrt example (NEWTON_SQRT_BIN, set by
  * tests/meson.build): sqrt of an f64 vector a by Newton's method in a while
  * op, fetching x and the iteration count iters. */

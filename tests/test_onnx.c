@@ -3063,3 +3063,119 @@ Test(onnx, mul_of_x_by_its_sigmoid_is_one_silu_op)
         run_free(&r);
     }
 }
+
+/* ---- the added element types (tensor.h's f16, bf16, narrow integers) ---- */
+
+/* y = x * Cast(w) + Cast(b) and y16 = Cast(y, FLOAT16): w an f16
+ * initializer in raw_data, b one in int32_data (the bit patterns, as
+ * ONNX's TensorProto stores FLOAT16 in its typed fields); y16 fetched as
+ * f16 is y rounded to nearest even. */
+Test(onnx, float16_initializers_import_from_raw_and_typed_fields)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input(m, "x", 1, (int64_t[]){3});
+    uint16_t w[3] = {vq_f32_to_f16(0.5f), vq_f32_to_f16(-2.0f), vq_f32_to_f16(0.1f)};
+    add_init_of(m, "w", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 2, 1, (int64_t[]){3}, w);
+    Onnx__TensorProto *b =
+        tensor("b", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 1, (int64_t[]){3}, "", 0);
+    b->has_raw_data = 0;
+    b->n_int32_data = 3;
+    b->int32_data = malloc(3 * sizeof *b->int32_data);
+    for (int i = 0; i < 3; i++)
+        b->int32_data[i] = vq_f32_to_f16((float)i - 1.25f);
+    GROW(m->graph->initializer, m->graph->n_initializer);
+    m->graph->initializer[m->graph->n_initializer++] = b;
+    attr_int(add_node(m, "Cast", "cw", NAMES("w"), NAMES("wf")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    attr_int(add_node(m, "Cast", "cb", NAMES("b"), NAMES("bf")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    add_node(m, "Mul", "mul", NAMES("x", "wf"), NAMES("xw"));
+    add_node(m, "Add", "add", NAMES("xw", "bf"), NAMES("y"));
+    attr_int(add_node(m, "Cast", "c16", NAMES("y"), NAMES("y16")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16);
+    add_output(m, "y");
+    graph_io(&m->graph->output, &m->graph->n_output, "y16", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
+             0, NULL);
+    struct imported im = import_ok(m);
+    vq_dtype dt;
+    cr_assert_eq(vq_program_var_info(im.p, "y16", &dt, NULL, NULL, NULL), 0);
+    cr_assert_eq(dt, VQ_F16);
+    struct run r = run_new();
+    const float xv[3] = {3, 1.5f, 10};
+    vq_tensor *tx;
+    cr_assert_eq(vq_tensor_from(&tx, VQ_F32, 1, (int64_t[]){3}, xv), 0);
+    vq_feed feed = {"x", tx};
+    vq_fetch f[2] = {{"y", NULL}, {"y16", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_dtype(f[1].tensor), VQ_F16);
+    for (int i = 0; i < 3; i++) {
+        float want = xv[i] * vq_f16_to_f32(w[i]) + vq_f16_to_f32((uint16_t)b->int32_data[i]);
+        float y = ((const float *)vq_tensor_data(f[0].tensor))[i];
+        cr_assert_float_eq(y, want, 1e-6, "y[%d] %g, want %g", i, y, want);
+        cr_assert_eq(((const uint16_t *)vq_tensor_data(f[1].tensor))[i], vq_f32_to_f16(y));
+    }
+    vq_tensor_release(f[0].tensor);
+    vq_tensor_release(f[1].tensor);
+    vq_tensor_release(tx);
+    imported_free(&im);
+    run_free(&r);
+}
+
+/* A uint8 image input scaled to float (the usual preprocessing), and a
+ * UINT32 initializer in uint64_data cast to int64. */
+Test(onnx, uint8_input_and_uint32_initializer_import_and_run)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input_of(m, "img", ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 2, (int64_t[]){2, 3});
+    add_init(m, "scale", 0, NULL, (const float[]){1.0f / 255});
+    Onnx__TensorProto *u =
+        tensor("u", ONNX__TENSOR_PROTO__DATA_TYPE__UINT32, 1, (int64_t[]){2}, "", 0);
+    u->has_raw_data = 0;
+    u->n_uint64_data = 2;
+    u->uint64_data = malloc(2 * sizeof *u->uint64_data);
+    u->uint64_data[0] = 4000000000u;
+    u->uint64_data[1] = 7;
+    GROW(m->graph->initializer, m->graph->n_initializer);
+    m->graph->initializer[m->graph->n_initializer++] = u;
+    attr_int(add_node(m, "Cast", "c", NAMES("img"), NAMES("f")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+    add_node(m, "Mul", "mul", NAMES("f", "scale"), NAMES("y"));
+    attr_int(add_node(m, "Cast", "cu", NAMES("u"), NAMES("u64")), "to",
+             ONNX__TENSOR_PROTO__DATA_TYPE__INT64);
+    add_output(m, "y");
+    graph_io(&m->graph->output, &m->graph->n_output, "u64", ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0,
+             NULL);
+    struct imported im = import_ok(m);
+    vq_dtype dt;
+    cr_assert_eq(vq_program_var_info(im.p, "img", &dt, NULL, NULL, NULL), 0);
+    cr_assert_eq(dt, VQ_U8);
+    struct run r = run_new();
+    const uint8_t px[6] = {0, 1, 127, 128, 254, 255};
+    vq_tensor *ti;
+    cr_assert_eq(vq_tensor_from(&ti, VQ_U8, 2, (int64_t[]){2, 3}, px), 0);
+    vq_feed feed = {"img", ti};
+    vq_fetch f[2] = {{"y", NULL}, {"u64", NULL}};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, f, 2), 0, "%s", vq_errmsg());
+    for (int i = 0; i < 6; i++)
+        cr_assert_float_eq(((const float *)vq_tensor_data(f[0].tensor))[i],
+                           (float)px[i] * (1.0f / 255), 1e-7);
+    cr_assert_eq(((const int64_t *)vq_tensor_data(f[1].tensor))[0], 4000000000);
+    cr_assert_eq(((const int64_t *)vq_tensor_data(f[1].tensor))[1], 7);
+    vq_tensor_release(f[0].tensor);
+    vq_tensor_release(f[1].tensor);
+    vq_tensor_release(ti);
+    imported_free(&im);
+    run_free(&r);
+}
+
+/* An op that does not take the dtype fails the import, naming the node,
+ * the op and the dtype. */
+Test(onnx, an_op_without_the_dtype_fails_the_import_naming_it)
+{
+    Onnx__ModelProto *m = model_new(13);
+    add_input_of(m, "x", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 1, (int64_t[]){3});
+    add_node(m, "Softmax", "sm", NAMES("x"), NAMES("y"));
+    graph_io(&m->graph->output, &m->graph->n_output, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16, 0,
+             NULL);
+    expect_error(m, VQ_ENOSYS, NAMES("Softmax", "softmax", "dtype f16"));
+}

@@ -91,6 +91,10 @@ int vq__attr_dtype(const vq__infer *c, const char *name, vq_dtype dflt, vq_dtype
  * its length, -1 when that is unknown too, and out is not set. */
 int vq__ints_arg(const vq__infer *c, int slot, const char *attr, int64_t *out, int max, int *n);
 
+/* n elements of src (dtype sdt) converted to ddt into dst, by cast's
+ * rules (ops/cpu/shape.c's head). (shape.c) */
+void vq__cast_any(vq_dtype sdt, const void *src, vq_dtype ddt, void *dst, int64_t n);
+
 /* Input slot must have one of the dtypes in mask (bit 1 << dtype). */
 #define VQ__FLOATS ((1u << VQ_F32) | (1u << VQ_F64))
 #define VQ__NUMERIC (VQ__FLOATS | (1u << VQ_I32) | (1u << VQ_I64))

@@ -115,6 +115,7 @@ static void table_build(void)
         for (const vq__op_def *d = family[f]; d->type && builtin.n < MAX_OPS; d++) {
             builtin_defs[builtin.n] = *d;
             vq__gpu_kernel_pick(&builtin_defs[builtin.n]);
+            vq__widen_pick(&builtin_defs[builtin.n]);
             builtin_ops[builtin.n] = &builtin_defs[builtin.n];
             builtin.n++;
         }

@@ -36,9 +36,9 @@ Test(dtypes, wrap_takes_every_new_dtype_at_its_element_size)
 Test(dtypes, ops_without_the_dtype_refuse_it_naming_op_slot_and_dtype)
 {
     vq_tensor *x;
-    cr_assert_eq(vq_tensor_new(&x, VQ_F16, 1, (int64_t[]){3}), 0);
-    cr_assert_eq(oc_try("softmax", &x, 1, 1, NULL, 0), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "softmax") && strstr(vq_errmsg(), "dtype f16") &&
+    cr_assert_eq(vq_tensor_new(&x, VQ_F16, 2, (int64_t[]){3, 3}), 0);
+    cr_assert_eq(oc_try("det", &x, 1, 1, NULL, 0), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "det") && strstr(vq_errmsg(), "dtype f16") &&
                   strstr(vq_errmsg(), "input X"),
               "%s", vq_errmsg());
     vq_tensor_release(x);
@@ -368,4 +368,192 @@ Test(dtypes, cast_saturates_floats_to_integers_and_overflows_to_infinity)
         vq_tensor_release(got);
     }
     vq_tensor_release(x);
+}
+
+/* ---- ops that widen (ops/widen.c) ---- */
+
+/* f16 and bf16 add, sub, mul, div computed in f32 and rounded once: equal
+ * to the exact result rounded once (f32's 24 bits make the double
+ * rounding harmless), checked against a double loop. */
+Test(dtypes, f16_and_bf16_arithmetic_rounds_the_exact_result_once)
+{
+    static const char *const ops[] = {"add", "sub", "mul", "div", "maximum", "minimum"};
+    uint64_t rng = oc_seed("dtypes");
+    const int64_t n = 4096;
+    for (int f = 0; f < 2; f++) {
+        vq_dtype dt = f ? VQ_BF16 : VQ_F16;
+        vq_tensor *x = oc_rand(&rng, dt, 1, &n, -300, 300), *y = oc_rand(&rng, dt, 1, &n, -3, 3);
+        vq_tensor *in[2] = {x, y};
+        for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+            vq_tensor *z = oc_run1(ops[o], in, 2, NULL, 0);
+            cr_assert_eq(vq_tensor_dtype(z), dt);
+            for (int64_t i = 0; i < n; i++) {
+                double a = oc_get(x, i), b = oc_get(y, i);
+                double r = o == 0   ? a + b
+                           : o == 1 ? a - b
+                           : o == 2 ? a * b
+                           : o == 3 ? a / b
+                           : o == 4 ? fmax(a, b)
+                                    : fmin(a, b);
+                uint16_t want = f ? vq_f64_to_bf16(r) : vq_f64_to_f16(r);
+                uint16_t got = ((uint16_t *)vq_tensor_data(z))[i];
+                cr_assert(got == want || (isnan(r) && isnan(oc_get(z, i))),
+                          "%s %s: %g, %g: 0x%04x, want 0x%04x", vq_dtype_name(dt), ops[o], a, b,
+                          got, want);
+            }
+            vq_tensor_release(z);
+        }
+        vq_tensor_release(x);
+        vq_tensor_release(y);
+    }
+}
+
+/* The narrow integers wrap as C's arithmetic in the type does, and compare
+ * by value (u16 and u32 past the signed range included). */
+Test(dtypes, narrow_integer_arithmetic_wraps_and_compares_by_value)
+{
+    static const vq_dtype dts[] = {VQ_I8, VQ_U8, VQ_I16, VQ_U16, VQ_U32};
+    uint64_t rng = oc_seed("dtypes");
+    const int64_t n = 1000;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        vq_dtype dt = dts[d];
+        vq_tensor *x, *y;
+        cr_assert_eq(vq_tensor_new(&x, dt, 1, &n), 0);
+        cr_assert_eq(vq_tensor_new(&y, dt, 1, &n), 0);
+        size_t es = vq_dtype_size(dt);
+        for (size_t i = 0; i < (size_t)n * es; i++) {
+            ((uint8_t *)vq_tensor_data(x))[i] = (uint8_t)oc_next(&rng);
+            ((uint8_t *)vq_tensor_data(y))[i] = (uint8_t)oc_next(&rng);
+        }
+        vq_tensor *in[2] = {x, y};
+        vq_tensor *sum = oc_run1("add", in, 2, NULL, 0), *prod = oc_run1("mul", in, 2, NULL, 0);
+        vq_tensor *lt = oc_run1("less", in, 2, NULL, 0), *mx = oc_run1("maximum", in, 2, NULL, 0);
+        cr_assert_eq(vq_tensor_dtype(sum), dt);
+        cr_assert_eq(vq_tensor_dtype(lt), VQ_BOOL);
+        uint64_t mask = es == 8 ? ~UINT64_C(0) : (UINT64_C(1) << (8 * es)) - 1;
+        for (int64_t i = 0; i < n; i++) {
+            double a = oc_get(x, i), b = oc_get(y, i);
+            uint64_t s = 0, p = 0;
+            memcpy(&s, (char *)vq_tensor_data(sum) + i * (int64_t)es, es);
+            memcpy(&p, (char *)vq_tensor_data(prod) + i * (int64_t)es, es);
+            cr_assert_eq(s, (uint64_t)((int64_t)a + (int64_t)b) & mask, "%s: %g + %g",
+                         vq_dtype_name(dt), a, b);
+            cr_assert_eq(p, (uint64_t)((int64_t)a * (int64_t)b) & mask, "%s: %g * %g",
+                         vq_dtype_name(dt), a, b);
+            cr_assert_eq(((uint8_t *)vq_tensor_data(lt))[i], a < b);
+            cr_assert_eq(oc_get(mx, i), fmax(a, b));
+        }
+        vq_tensor_release(sum);
+        vq_tensor_release(prod);
+        vq_tensor_release(lt);
+        vq_tensor_release(mx);
+        vq_tensor_release(x);
+        vq_tensor_release(y);
+    }
+}
+
+/* matmul of f16 accumulates in f32: within f16's rounding of the result
+ * of a double loop; a u8 sum reduction wraps. */
+Test(dtypes, f16_matmul_and_narrow_reductions)
+{
+    uint64_t rng = oc_seed("dtypes");
+    vq_tensor *a = oc_rand(&rng, VQ_F16, 2, (int64_t[]){4, 37}, -1, 1);
+    vq_tensor *b = oc_rand(&rng, VQ_F16, 2, (int64_t[]){37, 3}, -1, 1);
+    vq_tensor *in[2] = {a, b};
+    vq_tensor *c = oc_run1("matmul", in, 2, NULL, 0);
+    cr_assert_eq(vq_tensor_dtype(c), VQ_F16);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            double s = 0;
+            for (int k = 0; k < 37; k++)
+                s += oc_get(a, i * 37 + k) * oc_get(b, k * 3 + j);
+            cr_assert(fabs(oc_get(c, i * 3 + j) - s) <= 1e-3 * fmax(1, fabs(s)) + 1e-5,
+                      "[%d,%d] %g, want %g", i, j, oc_get(c, i * 3 + j), s);
+        }
+    vq_tensor *u;
+    cr_assert_eq(vq_tensor_new(&u, VQ_U8, 1, (int64_t[]){100}), 0);
+    unsigned want = 0;
+    for (int i = 0; i < 100; i++) {
+        ((uint8_t *)vq_tensor_data(u))[i] = (uint8_t)(i * 7);
+        want += (uint8_t)(i * 7);
+    }
+    vq_tensor *s = oc_run1("sum", &u, 1, NULL, 0);
+    cr_assert_eq(vq_tensor_dtype(s), VQ_U8);
+    cr_assert_eq(((uint8_t *)vq_tensor_data(s))[0], (uint8_t)want);
+    vq_tensor_release(s);
+    vq_tensor_release(u);
+    vq_tensor_release(a);
+    vq_tensor_release(b);
+    vq_tensor_release(c);
+}
+
+/* Ops that move elements keep every bit pattern of bf16 (NaNs are made
+ * quiet, as cast makes them) and of the narrow integers. */
+Test(dtypes, moving_ops_keep_the_values_of_every_added_dtype)
+{
+    static const vq_dtype dts[] = {VQ_BF16, VQ_F16, VQ_I8, VQ_U8, VQ_I16, VQ_U16, VQ_U32};
+    uint64_t rng = oc_seed("dtypes");
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+        vq_dtype dt = dts[d];
+        vq_tensor *x = oc_rand(&rng, dt, 2, (int64_t[]){5, 7}, 0, 100);
+        vq_attr perm = VQ_ATTR_IS("perm", ((int64_t[]){1, 0}), 2);
+        vq_tensor *t = oc_run1("transpose", &x, 1, &perm, 1);
+        cr_assert_eq(vq_tensor_dtype(t), dt);
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 7; j++)
+                cr_assert_eq(oc_get(t, j * 5 + i), oc_get(x, i * 7 + j), "%s", vq_dtype_name(dt));
+        vq_tensor *pair[2] = {x, x};
+        vq_attr axis = VQ_ATTR_I("axis", 0);
+        vq_tensor *c = oc_run1("concat", pair, 2, &axis, 1);
+        cr_assert_eq(vq_tensor_numel(c), 70);
+        for (int i = 0; i < 70; i++)
+            cr_assert_eq(oc_get(c, i), oc_get(x, i % 35));
+        vq_tensor_release(t);
+        vq_tensor_release(c);
+        vq_tensor_release(x);
+    }
+}
+
+/* u64 has no wider integer: arithmetic refuses it by name. */
+Test(dtypes, u64_arithmetic_is_refused_naming_the_dtype)
+{
+    vq_tensor *x;
+    cr_assert_eq(vq_tensor_new(&x, VQ_U64, 1, (int64_t[]){2}), 0);
+    vq_tensor *in[2] = {x, x};
+    cr_assert_eq(oc_try("add", in, 2, 1, NULL, 0), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "dtype u64 is not supported by add"), "%s", vq_errmsg());
+    vq_tensor_release(x);
+}
+
+/* On the emulated GPU backend an op runs its CPU kernel as stream work:
+ * the widened add of f16 and the cast of u8 give the CPU's bits. */
+Test(dtypes, emulated_gpu_runs_widened_ops_and_casts_like_the_cpu)
+{
+    setenv("VARQ_GPU_BACKEND", "emulated", 1);
+    vq_engine *e;
+    cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.kind = VQ_ENGINE_THREADED}), 0);
+    uint64_t rng = oc_seed("dtypes");
+    const int64_t n = 300;
+    vq_tensor *x = oc_rand(&rng, VQ_F16, 1, &n, -10, 10),
+              *y = oc_rand(&rng, VQ_F16, 1, &n, -10, 10);
+    vq_tensor *in[2] = {x, y}, *gin[2];
+    const vq_ctx gpu = {VQ_DEV_GPU, 0}, cpu = {VQ_DEV_CPU, 0};
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(vq_tensor_copy_to(e, in[i], gpu, &gin[i]), 0, "%s", vq_errmsg());
+    vq_tensor *want = oc_run1("add", in, 2, NULL, 0), *g = NULL, *back;
+    cr_assert_eq(vq_op_run(e, "add", gin, 2, &g, 1, NULL, 0), 0, "%s", vq_errmsg());
+    vq_attr to = VQ_ATTR_S("dtype", "u8");
+    vq_tensor *gu = NULL;
+    cr_assert_eq(vq_op_run(e, "cast", &g, 1, &gu, 1, &to, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_tensor_copy_to(e, g, cpu, &back), 0);
+    cr_assert_eq(vq_tensor_wait(back), 0, "%s", vq_errmsg());
+    cr_assert_eq(memcmp(vq_tensor_data(back), vq_tensor_data(want), (size_t)n * 2), 0);
+    vq_tensor *wu = oc_run1("cast", &want, 1, &to, 1), *bu;
+    cr_assert_eq(vq_tensor_copy_to(e, gu, cpu, &bu), 0);
+    cr_assert_eq(vq_tensor_wait(bu), 0, "%s", vq_errmsg());
+    cr_assert_eq(memcmp(vq_tensor_data(bu), vq_tensor_data(wu), (size_t)n), 0);
+    vq_tensor *all[] = {x, y, gin[0], gin[1], want, g, gu, back, wu, bu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        vq_tensor_release(all[i]);
+    vq_engine_free(e);
 }

@@ -173,7 +173,9 @@ VQ_API int vq_dist_free(vq_dist *d);
  *
  * Each call checks its arguments (NULL, dtypes and element counts that do
  * not fit, a root, peer or tag out of range, more than INT_MAX elements or
- * bytes: VQ_EINVAL; VQ_ENOSYS for a GPU tensor) and then pushes one op
+ * bytes: VQ_EINVAL; VQ_ENOSYS for a GPU tensor, and for a reduction
+ * (allreduce, reduce_scatter) of a dtype other than f32, f64, i32, i64 and
+ * bool, which the other calls move as they are) and then pushes one op
  * onto d's engine and returns (having run it, when its inputs were ready:
  * see the top of this file): wait on the written tensors (vq_tensor_wait)
  * or vq_wait_all for the result and for errors that happened in the op

@@ -21,7 +21,7 @@
  * even once from the exact value, and overflow to +-inf as IEEE 754
  * defines; NaN stays NaN (quiet). The first five dtypes among themselves
  * take the direct loops below; any pair with another dtype takes
- * cast_any. */
+ * vq__cast_any. */
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
@@ -687,7 +687,7 @@ static int cast_infer(vq__infer *c)
         })                        \
     }
 
-static void cast_any(vq_dtype sdt, const void *src, vq_dtype ddt, void *dst, int64_t n)
+void vq__cast_any(vq_dtype sdt, const void *src, vq_dtype ddt, void *dst, int64_t n)
 {
     const struct vq__half_conv *h = vq__half();
     if (sdt == VQ_F32 && (ddt == VQ_F16 || ddt == VQ_BF16)) {
@@ -727,7 +727,7 @@ static int cast_kernel(const vq__kcall *k)
         return 0;
     }
     if (x->dtype > VQ_BOOL || out->dtype > VQ_BOOL) {
-        cast_any(x->dtype, x->data, out->dtype, out->data, n);
+        vq__cast_any(x->dtype, x->data, out->dtype, out->data, n);
         return 0;
     }
     switch (x->dtype) {
@@ -787,7 +787,7 @@ static int cast_grad_kernel(const vq__kcall *k)
         if (g->nbytes)
             memcpy(dx->data, g->data, g->nbytes);
     } else if (g->dtype > VQ_BOOL || dx->dtype > VQ_BOOL) {
-        cast_any(g->dtype, g->data, dx->dtype, dx->data, n);
+        vq__cast_any(g->dtype, g->data, dx->dtype, dx->data, n);
     } else if (dx->dtype == VQ_F32) {
         const double *s = g->data;
         float *d = dx->data;
@@ -875,7 +875,7 @@ const vq__op_def vq__ops_shape[] = {
      .nin_slots = 1,
      .out_slots = out_slot,
      .nout_slots = 1,
-     .flags = VQ__EXT_DTYPES, /* every dtype to every dtype */
+     .flags = VQ__EXT_DTYPES | VQ__CUDA_EXT_DTYPES, /* every dtype to every dtype */
      .attrs = cast_attrs,
      .nattrs = 1,
      .params_size = sizeof(vq__cast_params),
@@ -888,7 +888,7 @@ const vq__op_def vq__ops_shape[] = {
      .nin_slots = 2,
      .out_slots = dx_out,
      .nout_slots = 1,
-     .flags = VQ__EXT_DTYPES, /* the float dtypes (cast_grad_infer) */
+     .flags = VQ__EXT_DTYPES | VQ__CUDA_EXT_DTYPES, /* the floats (cast_grad_infer) */
      .infer = cast_grad_infer,
      .kernel = {cast_grad_kernel},
      .cuda = VQ__CUDA_OP(vq__cast_grad_gpu)},

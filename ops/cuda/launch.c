@@ -86,6 +86,15 @@ int vq__cuda_check_finite(const vq__kcall *k, int j, const char *var)
  * them, then the op's launches. hot path: no malloc, no global lock */
 int vq__cuda_run(const vq__kcall *k)
 {
+    if (!(k->def->flags & VQ__CUDA_EXT_DTYPES))
+        for (int i = 0; i < k->nin + k->nout; i++) {
+            const vq_tensor *t = i < k->nin ? k->in[i] : k->out[i - k->nin];
+            if (t && t->dtype > VQ_BOOL)
+                return vq__op_fail(k->def,
+                                   "dtype %s is not supported by %s's CUDA kernel (f32, "
+                                   "f64, i32, i64, bool; cast converts)",
+                                   vq_dtype_name(t->dtype), k->def->type);
+        }
     vq__cuda_launch l;
     int rc = launch_begin(k, &l);
     if (rc < 0)

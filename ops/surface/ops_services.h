@@ -137,6 +137,11 @@ enum { VQ__META_ONLY = 1u << 7 };
  * op, the slot and the dtype), so a kernel written for the first five
  * never meets one it would misread. */
 enum { VQ__EXT_DTYPES = 1u << 8 };
+
+/* A flag too: the op's CUDA kernel takes the added dtypes (cast); the
+ * CUDA dispatcher refuses them for every other op (VQ_ENOSYS naming op
+ * and dtype), whose kernels know the first five only. */
+enum { VQ__CUDA_EXT_DTYPES = 1u << 9 };
 #define VQ__BASE_DTYPES \
     ((1u << VQ_F32) | (1u << VQ_F64) | (1u << VQ_I32) | (1u << VQ_I64) | (1u << VQ_BOOL))
 
@@ -180,7 +185,19 @@ typedef struct vq__op_def {
      * the host), vq_op_run after waiting for them. Such an op's output
      * shapes are never fixed at preparation. */
     unsigned value_in;
+    /* Ops the registry widens (ops/widen.c): the op's own inference and
+     * CPU kernel, which see the added dtypes' wide forms (f16 and bf16 as
+     * f32, the narrow integers as i64) while infer and kernel[VQ_DEV_CPU]
+     * are widen.c's, converting around them. NULL for the others. */
+    int (*wide_infer)(vq__infer *c);
+    int (*wide_kernel)(const vq__kcall *k);
 } vq__op_def;
+
+/* Makes def, a copy in the registry's table, take the added dtypes by
+ * widening when its type is on widen.c's list (the elementwise ops, the
+ * reductions, matmul, convolution and pooling, the ops that move
+ * elements): sets VQ__EXT_DTYPES and the wide_* fields. */
+void vq__widen_pick(vq__op_def *def);
 
 /* The completion handle an async kernel gets: each caller embeds one in
  * its state and says what finishing does (vq_op_done_finish calls it). */

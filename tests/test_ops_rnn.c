@@ -500,3 +500,62 @@ Test(ops_rnn, zero_steps_and_an_empty_batch)
     release_all(out, 3);
     release_all(in, nin);
 }
+
+Test(ops_rnn, f32_cells_in_chunks_across_rows_match_f64)
+{
+    /* the f32 cells (vectorized gates, chunks of 256 (row, unit) pairs
+     * that start and end inside rows: H = 100, B = 7) and the packed
+     * weights of the products, against the f64 kernel's plain loops, with
+     * states, Reserve and two layers of two directions */
+    struct rnn_case c = {.name = "chunks",
+                         .T = 3,
+                         .B = 7,
+                         .I = 5,
+                         .H = 100,
+                         .L = 2,
+                         .D = 2,
+                         .bias = 1,
+                         .states = 1};
+    static const char *const types[] = {"lstm", "gru", "rnn"};
+    for (int ty = 0; ty < 3; ty++) {
+        c.type = types[ty];
+        int64_t gh = (int64_t)gates(&c) * c.H;
+        int64_t nwts = 2 * (gh * c.I + gh * c.H + 2 * gh) + 2 * (gh * 2 * c.H + gh * c.H + 2 * gh);
+        int nx = c.T * c.B * c.I, ns = c.L * c.D * c.B * c.H;
+        double *w = malloc((size_t)nwts * sizeof *w), *x = malloc((size_t)nx * sizeof *x);
+        double *h0 = malloc((size_t)ns * sizeof *h0), *c0 = malloc((size_t)ns * sizeof *c0);
+        cr_assert(w && x && h0 && c0);
+        for (int64_t i = 0; i < nwts; i++)
+            w[i] = oc_uniform(&rng, -0.1, 0.1);
+        for (int i = 0; i < nx; i++)
+            x[i] = oc_uniform(&rng, -1, 1);
+        for (int i = 0; i < ns; i++) {
+            h0[i] = oc_uniform(&rng, -1, 1);
+            c0[i] = oc_uniform(&rng, -1, 1);
+        }
+        c.w = w;
+        c.x = x;
+        c.h0 = h0;
+        c.c0 = c0;
+        vq_attr at[5];
+        int na = case_attrs(&c, at), nout = 2 + nstates(&c);
+        vq_tensor *in64[MAX_IN], *in32[MAX_IN], *o64[4], *o32[4];
+        int nin = case_inputs(&c, VQ_F64, in64);
+        case_inputs(&c, VQ_F32, in32);
+        oc_run(c.type, in64, nin, o64, nout, at, na);
+        oc_run(c.type, in32, nin, o32, nout, at, na);
+        for (int j = 0; j < nout - 1; j++)
+            for (int64_t i = 0; i < vq_tensor_numel(o64[j]); i++)
+                cr_assert(fabs(oc_get(o32[j], i) - oc_get(o64[j], i)) < 1e-5,
+                          "%s output %d [%lld]: f32 %.9g, f64 %.9g", c.type, j, (long long)i,
+                          oc_get(o32[j], i), oc_get(o64[j], i));
+        release_all(o64, nout);
+        release_all(o32, nout);
+        release_all(in64, nin);
+        release_all(in32, nin);
+        free(w);
+        free(x);
+        free(h0);
+        free(c0);
+    }
+}

@@ -45,7 +45,8 @@
  * steps is one matrix product (OpenBLAS, vq__gemm) before the recurrence;
  * each step is one product of h with W_hh and one pass over [B, G*H]
  * that adds the biases, applies the gates and writes h (and c); scratch
- * comes once per call. The two directions of a layer are independent and
+ * comes once per call, and the weights are transposed (f32 with AVX-512:
+ * packed into the product's panels) once per call, not per step. The two directions of a layer are independent and
  * run as two chunks of vq__parallel_for (the idle workers take one), the
  * bits the same however they run. The gradient runs the steps backwards,
  * keeping the gates' gradients of every step, and then forms dW_ih, dW_hh,
@@ -55,6 +56,7 @@
 #include "../ops_internal.h"
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
+#include "../math/sgemm512.h"
 #include "../math/vmath.h"
 
 #include <math.h>
@@ -461,20 +463,23 @@ static void lstm_step_vf(int64_t nb, int64_t H, const float *xp, const float *hp
                          int64_t ldh)
 {
     /* chunks of VCH (row, unit) pairs across the rows, so that each call
-     * of a gate function covers many elements even for narrow layers */
+     * of a gate function covers many elements even for narrow layers
+     * (vmath computes whole chunks of 256), gathered and scattered in
+     * runs of a row's contiguous units */
     const struct vq__vmath *vm = vq__vmath();
     float a[4][VCH], o[4][VCH], c[VCH], tc[VCH];
     int64_t total = nb * H;
     for (int64_t f0 = 0; f0 < total; f0 += VCH) {
         int64_t n = total - f0 < VCH ? total - f0 : VCH;
-        int64_t b = f0 / H, j = f0 % H;
-        for (int64_t k = 0; k < n; k++) {
-            const float *x = xp + b * 4 * H, *r = hp + b * 4 * H;
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            const float *x = xp + b * 4 * H + j, *r = hp + b * 4 * H + j, *bb = bx + j;
             for (int g = 0; g < 4; g++)
-                a[g][k] = x[g * H + j] + r[g * H + j] + bx[g * H + j];
-            c[k] = cprev ? cprev[b * ldc + j] : 0.0f;
-            if (++j == H)
-                j = 0, b++;
+                for (int64_t u = 0; u < run; u++)
+                    a[g][k + u] = x[g * H + u] + r[g * H + u] + bb[g * H + u];
+            for (int64_t u = 0; u < run; u++)
+                c[k + u] = cprev ? cprev[b * ldc + j + u] : 0.0f;
+            k += run;
         }
         vm->sigmoid(a[0], o[0], n);
         vm->sigmoid(a[1], o[1], n);
@@ -483,15 +488,15 @@ static void lstm_step_vf(int64_t nb, int64_t H, const float *xp, const float *hp
         for (int64_t k = 0; k < n; k++)
             c[k] = o[1][k] * c[k] + o[0][k] * o[2][k];
         vm->tanh(c, tc, n);
-        b = f0 / H, j = f0 % H;
-        for (int64_t k = 0; k < n; k++) {
-            float *s = cur + b * sv;
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            float *s = cur + b * sv + j, *ho = h + b * ldh + j;
             for (int g = 0; g < 4; g++)
-                s[g * H + j] = o[g][k];
-            s[4 * H + j] = c[k];
-            h[b * ldh + j] = o[3][k] * tc[k];
-            if (++j == H)
-                j = 0, b++;
+                memcpy(s + g * H, o[g] + k, (size_t)run * sizeof(float));
+            memcpy(s + 4 * H, c + k, (size_t)run * sizeof(float));
+            for (int64_t u = 0; u < run; u++)
+                ho[u] = o[3][k + u] * tc[k + u];
+            k += run;
         }
     }
 }
@@ -500,29 +505,44 @@ static void gru_step_vf(int64_t nb, int64_t H, const float *xp, const float *hp,
                         const float *bn, const float *hprev, int64_t ldp, float *cur, int64_t sv,
                         float *h, int64_t ldh)
 {
+    /* chunks across the rows as lstm_step_vf's */
     const struct vq__vmath *vm = vq__vmath();
-    float a[2][VCH];
-    for (int64_t b = 0; b < nb; b++) {
-        const float *x = xp + b * 3 * H, *r = hp + b * 3 * H;
-        const float *pv = hprev ? hprev + b * ldp : NULL;
-        float *s = cur + b * sv, *ho = h + b * ldh;
-        for (int64_t j0 = 0; j0 < H; j0 += VCH) {
-            int64_t n = H - j0 < VCH ? H - j0 : VCH;
+    float a[3][VCH], o[3][VCH], hn[VCH];
+    int64_t total = nb * H;
+    for (int64_t f0 = 0; f0 < total; f0 += VCH) {
+        int64_t n = total - f0 < VCH ? total - f0 : VCH;
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            const float *x = xp + b * 3 * H + j, *r = hp + b * 3 * H + j, *bb = bx + j;
             for (int g = 0; g < 2; g++)
-                for (int64_t j = 0; j < n; j++) {
-                    int64_t k = g * H + j0 + j;
-                    a[g][j] = x[k] + r[k] + bx[k];
-                }
-            float *sr = s + j0, *sz = s + H + j0, *sn = s + 2 * H + j0, *sh = s + 3 * H + j0;
-            vm->sigmoid(a[0], sr, n);
-            vm->sigmoid(a[1], sz, n);
-            for (int64_t j = 0; j < n; j++) {
-                sh[j] = r[2 * H + j0 + j] + bn[j0 + j];
-                a[0][j] = x[2 * H + j0 + j] + bx[2 * H + j0 + j] + sr[j] * sh[j];
+                for (int64_t u = 0; u < run; u++)
+                    a[g][k + u] = x[g * H + u] + r[g * H + u] + bb[g * H + u];
+            for (int64_t u = 0; u < run; u++) {
+                hn[k + u] = r[2 * H + u] + bn[j + u];
+                a[2][k + u] = x[2 * H + u] + bb[2 * H + u];
             }
-            vm->tanh(a[0], sn, n);
-            for (int64_t j = 0; j < n; j++)
-                ho[j0 + j] = (1.0f - sz[j]) * sn[j] + sz[j] * (pv ? pv[j0 + j] : 0.0f);
+            k += run;
+        }
+        vm->sigmoid(a[0], o[0], n);
+        vm->sigmoid(a[1], o[1], n);
+        for (int64_t k = 0; k < n; k++)
+            a[2][k] = a[2][k] + o[0][k] * hn[k];
+        vm->tanh(a[2], o[2], n);
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            float *s = cur + b * sv + j, *ho = h + b * ldh + j;
+            const float *pv = hprev ? hprev + b * ldp + j : NULL;
+            for (int g = 0; g < 3; g++)
+                memcpy(s + g * H, o[g] + k, (size_t)run * sizeof(float));
+            memcpy(s + 3 * H, hn + k, (size_t)run * sizeof(float));
+            const float *z = o[1] + k, *nn = o[2] + k;
+            if (pv)
+                for (int64_t u = 0; u < run; u++)
+                    ho[u] = (1.0f - z[u]) * nn[u] + z[u] * pv[u];
+            else
+                for (int64_t u = 0; u < run; u++)
+                    ho[u] = (1.0f - z[u]) * nn[u] + z[u] * 0.0f;
+            k += run;
         }
     }
 }
@@ -531,16 +551,23 @@ static void tanh_step_vf(int64_t nb, int64_t H, const float *xp, const float *hp
                          float *h, int64_t ldh)
 {
     const struct vq__vmath *vm = vq__vmath();
-    float a[VCH];
-    for (int64_t b = 0; b < nb; b++)
-        for (int64_t j0 = 0; j0 < H; j0 += VCH) {
-            int64_t n = H - j0 < VCH ? H - j0 : VCH;
-            for (int64_t j = 0; j < n; j++) {
-                int64_t k = b * H + j0 + j;
-                a[j] = xp[k] + hp[k] + bx[j0 + j];
-            }
-            vm->tanh(a, h + b * ldh + j0, n);
+    float a[VCH], o[VCH];
+    int64_t total = nb * H;
+    for (int64_t f0 = 0; f0 < total; f0 += VCH) {
+        int64_t n = total - f0 < VCH ? total - f0 : VCH;
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            for (int64_t u = 0; u < run; u++)
+                a[k + u] = xp[b * H + j + u] + hp[b * H + j + u] + bx[j + u];
+            k += run;
         }
+        vm->tanh(a, o, n);
+        for (int64_t k = 0, b = f0 / H, j = f0 % H; k < n; b++, j = 0) {
+            int64_t run = H - j < n - k ? H - j : n - k;
+            memcpy(h + b * ldh + j, o + k, (size_t)run * sizeof(float));
+            k += run;
+        }
+    }
 }
 
 /* ---- forward ---- */
@@ -557,6 +584,10 @@ typedef struct rnn_call {
     char *scr;           /* scratch, `per` elements per direction */
     int64_t per;
     int64_t max_in; /* the widest layer input: max(I, D*H) */
+    /* f32 on vq__sgemm512: the forward's W^T packed in its panels, GHp
+     * (GH in whole panels) columns; else GHp = GH */
+    bool panels;
+    int64_t GHp;
     /* the layer being run */
     int layer;
     const char *in; /* the layer's input [T, B, in_w] */
@@ -648,9 +679,44 @@ static void transpose(const rnn_call *c, int64_t m, int64_t n, const void *src, 
         }
 }
 
+/* W [n, k] (rows of k) as the B operand W^T [k, n] of
+ * vq__sgemm512_panels, straight from W's rows: what one transpose and the
+ * product's own packing did for every step's product, done once per call
+ * (each panel's 32 rows of W read in order, zeros past row n). */
+static void pack_panels(int64_t n, int64_t k, const float *w, float *bp)
+{
+    for (int64_t q = 0; q * VQ__SG_PANEL < n; q++) {
+        float *panel = bp + q * k * VQ__SG_PANEL;
+        for (int64_t jj = 0; jj < VQ__SG_PANEL; jj++) {
+            int64_t j = q * VQ__SG_PANEL + jj;
+            const float *row = j < n ? w + j * k : NULL;
+            for (int64_t p = 0; p < k; p++)
+                panel[p * VQ__SG_PANEL + jj] = row ? row[p] : 0.0f;
+        }
+    }
+}
+
+/* The columns of a product's packed B: n rounded up to whole panels. */
+static int64_t panel_cols(int64_t n)
+{
+    return (n + VQ__SG_PANEL - 1) / VQ__SG_PANEL * VQ__SG_PANEL;
+}
+
+/* out [m, n] = a [m, k] (rows lda apart) times W^T, W being [n, k]: in
+ * w_t, W^T [k, n] for vq__gemm, or with panels, W packed by pack_panels. */
+static void times_wt(const rnn_call *c, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                     const char *w_t, void *out)
+{
+    if (c->panels)
+        vq__sgemm512_panels(m, n, k, a, lda, (const float *)w_t, out, n, NULL);
+    else
+        vq__gemm(c->dt, false, false, m, n, k, 1, a, lda, w_t, n, 0, out);
+}
+
 /* One direction of the current layer. Scratch: the input projection [TB,
- * GH], h W_hh^T [B, GH], the folded biases [GH + H], W_ih^T and W_hh^T,
- * and without Reserve the cells of one step [B, S]. */
+ * GH], h W_hh^T [B, GH], the folded biases [GH + H], W_ih^T and W_hh^T
+ * (packed for the product, widths rounded up to whole panels), and
+ * without Reserve the cells of one step [B, S]. */
 static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
@@ -659,20 +725,29 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
     int64_t T = c->T, B = c->B, H = c->H, GH = c->GH, DH = p->dirs * H;
     for (int d = (int)lo; d < hi; d++) {
         char *xp = AT(c->scr, d * c->per), *hp = AT(xp, c->TB * GH), *bx = AT(hp, B * GH),
-             *bn = AT(bx, GH), *wih = AT(bn, H), *whh = AT(wih, c->max_in * GH),
-             *cells = AT(whh, H * GH);
+             *bn = AT(bx, GH), *wih = AT(bn, H), *whh = AT(wih, c->max_in * c->GHp),
+             *cells = AT(whh, H * c->GHp);
         char *saved = c->res ? res_saved(c, c->layer, d) : cells;
         fold_biases(c, d, bx);
-        /* W^T in scratch: the products then take B untransposed, the form
-         * varq's own f32 kernel runs (vq__gemm) */
-        transpose(c, GH, c->in_w, weight(c, c->layer, d, 0), wih);
-        transpose(c, GH, H, weight(c, c->layer, d, 1), whh);
-        vq__gemm(c->dt, false, false, c->TB, GH, c->in_w, 1, c->in, c->in_w, wih, GH, 0, xp);
+        /* W^T in scratch, once per call: the products then take B
+         * untransposed, the form varq's own f32 kernel runs (vq__gemm),
+         * or already in its packed form */
+        if (c->panels) {
+            pack_panels(GH, c->in_w, weight(c, c->layer, d, 0), (float *)wih);
+            pack_panels(GH, H, weight(c, c->layer, d, 1), (float *)whh);
+        } else {
+            transpose(c, GH, c->in_w, weight(c, c->layer, d, 0), wih);
+            transpose(c, GH, H, weight(c, c->layer, d, 1), whh);
+        }
+        if (c->TB > 0 && c->in_w > 0)
+            times_wt(c, c->TB, GH, c->in_w, c->in, c->in_w, wih, xp);
+        else
+            memset(xp, 0, (size_t)(c->TB * GH) * c->es);
         for (int64_t s = 0; s < T; s++) {
             int64_t t = d ? T - 1 - s : s, ldh, ldc = 0;
             const char *hprev = h_prev(c, d, s, &ldh), *cprev = NULL;
-            if (hprev)
-                vq__gemm(c->dt, false, false, B, GH, H, 1, hprev, ldh, whh, GH, 0, hp);
+            if (hprev && B > 0)
+                times_wt(c, B, GH, H, hprev, ldh, whh, hp);
             else
                 memset(hp, 0, (size_t)(B * GH) * c->es);
             char *cur = c->res ? AT(saved, t * B * c->S) : cells;
@@ -763,7 +838,9 @@ static int rnn_kernel(const vq__kcall *k)
     c->res = p->reserve ? k->out[1 + ns]->data : NULL;
     int64_t DH = p->dirs * c->H, ybufs = !c->res && p->layers > 1 ? 2 * c->TB * DH : 0;
     c->max_in = x->shape[2] > DH ? x->shape[2] : DH;
-    c->per = c->TB * c->GH + c->B * c->GH + c->GH + c->H + c->max_in * c->GH + c->H * c->GH +
+    c->panels = c->dt == VQ_F32 && vq__sgemm512_ok();
+    c->GHp = c->panels ? panel_cols(c->GH) : c->GH;
+    c->per = c->TB * c->GH + c->B * c->GH + c->GH + c->H + c->max_in * c->GHp + c->H * c->GHp +
              (c->res ? 0 : c->B * c->S);
     vq_tensor *scr;
     int rc = vq__kernel_scratch(k, x->dtype, p->dirs * c->per + ybufs, "recurrence scratch", &scr);

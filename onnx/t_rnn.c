@@ -1,5 +1,8 @@
-/* ONNX's recurrent layers, LSTM, GRU and RNN, composed of varq ops (no op
- * of their own yet): for each direction the input projection of every
+/* ONNX's recurrent layers, LSTM, GRU and RNN. A node that computes what
+ * PyTorch's layers compute (native_fits) becomes one lstm, gru or rnn op,
+ * its weights cut into PyTorch's gate order (at import, when they are
+ * initializers: torch_weight). Any other is composed of varq ops: for
+ * each direction the input projection of every
  * step, X W^T + Wb + Rb, is one matmul before the recurrence; the
  * recurrence is unrolled, each step one matmul with R and the gates'
  * activations, sums and products; sequence_lens masks each step with
@@ -12,6 +15,7 @@
 #include "onnx_internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -760,6 +764,43 @@ static int torch_gates(struct ox *x, const struct rnn *n, struct ox_val *v, int 
     return ox_reshape(x, cat, shape, v->meta.ndim - 1, NULL, out);
 }
 
+/* torch_gates for v a float initializer (a parameter, never known at
+ * import): the piece is cut now, in C, into a parameter of its own named
+ * "<v>@<PyTorch's name>" (weight_ih_l0, bias_hh_l0_reverse, ...), so that
+ * no slice or concat runs with the model; training through the node then
+ * updates those parameters, which v's var no longer feeds. Another value
+ * goes through torch_gates (a known one folds there). */
+static int torch_weight(struct ox *x, const struct rnn *n, struct ox_val *v, int d, int64_t first,
+                        const char *torch_name, struct ox_val **out)
+{
+    const vq_tensor *t = v->konst ? NULL : ox_param_value(x, v);
+    if (!t)
+        return torch_gates(x, n, v, d, 1, first, out);
+    char name[400];
+    snprintf(name, sizeof name, "%s@%s_l0%s", v->name, torch_name, d ? "_reverse" : "");
+    if ((*out = ox_find(x, name)) != NULL) /* another node shares v */
+        return 0;
+    static const int lstm[4] = {0, 2, 3, 1}, gru[3] = {1, 0, 2};
+    const int *from = n->kind == KIND_LSTM ? lstm : n->kind == KIND_GRU ? gru : NULL;
+    int64_t h = n->hidden, inner = t->ndim == 3 ? t->shape[2] : 1;
+    int64_t shape[2] = {n->gates * h, inner};
+    vq_tensor *piece;
+    int rc = ox_tensor_new(x, &piece, t->dtype, t->ndim - 1, shape);
+    if (rc < 0)
+        return rc;
+    size_t es = vq_dtype_size(t->dtype), block = (size_t)(h * inner) * es;
+    const char *src = (const char *)t->data + (size_t)(d * t->shape[1] * inner) * es;
+    for (int g = 0; g < n->gates; g++)
+        memcpy((char *)piece->data + (size_t)g * block,
+               src + (size_t)((first + (from ? from[g] : g) * h) * inner) * es, block);
+    rc = ox_param(x, name, piece);
+    vq_tensor_release(piece);
+    if (rc < 0)
+        return rc;
+    *out = ox_find(x, name);
+    return 0;
+}
+
 /* The node as one lstm, gru or rnn op: X, then per direction PyTorch's
  * weight_ih, weight_hh (and bias_ih, bias_hh) cut from W, R and B in its
  * gate order, then initial_h (and initial_c); its Y [T, B, D*H] reshaped
@@ -774,11 +815,11 @@ static int native(struct ox *x, const struct rnn *n)
     in[nin++] = n->x;
     for (int d = 0; d < n->dirs && rc == 0; d++) {
         int64_t gh = n->gates * n->hidden;
-        if ((rc = torch_gates(x, n, n->w, d, 1, 0, &in[nin++])) < 0 ||
-            (rc = torch_gates(x, n, n->r, d, 1, 0, &in[nin++])) < 0)
+        if ((rc = torch_weight(x, n, n->w, d, 0, "weight_ih", &in[nin++])) < 0 ||
+            (rc = torch_weight(x, n, n->r, d, 0, "weight_hh", &in[nin++])) < 0)
             break;
-        if (n->b && ((rc = torch_gates(x, n, n->b, d, 1, 0, &in[nin++])) < 0 ||
-                     (rc = torch_gates(x, n, n->b, d, 1, gh, &in[nin++])) < 0))
+        if (n->b && ((rc = torch_weight(x, n, n->b, d, 0, "bias_ih", &in[nin++])) < 0 ||
+                     (rc = torch_weight(x, n, n->b, d, gh, "bias_hh", &in[nin++])) < 0))
             break;
     }
     if (rc)
@@ -807,6 +848,8 @@ static int native(struct ox *x, const struct rnn *n)
         return 0;
     struct ox_val *y4;
     int64_t perm0[4] = {0, 2, 1, 3}, perm1[4] = {1, 0, 2, 3};
+    if (n->dirs == 1 && !layout1) /* [T, B, H] as [T, 1, B, H]: no data moves */
+        return ox_reshape(x, out[0], (int64_t[]){0, 1, -1, n->hidden}, 4, yname, NULL);
     if ((rc = ox_reshape(x, out[0], (int64_t[]){0, 0, n->dirs, n->hidden}, 4, NULL, &y4)) < 0)
         return rc;
     return permute(x, y4, layout1 ? perm1 : perm0, yname, NULL);

@@ -876,3 +876,98 @@ Test(onnx_rnn, training_through_an_imported_lstm_gives_each_weight_its_gradient)
     free(tc);
     data_free(&d);
 }
+
+Test(onnx_rnn, an_lstm_pytorch_computes_takes_its_weights_cut_at_import_and_trains_them)
+{
+    /* f64, bidirectional, with biases and initial states: the node becomes
+     * one lstm op and the moves of its output (no slice or concat left to
+     * run), its W, R and B cut at import into parameters in PyTorch's gate
+     * order ("W@weight_ih_l0", ...); one SGD step with rate 1 leaves p -
+     * dloss/dp in each, against central differences of the reference at
+     * the entry of W, R or B it came from */
+    if (getenv("VARQ_ONNX_UNROLL_RNN"))
+        cr_skip_test("the node is unrolled (VARQ_ONNX_UNROLL_RNN)");
+    struct spec s = {.op = "LSTM",
+                     .T = 3,
+                     .B = 2,
+                     .I = 2,
+                     .H = 2,
+                     .direction = "bidirectional",
+                     .bias = true,
+                     .init_h = true,
+                     .init_c = true,
+                     .want_c = true,
+                     .f64 = true};
+    struct data d = data_new(&s);
+    int D = d.D, H = s.H, gh = 4 * H, ny = s.T * D * s.B * H, nc = D * s.B * H;
+    double *ty = values(ny, 6.1, 1.0, true), *tc = values(nc, 7.3, 1.0, true);
+    Onnx__ModelProto *m = rnn_model(&s, &d);
+    struct imported probe = import_ok(m);
+    cr_assert_leq(vq_program_nops(probe.p, 0), 4, "%d ops", vq_program_nops(probe.p, 0));
+    imported_free(&probe);
+    m = rnn_model(&s, &d);
+    add_init_of(m, "ty", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, sizeof(double), 4,
+                (int64_t[]){s.T, D, s.B, s.H}, ty);
+    add_init_of(m, "tc", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, sizeof(double), 3,
+                (int64_t[]){D, s.B, s.H}, tc);
+    add_node(m, "Mul", "my", NAMES("Y", "ty"), NAMES("py"));
+    add_node(m, "Mul", "mc", NAMES("Y_c", "tc"), NAMES("pc"));
+    Onnx__NodeProto *r1 = add_node(m, "ReduceSum", "sy", NAMES("py"), NAMES("ly"));
+    attr_int(r1, "keepdims", 0);
+    Onnx__NodeProto *r2 = add_node(m, "ReduceSum", "sc", NAMES("pc"), NAMES("lc"));
+    attr_int(r2, "keepdims", 0);
+    add_node(m, "Add", "loss", NAMES("ly", "lc"), NAMES("loss"));
+    Onnx__GraphProto *g = m->graph;
+    GROW(g->output, g->n_output);
+    g->output[g->n_output++] = value_info("loss", ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE, 0, NULL);
+    struct imported im = import_ok(m);
+    /* the pieces: source tensor, direction, first row of the source */
+    static const char *const pieces[8] = {"W@weight_ih_l0",         "R@weight_hh_l0",
+                                          "B@bias_ih_l0",           "B@bias_hh_l0",
+                                          "W@weight_ih_l0_reverse", "R@weight_hh_l0_reverse",
+                                          "B@bias_ih_l0_reverse",   "B@bias_hh_l0_reverse"};
+    vq_program *startup;
+    cr_assert_eq(vq_program_new(&startup), 0);
+    vq_optimizer opt = {.kind = VQ_OPT_SGD,
+                        .learning_rate = 1,
+                        .parameters = pieces,
+                        .nparameters = 8};
+    cr_assert_eq(vq_optimizer_minimize(im.p, startup, "loss", &opt), 8, "%s", vq_errmsg());
+    struct run r = run_new();
+    vq_tensor *x = x_tensor(&s, &d);
+    vq_feed feed = {"X", x};
+    vq_fetch fl = {"loss", NULL};
+    cr_assert_eq(vq_exec_run(r.ex, im.p, im.s, &feed, 1, &fl, 1), 0, "%s", vq_errmsg());
+    cr_assert(fabs(elem(fl.tensor, 0) - ref_loss(&s, &d, ty, tc)) < 1e-10);
+    vq_tensor_release(fl.tensor);
+    static const int from[4] = {0, 2, 3, 1}; /* PyTorch's gate g is ONNX's from[g] */
+    for (int k = 0; k < 8; k++) {
+        int dir = k / 4, kind = k % 4;
+        double *src = kind == 0 ? d.w : kind == 1 ? d.r : d.b;
+        int inner = kind == 0 ? s.I : kind == 1 ? H : 1, rows = kind >= 2 ? 2 * gh : gh;
+        int first = kind == 3 ? gh : 0;
+        vq_tensor *after = vq_scope_get(im.s, pieces[k]);
+        cr_assert_not_null(after, "%s", pieces[k]);
+        cr_assert_eq(vq_tensor_numel(after), (int64_t)gh * inner);
+        for (int64_t i = 0; i < vq_tensor_numel(after); i++) {
+            int row = (int)(i / inner), col = (int)(i % inner);
+            int srow = first + from[row / H] * H + row % H;
+            double *v = &src[((int64_t)dir * rows + srow) * inner + col], keep = *v, h = 1e-6;
+            *v = keep + h;
+            double up = ref_loss(&s, &d, ty, tc);
+            *v = keep - h;
+            double down = ref_loss(&s, &d, ty, tc);
+            *v = keep;
+            double fd = (up - down) / (2 * h), grad = keep - elem(after, i);
+            cr_assert(fabs(grad - fd) < 1e-7 * (1 + fabs(fd)), "d loss / d %s[%lld]: %.10g, %.10g",
+                      pieces[k], (long long)i, grad, fd);
+        }
+    }
+    vq_tensor_release(x);
+    imported_free(&im);
+    run_free(&r);
+    vq_program_free(startup);
+    free(ty);
+    free(tc);
+    data_free(&d);
+}

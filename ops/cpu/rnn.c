@@ -830,6 +830,12 @@ static void pack_panels(int64_t n, int64_t k, const float *w, float *bp)
     }
 }
 
+/* Up to this many batch rows, a step's product with W_hh takes W_hh as it
+ * is, as dot products (vq__sgemm512_dots), instead of its packed panels:
+ * at batch 1 the panels' kernel, made for many rows, took half again as
+ * long. */
+#define DOT_ROWS 1
+
 /* The columns of a product's packed B: n rounded up to whole panels. */
 static int64_t panel_cols(int64_t n)
 {
@@ -868,7 +874,8 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
          * or already in its packed form */
         if (c->panels) {
             pack_panels(GH, c->in_w, weight(c, c->layer, d, 0), (float *)wih);
-            pack_panels(GH, H, weight(c, c->layer, d, 1), (float *)whh);
+            if (B > DOT_ROWS)
+                pack_panels(GH, H, weight(c, c->layer, d, 1), (float *)whh);
         } else {
             transpose(c, GH, c->in_w, weight(c, c->layer, d, 0), wih);
             transpose(c, GH, H, weight(c, c->layer, d, 1), whh);
@@ -880,8 +887,11 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
         for (int64_t s = 0; s < T; s++) {
             int64_t t = d ? T - 1 - s : s, ldh, ldc = 0;
             const char *hprev = h_prev(c, d, s, &ldh), *cprev = NULL;
-            if (hprev && B > 0)
+            if (hprev && B > 0 && !(c->panels && B <= DOT_ROWS))
                 times_wt(c, B, GH, H, hprev, ldh, whh, hp);
+            else if (hprev && B > 0)
+                vq__sgemm512_dots(B, GH, H, 1, (const float *)hprev, ldh, weight(c, c->layer, d, 1),
+                                  H, 0, (float *)hp, GH);
             else
                 memset(hp, 0, (size_t)(B * GH) * c->es);
             char *cur = c->res ? AT(saved, t * B * c->S) : cells;

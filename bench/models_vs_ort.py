@@ -18,7 +18,11 @@ data, so that activations keep a realistic scale through the depth; input
 heads, ff 512, input [B, 32, 128]); gpt (a tiny decoder-only model, 2
 blocks, d 128, 4 heads, causal mask, vocabulary 256, tokens [B, 32]);
 lstm and gru (nn.LSTM / nn.GRU, 2 layers, input 32, hidden 64, input
-[20, 4, 32]: seq 20, batch 4). Batch 1 for all but the RNNs (4); --batch8
+[20, 4, 32]: seq 20, batch 4); and recurrent models named
+CELL-bB-tT-hH[-bi] (lstm-b32-t200-h256-bi: nn.LSTM, 2 layers, input 32,
+hidden H, bidirectional with -bi, input [T, B, 32]); --rnn-table runs the
+grid of batch 1 and 32, seq 20 and 200, hidden 64 and 256, both cells,
+one and two directions (32 models) instead of --models. Batch 1 for all but the RNNs (4); --batch8
 adds batch 8 for the CNNs, --batches 8 runs only that (--batches takes a
 list: 1,8).
 
@@ -67,6 +71,7 @@ import inspect
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -132,9 +137,9 @@ class TinyGPT(torch.nn.Module):
 class RNN(torch.nn.Module):
     """nn.LSTM / nn.GRU returning the top layer's outputs only."""
 
-    def __init__(self, cell):
+    def __init__(self, cell, hidden=64, bidirectional=False):
         super().__init__()
-        self.rnn = cell(32, 64, num_layers=2)
+        self.rnn = cell(32, hidden, num_layers=2, bidirectional=bidirectional)
 
     def forward(self, x):
         return self.rnn(x)[0]
@@ -159,6 +164,15 @@ def calibrate_bn(model, shape):
         m.momentum = mom
 
 
+RNN_NAME = re.compile(r"^(lstm|gru)-b(\d+)-t(\d+)-h(\d+)(-bi)?$")
+
+
+def rnn_grid():
+    """The recurrent configurations of the inference table (--rnn-table)."""
+    return [f"{c}-b{b}-t{t}-h{h}{bi}" for c in ("lstm", "gru") for bi in ("", "-bi")
+            for b in (1, 32) for t in (20, 200) for h in (64, 256)]
+
+
 def build(name, batch):
     """The model (eval mode) and its input for a given batch."""
     torch.manual_seed(0)
@@ -178,6 +192,10 @@ def build(name, batch):
     elif name in ("lstm", "gru"):
         model = RNN(torch.nn.LSTM if name == "lstm" else torch.nn.GRU)
         x = torch.randn(20, 4, 32, generator=g)
+    elif RNN_NAME.match(name):
+        cell, b, t, h, bi = RNN_NAME.match(name).groups()
+        model = RNN(torch.nn.LSTM if cell == "lstm" else torch.nn.GRU, int(h), bool(bi))
+        x = torch.randn(int(t), int(b), 32, generator=g)
     else:
         raise SystemExit(f"models_vs_ort.py: unknown model {name}")
     return model.eval(), x
@@ -187,7 +205,8 @@ def export(name, batch, cache):
     """Writes NAME_bB.onnx, its input and PyTorch's output into the cache
     (once; a later run reuses them) and returns the model, input and paths."""
     model, x = build(name, batch)
-    base = os.path.join(cache, f"{name}_b{4 if name in ('lstm', 'gru') else batch}")
+    base = os.path.join(cache, name if RNN_NAME.match(name) else
+                        f"{name}_b{4 if name in ('lstm', 'gru') else batch}")
     onnx_path, xp, yp = base + ".onnx", base + "_x.npy", base + "_y.npy"
     with torch.no_grad():
         y = model(x)
@@ -309,6 +328,8 @@ def cell(samples):
 def bench_model(args, name, batch):
     """One row of the table."""
     row = {"model": name, "batch": batch if name not in ("lstm", "gru") else 4}
+    if RNN_NAME.match(name):
+        row["batch"] = int(RNN_NAME.match(name).group(2))
     model, x, onnx_path, xp, yp = export(name, batch, args.cache)
     want = np.load(yp)
     row["path"], row["xp"] = onnx_path, xp
@@ -484,6 +505,8 @@ def main():
     ap.add_argument("--ort-spin", type=int, choices=(0, 1), default=0,
                     help="ORT's session.intra_op.allow_spinning (default 0; ORT's own is 1)")
     ap.add_argument("--quick", action="store_true", help="3 rounds of ~0.5 s per peer")
+    ap.add_argument("--rnn-table", action="store_true",
+                    help="the recurrent grid instead of --models (see rnn_grid)")
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--seconds", type=float, help="about this long per peer per round")
     ap.add_argument("--cache", default=os.path.join(
@@ -515,7 +538,8 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     if args.batch8 and 8 not in batches:
         batches.append(8)
-    todo = [(n, b) for b in batches for n in args.models.split(",") if b == 1 or n in CNNS]
+    names = rnn_grid() if args.rnn_table else args.models.split(",")
+    todo = [(n, b) for b in batches for n in names if b == 1 or n in CNNS]
     rows = []
     for name, batch in todo:
         t0 = time.perf_counter()

@@ -8,7 +8,9 @@
 #include <varq/train.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int find(const vq_program *p, const char *name, const char *fn)
@@ -75,6 +77,97 @@ VQ_API int vq_layer_linear(vq_program *main, vq_program *startup, const char *x,
         rc = vq_program_add_op(main, 0, "add", (const char *const[]){xw, b}, 2,
                                (const char *const[]){y}, 1, NULL, 0);
     return built(rc, "vq_layer_linear");
+}
+
+/* vq_layer_lstm, _gru and _rnn: type "lstm", "gru" or "rnn", G gates. */
+static int recurrent_layer(vq_program *main, vq_program *startup, const char *x, const char *y,
+                           int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed,
+                           const char *type, int gates, const char *fn)
+{
+    static const vq_rnn_layer_opts defaults = {0};
+    const vq_rnn_layer_opts *o = opts ? opts : &defaults;
+    int layers = o->num_layers ? o->num_layers : 1, dirs = o->bidirectional ? 2 : 1;
+    const char *nl = o->nonlinearity ? o->nonlinearity : "tanh";
+    if (!main || !startup || !y || hidden <= 0 || hidden > INT32_MAX / 8 || layers < 1 ||
+        layers > 16)
+        return vq__fail(VQ_EINVAL, "%s: bad argument (hidden %lld, %d layers)", fn,
+                        (long long)hidden, layers);
+    if (strcmp(nl, "tanh") && strcmp(nl, "relu"))
+        return vq__fail(VQ_EINVAL, "%s: nonlinearity is \"%s\", not \"tanh\" or \"relu\"", fn, nl);
+    int xv = find(main, x, fn);
+    if (xv < 0)
+        return xv;
+    vq__pvar d = main->vars[xv];
+    if (d.ndim != 3 || d.shape[2] <= 0)
+        return vq__fail(VQ_EINVAL, "%s: %s must be [T, batch, in] with in known", fn, x);
+    int per = o->no_bias ? 2 : 4, nw = layers * dirs * per, ns = gates == 4 ? 2 : 1;
+    /* X, the weights, then (outputs) Y, HN, CN and Reserve: the names */
+    char(*names)[256] = vq__malloc((size_t)(nw + 4) * sizeof *names);
+    const char **in = vq__malloc((size_t)(nw + 1) * sizeof *in);
+    if (!names || !in) {
+        free(names);
+        free(in);
+        return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
+    }
+    static const char *const kinds[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    int64_t gh = gates * hidden;
+    double bound = 1.0 / sqrt((double)hidden);
+    int rc = 0;
+    in[0] = x;
+    for (int j = 0; j < nw && rc >= 0; j++) {
+        int k = j % per, ld = j / per, l = ld / dirs, dir = ld % dirs;
+        int64_t in_w = l == 0 ? d.shape[2] : (int64_t)dirs * hidden;
+        snprintf(names[j], sizeof names[j], "%s.%s_l%d%s", y, kinds[k], l, dir ? "_reverse" : "");
+        int64_t shape[2] = {gh, k == 0 ? in_w : hidden};
+        rc = add_param(main, startup, names[j], d.dtype, k < 2 ? 2 : 1, shape, bound, seed + j);
+        in[1 + j] = names[j];
+    }
+    const char *out[4] = {y, names[nw], names[nw + 1], names[nw + 2]};
+    snprintf(names[nw], sizeof names[nw], "%s.hn", y);
+    snprintf(names[nw + 1], sizeof names[nw + 1], "%s.%s", y, ns == 2 ? "cn" : "reserve");
+    snprintf(names[nw + 2], sizeof names[nw + 2], "%s.reserve", y);
+    int64_t ys[3] = {d.shape[0], d.shape[1], (int64_t)dirs * hidden};
+    int64_t hs[3] = {(int64_t)layers * dirs, d.shape[1], hidden};
+    if (rc >= 0)
+        rc = vq_program_add_var(main, 0, y, d.dtype, 3, ys, false);
+    for (int s = 0; s < ns && rc >= 0; s++)
+        rc = vq_program_add_var(main, 0, out[1 + s], d.dtype, 3, hs, false);
+    /* Reserve's size follows from T and batch: the op's inference gives
+     * it (-1 while either is unknown) */
+    int64_t rs = -1;
+    if (d.shape[0] >= 0 && d.shape[1] >= 0) {
+        int64_t saved = gates == 4 ? 5 * hidden : gates == 3 ? 4 * hidden : 0;
+        rs = (int64_t)layers * d.shape[0] * d.shape[1] * dirs * (hidden + saved);
+    }
+    if (rc >= 0 && !o->inference)
+        rc = vq_program_add_var(main, 0, out[1 + ns], d.dtype, 1, &rs, false);
+    vq_attr a[5] = {VQ_ATTR_I("hidden_size", hidden), VQ_ATTR_I("num_layers", layers),
+                    VQ_ATTR_B("bidirectional", dirs == 2), VQ_ATTR_B("bias", !o->no_bias),
+                    VQ_ATTR_S("nonlinearity", nl)};
+    if (rc >= 0)
+        rc = vq_program_add_op(main, 0, type, in, 1 + nw, out, 1 + ns + !o->inference, a,
+                               gates == 1 ? 5 : 4);
+    free(names);
+    free(in);
+    return built(rc, fn);
+}
+
+VQ_API int vq_layer_lstm(vq_program *main, vq_program *startup, const char *x, const char *y,
+                         int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed)
+{
+    return recurrent_layer(main, startup, x, y, hidden, opts, seed, "lstm", 4, "vq_layer_lstm");
+}
+
+VQ_API int vq_layer_gru(vq_program *main, vq_program *startup, const char *x, const char *y,
+                        int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed)
+{
+    return recurrent_layer(main, startup, x, y, hidden, opts, seed, "gru", 3, "vq_layer_gru");
+}
+
+VQ_API int vq_layer_rnn(vq_program *main, vq_program *startup, const char *x, const char *y,
+                        int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed)
+{
+    return recurrent_layer(main, startup, x, y, hidden, opts, seed, "rnn", 1, "vq_layer_rnn");
 }
 
 VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x, const char *y)

@@ -187,6 +187,47 @@ VQ_API int vq_lr_schedule_build(vq_program *main, vq_program *startup, const cha
 VQ_API int vq_layer_linear(vq_program *main, vq_program *startup, const char *x, const char *y,
                            int64_t out, uint64_t seed);
 
+/* The recurrent layers' options (vq_layer_lstm, vq_layer_gru,
+ * vq_layer_rnn); all zero: one layer, one direction, with biases, tanh,
+ * and the Reserve output that training reads. */
+typedef struct vq_rnn_layer_opts {
+    int num_layers;           /* stacked layers; 0 = 1 */
+    bool bidirectional;       /* two directions, their outputs side by side */
+    bool no_bias;             /* PyTorch's bias=False: no bias_ih, bias_hh */
+    const char *nonlinearity; /* vq_layer_rnn: "tanh" (NULL) or "relu" */
+    /* true: no "<y>.reserve" output, for a program only run forward (a
+     * gradient of it then runs the forward op again to save the cells) */
+    bool inference;
+} vq_rnn_layer_opts;
+
+/* A PyTorch nn.LSTM over x, sequence-major ([T, batch, in], in known; T
+ * and batch may be -1), into y [T, batch, D * hidden] (D = 2 when
+ * bidirectional), the last states "<y>.hn" and "<y>.cn" [layers * D,
+ * batch, hidden], and unless opts->inference "<y>.reserve" (what the
+ * gradient reads: the cells of every step). The initial states are
+ * zeros. The parameters are PyTorch's, named "<y>.<PyTorch's name>"
+ * ("<y>.weight_ih_l0", "<y>.weight_hh_l0", "<y>.bias_ih_l0",
+ * "<y>.bias_hh_l0", then "..._l0_reverse", "..._l1", ...) with PyTorch's
+ * shapes (weight_ih_l0 [4 hidden, in], gates i, f, g, o), so that a
+ * state_dict's tensors load as they are; declared persistable in both
+ * programs and initialized in startup as PyTorch does: uniform in
+ * [-1/sqrt(hidden), 1/sqrt(hidden)], parameter j (in that order) from
+ * seed + j. One lstm op (ops/cpu/rnn.c) runs every layer. opts may be
+ * NULL (the defaults). VQ_EINVAL for a bad argument, an x of another
+ * rank or an unknown in, or a name already declared. Like every builder
+ * call: not thread-safe on the same programs. */
+VQ_API int vq_layer_lstm(vq_program *main, vq_program *startup, const char *x, const char *y,
+                         int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed);
+
+/* The same for PyTorch's nn.GRU (gates r, z, n; no "<y>.cn"). */
+VQ_API int vq_layer_gru(vq_program *main, vq_program *startup, const char *x, const char *y,
+                        int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed);
+
+/* The same for PyTorch's nn.RNN (one gate; opts->nonlinearity; no
+ * "<y>.cn"). */
+VQ_API int vq_layer_rnn(vq_program *main, vq_program *startup, const char *x, const char *y,
+                        int64_t hidden, const vq_rnn_layer_opts *opts, uint64_t seed);
+
 /* y = act(x) for act "relu", "sigmoid", "tanh" or "softmax"; y declared
  * like x. */
 VQ_API int vq_layer_activation(vq_program *main, const char *act, const char *x, const char *y);

@@ -504,11 +504,13 @@ Test(ops_rnn, zero_steps_and_an_empty_batch)
 Test(ops_rnn, f32_cells_in_chunks_across_rows_match_f64)
 {
     /* the f32 cells (vectorized gates, chunks of 256 (row, unit) pairs
-     * that start and end inside rows: H = 100, B = 7) and the packed
-     * weights of the products, against the f64 kernel's plain loops, with
-     * states, Reserve and two layers of two directions */
+     * that start and end inside rows: H = 100, B = 7), the packed
+     * weights of the products and the input projection in chunks of steps
+     * (5 for lstm, 7 for gru: T = 12 is not a multiple), against the f64
+     * kernel's plain loops, with states, Reserve and two layers of two
+     * directions */
     struct rnn_case c = {.name = "chunks",
-                         .T = 3,
+                         .T = 12,
                          .B = 7,
                          .I = 5,
                          .H = 100,

@@ -759,6 +759,7 @@ typedef struct rnn_call {
     bool panels;
     int64_t GHp;
     bool cells512; /* f32 at vq__isa()'s AVX-512 level: the cells' _512 forms */
+    int64_t chunk; /* the forward's steps per input projection (xp's rows / B) */
     /* the layer being run */
     int layer;
     const char *in; /* the layer's input [T, B, in_w] */
@@ -890,8 +891,8 @@ static void times_wt(const rnn_call *c, int64_t m, int64_t n, int64_t k, const v
         vq__gemm(c->dt, false, false, m, n, k, 1, a, lda, w_t, n, 0, out);
 }
 
-/* One direction of the current layer. Scratch: the input projection [TB,
- * GH], h W_hh^T [B, GH], the folded biases [GH + H], W_ih^T and W_hh^T
+/* One direction of the current layer. Scratch: the input projection of
+ * chunk steps [chunk * B, GH], h W_hh^T [B, GH], the folded biases [GH + H], W_ih^T and W_hh^T
  * (packed for the product, widths rounded up to whole panels), and
  * without Reserve the cells of one step [B, S]. */
 static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
@@ -901,7 +902,7 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
     const vq__rnn_params *p = c->p;
     int64_t T = c->T, B = c->B, H = c->H, GH = c->GH, DH = p->dirs * H;
     for (int d = (int)lo; d < hi; d++) {
-        char *xp = AT(c->scr, d * c->per), *hp = AT(xp, c->TB * GH), *bx = AT(hp, B * GH),
+        char *xp = AT(c->scr, d * c->per), *hp = AT(xp, c->chunk * B * GH), *bx = AT(hp, B * GH),
              *bn = AT(bx, GH), *wih = AT(bn, H), *whh = AT(wih, c->max_in * c->GHp),
              *cells = AT(whh, H * c->GHp);
         char *saved = c->res ? res_saved(c, c->layer, d) : cells;
@@ -917,12 +918,18 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
             transpose(c, GH, c->in_w, weight(c, c->layer, d, 0), wih);
             transpose(c, GH, H, weight(c, c->layer, d, 1), whh);
         }
-        if (c->TB > 0 && c->in_w > 0)
-            times_wt(c, c->TB, GH, c->in_w, c->in, c->in_w, wih, xp);
-        else
-            memset(xp, 0, (size_t)(c->TB * GH) * c->es);
+        int64_t t_lo = 0; /* the first time step xp holds */
         for (int64_t s = 0; s < T; s++) {
             int64_t t = d ? T - 1 - s : s, ldh, ldc = 0;
+            if (s % c->chunk == 0) { /* the input projection of the next chunk of steps */
+                int64_t n = T - s < c->chunk ? T - s : c->chunk;
+                t_lo = d ? T - s - n : s;
+                if (B > 0 && c->in_w > 0)
+                    times_wt(c, n * B, GH, c->in_w, AT(c->in, t_lo * B * c->in_w), c->in_w, wih,
+                             xp);
+                else
+                    memset(xp, 0, (size_t)(n * B * GH) * c->es);
+            }
             const char *hprev = h_prev(c, d, s, &ldh), *cprev = NULL;
             if (hprev && B > 0 && !(c->panels && B <= DOT_ROWS))
                 times_wt(c, B, GH, H, hprev, ldh, whh, hp);
@@ -932,7 +939,7 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
             else
                 memset(hp, 0, (size_t)(B * GH) * c->es);
             char *cur = c->res ? AT(saved, t * B * c->S) : cells;
-            char *h = AT(c->out, t * B * DH + d * H), *x = AT(xp, t * B * GH);
+            char *h = AT(c->out, t * B * DH + d * H), *x = AT(xp, (t - t_lo) * B * GH);
             if (p->cell == VQ__RNN_LSTM) {
                 cprev = c->res || s == 0 ? c_prev(c, d, s, saved, &ldc) : AT(cells, 4 * H);
                 if (!c->res && s > 0)
@@ -1033,8 +1040,17 @@ static int rnn_kernel(const vq__kcall *k)
     c->panels = c->dt == VQ_F32 && vq__sgemm512_ok();
     c->GHp = c->panels ? panel_cols(c->GH) : c->GH;
 
-    c->per = c->TB * c->GH + c->B * c->GH + c->GH + c->H + c->max_in * c->GHp + c->H * c->GHp +
-             (c->res ? 0 : c->B * c->S);
+    /* with panels, the input projection runs chunk steps at a time, so
+     * that its rows (about 64 KiB) stay in the core's cache beside W_hh,
+     * and the scratch does not grow with T; the rows' bits are the same
+     * either way (each row's sums depend only on the sizes) */
+    c->chunk = c->T > 0 ? c->T : 1;
+    if (c->panels && c->B * c->GH > 0) {
+        int64_t steps = 16384 / (c->B * c->GH);
+        c->chunk = steps < 1 ? 1 : steps < c->chunk ? steps : c->chunk;
+    }
+    c->per = c->chunk * c->B * c->GH + c->B * c->GH + c->GH + c->H + c->max_in * c->GHp +
+             c->H * c->GHp + (c->res ? 0 : c->B * c->S);
     vq_tensor *scr;
     int rc = vq__kernel_scratch(k, x->dtype, p->dirs * c->per + ybufs, "recurrence scratch", &scr);
     if (rc < 0)

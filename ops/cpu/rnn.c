@@ -58,7 +58,7 @@
 #include "../params.h"
 #include "../cuda/cuda_ops.h"
 #include "../math/isa.h"
-#include "../math/sgemm512.h"
+#include "../math/sgemm.h"
 #include "../math/vmath.h"
 
 #include <math.h>
@@ -754,7 +754,7 @@ typedef struct rnn_call {
     char *scr;           /* scratch, `per` elements per direction */
     int64_t per;
     int64_t max_in; /* the widest layer input: max(I, D*H) */
-    /* f32 on vq__sgemm512: the forward's W^T packed in its panels, GHp
+    /* f32 on vq__sgemm: the forward's W^T packed in its panels, GHp
      * (GH in whole panels) columns; else GHp = GH */
     bool panels;
     int64_t GHp;
@@ -852,7 +852,7 @@ static void transpose(const rnn_call *c, int64_t m, int64_t n, const void *src, 
 }
 
 /* W [n, k] (rows of k) as the B operand W^T [k, n] of
- * vq__sgemm512_panels, straight from W's rows: what one transpose and the
+ * vq__sgemm_panels, straight from W's rows: what one transpose and the
  * product's own packing did for every step's product, done once per call
  * (each panel's 32 rows of W read in order, zeros past row n). */
 static void pack_panels(int64_t n, int64_t k, const float *w, float *bp)
@@ -869,7 +869,8 @@ static void pack_panels(int64_t n, int64_t k, const float *w, float *bp)
 }
 
 /* Up to this many batch rows, a step's product with W_hh takes W_hh as it
- * is, as dot products (vq__sgemm512_dots), instead of its packed panels:
+ * is, as dot products (vq__sgemm's path for a few rows of A against B
+ * transposed), instead of its packed panels:
  * at batch 1 the panels' kernel, made for many rows, took half again as
  * long. */
 #define DOT_ROWS 1
@@ -886,7 +887,7 @@ static void times_wt(const rnn_call *c, int64_t m, int64_t n, int64_t k, const v
                      const char *w_t, void *out)
 {
     if (c->panels)
-        vq__sgemm512_panels(m, n, k, a, lda, (const float *)w_t, out, n, NULL);
+        vq__sgemm_panels(m, n, k, a, lda, (const float *)w_t, out, n, NULL);
     else
         vq__gemm(c->dt, false, false, m, n, k, 1, a, lda, w_t, n, 0, out);
 }
@@ -933,10 +934,11 @@ static int forward_dir(void *arg, int64_t lo, int64_t hi, int slot)
             const char *hprev = h_prev(c, d, s, &ldh), *cprev = NULL;
             if (hprev && B > 0 && !(c->panels && B <= DOT_ROWS))
                 times_wt(c, B, GH, H, hprev, ldh, whh, hp);
-            else if (hprev && B > 0)
-                vq__sgemm512_dots(B, GH, H, 1, (const float *)hprev, ldh, weight(c, c->layer, d, 1),
-                                  H, 0, (float *)hp, GH);
-            else
+            else if (hprev && B > 0) {
+                if (!vq__sgemm(false, true, B, GH, H, 1, (const float *)hprev, ldh,
+                               weight(c, c->layer, d, 1), H, 0, (float *)hp, GH, NULL))
+                    times_wt(c, B, GH, H, hprev, ldh, whh, hp);
+            } else
                 memset(hp, 0, (size_t)(B * GH) * c->es);
             char *cur = c->res ? AT(saved, t * B * c->S) : cells;
             char *h = AT(c->out, t * B * DH + d * H), *x = AT(xp, (t - t_lo) * B * GH);
@@ -1037,7 +1039,7 @@ static int rnn_kernel(const vq__kcall *k)
     c->res = p->reserve ? k->out[1 + ns]->data : NULL;
     int64_t DH = p->dirs * c->H, ybufs = !c->res && p->layers > 1 ? 2 * c->TB * DH : 0;
     c->max_in = x->shape[2] > DH ? x->shape[2] : DH;
-    c->panels = c->dt == VQ_F32 && vq__sgemm512_ok();
+    c->panels = c->dt == VQ_F32 && vq__sgemm_ok();
     c->GHp = c->panels ? panel_cols(c->GH) : c->GH;
 
     /* with panels, the input projection runs chunk steps at a time, so
@@ -1102,8 +1104,8 @@ static int backward_dir(void *arg, int64_t lo, int64_t hi, int slot)
         const float *whh_p = NULL;
         if (c->panels && !gru) {
             float *bp = (float *)AT(dc, B * H);
-            vq__sgemm512_pack(GH, H, weight(c, c->layer, d, 1), H, bp, 0,
-                              panel_cols(H) / VQ__SG_PANEL);
+            vq__sgemm_pack(GH, H, weight(c, c->layer, d, 1), H, bp, 0,
+                           panel_cols(H) / VQ__SG_PANEL);
             whh_p = bp;
         }
         char *saved = res_saved(c, c->layer, d);
@@ -1158,7 +1160,7 @@ static int backward_dir(void *arg, int64_t lo, int64_t hi, int slot)
             }
             /* dh_{t-1} = (gru: dh z +) the hidden side's gradients W_hh */
             if (whh_p && B > 0)
-                vq__sgemm512_panels(B, H, GH, (const float *)gh, GH, whh_p, (float *)dh, H, NULL);
+                vq__sgemm_panels(B, H, GH, (const float *)gh, GH, whh_p, (float *)dh, H, NULL);
             else
                 vq__gemm(c->dt, false, false, B, H, GH, 1, gh, GH, whh, H, gru ? 1 : 0, dh);
         }
@@ -1215,7 +1217,7 @@ static int rnn_grad_kernel(const vq__kcall *k)
     c->dhn = p->grads & 2 ? k->in[i++]->data : NULL;
     c->dcn = p->grads & 4 ? k->in[i++]->data : NULL;
     int64_t DH = p->dirs * c->H, dbufs = p->layers > 1 ? 2 * c->TB * DH : 0;
-    c->panels = c->dt == VQ_F32 && vq__sgemm512_ok() && p->cell != VQ__RNN_GRU;
+    c->panels = c->dt == VQ_F32 && vq__sgemm_ok() && p->cell != VQ__RNN_GRU;
     c->per = c->TB * c->GH * (p->cell == VQ__RNN_GRU ? 2 : 1) + 2 * c->B * c->H +
              (c->panels ? c->GH * panel_cols(c->H) : 0);
     vq_tensor *scr;

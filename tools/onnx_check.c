@@ -117,8 +117,8 @@ static int as_bf16(vq_tensor **t)
 static void offers_retype(const char *model, vq_onnx_value *offers, int n)
 {
     bool any = false;
-    for (int i = 0; i < n; i++)
-        any |= vq_tensor_dtype(offers[i].tensor) == VQ_U16;
+    for (int i = 0; i < n; i++) /* a sequence's offer has no tensor of its own */
+        any |= offers[i].tensor && vq_tensor_dtype(offers[i].tensor) == VQ_U16;
     vq_scope *s;
     vq_program *p;
     if (!any || vq_scope_new(&s) < 0)
@@ -126,7 +126,7 @@ static void offers_retype(const char *model, vq_onnx_value *offers, int n)
     if (vq_program_from_onnx_file(&p, s, model) == 0) {
         for (int i = 0; i < n; i++) {
             vq_dtype dt;
-            if (vq_tensor_dtype(offers[i].tensor) == VQ_U16 &&
+            if (offers[i].tensor && vq_tensor_dtype(offers[i].tensor) == VQ_U16 &&
                 vq_program_var_info(p, offers[i].name, &dt, NULL, NULL, NULL) == 0 && dt == VQ_BF16)
                 as_bf16(&offers[i].tensor);
         }

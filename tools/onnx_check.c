@@ -408,7 +408,11 @@ static int run_case(vq_exec *ex, const char *dir, char *msg, size_t size)
                                                     .elems = dd->elems,
                                                     .none = dd->none};
         }
+        /* the offers borrow data's tensors: a retyped one replaces its
+         * data's (offers_retype released that), which frees it after */
         offers_retype(model, offers, noffers);
+        for (int i = 0; i < noffers; i++)
+            data[i].tensor = offers[i].tensor;
         vq_onnx_opts opts = {.values = offers, .nvalues = noffers};
         if ((rc = vq_scope_new(&s)) < 0 ||
             (rc = vq_program_from_onnx_file_opts(&p, s, model, &opts)) < 0) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define HAVE_X86 1
 #else
@@ -142,13 +143,31 @@ static const struct vq__half_conv avx512bf16 = {"avx512bf16", f32_to_f16_f16c, f
                                                 f32_to_bf16_avx512, bf16_to_f32_avx2};
 #endif
 
+#if HAVE_X86
+/* F16C (CPUID 1: ECX bit 29) and AVX512-BF16 (CPUID 7.1: EAX bit 5) read
+ * from CPUID itself: clang 14's __builtin_cpu_supports knows neither
+ * name. The OS's saving of the vector state is what vq__isa's level
+ * already vouches for (AVX2 or AVX-512 are on only where it does). */
+static bool cpu_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+
+static bool cpu_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1);
+}
+#endif
+
 const struct vq__half_conv *vq__half_at(enum vq__isa_level l)
 {
 #if HAVE_X86
     __builtin_cpu_init();
-    if (l >= VQ__ISA_AVX512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c"))
-        return __builtin_cpu_supports("avx512bf16") ? &avx512bf16 : &avx512_int;
-    if (l >= VQ__ISA_AVX2 && __builtin_cpu_supports("f16c"))
+    if (l >= VQ__ISA_AVX512 && __builtin_cpu_supports("avx512bw") && cpu_f16c())
+        return cpu_avx512bf16() ? &avx512bf16 : &avx512_int;
+    if (l >= VQ__ISA_AVX2 && cpu_f16c())
         return &f16c;
 #else
     (void)l;

@@ -8,6 +8,9 @@
 #include "tensor_services.h"
 
 #include <criterion/criterion.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,10 +129,15 @@ Test(dtypes, every_16_bit_pattern_to_f32_is_exact_at_every_level, .init = dir_ma
     python("np.save(os.path.join(d, 'h.npy'), np.arange(65536, dtype='<u2').view('<f2')"
            ".astype('<f4'))\n");
     /* the instructions are what the vector levels use, where the CPU has them */
-    __builtin_cpu_init();
-    if (vq__isa_cpu() >= VQ__ISA_AVX512 && __builtin_cpu_supports("avx512bf16"))
+    bool f16c = false, bf16 = false;
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, dd = 0;
+    f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1);
+    bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &dd) && (a >> 5 & 1);
+#endif
+    if (vq__isa_cpu() >= VQ__ISA_AVX512 && bf16)
         cr_assert_str_eq(vq__half_at(VQ__ISA_AVX512)->name, "avx512bf16");
-    if (vq__isa_cpu() >= VQ__ISA_AVX2 && __builtin_cpu_supports("f16c"))
+    if (vq__isa_cpu() >= VQ__ISA_AVX2 && f16c)
         cr_assert_str_eq(vq__half_at(VQ__ISA_AVX2)->name, "f16c");
     vq_tensor *ref = load("h.npy");
     const float *want = vq_tensor_data(ref);

@@ -444,9 +444,9 @@ Test(dtypes, narrow_integer_arithmetic_wraps_and_compares_by_value)
             uint64_t s = 0, p = 0;
             memcpy(&s, (char *)vq_tensor_data(sum) + i * (int64_t)es, es);
             memcpy(&p, (char *)vq_tensor_data(prod) + i * (int64_t)es, es);
-            cr_assert_eq(s, (uint64_t)((int64_t)a + (int64_t)b) & mask, "%s: %g + %g",
+            cr_assert_eq(s, ((uint64_t)(int64_t)a + (uint64_t)(int64_t)b) & mask, "%s: %g + %g",
                          vq_dtype_name(dt), a, b);
-            cr_assert_eq(p, (uint64_t)((int64_t)a * (int64_t)b) & mask, "%s: %g * %g",
+            cr_assert_eq(p, ((uint64_t)(int64_t)a * (uint64_t)(int64_t)b) & mask, "%s: %g * %g",
                          vq_dtype_name(dt), a, b);
             cr_assert_eq(((uint8_t *)vq_tensor_data(lt))[i], a < b);
             cr_assert_eq(oc_get(mx, i), fmax(a, b));

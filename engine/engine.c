@@ -370,7 +370,7 @@ void vq__defer_end(vq_engine *e, const atomic_bool *until)
  * engine's push is not hot: it runs the op under naive_lock.
  * Appends op's accesses to its vars and dispatches it if nothing holds it
  * back. fn: the API call, for the message. */
-static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
+static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn, struct vq__vblock **given)
 {
     const struct vq__desc *o = op->desc;
     int n = o->nwrites + o->nreads;
@@ -387,7 +387,9 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
      * takes them only if it does not. */
     struct vq__vblock *spare = NULL;
     bool try_join = joined_last && (o->flags & VQ__OPR_GROUPABLE);
-    if (!try_join && !vblocks_take(n, &spare))
+    if (__builtin_expect(given != NULL, 0)) /* n of them, from a reserve */
+        spare = *given;
+    else if (!try_join && !vblocks_take(n, &spare))
         return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
 
     /* The lock order: kept by the op, or one var (already in order), or
@@ -406,7 +408,10 @@ static HOT int op_enqueue(vq_engine *e, vq__op *op, const char *fn)
             return vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
         granted = vq__var_append_op(op, order, &spare, &vq__last_ticket);
     }
-    vblocks_free(spare);
+    if (__builtin_expect(given != NULL, 0))
+        *given = spare; /* what the accesses did not use, back to the reserve */
+    else
+        vblocks_free(spare);
     joined_last = granted == VQ__APPEND_JOINED;
     if (__builtin_expect(defer.kept != NULL, 0) && ++defer.after > DEFER_PUSHES) {
         dispatch(defer.engine, defer.kept); /* (the kept op's engine, maybe not e) */
@@ -479,7 +484,7 @@ HOT int vq__push_task(vq_engine *e, const vq_task *t, unsigned flags, const char
                                : vq__fail(VQ_ENOMEM, "%s: out of memory", fn);
     }
     op->desc = &op->embedded;
-    rc = op_enqueue(e, op, fn);
+    rc = op_enqueue(e, op, fn, NULL);
     if (rc < 0) {
         if (flags & VQ__OPR_HEAPVARS)
             free(vars);
@@ -664,7 +669,12 @@ VQ_API vq_opr *vq_opr_new(vq_engine *e, const vq_task *t)
         return NULL;
     }
     spare->spare_of = o;
+    spare->reserved = false;
     atomic_init(&o->spare, spare);
+    o->reserve_lock = (vq__spinlock){ATOMIC_FLAG_INIT};
+    o->reserve_nblocks = o->reserve_want = 0;
+    o->reserve_ops = NULL;
+    o->reserve_blocks = NULL;
     atomic_init(&o->pushes, 0);
     atomic_init(&o->remaining, 0);
     vq__list_add(e, &e->oprs, &o->link);
@@ -719,7 +729,7 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
     /* relaxed: the op's queue hand-off orders it before the completion */
     atomic_fetch_add_explicit(&o->pushes, 1, memory_order_relaxed);
     op->desc = d;
-    int rc = op_enqueue(e, op, "vq_push_opr");
+    int rc = op_enqueue(e, op, "vq_push_opr", NULL);
     if (rc < 0) {
         if (op->spare_of)
             atomic_store_explicit(&o->spare, op, memory_order_release);
@@ -727,6 +737,81 @@ VQ_API int vq_push_opr(vq_engine *e, vq_opr *o)
             vq__pool_free(VQ__POOL_OP, op);
         atomic_fetch_sub_explicit(&o->pushes, 1, memory_order_relaxed);
     }
+    return rc;
+}
+
+static void reserve_put(vq_opr *o, vq__op *op, struct vq__vblock *blocks);
+
+int vq__opr_reserve(vq_opr *o, int k)
+{
+    int n = o->desc.nwrites + o->desc.nreads;
+    if (k <= 0 || (long)k * n > INT_MAX / 2)
+        return vq__fail(VQ_EINVAL, "vq__opr_reserve: %d pushes of %d vars", k, n);
+    vq__op *ops = NULL;
+    struct vq__vblock *blocks = NULL;
+    bool ok = vblocks_take(k * n, &blocks);
+    for (int i = 0; ok && i < k; i++) {
+        vq__op *op = vq__pool_alloc(VQ__POOL_OP);
+        if (!(ok = op != NULL))
+            break;
+        op->spare_of = o;
+        op->reserved = true;
+        op->next = ops;
+        ops = op;
+    }
+    if (!ok) {
+        vblocks_free(blocks);
+        while (ops) {
+            vq__op *next = ops->next;
+            vq__pool_free(VQ__POOL_OP, ops);
+            ops = next;
+        }
+        return vq__fail(VQ_ENOMEM, "out of memory (setting aside %d pushes of an op)", k);
+    }
+    vq__spin_lock(&o->reserve_lock);
+    o->reserve_want += k * n;
+    vq__spin_unlock(&o->reserve_lock);
+    reserve_put(o, NULL, blocks); /* the blocks first: none taken from the pool again */
+    while (ops) {                 /* one at a time: reserve_put links them */
+        vq__op *next = ops->next;
+        reserve_put(o, ops, NULL);
+        ops = next;
+    }
+    return 0;
+}
+
+int vq__push_opr_reserved(vq_engine *e, vq_opr *o)
+{
+    int rc = vq_push_opr(e, o);
+    if (rc != VQ_ENOMEM)
+        return rc;
+    const struct vq__desc *d = &o->desc;
+    int n = d->nwrites + d->nreads;
+    struct vq__vblock *blocks = NULL;
+    vq__spin_lock(&o->reserve_lock);
+    vq__op *op = o->reserve_ops;
+    if (op && o->reserve_nblocks >= n) {
+        o->reserve_ops = op->next;
+        for (int i = 0; i < n; i++) {
+            struct vq__vblock *b = o->reserve_blocks;
+            o->reserve_blocks = b->next;
+            b->next = blocks;
+            blocks = b;
+        }
+        o->reserve_nblocks -= n;
+    } else {
+        op = NULL;
+    }
+    vq__spin_unlock(&o->reserve_lock);
+    if (!op)
+        return vq__fail(VQ_ENOMEM, "vq_push_opr: out of memory, and the op's reserve is out "
+                                   "with its earlier pushes");
+    atomic_fetch_add_explicit(&o->pushes, 1, memory_order_relaxed);
+    op->desc = d;
+    rc = op_enqueue(e, op, "vq_push_opr", &blocks);
+    if (rc < 0) /* (not for memory: the blocks were there) */
+        atomic_fetch_sub_explicit(&o->pushes, 1, memory_order_relaxed);
+    reserve_put(o, rc < 0 ? op : NULL, blocks);
     return rc;
 }
 
@@ -787,6 +872,34 @@ static void op_poison(const struct vq__desc *o, int err, const char *why)
     vq__engine_note_fail(o->engine, err);
 }
 
+/* Puts op (NULL: none) and the blocks list back into o's reserve, then
+ * tops the blocks up from the pool to reserve_want: the pushes it served
+ * took some, and their accesses, once done, gave as many back to a pool. */
+static void reserve_put(vq_opr *o, vq__op *op, struct vq__vblock *blocks)
+{
+    vq__spin_lock(&o->reserve_lock);
+    if (op) {
+        op->next = o->reserve_ops;
+        o->reserve_ops = op;
+    }
+    while (blocks) {
+        struct vq__vblock *next = blocks->next;
+        blocks->next = o->reserve_blocks;
+        o->reserve_blocks = blocks;
+        o->reserve_nblocks++;
+        blocks = next;
+    }
+    while (o->reserve_nblocks < o->reserve_want) {
+        struct vq__vblock *b = vq__pool_alloc(VQ__POOL_VBLOCK);
+        if (!b)
+            break; /* short for now: the next completion tries again */
+        b->next = o->reserve_blocks;
+        o->reserve_blocks = b;
+        o->reserve_nblocks++;
+    }
+    vq__spin_unlock(&o->reserve_lock);
+}
+
 /* Gives back what op holds beside its accesses: its argument, its vars
  * array, and the op itself (or, for a prebuilt op, its count of pushes in
  * flight). */
@@ -802,7 +915,9 @@ static HOT void op_release(vq__op *op)
     } else {
         /* A spare goes home before the completion that may free its home
          * (release: our use of it before the next push's acquire). */
-        if (home)
+        if (home && __builtin_expect(op->reserved, 0))
+            reserve_put(home, op, NULL);
+        else if (home)
             atomic_store_explicit(&home->spare, op, memory_order_release);
         opr_complete((vq_opr *)o); /* desc is a vq_opr's first member */
     }

@@ -233,6 +233,17 @@ struct vq_opr {
      * pool: when that is empty too and memory is out, it fails with
      * VQ_ENOMEM like any push (reported to the pusher, never waited for). */
     _Atomic(struct vq__op *) spare;
+    /* vq__opr_reserve's: ops and var blocks set aside while memory was
+     * there, for pushes of a prebuilt op that a layer cannot go without
+     * (vq__push_opr_reserved), made when the pools are empty and memory is
+     * out. An op taken from here comes back when it completes, and the
+     * blocks its push took are taken again from the pool then (the ones its
+     * accesses freed are in that pool by then), up to reserve_want. Under
+     * reserve_lock; the slow path only. */
+    vq__spinlock reserve_lock;
+    int reserve_nblocks, reserve_want;
+    struct vq__op *reserve_ops;
+    struct vq__vblock *reserve_blocks;
 };
 
 /* One push of an op. Also the vq_done handle of an async op. */
@@ -256,6 +267,7 @@ struct vq__op {
     struct vq__naive_wait *naive; /* naive engine: the pusher waiting for an async op */
     struct vq_opr *spare_of;      /* the prebuilt op whose spare this is, or NULL */
     int wait_err;                 /* RUN_ON_FAILED: its failed wait for GPU work */
+    bool reserved;                /* from spare_of's reserve (read only with spare_of) */
     /* third line: an op's vars (embedded.vars points here), a group's links */
     vq_var *inline_vars[VQ__INLINE_VARS];
     struct vq__op *group_next, *group_tail;

@@ -216,6 +216,16 @@ void vq__opr_destroy(vq_opr *o)
     vq__op *spare = atomic_load_explicit(&o->spare, memory_order_relaxed);
     if (spare)
         vq__pool_free(VQ__POOL_OP, spare);
+    while (o->reserve_ops) { /* every push is done: the whole reserve is home */
+        vq__op *next = o->reserve_ops->next;
+        vq__pool_free(VQ__POOL_OP, o->reserve_ops);
+        o->reserve_ops = next;
+    }
+    while (o->reserve_blocks) {
+        struct vq__vblock *next = o->reserve_blocks->next;
+        vq__pool_free(VQ__POOL_VBLOCK, o->reserve_blocks);
+        o->reserve_blocks = next;
+    }
     free(o->desc.vars);
     free(o);
 }

@@ -8,17 +8,22 @@
 #include <execinfo.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 static atomic_long countdown;  /* > 0: armed */
+static atomic_bool lasting;    /* armed by vq__fault_arm_lasting */
+static atomic_bool failing;    /* it fired: every allocation fails */
 static atomic_int fired;
 static _Atomic(void *) fired_site;
 static void *fired_stack[24]; /* written once per arm, by the failing allocation */
 static int fired_depth;
 
-void vq__fault_arm(long n)
+static void arm(long n, bool last)
 {
+    atomic_store(&lasting, last && n > 0); /* before the countdown it decides with */
+    atomic_store(&failing, false);
     if (n <= 0) { /* disarmed: what fired stays readable */
         atomic_store(&countdown, 0);
         return;
@@ -28,6 +33,16 @@ void vq__fault_arm(long n)
     atomic_store(&fired, 0);
     atomic_store(&fired_site, NULL);
     atomic_store(&countdown, n);
+}
+
+void vq__fault_arm(long n)
+{
+    arm(n, false);
+}
+
+void vq__fault_arm_lasting(long n)
+{
+    arm(n, true);
 }
 
 int vq__fault_stack(void **frames, int max)
@@ -54,9 +69,11 @@ static inline int hit(void *site)
 {
     /* relaxed: disarmed, the only cost; armed, the fetch_sub decides */
     if (__builtin_expect(atomic_load_explicit(&countdown, memory_order_relaxed) <= 0, 1))
-        return 0;
+        return atomic_load_explicit(&failing, memory_order_relaxed);
     if (atomic_fetch_sub(&countdown, 1) != 1)
         return 0;
+    if (atomic_load(&lasting))
+        atomic_store(&failing, true);
     atomic_store(&fired_site, site);
     fired_depth = backtrace(fired_stack, 24);
     atomic_store(&fired, 1);

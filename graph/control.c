@@ -901,6 +901,23 @@ static vq_opr *opr_make(struct plan *pl, const vq_task *t)
     return o;
 }
 
+/* An op that vq__push_tail pushes (an end, a step, an exit), with what
+ * TAIL_PUSHES of its pushes need set aside: an execution has one of each
+ * in flight, and the next may be pushed (by the step that ends it) before
+ * its op has come back. */
+enum { TAIL_PUSHES = 2 };
+
+static vq_opr *tail_make(struct plan *pl, const vq_task *t)
+{
+    vq_opr *o = opr_make(pl, t);
+    if (o && vq__opr_reserve(o, TAIL_PUSHES) < 0) {
+        vq__fail(VQ_ENOMEM, "%s: %s", t->name, vq_errmsg());
+        vq_opr_free(pl->exec->engine, o);
+        return NULL;
+    }
+    return o;
+}
+
 /* A saving while's tape: per frame the op that records the carried
  * values it starts from (head), all writing the tape var. */
 static int build_tape(struct ctl *c)
@@ -1032,7 +1049,7 @@ static int build_begin_end(struct fop *f)
                       .nwrites = writes.n,
                       .props = VQ_PROP_RUN_ON_FAILED,
                       .name = ci->is_while ? "while_end" : "cond_end"};
-        if (!(c->begin = opr_make(pl, &bt)) || !(c->end = opr_make(pl, &nt)))
+        if (!(c->begin = opr_make(pl, &bt)) || !(c->end = tail_make(pl, &nt)))
             rc = VQ_ENOMEM;
     }
     free(reads.v);
@@ -1074,7 +1091,7 @@ int vq__ctl_build(struct fop *f)
         vq_var *cv = b->vars[pl->local[ci->body_cond]].ev;
         vq_task st = {.fn = ctl_step, .arg = b, .reads = &cv, .nreads = 1,
                       .props = VQ_PROP_RUN_ON_FAILED, .name = "while_step"};
-        if (!(b->step = opr_make(pl, &st)))
+        if (!(b->step = tail_make(pl, &st)))
             rc = VQ_ENOMEM;
         b->tail = b->step;
     }
@@ -1094,7 +1111,7 @@ int vq__ctl_build(struct fop *f)
         vq_task et = {.fn = ctl_exit, .arg = c, .writes = all.v, .nwrites = all.n,
                       .props = VQ_PROP_RUN_ON_FAILED,
                       .name = ci->is_while ? "while_exit" : "cond_exit"};
-        if (rc == 0 && !(c->exit[x] = opr_make(pl, &et)))
+        if (rc == 0 && !(c->exit[x] = tail_make(pl, &et)))
             rc = VQ_ENOMEM;
         if (rc == 0 && !ci->is_while)
             c->frames[x].tail = c->exit[x];

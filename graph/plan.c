@@ -886,13 +886,21 @@ static int plan_build_ops(struct plan *pl)
                  .nwrites = 1,
                  .props = VQ_PROP_RUN_ON_FAILED,
                  .name = "run_done"};
+    /* What their pushes need is set aside now (vq__push_tail): two of the
+     * final op's, which a pusher inside an op may push while an earlier
+     * run's is in flight, and one of final_all's, needed at most once per
+     * plan (a cut run retires it). */
     if (rc == 0 && n >= 0 && !(pl->final = vq_opr_new(e, &t)))
         n = vq__fail(VQ_ENOMEM, "out of memory");
+    if (rc == 0 && n >= 0 && vq__opr_reserve(pl->final, 2) < 0)
+        n = VQ_ENOMEM;
     if (rc == 0 && n >= 0) { /* final_all: every engine var of block 0 */
         t.reads = pl->root_evs.v;
         t.nreads = pl->root_evs.n;
         if (!(pl->final_all = vq_opr_new(e, &t)))
             n = vq__fail(VQ_ENOMEM, "out of memory");
+        else if (vq__opr_reserve(pl->final_all, 1) < 0)
+            n = VQ_ENOMEM;
     }
     pl->root.tail = pl->final;
     pl->root.tail_cut = pl->final_all;

@@ -439,10 +439,12 @@ void vq__frame_push_from(struct frame *fr, int k);
  * may wait for this very thread (an op pushing, on a single worker). */
 int vq__push_prebuilt(vq_engine *e, vq_opr *o);
 /* Pushes a plan's op that a run cannot go without once part of it is in
- * (a frame's tail, a control op's end): retried until the engine takes
- * it, after the plan's earlier runs have ended when this thread may wait
- * for them (then no earlier push of o is in flight, and by vq_push_opr's
- * contract the push does not fail for memory), else after short sleeps. */
+ * (a frame's tail, a control op's end). Such ops are built with a reserve
+ * (vq__opr_reserve) for the pushes an execution has in flight, so the
+ * push does not fail for memory even when memory is out for good; beyond
+ * that it is retried, after the plan's earlier runs have ended when this
+ * thread may wait for them (they give their reserve back), else after
+ * short sleeps. */
 void vq__push_tail(struct plan *pl, vq_opr *o);
 
 /* The run an op execution belongs to: the root frame's n-th execution of

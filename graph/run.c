@@ -668,7 +668,11 @@ void vq__push_tail(struct plan *pl, vq_opr *o)
     vq_engine *e = pl->exec->engine;
     bool waited = false;
     long pause_ns = 50 * 1000;
-    while (vq__push_prebuilt(e, o) == VQ_ENOMEM) {
+    /* Out of memory, the push takes what was set aside for it when the
+     * plan was built (vq__opr_reserve): the run then ends, failed, even if
+     * memory never comes back. Only more pushes of o in flight than were
+     * provided for wait here, for the earlier ones to give theirs back. */
+    while (vq__push_opr_reserved(e, o) == VQ_ENOMEM) {
         if (!waited && !vq_thread_in_op()) {
             /* The run's own pusher (root frame): the earlier runs were
              * pushed whole and end without this thread. */

@@ -1209,7 +1209,7 @@ enum { FAULT_SURVIVED = 10, FAULT_REPORTED, FAULT_PUSH_REPORTED, FAULT_NOT_REACH
  * again without. Exits with what the failed run did; FAULT_BAD, after
  * saying why, when it returned anything but 0 with the right values or
  * VQ_ENOMEM with a message, or when the executor could not run again. */
-static void fault_child(const struct fault_case *fc, vq_program *p, long n)
+static void fault_child(const struct fault_case *fc, vq_program *p, long n, bool lasting)
 {
     alarm(30);
     vq_engine *e;
@@ -1224,7 +1224,10 @@ static void fault_child(const struct fault_case *fc, vq_program *p, long n)
     bool right;
     vq_tensor *in[4];
     fc->inputs(in);
-    vq__fault_arm(n);
+    if (lasting)
+        vq__fault_arm_lasting(n);
+    else
+        vq__fault_arm(n);
     int rc = fault_run(fc, ex, p, in, &right);
     bool fired = vq__fault_fired();
     vq__fault_arm(0);
@@ -1289,7 +1292,7 @@ Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_aga
                 pid_t pid = fork();
                 cr_assert_geq(pid, 0);
                 if (pid == 0)
-                    fault_child(fc, p, n);
+                    fault_child(fc, p, n, false);
                 int status;
                 cr_assert_eq(waitpid(pid, &status, 0), pid);
                 cr_assert(WIFEXITED(status),
@@ -1310,6 +1313,45 @@ Test(exec, a_push_the_engine_cannot_take_fails_the_run_and_the_executor_runs_aga
                      "%s: no failed push was reported in 8 sweeps (the last: %ld allocations, "
                      "%d runs survived, %d failed otherwise)",
                      fc->name, n - 1, seen[FAULT_SURVIVED], seen[FAULT_REPORTED]);
+        vq_program_free(p);
+    }
+}
+
+/* Memory that never comes back: from the n-th allocation of a run on,
+ * every allocation fails. A run whose push failed still has to push its
+ * frame's tail (the final op, a loop's step or exit, a control op's end)
+ * to report; that push used to be retried until memory came back, so
+ * such a run never returned. Now the tails' pushes take what was set
+ * aside for them when the plan was built, and every run returns: 0 with
+ * the right values or VQ_ENOMEM with a message, and once memory is back
+ * the executor runs again (fault_child; a hang is its alarm). */
+Test(exec, a_run_returns_when_memory_runs_out_for_good)
+{
+    for (size_t c = 0; c < sizeof fault_cases / sizeof fault_cases[0]; c++) {
+        const struct fault_case *fc = &fault_cases[c];
+        vq_program *p = fc->build();
+        int seen[FAULT_BAD + 1] = {0};
+        long n;
+        for (n = 1; n < 5000; n++) {
+            pid_t pid = fork();
+            cr_assert_geq(pid, 0);
+            if (pid == 0)
+                fault_child(fc, p, n, true);
+            int status;
+            cr_assert_eq(waitpid(pid, &status, 0), pid);
+            cr_assert(WIFEXITED(status), "%s, N=%ld: the child died (signal %d; SIGALRM %d: a hang)",
+                      fc->name, n, WTERMSIG(status), SIGALRM);
+            int what = WEXITSTATUS(status);
+            cr_assert(what >= FAULT_SURVIVED && what < FAULT_BAD, "%s, N=%ld: exit %d (see above)",
+                      fc->name, n, what);
+            seen[what]++;
+            if (what == FAULT_NOT_REACHED)
+                break;
+        }
+        cr_assert_eq(seen[FAULT_NOT_REACHED], 1, "%s: the run makes over %ld allocations",
+                     fc->name, n);
+        cr_assert_gt(seen[FAULT_REPORTED] + seen[FAULT_PUSH_REPORTED], 0,
+                     "%s: no run failed in %ld allocations", fc->name, n - 1);
         vq_program_free(p);
     }
 }

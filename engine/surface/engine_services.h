@@ -92,6 +92,22 @@ bool vq__engine_help(vq_engine *e, const atomic_bool *until);
 int vq__push_held(vq_engine *e, const vq_task *t, void **held);
 void vq__push_release(vq_engine *e, void *held);
 
+/* For a layer whose run cannot end without some prebuilt op's push (the
+ * executor's tails: a run's final op, a loop's step and exit, a control
+ * op's end), so that a run fails for want of memory instead of waiting
+ * for memory that may never come back: vq__opr_reserve(o, k) sets aside
+ * now, while memory is there, an op and a block per var of o for each of
+ * k pushes (0, or VQ_ENOMEM and nothing set aside). vq__push_opr_reserved
+ * is vq_push_opr, except that when the pools are empty and memory is out
+ * it takes what the push needs from that reserve; each such push's op
+ * comes back to it on completion and its blocks are taken again from the
+ * pool then. So with at most k of o's pushes in flight at once, the push
+ * does not fail for memory; the k+1-th may (VQ_ENOMEM, as vq_push_opr).
+ * Both on the thread that owns o's pushes; the reserve goes with
+ * vq_opr_free's last push. (engine.c) */
+int vq__opr_reserve(vq_opr *o, int k);
+int vq__push_opr_reserved(vq_engine *e, vq_opr *o);
+
 /* For a thread outside the engine's ops that pushes work and then waits
  * for all of it (vq_exec_run): between vq__defer_begin(e) and
  * vq__defer_end(e, until), the first of this thread's ops on e that is

@@ -25,6 +25,9 @@ int vq__posix_memalign(void **p, size_t align, size_t n); /* 0 or ENOMEM */
  * caller's return address), for counting distinct sites. Process-wide
  * (atomic: allocations on any thread count). */
 void vq__fault_arm(long n);
+/* The same, except that the n-th allocation and every one after it fail
+ * until vq__fault_arm(0): memory that does not come back. */
+void vq__fault_arm_lasting(long n);
 int vq__fault_fired(void);
 void *vq__fault_site(void);
 /* The call stack of the failed allocation (up to max frames), 0 if none. */

@@ -27,6 +27,15 @@ typedef struct vq__arena {
     size_t next_size; /* bytes of the next chunk, doubling */
 } vq__arena;
 
+/* The big arrays of a plan (arena.c): malloc, calloc and free, except
+ * that freed blocks are kept, up to VARQ_PLAN_RETAIN_MB, for the next
+ * prepare to take instead of fresh pages from the kernel. Thread-safe. A
+ * block of vq__big_alloc goes to vq__big_free only; NULL when memory
+ * runs out (no message set). Aligned to 64 bytes. */
+void *vq__big_alloc(size_t n);
+void *vq__big_calloc(size_t n, size_t size);
+void vq__big_free(void *p);
+
 /* An empty arena whose first chunk will hold hint bytes. */
 void vq__arena_init(vq__arena *a, size_t hint);
 /* vq__arena_alloc's slow path: a new chunk, then the allocation in it. */

@@ -62,10 +62,10 @@ void vq__plan_destroy(struct plan *pl)
     }
     if (pl->done_var)
         vq_var_free(e, pl->done_var);
-    free(pl->ops);
-    free(pl->vars);
-    free(pl->rec);
-    free(pl->local);
+    vq__big_free(pl->ops);
+    vq__big_free(pl->vars);
+    vq__big_free(pl->rec);
+    vq__big_free(pl->local);
     free(pl->block_nvars);
     free(pl->feeds);
     free(pl->feed_metas);
@@ -658,10 +658,10 @@ static int plan_walk(struct plan *pl)
     vq_program *p = pl->prog;
     struct walk w = {.pl = pl,
                      .rec = pl->rec,
-                     .block_user = vq__malloc((size_t)p->nblocks * sizeof *w.block_user),
-                     .written = vq__calloc((size_t)(pl->nvars ? pl->nvars : 1), 1)};
+                     .block_user = vq__big_alloc((size_t)p->nblocks * sizeof *w.block_user),
+                     .written = vq__big_calloc((size_t)(pl->nvars ? pl->nvars : 1), 1)};
     struct varset ext = {0};
-    pl->ops = vq__calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
+    pl->ops = vq__big_calloc((size_t)(p->nops ? p->nops : 1), sizeof *pl->ops);
     pl->nops = p->nops;
     int rc = 0;
     if (!w.block_user || !pl->ops || !w.written)
@@ -685,8 +685,8 @@ static int plan_walk(struct plan *pl)
     if (rc == 0)
         rc = walk_fetches(&w);
     free(ext.v);
-    free(w.block_user);
-    free(w.written);
+    vq__big_free(w.block_user);
+    vq__big_free(w.written);
     return rc;
 }
 
@@ -724,7 +724,7 @@ int vq__frame_vars(struct frame *fr)
 {
     struct plan *pl = fr->plan;
     int n = pl->block_nvars[fr->block];
-    fr->vars = vq__calloc((size_t)(n ? n : 1), sizeof *fr->vars);
+    fr->vars = vq__big_calloc((size_t)(n ? n : 1), sizeof *fr->vars);
     if (!fr->vars)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int v = 0; v < pl->nvars; v++) {
@@ -795,9 +795,9 @@ int vq__root_ev(struct plan *pl, int v)
 static int plan_sink_vars(const struct plan *pl, vq_var **vars)
 {
     const struct frame *root = &pl->root;
-    int *last_access = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_access);
-    int *last_write = vq__malloc(((size_t)pl->nvars + 1) * sizeof *last_write);
-    bool *pick = vq__calloc((size_t)pl->nvars + 1, sizeof *pick);
+    int *last_access = vq__big_alloc(((size_t)pl->nvars + 1) * sizeof *last_access);
+    int *last_write = vq__big_alloc(((size_t)pl->nvars + 1) * sizeof *last_write);
+    bool *pick = vq__big_calloc((size_t)pl->nvars + 1, sizeof *pick);
     int n = 0;
     if (!last_access || !last_write || !pick) {
         n = vq__fail(VQ_ENOMEM, "out of memory");
@@ -831,9 +831,9 @@ static int plan_sink_vars(const struct plan *pl, vq_var **vars)
         if (pick[v])
             vars[n++] = pl->vars[v].ev;
 out:
-    free(last_access);
-    free(last_write);
-    free(pick);
+    vq__big_free(last_access);
+    vq__big_free(last_write);
+    vq__big_free(pick);
     return n;
 }
 
@@ -875,7 +875,7 @@ static int plan_build_ops(struct plan *pl)
     vq_var **sinks = NULL;
     int n = 0;
     if (rc == 0 && !lazy) {
-        sinks = vq__malloc((size_t)(pl->nvars + 1) * sizeof *sinks);
+        sinks = vq__big_alloc((size_t)(pl->nvars + 1) * sizeof *sinks);
         n = sinks ? plan_sink_vars(pl, sinks) : vq__fail(VQ_ENOMEM, "out of memory");
     }
     vq_task t = {.fn = vq__final_exec,
@@ -904,11 +904,11 @@ static int plan_build_ops(struct plan *pl)
     }
     pl->root.tail = pl->final;
     pl->root.tail_cut = pl->final_all;
-    free(sinks);
+    vq__big_free(sinks);
     free(pl->root_evs.v);
     free(pl->final_reads.v);
     pl->root_evs = pl->final_reads = (struct evlist){0};
-    free(pl->rec); /* preparation's only */
+    vq__big_free(pl->rec); /* preparation's only */
     pl->rec = NULL;
     return rc < 0 ? rc : n < 0 ? n : 0;
 }
@@ -937,9 +937,10 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
-        pl->vars = vq__malloc(nv * sizeof *pl->vars); /* each set whole below */
-        pl->rec = vq__aligned_alloc(_Alignof(struct vrec), nv * sizeof *pl->rec);
-        pl->local = vq__malloc(nv * sizeof *pl->local);
+        pl->vars = vq__big_alloc(nv * sizeof *pl->vars); /* each set whole below */
+        _Static_assert(_Alignof(struct vrec) <= 64, "vq__big_alloc aligns to 64");
+        pl->rec = vq__big_alloc(nv * sizeof *pl->rec);
+        pl->local = vq__big_alloc(nv * sizeof *pl->local);
         pl->block_nvars = vq__calloc((size_t)pl->prog->nblocks, sizeof *pl->block_nvars);
         if (!pl->vars || !pl->local || !pl->block_nvars || !pl->rec) {
             pl->nvars = 0; /* no slot set: plan_destroy reads none */

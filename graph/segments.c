@@ -443,7 +443,7 @@ int vq__frame_ops(struct frame *fr)
     const vq__block *b = &pl->prog->blocks[fr->block];
     /* not zeroed: each fop is set whole as the loop reaches it, and
      * fr->nops counts those (vq__frame_destroy reads them) until all are */
-    fr->ops = vq__malloc((size_t)(b->nops ? b->nops : 1) * sizeof *fr->ops);
+    fr->ops = vq__big_alloc((size_t)(b->nops ? b->nops : 1) * sizeof *fr->ops);
     fr->nops = 0;
     if (!fr->ops)
         return vq__fail(VQ_ENOMEM, "out of memory");
@@ -551,7 +551,7 @@ void vq__frame_destroy(struct frame *fr)
             vq_opr_free(e, f->opr);
         free(f->infer_cache);
     }
-    free(fr->ops);
+    vq__big_free(fr->ops);
     fr->ops = NULL;
     if (fr->step)
         vq_opr_free(e, fr->step);
@@ -565,6 +565,6 @@ void vq__frame_destroy(struct frame *fr)
             if (fr->vars[i].own_ev)
                 vq_var_free(e, fr->vars[i].ev);
         }
-        free(fr->vars);
+        vq__big_free(fr->vars);
     }
 }

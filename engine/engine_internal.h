@@ -158,7 +158,8 @@ static inline void vq__pool_free(int kind, void *p)
 /* ---- spinlock: spinlock.h ---- */
 
 /* How long a thread about to sleep (an idle worker, a waiter in
- * vq_wait_var) keeps looking first: VQ__SPIN_LOOKS looks, with
+ * vq_wait_var) keeps looking first, by default (the engine's spin_looks,
+ * VARQ_CPU_SPIN): VQ__SPIN_LOOKS looks, with
  * vq__spin_pause(i) between look i and the next, which yields the core
  * every 64 looks to a thread that needs it (a pusher on the same core). */
 #define VQ__SPIN_LOOKS 2000
@@ -647,6 +648,7 @@ struct vq_engine {
     int cpu_workers, cpu_prio_workers;
     int cpu_bind;                /* VQ_CPU_BIND_NONE, _SPREAD or _CLOSE */
     unsigned long max_pending;  /* ops in flight before a pusher helps (throttle) */
+    int spin_looks;             /* looks before an idle worker or a waiter sleeps (VARQ_CPU_SPIN) */
     struct vq__wpool cpu, prio;
     /* Ops pushed and ops completed, on lines of their own: the pusher and
      * the workers never write the same one. */

@@ -102,6 +102,9 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     int rc = env_int("VARQ_CPU_WORKERS", 1, 1024, &env_workers);
     if (rc < 0)
         return rc;
+    int spin = VQ__SPIN_LOOKS;
+    if ((rc = env_int("VARQ_CPU_SPIN", 0, 1000000, &spin)) < 0)
+        return rc;
     int env_bind = VQ_CPU_BIND_SPREAD;
     const char *eb = getenv("VARQ_CPU_BIND");
     if (eb) {
@@ -135,6 +138,7 @@ static int resolve_opts(vq_engine *e, const vq_engine_opts *o)
     e->cpu_prio_workers = o->cpu_prio_workers;
     e->cpu_bind = o->cpu_bind ? o->cpu_bind : env_bind;
     e->max_pending = 4096;
+    e->spin_looks = spin;
     e->gpu_streams = o->gpu_streams ? o->gpu_streams : 2;
     e->profile = (o->flags & VQ_ENGINE_PROFILE) || e->profile_path;
     return 0;

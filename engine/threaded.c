@@ -415,9 +415,9 @@ void vq__run_op_here(vq__op *op, const atomic_bool *until)
 }
 
 /* Waits for an op: spins a little, then sleeps. False when the pool stops. */
-static bool worker_sleep(struct vq__wpool *p, struct vq__item *it)
+static bool worker_sleep(struct vq__wpool *p, int looks, struct vq__item *it)
 {
-    for (int i = 0; i < VQ__SPIN_LOOKS; i++) {
+    for (int i = 0; i < looks; i++) {
         if (vq__pool_pop(p, it))
             return true;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
@@ -480,7 +480,7 @@ static void *worker_main(void *arg)
     for (;;) {
         struct vq__item it = {.op = w->next};
         w->next = NULL;
-        if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it))
+        if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, w->engine->spin_looks, &it))
             break;
         if (!it.op) {
             vq__light_run(&it.light, &x);

@@ -198,7 +198,7 @@ int vq__wait_var_note(vq_engine *e, vq_var *v, struct vq__fail_note **note)
          * it spins, without the wake-ups of a handoff to a sleeping worker
          * and back. */
         for (int i = 0;
-             i < VQ__SPIN_LOOKS && !atomic_load_explicit(&w.answered, memory_order_acquire); i++) {
+             i < e->spin_looks && !atomic_load_explicit(&w.answered, memory_order_acquire); i++) {
             if (vq__run_here(&e->cpu, &w.answered))
                 i = 0;
             else

@@ -653,11 +653,43 @@ Test(engine_api, bad_environment_is_an_error_not_a_default)
         cr_assert(strstr(vq_errmsg(), "VARQ_CPU_BIND"), "message: %s", vq_errmsg());
     }
     unsetenv("VARQ_CPU_BIND");
+    const char *bad_spin[] = {"", "-1", "1000001", "lots", "2k"};
+    for (size_t i = 0; i < sizeof bad_spin / sizeof *bad_spin; i++) {
+        setenv("VARQ_CPU_SPIN", bad_spin[i], 1);
+        cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL, "VARQ_CPU_SPIN=\"%s\" accepted",
+                     bad_spin[i]);
+        cr_assert(strstr(vq_errmsg(), "VARQ_CPU_SPIN"), "message: %s", vq_errmsg());
+    }
+    unsetenv("VARQ_CPU_SPIN");
     cr_assert_eq(vq_engine_new(&e, &(vq_engine_opts){.cpu_bind = 4}), VQ_EINVAL);
     cr_assert(strstr(vq_errmsg(), "cpu_bind"), "message: %s", vq_errmsg());
     setenv("VARQ_PROFILE", "", 1);
     cr_assert_eq(vq_engine_new(&e, NULL), VQ_EINVAL);
     unsetenv("VARQ_PROFILE");
+}
+
+/* VARQ_CPU_SPIN=0: idle workers and waiters sleep at once, without a look;
+ * every op still runs, woken each time (a missed wake-up hangs here). */
+Test(engine_api, workers_that_never_spin_still_run_every_op, .timeout = 60)
+{
+    for (int looks = 0; looks <= 1; looks++) {
+        setenv("VARQ_CPU_SPIN", looks ? "1" : "0", 1);
+        vq_engine *e;
+        vq_engine_opts o = {.kind = VQ_ENGINE_THREADED, .cpu_workers = 2};
+        cr_assert_eq(vq_engine_new(&e, &o), 0, "%s", vq_errmsg());
+        unsetenv("VARQ_CPU_SPIN");
+        vq_var *v = vq_var_new(e, "v");
+        long count = 0;
+        for (int k = 0; k < 20000; k++) {
+            vq_task t = {.fn = add_one, .arg = &count, .writes = &v, .nwrites = 1};
+            cr_assert_eq(vq_push(e, &t), 0);
+            if (k % 97 == 0) /* the workers go idle, and sleep */
+                cr_assert_eq(vq_wait_var(e, v), 0);
+        }
+        cr_assert_eq(vq_wait_all(e), 0);
+        cr_assert_eq(count, 20000);
+        vq_engine_free(e);
+    }
 }
 
 static int record_cpu(void *arg, const vq_exec_ctx *x)

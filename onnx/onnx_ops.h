@@ -162,6 +162,7 @@
     X(Sum)                       \
     X(Tan)                       \
     X(Tanh)                      \
+    X(TfIdfVectorizer)           \
     X(ThresholdedRelu)           \
     X(Tile)                      \
     X(TopK)                      \

@@ -50,6 +50,7 @@ extern const vq__op_def vq__ops_extremum[];
 extern const vq__op_def vq__ops_layout[];
 extern const vq__op_def vq__ops_resize[];
 extern const vq__op_def vq__ops_cumsum[];
+extern const vq__op_def vq__ops_tfidf[];
 extern const vq__op_def vq__ops_shape_value[];
 extern const vq__op_def vq__ops_prod[];
 extern const vq__op_def vq__ops_scatter[];

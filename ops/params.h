@@ -474,4 +474,15 @@ typedef struct vq__nms_params {
     int center;
 } vq__nms_params;
 
+/* ---- tfidf_vectorizer (ops/cpu/tfidf.c) ---- */
+
+enum { VQ__TFIDF_TF, VQ__TFIDF_IDF, VQ__TFIDF_TFIDF };
+
+/* tfidf_vectorizer: the n-gram lengths, the largest skip, the mode
+ * (VQ__TFIDF_*) and the output's columns. */
+typedef struct vq__tfidf_params {
+    int min_gram, max_gram, max_skip, mode;
+    int64_t size;
+} vq__tfidf_params;
+
 #endif

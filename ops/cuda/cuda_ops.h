@@ -135,6 +135,9 @@ VQ__CUDA_LAUNCHES(vq__pad_grad_gpu);
 VQ__CUDA_LAUNCHES(vq__resize_gpu);
 VQ__CUDA_LAUNCHES(vq__resize_grad_gpu);
 
+/* tfidf_host.c */
+VQ__CUDA_LAUNCHES(vq__tfidf_gpu);
+
 /* det_host.c */
 VQ__CUDA_LAUNCHES(vq__det_gpu);
 VQ__CUDA_LAUNCHES(vq__det_grad_gpu);

@@ -879,6 +879,14 @@ int vq__cuda_det(int dtype, const void *x, void *out, double *scratch, int64_t b
 int vq__cuda_det_grad(int dtype, const void *x, const void *g, void *dx, double *scratch,
                       int64_t batch, int64_t n, void *stream);
 
+/* tfidf_vectorizer (ops/cpu/tfidf.c): a thread per row of x ([rows, C],
+ * i32 or i64) counts the pool's n-grams into out ([rows, size], f32), then
+ * applies mode (0 TF, 1 IDF, 2 TFIDF) with w (NULL: 1 each). */
+int vq__cuda_tfidf(int dtype, const void *x, const int64_t *pool, int64_t npool,
+                   const int64_t *counts, int64_t ncounts, const int64_t *idx, const float *w,
+                   float *out, int64_t rows, int64_t C, int min_gram, int max_gram, int max_skip,
+                   int mode, int64_t size, void *stream);
+
 int vq__cuda_einsum_loop(int dtype, const void *a, const void *b, void *out, const vq__es_loop *lp,
                          void *stream);
 

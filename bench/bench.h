@@ -18,6 +18,12 @@
 
 #include "measure.h" /* bench_now, bench_stats */
 
+/* The harness is C; a runtime written in C++ (rt_taskflow.cpp) includes
+ * this too. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* (d) random sets: task i reads vars a and b and writes var c (three
  * distinct vars). */
 struct bench_triple {
@@ -116,5 +122,9 @@ static inline void bench_stencil(double *grid, int width, int s, int i, long gra
  * given runtimes, checks every result against a serial run, and prints one
  * tab-separated line per measurement (see harness.c for the options). */
 int bench_main(int argc, char **argv, const struct bench_rt *const *rts, int nrts);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,9 +1,9 @@
 /* engine_bench: runs every runtime's benchmark executable (bench_varq,
- * bench_starpu, bench_omp_gcc, bench_omp_clang, found beside this program)
- * one after another with the same options, collects their result lines, and
- * prints the comparison: ns per task for each workload and worker count,
- * METG(50%) of the stencil, and the ratios varq / peer. With --json FILE it
- * also writes everything as JSON.
+ * bench_starpu, bench_omp_gcc, bench_omp_clang, bench_taskflow, found beside
+ * this program) one after another with the same options, collects their
+ * result lines, and prints the comparison: ns per task for each workload and
+ * worker count, METG(50%) of the stencil, and the ratios varq / peer. With
+ * --json FILE it also writes everything as JSON.
  *
  * usage: engine_bench [--workers 1,2] [--reps N] [--only abcde] [--tiny]
  *                     [--json FILE] [--load N]
@@ -29,7 +29,7 @@
 #define MAXROWS 512
 
 static const char *const programs[] = {"bench_varq", "bench_starpu", "bench_omp_gcc",
-                                       "bench_omp_clang"};
+                                       "bench_omp_clang", "bench_taskflow"};
 static const char *const workloads[] = {"independent", "chain", "fanout", "random"};
 static const char *const workload_title[] = {
     "(a) independent tasks", "(b) chain on one var", "(c) fan-out / fan-in, 8 readers",

@@ -13,11 +13,12 @@
  *     twice: with segments (consecutive chained ops as one engine op, the
  *     default) and with VQ_EXEC_NO_SEGMENTS (one engine op per op).
  *
- * Both use one program shape: x -> t1 -> ... -> tN, op i being, by i % 3,
- * add(t[i-1], t[j]) with j a pseudo-random earlier var (fan-in), scale
- * (-0.5 x + 1) or relu of t[i-1], all f32[1]; x is fed, tN fetched. Every
- * run's result is compared with the same chain computed serially here; a
- * difference exits 1.
+ * Both use one program shape (exec_chain.h, shared with exec_taskflow.cpp,
+ * which runs it as a static Taskflow graph): x -> t1 -> ... -> tN, op i
+ * being, by i % 3, add(t[i-1], t[j]) with j a pseudo-random earlier var
+ * (fan-in), scale (-0.5 x + 1) or relu of t[i-1], all f32[1]; x is fed, tN
+ * fetched. Every run's result is compared with the same chain computed
+ * serially here; a difference exits 1.
  *
  * usage: exec_bench [--tiny] [--json FILE] [--only prepare|run] [--ops N]
  *                   [--reps R] [--runs K] [--workers N] [--side exec|noseg|raw]
@@ -33,7 +34,8 @@
  *   --side    (2): only the executor with segments, only the executor
  *             without, or only the raw ops (the ratios then print as 0) */
 #include <varq/varq.h>
-#include "measure.h" /* bench_now, bench_median, bench_stats */
+#include "exec_chain.h" /* the program shape: chain_make, chain_step, chain_expect */
+#include "measure.h"    /* bench_now, bench_median, bench_stats */
 
 #include <math.h>
 #include <stdbool.h>
@@ -42,18 +44,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define FEED_VALUE 3.0f
-#define SCALE (-0.5f)
-#define BIAS 1.0f
-
-enum { OP_ADD, OP_SCALE, OP_RELU };
-
-/* Op i (1 .. n) of the chain: kind, and the earlier vars it reads (var 0 is
- * x, var i is ti). b is -1 for a unary op. */
-struct chain_op {
-    int kind, a, b, c;
-};
 
 struct sizes {
     int prepare_ops[3], prepare_reps[3], nprepare;
@@ -73,52 +63,7 @@ static int die(const char *what, int rc)
     return -1;
 }
 
-/* ---- the chain ---- */
-
-static struct chain_op *chain_make(int n)
-{
-    struct chain_op *ops = malloc((size_t)(n + 1) * sizeof *ops);
-    if (!ops)
-        return NULL;
-    uint64_t rng = 42;
-    for (int i = 1; i <= n; i++) {
-        ops[i] = (struct chain_op){.kind = i % 3 == 0 ? OP_ADD : i % 3 == 1 ? OP_SCALE : OP_RELU,
-                                   .a = i - 1, .b = -1, .c = i};
-        if (ops[i].kind == OP_ADD) {
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            ops[i].b = (int)((rng >> 33) % (uint64_t)(i - 1)); /* 0 .. i-2: not a */
-        }
-    }
-    return ops;
-}
-
-/* The body both sides compute, on vals[var]. */
-static inline void chain_step(const struct chain_op *o, float *vals)
-{
-    float a = vals[o->a];
-    switch (o->kind) {
-    case OP_ADD:
-        vals[o->c] = a + vals[o->b];
-        break;
-    case OP_SCALE:
-        vals[o->c] = SCALE * a + BIAS;
-        break;
-    default:
-        vals[o->c] = a > 0 ? a : 0;
-        break;
-    }
-}
-
-static float chain_expect(const struct chain_op *ops, int n)
-{
-    float *vals = malloc((size_t)(n + 1) * sizeof *vals);
-    vals[0] = FEED_VALUE;
-    for (int i = 1; i <= n; i++)
-        chain_step(&ops[i], vals);
-    float r = vals[n];
-    free(vals);
-    return r;
-}
+/* ---- the chain (exec_chain.h) ---- */
 
 static int same(float got, float want)
 {

@@ -50,15 +50,9 @@ static inline void chain_step(const struct chain_op *o, float *vals)
 {
     float a = vals[o->a];
     switch (o->kind) {
-    case OP_ADD:
-        vals[o->c] = a + vals[o->b];
-        break;
-    case OP_SCALE:
-        vals[o->c] = SCALE * a + BIAS;
-        break;
-    default:
-        vals[o->c] = a > 0 ? a : 0;
-        break;
+    case OP_ADD: vals[o->c] = a + vals[o->b]; break;
+    case OP_SCALE: vals[o->c] = SCALE * a + BIAS; break;
+    default: vals[o->c] = a > 0 ? a : 0; break;
     }
 }
 

@@ -21,7 +21,10 @@ Modes:
   --callgrind   instructions per task (valgrind's callgrind, 1 worker): the
                 difference of the totals of two runs of N1 and N2 tasks over
                 N2 - N1, start-up and teardown cancelled out; every thread
-                counts (a spinning one too, a sleeping one not)
+                counts (a spinning one too, a sleeping one not). With --exec:
+                instructions per op of a run of the graph, two processes
+                differing in runs per repetition (set-up, prepare and graph
+                building cancel out)
   --busy N      N busy-loop processes (at this script's niceness plus
                 --busy-nice) run beside the measured ones for the whole run
 
@@ -29,7 +32,7 @@ usage: python3 bench/predictable.py [--build build] [--runs 20] [--workers 1,2]
            [--patterns independent,chain,fanout] [--tasks 200000]
            [--peers taskflow] [--busy N] [--busy-nice 0] [--json FILE]
            [--exec [--exec-ops 10000 --exec-runs 20 --exec-reps 3]]
-           [--callgrind [--cg-tasks 20000,40000]]
+           [--callgrind [--cg-tasks N1,N2]]
 Exit status 1 when a process fails or computes a wrong result (the
 harness checks every result against a serial run).
 """
@@ -201,35 +204,52 @@ def report(results, runtimes, patterns, workers, unit, peer):
     return rows
 
 
+def callgrind_total(cmd, env, out):
+    """Instructions callgrind counted in one run of cmd, every thread."""
+    run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd], env)
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise Failed(f"no instruction total in callgrind's output for {' '.join(cmd)}")
+
+
 def callgrind(a, build, runtimes, patterns, env):
     n1, n2 = (int(x) for x in a.cg_tasks.split(","))
     env = dict(env, OMP_NUM_THREADS="1", KMP_BLOCKTIME="0")
-    print(f"\ninstructions per task (callgrind, 1 worker, ({n2} - {n1}) tasks' difference)")
-    print(f"{'runtime':<12}" + "".join(f" {p:>12}" for p in patterns))
+    if a.exec:
+        # each process runs (1 warm-up + 1) repetitions of --runs runs of
+        # the graph: the two sizes differ in runs per repetition
+        print(f"\ninstructions per op of a run of the graph (callgrind, 1 worker, "
+              f"{a.exec_ops} ops, ({n2} - {n1}) runs' difference, x2 repetitions)")
+    else:
+        print(f"\ninstructions per task (callgrind, 1 worker, ({n2} - {n1}) tasks' difference)")
+    print(f"{'runtime':<16}" + "".join(f" {p:>12}" for p in patterns))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "cg.out")
-
-        def total(rt, p, n):
-            exe, extra = RUNTIMES[rt]
-            run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                 os.path.join(build, "bench", exe), *extra, "--workers", "1",
-                 "--only", PATTERN_LETTER[p], "--tasks", str(n)], env)
-            with open(out) as f:
-                for line in f:
-                    if line.startswith(("summary:", "totals:")):
-                        return int(line.split()[1])
-            raise Failed(f"no instruction total in callgrind's output for {rt} {p}")
-
         for rt in runtimes:
             cells = []
             for p in patterns:
-                # fan-out runs n / 9 rounds of 9 tasks
-                t1, t2 = (n1 // 9 * 9, n2 // 9 * 9) if p == "fanout" else (n1, n2)
-                per = (total(rt, p, n2) - total(rt, p, n1)) / (t2 - t1)
+                if a.exec:
+                    exe, extra, field = EXEC_RUNTIMES[rt]
+                    base = [os.path.join(build, "bench", exe), *extra, "--workers", "1",
+                            "--ops", str(a.exec_ops), "--reps", "1"]
+                    if field:
+                        base += ["--only", "run"]
+                    c = [callgrind_total(base + ["--runs", str(n)], env, out) for n in (n1, n2)]
+                    per = (c[1] - c[0]) / (2 * (n2 - n1) * a.exec_ops)
+                else:
+                    exe, extra = RUNTIMES[rt]
+                    base = [os.path.join(build, "bench", exe), *extra, "--workers", "1",
+                            "--only", PATTERN_LETTER[p]]
+                    c = [callgrind_total(base + ["--tasks", str(n)], env, out) for n in (n1, n2)]
+                    # fan-out runs n / 9 rounds of 9 tasks
+                    t1, t2 = (n1 // 9 * 9, n2 // 9 * 9) if p == "fanout" else (n1, n2)
+                    per = (c[1] - c[0]) / (t2 - t1)
                 cells.append(per)
                 rows.append({"runtime": rt, "pattern": p, "instructions_per_task": per})
-            print(f"{rt:<12}" + "".join(f" {c:>12.0f}" for c in cells))
+            print(f"{rt:<16}" + "".join(f" {c:>12.0f}" for c in cells))
     return rows
 
 
@@ -250,7 +270,9 @@ def main():
     ap.add_argument("--exec-runs", type=int, default=20)
     ap.add_argument("--exec-reps", type=int, default=3)
     ap.add_argument("--callgrind", action="store_true", help="instructions per task, 1 worker")
-    ap.add_argument("--cg-tasks", default="20000,40000")
+    ap.add_argument("--cg-tasks", default=None,
+                    help="the two sizes: tasks (default 20000,40000), or with --exec runs of "
+                    "the graph per repetition (default 2,4)")
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -291,8 +313,9 @@ def main():
            "busy": a.busy, "load_before": loadavg()}
     try:
         if a.callgrind:
-            cg_patterns = [p for p in patterns]
-            out["callgrind"] = callgrind(a, build, runtimes, cg_patterns, env)
+            if a.cg_tasks is None:
+                a.cg_tasks = "2,4" if a.exec else "20000,40000"
+            out["callgrind"] = callgrind(a, build, runtimes, patterns, env)
         else:
             results = {}
             with tempfile.TemporaryDirectory() as tmp:

@@ -488,6 +488,15 @@ static vq_tensor *wrap_buffer(PyObject *obj, bool *unsupported, bool *readonly)
 
 PyObject *vqpy_numpy_asarray(PyObject *obj)
 {
+    if (PyObject_TypeCheck(obj, &vqpy_tensor_type)) {
+        /* numpy's C API, when there: no buffer export, no memoryview */
+        void *data = tensor_ready((vqpy_tensor *)obj);
+        if (!data)
+            return NULL;
+        PyObject *arr = vqpy_np_array_over(obj, data);
+        if (arr || PyErr_Occurred())
+            return arr;
+    }
     PyObject *np = PyImport_ImportModule("numpy");
     if (!np)
         return NULL;

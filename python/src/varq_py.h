@@ -105,6 +105,36 @@ const char *vqpy_dtype_numpy(vq_dtype dt);
 /* numpy.asarray(obj): zero-copy for a varq.Tensor (the buffer protocol). */
 PyObject *vqpy_numpy_asarray(PyObject *obj);
 
+/* numpy's C API (ndarray.c; built with VQPY_NUMPY_CAPI where numpy's
+ * headers are found, loaded on first use). */
+
+/* A numpy array over data, the memory of the varq.Tensor tensor (ready:
+ * its ops waited for), with the Tensor as its base; NULL with an exception
+ * on failure, NULL without one when numpy's C API is not there or the
+ * dtype has no numpy type (bfloat16): then use vqpy_numpy_asarray. */
+PyObject *vqpy_np_array_over(PyObject *tensor, void *data);
+
+/* The numpy array a feed tensor made by vqpy_np_feed wraps, and who drops
+ * the array's reference: the caller, once it is back under the GIL after
+ * releasing the tensor (vqpy_np_hold_done), when the tensor's last
+ * reference went by then (the usual case: no GIL hand-off for the
+ * release); else the release callback, which takes the GIL itself. state
+ * is exchanged by both: whichever comes second drops the array. */
+enum { VQPY_HOLD_HELD, VQPY_HOLD_RELEASED, VQPY_HOLD_ABANDONED };
+typedef struct {
+    PyObject *array;
+    atomic_int state;
+} vqpy_np_hold;
+
+/* A tensor wrapping obj's memory when obj is an aligned C-contiguous
+ * numpy array of a varq dtype (no copy, no buffer export), *hold set;
+ * NULL (no exception) for anything else: take vqpy_tensor_from_object's
+ * path. The caller releases the tensor (without the GIL, as any release)
+ * and then calls vqpy_np_hold_done(*hold) with the GIL held. */
+vq_tensor *vqpy_np_feed(PyObject *obj, vqpy_np_hold **hold);
+/* See vqpy_np_hold; NULL is ignored. GIL held. */
+void vqpy_np_hold_done(vqpy_np_hold *h);
+
 /* One run pushed by vq_exec_run_async (future.c): shared by the run and
  * its varq.RunFuture (refs), the last of which frees the feeds' and the
  * fetches' tensors and names (owned: names[0..nnames) are malloc'd strings

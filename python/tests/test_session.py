@@ -83,9 +83,43 @@ def test_bad_feeds_and_names_raise_clear_errors(mlp):
     with pytest.raises(TypeError):
         s.run(None, {"x": np.zeros((2, 4), np.complex64)})
     with pytest.raises(TypeError):
-        s.run(None, [x])
+        s.run(None, 5)
+    with pytest.raises(varq.InvalidArgument, match="2 feeds in a sequence for the model's 1"):
+        s.run(None, [x, x])
+    with pytest.raises(varq.InvalidArgument, match="wants float32"):
+        s.run(None, (np.zeros((2, 4), np.int32),))
     (y,) = s.run(None, {"x": x})  # still usable
     assert y.shape == (2, 3)
+
+
+def test_feeds_in_input_order_and_keyword_arguments(mlp):
+    s = varq.InferenceSession(mlp[0])
+    x = np.random.RandomState(1).randn(2, 4).astype(np.float32)
+    want = mlp[1](x)
+    for y in (s.run(None, [x])[0], s.run(None, (x,))[0],
+              s.run(output_names=["y"], input_feed={"x": x})[0],
+              s.run(None, {"x": x}, None)[0], s.run(None, {"x": x}, run_options=None)[0],
+              s.run_async(None, [x]).result()[0]):
+        np.testing.assert_allclose(y, want, rtol=1e-5)
+    key = "".join(["x"])  # a str equal to the input's name, not the same object
+    np.testing.assert_allclose(s.run(None, {key: x})[0], want, rtol=1e-5)
+    with pytest.raises(TypeError, match="unexpected"):
+        s.run(None, {"x": x}, options=None)
+    with pytest.raises(TypeError):
+        s.run(None)
+    with pytest.raises(TypeError, match="not a str"):
+        s.run(None, {1: x})
+
+
+def test_results_are_writable_arrays_that_own_their_tensor(mlp):
+    s = varq.InferenceSession(mlp[0])
+    x = np.ones((2, 4), np.float32)
+    (y,) = s.run(None, {"x": x})
+    assert y.flags.c_contiguous and y.flags.writeable and y.dtype == np.float32
+    assert isinstance(y.base, varq.Tensor)
+    y[0, 0] = 7.0  # the run's own memory, the caller's now
+    (y2,) = s.run(None, {"x": x})
+    assert y2[0, 0] != 7.0 and y[0, 0] == 7.0
 
 
 def test_a_failing_run_raises_varqs_message():

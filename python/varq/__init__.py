@@ -75,7 +75,7 @@ class NodeArg:
         return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
 
 
-class InferenceSession:
+class InferenceSession(_varq._Session):
     """An ONNX model run by varq, in ONNX Runtime's shape.
 
     InferenceSession(path_or_bytes, workers=None, gpu=None): the model from a
@@ -84,20 +84,25 @@ class InferenceSession:
     gpu is a GPU id to run on (None: the CPU).
 
     run(output_names, input_feed) returns a list of numpy arrays, one per
-    name (None: every output in the model's order). The feeds are numpy
-    arrays (or anything numpy.asarray takes, or varq.Tensor / torch CPU
-    tensors through varq.tensor) of the inputs' dtypes; C-contiguous ones are
-    used in place, without a copy. Wrong names, dtypes or shapes raise
-    varq.InvalidArgument (a ValueError); a failing run raises the varq.Error
-    of its code with varq's message. Several threads may call run on one
-    session at once (the GIL is released while it runs)."""
+    name (None: every output in the model's order). input_feed is a dict
+    {name: array} of every input, or a list of arrays in the order of
+    get_inputs(). The feeds are numpy arrays (or anything numpy.asarray
+    takes, or varq.Tensor / torch CPU tensors through varq.tensor) of the
+    inputs' dtypes; C-contiguous ones are used in place, without a copy.
+    Wrong names, dtypes or shapes raise varq.InvalidArgument (a ValueError);
+    a failing run raises the varq.Error of its code with varq's message.
+    Several threads may call run on one session at once (the GIL is
+    released while it runs).
+
+    run, run_async, close and closed are the C extension's own (no Python
+    frame between the caller and the run)."""
 
     def __init__(self, path_or_bytes, workers=None, gpu=None, **_ignored):
         if hasattr(path_or_bytes, "SerializeToString"):  # an onnx.ModelProto
             path_or_bytes = path_or_bytes.SerializeToString()
-        self._s = _varq._Session(path_or_bytes, workers, gpu)
-        self._inputs = [NodeArg(*d) for d in self._s.inputs()]
-        self._outputs = [NodeArg(*d) for d in self._s.outputs()]
+        super().__init__(path_or_bytes, workers, gpu)
+        self._inputs = [NodeArg(*d) for d in self.inputs()]
+        self._outputs = [NodeArg(*d) for d in self.outputs()]
 
     def get_inputs(self):
         """The model's feeds as NodeArgs, in the model's order (a new list;
@@ -108,33 +113,6 @@ class InferenceSession:
         """The model's outputs as NodeArgs, in the model's order (a new
         list; thread-safe)."""
         return list(self._outputs)
-
-    def run(self, output_names, input_feed, run_options=None):
-        """The fetches named by output_names (None: every output) as a list
-        of numpy arrays the caller owns (over the run's own memory, which
-        they keep alive). See the class's note on feeds and threads."""
-        return self._s.run(output_names, input_feed)
-
-    def run_async(self, output_names, input_feed, run_options=None):
-        """Pushes the run and returns at once with a varq.RunFuture, whose
-        result(timeout=None) is what run would have returned (or raises what
-        it would have raised). The feeds are held (not copied) until the run
-        is done: do not write them meanwhile. The run is completed by the
-        engine's done callback on a worker, which never takes the GIL; many
-        runs may be in flight at once, from any threads (past 64 in flight
-        the call waits for the oldest, GIL released). Thread-safe."""
-        return self._s.run_async(output_names, input_feed)
-
-    def close(self):
-        """Frees the model and the executor (after the runs in flight); run
-        raises varq.InvalidArgument afterwards. Arrays already returned stay
-        valid."""
-        self._s.close()
-
-    @property
-    def closed(self):
-        """Whether close() was called (thread-safe)."""
-        return self._s.closed
 
     def __enter__(self):
         """The session itself; leaving the block closes it."""

@@ -1,13 +1,15 @@
 /* varq.RunFuture: the result of a run pushed with vq_exec_run_async
  * (InferenceSession.run_async, Executor.run_async), in the shape of
  * concurrent.futures.Future: done(), result(timeout), exception(timeout),
- * wait(timeout).
+ * wait(timeout), add_done_callback(fn); and awaitable (varq.wrap_future).
  *
- * The run's done callback runs on an engine worker and never takes the
- * GIL: it only notes the code and vq_errmsg()'s sentence under the run's
- * mutex and wakes the waiters. Everything Python (the arrays of the
- * fetches, the exception object) is made later, by the thread that asks
- * for the result, under the GIL; waiting releases the GIL.
+ * The run's done callback runs on an engine worker and takes the GIL only
+ * when done callbacks were added: it notes the code and vq_errmsg()'s
+ * sentence under the run's mutex and wakes the waiters. Everything Python
+ * (the arrays of the fetches, the exception object) is made later, by the
+ * thread that asks for the result, under the GIL; waiting releases the
+ * GIL. Done callbacks are called on the worker (with the GIL taken there)
+ * or, when the run is done already, at once by add_done_callback.
  *
  * Lifetimes: a vqpy_async_run is shared by the run (until its done
  * callback) and the future (until it is freed), counted in refs; the
@@ -36,7 +38,10 @@ typedef struct {
      * the GIL released, so another thread's result() may come in between
      * and must wait for this one's list instead of making its own. */
     bool settling;
+    PyObject *callbacks; /* the done callbacks not called yet (a list), or NULL */
 } vqpy_future;
+
+static void future_notify(PyObject *future);
 
 vqpy_async_run *vqpy_async_new(int nfeeds, int nfetches)
 {
@@ -96,8 +101,12 @@ void vqpy_async_done(void *user, int err)
         if (r->busy[i]) /* before done: a waiter woken may edit the program at once */
             atomic_fetch_sub(r->busy[i], 1);
     r->done = true;
+    PyObject *notify = r->notify;
+    r->notify = NULL;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (notify)
+        future_notify(notify);
     vqpy_async_drop(r);
 }
 
@@ -117,7 +126,80 @@ PyObject *vqpy_future_new(vqpy_async_run *r, PyObject *engine, PyObject *owner, 
     f->error = NULL;
     f->numpy = numpy;
     f->settling = false;
+    f->callbacks = NULL;
     return (PyObject *)f;
+}
+
+/* Calls fn(future), logging (not raising) its exception on the "varq"
+ * logger as concurrent.futures does; GIL held. */
+static void call_done_callback(PyObject *fn, PyObject *future)
+{
+    PyObject *r = PyObject_CallOneArg(fn, future);
+    if (r) {
+        Py_DECREF(r);
+        return;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    PyObject *logging = PyImport_ImportModule("logging");
+    PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "varq") : NULL;
+    PyObject *kw = logger && value ? Py_BuildValue("{s:O}", "exc_info", value) : NULL;
+    PyObject *meth = kw ? PyObject_GetAttrString(logger, "error") : NULL;
+    PyObject *args = meth ? Py_BuildValue("(sO)", "exception calling callback for %r", future) : NULL;
+    PyObject *res = args ? PyObject_Call(meth, args, kw) : NULL;
+    if (!res) { /* no logging: the interpreter's hook for what cannot be raised */
+        PyErr_Clear();
+        PyErr_Restore(Py_XNewRef(type), Py_XNewRef(value), Py_XNewRef(tb));
+        PyErr_WriteUnraisable(fn);
+    }
+    Py_XDECREF(res);
+    Py_XDECREF(args);
+    Py_XDECREF(meth);
+    Py_XDECREF(kw);
+    Py_XDECREF(logger);
+    Py_XDECREF(logging);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* Runs the future's done callbacks, each once, in the order added; GIL
+ * held. Callbacks added meanwhile (by a callback) are called too. */
+static void run_done_callbacks(vqpy_future *self)
+{
+    while (self->callbacks) {
+        PyObject *list = self->callbacks;
+        self->callbacks = NULL;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+            call_done_callback(PyList_GET_ITEM(list, i), (PyObject *)self);
+        Py_DECREF(list);
+    }
+}
+
+static int decref_later(void *obj)
+{
+    Py_DECREF((PyObject *)obj);
+    return 0;
+}
+
+/* The done callback's part for a future with done callbacks (an engine
+ * worker, inside the run's final op; no GIL): calls them under the GIL
+ * and drops the run's reference to the future. The future's last
+ * reference is not dropped here: freeing it may free its session or
+ * executor, whose free waits for the runs in flight, this one among them;
+ * the main thread drops it at its next pending-call check instead. */
+static void future_notify(PyObject *future)
+{
+    if (vqpy_no_gil_for_callback())
+        return; /* the exiting interpreter's: left to it */
+    PyGILState_STATE g = PyGILState_Ensure();
+    run_done_callbacks((vqpy_future *)future);
+    if (Py_REFCNT(future) > 1 || Py_AddPendingCall(decref_later, future) < 0)
+        Py_DECREF(future); /* not the last (or no room to defer: at worst freed here) */
+    PyGILState_Release(g);
 }
 
 static void future_dealloc(vqpy_future *self)
@@ -128,6 +210,7 @@ static void future_dealloc(vqpy_future *self)
     Py_END_ALLOW_THREADS;
     Py_XDECREF(self->value);
     Py_XDECREF(self->error);
+    Py_XDECREF(self->callbacks);
     Py_XDECREF(self->owner);
     Py_XDECREF(self->engine); /* after the tensors: they hold it */
     PyObject_Free(self);
@@ -288,6 +371,50 @@ static PyObject *future_running(vqpy_future *self, PyObject *unused)
     return r;
 }
 
+static PyObject *future_add_done_callback(vqpy_future *self, PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "add_done_callback: fn is not callable");
+        return NULL;
+    }
+    vqpy_async_run *r = self->run;
+    /* The list is edited under the GIL only; r->done and r->notify under
+     * r->mu, so either the done callback sees notify set (and calls the
+     * list, after taking the GIL this thread holds) or this call sees done
+     * (and calls fn itself). mu is held for a few stores only. */
+    if (!self->callbacks && !(self->callbacks = PyList_New(0)))
+        return NULL;
+    if (PyList_Append(self->callbacks, fn) < 0)
+        return NULL;
+    pthread_mutex_lock(&r->mu);
+    bool done = r->done;
+    if (!done && !r->notify)
+        r->notify = Py_NewRef(self); /* the run's, until its done callback */
+    pthread_mutex_unlock(&r->mu);
+    if (done)
+        run_done_callbacks(self);
+    Py_RETURN_NONE;
+}
+
+/* await future: varq.wrap_future(future).__await__() (varq/__init__.py:
+ * an asyncio future on the running loop, completed through a done
+ * callback and loop.call_soon_threadsafe). */
+static PyObject *future_await(PyObject *self)
+{
+    PyObject *varq = PyImport_ImportModule("varq");
+    PyObject *wrapped = varq ? PyObject_CallMethod(varq, "wrap_future", "O", self) : NULL;
+    Py_XDECREF(varq);
+    if (!wrapped)
+        return NULL;
+    PyObject *it = PyObject_CallMethod(wrapped, "__await__", NULL);
+    Py_DECREF(wrapped);
+    return it;
+}
+
+static PyAsyncMethods future_as_async = {
+    .am_await = future_await,
+};
+
 static PyObject *future_false(vqpy_future *self, PyObject *unused)
 {
     (void)self;
@@ -314,6 +441,16 @@ static PyMethodDef future_methods[] = {
     {"running", (PyCFunction)future_running, METH_NOARGS,
      "running() -> bool: concurrent.futures' name; here the same as done() is false "
      "(a pushed run is running, or queued on the engine)."},
+    {"add_done_callback", (PyCFunction)future_add_done_callback, METH_O,
+     "add_done_callback(fn): calls fn(future) once when the run is done (succeeded or "
+     "failed): on the engine worker that completes it, with the GIL taken there, or at once "
+     "in this thread when it is done already. Callbacks run in the order added; an exception "
+     "from one is logged (the 'varq' logger), not raised. Keep them short and do not wait "
+     "on the engine in them (a sync run there raises varq.Deadlock): hand the future to "
+     "another thread, e.g. loop.call_soon_threadsafe (see varq.wrap_future). Thread-safe."},
+    {"cancel", (PyCFunction)future_false, METH_NOARGS,
+     "cancel() -> False: a pushed run is not cancelled through its future "
+     "(Executor.cancel ends it with varq.Cancelled)."},
     {"cancelled", (PyCFunction)future_false, METH_NOARGS,
      "cancelled() -> False: a pushed run is not cancelled through its future "
      "(Executor.cancel ends it with varq.Cancelled)."},
@@ -324,10 +461,13 @@ PyTypeObject vqpy_future_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "varq.RunFuture",
     .tp_basicsize = sizeof(vqpy_future),
     .tp_dealloc = (destructor)future_dealloc,
+    .tp_as_async = &future_as_async,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The pending result of InferenceSession.run_async or Executor.run_async, "
               "shaped like concurrent.futures.Future. Completed by the run's done callback "
-              "on an engine worker without taking the GIL. Dropping it does not cancel the "
-              "run; the feeds stay held until the run is done.",
+              "on an engine worker, which takes the GIL only to call done callbacks "
+              "(add_done_callback). Awaitable: `await future` gives result()'s list "
+              "(varq.wrap_future). Dropping it does not cancel the run; the feeds stay held "
+              "until the run is done.",
     .tp_methods = future_methods,
 };

@@ -154,6 +154,11 @@ typedef struct vqpy_async_run {
     /* Counters of the runs using a program and a scope (program.c), each
      * decremented by the done callback; NULL when not counted. */
     atomic_int *busy[2];
+    /* The varq.RunFuture with done callbacks to call (a reference), set
+     * under mu while not done: the done callback takes it (under mu) and
+     * then the GIL to call them; NULL when there are none, and the done
+     * callback then never takes the GIL. */
+    PyObject *notify;
 } vqpy_async_run;
 
 extern PyTypeObject vqpy_future_type;

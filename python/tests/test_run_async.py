@@ -1,10 +1,12 @@
 """InferenceSession.run_async: futures completed by the engine's done
 callback; results equal numpy's and the serial run's, many runs in flight
 from many threads, failures raised by result() and returned by
-exception(), timeouts, feeds held until the run is done."""
+exception(), timeouts, feeds held until the run is done; done callbacks
+(once each, on the completing worker or at once), awaiting from asyncio."""
 import gc
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -176,3 +178,120 @@ def test_runs_complete_while_this_thread_keeps_the_gil(mlp):
     assert took < 20 and all(f.done() for f in futs)
     for f in futs:
         np.testing.assert_allclose(f.result()[0], ref(x), rtol=1e-5)
+
+
+def chain_model(n=200):
+    """A chain of n adds over x [256, 256]: a run long enough to be pending
+    when the call returns (most of the time; the tests do not rely on it)."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i}", "x"], [f"t{i + 1}"])
+             for i in range(n)]
+    g = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
+        [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [256, 256])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_done_callbacks_are_called_once_in_order(mlp):
+    s = varq.InferenceSession(chain_model(), workers=2)
+    x = np.ones((256, 256), np.float32)
+    calls = []
+    cond = threading.Condition()
+
+    def cb(tag):
+        def call(f):
+            with cond:
+                calls.append((tag, f, threading.get_ident()))
+                cond.notify_all()
+        return call
+
+    f = s.run_async(None, {"x": x})
+    f.add_done_callback(cb("a"))
+    f.add_done_callback(cb("b"))
+    with cond:
+        assert cond.wait_for(lambda: len(calls) == 2, timeout=60)
+    assert [c[0] for c in calls] == ["a", "b"] and all(c[1] is f for c in calls)
+    assert f.done()
+    # added once done: called at once, in this thread
+    f.add_done_callback(cb("c"))
+    assert calls[2][0] == "c" and calls[2][2] == threading.get_ident()
+    f.result()
+    time.sleep(0.05)
+    assert len(calls) == 3  # each once
+    with pytest.raises(TypeError):
+        f.add_done_callback(5)
+
+
+def test_a_done_callback_added_before_the_end_runs_on_the_completing_worker():
+    """A long run is pending when its callback is added (nearly always):
+    the engine worker that completes it calls the callback, GIL taken."""
+    s = varq.InferenceSession(chain_model(400), workers=1)
+    x = np.ones((256, 256), np.float32)
+    main = threading.get_ident()
+    threads = []
+    for _ in range(5):
+        done = threading.Event()
+        f = s.run_async(None, {"x": x})
+        f.add_done_callback(lambda fut: (threads.append(threading.get_ident()), done.set()))
+        assert done.wait(60)
+        f.result()
+    assert len(threads) == 5
+    assert any(t != main for t in threads)
+
+
+def test_a_raising_callback_is_logged_and_the_others_still_run(mlp, caplog):
+    s = varq.InferenceSession(mlp[0])
+    x = np.ones((2, 4), np.float32)
+    got = []
+
+    def bad(f):
+        raise RuntimeError("callback failed")
+
+    for f in (s.run_async(None, {"x": x}), s.run_async(None, {"x": x})):
+        f.wait()  # done: called at once; the second, maybe, by a worker
+        with caplog.at_level("ERROR", logger="varq"):
+            f.add_done_callback(bad)
+            f.add_done_callback(got.append)
+    assert len(got) == 2
+    msgs = [r for r in caplog.records if r.name == "varq"]
+    assert len(msgs) == 2 and "exception calling callback" in msgs[0].getMessage()
+    assert isinstance(msgs[0].exc_info[1], RuntimeError)
+
+
+def test_a_dropped_future_still_calls_its_callbacks_and_is_freed(mlp):
+    s = varq.InferenceSession(chain_model(), workers=2)
+    x = np.ones((256, 256), np.float32)
+    done = threading.Event()
+    results = []
+    f = s.run_async(None, {"x": x})
+    f.add_done_callback(lambda fut: (results.append(fut.exception()), done.set()))
+    ref = sys.getrefcount(s)
+    del f
+    assert done.wait(60)
+    assert results == [None]
+    for _ in range(100):  # the last reference goes at the main thread's pending-call check
+        gc.collect()
+        if sys.getrefcount(s) < ref:
+            break
+        time.sleep(0.01)
+    assert sys.getrefcount(s) < ref
+
+
+def test_asyncio_awaits_runs_and_their_failures(mlp):
+    import asyncio
+    s = varq.InferenceSession(mlp[0], workers=2)
+    bad = varq.InferenceSession(failing_model())
+    xs = [np.random.RandomState(i).randn(3, 4).astype(np.float32) for i in range(8)]
+
+    async def main():
+        outs = await asyncio.gather(*(s.run_async(None, {"x": x}) for x in xs))
+        (y,) = await varq.wrap_future(s.run_async(None, [xs[0]]))
+        a = np.array([1, 2, 3], np.int32)
+        with pytest.raises(varq.Error, match="division by zero"):
+            await bad.run_async(None, {"a": a, "b": np.array([1, 0, 1], np.int32)})
+        return outs, y
+
+    outs, y = asyncio.run(main())
+    for x, (o,) in zip(xs, outs):
+        np.testing.assert_allclose(o, mlp[1](x), rtol=1e-5)
+    np.testing.assert_allclose(y, mlp[1](xs[0]), rtol=1e-5)

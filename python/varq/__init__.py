@@ -37,7 +37,7 @@ __all__ = [
     "InferenceSession", "InvalidArgument", "Momentum", "NodeArg", "NotAvailable",
     "OperationFailed", "Optimizer", "OutOfMemory", "Program", "RunFuture", "SGD", "Scope",
     "Tensor", "TimedOut", "Var", "__version__", "append_backward", "capture", "from_dlpack",
-    "layers", "lr_schedule", "ops", "tensor",
+    "layers", "lr_schedule", "ops", "tensor", "wrap_future",
 ]
 
 # ONNX Runtime's names of the element types (NodeArg.type).
@@ -121,6 +121,40 @@ class InferenceSession(_varq._Session):
     def __exit__(self, *exc):
         """close(): runs in flight finish first."""
         self.close()
+
+
+def wrap_future(future, *, loop=None):
+    """An asyncio future of loop (None: the running loop) that completes
+    with future's result or exception: future is a varq.RunFuture (or a
+    concurrent.futures.Future). asyncio.wrap_future takes only the latter;
+    `await run_future` calls this. The RunFuture's done callback, on the
+    engine worker that completes the run, only hands it to the loop with
+    loop.call_soon_threadsafe; result() (the numpy arrays) is then made on
+    the loop's thread. Cancelling the asyncio future does not cancel the
+    run."""
+    import asyncio
+    import concurrent.futures
+    if isinstance(future, concurrent.futures.Future):
+        return asyncio.wrap_future(future, loop=loop)
+    if loop is None:
+        loop = asyncio.get_running_loop()
+    out = loop.create_future()
+
+    def copy(f):
+        if out.cancelled():
+            return
+        exc = f.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result(f.result())
+
+    def done(f):
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(copy, f)
+
+    future.add_done_callback(done)
+    return out
 
 
 # ---- programs ----

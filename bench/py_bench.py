@@ -2,10 +2,11 @@
 """What the Python layer costs per call (python/: the varq package).
 
 1. InferenceSession.run of a tiny ONNX model (y = relu(x @ W + b), x of
-   [1, 4]) from Python, against the same model run from C by
-   `varq run MODEL --repeat N` (the executor alone): the difference is the
-   binding's overhead per call (feeds wrapped, the GIL released and taken
-   back, results wrapped as numpy arrays).
+   [1, 4]) from Python (feeds as a dict of numpy arrays, a list in input
+   order, a varq.Tensor), against the same model run from C by
+   bench/onnx_time (the executor alone, each run timed): the difference
+   of the medians is the binding's overhead per call (feeds wrapped, the
+   GIL released and taken back, results wrapped as numpy arrays).
    The same model's run_async + result() per call, ONNX Runtime through
    its node binding (bench/ort_peer.mjs, the module scripts/ort_fetch.sh
    installed, when it is there: the closest measurable peer; its mean of
@@ -17,12 +18,18 @@
    waiting for the futures), with the same number of worker threads.
 
 Usage: /usr/bin/python3 bench/py_bench.py [--build build] [--runs N]
-(the build's python/ is put on sys.path; Debian's python3, which has numpy
-and onnx). Prints one line per measurement, the best of 5 repeats.
+[--repeats R] [--batch B] [--batches NB] [--no-peers] (the build's
+python/ is put on sys.path; Debian's python3, which has numpy and onnx;
+bench/onnx_time built). Prints one line per measurement: the minimum and
+the median per call, over NB batches of B calls for the runs, over R
+repeats of N pushes for the engine; compare only figures of one run on a
+loaded machine (the C run's time is measured in the same run for that
+reason).
 """
 import argparse
 import concurrent.futures
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,12 +37,21 @@ import time
 
 
 def best_of(repeats, fn):
+    return min_med(repeats, fn)[0]
+
+
+def min_med(repeats, fn, n=1):
+    """The minimum and the median of repeats timings of fn, divided by n."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        times.append((time.perf_counter() - t0) / n)
+    return min(times), statistics.median(times)
+
+
+def us(mm):
+    return f"{mm[0] * 1e6:.2f} us (median {mm[1] * 1e6:.2f})"
 
 
 def tiny_model():
@@ -107,6 +123,11 @@ def main():
     ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
     ap.add_argument("--runs", type=int, default=20000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=100, help="calls per batch of the run timings")
+    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--no-peers", action="store_true",
+                    help="skip ONNX Runtime and PyTorch (quicker, for before/after runs)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(args.build, "python"))
     import numpy as np
@@ -118,34 +139,45 @@ def main():
     n = args.runs
 
     # 1. run overhead
+    R = args.repeats
     s = varq.InferenceSession(model, workers=args.workers)
+    t = varq.tensor(x)
+    feed = {"x": x}
     for _ in range(200):
-        s.run(None, {"x": x})
-    py = best_of(5, lambda: [s.run(None, {"x": x}) for _ in range(n)]) / n
+        s.run(None, feed)
+    # Batches of B calls, their mean per call; the minimum and the median
+    # over the batches: short batches, so that the median is of quiet ones
+    # on a loaded machine, as onnx_time's median of single runs is.
+    B, NB = args.batch, args.batches
+    py = min_med(NB, lambda: [s.run(None, {"x": x}) for _ in range(B)], B)
+    try:  # a list in input order (older builds take only a dict)
+        s.run(None, [x])
+        py_list = min_med(NB, lambda: [s.run(None, [x]) for _ in range(B)], B)
+    except TypeError:
+        py_list = (float("nan"), float("nan"))
+    py_tensor = min_med(NB, lambda: [s.run(None, {"x": t}) for _ in range(B)], B)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "tiny.onnx")
         with open(path, "wb") as f:
             f.write(model)
         np.save(os.path.join(d, "x.npy"), x)
-        env = dict(os.environ, VARQ_CPU_WORKERS=str(args.workers))
-
-        def varq_run(repeat):
-            cmd = [os.path.join(args.build, "tools", "varq"), "run", path, "--feed",
-                   "x=" + os.path.join(d, "x.npy"), "--fetch", "y=" + os.path.join(d, "y.npy"),
-                   "--repeat", str(repeat), "--warmup", "200"]
-            t0 = time.perf_counter()
-            subprocess.run(cmd, env=env, capture_output=True, check=True)
-            return time.perf_counter() - t0
-
-        # The wall time of N runs less that of one (the process's start and
-        # the import): varq's own printed mean has a resolution of 1 us.
-        c = min(varq_run(n + 1) - varq_run(1) for _ in range(5)) / n
-    print(f"InferenceSession.run, tiny model: {py * 1e6:.2f} us per call from Python, "
-          f"{c * 1e6:.2f} us from C (varq run --repeat): "
-          f"{(py - c) * 1e6:.2f} us of binding per call")
-    pa = best_of(5, lambda: [s.run_async(None, {"x": x}).result() for _ in range(n)]) / n
-    print(f"InferenceSession.run_async + result(), tiny model: {pa * 1e6:.2f} us per call")
-    peers(model, x, n, args, py)
+        # bench/onnx_time times each run of the same model from C (the
+        # executor alone, the feed made once): its minimum and median.
+        out = subprocess.run(
+            [os.path.join(args.build, "bench", "onnx_time"), path, "--feed",
+             "x=" + os.path.join(d, "x.npy"), "--fetch", "y", "--workers", str(args.workers),
+             "--warmup", "200", "--repeat", str(B * NB)],
+            capture_output=True, text=True, check=True).stdout
+        kv = dict(w.split("=", 1) for w in out.split() if "=" in w)
+        c = (float(kv["min_ms"]) * 1e-3, float(kv["median_ms"]) * 1e-3)
+    print(f"InferenceSession.run, tiny model, from Python: {us(py)} per call with "
+          f"{{'x': numpy}}, {us(py_list)} with [numpy], {us(py_tensor)} with {{'x': varq.Tensor}}; "
+          f"from C (bench/onnx_time, each run timed): {us(c)}: {(py[1] - c[1]) * 1e6:.2f} us "
+          f"of binding per call (medians)")
+    pa = min_med(NB, lambda: [s.run_async(None, {"x": x}).result() for _ in range(B)], B)
+    print(f"InferenceSession.run_async + result(), tiny model: {us(pa)} per call")
+    if not args.no_peers:
+        peers(model, x, n, args, py[0])
 
     # 2. push of an empty callable
     def empty():
@@ -166,9 +198,9 @@ def main():
         e.wait_all()
 
     pushes()
-    vp = best_of(5, pushes) / n
+    vp = min_med(R, pushes, n)
     chained()
-    vc = best_of(5, chained) / n
+    vc = min_med(R, chained, n)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers)
 
     def submits():
@@ -176,12 +208,11 @@ def main():
         concurrent.futures.wait(fs)
 
     submits()
-    tp = best_of(5, submits) / n
+    tp = min_med(R, submits, n)
     pool.shutdown()
-    print(f"Engine.push of an empty callable + wait_all: {vp * 1e6:.2f} us per op without "
-          f"vars (past the engine's throttle such ops run in the pushing thread), "
-          f"{vc * 1e6:.2f} us writing one var (a chain, on the workers); "
-          f"ThreadPoolExecutor.submit + wait: {tp * 1e6:.2f} us per task "
+    print(f"Engine.push of an empty callable + wait_all: {us(vp)} per op without vars (past "
+          f"the engine's throttle such ops run in the pushing thread), {us(vc)} writing one "
+          f"var (a chain, on the workers); ThreadPoolExecutor.submit + wait: {us(tp)} per task "
           f"({args.workers} workers each)")
 
 

@@ -13,6 +13,7 @@
  * only when nothing of it is left. An op holds fn until it is done. */
 #include "varq_py.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -145,7 +146,7 @@ static int py_op_run(void *arg, const vq_exec_ctx *x)
     int rc = 0;
     if (vqpy_no_gil_for_callback())
         return vq_error_set(VQ_ECANCELED, "the Python interpreter is exiting");
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     PyObject *r = PyObject_CallNoArgs(op->fn);
     if (r) {
         Py_DECREF(r);
@@ -171,103 +172,161 @@ static int py_op_run(void *arg, const vq_exec_ctx *x)
         Py_XDECREF(value);
         Py_XDECREF(tb);
     }
-    PyGILState_Release(g);
+    Py_CLEAR(op->fn); /* now, under this GIL hold: py_op_free then needs none */
+    vqpy_gil_release(g);
     return rc;
 }
 
 static void py_op_free(void *arg)
 {
     py_op *op = arg;
-    if (vqpy_no_gil_for_callback()) {
-        free(op); /* fn is left to the exiting interpreter */
+    if (!op->fn || vqpy_no_gil_for_callback()) {
+        free(op); /* fn dropped by the run, or left to the exiting interpreter */
         return;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    /* The op was skipped (an earlier writer failed): fn is still held. */
+    PyGILState_STATE g = vqpy_gil_ensure();
     Py_DECREF(op->fn);
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
     free(op);
 }
 
-/* The vq_vars of a sequence of this engine's Vars, into out[0..*n) (out
- * malloc'd by the caller with room for len(seq)); 0, or -1 with an
+/* The vq_vars of a sequence of this engine's Vars (NULL or None: none)
+ * into *out: into stack (room for VARS_ON_STACK) when they fit, else a
+ * malloc'd array the caller frees when it is not stack. 0, or -1 with an
  * exception set. */
-static int vars_of(vqpy_engine *self, PyObject *seq, const char *what, vq_var ***out, int *n)
+#define VARS_ON_STACK 8
+static int vars_of(vqpy_engine *self, PyObject *seq, const char *what, vq_var **stack,
+                   vq_var ***out, int *n)
 {
-    *out = NULL;
+    *out = stack;
     *n = 0;
-    if (!seq)
+    if (!seq || seq == Py_None)
         return 0;
-    PyObject *t = PySequence_Tuple(seq);
-    if (!t)
+    PyObject *fast = PySequence_Fast(seq, "push: reads and writes must be sequences of Vars");
+    if (!fast)
         return -1;
-    Py_ssize_t len = PyTuple_GET_SIZE(t);
-    *out = malloc(sizeof(vq_var *) * (size_t)(len ? len : 1));
-    if (!*out) {
-        Py_DECREF(t);
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    if (len > VARS_ON_STACK && !(*out = malloc(sizeof(vq_var *) * (size_t)len))) {
+        *out = stack;
+        Py_DECREF(fast);
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < len; i++) {
-        PyObject *o = PyTuple_GET_ITEM(t, i);
+        PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
         if (!PyObject_TypeCheck(o, &vqpy_var_type) || ((vqpy_var *)o)->engine != (PyObject *)self) {
-            free(*out);
-            *out = NULL;
-            Py_DECREF(t);
+            if (*out != stack)
+                free(*out);
+            *out = stack;
+            Py_DECREF(fast);
             vqpy_raise_msg(VQ_EINVAL, "push: %s[%zd] is not a Var of this engine", what, i);
             return -1;
         }
         (*out)[i] = ((vqpy_var *)o)->var;
     }
-    Py_DECREF(t);
+    Py_DECREF(fast);
     *n = (int)len;
     return 0;
 }
 
-static PyObject *engine_push(vqpy_engine *self, PyObject *args, PyObject *kw)
+/* push(fn, reads=None, writes=None, *, priority=0), parsed by hand from
+ * the vectorcall arguments (the keywords matched by address first: the
+ * interned names of a call site). */
+static int push_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **fn,
+                     PyObject **reads, PyObject **writes, int *priority)
 {
-    static char *names[] = {"fn", "reads", "writes", "priority", NULL};
-    PyObject *fn, *reads = NULL, *writes = NULL;
-    int priority = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$i", names, &fn, &reads, &writes, &priority))
+    static const char *const names[] = {"fn", "reads", "writes", "priority"};
+    PyObject *v[4] = {NULL, NULL, NULL, NULL};
+    if (nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "push takes at most 3 positional arguments (%zd given)",
+                     nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        v[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        int k = 0;
+        while (k < 4 && PyUnicode_CompareWithASCIIString(key, names[k]) != 0)
+            k++;
+        if (k == 4 || v[k]) {
+            PyErr_Format(PyExc_TypeError, "push: %s argument '%U'",
+                         k == 4 ? "an unexpected" : "a repeated", key);
+            return -1;
+        }
+        v[k] = args[nargs + i];
+    }
+    if (!v[0]) {
+        PyErr_SetString(PyExc_TypeError, "push needs fn");
+        return -1;
+    }
+    *fn = v[0];
+    *reads = v[1];
+    *writes = v[2];
+    *priority = 0;
+    if (v[3]) {
+        long p = PyLong_AsLong(v[3]);
+        if (p == -1 && PyErr_Occurred())
+            return -1;
+        if (p < INT_MIN || p > INT_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "push: priority is out of range");
+            return -1;
+        }
+        *priority = (int)p;
+    }
+    return 0;
+}
+
+static PyObject *engine_push(vqpy_engine *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    PyObject *fn, *reads, *writes;
+    int priority;
+    if (push_args(args, nargs, kwnames, &fn, &reads, &writes, &priority) < 0)
         return NULL;
     if (!PyCallable_Check(fn)) {
         PyErr_SetString(PyExc_TypeError, "push: fn is not callable");
         return NULL;
     }
-    vq_var **rv = NULL, **wv = NULL;
-    int nr = 0, nw = 0;
-    if (vars_of(self, reads, "reads", &rv, &nr) < 0)
+    vq_var *rstack[VARS_ON_STACK], *wstack[VARS_ON_STACK];
+    vq_var **rv, **wv;
+    int nr, nw;
+    if (vars_of(self, reads, "reads", rstack, &rv, &nr) < 0)
         return NULL;
-    if (vars_of(self, writes, "writes", &wv, &nw) < 0) {
-        free(rv);
+    if (vars_of(self, writes, "writes", wstack, &wv, &nw) < 0) {
+        if (rv != rstack)
+            free(rv);
         return NULL;
     }
     py_op *op = malloc(sizeof *op + sizeof(vq_var *) * (size_t)nw);
-    if (!op) {
-        free(rv);
-        free(wv);
-        return PyErr_NoMemory();
+    int rc = VQ_ENOMEM;
+    if (op) {
+        op->fn = Py_NewRef(fn);
+        op->owner = self;
+        op->nwrites = nw;
+        for (int i = 0; i < nw; i++)
+            op->writes[i] = wv[i];
+        vq_task task = {.fn = py_op_run,
+                        .arg = op,
+                        .arg_free = py_op_free,
+                        .reads = rv,
+                        .nreads = nr,
+                        .writes = wv,
+                        .nwrites = nw,
+                        .priority = priority,
+                        .name = "python"};
+        Py_BEGIN_ALLOW_THREADS;
+        rc = vq_push(self->engine, &task);
+        Py_END_ALLOW_THREADS;
     }
-    op->fn = Py_NewRef(fn);
-    op->owner = self;
-    op->nwrites = nw;
-    for (int i = 0; i < nw; i++)
-        op->writes[i] = wv[i];
-    vq_task task = {.fn = py_op_run,
-                    .arg = op,
-                    .arg_free = py_op_free,
-                    .reads = rv,
-                    .nreads = nr,
-                    .writes = wv,
-                    .nwrites = nw,
-                    .priority = priority,
-                    .name = "python"};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS;
-    rc = vq_push(self->engine, &task);
-    Py_END_ALLOW_THREADS;
-    free(rv);
-    free(wv);
+    if (rv != rstack)
+        free(rv);
+    if (wv != wstack)
+        free(wv);
+    if (!op)
+        return PyErr_NoMemory();
     if (rc < 0) {
         PyObject *err = vqpy_raise(rc);
         Py_DECREF(op->fn); /* a rejected op's arg_free is not called */
@@ -345,7 +404,7 @@ static PyObject *engine_wait_all(vqpy_engine *self, PyObject *unused)
 static PyMethodDef engine_methods[] = {
     {"new_var", (PyCFunction)(void (*)(void))engine_new_var, METH_VARARGS | METH_KEYWORDS,
      "new_var(name=None) -> Var: a new var (a piece of state ops are ordered on)."},
-    {"push", (PyCFunction)(void (*)(void))engine_push, METH_VARARGS | METH_KEYWORDS,
+    {"push", (PyCFunction)(void (*)(void))engine_push, METH_FASTCALL | METH_KEYWORDS,
      "push(fn, reads=(), writes=(), *, priority=0): runs fn() on a worker once every earlier "
      "op that shares a var with it, one of them writing, is done; returns at once. An "
      "exception in fn fails the op and the vars it writes."},

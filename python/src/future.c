@@ -195,11 +195,11 @@ static void future_notify(PyObject *future)
 {
     if (vqpy_no_gil_for_callback())
         return; /* the exiting interpreter's: left to it */
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     run_done_callbacks((vqpy_future *)future);
     if (Py_REFCNT(future) > 1 || Py_AddPendingCall(decref_later, future) < 0)
         Py_DECREF(future); /* not the last (or no room to defer: at worst freed here) */
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
 }
 
 static void future_dealloc(vqpy_future *self)

@@ -124,6 +124,42 @@ static int add_type(PyObject *m, PyTypeObject *type, const char *name)
     return 0;
 }
 
+/* The threads whose Python thread state is kept (vqpy_gil_ensure): the
+ * key's value is set on them, and its destructor deletes the state at
+ * the thread's exit. */
+static pthread_key_t kept_key;
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+static bool kept_ok;
+
+static void kept_state_free(void *tstate)
+{
+    /* Finalizing (or finalized): taking the GIL could end the thread on
+     * the spot; the state goes with the interpreter. */
+    if (!Py_IsInitialized() || vqpy_no_gil_for_callback())
+        return;
+    /* Not PyGILState_Release: the thread's exit has cleared PyGILState's
+     * own thread-specific value already (glibc clears each before calling
+     * the destructors), so it would not find the state. */
+    PyEval_RestoreThread(tstate);
+    PyThreadState_Clear(tstate);
+    PyThreadState_DeleteCurrent(); /* and releases the GIL */
+}
+
+static void kept_key_make(void)
+{
+    kept_ok = pthread_key_create(&kept_key, kept_state_free) == 0;
+}
+
+PyGILState_STATE vqpy_gil_ensure(void)
+{
+    bool fresh = PyGILState_GetThisThreadState() == NULL;
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (fresh && pthread_once(&kept_once, kept_key_make) == 0 && kept_ok &&
+        pthread_setspecific(kept_key, PyGILState_GetThisThreadState()) == 0)
+        PyGILState_Ensure(); /* the kept count (the GIL is held: LOCKED) */
+    return g;
+}
+
 PyMODINIT_FUNC PyInit__varq(void)
 {
     PyObject *m = PyModule_Create(&module_def);

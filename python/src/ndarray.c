@@ -109,9 +109,9 @@ static void hold_release(void *user)
         PyMem_RawFree(h);
         return;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     Py_DECREF(h->array);
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
     PyMem_RawFree(h);
 }
 

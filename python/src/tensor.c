@@ -313,9 +313,9 @@ static void dl_ctx_free(dl_ctx *ctx)
         free(ctx);
         return;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     Py_DECREF(ctx->owner);
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
     free(ctx);
 }
 
@@ -437,9 +437,9 @@ static void buffer_release(void *user)
     Py_buffer *view = user;
     if (vqpy_no_gil_for_callback())
         return;
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     PyBuffer_Release(view);
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
     PyMem_RawFree(view);
 }
 
@@ -576,7 +576,7 @@ static void dl_import_release(void *user)
         free(imp);
         return;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = vqpy_gil_ensure();
     if (imp->versioned) {
         DLManagedTensorVersioned *m = imp->managed;
         if (m->deleter)
@@ -586,7 +586,7 @@ static void dl_import_release(void *user)
         if (m->deleter)
             m->deleter(m);
     }
-    PyGILState_Release(g);
+    vqpy_gil_release(g);
     free(imp);
 }
 

@@ -72,6 +72,18 @@ static inline bool vqpy_no_gil_for_callback(void)
 #endif
 }
 
+/* PyGILState_Ensure / Release for the callbacks that run on threads of
+ * varq's (module.c). The first call on a thread with no Python thread
+ * state keeps the state it creates until the thread exits, instead of
+ * PyGILState's creating and deleting one per call (most of the cost of a
+ * Python op on a worker). At the thread's exit the state is deleted (the
+ * GIL taken for it), unless the interpreter is finalizing or gone. */
+PyGILState_STATE vqpy_gil_ensure(void);
+static inline void vqpy_gil_release(PyGILState_STATE g)
+{
+    PyGILState_Release(g);
+}
+
 /* varq.Error and its subclasses, one per negative code (module.c). */
 extern PyObject *vqpy_error;
 

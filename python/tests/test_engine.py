@@ -177,3 +177,60 @@ def test_an_engine_whose_last_reference_goes_inside_an_op_neither_deadlocks_nor_
     e2 = varq.Engine(workers=1)  # and the process goes on using engines
     e2.push(lambda: None)
     e2.wait_all()
+
+
+def python_thread_states():
+    """The number of the interpreter's thread states (ctypes over the C API)."""
+    import ctypes
+    api = ctypes.pythonapi
+    api.PyInterpreterState_Get.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.restype = ctypes.c_void_p
+    api.PyInterpreterState_ThreadHead.argtypes = [ctypes.c_void_p]
+    api.PyThreadState_Next.restype = ctypes.c_void_p
+    api.PyThreadState_Next.argtypes = [ctypes.c_void_p]
+    n, t = 0, api.PyInterpreterState_ThreadHead(api.PyInterpreterState_Get())
+    while t:
+        n += 1
+        t = api.PyThreadState_Next(t)
+    return n
+
+
+def test_a_workers_thread_state_is_kept_between_ops_and_deleted_at_its_exit():
+    gc.collect()
+    before = python_thread_states()
+    for _ in range(10):
+        e = varq.Engine(workers=2)
+        v = e.new_var()
+        for _ in range(200):
+            e.push(lambda: None, writes=[v])
+        e.wait_all()
+        # at most one state per worker (and the pushing thread's own), not one per op
+        assert python_thread_states() <= before + 2
+        del v, e
+        gc.collect()
+    assert python_thread_states() == before
+
+
+def test_push_arguments_by_name_and_position():
+    e = varq.Engine(workers=2)
+    v, w = e.new_var(), e.new_var()
+    log = []
+    e.push(lambda: log.append(1), [], [v])
+    e.push(fn=lambda: log.append(2), reads=(v,), writes=[w], priority=3)
+    e.push(lambda: log.append(3), None, None)
+    e.wait_all()
+    assert sorted(log) == [1, 2, 3] and log.index(1) < log.index(2)
+    with pytest.raises(TypeError, match="unexpected"):
+        e.push(lambda: None, write=[v])
+    with pytest.raises(TypeError, match="repeated"):
+        e.push(lambda: None, fn=lambda: None)
+    with pytest.raises(TypeError):
+        e.push()
+    with pytest.raises(TypeError):
+        e.push(lambda: None, 5)
+    with pytest.raises(varq.InvalidArgument, match="writes\\[9\\] is not a Var"):
+        e.push(lambda: None, writes=[v] * 9 + [object()])
+    many = [e.new_var() for _ in range(12)]  # past the stack arrays
+    e.push(lambda: log.append(4), reads=many[:6], writes=many[6:])
+    e.wait_all()
+    assert log[-1] == 4

@@ -64,6 +64,7 @@ vqpy_async_run *vqpy_async_new(int nfeeds, int nfetches)
         return NULL;
     }
     atomic_init(&r->refs, 1);
+    atomic_init(&r->finished, false);
     return r;
 }
 
@@ -101,6 +102,7 @@ void vqpy_async_done(void *user, int err)
         if (r->busy[i]) /* before done: a waiter woken may edit the program at once */
             atomic_fetch_sub(r->busy[i], 1);
     r->done = true;
+    atomic_store_explicit(&r->finished, true, memory_order_release);
     PyObject *notify = r->notify;
     r->notify = NULL;
     pthread_cond_broadcast(&r->cv);
@@ -216,6 +218,9 @@ static void future_dealloc(vqpy_future *self)
     PyObject_Free(self);
 }
 
+/* How many times a waiter looks at a run before sleeping on it. */
+#define WAIT_SPINS 64
+
 /* Waits (GIL released) until the run is done or timeout (seconds; None:
  * forever) passes; 1 when done, 0 on timeout, -1 with an exception. */
 static int future_wait_for(vqpy_future *self, PyObject *timeout)
@@ -231,6 +236,13 @@ static int future_wait_for(vqpy_future *self, PyObject *timeout)
     }
     bool done;
     Py_BEGIN_ALLOW_THREADS;
+    /* A small run ends within microseconds: a few looks (yielding the
+     * core between them) spare the futex sleep and wake-up, which cost
+     * more than that on a VM. */
+    for (int i = 0; secs != 0 && i < WAIT_SPINS &&
+                    !atomic_load_explicit(&r->finished, memory_order_acquire);
+         i++)
+        sched_yield();
     pthread_mutex_lock(&r->mu);
     if (secs < 0) {
         while (!r->done)

@@ -157,6 +157,9 @@ typedef struct vqpy_async_run {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool done;
+    /* done, also readable without mu: a waiter looks at it a few times
+     * before sleeping on cv (store: release, after rc and msg). */
+    atomic_bool finished;
     int rc;
     char msg[1024];
     int nfeeds, nfetches, nnames;

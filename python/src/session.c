@@ -506,6 +506,11 @@ static PyObject *session_run_sync(vqpy_session *self, PyObject *names, PyObject 
         release_feeds(feeds, holds, nfed);
         goto out;
     }
+    if (self->closed) { /* by another thread while a conversion let go of the GIL */
+        release_feeds(feeds, holds, nfed);
+        closed_error();
+        goto out;
+    }
     int rc;
     char msg[1024] = "";
     self->busy++;
@@ -565,7 +570,8 @@ static PyObject *session_run_async_impl(vqpy_session *self, PyObject *names, PyO
     }
     int nfed = 0;
     if (collect_fetches(self, name_seq, arun->fetches, nfetch) < 0 ||
-        collect_feeds(self, feed_map, arun->feeds, NULL, &nfed) < 0) {
+        collect_feeds(self, feed_map, arun->feeds, NULL, &nfed) < 0 ||
+        (self->closed && !closed_error())) { /* closed meanwhile: see session_run_sync */
         arun->nfeeds = nfed; /* the run owns what was collected */
         Py_BEGIN_ALLOW_THREADS;
         vqpy_async_drop(arun);

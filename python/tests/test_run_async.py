@@ -93,22 +93,24 @@ def test_timeout_and_a_run_that_is_slow(tmp_path):
     with it still completes, and result(timeout=0) of a pending run raises
     TimeoutError without cancelling it."""
     from onnx import TensorProto, helper
-    # a chain of 200 adds over a [256, 256] tensor: long enough to be pending at once
+    # a chain of 200 adds over a [1024, 1024] tensor: long enough (tens of
+    # milliseconds and more) to be pending still when result(timeout=0) is
+    # called, even after a descheduling on a loaded machine
     nodes = [helper.make_node("Add", ["x" if i == 0 else f"t{i}", "x"], [f"t{i + 1}"])
              for i in range(200)]
     g = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256, 256])],
-        [helper.make_tensor_value_info("t200", TensorProto.FLOAT, [256, 256])])
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1024, 1024])],
+        [helper.make_tensor_value_info("t200", TensorProto.FLOAT, [1024, 1024])])
     s = varq.InferenceSession(
         helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
         workers=1)
-    x = np.ones((256, 256), np.float32)
+    x = np.ones((1024, 1024), np.float32)
     f = s.run_async(None, {"x": x})
     if not f.done():
         with pytest.raises(TimeoutError):
             f.result(timeout=0)
     assert f.wait(timeout=60)
-    np.testing.assert_array_equal(f.result()[0], np.full((256, 256), 201, np.float32))
+    np.testing.assert_array_equal(f.result()[0], np.full((1024, 1024), 201, np.float32))
 
 
 def test_feeds_are_held_until_done_and_released_after(mlp):

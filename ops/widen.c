@@ -11,10 +11,14 @@
  * bits, as u8 arithmetic does); for f16 and bf16 it is "compute in f32,
  * round once", what ONNX Runtime and PyTorch's CPU kernels do (f32's 24
  * bits make the one rounding of a single add, multiply or divide exact).
- * u64 has no wider integer and is not widened (refused, as without
- * widening). Ops whose outputs are indices or shapes (argmax, shape,
- * top_k, nonzero) are not on the list: their i64 outputs would be mistaken
- * for widened ones.
+ * u64 has no wider integer: for the ops that only compare, select or
+ * move elements (the "order" list) it is carried as i64 with its top bit
+ * flipped, which maps u64's order onto i64's and back exactly; elsewhere
+ * it is refused, as without widening. Ops whose kernels take floats only
+ * (the "float" list: max_pool2d) compute the narrow integers as f64,
+ * which holds every one of them exactly. Ops whose outputs are indices
+ * or shapes (argmax, shape, top_k, nonzero) are not on the lists: their
+ * i64 outputs would be mistaken for widened ones.
  *
  * Widening costs a conversion and a temporary per added-dtype operand;
  * calls with only the first five dtypes go straight to the op's own
@@ -41,8 +45,20 @@ static const char *const widened[] = {
     "reverse_sequence", "scatter_elements", "scatter_nd", "slice", "split", "tile", "transpose",
     "where", "zeros_like"};
 
-/* The wide form of dt; dt itself for the first five and u64. */
-static vq_dtype wide_of(vq_dtype dt)
+/* The ops that carry u64 as flipped i64: they compare, select or move. */
+static const char *const order_ops[] = {
+    "concat", "equal", "expand", "gather", "gather_elements", "gather_nd", "greater",
+    "greater_equal", "less", "less_equal", "maximum", "minimum", "not_equal", "pad",
+    "reduce_max", "reduce_min", "reshape", "reverse_sequence", "slice", "split", "tile",
+    "transpose", "where"};
+/* The ops whose kernels take floats only, which compute the integers as f64. */
+static const char *const float_ops[] = {"max_pool2d"};
+
+enum { WIDE_INT, WIDE_ORDER, WIDE_FLOAT };
+
+/* The wide form of dt in an op of class cls; dt itself for the first five
+ * (and u64 where it is refused). */
+static vq_dtype wide_of(vq_dtype dt, int cls)
 {
     switch (dt) {
     case VQ_F16:
@@ -51,14 +67,48 @@ static vq_dtype wide_of(vq_dtype dt)
     case VQ_U8:
     case VQ_I16:
     case VQ_U16:
-    case VQ_U32: return VQ_I64;
+    case VQ_U32: return cls == WIDE_FLOAT ? VQ_F64 : VQ_I64;
+    case VQ_U64: return cls == WIDE_ORDER ? VQ_I64 : VQ_U64;
     default: return dt;
     }
 }
 
-static bool widens(vq_dtype dt)
+static bool widens(vq_dtype dt, int cls)
 {
-    return wide_of(dt) != dt;
+    return wide_of(dt, cls) != dt;
+}
+
+#define TOP_BIT ((uint64_t)1 << 63)
+
+/* n elements of from (dtype dt) into to (dtype wide), or back when back
+ * is set: u64 by flipping its top bit, the others by cast's rules. */
+static void convert(vq_dtype dt, vq_dtype wide, const void *from, void *to, int64_t n, bool back)
+{
+    if (dt == VQ_U64) {
+        const uint64_t *a = from;
+        uint64_t *b = to;
+        for (int64_t i = 0; i < n; i++)
+            b[i] = a[i] ^ TOP_BIT;
+        return;
+    }
+    if (back)
+        vq__cast_any(wide, from, dt, to, n);
+    else
+        vq__cast_any(dt, from, wide, to, n);
+}
+
+/* Whether input i of def is an index or a shape (gather's Indices,
+ * reverse_sequence's Lens, reshape's Shape, tile's Repeats), whose i64
+ * is its own dtype, not one that data of a narrow integer dtype must
+ * share: gather of u8 with i64 indices is not a mismatch. */
+static bool index_slot(const vq__op_def *def, int i)
+{
+    static const char *const names[] = {"Indices", "Lens", "Shape", "Repeats"};
+    const char *slot = vq__op_in_slot(def, i);
+    for (size_t k = 0; slot && k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(slot, names[k]))
+            return true;
+    return false;
 }
 
 /* The call's inputs converted to wide metas in w; the narrow dtype whose
@@ -67,24 +117,26 @@ static bool widens(vq_dtype dt)
  * i64: the op's own check of equal dtypes, made on the narrow ones). */
 static int widen_metas(const vq__infer *c, vq__meta *w, vq_dtype *narrow_of, bool *any)
 {
+    int cls = c->def->wide_class;
     *any = false;
     for (int i = 0; i < VQ_DTYPE_COUNT; i++)
         narrow_of[i] = (vq_dtype)i;
     for (int i = 0; i < c->nin; i++) {
         w[i] = c->in[i];
         vq_dtype dt = c->in[i].dtype;
-        if (dt == VQ_U64)
+        if (dt == VQ_U64 && !widens(dt, cls))
             return vq__fail(VQ_ENOSYS, "%s: input %s (slot %d): dtype u64 is not supported by %s",
                             c->def->type, vq__op_in_slot(c->def, i), i, c->def->type);
-        if (!widens(dt))
+        if (!widens(dt, cls))
             continue;
         *any = true;
-        w[i].dtype = wide_of(dt);
+        w[i].dtype = wide_of(dt, cls);
         narrow_of[w[i].dtype] = dt;
     }
     for (int i = 0; *any && i < c->nin; i++)
         for (int j = 0; j < i; j++)
-            if (wide_of(c->in[i].dtype) == wide_of(c->in[j].dtype) &&
+            if (!index_slot(c->def, i) && !index_slot(c->def, j) &&
+                wide_of(c->in[i].dtype, cls) == wide_of(c->in[j].dtype, cls) &&
                 c->in[i].dtype != c->in[j].dtype)
                 return vq__in_fail(c, i, "dtype %s differs from %s's %s",
                                    vq_dtype_name(c->in[i].dtype), vq__op_in_slot(c->def, j),
@@ -110,7 +162,7 @@ static int widen_infer(vq__infer *c)
         char msg[400];
         snprintf(msg, sizeof msg, "%s", vq_errmsg());
         for (int i = 0; i < c->nin; i++)
-            if (widens(c->in[i].dtype))
+            if (widens(c->in[i].dtype, d->wide_class))
                 return vq__fail(rc == VQ_EINVAL ? VQ_ENOSYS : rc,
                                 "%s: dtype %s is not supported by %s (computed as %s: %s)", d->type,
                                 vq_dtype_name(c->in[i].dtype), d->type, vq_dtype_name(w[i].dtype),
@@ -124,26 +176,27 @@ static int widen_infer(vq__infer *c)
 
 /* The wide copy of t (a new CPU tensor of t's shape), its values converted
  * when convert is set; t itself when it does not widen. */
-static int wide_tensor(vq_tensor *t, bool convert, vq_tensor **out)
+static int wide_tensor(vq_tensor *t, int cls, bool fill, vq_tensor **out)
 {
     *out = t;
-    if (!t || !widens(t->dtype))
+    if (!t || !widens(t->dtype, cls))
         return 0;
-    int rc = vq__tensor_empty(out, wide_of(t->dtype), t->ndim, t->shape);
+    int rc = vq__tensor_empty(out, wide_of(t->dtype, cls), t->ndim, t->shape);
     if (rc < 0)
         return rc;
-    if (convert)
-        vq__cast_any(t->dtype, t->data, (*out)->dtype, (*out)->data, t->numel);
+    if (fill)
+        convert(t->dtype, (*out)->dtype, t->data, (*out)->data, t->numel, false);
     return 0;
 }
 
 static int widen_kernel(const vq__kcall *k)
 {
     const vq__op_def *d = k->def;
+    int cls = d->wide_class;
     bool any = false;
     for (int i = 0; i < k->nin + k->nout; i++) {
         const vq_tensor *t = i < k->nin ? k->in[i] : k->out[i - k->nin];
-        any |= t && widens(t->dtype);
+        any |= t && widens(t->dtype, cls);
     }
     if (!any)
         return d->wide_kernel(k);
@@ -152,14 +205,14 @@ static int widen_kernel(const vq__kcall *k)
                  ? vq__op_fail(d, "too many operands to widen")
                  : 0;
     for (int i = 0; rc == 0 && i < k->nin; i++)
-        rc = wide_tensor(k->in[i], true, &in[i]);
+        rc = wide_tensor(k->in[i], cls, true, &in[i]);
     /* an output that is also an input (VQ__INPLACE_OK) shares its copy */
     for (int j = 0; rc == 0 && j < k->nout; j++) {
         for (int i = 0; i < k->nin && !out[j]; i++)
             if (k->out[j] && k->out[j] == k->in[i] && in[i] != k->in[i])
                 out[j] = vq_tensor_retain(in[i]);
         if (!out[j])
-            rc = wide_tensor(k->out[j], false, &out[j]);
+            rc = wide_tensor(k->out[j], cls, false, &out[j]);
     }
     if (rc == 0) {
         vq__kcall wk = *k;
@@ -170,8 +223,8 @@ static int widen_kernel(const vq__kcall *k)
     for (int j = 0; j < k->nout; j++) {
         if (out[j] && out[j] != k->out[j]) {
             if (rc == 0)
-                vq__cast_any(out[j]->dtype, out[j]->data, k->out[j]->dtype, k->out[j]->data,
-                             k->out[j]->numel);
+                convert(k->out[j]->dtype, out[j]->dtype, out[j]->data, k->out[j]->data,
+                        k->out[j]->numel, true);
             vq_tensor_release(out[j]);
         }
     }
@@ -193,6 +246,13 @@ void vq__widen_pick(vq__op_def *def)
             def->infer = widen_infer;
             def->kernel[VQ_DEV_CPU] = widen_kernel;
             def->flags |= VQ__EXT_DTYPES;
+            def->wide_class = WIDE_INT;
+            for (size_t j = 0; j < sizeof order_ops / sizeof order_ops[0]; j++)
+                if (!strcmp(def->type, order_ops[j]))
+                    def->wide_class = WIDE_ORDER;
+            for (size_t j = 0; j < sizeof float_ops / sizeof float_ops[0]; j++)
+                if (!strcmp(def->type, float_ops[j]))
+                    def->wide_class = WIDE_FLOAT;
             return;
         }
 }

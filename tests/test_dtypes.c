@@ -533,6 +533,79 @@ Test(dtypes, u64_arithmetic_is_refused_naming_the_dtype)
     vq_tensor_release(x);
 }
 
+static vq_tensor *u64s(int n, const uint64_t *v)
+{
+    vq_tensor *t;
+    cr_assert_eq(vq_tensor_new(&t, VQ_U64, 1, (int64_t[]){n}), 0);
+    memcpy(vq_tensor_data(t), v, (size_t)n * sizeof *v);
+    return t;
+}
+
+/* Ops that only compare, select or move carry u64 as i64 with the top bit
+ * flipped: its order is kept above 2^63, and the values come back whole. */
+Test(dtypes, u64_compares_selects_and_moves_by_its_own_order)
+{
+    const uint64_t a[4] = {1, (1ull << 63) + 5, UINT64_MAX, 1ull << 63},
+                   b[4] = {2, 7, UINT64_MAX - 1, (1ull << 63) - 1};
+    vq_tensor *x = u64s(4, a), *y = u64s(4, b), *in[2] = {x, y};
+    vq_tensor *mx = oc_run1("maximum", in, 2, NULL, 0), *mn = oc_run1("minimum", in, 2, NULL, 0);
+    vq_tensor *gt = oc_run1("greater", in, 2, NULL, 0);
+    cr_assert_eq(vq_tensor_dtype(mx), VQ_U64);
+    const uint64_t *pm = vq_tensor_data(mx), *pn = vq_tensor_data(mn);
+    const bool *pg = vq_tensor_data(gt);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(pm[i], a[i] > b[i] ? a[i] : b[i], "maximum at %d", i);
+        cr_assert_eq(pn[i], a[i] < b[i] ? a[i] : b[i], "minimum at %d", i);
+        cr_assert_eq(pg[i], a[i] > b[i], "greater at %d", i);
+    }
+    vq_tensor *r = oc_run1("reduce_max", &x, 1, NULL, 0);
+    cr_assert_eq(*(const uint64_t *)vq_tensor_data(r), UINT64_MAX);
+    vq_tensor *idx;
+    cr_assert_eq(vq_tensor_new(&idx, VQ_I64, 1, (int64_t[]){2}), 0);
+    ((int64_t *)vq_tensor_data(idx))[0] = 3;
+    ((int64_t *)vq_tensor_data(idx))[1] = 1;
+    vq_tensor *gin[2] = {x, idx}, *g = oc_run1("gather", gin, 2, NULL, 0);
+    cr_assert_eq(((const uint64_t *)vq_tensor_data(g))[0], a[3]);
+    cr_assert_eq(((const uint64_t *)vq_tensor_data(g))[1], a[1]);
+    vq_tensor *tensors[] = {mx, mn, gt, r, idx, g, x, y};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++)
+        vq_tensor_release(tensors[i]);
+}
+
+/* Data of a narrow integer dtype beside i64 indices is no mismatch (gather
+ * of u8 by i64 indices); max_pool2d, whose kernel takes floats, computes
+ * the narrow integers as f64, which holds them exactly. */
+Test(dtypes, narrow_integers_gather_by_i64_indices_and_max_pool)
+{
+    uint64_t rng = oc_seed("dtypes");
+    vq_tensor *x = oc_rand(&rng, VQ_U8, 4, (int64_t[]){1, 2, 4, 4}, 0, 255), *idx;
+    cr_assert_eq(vq_tensor_new(&idx, VQ_I64, 1, (int64_t[]){1}), 0);
+    ((int64_t *)vq_tensor_data(idx))[0] = 1;
+    vq_attr axis = VQ_ATTR_I("axis", 2);
+    vq_tensor *gin[2] = {x, idx}, *g = oc_run1("gather", gin, 2, &axis, 1);
+    cr_assert_eq(vq_tensor_dtype(g), VQ_U8);
+    for (int c = 0; c < 2; c++)
+        for (int j = 0; j < 4; j++)
+            cr_assert_eq(oc_get(g, c * 4 + j), oc_get(x, c * 16 + 4 + j));
+    vq_attr at[2] = {VQ_ATTR_IS("kernel", ((int64_t[]){2, 2}), 2),
+                     VQ_ATTR_IS("strides", ((int64_t[]){2, 2}), 2)};
+    vq_tensor *p = oc_run1("max_pool2d", &x, 1, at, 2);
+    cr_assert_eq(vq_tensor_dtype(p), VQ_U8);
+    for (int c = 0; c < 2; c++)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+                double m = 0;
+                for (int di = 0; di < 2; di++)
+                    for (int dj = 0; dj < 2; dj++)
+                        m = fmax(m, oc_get(x, c * 16 + (2 * i + di) * 4 + 2 * j + dj));
+                cr_assert_eq(oc_get(p, c * 4 + i * 2 + j), m);
+            }
+    vq_tensor_release(p);
+    vq_tensor_release(g);
+    vq_tensor_release(idx);
+    vq_tensor_release(x);
+}
+
 /* On the emulated GPU backend an op runs its CPU kernel as stream work:
  * the widened add of f16 and the cast of u8 give the CPU's bits. */
 Test(dtypes, emulated_gpu_runs_widened_ops_and_casts_like_the_cpu)

@@ -191,6 +191,9 @@ typedef struct vq__op_def {
      * are widen.c's, converting around them. NULL for the others. */
     int (*wide_infer)(vq__infer *c);
     int (*wide_kernel)(const vq__kcall *k);
+    /* widen.c's class of the op (its enum): which wide form each dtype
+     * takes (0: the integers as i64, u64 refused). */
+    int wide_class;
 } vq__op_def;
 
 /* Makes def, a copy in the registry's table, take the added dtypes by

@@ -13,7 +13,8 @@
  * bits make the one rounding of a single add, multiply or divide exact).
  * u64 has no wider integer: for the ops that only compare, select or
  * move elements (the "order" list) it is carried as i64 with its top bit
- * flipped, which maps u64's order onto i64's and back exactly; elsewhere
+ * flipped, which maps u64's order onto i64's and back exactly; the binary
+ * arithmetic ops (the "u64" list) take it in their own kernels; elsewhere
  * it is refused, as without widening. Ops whose kernels take floats only
  * (the "float" list: max_pool2d) compute the narrow integers as f64,
  * which holds every one of them exactly. Ops whose outputs are indices
@@ -53,8 +54,10 @@ static const char *const order_ops[] = {
     "transpose", "where"};
 /* The ops whose kernels take floats only, which compute the integers as f64. */
 static const char *const float_ops[] = {"max_pool2d"};
+/* The ops whose kernels take u64 themselves (elementwise.c). */
+static const char *const u64_ops[] = {"add", "sub", "mul", "div", "mod", "pow"};
 
-enum { WIDE_INT, WIDE_ORDER, WIDE_FLOAT };
+enum { WIDE_INT, WIDE_ORDER, WIDE_FLOAT, WIDE_U64 };
 
 /* The wide form of dt in an op of class cls; dt itself for the first five
  * (and u64 where it is refused). */
@@ -124,7 +127,7 @@ static int widen_metas(const vq__infer *c, vq__meta *w, vq_dtype *narrow_of, boo
     for (int i = 0; i < c->nin; i++) {
         w[i] = c->in[i];
         vq_dtype dt = c->in[i].dtype;
-        if (dt == VQ_U64 && !widens(dt, cls))
+        if (dt == VQ_U64 && !widens(dt, cls) && cls != WIDE_U64)
             return vq__fail(VQ_ENOSYS, "%s: input %s (slot %d): dtype u64 is not supported by %s",
                             c->def->type, vq__op_in_slot(c->def, i), i, c->def->type);
         if (!widens(dt, cls))
@@ -253,6 +256,9 @@ void vq__widen_pick(vq__op_def *def)
             for (size_t j = 0; j < sizeof float_ops / sizeof float_ops[0]; j++)
                 if (!strcmp(def->type, float_ops[j]))
                     def->wide_class = WIDE_FLOAT;
+            for (size_t j = 0; j < sizeof u64_ops / sizeof u64_ops[0]; j++)
+                if (!strcmp(def->type, u64_ops[j]))
+                    def->wide_class = WIDE_U64;
             return;
         }
 }

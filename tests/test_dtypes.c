@@ -522,15 +522,47 @@ Test(dtypes, moving_ops_keep_the_values_of_every_added_dtype)
     }
 }
 
-/* u64 has no wider integer: arithmetic refuses it by name. */
-Test(dtypes, u64_arithmetic_is_refused_naming_the_dtype)
+static vq_tensor *u64s(int n, const uint64_t *v);
+
+/* u64 has no wider integer: the ops without a u64 kernel of their own
+ * refuse it by name. */
+Test(dtypes, u64_math_is_refused_naming_the_dtype)
 {
     vq_tensor *x;
     cr_assert_eq(vq_tensor_new(&x, VQ_U64, 1, (int64_t[]){2}), 0);
-    vq_tensor *in[2] = {x, x};
-    cr_assert_eq(oc_try("add", in, 2, 1, NULL, 0), VQ_ENOSYS);
-    cr_assert(strstr(vq_errmsg(), "dtype u64 is not supported by add"), "%s", vq_errmsg());
+    cr_assert_eq(oc_try("sqrt", &x, 1, 1, NULL, 0), VQ_ENOSYS);
+    cr_assert(strstr(vq_errmsg(), "dtype u64 is not supported by sqrt"), "%s", vq_errmsg());
     vq_tensor_release(x);
+}
+
+/* The binary arithmetic ops take u64 in their own kernel: it wraps, divides
+ * and takes remainders as unsigned, and division by zero is the op's error. */
+Test(dtypes, u64_arithmetic_wraps_and_divides_as_unsigned)
+{
+    const uint64_t a[3] = {UINT64_MAX, (1ull << 63) + 7, 10}, b[3] = {2, 1ull << 62, 3};
+    vq_tensor *x = u64s(3, a), *y = u64s(3, b), *in[2] = {x, y};
+    static const char *const ops[] = {"add", "sub", "mul", "div", "mod", "pow"};
+    for (int k = 0; k < 6; k++) {
+        vq_tensor *o = oc_run1(ops[k], in, 2, NULL, 0);
+        cr_assert_eq(vq_tensor_dtype(o), VQ_U64);
+        const uint64_t *v = vq_tensor_data(o);
+        for (int i = 0; i < 3; i++) {
+            uint64_t p = 1, base = a[i];
+            for (uint64_t e = b[i]; e; e >>= 1, base *= base)
+                if (e & 1)
+                    p *= base;
+            uint64_t want = k == 0 ? a[i] + b[i] : k == 1 ? a[i] - b[i] : k == 2 ? a[i] * b[i]
+                            : k == 3 ? a[i] / b[i] : k == 4 ? a[i] % b[i] : p;
+            cr_assert_eq(v[i], want, "%s at %d", ops[k], i);
+        }
+        vq_tensor_release(o);
+    }
+    vq_tensor *z = u64s(3, (uint64_t[]){1, 0, 1}), *dz[2] = {x, z};
+    cr_assert_lt(oc_try("div", dz, 2, 1, NULL, 0), 0);
+    cr_assert_lt(oc_try("mod", dz, 2, 1, NULL, 0), 0);
+    vq_tensor_release(z);
+    vq_tensor_release(x);
+    vq_tensor_release(y);
 }
 
 static vq_tensor *u64s(int n, const uint64_t *v)

@@ -32,7 +32,9 @@ static const char *const out_slot[] = {"Out"};
 static int binary_infer(vq__infer *c)
 {
     int rc;
-    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC)) < 0 || (rc = vq__check_same_dtype(c, 0, 1)) < 0)
+    /* u64 on the CPU only: the CUDA dispatcher refuses the added dtypes */
+    if ((rc = vq__check_dtype(c, 0, VQ__NUMERIC | (1u << VQ_U64))) < 0 ||
+        (rc = vq__check_same_dtype(c, 0, 1)) < 0)
         return rc;
     c->out[0].dtype = c->in[0].dtype;
     ((vq__binary_params *)c->params)->op = c->def->code;
@@ -199,6 +201,45 @@ FLOAT_ROW(double)
 INT_ROW(int32_t, uint32_t, INT32_MIN)
 INT_ROW(int64_t, uint64_t, INT64_MIN)
 
+/* u64, which no wider integer holds (ops/widen.c passes it through to
+ * these ops): arithmetic wraps; division, mod and fmod (the same for
+ * unsigned values) by zero are errors; pow multiplies by squaring. */
+static void row_uint64_t(void *user, int64_t xo, int64_t yo, int64_t oo, int64_t n, int64_t xs,
+                         int64_t ys)
+{
+    struct rows *r = user;
+    const uint64_t *x = (const uint64_t *)r->x + xo, *y = (const uint64_t *)r->y + yo;
+    uint64_t *o = (uint64_t *)r->out + oo;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t a = x[i * xs], b = y[i * ys];
+        switch (r->op) {
+        case VQ__BINARY_ADD: o[i] = a + b; break;
+        case VQ__BINARY_SUB: o[i] = a - b; break;
+        case VQ__BINARY_MUL: o[i] = a * b; break;
+        case VQ__BINARY_POW: {
+            uint64_t p = 1;
+            for (; b; b >>= 1) {
+                if (b & 1)
+                    p *= a;
+                a *= a;
+            }
+            o[i] = p;
+            break;
+        }
+        default: /* div, mod, fmod */
+            if (b == 0) {
+                if (!r->err) {
+                    r->err = 1;
+                    r->bad = oo + i;
+                }
+                o[i] = 0;
+            } else {
+                o[i] = r->op == VQ__BINARY_DIV ? a / b : a % b;
+            }
+        }
+    }
+}
+
 /* Elements [lo, hi) of a call with nothing broadcast. */
 struct flat {
     struct rows *r;
@@ -223,6 +264,7 @@ static int binary_kernel(const vq__kcall *k)
     case VQ_F32: row = row_float; break;
     case VQ_F64: row = row_double; break;
     case VQ_I32: row = row_int32_t; break;
+    case VQ_U64: row = row_uint64_t; break;
     default: row = row_int64_t; break;
     }
     if (x->numel == out->numel && y->numel == out->numel && out->numel >= 2 * VQ__PAR_ELEMS &&

@@ -45,9 +45,9 @@ static void unname(Onnx__NodeProto *n)
 }
 
 /* x -> Relu -> StringNormalizer "nz", StringNormalizer (unnamed, output "nz2"), a Loop
- * "loop" whose body holds an unnamed TfIdfVectorizer (output "v"), and a Foo of
+ * "loop" whose body holds an unnamed StringSplit (output "v"), and a Foo of
  * domain com.example: three types varq does not translate, StringNormalizer twice,
- * TfIdfVectorizer only inside the body. */
+ * StringSplit only inside the body. */
 static Onnx__ModelProto *three_unsupported(void)
 {
     Onnx__ModelProto *m = model_new(17);
@@ -56,7 +56,7 @@ static Onnx__ModelProto *three_unsupported(void)
     add_node(m, "StringNormalizer", "nz", NAMES("a"), NAMES("nz1"));
     unname(add_node(m, "StringNormalizer", "", NAMES("a"), NAMES("nz2")));
     Onnx__GraphProto *body = subgraph("body");
-    unname(graph_node(body, "TfIdfVectorizer", NAMES("a", "k"), NAMES("v", "i")));
+    unname(graph_node(body, "StringSplit", NAMES("a", "k"), NAMES("v", "i")));
     graph_node(body, "Identity", NAMES("c"), NAMES("c2"));
     Onnx__NodeProto *loop = add_node(m, "Loop", "loop", NAMES("", "cond"), NAMES("l"));
     attr_graph(loop, "body", body);
@@ -73,7 +73,7 @@ Test(onnx_errors, every_unsupported_type_is_listed_with_its_count_and_first_node
     const char *want[] = {
         "onnx: the model (opset 17 of ai.onnx) uses 3 op types that varq does not translate: ",
         "StringNormalizer (2 nodes, the first: node 1 \"nz\")",
-        "TfIdfVectorizer (1 node: node 0 (output \"v\") in body of node 3 (Loop \"loop\"))",
+        "StringSplit (1 node: node 0 (output \"v\") in body of node 3 (Loop \"loop\"))",
         "Foo of domain com.example (1 node: node 4 (output \"f\"); varq reads only the default "
         "domain ai.onnx and ai.onnx.preview.training)",
         "`varq onnx-ops` lists the ops varq translates, `varq onnx-ops MODEL.onnx` every op of "
@@ -104,7 +104,7 @@ Test(onnx_errors, the_census_counts_every_type_of_every_graph)
         {"", "Loop", 1, true, "node 3 \"loop\""},
         {"", "Relu", 1, true, "node 0 \"relu\""},
         {"", "StringNormalizer", 2, false, "node 1 \"nz\""},
-        {"", "TfIdfVectorizer", 1, false,
+        {"", "StringSplit", 1, false,
          "node 0 (output \"v\") in body of node 3 (Loop \"loop\")"},
         {"com.example", "Foo", 1, false, "node 4 (output \"f\")"},
     };

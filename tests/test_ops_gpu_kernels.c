@@ -1670,6 +1670,36 @@ static void case_det(struct run *r)
         }
 }
 
+/* tfidf_vectorizer, i32 and i64 tokens in rows of 9 drawn from 4 values
+ * (many hits), 1- and 2-grams at skips up to 2, each mode, with and
+ * without weights: counts are exact in f32, so the bits agree. */
+static void case_tfidf(struct run *r)
+{
+    static const vq_dtype tok[2] = {VQ_I32, VQ_I64};
+    static const char *const modes[3] = {"TF", "IDF", "TFIDF"};
+    const int64_t pool[7] = {0, 3, 1, 2, 2, 3, 0}, counts[2] = {0, 3}, idx[5] = {4, 0, 2, 1, 3};
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 3; m++)
+            for (int w = 0; w < 2; w++) {
+                describe(r, "%s tokens, %s, %s weights", vq_dtype_name(tok[d]), modes[m],
+                         w ? "with" : "without");
+                vq_tensor *in[5] = {rnd(r, tok[d], 0, 4, DIMS(3, 9)), NULL, NULL, NULL,
+                                    rnd(r, VQ_F32, 0.5, 2, DIMS(5))};
+                const int64_t *tables[3] = {pool, counts, idx};
+                const int64_t lens[3] = {7, 2, 5};
+                for (int k = 0; k < 3; k++) {
+                    cr_assert_eq(vq_tensor_new(&in[1 + k], VQ_I64, 1, &lens[k]), 0);
+                    memcpy(vq_tensor_data(in[1 + k]), tables[k], (size_t)lens[k] * 8);
+                }
+                if (!w)
+                    vq_tensor_release(in[4]);
+                vq_attr at[5] = {VQ_ATTR_I("min_gram", 1), VQ_ATTR_I("max_gram", 2),
+                                 VQ_ATTR_I("max_skip", 2), VQ_ATTR_S("mode", modes[m]),
+                                 VQ_ATTR_I("size", 5)};
+                check(r, in, w ? 5 : 4, 1, at, 5, EXACT);
+            }
+}
+
 /* max_unpool2d and its gradient, i32 and i64 indices drawn at random over
  * Out (repeats among them: the last writer wins on both sides), with and
  * without output_size, and one index per place (a max pool's). */
@@ -2213,6 +2243,7 @@ static const struct op_case {
     {"mod", case_mod},
     {"einsum", case_einsum},
     {"det", case_det},
+    {"tfidf_vectorizer", case_tfidf},
     {"max_unpool2d", case_max_unpool},
     {"dft", case_dft},
     {"max_unpool2d_grad", case_max_unpool},

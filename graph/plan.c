@@ -29,6 +29,7 @@
  * are serialized by the engine (the next writer waits for the readers), so
  * one counter per var suffices even with runs overlapping. */
 #include "graph_internal.h"
+#include "memplan.h"
 #include "plan.h"
 #include "scope.h"
 
@@ -62,6 +63,7 @@ void vq__plan_destroy(struct plan *pl)
     }
     if (pl->done_var)
         vq_var_free(e, pl->done_var);
+    vq__memplan_free(pl); /* after the slots: none holds an arena's header now */
     vq__big_free(pl->ops);
     vq__big_free(pl->vars);
     vq__big_free(pl->rec);
@@ -982,6 +984,8 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
         rc = plan_walk(pl);
     if (rc == 0)
         rc = plan_build_ops(pl);
+    if (rc == 0)
+        rc = vq__memplan_build(pl);
     if (rc) {
         vq__plan_bury(ex, pl);
         return rc;

@@ -73,6 +73,7 @@ struct vq_exec {
     bool check_nan;      /* VQ_EXEC_CHECK_NAN */
     bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
     bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
+    bool no_memplan;     /* VQ_EXEC_NO_MEMPLAN or VARQ_MEMPLAN=0 (memplan.c) */
     int timeout_ms;      /* each run's deadline; 0: none */
     struct run *runs;    /* the runs in flight, for vq_exec_cancel; under lock */
     /* The default generator of random ops without a seed or State: its
@@ -99,6 +100,9 @@ struct pvar {
      * place writes a new tensor instead (copy on write) */
     bool borrowed;
     bool persistable;
+    /* value is a header on the run's arena (memplan.c): counted there, not
+     * in the plan's live bytes */
+    bool in_arena;
     /* The value preparation computed (block 0's shape arithmetic: a shape
      * op of known dims, small integer ops of known values, small integer
      * scope tensors no op writes), one reference, or NULL: what the ops
@@ -290,6 +294,9 @@ struct run {
     void (*done)(void *user, int err);
     void *user;
     atomic_size_t peak;
+    /* The run's arena of the plan's memory plan (memplan.h), or NULL: its
+     * planned outputs are allocated one by one */
+    struct memarena *mem;
     /* vq_exec_cancel's VQ_ECANCELED, or 0: the next op or loop predicate
      * of the run turns it into the run's failure, naming itself. */
     atomic_int stop;
@@ -366,7 +373,10 @@ struct plan {
     uint64_t next_seq;
     int inflight;
     struct run *ring[VQ__RUN_RING];
-    atomic_size_t live; /* tensor bytes the plan's slots hold */
+    atomic_size_t live; /* tensor bytes the plan's slots hold, outside arenas */
+    /* The memory plan (memplan.c): where the planned intermediates lie in
+     * a run's arena, and the plan's arenas. NULL: nothing planned. */
+    struct memplan *mem;
 };
 
 /* Preparation's walk over the ops of one block (plan.c), which control.c

@@ -259,7 +259,8 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
         return vq__fail(VQ_EINVAL, "vq_exec_new: cache_size is %d", o.cache_size);
     if (o.timeout_ms < 0)
         return vq__fail(VQ_EINVAL, "vq_exec_new: timeout_ms is %d", o.timeout_ms);
-    if (o.flags & ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST | VQ_EXEC_NO_SEGMENTS))
+    if (o.flags &
+        ~(VQ_EXEC_CHECK_NAN | VQ_EXEC_FETCH_HOST | VQ_EXEC_NO_SEGMENTS | VQ_EXEC_NO_MEMPLAN))
         return vq__fail(VQ_EINVAL, "vq_exec_new: unknown flags 0x%x", o.flags);
     const char *env = getenv("VARQ_CHECK_NAN");
     if (env && strcmp(env, "0") && strcmp(env, "1") && *env)
@@ -293,6 +294,8 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
     const char *seg = getenv("VARQ_EXEC_SEGMENTS");
     ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));
+    const char *memplan = getenv("VARQ_MEMPLAN");
+    ex->no_memplan = (o.flags & VQ_EXEC_NO_MEMPLAN) || (memplan && !strcmp(memplan, "0"));
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->idle, NULL);
     *out = ex;

@@ -34,6 +34,7 @@
  * others, which breaks the count above for later runs: the plan is retired
  * (struct plan's broken), and the next run prepares a new one. */
 #include "graph_internal.h"
+#include "memplan.h"
 #include "plan.h"
 
 #include <math.h>
@@ -70,10 +71,12 @@ void vq__slot_drop(struct plan *pl, struct pvar *v, void *stream)
 {
     if (!v->value)
         return;
-    atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
+    if (!v->in_arena)
+        atomic_fetch_sub_explicit(&pl->live, v->value->nbytes, memory_order_relaxed);
     vq__tensor_release_on(v->value, stream);
     v->value = NULL;
     v->borrowed = false;
+    v->in_arena = false;
 }
 
 void vq__slot_set(struct run *r, struct plan *pl, struct pvar *v, vq_tensor *t)
@@ -144,8 +147,8 @@ void vq__fop_inputs_done(struct fop *f, void *stream)
 }
 
 /* Sets output j's new version in place: value, counter, immediate release
- * of a value nobody reads. */
-static void output_done(struct fop *f, int j, vq_tensor *t, void *stream)
+ * of a value nobody reads. in_arena: t is a header on the run's arena. */
+static void output_done(struct fop *f, int j, vq_tensor *t, bool in_arena, void *stream)
 {
     struct plan *pl = f->t->plan;
     struct pvar *v = f->out[j];
@@ -154,6 +157,7 @@ static void output_done(struct fop *f, int j, vq_tensor *t, void *stream)
     if (v->value != t) {
         vq__slot_drop(pl, v, stream);
         v->value = t; /* the reference vq__op_exec took */
+        v->in_arena = in_arena;
     }
     atomic_store_explicit(&v->readers_left, f->t->out_readers[j], memory_order_relaxed);
     if (f->t->out_readers[j] == 0)
@@ -350,6 +354,9 @@ static int op_begin(struct op_state *s, void *stream)
                 break;
             }
             s->out[j] = vq_tensor_retain(cur);
+        } else if ((cur = vq__memplan_tensor(pl, r->mem, src->out[j]))) {
+            /* the run's arena (memplan.c): fixed metas, so the header fits */
+            s->out[j] = vq_tensor_retain(cur);
         } else {
             err = vq__tensor_empty_at(&s->out[j], pl->exec->device, outm[j].dtype, outm[j].ndim,
                                       outm[j].shape, stream);
@@ -403,7 +410,8 @@ static void op_end(struct op_state *s, int err, void *stream)
         vq__run_fail(s->run, op, err, vq_errmsg());
         for (int j = 0; j < s->nout; j++) {
             struct pvar *v = f->out[j];
-            if (s->out[j] != v->value && !v->persistable)
+            if (s->out[j] != v->value && !v->persistable &&
+                s->out[j] != vq__memplan_tensor(pl, s->run->mem, src->out[j]))
                 atomic_fetch_sub_explicit(&pl->live, s->out[j]->nbytes, memory_order_relaxed);
             vq__tensor_release_on(s->out[j], stream);
         }
@@ -421,7 +429,8 @@ static void op_end(struct op_state *s, int err, void *stream)
             /* written in place into the tensor just let go: counted again */
             note_live(s->run, pl, s->out[j]->nbytes);
         }
-        output_done(f, j, s->out[j], stream);
+        output_done(f, j, s->out[j],
+                    s->out[j] == vq__memplan_tensor(pl, s->run->mem, src->out[j]), stream);
     }
     return;
 
@@ -623,6 +632,10 @@ int vq__final_exec(void *arg, const vq_exec_ctx *x)
     void (*done)(void *, int) = r->done;
     void *user = r->user;
     size_t peak = atomic_load(&r->peak);
+    size_t arena = r->mem ? pl->mem->bytes : 0;
+    /* every op of the run is done (see above): its arena is free */
+    vq__memplan_give(pl, r->mem);
+    r->mem = NULL;
     pthread_mutex_lock(&pl->ring_lock);
     pl->inflight--;
     pthread_cond_broadcast(&pl->ring_cond);
@@ -632,6 +645,7 @@ int vq__final_exec(void *arg, const vq_exec_ctx *x)
     runs_unlink(ex, r); /* before it is freed: vq_exec_cancel looks */
     ex->stats.runs++;
     ex->stats.last_peak_bytes = peak;
+    ex->stats.last_arena_bytes = arena;
     pthread_mutex_unlock(&ex->lock);
     run_free(r);
     done(user, err);
@@ -938,6 +952,8 @@ static int run_start(vq_exec *ex, const char *who, const vq_program *p, vq_scope
         r->deadline_ns = vq__now_ns() + (uint64_t)ex->timeout_ms * 1000000u;
     if ((rc = ring_enter(pl, r, who)) < 0)
         goto fail_plan;
+    /* NULL (no plan, or no memory for an arena): outputs allocated one by one */
+    r->mem = vq__memplan_take(pl);
     pthread_mutex_lock(&ex->lock);
     runs_link(ex, r);
     pthread_mutex_unlock(&ex->lock);

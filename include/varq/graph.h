@@ -248,7 +248,8 @@ typedef struct vq_exec vq_exec;
 typedef struct vq_exec_opts {
     int cache_size; /* prepared plans kept (LRU); 0 = 16 */
     vq_ctx device;  /* where the ops run: zero = CPU 0, or {VQ_DEV_GPU, n} */
-    unsigned flags; /* VQ_EXEC_CHECK_NAN, VQ_EXEC_FETCH_HOST */
+    unsigned flags; /* VQ_EXEC_CHECK_NAN, VQ_EXEC_FETCH_HOST, VQ_EXEC_NO_SEGMENTS,
+                     * VQ_EXEC_NO_MEMPLAN */
     /* Each run's deadline, in milliseconds from its vq_exec_run(_async)
      * call; 0: none. A run past it ends as vq_exec_cancel ends one, with
      * VQ_ETIMEDOUT (see there). */
@@ -291,6 +292,14 @@ typedef struct vq_exec_opts {
  * segment also has a record of its own, named "segment"); this flag, or
  * VARQ_EXEC_SEGMENTS=0 in the environment, is for comparing. */
 #define VQ_EXEC_NO_SEGMENTS 4u
+/* No memory plan. By default a CPU plan whose block 0 has no control op
+ * places the intermediates whose shapes preparation knows (not fed, not
+ * fetched, not persistable) in one arena by lifetime, values that are
+ * never live together sharing bytes, and each run takes one arena instead
+ * of allocating a tensor per op output (vq_exec_stats.last_arena_bytes).
+ * Results are the same either way; this flag, or VARQ_MEMPLAN=0 in the
+ * environment, allocates every output as it is made. */
+#define VQ_EXEC_NO_MEMPLAN 8u
 
 /* An executor running programs on engine e (which must outlive it). opts
  * may be NULL. Thread-safe to use from several threads once made.
@@ -380,7 +389,10 @@ typedef struct vq_exec_stats {
     uint64_t cache_hits;  /* runs or prepares that found their plan cached */
     uint64_t runs;        /* runs completed */
     size_t last_peak_bytes; /* most tensor bytes the last completed run held at once
-                             * (its temporaries and fetches; not the scope) */
+                             * outside its memory plan's arena (its temporaries
+                             * and fetches; not the scope) */
+    size_t last_arena_bytes; /* the memory plan's arena the last completed run used
+                              * (0: none; see VQ_EXEC_NO_MEMPLAN) */
 } vq_exec_stats;
 
 /* Copies x's counters into *out. VQ_EINVAL for NULL arguments.

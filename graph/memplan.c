@@ -31,12 +31,14 @@
  * shape, and the writer is A's last reader with every other reader its
  * ancestor.
  *
- * The assignment is a greedy best fit over the ops in program order
- * (MXNet's): an output takes the smallest free block that fits and that
- * it may use by the rule above (a block much larger than the value is
- * left for others), else grows the largest such block, else opens a new
- * block; a value's block becomes free at its last reader. Blocks are laid
- * end to end, 64-byte aligned.
+ * The assignment (TensorFlow Lite's greedy by size, which ONNX Runtime's
+ * and MXNet's planners approach with free lists): values written in place
+ * over each other form one group with one offset; groups, largest first,
+ * each take the smallest gap, between the groups already placed that they
+ * may be live together with, that holds them, else the end. Unlike blocks
+ * handed from value to value, a large early value's bytes (a stem
+ * convolution's output) serve several smaller later ones at once. Offsets
+ * are 64-byte aligned.
  *
  * Runs of one plan may overlap (up to VQ__RUN_RING), and the engine orders
  * their ops per var only: run n + 1 could write B while run n still reads
@@ -50,14 +52,7 @@
 
 enum {
     ARENA_ALIGN = 64,
-    IDLE_MAX = 2,  /* idle arenas a plan keeps for its next runs */
-    FIT_SLACK = 16 /* a free block more than this many times a value's size is not its fit */
-};
-
-struct block {
-    size_t size, offset;
-    int holder; /* the planned value that uses it last */
-    bool free;
+    IDLE_MAX = 2 /* idle arenas a plan keeps for its next runs */
 };
 
 /* What the assignment reads about the planned values, by planned index. */
@@ -68,10 +63,15 @@ struct mp_build {
     uint64_t *anc;     /* row k: the ancestors of root op k */
     int *writer;       /* by planned index: its writer's root index */
     int *rd_at, *rd;   /* readers of planned value b: rd[rd_at[b] .. rd_at[b + 1]) */
-    int *last_read;    /* by planned index: its last reader, or its writer */
-    int *block;        /* by planned index: its block */
-    struct block *blocks;
-    int nblocks;
+    int *group;        /* by planned index: its group (values written in place over
+                        * each other: one offset), numbered by its first value */
+    int *tail;         /* by group: its last value so far */
+    /* by group: the ops that use it (its values' writers and readers),
+     * uses[use_at[g] .. use_at[g + 1]); its first writer */
+    int *use_at, *uses;
+    int *first;
+    int *order;        /* groups, largest first */
+    int *near;         /* placed groups that conflict with the one placed now */
 };
 
 static inline bool is_ancestor(const struct mp_build *m, int x, int y)
@@ -151,63 +151,26 @@ out:
     return rc;
 }
 
-/* Whether root op k may write into a block whose last value is h: every
- * reader of h (or its writer, when nothing reads it) is k's ancestor. */
-static bool block_usable(const struct mp_build *m, int h, int k)
-{
-    if (m->rd_at[h] == m->rd_at[h + 1])
-        return is_ancestor(m, m->writer[h], k);
-    for (int r = m->rd_at[h]; r < m->rd_at[h + 1]; r++)
-        if (!is_ancestor(m, m->rd[r], k))
-            return false;
-    return true;
-}
-
-/* Output b of root op k over its input a, in place (file head). */
+/* Output b of root op k over its input a, in place (file head): k is
+ * the last reader of a, every other reader is k's ancestor, and a is the
+ * last value of its group. */
 static bool in_place_over(const struct mp_build *m, int a, int k)
 {
     for (int r = m->rd_at[a]; r < m->rd_at[a + 1]; r++)
         if (m->rd[r] != k && !is_ancestor(m, m->rd[r], k))
             return false;
-    return m->blocks[m->block[a]].holder == a && !m->blocks[m->block[a]].free;
+    return m->tail[m->group[a]] == a;
 }
 
-/* A block for planned value b, written by root op k. */
-static void mp_place(struct mp_build *m, const struct memplan *mp, int b, int k)
+/* Whether group g is done before group h starts, whatever the engine runs
+ * in parallel: every op using g is an ancestor of h's first writer. */
+static bool group_before(const struct mp_build *m, int g, int h)
 {
-    const struct pop *t = m->pl->root.ops[k].t;
-    size_t need = mp->offset[b]; /* the value's bytes, until offsets are set */
-    if (t->src->nout == 1 && (t->def->flags & VQ__INPLACE_OK)) {
-        for (int i = 0; i < t->nin; i++) {
-            int a = mp->index[t->in[i]];
-            if (a >= 0 && meta_same(&mp->meta[a], &mp->meta[b]) && in_place_over(m, a, k)) {
-                m->block[b] = m->block[a];
-                m->blocks[m->block[a]].holder = b;
-                return;
-            }
-        }
-    }
-    int fit = -1, grow = -1;
-    for (int i = 0; i < m->nblocks; i++) {
-        const struct block *bl = &m->blocks[i];
-        if (!bl->free || !block_usable(m, bl->holder, k))
-            continue;
-        if (bl->size >= need) {
-            if (bl->size / FIT_SLACK <= need && (fit < 0 || bl->size < m->blocks[fit].size))
-                fit = i;
-        } else if (grow < 0 || bl->size > m->blocks[grow].size) {
-            grow = i;
-        }
-    }
-    int i = fit >= 0 ? fit : grow >= 0 ? grow : m->nblocks++;
-    struct block *bl = &m->blocks[i];
-    if (i == m->nblocks - 1 && fit < 0 && grow < 0)
-        *bl = (struct block){.size = need};
-    if (bl->size < need)
-        bl->size = need;
-    bl->holder = b;
-    bl->free = false;
-    m->block[b] = i;
+    int w = m->first[h];
+    for (int u = m->use_at[g]; u < m->use_at[g + 1]; u++)
+        if (m->uses[u] >= w || !is_ancestor(m, m->uses[u], w))
+            return false;
+    return true;
 }
 
 /* Which vars are planned, their metas and sizes (into offset for now). */
@@ -267,17 +230,14 @@ static int mp_pick(struct plan *pl, struct memplan *mp, int *writer)
     return 0;
 }
 
-/* The readers of each planned value (CSR) and its last use. */
+/* The readers of each planned value (CSR). */
 static int mp_readers(struct mp_build *m, const struct memplan *mp)
 {
     const struct frame *root = &m->pl->root;
     int n = mp->n;
     m->rd_at = vq__calloc((size_t)n + 1, sizeof *m->rd_at);
-    m->last_read = vq__malloc((size_t)(n ? n : 1) * sizeof *m->last_read);
-    if (!m->rd_at || !m->last_read)
+    if (!m->rd_at)
         return vq__fail(VQ_ENOMEM, "out of memory");
-    for (int b = 0; b < n; b++)
-        m->last_read[b] = m->writer[b];
     for (int k = 0; k < m->n; k++) {
         const struct pop *t = root->ops[k].t;
         for (int i = 0; i < t->nin; i++)
@@ -297,41 +257,127 @@ static int mp_readers(struct mp_build *m, const struct memplan *mp)
         const struct pop *t = root->ops[k].t;
         for (int i = 0; i < t->nin; i++) {
             int b = mp->index[t->in[i]];
-            if (b >= 0) {
+            if (b >= 0)
                 m->rd[at[b]++] = k;
-                m->last_read[b] = k;
-            }
         }
     }
     free(at);
     return 0;
 }
 
-/* The greedy assignment, then the blocks laid end to end. */
-static void mp_assign(struct mp_build *m, struct memplan *mp)
+/* The groups: a value written in place over another joins its group. */
+static void mp_groups(struct mp_build *m, const struct memplan *mp)
 {
     const struct frame *root = &m->pl->root;
-    for (int k = 0; k < m->n; k++) {
+    for (int b = 0; b < mp->n; b++)
+        m->group[b] = m->tail[b] = b;
+    for (int b = 0; b < mp->n; b++) {
+        int k = m->writer[b];
         const struct pop *t = root->ops[k].t;
-        for (int j = 0; j < t->src->nout; j++)
-            if (mp->index[t->src->out[j]] >= 0)
-                mp_place(m, mp, mp->index[t->src->out[j]], k);
-        /* values whose last use is k: its inputs, and outputs nobody reads */
-        for (int i = 0; i < t->nin + t->src->nout; i++) {
-            int v = i < t->nin ? t->in[i] : t->src->out[i - t->nin];
-            int b = mp->index[v];
-            if (b >= 0 && m->last_read[b] == k && m->blocks[m->block[b]].holder == b)
-                m->blocks[m->block[b]].free = true;
+        if (t->src->nout != 1 || !(t->def->flags & VQ__INPLACE_OK))
+            continue;
+        for (int i = 0; i < t->nin; i++) {
+            int a = mp->index[t->in[i]];
+            if (a >= 0 && meta_same(&mp->meta[a], &mp->meta[b]) && in_place_over(m, a, k)) {
+                m->group[b] = m->group[a];
+                m->tail[m->group[a]] = b;
+                break;
+            }
         }
     }
-    size_t at = 0;
-    for (int i = 0; i < m->nblocks; i++) {
-        m->blocks[i].offset = at;
-        at += (m->blocks[i].size + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+/* What each group's values use (writers and readers), CSR by group. */
+static int mp_uses(struct mp_build *m, const struct memplan *mp)
+{
+    int n = mp->n;
+    m->use_at = vq__calloc((size_t)n + 1, sizeof *m->use_at);
+    m->first = vq__malloc((size_t)n * sizeof *m->first);
+    if (!m->use_at || !m->first)
+        return vq__fail(VQ_ENOMEM, "out of memory");
+    for (int b = 0; b < n; b++)
+        m->use_at[m->group[b] + 1] += 1 + m->rd_at[b + 1] - m->rd_at[b];
+    for (int g = 0; g < n; g++)
+        m->use_at[g + 1] += m->use_at[g];
+    m->uses = vq__malloc((size_t)m->use_at[n] * sizeof *m->uses);
+    int *at = vq__malloc((size_t)n * sizeof *at);
+    if (!m->uses || !at) {
+        free(at);
+        return vq__fail(VQ_ENOMEM, "out of memory");
+    }
+    memcpy(at, m->use_at, (size_t)n * sizeof *at);
+    for (int b = 0; b < n; b++) { /* a group's first value comes first: its writer first */
+        int g = m->group[b];
+        if (g == b)
+            m->first[g] = m->writer[b];
+        m->uses[at[g]++] = m->writer[b];
+        for (int r = m->rd_at[b]; r < m->rd_at[b + 1]; r++)
+            m->uses[at[g]++] = m->rd[r];
+    }
+    free(at);
+    return 0;
+}
+
+static size_t aligned(size_t n)
+{
+    return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+}
+
+/* The offsets: groups largest first, each at the smallest gap between the
+ * groups placed so far that it may be live together with (TensorFlow
+ * Lite's greedy by size), else past them. Offsets go into off (by group). */
+static void mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
+{
+    int ng = 0;
+    for (int b = 0; b < mp->n; b++)
+        if (m->group[b] == b)
+            m->order[ng++] = b;
+    /* insertion sort by size, largest first, then by first writer: groups
+     * are a few hundred at most (VQ__MEMPLAN_MAX_OPS bounds them) */
+    for (int i = 1; i < ng; i++) {
+        int g = m->order[i], j = i;
+        size_t size = mp->offset[g];
+        while (j > 0 && (mp->offset[m->order[j - 1]] < size ||
+                         (mp->offset[m->order[j - 1]] == size && m->first[m->order[j - 1]] > m->first[g]))) {
+            m->order[j] = m->order[j - 1];
+            j--;
+        }
+        m->order[j] = g;
+    }
+    size_t end = 0;
+    for (int i = 0; i < ng; i++) {
+        int g = m->order[i], nn = 0;
+        size_t size = aligned(mp->offset[g]);
+        for (int j = 0; j < i; j++) {
+            int h = m->order[j];
+            if (!group_before(m, g, h) && !group_before(m, h, g)) {
+                /* by offset, for the walk over the gaps below */
+                int at = nn++;
+                while (at > 0 && off[m->near[at - 1]] > off[h]) {
+                    m->near[at] = m->near[at - 1];
+                    at--;
+                }
+                m->near[at] = h;
+            }
+        }
+        size_t best = SIZE_MAX, best_gap = SIZE_MAX, top = 0;
+        for (int j = 0; j < nn; j++) {
+            int h = m->near[j];
+            if (off[h] >= top && off[h] - top >= size && off[h] - top < best_gap) {
+                best = top;
+                best_gap = off[h] - top;
+            }
+            size_t h_end = off[h] + aligned(mp->offset[h]);
+            if (h_end > top)
+                top = h_end;
+        }
+        off[g] = best != SIZE_MAX ? best : top;
+        if (off[g] + size > end)
+            end = off[g] + size;
     }
     for (int b = 0; b < mp->n; b++)
-        mp->offset[b] = m->blocks[m->block[b]].offset;
-    mp->bytes = at;
+        mp->offset[b] = off[m->group[b]];
+    mp->bytes = end;
 }
 
 static void memplan_destroy(struct memplan *mp)
@@ -371,15 +417,28 @@ int vq__memplan_build(struct plan *pl)
     if ((rc = mp_pick(pl, mp, m.writer)) < 0 || mp->n == 0)
         goto out;
     m.anc = vq__calloc((size_t)n * m.words, sizeof *m.anc);
-    m.block = vq__malloc((size_t)mp->n * sizeof *m.block);
-    m.blocks = vq__malloc((size_t)mp->n * sizeof *m.blocks);
-    if (!m.anc || !m.block || !m.blocks) {
+    size_t nb = (size_t)mp->n;
+    m.group = vq__malloc(nb * sizeof *m.group);
+    m.tail = vq__malloc(nb * sizeof *m.tail);
+    m.order = vq__malloc(nb * sizeof *m.order);
+    m.near = vq__malloc(nb * sizeof *m.near);
+    size_t *off = vq__malloc(nb * sizeof *off);
+    if (!m.anc || !m.group || !m.tail || !m.order || !m.near || !off) {
+        free(off);
         rc = vq__fail(VQ_ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = mp_ancestors(&m)) < 0 || (rc = mp_readers(&m, mp)) < 0)
+    if ((rc = mp_ancestors(&m)) < 0 || (rc = mp_readers(&m, mp)) < 0) {
+        free(off);
         goto out;
-    mp_assign(&m, mp);
+    }
+    mp_groups(&m, mp);
+    if ((rc = mp_uses(&m, mp)) < 0) {
+        free(off);
+        goto out;
+    }
+    mp_assign(&m, mp, off);
+    free(off);
     pl->mem = mp;
     mp = NULL;
 out:
@@ -388,9 +447,13 @@ out:
     free(m.writer);
     free(m.rd_at);
     free(m.rd);
-    free(m.last_read);
-    free(m.block);
-    free(m.blocks);
+    free(m.group);
+    free(m.tail);
+    free(m.use_at);
+    free(m.uses);
+    free(m.first);
+    free(m.order);
+    free(m.near);
     return rc;
 }
 

@@ -13,7 +13,8 @@
  * feeds come from .npy files, persistable vars from a scope directory of
  * .npy files (vq_scope_load), fetches go back to .npy files or to stdout,
  * and a one-line summary (runs, mean time per run, plans prepared, peak
- * bytes of the last run) goes to stderr. Ops of the user's own come from
+ * bytes of the last run outside the memory plan's arena, and that arena's
+ * size) goes to stderr. Ops of the user's own come from
  * plugins (`varq --plugin lib.so ...`, or VARQ_PLUGINS=a.so:b.so): shared
  * libraries whose `int vq_plugin_init(void)` registers them with
  * vq_op_register, loaded before the command runs. It uses only the public
@@ -893,10 +894,10 @@ static int run_program(const struct run_args *a, struct run_state *s)
         return failed(rc, "reading the executor's stats");
     fprintf(stderr,
             "varq: %ld run%s%s, mean %.3f ms per run, %" PRIu64 " plan%s prepared, "
-            "peak %zu bytes in the last run\n",
+            "peak %zu bytes in the last run outside its memory plan's arena of %zu bytes\n",
             a->repeat, a->repeat == 1 ? "" : "s", a->warmup ? " after the warm-up" : "",
             total * 1e3 / (double)a->repeat, st.prepares, st.prepares == 1 ? "" : "s",
-            st.last_peak_bytes);
+            st.last_peak_bytes, st.last_arena_bytes);
     return finish_stdout(EXIT_OK);
 }
 

@@ -55,6 +55,17 @@ enum {
     IDLE_MAX = 2 /* idle arenas a plan keeps for its next runs */
 };
 
+/* Bytes [at, end) of the arena. */
+struct span {
+    size_t at, end;
+};
+
+static int span_cmp(const void *pa, const void *pb)
+{
+    const struct span *a = pa, *b = pb;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
 /* What the assignment reads about the planned values, by planned index. */
 struct mp_build {
     struct plan *pl;
@@ -70,8 +81,10 @@ struct mp_build {
      * uses[use_at[g] .. use_at[g + 1]); its first writer */
     int *use_at, *uses;
     int *first;
-    int *order;        /* groups, largest first */
-    int *near;         /* placed groups that conflict with the one placed now */
+    int *last;         /* by group: its last use in program order */
+    int *horizon;      /* by root op: the first op that is not its ancestor */
+    struct span *near; /* the bytes of the placed groups that conflict with the
+                        * one placed now */
 };
 
 static inline bool is_ancestor(const struct mp_build *m, int x, int y)
@@ -167,6 +180,12 @@ static bool in_place_over(const struct mp_build *m, int a, int k)
 static bool group_before(const struct mp_build *m, int g, int h)
 {
     int w = m->first[h];
+    /* the quick answers: g is used at or after h's start, or everything
+     * before g's last use is an ancestor of w (a chain's common case) */
+    if (m->last[g] >= w)
+        return false;
+    if (m->last[g] < m->horizon[w])
+        return true;
     for (int u = m->use_at[g]; u < m->use_at[g + 1]; u++)
         if (m->uses[u] >= w || !is_ancestor(m, m->uses[u], w))
             return false;
@@ -293,7 +312,9 @@ static int mp_uses(struct mp_build *m, const struct memplan *mp)
     int n = mp->n;
     m->use_at = vq__calloc((size_t)n + 1, sizeof *m->use_at);
     m->first = vq__malloc((size_t)n * sizeof *m->first);
-    if (!m->use_at || !m->first)
+    m->last = vq__malloc((size_t)n * sizeof *m->last);
+    m->horizon = vq__malloc((size_t)m->n * sizeof *m->horizon);
+    if (!m->use_at || !m->first || !m->last || !m->horizon)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int b = 0; b < n; b++)
         m->use_at[m->group[b] + 1] += 1 + m->rd_at[b + 1] - m->rd_at[b];
@@ -309,12 +330,25 @@ static int mp_uses(struct mp_build *m, const struct memplan *mp)
     for (int b = 0; b < n; b++) { /* a group's first value comes first: its writer first */
         int g = m->group[b];
         if (g == b)
-            m->first[g] = m->writer[b];
+            m->first[g] = m->last[g] = m->writer[b];
         m->uses[at[g]++] = m->writer[b];
-        for (int r = m->rd_at[b]; r < m->rd_at[b + 1]; r++)
+        for (int r = m->rd_at[b]; r < m->rd_at[b + 1]; r++) {
             m->uses[at[g]++] = m->rd[r];
+            if (m->rd[r] > m->last[g])
+                m->last[g] = m->rd[r];
+        }
+        if (m->writer[b] > m->last[g])
+            m->last[g] = m->writer[b];
     }
     free(at);
+    for (int k = 0; k < m->n; k++) {
+        const uint64_t *row = &m->anc[(size_t)k * m->words];
+        size_t w = 0;
+        while (w < m->words && row[w] == ~(uint64_t)0)
+            w++;
+        int h = (int)(w * 64) + (w < m->words ? __builtin_ctzll(~row[w]) : 0);
+        m->horizon[k] = h < k ? h : k;
+    }
     return 0;
 }
 
@@ -323,61 +357,98 @@ static size_t aligned(size_t n)
     return (n + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
 }
 
+struct group_key {
+    size_t size;
+    int first, g;
+};
+
+/* Largest first, then in program order. */
+static int group_key_cmp(const void *pa, const void *pb)
+{
+    const struct group_key *a = pa, *b = pb;
+    if (a->size != b->size)
+        return a->size > b->size ? -1 : 1;
+    return (a->first > b->first) - (a->first < b->first);
+}
+
 /* The offsets: groups largest first, each at the smallest gap between the
  * groups placed so far that it may be live together with (TensorFlow
- * Lite's greedy by size), else past them. Offsets go into off (by group). */
-static void mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
+ * Lite's greedy by size), else past them. Offsets go into off (by group).
+ *
+ * Which placed groups those are, without looking at every one: group x
+ * surely precedes y when x's last use comes before the horizon of y's
+ * first writer (group_before), so two groups can only be live together
+ * when their spans [horizon of the first writer, last use] overlap.
+ * Placed groups sit in buckets by where their span starts, and only the
+ * buckets a span as long as the longest could overlap from are looked at:
+ * on a chain, a few per group. */
+static int mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
 {
-    int ng = 0;
-    for (int b = 0; b < mp->n; b++)
-        if (m->group[b] == b)
-            m->order[ng++] = b;
-    /* insertion sort by size, largest first, then by first writer: groups
-     * are a few hundred at most (VQ__MEMPLAN_MAX_OPS bounds them) */
-    for (int i = 1; i < ng; i++) {
-        int g = m->order[i], j = i;
-        size_t size = mp->offset[g];
-        while (j > 0 && (mp->offset[m->order[j - 1]] < size ||
-                         (mp->offset[m->order[j - 1]] == size && m->first[m->order[j - 1]] > m->first[g]))) {
-            m->order[j] = m->order[j - 1];
-            j--;
-        }
-        m->order[j] = g;
+    int ng = 0, n = m->n;
+    struct group_key *keys = vq__malloc((size_t)mp->n * sizeof *keys);
+    int *bucket = vq__malloc((size_t)n * sizeof *bucket);
+    int *next = vq__malloc((size_t)mp->n * sizeof *next);
+    if (!keys || !bucket || !next) {
+        free(keys);
+        free(bucket);
+        free(next);
+        return vq__fail(VQ_ENOMEM, "out of memory");
     }
-    size_t end = 0;
-    for (int i = 0; i < ng; i++) {
-        int g = m->order[i], nn = 0;
-        size_t size = aligned(mp->offset[g]);
-        for (int j = 0; j < i; j++) {
-            int h = m->order[j];
-            if (!group_before(m, g, h) && !group_before(m, h, g)) {
-                /* by offset, for the walk over the gaps below */
-                int at = nn++;
-                while (at > 0 && off[m->near[at - 1]] > off[h]) {
-                    m->near[at] = m->near[at - 1];
-                    at--;
-                }
-                m->near[at] = h;
-            }
+    int longest = 0;
+    for (int b = 0; b < mp->n; b++)
+        if (m->group[b] == b) {
+            keys[ng++] = (struct group_key){mp->offset[b], m->first[b], b};
+            int span = m->last[b] - m->horizon[m->first[b]];
+            longest = span > longest ? span : longest;
         }
+    qsort(keys, (size_t)ng, sizeof *keys, group_key_cmp);
+    for (int k = 0; k < n; k++)
+        bucket[k] = -1;
+    size_t end = 0;
+    /* Buckets and placed groups looked at, at most budget: past it (a
+     * program with very many values live together, or spans that reach
+     * far back), the groups left go past all the others, which is always
+     * right and keeps preparation linear in the ops. */
+    long seen = 0, budget = 8L * n + 4096;
+    for (int i = 0; i < ng; i++) {
+        int g = keys[i].g, nn = 0;
+        size_t size = aligned(keys[i].size);
+        int from = m->horizon[m->first[g]] - longest;
+        for (int k = from > 0 ? from : 0; k <= m->last[g] && seen++ <= budget; k++)
+            for (int h = bucket[k]; h >= 0 && seen++ <= budget; h = next[h])
+                if (!group_before(m, g, h) && !group_before(m, h, g))
+                    m->near[nn++] = (struct span){off[h], off[h] + aligned(mp->offset[h])};
+        if (seen > budget) {
+            off[g] = end;
+            end += size;
+            continue;
+        }
+        /* by offset, for the walk over the gaps */
+        qsort(m->near, (size_t)nn, sizeof *m->near, span_cmp);
         size_t best = SIZE_MAX, best_gap = SIZE_MAX, top = 0;
         for (int j = 0; j < nn; j++) {
-            int h = m->near[j];
-            if (off[h] >= top && off[h] - top >= size && off[h] - top < best_gap) {
+            const struct span *h = &m->near[j];
+            if (h->at >= top && h->at - top >= size && h->at - top < best_gap) {
                 best = top;
-                best_gap = off[h] - top;
+                best_gap = h->at - top;
             }
-            size_t h_end = off[h] + aligned(mp->offset[h]);
-            if (h_end > top)
-                top = h_end;
+            if (h->end > top)
+                top = h->end;
         }
         off[g] = best != SIZE_MAX ? best : top;
         if (off[g] + size > end)
             end = off[g] + size;
+        int start = m->horizon[m->first[g]];
+        next[g] = bucket[start];
+        bucket[start] = g;
     }
     for (int b = 0; b < mp->n; b++)
         mp->offset[b] = off[m->group[b]];
     mp->bytes = end;
+    free(keys);
+    free(bucket);
+    free(next);
+    return 0;
 }
 
 static void memplan_destroy(struct memplan *mp)
@@ -420,10 +491,9 @@ int vq__memplan_build(struct plan *pl)
     size_t nb = (size_t)mp->n;
     m.group = vq__malloc(nb * sizeof *m.group);
     m.tail = vq__malloc(nb * sizeof *m.tail);
-    m.order = vq__malloc(nb * sizeof *m.order);
     m.near = vq__malloc(nb * sizeof *m.near);
     size_t *off = vq__malloc(nb * sizeof *off);
-    if (!m.anc || !m.group || !m.tail || !m.order || !m.near || !off) {
+    if (!m.anc || !m.group || !m.tail || !m.near || !off) {
         free(off);
         rc = vq__fail(VQ_ENOMEM, "out of memory");
         goto out;
@@ -437,8 +507,10 @@ int vq__memplan_build(struct plan *pl)
         free(off);
         goto out;
     }
-    mp_assign(&m, mp, off);
+    rc = mp_assign(&m, mp, off);
     free(off);
+    if (rc < 0)
+        goto out;
     pl->mem = mp;
     mp = NULL;
 out:
@@ -452,7 +524,8 @@ out:
     free(m.use_at);
     free(m.uses);
     free(m.first);
-    free(m.order);
+    free(m.last);
+    free(m.horizon);
     free(m.near);
     return rc;
 }

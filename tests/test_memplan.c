@@ -23,7 +23,7 @@
 
 TestSuite(memplan, .fini = leak_check);
 
-enum { ROWS = 8, NARROW = 16, WIDE = 40, MAX_OPS = 64 };
+enum { ROWS = 8, NARROW = 16, WIDE = 40, MAX_OPS = 400 };
 
 static uint64_t seed_of(uint64_t i)
 {
@@ -53,7 +53,7 @@ struct rand_prog {
     int nfetch;
 };
 
-static void rand_prog(struct rand_prog *r, uint64_t seed, int nops)
+static void rand_prog_far(struct rand_prog *r, uint64_t seed, int nops, bool far)
 {
     static const char *const unary[] = {"relu", "tanh", "sigmoid", "scale", "softmax", "exp"};
     memset(r, 0, sizeof *r);
@@ -68,7 +68,7 @@ static void rand_prog(struct rand_prog *r, uint64_t seed, int nops)
     for (int k = 0; k < nops; k++) {
         int a = (int)(next(&seed) % (unsigned)r->nvals);
         /* mostly recent values: long chains with branches off them */
-        if (next(&seed) % 4 && r->nvals > 3)
+        if (!far && next(&seed) % 4 && r->nvals > 3)
             a = r->nvals - 1 - (int)(next(&seed) % 3);
         char *out = r->names[r->nvals];
         snprintf(out, 16, "v%d", r->nvals);
@@ -102,6 +102,11 @@ static void rand_prog(struct rand_prog *r, uint64_t seed, int nops)
     for (int v = 1; v < r->nvals; v++)
         if (!r->read[v] || v == r->nvals - 1 || v == r->nvals / 2)
             r->fetch[r->nfetch++] = r->names[v];
+}
+
+static void rand_prog(struct rand_prog *r, uint64_t seed, int nops)
+{
+    rand_prog_far(r, seed, nops, false);
 }
 
 static vq_tensor *filled(int64_t rows, int64_t cols, uint64_t seed)
@@ -257,81 +262,100 @@ static void brute_ancestors(const struct rand_prog *r, int nops, bool anc[MAX_OP
     (void)r;
 }
 
+/* Prepares r and checks every pair of planned values whose bytes overlap
+ * against the brute-force order. */
+static void check_offsets(struct rand_prog *r, int nops, uint64_t seed)
+{
+    struct world w = world(2, 0);
+    cr_assert_eq(vq_exec_prepare(w.ex, r->p, w.s, NAMES("x"), 1, r->fetch, r->nfetch), 0, "%s",
+                 vq_errmsg());
+    int nvars = r->p->nvars;
+    static int64_t off[MAX_OPS + 8];
+    static size_t size[MAX_OPS + 8];
+    size_t arena;
+    int planned = vq__exec_memplan(w.ex, nvars, off, size, &arena);
+    cr_assert_gt(planned, 0, "seed %#llx: nothing planned", (unsigned long long)seed);
+    /* op k writes value k + 1; program var of value v */
+    static int var_of[MAX_OPS + 1], reads[MAX_OPS][2], nread[MAX_OPS], writes[MAX_OPS];
+    for (int v = 0; v < r->nvals; v++)
+        var_of[v] = vq__program_find_var(r->p, r->names[v]);
+    for (int k = 0; k < nops; k++) {
+        const vq__pop *o = &r->p->ops[r->p->blocks[0].ops[k]];
+        nread[k] = 0;
+        for (int i = 0; i < o->nin && i < 2; i++)
+            reads[k][nread[k]++] = o->in[i];
+        writes[k] = var_of[k + 1];
+    }
+    static bool anc[MAX_OPS][MAX_OPS];
+    memset(anc, 0, sizeof anc);
+    brute_ancestors(r, nops, anc, reads, nread, writes);
+    size_t total = 0, end = 0;
+    for (int a = 1; a < r->nvals; a++) {
+        int va = var_of[a];
+        if (off[va] < 0)
+            continue;
+        cr_assert_eq(off[va] % 64, 0);
+        total += size[va];
+        if ((size_t)off[va] + size[va] > end)
+            end = (size_t)off[va] + size[va];
+        for (int b = a + 1; b < r->nvals; b++) {
+            int vb = var_of[b];
+            if (off[vb] < 0 || off[va] + (int64_t)size[va] <= off[vb] ||
+                off[vb] + (int64_t)size[vb] <= off[va])
+                continue;
+            /* a is written first (op a - 1); b by op b - 1: every use of
+             * a must precede it in the engine's order, or b is written
+             * over a in place by a's last reader */
+            int wb = b - 1;
+            bool ok = true, in_place = false, used = false;
+            for (int k = 0; k < nops; k++)
+                for (int i = 0; i < nread[k]; i++)
+                    if (reads[k][i] == va) {
+                        used = true;
+                        if (k == wb)
+                            in_place = true;
+                        else if (!anc[wb][k])
+                            ok = false;
+                    }
+            if (!used)
+                ok = anc[wb][a - 1];
+            if (in_place)
+                ok = ok && off[va] == off[vb] && size[va] == size[vb];
+            cr_assert(ok,
+                      "seed %#llx: %s [%lld, +%zu) and %s [%lld, +%zu) overlap, "
+                      "and may be live together",
+                      (unsigned long long)seed, r->names[a], (long long)off[va], size[va],
+                      r->names[b], (long long)off[vb], size[vb]);
+        }
+    }
+    cr_assert_leq(end, arena);
+    cr_log_info("%d ops: %d values planned, %zu bytes in an arena of %zu", nops, planned, total,
+                arena);
+    world_free(&w);
+}
+
 Test(memplan, values_that_may_be_live_together_never_share_bytes)
 {
     for (uint64_t c = 0; c < 40; c++) {
-        uint64_t seed = seed_of(100 + c);
+        uint64_t seed = seed_of(100 + c), s = seed;
         struct rand_prog r;
-        int nops = 8 + (int)(next(&seed) % (MAX_OPS - 8));
-        rand_prog(&r, seed, nops);
-        struct world w = world(2, 0);
-        cr_assert_eq(vq_exec_prepare(w.ex, r.p, w.s, NAMES("x"), 1, r.fetch, r.nfetch), 0, "%s",
-                     vq_errmsg());
-        int nvars = r.p->nvars;
-        int64_t off[MAX_OPS + 8];
-        size_t size[MAX_OPS + 8], arena;
-        int planned = vq__exec_memplan(w.ex, nvars, off, size, &arena);
-        cr_assert_gt(planned, 0, "seed %#llx: nothing planned", (unsigned long long)seed);
-        /* op k writes value k + 1; program var of value v */
-        int var_of[MAX_OPS + 1], reads[MAX_OPS][2], nread[MAX_OPS], writes[MAX_OPS];
-        for (int v = 0; v < r.nvals; v++)
-            var_of[v] = vq__program_find_var(r.p, r.names[v]);
-        for (int k = 0; k < nops; k++) {
-            const vq__pop *o = &r.p->ops[r.p->blocks[0].ops[k]];
-            nread[k] = 0;
-            for (int i = 0; i < o->nin && i < 2; i++)
-                reads[k][nread[k]++] = o->in[i];
-            writes[k] = var_of[k + 1];
-        }
-        static bool anc[MAX_OPS][MAX_OPS];
-        memset(anc, 0, sizeof anc);
-        brute_ancestors(&r, nops, anc, reads, nread, writes);
-        size_t total = 0, end = 0;
-        for (int a = 1; a < r.nvals; a++) {
-            int va = var_of[a];
-            if (off[va] < 0)
-                continue;
-            cr_assert_eq(off[va] % 64, 0);
-            total += size[va];
-            if ((size_t)off[va] + size[va] > end)
-                end = (size_t)off[va] + size[va];
-            for (int b = a + 1; b < r.nvals; b++) {
-                int vb = var_of[b];
-                if (off[vb] < 0 || off[va] + (int64_t)size[va] <= off[vb] ||
-                    off[vb] + (int64_t)size[vb] <= off[va])
-                    continue;
-                /* a is written first (op a - 1); b by op b - 1: every use
-                 * of a must precede it in the engine's order, or b is
-                 * written over a in place by a's last reader */
-                int wb = b - 1;
-                bool ok = true, in_place = false;
-                for (int k = 0; k < nops; k++)
-                    for (int i = 0; i < nread[k]; i++)
-                        if (reads[k][i] == va) {
-                            if (k == wb)
-                                in_place = true;
-                            else if (!anc[wb][k])
-                                ok = false;
-                        }
-                bool used = false;
-                for (int k = 0; k < nops; k++)
-                    for (int i = 0; i < nread[k]; i++)
-                        used |= reads[k][i] == va;
-                if (!used)
-                    ok = anc[wb][a - 1];
-                if (in_place)
-                    ok = ok && off[va] == off[vb] && size[va] == size[vb];
-                cr_assert(ok,
-                          "seed %#llx: %s [%lld, +%zu) and %s [%lld, +%zu) overlap, "
-                          "and may be live together",
-                          (unsigned long long)seed_of(100 + c), r.names[a], (long long)off[va],
-                          size[va], r.names[b], (long long)off[vb], size[vb]);
-            }
-        }
-        cr_assert_leq(end, arena);
-        cr_log_info("%d ops: %d values planned, %zu bytes in an arena of %zu", nops, planned,
-                    total, arena);
-        world_free(&w);
+        int nops = 8 + (int)(next(&s) % 56);
+        rand_prog(&r, s, nops);
+        check_offsets(&r, nops, seed);
+        vq_program_free(r.p);
+    }
+}
+
+/* Values read far later (each op reads any earlier value): many live
+ * together, and past the planner's budget of lookups the rest go past
+ * the others. */
+Test(memplan, many_values_live_together_still_never_share_bytes)
+{
+    for (uint64_t c = 0; c < 3; c++) {
+        uint64_t seed = seed_of(200 + c);
+        struct rand_prog r;
+        rand_prog_far(&r, seed, MAX_OPS - 20, true);
+        check_offsets(&r, MAX_OPS - 20, seed);
         vq_program_free(r.p);
     }
 }

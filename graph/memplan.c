@@ -197,7 +197,7 @@ static int mp_pick(struct plan *pl, struct memplan *mp, int *writer)
 {
     const struct frame *root = &pl->root;
     const vq_program *p = pl->prog;
-    int *writes = vq__calloc((size_t)pl->nvars, sizeof *writes);
+    int *writes = vq__calloc((size_t)(pl->nvars ? pl->nvars : 1), sizeof *writes);
     if (!writes)
         return vq__fail(VQ_ENOMEM, "out of memory");
     for (int k = 0; k < p->nops; k++)
@@ -471,7 +471,7 @@ int vq__memplan_build(struct plan *pl)
         return 0;
     struct memplan *mp = vq__calloc(1, sizeof *mp);
     struct mp_build m = {.pl = pl, .n = n, .words = ((size_t)n + 63) / 64};
-    size_t nv = (size_t)pl->nvars;
+    size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);
     int rc = 0;
     if (mp) {
         pthread_mutex_init(&mp->lock, NULL);

@@ -35,7 +35,8 @@
  * and MXNet's planners approach with free lists): values written in place
  * over each other form one group with one offset; groups, largest first,
  * each take the smallest gap, between the groups already placed that they
- * may be live together with, that holds them, else the end. Unlike blocks
+ * may be live together with, that holds them, else the end; the same in
+ * program order too, and the smaller arena wins. Unlike blocks
  * handed from value to value, a large early value's bytes (a stem
  * convolution's output) serve several smaller later ones at once. Offsets
  * are 64-byte aligned.
@@ -363,7 +364,7 @@ struct group_key {
 };
 
 /* Largest first, then in program order. */
-static int group_key_cmp(const void *pa, const void *pb)
+static int by_size(const void *pa, const void *pb)
 {
     const struct group_key *a = pa, *b = pb;
     if (a->size != b->size)
@@ -371,9 +372,19 @@ static int group_key_cmp(const void *pa, const void *pb)
     return (a->first > b->first) - (a->first < b->first);
 }
 
-/* The offsets: groups largest first, each at the smallest gap between the
- * groups placed so far that it may be live together with (TensorFlow
- * Lite's greedy by size), else past them. Offsets go into off (by group).
+/* In program order (of first writers), then largest first. */
+static int by_start(const void *pa, const void *pb)
+{
+    const struct group_key *a = pa, *b = pb;
+    if (a->first != b->first)
+        return (a->first > b->first) - (a->first < b->first);
+    return (a->size < b->size) - (a->size > b->size);
+}
+
+/* The offsets: groups in the order cmp gives (largest first: TensorFlow
+ * Lite's greedy by size), each at the smallest gap between the groups
+ * placed so far that it may be live together with, else past them.
+ * Offsets go into off (by group); *bytes: the arena they need.
  *
  * Which placed groups those are, without looking at every one: group x
  * surely precedes y when x's last use comes before the horizon of y's
@@ -382,7 +393,8 @@ static int group_key_cmp(const void *pa, const void *pb)
  * Placed groups sit in buckets by where their span starts, and only the
  * buckets a span as long as the longest could overlap from are looked at:
  * on a chain, a few per group. */
-static int mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
+static int mp_assign(struct mp_build *m, const struct memplan *mp,
+                     int (*cmp)(const void *, const void *), size_t *off, size_t *bytes)
 {
     int ng = 0, n = m->n;
     struct group_key *keys = vq__malloc((size_t)mp->n * sizeof *keys);
@@ -401,7 +413,7 @@ static int mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
             int span = m->last[b] - m->horizon[m->first[b]];
             longest = span > longest ? span : longest;
         }
-    qsort(keys, (size_t)ng, sizeof *keys, group_key_cmp);
+    qsort(keys, (size_t)ng, sizeof *keys, cmp);
     for (int k = 0; k < n; k++)
         bucket[k] = -1;
     size_t end = 0;
@@ -442,9 +454,7 @@ static int mp_assign(struct mp_build *m, struct memplan *mp, size_t *off)
         next[g] = bucket[start];
         bucket[start] = g;
     }
-    for (int b = 0; b < mp->n; b++)
-        mp->offset[b] = off[m->group[b]];
-    mp->bytes = end;
+    *bytes = end;
     free(keys);
     free(bucket);
     free(next);
@@ -492,7 +502,7 @@ int vq__memplan_build(struct plan *pl)
     m.group = vq__malloc(nb * sizeof *m.group);
     m.tail = vq__malloc(nb * sizeof *m.tail);
     m.near = vq__malloc(nb * sizeof *m.near);
-    size_t *off = vq__malloc(nb * sizeof *off);
+    size_t *off = vq__malloc(2 * nb * sizeof *off), bytes[2];
     if (!m.anc || !m.group || !m.tail || !m.near || !off) {
         free(off);
         rc = vq__fail(VQ_ENOMEM, "out of memory");
@@ -507,7 +517,17 @@ int vq__memplan_build(struct plan *pl)
         free(off);
         goto out;
     }
-    rc = mp_assign(&m, mp, off);
+    /* Largest first is the better order on most programs; in program
+     * order wins on some (a network whose largest values come late): both,
+     * and the smaller arena. */
+    if ((rc = mp_assign(&m, mp, by_size, off, &bytes[0])) == 0)
+        rc = mp_assign(&m, mp, by_start, off + nb, &bytes[1]);
+    if (rc == 0) {
+        const size_t *pick = bytes[1] < bytes[0] ? off + nb : off;
+        for (int b = 0; b < mp->n; b++)
+            mp->offset[b] = pick[m.group[b]];
+        mp->bytes = bytes[1] < bytes[0] ? bytes[1] : bytes[0];
+    }
     free(off);
     if (rc < 0)
         goto out;

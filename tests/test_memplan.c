@@ -3,8 +3,9 @@
  * and 8 workers, synchronous and overlapping; values that may be live
  * together never share bytes (the plan's offsets against a brute-force
  * check over the ops' conflicts); fetched values survive; unknown shapes
- * and control flow fall back; a failed allocation anywhere leaves the
- * executor usable and nothing leaked; a planned run allocates no output. */
+ * and control flow fall back; a failed allocation anywhere, or a kernel
+ * failing midway, leaves the executor usable and nothing leaked; a planned
+ * run allocates no output. */
 #include "../graph/memplan.h" /* vq__exec_memplan, the program's insides */
 #include "fault.h"            /* vq__fault_arm */
 #include "leakcheck.h"
@@ -600,4 +601,50 @@ Test(memplan, a_failed_allocation_anywhere_leaves_nothing_leaked)
     fetches_release(want, r.nfetch);
     vq_tensor_release(x);
     vq_program_free(r.p);
+}
+
+/* A kernel failing midway (VQ_EXEC_CHECK_NAN finds the NaN a log of a
+ * negative number makes): the ops after it skip, the run fails naming the
+ * op, and the next run, on the same arena, is right. */
+Test(memplan, a_run_failing_midway_leaves_its_arena_for_the_next)
+{
+    vq_program *p = new_program();
+    int64_t s[1] = {256};
+    var(p, "x", VQ_F32, 1, s, false);
+    var(p, "a", VQ_F32, 1, s, false);
+    var(p, "b", VQ_F32, 1, s, false);
+    var(p, "c", VQ_F32, 1, s, false);
+    var(p, "d", VQ_F32, 1, s, false);
+    vq_attr half[1] = {VQ_ATTR_F("scale", 0.5)};
+    op(p, "scale", NAMES("x"), 1, NAMES("a"), 1, half, 1);
+    op(p, "log", NAMES("a"), 1, NAMES("b"), 1, NULL, 0);
+    op(p, "exp", NAMES("b"), 1, NAMES("c"), 1, NULL, 0);
+    op(p, "add", NAMES("c", "a"), 2, NAMES("d"), 1, NULL, 0);
+    struct world w = world(2, VQ_EXEC_CHECK_NAN);
+    float neg[256], pos[256];
+    for (int i = 0; i < 256; i++) {
+        neg[i] = -1.0f - (float)i;
+        pos[i] = 2.0f + (float)i;
+    }
+    vq_tensor *xn, *xp;
+    cr_assert_eq(vq_tensor_from(&xn, VQ_F32, 1, s, neg), 0);
+    cr_assert_eq(vq_tensor_from(&xp, VQ_F32, 1, s, pos), 0);
+    for (int round = 0; round < 3; round++) {
+        vq_feed feed = {"x", xn};
+        vq_fetch f = {"d", NULL};
+        cr_assert_eq(vq_exec_run(w.ex, p, w.s, &feed, 1, &f, 1), VQ_EIO);
+        cr_assert(strstr(vq_errmsg(), "op 1 (log)"), "%s", vq_errmsg());
+        cr_assert_null(f.tensor);
+        feed.tensor = xp;
+        cr_assert_eq(vq_exec_run(w.ex, p, w.s, &feed, 1, &f, 1), 0, "%s", vq_errmsg());
+        cr_assert_gt(arena_of(w.ex), 0);
+        const float *d = vq_tensor_data(f.tensor);
+        for (int i = 0; i < 256; i++)
+            cr_assert_float_eq(d[i], pos[i], 1e-4f * pos[i], "d[%d] = %g", i, d[i]);
+        vq_tensor_release(f.tensor);
+    }
+    vq_tensor_release(xn);
+    vq_tensor_release(xp);
+    world_free(&w);
+    vq_program_free(p);
 }

@@ -550,6 +550,16 @@ static int import_graph(struct ox *x, const Onnx__GraphProto *g)
         vq_tensor *v;
         if ((rc = vq__onnx_tensor(t, x->dir, what, &v)) < 0)
             return rc;
+        /* The bytes are in v now: let go of the unpacked copy at once, so
+         * that a model's weights are held twice at most while it imports
+         * (the unpacked message and the tensors), not three times with
+         * the file's bytes. free_unpacked skips a NULL field. */
+        Onnx__TensorProto *tm = (Onnx__TensorProto *)t;
+        if (tm->raw_data.data && tm->raw_data.len) {
+            vq__protobuf_allocator.free(vq__protobuf_allocator.allocator_data, tm->raw_data.data);
+            tm->raw_data.data = NULL;
+            tm->raw_data.len = 0;
+        }
         struct ox_val *val;
         if (v->dtype == VQ_F32 || v->dtype == VQ_F64) {
             /* a parameter: a var only, so that nothing folds it away */
@@ -644,17 +654,20 @@ static int model_unpack(const void *buf, size_t len, Onnx__ModelProto **m)
     return 0;
 }
 
+/* own_buf: buf is the import's own (the file's bytes), freed as soon as
+ * it is unpacked, whatever happens (the unpacked message copies what it
+ * keeps). */
 static int import_model(vq_program **out, vq_scope *params, const void *buf, size_t len,
-                        const char *dir, const vq_onnx_opts *opts)
+                        const char *dir, const vq_onnx_opts *opts, bool own_buf)
 {
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_program_from_onnx: NULL argument");
     *out = NULL;
     int orc = opts_check(opts);
-    if (orc < 0)
-        return orc;
-    Onnx__ModelProto *m;
-    int urc = model_unpack(buf, len, &m);
+    Onnx__ModelProto *m = NULL;
+    int urc = orc < 0 ? orc : model_unpack(buf, len, &m);
+    if (own_buf)
+        free((void *)buf);
     if (urc < 0)
         return urc;
     struct ox x = {.dir = dir, .opts = opts, .walk = ox_nodes};
@@ -696,13 +709,13 @@ static int import_model(vq_program **out, vq_scope *params, const void *buf, siz
 
 VQ_API int vq_program_from_onnx(vq_program **out, vq_scope *params, const void *buf, size_t len)
 {
-    return import_model(out, params, buf, len, NULL, NULL);
+    return import_model(out, params, buf, len, NULL, NULL, false);
 }
 
 VQ_API int vq_program_from_onnx_opts(vq_program **out, vq_scope *params, const void *buf,
                                      size_t len, const vq_onnx_opts *opts)
 {
-    return import_model(out, params, buf, len, NULL, opts);
+    return import_model(out, params, buf, len, NULL, opts, false);
 }
 
 /* The whole file at path (malloc'd into *buf). */
@@ -762,9 +775,8 @@ VQ_API int vq_program_from_onnx_file_opts(vq_program **out, vq_scope *params, co
         *slash = '\0';
     else
         strcpy(dir, ".");
-    rc = import_model(out, params, buf, len, *dir ? dir : "/", opts);
+    rc = import_model(out, params, buf, len, *dir ? dir : "/", opts, true); /* frees buf */
     free(dir);
-    free(buf);
     return rc;
 }
 
@@ -793,8 +805,17 @@ VQ_API int vq_onnx_info_read(vq_onnx_info *out, const void *buf, size_t len)
     if (!out || (!buf && len))
         return vq__fail(VQ_EINVAL, "vq_onnx_info_read: NULL argument");
     memset(out, 0, sizeof *out);
+    /* Read from a copy without the weights' bytes: names, inputs and
+     * outputs are all this needs, and a model of 250 MB of weights would
+     * otherwise be held twice more while it reads them. */
+    void *lean = NULL;
+    size_t lean_len = 0;
+    int src = vq__onnx_strip_weights(buf, len, &lean, &lean_len);
+    if (src < 0)
+        return src;
     Onnx__ModelProto *m;
-    int urc = model_unpack(buf, len, &m);
+    int urc = src == 0 ? model_unpack(lean, lean_len, &m) : model_unpack(buf, len, &m);
+    free(lean);
     if (urc < 0)
         return urc;
     int64_t opset = -1, training;

@@ -123,6 +123,12 @@ struct ox {
  * subgraphs deeper than OX_MAX_NESTING or messages deeper than protobuf-c
  * may safely recurse; read without unpacking (0 for bytes that are not a
  * model: unpack refuses those). */
+/* A copy of the encoded ModelProto buf[0..len) without its main graph's
+ * initializers (wire.c), for reading what else it says without holding its
+ * weights twice: 0 and *out (free), 1 when the bytes do not parse here
+ * (nothing made: unpack the original, which will judge them), or
+ * VQ_ENOMEM. */
+int vq__onnx_strip_weights(const void *buf, size_t len, void **out, size_t *out_len);
 int vq__onnx_nesting_check(const void *buf, size_t len);
 
 /* ---- census.c: the op types a model uses ---- */

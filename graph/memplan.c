@@ -70,14 +70,14 @@ static int span_cmp(const void *pa, const void *pb)
 /* What the assignment reads about the planned values, by planned index. */
 struct mp_build {
     struct plan *pl;
-    int n;             /* root ops */
-    size_t words;      /* per row of anc */
-    uint64_t *anc;     /* row k: the ancestors of root op k */
-    int *writer;       /* by planned index: its writer's root index */
-    int *rd_at, *rd;   /* readers of planned value b: rd[rd_at[b] .. rd_at[b + 1]) */
-    int *group;        /* by planned index: its group (values written in place over
+    int n;           /* root ops */
+    size_t words;    /* per row of anc */
+    uint64_t *anc;   /* row k: the ancestors of root op k */
+    int *writer;     /* by planned index: its writer's root index */
+    int *rd_at, *rd; /* readers of planned value b: rd[rd_at[b] .. rd_at[b + 1]) */
+    int *group;      /* by planned index: its group (values written in place over
                         * each other: one offset), numbered by its first value */
-    int *tail;         /* by group: its last value so far */
+    int *tail;       /* by group: its last value so far */
     /* by group: the ops that use it (its values' writers and readers),
      * uses[use_at[g] .. use_at[g + 1]); its first writer */
     int *use_at, *uses;
@@ -240,8 +240,8 @@ static int mp_pick(struct plan *pl, struct memplan *mp, int *writer)
             mp->index[v] = n;
             mp->var[n] = v;
             mp->meta[n] = t->fixed[j];
-            mp->offset[n] =
-                (size_t)vq__numel(t->fixed[j].ndim, t->fixed[j].shape) * vq_dtype_size(t->fixed[j].dtype);
+            mp->offset[n] = (size_t)vq__numel(t->fixed[j].ndim, t->fixed[j].shape) *
+                            vq_dtype_size(t->fixed[j].dtype);
             writer[n++] = k;
         }
     }
@@ -476,8 +476,8 @@ static void memplan_destroy(struct memplan *mp)
 int vq__memplan_build(struct plan *pl)
 {
     int n = pl->root.nops;
-    if (pl->exec->no_memplan || pl->root_ctl ||
-        pl->exec->device.kind != VQ_DEV_CPU || n == 0 || n > VQ__MEMPLAN_MAX_OPS)
+    if (pl->exec->no_memplan || pl->root_ctl || pl->exec->device.kind != VQ_DEV_CPU || n == 0 ||
+        n > VQ__MEMPLAN_MAX_OPS)
         return 0;
     struct memplan *mp = vq__calloc(1, sizeof *mp);
     struct mp_build m = {.pl = pl, .n = n, .words = ((size_t)n + 63) / 64};

@@ -23,12 +23,12 @@ struct memarena {
 };
 
 struct memplan {
-    size_t bytes;   /* the arena's size */
-    int n;          /* planned vars */
-    int *index;     /* by program var: its planned index, or -1 */
-    int *var;       /* by planned index: the program var */
-    size_t *offset; /* by planned index */
-    vq__meta *meta; /* by planned index */
+    size_t bytes;         /* the arena's size */
+    int n;                /* planned vars */
+    int *index;           /* by program var: its planned index, or -1 */
+    int *var;             /* by planned index: the program var */
+    size_t *offset;       /* by planned index */
+    vq__meta *meta;       /* by planned index */
     pthread_mutex_t lock; /* idle, nidle, retired */
     struct memarena *idle;
     int nidle;
@@ -59,8 +59,7 @@ void vq__memplan_give(struct plan *pl, struct memarena *a);
 
 /* The header of program var v in arena a, or NULL when v is not planned.
  * hot path: no malloc, no lock. */
-static inline vq_tensor *vq__memplan_tensor(const struct plan *pl, const struct memarena *a,
-                                            int v)
+static inline vq_tensor *vq__memplan_tensor(const struct plan *pl, const struct memarena *a, int v)
 {
     if (!a)
         return NULL;

@@ -429,8 +429,8 @@ static void op_end(struct op_state *s, int err, void *stream)
             /* written in place into the tensor just let go: counted again */
             note_live(s->run, pl, s->out[j]->nbytes);
         }
-        output_done(f, j, s->out[j],
-                    s->out[j] == vq__memplan_tensor(pl, s->run->mem, src->out[j]), stream);
+        output_done(f, j, s->out[j], s->out[j] == vq__memplan_tensor(pl, s->run->mem, src->out[j]),
+                    stream);
     }
     return;
 

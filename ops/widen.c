@@ -47,11 +47,29 @@ static const char *const widened[] = {
     "where", "zeros_like"};
 
 /* The ops that carry u64 as flipped i64: they compare, select or move. */
-static const char *const order_ops[] = {
-    "concat", "equal", "expand", "gather", "gather_elements", "gather_nd", "greater",
-    "greater_equal", "less", "less_equal", "maximum", "minimum", "not_equal", "pad",
-    "reduce_max", "reduce_min", "reshape", "reverse_sequence", "slice", "split", "tile",
-    "transpose", "where"};
+static const char *const order_ops[] = {"concat",
+                                        "equal",
+                                        "expand",
+                                        "gather",
+                                        "gather_elements",
+                                        "gather_nd",
+                                        "greater",
+                                        "greater_equal",
+                                        "less",
+                                        "less_equal",
+                                        "maximum",
+                                        "minimum",
+                                        "not_equal",
+                                        "pad",
+                                        "reduce_max",
+                                        "reduce_min",
+                                        "reshape",
+                                        "reverse_sequence",
+                                        "slice",
+                                        "split",
+                                        "tile",
+                                        "transpose",
+                                        "where"};
 /* The ops whose kernels take floats only, which compute the integers as f64. */
 static const char *const float_ops[] = {"max_pool2d"};
 /* The ops whose kernels take u64 themselves (elementwise.c). */

@@ -551,8 +551,12 @@ Test(dtypes, u64_arithmetic_wraps_and_divides_as_unsigned)
             for (uint64_t e = b[i]; e; e >>= 1, base *= base)
                 if (e & 1)
                     p *= base;
-            uint64_t want = k == 0 ? a[i] + b[i] : k == 1 ? a[i] - b[i] : k == 2 ? a[i] * b[i]
-                            : k == 3 ? a[i] / b[i] : k == 4 ? a[i] % b[i] : p;
+            uint64_t want = k == 0   ? a[i] + b[i]
+                            : k == 1 ? a[i] - b[i]
+                            : k == 2 ? a[i] * b[i]
+                            : k == 3 ? a[i] / b[i]
+                            : k == 4 ? a[i] % b[i]
+                                     : p;
             cr_assert_eq(v[i], want, "%s at %d", ops[k], i);
         }
         vq_tensor_release(o);

@@ -1340,8 +1340,9 @@ Test(exec, a_run_returns_when_memory_runs_out_for_good)
                 fault_child(fc, p, n, true);
             int status;
             cr_assert_eq(waitpid(pid, &status, 0), pid);
-            cr_assert(WIFEXITED(status), "%s, N=%ld: the child died (signal %d; SIGALRM %d: a hang)",
-                      fc->name, n, WTERMSIG(status), SIGALRM);
+            cr_assert(WIFEXITED(status),
+                      "%s, N=%ld: the child died (signal %d; SIGALRM %d: a hang)", fc->name, n,
+                      WTERMSIG(status), SIGALRM);
             int what = WEXITSTATUS(status);
             cr_assert(what >= FAULT_SURVIVED && what < FAULT_BAD, "%s, N=%ld: exit %d (see above)",
                       fc->name, n, what);

@@ -94,8 +94,8 @@ static void rand_prog_far(struct rand_prog *r, uint64_t seed, int nops, bool far
         } else {
             wide_out = !r->wide[a];
             var(r->p, out, VQ_F32, 2, wide_out ? wide : narrow, false);
-            op(r->p, "matmul", NAMES(r->names[a], r->wide[a] ? "w_down" : "w_up"), 2, NAMES(out),
-               1, NULL, 0);
+            op(r->p, "matmul", NAMES(r->names[a], r->wide[a] ? "w_down" : "w_up"), 2, NAMES(out), 1,
+               NULL, 0);
         }
         r->read[a] = true;
         r->wide[r->nvals++] = wide_out;

@@ -104,8 +104,7 @@ Test(onnx_errors, the_census_counts_every_type_of_every_graph)
         {"", "Loop", 1, true, "node 3 \"loop\""},
         {"", "Relu", 1, true, "node 0 \"relu\""},
         {"", "StringNormalizer", 2, false, "node 1 \"nz\""},
-        {"", "StringSplit", 1, false,
-         "node 0 (output \"v\") in body of node 3 (Loop \"loop\")"},
+        {"", "StringSplit", 1, false, "node 0 (output \"v\") in body of node 3 (Loop \"loop\")"},
         {"com.example", "Foo", 1, false, "node 4 (output \"f\")"},
     };
     cr_assert_eq(ops.nops, 6);

@@ -388,7 +388,7 @@ typedef struct vq_exec_stats {
     uint64_t prepares;    /* plans built */
     uint64_t cache_hits;  /* runs or prepares that found their plan cached */
     uint64_t runs;        /* runs completed */
-    size_t last_peak_bytes; /* most tensor bytes the last completed run held at once
+    size_t last_peak_bytes;  /* most tensor bytes the last completed run held at once
                              * outside its memory plan's arena (its temporaries
                              * and fetches; not the scope) */
     size_t last_arena_bytes; /* the memory plan's arena the last completed run used

@@ -150,7 +150,8 @@ static void call_done_callback(PyObject *fn, PyObject *future)
     PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "varq") : NULL;
     PyObject *kw = logger && value ? Py_BuildValue("{s:O}", "exc_info", value) : NULL;
     PyObject *meth = kw ? PyObject_GetAttrString(logger, "error") : NULL;
-    PyObject *args = meth ? Py_BuildValue("(sO)", "exception calling callback for %r", future) : NULL;
+    PyObject *args =
+        meth ? Py_BuildValue("(sO)", "exception calling callback for %r", future) : NULL;
     PyObject *res = args ? PyObject_Call(meth, args, kw) : NULL;
     if (!res) { /* no logging: the interpreter's hook for what cannot be raised */
         PyErr_Clear();
@@ -239,8 +240,8 @@ static int future_wait_for(vqpy_future *self, PyObject *timeout)
     /* A small run ends within microseconds: a few looks (yielding the
      * core between them) spare the futex sleep and wake-up, which cost
      * more than that on a VM. */
-    for (int i = 0; secs != 0 && i < WAIT_SPINS &&
-                    !atomic_load_explicit(&r->finished, memory_order_acquire);
+    for (int i = 0;
+         secs != 0 && i < WAIT_SPINS && !atomic_load_explicit(&r->finished, memory_order_acquire);
          i++)
         sched_yield();
     pthread_mutex_lock(&r->mu);

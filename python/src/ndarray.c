@@ -59,7 +59,8 @@ PyObject *vqpy_np_array_over(PyObject *tensor, void *data)
     npy_intp dims[VQ_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++)
         dims[i] = (npy_intp)t->shape[i];
-    int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | (t->readonly ? 0 : NPY_ARRAY_WRITEABLE);
+    int flags =
+        NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED | (t->readonly ? 0 : NPY_ARRAY_WRITEABLE);
     /* The descriptor reference is stolen by the call. */
     PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, PyArray_DescrFromType(type), t->ndim, dims,
                                          NULL, data, flags, NULL);

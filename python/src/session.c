@@ -39,7 +39,6 @@ typedef struct {
     bool closed;
 } vqpy_session;
 
-
 /* Frees what a run may use: only when no run is in flight. */
 static void session_free_parts(vqpy_session *self)
 {
@@ -572,7 +571,7 @@ static PyObject *session_run_async_impl(vqpy_session *self, PyObject *names, PyO
     if (collect_fetches(self, name_seq, arun->fetches, nfetch) < 0 ||
         collect_feeds(self, feed_map, arun->feeds, NULL, &nfed) < 0 ||
         (self->closed && !closed_error())) { /* closed meanwhile: see session_run_sync */
-        arun->nfeeds = nfed; /* the run owns what was collected */
+        arun->nfeeds = nfed;                 /* the run owns what was collected */
         Py_BEGIN_ALLOW_THREADS;
         vqpy_async_drop(arun);
         Py_END_ALLOW_THREADS;

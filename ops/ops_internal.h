@@ -42,6 +42,7 @@ extern const vq__op_def vq__ops_optim[];
 extern const vq__op_def vq__ops_compare[];
 extern const vq__op_def vq__ops_control[];
 extern const vq__op_def vq__ops_conv[];
+extern const vq__op_def vq__ops_fused[];
 extern const vq__op_def vq__ops_conv3d[];
 extern const vq__op_def vq__ops_pool[];
 extern const vq__op_def vq__ops_norm[];
@@ -142,6 +143,19 @@ void vq__reduce_walk_rows(const vq__reduce_walk *w, void *user,
 int vq__axis(const vq__infer *c, const char *attr, int64_t axis, int ndim, int *out);
 
 /* ---- sliding windows: conv2d and the pools (cpu/conv.c) ---- */
+
+struct vq__unary_params;
+
+/* o[i] = the activation p (relu, sigmoid, tanh, silu, hard_sigmoid,
+ * hard_swish; VQ__ACT_*) of x[i] for i < n, f32 or f64, with the bits the
+ * op's own kernel gives (activation.c); x == o is allowed. The fused
+ * forms (conv2d's act, fused_elementwise) call it so that fusing changes
+ * no result. Thread-safe. */
+void vq__act_apply(const struct vq__unary_params *p, vq_dtype dt, const void *x, void *o,
+                   int64_t n);
+/* o[i] = the math op (VQ__MATH_*; exponent: power's) of x[i], f32 or f64,
+ * as the op's kernel computes it (math.c); x == o allowed. Thread-safe. */
+void vq__math_apply(int op, double exponent, vq_dtype dt, const void *x, void *o, int64_t n);
 
 struct vq__window_params;
 

@@ -244,6 +244,10 @@ typedef struct vq__window_params {
      * (attribute clip; ops/cpu/conv.c), when clip is set */
     double clip_lo, clip_hi;
     bool clip;
+    /* conv2d: the fused activation after the bias and the clip (attribute
+     * act and its act_alpha, act_beta: hard_sigmoid's), when has_act */
+    bool has_act;
+    vq__unary_params act;
     bool ceil_mode, count_include_pad; /* the pools; count_include_pad: avg_pool2d */
     bool column_major;                 /* max_pool2d_argmax: indices (w, h), not (h, w) */
 } vq__window_params;

@@ -180,29 +180,35 @@ static void simple_f32_best(const vq__unary_params *p, const float *x, float *o,
     simple_f32(p->op, a, b, x, o, n);
 }
 
+void vq__act_apply(const vq__unary_params *p, vq_dtype dt, const void *x, void *o, int64_t n)
+{
+    if (dt == VQ_F64) {
+        unary_double(p, x, o, n);
+        return;
+    }
+    const float *xf = x;
+    float *of = o;
+    const struct vq__vmath *vm = vq__vmath();
+    switch (p->op) {
+    case VQ__ACT_SIGMOID: vm->sigmoid(xf, of, n); break;
+    case VQ__ACT_TANH: vm->tanh(xf, of, n); break;
+    case VQ__ACT_SILU: vm->silu(xf, of, n); break;
+    case VQ__ACT_RELU:
+    case VQ__ACT_HARD_SIGMOID:
+    case VQ__ACT_HARD_SWISH: simple_f32_best(p, xf, of, n); break;
+    default: unary_float(p, xf, of, n); break;
+    }
+}
+
 /* Elements [lo, hi) of a unary op's call (k). */
 static int unary_part(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     const vq__kcall *k = arg;
-    const vq__unary_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    if (x->dtype == VQ_F64) {
-        unary_double(p, (const double *)x->data + lo, (double *)o->data + lo, hi - lo);
-        return 0;
-    }
-    const float *xf = (const float *)x->data + lo;
-    float *of = (float *)o->data + lo;
-    const struct vq__vmath *vm = vq__vmath();
-    switch (p->op) {
-    case VQ__ACT_SIGMOID: vm->sigmoid(xf, of, hi - lo); break;
-    case VQ__ACT_TANH: vm->tanh(xf, of, hi - lo); break;
-    case VQ__ACT_SILU: vm->silu(xf, of, hi - lo); break;
-    case VQ__ACT_RELU:
-    case VQ__ACT_HARD_SIGMOID:
-    case VQ__ACT_HARD_SWISH: simple_f32_best(p, xf, of, hi - lo); break;
-    default: unary_float(p, xf, of, hi - lo); break;
-    }
+    size_t es = vq_dtype_size(x->dtype);
+    vq__act_apply(k->params, x->dtype, (const char *)x->data + lo * es, (char *)o->data + lo * es,
+                  hi - lo);
     return 0;
 }
 

@@ -38,6 +38,14 @@
  * into the Conv before it this way, saving one or two passes over the
  * output and their buffers. The CUDA kernels refuse it (ENOSYS).
  *
+ * Attribute act (optional: relu, sigmoid, tanh, silu, hard_sigmoid with
+ * act_alpha and act_beta, hard_swish) applies that activation after the
+ * bias and the clip, on each block of output right after its product
+ * (after the whole product on the Winograd path), with the bits of the
+ * activation op itself (vq__act_apply). graph/optimize.c's conv-act pass
+ * sets it on inference programs; such a conv2d has no gradient, and the
+ * CUDA kernels refuse it (ENOSYS).
+ *
  * conv2d_grad (dX by col2im, dW by im2col, dB, each through the clip when
  * the forward op has one) is told with its kernel in conv_grad.c. */
 #include "conv.h"
@@ -245,11 +253,42 @@ static int clip_attr(const vq__infer *c, vq__window_params *p)
     return 0;
 }
 
+/* The act attribute: one of the activations vq__act_apply computes, by
+ * its op's name; act_alpha and act_beta are hard_sigmoid's (hard_swish's
+ * are fixed, as the op's). */
+static const char *const act_names[] = {"relu", "sigmoid",      "tanh",
+                                        "silu", "hard_sigmoid", "hard_swish"};
+
+static int act_attr(const vq__infer *c, vq__window_params *p)
+{
+    const vq_attr *a = vq__attr_find(c, "act");
+    p->has_act = a != NULL;
+    if (!a)
+        return 0;
+    p->act.op = -1;
+    for (int i = 0; i < (int)(sizeof act_names / sizeof act_names[0]); i++)
+        if (a->s && !strcmp(a->s, act_names[i]))
+            p->act.op = i;
+    if (p->act.op < 0)
+        return vq__attr_fail(c, "act",
+                             "is \"%s\", not relu, sigmoid, tanh, silu, hard_sigmoid or hard_swish",
+                             a->s ? a->s : "");
+    p->act.alpha = 1.0 / 6;
+    p->act.beta = 0.5;
+    if (p->act.op == VQ__ACT_HARD_SIGMOID) {
+        p->act.alpha = vq__attr_float(c, "act_alpha", 0.2);
+        p->act.beta = vq__attr_float(c, "act_beta", 0.5);
+    }
+    return 0;
+}
+
 static int conv2d_infer(vq__infer *c)
 {
     if (c->nin > 3)
         return vq__op_fail(c->def, "takes X, W and an optional bias B, got %d inputs", c->nin);
     int rc = clip_attr(c, c->params);
+    if (rc == 0)
+        rc = act_attr(c, c->params);
     return rc < 0 ? rc : conv_meta(c, c->params, c->nin == 3 ? 2 : 0, &c->out[0]);
 }
 
@@ -401,14 +440,25 @@ void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t n
                        int64_t ncol)
 {
     const vq__window_params *p = j->p;
-    if (!j->b && !p->clip)
+    if (j->b || p->clip) {
+        if (j->dt == VQ_F32)
+            epilogue_float((float *)o + c0, (const float *)j->b, ch0, nch, ncol, j->cv->plane,
+                           p->clip, (float)p->clip_lo, (float)p->clip_hi);
+        else
+            epilogue_double((double *)o + c0, (const double *)j->b, ch0, nch, ncol, j->cv->plane,
+                            p->clip, p->clip_lo, p->clip_hi);
+    }
+    vq__conv_act(j, o, nch, c0, ncol);
+}
+
+void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, int64_t ncol)
+{
+    if (!j->p->has_act)
         return;
-    if (j->dt == VQ_F32)
-        epilogue_float((float *)o + c0, (const float *)j->b, ch0, nch, ncol, j->cv->plane, p->clip,
-                       (float)p->clip_lo, (float)p->clip_hi);
-    else
-        epilogue_double((double *)o + c0, (const double *)j->b, ch0, nch, ncol, j->cv->plane,
-                        p->clip, p->clip_lo, p->clip_hi);
+    for (int64_t c = 0; c < nch; c++) {
+        char *r = vq__elem_at(o, c * j->cv->plane + c0, j->es);
+        vq__act_apply(&j->p->act, j->dt, r, r, ncol);
+    }
 }
 
 /* conv2d's output pass for the AVX-512 product to do as it stores
@@ -433,8 +483,10 @@ static void conv_product(const struct conv_job *j, int64_t ch0, int64_t m, const
     if (j->dt == VQ_F32 && vq__sgemm_ok()) {
         vq__sg_epilogue ep = conv_sg_epilogue(j, ch0);
         if (vq__sgemm(false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, (float *)o,
-                      cv->plane, ep.bias || ep.clip ? &ep : NULL))
+                      cv->plane, ep.bias || ep.clip ? &ep : NULL)) {
+            vq__conv_act(j, plane0, m, c0, n);
             return;
+        }
     }
     vq__gemm_ldc(j->dt, false, false, m, n, cv->rows, 1, a, cv->rows, b, ldb, 0, o, cv->plane);
     vq__conv_epilogue(j, plane0, ch0, m, c0, n);
@@ -537,6 +589,7 @@ static int conv_gemm_panels(void *arg, int64_t lo, int64_t hi, int slot)
     vq__sg_epilogue ep = conv_sg_epilogue(j, lo);
     vq__sgemm_panels(hi - lo, cv->plane, cv->rows, (const float *)j->wg + lo * cv->rows, cv->rows,
                      j->pan, o, cv->plane, ep.bias || ep.clip ? &ep : NULL);
+    vq__conv_act(j, (char *)o, hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -683,6 +736,7 @@ static int conv_flat_gemm(void *arg, int64_t lo, int64_t hi, int slot)
         for (int64_t y = 0; y < v->oh; y++)
             memcpy((float *)j->wg_out + ch * cv->plane + y * v->ow, j->flat + ch * n + y * j->wp,
                    (size_t)v->ow * sizeof(float));
+    vq__conv_act(j, vq__elem_at(j->wg_out, lo * cv->plane, j->es), hi - lo, 0, cv->plane);
     return 0;
 }
 
@@ -697,6 +751,16 @@ static int conv_flat_gemm(void *arg, int64_t lo, int64_t hi, int slot)
 static int64_t conv_vectors(int64_t n)
 {
     return n / VQ__SG_PANEL * 2 + ceil_div(n % VQ__SG_PANEL, 16);
+}
+
+/* The fused activation on whole output planes [lo, hi) (after Winograd,
+ * whose own pass does only the bias and the clip). */
+static int conv_act_planes(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    struct conv_job *j = arg;
+    vq__conv_act(j, vq__elem_at(j->o, lo * j->cv->plane, j->es), hi - lo, 0, j->cv->plane);
+    return 0;
 }
 
 /* conv2d's single image and group at stride 1, by the above. */
@@ -740,8 +804,6 @@ static int conv2d_kernel(const vq__kcall *k)
         return 0;
     vq__conv cv =
         vq__conv_of(x->shape, w->shape, p->groups, o->shape, p->stride, p->pad, p->dilation);
-    if (vq__winograd_fits(&cv, x->dtype))
-        return vq__conv_winograd(k, &cv, p, x->data, w->data, b ? b->data : NULL, o->data);
     struct conv_job j = {.cv = &cv,
                          .p = p,
                          .dt = x->dtype,
@@ -750,6 +812,14 @@ static int conv2d_kernel(const vq__kcall *k)
                          .w = w->data,
                          .b = b ? b->data : NULL,
                          .o = o->data};
+    if (vq__winograd_fits(&cv, x->dtype)) {
+        /* the activation after, in blocks of channels shared like the rest */
+        int rc = vq__conv_winograd(k, &cv, p, x->data, w->data, b ? b->data : NULL, o->data);
+        if (rc < 0 || !p->has_act)
+            return rc;
+        int64_t planes = cv.w.n * cv.m;
+        return vq__parallel_for(planes, ceil_div(planes, CONV_BLOCKS), conv_act_planes, &j);
+    }
     int64_t items = cv.w.n * cv.groups;
     bool share =
         (double)cv.m * (double)cv.plane * (double)cv.rows * (double)cv.w.n >= CONV_PARALLEL_MACS;
@@ -834,6 +904,9 @@ static const vq__attr_spec conv_attrs[] = {
     {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
     {"groups", VQ_ATTR_INT, false, "1"},
     {"clip", VQ_ATTR_FLOATS, false, NULL},
+    {"act", VQ_ATTR_STRING, false, NULL},
+    {"act_alpha", VQ_ATTR_FLOAT, false, "0.2"},
+    {"act_beta", VQ_ATTR_FLOAT, false, "0.5"},
     {"wrt", VQ_ATTR_INT, true, NULL}, /* conv2d_grad only */
 };
 
@@ -845,7 +918,7 @@ const vq__op_def vq__ops_conv[] = {
      .nout_slots = 1,
      .flags = VQ__VARIADIC_IN,
      .attrs = conv_attrs,
-     .nattrs = 5,
+     .nattrs = 8,
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_infer,
      .kernel = {conv2d_kernel},
@@ -858,7 +931,7 @@ const vq__op_def vq__ops_conv[] = {
      .nout_slots = 1,
      .flags = VQ__OPTIONAL_IN,
      .attrs = conv_attrs,
-     .nattrs = 6,
+     .nattrs = 9,
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_grad_infer,
      .kernel = {vq__conv2d_grad_kernel},

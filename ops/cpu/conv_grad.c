@@ -195,13 +195,16 @@ int vq__conv2d_grad(const vq__grad *g)
     int wanted = vq__grad_wanted(g);
     if (wanted <= 0)
         return wanted;
-    /* conv2d's schema has five attributes, each given at most once. */
-    if (g->nattrs < 0 || g->nattrs > 5)
-        return vq__op_fail(g->def, "%d attributes; conv2d has 5", g->nattrs);
-    vq_attr attrs[6];
+    /* conv2d's schema has eight attributes, each given at most once. */
+    if (g->nattrs < 0 || g->nattrs > 8)
+        return vq__op_fail(g->def, "%d attributes; conv2d has 8", g->nattrs);
+    vq_attr attrs[9];
     int n = 0;
     bool clip = false;
     for (int i = 0; i < g->nattrs; i++) {
+        if (!strcmp(g->attrs[i].name, "act"))
+            return vq__op_fail(g->def, "has no gradient with a fused act (an inference form: "
+                                       "see graph/optimize.c's conv-act)");
         clip |= !strcmp(g->attrs[i].name, "clip");
         attrs[n++] = g->attrs[i];
     }

@@ -102,21 +102,26 @@ static int math_infer(vq__infer *c)
 MATH(float, expf, logf, sqrtf, erff, powf, f)
 MATH(double, exp, log, sqrt, erf, pow, )
 
+void vq__math_apply(int op, double exponent, vq_dtype dt, const void *x, void *o, int64_t n)
+{
+    const struct vq__vmath *vm = vq__vmath();
+    vq__vmath_fn f32 = op == VQ__MATH_EXP   ? vm->exp
+                       : op == VQ__MATH_LOG ? vm->log
+                       : op == VQ__MATH_ERF ? vm->erf
+                                            : NULL;
+    if (dt == VQ_F32 && f32)
+        f32(x, o, n);
+    else if (dt == VQ_F32)
+        math_float(op, (float)exponent, x, o, n);
+    else
+        math_double(op, exponent, x, o, n);
+}
+
 static int math_kernel(const vq__kcall *k)
 {
     const vq__math_params *p = k->params;
     vq_tensor *x = k->in[0], *o = k->out[0];
-    const struct vq__vmath *vm = vq__vmath();
-    vq__vmath_fn f32 = p->op == VQ__MATH_EXP   ? vm->exp
-                       : p->op == VQ__MATH_LOG ? vm->log
-                       : p->op == VQ__MATH_ERF ? vm->erf
-                                               : NULL;
-    if (x->dtype == VQ_F32 && f32)
-        f32(x->data, o->data, x->numel);
-    else if (x->dtype == VQ_F32)
-        math_float(p->op, (float)p->exponent, x->data, o->data, x->numel);
-    else
-        math_double(p->op, p->exponent, x->data, o->data, x->numel);
+    vq__math_apply(p->op, p->exponent, x->dtype, x->data, o->data, x->numel);
     return 0;
 }
 

@@ -38,6 +38,8 @@ int vq__conv2d_gpu(const vq__kcall *k, const vq__cuda_launch *l)
 {
     const vq__window_params *p = k->params;
     vq_tensor *x = k->in[0], *w = k->in[1], *b = k->nin > 2 ? k->in[2] : NULL, *o = k->out[0];
+    if (p->has_act) /* the CPU kernel's fused form only (ops/cpu/conv.c) */
+        return vq__fail(VQ_ENOSYS, "conv2d: a fused act runs on the CPU only");
     if (o->numel == 0)
         return 0;
     vq__conv d =

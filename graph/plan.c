@@ -31,6 +31,7 @@
 #include "graph_internal.h"
 #include "memplan.h"
 #include "plan.h"
+#include "optimize.h"
 #include "scope.h"
 
 #include <stdio.h>
@@ -914,6 +915,50 @@ static int plan_build_ops(struct plan *pl)
     pl->rec = NULL;
     return rc < 0 ? rc : n < 0 ? n : 0;
 }
+/* A scalar constant of the scope for the optimization passes: a host f32
+ * or f64 tensor of one element (what an importer's constants are; binding
+ * another tensor to the name prepares again, plan_cache.c). */
+static bool scope_scalar(void *user, const char *name, double *v)
+{
+    const vq_tensor *t = vq_scope_get(user, name);
+    if (!t || t->numel != 1 || t->dev.kind != VQ_DEV_CPU || !t->data)
+        return false;
+    if (t->dtype == VQ_F32)
+        *v = *(const float *)t->data;
+    else if (t->dtype == VQ_F64)
+        *v = *(const double *)t->data;
+    else
+        return false;
+    return true;
+}
+
+/* The plan's frozen copy of p: of the optimized program (optimize.h) on
+ * a CPU executor whose passes are on and p only infers, else of p. The
+ * feeds and fetches stay as they are. A failure to optimize (memory) only
+ * leaves p unoptimized. */
+static int plan_program(struct plan *pl, const vq_program *p, const char *const *feeds,
+                        int nfeeds, const char *const *fetches, int nfetches)
+{
+    vq_program *opt = NULL;
+    if (pl->exec->opt && pl->exec->device.kind == VQ_DEV_CPU) {
+        int nkeep = nfeeds + nfetches;
+        const char **keep = vq__malloc((size_t)(nkeep ? nkeep : 1) * sizeof *keep);
+        if (keep) {
+            for (int i = 0; i < nfeeds; i++)
+                keep[i] = feeds[i];
+            for (int i = 0; i < nfetches; i++)
+                keep[nfeeds + i] = fetches[i];
+            if (vq__program_optimize(p, pl->exec->opt, keep, nkeep, pl->scope ? scope_scalar : NULL,
+                                     pl->scope, &opt, NULL) < 0)
+                opt = NULL;
+            free(keep);
+        }
+    }
+    int rc = vq__program_freeze(opt ? opt : p, &pl->prog);
+    vq_program_free(opt);
+    return rc;
+}
+
 int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *const *feeds,
                  int nfeeds, const vq__meta *feed_metas, const char *const *fetches, int nfetches,
                  struct plan **out)
@@ -935,7 +980,7 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
     /* pop and fop records: about 100 bytes per op */
     vq__arena_init(&pl->arena, (size_t)p->nops * 112);
     vq__arena_init(&pl->counts, (size_t)p->nops * sizeof(int));
-    int rc = vq__program_freeze(p, &pl->prog);
+    int rc = plan_program(pl, p, feeds, nfeeds, fetches, nfetches);
     if (rc == 0) {
         pl->nvars = pl->prog->nvars;
         size_t nv = (size_t)(pl->nvars ? pl->nvars : 1);

@@ -74,6 +74,10 @@ struct vq_exec {
     bool fetch_host;     /* VQ_EXEC_FETCH_HOST */
     bool no_segments;    /* VQ_EXEC_NO_SEGMENTS */
     bool no_memplan;     /* VQ_EXEC_NO_MEMPLAN or VARQ_MEMPLAN=0 (memplan.c) */
+    /* The optimization passes its plans get (optimize.h's bits), from
+     * VARQ_OPT when the executor is made: one setting per executor, so
+     * the plan cache's key needs no part of it. */
+    unsigned opt;
     int timeout_ms;      /* each run's deadline; 0: none */
     struct run *runs;    /* the runs in flight, for vq_exec_cancel; under lock */
     /* The default generator of random ops without a seed or State: its
@@ -493,6 +497,10 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
  * its plans are specialized on the feeds' shapes (plan_cache.c). */
 bool vq__program_reads_values(const vq_program *p);
 void vq__plan_destroy(struct plan *pl);
+/* The ops of block 0 of the most recently used plan of ex (the program it
+ * runs, after the optimization passes), or -1 when it has none: for tests
+ * to see what preparation made. Takes the executor's lock. */
+int vq__exec_plan_nops(vq_exec *ex);
 /* Hands pl to ex's dead list, destroyed outside the lock (plan_cache.c:
  * bury and reap). Called locked. */
 void vq__plan_bury(vq_exec *ex, struct plan *pl);

@@ -5,6 +5,7 @@
  * run (vq__plan_acquire) and unpins it when the run is done. */
 #include "graph_internal.h"
 #include "plan.h"
+#include "optimize.h"
 #include "scope.h"
 
 #include <stdio.h>
@@ -292,14 +293,26 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->timeout_ms = o.timeout_ms;
     ex->seed = seed;
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
+    unsigned opt;
+    if ((rc = vq__opt_parse(getenv("VARQ_OPT"), &opt)) < 0)
+        return vq__fail_prefixed(rc, "vq_exec_new");
     const char *seg = getenv("VARQ_EXEC_SEGMENTS");
     ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));
     const char *memplan = getenv("VARQ_MEMPLAN");
     ex->no_memplan = (o.flags & VQ_EXEC_NO_MEMPLAN) || (memplan && !strcmp(memplan, "0"));
+    ex->opt = opt;
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->idle, NULL);
     *out = ex;
     return 0;
+}
+
+int vq__exec_plan_nops(vq_exec *ex)
+{
+    pthread_mutex_lock(&ex->lock);
+    int n = ex->lru_head ? ex->lru_head->prog->blocks[0].nops : -1;
+    pthread_mutex_unlock(&ex->lock);
+    return n;
 }
 
 VQ_API void vq_exec_free(vq_exec *ex)

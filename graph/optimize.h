@@ -49,4 +49,9 @@ int vq__program_optimize(const vq_program *p, unsigned passes, const char *const
                          int nkeep, vq__opt_scalar_fn scalar, void *user, vq_program **out,
                          vq__opt_stats *st);
 
+/* The ops of block 0 of the most recently used plan of ex (the program it
+ * runs, after the passes), or -1 when it has none: what tests look at to
+ * see that a pass fired (plan_cache.c). Takes the executor's lock. */
+int vq__exec_plan_nops(vq_exec *ex);
+
 #endif

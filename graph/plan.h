@@ -497,10 +497,7 @@ int vq__plan_new(vq_exec *ex, const vq_program *p, vq_scope *s, const char *cons
  * its plans are specialized on the feeds' shapes (plan_cache.c). */
 bool vq__program_reads_values(const vq_program *p);
 void vq__plan_destroy(struct plan *pl);
-/* The ops of block 0 of the most recently used plan of ex (the program it
- * runs, after the optimization passes), or -1 when it has none: for tests
- * to see what preparation made. Takes the executor's lock. */
-int vq__exec_plan_nops(vq_exec *ex);
+
 /* Hands pl to ex's dead list, destroyed outside the lock (plan_cache.c:
  * bury and reap). Called locked. */
 void vq__plan_bury(vq_exec *ex, struct plan *pl);

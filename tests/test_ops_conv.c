@@ -2019,7 +2019,8 @@ Test(ops_conv, signatures_list_slots_and_attributes)
 {
     cr_assert_str_eq(vq_op_signature("conv2d"),
                      "conv2d(X, W...) -> Out; strides:ints=[1,1] pads:ints=[0,0,0,0] "
-                     "dilations:ints=[1,1] groups:int=1 clip:floats=none");
+                     "dilations:ints=[1,1] groups:int=1 clip:floats=none act:string=none "
+                     "act_alpha:float=0.2 act_beta:float=0.5");
     cr_assert_str_eq(vq_op_signature("conv2d_grad"),
                      "conv2d_grad(X, W, dOut, Out?) -> dZ; strides:ints=[1,1] "
                      "pads:ints=[0,0,0,0] dilations:ints=[1,1] groups:int=1 clip:floats=none "

@@ -907,7 +907,16 @@ static const vq__attr_spec conv_attrs[] = {
     {"act", VQ_ATTR_STRING, false, NULL},
     {"act_alpha", VQ_ATTR_FLOAT, false, "0.2"},
     {"act_beta", VQ_ATTR_FLOAT, false, "0.5"},
-    {"wrt", VQ_ATTR_INT, true, NULL}, /* conv2d_grad only */
+};
+
+/* conv2d's but the fused activation's, which has no gradient, and wrt */
+static const vq__attr_spec conv_grad_attrs[] = {
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
+    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
+    {"groups", VQ_ATTR_INT, false, "1"},
+    {"clip", VQ_ATTR_FLOATS, false, NULL},
+    {"wrt", VQ_ATTR_INT, true, NULL},
 };
 
 const vq__op_def vq__ops_conv[] = {
@@ -930,8 +939,8 @@ const vq__op_def vq__ops_conv[] = {
      .out_slots = grad_out,
      .nout_slots = 1,
      .flags = VQ__OPTIONAL_IN,
-     .attrs = conv_attrs,
-     .nattrs = 9,
+     .attrs = conv_grad_attrs,
+     .nattrs = 6,
      .params_size = sizeof(vq__window_params),
      .infer = conv2d_grad_infer,
      .kernel = {vq__conv2d_grad_kernel},

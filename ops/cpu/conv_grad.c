@@ -205,6 +205,8 @@ int vq__conv2d_grad(const vq__grad *g)
         if (!strcmp(g->attrs[i].name, "act"))
             return vq__op_fail(g->def, "has no gradient with a fused act (an inference form: "
                                        "see graph/optimize.c's conv-act)");
+        if (!strncmp(g->attrs[i].name, "act_", 4))
+            continue; /* act's parameters, without act: nothing to undo */
         clip |= !strcmp(g->attrs[i].name, "clip");
         attrs[n++] = g->attrs[i];
     }

@@ -133,6 +133,14 @@ static bool internal(const struct opt *o, int v)
     return !o->keep[v] && o->writers[v] == 1 && o->readers[v] == 1;
 }
 
+/* A read of v may move from op `at` to a later op: no version of v but
+ * the one `at` reads exists (v is written at most once, and if once,
+ * before `at`: a fed var that an op writes later is not moved past it). */
+static bool movable(const struct opt *o, int v, int at)
+{
+    return o->writers[v] == 0 || (o->writers[v] == 1 && o->writer[v] < at);
+}
+
 static const vq__pvar *decl(const struct opt *o, int v)
 {
     return &o->p->vars[v];
@@ -254,7 +262,7 @@ static int pass_noop(struct opt *o)
                    (x->type[0] == 'r' || perm_identity(x));
         else if (!strcmp(x->type, "cast"))
             noop = decl(o, in)->dtype == decl(o, out)->dtype;
-        if (!noop || o->keep[out] || o->writers[out] != 1 || o->writers[in] > 1)
+        if (!noop || o->keep[out] || o->writers[out] != 1 || !movable(o, in, i))
             continue;
         alias[out] = in; /* the readers of out read in */
         x->dead = true;
@@ -318,7 +326,7 @@ static bool hard_swish_at(struct opt *o, int ia)
         chain[n++] = r;
         v = y->out[0];
     }
-    if (o->writers[x] > 1 || decl(o, x)->dtype != decl(o, v)->dtype)
+    if (!movable(o, x, ia) || decl(o, x)->dtype != decl(o, v)->dtype)
         return false;
     struct xop *last = &o->ops[chain[4]];
     for (int k = 0; k < 4; k++)
@@ -341,7 +349,7 @@ static bool silu_at(struct opt *o, int is_)
     if (!is(s, "sigmoid") || s->nin != 1 || s->nout != 1)
         return false;
     int x = s->in[0], v = s->out[0], r = only_reader(o, v);
-    if (r < 0 || o->writers[x] > 1)
+    if (r < 0 || !movable(o, x, is_))
         return false;
     struct xop *m = &o->ops[r];
     if (!is(m, "mul") || m->nin != 2 || m->nout != 1 || m->priority != s->priority ||
@@ -510,7 +518,7 @@ static bool fe_step(const struct opt *o, struct chain *ch, int r, int kind, int 
         c[1] = attr_float(x, "bias", 0);
     } else {
         int side = x->in[0] == v ? 0 : 1, y = x->in[1 - side];
-        if (x->in[side] != v || y == v || o->writers[y] > 1)
+        if (x->in[side] != v || y == v || !movable(o, y, ch->n ? ch->ops[0] : r))
             return false;
         if (y != ch->x0 && !fe_fits(s, decl(o, y)))
             return false;
@@ -571,7 +579,7 @@ static int pass_elementwise(struct opt *o)
         /* the chain's input: the first input of X's shape */
         int x0 = -1;
         for (int k = 0; k < x->nin && x0 < 0; k++)
-            if (same_meta(decl(o, x->in[k]), decl(o, x->out[0])) && o->writers[x->in[k]] <= 1)
+            if (same_meta(decl(o, x->in[k]), decl(o, x->out[0])) && movable(o, x->in[k], i))
                 x0 = x->in[k];
         if (x0 < 0)
             continue;

@@ -439,6 +439,13 @@ EPILOGUE(double)
 void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
                        int64_t ncol)
 {
+    vq__conv_bias_clip(j, o, ch0, nch, c0, ncol);
+    vq__conv_act(j, o, nch, c0, ncol);
+}
+
+void vq__conv_bias_clip(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
+                        int64_t ncol)
+{
     const vq__window_params *p = j->p;
     if (j->b || p->clip) {
         if (j->dt == VQ_F32)
@@ -448,16 +455,46 @@ void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t n
             epilogue_double((double *)o + c0, (const double *)j->b, ch0, nch, ncol, j->cv->plane,
                             p->clip, p->clip_lo, p->clip_hi);
     }
-    vq__conv_act(j, o, nch, c0, ncol);
 }
+
+/* The vectorized activations work in chunks of 256 elements whatever n
+ * is (ops/math/vmath.c), so a call pays for its last chunk whole: one
+ * contiguous run of rows goes in one call, and the rows of a column block
+ * (a plane apart) are packed back to back into ACT_PACK elements at a
+ * time, so that only each pack's last chunk can be partial. */
+enum { ACT_PACK = 2048 };
 
 void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, int64_t ncol)
 {
-    if (!j->p->has_act)
+    if (!j->p->has_act || nch <= 0 || ncol <= 0)
         return;
-    for (int64_t c = 0; c < nch; c++) {
-        char *r = vq__elem_at(o, c * j->cv->plane + c0, j->es);
-        vq__act_apply(&j->p->act, j->dt, r, r, ncol);
+    int64_t plane = j->cv->plane;
+    if (c0 == 0 && ncol == plane) {
+        vq__act_apply(&j->p->act, j->dt, o, o, nch * plane);
+        return;
+    }
+    _Alignas(64) double buf[ACT_PACK]; /* room for ACT_PACK of either dtype */
+    size_t es = j->es;
+    int64_t c = 0, at = 0; /* the next element to pack: row c, column at */
+    while (c < nch) {
+        int64_t c1 = c, at1 = at, n = 0;
+        while (c < nch && n < ACT_PACK) { /* pack */
+            int64_t k = ncol - at < ACT_PACK - n ? ncol - at : ACT_PACK - n;
+            memcpy((char *)buf + n * es, vq__elem_at(o, c * plane + c0 + at, es), (size_t)k * es);
+            n += k;
+            at += k;
+            if (at == ncol)
+                c++, at = 0;
+        }
+        vq__act_apply(&j->p->act, j->dt, buf, buf, n);
+        for (int64_t m = 0; m < n;) { /* and back */
+            int64_t k = ncol - at1 < n - m ? ncol - at1 : n - m;
+            memcpy(vq__elem_at(o, c1 * plane + c0 + at1, es), (char *)buf + m * es, (size_t)k * es);
+            m += k;
+            at1 += k;
+            if (at1 == ncol)
+                c1++, at1 = 0;
+        }
     }
 }
 

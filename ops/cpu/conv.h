@@ -54,6 +54,11 @@ void vq__conv_im2col(vq_dtype dt, const void *x, void *col, const vq__window *w,
 void vq__conv_epilogue(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
                        int64_t ncol);
 
+/* The epilogue's bias and clip alone (conv.c): the depthwise stencil
+ * applies the activation over runs of planes instead. */
+void vq__conv_bias_clip(const struct conv_job *j, char *o, int64_t ch0, int64_t nch, int64_t c0,
+                        int64_t ncol);
+
 /* conv2d's fused activation (attribute act), when it has one, on nch
  * channel rows of ncol columns at o + c0, rows a plane apart (conv.c). */
 void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, int64_t ncol);

@@ -438,6 +438,7 @@ int vq__conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
     bool nine = dw_padded_fits(&cv->w), kxk = dw_taps_fits(&cv->w);
     int64_t len = nine ? dw_pad_len(&cv->w) : kxk ? dw_taps_len(&cv->w) : 0;
     void *pad = len ? vq__malloc((size_t)len * j->es) : NULL;
+    int64_t act_from = lo; /* planes from here on still want the activation */
     for (int64_t p = lo; p < hi; p++) {
         int64_t n = p / cv->m, ch = p % cv->m, g = ch / cv->mg;
         const char *x = vq__elem_at(j->x, (n * cv->w.c + g) * in_plane, j->es);
@@ -456,7 +457,14 @@ int vq__conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
             dw_padded_double((const double *)x, (const double *)w, (double *)o, &cv->w, pad);
         else
             dw_plane_double((const double *)x, (const double *)w, (double *)o, &cv->w);
-        vq__conv_epilogue(j, o, ch, 1, 0, cv->plane);
+        vq__conv_bias_clip(j, o, ch, 1, 0, cv->plane);
+        /* the activation on runs of at least 256 elements while they are
+         * in cache (vq__conv_act: shorter calls cost a whole chunk) */
+        if ((p + 1 - act_from) * cv->plane >= 256 || p + 1 == hi) {
+            vq__conv_act(j, vq__elem_at(j->o, act_from * cv->plane, j->es), p + 1 - act_from, 0,
+                         cv->plane);
+            act_from = p + 1;
+        }
     }
     free(pad);
     return 0;

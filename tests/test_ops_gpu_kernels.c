@@ -298,6 +298,29 @@ static void case_scale(struct run *r)
     }
 }
 
+/* fused_elementwise: made by graph/optimize.c for CPU executors only, it
+ * has no CUDA kernel. The emulated backend runs its CPU kernel (which
+ * must match); the CUDA backend refuses it. */
+static void case_fused(struct run *r)
+{
+    describe(r, "add a trailing row, sigmoid, scale, times X");
+    static const int64_t steps[16] = {2, 0, 1, 0, 0, 1, 0, 0, 3, 0, 0, 0, 2, 2, 0, 1};
+    static const double consts[8] = {0, 0, 0.2, 0.5, 1.7, -0.3, 0, 0};
+    vq_attr at[2] = {VQ_ATTR_IS("steps", steps, 16), VQ_ATTR_FS("consts", consts, 8)};
+    const char *backend = getenv("VARQ_GPU_BACKEND");
+    if (backend && !strcmp(backend, "emulated")) {
+        vq_tensor *in[2] = {rnd(r, VQ_F32, -3, 3, DIMS(3, 4, 5)), rnd(r, VQ_F32, -1, 1, DIMS(5))};
+        check(r, in, 2, 1, at, 2, EXACT);
+        return;
+    }
+    vq_tensor *in[2] = {rnd(r, VQ_F32, -3, 3, DIMS(3, 4, 5)), rnd(r, VQ_F32, -1, 1, DIMS(5))};
+    vq_tensor *gin[2] = {to(r->e, in[0], gpu0), to(r->e, in[1], gpu0)}, *gout = NULL;
+    int rc = vq_op_run(r->e, r->op, gin, 2, &gout, 1, at, 2);
+    cr_assert_eq(rc, VQ_ENOSYS, "%s on a CUDA GPU: %d (%s)", r->op, rc, vq_errmsg());
+    release(in, 2);
+    release(gin, 2);
+}
+
 /* ---- predicates and selects ---- */
 
 /* Comparisons, logic, maximum and minimum over the shape pairs; values
@@ -2184,6 +2207,7 @@ static const struct op_case {
     {"momentum", case_momentum},
     {"adam", case_adam},
     {"lr_schedule", case_lr_schedule},
+    {"fused_elementwise", case_fused},
     {"less", case_compare},
     {"less_equal", case_compare},
     {"greater", case_compare},
@@ -2313,6 +2337,8 @@ Test(ops_gpu_kernels, every_registered_op_has_a_cuda_kernel)
         cr_assert_not_null(d, "%s", vq_op_name(i));
         if (is_control_op(vq_op_name(i)))
             cr_expect_null(d->cuda, "control op %s has CUDA launches", vq_op_name(i));
+        else if (!strcmp(vq_op_name(i), "fused_elementwise")) /* CPU plans only */
+            cr_expect_null(d->cuda, "op %s has CUDA launches", vq_op_name(i));
         else
             cr_expect_not_null(d->cuda, "op %s has no CUDA kernel", vq_op_name(i));
     }

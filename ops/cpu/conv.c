@@ -457,12 +457,13 @@ void vq__conv_bias_clip(const struct conv_job *j, char *o, int64_t ch0, int64_t 
     }
 }
 
-/* The vectorized activations work in chunks of 256 elements whatever n
- * is (ops/math/vmath.c), so a call pays for its last chunk whole: one
- * contiguous run of rows goes in one call, and the rows of a column block
- * (a plane apart) are packed back to back into ACT_PACK elements at a
- * time, so that only each pack's last chunk can be partial. */
-enum { ACT_PACK = 2048 };
+/* The f32 sigmoid, tanh and silu (ops/math/vmath.c) work in chunks of 256
+ * elements whatever n is, so a call pays for its last chunk whole: one
+ * contiguous run of rows goes in one call, and short rows of a column
+ * block (a plane apart) are packed back to back into ACT_PACK_BYTES at a
+ * time, so that only each pack's last chunk can be partial. The other
+ * activations are plain loops: their rows go as they are. */
+enum { ACT_PACK_BYTES = 16384, ACT_LONG_ROW = 2048 };
 
 void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, int64_t ncol)
 {
@@ -473,14 +474,25 @@ void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, in
         vq__act_apply(&j->p->act, j->dt, o, o, nch * plane);
         return;
     }
-    _Alignas(64) double buf[ACT_PACK]; /* room for ACT_PACK of either dtype */
+    int op = j->p->act.op;
+    bool chunked =
+        j->dt == VQ_F32 && (op == VQ__ACT_SIGMOID || op == VQ__ACT_TANH || op == VQ__ACT_SILU);
+    if (!chunked || ncol >= ACT_LONG_ROW) {
+        for (int64_t c = 0; c < nch; c++) {
+            char *r = vq__elem_at(o, c * plane + c0, j->es);
+            vq__act_apply(&j->p->act, j->dt, r, r, ncol);
+        }
+        return;
+    }
+    _Alignas(64) char buf[ACT_PACK_BYTES];
     size_t es = j->es;
+    const int64_t cap = ACT_PACK_BYTES / (int64_t)es;
     int64_t c = 0, at = 0; /* the next element to pack: row c, column at */
     while (c < nch) {
         int64_t c1 = c, at1 = at, n = 0;
-        while (c < nch && n < ACT_PACK) { /* pack */
-            int64_t k = ncol - at < ACT_PACK - n ? ncol - at : ACT_PACK - n;
-            memcpy((char *)buf + n * es, vq__elem_at(o, c * plane + c0 + at, es), (size_t)k * es);
+        while (c < nch && n < cap) { /* pack */
+            int64_t k = ncol - at < cap - n ? ncol - at : cap - n;
+            memcpy(buf + n * es, vq__elem_at(o, c * plane + c0 + at, es), (size_t)k * es);
             n += k;
             at += k;
             if (at == ncol)
@@ -489,7 +501,7 @@ void vq__conv_act(const struct conv_job *j, char *o, int64_t nch, int64_t c0, in
         vq__act_apply(&j->p->act, j->dt, buf, buf, n);
         for (int64_t m = 0; m < n;) { /* and back */
             int64_t k = ncol - at1 < n - m ? ncol - at1 : n - m;
-            memcpy(vq__elem_at(o, c1 * plane + c0 + at1, es), (char *)buf + m * es, (size_t)k * es);
+            memcpy(vq__elem_at(o, c1 * plane + c0 + at1, es), buf + m * es, (size_t)k * es);
             m += k;
             at1 += k;
             if (at1 == ncol)

@@ -458,9 +458,10 @@ int vq__conv_depthwise(void *arg, int64_t lo, int64_t hi, int slot)
         else
             dw_plane_double((const double *)x, (const double *)w, (double *)o, &cv->w);
         vq__conv_bias_clip(j, o, ch, 1, 0, cv->plane);
-        /* the activation on runs of at least 256 elements while they are
-         * in cache (vq__conv_act: shorter calls cost a whole chunk) */
-        if ((p + 1 - act_from) * cv->plane >= 256 || p + 1 == hi) {
+        /* the activation on runs of at least 4096 elements, still in
+         * cache: vmath computes whole chunks of 256, so a run's last
+         * partial chunk costs at most a sixteenth more (vq__conv_act) */
+        if ((p + 1 - act_from) * cv->plane >= 4096 || p + 1 == hi) {
             vq__conv_act(j, vq__elem_at(j->o, act_from * cv->plane, j->es), p + 1 - act_from, 0,
                          cv->plane);
             act_from = p + 1;

@@ -413,6 +413,40 @@ Test(optimize, elementwise_chains_fuse_with_the_same_bits)
     chain_case((int64_t[]){2, 16, 64, 64});  /* shared with the workers */
 }
 
+/* GELU as exporters write it, x * (1 + erf(x / sqrt 2)) * 0.5: the chain
+ * reads x again in its fourth op; one fused_elementwise, the same bits. */
+Test(optimize, gelus_erf_form_fuses_reading_its_input_twice)
+{
+    int64_t xs[3] = {2, 9, 40};
+    vq_program *p;
+    cr_assert_eq(vq_program_new(&p), 0);
+    var(p, "x", 3, xs, false);
+    const char *t[] = {"t0", "t1", "t2", "t3", "y"};
+    for (int i = 0; i < 5; i++)
+        var(p, t[i], 3, xs, false);
+    var(p, "sqrt2", 0, NULL, true);
+    var(p, "one", 0, NULL, true);
+    var(p, "half", 0, NULL, true);
+    op(p, "div", NM("x", "sqrt2"), 2, NM("t0"), 1, NULL, 0);
+    op(p, "erf", NM("t0"), 1, NM("t1"), 1, NULL, 0);
+    op(p, "add", NM("t1", "one"), 2, NM("t2"), 1, NULL, 0);
+    op(p, "mul", NM("x", "t2"), 2, NM("t3"), 1, NULL, 0);
+    op(p, "mul", NM("t3", "half"), 2, NM("y"), 1, NULL, 0);
+    vq_scope *s;
+    cr_assert_eq(vq_scope_new(&s), 0);
+    scope_scalar(s, "sqrt2", 1.41421356f);
+    scope_scalar(s, "one", 1);
+    scope_scalar(s, "half", 0.5f);
+    vq_tensor *x = rand_tensor(3, xs, -4, 4);
+    int nopt, nplain;
+    compare(p, s, x, -1, &nopt, &nplain);
+    cr_assert_eq(nplain, 5);
+    cr_assert_eq(nopt, 1);
+    vq_tensor_release(x);
+    vq_scope_free(s);
+    vq_program_free(p);
+}
+
 /* An f64 chain, or one whose operand broadcasts in a way fused_elementwise
  * does not take ([C, 1] into [N, C, H, W] with H kept between), stays. */
 Test(optimize, elementwise_leaves_what_it_does_not_take)

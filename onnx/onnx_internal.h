@@ -443,12 +443,26 @@ int ox_part_emitted(struct ox *x, const char *type, struct ox_val *const *in, in
  * small integer value. */
 int ox_shape_meta(const struct ox_val *shape, const vq__meta *x, bool allowzero, vq__meta *out);
 
+/* ---- t_window.c: what the quantized convolutions (t_quant.c) share ---- */
+
+/* The window of a convolution of X (*xv) by W (*wv) over 1 or 2 spatial
+ * dims (3: VQ_ENOSYS), read from the node's strides, dilations, pads and
+ * auto_pad as Conv reads them: both lifted to 2-D images when 1-D, and the
+ * 2-D op's strides (2), dilations (2) and pads (4) into the arrays; *sd
+ * the spatial rank. */
+int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *sd,
+                    int64_t *strides, int64_t *dil, int64_t *pads);
+/* Emits 2-D window op type into the node's output 0, dropping the added
+ * dim of a 1-D result (sd 1). */
+int ox_window_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin, int sd,
+                   const vq_attr *attrs, int nattrs);
+
 /* ---- the translate table (translate.c) ---- */
 
 /* The rows, one per op of OX_OPS (onnx_ops.h), each beside its
  * translation: t_elementwise.c, t_window.c, t_nn.c, t_shape.c, t_index.c,
  * t_reduce.c, t_loss.c, t_control.c, t_rnn.c, t_signal.c, t_sample.c,
- * t_linalg.c, t_optim.c, t_dft.c, t_sequence.c. */
+ * t_linalg.c, t_optim.c, t_dft.c, t_sequence.c, t_quant.c. */
 #define OX_DECLARE_ROW(name) extern const struct ox_op ox_op_##name;
 OX_OPS(OX_DECLARE_ROW)
 #undef OX_DECLARE_ROW

@@ -37,15 +37,18 @@
     X(Constant)                  \
     X(ConstantOfShape)           \
     X(Conv)                      \
+    X(ConvInteger)               \
     X(ConvTranspose)             \
     X(Cos)                       \
     X(Cosh)                      \
     X(CumSum)                    \
     X(DFT)                       \
     X(DepthToSpace)              \
+    X(DequantizeLinear)          \
     X(Det)                       \
     X(Div)                       \
     X(Dropout)                   \
+    X(DynamicQuantizeLinear)     \
     X(Einsum)                    \
     X(Elu)                       \
     X(Equal)                     \
@@ -85,6 +88,7 @@
     X(LogSoftmax)                \
     X(Loop)                      \
     X(MatMul)                    \
+    X(MatMulInteger)             \
     X(Max)                       \
     X(MaxPool)                   \
     X(MaxUnpool)                 \
@@ -108,6 +112,9 @@
     X(PRelu)                     \
     X(Pad)                       \
     X(Pow)                       \
+    X(QLinearConv)               \
+    X(QLinearMatMul)             \
+    X(QuantizeLinear)            \
     X(RNN)                       \
     X(RandomUniformLike)         \
     X(Range)                     \

@@ -505,11 +505,44 @@ static int zero_ints(const vq_tensor *t, int32_t *z, int64_t n)
 
 /* ---- requantizing ---- */
 
+#if HAVE_X86
+/* requantize_row 16 at a time: the same bits (the i32 to f32 conversion
+ * and the product round to nearest even as C's do). */
+__attribute__((target("avx512f"))) static void requantize_avx512(const int32_t *p, int32_t bias,
+                                                                 const float *mult, int ms,
+                                                                 float z, vq_dtype ydt, void *y,
+                                                                 int64_t o, int64_t n)
+{
+    float lo, hi;
+    int_range(ydt, &lo, &hi);
+    __m512 vz = _mm512_set1_ps(z), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi),
+           m1 = _mm512_set1_ps(mult[0]);
+    __m512i vb = _mm512_set1_epi32(bias);
+    int8_t *dst = (int8_t *)y + o;
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t left = n - i;
+        __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_maskz_loadu_epi32(m, p + i), vb));
+        v = _mm512_mul_ps(v, ms ? _mm512_maskz_loadu_ps(m, mult + i) : m1);
+        v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                          vz);
+        v = _mm512_min_ps(_mm512_max_ps(v, vlo), vhi);
+        _mm512_mask_cvtepi32_storeu_epi8(dst + i, m, _mm512_cvtps_epi32(v));
+    }
+}
+#endif
+
 /* P (n values, i32) plus bias, times mult[j * ms] into Y's dtype: round
  * to nearest even, plus the zero point, saturated. */
 static void requantize_row(const int32_t *p, int32_t bias, const float *mult, int ms, float z,
                            vq_dtype ydt, void *y, int64_t o, int64_t n)
 {
+#if HAVE_X86
+    if (vq__isa() >= VQ__ISA_AVX512) {
+        requantize_avx512(p, bias, mult, ms, z, ydt, y, o, n);
+        return;
+    }
+#endif
     float lo, hi;
     int_range(ydt, &lo, &hi);
     for (int64_t j = 0; j < n; j++) {

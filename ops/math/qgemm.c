@@ -20,7 +20,7 @@
  * - AVX-512 VNNI: tiles of 6 rows x 32 columns (12 zmm accumulators), one
  *   vpdpbusd per 4 k of 16 columns;
  * - AVX2: A and B widened to i16 and vpmaddwd (2 k of 8 columns per
- *   instruction) into tiles of 4 x 16: exact, where vpmaddubsw's i16 sum
+ *   instruction) into tiles of 6 x 16: exact, where vpmaddubsw's i16 sum
  *   of two u8 x i8 products would saturate (255 * 127 * 2 > 32767).
  * The portable path is the defining loop. Panels are shared among the
  * pool's idle workers (vq__parallel_for) once both are packed. */
@@ -28,6 +28,7 @@
 
 #include "engine_services.h" /* vq__parallel_for */
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,11 @@
 
 /* ---- the defining loop (portable) ---- */
 
+/* GCC's -O2 vectorizes only loops that need no scalar remainder; the
+ * rows here are worth the remainder. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("vect-cost-model=cheap")))
+#endif
 static int qgemm_portable(const vq__qgemm_args *g)
 {
     int64_t m = g->m, n = g->n, k = g->k;
@@ -258,34 +264,59 @@ static int qgemm_vnni(const vq__qgemm_args *g)
 
 /* ---- AVX2: operands widened to i16, 4 x 16 tiles of vpmaddwd ---- */
 
-#define AV_MR 4
+#define AV_MR 6
 
-static void avx2_pack(const struct packed *pk)
+/* A widened to i16 (unsigned form), rows of kg, with the rows' sums. */
+static void avx2_pack_a(const struct packed *pk)
 {
     const vq__qgemm_args *g = pk->g;
     int16_t *a = pk->a;
-    for (int64_t i = 0; i < pk->mp; i++) {
+    uint8_t flip = g->a_signed ? 0x80 : 0;
+    memset(a, 0, (size_t)(pk->mp * pk->kg) * sizeof *a);
+    for (int64_t i = 0; i < g->m; i++) {
+        const uint8_t *src = (const uint8_t *)g->a + i * g->lda;
+        int16_t *dst = a + i * pk->kg;
         uint32_t s = 0;
-        for (int64_t p = 0; p < pk->kg; p++) {
-            int16_t v = 0;
-            if (i < g->m && p < g->k) {
-                uint8_t u = ((const uint8_t *)g->a)[i * g->lda + p];
-                v = (int16_t)(g->a_signed ? u ^ 0x80 : u);
-            }
-            a[i * pk->kg + p] = v;
-            s += (uint32_t)v;
+        for (int64_t p = 0; p < g->k; p++) {
+            dst[p] = (int16_t)(uint8_t)(src[p] ^ flip);
+            s += (uint32_t)dst[p];
         }
         pk->ra[i] = (int32_t)s;
     }
-    int16_t *b = pk->b;
-    for (int64_t q = 0; q < pk->np; q++)
-        for (int64_t p = 0; p < pk->kg; p += 2)
+}
+
+/* B's panel q widened to i16 (signed form): per 2 k, 8 columns of k
+ * pairs; the columns' sums from vpmaddwd by ones. */
+__attribute__((target("avx2"))) static void avx2_pack_b(const struct packed *pk, int64_t q)
+{
+    const vq__qgemm_args *g = pk->g;
+    int16_t *dst = (int16_t *)pk->b + q * pk->kg * 8;
+    int64_t j0 = q * 8;
+    bool full = j0 + 8 <= g->n;
+    __m128i flip = _mm_set1_epi8(g->b_signed ? 0 : (char)0x80);
+    __m256i sum = _mm256_setzero_si256(), ones = _mm256_set1_epi16(1);
+    for (int64_t p = 0; p < pk->kg; p += 2, dst += 16) {
+        __m256i v;
+        if (full && p + 2 <= g->k) {
+            const uint8_t *s = (const uint8_t *)g->b + p * g->ldb + j0;
+            __m128i r0, r1;
+            int64_t w0, w1;
+            memcpy(&w0, s, 8);
+            memcpy(&w1, s + g->ldb, 8);
+            r0 = _mm_cvtepi8_epi16(_mm_xor_si128(_mm_cvtsi64_si128(w0), flip));
+            r1 = _mm_cvtepi8_epi16(_mm_xor_si128(_mm_cvtsi64_si128(w1), flip));
+            v = _mm256_set_m128i(_mm_unpackhi_epi16(r0, r1), _mm_unpacklo_epi16(r0, r1));
+        } else {
+            int16_t t[16];
             for (int c = 0; c < 8; c++)
-                for (int t = 0; t < 2; t++) {
-                    int32_t v = b_at(g, p + t, q * 8 + c);
-                    *b++ = (int16_t)v;
-                    pk->cb[q * 8 + c] += v;
-                }
+                for (int u = 0; u < 2; u++)
+                    t[c * 2 + u] = (int16_t)b_at(g, p + u, j0 + c);
+            v = _mm256_loadu_si256((const __m256i *)t);
+        }
+        _mm256_store_si256((__m256i *)dst, v);
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(v, ones));
+    }
+    _mm256_storeu_si256((__m256i *)(pk->cb + j0), sum);
 }
 
 __attribute__((target("avx2"))) static void avx2_store(const struct packed *pk, __m256i acc,
@@ -316,7 +347,7 @@ __attribute__((target("avx2"))) static void avx2_tile(const struct packed *pk, i
     const int16_t *a = (const int16_t *)pk->a + i0 * kg;
     const int16_t *b0 = (const int16_t *)pk->b + q * kg * 8, *b1 = b0 + kg * 8;
     __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-            c30 = c00, c31 = c00;
+            c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     for (int64_t p = 0; p < kg; p += 2) {
         __m256i v0 = _mm256_load_si256((const __m256i *)(b0 + p * 8));
         __m256i v1 = _mm256_load_si256((const __m256i *)(b1 + p * 8));
@@ -328,10 +359,11 @@ __attribute__((target("avx2"))) static void avx2_tile(const struct packed *pk, i
         c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(ab, v0));          \
         c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(ab, v1));          \
     }
-        AV_ROW(0) AV_ROW(1) AV_ROW(2) AV_ROW(3)
+        AV_ROW(0) AV_ROW(1) AV_ROW(2) AV_ROW(3) AV_ROW(4) AV_ROW(5)
 #undef AV_ROW
     }
-    __m256i acc[AV_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    __m256i acc[AV_MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},
+                             {c30, c31}, {c40, c41}, {c50, c51}};
     for (int r = 0; r < AV_MR && i0 + r < pk->g->m; r++) {
         avx2_store(pk, acc[r][0], i0 + r, q * 8);
         avx2_store(pk, acc[r][1], i0 + r, q * 8 + 8);
@@ -353,7 +385,9 @@ static int qgemm_avx2(const vq__qgemm_args *g)
     struct packed pk;
     if (packed_alloc(&pk, g, AV_MR, 2, 8, 2) < 0)
         return VQ_ENOMEM;
-    avx2_pack(&pk);
+    avx2_pack_a(&pk);
+    for (int64_t q = 0; q < pk.np; q++)
+        avx2_pack_b(&pk, q);
     int rc = vq__parallel_for(pk.np / 2, 8, avx2_chunk, &pk);
     free(pk.block);
     return rc;
@@ -362,10 +396,21 @@ static int qgemm_avx2(const vq__qgemm_args *g)
 /* AVX-512 VNNI (CPUID 7: ECX bit 11) with BW (EBX bit 30), read from
  * CPUID as half.c reads its features: the OS's saving of the zmm state is
  * what vq__isa's AVX-512 level vouches for. */
-static bool cpu_vnni(void)
+static bool vnni;
+static pthread_once_t vnni_once = PTHREAD_ONCE_INIT;
+
+static void vnni_read(void)
 {
     unsigned a, b, c, d;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1) && (b >> 30 & 1);
+    vnni = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1) && (b >> 30 & 1);
+}
+
+/* Read once: CPUID traps to the hypervisor in a virtual machine, which
+ * costs more than a small product. */
+static bool cpu_vnni(void)
+{
+    pthread_once(&vnni_once, vnni_read);
+    return vnni;
 }
 #endif
 

@@ -163,10 +163,7 @@ static bool is_op(const Onnx__NodeProto *n, const char *type)
     return n->op_type && !strcmp(n->op_type, type) && (!n->domain || !*n->domain);
 }
 
-/* How many times name is read in g: as a node input or a graph output. A
- * graph with subgraphs (If, Loop) counts as reading every name: their
- * nodes may read it too. */
-static size_t reads_of(const Onnx__GraphProto *g, const char *name)
+size_t ox_reads_of(const Onnx__GraphProto *g, const char *name)
 {
     size_t count = 0;
     for (size_t i = 0; i < g->n_node; i++) {
@@ -207,7 +204,7 @@ static size_t act_reader(const Onnx__GraphProto *g, size_t i)
 {
     const Onnx__NodeProto *c = g->node[i];
     if (!is_op(c, "Conv") || c->n_output != 1 || !c->output[0] || !*c->output[0] ||
-        reads_of(g, c->output[0]) != 1)
+        ox_reads_of(g, c->output[0]) != 1)
         return 0;
     for (size_t j = i + 1; j < g->n_node; j++) {
         const Onnx__NodeProto *a = g->node[j];
@@ -248,7 +245,7 @@ static size_t silu_reader(const Onnx__GraphProto *g, size_t i)
 {
     const Onnx__NodeProto *s = g->node[i];
     if (!is_op(s, "Sigmoid") || s->n_input != 1 || !s->input[0] || !*s->input[0] ||
-        s->n_output != 1 || !s->output[0] || !*s->output[0] || reads_of(g, s->output[0]) != 1)
+        s->n_output != 1 || !s->output[0] || !*s->output[0] || ox_reads_of(g, s->output[0]) != 1)
         return 0;
     const char *in = s->input[0], *out = s->output[0];
     for (size_t j = i + 1; j < g->n_node; j++) {
@@ -272,9 +269,13 @@ static size_t silu_reader(const Onnx__GraphProto *g, size_t i)
  * translated as they come. Likewise a Sigmoid that silu_reader pairs with
  * its Mul waits for it, and becomes one silu writing the Mul's output
  * (rounded once instead of twice: within 1 ulp of the pair's result). */
-static int translate_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_t *deferred)
+static int translate_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_t *deferred,
+                        size_t *qdq)
 {
     size_t j;
+    int qrc;
+    if (qdq && ox_qdq_at(x, g, i, qdq, &qrc)) /* QDQ fusion (qdq.c) */
+        return qrc;
     if (deferred && ((j = act_reader(g, i)) != 0 || (j = silu_reader(g, i)) != 0)) {
         deferred[j] = i + 1;
         return 0;
@@ -328,6 +329,9 @@ static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
     x->block = block;
     /* without memory for it, no fusion */
     size_t *deferred = g->n_node ? calloc(g->n_node, sizeof *deferred) : NULL;
+    size_t *qdq = g->n_node ? calloc(g->n_node, sizeof *qdq) : NULL;
+    if (qdq)
+        ox_qdq_mark(g, qdq);
     for (size_t i = 0; i < g->n_node && rc == 0; i++) {
         const Onnx__NodeProto *n = g->node[i];
         x->node = n;
@@ -348,9 +352,10 @@ static int ox_nodes(struct ox *x, const Onnx__GraphProto *g, int block)
             rc = ox_fail(x, VQ_EINVAL, "the model imports no version of the op's domain %s",
                          vq__onnx_default_domain(n->domain) ? "ai.onnx" : n->domain);
         else
-            rc = translate_at(x, g, i, deferred);
+            rc = translate_at(x, g, i, deferred, qdq);
     }
     free(deferred);
+    free(qdq);
     x->depth--;
     x->node = outer;
     x->node_index = outer_index;

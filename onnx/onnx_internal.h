@@ -443,6 +443,20 @@ int ox_part_emitted(struct ox *x, const char *type, struct ox_val *const *in, in
  * small integer value. */
 int ox_shape_meta(const struct ox_val *shape, const vq__meta *x, bool allowzero, vq__meta *out);
 
+/* ---- import.c, qdq.c: fusions of nodes at import ---- */
+
+/* How many times name is read in g: as a node input or a graph output. A
+ * graph with subgraphs (If, Loop) counts as reading every name: their
+ * nodes may read it too (import.c). */
+size_t ox_reads_of(const Onnx__GraphProto *g, const char *name);
+/* QDQ fusion (qdq.c's head): marks in state (g->n_node zeroed entries)
+ * the DequantizeLinear nodes that wait for their Conv or MatMul. */
+void ox_qdq_mark(const Onnx__GraphProto *g, size_t *state);
+/* Before node i of g is translated as usual: true when the fusion took it
+ * (held, fused, or the fused node written; *rc its result, or an error
+ * translating held nodes), false when the usual translation goes on. */
+bool ox_qdq_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_t *state, int *rc);
+
 /* ---- t_window.c: what the quantized convolutions (t_quant.c) share ---- */
 
 /* The window of a convolution of X (*xv) by W (*wv) over 1 or 2 spatial

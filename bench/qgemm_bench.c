@@ -5,7 +5,9 @@
  * outside any engine, and the integer product itself (ops/math/qgemm.c)
  * at each level the CPU has. Milliseconds per call, median and fastest of
  * the repetitions (the methods alternated), and each one's speed over the
- * f32 matmul's.
+ * f32 matmul's. Then convolutions of ResNet-50 and MobileNet at batch 1:
+ * conv2d in f32 against qlinear_conv (u8 activations, i8 weights per
+ * output channel).
  *
  * usage: qgemm_bench [--tiny] [--reps R] [--size M N K] */
 #include "measure.h"
@@ -86,6 +88,61 @@ static void call(int method)
     }
 }
 
+struct conv_case {
+    const char *name;
+    int64_t c, h, m, k, stride, groups;
+};
+
+static const struct conv_case convs[] = {
+    {"resnet50 3x3 64 56x56", 64, 56, 64, 3, 1, 1},
+    {"resnet50 1x1 256->64 56x56", 256, 56, 64, 1, 1, 1},
+    {"resnet50 3x3 256 14x14", 256, 14, 256, 3, 1, 1},
+    {"mobilenet dw 3x3 144 56x56", 144, 56, 144, 3, 1, 144},
+};
+
+/* conv2d f32 against qlinear_conv on one case, alternated. */
+static void conv_bench(const struct conv_case *cc, int reps)
+{
+    int64_t xs[4] = {1, cc->c, cc->h, cc->h}, ws[4] = {cc->m, cc->c / cc->groups, cc->k, cc->k};
+    int64_t pad = cc->k / 2, pads[4] = {pad, pad, pad, pad}, st[2] = {cc->stride, cc->stride};
+    vq_attr at[3] = {VQ_ATTR_IS("pads", pads, 4), VQ_ATTR_IS("strides", st, 2),
+                     VQ_ATTR_I("groups", cc->groups)};
+    vq_tensor *xf = filled(VQ_F32, 4, xs, 5), *wf = filled(VQ_F32, 4, ws, 6);
+    vq_tensor *xq = filled(VQ_U8, 4, xs, 7), *wq = filled(VQ_I8, 4, ws, 8);
+    vq_tensor *wsc, *wz;
+    if (vq_tensor_new(&wsc, VQ_F32, 1, &cc->m) < 0 || vq_tensor_new(&wz, VQ_I8, 1, &cc->m) < 0)
+        exit(1);
+    for (int64_t i = 0; i < cc->m; i++) {
+        ((float *)vq_tensor_data(wsc))[i] = 0.01f;
+        ((int8_t *)vq_tensor_data(wz))[i] = 0;
+    }
+    vq_tensor *fin[2] = {xf, wf}, *qin[8] = {xq, sa, za, wq, wsc, wz, sy, zy};
+    double *t = calloc((size_t)(2 * reps), sizeof *t);
+    for (int r = -1; r < reps; r++)
+        for (int m = 0; m < 2; m++) {
+            vq_tensor *out = NULL;
+            double t0 = bench_now();
+            int rc = m ? vq_op_run(NULL, "qlinear_conv", qin, 8, &out, 1, at, 3)
+                       : vq_op_run(NULL, "conv2d", fin, 2, &out, 1, at, 3);
+            if (rc < 0) {
+                fprintf(stderr, "%s\n", vq_errmsg());
+                exit(1);
+            }
+            if (r >= 0)
+                t[m * reps + r] = bench_now() - t0;
+            vq_tensor_release(out);
+        }
+    double fmed, fmin, qmed, qmin;
+    bench_stats(t, reps, &fmed, &fmin);
+    bench_stats(t + reps, reps, &qmed, &qmin);
+    printf("  %-28s conv2d f32 %7.3f %7.3f  qlinear_conv %7.3f %7.3f  %5.2fx\n", cc->name,
+           fmed * 1e3, fmin * 1e3, qmed * 1e3, qmin * 1e3, fmed / qmed);
+    free(t);
+    vq_tensor *all[] = {xf, wf, xq, wq, wsc, wz};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        vq_tensor_release(all[i]);
+}
+
 int main(int argc, char **argv)
 {
     int reps = 15;
@@ -141,6 +198,14 @@ int main(int argc, char **argv)
     }
     free(t);
     free(craw);
+    printf("convolutions, batch 1, one thread (ms per call: median, fastest; speed of "
+           "qlinear_conv over conv2d by median)\n");
+    for (size_t c = 0; c < sizeof convs / sizeof *convs; c++) {
+        struct conv_case cc = convs[c];
+        if (reps <= 2) /* --tiny */
+            cc.h = 6;
+        conv_bench(&cc, reps);
+    }
     vq_tensor *all[] = {af, bf, aq, bq, za, zb, sa, sb, sy, zy};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         vq_tensor_release(all[i]);

@@ -400,6 +400,8 @@ static const struct geom geoms[] = {
     {1, 4, 9, 6, 6, 2, 3, 2, 1, 0, 2, 1, 0, 2, 1, 2},  /* strides, dilation, groups */
     {1, 16, 5, 5, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* 1x1: no im2col */
     {1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6},  /* depthwise */
+    {2, 3, 9, 21, 3, 3, 3, 1, 1, 0, 2, 1, 0, 2, 1, 3}, /* depthwise: dilated, uneven pads */
+    {1, 4, 7, 7, 4, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 4},  /* depthwise, strided */
 };
 
 static vq_attr geom_attrs[4];

@@ -31,7 +31,10 @@
  * conv_integer(X, W, XZeroPoint, WZeroPoint) -> Y (i32): conv2d (NCHW;
  *   strides, pads, dilations, groups as conv2d's) of (X - XZeroPoint) and
  *   (W - WZeroPoint), padding contributing 0; XZeroPoint one value,
- *   WZeroPoint one value or [M] (per output channel).
+ *   WZeroPoint one value or [M] (per output channel). A depthwise call
+ *   (one input and one output channel per group) sums its taps directly;
+ *   the others run im2col (padding filled with the zero point) and the
+ *   integer GEMM per image and group.
  * qlinear_matmul(A, AScale, AZeroPoint, B, BScale, BZeroPoint, YScale,
  *   YZeroPoint) -> Y: the integer product P of matmul_integer, then Y =
  *   saturate(round(f32(P) * (AScale * BScale / YScale)) + YZeroPoint), the
@@ -51,6 +54,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -759,17 +763,149 @@ static void im2col_bytes(const uint8_t *x, uint8_t *col, const vq__window *w, in
                         continue;
                     }
                     const uint8_t *row = plane + hi * w->w;
-                    int64_t off = kj * w->dw - w->pl;
-                    if (w->sw == 1 && off >= 0 && off + w->ow <= w->w) {
-                        memcpy(d, row + off, (size_t)w->ow);
-                        continue;
-                    }
-                    for (int64_t oj = 0; oj < w->ow; oj++) {
-                        int64_t wi = oj * w->sw + off;
-                        d[oj] = wi >= 0 && wi < w->w ? row[wi] : pad;
-                    }
+                    int64_t off = kj * w->dw - w->pl, c0 = 0, c1 = w->ow;
+                    while (c0 < c1 && c0 * w->sw + off < 0)
+                        c0++;
+                    while (c1 > c0 && (c1 - 1) * w->sw + off >= w->w)
+                        c1--;
+                    /* padding, the input's columns [c0, c1), padding */
+                    memset(d, pad, (size_t)c0);
+                    if (w->sw == 1)
+                        memcpy(d + c0, row + c0 + off, (size_t)(c1 - c0));
+                    else
+                        for (int64_t oj = c0; oj < c1; oj++)
+                            d[oj] = row[oj * w->sw + off];
+                    memset(d + c1, pad, (size_t)(w->ow - c1));
                 }
             }
+}
+
+/* ---- depthwise: one input and one output channel per group ---- */
+
+#define DW_MAX_TAPS 256
+
+struct dw_job {
+    const vq__window *win;
+    const uint8_t *x, *w;
+    bool x_signed, w_signed;
+    int32_t xz;
+    const int32_t *wz;
+    int wzs;
+    int32_t *p;
+    int64_t channels;
+};
+
+#if HAVE_X86
+/* One plane, stride 1, u8 X, from its copy pp (rows pw apart) padded with
+ * X's zero point (so padding adds 0) and 16 bytes of slack: 16 outputs at
+ * a time, every tap summed in a register. wv: the taps less W's zero
+ * point. */
+__attribute__((target("avx512f"))) static void dw_plane_avx512(const struct dw_job *j,
+                                                               const uint8_t *pp, int64_t pw,
+                                                               const int32_t *wv, int32_t *o)
+{
+    const vq__window *w = j->win;
+    __m512i xz = _mm512_set1_epi32(j->xz);
+    for (int64_t oi = 0; oi < w->oh; oi++)
+        for (int64_t oj = 0; oj < w->ow; oj += 16) {
+            int64_t left = w->ow - oj;
+            __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            __m512i acc = _mm512_setzero_si512();
+            for (int64_t ki = 0; ki < w->kh; ki++) {
+                const uint8_t *r = pp + (oi * w->sh + ki * w->dh) * pw + oj;
+                for (int64_t kj = 0; kj < w->kw; kj++) {
+                    __m128i b = _mm_loadu_si128((const __m128i *)(r + kj * w->dw));
+                    __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(b), xz);
+                    acc = _mm512_add_epi32(
+                        acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(wv[ki * w->kw + kj])));
+                }
+            }
+            _mm512_mask_storeu_epi32(o + oi * w->ow + oj, m, acc);
+        }
+}
+
+/* The planes [lo, hi) by dw_plane_avx512 (stride 1, u8 X): false when the
+ * padded copy cannot be had (the caller takes the plain loop). */
+static bool dw_planes_avx512(const struct dw_job *j, int64_t lo, int64_t hi)
+{
+    const vq__window *w = j->win;
+    int64_t ph = w->h + w->pt + w->pb, pw = w->w + w->pl + w->pr, taps = w->kh * w->kw;
+    uint8_t *pp = malloc((size_t)(ph * pw + 16));
+    if (!pp)
+        return false;
+    int32_t wv[DW_MAX_TAPS];
+    for (int64_t e = lo; e < hi; e++) {
+        int64_t ch = e % j->channels;
+        const uint8_t *x = j->x + e * w->h * w->w, *wt = j->w + ch * taps;
+        int32_t wz = j->wz[j->wzs ? ch : 0];
+        for (int64_t t = 0; t < taps; t++)
+            wv[t] = (j->w_signed ? (int32_t)(int8_t)wt[t] : (int32_t)wt[t]) - wz;
+        memset(pp, (uint8_t)j->xz, (size_t)(ph * pw + 16));
+        for (int64_t y = 0; y < w->h; y++)
+            memcpy(pp + (y + w->pt) * pw + w->pl, x + y * w->w, (size_t)w->w);
+        dw_plane_avx512(j, pp, pw, wv, j->p + e * w->oh * w->ow);
+    }
+    free(pp);
+    return true;
+}
+#endif
+
+/* The planes [lo, hi) of (image, channel) pairs: for each tap, its weight
+ * less the zero point times each input element under it less X's zero
+ * point, added into the output plane (taps over padding add nothing). */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("vect-cost-model=cheap")))
+#endif
+static int dw_planes(void *arg, int64_t lo, int64_t hi, int slot)
+{
+    (void)slot;
+    const struct dw_job *j = arg;
+    const vq__window *w = j->win;
+#if HAVE_X86
+    if (w->sw == 1 && !j->x_signed && vq__isa() >= VQ__ISA_AVX512 && dw_planes_avx512(j, lo, hi))
+        return 0;
+#endif
+    int64_t plane = w->oh * w->ow, taps = w->kh * w->kw;
+    for (int64_t e = lo; e < hi; e++) {
+        int64_t ch = e % j->channels;
+        const uint8_t *x = j->x + e * w->h * w->w, *wt = j->w + ch * taps;
+        int32_t *o = j->p + e * plane, wz = j->wz[j->wzs ? ch : 0];
+        memset(o, 0, (size_t)plane * sizeof *o);
+        for (int64_t ki = 0; ki < w->kh; ki++)
+            for (int64_t kj = 0; kj < w->kw; kj++) {
+                int32_t wv = (j->w_signed ? (int32_t)(int8_t)wt[ki * w->kw + kj]
+                                          : (int32_t)wt[ki * w->kw + kj]) -
+                             wz;
+                if (!wv)
+                    continue;
+                /* the output columns whose input column lies inside the plane */
+                int64_t off = kj * w->dw - w->pl, c0 = 0, c1 = w->ow;
+                while (c0 < c1 && c0 * w->sw + off < 0)
+                    c0++;
+                while (c1 > c0 && (c1 - 1) * w->sw + off >= w->w)
+                    c1--;
+                for (int64_t oi = 0; oi < w->oh; oi++) {
+                    int64_t hi_ = oi * w->sh - w->pt + ki * w->dh;
+                    if (hi_ < 0 || hi_ >= w->h)
+                        continue;
+                    const uint8_t *row = x + hi_ * w->w + off;
+                    int32_t *orow = o + oi * w->ow;
+                    /* locals: a store through orow could otherwise alias them */
+                    int64_t s = w->sw;
+                    int32_t xz = j->xz;
+                    if (j->x_signed)
+                        for (int64_t oj = c0; oj < c1; oj++)
+                            orow[oj] += wv * ((int32_t)(int8_t)row[oj * s] - xz);
+                    else if (s == 1) /* contiguous: vectorized */
+                        for (int64_t oj = c0; oj < c1; oj++)
+                            orow[oj] += wv * ((int32_t)row[oj] - xz);
+                    else
+                        for (int64_t oj = c0; oj < c1; oj++)
+                            orow[oj] += wv * ((int32_t)row[oj * s] - xz);
+                }
+            }
+    }
+    return 0;
 }
 
 /* The i32 convolution of X and W (zero points xz, and wz per channel when
@@ -782,6 +918,13 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
                                      prm->w.pad, prm->w.dilation);
     int64_t groups = prm->w.groups, cg = x->shape[1] / groups, mg = w->shape[0] / groups;
     int64_t kc = cg * win.kh * win.kw, ncol = win.oh * win.ow;
+    if (cg == 1 && mg == 1 && groups > 1 && win.kh * win.kw <= DW_MAX_TAPS) {
+        /* the sums stay far inside i32: |x - xz|, |w - wz| < 2^9, at most
+         * 2^8 taps */
+        struct dw_job j = {&win, x->data, w->data, x->dtype == VQ_I8, w->dtype == VQ_I8,
+                           xz, wz, wzs, p, groups};
+        return vq__parallel_for(win.n * groups, 4, dw_planes, &j);
+    }
     bool direct = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 &&
                   win.pl == 0 && win.pb == 0 && win.pr == 0;
     vq_tensor *colt = NULL;

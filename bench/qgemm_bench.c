@@ -83,7 +83,7 @@ static void call(int method)
     } else {
         int32_t z0 = 3, z1 = -2;
         vq__qgemm_args g = {M, N, K, vq_tensor_data(aq), K, false, &z0, 0, vq_tensor_data(bq), N,
-                            true, &z1, 0, craw, N};
+                            true, &z1, 0, craw, N, NULL, NULL};
         vq__qgemm_at((enum vq__isa_level)(method - 3), &g);
     }
 }

@@ -2,7 +2,7 @@
  * them (ops/math/qgemm.c): the product at every level the CPU has
  * (portable, AVX2, AVX-512 VNNI) bit-exact against the defining loop over
  * sizes across its tiles' edges, every u8 / i8 pairing and per-row /
- * per-column zero points; quantize_linear, dequantize_linear and
+ * per-column zero points, B in memory and given row by row; quantize_linear, dequantize_linear and
  * dynamic_quantize_linear against ONNX's formulas (and the spec's own
  * examples), rounding half to even and saturating; matmul_integer,
  * conv_integer, qlinear_matmul and qlinear_conv bit-exact against plain
@@ -47,6 +47,19 @@ static void fill_bytes(uint8_t *p, int64_t n)
         p[i] = (uint8_t)oc_next(&rng);
 }
 
+/* B given row by row (qgemm.h's b_rows), as conv gives its im2col rows. */
+struct rows_src {
+    const uint8_t *b;
+    int64_t ldb, n;
+};
+
+static void rows_of(const void *ctx, int64_t p0, int64_t np, uint8_t *dst, int64_t ldd)
+{
+    const struct rows_src *s = ctx;
+    for (int64_t r = 0; r < np; r++)
+        memcpy(dst + r * ldd, s->b + (p0 + r) * s->ldb, (size_t)s->n);
+}
+
 Test(qgemm, every_level_matches_the_defining_loop)
 {
     rng = oc_seed("qgemm");
@@ -78,19 +91,28 @@ Test(qgemm, every_level_matches_the_defining_loop)
                             }
                             want[i * ldc + j] = (int32_t)s;
                         }
-                    for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
-                        for (int64_t i = 0; i < m * ldc; i++)
-                            got[i] = 0; /* the column past n stays 0 */
-                        vq__qgemm_args g = {m,  n,       k,      a, lda, as, za, per, b, ldb,
-                                            bs, zb,      per,    got, ldc};
-                        cr_assert_eq(vq__qgemm_at((enum vq__isa_level)l, &g), 0);
-                        for (int64_t i = 0; i < m * ldc; i++)
-                            cr_assert_eq(got[i], want[i],
-                                         "%s: m %lld n %lld k %lld form %d: C[%lld] is %d, not %d",
-                                         vq__qgemm_path((enum vq__isa_level)l), (long long)m,
-                                         (long long)n, (long long)k, form, (long long)i, got[i],
-                                         want[i]);
-                    }
+                    struct rows_src src = {b, ldb, n};
+                    for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++)
+                        for (int by_rows = 0; by_rows < 2; by_rows++) {
+                            for (int64_t i = 0; i < m * ldc; i++)
+                                got[i] = 0; /* the column past n stays 0 */
+                            vq__qgemm_args g = {m,   n,   k,  a,  lda, as,  za,
+                                                per, b,   ldb, bs, zb,  per, got,
+                                                ldc, NULL, NULL};
+                            if (by_rows) {
+                                g.b = NULL;
+                                g.b_rows = rows_of;
+                                g.b_ctx = &src;
+                            }
+                            cr_assert_eq(vq__qgemm_at((enum vq__isa_level)l, &g), 0);
+                            for (int64_t i = 0; i < m * ldc; i++)
+                                cr_assert_eq(got[i], want[i],
+                                             "%s%s: m %lld n %lld k %lld form %d: C[%lld] is %d, "
+                                             "not %d",
+                                             vq__qgemm_path((enum vq__isa_level)l),
+                                             by_rows ? " (rows)" : "", (long long)m, (long long)n,
+                                             (long long)k, form, (long long)i, got[i], want[i]);
+                        }
                     free(a), free(b), free(za), free(zb), free(want), free(got);
                 }
 }
@@ -105,7 +127,7 @@ Test(qgemm, extreme_values_are_exact)
     memset(a, 255, (size_t)(m * k));
     memset(b, 0x80, (size_t)(k * n)); /* i8 -128 */
     for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
-        vq__qgemm_args g = {m, n, k, a, k, false, &z, 0, b, n, true, &z, 0, c, n};
+        vq__qgemm_args g = {m, n, k, a, k, false, &z, 0, b, n, true, &z, 0, c, n, NULL, NULL};
         cr_assert_eq(vq__qgemm_at((enum vq__isa_level)l, &g), 0);
         for (int64_t i = 0; i < m * n; i++)
             cr_assert_eq(c[i], -255 * 128 * 1000, "%s", vq__qgemm_path((enum vq__isa_level)l));

@@ -33,8 +33,8 @@
  *   (W - WZeroPoint), padding contributing 0; XZeroPoint one value,
  *   WZeroPoint one value or [M] (per output channel). A depthwise call
  *   (one input and one output channel per group) sums its taps directly;
- *   the others run im2col (padding filled with the zero point) and the
- *   integer GEMM per image and group.
+ *   the others run the integer GEMM per image and group on im2col's rows
+ *   (padding filled with the zero point), which it asks for 4 at a time.
  * qlinear_matmul(A, AScale, AZeroPoint, B, BScale, BZeroPoint, YScale,
  *   YZeroPoint) -> Y: the integer product P of matmul_integer, then Y =
  *   saturate(round(f32(P) * (AScale * BScale / YScale)) + YZeroPoint), the
@@ -744,40 +744,48 @@ static int qlinear_conv_infer(vq__infer *c)
     return 0;
 }
 
-/* col [channels * kh * kw, oh * ow] from the u8 / i8 planes x [channels,
- * h, w], padding filled with pad (the zero point's byte: it contributes 0). */
-static void im2col_bytes(const uint8_t *x, uint8_t *col, const vq__window *w, int64_t channels,
-                         uint8_t pad)
+/* im2col of one image's group, row by row, for the product (qgemm.h's
+ * b_rows): row r of [channels * kh * kw, oh * ow] is input channel r /
+ * (kh kw) seen through tap (r / kw % kh, r % kw), padding filled with pad
+ * (the zero point's byte: it contributes 0). */
+struct im2col_src {
+    const uint8_t *x; /* the group's planes [channels, h, w] */
+    const vq__window *w;
+    uint8_t pad;
+};
+
+static void im2col_rows(const void *ctx, int64_t r0, int64_t nr, uint8_t *col, int64_t ldd)
 {
-    int64_t ncol = w->oh * w->ow;
-    for (int64_t ch = 0; ch < channels; ch++)
-        for (int64_t ki = 0; ki < w->kh; ki++)
-            for (int64_t kj = 0; kj < w->kw; kj++) {
-                uint8_t *dst = col + ((ch * w->kh + ki) * w->kw + kj) * ncol;
-                const uint8_t *plane = x + ch * w->h * w->w;
-                for (int64_t oi = 0; oi < w->oh; oi++) {
-                    int64_t hi = oi * w->sh - w->pt + ki * w->dh;
-                    uint8_t *d = dst + oi * w->ow;
-                    if (hi < 0 || hi >= w->h) {
-                        memset(d, pad, (size_t)w->ow);
-                        continue;
-                    }
-                    const uint8_t *row = plane + hi * w->w;
-                    int64_t off = kj * w->dw - w->pl, c0 = 0, c1 = w->ow;
-                    while (c0 < c1 && c0 * w->sw + off < 0)
-                        c0++;
-                    while (c1 > c0 && (c1 - 1) * w->sw + off >= w->w)
-                        c1--;
-                    /* padding, the input's columns [c0, c1), padding */
-                    memset(d, pad, (size_t)c0);
-                    if (w->sw == 1)
-                        memcpy(d + c0, row + c0 + off, (size_t)(c1 - c0));
-                    else
-                        for (int64_t oj = c0; oj < c1; oj++)
-                            d[oj] = row[oj * w->sw + off];
-                    memset(d + c1, pad, (size_t)(w->ow - c1));
-                }
+    const struct im2col_src *src = ctx;
+    const vq__window *w = src->w;
+    uint8_t pad = src->pad;
+    for (int64_t r = r0; r < r0 + nr; r++) {
+        int64_t ch = r / (w->kh * w->kw), ki = r / w->kw % w->kh, kj = r % w->kw;
+        uint8_t *dst = col + (r - r0) * ldd;
+        const uint8_t *plane = src->x + ch * w->h * w->w;
+        int64_t off = kj * w->dw - w->pl, c0 = 0, c1 = w->ow;
+        while (c0 < c1 && c0 * w->sw + off < 0)
+            c0++;
+        while (c1 > c0 && (c1 - 1) * w->sw + off >= w->w)
+            c1--;
+        for (int64_t oi = 0; oi < w->oh; oi++) {
+            int64_t hi = oi * w->sh - w->pt + ki * w->dh;
+            uint8_t *d = dst + oi * w->ow;
+            if (hi < 0 || hi >= w->h) {
+                memset(d, pad, (size_t)w->ow);
+                continue;
             }
+            const uint8_t *row = plane + hi * w->w;
+            /* padding, the input's columns [c0, c1), padding */
+            memset(d, pad, (size_t)c0);
+            if (w->sw == 1)
+                memcpy(d + c0, row + c0 + off, (size_t)(c1 - c0));
+            else
+                for (int64_t oj = c0; oj < c1; oj++)
+                    d[oj] = row[oj * w->sw + off];
+            memset(d + c1, pad, (size_t)(w->ow - c1));
+        }
+    }
 }
 
 /* ---- depthwise: one input and one output channel per group ---- */
@@ -927,18 +935,11 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
     }
     bool direct = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 &&
                   win.pl == 0 && win.pb == 0 && win.pr == 0;
-    vq_tensor *colt = NULL;
-    int rc = direct ? 0 : vq__kernel_scratch(k, VQ_U8, kc * ncol, "im2col buffer", &colt);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
     for (int64_t n = 0; rc == 0 && n < win.n; n++)
         for (int64_t g = 0; rc == 0 && g < groups; g++) {
             const uint8_t *xg = (const uint8_t *)x->data + (n * x->shape[1] + g * cg) * win.h * win.w;
-            const uint8_t *cols = xg;
-            if (!direct) {
-                im2col_bytes(xg, colt->data, &win, cg, (uint8_t)xz);
-                cols = colt->data;
-            }
+            struct im2col_src src = {xg, &win, (uint8_t)xz};
             vq__qgemm_args a = {.m = mg,
                                 .n = ncol,
                                 .k = kc,
@@ -947,17 +948,18 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
                                 .a_signed = w->dtype == VQ_I8,
                                 .za = wz + (wzs ? g * mg : 0),
                                 .za_step = wzs,
-                                .b = cols,
+                                .b = direct ? xg : NULL,
                                 .ldb = ncol,
                                 .b_signed = x->dtype == VQ_I8,
                                 .zb = &xz,
                                 .zb_step = 0,
                                 .c = p + (n * w->shape[0] + g * mg) * ncol,
-                                .ldc = ncol};
+                                .ldc = ncol,
+                                .b_rows = direct ? NULL : im2col_rows,
+                                .b_ctx = &src};
             if ((rc = vq__qgemm(&a)) < 0)
                 rc = vq__fail(rc, "%s: out of memory for the packed operands", k->def->type);
         }
-    vq_tensor_release(colt);
     return rc;
 }
 

@@ -142,7 +142,8 @@ static void pack_a_row_u8(const struct packed *pk, int64_t i, uint8_t *dst)
     pk->ra[i] = (int32_t)s;
 }
 
-/* B's element (p, j) in the signed form; 0 outside B. */
+/* B's element (p, j) in the signed form; 0 outside B (read in place: the
+ * AVX2 path, which gets B whole). */
 static inline int32_t b_at(const vq__qgemm_args *g, int64_t p, int64_t j)
 {
     if (p >= g->k || j >= g->n)
@@ -159,22 +160,24 @@ static inline int32_t b_at(const vq__qgemm_args *g, int64_t p, int64_t j)
 
 #define VN_MR 6
 
+/* B's rows p .. p + 3 (rows[t]: row p + t's bytes, NULL past k) into
+ * every panel's group of 4 k at p, and the columns' sums: 1 x each byte,
+ * four to a lane, exact. */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
-vnni_pack_b(const struct packed *pk, int64_t q)
+vnni_pack_rows(const struct packed *pk, int64_t p, const uint8_t *const rows[4])
 {
     const vq__qgemm_args *g = pk->g;
-    int8_t *dst = (int8_t *)pk->b + q * pk->kg * 16;
-    int64_t j0 = q * 16;
-    bool full = j0 + 16 <= g->n;
+    bool all = rows[3] != NULL;
     __m128i flip = _mm_set1_epi8(g->b_signed ? 0 : (char)0x80);
-    __m512i sum = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
-    for (int64_t p = 0; p < pk->kg; p += 4, dst += 64) {
-        if (full && p + 4 <= g->k) {
-            const uint8_t *s = (const uint8_t *)g->b + p * g->ldb + j0;
-            __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)s), flip);
-            __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + g->ldb)), flip);
-            __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + 2 * g->ldb)), flip);
-            __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(s + 3 * g->ldb)), flip);
+    __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t q = 0; q < pk->np; q++) {
+        int8_t *dst = (int8_t *)pk->b + (q * pk->kg + p) * 16;
+        int64_t j0 = q * 16;
+        if (all && j0 + 16 <= g->n) {
+            __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(rows[0] + j0)), flip);
+            __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(rows[1] + j0)), flip);
+            __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(rows[2] + j0)), flip);
+            __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(rows[3] + j0)), flip);
             __m128i t0 = _mm_unpacklo_epi8(r0, r1), t1 = _mm_unpackhi_epi8(r0, r1);
             __m128i t2 = _mm_unpacklo_epi8(r2, r3), t3 = _mm_unpackhi_epi8(r2, r3);
             _mm_store_si128((__m128i *)dst, _mm_unpacklo_epi16(t0, t2));
@@ -182,14 +185,37 @@ vnni_pack_b(const struct packed *pk, int64_t q)
             _mm_store_si128((__m128i *)(dst + 32), _mm_unpacklo_epi16(t1, t3));
             _mm_store_si128((__m128i *)(dst + 48), _mm_unpackhi_epi16(t1, t3));
         } else {
+            uint8_t fl = g->b_signed ? 0 : 0x80;
             for (int c = 0; c < 16; c++)
                 for (int t = 0; t < 4; t++)
-                    dst[c * 4 + t] = (int8_t)b_at(g, p + t, j0 + c);
+                    dst[c * 4 + t] =
+                        rows[t] && j0 + c < g->n ? (int8_t)(rows[t][j0 + c] ^ fl) : 0;
         }
-        /* the columns' sums: 1 x each byte, four to a lane, exact */
-        sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(dst));
+        __m512i sum = _mm512_loadu_si512(pk->cb + j0);
+        _mm512_storeu_si512(pk->cb + j0, _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(dst)));
     }
-    _mm512_storeu_si512(pk->cb + j0, sum);
+}
+
+/* All of B, 4 rows at a time: read in place, or written by g->b_rows into
+ * a strip of 4 rows (which stays in cache, where a whole im2col matrix
+ * would not). */
+static int vnni_pack_b(const struct packed *pk)
+{
+    const vq__qgemm_args *g = pk->g;
+    uint8_t *strip = g->b_rows ? malloc((size_t)(4 * g->n)) : NULL;
+    if (g->b_rows && !strip)
+        return VQ_ENOMEM;
+    for (int64_t p = 0; p < pk->kg; p += 4) {
+        int64_t nv = g->k - p < 4 ? g->k - p : 4;
+        const uint8_t *rows[4] = {NULL, NULL, NULL, NULL};
+        if (strip)
+            g->b_rows(g->b_ctx, p, nv, strip, g->n);
+        for (int64_t t = 0; t < nv; t++)
+            rows[t] = strip ? strip + t * g->n : (const uint8_t *)g->b + (p + t) * g->ldb;
+        vnni_pack_rows(pk, p, rows);
+    }
+    free(strip);
+    return 0;
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
@@ -254,10 +280,10 @@ static int qgemm_vnni(const vq__qgemm_args *g)
     for (int64_t i = 0; i < g->m; i++)
         pack_a_row_u8(&pk, i, (uint8_t *)pk.a + i * pk.kg);
     memset((uint8_t *)pk.a + g->m * pk.kg, 0, (size_t)((pk.mp - g->m) * pk.kg));
-    for (int64_t q = 0; q < pk.np; q++)
-        vnni_pack_b(&pk, q);
+    int rc = vnni_pack_b(&pk);
     /* two panels (32 columns) per pair, four pairs a chunk */
-    int rc = vq__parallel_for(pk.np / 2, 4, vnni_chunk, &pk);
+    if (rc == 0)
+        rc = vq__parallel_for(pk.np / 2, 4, vnni_chunk, &pk);
     free(pk.block);
     return rc;
 }
@@ -430,6 +456,17 @@ static enum path path_at(enum vq__isa_level l)
     return PORTABLE;
 }
 
+static int run_path(enum path path, const vq__qgemm_args *g)
+{
+    switch (path) {
+#if HAVE_X86
+    case VNNI: return qgemm_vnni(g);
+    case AVX2: return qgemm_avx2(g);
+#endif
+    default: return qgemm_portable(g);
+    }
+}
+
 const char *vq__qgemm_path(enum vq__isa_level l)
 {
     static const char *const names[] = {"portable", "avx2", "avx512vnni"};
@@ -445,13 +482,21 @@ int vq__qgemm_at(enum vq__isa_level l, const vq__qgemm_args *g)
             memset(g->c + i * g->ldc, 0, (size_t)g->n * sizeof *g->c);
         return 0;
     }
-    switch (path_at(l)) {
-#if HAVE_X86
-    case VNNI: return qgemm_vnni(g);
-    case AVX2: return qgemm_avx2(g);
-#endif
-    default: return qgemm_portable(g);
-    }
+    enum path path = path_at(l);
+    if (path == VNNI || !g->b_rows)
+        return run_path(path, g);
+    /* the other paths read B whole: its rows written out first */
+    uint8_t *b = malloc((size_t)(g->k * g->n));
+    if (!b)
+        return VQ_ENOMEM;
+    g->b_rows(g->b_ctx, 0, g->k, b, g->n);
+    vq__qgemm_args whole = *g;
+    whole.b = b;
+    whole.ldb = g->n;
+    whole.b_rows = NULL;
+    int rc = run_path(path, &whole);
+    free(b);
+    return rc;
 }
 
 int vq__qgemm(const vq__qgemm_args *g)

@@ -33,6 +33,13 @@ typedef struct vq__qgemm_args {
     int zb_step;
     int32_t *c;
     int64_t ldc;
+    /* When set, B is not in memory (b unread): b_rows(b_ctx, p0, np, dst,
+     * ldd) writes its rows p0 .. p0 + np - 1 (all n columns) into dst,
+     * rows ldd bytes apart. A convolution's im2col rows: the product asks
+     * for a few rows at a time where it can, so that the whole matrix is
+     * never written out. */
+    void (*b_rows)(const void *b_ctx, int64_t p0, int64_t np, uint8_t *dst, int64_t ldd);
+    const void *b_ctx;
 } vq__qgemm_args;
 
 /* The path vq__qgemm takes at level l (what the CPU has of it):

@@ -127,19 +127,24 @@ static int packed_alloc(struct packed *pk, const vq__qgemm_args *g, int mr, int 
 }
 
 /* A's row i in the unsigned form into dst (kg bytes, zeros past k), its
- * sum into ra[i]. */
-static void pack_a_row_u8(const struct packed *pk, int64_t i, uint8_t *dst)
+ * sum into ra[i]: 64 bytes at a time, summed by vpsadbw. */
+__attribute__((target("avx512f,avx512bw"))) static void pack_a_row_u8(const struct packed *pk,
+                                                                      int64_t i, uint8_t *dst)
 {
     const vq__qgemm_args *g = pk->g;
     const uint8_t *src = (const uint8_t *)g->a + i * g->lda;
-    uint8_t flip = g->a_signed ? 0x80 : 0;
-    uint32_t s = 0;
-    for (int64_t p = 0; p < g->k; p++) {
-        dst[p] = src[p] ^ flip;
-        s += dst[p];
+    __m512i flip = _mm512_set1_epi8(g->a_signed ? (char)0x80 : 0), sum = _mm512_setzero_si512();
+    for (int64_t p = 0; p < pk->kg; p += 64) {
+        int64_t left = g->k - p;
+        __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
+        __m512i v = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src + p),
+                                                              flip));
+        int64_t room = pk->kg - p;
+        __mmask64 w = room >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << room) - 1;
+        _mm512_mask_storeu_epi8(dst + p, w, v);
+        sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, _mm512_setzero_si512()));
     }
-    memset(dst + g->k, 0, (size_t)(pk->kg - g->k));
-    pk->ra[i] = (int32_t)s;
+    pk->ra[i] = (int32_t)(uint32_t)_mm512_reduce_add_epi64(sum);
 }
 
 /* B's element (p, j) in the signed form; 0 outside B (read in place: the
@@ -170,7 +175,34 @@ vnni_pack_rows(const struct packed *pk, int64_t p, const uint8_t *const rows[4])
     bool all = rows[3] != NULL;
     __m128i flip = _mm_set1_epi8(g->b_signed ? 0 : (char)0x80);
     __m512i ones = _mm512_set1_epi8(1);
-    for (int64_t q = 0; q < pk->np; q++) {
+    int64_t q = 0;
+    if (all) {
+        /* 64 columns (4 panels) at a time: the bytes interleaved within
+         * 128-bit lanes, then the lanes transposed so that each panel's
+         * 64 bytes are together */
+        __m512i flip4 = _mm512_set1_epi8(g->b_signed ? 0 : (char)0x80);
+        for (; (q + 4) * 16 <= g->n; q += 4) {
+            int64_t j0 = q * 16;
+            __m512i r0 = _mm512_xor_si512(_mm512_loadu_si512(rows[0] + j0), flip4);
+            __m512i r1 = _mm512_xor_si512(_mm512_loadu_si512(rows[1] + j0), flip4);
+            __m512i r2 = _mm512_xor_si512(_mm512_loadu_si512(rows[2] + j0), flip4);
+            __m512i r3 = _mm512_xor_si512(_mm512_loadu_si512(rows[3] + j0), flip4);
+            __m512i t0 = _mm512_unpacklo_epi8(r0, r1), t1 = _mm512_unpackhi_epi8(r0, r1);
+            __m512i t2 = _mm512_unpacklo_epi8(r2, r3), t3 = _mm512_unpackhi_epi8(r2, r3);
+            __m512i u0 = _mm512_unpacklo_epi16(t0, t2), u1 = _mm512_unpackhi_epi16(t0, t2);
+            __m512i u2 = _mm512_unpacklo_epi16(t1, t3), u3 = _mm512_unpackhi_epi16(t1, t3);
+            __m512i a = _mm512_shuffle_i64x2(u0, u1, 0x44), b = _mm512_shuffle_i64x2(u0, u1, 0xee);
+            __m512i c = _mm512_shuffle_i64x2(u2, u3, 0x44), d = _mm512_shuffle_i64x2(u2, u3, 0xee);
+            __m512i panel[4] = {_mm512_shuffle_i64x2(a, c, 0x88), _mm512_shuffle_i64x2(a, c, 0xdd),
+                                _mm512_shuffle_i64x2(b, d, 0x88), _mm512_shuffle_i64x2(b, d, 0xdd)};
+            for (int l = 0; l < 4; l++) {
+                _mm512_store_si512((int8_t *)pk->b + ((q + l) * pk->kg + p) * 16, panel[l]);
+                __m512i sum = _mm512_loadu_si512(pk->cb + j0 + 16 * l);
+                _mm512_storeu_si512(pk->cb + j0 + 16 * l, _mm512_dpbusd_epi32(sum, ones, panel[l]));
+            }
+        }
+    }
+    for (; q < pk->np; q++) {
         int8_t *dst = (int8_t *)pk->b + (q * pk->kg + p) * 16;
         int64_t j0 = q * 16;
         if (all && j0 + 16 <= g->n) {

@@ -55,9 +55,12 @@ static vq_tensor *scalar(vq_dtype dt, double v)
     return t;
 }
 
-static const char *names[NMETHODS] = {"matmul f32",     "matmul_integer u8 x i8",
-                                      "qlinear_matmul u8 x i8", "qgemm portable",
-                                      "qgemm avx2",     "qgemm avx512vnni"};
+static const char *names[NMETHODS] = {"matmul f32",
+                                      "matmul_integer u8 x i8",
+                                      "qlinear_matmul u8 x i8",
+                                      "qgemm portable",
+                                      "qgemm avx2",
+                                      "qgemm avx512vnni"};
 
 static void run_op(const char *type, vq_tensor **in, int nin)
 {
@@ -82,8 +85,23 @@ static void call(int method)
         run_op("qlinear_matmul", in, 8);
     } else {
         int32_t z0 = 3, z1 = -2;
-        vq__qgemm_args g = {M, N, K, vq_tensor_data(aq), K, false, &z0, 0, vq_tensor_data(bq), N,
-                            true, &z1, 0, craw, N, NULL, NULL};
+        vq__qgemm_args g = {M,
+                            N,
+                            K,
+                            vq_tensor_data(aq),
+                            K,
+                            false,
+                            &z0,
+                            0,
+                            vq_tensor_data(bq),
+                            N,
+                            true,
+                            &z1,
+                            0,
+                            craw,
+                            N,
+                            NULL,
+                            NULL};
         vq__qgemm_at((enum vq__isa_level)(method - 3), &g);
     }
 }
@@ -193,8 +211,8 @@ int main(int argc, char **argv)
             name = m == 5 && strcmp(vq__qgemm_path(VQ__ISA_AVX512), "avx512vnni")
                        ? "qgemm avx2 (no VNNI)"
                        : names[m];
-        printf("  %-26s %8.3f %8.3f  %5.2fx  %6.1f Gop/s\n", name, med * 1e3, min * 1e3,
-               base / med, 2.0 * (double)M * (double)N * (double)K / med * 1e-9);
+        printf("  %-26s %8.3f %8.3f  %5.2fx  %6.1f Gop/s\n", name, med * 1e3, min * 1e3, base / med,
+               2.0 * (double)M * (double)N * (double)K / med * 1e-9);
     }
     free(t);
     free(craw);

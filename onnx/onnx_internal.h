@@ -464,8 +464,8 @@ bool ox_qdq_at(struct ox *x, const Onnx__GraphProto *g, size_t i, size_t *state,
  * auto_pad as Conv reads them: both lifted to 2-D images when 1-D, and the
  * 2-D op's strides (2), dilations (2) and pads (4) into the arrays; *sd
  * the spatial rank. */
-int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *sd,
-                    int64_t *strides, int64_t *dil, int64_t *pads);
+int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *sd, int64_t *strides,
+                    int64_t *dil, int64_t *pads);
 /* Emits 2-D window op type into the node's output 0, dropping the added
  * dim of a 1-D result (sd 1). */
 int ox_window_emit(struct ox *x, const char *type, struct ox_val *const *in, int nin, int sd,

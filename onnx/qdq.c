@@ -61,8 +61,7 @@ static size_t quantizer(const Onnx__GraphProto *g, size_t c)
         const Onnx__NodeProto *r = g->node[q];
         for (size_t k = 0; k < r->n_input; k++)
             if (r->input[k] && !strcmp(r->input[k], n->output[0]))
-                return k == 0 && is_op(r, "QuantizeLinear") && r->n_output == 1 &&
-                               has_input(r, 2)
+                return k == 0 && is_op(r, "QuantizeLinear") && r->n_output == 1 && has_input(r, 2)
                            ? q
                            : SIZE_MAX;
     }
@@ -125,8 +124,8 @@ static bool fusable(struct ox *x, const Onnx__GraphProto *g, size_t c, size_t dx
 {
     const Onnx__NodeProto *nx = g->node[dx], *nw = g->node[dw], *nq = g->node[q];
     bool conv = is_op(g->node[c], "Conv");
-    if (!has_input(nx, 2) || !has_input(nw, 2) || !one_of(x, nx, 1, F32) || !one_of(x, nx, 2, BYTES) || !one_of(x, nq, 1, F32) ||
-        !one_of(x, nq, 2, BYTES))
+    if (!has_input(nx, 2) || !has_input(nw, 2) || !one_of(x, nx, 1, F32) ||
+        !one_of(x, nx, 2, BYTES) || !one_of(x, nq, 1, F32) || !one_of(x, nq, 2, BYTES))
         return false;
     struct ox_val *xv = val_of(x, nx, 0), *wv = val_of(x, nw, 0), *ws = val_of(x, nw, 1),
                   *wz = val_of(x, nw, 2);

@@ -87,8 +87,8 @@ static int t_qlinear_conv(struct ox *x)
     return qconv_emit(x, "qlinear_conv", in, in[8] ? 9 : 8, 0, 3);
 }
 
-#define QCONV_ATTRS                                                                          \
-    OX_ATTRS(OX_INTS("strides", 3), OX_STR("auto_pad", "NOTSET", 32), OX_INTS("pads", 6),   \
+#define QCONV_ATTRS                                                                       \
+    OX_ATTRS(OX_INTS("strides", 3), OX_STR("auto_pad", "NOTSET", 32), OX_INTS("pads", 6), \
              OX_INTS("dilations", 3), OX_INT("group", 1), OX_INTS("kernel_shape", 3))
 
 const struct ox_op ox_op_QuantizeLinear =

@@ -486,8 +486,8 @@ static int t_global_max_pool(struct ox *x)
 
 /* ---- for the quantized convolutions (t_quant.c) ---- */
 
-int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *sd,
-                    int64_t *strides, int64_t *dil, int64_t *pads)
+int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *sd, int64_t *strides,
+                    int64_t *dil, int64_t *pads)
 {
     int rc = spatial_rank(x, *xv, sd);
     if (rc)
@@ -496,8 +496,9 @@ int ox_qconv_window(struct ox *x, struct ox_val **xv, struct ox_val **wv, int *s
         return ox_fail(x, VQ_ENOSYS, "a 3-D quantized convolution is not translated");
     if ((*wv)->meta.ndim != *sd + 2)
         return ox_fail(x, VQ_EINVAL, "W has rank %d, X %d", (*wv)->meta.ndim, (*xv)->meta.ndim);
-    if ((rc = lifted(x, "strides", *sd, 1, strides)) || (rc = lifted(x, "dilations", *sd, 1, dil)) ||
-        (rc = lift(x, *xv, *sd, xv)) || (rc = lift(x, *wv, *sd, wv)))
+    if ((rc = lifted(x, "strides", *sd, 1, strides)) ||
+        (rc = lifted(x, "dilations", *sd, 1, dil)) || (rc = lift(x, *xv, *sd, xv)) ||
+        (rc = lift(x, *wv, *sd, wv)))
         return rc;
     int64_t kernel[2] = {(*wv)->meta.shape[2], (*wv)->meta.shape[3]};
     return window_pads(x, *xv, *sd, kernel, strides, dil, pads);

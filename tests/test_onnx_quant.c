@@ -71,8 +71,7 @@ static Onnx__ModelProto *qdq_conv_model(bool extra)
     add_init_of(m, "ys", F32, 4, 0, NULL, &ys);
     add_init_of(m, "yz", U8, 1, 0, NULL, &yz);
     add_node(m, "DequantizeLinear", "dx", NAMES("xq", "xs", "xz"), NAMES("x"));
-    attr_int(add_node(m, "DequantizeLinear", "dw", NAMES("wq", "ws", "wz"), NAMES("w")), "axis",
-             0);
+    attr_int(add_node(m, "DequantizeLinear", "dw", NAMES("wq", "ws", "wz"), NAMES("w")), "axis", 0);
     attr_int(add_node(m, "DequantizeLinear", "db", NAMES("bq", "bs"), NAMES("b")), "axis", 0);
     attr_ints(add_node(m, "Conv", "conv", NAMES("x", "w", "b"), NAMES("y")), "pads", 4,
               (int64_t[]){1, 1, 1, 1});
@@ -179,8 +178,7 @@ Test(onnx_quant, qdq_matmul_with_per_column_weights_is_one_qlinear_matmul)
     add_init_of(m, "ys", F32, 4, 0, NULL, &ysm);
     add_init_of(m, "yz", U8, 1, 0, NULL, &yzm);
     add_node(m, "DequantizeLinear", "da", NAMES("aq", "as", "az"), NAMES("a"));
-    attr_int(add_node(m, "DequantizeLinear", "db", NAMES("bq", "bs", "bz"), NAMES("b")), "axis",
-             1);
+    attr_int(add_node(m, "DequantizeLinear", "db", NAMES("bq", "bs", "bz"), NAMES("b")), "axis", 1);
     add_node(m, "MatMul", "mm", NAMES("a", "b"), NAMES("y"));
     add_node(m, "QuantizeLinear", "q", NAMES("y", "ys", "yz"), NAMES("yq"));
     add_output(m, "yq");

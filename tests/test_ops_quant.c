@@ -74,7 +74,8 @@ Test(qgemm, every_level_matches_the_defining_loop)
                     bool as = form & 1, bs = form & 2, per = form & 4;
                     uint8_t *a = malloc((size_t)(m * lda)), *b = malloc((size_t)(k * ldb));
                     int32_t *za = malloc((size_t)m * 4), *zb = malloc((size_t)n * 4);
-                    int32_t *want = calloc((size_t)(m * ldc), 4), *got = malloc((size_t)(m * ldc) * 4);
+                    int32_t *want = calloc((size_t)(m * ldc), 4),
+                            *got = malloc((size_t)(m * ldc) * 4);
                     fill_bytes(a, m * lda);
                     fill_bytes(b, k * ldb);
                     for (int64_t i = 0; i < m; i++)
@@ -96,9 +97,8 @@ Test(qgemm, every_level_matches_the_defining_loop)
                         for (int by_rows = 0; by_rows < 2; by_rows++) {
                             for (int64_t i = 0; i < m * ldc; i++)
                                 got[i] = 0; /* the column past n stays 0 */
-                            vq__qgemm_args g = {m,   n,   k,  a,  lda, as,  za,
-                                                per, b,   ldb, bs, zb,  per, got,
-                                                ldc, NULL, NULL};
+                            vq__qgemm_args g = {m,   n,  k,  a,   lda, as,  za,   per, b,
+                                                ldb, bs, zb, per, got, ldc, NULL, NULL};
                             if (by_rows) {
                                 g.b = NULL;
                                 g.b_rows = rows_of;
@@ -182,18 +182,17 @@ Test(quantize_linear, matches_the_formula_per_axis)
                 vq_tensor *x = oc_rand(&r, xdts[xi], 3, shape, -300, 300);
                 int64_t d = axis < 0 ? 1 : shape[axis];
                 vq_tensor *s = oc_rand(&r, VQ_F32, axis < 0 ? 0 : 1, &d, 0.5, 3);
-                vq_tensor *z = oc_rand(&r, yd, axis < 0 ? 0 : 1, &d, ydt ? -20 : 0,
-                                       ydt ? 20 : 40);
+                vq_tensor *z = oc_rand(&r, yd, axis < 0 ? 0 : 1, &d, ydt ? -20 : 0, ydt ? 20 : 40);
                 vq_attr at = VQ_ATTR_I("axis", axis < 0 ? 1 : axis);
                 vq_tensor *in[3] = {x, s, z};
                 vq_tensor *y = oc_run1("quantize_linear", in, 3, &at, 1);
                 for (int64_t i = 0; i < vq_tensor_numel(x); i++) {
-                    int64_t c = axis < 0 ? 0
+                    int64_t c = axis < 0    ? 0
                                 : axis == 0 ? i / (shape[1] * shape[2])
                                 : axis == 1 ? i / shape[2] % shape[1]
                                             : i % shape[2];
-                    float v = nearbyintf((float)oc_get(x, i) / (float)oc_get(s, c)) +
-                              (float)oc_get(z, c);
+                    float v =
+                        nearbyintf((float)oc_get(x, i) / (float)oc_get(s, c)) + (float)oc_get(z, c);
                     cr_assert_eq(oc_get(y, i), sat(v, yd), "x %d axis %d: element %lld", (int)xi,
                                  axis, (long long)i);
                 }
@@ -220,8 +219,7 @@ Test(dequantize_linear, onnx_examples_and_half_scales)
     double xa[] = {3, 89, 34, 200, 74, 59, 5, 24, 24, 87, 32, 13, 245, 99, 4, 142, 121, 102};
     double sa[] = {2, 4, 5}, za[] = {84, 24, 196};
     int64_t shape[4] = {1, 3, 3, 2};
-    vq_tensor *ia[3] = {oc_from(VQ_U8, 4, shape, xa), vec_of(VQ_F32, 3, sa),
-                        vec_of(VQ_U8, 3, za)};
+    vq_tensor *ia[3] = {oc_from(VQ_U8, 4, shape, xa), vec_of(VQ_F32, 3, sa), vec_of(VQ_U8, 3, za)};
     vq_tensor *ya = oc_run1("dequantize_linear", ia, 3, NULL, 0);
     double wa[18];
     for (int i = 0; i < 18; i++)
@@ -309,8 +307,7 @@ Test(matmul_integer, broadcast_batches_and_zero_points_per_row_and_column)
             for (int64_t i = 0; i < m; i++)
                 for (int64_t j = 0; j < n; j++)
                     cr_assert_eq(oc_get(y, (e * m + i) * n + j),
-                                 mm_ref(a, b, za, zb, (e % 2) * m * k, (e / 2) * k * n, i, j, k,
-                                        n),
+                                 mm_ref(a, b, za, zb, (e % 2) * m * k, (e / 2) * k * n, i, j, k, n),
                                  "form %d: batch %lld (%lld, %lld)", form, (long long)e,
                                  (long long)i, (long long)j);
         for (int i = 0; i < 4; i++)
@@ -342,10 +339,14 @@ Test(qlinear_matmul, onnx_example)
 {
     double a[] = {208, 236, 0, 238, 3, 214, 255, 29};
     double b[] = {152, 51, 244, 60, 26, 255, 0, 127, 246, 127, 254, 247};
-    vq_tensor *in[8] = {oc_from(VQ_U8, 2, (int64_t[]){2, 4}, a), scalar_of(VQ_F32, 0.0066),
-                        scalar_of(VQ_U8, 113),  oc_from(VQ_U8, 2, (int64_t[]){4, 3}, b),
-                        scalar_of(VQ_F32, 0.00705), scalar_of(VQ_U8, 114),
-                        scalar_of(VQ_F32, 0.0107), scalar_of(VQ_U8, 118)};
+    vq_tensor *in[8] = {oc_from(VQ_U8, 2, (int64_t[]){2, 4}, a),
+                        scalar_of(VQ_F32, 0.0066),
+                        scalar_of(VQ_U8, 113),
+                        oc_from(VQ_U8, 2, (int64_t[]){4, 3}, b),
+                        scalar_of(VQ_F32, 0.00705),
+                        scalar_of(VQ_U8, 114),
+                        scalar_of(VQ_F32, 0.0107),
+                        scalar_of(VQ_U8, 118)};
     vq_tensor *y = oc_run1("qlinear_matmul", in, 8, NULL, 0);
     oc_assert_close(y, 2, (int64_t[]){2, 3}, (double[]){168, 115, 255, 1, 66, 151}, 0, 0);
     for (int i = 0; i < 8; i++)
@@ -374,10 +375,10 @@ Test(qlinear_matmul, per_row_and_column_scales_match_the_formula)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
                 int32_t acc = mm_ref(a, b, in[2], in[5], 0, 0, i, j, k, n);
-                float want = requant(acc, (float)oc_get(in[1], i), (float)oc_get(in[4], j), 0.3f,
-                                     7, yd);
-                cr_assert_eq(oc_get(y, i * n + j), want, "form %d (%lld, %lld)", form,
-                             (long long)i, (long long)j);
+                float want =
+                    requant(acc, (float)oc_get(in[1], i), (float)oc_get(in[4], j), 0.3f, 7, yd);
+                cr_assert_eq(oc_get(y, i * n + j), want, "form %d (%lld, %lld)", form, (long long)i,
+                             (long long)j);
             }
         for (int i = 0; i < 8; i++)
             vq_tensor_release(in[i]);
@@ -397,8 +398,8 @@ static int64_t out_dim(int64_t in, int64_t p0, int64_t p1, int64_t k, int64_t s,
 }
 
 /* The i32 convolution of (X - xz) and (W - wz[m]) at output element o. */
-static int32_t conv_ref(const struct geom *g, vq_tensor *x, vq_tensor *w, int32_t xz,
-                        vq_tensor *wz, int64_t oh, int64_t ow, int64_t o)
+static int32_t conv_ref(const struct geom *g, vq_tensor *x, vq_tensor *w, int32_t xz, vq_tensor *wz,
+                        int64_t oh, int64_t ow, int64_t o)
 {
     int64_t ox = o % ow, oy = o / ow % oh, m = o / (ow * oh) % g->m, n = o / (ow * oh * g->m);
     int64_t cg = g->c / g->g, mg = g->m / g->g, grp = m / mg;
@@ -478,8 +479,8 @@ Test(qlinear_conv, bias_and_per_channel_scales_match_the_formula)
             vq_dtype yd = form ? VQ_I8 : VQ_U8;
             int64_t M = g->m;
             vq_tensor *x = oc_rand(&r, VQ_U8, 4, (int64_t[]){g->n, g->c, g->h, g->w}, 0, 256);
-            vq_tensor *w = oc_rand(&r, VQ_I8, 4, (int64_t[]){M, g->c / g->g, g->kh, g->kw}, -128,
-                                   128);
+            vq_tensor *w =
+                oc_rand(&r, VQ_I8, 4, (int64_t[]){M, g->c / g->g, g->kh, g->kw}, -128, 128);
             vq_tensor *in[9] = {x,
                                 scalar_of(VQ_F32, 0.02),
                                 scalar_of(VQ_U8, 120),

@@ -220,9 +220,8 @@ static void quantize_portable(const float *x, int64_t n, float s, float z, vq_dt
 #if HAVE_X86
 /* The same, 16 at a time, for u8 and i8: the same bits (division, round
  * to nearest even, max with lo first so NaN gives lo). */
-__attribute__((target("avx512f"))) static void quantize_avx512(const float *x, int64_t n,
-                                                               float s, float z, vq_dtype ydt,
-                                                               void *y, int64_t o)
+__attribute__((target("avx512f"))) static void
+quantize_avx512(const float *x, int64_t n, float s, float z, vq_dtype ydt, void *y, int64_t o)
 {
     float lo, hi;
     int_range(ydt, &lo, &hi);
@@ -296,8 +295,8 @@ static int quantize_kernel(const vq__kcall *k)
         for (int64_t c = 0; c < w.d; c++) {
             int64_t base = (o * w.d + c) * w.inner;
             if (x->dtype == VQ_F32) {
-                quantize_block((const float *)x->data + base, w.inner, scale[c], zero[c],
-                               p->ydt, y->data, base);
+                quantize_block((const float *)x->data + base, w.inner, scale[c], zero[c], p->ydt,
+                               y->data, base);
                 continue;
             }
             for (int64_t i = 0; i < w.inner; i += QBUF) {
@@ -400,9 +399,9 @@ static int dynamic_kernel(const vq__kcall *k)
  * matmul, 1-D operands included. */
 struct mm_shape {
     int64_t m, n, k;
-    int bnd;                        /* batch dims of Out */
-    int64_t batch[VQ_MAX_DIMS];     /* Out's batch dims */
-    int64_t astride[VQ_MAX_DIMS];   /* A's matrices apart along each (0: broadcast) */
+    int bnd;                      /* batch dims of Out */
+    int64_t batch[VQ_MAX_DIMS];   /* Out's batch dims */
+    int64_t astride[VQ_MAX_DIMS]; /* A's matrices apart along each (0: broadcast) */
     int64_t bstride[VQ_MAX_DIMS];
 };
 
@@ -489,8 +488,7 @@ static int mm_run(const struct mm_shape *s, const vq_tensor *a, const vq_tensor 
                             .ldc = s->n};
         int rc = vq__qgemm(&g);
         if (rc < 0)
-            return vq__fail(rc, "%s: out of memory for the packed operands",
-                            "integer matmul");
+            return vq__fail(rc, "%s: out of memory for the packed operands", "integer matmul");
     }
     return 0;
 }
@@ -513,9 +511,9 @@ static int zero_ints(const vq_tensor *t, int32_t *z, int64_t n)
 /* requantize_row 16 at a time: the same bits (the i32 to f32 conversion
  * and the product round to nearest even as C's do). */
 __attribute__((target("avx512f"))) static void requantize_avx512(const int32_t *p, int32_t bias,
-                                                                 const float *mult, int ms,
-                                                                 float z, vq_dtype ydt, void *y,
-                                                                 int64_t o, int64_t n)
+                                                                 const float *mult, int ms, float z,
+                                                                 vq_dtype ydt, void *y, int64_t o,
+                                                                 int64_t n)
 {
     float lo, hi;
     int_range(ydt, &lo, &hi);
@@ -572,8 +570,8 @@ static int multipliers(float sa, const float *sb, int64_t nb, float sy, float *m
 /* ---- matmul_integer, qlinear_matmul ---- */
 
 static const char *const mi_in[] = {"A", "B", "AZeroPoint", "BZeroPoint"};
-static const char *const qm_in[] = {"A",          "AScale", "AZeroPoint", "B",
-                                    "BScale",     "BZeroPoint", "YScale", "YZeroPoint"};
+static const char *const qm_in[] = {"A",      "AScale",     "AZeroPoint", "B",
+                                    "BScale", "BZeroPoint", "YScale",     "YZeroPoint"};
 
 /* A's rows (M) and B's columns (N) as inference sees them. */
 static void mm_dims(const vq__infer *c, int ia, int ib, int64_t *m, int64_t *n)
@@ -675,7 +673,7 @@ static int qlinear_matmul_kernel(const vq__kcall *k)
 /* ---- conv_integer, qlinear_conv ---- */
 
 static const char *const ci_in[] = {"X", "W", "XZeroPoint", "WZeroPoint"};
-static const char *const qc_in[] = {"X",          "XScale", "XZeroPoint", "W",         "WScale",
+static const char *const qc_in[] = {"X",          "XScale", "XZeroPoint", "W", "WScale",
                                     "WZeroPoint", "YScale", "YZeroPoint", "B"};
 
 /* X (slot ix), W (slot iw) and the attributes: Out's meta (i32) and p. */
@@ -699,8 +697,8 @@ static int qconv_meta(vq__infer *c, int ix, int iw, struct quant_params *p)
         return vq__in_fail(c, iw, "has %lld input channels per group; X has %lld in %lld groups",
                            (long long)cg, (long long)C, (long long)groups);
     int64_t hw[2];
-    if ((rc = vq__window_out_hw(c, &p->w, x->shape[2], x->shape[3], w->shape[2], w->shape[3],
-                                false, hw)) < 0)
+    if ((rc = vq__window_out_hw(c, &p->w, x->shape[2], x->shape[3], w->shape[2], w->shape[3], false,
+                                hw)) < 0)
         return rc;
     c->out[0] = (vq__meta){.dtype = VQ_I32, .ndim = 4, .shape = {x->shape[0], M, hw[0], hw[1]}};
     return 0;
@@ -824,8 +822,8 @@ __attribute__((target("avx512f"))) static void dw_plane_avx512(const struct dw_j
                 for (int64_t kj = 0; kj < w->kw; kj++) {
                     __m128i b = _mm_loadu_si128((const __m128i *)(r + kj * w->dw));
                     __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(b), xz);
-                    acc = _mm512_add_epi32(
-                        acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(wv[ki * w->kw + kj])));
+                    acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(v, _mm512_set1_epi32(
+                                                                          wv[ki * w->kw + kj])));
                 }
             }
             _mm512_mask_storeu_epi32(o + oi * w->ow + oj, m, acc);
@@ -864,7 +862,8 @@ static bool dw_planes_avx512(const struct dw_job *j, int64_t lo, int64_t hi)
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("vect-cost-model=cheap")))
 #endif
-static int dw_planes(void *arg, int64_t lo, int64_t hi, int slot)
+static int
+dw_planes(void *arg, int64_t lo, int64_t hi, int slot)
 {
     (void)slot;
     const struct dw_job *j = arg;
@@ -929,8 +928,8 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
     if (cg == 1 && mg == 1 && groups > 1 && win.kh * win.kw <= DW_MAX_TAPS) {
         /* the sums stay far inside i32: |x - xz|, |w - wz| < 2^9, at most
          * 2^8 taps */
-        struct dw_job j = {&win, x->data, w->data, x->dtype == VQ_I8, w->dtype == VQ_I8,
-                           xz, wz, wzs, p, groups};
+        struct dw_job j = {&win, x->data, w->data, x->dtype == VQ_I8, w->dtype == VQ_I8, xz, wz,
+                           wzs,  p,       groups};
         return vq__parallel_for(win.n * groups, 4, dw_planes, &j);
     }
     bool direct = win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.pt == 0 &&
@@ -938,7 +937,8 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
     int rc = 0;
     for (int64_t n = 0; rc == 0 && n < win.n; n++)
         for (int64_t g = 0; rc == 0 && g < groups; g++) {
-            const uint8_t *xg = (const uint8_t *)x->data + (n * x->shape[1] + g * cg) * win.h * win.w;
+            const uint8_t *xg =
+                (const uint8_t *)x->data + (n * x->shape[1] + g * cg) * win.h * win.w;
             struct im2col_src src = {xg, &win, (uint8_t)xz};
             vq__qgemm_args a = {.m = mg,
                                 .n = ncol,
@@ -1004,8 +1004,8 @@ static int qlinear_conv_kernel(const vq__kcall *k)
         for (int64_t m = 0; m < M; m++) {
             int64_t o = (n * M + m) * plane;
             requantize_row((const int32_t *)prod->data + o,
-                           bias ? ((const int32_t *)bias->data)[m] : 0, mult + (nsw > 1 ? m : 0),
-                           0, yzero, y->dtype, y->data, o, plane);
+                           bias ? ((const int32_t *)bias->data)[m] : 0, mult + (nsw > 1 ? m : 0), 0,
+                           yzero, y->dtype, y->data, o, plane);
         }
     vq_tensor_release(prod);
     vq_tensor_release(z);
@@ -1024,11 +1024,11 @@ static const vq__attr_spec conv_attrs[] = {
     {"groups", VQ_ATTR_INT, false, "1"},
 };
 
-#define QOP(name, ins, nins, outs, nouts, fl, at, nat, inf, ker)                              \
-    {                                                                                       \
-        .type = name, .in_slots = ins, .nin_slots = nins, .out_slots = outs,                \
-        .nout_slots = nouts, .flags = VQ__EXT_DTYPES | (fl), .attrs = at, .nattrs = nat,    \
-        .params_size = sizeof(struct quant_params), .infer = inf, .kernel = {ker},          \
+#define QOP(name, ins, nins, outs, nouts, fl, at, nat, inf, ker)                                  \
+    {                                                                                             \
+        .type = name, .in_slots = ins, .nin_slots = nins, .out_slots = outs, .nout_slots = nouts, \
+        .flags = VQ__EXT_DTYPES | (fl), .attrs = at, .nattrs = nat,                               \
+        .params_size = sizeof(struct quant_params), .infer = inf, .kernel = {ker},                \
     }
 
 const vq__op_def vq__ops_quant[] = {
@@ -1036,8 +1036,7 @@ const vq__op_def vq__ops_quant[] = {
         conv_integer_kernel),
     QOP("dequantize_linear", q_in, 3, y_out, 1, VQ__OPTIONAL_IN, axis_attrs, 1, dequantize_infer,
         dequantize_kernel),
-    QOP("dynamic_quantize_linear", dq_in, 1, dq_out, 3, 0, NULL, 0, dynamic_infer,
-        dynamic_kernel),
+    QOP("dynamic_quantize_linear", dq_in, 1, dq_out, 3, 0, NULL, 0, dynamic_infer, dynamic_kernel),
     QOP("matmul_integer", mi_in, 4, y_out, 1, 0, NULL, 0, matmul_integer_infer,
         matmul_integer_kernel),
     QOP("qlinear_conv", qc_in, 9, y_out, 1, VQ__OPTIONAL_IN, conv_attrs, 4, qlinear_conv_infer,

@@ -47,7 +47,8 @@
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("vect-cost-model=cheap")))
 #endif
-static int qgemm_portable(const vq__qgemm_args *g)
+static int
+qgemm_portable(const vq__qgemm_args *g)
 {
     int64_t m = g->m, n = g->n, k = g->k;
     uint32_t *acc = malloc((size_t)(n ? n : 1) * 2 * sizeof *acc);
@@ -137,8 +138,8 @@ __attribute__((target("avx512f,avx512bw"))) static void pack_a_row_u8(const stru
     for (int64_t p = 0; p < pk->kg; p += 64) {
         int64_t left = g->k - p;
         __mmask64 m = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
-        __m512i v = _mm512_maskz_mov_epi8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src + p),
-                                                              flip));
+        __m512i v =
+            _mm512_maskz_mov_epi8(m, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src + p), flip));
         int64_t room = pk->kg - p;
         __mmask64 w = room >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << room) - 1;
         _mm512_mask_storeu_epi8(dst + p, w, v);
@@ -220,8 +221,7 @@ vnni_pack_rows(const struct packed *pk, int64_t p, const uint8_t *const rows[4])
             uint8_t fl = g->b_signed ? 0 : 0x80;
             for (int c = 0; c < 16; c++)
                 for (int t = 0; t < 4; t++)
-                    dst[c * 4 + t] =
-                        rows[t] && j0 + c < g->n ? (int8_t)(rows[t][j0 + c] ^ fl) : 0;
+                    dst[c * 4 + t] = rows[t] && j0 + c < g->n ? (int8_t)(rows[t][j0 + c] ^ fl) : 0;
         }
         __m512i sum = _mm512_loadu_si512(pk->cb + j0);
         _mm512_storeu_si512(pk->cb + j0, _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(dst)));
@@ -276,12 +276,12 @@ vnni_tile(const struct packed *pk, int64_t i0, int64_t q)
     for (int64_t p = 0; p < kg; p += 4) {
         __m512i v0 = _mm512_load_si512(b0 + p * 16), v1 = _mm512_load_si512(b1 + p * 16);
         int32_t w;
-#define VN_ROW(r)                                               \
-    memcpy(&w, a + (r)*kg + p, 4);                              \
-    {                                                           \
-        __m512i ab = _mm512_set1_epi32(w);                      \
-        c##r##0 = _mm512_dpbusd_epi32(c##r##0, ab, v0);         \
-        c##r##1 = _mm512_dpbusd_epi32(c##r##1, ab, v1);         \
+#define VN_ROW(r)                                       \
+    memcpy(&w, a + (r)*kg + p, 4);                      \
+    {                                                   \
+        __m512i ab = _mm512_set1_epi32(w);              \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, ab, v0); \
+        c##r##1 = _mm512_dpbusd_epi32(c##r##1, ab, v1); \
     }
         VN_ROW(0) VN_ROW(1) VN_ROW(2) VN_ROW(3) VN_ROW(4) VN_ROW(5)
 #undef VN_ROW
@@ -410,12 +410,12 @@ __attribute__((target("avx2"))) static void avx2_tile(const struct packed *pk, i
         __m256i v0 = _mm256_load_si256((const __m256i *)(b0 + p * 8));
         __m256i v1 = _mm256_load_si256((const __m256i *)(b1 + p * 8));
         int32_t w;
-#define AV_ROW(r)                                                                \
-    memcpy(&w, a + (r)*kg + p, 4);                                               \
-    {                                                                            \
-        __m256i ab = _mm256_set1_epi32(w);                                       \
-        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(ab, v0));          \
-        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(ab, v1));          \
+#define AV_ROW(r)                                                       \
+    memcpy(&w, a + (r)*kg + p, 4);                                      \
+    {                                                                   \
+        __m256i ab = _mm256_set1_epi32(w);                              \
+        c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(ab, v0)); \
+        c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(ab, v1)); \
     }
         AV_ROW(0) AV_ROW(1) AV_ROW(2) AV_ROW(3) AV_ROW(4) AV_ROW(5)
 #undef AV_ROW

@@ -6,7 +6,7 @@
  *   w_q -> DequantizeLinear -^  (Conv: bias b_i32 -> DequantizeLinear -^)
  *
  * becomes one QLinearConv / QLinearMatMul of x_q, w_q (and b_i32) writing
- * y_q: the integer kernel (ops/cpu/quant.c) instead of dequantizing, an
+ * y_q: the integer kernel (ops/cpu/qproduct.c) instead of dequantizing, an
  * f32 product and quantizing again. The product's sums are then exact and
  * rounded once (ONNX Runtime fuses the same way; the unfused ops round
  * each f32 sum, so a y_q may differ by one step where the f32 result lies

@@ -1,4 +1,4 @@
-/* ONNX's quantized ops as varq's (ops/cpu/quant.c): QuantizeLinear and
+/* ONNX's quantized ops as varq's (ops/cpu/quant.c, qproduct.c): QuantizeLinear and
  * DequantizeLinear (opsets 10 to 19: per tensor, per axis since 13, f16
  * and bf16 scales since 19; the float8 types of 19 have no varq dtype),
  * DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul and

@@ -65,6 +65,7 @@ extern const vq__op_def vq__ops_dft[];
 extern const vq__op_def vq__ops_dynamic[];
 extern const vq__op_def vq__ops_rnn[];
 extern const vq__op_def vq__ops_quant[];
+extern const vq__op_def vq__ops_qproduct[];
 
 /* Adds a registered op's definition to the table (registry.c): VQ_EINVAL
  * when its type is taken. d must live for the rest of the process.

@@ -28,6 +28,7 @@ static const vq__op_def *const family[] = {
     vq__ops_prod,        vq__ops_shape_value, vq__ops_scatter, vq__ops_lrn,     vq__ops_sequence,
     vq__ops_sample,      vq__ops_einsum,      vq__ops_det,     vq__ops_unpool,  vq__ops_dft,
     vq__ops_dynamic,     vq__ops_rnn,         vq__ops_tfidf,   vq__ops_fused,   vq__ops_quant,
+    vq__ops_qproduct,
 };
 
 #define MAX_OPS 256 /* built-in ones */

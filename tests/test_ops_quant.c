@@ -1,4 +1,4 @@
-/* The quantized ops (ops/cpu/quant.c) and the 8-bit integer product under
+/* The quantized ops (ops/cpu/quant.c, qproduct.c) and the 8-bit integer product under
  * them (ops/math/qgemm.c): the product at every level the CPU has
  * (portable, AVX2, AVX-512 VNNI) bit-exact against the defining loop over
  * sizes across its tiles' edges, every u8 / i8 pairing and per-row /

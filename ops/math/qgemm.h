@@ -1,5 +1,5 @@
 /* varq's 8-bit integer matrix product (ops/math/qgemm.c), which the
- * quantized ops (ops/cpu/quant.c: matmul_integer, conv_integer,
+ * quantized ops (ops/cpu/qproduct.c: matmul_integer, conv_integer,
  * qlinear_matmul, qlinear_conv) run on: exact i32 sums of products of u8
  * or i8 operands less their zero points, as ONNX's MatMulInteger defines
  * them, with AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddwd on operands widened

@@ -82,16 +82,15 @@ static Onnx__ModelProto *qdq_conv_model(bool extra)
     return m;
 }
 
-/* yq of the imported model on xq. */
-static vq_tensor *run_model(struct imported *im)
+/* yq of the imported model on xq, run on r (freed after the model's
+ * scope: onnx_models.h's run_free). */
+static vq_tensor *run_model(struct run *r, struct imported *im)
 {
-    struct run r = run_new();
     vq_tensor *tx = tensor_of(VQ_U8, 4, (int64_t[]){1, 3, 6, 6}, xq);
     vq_feed feed = {"xq", tx};
     vq_fetch fetch = {"yq", NULL};
-    cr_assert_eq(vq_exec_run(r.ex, im->p, im->s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
+    cr_assert_eq(vq_exec_run(r->ex, im->p, im->s, &feed, 1, &fetch, 1), 0, "%s", vq_errmsg());
     vq_tensor_release(tx);
-    run_free(&r);
     return fetch.tensor;
 }
 
@@ -103,7 +102,8 @@ Test(onnx_quant, qdq_conv_is_one_qlinear_conv_with_its_bits)
     cr_assert(strstr(text, "qlinear_conv"), "%s", text);
     cr_assert(!strstr(text, "conv2d") && !strstr(text, "quantize_linear"), "%s", text);
     free(text);
-    vq_tensor *y = run_model(&im);
+    struct run r = run_new();
+    vq_tensor *y = run_model(&r, &im);
     /* the op itself on the same tensors */
     int64_t four = 4;
     vq_tensor *in[9] = {tensor_of(VQ_U8, 4, (int64_t[]){1, 3, 6, 6}, xq),
@@ -137,6 +137,7 @@ Test(onnx_quant, qdq_conv_is_one_qlinear_conv_with_its_bits)
     for (int i = 0; i < 9; i++)
         vq_tensor_release(in[i]);
     imported_free(&im);
+    run_free(&r);
 }
 
 Test(onnx_quant, a_dequantized_input_read_twice_stays_unfused)
@@ -147,7 +148,8 @@ Test(onnx_quant, a_dequantized_input_read_twice_stays_unfused)
     cr_assert(strstr(text, "conv2d") && !strstr(text, "qlinear_conv"), "%s", text);
     free(text);
     struct imported fused = import_ok(qdq_conv_model(false));
-    vq_tensor *y = run_model(&im), *yf = run_model(&fused);
+    struct run r = run_new();
+    vq_tensor *y = run_model(&r, &im), *yf = run_model(&r, &fused);
     const uint8_t *a = vq_tensor_data(y), *b = vq_tensor_data(yf);
     for (int i = 0; i < 144; i++)
         cr_assert(abs(a[i] - b[i]) <= 1, "[%d]: unfused %d, fused %d", i, a[i], b[i]);
@@ -155,6 +157,7 @@ Test(onnx_quant, a_dequantized_input_read_twice_stays_unfused)
     vq_tensor_release(yf);
     imported_free(&im);
     imported_free(&fused);
+    run_free(&r);
 }
 
 /* MatMul with B per column (axis 1 of [K, N]): one qlinear_matmul. */
@@ -203,8 +206,8 @@ Test(onnx_quant, qdq_matmul_with_per_column_weights_is_one_qlinear_matmul)
         }
     vq_tensor_release(fetch.tensor);
     vq_tensor_release(ta);
-    run_free(&r);
     imported_free(&im);
+    run_free(&r);
 }
 
 /* MatMulInteger without zero points, and a ConvInteger over lines ([N, C,
@@ -243,6 +246,6 @@ Test(onnx_quant, integer_products_default_zero_points_and_1d_windows)
         vq_tensor_release(t[i]);
     vq_tensor_release(fetch[0].tensor);
     vq_tensor_release(fetch[1].tensor);
-    run_free(&r);
     imported_free(&im);
+    run_free(&r);
 }

@@ -85,23 +85,18 @@ static void call(int method)
         run_op("qlinear_matmul", in, 8);
     } else {
         int32_t z0 = 3, z1 = -2;
-        vq__qgemm_args g = {M,
-                            N,
-                            K,
-                            vq_tensor_data(aq),
-                            K,
-                            false,
-                            &z0,
-                            0,
-                            vq_tensor_data(bq),
-                            N,
-                            true,
-                            &z1,
-                            0,
-                            craw,
-                            N,
-                            NULL,
-                            NULL};
+        vq__qgemm_args g = {.m = M,
+                            .n = N,
+                            .k = K,
+                            .a = vq_tensor_data(aq),
+                            .lda = K,
+                            .za = &z0,
+                            .b = vq_tensor_data(bq),
+                            .ldb = N,
+                            .b_signed = true,
+                            .zb = &z1,
+                            .c = craw,
+                            .ldc = N};
         vq__qgemm_at((enum vq__isa_level)(method - 3), &g);
     }
 }

@@ -2,7 +2,8 @@
  * them (ops/math/qgemm.c): the product at every level the CPU has
  * (portable, AVX2, AVX-512 VNNI) bit-exact against the defining loop over
  * sizes across its tiles' edges, every u8 / i8 pairing and per-row /
- * per-column zero points, B in memory and given row by row; quantize_linear, dequantize_linear and
+ * per-column zero points, B in memory, written row by row or read through
+ * row pointers; quantize_linear, dequantize_linear and
  * dynamic_quantize_linear against ONNX's formulas (and the spec's own
  * examples), rounding half to even and saturating; matmul_integer,
  * conv_integer, qlinear_matmul and qlinear_conv bit-exact against plain
@@ -60,6 +61,13 @@ static void rows_of(const void *ctx, int64_t p0, int64_t np, uint8_t *dst, int64
         memcpy(dst + r * ldd, s->b + (p0 + r) * s->ldb, (size_t)s->n);
 }
 
+/* B's rows read in place through qgemm.h's b_row. */
+static const uint8_t *row_at(const void *ctx, int64_t p)
+{
+    const struct rows_src *s = ctx;
+    return s->b + p * s->ldb;
+}
+
 Test(qgemm, every_level_matches_the_defining_loop)
 {
     rng = oc_seed("qgemm");
@@ -94,14 +102,15 @@ Test(qgemm, every_level_matches_the_defining_loop)
                         }
                     struct rows_src src = {b, ldb, n};
                     for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++)
-                        for (int by_rows = 0; by_rows < 2; by_rows++) {
+                        for (int by_rows = 0; by_rows < 3; by_rows++) {
                             for (int64_t i = 0; i < m * ldc; i++)
                                 got[i] = 0; /* the column past n stays 0 */
                             vq__qgemm_args g = {m,   n,  k,  a,   lda, as,  za,   per, b,
-                                                ldb, bs, zb, per, got, ldc, NULL, NULL};
+                                                ldb, bs, zb, per, got, ldc, NULL, NULL, NULL};
                             if (by_rows) {
                                 g.b = NULL;
-                                g.b_rows = rows_of;
+                                g.b_rows = by_rows == 1 ? rows_of : NULL;
+                                g.b_row = by_rows == 2 ? row_at : NULL;
                                 g.b_ctx = &src;
                             }
                             cr_assert_eq(vq__qgemm_at((enum vq__isa_level)l, &g), 0);
@@ -110,7 +119,7 @@ Test(qgemm, every_level_matches_the_defining_loop)
                                              "%s%s: m %lld n %lld k %lld form %d: C[%lld] is %d, "
                                              "not %d",
                                              vq__qgemm_path((enum vq__isa_level)l),
-                                             by_rows ? " (rows)" : "", (long long)m, (long long)n,
+                                             by_rows ? " (by rows)" : "", (long long)m, (long long)n,
                                              (long long)k, form, (long long)i, got[i], want[i]);
                         }
                     free(a), free(b), free(za), free(zb), free(want), free(got);
@@ -127,7 +136,7 @@ Test(qgemm, extreme_values_are_exact)
     memset(a, 255, (size_t)(m * k));
     memset(b, 0x80, (size_t)(k * n)); /* i8 -128 */
     for (int l = VQ__ISA_PORTABLE; l <= (int)vq__isa_cpu(); l++) {
-        vq__qgemm_args g = {m, n, k, a, k, false, &z, 0, b, n, true, &z, 0, c, n, NULL, NULL};
+        vq__qgemm_args g = {m, n, k, a, k, false, &z, 0, b, n, true, &z, 0, c, n, NULL, NULL, NULL};
         cr_assert_eq(vq__qgemm_at((enum vq__isa_level)l, &g), 0);
         for (int64_t i = 0; i < m * n; i++)
             cr_assert_eq(c[i], -255 * 128 * 1000, "%s", vq__qgemm_path((enum vq__isa_level)l));
@@ -422,6 +431,8 @@ static const struct geom geoms[] = {
     {2, 3, 7, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* padded 3x3 */
     {1, 4, 9, 6, 6, 2, 3, 2, 1, 0, 2, 1, 0, 2, 1, 2},  /* strides, dilation, groups */
     {1, 16, 5, 5, 8, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1}, /* 1x1: no im2col */
+    {2, 5, 8, 9, 6, 3, 2, 1, 1, 2, 0, 1, 3, 2, 1, 1},  /* stride 1: dilated, uneven pads */
+    {1, 3, 5, 5, 2, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* 1x1 padded */
     {1, 6, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 6},  /* depthwise */
     {2, 3, 9, 21, 3, 3, 3, 1, 1, 0, 2, 1, 0, 2, 1, 3}, /* depthwise: dilated, uneven pads */
     {1, 4, 7, 7, 4, 3, 3, 2, 2, 1, 1, 0, 0, 1, 1, 4},  /* depthwise, strided */

@@ -13,8 +13,10 @@
  *   (W - WZeroPoint), padding contributing 0; XZeroPoint one value,
  *   WZeroPoint one value or [M] (per output channel). A depthwise call
  *   (one input and one output channel per group) sums its taps directly;
- *   the others run the integer GEMM per image and group on im2col's rows
- *   (padding filled with the zero point), which it asks for 4 at a time.
+ *   the others run the integer GEMM per image and group: at stride 1 on
+ *   the input padded once with the zero point, each tap's rows read in
+ *   place (wide_conv); else on im2col's rows (padding filled with the zero
+ *   point), which it asks for 4 at a time.
  * qlinear_matmul(A, AScale, AZeroPoint, B, BScale, BZeroPoint, YScale,
  *   YZeroPoint) -> Y: the integer product P of matmul_integer, then Y =
  *   saturate(round(f32(P) * (AScale * BScale / YScale)) + YZeroPoint), the
@@ -434,6 +436,66 @@ static void im2col_rows(const void *ctx, int64_t r0, int64_t nr, uint8_t *col, i
     }
 }
 
+/* A convolution of stride 1 as a product of "wide" rows: X's group copied
+ * once into planes padded with the zero point (hp x wp), im2col's row of
+ * channel c and tap (ki, kj) is then the padded planes from (c, ki dh, kj
+ * dw) on, oh rows of wp bytes, in place: the product's columns are the
+ * output rows at the padded width, of which the first ow are the output's
+ * (the last dw (kw - 1) of each row mix neighbouring rows, and are
+ * dropped). */
+struct wide_src {
+    const uint8_t *pad;
+    int64_t hp, wp, kh, kw, dh, dw;
+};
+
+static const uint8_t *wide_row(const void *ctx, int64_t r)
+{
+    const struct wide_src *s = ctx;
+    int64_t ch = r / (s->kh * s->kw), ki = r / s->kw % s->kh, kj = r % s->kw;
+    return s->pad + (ch * s->hp + ki * s->dh) * s->wp + kj * s->dw;
+}
+
+/* The i32 convolution of one image's group xg (cg planes) by stride-1
+ * window win into out (mg planes of oh x ow), through the wide rows; a
+ * the weights' (mg x kc), zero points as qgemm takes them. */
+static int wide_conv(const vq__kcall *k, const vq__window *win, const uint8_t *xg, int64_t cg,
+                     vq__qgemm_args a, int32_t *out)
+{
+    int64_t hp = win->h + win->pt + win->pb, wp = win->w + win->pl + win->pr;
+    int64_t slack = win->dw * (win->kw - 1) + 64, ncol = win->oh * wp;
+    vq_tensor *pt = NULL, *ct = NULL;
+    int rc = vq__kernel_scratch(k, VQ_U8, cg * hp * wp + slack, "padded planes", &pt);
+    if (rc == 0)
+        rc = vq__kernel_scratch(k, VQ_I32, a.m * ncol, "wide product", &ct);
+    if (rc < 0) {
+        vq_tensor_release(pt);
+        return rc;
+    }
+    uint8_t *pad = pt->data;
+    memset(pad, (uint8_t)*a.zb, (size_t)(cg * hp * wp + slack));
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t y = 0; y < win->h; y++)
+            memcpy(pad + (c * hp + y + win->pt) * wp + win->pl, xg + (c * win->h + y) * win->w,
+                   (size_t)win->w);
+    struct wide_src src = {pad, hp, wp, win->kh, win->kw, win->dh, win->dw};
+    a.n = ncol;
+    a.ldc = ncol;
+    a.c = ct->data;
+    a.b = NULL;
+    a.b_rows = NULL;
+    a.b_row = wide_row;
+    a.b_ctx = &src;
+    if ((rc = vq__qgemm(&a)) < 0)
+        rc = vq__fail(rc, "%s: out of memory for the packed operands", k->def->type);
+    for (int64_t m = 0; rc == 0 && m < a.m; m++)
+        for (int64_t oi = 0; oi < win->oh; oi++)
+            memcpy(out + (m * win->oh + oi) * win->ow, (const int32_t *)ct->data + m * ncol + oi * wp,
+                   (size_t)win->ow * sizeof *out);
+    vq_tensor_release(ct);
+    vq_tensor_release(pt);
+    return rc;
+}
+
 /* ---- depthwise: one input and one output channel per group ---- */
 
 #define DW_MAX_TAPS 256
@@ -605,7 +667,9 @@ static int qconv_run(const vq__kcall *k, const struct quant_params *prm, const v
                                 .ldc = ncol,
                                 .b_rows = direct ? NULL : im2col_rows,
                                 .b_ctx = &src};
-            if ((rc = vq__qgemm(&a)) < 0)
+            if (!direct && win.sh == 1 && win.sw == 1)
+                rc = wide_conv(k, &win, xg, cg, a, a.c);
+            else if ((rc = vq__qgemm(&a)) < 0)
                 rc = vq__fail(rc, "%s: out of memory for the packed operands", k->def->type);
         }
     return rc;

@@ -243,7 +243,9 @@ static int vnni_pack_b(const struct packed *pk)
         if (strip)
             g->b_rows(g->b_ctx, p, nv, strip, g->n);
         for (int64_t t = 0; t < nv; t++)
-            rows[t] = strip ? strip + t * g->n : (const uint8_t *)g->b + (p + t) * g->ldb;
+            rows[t] = strip      ? strip + t * g->n
+                      : g->b_row ? g->b_row(g->b_ctx, p + t)
+                                 : (const uint8_t *)g->b + (p + t) * g->ldb;
         vnni_pack_rows(pk, p, rows);
     }
     free(strip);
@@ -515,17 +517,22 @@ int vq__qgemm_at(enum vq__isa_level l, const vq__qgemm_args *g)
         return 0;
     }
     enum path path = path_at(l);
-    if (path == VNNI || !g->b_rows)
+    if (path == VNNI || (!g->b_rows && !g->b_row))
         return run_path(path, g);
     /* the other paths read B whole: its rows written out first */
     uint8_t *b = malloc((size_t)(g->k * g->n));
     if (!b)
         return VQ_ENOMEM;
-    g->b_rows(g->b_ctx, 0, g->k, b, g->n);
+    if (g->b_rows)
+        g->b_rows(g->b_ctx, 0, g->k, b, g->n);
+    else
+        for (int64_t p = 0; p < g->k; p++)
+            memcpy(b + p * g->n, g->b_row(g->b_ctx, p), (size_t)g->n);
     vq__qgemm_args whole = *g;
     whole.b = b;
     whole.ldb = g->n;
     whole.b_rows = NULL;
+    whole.b_row = NULL;
     int rc = run_path(path, &whole);
     free(b);
     return rc;

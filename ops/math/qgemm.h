@@ -39,6 +39,10 @@ typedef struct vq__qgemm_args {
      * for a few rows at a time where it can, so that the whole matrix is
      * never written out. */
     void (*b_rows)(const void *b_ctx, int64_t p0, int64_t np, uint8_t *dst, int64_t ldd);
+    /* Or, when set, B's row p is the n bytes at b_row(b_ctx, p), read in
+     * place (rows that overlap in memory: a padded image seen through
+     * each tap of a convolution of stride 1). */
+    const uint8_t *(*b_row)(const void *b_ctx, int64_t p);
     const void *b_ctx;
 } vq__qgemm_args;
 

@@ -105,7 +105,7 @@ Test(qgemm, every_level_matches_the_defining_loop)
                         for (int by_rows = 0; by_rows < 3; by_rows++) {
                             for (int64_t i = 0; i < m * ldc; i++)
                                 got[i] = 0; /* the column past n stays 0 */
-                            vq__qgemm_args g = {m,   n,  k,  a,   lda, as,  za,   per, b,
+                            vq__qgemm_args g = {m,   n,  k,  a,   lda, as,  za,   per,  b,
                                                 ldb, bs, zb, per, got, ldc, NULL, NULL, NULL};
                             if (by_rows) {
                                 g.b = NULL;
@@ -119,8 +119,9 @@ Test(qgemm, every_level_matches_the_defining_loop)
                                              "%s%s: m %lld n %lld k %lld form %d: C[%lld] is %d, "
                                              "not %d",
                                              vq__qgemm_path((enum vq__isa_level)l),
-                                             by_rows ? " (by rows)" : "", (long long)m, (long long)n,
-                                             (long long)k, form, (long long)i, got[i], want[i]);
+                                             by_rows ? " (by rows)" : "", (long long)m,
+                                             (long long)n, (long long)k, form, (long long)i, got[i],
+                                             want[i]);
                         }
                     free(a), free(b), free(za), free(zb), free(want), free(got);
                 }

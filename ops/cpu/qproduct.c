@@ -489,8 +489,8 @@ static int wide_conv(const vq__kcall *k, const vq__window *win, const uint8_t *x
         rc = vq__fail(rc, "%s: out of memory for the packed operands", k->def->type);
     for (int64_t m = 0; rc == 0 && m < a.m; m++)
         for (int64_t oi = 0; oi < win->oh; oi++)
-            memcpy(out + (m * win->oh + oi) * win->ow, (const int32_t *)ct->data + m * ncol + oi * wp,
-                   (size_t)win->ow * sizeof *out);
+            memcpy(out + (m * win->oh + oi) * win->ow,
+                   (const int32_t *)ct->data + m * ncol + oi * wp, (size_t)win->ow * sizeof *out);
     vq_tensor_release(ct);
     vq_tensor_release(pt);
     return rc;

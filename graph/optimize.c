@@ -84,8 +84,8 @@ struct xop {
     const char *type; /* the program's, or a static string */
     const vq__op_def *def;
     int nin, nout;
-    int *in, *out;          /* own copies (room for MAX_IO inputs) */
-    const vq_attr *attrs;   /* the program's, or own */
+    int *in, *out;        /* own copies (room for MAX_IO inputs) */
+    const vq_attr *attrs; /* the program's, or own */
     int nattrs;
     int priority;
     bool dead;
@@ -258,8 +258,7 @@ static int pass_noop(struct opt *o)
         int in = x->in[0], out = x->out[0];
         bool noop = false;
         if (!strcmp(x->type, "reshape") || !strcmp(x->type, "transpose"))
-            noop = same_meta(decl(o, in), decl(o, out)) &&
-                   (x->type[0] == 'r' || perm_identity(x));
+            noop = same_meta(decl(o, in), decl(o, out)) && (x->type[0] == 'r' || perm_identity(x));
         else if (!strcmp(x->type, "cast"))
             noop = decl(o, in)->dtype == decl(o, out)->dtype;
         if (!noop || o->keep[out] || o->writers[out] != 1 || !movable(o, in, i))
@@ -315,8 +314,7 @@ static bool hard_swish_at(struct opt *o, int ia)
             have_mul = true;
         } else if (have_max && have_min && !have_div &&
                    ((is(y, "div") && binary_const(o, y, v, &c, &side) && side == 0 && c == 6) ||
-                    (is(y, "mul") && binary_const(o, y, v, &c, &side) &&
-                     fabs(c * 6 - 1) < 1e-6) ||
+                    (is(y, "mul") && binary_const(o, y, v, &c, &side) && fabs(c * 6 - 1) < 1e-6) ||
                     (is(y, "scale") && fabs(attr_float(y, "scale", 1) * 6 - 1) < 1e-6 &&
                      attr_float(y, "bias", 0) == 0))) {
             have_div = true;
@@ -366,8 +364,8 @@ static bool silu_at(struct opt *o, int is_)
     return true;
 }
 
-static const char *const conv_acts[] = {"relu",         "sigmoid",   "tanh", "silu",
-                                        "hard_sigmoid", "hard_swish"};
+static const char *const conv_acts[] = {"relu", "sigmoid",      "tanh",
+                                        "silu", "hard_sigmoid", "hard_swish"};
 
 static int pass_conv_act(struct opt *o)
 {
@@ -392,8 +390,7 @@ static int pass_conv_act(struct opt *o)
         for (int k = 0; k < (int)(sizeof conv_acts / sizeof conv_acts[0]); k++)
             if (is(a, conv_acts[k]))
                 which = k;
-        if (which < 0 || a->nin != 1 || a->nout != 1 || a->in[0] != v ||
-            a->priority != c->priority)
+        if (which < 0 || a->nin != 1 || a->nout != 1 || a->in[0] != v || a->priority != c->priority)
             continue;
         bool hs = !strcmp(conv_acts[which], "hard_sigmoid");
         vq_attr *at = attrs_grow(c, 3);
@@ -416,7 +413,8 @@ static int pass_conv_act(struct opt *o)
 enum { FE_ACT, FE_MATH, FE_BIN, FE_SCALE, FE_MAX, FE_MIN }; /* ops/cpu/fused.c's kinds */
 enum { FE_MAX_STEPS = 16 };
 
-static const char *const fe_acts[] = {"relu", "sigmoid", "tanh", "silu", "hard_sigmoid", "hard_swish"};
+static const char *const fe_acts[] = {"relu", "sigmoid",      "tanh",
+                                      "silu", "hard_sigmoid", "hard_swish"};
 static const char *const fe_maths[] = {"exp", "log", "sqrt", "reciprocal", "erf", "power"};
 
 /* The kind of step op x would be, or -1. */
@@ -472,12 +470,12 @@ static bool fe_fits(const vq__pvar *s, const vq__pvar *y)
 }
 
 struct chain {
-    int x0;              /* the chain's input: X of the fused op */
+    int x0; /* the chain's input: X of the fused op */
     int ops[FE_MAX_STEPS];
     int n;
     int64_t steps[4 * FE_MAX_STEPS];
     double consts[2 * FE_MAX_STEPS];
-    int in[MAX_IO];      /* the fused op's inputs: x0 first */
+    int in[MAX_IO]; /* the fused op's inputs: x0 first */
     int nin;
 };
 
@@ -668,9 +666,8 @@ static int build(const struct opt *o, vq_program **out)
     return 0;
 }
 
-int vq__program_optimize(const vq_program *p, unsigned passes, const char *const *keep,
-                         int nkeep, vq__opt_scalar_fn scalar, void *user, vq_program **out,
-                         vq__opt_stats *st)
+int vq__program_optimize(const vq_program *p, unsigned passes, const char *const *keep, int nkeep,
+                         vq__opt_scalar_fn scalar, void *user, vq_program **out, vq__opt_stats *st)
 {
     *out = NULL;
     if (st)

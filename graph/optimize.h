@@ -25,12 +25,12 @@ int vq__opt_parse(const char *spec, unsigned *passes);
 
 /* What the passes did (counts of rewrites). */
 typedef struct vq__opt_stats {
-    int noop;         /* ops removed */
-    int hard_swish;   /* x * clip(x + 3, 0, 6) / 6 patterns made one hard_swish */
-    int silu;         /* x * sigmoid(x) made one silu */
-    int conv_act;     /* activations moved into a conv2d */
-    int fused;        /* fused_elementwise ops made */
-    int fused_ops;    /* ops they replaced */
+    int noop;       /* ops removed */
+    int hard_swish; /* x * clip(x + 3, 0, 6) / 6 patterns made one hard_swish */
+    int silu;       /* x * sigmoid(x) made one silu */
+    int conv_act;   /* activations moved into a conv2d */
+    int fused;      /* fused_elementwise ops made */
+    int fused_ops;  /* ops they replaced */
 } vq__opt_stats;
 
 /* A scope tensor's value as a scalar (f32 or f64, one element, on the
@@ -45,9 +45,8 @@ typedef bool (*vq__opt_scalar_fn)(void *user, const char *name, double *v);
  * fetches, which stay (their vars are neither removed nor renamed).
  * scalar (may be NULL) reads constants. st (may be NULL) gets the counts.
  * 0, or VQ_ENOMEM. Reads p only: thread-safe as reading a program is. */
-int vq__program_optimize(const vq_program *p, unsigned passes, const char *const *keep,
-                         int nkeep, vq__opt_scalar_fn scalar, void *user, vq_program **out,
-                         vq__opt_stats *st);
+int vq__program_optimize(const vq_program *p, unsigned passes, const char *const *keep, int nkeep,
+                         vq__opt_scalar_fn scalar, void *user, vq_program **out, vq__opt_stats *st);
 
 /* The ops of block 0 of the most recently used plan of ex (the program it
  * runs, after the passes), or -1 when it has none: what tests look at to

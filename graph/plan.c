@@ -936,8 +936,8 @@ static bool scope_scalar(void *user, const char *name, double *v)
  * a CPU executor whose passes are on and p only infers, else of p. The
  * feeds and fetches stay as they are. A failure to optimize (memory) only
  * leaves p unoptimized. */
-static int plan_program(struct plan *pl, const vq_program *p, const char *const *feeds,
-                        int nfeeds, const char *const *fetches, int nfetches)
+static int plan_program(struct plan *pl, const vq_program *p, const char *const *feeds, int nfeeds,
+                        const char *const *fetches, int nfetches)
 {
     vq_program *opt = NULL;
     if (pl->exec->opt && pl->exec->device.kind == VQ_DEV_CPU) {

@@ -78,8 +78,8 @@ struct vq_exec {
      * VARQ_OPT when the executor is made: one setting per executor, so
      * the plan cache's key needs no part of it. */
     unsigned opt;
-    int timeout_ms;      /* each run's deadline; 0: none */
-    struct run *runs;    /* the runs in flight, for vq_exec_cancel; under lock */
+    int timeout_ms;   /* each run's deadline; 0: none */
+    struct run *runs; /* the runs in flight, for vq_exec_cancel; under lock */
     /* The default generator of random ops without a seed or State: its
      * seed, and the plans prepared so far (under lock), which number
      * them: plan n's key is vq__rng_fold(seed, n) (struct plan's rng_key). */

@@ -2308,9 +2308,10 @@ static bool is_control_op(const char *type)
  * qproduct.c), CPU only so far: a GPU executor refuses them by name. */
 static bool is_cpu_only_op(const char *type)
 {
-    static const char *const cpu_only[] = {
-        "fused_elementwise", "quantize_linear", "dequantize_linear", "dynamic_quantize_linear",
-        "matmul_integer",    "conv_integer",    "qlinear_matmul",    "qlinear_conv"};
+    static const char *const cpu_only[] = {"fused_elementwise", "quantize_linear",
+                                           "dequantize_linear", "dynamic_quantize_linear",
+                                           "matmul_integer",    "conv_integer",
+                                           "qlinear_matmul",    "qlinear_conv"};
     for (int i = 0; i < N_OF(cpu_only); i++)
         if (!strcmp(type, cpu_only[i]))
             return true;

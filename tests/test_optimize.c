@@ -46,8 +46,7 @@ static void var(vq_program *p, const char *name, int ndim, const int64_t *shape,
 static void op(vq_program *p, const char *type, const char *const *in, int nin,
                const char *const *out, int nout, const vq_attr *a, int na)
 {
-    cr_assert_geq(vq_program_add_op(p, 0, type, in, nin, out, nout, a, na), 0, "%s",
-                  vq_errmsg());
+    cr_assert_geq(vq_program_add_op(p, 0, type, in, nin, out, nout, a, na), 0, "%s", vq_errmsg());
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15u;
@@ -179,8 +178,8 @@ Test(optimize, varq_opt_names_the_passes)
 /* ---- conv-act ---- */
 
 /* x [n, c, h, w] -> conv2d (w, b, pads 1, groups) -> act -> y. */
-static vq_program *conv_act_program(const int64_t *xs, int64_t m, int64_t groups,
-                                    const char *act, const vq_attr *aa, int naa)
+static vq_program *conv_act_program(const int64_t *xs, int64_t m, int64_t groups, const char *act,
+                                    const vq_attr *aa, int naa)
 {
     vq_program *p;
     cr_assert_eq(vq_program_new(&p), 0);
@@ -199,8 +198,8 @@ static vq_program *conv_act_program(const int64_t *xs, int64_t m, int64_t groups
 
 static void conv_act_case(const int64_t *xs, int64_t m, int64_t groups)
 {
-    static const char *const acts[] = {"relu", "sigmoid", "tanh", "silu", "hard_sigmoid",
-                                       "hard_swish"};
+    static const char *const acts[] = {"relu", "sigmoid",      "tanh",
+                                       "silu", "hard_sigmoid", "hard_swish"};
     for (int k = 0; k < 6; k++) {
         vq_attr hs[2] = {VQ_ATTR_F("alpha", 0.3), VQ_ATTR_F("beta", 0.4)};
         bool hsig = !strcmp(acts[k], "hard_sigmoid");
@@ -225,11 +224,11 @@ static void conv_act_case(const int64_t *xs, int64_t m, int64_t groups)
  * the bits of conv2d then the activation op. */
 Test(optimize, conv_act_moves_each_activation_into_conv2d_with_the_same_bits)
 {
-    conv_act_case((int64_t[]){2, 3, 9, 9}, 4, 1);      /* small: items */
-    conv_act_case((int64_t[]){1, 8, 12, 12}, 8, 8);    /* depthwise */
-    conv_act_case((int64_t[]){1, 32, 7, 7}, 64, 1);    /* more channels than columns */
-    conv_act_case((int64_t[]){1, 64, 40, 40}, 64, 1);  /* Winograd's size */
-    conv_act_case((int64_t[]){1, 16, 56, 56}, 24, 1);  /* columns shared */
+    conv_act_case((int64_t[]){2, 3, 9, 9}, 4, 1);     /* small: items */
+    conv_act_case((int64_t[]){1, 8, 12, 12}, 8, 8);   /* depthwise */
+    conv_act_case((int64_t[]){1, 32, 7, 7}, 64, 1);   /* more channels than columns */
+    conv_act_case((int64_t[]){1, 64, 40, 40}, 64, 1); /* Winograd's size */
+    conv_act_case((int64_t[]){1, 16, 56, 56}, 24, 1); /* columns shared */
 }
 
 /* A conv2d whose output is fetched, or read twice, keeps its activation
@@ -408,9 +407,9 @@ static void chain_case(const int64_t *xs)
 
 Test(optimize, elementwise_chains_fuse_with_the_same_bits)
 {
-    chain_case((int64_t[]){2, 3, 5, 7});     /* less than one block */
-    chain_case((int64_t[]){2, 8, 33, 31});   /* blocks and a remainder */
-    chain_case((int64_t[]){2, 16, 64, 64});  /* shared with the workers */
+    chain_case((int64_t[]){2, 3, 5, 7});    /* less than one block */
+    chain_case((int64_t[]){2, 8, 33, 31});  /* blocks and a remainder */
+    chain_case((int64_t[]){2, 16, 64, 64}); /* shared with the workers */
 }
 
 /* GELU as exporters write it, x * (1 + erf(x / sqrt 2)) * 0.5: the chain

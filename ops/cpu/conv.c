@@ -948,24 +948,17 @@ static const vq__attr_spec conv_transpose_attrs[] = {
 };
 
 static const vq__attr_spec conv_attrs[] = {
-    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
-    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
-    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
-    {"groups", VQ_ATTR_INT, false, "1"},
-    {"clip", VQ_ATTR_FLOATS, false, NULL},
-    {"act", VQ_ATTR_STRING, false, NULL},
-    {"act_alpha", VQ_ATTR_FLOAT, false, "0.2"},
-    {"act_beta", VQ_ATTR_FLOAT, false, "0.5"},
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},   {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"}, {"groups", VQ_ATTR_INT, false, "1"},
+    {"clip", VQ_ATTR_FLOATS, false, NULL},       {"act", VQ_ATTR_STRING, false, NULL},
+    {"act_alpha", VQ_ATTR_FLOAT, false, "0.2"},  {"act_beta", VQ_ATTR_FLOAT, false, "0.5"},
 };
 
 /* conv2d's but the fused activation's, which has no gradient, and wrt */
 static const vq__attr_spec conv_grad_attrs[] = {
-    {"strides", VQ_ATTR_INTS, false, "[1,1]"},
-    {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
-    {"dilations", VQ_ATTR_INTS, false, "[1,1]"},
-    {"groups", VQ_ATTR_INT, false, "1"},
-    {"clip", VQ_ATTR_FLOATS, false, NULL},
-    {"wrt", VQ_ATTR_INT, true, NULL},
+    {"strides", VQ_ATTR_INTS, false, "[1,1]"},   {"pads", VQ_ATTR_INTS, false, "[0,0,0,0]"},
+    {"dilations", VQ_ATTR_INTS, false, "[1,1]"}, {"groups", VQ_ATTR_INT, false, "1"},
+    {"clip", VQ_ATTR_FLOATS, false, NULL},       {"wrt", VQ_ATTR_INT, true, NULL},
 };
 
 const vq__op_def vq__ops_conv[] = {

@@ -100,8 +100,7 @@ static int fe_infer(vq__infer *c)
     const vq_attr *st = vq__attr_find(c, "steps"), *cs = vq__attr_find(c, "consts");
     int n = st ? st->n : 0;
     if (n <= 0 || n % 4 || n / 4 > FE_MAX_STEPS)
-        return vq__attr_fail(c, "steps", "has %d ints: 4 per step, 1 to %d steps", n,
-                             FE_MAX_STEPS);
+        return vq__attr_fail(c, "steps", "has %d ints: 4 per step, 1 to %d steps", n, FE_MAX_STEPS);
     p->nsteps = n / 4;
     if (cs && cs->n != 2 * p->nsteps)
         return vq__attr_fail(c, "consts", "has %d values; expected 2 per step (%d)", cs->n,
@@ -110,12 +109,12 @@ static int fe_infer(vq__infer *c)
         return vq__op_fail(c->def, "takes at most %d inputs, got %d", FE_MAX_IN, c->nin);
     for (int i = 0; i < p->nsteps; i++) {
         const int64_t *s = st->ints + 4 * i;
-        int64_t lim[FE_KINDS] = {VQ__ACT_HARD_SWISH + 1, VQ__MATH_ROUND + 1, VQ__BINARY_DIV + 1,
-                                 1, 1, 1};
+        int64_t lim[FE_KINDS] =
+            {VQ__ACT_HARD_SWISH + 1, VQ__MATH_ROUND + 1, VQ__BINARY_DIV + 1, 1, 1, 1};
         if (s[0] < 0 || s[0] >= FE_KINDS || s[1] < 0 || s[1] >= lim[s[0]] || s[2] < 0 ||
             s[2] >= c->nin || s[3] < 0 || s[3] > 1)
-            return vq__attr_fail(c, "steps", "step %d (%lld, %lld, %lld, %lld) is not one",
-                                 i, (long long)s[0], (long long)s[1], (long long)s[2],
+            return vq__attr_fail(c, "steps", "step %d (%lld, %lld, %lld, %lld) is not one", i,
+                                 (long long)s[0], (long long)s[1], (long long)s[2],
                                  (long long)s[3]);
         p->step[i] = (struct fe_step){.kind = (unsigned char)s[0],
                                       .code = (unsigned char)s[1],
@@ -131,8 +130,9 @@ static int fe_infer(vq__infer *c)
         int64_t inner, mid;
         if (i > 0 &&
             !fe_bcast(c->in[0].shape, c->in[0].ndim, c->in[i].shape, c->in[i].ndim, &inner, &mid))
-            return vq__in_fail(c, i, "does not broadcast into X's shape as fused_elementwise "
-                                     "takes it (dims 1 or X's, those kept consecutive)");
+            return vq__in_fail(c, i,
+                               "does not broadcast into X's shape as fused_elementwise "
+                               "takes it (dims 1 or X's, those kept consecutive)");
     }
     c->out[0] = c->in[0];
     return 0;

@@ -712,7 +712,7 @@ inline op_end(o)
 }
 
 /* ---- running (threaded.c worker_main, engine.c vq__op_run / vq__op_finish) ----
- * @C engine/threaded.c:481 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, &it)) break;`
+ * @C engine/threaded.c:481 worker_main `struct vq__item it = {.op = w->next}; w->next = NULL; if (!it.op && !vq__pool_pop(p, &it) && !worker_sleep(p, w->engine->spin_looks, &it)) break;`
  * @C engine/threaded.c:490 worker_main `vq__op_run(it.op, &x, &r); if (r.n) { keep_successor(w, &r); vq__ready_flush(&r); }`
  * @C engine/threaded.c:468 keep_successor `if (best < 0 || heap_has_above(&w->pool->heap, r->ops[best]->desc->priority)) return; w->next = r->ops[best]; r->ops[best] = r->ops[--r->n];`
  * @C engine/engine.c:911 vq__op_finish `for (int i = o->nexcl; i < o->nwrites + o->nreads; i++) vq__var_complete_read(o->vars[i], r); for (int i = 0; i < o->nexcl; i++) vq__var_complete_write(o->vars[i], r);`

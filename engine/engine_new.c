@@ -257,16 +257,20 @@ VQ_API void vq_engine_free(vq_engine *e)
         /* vq_engine_free returns nothing: the one place the library
          * prints, so that a lost trace is never silent (engine.h). */
         fprintf(stderr, "varq: the VARQ_PROFILE trace was not written: %s\n", vq_errmsg());
+    /* A vq_done_finish on a foreign thread may still be on its way out
+     * after its op counted as complete: handing the ops its op made ready
+     * to a pool (which this thread, waiting above, may already have run),
+     * it takes the pool's sleep_lock to wake a worker. So it must be out
+     * before the pools stop and destroy that lock: a lock of the destroyed
+     * mutex hung engine_stress in CI once. */
+    while (atomic_load(&e->finishers) != 0)
+        sched_yield();
     if (e->kind == VQ_ENGINE_THREADED) {
         vq__pool_stop(&e->cpu);
         if (e->has_prio)
             vq__pool_stop(&e->prio);
     }
     vq__gpu_stop(e);
-    /* A vq_done_finish on a foreign thread may still be on its way out
-     * after its op counted as complete. */
-    while (atomic_load(&e->finishers) != 0)
-        sched_yield();
     while (e->vars)
         vq__var_destroy(e, CONTAINER(e->vars, vq_var, link));
     while (e->oprs) {

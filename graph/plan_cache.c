@@ -283,6 +283,9 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
         return vq__fail(VQ_EINVAL, "vq_exec_new: device {%d, %d} is not CPU 0 or a GPU",
                         o.device.kind, o.device.id);
     }
+    unsigned opt; /* before the executor exists: a bad setting leaves nothing to free */
+    if ((rc = vq__opt_parse(getenv("VARQ_OPT"), &opt)) < 0)
+        return vq__fail_prefixed(rc, "vq_exec_new");
     vq_exec *ex = vq__calloc(1, sizeof *ex);
     if (!ex)
         return vq__fail(VQ_ENOMEM, "vq_exec_new: out of memory");
@@ -293,9 +296,6 @@ VQ_API int vq_exec_new(vq_exec **out, vq_engine *e, const vq_exec_opts *opts)
     ex->timeout_ms = o.timeout_ms;
     ex->seed = seed;
     ex->fetch_host = (o.flags & VQ_EXEC_FETCH_HOST) != 0;
-    unsigned opt;
-    if ((rc = vq__opt_parse(getenv("VARQ_OPT"), &opt)) < 0)
-        return vq__fail_prefixed(rc, "vq_exec_new");
     const char *seg = getenv("VARQ_EXEC_SEGMENTS");
     ex->no_segments = (o.flags & VQ_EXEC_NO_SEGMENTS) || (seg && !strcmp(seg, "0"));
     const char *memplan = getenv("VARQ_MEMPLAN");

@@ -230,34 +230,15 @@ static int vars_of(vqpy_engine *self, PyObject *seq, const char *what, vq_var **
     return 0;
 }
 
-/* push(fn, reads=None, writes=None, *, priority=0), parsed by hand from
- * the vectorcall arguments (the keywords matched by address first: the
- * interned names of a call site). */
+/* push(fn, reads=None, writes=None, *, priority=0), from the vectorcall
+ * arguments (vqpy_fast_args). */
 static int push_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **fn,
                      PyObject **reads, PyObject **writes, int *priority)
 {
     static const char *const names[] = {"fn", "reads", "writes", "priority"};
-    PyObject *v[4] = {NULL, NULL, NULL, NULL};
-    if (nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "push takes at most 3 positional arguments (%zd given)",
-                     nargs);
+    PyObject *v[4];
+    if (vqpy_fast_args("push", names, 4, 3, args, nargs, kwnames, v) < 0)
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        v[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        int k = 0;
-        while (k < 4 && PyUnicode_CompareWithASCIIString(key, names[k]) != 0)
-            k++;
-        if (k == 4 || v[k]) {
-            PyErr_Format(PyExc_TypeError, "push: %s argument '%U'",
-                         k == 4 ? "an unexpected" : "a repeated", key);
-            return -1;
-        }
-        v[k] = args[nargs + i];
-    }
     if (!v[0]) {
         PyErr_SetString(PyExc_TypeError, "push needs fn");
         return -1;

@@ -200,3 +200,32 @@ fail:
     Py_DECREF(m);
     return NULL;
 }
+
+int vqpy_fast_args(const char *fn, const char *const *names, int n, int maxpos,
+                   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v)
+{
+    for (int k = 0; k < n; k++)
+        v[k] = NULL;
+    if (nargs > maxpos) {
+        PyErr_Format(PyExc_TypeError, "%s takes at most %d positional arguments (%zd given)", fn,
+                     maxpos, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        v[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+        int k = 0;
+        while (k < n && PyUnicode_CompareWithASCIIString(key, names[k]) != 0)
+            k++;
+        if (k == n || v[k]) {
+            PyErr_Format(PyExc_TypeError, "%s: %s argument '%U'", fn,
+                         k == n ? "an unexpected" : "a repeated", key);
+            return -1;
+        }
+        v[k] = args[nargs + i];
+    }
+    return 0;
+}
+

@@ -610,26 +610,9 @@ static int run_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, 
                     PyObject **feed_map)
 {
     static const char *const kw[] = {"output_names", "input_feed", "run_options"};
-    PyObject *v[3] = {NULL, NULL, NULL};
-    if (nargs > 3) {
-        PyErr_Format(PyExc_TypeError, "run takes at most 3 arguments (%zd given)", nargs);
+    PyObject *v[3];
+    if (vqpy_fast_args("run", kw, 3, 3, args, nargs, kwnames, v) < 0)
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        v[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-        int k = 0;
-        while (k < 3 && PyUnicode_CompareWithASCIIString(key, kw[k]) != 0)
-            k++;
-        if (k == 3 || v[k]) {
-            PyErr_Format(PyExc_TypeError, "run: %s argument '%U'",
-                         k == 3 ? "an unexpected" : "a repeated", key);
-            return -1;
-        }
-        v[k] = args[nargs + i];
-    }
     if (!v[0] || !v[1]) {
         PyErr_SetString(PyExc_TypeError, "run needs output_names and input_feed");
         return -1;

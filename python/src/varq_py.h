@@ -90,6 +90,11 @@ extern PyObject *vqpy_error;
 /* Raises the exception of rc (a negative VQ_* code) with vq_errmsg()'s
  * sentence, read now: call it in the thread of the failed call, before any
  * other varq call. Returns NULL. */
+/* Vectorcall arguments of fn: at most maxpos positional ones, then
+ * keywords among names[0..n) (each once), into v[0..n) (NULL: not given).
+ * 0, or -1 with a TypeError naming fn. */
+int vqpy_fast_args(const char *fn, const char *const *names, int n, int maxpos,
+                   PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **v);
 PyObject *vqpy_raise(int rc);
 /* The same with a message of the caller's. */
 PyObject *vqpy_raise_msg(int rc, const char *fmt, ...);

@@ -228,4 +228,3 @@ int vqpy_fast_args(const char *fn, const char *const *names, int n, int maxpos,
     }
     return 0;
 }
-
